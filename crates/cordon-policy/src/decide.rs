@@ -1,0 +1,374 @@
+//! Deciding: facts built once per request, rules chosen through the index,
+//! three-valued verdicts that never fail open.
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+
+use crate::canon::{self, CanonError};
+use crate::expr::{self, FactSource, NoTrace, Open, Trace, Val};
+use crate::policy::{Effect, Policy, RuleId};
+use crate::vocab::{Fact, Surface};
+
+/// The subject of every decision, from the host's authenticated request.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Identity {
+    pub namespace: String,
+    pub name: String,
+    /// Set only by the host's own configuration of its credentials.
+    pub attested: bool,
+    pub labels: BTreeMap<String, String>,
+}
+
+/// The deployment a decision is made in.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Deployment {
+    pub name: String,
+}
+
+/// Egress facts. `None` is unknown at the point that decides.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EgressFacts {
+    pub url: String,
+    pub scheme: String,
+    pub host: String,
+    pub port: i64,
+    pub method: Option<String>,
+    pub path: Option<String>,
+    pub ip: Option<String>,
+}
+
+impl EgressFacts {
+    /// Facts for a URL as the egress proxy sees it: for `https` the method
+    /// and path travel inside the tunnel and are unknown; the address is
+    /// unknown until the name is resolved.
+    pub fn from_url(raw: &str) -> Result<EgressFacts, CanonError> {
+        let u = canon::url(raw)?;
+        let inside_tunnel = u.scheme == "https";
+        Ok(EgressFacts {
+            url: u.url,
+            scheme: u.scheme,
+            host: u.host,
+            port: u.port,
+            method: if inside_tunnel {
+                None
+            } else {
+                Some("GET".into())
+            },
+            path: if inside_tunnel { None } else { Some(u.path) },
+            ip: None,
+        })
+    }
+}
+
+/// Compute facts. `command` is the path as invoked, made absolute with
+/// directory links resolved; `command_target` the final target with every
+/// link resolved. Both are produced by the enforcing layer where the command
+/// will run, never by a validator.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ComputeFacts {
+    pub command: String,
+    pub command_target: String,
+    pub args: Option<Vec<String>>,
+    pub cpu: Option<i64>,
+    pub memory: Option<i64>,
+}
+
+/// Storage access modes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Read,
+    Write,
+    Execute,
+}
+
+impl Mode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Read => "read",
+            Mode::Write => "write",
+            Mode::Execute => "execute",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Mode> {
+        match s {
+            "read" => Some(Mode::Read),
+            "write" => Some(Mode::Write),
+            "execute" => Some(Mode::Execute),
+            _ => None,
+        }
+    }
+}
+
+/// Storage facts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StorageFacts {
+    pub path: String,
+    pub mode: Mode,
+    pub bytes: Option<i64>,
+}
+
+/// Secret facts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SecretFacts {
+    pub name: String,
+}
+
+/// The facts one surface adds to the base.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SurfaceFacts {
+    Egress(EgressFacts),
+    Compute(ComputeFacts),
+    Storage(StorageFacts),
+    Secret(SecretFacts),
+}
+
+impl SurfaceFacts {
+    pub fn surface(&self) -> Surface {
+        match self {
+            SurfaceFacts::Egress(_) => Surface::Egress,
+            SurfaceFacts::Compute(_) => Surface::Compute,
+            SurfaceFacts::Storage(_) => Surface::Storage,
+            SurfaceFacts::Secret(_) => Surface::Secret,
+        }
+    }
+}
+
+/// A request to decide. Built once; every rule reads the same facts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Request {
+    pub identity: Identity,
+    pub env: Deployment,
+    /// Seconds since the epoch.
+    pub now: i64,
+    pub facts: SurfaceFacts,
+}
+
+/// The three verdicts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Verdict {
+    Allow,
+    Deny,
+    Undetermined,
+}
+
+/// A decision and why.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decision {
+    pub verdict: Verdict,
+    /// The rules that decided: the deny rule(s) that were true, the allow
+    /// rule(s) that were true, or the rules that stayed open.
+    pub deciding: Vec<RuleId>,
+    /// Facts whose being unknown kept the verdict open.
+    pub unknown: Vec<Fact>,
+    /// Errors that kept the verdict open.
+    pub errors: Vec<String>,
+}
+
+impl Decision {
+    /// The verdict as the final enforcing point applies it: undetermined is deny.
+    pub fn is_allowed(&self) -> bool {
+        self.verdict == Verdict::Allow
+    }
+
+    /// True when no allow rule matched and nothing stayed open.
+    pub fn no_allow_matched(&self) -> bool {
+        self.verdict == Verdict::Deny && self.deciding.is_empty()
+    }
+}
+
+/// The facts of a request seen through one spelling of `command`.
+pub struct View<'r> {
+    pub req: &'r Request,
+    /// 0: the path as invoked; 1: the final target.
+    pub spelling: u8,
+}
+
+impl FactSource for View<'_> {
+    #[inline]
+    fn fact(&self, f: Fact) -> Option<Val<'_>> {
+        fn s(x: &str) -> Option<Val<'_>> {
+            Some(Val::Str(Cow::Borrowed(x)))
+        }
+        fn s_opt(x: &Option<String>) -> Option<Val<'_>> {
+            x.as_deref().map(|x| Val::Str(Cow::Borrowed(x)))
+        }
+        let r = self.req;
+        match (f, &r.facts) {
+            (Fact::IdentityNamespace, _) => s(&r.identity.namespace),
+            (Fact::IdentityName, _) => s(&r.identity.name),
+            (Fact::IdentityAttested, _) => Some(Val::Bool(r.identity.attested)),
+            (Fact::IdentityLabels, _) => Some(Val::StrMap(&r.identity.labels)),
+            (Fact::EnvName, _) => s(&r.env.name),
+            (Fact::Now, _) => Some(Val::Timestamp(r.now)),
+            (Fact::Url, SurfaceFacts::Egress(e)) => s(&e.url),
+            (Fact::Scheme, SurfaceFacts::Egress(e)) => s(&e.scheme),
+            (Fact::Host, SurfaceFacts::Egress(e)) => s(&e.host),
+            (Fact::Port, SurfaceFacts::Egress(e)) => Some(Val::Int(e.port)),
+            (Fact::Method, SurfaceFacts::Egress(e)) => s_opt(&e.method),
+            (Fact::HttpPath, SurfaceFacts::Egress(e)) => s_opt(&e.path),
+            (Fact::Ip, SurfaceFacts::Egress(e)) => s_opt(&e.ip),
+            (Fact::Command, SurfaceFacts::Compute(c)) => s(if self.spelling == 0 {
+                &c.command
+            } else {
+                &c.command_target
+            }),
+            (Fact::Args, SurfaceFacts::Compute(c)) => c.args.as_ref().map(|a| {
+                Val::List(
+                    a.iter()
+                        .map(|x| Val::Str(Cow::Borrowed(x.as_str())))
+                        .collect(),
+                )
+            }),
+            (Fact::Cpu, SurfaceFacts::Compute(c)) => c.cpu.map(Val::Int),
+            (Fact::Memory, SurfaceFacts::Compute(c)) => c.memory.map(Val::Int),
+            (Fact::Path, SurfaceFacts::Storage(st)) => s(&st.path),
+            (Fact::Mode, SurfaceFacts::Storage(st)) => s(st.mode.as_str()),
+            (Fact::Bytes, SurfaceFacts::Storage(st)) => st.bytes.map(Val::Int),
+            (Fact::SecretName, SurfaceFacts::Secret(x)) => s(&x.name),
+            // A fact of another surface cannot be reached: rules are checked
+            // per surface. Unknown is the fail-closed answer regardless.
+            _ => None,
+        }
+    }
+}
+
+/// A rule's three-valued outcome.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    True,
+    False,
+    Open(Open),
+}
+
+/// Evaluates one rule against a request: over both spellings of `command`
+/// when it reads `command` and they differ (a match on either counts).
+pub fn eval_rule<'a, T: Trace<'a>>(
+    policy: &'a Policy,
+    id: RuleId,
+    views: &'a [View<'a>; 2],
+    t: &mut T,
+) -> Outcome {
+    let rule = policy.rule(id);
+    let both = rule.compiled.reads & Fact::Command.bit() != 0 && {
+        match &views[0].req.facts {
+            SurfaceFacts::Compute(c) => c.command != c.command_target,
+            _ => false,
+        }
+    };
+    let first = outcome(expr::eval(&rule.compiled.root, &views[0], t));
+    if !both || first == Outcome::True {
+        return first;
+    }
+    let second = outcome(expr::eval(&rule.compiled.root, &views[1], &mut NoTrace));
+    match (first, second) {
+        (_, Outcome::True) => Outcome::True,
+        (Outcome::Open(a), Outcome::Open(mut b)) => {
+            b.unknown |= a.unknown;
+            b.errors.extend(a.errors);
+            Outcome::Open(b)
+        }
+        (Outcome::Open(a), _) | (_, Outcome::Open(a)) => Outcome::Open(a),
+        _ => Outcome::False,
+    }
+}
+
+fn outcome(r: expr::Res<'_>) -> Outcome {
+    match r {
+        Ok(Val::Bool(true)) => Outcome::True,
+        Ok(Val::Bool(false)) => Outcome::False,
+        Ok(other) => Outcome::Open(Open {
+            unknown: 0,
+            errors: vec![format!("rule yielded {other}, not a bool")],
+        }),
+        Err(o) => Outcome::Open(o),
+    }
+}
+
+impl Policy {
+    /// Decides a request. Deny if any deny rule is true; otherwise allow if
+    /// no deny rule is open and an allow rule is true; deny if every allow
+    /// rule is false and nothing is open; undetermined otherwise.
+    pub fn decide(&self, req: &Request) -> Decision {
+        let surface = req.facts.surface();
+        let views = [View { req, spelling: 0 }, View { req, spelling: 1 }];
+        let Some(rules) = self.surfaces.get(&surface) else {
+            // A surface the policy says nothing about allows nothing.
+            return Decision {
+                verdict: Verdict::Deny,
+                deciding: Vec::new(),
+                unknown: Vec::new(),
+                errors: Vec::new(),
+            };
+        };
+        let ns = req.identity.namespace.as_str();
+        let mut open_rules = Vec::new();
+        let mut open = Open::default();
+        let mut denied = Vec::new();
+        for id in rules.deny.candidates(ns) {
+            match eval_rule(self, id, &views, &mut NoTrace) {
+                Outcome::True => denied.push(id),
+                Outcome::False => {}
+                Outcome::Open(o) => {
+                    open_rules.push(id);
+                    open.unknown |= o.unknown;
+                    open.errors.extend(o.errors);
+                }
+            }
+        }
+        if !denied.is_empty() {
+            return Decision {
+                verdict: Verdict::Deny,
+                deciding: denied,
+                unknown: Vec::new(),
+                errors: Vec::new(),
+            };
+        }
+        let mut allowed = Vec::new();
+        let mut allow_open = Vec::new();
+        let mut allow_o = Open::default();
+        for id in rules.allow.candidates(ns) {
+            match eval_rule(self, id, &views, &mut NoTrace) {
+                Outcome::True => allowed.push(id),
+                Outcome::False => {}
+                Outcome::Open(o) => {
+                    allow_open.push(id);
+                    allow_o.unknown |= o.unknown;
+                    allow_o.errors.extend(o.errors);
+                }
+            }
+        }
+        let _ = Effect::Allow;
+        if !open_rules.is_empty() {
+            return Decision {
+                verdict: Verdict::Undetermined,
+                deciding: open_rules,
+                unknown: Fact::from_bits(open.unknown),
+                errors: open.errors,
+            };
+        }
+        if !allowed.is_empty() {
+            return Decision {
+                verdict: Verdict::Allow,
+                deciding: allowed,
+                unknown: Vec::new(),
+                errors: Vec::new(),
+            };
+        }
+        if !allow_open.is_empty() {
+            return Decision {
+                verdict: Verdict::Undetermined,
+                deciding: allow_open,
+                unknown: Fact::from_bits(allow_o.unknown),
+                errors: allow_o.errors,
+            };
+        }
+        Decision {
+            verdict: Verdict::Deny,
+            deciding: Vec::new(),
+            unknown: Vec::new(),
+            errors: Vec::new(),
+        }
+    }
+}

@@ -1,0 +1,28 @@
+//! cordon's deciding half.
+//!
+//! One vocabulary ([`vocab`]) for every surface — egress, compute, storage,
+//! secret — with the subject spelled `identity` everywhere. A [`Policy`] is
+//! loaded from YAML: every rule is parsed with the `cel` crate, type-checked
+//! and compiled by [`expr`] when it loads, never at request time, with
+//! positioned [`Diagnostics`] for everything wrong at once. [`Policy::decide`]
+//! answers a [`Request`] with a three-valued [`Decision`]: allow, deny, or
+//! undetermined (naming the unknown facts and errors); the final enforcing
+//! point treats undetermined as deny. Facts are canonicalised ([`canon`])
+//! before any rule sees them.
+//!
+//! Deciding is portable; enforcing is not and lives in other crates.
+
+pub mod canon;
+pub mod decide;
+pub mod diag;
+pub mod expr;
+pub mod policy;
+pub mod vocab;
+
+pub use decide::{
+    ComputeFacts, Decision, Deployment, EgressFacts, Identity, Mode, Request, SecretFacts,
+    StorageFacts, SurfaceFacts, Verdict,
+};
+pub use diag::{Diagnostic, Diagnostics, Severity};
+pub use policy::{Bounds, Effect, Policy, Rule, RuleId};
+pub use vocab::{Fact, Surface};
