@@ -110,7 +110,10 @@ pub fn host(raw: &str) -> Result<String, CanonError> {
             .bytes()
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
         {
-            return Err(host_err(raw, "a label holds a character outside `a-z`, `0-9`, `-`, `_`"));
+            return Err(host_err(
+                raw,
+                "a label holds a character outside `a-z`, `0-9`, `-`, `_`",
+            ));
         }
     }
     // A numeric last label is an IPv4 spelling (`127.1`, `0x7f.0.0.1`,
@@ -361,7 +364,9 @@ pub fn url(raw: &str) -> Result<UrlFacts, CanonError> {
         return Err(err("its authority holds a `\\`"));
     }
     if authority.contains('@') {
-        return Err(err("it holds userinfo (`user@`); credentials in a URL are refused"));
+        return Err(err(
+            "it holds userinfo (`user@`); credentials in a URL are refused",
+        ));
     }
     let after = &rest[auth_end..];
     let raw_path = after.split(['?', '#']).next().unwrap_or_default();
@@ -442,11 +447,13 @@ pub fn size(raw: &str) -> Result<u64, CanonError> {
     }
     if !num.bytes().all(|b| b.is_ascii_digit()) {
         let digits = num.bytes().take_while(u8::is_ascii_digit).count();
-        return Err(if digits > 0 && num[digits..].bytes().all(|b| b.is_ascii_alphabetic()) {
-            bad("its unit is not one of `KiB`, `MiB`, `GiB`, `TiB`")
-        } else {
-            bad("it is not a number")
-        });
+        return Err(
+            if digits > 0 && num[digits..].bytes().all(|b| b.is_ascii_alphabetic()) {
+                bad("its unit is not one of `KiB`, `MiB`, `GiB`, `TiB`")
+            } else {
+                bad("it is not a number")
+            },
+        );
     }
     num.parse::<u64>()
         .ok()
@@ -462,7 +469,10 @@ mod tests {
 
     #[test]
     fn host_lowercases_and_drops_trailing_dot() {
-        assert_eq!(host("Partner-A.Example.COM.").unwrap(), "partner-a.example.com");
+        assert_eq!(
+            host("Partner-A.Example.COM.").unwrap(),
+            "partner-a.example.com"
+        );
         assert_eq!(host("api.example.com").unwrap(), "api.example.com");
         assert_eq!(host("localhost").unwrap(), "localhost");
     }
@@ -471,7 +481,10 @@ mod tests {
     fn host_idna() {
         assert_eq!(host("bücher.example").unwrap(), "xn--bcher-kva.example");
         assert_eq!(host("BÜCHER.example").unwrap(), "xn--bcher-kva.example");
-        assert_eq!(host("xn--bcher-kva.example").unwrap(), "xn--bcher-kva.example");
+        assert_eq!(
+            host("xn--bcher-kva.example").unwrap(),
+            "xn--bcher-kva.example"
+        );
     }
 
     #[test]
