@@ -47,7 +47,7 @@ fn a_broken_policy_prints_every_diagnostic_and_fails() {
         "broken.yaml:9:",
         "a rule must be a bool",
         "broken.yaml:11:",
-        "`512MB` is not a size",
+        "size `512MB` is refused",
         "broken.yaml:12:",
         "did you mean `max_processes`?",
         "6 error(s)",
