@@ -536,3 +536,28 @@ fn the_example_policy_checks() {
     r.identity.attested = false;
     assert_eq!(p.decide(&r).verdict, Verdict::Deny);
 }
+
+#[test]
+fn label_presence_can_be_tested_without_an_error() {
+    let p = load(
+        r#"
+policy:
+  secret:
+    allow:
+      - has(identity.labels.team) && identity.labels.team == "a"
+      - '"role" in identity.labels && identity.labels["role"] == "admin"'
+"#,
+    );
+    let mut req = Request {
+        identity: ident("team-a"),
+        env: Deployment::default(),
+        now: 0,
+        facts: SurfaceFacts::Secret(SecretFacts { name: "a/x".into() }),
+    };
+    // No labels: both rules are definitely false, so a plain deny, not open.
+    let d = p.decide(&req);
+    assert_eq!(d.verdict, Verdict::Deny);
+    assert!(d.errors.is_empty());
+    req.identity.labels.insert("team".into(), "a".into());
+    assert_eq!(p.decide(&req).verdict, Verdict::Allow);
+}
