@@ -561,3 +561,34 @@ policy:
     req.identity.labels.insert("team".into(), "a".into());
     assert_eq!(p.decide(&req).verdict, Verdict::Allow);
 }
+
+#[test]
+fn the_same_evaluation_can_record_every_node_value() {
+    use cordon_policy::decide::View;
+    use cordon_policy::expr::{eval, FullTrace, Val};
+    let p = load(SHAPE);
+    let rule = p.rules.iter().find(|r| r.name == "partner-a").unwrap();
+    let req = egress("team-b", "https://partner-a.example.com/v1");
+    let view = View {
+        req: &req,
+        spelling: 0,
+    };
+    let mut trace = FullTrace::default();
+    let r = eval(&rule.compiled.root, &view, &mut trace);
+    assert_eq!(r, Ok(Val::Bool(false)));
+    // The namespace fact was read and recorded with its value; the root too.
+    let recorded: Vec<String> = trace
+        .values
+        .iter()
+        .flatten()
+        .map(|v| format!("{v:?}"))
+        .collect();
+    assert!(
+        recorded.iter().any(|v| v.contains("team-b")),
+        "{recorded:?}"
+    );
+    assert_eq!(
+        trace.values[rule.compiled.root.id as usize],
+        Some(Ok(Val::Bool(false)))
+    );
+}
