@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use crate::canon::{self, CanonError};
 use crate::expr::{self, FactSource, NoTrace, Open, Trace, Val};
-use crate::policy::{Effect, Policy, RuleId};
+use crate::policy::{Policy, RuleId, RuleIndex};
 use crate::vocab::{Fact, Surface};
 
 /// The subject of every decision, from the host's authenticated request.
@@ -286,7 +286,34 @@ fn outcome(r: expr::Res<'_>) -> Outcome {
     }
 }
 
+/// The outcome of one group of rules.
+struct Group {
+    matched: Vec<RuleId>,
+    open_rules: Vec<RuleId>,
+    open: Open,
+}
+
 impl Policy {
+    fn evaluate<'a>(&'a self, index: &RuleIndex, ns: &str, views: &'a [View<'a>; 2]) -> Group {
+        let mut g = Group {
+            matched: Vec::new(),
+            open_rules: Vec::new(),
+            open: Open::default(),
+        };
+        for id in index.candidates(ns) {
+            match eval_rule(self, id, views, &mut NoTrace) {
+                Outcome::True => g.matched.push(id),
+                Outcome::False => {}
+                Outcome::Open(o) => {
+                    g.open_rules.push(id);
+                    g.open.unknown |= o.unknown;
+                    g.open.errors.extend(o.errors);
+                }
+            }
+        }
+        g
+    }
+
     /// Decides a request. Deny if any deny rule is true; otherwise allow if
     /// no deny rule is open and an allow rule is true; deny if every allow
     /// rule is false and nothing is open; undetermined otherwise.
@@ -303,43 +330,18 @@ impl Policy {
             };
         };
         let ns = req.identity.namespace.as_str();
-        let mut open_rules = Vec::new();
-        let mut open = Open::default();
-        let mut denied = Vec::new();
-        for id in rules.deny.candidates(ns) {
-            match eval_rule(self, id, &views, &mut NoTrace) {
-                Outcome::True => denied.push(id),
-                Outcome::False => {}
-                Outcome::Open(o) => {
-                    open_rules.push(id);
-                    open.unknown |= o.unknown;
-                    open.errors.extend(o.errors);
-                }
-            }
-        }
-        if !denied.is_empty() {
+        let deny = self.evaluate(&rules.deny, ns, &views);
+        if !deny.matched.is_empty() {
             return Decision {
                 verdict: Verdict::Deny,
-                deciding: denied,
+                deciding: deny.matched,
                 unknown: Vec::new(),
                 errors: Vec::new(),
             };
         }
-        let mut allowed = Vec::new();
-        let mut allow_open = Vec::new();
-        let mut allow_o = Open::default();
-        for id in rules.allow.candidates(ns) {
-            match eval_rule(self, id, &views, &mut NoTrace) {
-                Outcome::True => allowed.push(id),
-                Outcome::False => {}
-                Outcome::Open(o) => {
-                    allow_open.push(id);
-                    allow_o.unknown |= o.unknown;
-                    allow_o.errors.extend(o.errors);
-                }
-            }
-        }
-        let _ = Effect::Allow;
+        let allow = self.evaluate(&rules.allow, ns, &views);
+        let (open_rules, open) = (deny.open_rules, deny.open);
+        let (allowed, allow_open, allow_o) = (allow.matched, allow.open_rules, allow.open);
         if !open_rules.is_empty() {
             return Decision {
                 verdict: Verdict::Undetermined,
