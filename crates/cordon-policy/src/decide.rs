@@ -339,17 +339,18 @@ impl Policy {
                 errors: Vec::new(),
             };
         }
-        let allow = self.evaluate(&rules.allow, ns, &views);
-        let (open_rules, open) = (deny.open_rules, deny.open);
-        let (allowed, allow_open, allow_o) = (allow.matched, allow.open_rules, allow.open);
-        if !open_rules.is_empty() {
+        if !deny.open_rules.is_empty() {
+            // An open deny keeps the verdict open whatever the allow rules
+            // say, so they are not evaluated.
             return Decision {
                 verdict: Verdict::Undetermined,
-                deciding: open_rules,
-                unknown: Fact::from_bits(open.unknown),
-                errors: open.errors,
+                deciding: deny.open_rules,
+                unknown: Fact::from_bits(deny.open.unknown),
+                errors: deny.open.errors,
             };
         }
+        let allow = self.evaluate(&rules.allow, ns, &views);
+        let (allowed, allow_open, allow_o) = (allow.matched, allow.open_rules, allow.open);
         if !allowed.is_empty() {
             return Decision {
                 verdict: Verdict::Allow,

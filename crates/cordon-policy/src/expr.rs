@@ -169,7 +169,7 @@ pub fn compile(surface: Surface, source: &str) -> Result<Compiled, Vec<CompileEr
         reads: 0,
     };
     let root = c.check(&ast);
-    if let Some((node, ty)) = &root {
+    if let Some((_, ty)) = &root {
         if *ty != Ty::Bool {
             let (start, end) = c.span(&ast);
             c.errors.push(CompileError {
@@ -179,7 +179,6 @@ pub fn compile(surface: Surface, source: &str) -> Result<Compiled, Vec<CompileEr
                 help: Some("compare it with something, e.g. `... == \"value\"`".into()),
             });
         }
-        let _ = node;
     }
     if !c.errors.is_empty() {
         return Err(c.errors);
@@ -863,7 +862,7 @@ impl Checker<'_> {
                     }
                 }
             }
-            (_, target, n) => {
+            (_, target, _) => {
                 let shown = if target.is_some() {
                     format!(".{name}()")
                 } else {
@@ -879,7 +878,6 @@ impl Checker<'_> {
                     vocab::did_you_mean(name, FUNCTIONS.iter().copied())
                         .map(|s| format!("did you mean `{s}`?"))
                 };
-                let _ = n;
                 self.err(
                     e,
                     if known {
