@@ -350,21 +350,20 @@ impl Policy {
             };
         }
         let allow = self.evaluate(&rules.allow, ns, &views);
-        let (allowed, allow_open, allow_o) = (allow.matched, allow.open_rules, allow.open);
-        if !allowed.is_empty() {
+        if !allow.matched.is_empty() {
             return Decision {
                 verdict: Verdict::Allow,
-                deciding: allowed,
+                deciding: allow.matched,
                 unknown: Vec::new(),
                 errors: Vec::new(),
             };
         }
-        if !allow_open.is_empty() {
+        if !allow.open_rules.is_empty() {
             return Decision {
                 verdict: Verdict::Undetermined,
-                deciding: allow_open,
-                unknown: Fact::from_bits(allow_o.unknown),
-                errors: allow_o.errors,
+                deciding: allow.open_rules,
+                unknown: Fact::from_bits(allow.open.unknown),
+                errors: allow.open.errors,
             };
         }
         Decision {

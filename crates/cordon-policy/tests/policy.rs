@@ -405,6 +405,38 @@ policy:
     );
 }
 
+/// The verdict computed by evaluating every rule, with no index.
+fn unindexed(p: &Policy, req: &Request) -> Verdict {
+    use cordon_policy::decide::{eval_rule, Outcome, View};
+    use cordon_policy::expr::NoTrace;
+    let views = [View { req, spelling: 0 }, View { req, spelling: 1 }];
+    let surface = req.facts.surface();
+    let mut deny_true = false;
+    let mut deny_open = false;
+    let mut allow_true = false;
+    let mut allow_open = false;
+    for (i, r) in p.rules.iter().enumerate() {
+        if r.surface != surface {
+            continue;
+        }
+        let o = eval_rule(p, RuleId(i as u32), &views, &mut NoTrace);
+        match (r.effect, o) {
+            (Effect::Deny, Outcome::True) => deny_true = true,
+            (Effect::Deny, Outcome::Open(_)) => deny_open = true,
+            (Effect::Allow, Outcome::True) => allow_true = true,
+            (Effect::Allow, Outcome::Open(_)) => allow_open = true,
+            _ => {}
+        }
+    }
+    match (deny_true, deny_open, allow_true, allow_open) {
+        (true, ..) => Verdict::Deny,
+        (_, true, ..) => Verdict::Undetermined,
+        (_, _, true, _) => Verdict::Allow,
+        (_, _, _, true) => Verdict::Undetermined,
+        _ => Verdict::Deny,
+    }
+}
+
 #[test]
 fn the_index_skips_other_tenants_rules_without_changing_verdicts() {
     let p = load(SHAPE);
@@ -412,6 +444,36 @@ fn the_index_skips_other_tenants_rules_without_changing_verdicts() {
     assert!(eg.allow.by_namespace.contains_key("team-a"));
     assert_eq!(eg.allow.candidates("team-b").count(), 1);
     assert_eq!(eg.allow.candidates("team-a").count(), 2);
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../examples/policies/platform.yaml"
+    );
+    let example = Policy::load_file(std::path::Path::new(path)).unwrap();
+    let mut checked = 0;
+    for p in [&p, &example] {
+        for ns in ["team-a", "team-b", "team-c", ""] {
+            for url in [
+                "https://partner-a.example.com/v1",
+                "https://partner-b.example.com/",
+                "https://files.pythonhosted.org/x",
+                "http://partner-a.example.com/",
+                "https://x.pypi.org:8443/",
+            ] {
+                let req = egress(ns, url);
+                assert_eq!(p.decide(&req).verdict, unindexed(p, &req), "{ns} {url}");
+                checked += 1;
+            }
+            for (cmd, args) in [
+                ("/usr/bin/python3", &["-c", "1"][..]),
+                ("/bin/sh", &["-c", "x"][..]),
+            ] {
+                let req = compute(ns, cmd, cmd, Some(args));
+                assert_eq!(p.decide(&req).verdict, unindexed(p, &req), "{ns} {cmd}");
+                checked += 1;
+            }
+        }
+    }
+    assert_eq!(checked, 56);
 }
 
 // ---- the checker ----
