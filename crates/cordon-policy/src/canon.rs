@@ -412,6 +412,22 @@ pub fn url(raw: &str) -> Result<UrlFacts, CanonError> {
     })
 }
 
+/// A size as a policy would write it: the largest binary unit that divides
+/// it exactly, else bytes. `size(&show_size(n)) == Ok(n)`.
+pub fn show_size(n: u64) -> String {
+    for (u, m) in [
+        ("TiB", 1u64 << 40),
+        ("GiB", 1 << 30),
+        ("MiB", 1 << 20),
+        ("KiB", 1 << 10),
+    ] {
+        if n >= m && n.is_multiple_of(m) {
+            return format!("{}{u}", n / m);
+        }
+    }
+    n.to_string()
+}
+
 /// A byte size: plain bytes (`1024`, `0`) or a binary unit (`4KiB`, `10MiB`,
 /// `1GiB`, `2TiB`), exact case. Decimal units, fractions, signs, spaces and
 /// overflow are refused.

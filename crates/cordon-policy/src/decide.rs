@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use crate::canon::{self, CanonError};
 use crate::expr::{self, FactSource, NoTrace, Open, Trace, Val};
-use crate::policy::{Policy, RuleId, RuleIndex};
+use crate::policy::{Bounds, Policy, RuleId, RuleIndex};
 use crate::vocab::{Fact, Surface};
 
 /// The subject of every decision, from the host's authenticated request.
@@ -164,9 +164,22 @@ pub struct Decision {
     pub unknown: Vec<Fact>,
     /// Errors that kept the verdict open.
     pub errors: Vec<String>,
+    /// When no allow rule matched: the layer whose allow rules all came out
+    /// false (0 is the root, also when it states no allow rules at all).
+    pub layer: Option<u32>,
 }
 
 impl Decision {
+    fn new(verdict: Verdict, deciding: Vec<RuleId>, open: Open, layer: Option<u32>) -> Decision {
+        Decision {
+            verdict,
+            deciding,
+            unknown: Fact::from_bits(open.unknown),
+            errors: open.errors,
+            layer,
+        }
+    }
+
     /// The verdict as the final enforcing point applies it: undetermined is deny.
     pub fn is_allowed(&self) -> bool {
         self.verdict == Verdict::Allow
@@ -314,63 +327,121 @@ impl Policy {
         g
     }
 
-    /// Decides a request. Deny if any deny rule is true; otherwise allow if
-    /// no deny rule is open and an allow rule is true; deny if every allow
-    /// rule is false and nothing is open; undetermined otherwise.
+    /// The layers that apply to an identity, in layer order, the root
+    /// first. A layer whose `applies_to` is undecidable applies.
+    pub fn applying_layers(&self, identity: &Identity, env: &Deployment) -> Vec<u32> {
+        let base = Base { identity, env };
+        let mut out = vec![0];
+        let guarded = self
+            .layer_index
+            .by_namespace
+            .get(identity.namespace.as_str())
+            .map(Vec::as_slice)
+            .unwrap_or(&[]);
+        for &l in self.layer_index.always.iter().chain(guarded) {
+            let applies = match &self.layers[l as usize].applies_to {
+                None => true,
+                Some(g) => !matches!(
+                    expr::eval(&g.compiled.root, &base, &mut NoTrace),
+                    Ok(Val::Bool(false))
+                ),
+            };
+            if applies {
+                out.push(l);
+            }
+        }
+        out.sort_unstable();
+        out
+    }
+
+    /// The bounds that hold for an identity: the root's, lowered by every
+    /// layer that applies to it.
+    pub fn bounds_for(&self, identity: &Identity, env: &Deployment) -> Bounds {
+        let mut b = self.bounds;
+        for l in self.applying_layers(identity, env).into_iter().skip(1) {
+            b.narrow(&self.layers[l as usize].bounds);
+        }
+        b
+    }
+
+    /// Decides a request.
+    ///
+    /// Deny rules of every applying layer add: deny if any is true, and
+    /// undetermined if none is true but one is open. Allow rules intersect:
+    /// the root must state allow rules for the surface, and every applying
+    /// layer that states them must allow. A layer whose allow rules are all
+    /// false denies (whatever is open elsewhere); if every such layer has a
+    /// true rule the request is allowed; otherwise it is undetermined.
     pub fn decide(&self, req: &Request) -> Decision {
         let surface = req.facts.surface();
         let views = [View { req, spelling: 0 }, View { req, spelling: 1 }];
-        let Some(rules) = self.surfaces.get(&surface) else {
-            // A surface the policy says nothing about allows nothing.
-            return Decision {
-                verdict: Verdict::Deny,
-                deciding: Vec::new(),
-                unknown: Vec::new(),
-                errors: Vec::new(),
-            };
-        };
         let ns = req.identity.namespace.as_str();
-        let deny = self.evaluate(&rules.deny, ns, &views);
-        if !deny.matched.is_empty() {
-            return Decision {
-                verdict: Verdict::Deny,
-                deciding: deny.matched,
-                unknown: Vec::new(),
-                errors: Vec::new(),
-            };
+        let layers = self.applying_layers(&req.identity, &req.env);
+        let mut deciding = Vec::new();
+        let mut open_rules = Vec::new();
+        let mut open = Open::default();
+        for &l in &layers {
+            if let Some(rules) = self.layers[l as usize].surfaces.get(&surface) {
+                let g = self.evaluate(&rules.deny, ns, &views);
+                deciding.extend(g.matched);
+                open_rules.extend(g.open_rules);
+                open.unknown |= g.open.unknown;
+                open.errors.extend(g.open.errors);
+            }
         }
-        if !deny.open_rules.is_empty() {
+        if !deciding.is_empty() {
+            return Decision::new(Verdict::Deny, deciding, Open::default(), None);
+        }
+        if !open_rules.is_empty() {
             // An open deny keeps the verdict open whatever the allow rules
             // say, so they are not evaluated.
-            return Decision {
-                verdict: Verdict::Undetermined,
-                deciding: deny.open_rules,
-                unknown: Fact::from_bits(deny.open.unknown),
-                errors: deny.open.errors,
-            };
+            return Decision::new(Verdict::Undetermined, open_rules, open, None);
         }
-        let allow = self.evaluate(&rules.allow, ns, &views);
-        if !allow.matched.is_empty() {
-            return Decision {
-                verdict: Verdict::Allow,
-                deciding: allow.matched,
-                unknown: Vec::new(),
-                errors: Vec::new(),
+        for &l in &layers {
+            let stated = self.layers[l as usize]
+                .surfaces
+                .get(&surface)
+                .filter(|r| r.allow_stated);
+            let Some(rules) = stated else {
+                if l == 0 {
+                    // What the root does not allow, nothing allows.
+                    return Decision::new(Verdict::Deny, Vec::new(), Open::default(), Some(0));
+                }
+                continue;
             };
+            let g = self.evaluate(&rules.allow, ns, &views);
+            if !g.matched.is_empty() {
+                deciding.extend(g.matched);
+            } else if !g.open_rules.is_empty() {
+                open_rules.extend(g.open_rules);
+                open.unknown |= g.open.unknown;
+                open.errors.extend(g.open.errors);
+            } else {
+                return Decision::new(Verdict::Deny, Vec::new(), Open::default(), Some(l));
+            }
         }
-        if !allow.open_rules.is_empty() {
-            return Decision {
-                verdict: Verdict::Undetermined,
-                deciding: allow.open_rules,
-                unknown: Fact::from_bits(allow.open.unknown),
-                errors: allow.open.errors,
-            };
+        if !open_rules.is_empty() {
+            return Decision::new(Verdict::Undetermined, open_rules, open, None);
         }
-        Decision {
-            verdict: Verdict::Deny,
-            deciding: Vec::new(),
-            unknown: Vec::new(),
-            errors: Vec::new(),
+        Decision::new(Verdict::Allow, deciding, Open::default(), None)
+    }
+}
+
+/// The base facts alone (`identity`, `env`), for `applies_to`.
+struct Base<'r> {
+    identity: &'r Identity,
+    env: &'r Deployment,
+}
+
+impl FactSource for Base<'_> {
+    fn fact(&self, f: Fact) -> Option<Val<'_>> {
+        match f {
+            Fact::IdentityNamespace => Some(Val::Str(Cow::Borrowed(&self.identity.namespace))),
+            Fact::IdentityName => Some(Val::Str(Cow::Borrowed(&self.identity.name))),
+            Fact::IdentityAttested => Some(Val::Bool(self.identity.attested)),
+            Fact::IdentityLabels => Some(Val::StrMap(&self.identity.labels)),
+            Fact::EnvName => Some(Val::Str(Cow::Borrowed(&self.env.name))),
+            _ => None,
         }
     }
 }

@@ -16,7 +16,9 @@ pub mod canon;
 pub mod decide;
 pub mod diag;
 pub mod expr;
+mod parse;
 pub mod policy;
+pub mod resolve;
 pub mod vocab;
 
 pub use decide::{
@@ -24,5 +26,5 @@ pub use decide::{
     StorageFacts, SurfaceFacts, Verdict,
 };
 pub use diag::{Diagnostic, Diagnostics, Severity};
-pub use policy::{Bounds, Effect, Policy, Rule, RuleId};
+pub use policy::{Bound, Bounds, Effect, Layer, Policy, Rule, RuleId};
 pub use vocab::{Fact, Surface};

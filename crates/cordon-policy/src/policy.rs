@@ -1,16 +1,17 @@
-//! Loading a policy file: parse YAML keeping positions, compile and check
-//! every rule, and build the per-surface index. Load is the only time a rule
-//! is parsed or checked; a decision never compiles anything.
+//! A loaded policy: a sequence of layers, the first (the root) defining all
+//! that can ever be allowed and every later one only narrowing. Loading
+//! expands `extends` depth-first, compiles and checks every rule, refuses any
+//! layer that would widen, and builds the indexes a decision uses. Load is the
+//! only time a rule is parsed or checked; a decision never compiles anything.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
 use std::sync::Arc;
 
-use marked_yaml::types::{MarkedMappingNode, MarkedScalarNode, Node};
-
-use crate::canon;
 use crate::diag::{Diagnostic, Diagnostics, Severity, SourceMap};
 use crate::expr::{self, Compiled};
+use crate::parse::{self, ParsedFile, Pos};
+use crate::resolve::{self, FsResolver, NoFiles, Resolve, Unit};
 use crate::vocab::Surface;
 
 /// Whether a rule allows or denies.
@@ -26,6 +27,8 @@ pub enum Effect {
 pub struct Rule {
     /// Unique within its file; a bare string is named `FILE:LINE`.
     pub name: String,
+    /// The layer the rule belongs to (0 is the root).
+    pub layer: u32,
     pub file: Arc<str>,
     pub line: usize,
     pub column: usize,
@@ -50,7 +53,7 @@ pub struct RuleIndex {
 }
 
 impl RuleIndex {
-    fn add(&mut self, id: RuleId, compiled: &Compiled) {
+    pub(crate) fn add(&mut self, id: RuleId, compiled: &Compiled) {
         match expr::namespace_guard(&compiled.root) {
             Some(ns) => self
                 .by_namespace
@@ -81,6 +84,49 @@ pub struct SurfaceRules {
     pub deny: RuleIndex,
 }
 
+/// The bounds a policy can state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Bound {
+    MaxResponseBytes,
+    MaxMemory,
+    MaxProcesses,
+    MaxCpuSeconds,
+    MaxWallSeconds,
+}
+
+impl Bound {
+    pub const ALL: [Bound; 5] = [
+        Bound::MaxResponseBytes,
+        Bound::MaxMemory,
+        Bound::MaxProcesses,
+        Bound::MaxCpuSeconds,
+        Bound::MaxWallSeconds,
+    ];
+
+    /// The key a policy writes.
+    pub fn key(self) -> &'static str {
+        match self {
+            Bound::MaxResponseBytes => "max_response_bytes",
+            Bound::MaxMemory => "max_memory",
+            Bound::MaxProcesses => "max_processes",
+            Bound::MaxCpuSeconds => "max_cpu_seconds",
+            Bound::MaxWallSeconds => "max_wall_seconds",
+        }
+    }
+
+    pub fn from_key(key: &str) -> Option<Bound> {
+        Bound::ALL.into_iter().find(|b| b.key() == key)
+    }
+
+    /// A value as a policy would write it.
+    pub fn show(self, v: u64) -> String {
+        match self {
+            Bound::MaxResponseBytes | Bound::MaxMemory => crate::canon::show_size(v),
+            _ => v.to_string(),
+        }
+    }
+}
+
 /// Bounds a policy states. There is no "unlimited": an unstated bound is the
 /// documented default.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -101,6 +147,55 @@ impl Bounds {
         max_cpu_seconds: 60,
         max_wall_seconds: 300,
     };
+
+    pub fn get(&self, b: Bound) -> u64 {
+        match b {
+            Bound::MaxResponseBytes => self.max_response_bytes,
+            Bound::MaxMemory => self.max_memory,
+            Bound::MaxProcesses => self.max_processes,
+            Bound::MaxCpuSeconds => self.max_cpu_seconds,
+            Bound::MaxWallSeconds => self.max_wall_seconds,
+        }
+    }
+
+    pub fn set(&mut self, b: Bound, v: u64) {
+        match b {
+            Bound::MaxResponseBytes => self.max_response_bytes = v,
+            Bound::MaxMemory => self.max_memory = v,
+            Bound::MaxProcesses => self.max_processes = v,
+            Bound::MaxCpuSeconds => self.max_cpu_seconds = v,
+            Bound::MaxWallSeconds => self.max_wall_seconds = v,
+        }
+    }
+
+    /// Lowers each bound to `stated` where that is lower.
+    pub fn narrow(&mut self, stated: &StatedBounds) {
+        for b in Bound::ALL {
+            if let Some(s) = stated.get(b) {
+                if s.value < self.get(b) {
+                    self.set(b, s.value);
+                }
+            }
+        }
+    }
+}
+
+/// A bound one layer states, with where.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StatedBound {
+    pub value: u64,
+    pub line: usize,
+    pub column: usize,
+}
+
+/// The bounds one layer states, by [`Bound`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StatedBounds(pub [Option<StatedBound>; 5]);
+
+impl StatedBounds {
+    pub fn get(&self, b: Bound) -> Option<StatedBound> {
+        self.0[b as usize]
+    }
 }
 
 /// An address range the egress proxy may reach, for the named hosts only.
@@ -110,79 +205,156 @@ pub struct AllowRange {
     pub hosts: Vec<String>,
 }
 
+/// A layer's `applies_to` condition, over `identity` and `env` only.
+#[derive(Debug, Clone)]
+pub struct Guard {
+    pub source: String,
+    pub line: usize,
+    pub column: usize,
+    pub compiled: Compiled,
+}
+
+/// One layer: one inclusion of one file.
+#[derive(Debug, Clone)]
+pub struct Layer {
+    /// The file as it is shown (relative to the top file's name), or `cordon:NAME`.
+    pub origin: Arc<str>,
+    /// When absent the layer applies to every identity.
+    pub applies_to: Option<Guard>,
+    pub surfaces: BTreeMap<Surface, SurfaceRules>,
+    pub bounds: StatedBounds,
+}
+
+/// Later layers (never the root) indexed by an `applies_to` of the form
+/// `identity.namespace == "lit" && ...`.
+#[derive(Debug, Clone, Default)]
+pub struct LayerIndex {
+    pub always: Vec<u32>,
+    pub by_namespace: HashMap<String, Vec<u32>>,
+}
+
 /// A loaded policy.
 #[derive(Debug, Clone)]
 pub struct Policy {
     pub rules: Vec<Rule>,
-    pub surfaces: BTreeMap<Surface, SurfaceRules>,
+    /// In order; `layers[0]` is the root.
+    pub layers: Vec<Layer>,
+    pub layer_index: LayerIndex,
+    /// The root layer's bounds (stated, else the default): no identity ever
+    /// gets more. [`Policy::bounds_for`] gives one identity's bounds.
     pub bounds: Bounds,
+    /// Ranges the egress proxy may reach; only the root may state them.
     pub allow_ranges: Vec<AllowRange>,
     /// Warnings found at load (errors refuse the load).
     pub warnings: Diagnostics,
 }
 
-/// The most rules one policy may hold.
+/// The most rules one policy may hold, counted per inclusion after `extends`
+/// is expanded.
 pub const MAX_RULES: usize = 10_000;
+/// The most layers (inclusions) one policy may expand to.
+pub const MAX_LAYERS: usize = 256;
+/// The largest policy file read.
+pub const MAX_FILE_BYTES: u64 = 1 << 20;
 
 impl Policy {
-    /// Loads and checks a policy file.
+    /// Loads and checks a policy file and every layer it extends. Files it
+    /// extends must lie beneath this file's directory.
     pub fn load_file(path: &Path) -> Result<Policy, Diagnostics> {
         let name = path.display().to_string();
-        match std::fs::read_to_string(path) {
-            Ok(text) => Policy::load_str(&name, &text),
-            Err(e) => Err(Diagnostics(vec![Diagnostic {
-                file: name,
+        let fail = |message: String, help: &str| {
+            Diagnostics(vec![Diagnostic {
+                file: name.clone(),
                 line: 1,
                 column: 1,
                 width: 1,
                 rule: None,
-                message: format!("cannot read the policy: {e}"),
-                help: Some("check the path and its permissions".into()),
+                message,
+                help: Some(help.into()),
                 source_line: String::new(),
                 severity: Severity::Error,
-            }])),
-        }
+            }])
+        };
+        let (resolver, unit) = FsResolver::top(path).map_err(|(m, h)| fail(m, &h))?;
+        Policy::assemble(unit, &resolver)
     }
 
     /// Loads and checks a policy from text; `name` is used in diagnostics.
+    /// It may extend only `cordon:NAME` layers.
     pub fn load_str(name: &str, text: &str) -> Result<Policy, Diagnostics> {
-        let map = SourceMap { name, text };
-        let mut l = Loader {
-            map: &map,
-            file: Arc::from(name),
-            diags: Vec::new(),
+        Policy::load_with(name, text, &NoFiles)
+    }
+
+    /// Loads a policy from text, reading the files it extends through
+    /// `resolver` (e.g. [`resolve::MemoryFiles`] in tests).
+    pub fn load_with(
+        name: &str,
+        text: &str,
+        resolver: &dyn Resolve,
+    ) -> Result<Policy, Diagnostics> {
+        Policy::assemble(
+            Unit {
+                name: Arc::from(name),
+                key: name.to_string(),
+                text: text.to_string(),
+            },
+            resolver,
+        )
+    }
+
+    fn assemble(top: Unit, resolver: &dyn Resolve) -> Result<Policy, Diagnostics> {
+        let mut a = Assembler {
+            resolver,
             rules: Vec::new(),
-            surfaces: BTreeMap::new(),
-            bounds: Bounds::DEFAULT,
+            layers: Vec::new(),
             allow_ranges: Vec::new(),
-            names: HashSet::new(),
+            diags: Vec::new(),
+            root_bounds: None,
+            inclusions: 0,
         };
-        let opts = marked_yaml::LoaderOptions::default()
-            .error_on_duplicate_keys(true)
-            .prevent_coercion(true);
-        match marked_yaml::parse_yaml_with_options(0, text, opts) {
-            Ok(root) => l.root(&root),
-            Err(e) => {
-                let (line, col, msg) = yaml_error(&e);
-                let off = map.offset_of(line, col);
-                l.diags.push(map.at(
-                    off,
-                    off + 1,
-                    None,
-                    msg,
-                    Some("fix the YAML syntax; anchors, aliases and tags are not accepted".into()),
-                ));
-            }
-        }
-        let diags = Diagnostics(l.diags);
+        let mut stack = Vec::new();
+        a.include(top, &mut stack);
+        // A file included along two paths reports its problems once.
+        let mut seen = HashSet::new();
+        let diags: Vec<Diagnostic> = a
+            .diags
+            .into_iter()
+            .filter(|d| seen.insert(d.render()))
+            .collect();
+        let diags = Diagnostics(diags);
         if diags.has_errors() {
             return Err(diags);
         }
+        let mut layer_index = LayerIndex::default();
+        for (i, l) in a.layers.iter().enumerate().skip(1) {
+            let i = i as u32;
+            match l
+                .applies_to
+                .as_ref()
+                .and_then(|g| expr::namespace_guard(&g.compiled.root))
+            {
+                Some(ns) => layer_index
+                    .by_namespace
+                    .entry(ns.to_string())
+                    .or_default()
+                    .push(i),
+                None => layer_index.always.push(i),
+            }
+        }
+        let mut bounds = Bounds::DEFAULT;
+        if let Some(root) = a.layers.first() {
+            for b in Bound::ALL {
+                if let Some(s) = root.bounds.get(b) {
+                    bounds.set(b, s.value);
+                }
+            }
+        }
         Ok(Policy {
-            rules: l.rules,
-            surfaces: l.surfaces,
-            bounds: l.bounds,
-            allow_ranges: l.allow_ranges,
+            rules: a.rules,
+            layers: a.layers,
+            layer_index,
+            bounds,
+            allow_ranges: a.allow_ranges,
             warnings: diags,
         })
     }
@@ -201,468 +373,183 @@ impl Policy {
                 parts.push(format!("{s} {n}"));
             }
         }
-        format!("{} rules ({})", self.rules.len(), parts.join(", "))
+        let layers = match self.layers.len() {
+            1 => String::new(),
+            n => format!(" in {n} layers"),
+        };
+        format!("{} rules ({}){layers}", self.rules.len(), parts.join(", "))
     }
 }
 
-fn yaml_error(e: &marked_yaml::LoadError) -> (usize, usize, String) {
-    use marked_yaml::LoadError as E;
-    let (m, msg) = match e {
-        E::TopLevelMustBeMapping(m) => {
-            (*m, "the file must be a mapping with a `policy` key".into())
-        }
-        E::TopLevelMustBeSequence(m) => (*m, "unexpected top-level sequence".into()),
-        E::UnexpectedAnchor(m) => (*m, "YAML anchors and aliases are not accepted".into()),
-        E::MappingKeyMustBeScalar(m) => (*m, "a mapping key must be a plain string".into()),
-        E::UnexpectedTag(m) => (*m, "YAML tags are not accepted".into()),
-        E::ScanError(m, s) => (*m, format!("invalid YAML: {s}")),
-        E::DuplicateKey(d) => {
-            let m = d.key.span().start().copied();
-            let key = d.key.as_str().to_string();
-            return match m {
-                Some(m) => (m.line(), m.column(), format!("duplicate key `{key}`")),
-                None => (1, 1, format!("duplicate key `{key}`")),
-            };
-        }
-    };
-    (m.line(), m.column(), msg)
-}
-
-struct Loader<'a> {
-    map: &'a SourceMap<'a>,
-    file: Arc<str>,
-    diags: Vec<Diagnostic>,
+struct Assembler<'r> {
+    resolver: &'r dyn Resolve,
     rules: Vec<Rule>,
-    surfaces: BTreeMap<Surface, SurfaceRules>,
-    bounds: Bounds,
+    layers: Vec<Layer>,
     allow_ranges: Vec<AllowRange>,
-    names: HashSet<String>,
+    diags: Vec<Diagnostic>,
+    /// The root's bounds with where each came from (None: the default).
+    root_bounds: Option<(Arc<str>, StatedBounds)>,
+    inclusions: usize,
 }
 
-fn start_of(n: &Node) -> (usize, usize) {
-    n.span().start().map_or((1, 1), |m| (m.line(), m.column()))
-}
-
-fn scalar_start(n: &MarkedScalarNode) -> (usize, usize) {
-    n.span().start().map_or((1, 1), |m| (m.line(), m.column()))
-}
-
-impl Loader<'_> {
-    fn err_at(
-        &mut self,
-        pos: (usize, usize),
-        width: usize,
-        rule: Option<&str>,
-        msg: String,
-        help: Option<String>,
-    ) {
-        let off = self.map.offset_of(pos.0, pos.1);
+impl Assembler<'_> {
+    fn err(&mut self, unit: &Unit, pos: Pos, width: usize, msg: String, help: Option<String>) {
+        let map = SourceMap {
+            name: &unit.name,
+            text: &unit.text,
+        };
+        let off = map.offset_of(pos.0, pos.1);
         self.diags
-            .push(self.map.at(off, off + width.max(1), rule, msg, help));
+            .push(map.at(off, off + width.max(1), None, msg, help));
     }
 
-    fn unknown_key(&mut self, key: &MarkedScalarNode, known: &[&str], what: &str) {
-        let help = match crate::vocab::did_you_mean(key.as_str(), known.iter().copied()) {
-            Some(s) => format!("did you mean `{s}`?"),
-            None => format!(
-                "{what} takes {}",
-                known
-                    .iter()
-                    .map(|k| format!("`{k}`"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
-        };
-        self.err_at(
-            scalar_start(key),
-            key.as_str().chars().count(),
-            None,
-            format!("unknown key `{}` in {what}", key.as_str()),
-            Some(help),
-        );
-    }
-
-    fn mapping<'n>(&mut self, n: &'n Node, what: &str) -> Option<&'n MarkedMappingNode> {
-        match n {
-            Node::Mapping(m) => Some(m),
-            other => {
-                self.err_at(
-                    start_of(other),
-                    1,
-                    None,
-                    format!("{what} must be a mapping"),
-                    None,
+    /// Expands `unit` depth-first: its parents in the order listed, then
+    /// the unit itself as a layer. `stack` holds the chain that led here.
+    fn include(&mut self, unit: Unit, stack: &mut Vec<(String, Arc<str>)>) {
+        self.inclusions += 1;
+        let parsed = parse::parse_file(&unit.name, &unit.text, &mut self.diags);
+        stack.push((unit.key.clone(), unit.name.clone()));
+        for (spec, pos, width) in &parsed.extends {
+            if self.inclusions >= MAX_LAYERS {
+                self.err(
+                    &unit,
+                    *pos,
+                    *width,
+                    format!("`extends` expands to more than {MAX_LAYERS} layers"),
+                    Some("a file reached along several paths counts once per path; flatten the imports".into()),
                 );
-                None
+                break;
             }
-        }
-    }
-
-    fn root(&mut self, root: &Node) {
-        let Some(m) = self.mapping(root, "the file") else {
-            return;
-        };
-        let mut saw_policy = false;
-        for (k, v) in m.iter() {
-            if k.as_str() == "policy" {
-                saw_policy = true;
-                self.policy(v);
-            } else {
-                self.unknown_key(k, &["policy"], "the file");
-            }
-        }
-        if !saw_policy {
-            self.err_at(
-                start_of(root),
-                1,
-                None,
-                "the file has no `policy` key".into(),
-                Some("start the file with `policy:`".into()),
-            );
-        }
-    }
-
-    fn policy(&mut self, n: &Node) {
-        let Some(m) = self.mapping(n, "`policy`") else {
-            return;
-        };
-        for (k, v) in m.iter() {
-            match Surface::from_key(k.as_str()) {
-                Some(s) => self.surface(s, v),
-                None => {
-                    self.unknown_key(k, &["egress", "compute", "storage", "secret"], "`policy`")
-                }
-            }
-        }
-    }
-
-    fn surface(&mut self, s: Surface, n: &Node) {
-        let Some(m) = self.mapping(n, &format!("`{s}`")) else {
-            return;
-        };
-        self.surfaces.entry(s).or_default();
-        let bounds: &[&str] = match s {
-            Surface::Egress => &["max_response_bytes"],
-            Surface::Compute => &[
-                "max_memory",
-                "max_processes",
-                "max_cpu_seconds",
-                "max_wall_seconds",
-            ],
-            _ => &[],
-        };
-        for (k, v) in m.iter() {
-            match k.as_str() {
-                "allow" => {
-                    if let Some(e) = self.surfaces.get_mut(&s) {
-                        e.allow_stated = true;
-                    }
-                    self.rule_list(s, Effect::Allow, v);
-                }
-                "deny" => self.rule_list(s, Effect::Deny, v),
-                "allow_ranges" if s == Surface::Egress => self.allow_ranges(v),
-                key if bounds.contains(&key) => self.bound(key, v),
-                _ => {
-                    let mut known = vec!["allow", "deny"];
-                    if s == Surface::Egress {
-                        known.push("allow_ranges");
-                    }
-                    known.extend_from_slice(bounds);
-                    self.unknown_key(k, &known, &format!("`{s}`"));
-                }
-            }
-        }
-    }
-
-    fn bound(&mut self, key: &str, v: &Node) {
-        let Node::Scalar(sc) = v else {
-            self.err_at(
-                start_of(v),
-                1,
-                None,
-                format!("`{key}` must be a number"),
-                None,
-            );
-            return;
-        };
-        let raw = sc.as_str();
-        let parsed = if key == "max_memory" || key == "max_response_bytes" {
-            canon::size(raw).map_err(|e| e.to_string())
-        } else {
-            raw.parse::<u64>()
-                .map_err(|_| format!("`{raw}` is not a whole number"))
-        };
-        match parsed {
-            Ok(0) => self.err_at(
-                scalar_start(sc),
-                raw.len(),
-                None,
-                format!("`{key}` of 0 would refuse everything"),
-                Some("state a positive bound, or deny with a rule".into()),
-            ),
-            Ok(val) => {
-                let b = &mut self.bounds;
-                match key {
-                    "max_response_bytes" => b.max_response_bytes = val,
-                    "max_memory" => b.max_memory = val,
-                    "max_processes" => b.max_processes = val,
-                    "max_cpu_seconds" => b.max_cpu_seconds = val,
-                    _ => b.max_wall_seconds = val,
-                }
-            }
-            Err(msg) => {
-                let help = if key == "max_memory" || key == "max_response_bytes" {
-                    "write a size with a binary unit, e.g. `512MiB`"
-                } else {
-                    "write a positive whole number, e.g. `60`"
-                };
-                self.err_at(scalar_start(sc), raw.len(), None, msg, Some(help.into()))
-            }
-        }
-    }
-
-    fn allow_ranges(&mut self, v: &Node) {
-        let Node::Sequence(seq) = v else {
-            self.err_at(
-                start_of(v),
-                1,
-                None,
-                "`allow_ranges` must be a list".into(),
-                None,
-            );
-            return;
-        };
-        for item in seq.iter() {
-            let Some(m) = self.mapping(item, "an `allow_ranges` entry") else {
-                continue;
+            let next = match spec.strip_prefix("cordon:") {
+                Some(builtin) => resolve::builtin(builtin),
+                None => self.resolver.resolve(&unit, spec),
             };
-            let mut cidr = None;
-            let mut hosts = Vec::new();
-            let mut hosts_seen = false;
-            for (k, v) in m.iter() {
-                match (k.as_str(), v) {
-                    ("cidr", Node::Scalar(s)) => match s.as_str().parse::<ipnet::IpNet>() {
-                        Ok(net) => cidr = Some(net),
-                        Err(_) => self.err_at(
-                            scalar_start(s),
-                            s.as_str().len(),
-                            None,
-                            format!("`{}` is not an address range", s.as_str()),
-                            Some("write it like `10.20.0.0/16`".into()),
-                        ),
-                    },
-                    ("hosts", Node::Sequence(hs)) => {
-                        hosts_seen = true;
-                        for h in hs.iter() {
-                            match h {
-                                Node::Scalar(s) => match canon::host(s.as_str()) {
-                                    Ok(h) => hosts.push(h),
-                                    Err(e) => self.err_at(
-                                        scalar_start(s),
-                                        s.as_str().len(),
-                                        None,
-                                        e.to_string(),
-                                        None,
-                                    ),
-                                },
-                                other => self.err_at(
-                                    start_of(other),
-                                    1,
-                                    None,
-                                    "a host must be a string".into(),
-                                    None,
-                                ),
-                            }
-                        }
-                    }
-                    ("cidr" | "hosts", other) => self.err_at(
-                        start_of(other),
-                        1,
-                        None,
-                        format!("`{}` has the wrong shape", k.as_str()),
-                        None,
+            let next = match next {
+                Ok(n) => n,
+                Err((msg, help)) => {
+                    self.err(&unit, *pos, *width, msg, Some(help));
+                    continue;
+                }
+            };
+            if let Some(at) = stack.iter().position(|(k, _)| *k == next.key) {
+                let mut chain: Vec<String> =
+                    stack[at..].iter().map(|(_, n)| n.to_string()).collect();
+                chain.push(next.name.to_string());
+                self.err(
+                    &unit,
+                    *pos,
+                    *width,
+                    format!("import cycle: {}", chain.join(" -> ")),
+                    Some(
+                        "remove one of these `extends` entries; a layer cannot extend itself"
+                            .into(),
                     ),
-                    _ => self.unknown_key(k, &["cidr", "hosts"], "an `allow_ranges` entry"),
-                }
+                );
+                continue;
             }
-            match (cidr, hosts_seen && !hosts.is_empty()) {
-                (Some(cidr), true) => self.allow_ranges.push(AllowRange { cidr, hosts }),
-                _ => self.err_at(
-                    start_of(item),
+            self.include(next, stack);
+        }
+        stack.pop();
+        self.push_layer(&unit, parsed);
+    }
+
+    fn push_layer(&mut self, unit: &Unit, parsed: ParsedFile) {
+        let root = self.layers.is_empty();
+        let index = self.layers.len() as u32;
+        if root {
+            if let Some(g) = &parsed.applies_to {
+                self.err(
+                    unit,
+                    (g.line, g.column),
+                    g.source.chars().count(),
+                    "the root layer cannot carry `applies_to`: it defines what can be allowed for everyone".into(),
+                    Some("move the tenant's rules into a layer that extends the root".into()),
+                );
+            }
+            self.allow_ranges
+                .extend(parsed.allow_ranges.iter().map(|(r, _)| r.clone()));
+            self.root_bounds = Some((unit.name.clone(), parsed.bounds));
+        } else {
+            let root_name = self.layers[0].origin.clone();
+            for (_, pos) in &parsed.allow_ranges {
+                self.err(
+                    unit,
+                    *pos,
                     1,
-                    None,
-                    "an `allow_ranges` entry needs a `cidr` and a non-empty `hosts` list".into(),
-                    Some("name the hosts that may resolve into the range: internal ranges are never implied".into()),
-                ),
+                    format!("`allow_ranges` widens what egress may reach; only the root layer ({root_name}) may state it"),
+                    Some("move the range into the root layer, or drop it".into()),
+                );
             }
-        }
-    }
-
-    fn rule_list(&mut self, s: Surface, effect: Effect, v: &Node) {
-        let Node::Sequence(seq) = v else {
-            self.err_at(
-                start_of(v),
-                1,
-                None,
-                format!(
-                    "`{s}.{}` must be a list of rules",
-                    if effect == Effect::Allow {
-                        "allow"
-                    } else {
-                        "deny"
-                    }
-                ),
-                Some("write `- expression` or `- {name: ..., when: expression}` items".into()),
-            );
-            return;
-        };
-        for item in seq.iter() {
-            match item {
-                Node::Scalar(sc) => {
-                    let (line, col) = scalar_start(sc);
-                    // Named after file and line; two on one line (a flow
-                    // list) take the column too.
-                    let mut name = format!("{}:{line}", self.file);
-                    if self.names.contains(&name) {
-                        name = format!("{}:{line}:{col}", self.file);
-                    }
-                    self.add_rule(s, effect, name, sc);
-                }
-                Node::Mapping(m) => {
-                    let mut name: Option<&MarkedScalarNode> = None;
-                    let mut when: Option<&MarkedScalarNode> = None;
-                    for (k, v) in m.iter() {
-                        match (k.as_str(), v) {
-                            ("name", Node::Scalar(x)) => name = Some(x),
-                            ("when", Node::Scalar(x)) => when = Some(x),
-                            ("name" | "when", other) => self.err_at(
-                                start_of(other),
-                                1,
-                                None,
-                                format!("`{}` must be a string", k.as_str()),
-                                None,
-                            ),
-                            _ => self.unknown_key(k, &["name", "when"], "a rule"),
-                        }
-                    }
-                    match (name, when) {
-                        (Some(n), Some(w)) => {
-                            if !valid_rule_name(n.as_str()) {
-                                self.err_at(
-                                    scalar_start(n),
-                                    n.as_str().len(),
-                                    Some(n.as_str()),
-                                    format!("`{}` is not a valid rule name", n.as_str()),
-                                    Some("use letters, digits, `-`, `_`, `.` and `/`".into()),
-                                );
-                                continue;
-                            }
-                            self.add_rule(s, effect, n.as_str().to_string(), w)
-                        }
-                        (_, None) => self.err_at(
-                            start_of(item),
-                            1,
-                            name.map(|n| n.as_str()),
-                            "a named rule needs a `when` expression".into(),
-                            Some("add `when: <expression>`".into()),
+            let (root_file, root_stated) = self
+                .root_bounds
+                .clone()
+                .unwrap_or_else(|| (root_name.clone(), StatedBounds::default()));
+            for b in Bound::ALL {
+                let Some(here) = parsed.bounds.get(b) else {
+                    continue;
+                };
+                let (ceiling, whence) = match root_stated.get(b) {
+                    Some(r) => (
+                        r.value,
+                        format!(
+                            "the root layer sets {} at {root_file}:{}:{}",
+                            b.show(r.value),
+                            r.line,
+                            r.column
                         ),
-                        (None, Some(_)) => self.err_at(
-                            start_of(item),
-                            1,
-                            None,
-                            "a rule with `when` needs a `name`".into(),
-                            Some("add `name: <unique-name>`, or write the expression alone".into()),
-                        ),
+                    ),
+                    None => {
+                        let d = Bounds::DEFAULT.get(b);
+                        (d, format!("the root layer ({root_file}) does not state it, so it is the built-in default of {}", b.show(d)))
                     }
+                };
+                if here.value > ceiling {
+                    self.err(
+                        unit,
+                        (here.line, here.column),
+                        b.show(here.value).len(),
+                        format!(
+                            "`{}` of {} is higher than the root allows: {whence}",
+                            b.key(),
+                            b.show(here.value)
+                        ),
+                        Some(format!(
+                            "a later layer may only lower a bound; state at most {}",
+                            b.show(ceiling)
+                        )),
+                    );
                 }
-                Node::Sequence(_) => self.err_at(
-                    start_of(item),
-                    1,
-                    None,
-                    "a rule cannot be a list".into(),
-                    None,
-                ),
             }
         }
-    }
-
-    /// Where the expression text begins in the file, when it can be found
-    /// verbatim (plain or simply quoted scalars); else the scalar's start.
-    fn expr_origin(&self, sc: &MarkedScalarNode) -> (usize, bool) {
-        let (line, col) = scalar_start(sc);
-        let off = self.map.offset_of(line, col);
-        let rest = &self.map.text[off.min(self.map.text.len())..];
-        let src = sc.as_str();
-        if rest.starts_with(src) {
-            return (off, true);
-        }
-        if (rest.starts_with('"') || rest.starts_with('\'')) && rest[1..].starts_with(src) {
-            return (off + 1, true);
-        }
-        (off, false)
-    }
-
-    fn add_rule(&mut self, s: Surface, effect: Effect, name: String, sc: &MarkedScalarNode) {
-        let (line, column) = scalar_start(sc);
-        if self.rules.len() >= MAX_RULES {
-            self.err_at(
-                (line, column),
+        if self.rules.len() + parsed.rules.len() > MAX_RULES {
+            self.err(
+                unit,
+                parsed.start,
                 1,
-                None,
-                format!("more than {MAX_RULES} rules"),
-                None,
+                format!("the policy expands to more than {MAX_RULES} rules, counted per inclusion"),
+                Some("a file reached along several paths counts once per path".into()),
             );
             return;
         }
-        if !self.names.insert(name.clone()) {
-            self.err_at(
-                (line, column),
-                1,
-                Some(&name),
-                format!("rule name `{name}` is used twice in this file"),
-                Some("give each rule a unique name".into()),
-            );
-            return;
+        let mut surfaces: BTreeMap<Surface, SurfaceRules> = BTreeMap::new();
+        for s in &parsed.surfaces {
+            surfaces.entry(*s).or_default().allow_stated = parsed.allow_stated.contains(s);
         }
-        let source = sc.as_str().to_string();
-        match expr::compile(s, &source) {
-            Ok(compiled) => {
-                let id = RuleId(self.rules.len() as u32);
-                let entry = self.surfaces.entry(s).or_default();
-                match effect {
-                    Effect::Allow => entry.allow.add(id, &compiled),
-                    Effect::Deny => entry.deny.add(id, &compiled),
-                }
-                self.rules.push(Rule {
-                    name,
-                    file: self.file.clone(),
-                    line,
-                    column,
-                    source,
-                    surface: s,
-                    effect,
-                    compiled,
-                });
+        for mut rule in parsed.rules {
+            let id = RuleId(self.rules.len() as u32);
+            rule.layer = index;
+            let entry = surfaces.entry(rule.surface).or_default();
+            match rule.effect {
+                Effect::Allow => entry.allow.add(id, &rule.compiled),
+                Effect::Deny => entry.deny.add(id, &rule.compiled),
             }
-            Err(errors) => {
-                let (origin, exact) = self.expr_origin(sc);
-                for e in errors {
-                    let (start, end) = if exact {
-                        (origin + e.start as usize, origin + e.end as usize)
-                    } else {
-                        (origin, origin + 1)
-                    };
-                    let d = self.map.at(start, end, Some(&name), e.message, e.help);
-                    self.diags.push(d);
-                }
-            }
+            self.rules.push(rule);
         }
+        self.layers.push(Layer {
+            origin: unit.name.clone(),
+            applies_to: parsed.applies_to,
+            surfaces,
+            bounds: parsed.bounds,
+        });
     }
-}
-
-fn valid_rule_name(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 128
-        && s.chars()
-            .all(|c| c.is_ascii_alphanumeric() || "-_./:".contains(c))
 }

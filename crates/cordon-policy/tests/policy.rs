@@ -440,7 +440,7 @@ fn unindexed(p: &Policy, req: &Request) -> Verdict {
 #[test]
 fn the_index_skips_other_tenants_rules_without_changing_verdicts() {
     let p = load(SHAPE);
-    let eg = p.surfaces.get(&Surface::Egress).unwrap();
+    let eg = p.layers[0].surfaces.get(&Surface::Egress).unwrap();
     assert!(eg.allow.by_namespace.contains_key("team-a"));
     assert_eq!(eg.allow.candidates("team-b").count(), 1);
     assert_eq!(eg.allow.candidates("team-a").count(), 2);
