@@ -28,9 +28,11 @@ pub struct Deployment {
 /// Egress facts. `None` is unknown at the point that decides.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EgressFacts {
-    pub url: String,
-    pub scheme: String,
-    pub host: String,
+    pub url: Option<String>,
+    pub scheme: Option<String>,
+    /// Unknown only where no single host is named (a `*.domain` allowlist
+    /// entry checked at acquire).
+    pub host: Option<String>,
     pub port: i64,
     pub method: Option<String>,
     pub path: Option<String>,
@@ -45,9 +47,9 @@ impl EgressFacts {
         let u = canon::url(raw)?;
         let inside_tunnel = u.scheme == "https";
         Ok(EgressFacts {
-            url: u.url,
-            scheme: u.scheme,
-            host: u.host,
+            url: Some(u.url),
+            scheme: Some(u.scheme),
+            host: Some(u.host),
             port: u.port,
             method: if inside_tunnel {
                 None
@@ -57,6 +59,22 @@ impl EgressFacts {
             path: if inside_tunnel { None } else { Some(u.path) },
             ip: None,
         })
+    }
+
+    /// Facts for an endpoint named before any connection is made (an
+    /// allowlist entry): the host (unknown for a wildcard) and port are
+    /// known, everything else is unknown. A rule that denies here denies
+    /// every connection the entry could stand for.
+    pub fn endpoint(host: Option<String>, port: u16) -> EgressFacts {
+        EgressFacts {
+            url: None,
+            scheme: None,
+            host,
+            port: i64::from(port),
+            method: None,
+            path: None,
+            ip: None,
+        }
     }
 }
 
@@ -215,9 +233,9 @@ impl FactSource for View<'_> {
             (Fact::IdentityLabels, _) => Some(Val::StrMap(&r.identity.labels)),
             (Fact::EnvName, _) => s(&r.env.name),
             (Fact::Now, _) => Some(Val::Timestamp(r.now)),
-            (Fact::Url, SurfaceFacts::Egress(e)) => s(&e.url),
-            (Fact::Scheme, SurfaceFacts::Egress(e)) => s(&e.scheme),
-            (Fact::Host, SurfaceFacts::Egress(e)) => s(&e.host),
+            (Fact::Url, SurfaceFacts::Egress(e)) => s_opt(&e.url),
+            (Fact::Scheme, SurfaceFacts::Egress(e)) => s_opt(&e.scheme),
+            (Fact::Host, SurfaceFacts::Egress(e)) => s_opt(&e.host),
             (Fact::Port, SurfaceFacts::Egress(e)) => Some(Val::Int(e.port)),
             (Fact::Method, SurfaceFacts::Egress(e)) => s_opt(&e.method),
             (Fact::HttpPath, SurfaceFacts::Egress(e)) => s_opt(&e.path),

@@ -13,6 +13,7 @@
 //! Deciding is portable; enforcing is not and lives in other crates.
 
 pub mod canon;
+pub mod cases;
 pub mod decide;
 pub mod diag;
 pub mod expr;

@@ -73,7 +73,7 @@ pub(crate) fn parse_file(name: &Arc<str>, text: &str, diags: &mut Vec<Diagnostic
 /// A 1-based line and column.
 pub type Pos = (usize, usize);
 
-fn yaml_error(e: &marked_yaml::LoadError) -> (usize, usize, String) {
+pub(crate) fn yaml_error(e: &marked_yaml::LoadError) -> (usize, usize, String) {
     use marked_yaml::LoadError as E;
     let (m, msg) = match e {
         E::TopLevelMustBeMapping(m) => {
@@ -104,11 +104,11 @@ struct Loader<'a> {
     names: HashSet<String>,
 }
 
-fn start_of(n: &Node) -> (usize, usize) {
+pub(crate) fn start_of(n: &Node) -> (usize, usize) {
     n.span().start().map_or((1, 1), |m| (m.line(), m.column()))
 }
 
-fn scalar_start(n: &MarkedScalarNode) -> (usize, usize) {
+pub(crate) fn scalar_start(n: &MarkedScalarNode) -> (usize, usize) {
     n.span().start().map_or((1, 1), |m| (m.line(), m.column()))
 }
 
