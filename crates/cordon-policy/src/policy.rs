@@ -13,6 +13,7 @@ use crate::expr::{self, Compiled};
 use crate::parse::{self, ParsedFile, Pos};
 use crate::resolve::{self, FsResolver, NoFiles, Resolve, Unit};
 use crate::vocab::Surface;
+use sha2::{Digest as _, Sha256};
 
 /// Whether a rule allows or denies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -247,6 +248,10 @@ pub struct Policy {
     pub allow_ranges: Vec<AllowRange>,
     /// Warnings found at load (errors refuse the load).
     pub warnings: Diagnostics,
+    /// SHA-256 over every layer's name and text in layer order, hex. Two
+    /// loads with the same digest decide alike; a warm sandbox is reattached
+    /// only under the policy it was created under.
+    pub digest: String,
 }
 
 /// The most rules one policy may hold, counted per inclusion after `extends`
@@ -311,6 +316,7 @@ impl Policy {
             diags: Vec::new(),
             root_bounds: None,
             inclusions: 0,
+            digest: Sha256::new(),
         };
         let mut stack = Vec::new();
         a.include(top, &mut stack);
@@ -356,6 +362,12 @@ impl Policy {
             bounds,
             allow_ranges: a.allow_ranges,
             warnings: diags,
+            digest: a
+                .digest
+                .finalize()
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect(),
         })
     }
 
@@ -390,6 +402,7 @@ struct Assembler<'r> {
     /// The root's bounds with where each came from (None: the default).
     root_bounds: Option<(Arc<str>, StatedBounds)>,
     inclusions: usize,
+    digest: Sha256,
 }
 
 impl Assembler<'_> {
@@ -454,6 +467,11 @@ impl Assembler<'_> {
     }
 
     fn push_layer(&mut self, unit: &Unit, parsed: ParsedFile) {
+        // Length-prefixed, so no two sequences of layers hash alike.
+        for part in [unit.name.as_bytes(), unit.text.as_bytes()] {
+            self.digest.update((part.len() as u64).to_le_bytes());
+            self.digest.update(part);
+        }
         let root = self.layers.is_empty();
         let index = self.layers.len() as u32;
         if root {
