@@ -11,10 +11,11 @@ use marked_yaml::types::{MarkedMappingNode, MarkedScalarNode, Node};
 
 use crate::canon;
 use crate::decide::{
-    ComputeFacts, Decision, Deployment, EgressFacts, Identity, Mode, Request, SecretFacts,
-    StorageFacts, SurfaceFacts, Verdict,
+    ComputeFacts, Deployment, EgressFacts, Identity, Mode, Request, SecretFacts, StorageFacts,
+    SurfaceFacts,
 };
 use crate::diag::{Diagnostic, Diagnostics, Severity, SourceMap};
+use crate::explain::Explanation;
 use crate::expr::{self, MAX_LIST_LEN};
 use crate::parse::{scalar_start, start_of, yaml_error, Pos};
 use crate::policy::{Policy, RuleId, MAX_FILE_BYTES};
@@ -945,15 +946,17 @@ pub struct CaseResult {
     pub passed: bool,
     /// The verdict as enforced: undetermined is deny.
     pub got: Expect,
-    pub decision: Decision,
+    /// The decision and why, from the evaluation that decided.
+    pub explanation: Explanation,
     /// Set when `rule:` named a rule that was not among those that decided.
     pub missing_rule: Option<String>,
 }
 
 /// Decides a case as the final enforcing point decides it.
 pub fn run(policy: &Policy, case: &Case) -> CaseResult {
-    let decision = policy.decide(&case.request);
-    let got = if decision.verdict == Verdict::Allow {
+    let explanation = policy.explain(&case.request);
+    let decision = &explanation.decision;
+    let got = if decision.is_allowed() {
         Expect::Allow
     } else {
         Expect::Deny
@@ -968,9 +971,22 @@ pub fn run(policy: &Policy, case: &Case) -> CaseResult {
     CaseResult {
         passed: got == case.expect && missing_rule.is_none(),
         got,
-        decision,
+        explanation,
         missing_rule,
     }
+}
+
+/// The `rule:` entries of `cases` that name no rule of `policy`: a test
+/// that names a rule the policy lacks is wrong, not failing.
+pub fn unknown_rules<'c>(policy: &Policy, cases: &'c [Case]) -> Vec<&'c Case> {
+    cases
+        .iter()
+        .filter(|c| {
+            c.rule.as_ref().is_some_and(|want| {
+                !(0..policy.rules.len() as u32).any(|i| rule_matches(policy, RuleId(i), want))
+            })
+        })
+        .collect()
 }
 
 /// Whether `want` names rule `id`: by its name, or as `FILE:NAME`.
@@ -990,7 +1006,13 @@ pub fn rule_place(policy: &Policy, id: RuleId) -> (Arc<str>, usize, usize) {
 pub fn uncovered(policy: &Policy, results: &[CaseResult]) -> Vec<RuleId> {
     let covered: BTreeSet<_> = results
         .iter()
-        .flat_map(|r| r.decision.deciding.iter().map(|id| rule_place(policy, *id)))
+        .flat_map(|r| {
+            r.explanation
+                .decision
+                .deciding
+                .iter()
+                .map(|id| rule_place(policy, *id))
+        })
         .collect();
     let mut seen = BTreeSet::new();
     (0..policy.rules.len() as u32)

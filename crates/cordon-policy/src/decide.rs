@@ -317,6 +317,23 @@ fn outcome(r: expr::Res<'_>) -> Outcome {
     }
 }
 
+/// How [`Policy::decide_with`] evaluates one rule. The decision path uses
+/// [`Plain`]; explain uses an evaluator that also records each outcome, so an
+/// explanation is read off the very evaluation that decided.
+pub trait RuleEval {
+    fn eval(&mut self, policy: &Policy, id: RuleId, views: &[View<'_>; 2]) -> Outcome;
+}
+
+/// Evaluates and records nothing.
+pub struct Plain;
+
+impl RuleEval for Plain {
+    #[inline(always)]
+    fn eval(&mut self, policy: &Policy, id: RuleId, views: &[View<'_>; 2]) -> Outcome {
+        eval_rule(policy, id, views, &mut NoTrace)
+    }
+}
+
 /// The outcome of one group of rules.
 struct Group {
     matched: Vec<RuleId>,
@@ -325,14 +342,20 @@ struct Group {
 }
 
 impl Policy {
-    fn evaluate<'a>(&'a self, index: &RuleIndex, ns: &str, views: &'a [View<'a>; 2]) -> Group {
+    fn evaluate<E: RuleEval>(
+        &self,
+        index: &RuleIndex,
+        ns: &str,
+        views: &[View<'_>; 2],
+        e: &mut E,
+    ) -> Group {
         let mut g = Group {
             matched: Vec::new(),
             open_rules: Vec::new(),
             open: Open::default(),
         };
         for id in index.candidates(ns) {
-            match eval_rule(self, id, views, &mut NoTrace) {
+            match e.eval(self, id, views) {
                 Outcome::True => g.matched.push(id),
                 Outcome::False => {}
                 Outcome::Open(o) => {
@@ -391,6 +414,11 @@ impl Policy {
     /// false denies (whatever is open elsewhere); if every such layer has a
     /// true rule the request is allowed; otherwise it is undetermined.
     pub fn decide(&self, req: &Request) -> Decision {
+        self.decide_with(req, &mut Plain)
+    }
+
+    /// [`Policy::decide`] with each rule evaluated through `e`.
+    pub fn decide_with<E: RuleEval>(&self, req: &Request, e: &mut E) -> Decision {
         let surface = req.facts.surface();
         let views = [View { req, spelling: 0 }, View { req, spelling: 1 }];
         let ns = req.identity.namespace.as_str();
@@ -400,7 +428,7 @@ impl Policy {
         let mut open = Open::default();
         for &l in &layers {
             if let Some(rules) = self.layers[l as usize].surfaces.get(&surface) {
-                let g = self.evaluate(&rules.deny, ns, &views);
+                let g = self.evaluate(&rules.deny, ns, &views, e);
                 deciding.extend(g.matched);
                 open_rules.extend(g.open_rules);
                 open.unknown |= g.open.unknown;
@@ -427,7 +455,7 @@ impl Policy {
                 }
                 continue;
             };
-            let g = self.evaluate(&rules.allow, ns, &views);
+            let g = self.evaluate(&rules.allow, ns, &views, e);
             if !g.matched.is_empty() {
                 deciding.extend(g.matched);
             } else if !g.open_rules.is_empty() {

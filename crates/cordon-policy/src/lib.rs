@@ -16,6 +16,7 @@ pub mod canon;
 pub mod cases;
 pub mod decide;
 pub mod diag;
+pub mod explain;
 pub mod expr;
 mod parse;
 pub mod policy;

@@ -571,10 +571,10 @@ fn allow_ranges_need_hosts() {
 }
 
 #[test]
-fn the_example_policy_checks() {
+fn the_example_deployment_checks() {
     let path = concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../../examples/policies/platform.yaml"
+        "/../../examples/policies/deployment.yaml"
     );
     let p = Policy::load_file(std::path::Path::new(path)).unwrap();
     // team-b cannot reach team-a's partner; an unattested run is refused.
