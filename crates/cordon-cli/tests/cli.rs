@@ -81,3 +81,301 @@ fn a_missing_file_is_an_error_not_a_pass() {
     assert_eq!(code, 1);
     assert!(err.contains("cannot read the policy"), "{err}");
 }
+
+// ---- cordon policy test ----
+
+const DEPLOYMENT: &str = "examples/policies/deployment.yaml";
+
+fn example_tests() -> Vec<String> {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/policies/tests");
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| {
+            format!(
+                "examples/policies/tests/{}",
+                e.unwrap().file_name().to_string_lossy()
+            )
+        })
+        .filter(|p| p.ends_with(".yaml"))
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn the_example_suites_pass_with_full_coverage() {
+    let tests = example_tests();
+    let mut args = vec!["policy", "test", "--coverage", DEPLOYMENT];
+    args.extend(tests.iter().map(String::as_str));
+    let (code, out, err) = cordon(&args);
+    assert_eq!(code, 0, "{out}{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    let last = lines.last().unwrap();
+    let n = lines.iter().filter(|l| l.starts_with("ok    ")).count();
+    assert_eq!(*last, format!("{n} passed, 0 failed"));
+    assert!(n >= 30, "{out}");
+    assert!(
+        out.contains("coverage: every rule decided at least one case"),
+        "{out}"
+    );
+    // The negatives the design insists on are there, and marked.
+    for needle in [
+        "team-b is refused partner-a.example.com",
+        "an unattested run is refused everything",
+        "team-b cannot read team-a's secret",
+    ] {
+        let line = lines
+            .iter()
+            .find(|l| l.contains(needle))
+            .unwrap_or_else(|| panic!("{needle}"));
+        assert!(
+            line.starts_with("ok    ") && line.ends_with("(negative)"),
+            "{line}"
+        );
+    }
+}
+
+#[test]
+fn a_wrong_expectation_fails_with_expected_got_and_matched() {
+    let (code, out, err) = cordon(&[
+        "policy",
+        "test",
+        DEPLOYMENT,
+        "crates/cordon-cli/tests/fixtures/wrong-expectations.yaml",
+    ]);
+    assert_eq!(code, 1, "{out}{err}");
+    let expected = [
+        "FAIL  team-b reads team-a's secret",
+        "      expected: allow, got: deny",
+        "      matched:  no allow rule matched",
+        "                nearest: examples/policies/platform.yaml:54  secret.name.startsWith(identity.namespace + \"/\")  (own-tenant-secrets)",
+        "                         identity.namespace was \"team-b\"",
+        "FAIL  team-a reads its own secret                   (negative)",
+        "      expected: deny, got: allow",
+        "      matched:  examples/policies/platform.yaml:54  secret.name.startsWith(identity.namespace + \"/\")  (own-tenant-secrets)",
+        "FAIL  an unattested read, denied by the wrong rule  (negative)",
+        "      expected: deny by rule `no-platform-secrets`, got: deny by other rules",
+        "      matched:  examples/policies/platform.yaml:57  !identity.attested  (unattested-secrets)",
+        "ok    this one is right                             (negative)",
+        "1 passed, 3 failed",
+    ];
+    let got: Vec<&str> = out.lines().collect();
+    for want in expected {
+        assert!(got.contains(&want), "missing line {want:?} in:\n{out}");
+    }
+    assert_eq!(*got.last().unwrap(), "1 passed, 3 failed");
+}
+
+#[test]
+fn coverage_fails_a_run_that_leaves_a_rule_undecided() {
+    let (code, out, err) = cordon(&[
+        "policy",
+        "test",
+        "--coverage",
+        DEPLOYMENT,
+        "examples/policies/tests/secret.yaml",
+    ]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(
+        out.contains("uncovered: examples/policies/tenants/team-b.yaml:"),
+        "{out}"
+    );
+    assert!(out.ends_with("passed, 0 failed\n"), "{out}");
+    // Without --coverage the same cases pass.
+    let (code, ..) = cordon(&[
+        "policy",
+        "test",
+        DEPLOYMENT,
+        "examples/policies/tests/secret.yaml",
+    ]);
+    assert_eq!(code, 0);
+}
+
+#[test]
+fn a_test_file_that_does_not_load_exits_2_with_positions() {
+    let (code, out, err) = cordon(&[
+        "policy",
+        "test",
+        DEPLOYMENT,
+        "crates/cordon-cli/tests/fixtures/one-case.yaml",
+    ]);
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(
+        err.contains("one-case.yaml:1:1: error: unknown key `egress` in a test file"),
+        "{err}"
+    );
+    // A policy that does not load is 2 as well.
+    let (code, _, err) = cordon(&[
+        "policy",
+        "test",
+        "crates/cordon-cli/tests/fixtures/broken.yaml",
+        "examples/policies/tests/secret.yaml",
+    ]);
+    assert_eq!(code, 2, "{err}");
+}
+
+#[test]
+fn a_case_naming_a_rule_the_policy_lacks_does_not_load() {
+    let dir = std::env::temp_dir().join(format!("cordon-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let f = dir.join("t.yaml");
+    std::fs::write(
+        &f,
+        "tests:\n  - name: typo\n    secret:\n      identity: {namespace: a}\n      secret: {name: a/b}\n    expect: deny\n    rule: unatested-secrets\n",
+    )
+    .unwrap();
+    let (code, out, err) = cordon(&["policy", "test", DEPLOYMENT, f.to_str().unwrap()]);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(
+        err.contains("names rule `unatested-secrets`, which the policy does not have"),
+        "{err}"
+    );
+}
+
+#[test]
+fn test_results_in_json() {
+    let (code, out, _) = cordon(&[
+        "policy",
+        "test",
+        "--format",
+        "json",
+        DEPLOYMENT,
+        "crates/cordon-cli/tests/fixtures/wrong-expectations.yaml",
+    ]);
+    assert_eq!(code, 1);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["passed"], 1);
+    assert_eq!(v["failed"], 3);
+    assert_eq!(v["cases"][1]["got"], "allow");
+    assert_eq!(v["cases"][1]["deciding"][0]["name"], "own-tenant-secrets");
+}
+
+// ---- cordon policy explain ----
+
+#[test]
+fn explain_a_denial_names_the_nearest_rule_and_what_differed() {
+    let (code, out, err) = cordon(&[
+        "policy",
+        "explain",
+        DEPLOYMENT,
+        "--egress",
+        "--identity",
+        "namespace=team-b",
+        "--identity",
+        "attested=true",
+        "--url",
+        "https://partner-a.example.com/v1",
+    ]);
+    assert_eq!(code, 1, "{out}{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines[0], "denied");
+    assert_eq!(
+        lines[1],
+        "  no allow rule of layer examples/policies/tenants/team-b.yaml matched (every applying layer that states egress allow rules must allow)"
+    );
+    assert!(
+        lines[2].starts_with("  nearest: examples/policies/tenants/team-b.yaml:"),
+        "{out}"
+    );
+    assert_eq!(lines[3].trim(), "host was \"partner-a.example.com\"");
+}
+
+#[test]
+fn explain_an_allow_names_the_deciding_rules_of_every_layer() {
+    let (code, out, err) = cordon(&[
+        "policy",
+        "explain",
+        DEPLOYMENT,
+        "--egress",
+        "--identity",
+        "namespace=team-a",
+        "--identity",
+        "attested=true",
+        "--url",
+        "https://partner-a.example.com/v1",
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(out.lines().next(), Some("allowed"));
+    assert!(out.contains("allowed by: examples/policies/platform.yaml:9  identity.attested && host.endsWith(\".example.com\")  (partner-apis)"), "{out}");
+    assert!(out.contains("allowed by: examples/policies/tenants/team-a.yaml:9  host == \"partner-a.example.com\"  (team-a-partner)"), "{out}");
+}
+
+#[test]
+fn explain_names_the_unknowns_that_decided() {
+    let (code, out, err) = cordon(&[
+        "policy",
+        "explain",
+        DEPLOYMENT,
+        "--secret",
+        "platform/signing-key",
+        "--identity",
+        "namespace=team-a",
+        "--identity",
+        "attested=true",
+    ]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert_eq!(out.lines().next(), Some("denied"));
+    assert!(out.contains("undetermined, so denied"), "{out}");
+    assert!(out.contains("(no-platform-secrets)"), "{out}");
+    assert!(out.contains("error: no such key"), "{out}");
+}
+
+#[test]
+fn explain_reads_a_case_from_a_file_and_answers_in_json() {
+    let (code, out, err) = cordon(&[
+        "policy",
+        "explain",
+        DEPLOYMENT,
+        "--facts",
+        "crates/cordon-cli/tests/fixtures/one-case.yaml",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(code, 1, "{out}{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["allowed"], false);
+    assert_eq!(v["verdict"], "deny");
+    assert_eq!(v["nearest"]["conjuncts"][0]["inputs"][0]["fact"], "host");
+    assert_eq!(
+        v["nearest"]["conjuncts"][0]["inputs"][0]["value"],
+        "\"partner-a.example.com\""
+    );
+}
+
+#[test]
+fn explain_refuses_facts_the_enforcing_point_cannot_see() {
+    let (code, _, err) = cordon(&[
+        "policy",
+        "explain",
+        DEPLOYMENT,
+        "--egress",
+        "--url",
+        "https://pypi.org/",
+        "--method",
+        "POST",
+    ]);
+    assert_eq!(code, 2);
+    assert!(err.contains("travels inside the TLS tunnel"), "{err}");
+    let (code, _, err) = cordon(&[
+        "policy",
+        "explain",
+        DEPLOYMENT,
+        "--egress",
+        "--identity",
+        "team-b",
+        "--url",
+        "https://x.example.com/",
+    ]);
+    assert_eq!(code, 2);
+    assert!(err.contains("--identity takes KEY=VALUE"), "{err}");
+    let (code, _, err) = cordon(&[
+        "policy",
+        "explain",
+        DEPLOYMENT,
+        "--url",
+        "https://x.example.com/",
+    ]);
+    assert_eq!(code, 2);
+    assert!(err.contains("name the surface to decide"), "{err}");
+}

@@ -671,6 +671,7 @@ impl CaseLoader<'_> {
         let pos = start_of(n);
         let mut name = None;
         let mut expect = None;
+        let mut expect_seen = false;
         let mut rule = None;
         let mut body: Option<(Surface, &Node, Pos)> = None;
         let mut ok = true;
@@ -679,6 +680,7 @@ impl CaseLoader<'_> {
                 ("name", _) => name = self.scalar(v, "`name`").map(|s| s.as_str().to_string()),
                 ("rule", _) => rule = self.scalar(v, "`rule`").map(|s| s.as_str().to_string()),
                 ("expect", _) => {
+                    expect_seen = true;
                     let s = self.scalar(v, "`expect`")?;
                     expect = match s.as_str() {
                         "allow" => Some(Expect::Allow),
@@ -724,6 +726,10 @@ impl CaseLoader<'_> {
             }
         }
         let Some((surface, body, body_pos)) = body else {
+            if !ok {
+                // An unknown key was reported; it was most likely the surface.
+                return None;
+            }
             self.err(
                 pos,
                 1,
@@ -741,7 +747,7 @@ impl CaseLoader<'_> {
             );
             ok = false;
         }
-        if strict && expect.is_none() {
+        if strict && !expect_seen {
             self.err(
                 pos,
                 1,

@@ -101,10 +101,12 @@ impl Policy {
             .collect();
         ids.sort_unstable();
         let views = [View { req, spelling: 0 }, View { req, spelling: 1 }];
-        let mut best: Option<(usize, Nearest)> = None;
+        // Most conjuncts true, then fewest not true, then file order.
+        let mut best: Option<((usize, std::cmp::Reverse<usize>), Nearest)> = None;
         for id in ids {
             let conjuncts = self.conjuncts(id, &views);
-            let score = conjuncts.iter().filter(|c| c.state == State::True).count();
+            let hits = conjuncts.iter().filter(|c| c.state == State::True).count();
+            let score = (hits, std::cmp::Reverse(conjuncts.len() - hits));
             if best.as_ref().is_none_or(|(s, _)| score > *s) {
                 best = Some((
                     score,

@@ -302,9 +302,13 @@ impl Loader<'_> {
                     } else {
                         (origin, origin + 1)
                     };
-                    let d = self
-                        .map
-                        .at(start, end, Some("applies_to"), e.message, e.help);
+                    // Compiled in the secret surface, but that is not
+                    // where the author wrote it.
+                    let message = e.message.replace(
+                        "in the secret surface",
+                        "in `applies_to`, which reads only `identity` and `env`",
+                    );
+                    let d = self.map.at(start, end, Some("applies_to"), message, e.help);
                     self.diags.push(d);
                 }
             }
