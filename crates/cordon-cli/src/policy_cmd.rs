@@ -241,6 +241,11 @@ fn test(policy: &Path, tests: &[PathBuf], coverage: bool, format: Format) -> Exi
     if diags.has_errors() {
         return not_loaded(&diags, format);
     }
+    if cases.is_empty() {
+        // A run that tests nothing must not read as a pass.
+        eprintln!("error: the test files hold no cases\n  help: add cases under `tests:`");
+        return ExitCode::from(EXIT_USAGE);
+    }
     let results: Vec<CaseResult> = cases.iter().map(|c| cases::run(&policy, c)).collect();
     let passed = results.iter().filter(|r| r.passed).count();
     let failed = results.len() - passed;

@@ -234,6 +234,18 @@ fn a_case_naming_a_rule_the_policy_lacks_does_not_load() {
 }
 
 #[test]
+fn a_suite_with_no_cases_is_not_a_pass() {
+    let dir = std::env::temp_dir().join(format!("cordon-cli-empty-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let f = dir.join("t.yaml");
+    std::fs::write(&f, "tests: []\n").unwrap();
+    let (code, out, err) = cordon(&["policy", "test", DEPLOYMENT, f.to_str().unwrap()]);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(err.contains("the test files hold no cases"), "{err}");
+}
+
+#[test]
 fn test_results_in_json() {
     let (code, out, _) = cordon(&[
         "policy",
