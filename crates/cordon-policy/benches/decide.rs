@@ -82,6 +82,82 @@ pub fn generated_policy() -> String {
     )
 }
 
+/// The same deployment as layers: a platform root that allows what any
+/// tenant may ever do, and one layer per tenant bound by `applies_to`,
+/// narrowing it to that tenant's rules. Returns the top file and the files
+/// it extends.
+pub fn generated_layers() -> (String, resolve::MemoryFiles) {
+    let mut files = std::collections::BTreeMap::new();
+    files.insert(
+        "platform.yaml".to_string(),
+        r#"policy:
+  egress:
+    allow:
+      - name: package-index
+        when: identity.attested && (host == "pypi.org" || host.endsWith(".pythonhosted.org"))
+      - name: tenant-services
+        when: identity.attested && host.endsWith(".example.com")
+    deny:
+      - name: tls-only
+        when: port != 443
+      - name: no-plain-http
+        when: scheme != "https"
+  compute:
+    allow:
+      - name: interpreters
+        when: identity.attested && command in ["/usr/bin/python3", "/bin/sh"]
+      - name: tenant-tools
+        when: command.startsWith("/opt/")
+    deny:
+      - name: unattested
+        when: "!identity.attested"
+      - name: no-sudo
+        when: command.startsWith("/usr/bin/sudo")
+  storage:
+    allow:
+      - name: work-read
+        when: path.startsWith("/work/") && mode == "read"
+      - name: tenant-data
+        when: path.startsWith("/data/") && mode == "read"
+    deny:
+      - name: no-ssh
+        when: path.startsWith("/work/.ssh/")
+  secret:
+    allow:
+      - name: own-secrets
+        when: secret.name.startsWith(identity.namespace + "/")
+"#
+        .to_string(),
+    );
+    let mut extends = vec!["./platform.yaml".to_string()];
+    for t in 0..TENANTS {
+        let ns = format!("team-{t}");
+        let (mut egress, mut compute, mut storage) = (String::new(), String::new(), String::new());
+        for r in 0..RULES_PER_TENANT {
+            match r % 4 {
+                0 | 1 => egress.push_str(&format!(
+                    "      - name: egress-{r}\n        when: host == \"svc{r}.{ns}.example.com\"\n"
+                )),
+                2 => compute.push_str(&format!(
+                    "      - name: compute-{r}\n        when: command == \"/opt/{ns}/tool{r}\"\n"
+                )),
+                _ => storage.push_str(&format!(
+                    "      - name: storage-{r}\n        when: path.startsWith(\"/data/{ns}/{r}/\")\n"
+                )),
+            }
+        }
+        files.insert(
+            format!("{ns}.yaml"),
+            format!(
+                "policy:\n  applies_to: identity.namespace == \"{ns}\"\n  egress:\n    allow:\n      - name: packages\n        when: host == \"pypi.org\" || host.endsWith(\".pythonhosted.org\")\n{egress}  compute:\n    allow:\n      - name: interpreters\n        when: command in [\"/usr/bin/python3\", \"/bin/sh\"]\n{compute}  storage:\n    allow:\n      - name: work\n        when: path.startsWith(\"/work/\")\n{storage}"
+            ),
+        );
+        extends.push(format!("./{ns}.yaml"));
+    }
+    let top = format!("policy:\n  extends: [{}]\n", extends.join(", "));
+    (top, resolve::MemoryFiles(files))
+}
+
 /// The raw inputs of a request, before facts are built.
 #[derive(Clone)]
 enum Raw {
@@ -173,12 +249,13 @@ fn expected(raw: &Raw) -> &'static str {
     }
 }
 
-fn percentiles(policy: &Policy, mix: &[(String, Raw)]) {
+/// p50, p99 and decisions per second over `rounds` passes of the mix.
+fn percentiles(label: &str, policy: &Policy, mix: &[(String, Raw)]) {
     // Check the mix decides as labelled, so the bench measures real work.
     for (ns, raw) in mix {
         let d = policy.decide(&build(ns, raw));
         let got = if d.is_allowed() { "allow" } else { "deny" };
-        assert_eq!(got, expected(raw), "{ns}");
+        assert_eq!(got, expected(raw), "{label}: {ns}");
     }
     let rounds = 200;
     let mut samples = Vec::with_capacity(rounds * mix.len());
@@ -195,29 +272,43 @@ fn percentiles(policy: &Policy, mix: &[(String, Raw)]) {
     samples.sort_unstable();
     let p = |q: f64| samples[((samples.len() as f64 - 1.0) * q) as usize];
     println!(
-        "cordon decide (facts built inside): p50 {} ns, p99 {} ns, {:.0} decisions/s on one core",
+        "{label}: decide (facts built inside): p50 {} ns, p99 {} ns, {:.0} decisions/s on one core",
         p(0.50),
         p(0.99),
         samples.len() as f64 / total.as_secs_f64()
     );
-    let src = generated_policy();
+}
+
+fn load_time(label: &str, n_rules: usize, load: impl Fn() -> Policy) {
     let t0 = Instant::now();
     let n = 20;
     for _ in 0..n {
-        black_box(Policy::load_str("gen.yaml", &src).unwrap());
+        black_box(load());
     }
     println!(
-        "cordon load+check: {:.2} ms for {} rules",
+        "{label}: load+check {:.2} ms for {n_rules} rules",
         t0.elapsed().as_secs_f64() * 1e3 / n as f64,
-        policy.rules.len()
     );
 }
 
 fn bench(c: &mut Criterion) {
     let src = generated_policy();
     let policy = Policy::load_str("gen.yaml", &src).unwrap();
+    let (top, files) = generated_layers();
+    let layered = Policy::load_with("top.yaml", &top, &files).unwrap();
+    assert_eq!(layered.layers.len(), TENANTS + 2);
     let mix = mix();
-    percentiles(&policy, &mix);
+    // Interleaved, so both see the same machine.
+    for _ in 0..2 {
+        percentiles("one file", &policy, &mix);
+        percentiles("root + 40 tenant layers", &layered, &mix);
+    }
+    load_time("one file", policy.rules.len(), || {
+        Policy::load_str("gen.yaml", &src).unwrap()
+    });
+    load_time("root + 40 tenant layers", layered.rules.len(), || {
+        Policy::load_with("top.yaml", &top, &files).unwrap()
+    });
     c.bench_function("decide/mix (per request, facts built)", |b| {
         let mut i = 0;
         b.iter(|| {
@@ -226,6 +317,17 @@ fn bench(c: &mut Criterion) {
             black_box(policy.decide(&build(ns, raw)))
         })
     });
+    c.bench_function(
+        "decide/mix, root + 40 tenant layers (per request, facts built)",
+        |b| {
+            let mut i = 0;
+            b.iter(|| {
+                let (ns, raw) = &mix[i % mix.len()];
+                i += 1;
+                black_box(layered.decide(&build(ns, raw)))
+            })
+        },
+    );
     c.bench_function("load+check/generated", |b| {
         b.iter(|| black_box(Policy::load_str("gen.yaml", &src).unwrap()))
     });
