@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
+mod doctor;
 mod policy_cmd;
 
 /// cordon: a sandbox for code that AI agents write and run.
@@ -22,6 +23,9 @@ enum Command {
         #[command(subcommand)]
         command: policy_cmd::PolicyCommand,
     },
+    /// Show every backend cordon knows, its rung, egress and capabilities,
+    /// whether this machine can run it, and whether the floor admits it.
+    Doctor(doctor::DoctorArgs),
 }
 
 /// Output formats every command offers.
@@ -40,5 +44,6 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Policy { command } => policy_cmd::run(command),
+        Command::Doctor(args) => doctor::run(args),
     }
 }

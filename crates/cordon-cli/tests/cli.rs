@@ -391,3 +391,47 @@ fn explain_refuses_facts_the_enforcing_point_cannot_see() {
     assert_eq!(code, 2);
     assert!(err.contains("name the surface to decide"), "{err}");
 }
+
+// ---- cordon doctor ----
+
+fn cordon_env(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_cordon"))
+        .args(args)
+        .env_remove("CORDON_MIN_ISOLATION")
+        .envs(env.iter().copied())
+        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
+        .output()
+        .expect("run cordon");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn doctor_lists_every_backend_and_fails_when_none_can_serve() {
+    let (code, out, err) = cordon_env(&["doctor"], &[]);
+    // No backend is built yet, so none can serve under any floor.
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(out.starts_with("floor: microvm (from the default)"), "{out}");
+    for name in ["microvm", "gvisor", "container", "docker", "process"] {
+        assert!(out.lines().any(|l| l.starts_with(name)), "{name} missing:\n{out}");
+    }
+    assert!(out.contains("not built in this version"), "{out}");
+    assert!(err.contains("--min-isolation"), "{err}");
+}
+
+#[test]
+fn doctor_refuses_an_unknown_rung_from_any_source() {
+    let (code, _, err) = cordon_env(&["doctor", "--min-isolation", "proces"], &[]);
+    assert_eq!(code, 2);
+    assert!(err.contains("`proces` is not an isolation rung"), "{err}");
+    // A bad environment value is refused even when a flag overrides it.
+    let (code, _, err) = cordon_env(
+        &["doctor", "--min-isolation", "vm"],
+        &[("CORDON_MIN_ISOLATION", "Container")],
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("`Container` is not an isolation rung"), "{err}");
+}

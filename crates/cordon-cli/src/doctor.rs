@@ -1,0 +1,227 @@
+//! `cordon doctor`: every backend cordon knows, what it claims, whether this
+//! machine can run it, and whether the configured floor admits it. Exits
+//! non-zero when no backend can serve under the floor, with the line that
+//! would opt down.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use cordon_sandbox::catalogue::{DoctorReport, DoctorRow, ThisMachine};
+use cordon_sandbox::config::FLOOR_ENV;
+use cordon_sandbox::{resolve_floor, ConfigError, Floor, HostConfig, Isolation};
+
+/// Exit codes: 0 a backend can serve, 1 none can, 2 the configuration is refused.
+const EXIT_NONE_CAN_SERVE: u8 = 1;
+const EXIT_CONFIG: u8 = 2;
+
+#[derive(clap::Args)]
+pub struct DoctorArgs {
+    /// The weakest isolation rung this host accepts: none, runtime, process,
+    /// container, hardened_container, microvm or vm. Overrides
+    /// `CORDON_MIN_ISOLATION` and the configuration file; the default is microvm.
+    #[arg(long, value_name = "RUNG")]
+    pub min_isolation: Option<String>,
+    /// A host configuration file (YAML) whose `min_isolation:` sets the floor.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = DoctorFormat::Human)]
+    pub format: DoctorFormat,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+pub enum DoctorFormat {
+    Human,
+    Json,
+}
+
+pub fn run(args: DoctorArgs) -> ExitCode {
+    let floor = match floor(&args) {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    };
+    let report = DoctorReport::new(floor.rung, &ThisMachine);
+    match args.format {
+        DoctorFormat::Human => print_human(&floor, &report),
+        DoctorFormat::Json => print_json(&floor, &report),
+    }
+    if report.can_serve() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(EXIT_NONE_CAN_SERVE)
+    }
+}
+
+fn floor(args: &DoctorArgs) -> Result<Floor, ConfigError> {
+    let config = args
+        .config
+        .as_deref()
+        .map(HostConfig::from_file)
+        .transpose()?;
+    let env = match std::env::var_os(FLOOR_ENV) {
+        None => None,
+        Some(v) => Some(v.into_string().map_err(|raw| ConfigError::Env {
+            source: cordon_sandbox::IsolationError::Unknown {
+                raw: raw.to_string_lossy().into_owned(),
+            },
+        })?),
+    };
+    resolve_floor(
+        args.min_isolation.as_deref(),
+        env.as_deref(),
+        config.as_ref(),
+    )
+}
+
+fn capabilities(row: &DoctorRow) -> Vec<&'static str> {
+    row.backend
+        .capabilities
+        .iter()
+        .map(|c| c.as_str())
+        .collect()
+}
+
+fn machine(row: &DoctorRow) -> String {
+    let mut s = if row.probe.runnable {
+        "can run".to_string()
+    } else {
+        format!(
+            "cannot run: {}",
+            row.probe.reason.as_deref().unwrap_or("unknown")
+        )
+    };
+    if !row.probe.found.is_empty() {
+        s.push_str(&format!(" ({})", row.probe.found.join(", ")));
+    }
+    s
+}
+
+/// The strongest rung below the floor that a backend claims: where a host
+/// would opt down to, and whether this machine can run a backend there.
+fn opt_down(report: &DoctorReport) -> Option<(Isolation, bool)> {
+    if let Some(r) = report.opt_down_to() {
+        return Some((r, true));
+    }
+    report
+        .rows
+        .iter()
+        .filter(|r| !r.admitted)
+        .map(|r| r.backend.isolation)
+        .max()
+        .map(|r| (r, false))
+}
+
+fn print_human(floor: &Floor, report: &DoctorReport) {
+    println!("floor: {} (from {})", floor.rung, floor.source);
+    println!();
+    let rows: Vec<[String; 6]> = report
+        .rows
+        .iter()
+        .map(|r| {
+            [
+                r.backend.name.to_string(),
+                r.backend.isolation.to_string(),
+                r.backend.egress.to_string(),
+                capabilities(r).join(","),
+                if r.admitted {
+                    "admits".to_string()
+                } else {
+                    format!("below `{}`", floor.rung)
+                },
+                machine(r),
+            ]
+        })
+        .collect();
+    let head = [
+        "backend",
+        "rung",
+        "egress",
+        "capabilities",
+        "floor",
+        "this machine",
+    ];
+    let mut width = head.map(str::len);
+    for r in &rows {
+        for (w, cell) in width.iter_mut().zip(r) {
+            *w = (*w).max(cell.len());
+        }
+    }
+    let line = |cells: [&str; 6]| {
+        let mut s = String::new();
+        for (i, c) in cells.iter().enumerate() {
+            if i + 1 == cells.len() {
+                s.push_str(c);
+            } else {
+                s.push_str(&format!("{c:<w$}  ", w = width[i]));
+            }
+        }
+        println!("{}", s.trim_end());
+    };
+    line(head);
+    for r in &rows {
+        line([&r[0], &r[1], &r[2], &r[3], &r[4], &r[5]]);
+    }
+    println!();
+    if report.can_serve() {
+        let names: Vec<&str> = report
+            .rows
+            .iter()
+            .filter(|r| r.can_serve())
+            .map(|r| r.backend.name)
+            .collect();
+        println!(
+            "ok: {} can serve under the floor `{}`; the first is used",
+            names.join(", "),
+            floor.rung
+        );
+        return;
+    }
+    eprintln!(
+        "error: no backend can serve under the floor `{}` on this machine",
+        floor.rung
+    );
+    match opt_down(report) {
+        Some((rung, true)) => eprintln!(
+            "help: to opt down where a `{rung}` boundary is enough, pass `--min-isolation {rung}` (or write `min_isolation: {rung}` in the configuration file, or set `{FLOOR_ENV}={rung}`)"
+        ),
+        Some((rung, false)) => eprintln!(
+            "help: no backend below the floor can run here either, so opting down does not help yet; once one can, the line that opts down to the next rung is `--min-isolation {rung}` (or `min_isolation: {rung}` in the configuration file, or `{FLOOR_ENV}={rung}`)"
+        ),
+        None => eprintln!(
+            "help: this floor admits every built-in backend and none can run here; the `this machine` column says what each lacks"
+        ),
+    }
+}
+
+fn print_json(floor: &Floor, report: &DoctorReport) {
+    let backends: Vec<serde_json::Value> = report
+        .rows
+        .iter()
+        .map(|r| {
+            serde_json::json!({
+                "name": r.backend.name,
+                "rung": r.backend.isolation.as_str(),
+                "egress": r.backend.egress.as_str(),
+                "capabilities": capabilities(r),
+                "admitted": r.admitted,
+                "runnable": r.probe.runnable,
+                "reason": r.probe.reason,
+                "found": r.probe.found,
+            })
+        })
+        .collect();
+    let out = serde_json::json!({
+        "floor": floor.rung.as_str(),
+        "floor_source": floor.source.to_string(),
+        "can_serve": report.can_serve(),
+        "opt_down": opt_down(report).map(|(r, runnable)| serde_json::json!({
+            "min_isolation": r.as_str(),
+            "runnable": runnable,
+        })),
+        "backends": backends,
+    });
+    println!("{out}");
+}

@@ -1,0 +1,250 @@
+//! The two traits a backend implements: [`Backend`] (the provider) and
+//! [`Sandbox`] (one live instance).
+//!
+//! # Writing a backend
+//!
+//! The traits are synchronous and `Send + Sync`: the backends cordon plans
+//! (Linux namespaces, docker, gVisor, a microVM) are driven through
+//! processes, and a host on an async runtime calls them through its
+//! blocking pool (`tokio::task::spawn_blocking`).
+//!
+//! - **Declare the rung your weakest configuration on this machine really
+//!   provides.** A VM backend on a host without hardware virtualisation does
+//!   not claim `microvm`. If you cannot tell, return
+//!   [`IsolationError::Unnamed`]: the router refuses you, which is right.
+//! - **Declare egress honestly.** [`Backend::egress`] defaults to
+//!   [`Egress::Unrestricted`], which the router refuses for every spec: a
+//!   backend that never read the allowlist cannot have enforced it. Override
+//!   it only with what you enforce.
+//! - **Capabilities default to exec and files in**
+//!   ([`CapabilitySet::default_for_backend`]); declare more only when you
+//!   serve more, and fewer if you cannot serve those.
+//! - **`acquire` is get-or-create.** A workload's fix-round loop calls it on
+//!   every iteration; return the warm sandbox for the key when one exists, and
+//!   return it with the [`Provenance`] it was *created* with (stored with the
+//!   sandbox, e.g. as labels), never the one of the current request: the
+//!   router compares the two and refuses a sandbox created for a different
+//!   spec, identity or policy.
+//! - **`dispose_scope` derives its set from your system's own state** —
+//!   labels, a listing — not from this process's memory: another replica may
+//!   have created the sandboxes, and one a backend forgets keeps running and
+//!   billing. Both dispose methods are best effort: the router logs their
+//!   failures and never fails a delete on them.
+//! - **Secrets arrive as files**: the router writes each granted secret with
+//!   [`Sandbox::write_file`] under [`crate::secrets::SECRETS_DIR`], mode
+//!   `0o400`. Honour the mode; never copy them into an environment.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use cordon_policy::Identity;
+
+use crate::capability::{Capability, CapabilitySet};
+use crate::egress::Egress;
+use crate::isolation::{Isolation, IsolationError};
+use crate::key::SandboxKey;
+use crate::spec::SandboxSpec;
+
+/// The limits a sandbox is created with: the spec's ask, or the policy's
+/// bound for the identity where the spec asks nothing. Never above the bound.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Limits {
+    pub memory_bytes: u64,
+    pub processes: u64,
+    pub cpu_seconds: u64,
+    pub wall_seconds: u64,
+}
+
+/// What a sandbox was created for. A backend stores it with the sandbox and
+/// returns the stored one on every later acquire.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Provenance {
+    pub spec: SandboxSpec,
+    pub identity: Identity,
+    /// [`cordon_policy::Policy::digest`] of the policy in force at creation.
+    pub policy_digest: String,
+}
+
+/// Everything a backend needs to get or create a sandbox. It has no
+/// environment: nothing the router hands over travels in one.
+#[derive(Debug, Clone)]
+pub struct AcquireRequest {
+    pub key: SandboxKey,
+    pub provenance: Provenance,
+    pub limits: Limits,
+}
+
+/// A failure inside a backend.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BackendError {
+    #[error("{operation} failed: {reason}")]
+    Failed {
+        operation: &'static str,
+        reason: String,
+    },
+    #[error("the backend is unavailable on this machine: {reason}")]
+    Unavailable { reason: String },
+}
+
+/// A failure of one call on a live sandbox.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SandboxError {
+    #[error("this sandbox does not serve `{capability}`; pick a backend that declares it and list it in the spec's `requires`")]
+    Unsupported { capability: Capability },
+    #[error("`{path}` does not exist in the sandbox")]
+    NotFound { path: String },
+    #[error("`{path}` is refused: {reason}")]
+    PathRefused { path: String, reason: String },
+    #[error("{operation} failed: {reason}")]
+    Failed {
+        operation: &'static str,
+        reason: String,
+    },
+}
+
+/// A provider of sandboxes.
+pub trait Backend: Send + Sync {
+    /// A short name for errors and `cordon doctor`, unique within a router.
+    fn name(&self) -> &str;
+
+    /// The rung the backend's weakest configuration on this machine provides.
+    fn isolation(&self) -> Result<Isolation, IsolationError>;
+
+    /// How far the backend can confine egress. Silence is read as
+    /// [`Egress::Unrestricted`], and refused.
+    fn egress(&self) -> Egress {
+        Egress::Unrestricted
+    }
+
+    /// What the backend can do. Silence is exec and files in.
+    fn capabilities(&self) -> CapabilitySet {
+        CapabilitySet::default_for_backend()
+    }
+
+    /// Gets the sandbox for `req.key`, creating it when none exists.
+    fn acquire(&self, req: &AcquireRequest) -> Result<Arc<dyn Sandbox>, BackendError>;
+
+    /// Disposes of the sandbox for `key`; `Ok(false)` when there was none.
+    fn dispose(&self, key: &SandboxKey) -> Result<bool, BackendError>;
+
+    /// Disposes of every sandbox of a scope and thread, found from the
+    /// backend's own system state; returns how many.
+    fn dispose_scope(&self, scope: &str, thread_id: &str) -> Result<usize, BackendError>;
+}
+
+/// One command to run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecRequest {
+    pub argv: Vec<String>,
+    pub env: BTreeMap<String, String>,
+    pub stdin: Vec<u8>,
+    pub timeout: Duration,
+    /// Each of stdout and stderr is cut at this many bytes.
+    pub max_output_bytes: u64,
+}
+
+/// How a command ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExitStatus {
+    Code(i32),
+    Signal(i32),
+    TimedOut,
+}
+
+impl fmt::Display for ExitStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ExitStatus::Code(c) => write!(f, "exit code {c}"),
+            ExitStatus::Signal(s) => write!(f, "killed by signal {s}"),
+            ExitStatus::TimedOut => f.write_str("timed out"),
+        }
+    }
+}
+
+/// What a command produced, cut at the request's cap.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecOutput {
+    pub status: ExitStatus,
+    pub stdout: Vec<u8>,
+    pub stderr: Vec<u8>,
+    /// True when output was cut at the cap.
+    pub stdout_truncated: bool,
+    pub stderr_truncated: bool,
+}
+
+/// The type of a path, as seen without following a final link.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FileKind {
+    File,
+    Dir,
+    Symlink,
+    Other,
+}
+
+/// A `stat` that did not follow links.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileStat {
+    pub kind: FileKind,
+    /// `None` when the backend could not tell; a caller that caps transfers
+    /// refuses rather than guesses.
+    pub size: Option<u64>,
+    pub mode: u32,
+}
+
+/// One directory entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirEntry {
+    pub name: String,
+    pub kind: FileKind,
+}
+
+/// One live sandbox.
+///
+/// `exec` and `write_file` are what every sandbox serves. The `stat`,
+/// `read_file` and `list_dir` hooks serve declared outputs (`files_out`,
+/// `files_list`) and default to [`SandboxError::Unsupported`].
+pub trait Sandbox: Send + Sync {
+    /// The backend's own identifier for this instance.
+    fn id(&self) -> &str;
+
+    /// What this sandbox was created for (see [`Provenance`]).
+    fn provenance(&self) -> &Provenance;
+
+    /// Runs a command.
+    fn exec(&self, req: &ExecRequest) -> Result<ExecOutput, SandboxError>;
+
+    /// Writes a file (creating parents) with `mode`; an absolute guest path.
+    fn write_file(&self, path: &str, contents: &[u8], mode: u32) -> Result<(), SandboxError>;
+
+    /// Stats a path without following a final link; `Ok(None)` when absent.
+    fn stat_no_follow(&self, path: &str) -> Result<Option<FileStat>, SandboxError> {
+        let _ = path;
+        Err(SandboxError::Unsupported {
+            capability: Capability::FilesOut,
+        })
+    }
+
+    /// Reads at most `max_bytes` of a regular file.
+    fn read_file(&self, path: &str, max_bytes: u64) -> Result<Vec<u8>, SandboxError> {
+        let _ = (path, max_bytes);
+        Err(SandboxError::Unsupported {
+            capability: Capability::FilesOut,
+        })
+    }
+
+    /// Lists a directory.
+    fn list_dir(&self, path: &str) -> Result<Vec<DirEntry>, SandboxError> {
+        let _ = path;
+        Err(SandboxError::Unsupported {
+            capability: Capability::FilesList,
+        })
+    }
+}
+
+impl fmt::Debug for dyn Sandbox {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Sandbox").field("id", &self.id()).finish()
+    }
+}

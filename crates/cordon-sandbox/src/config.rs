@@ -1,0 +1,196 @@
+//! The host's floor, from wherever it is configured.
+//!
+//! A floor may come from the `--min-isolation` flag, the
+//! `CORDON_MIN_ISOLATION` environment variable, or `min_isolation:` in a
+//! host configuration file, in that precedence; with none, it is `microvm`.
+//! Every source that is present is checked, including those a higher one
+//! overrides: an unknown rung string is refused wherever it comes from, so a
+//! broken setting cannot lie in wait for the day the flag is dropped.
+
+use std::fmt;
+use std::path::Path;
+
+use marked_yaml::Spanned;
+use serde::Deserialize;
+
+use crate::isolation::{Isolation, IsolationError};
+use crate::yaml::{self, pos};
+
+/// The environment variable a floor may come from.
+pub const FLOOR_ENV: &str = "CORDON_MIN_ISOLATION";
+
+/// The largest configuration file read.
+pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
+
+/// A host configuration file. Only `min_isolation` for now; unknown keys are
+/// refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostConfig {
+    /// The file, as named in messages.
+    pub file: String,
+    pub min_isolation: Option<Isolation>,
+}
+
+/// A configuration that is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read configuration `{file}`: {reason}; check the path and that it is a file of at most 1 MiB")]
+    Read { file: String, reason: String },
+    #[error("{file}:{line}:{column}: {message}; fix the YAML syntax (anchors, aliases, tags and duplicate keys are not accepted)")]
+    Syntax {
+        file: String,
+        line: usize,
+        column: usize,
+        message: String,
+    },
+    #[error("{file}:{line}:{column}: {message}")]
+    Structure {
+        file: String,
+        line: usize,
+        column: usize,
+        message: String,
+    },
+    #[error("{file}:{line}:{column}: `min_isolation`: {source}")]
+    Rung {
+        file: String,
+        line: usize,
+        column: usize,
+        source: IsolationError,
+    },
+    #[error("`--min-isolation`: {source}")]
+    Flag { source: IsolationError },
+    #[error("environment variable `{FLOOR_ENV}`: {source}; fix or unset it")]
+    Env { source: IsolationError },
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    #[serde(default)]
+    min_isolation: Option<Spanned<String>>,
+}
+
+impl HostConfig {
+    pub fn from_yaml(file: &str, text: &str) -> Result<HostConfig, ConfigError> {
+        let raw: RawConfig = yaml::load(text).map_err(|f| {
+            let file = file.to_string();
+            if f.syntax {
+                ConfigError::Syntax {
+                    file,
+                    line: f.line,
+                    column: f.column,
+                    message: f.message,
+                }
+            } else {
+                ConfigError::Structure {
+                    file,
+                    line: f.line,
+                    column: f.column,
+                    message: f.message,
+                }
+            }
+        })?;
+        let min_isolation = match &raw.min_isolation {
+            None => None,
+            Some(s) => Some(s.parse::<Isolation>().map_err(|source| {
+                let (line, column) = pos(s);
+                ConfigError::Rung {
+                    file: file.to_string(),
+                    line,
+                    column,
+                    source,
+                }
+            })?),
+        };
+        Ok(HostConfig {
+            file: file.to_string(),
+            min_isolation,
+        })
+    }
+
+    pub fn from_file(path: &Path) -> Result<HostConfig, ConfigError> {
+        let file = path.display().to_string();
+        let read = |reason: String| ConfigError::Read {
+            file: file.clone(),
+            reason,
+        };
+        let meta = std::fs::metadata(path).map_err(|e| read(e.to_string()))?;
+        if !meta.is_file() || meta.len() > MAX_CONFIG_BYTES {
+            return Err(read("it is not a regular file of at most 1 MiB".into()));
+        }
+        let text = std::fs::read_to_string(path).map_err(|e| read(e.to_string()))?;
+        HostConfig::from_yaml(&file, &text)
+    }
+}
+
+/// Where a floor came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FloorSource {
+    Flag,
+    Env,
+    Config { file: String },
+    Default,
+}
+
+impl fmt::Display for FloorSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FloorSource::Flag => f.write_str("`--min-isolation`"),
+            FloorSource::Env => write!(f, "`{FLOOR_ENV}`"),
+            FloorSource::Config { file } => write!(f, "`min_isolation` in `{file}`"),
+            FloorSource::Default => f.write_str("the default"),
+        }
+    }
+}
+
+/// A resolved floor.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Floor {
+    pub rung: Isolation,
+    pub source: FloorSource,
+}
+
+/// Resolves the floor: flag, then environment, then configuration file,
+/// then `microvm`. Every source given is checked.
+pub fn resolve_floor(
+    flag: Option<&str>,
+    env: Option<&str>,
+    config: Option<&HostConfig>,
+) -> Result<Floor, ConfigError> {
+    let flag = flag
+        .map(|s| {
+            s.parse::<Isolation>()
+                .map_err(|source| ConfigError::Flag { source })
+        })
+        .transpose()?;
+    let env = env
+        .map(|s| {
+            s.parse::<Isolation>()
+                .map_err(|source| ConfigError::Env { source })
+        })
+        .transpose()?;
+    let floor = if let Some(rung) = flag {
+        Floor {
+            rung,
+            source: FloorSource::Flag,
+        }
+    } else if let Some(rung) = env {
+        Floor {
+            rung,
+            source: FloorSource::Env,
+        }
+    } else if let Some((rung, file)) =
+        config.and_then(|c| c.min_isolation.map(|r| (r, c.file.clone())))
+    {
+        Floor {
+            rung,
+            source: FloorSource::Config { file },
+        }
+    } else {
+        Floor {
+            rung: Isolation::DEFAULT_FLOOR,
+            source: FloorSource::Default,
+        }
+    };
+    Ok(floor)
+}

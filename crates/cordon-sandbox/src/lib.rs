@@ -1,0 +1,69 @@
+//! cordon's sandbox protocol: the layer between an agent host and whatever
+//! actually isolates a workload.
+//!
+//! It draws no boundary itself, holds no credentials of its own, and runs
+//! nothing; it makes an unsafe backend selection fail loudly when the router
+//! is built or a sandbox is acquired, instead of silently at first use.
+//!
+//! The main types:
+//!
+//! - [`Isolation`] — the ladder `none < runtime < process < container <
+//!   hardened_container < microvm < vm`, parsed only from its exact
+//!   spellings. [`Egress`] — how far a backend can confine the network.
+//!   [`Capability`] — what a backend can do and a spec requires.
+//! - [`SandboxSpec`] — what a workload asks for: image, allowlist
+//!   ([`EgressEntry`]), required capabilities, its own floor, resource asks,
+//!   secrets. Loaded from YAML with positioned errors.
+//! - [`CallerContext`] — closures over the host's request context, the only
+//!   source of a [`SandboxKey`] and of the policy's [`Identity`].
+//! - [`Backend`] and [`Sandbox`] — what a backend implements (see
+//!   [`backend`] for how to write one).
+//! - [`Router`] — built with backends, a floor (default `microvm`) and a
+//!   [`cordon_policy::Policy`]; refuses backends below the floor at
+//!   construction, and at [`Router::acquire`] checks the floor, capabilities,
+//!   egress, the host's hard stops, the policy's bounds, egress surface and
+//!   secret surface before any backend is reached. [`Router::scope`]
+//!   reclaims a conversation's sandboxes however its block ends.
+//! - [`HostToolRegistry`] — the contract for host tools: declared source,
+//!   sink and identity, sealed by [`HostToolRegistry::aggregate`], one
+//!   dispatch door with caps ([`tools`]).
+//! - [`catalogue`] — the built-in backends and the probes `cordon doctor`
+//!   runs; [`config`] — where the host's floor comes from.
+//!
+//! Traits are synchronous: the backends are process-driven, and a host on an
+//! async runtime calls them from its blocking pool.
+
+pub mod backend;
+pub mod capability;
+pub mod catalogue;
+pub mod config;
+pub mod egress;
+pub mod isolation;
+pub mod key;
+pub mod limits;
+pub mod router;
+pub mod schema;
+pub mod secrets;
+pub mod spec;
+pub mod tools;
+mod yaml;
+
+pub use backend::{
+    AcquireRequest, Backend, BackendError, DirEntry, ExecOutput, ExecRequest, ExitStatus, FileKind,
+    FileStat, Limits, Provenance, Sandbox, SandboxError,
+};
+pub use capability::{Capability, CapabilitySet};
+pub use config::{resolve_floor, ConfigError, Floor, FloorSource, HostConfig};
+pub use cordon_policy::{Deployment, Identity};
+pub use egress::{Egress, EgressEntry, EgressEntryError, HostPattern};
+pub use isolation::{Isolation, IsolationError};
+pub use key::{Caller, CallerContext, KeyError, SandboxKey};
+pub use limits::TransferLimits;
+pub use router::{Refusal, Router, RouterBuilder, RouterError, Scoped, Warning};
+pub use schema::{Schema, SchemaError};
+pub use secrets::{DirectorySecrets, SecretError, SecretProvider, SecretValue};
+pub use spec::{ResourceAsk, SandboxSpec, SecretName, SpecError};
+pub use tools::{
+    HostTool, HostToolRegistry, RunLimits, Sink, Source, ToolDeclaration, ToolError, ToolIdentity,
+    ToolRun, ToolSurface,
+};

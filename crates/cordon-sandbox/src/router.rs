@@ -1,0 +1,767 @@
+//! The router: the one place a host gets a sandbox from.
+//!
+//! Construction refuses any backend below the floor or unable to name its
+//! rung. Every [`Router::acquire`] then runs, before it reaches a backend:
+//! the host's hard stops, the effective floor (the stricter of the host's
+//! and the spec's), the capability match, the egress rule, the policy's
+//! resource bounds, the egress surface for each allowlist entry, and the
+//! secret surface for each secret. The first backend, in the host's order,
+//! that passes every check serves; one that then fails is not retried on
+//! another. Nothing here degrades: a check that cannot be satisfied is an
+//! error that names what to change.
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
+
+use cordon_policy::{
+    Bound, Decision, Deployment, EgressFacts, Identity, Policy, Request, SecretFacts, SurfaceFacts,
+    Verdict,
+};
+
+use crate::backend::{
+    AcquireRequest, Backend, BackendError, Limits, Provenance, Sandbox, SandboxError,
+};
+use crate::capability::{Capability, CapabilitySet};
+use crate::egress::Egress;
+use crate::isolation::{Isolation, IsolationError};
+use crate::key::{CallerContext, KeyError, SandboxKey};
+use crate::secrets::{secret_path, SecretError, SecretProvider, SecretValue, SECRET_MODE};
+use crate::spec::{SandboxSpec, SecretName};
+use crate::tools::{ToolIdentity, ToolSurface};
+
+/// Why one backend cannot serve one spec.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    /// Below the effective floor.
+    BelowFloor { rung: Isolation, floor: Isolation },
+    /// Lacks capabilities the spec requires.
+    Missing { capabilities: CapabilitySet },
+    /// Cannot confine egress at all (or declared nothing, which reads the same).
+    EgressUnrestricted,
+}
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Refusal::BelowFloor { rung, floor } => {
+                write!(
+                    f,
+                    "its rung `{rung}` is below the effective floor `{floor}`"
+                )
+            }
+            Refusal::Missing { capabilities } => {
+                write!(f, "it does not declare {capabilities}")
+            }
+            Refusal::EgressUnrestricted => f.write_str(
+                "its egress is `unrestricted` (or undeclared), so it cannot hold any allowlist",
+            ),
+        }
+    }
+}
+
+/// Each backend the router holds and why it cannot serve, in the host's order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusals(pub Vec<(String, Vec<Refusal>)>);
+
+impl fmt::Display for Refusals {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (name, why) in &self.0 {
+            let why: Vec<String> = why.iter().map(ToString::to_string).collect();
+            write!(f, "\n  - `{name}`: {}", why.join("; "))?;
+        }
+        Ok(())
+    }
+}
+
+/// A router that is refused, or a sandbox it will not hand out.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RouterError {
+    #[error("a router needs at least one backend; give it the backends this host may use, strongest first")]
+    NoBackends,
+    #[error("two backends are named `{name}`; give each a distinct name so refusals and `cordon doctor` can tell them apart")]
+    DuplicateBackend { name: String },
+    #[error("backend `{backend}` declares `{rung}`, below this host's floor `{floor}`; give the router only backends at `{floor}` or stronger, or lower the floor explicitly where that boundary is enough (`--min-isolation {rung}`, `min_isolation: {rung}` or `CORDON_MIN_ISOLATION={rung}`)")]
+    BelowFloor {
+        backend: String,
+        rung: Isolation,
+        floor: Isolation,
+    },
+    #[error("backend `{backend}` is refused against the floor `{floor}`: {source}")]
+    UnnamedRung {
+        backend: String,
+        floor: Isolation,
+        source: IsolationError,
+    },
+    #[error(transparent)]
+    Caller { source: KeyError },
+    #[error("spec `{kind}` requires {capabilities}, which this host denies (`denied_capabilities`); drop it from the spec's `requires`, or change the host's configuration")]
+    DeniedCapability {
+        kind: String,
+        capabilities: CapabilitySet,
+    },
+    #[error("no backend can serve spec `{kind}` under the floor `{floor}`:{refusals}\nchange the spec, or give the router a backend that passes every check; cordon does not fall back to a weaker one")]
+    NoBackendQualifies {
+        kind: String,
+        floor: Isolation,
+        refusals: Refusals,
+    },
+    #[error(
+        "spec `{kind}` asks for `{field}` of {shown}, above the policy's `{key}` of {max} for identity `{identity}`; ask for at most {max}, or have the policy raised",
+        field = ask_field(*bound),
+        shown = bound.show(*asked),
+        key = bound.key(),
+        max = bound.show(*limit)
+    )]
+    AboveBound {
+        kind: String,
+        bound: Bound,
+        asked: u64,
+        limit: u64,
+        identity: String,
+    },
+    #[error("egress entry `{entry}` of spec `{kind}` is denied by the policy for identity `{identity}`: {why}; drop the entry, or have the policy allow it")]
+    EgressDenied {
+        kind: String,
+        entry: String,
+        identity: String,
+        why: String,
+    },
+    #[error("secret `{name}` of spec `{kind}` is refused by the policy for identity `{identity}`: {why}; drop it from the spec's `secrets`, or have the policy grant it")]
+    SecretDenied {
+        kind: String,
+        name: String,
+        identity: String,
+        why: String,
+    },
+    #[error(transparent)]
+    Secret { source: SecretError },
+    #[error("sandbox `{key}` exists but was created for a different {what}; it is not handed back: dispose of it (`Router::dispose` or the scope) to create a new one, or use another `agent_dir`")]
+    Mismatch { key: SandboxKey, what: String },
+    #[error("backend `{backend}`: {source}; it is not retried on another backend")]
+    Backend {
+        backend: String,
+        source: BackendError,
+    },
+    #[error("backend `{backend}` could not deliver secret `{name}`: {source}; the sandbox is left without it and not handed out")]
+    Delivery {
+        backend: String,
+        name: String,
+        source: SandboxError,
+    },
+    #[error("host tools are denied on this host (`denied_capabilities` holds `host_tools`); register none, or change the host's configuration")]
+    ToolsDenied,
+    #[error("host tool `{tool}` acts as `{identity}`, which this host denies (`denied_identities`); unregister it, or change the host's configuration")]
+    ToolIdentityDenied {
+        tool: String,
+        identity: ToolIdentity,
+    },
+}
+
+/// The spec field that asks for what `bound` limits.
+fn ask_field(bound: Bound) -> &'static str {
+    match bound {
+        Bound::MaxMemory => "resources.memory",
+        Bound::MaxProcesses => "resources.processes",
+        Bound::MaxCpuSeconds => "resources.cpu_seconds",
+        Bound::MaxWallSeconds => "resources.wall_seconds",
+        Bound::MaxResponseBytes => "max_response_bytes",
+    }
+}
+
+impl From<KeyError> for RouterError {
+    fn from(source: KeyError) -> RouterError {
+        RouterError::Caller { source }
+    }
+}
+
+/// Something that is permitted but worth knowing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Warning {
+    /// The backend confines more than the spec asks (closed egress for an
+    /// allowlist): the sandbox reaches nothing it should not, and the
+    /// workload fails visibly at whatever it could not fetch.
+    ConfinesMore {
+        backend: String,
+        kind: String,
+        entries: Vec<String>,
+    },
+}
+
+impl fmt::Display for Warning {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Warning::ConfinesMore {
+                backend,
+                kind,
+                entries,
+            } => {
+                let entries: Vec<String> = entries.iter().map(|e| format!("`{e}`")).collect();
+                write!(
+                    f,
+                    "backend `{backend}` has closed egress, so spec `{kind}` cannot reach {}; the workload will fail at whatever it fetches — pick an `allowlist` backend if it needs them",
+                    entries.join(", ")
+                )
+            }
+        }
+    }
+}
+
+/// What a [`Router::scope`] block returned, and how many sandboxes the
+/// scope's disposal reclaimed after it.
+#[derive(Debug)]
+pub struct Scoped<T> {
+    pub value: T,
+    pub disposed: usize,
+}
+
+/// A backend's declarations, read once when the router is built.
+struct Admitted {
+    backend: Arc<dyn Backend>,
+    name: String,
+    isolation: Isolation,
+    egress: Egress,
+    capabilities: CapabilitySet,
+}
+
+type Clock = Arc<dyn Fn() -> i64 + Send + Sync>;
+
+/// Builds a [`Router`]; see [`Router::builder`].
+pub struct RouterBuilder {
+    backends: Vec<Arc<dyn Backend>>,
+    floor: Isolation,
+    denied_capabilities: CapabilitySet,
+    denied_identities: BTreeSet<ToolIdentity>,
+    policy: Arc<Policy>,
+    env: Deployment,
+    secrets: Option<Arc<dyn SecretProvider>>,
+    clock: Clock,
+}
+
+fn system_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+}
+
+impl RouterBuilder {
+    /// Adds a backend. Order matters: the first that passes every check serves.
+    pub fn backend(mut self, backend: Arc<dyn Backend>) -> RouterBuilder {
+        self.backends.push(backend);
+        self
+    }
+
+    /// The host's floor; [`Isolation::DEFAULT_FLOOR`] (`microvm`) unless set.
+    pub fn min_isolation(mut self, floor: Isolation) -> RouterBuilder {
+        self.floor = floor;
+        self
+    }
+
+    /// A hard stop: specs requiring this capability are refused.
+    pub fn deny_capability(mut self, c: Capability) -> RouterBuilder {
+        self.denied_capabilities.insert(c);
+        self
+    }
+
+    /// A hard stop: host tools acting as this identity are refused.
+    pub fn deny_identity(mut self, i: ToolIdentity) -> RouterBuilder {
+        self.denied_identities.insert(i);
+        self
+    }
+
+    /// Where granted secrets are read from. Without one, a spec naming a
+    /// secret is refused at acquire.
+    pub fn secrets(mut self, provider: Arc<dyn SecretProvider>) -> RouterBuilder {
+        self.secrets = Some(provider);
+        self
+    }
+
+    /// The clock policy decisions see as `now` (seconds since the epoch).
+    pub fn clock(mut self, clock: impl Fn() -> i64 + Send + Sync + 'static) -> RouterBuilder {
+        self.clock = Arc::new(clock);
+        self
+    }
+
+    /// Reads every backend's declarations once and refuses the router if any
+    /// backend is below the floor or cannot name its rung.
+    pub fn build(self) -> Result<Router, RouterError> {
+        if self.backends.is_empty() {
+            return Err(RouterError::NoBackends);
+        }
+        let mut admitted: Vec<Admitted> = Vec::new();
+        for backend in self.backends {
+            let name = backend.name().to_string();
+            if admitted.iter().any(|a| a.name == name) {
+                return Err(RouterError::DuplicateBackend { name });
+            }
+            let isolation = backend
+                .isolation()
+                .map_err(|source| RouterError::UnnamedRung {
+                    backend: name.clone(),
+                    floor: self.floor,
+                    source,
+                })?;
+            if isolation < self.floor {
+                return Err(RouterError::BelowFloor {
+                    backend: name,
+                    rung: isolation,
+                    floor: self.floor,
+                });
+            }
+            let egress = backend.egress();
+            let capabilities = backend.capabilities();
+            admitted.push(Admitted {
+                backend,
+                name,
+                isolation,
+                egress,
+                capabilities,
+            });
+        }
+        Ok(Router {
+            backends: admitted,
+            floor: self.floor,
+            denied_capabilities: self.denied_capabilities,
+            denied_identities: self.denied_identities,
+            policy: self.policy,
+            env: self.env,
+            secrets: self.secrets,
+            clock: self.clock,
+        })
+    }
+}
+
+/// Routes specs to backends under a floor and a policy.
+pub struct Router {
+    backends: Vec<Admitted>,
+    floor: Isolation,
+    denied_capabilities: CapabilitySet,
+    denied_identities: BTreeSet<ToolIdentity>,
+    policy: Arc<Policy>,
+    env: Deployment,
+    secrets: Option<Arc<dyn SecretProvider>>,
+    clock: Clock,
+}
+
+impl fmt::Debug for Router {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Router")
+            .field(
+                "backends",
+                &self
+                    .backends
+                    .iter()
+                    .map(|a| a.name.as_str())
+                    .collect::<Vec<_>>(),
+            )
+            .field("floor", &self.floor)
+            .field("policy", &self.policy.digest)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Who a decision was for, as errors show it.
+fn who(identity: &Identity) -> String {
+    format!("{}/{}", identity.namespace, identity.name)
+}
+
+impl Router {
+    /// Starts a router under `policy`, deciding in deployment `env`. The
+    /// floor is `microvm` until [`RouterBuilder::min_isolation`] says otherwise.
+    pub fn builder(policy: Arc<Policy>, env: Deployment) -> RouterBuilder {
+        RouterBuilder {
+            backends: Vec::new(),
+            floor: Isolation::DEFAULT_FLOOR,
+            denied_capabilities: CapabilitySet::empty(),
+            denied_identities: BTreeSet::new(),
+            policy,
+            env,
+            secrets: None,
+            clock: Arc::new(system_now),
+        }
+    }
+
+    /// The host's floor.
+    pub fn floor(&self) -> Isolation {
+        self.floor
+    }
+
+    /// The stricter of the host's floor and the spec's.
+    pub fn effective_floor(&self, spec: &SandboxSpec) -> Isolation {
+        spec.min_isolation()
+            .map_or(self.floor, |s| s.max(self.floor))
+    }
+
+    /// Why `a` cannot serve `spec` (empty: it can).
+    fn refusals(&self, a: &Admitted, spec: &SandboxSpec) -> Vec<Refusal> {
+        let mut out = Vec::new();
+        let floor = self.effective_floor(spec);
+        if a.isolation < floor {
+            out.push(Refusal::BelowFloor {
+                rung: a.isolation,
+                floor,
+            });
+        }
+        let missing = spec.requires().missing_from(&a.capabilities);
+        if !missing.is_empty() {
+            out.push(Refusal::Missing {
+                capabilities: missing,
+            });
+        }
+        if a.egress == Egress::Unrestricted {
+            out.push(Refusal::EgressUnrestricted);
+        }
+        out
+    }
+
+    /// The hard stops, then the first backend that passes every check.
+    fn select(&self, spec: &SandboxSpec) -> Result<&Admitted, RouterError> {
+        let denied = spec.requires().intersection(&self.denied_capabilities);
+        if !denied.is_empty() {
+            return Err(RouterError::DeniedCapability {
+                kind: spec.kind().to_string(),
+                capabilities: denied,
+            });
+        }
+        let mut refusals = Vec::new();
+        for a in &self.backends {
+            let why = self.refusals(a, spec);
+            if why.is_empty() {
+                return Ok(a);
+            }
+            refusals.push((a.name.clone(), why));
+        }
+        Err(RouterError::NoBackendQualifies {
+            kind: spec.kind().to_string(),
+            floor: self.effective_floor(spec),
+            refusals: Refusals(refusals),
+        })
+    }
+
+    /// Runs every backend-side check acquire runs — hard stops, floor,
+    /// capabilities, egress rule — and returns the warnings acquire does not
+    /// give. This call alone is a wiring test for a host's backend choice.
+    /// The policy's checks need the caller's identity; see
+    /// [`Router::ensure_policy_allows`].
+    pub fn ensure_can_serve(&self, spec: &SandboxSpec) -> Result<Vec<Warning>, RouterError> {
+        let a = self.select(spec)?;
+        let mut warnings = Vec::new();
+        if a.egress == Egress::Closed && !spec.egress_allow().is_empty() {
+            warnings.push(Warning::ConfinesMore {
+                backend: a.name.clone(),
+                kind: spec.kind().to_string(),
+                entries: spec
+                    .egress_allow()
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect(),
+            });
+        }
+        Ok(warnings)
+    }
+
+    /// The name of the backend that would serve `spec`.
+    pub fn selected_backend(&self, spec: &SandboxSpec) -> Result<&str, RouterError> {
+        self.select(spec).map(|a| a.name.as_str())
+    }
+
+    fn request(&self, identity: &Identity, facts: SurfaceFacts) -> Request {
+        Request {
+            identity: identity.clone(),
+            env: self.env.clone(),
+            now: (self.clock)(),
+            facts,
+        }
+    }
+
+    /// Why a decision did not allow, in words naming the rules.
+    fn explain(&self, d: &Decision) -> String {
+        let rules = |ids: &[cordon_policy::RuleId]| {
+            ids.iter()
+                .map(|id| {
+                    let r = self.policy.rule(*id);
+                    format!("`{}` ({}:{})", r.name, r.file, r.line)
+                })
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        match d.verdict {
+            Verdict::Deny if d.deciding.is_empty() => {
+                let layer = d
+                    .layer
+                    .and_then(|l| self.policy.layers.get(l as usize))
+                    .map_or_else(|| "the policy".to_string(), |l| format!("`{}`", l.origin));
+                format!("no allow rule of {layer} matched")
+            }
+            Verdict::Deny => format!("denied by rule {}", rules(&d.deciding)),
+            Verdict::Undetermined => {
+                let unknown: Vec<String> = d
+                    .unknown
+                    .iter()
+                    .map(|f| format!("`{}`", f.spelling()))
+                    .collect();
+                let mut s = format!("undetermined: rule {} stayed open", rules(&d.deciding));
+                if !unknown.is_empty() {
+                    s.push_str(&format!(" on unknown {}", unknown.join(", ")));
+                }
+                for e in &d.errors {
+                    s.push_str(&format!(" ({e})"));
+                }
+                s
+            }
+            Verdict::Allow => "allowed".to_string(),
+        }
+    }
+
+    /// The policy's checks for one identity: resource asks against its
+    /// bounds, each allowlist entry on the egress surface (refused only when
+    /// denied for certain; the egress proxy decides the rest per
+    /// connection), and each secret on the secret surface (only an allow
+    /// grants). Returns the limits the sandbox is created with.
+    pub fn ensure_policy_allows(
+        &self,
+        identity: &Identity,
+        spec: &SandboxSpec,
+    ) -> Result<Limits, RouterError> {
+        let bounds = self.policy.bounds_for(identity, &self.env);
+        let ask = spec.resources();
+        let checks = [
+            (ask.memory, Bound::MaxMemory),
+            (ask.processes, Bound::MaxProcesses),
+            (ask.cpu_seconds, Bound::MaxCpuSeconds),
+            (ask.wall_seconds, Bound::MaxWallSeconds),
+        ];
+        for (asked, bound) in checks {
+            let limit = bounds.get(bound);
+            if let Some(asked) = asked {
+                if asked > limit {
+                    return Err(RouterError::AboveBound {
+                        kind: spec.kind().to_string(),
+                        bound,
+                        asked,
+                        limit,
+                        identity: who(identity),
+                    });
+                }
+            }
+        }
+        for entry in spec.egress_allow() {
+            let facts = EgressFacts::endpoint(entry.exact_host().map(str::to_string), entry.port());
+            let d = self
+                .policy
+                .decide(&self.request(identity, SurfaceFacts::Egress(facts)));
+            // INVARIANT: only a certain deny refuses here; an undetermined
+            // entry is held per connection by the egress proxy.
+            if d.verdict == Verdict::Deny {
+                return Err(RouterError::EgressDenied {
+                    kind: spec.kind().to_string(),
+                    entry: entry.to_string(),
+                    identity: who(identity),
+                    why: self.explain(&d),
+                });
+            }
+        }
+        for name in spec.secrets() {
+            let facts = SecretFacts {
+                name: name.as_str().to_string(),
+            };
+            let d = self
+                .policy
+                .decide(&self.request(identity, SurfaceFacts::Secret(facts)));
+            // INVARIANT: this is the final enforcing point for secrets, so
+            // undetermined is deny.
+            if !d.is_allowed() {
+                return Err(RouterError::SecretDenied {
+                    kind: spec.kind().to_string(),
+                    name: name.to_string(),
+                    identity: who(identity),
+                    why: self.explain(&d),
+                });
+            }
+        }
+        Ok(Limits {
+            memory_bytes: ask.memory.unwrap_or(bounds.max_memory),
+            processes: ask.processes.unwrap_or(bounds.max_processes),
+            cpu_seconds: ask.cpu_seconds.unwrap_or(bounds.max_cpu_seconds),
+            wall_seconds: ask.wall_seconds.unwrap_or(bounds.max_wall_seconds),
+        })
+    }
+
+    fn read_secrets(
+        &self,
+        spec: &SandboxSpec,
+    ) -> Result<Vec<(SecretName, SecretValue)>, RouterError> {
+        let mut out = Vec::new();
+        for name in spec.secrets() {
+            let provider = self.secrets.as_ref().ok_or_else(|| RouterError::Secret {
+                source: SecretError::NoProvider {
+                    name: name.to_string(),
+                },
+            })?;
+            let value = provider
+                .read(name)
+                .map_err(|source| RouterError::Secret { source })?;
+            out.push((name.clone(), value));
+        }
+        Ok(out)
+    }
+
+    /// Gets or creates the sandbox for the caller. The key and the identity
+    /// are read from `caller` now. Every refusal runs before any backend is
+    /// reached; the closed-vs-allowlist warning is not given here (see
+    /// [`Router::ensure_can_serve`]). A sandbox that exists for the key but
+    /// was created for another spec, identity or policy is refused, never
+    /// handed back.
+    pub fn acquire(
+        &self,
+        caller: &CallerContext,
+        spec: &SandboxSpec,
+    ) -> Result<Arc<dyn Sandbox>, RouterError> {
+        let caller = caller.resolve()?;
+        let a = self.select(spec)?;
+        let limits = self.ensure_policy_allows(&caller.identity, spec)?;
+        let secrets = self.read_secrets(spec)?;
+        let req = AcquireRequest {
+            key: caller.key,
+            provenance: Provenance {
+                spec: spec.clone(),
+                identity: caller.identity,
+                policy_digest: self.policy.digest.clone(),
+            },
+            limits,
+        };
+        let sandbox = a
+            .backend
+            .acquire(&req)
+            .map_err(|source| RouterError::Backend {
+                backend: a.name.clone(),
+                source,
+            })?;
+        let got = sandbox.provenance();
+        let mut what = Vec::new();
+        let spec_diff = got.spec.differences(&req.provenance.spec);
+        if !spec_diff.is_empty() {
+            let fields: Vec<String> = spec_diff.iter().map(|f| format!("`{f}`")).collect();
+            what.push(format!("spec ({})", fields.join(", ")));
+        }
+        if got.identity != req.provenance.identity {
+            what.push(format!(
+                "identity (`{}`, not `{}`)",
+                who(&got.identity),
+                who(&req.provenance.identity)
+            ));
+        }
+        if got.policy_digest != req.provenance.policy_digest {
+            what.push("policy (its digest differs)".to_string());
+        }
+        if !what.is_empty() {
+            return Err(RouterError::Mismatch {
+                key: req.key,
+                what: what.join(", "),
+            });
+        }
+        for (name, value) in &secrets {
+            sandbox
+                .write_file(&secret_path(name), value.expose(), SECRET_MODE)
+                .map_err(|source| RouterError::Delivery {
+                    backend: a.name.clone(),
+                    name: name.to_string(),
+                    source,
+                })?;
+        }
+        Ok(sandbox)
+    }
+
+    /// Disposes of the caller's sandbox on every backend; returns how many
+    /// were disposed. Best effort: a backend's failure is logged.
+    pub fn dispose(&self, caller: &CallerContext) -> Result<usize, KeyError> {
+        let key = caller.resolve()?.key;
+        let mut n = 0;
+        for a in &self.backends {
+            match catch_unwind(AssertUnwindSafe(|| a.backend.dispose(&key))) {
+                Ok(Ok(true)) => n += 1,
+                Ok(Ok(false)) => {}
+                Ok(Err(e)) => {
+                    tracing::warn!(backend = %a.name, key = %key, error = %e, "dispose failed; the sandbox keeps running until a later dispose reclaims it")
+                }
+                Err(_) => {
+                    tracing::warn!(backend = %a.name, key = %key, "dispose panicked; the sandbox keeps running until a later dispose reclaims it")
+                }
+            }
+        }
+        Ok(n)
+    }
+
+    /// Disposes of every sandbox of a scope and thread on every backend and
+    /// returns how many. Best effort by contract: each backend's failure
+    /// (error or panic) is logged and the others still run; it never fails.
+    pub fn dispose_scope(&self, scope: &str, thread_id: &str) -> usize {
+        let mut n = 0;
+        for a in &self.backends {
+            match catch_unwind(AssertUnwindSafe(|| {
+                a.backend.dispose_scope(scope, thread_id)
+            })) {
+                Ok(Ok(k)) => n += k,
+                Ok(Err(e)) => {
+                    tracing::warn!(backend = %a.name, scope, thread_id, error = %e, "dispose_scope failed; the sandboxes it did not reclaim keep running until a later dispose")
+                }
+                Err(_) => {
+                    tracing::warn!(backend = %a.name, scope, thread_id, "dispose_scope panicked; the sandboxes it did not reclaim keep running until a later dispose")
+                }
+            }
+        }
+        n
+    }
+
+    /// Runs `block`, then disposes of every sandbox of `scope` and
+    /// `thread_id` however the block ends — returning, returning an error,
+    /// or panicking — and reports how many. The block's value (its error
+    /// included) comes back untouched; disposal cannot fail it.
+    pub fn scope<T>(&self, scope: &str, thread_id: &str, block: impl FnOnce() -> T) -> Scoped<T> {
+        struct OnUnwind<'a> {
+            router: &'a Router,
+            scope: &'a str,
+            thread_id: &'a str,
+            armed: bool,
+        }
+        impl Drop for OnUnwind<'_> {
+            fn drop(&mut self) {
+                if self.armed {
+                    self.router.dispose_scope(self.scope, self.thread_id);
+                }
+            }
+        }
+        let mut guard = OnUnwind {
+            router: self,
+            scope,
+            thread_id,
+            armed: true,
+        };
+        let value = block();
+        guard.armed = false;
+        let disposed = self.dispose_scope(scope, thread_id);
+        Scoped { value, disposed }
+    }
+
+    /// Checks a sealed host-tool surface against the host's hard stops.
+    pub fn admit_tools(&self, surface: &ToolSurface) -> Result<(), RouterError> {
+        if surface.is_empty() {
+            return Ok(());
+        }
+        if self.denied_capabilities.contains(Capability::HostTools) {
+            return Err(RouterError::ToolsDenied);
+        }
+        for (tool, decl) in surface.declarations() {
+            if let Some(identity) = decl.identity {
+                if self.denied_identities.contains(&identity) {
+                    return Err(RouterError::ToolIdentityDenied {
+                        tool: tool.to_string(),
+                        identity,
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+}

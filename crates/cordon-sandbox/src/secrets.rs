@@ -1,0 +1,142 @@
+//! Where granted secrets come from, and where they land.
+//!
+//! The router decides each secret a spec names on the policy's secret
+//! surface at acquire — only an allow grants; undetermined is deny — then
+//! reads it from a host-side [`SecretProvider`] and writes it into the
+//! sandbox as a read-only file under [`SECRETS_DIR`]. Never through the
+//! environment (which every child process inherits and many tools log),
+//! never through anything the model reads.
+
+use std::fmt;
+use std::io::Read as _;
+use std::path::{Path, PathBuf};
+
+use crate::spec::SecretName;
+
+/// The guest directory granted secrets are written under: the secret
+/// `team-a/db-password` is the file `/run/cordon/secrets/team-a/db-password`.
+pub const SECRETS_DIR: &str = "/run/cordon/secrets";
+
+/// The mode of a delivered secret: read-only, owner only.
+pub const SECRET_MODE: u32 = 0o400;
+
+/// The largest secret read.
+pub const MAX_SECRET_BYTES: u64 = 1 << 20;
+
+/// The guest path of a secret.
+pub fn secret_path(name: &SecretName) -> String {
+    format!("{SECRETS_DIR}/{name}")
+}
+
+/// A secret's bytes. `Debug` does not show them.
+#[derive(Clone, PartialEq, Eq)]
+pub struct SecretValue(Vec<u8>);
+
+impl SecretValue {
+    pub fn new(bytes: Vec<u8>) -> SecretValue {
+        SecretValue(bytes)
+    }
+    pub fn expose(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl fmt::Debug for SecretValue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "SecretValue({} bytes, redacted)", self.0.len())
+    }
+}
+
+/// A secret that could not be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SecretError {
+    #[error("secret `{name}` is not in the secret store; add it on the host, or drop it from the spec's `secrets`")]
+    Missing { name: String },
+    #[error("secret `{name}` is refused by the store: {reason}")]
+    Refused { name: String, reason: String },
+    #[error("no secret store is configured, so secret `{name}` cannot be delivered; give the router a secret provider")]
+    NoProvider { name: String },
+}
+
+/// A host-side store of secrets.
+pub trait SecretProvider: Send + Sync {
+    fn read(&self, name: &SecretName) -> Result<SecretValue, SecretError>;
+}
+
+/// Secrets as files under a host directory: `team-a/db-password` is
+/// `ROOT/team-a/db-password`. Links anywhere below the root are refused, so
+/// a secret name cannot be pointed at a file outside it.
+#[derive(Debug, Clone)]
+pub struct DirectorySecrets {
+    root: PathBuf,
+}
+
+impl DirectorySecrets {
+    pub fn new(root: impl Into<PathBuf>) -> DirectorySecrets {
+        DirectorySecrets { root: root.into() }
+    }
+
+    fn walk(&self, name: &SecretName) -> Result<PathBuf, SecretError> {
+        let refused = |reason: String| SecretError::Refused {
+            name: name.to_string(),
+            reason,
+        };
+        let mut path: PathBuf = self.root.clone();
+        let segments: Vec<&str> = name.as_str().split('/').collect();
+        for (i, seg) in segments.iter().enumerate() {
+            path.push(seg);
+            let meta = match std::fs::symlink_metadata(&path) {
+                Ok(m) => m,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    return Err(SecretError::Missing {
+                        name: name.to_string(),
+                    })
+                }
+                Err(e) => return Err(refused(e.to_string())),
+            };
+            let last = i + 1 == segments.len();
+            if meta.file_type().is_symlink() {
+                return Err(refused(format!(
+                    "`{}` is a symbolic link; store the secret as a regular file",
+                    show(&path)
+                )));
+            }
+            if last && !meta.is_file() {
+                return Err(refused(format!("`{}` is not a regular file", show(&path))));
+            }
+            if !last && !meta.is_dir() {
+                return Err(SecretError::Missing {
+                    name: name.to_string(),
+                });
+            }
+            if last && meta.len() > MAX_SECRET_BYTES {
+                return Err(refused("it is larger than 1 MiB".into()));
+            }
+        }
+        Ok(path)
+    }
+}
+
+fn show(p: &Path) -> String {
+    p.display().to_string()
+}
+
+impl SecretProvider for DirectorySecrets {
+    fn read(&self, name: &SecretName) -> Result<SecretValue, SecretError> {
+        let path = self.walk(name)?;
+        let mut bytes = Vec::new();
+        std::fs::File::open(&path)
+            .and_then(|f| f.take(MAX_SECRET_BYTES + 1).read_to_end(&mut bytes))
+            .map_err(|e| SecretError::Refused {
+                name: name.to_string(),
+                reason: e.to_string(),
+            })?;
+        if bytes.len() as u64 > MAX_SECRET_BYTES {
+            return Err(SecretError::Refused {
+                name: name.to_string(),
+                reason: "it is larger than 1 MiB".into(),
+            });
+        }
+        Ok(SecretValue(bytes))
+    }
+}

@@ -1,0 +1,480 @@
+//! What a workload asks for: a [`SandboxSpec`], loaded from YAML or built in
+//! code, and valid whenever it exists.
+//!
+//! The YAML form refuses unknown fields, duplicate keys, anchors, aliases and
+//! tags, and every error carries `file:line:column`. Scalars are read as
+//! strings and typed here (a size by [`cordon_policy::canon::size`]), never
+//! by YAML's guess.
+//!
+//! ```yaml
+//! kind: diagram
+//! image: diagram-sandbox:1
+//! work_dir: /workspace
+//! egress_allow: [pypi.org, "*.pythonhosted.org"]   # empty or absent: no network
+//! requires: [exec, files_in]
+//! min_isolation: microvm        # may raise the host's floor, never lower it
+//! resources: {memory: 256MiB, processes: 16, cpu_seconds: 30, wall_seconds: 120}
+//! secrets: [team-a/pypi-token]
+//! ```
+
+use std::fmt;
+use std::path::Path;
+
+use cordon_policy::canon;
+use marked_yaml::Spanned;
+use serde::Deserialize;
+
+use crate::capability::{Capability, CapabilitySet};
+use crate::egress::EgressEntry;
+use crate::isolation::Isolation;
+use crate::yaml::{self, pos};
+
+/// The guest working directory a spec that names none gets.
+pub const DEFAULT_WORK_DIR: &str = "/workspace";
+
+/// The largest spec file read.
+pub const MAX_SPEC_BYTES: u64 = 1 << 20;
+
+/// A secret's name, checked by [`cordon_policy::canon::secret_name`]: the
+/// same spelling the policy's `secret.name` sees.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SecretName(String);
+
+impl SecretName {
+    pub fn parse(raw: &str) -> Result<SecretName, canon::CanonError> {
+        canon::secret_name(raw).map(SecretName)
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for SecretName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Resources a workload asks for. An unstated ask gets the policy's bound
+/// for the identity; an ask above that bound is refused at acquire.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct ResourceAsk {
+    /// Bytes.
+    pub memory: Option<u64>,
+    pub processes: Option<u64>,
+    pub cpu_seconds: Option<u64>,
+    pub wall_seconds: Option<u64>,
+}
+
+/// A sandbox spec. Built by [`SandboxSpec::new`] and the `with_*` methods, or
+/// loaded by [`SandboxSpec::from_yaml`]; every field is checked on the way
+/// in, so a spec that exists is valid.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SandboxSpec {
+    kind: String,
+    image: String,
+    egress_allow: Vec<EgressEntry>,
+    work_dir: String,
+    requires: CapabilitySet,
+    min_isolation: Option<Isolation>,
+    resources: ResourceAsk,
+    secrets: Vec<SecretName>,
+}
+
+/// A spec that is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SpecError {
+    /// The text is not YAML cordon reads.
+    #[error("{file}:{line}:{column}: {message}; fix the YAML syntax (anchors, aliases, tags and duplicate keys are not accepted)")]
+    Syntax {
+        file: String,
+        line: usize,
+        column: usize,
+        message: String,
+    },
+    /// A field that is unknown, missing or of the wrong shape.
+    #[error("{file}:{line}:{column}: {message}")]
+    Structure {
+        file: String,
+        line: usize,
+        column: usize,
+        message: String,
+    },
+    /// A field whose value is refused.
+    #[error("{file}:{line}:{column}: `{field}`: {reason}")]
+    Value {
+        file: String,
+        line: usize,
+        column: usize,
+        field: &'static str,
+        reason: String,
+    },
+    /// A value refused when a spec is built in code.
+    #[error("spec field `{field}` is refused: {reason}")]
+    Invalid { field: &'static str, reason: String },
+    /// The spec file could not be read.
+    #[error("cannot read spec `{file}`: {reason}; check the path and that it is a file of at most 1 MiB")]
+    Read { file: String, reason: String },
+}
+
+/// A `kind` or `image` name; `example` shows a good one.
+fn check_name(example: &str, raw: &str) -> Result<String, String> {
+    if raw.is_empty() {
+        return Err("it is empty".into());
+    }
+    if raw.len() > 256 {
+        return Err("it is longer than 256 bytes".into());
+    }
+    if !raw
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b"-_.:/@+".contains(&b))
+    {
+        return Err(format!(
+            "`{raw}` holds a character outside `a-z A-Z 0-9 - _ . : / @ +`; write a name like `{example}`"
+        ));
+    }
+    Ok(raw.to_string())
+}
+
+fn check_work_dir(raw: &str) -> Result<String, String> {
+    let canonical = canon::fs_path(raw).map_err(|e| e.to_string())?;
+    if canonical != raw {
+        return Err(format!(
+            "`{raw}` is not in canonical form; write `{canonical}`"
+        ));
+    }
+    if canonical == "/" {
+        return Err("`/` is the guest's root; name a directory like `/workspace`".into());
+    }
+    Ok(canonical)
+}
+
+fn check_count(raw: &str) -> Result<u64, String> {
+    if raw.is_empty() || !raw.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(format!("`{raw}` is not a whole number; write it like `30`"));
+    }
+    match raw.parse::<u64>() {
+        Ok(0) => {
+            Err("0 leaves nothing to run; leave the ask out to take the policy's bound".into())
+        }
+        Ok(n) => Ok(n),
+        Err(_) => Err(format!("`{raw}` is too large")),
+    }
+}
+
+fn check_memory(raw: &str) -> Result<u64, String> {
+    match canon::size(raw) {
+        Ok(0) => {
+            Err("0 leaves nothing to run; leave the ask out to take the policy's bound".into())
+        }
+        Ok(n) => Ok(n),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+impl SandboxSpec {
+    /// A spec with the closed configuration: no network, no required
+    /// capabilities, no floor of its own, no resource asks, no secrets, work
+    /// directory [`DEFAULT_WORK_DIR`].
+    pub fn new(kind: &str, image: &str) -> Result<SandboxSpec, SpecError> {
+        let invalid = |field| move |reason| SpecError::Invalid { field, reason };
+        Ok(SandboxSpec {
+            kind: check_name("diagram", kind).map_err(invalid("kind"))?,
+            image: check_name("diagram-sandbox:1", image).map_err(invalid("image"))?,
+            egress_allow: Vec::new(),
+            work_dir: DEFAULT_WORK_DIR.to_string(),
+            requires: CapabilitySet::empty(),
+            min_isolation: None,
+            resources: ResourceAsk::default(),
+            secrets: Vec::new(),
+        })
+    }
+
+    /// Replaces the allowlist. Duplicates are refused.
+    pub fn with_egress_allow(
+        mut self,
+        entries: impl IntoIterator<Item = EgressEntry>,
+    ) -> Result<SandboxSpec, SpecError> {
+        let mut out: Vec<EgressEntry> = Vec::new();
+        for e in entries {
+            if out.contains(&e) {
+                return Err(SpecError::Invalid {
+                    field: "egress_allow",
+                    reason: format!("`{e}` is listed twice; list each entry once"),
+                });
+            }
+            out.push(e);
+        }
+        self.egress_allow = out;
+        Ok(self)
+    }
+
+    pub fn with_work_dir(mut self, dir: &str) -> Result<SandboxSpec, SpecError> {
+        self.work_dir = check_work_dir(dir).map_err(|reason| SpecError::Invalid {
+            field: "work_dir",
+            reason,
+        })?;
+        Ok(self)
+    }
+
+    pub fn with_requires(mut self, caps: impl IntoIterator<Item = Capability>) -> SandboxSpec {
+        self.requires = caps.into_iter().collect();
+        self
+    }
+
+    /// A floor for this spec alone. The router applies the stricter of this
+    /// and the host's floor, so it can only raise it.
+    pub fn with_min_isolation(mut self, floor: Isolation) -> SandboxSpec {
+        self.min_isolation = Some(floor);
+        self
+    }
+
+    /// Resource asks; a zero ask is refused.
+    pub fn with_resources(mut self, ask: ResourceAsk) -> Result<SandboxSpec, SpecError> {
+        let fields = [
+            ("resources.memory", ask.memory),
+            ("resources.processes", ask.processes),
+            ("resources.cpu_seconds", ask.cpu_seconds),
+            ("resources.wall_seconds", ask.wall_seconds),
+        ];
+        for (field, v) in fields {
+            if v == Some(0) {
+                return Err(SpecError::Invalid {
+                    field,
+                    reason: "0 leaves nothing to run; leave the ask out to take the policy's bound"
+                        .into(),
+                });
+            }
+        }
+        self.resources = ask;
+        Ok(self)
+    }
+
+    /// Replaces the secrets. Duplicates are refused.
+    pub fn with_secrets(
+        mut self,
+        names: impl IntoIterator<Item = SecretName>,
+    ) -> Result<SandboxSpec, SpecError> {
+        let mut out: Vec<SecretName> = Vec::new();
+        for n in names {
+            if out.contains(&n) {
+                return Err(SpecError::Invalid {
+                    field: "secrets",
+                    reason: format!("`{n}` is listed twice; list each secret once"),
+                });
+            }
+            out.push(n);
+        }
+        self.secrets = out;
+        Ok(self)
+    }
+
+    pub fn kind(&self) -> &str {
+        &self.kind
+    }
+    pub fn image(&self) -> &str {
+        &self.image
+    }
+    /// Everything not named is denied; empty means no network.
+    pub fn egress_allow(&self) -> &[EgressEntry] {
+        &self.egress_allow
+    }
+    pub fn work_dir(&self) -> &str {
+        &self.work_dir
+    }
+    pub fn requires(&self) -> &CapabilitySet {
+        &self.requires
+    }
+    pub fn min_isolation(&self) -> Option<Isolation> {
+        self.min_isolation
+    }
+    pub fn resources(&self) -> &ResourceAsk {
+        &self.resources
+    }
+    pub fn secrets(&self) -> &[SecretName] {
+        &self.secrets
+    }
+
+    /// The names of the fields in which `self` and `other` differ, for a
+    /// refusal that says what differs.
+    pub fn differences(&self, other: &SandboxSpec) -> Vec<&'static str> {
+        let mut out = Vec::new();
+        let mut diff = |name, differ: bool| {
+            if differ {
+                out.push(name);
+            }
+        };
+        diff("kind", self.kind != other.kind);
+        diff("image", self.image != other.image);
+        diff("egress_allow", self.egress_allow != other.egress_allow);
+        diff("work_dir", self.work_dir != other.work_dir);
+        diff("requires", self.requires != other.requires);
+        diff("min_isolation", self.min_isolation != other.min_isolation);
+        diff("resources", self.resources != other.resources);
+        diff("secrets", self.secrets != other.secrets);
+        out
+    }
+
+    /// Reads a spec file.
+    pub fn from_file(path: &Path) -> Result<SandboxSpec, SpecError> {
+        let file = path.display().to_string();
+        let read = |reason: String| SpecError::Read {
+            file: file.clone(),
+            reason,
+        };
+        let meta = std::fs::metadata(path).map_err(|e| read(e.to_string()))?;
+        if !meta.is_file() || meta.len() > MAX_SPEC_BYTES {
+            return Err(read("it is not a regular file of at most 1 MiB".into()));
+        }
+        let text = std::fs::read_to_string(path).map_err(|e| read(e.to_string()))?;
+        SandboxSpec::from_yaml(&file, &text)
+    }
+
+    /// Loads a spec from YAML text; `file` names it in errors.
+    pub fn from_yaml(file: &str, text: &str) -> Result<SandboxSpec, SpecError> {
+        let raw: RawSpec = yaml::load(text).map_err(|f| {
+            let file = file.to_string();
+            if f.syntax {
+                SpecError::Syntax {
+                    file,
+                    line: f.line,
+                    column: f.column,
+                    message: f.message,
+                }
+            } else {
+                SpecError::Structure {
+                    file,
+                    line: f.line,
+                    column: f.column,
+                    message: f.message,
+                }
+            }
+        })?;
+        raw.validate(file)
+    }
+}
+
+fn value_error(file: &str, at: (usize, usize), field: &'static str, reason: String) -> SpecError {
+    SpecError::Value {
+        file: file.to_string(),
+        line: at.0,
+        column: at.1,
+        field,
+        reason,
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSpec {
+    kind: Spanned<String>,
+    image: Spanned<String>,
+    #[serde(default)]
+    work_dir: Option<Spanned<String>>,
+    #[serde(default)]
+    egress_allow: Vec<Spanned<String>>,
+    #[serde(default)]
+    requires: Vec<Spanned<String>>,
+    #[serde(default)]
+    min_isolation: Option<Spanned<String>>,
+    #[serde(default)]
+    resources: Option<RawResources>,
+    #[serde(default)]
+    secrets: Vec<Spanned<String>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawResources {
+    #[serde(default)]
+    memory: Option<Spanned<String>>,
+    #[serde(default)]
+    processes: Option<Spanned<String>>,
+    #[serde(default)]
+    cpu_seconds: Option<Spanned<String>>,
+    #[serde(default)]
+    wall_seconds: Option<Spanned<String>>,
+}
+
+impl RawSpec {
+    fn validate(self, file: &str) -> Result<SandboxSpec, SpecError> {
+        let at = |field, s: &Spanned<String>, reason| value_error(file, pos(s), field, reason);
+        let kind = check_name("diagram", &self.kind).map_err(|r| at("kind", &self.kind, r))?;
+        let image = check_name("diagram-sandbox:1", &self.image)
+            .map_err(|r| at("image", &self.image, r))?;
+        let work_dir = match &self.work_dir {
+            Some(w) => check_work_dir(w).map_err(|r| at("work_dir", w, r))?,
+            None => DEFAULT_WORK_DIR.to_string(),
+        };
+        let mut egress_allow: Vec<EgressEntry> = Vec::new();
+        for e in &self.egress_allow {
+            let entry =
+                EgressEntry::parse(e).map_err(|err| at("egress_allow", e, err.to_string()))?;
+            if egress_allow.contains(&entry) {
+                return Err(at(
+                    "egress_allow",
+                    e,
+                    format!("`{entry}` is listed twice; list each entry once"),
+                ));
+            }
+            egress_allow.push(entry);
+        }
+        let mut requires = CapabilitySet::empty();
+        for c in &self.requires {
+            let cap: Capability =
+                c.parse()
+                    .map_err(|err: crate::capability::CapabilityError| {
+                        at("requires", c, err.to_string())
+                    })?;
+            requires.insert(cap);
+        }
+        let min_isolation = match &self.min_isolation {
+            Some(m) => Some(
+                m.parse::<Isolation>()
+                    .map_err(|err| at("min_isolation", m, err.to_string()))?,
+            ),
+            None => None,
+        };
+        let mut resources = ResourceAsk::default();
+        if let Some(r) = &self.resources {
+            if let Some(v) = &r.memory {
+                resources.memory = Some(check_memory(v).map_err(|e| at("resources.memory", v, e))?);
+            }
+            if let Some(v) = &r.processes {
+                resources.processes =
+                    Some(check_count(v).map_err(|e| at("resources.processes", v, e))?);
+            }
+            if let Some(v) = &r.cpu_seconds {
+                resources.cpu_seconds =
+                    Some(check_count(v).map_err(|e| at("resources.cpu_seconds", v, e))?);
+            }
+            if let Some(v) = &r.wall_seconds {
+                resources.wall_seconds =
+                    Some(check_count(v).map_err(|e| at("resources.wall_seconds", v, e))?);
+            }
+        }
+        let mut secrets: Vec<SecretName> = Vec::new();
+        for s in &self.secrets {
+            let name = SecretName::parse(s).map_err(|err| at("secrets", s, err.to_string()))?;
+            if secrets.contains(&name) {
+                return Err(at(
+                    "secrets",
+                    s,
+                    format!("`{name}` is listed twice; list each secret once"),
+                ));
+            }
+            secrets.push(name);
+        }
+        Ok(SandboxSpec {
+            kind,
+            image,
+            egress_allow,
+            work_dir,
+            requires,
+            min_isolation,
+            resources,
+            secrets,
+        })
+    }
+}

@@ -1,0 +1,59 @@
+//! Where the host's floor comes from, and unknown rungs refused everywhere.
+
+use cordon_sandbox::{resolve_floor, FloorSource, HostConfig, Isolation};
+
+fn cfg(rung: &str) -> HostConfig {
+    HostConfig::from_yaml("cordon.yaml", &format!("min_isolation: {rung}\n")).unwrap()
+}
+
+#[test]
+fn precedence_is_flag_then_environment_then_file_then_microvm() {
+    let c = cfg("container");
+    let f = resolve_floor(Some("vm"), Some("hardened_container"), Some(&c)).unwrap();
+    assert_eq!((f.rung, f.source), (Isolation::Vm, FloorSource::Flag));
+    let f = resolve_floor(None, Some("hardened_container"), Some(&c)).unwrap();
+    assert_eq!(
+        (f.rung, f.source),
+        (Isolation::HardenedContainer, FloorSource::Env)
+    );
+    let f = resolve_floor(None, None, Some(&c)).unwrap();
+    assert_eq!(f.rung, Isolation::Container);
+    assert_eq!(f.source.to_string(), "`min_isolation` in `cordon.yaml`");
+    let empty = HostConfig::from_yaml("cordon.yaml", "{}\n").unwrap();
+    let f = resolve_floor(None, None, Some(&empty)).unwrap();
+    assert_eq!(
+        (f.rung, f.source),
+        (Isolation::Microvm, FloorSource::Default)
+    );
+    let f = resolve_floor(None, None, None).unwrap();
+    assert_eq!(f.rung, Isolation::Microvm);
+}
+
+#[test]
+fn an_unknown_rung_is_refused_wherever_it_comes_from() {
+    let mut report = String::new();
+    let err = "Container".parse::<Isolation>().unwrap_err();
+    report.push_str(&format!("parse\n  {err}\n"));
+    let err = resolve_floor(Some("microVM"), None, None).unwrap_err();
+    report.push_str(&format!("flag\n  {err}\n"));
+    // Even when a valid flag overrides it.
+    let err = resolve_floor(Some("vm"), Some("proces"), None).unwrap_err();
+    report.push_str(&format!("env\n  {err}\n"));
+    let err = resolve_floor(None, Some(""), None).unwrap_err();
+    report.push_str(&format!("empty env\n  {err}\n"));
+    let err = HostConfig::from_yaml("cordon.yaml", "# host\nmin_isolation: gvisor\n").unwrap_err();
+    report.push_str(&format!("file\n  {err}\n"));
+    let err = HostConfig::from_yaml("cordon.yaml", "min_isolaton: vm\n").unwrap_err();
+    report.push_str(&format!("file key\n  {err}\n"));
+    insta::assert_snapshot!("unknown_rung_everywhere", report);
+}
+
+#[test]
+fn a_config_file_is_read_from_disk() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("cordon.yaml");
+    std::fs::write(&path, "min_isolation: process\n").unwrap();
+    let c = HostConfig::from_file(&path).unwrap();
+    assert_eq!(c.min_isolation, Some(Isolation::Process));
+    assert!(HostConfig::from_file(&dir.path().join("absent.yaml")).is_err());
+}

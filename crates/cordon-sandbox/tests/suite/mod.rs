@@ -1,0 +1,11 @@
+mod config;
+mod doctor;
+mod doubles;
+mod egress;
+mod keys;
+mod policy;
+mod router;
+mod scope;
+mod secrets;
+mod spec;
+mod tools;

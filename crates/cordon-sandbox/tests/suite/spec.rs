@@ -1,0 +1,126 @@
+//! Loading a spec from YAML: unknown fields refused, errors positioned.
+
+use cordon_sandbox::{Capability, Isolation, SandboxSpec, SecretName, SpecError};
+
+const FULL: &str = "kind: diagram
+image: diagram-sandbox:1
+work_dir: /workspace/out
+egress_allow:
+  - pypi.org
+  - \"*.pythonhosted.org\"
+requires: [exec, files_in, network]
+min_isolation: microvm
+resources:
+  memory: 256MiB
+  processes: 16
+  cpu_seconds: 30
+  wall_seconds: 120
+secrets: [team-a/pypi-token]
+";
+
+fn load(text: &str) -> Result<SandboxSpec, SpecError> {
+    SandboxSpec::from_yaml("spec.yaml", text)
+}
+
+#[test]
+fn a_full_spec_loads() {
+    let s = load(FULL).unwrap();
+    assert_eq!(s.kind(), "diagram");
+    assert_eq!(s.work_dir(), "/workspace/out");
+    let entries: Vec<String> = s.egress_allow().iter().map(ToString::to_string).collect();
+    assert_eq!(entries, ["pypi.org:443", "*.pythonhosted.org:443"]);
+    assert!(s.requires().contains(Capability::Network));
+    assert_eq!(s.min_isolation(), Some(Isolation::Microvm));
+    assert_eq!(s.resources().memory, Some(256 << 20));
+    assert_eq!(s.resources().wall_seconds, Some(120));
+    assert_eq!(
+        s.secrets(),
+        [SecretName::parse("team-a/pypi-token").unwrap()]
+    );
+}
+
+#[test]
+fn a_spec_that_says_nothing_gets_the_closed_configuration() {
+    let s = load("kind: k\nimage: i\n").unwrap();
+    assert!(s.egress_allow().is_empty());
+    assert!(s.requires().is_empty());
+    assert!(s.secrets().is_empty());
+    assert_eq!(s.min_isolation(), None);
+    assert_eq!(s.work_dir(), "/workspace");
+    assert_eq!(s, SandboxSpec::new("k", "i").unwrap());
+}
+
+#[test]
+fn every_refusal_is_positioned() {
+    let cases = [
+        (
+            "unknown field",
+            "kind: k\nimage: i\negress_allowed: [pypi.org]\n",
+        ),
+        (
+            "unknown nested field",
+            "kind: k\nimage: i\nresources:\n  mem: 1GiB\n",
+        ),
+        ("missing field", "kind: k\n"),
+        ("duplicate key", "kind: k\nimage: i\nkind: j\n"),
+        ("anchor", "kind: &a k\nimage: *a\n"),
+        ("wrong shape", "kind: k\nimage: i\negress_allow: pypi.org\n"),
+        (
+            "unknown rung",
+            "kind: k\nimage: i\nmin_isolation: microVM\n",
+        ),
+        (
+            "old process meaning",
+            "kind: k\nimage: i\nmin_isolation: no-boundary\n",
+        ),
+        (
+            "bad entry",
+            "kind: k\nimage: i\negress_allow:\n  - pypi.org\n  - 10.0.0.1\n",
+        ),
+        (
+            "duplicate entry",
+            "kind: k\nimage: i\negress_allow: [pypi.org, PyPI.org:443]\n",
+        ),
+        (
+            "bad capability",
+            "kind: k\nimage: i\nrequires: [exec, gpu]\n",
+        ),
+        ("bad size", "kind: k\nimage: i\nresources:\n  memory: 1GB\n"),
+        (
+            "zero count",
+            "kind: k\nimage: i\nresources:\n  processes: 0\n",
+        ),
+        (
+            "bad secret",
+            "kind: k\nimage: i\nsecrets: [../etc/shadow]\n",
+        ),
+        (
+            "relative work dir",
+            "kind: k\nimage: i\nwork_dir: workspace\n",
+        ),
+        ("bad image", "kind: k\nimage: \"my image\"\n"),
+        ("not a mapping", "- kind\n"),
+    ];
+    let mut report = String::new();
+    for (what, text) in cases {
+        match load(text) {
+            Ok(s) => panic!("{what}: accepted {s:?}"),
+            Err(e) => {
+                let shown = e.to_string();
+                assert!(shown.starts_with("spec.yaml:"), "{what}: {shown}");
+                report.push_str(&format!("{what}\n  {shown}\n"));
+            }
+        }
+    }
+    insta::assert_snapshot!("spec_refusals", report);
+}
+
+#[test]
+fn equal_specs_compare_equal_and_differences_are_named() {
+    let a = load(FULL).unwrap();
+    let b = load(FULL).unwrap();
+    assert_eq!(a, b);
+    assert!(a.differences(&b).is_empty());
+    let c = load(&FULL.replace("256MiB", "128MiB").replace("microvm", "vm")).unwrap();
+    assert_eq!(a.differences(&c), ["min_isolation", "resources"]);
+}
