@@ -414,9 +414,15 @@ fn doctor_lists_every_backend_and_fails_when_none_can_serve() {
     let (code, out, err) = cordon_env(&["doctor"], &[]);
     // No backend is built yet, so none can serve under any floor.
     assert_eq!(code, 1, "{out}{err}");
-    assert!(out.starts_with("floor: microvm (from the default)"), "{out}");
+    assert!(
+        out.starts_with("floor: microvm (from the default)"),
+        "{out}"
+    );
     for name in ["microvm", "gvisor", "container", "docker", "process"] {
-        assert!(out.lines().any(|l| l.starts_with(name)), "{name} missing:\n{out}");
+        assert!(
+            out.lines().any(|l| l.starts_with(name)),
+            "{name} missing:\n{out}"
+        );
     }
     assert!(out.contains("not built in this version"), "{out}");
     assert!(err.contains("--min-isolation"), "{err}");
@@ -433,5 +439,8 @@ fn doctor_refuses_an_unknown_rung_from_any_source() {
         &[("CORDON_MIN_ISOLATION", "Container")],
     );
     assert_eq!(code, 2, "{err}");
-    assert!(err.contains("`Container` is not an isolation rung"), "{err}");
+    assert!(
+        err.contains("`Container` is not an isolation rung"),
+        "{err}"
+    );
 }

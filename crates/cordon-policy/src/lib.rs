@@ -19,6 +19,7 @@ pub mod diag;
 pub mod explain;
 pub mod expr;
 mod parse;
+pub mod plan;
 pub mod policy;
 pub mod resolve;
 pub mod vocab;

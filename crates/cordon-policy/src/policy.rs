@@ -554,6 +554,22 @@ impl Assembler<'_> {
             surfaces.entry(*s).or_default().allow_stated = parsed.allow_stated.contains(s);
         }
         for mut rule in parsed.rules {
+            if let Some(msg) = crate::plan::lint(&rule) {
+                let map = SourceMap {
+                    name: &unit.name,
+                    text: &unit.text,
+                };
+                let off = map.offset_of(rule.line, rule.column);
+                let mut d = map.at(
+                    off,
+                    off + rule.source.chars().count(),
+                    Some(&rule.name),
+                    msg,
+                    Some("see \"What the kernel can hold\" in docs/policy.md; state the condition on facts the kernel sees (`path`, `mode`, `command`) or accept this meaning".into()),
+                );
+                d.severity = Severity::Warning;
+                self.diags.push(d);
+            }
             let id = RuleId(self.rules.len() as u32);
             rule.layer = index;
             let entry = surfaces.entry(rule.surface).or_default();
