@@ -10,7 +10,7 @@ mod policy_cmd;
 
 /// cordon: a sandbox for code that AI agents write and run.
 #[derive(Parser)]
-#[command(name = "cordon", version, about, long_about = None)]
+#[command(name = "cordon", version, about = "cordon: a sandbox for code that AI agents write and run", long_about = None)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
