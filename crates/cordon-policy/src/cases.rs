@@ -558,17 +558,7 @@ impl CaseLoader<'_> {
     }
 
     fn unknown(&mut self, k: &MarkedScalarNode, known: &[&str], what: &str) {
-        let help = match vocab::did_you_mean(k.as_str(), known.iter().copied()) {
-            Some(s) => format!("did you mean `{s}`?"),
-            None => format!(
-                "{what} takes {}",
-                known
-                    .iter()
-                    .map(|k| format!("`{k}`"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
-        };
+        let help = crate::vocab::unknown_key_help(k.as_str(), known, what);
         self.err(
             scalar_start(k),
             k.as_str().chars().count(),

@@ -371,7 +371,11 @@ impl Policy {
     /// The layers that apply to an identity, in layer order, the root
     /// first. A layer whose `applies_to` is undecidable applies.
     pub fn applying_layers(&self, identity: &Identity, env: &Deployment) -> Vec<u32> {
-        let base = Base { identity, env };
+        let base = Base {
+            identity,
+            env,
+            now: None,
+        };
         let mut out = vec![0];
         let guarded = self
             .layer_index
@@ -473,10 +477,13 @@ impl Policy {
     }
 }
 
-/// The base facts alone (`identity`, `env`), for `applies_to`.
-struct Base<'r> {
-    identity: &'r Identity,
-    env: &'r Deployment,
+/// The base facts alone: `identity`, `env`, and `now` where it is known.
+/// `applies_to` reads them before a request exists; a confinement plan
+/// binds them for one identity.
+pub(crate) struct Base<'r> {
+    pub identity: &'r Identity,
+    pub env: &'r Deployment,
+    pub now: Option<i64>,
 }
 
 impl FactSource for Base<'_> {
@@ -487,6 +494,7 @@ impl FactSource for Base<'_> {
             Fact::IdentityAttested => Some(Val::Bool(self.identity.attested)),
             Fact::IdentityLabels => Some(Val::StrMap(&self.identity.labels)),
             Fact::EnvName => Some(Val::Str(Cow::Borrowed(&self.env.name))),
+            Fact::Now => self.now.map(Val::Timestamp),
             _ => None,
         }
     }

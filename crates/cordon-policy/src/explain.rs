@@ -212,36 +212,44 @@ fn split_and(src: &str, out: &mut Vec<String>) {
     }
 }
 
-/// Byte ranges of `s` at depth 0 between `&&`s, skipping string literals.
-fn split_top_level(s: &str) -> Vec<&str> {
+/// Walks `s` outside string literals, calling `f(index, byte, depth)` with
+/// the bracket depth after the byte; stops when `f` returns false.
+fn scan(s: &str, mut f: impl FnMut(usize, u8, i32) -> bool) {
     let b = s.as_bytes();
-    let mut parts = Vec::new();
-    let (mut depth, mut start, mut i) = (0i32, 0usize, 0usize);
-    let mut quote: Option<u8> = None;
+    let (mut depth, mut i, mut quote) = (0i32, 0usize, None::<u8>);
     while i < b.len() {
         let c = b[i];
         match quote {
-            Some(q) => {
-                if c == b'\\' {
-                    i += 1;
-                } else if c == q {
-                    quote = None;
+            Some(_) if c == b'\\' => i += 1,
+            Some(q) if c == q => quote = None,
+            Some(_) => {}
+            None => {
+                match c {
+                    b'"' | b'\'' => quote = Some(c),
+                    b'(' | b'[' | b'{' => depth += 1,
+                    b')' | b']' | b'}' => depth -= 1,
+                    _ => {}
+                }
+                if quote.is_none() && !f(i, c, depth) {
+                    return;
                 }
             }
-            None => match c {
-                b'"' | b'\'' => quote = Some(c),
-                b'(' | b'[' | b'{' => depth += 1,
-                b')' | b']' | b'}' => depth -= 1,
-                b'&' if depth == 0 && b.get(i + 1) == Some(&b'&') => {
-                    parts.push(&s[start..i]);
-                    start = i + 2;
-                    i += 1;
-                }
-                _ => {}
-            },
         }
         i += 1;
     }
+}
+
+/// The parts of `s` between its top-level `&&`s.
+fn split_top_level(s: &str) -> Vec<&str> {
+    let b = s.as_bytes();
+    let (mut parts, mut start) = (Vec::new(), 0usize);
+    scan(s, |i, c, depth| {
+        if c == b'&' && depth == 0 && i >= start && b.get(i + 1) == Some(&b'&') {
+            parts.push(&s[start..i]);
+            start = i + 2;
+        }
+        true
+    });
     parts.push(&s[start..]);
     parts
 }
@@ -250,34 +258,14 @@ fn split_top_level(s: &str) -> Vec<&str> {
 fn strip_wrapping_parens(s: &str) -> Option<&str> {
     let inner = s.strip_prefix('(')?.strip_suffix(')')?;
     // The opening parenthesis must close at the very end.
-    let b = s.as_bytes();
-    let (mut depth, mut quote) = (0i32, None::<u8>);
-    let mut i = 0;
-    while i < b.len() {
-        let c = b[i];
-        match quote {
-            Some(q) => {
-                if c == b'\\' {
-                    i += 1;
-                } else if c == q {
-                    quote = None;
-                }
-            }
-            None => match c {
-                b'"' | b'\'' => quote = Some(c),
-                b'(' => depth += 1,
-                b')' => {
-                    depth -= 1;
-                    if depth == 0 && i + 1 != b.len() {
-                        return None;
-                    }
-                }
-                _ => {}
-            },
+    let mut wraps = true;
+    scan(s, |i, c, depth| {
+        if c == b')' && depth == 0 && i + 1 != s.len() {
+            wraps = false;
         }
-        i += 1;
-    }
-    Some(inner)
+        wraps
+    });
+    wraps.then_some(inner)
 }
 
 /// Source on one line, runs of white space folded.

@@ -127,17 +127,7 @@ impl Loader<'_> {
     }
 
     fn unknown_key(&mut self, key: &MarkedScalarNode, known: &[&str], what: &str) {
-        let help = match crate::vocab::did_you_mean(key.as_str(), known.iter().copied()) {
-            Some(s) => format!("did you mean `{s}`?"),
-            None => format!(
-                "{what} takes {}",
-                known
-                    .iter()
-                    .map(|k| format!("`{k}`"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
-        };
+        let help = crate::vocab::unknown_key_help(key.as_str(), known, what);
         self.err_at(
             scalar_start(key),
             key.as_str().chars().count(),

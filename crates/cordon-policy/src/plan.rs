@@ -20,7 +20,7 @@
 
 use std::collections::BTreeSet;
 
-use crate::decide::{Deployment, Identity};
+use crate::decide::{Base, Deployment, Identity};
 use crate::expr::{self, Const, FactSource, Kind, NoTrace, Node, Val};
 use crate::policy::{Bounds, Effect, Policy, Rule, RuleId};
 use crate::vocab::{Fact, Surface};
@@ -237,7 +237,11 @@ impl Policy {
         env: &Deployment,
         now: i64,
     ) -> Result<ConfinementPlan, PlanError> {
-        let base = BaseFacts { identity, env, now };
+        let base = Base {
+            identity,
+            env,
+            now: Some(now),
+        };
         let layers = self.applying_layers(identity, env);
         let mut notes = Vec::new();
         let mut surface = |s: Surface| -> Result<(Vec<Grant>, Vec<Grant>), PlanError> {
@@ -297,7 +301,7 @@ impl Policy {
     fn hold(
         &self,
         id: RuleId,
-        base: &BaseFacts<'_>,
+        base: &Base<'_>,
         notes: &mut Vec<PlanNote>,
     ) -> Result<Vec<Grant>, PlanError> {
         let rule = self.rule(id);
@@ -385,32 +389,10 @@ fn intersect(a: &[Grant], b: &[Grant], s: Surface) -> Result<Vec<Grant>, PlanErr
 // Partial evaluation
 // ---------------------------------------------------------------------------
 
-/// `identity`, `env` and `now`, bound.
-struct BaseFacts<'a> {
-    identity: &'a Identity,
-    env: &'a Deployment,
-    now: i64,
-}
-
-impl FactSource for BaseFacts<'_> {
-    fn fact(&self, f: Fact) -> Option<Val<'_>> {
-        use std::borrow::Cow;
-        match f {
-            Fact::IdentityNamespace => Some(Val::Str(Cow::Borrowed(&self.identity.namespace))),
-            Fact::IdentityName => Some(Val::Str(Cow::Borrowed(&self.identity.name))),
-            Fact::IdentityAttested => Some(Val::Bool(self.identity.attested)),
-            Fact::IdentityLabels => Some(Val::StrMap(&self.identity.labels)),
-            Fact::EnvName => Some(Val::Str(Cow::Borrowed(&self.env.name))),
-            Fact::Now => Some(Val::Timestamp(self.now)),
-            _ => None,
-        }
-    }
-}
-
 /// How base-only parts are treated: evaluated (a plan), or left opaque
 /// (the load-time lint, before any identity is known).
 enum Bind<'a> {
-    Known(&'a BaseFacts<'a>),
+    Known(&'a Base<'a>),
     Later,
 }
 
@@ -547,9 +529,14 @@ fn subject(n: &Node, s: Surface) -> Option<&'static str> {
     }
 }
 
-/// The string a base-only node evaluates to: `Some(None)` when it is left
-/// for later, `None` when it is not base-only or not a string.
-fn constant_str(n: &Node, bind: &Bind<'_>) -> Option<Option<String>> {
+/// The value of a base-only node, converted: `Some(None)` when it is left
+/// for later (the lint, before an identity is known), `None` when it is not
+/// base-only or does not convert.
+fn constant<T>(
+    n: &Node,
+    bind: &Bind<'_>,
+    conv: impl FnOnce(Val<'_>) -> Option<T>,
+) -> Option<Option<T>> {
     if reads(n) & !BASE != 0 || has_local(n) {
         return None;
     }
@@ -559,10 +546,27 @@ fn constant_str(n: &Node, bind: &Bind<'_>) -> Option<Option<String>> {
         Bind::Later => return Some(None),
         Bind::Known(b) => expr::eval(n, *b, &mut NoTrace),
     };
-    match v {
-        Ok(Val::Str(s)) => Some(Some(s.into_owned())),
+    v.ok().and_then(conv).map(Some)
+}
+
+fn constant_str(n: &Node, bind: &Bind<'_>) -> Option<Option<String>> {
+    constant(n, bind, |v| match v {
+        Val::Str(s) => Some(s.into_owned()),
         _ => None,
-    }
+    })
+}
+
+fn constant_list(n: &Node, bind: &Bind<'_>) -> Option<Option<Vec<String>>> {
+    constant(n, bind, |v| match v {
+        Val::List(xs) => xs
+            .into_iter()
+            .map(|x| match x {
+                Val::Str(s) => Some(s.into_owned()),
+                _ => None,
+            })
+            .collect(),
+        _ => None,
+    })
 }
 
 /// No facts at all: for evaluating literals.
@@ -571,28 +575,6 @@ struct NoFacts;
 impl FactSource for NoFacts {
     fn fact(&self, _: Fact) -> Option<Val<'_>> {
         None
-    }
-}
-
-fn constant_list(n: &Node, bind: &Bind<'_>) -> Option<Option<Vec<String>>> {
-    if reads(n) & !BASE != 0 || has_local(n) {
-        return None;
-    }
-    let v = match bind {
-        Bind::Later if reads(n) == 0 => expr::eval(n, &NoFacts, &mut NoTrace),
-        Bind::Later => return Some(None),
-        Bind::Known(b) => expr::eval(n, *b, &mut NoTrace),
-    };
-    match v {
-        Ok(Val::List(xs)) => xs
-            .into_iter()
-            .map(|x| match x {
-                Val::Str(s) => Some(s.into_owned()),
-                _ => None,
-            })
-            .collect::<Option<Vec<_>>>()
-            .map(Some),
-        _ => None,
     }
 }
 

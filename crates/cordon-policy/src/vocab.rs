@@ -269,6 +269,22 @@ pub fn names_in(surface: Surface) -> Vec<&'static str> {
     v
 }
 
+/// The help for a key that is not among `known`: the nearest one, or the
+/// whole list ("`what` takes ...").
+pub fn unknown_key_help(word: &str, known: &[&str], what: &str) -> String {
+    match did_you_mean(word, known.iter().copied()) {
+        Some(s) => format!("did you mean `{s}`?"),
+        None => format!(
+            "{what} takes {}",
+            known
+                .iter()
+                .map(|k| format!("`{k}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }
+}
+
 /// The closest candidate to `word` within a small edit distance.
 pub fn did_you_mean<'a>(
     word: &str,
