@@ -1,0 +1,101 @@
+//! The loaders take hostile text: whatever they are given, they answer with
+//! a policy, test cases or diagnostics, and never panic.
+#![allow(clippy::expect_used, clippy::unwrap_used)] // tests may panic on a broken fixture
+
+use cordon_policy::{cases, Policy};
+use proptest::prelude::*;
+
+/// Fragments of policy and test files, to be shuffled into near-misses.
+const TOKENS: &[&str] = &[
+    "policy:",
+    "tests:",
+    "\n",
+    "\n  ",
+    "\n    ",
+    "\n      - ",
+    "egress:",
+    "compute:",
+    "storage:",
+    "secret:",
+    "allow:",
+    "deny:",
+    "name: ",
+    "when: ",
+    "extends: ",
+    "applies_to: ",
+    "expect: allow",
+    "expect: deny",
+    "rule: ",
+    "identity:",
+    "{namespace: a, attested: true}",
+    "url: ",
+    "https://a.example.com/",
+    "http://[::1]:80/x",
+    "command: /usr/bin/python3",
+    "args: [\"-c\"]",
+    "path: /work/a",
+    "mode: read",
+    "secret: {name: a/b}",
+    "max_memory: 1GiB",
+    "max_processes: 0",
+    "allow_ranges:",
+    "- {cidr: 10.0.0.0/8, hosts: [a]}",
+    "host == \"a\"",
+    "identity.attested",
+    "path.startsWith(\"/work/\")",
+    "&&",
+    "||",
+    "!",
+    "(",
+    ")",
+    "[",
+    "]",
+    "\"",
+    "'",
+    "&a",
+    "*a",
+    "!!str",
+    "cordon:no-privilege",
+    "./x.yaml",
+    "- ",
+    ": ",
+    "#",
+    "\t",
+    "\u{0}",
+    "é",
+    "size(args) > 3",
+    "args.exists(a, a == \"-c\")",
+    "identity.labels[\"k\"]",
+    "1/0",
+    "timestamp(\"x\")",
+];
+
+fn text() -> impl Strategy<Value = String> {
+    proptest::collection::vec(proptest::sample::select(TOKENS), 0..60).prop_map(|v| v.concat())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: std::env::var("CORDON_PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(512),
+        ..ProptestConfig::default()
+    })]
+
+    #[test]
+    fn the_policy_loader_never_panics(t in text()) {
+        if let Ok(p) = Policy::load_str("f.yaml", &t) {
+            let _ = p.summary();
+        }
+    }
+
+    #[test]
+    fn the_test_file_loader_never_panics(t in text()) {
+        let _ = cases::load_str("t.yaml", &t);
+        let _ = cases::load_one_str("c.yaml", &t);
+    }
+
+    #[test]
+    fn arbitrary_unicode_never_panics(t in "\\PC{0,200}") {
+        let _ = Policy::load_str("f.yaml", &t);
+        let _ = cases::load_str("t.yaml", &t);
+    }
+}
