@@ -40,7 +40,16 @@ pub enum Format {
 pub const EXIT_PROBLEMS: u8 = 1;
 pub const EXIT_USAGE: u8 = 2;
 
+/// The hidden first argument that makes this binary the sandbox init.
+pub const INIT_ARG: &str = "__sandbox-init";
+
 fn main() -> ExitCode {
+    // The sandbox init re-executes this binary; it must run before anything
+    // else (no argument parsing, no threads).
+    #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+    if std::env::args_os().nth(1).as_deref() == Some(std::ffi::OsStr::new(INIT_ARG)) {
+        cordon_linux::init_main();
+    }
     let cli = Cli::parse();
     match cli.command {
         Command::Policy { command } => policy_cmd::run(command),

@@ -1,0 +1,59 @@
+//! cordon's Linux enforcement: holds a confinement [`Plan`] below the
+//! workload, at the syscall filter, the namespaces and the filesystem.
+//!
+//! - [`Plan`] (validated from the serde wire form [`PlanSpec`]) says what the
+//!   kernel must hold: the [`Rung`], path-beneath [`FsRule`]s, masks, the work
+//!   dir, the environment, [`Bounds`], the first command and the [`Ids`].
+//! - [`Enforcer`] is the seam: [`Enforcer::available`] says what is
+//!   [`Missing`] for a rung; [`Enforcer::confine`] starts the plan.
+//!   [`LinuxEnforcer`] implements it on Linux; [`Refusing`] refuses
+//!   everywhere (the only enforcer on other targets).
+//! - [`launch`] starts an init program (any binary that calls
+//!   [`init_main`] when given the launcher's arguments) and returns a
+//!   [`Running`]; [`Running::wait`] enforces the CPU and wall-clock bounds and
+//!   returns an [`Outcome`].
+//!
+//! Process architecture (container rung): owner → init stage 1 (unshares,
+//! the owner maps ids) → init stage 2 = PID 1 (builds the root, pivots,
+//! drops, Landlock, seccomp) → workload. Process rung: owner → init (drops
+//! to the dedicated uid, Landlock, seccomp) → exec workload. See
+//! `docs/security.md` and the "Enforcing on Linux" section of
+//! `docs/design.md`.
+
+mod enforcer;
+mod missing;
+mod outcome;
+mod plan;
+
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+mod linux;
+
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+pub use enforcer::{
+    platform_enforcer, InitProgram, LaunchError, LinuxEnforcer, Mechanisms, Running, SandboxStdio,
+};
+pub use enforcer::{ConfineError, Enforcer, Refusing};
+pub use missing::{Absent, Mechanism, Missing};
+pub use outcome::{Bound, Outcome, Termination};
+pub use plan::{Bounds, FsRule, Ids, Plan, PlanError, PlanSpec, Rung};
+
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+pub use linux::launch::launch;
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+pub use linux::seccomp::deny_list as seccomp_deny_list;
+
+/// The init program's entry point. A binary that embeds cordon-linux calls
+/// this when started with the launcher's arguments (see [`InitProgram`]);
+/// it never returns.
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+pub fn init_main() -> ! {
+    linux::init::init_main()
+}
+
+/// The init program's entry point; on this target there is nothing to set
+/// up, so it refuses.
+#[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]
+pub fn init_main() -> ! {
+    eprintln!("cordon init: sandboxes are enforced on Linux only");
+    std::process::exit(125)
+}

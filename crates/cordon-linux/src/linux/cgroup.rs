@@ -1,0 +1,454 @@
+//! Resource bounds through cgroups: one trait, a v1 and a v2 implementation,
+//! dispatched by [`Cgroup`].
+//!
+//! The sandbox's cgroup is created *below the owner's own cgroup* in each
+//! hierarchy (read from `/proc/self/cgroup`), so the owner's own limits still
+//! apply to the sandbox and nothing is moved out of whatever supervises the
+//! owner. Processes are killed by membership: v2 writes `cgroup.kill`; v1
+//! reads `cgroup.procs`, opens a pidfd for each pid, checks the pid is still
+//! a member *after* the pidfd pins it, and signals through the pidfd, so a
+//! reused pid outside the sandbox is never signalled.
+
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use crate::missing::{Mechanism, Missing};
+use crate::plan::Bounds;
+
+/// What the workload ran into, as counted by the kernel.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Events {
+    pub oom_kills: u64,
+    pub pids_refused: u64,
+}
+
+/// A per-sandbox cgroup.
+pub(crate) trait CgroupManager {
+    /// Moves `pid` (an unreaped child of the caller) into the cgroup.
+    fn add(&self, pid: u32) -> io::Result<()>;
+    /// CPU time used by every process that was ever in the cgroup.
+    fn cpu_usage(&self) -> io::Result<Duration>;
+    fn events(&self) -> io::Result<Events>;
+    /// Sends SIGKILL to every member, by membership (never a bare pid).
+    fn kill_all(&self) -> io::Result<()>;
+    /// Removes the cgroup directories (members must be gone).
+    fn remove(&self) -> io::Result<()>;
+}
+
+/// v1: one directory per controller (`memory`, `pids`, `cpuacct`).
+#[derive(Debug)]
+pub(crate) struct V1 {
+    memory: PathBuf,
+    pids: PathBuf,
+    cpuacct: PathBuf,
+}
+
+/// v2: one directory in the unified hierarchy.
+#[derive(Debug)]
+pub(crate) struct V2 {
+    dir: PathBuf,
+}
+
+#[derive(Debug)]
+pub(crate) enum Cgroup {
+    V1(V1),
+    V2(V2),
+}
+
+/// Where the hierarchies are.
+#[derive(Clone, Debug)]
+pub(crate) struct CgroupRoot {
+    /// Usually `/sys/fs/cgroup`; a directory tree in tests.
+    pub mount: PathBuf,
+    /// Contents of `/proc/self/cgroup`.
+    pub self_cgroup: String,
+}
+
+impl CgroupRoot {
+    pub(crate) fn host() -> io::Result<Self> {
+        Ok(CgroupRoot {
+            mount: PathBuf::from("/sys/fs/cgroup"),
+            self_cgroup: fs::read_to_string("/proc/self/cgroup")?,
+        })
+    }
+
+    /// The directory of our own cgroup in the v1 hierarchy holding `controller`.
+    fn v1_dir(&self, controller: &str) -> Option<PathBuf> {
+        for line in self.self_cgroup.lines() {
+            let mut parts = line.splitn(3, ':');
+            let (_, list, path) = (parts.next()?, parts.next()?, parts.next()?);
+            if list.split(',').any(|c| c == controller) {
+                let rel = path.trim_start_matches('/');
+                for name in [list, controller] {
+                    let mount = self.mount.join(name);
+                    if mount.join("cgroup.procs").exists() {
+                        return Some(mount.join(rel));
+                    }
+                }
+            }
+        }
+        None
+    }
+
+    /// Our own cgroup in the v2 hierarchy, with the controllers it can give children.
+    fn v2_dir(&self) -> Option<(PathBuf, String)> {
+        let rel = self
+            .self_cgroup
+            .lines()
+            .find_map(|l| l.strip_prefix("0::"))?
+            .trim_start_matches('/');
+        let mount = if self.mount.join("cgroup.controllers").exists() {
+            self.mount.clone()
+        } else {
+            self.mount.join("unified")
+        };
+        let dir = mount.join(rel);
+        let controllers = fs::read_to_string(dir.join("cgroup.controllers")).ok()?;
+        Some((dir, controllers))
+    }
+}
+
+fn has_word(list: &str, word: &str) -> bool {
+    list.split_whitespace().any(|w| w == word)
+}
+
+/// Which generation can hold every bound here, or what is missing.
+pub(crate) fn detect(root: &CgroupRoot) -> Result<Generation, Missing> {
+    if let Some((_, controllers)) = root.v2_dir() {
+        if ["memory", "pids", "cpu"]
+            .iter()
+            .all(|c| has_word(&controllers, c))
+        {
+            return Ok(Generation::V2);
+        }
+    }
+    let mut missing = Missing { absent: vec![] };
+    for (controller, mechanism) in [
+        ("memory", Mechanism::CgroupMemory),
+        ("pids", Mechanism::CgroupPids),
+        ("cpuacct", Mechanism::CgroupCpuAccounting),
+    ] {
+        let ok = root
+            .v1_dir(controller)
+            .is_some_and(|d| d.join("cgroup.procs").exists());
+        if !ok {
+            missing.absent.push(crate::missing::Absent {
+                mechanism,
+                found: format!("no v1 `{controller}` hierarchy and no v2 `{controller}` controller"),
+                help: format!(
+                    "mount the cgroup v1 `{controller}` controller or enable it in the v2 hierarchy (cgroup.subtree_control)"
+                ),
+            });
+        }
+    }
+    if missing.absent.is_empty() {
+        Ok(Generation::V1)
+    } else {
+        Err(missing)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Generation {
+    V1,
+    V2,
+}
+
+fn write(path: &Path, value: &str) -> io::Result<()> {
+    fs::write(path, value).map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))
+}
+
+fn read(path: &Path) -> io::Result<String> {
+    fs::read_to_string(path)
+        .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))
+}
+
+fn keyed(text: &str, key: &str) -> u64 {
+    text.lines()
+        .find_map(|l| {
+            let mut it = l.split_whitespace();
+            (it.next() == Some(key)).then(|| it.next()?.parse().ok())?
+        })
+        .unwrap_or(0)
+}
+
+fn parse_procs(text: &str) -> Vec<u32> {
+    text.lines().filter_map(|l| l.trim().parse().ok()).collect()
+}
+
+impl Cgroup {
+    /// Creates `name` below our own cgroup and writes the bounds.
+    pub(crate) fn create(root: &CgroupRoot, name: &str, bounds: &Bounds) -> io::Result<Cgroup> {
+        let generation = detect(root).map_err(|m| io::Error::other(m.to_string()))?;
+        let made = match generation {
+            Generation::V2 => {
+                let (parent, _) = root
+                    .v2_dir()
+                    .ok_or_else(|| io::Error::other("cgroup v2 hierarchy vanished"))?;
+                let dir = parent.join(name);
+                fs::create_dir(&dir)?;
+                let cg = Cgroup::V2(V2 { dir });
+                cg.limit(bounds).map(|()| cg)
+            }
+            Generation::V1 => {
+                let dir = |c: &str| {
+                    root.v1_dir(c)
+                        .map(|d| d.join(name))
+                        .ok_or_else(|| io::Error::other(format!("cgroup v1 `{c}` vanished")))
+                };
+                let v1 = V1 {
+                    memory: dir("memory")?,
+                    pids: dir("pids")?,
+                    cpuacct: dir("cpuacct")?,
+                };
+                let cg = Cgroup::V1(v1);
+                if let Cgroup::V1(v1) = &cg {
+                    for d in [&v1.memory, &v1.pids, &v1.cpuacct] {
+                        if let Err(e) = fs::create_dir(d) {
+                            let _ = cg.remove();
+                            return Err(io::Error::new(e.kind(), format!("{}: {e}", d.display())));
+                        }
+                    }
+                }
+                cg.limit(bounds).map(|()| cg)
+            }
+        };
+        made
+    }
+
+    fn limit(&self, bounds: &Bounds) -> io::Result<()> {
+        let result = match self {
+            Cgroup::V1(v1) => {
+                let mem = bounds.max_memory.to_string();
+                write(&v1.memory.join("memory.limit_in_bytes"), &mem)
+                    .and_then(|()| {
+                        // Swap counts against the bound where it is accounted.
+                        let memsw = v1.memory.join("memory.memsw.limit_in_bytes");
+                        if memsw.exists() {
+                            write(&memsw, &mem)
+                        } else {
+                            Ok(())
+                        }
+                    })
+                    .and_then(|()| {
+                        write(&v1.pids.join("pids.max"), &bounds.max_processes.to_string())
+                    })
+            }
+            Cgroup::V2(v2) => write(&v2.dir.join("memory.max"), &bounds.max_memory.to_string())
+                .and_then(|()| {
+                    let swap = v2.dir.join("memory.swap.max");
+                    if swap.exists() {
+                        write(&swap, "0")
+                    } else {
+                        Ok(())
+                    }
+                })
+                .and_then(|()| write(&v2.dir.join("pids.max"), &bounds.max_processes.to_string())),
+        };
+        if result.is_err() {
+            let _ = self.remove();
+        }
+        result
+    }
+}
+
+fn kill_by_membership(procs_file: &Path) -> io::Result<()> {
+    use rustix::process::{pidfd_open, pidfd_send_signal, Pid, PidfdFlags, Signal};
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let pids = parse_procs(&read(procs_file)?);
+        if pids.is_empty() {
+            return Ok(());
+        }
+        for pid in pids {
+            let Some(p) = i32::try_from(pid).ok().and_then(Pid::from_raw) else {
+                continue;
+            };
+            // The pidfd pins one process. Only if that pid is still listed as a
+            // member after pinning do we know the pinned process is ours.
+            let Ok(fd) = pidfd_open(p, PidfdFlags::empty()) else {
+                continue;
+            };
+            if parse_procs(&read(procs_file)?).contains(&pid) {
+                let _ = pidfd_send_signal(&fd, Signal::KILL);
+            }
+        }
+        if Instant::now() > deadline {
+            return Err(io::Error::other(format!(
+                "processes remain in {} after SIGKILL",
+                procs_file.display()
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+fn wait_empty(procs_file: &Path) -> io::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !parse_procs(&read(procs_file)?).is_empty() {
+        if Instant::now() > deadline {
+            return Err(io::Error::other(format!(
+                "{} did not empty",
+                procs_file.display()
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    Ok(())
+}
+
+fn rmdir_retry(dir: &Path) -> io::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(2);
+    loop {
+        match fs::remove_dir(dir) {
+            Ok(()) => return Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(e) if Instant::now() > deadline => {
+                return Err(io::Error::new(e.kind(), format!("{}: {e}", dir.display())))
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(10)),
+        }
+    }
+}
+
+impl CgroupManager for Cgroup {
+    fn add(&self, pid: u32) -> io::Result<()> {
+        match self {
+            Cgroup::V1(v1) => {
+                for d in [&v1.memory, &v1.pids, &v1.cpuacct] {
+                    write(&d.join("cgroup.procs"), &pid.to_string())?;
+                }
+                Ok(())
+            }
+            Cgroup::V2(v2) => write(&v2.dir.join("cgroup.procs"), &pid.to_string()),
+        }
+    }
+
+    fn cpu_usage(&self) -> io::Result<Duration> {
+        match self {
+            Cgroup::V1(v1) => {
+                let ns: u64 = read(&v1.cpuacct.join("cpuacct.usage"))?
+                    .trim()
+                    .parse()
+                    .map_err(|_| io::Error::other("unreadable cpuacct.usage"))?;
+                Ok(Duration::from_nanos(ns))
+            }
+            Cgroup::V2(v2) => {
+                let us = keyed(&read(&v2.dir.join("cpu.stat"))?, "usage_usec");
+                Ok(Duration::from_micros(us))
+            }
+        }
+    }
+
+    fn events(&self) -> io::Result<Events> {
+        match self {
+            Cgroup::V1(v1) => Ok(Events {
+                oom_kills: keyed(&read(&v1.memory.join("memory.oom_control"))?, "oom_kill"),
+                pids_refused: keyed(&read(&v1.pids.join("pids.events"))?, "max"),
+            }),
+            Cgroup::V2(v2) => Ok(Events {
+                oom_kills: keyed(&read(&v2.dir.join("memory.events"))?, "oom_kill"),
+                pids_refused: keyed(&read(&v2.dir.join("pids.events"))?, "max"),
+            }),
+        }
+    }
+
+    fn kill_all(&self) -> io::Result<()> {
+        match self {
+            Cgroup::V1(v1) => kill_by_membership(&v1.pids.join("cgroup.procs")),
+            Cgroup::V2(v2) => {
+                let kill = v2.dir.join("cgroup.kill");
+                if kill.exists() {
+                    write(&kill, "1")?;
+                    wait_empty(&v2.dir.join("cgroup.procs"))
+                } else {
+                    kill_by_membership(&v2.dir.join("cgroup.procs"))
+                }
+            }
+        }
+    }
+
+    fn remove(&self) -> io::Result<()> {
+        match self {
+            Cgroup::V1(v1) => {
+                let mut first = Ok(());
+                for d in [&v1.memory, &v1.pids, &v1.cpuacct] {
+                    if let Err(e) = rmdir_retry(d) {
+                        if first.is_ok() {
+                            first = Err(e);
+                        }
+                    }
+                }
+                first
+            }
+            Cgroup::V2(v2) => rmdir_retry(&v2.dir),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fake_v1(dir: &Path, controllers: &[&str]) -> CgroupRoot {
+        for c in controllers {
+            let d = dir.join(c).join("owner");
+            fs::create_dir_all(&d).unwrap();
+            fs::write(dir.join(c).join("cgroup.procs"), "").unwrap();
+            fs::write(d.join("cgroup.procs"), "").unwrap();
+        }
+        CgroupRoot {
+            mount: dir.to_path_buf(),
+            self_cgroup: "4:memory:/owner\n8:pids:/owner\n2:cpuacct:/owner\n0::/\n".into(),
+        }
+    }
+
+    #[test]
+    fn v1_with_every_controller_is_detected_below_our_own_cgroup() {
+        let t = tempfile::tempdir().unwrap();
+        let root = fake_v1(t.path(), &["memory", "pids", "cpuacct"]);
+        assert_eq!(detect(&root).unwrap(), Generation::V1);
+        assert_eq!(
+            root.v1_dir("pids").unwrap(),
+            t.path().join("pids").join("owner")
+        );
+    }
+
+    #[test]
+    fn a_missing_controller_is_named() {
+        let t = tempfile::tempdir().unwrap();
+        let root = fake_v1(t.path(), &["memory", "cpuacct"]);
+        let missing = detect(&root).unwrap_err();
+        assert!(missing.names(Mechanism::CgroupPids));
+        assert!(!missing.names(Mechanism::CgroupMemory));
+    }
+
+    #[test]
+    fn v2_without_memory_controller_is_not_enough() {
+        // This machine's shape: a unified mount with no memory/pids controller.
+        let t = tempfile::tempdir().unwrap();
+        let unified = t.path().join("unified");
+        fs::create_dir_all(&unified).unwrap();
+        fs::write(unified.join("cgroup.controllers"), "").unwrap();
+        let root = CgroupRoot {
+            mount: t.path().to_path_buf(),
+            self_cgroup: "0::/\n".into(),
+        };
+        let missing = detect(&root).unwrap_err();
+        assert!(missing.names(Mechanism::CgroupMemory));
+        fs::write(unified.join("cgroup.controllers"), "cpu memory pids").unwrap();
+        assert_eq!(detect(&root).unwrap(), Generation::V2);
+    }
+
+    #[test]
+    fn counters_parse() {
+        assert_eq!(
+            keyed("oom_kill_disable 0\nunder_oom 0\noom_kill 3\n", "oom_kill"),
+            3
+        );
+        assert_eq!(keyed("max 7\n", "max"), 7);
+        assert_eq!(parse_procs("12\n 13\n\n"), vec![12, 13]);
+    }
+}

@@ -1,0 +1,174 @@
+//! The filesystem rules the sandbox holds, and their Landlock form.
+//!
+//! [`effective`] adds what the launcher itself provides (work dir, temporary
+//! directory, the five devices, `/proc`) to the plan's rules. The same list
+//! drives the container rung's mounts and both rungs' Landlock ruleset.
+
+use std::path::{Path, PathBuf};
+
+use landlock::{
+    Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, PathBeneath, PathFd, Ruleset,
+    RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope, ABI,
+};
+
+use crate::plan::{FsRule, Plan, Rung};
+
+/// The devices every sandbox gets (read and write, nothing else).
+pub(crate) const DEVICES: &[&str] = &["null", "zero", "full", "random", "urandom"];
+
+/// One rule, with whether it is a device node (write means "write the file").
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Rule {
+    pub path: PathBuf,
+    pub read: bool,
+    pub write: bool,
+    pub execute: bool,
+    pub device: bool,
+}
+
+impl From<&FsRule> for Rule {
+    fn from(r: &FsRule) -> Self {
+        Rule {
+            path: r.path.clone(),
+            read: r.read,
+            write: r.write,
+            execute: r.execute,
+            device: false,
+        }
+    }
+}
+
+/// The tmp directory as the workload sees it.
+pub(crate) fn tmp_dir(plan: &Plan) -> PathBuf {
+    match plan.rung() {
+        Rung::Container => PathBuf::from("/tmp"),
+        Rung::Process => plan
+            .tmp_dir()
+            .map(Path::to_path_buf)
+            .unwrap_or_else(|| PathBuf::from("/nonexistent")),
+    }
+}
+
+/// The plan's rules plus the launcher-provided ones.
+pub(crate) fn effective(plan: &Plan) -> Vec<Rule> {
+    let mut rules: Vec<Rule> = plan.fs().iter().map(Rule::from).collect();
+    let rw = |path: PathBuf| Rule {
+        path,
+        read: true,
+        write: true,
+        execute: false,
+        device: false,
+    };
+    rules.push(rw(plan.work_dir().to_path_buf()));
+    rules.push(rw(tmp_dir(plan)));
+    for d in DEVICES {
+        rules.push(Rule {
+            path: Path::new("/dev").join(d),
+            read: true,
+            write: true,
+            execute: false,
+            device: true,
+        });
+    }
+    rules.push(Rule {
+        path: PathBuf::from("/proc"),
+        read: true,
+        write: false,
+        execute: false,
+        device: false,
+    });
+    rules
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum LandlockError {
+    #[error("landlock ABI {found} is below the {needed} the {rung} rung needs")]
+    Abi { found: u8, needed: u8, rung: Rung },
+    #[error("landlock: {0}")]
+    Ruleset(#[from] landlock::RulesetError),
+    #[error("landlock rule on `{path}`: {source}")]
+    Path {
+        path: PathBuf,
+        source: landlock::PathFdError,
+    },
+    #[error("landlock reported the ruleset {0:?}, not fully enforced")]
+    NotFullyEnforced(String),
+}
+
+fn abi_enum(level: u8) -> ABI {
+    match level {
+        0 => ABI::Unsupported,
+        1 => ABI::V1,
+        2 => ABI::V2,
+        3 => ABI::V3,
+        4 => ABI::V4,
+        5 => ABI::V5,
+        _ => ABI::V6,
+    }
+}
+
+/// Restricts the calling thread (and everything it starts) to `rules`:
+/// filesystem access as listed, no TCP bind or connect, and (ABI 6) no
+/// signals or abstract unix sockets across the sandbox's boundary. Anything
+/// short of fully enforced is an error.
+pub(crate) fn restrict(plan: &Plan, rules: &[Rule]) -> Result<(), LandlockError> {
+    let found = super::probe::landlock_abi();
+    let needed = match plan.rung() {
+        Rung::Container => 4,
+        Rung::Process => 6,
+    };
+    if found < needed {
+        return Err(LandlockError::Abi {
+            found,
+            needed,
+            rung: plan.rung(),
+        });
+    }
+    let abi = abi_enum(found);
+    let all = AccessFs::from_all(abi);
+    let file_only = AccessFs::from_file(abi);
+    let mut ruleset = Ruleset::default()
+        .set_compatibility(CompatLevel::HardRequirement)
+        .handle_access(all)?
+        .handle_access(AccessNet::from_all(abi))?;
+    if found >= 6 {
+        ruleset = ruleset.scope(Scope::from_all(abi))?;
+    }
+    let mut created = ruleset.create()?;
+    for rule in rules {
+        let Ok(meta) = std::fs::metadata(&rule.path) else {
+            // A grant on a path that does not exist grants nothing.
+            continue;
+        };
+        let mut access: BitFlags<AccessFs> = BitFlags::EMPTY;
+        if rule.read {
+            access |= AccessFs::ReadFile | AccessFs::ReadDir;
+        }
+        if rule.write {
+            access |= if rule.device {
+                AccessFs::WriteFile.into()
+            } else {
+                AccessFs::from_write(abi)
+            };
+        }
+        if rule.execute {
+            access |= AccessFs::Execute;
+        }
+        if !meta.is_dir() {
+            access &= file_only;
+        }
+        if access.is_empty() {
+            continue;
+        }
+        let fd = PathFd::new(&rule.path).map_err(|source| LandlockError::Path {
+            path: rule.path.clone(),
+            source,
+        })?;
+        created = created.add_rule(PathBeneath::new(fd, access))?;
+    }
+    let status = created.restrict_self()?;
+    if status.ruleset != RulesetStatus::FullyEnforced || !status.no_new_privs {
+        return Err(LandlockError::NotFullyEnforced(format!("{status:?}")));
+    }
+    Ok(())
+}

@@ -1,0 +1,405 @@
+//! The init program: the code that runs between the owner and the workload.
+//!
+//! ```text
+//! owner (host root, the embedding process)
+//!  └─ init stage 1 (host root)      --cordon-stage=1   container rung
+//!      └─ init stage 2 (PID 1)      --cordon-stage=2
+//!          └─ workload
+//!  └─ init (host root → host_uid)  --cordon-stage=process → exec → workload
+//! ```
+//!
+//! The plan arrives on an inherited pipe (never argv or env). Every setup
+//! failure is reported on the report pipe as [`Report::Failed`] and the init
+//! exits non-zero: nothing of the workload runs.
+
+use std::fs::File;
+use std::io::{BufReader, Write};
+use std::os::fd::{AsRawFd, FromRawFd, RawFd};
+use std::os::unix::process::CommandExt;
+use std::process::{Command, ExitStatus, Stdio};
+
+use nix::fcntl::{fcntl, FcntlArg, FdFlag, OFlag};
+use nix::sched::{unshare, CloneFlags};
+use nix::sys::prctl;
+use nix::sys::resource::{setrlimit, Resource};
+use nix::sys::signal::Signal;
+use nix::sys::wait::{waitpid, WaitStatus};
+use nix::unistd::{Gid, Pid, Uid};
+
+use super::proto::{self, Control, Report};
+use super::{fs_rules, rootfs, seccomp};
+use crate::outcome::Termination;
+use crate::plan::{Plan, Rung};
+
+pub(crate) const ARG_PLAN_FD: &str = "--cordon-plan-fd=";
+pub(crate) const ARG_REPORT_FD: &str = "--cordon-report-fd=";
+pub(crate) const ARG_STAGE: &str = "--cordon-stage=";
+
+/// Exit code of an init whose setup failed (the report says why).
+pub(crate) const SETUP_FAILED: i32 = 125;
+
+struct Args {
+    plan_fd: RawFd,
+    report_fd: RawFd,
+    stage: String,
+    /// Everything else (e.g. the host binary's hidden subcommand), kept so
+    /// stage 1 can start stage 2 the same way it was started.
+    prefix: Vec<std::ffi::OsString>,
+}
+
+fn parse_args() -> Option<Args> {
+    let mut plan_fd = None;
+    let mut report_fd = None;
+    let mut stage = None;
+    let mut prefix = Vec::new();
+    for arg in std::env::args_os().skip(1) {
+        let s = arg.to_string_lossy();
+        if let Some(v) = s.strip_prefix(ARG_PLAN_FD) {
+            plan_fd = v.parse().ok();
+        } else if let Some(v) = s.strip_prefix(ARG_REPORT_FD) {
+            report_fd = v.parse().ok();
+        } else if let Some(v) = s.strip_prefix(ARG_STAGE) {
+            stage = Some(v.to_string());
+        } else {
+            prefix.push(arg);
+        }
+    }
+    Some(Args {
+        plan_fd: plan_fd?,
+        report_fd: report_fd?,
+        stage: stage?,
+        prefix,
+    })
+}
+
+/// Takes ownership of the inherited descriptor `fd`, and marks every other
+/// descriptor above stderr close-on-exec so the workload inherits nothing
+/// but stdio.
+fn adopt(plan_fd: RawFd, report_fd: RawFd) -> Option<(File, File)> {
+    if plan_fd <= 2 || report_fd <= 2 || plan_fd == report_fd {
+        return None;
+    }
+    // Both must be open descriptors before anything takes ownership of them.
+    for fd in [plan_fd, report_fd] {
+        if !std::path::Path::new(&format!("/proc/self/fd/{fd}")).exists() {
+            return None;
+        }
+    }
+    #[expect(
+        unsafe_code,
+        reason = "adopting the two descriptors the launcher passed"
+    )]
+    // SAFETY: the launcher passed these numbers; they were checked open just
+    // above, are distinct, are not stdio, and nothing else in this freshly
+    // started process owns them (this runs first thing in `init_main`).
+    let (plan, report) = unsafe { (File::from_raw_fd(plan_fd), File::from_raw_fd(report_fd)) };
+    #[expect(
+        unsafe_code,
+        reason = "close_range has no safe wrapper in nix or rustix"
+    )]
+    // SAFETY: close_range with CLOSE_RANGE_CLOEXEC closes nothing now; it only
+    // sets FD_CLOEXEC on every descriptor from 3 up, so no owned descriptor
+    // is invalidated. Arguments are plain integers.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_close_range,
+            3u32,
+            u32::MAX,
+            libc::CLOSE_RANGE_CLOEXEC,
+        )
+    };
+    if rc != 0 {
+        return None;
+    }
+    Some((plan, report))
+}
+
+fn inheritable(fd: &impl std::os::fd::AsFd) -> nix::Result<()> {
+    fcntl(fd, FcntlArg::F_SETFD(FdFlag::empty())).map(drop)
+}
+
+struct Failure {
+    step: &'static str,
+    error: String,
+}
+
+fn fail<E: std::fmt::Display>(step: &'static str) -> impl FnOnce(E) -> Failure {
+    move |e| Failure {
+        step,
+        error: e.to_string(),
+    }
+}
+
+/// The hidden entry point. The host binary calls this when started with
+/// the init arguments; it never returns.
+pub fn init_main() -> ! {
+    let Some(args) = parse_args() else {
+        eprintln!(
+            "cordon init: started without the launcher's arguments; this entry point is internal"
+        );
+        std::process::exit(2);
+    };
+    let Some((plan_pipe, mut report)) = adopt(args.plan_fd, args.report_fd) else {
+        eprintln!("cordon init: the launcher's descriptors are not usable");
+        std::process::exit(2);
+    };
+    let mut plan_in = BufReader::new(plan_pipe);
+    let result = match proto::recv::<Control>(&mut plan_in) {
+        Ok(Some(Control::Plan(plan))) => match args.stage.as_str() {
+            "1" => stage1(&plan, &mut plan_in, &mut report, &args.prefix),
+            "2" => stage2(&plan, &mut report),
+            "process" => process(&plan, &mut report),
+            other => Err(Failure {
+                step: "arguments",
+                error: format!("unknown stage `{other}`"),
+            }),
+        },
+        Ok(_) => Err(Failure {
+            step: "read plan",
+            error: "no plan on the plan pipe".into(),
+        }),
+        Err(e) => Err(fail("read plan")(e)),
+    };
+    match result {
+        Ok(code) => std::process::exit(code),
+        Err(f) => {
+            let _ = proto::send(
+                &mut report,
+                &Report::Failed {
+                    step: f.step.to_string(),
+                    error: f.error,
+                },
+            );
+            std::process::exit(SETUP_FAILED);
+        }
+    }
+}
+
+/// Dies with the parent; returns an error when the parent is already gone.
+fn die_with_parent(expected_parent: Option<Pid>) -> Result<(), Failure> {
+    prctl::set_pdeathsig(Signal::SIGKILL).map_err(fail("PR_SET_PDEATHSIG"))?;
+    if let Some(parent) = expected_parent {
+        if nix::unistd::getppid() != parent {
+            return Err(Failure {
+                step: "PR_SET_PDEATHSIG",
+                error: "the owner exited during setup".into(),
+            });
+        }
+    }
+    Ok(())
+}
+
+const STAGE2_CAPS: &[caps::Capability] = &[
+    caps::Capability::CAP_SYS_ADMIN,
+    caps::Capability::CAP_SETUID,
+    caps::Capability::CAP_SETGID,
+    caps::Capability::CAP_SETPCAP,
+];
+
+/// Stage 1 (container rung): host root, in the owner's cgroup. Drops
+/// supplementary groups, unshares every namespace, waits for the owner to
+/// write the id maps, and starts stage 2 as PID 1 of the new pid namespace.
+fn stage1(
+    plan: &Plan,
+    plan_in: &mut BufReader<File>,
+    report: &mut File,
+    prefix: &[std::ffi::OsString],
+) -> Result<i32, Failure> {
+    let owner = nix::unistd::getppid();
+    die_with_parent(Some(owner))?;
+    if plan.rung() != Rung::Container {
+        return Err(fail("stage 1")("stage 1 is for the container rung"));
+    }
+    // Host groups (root's gid 0) must go before the user namespace denies setgroups.
+    nix::unistd::setgroups(&[]).map_err(fail("setgroups"))?;
+    unshare(
+        CloneFlags::CLONE_NEWUSER
+            | CloneFlags::CLONE_NEWNS
+            | CloneFlags::CLONE_NEWPID
+            | CloneFlags::CLONE_NEWIPC
+            | CloneFlags::CLONE_NEWUTS
+            | CloneFlags::CLONE_NEWNET
+            | CloneFlags::CLONE_NEWCGROUP,
+    )
+    .map_err(fail("unshare namespaces"))?;
+    proto::send(report, &Report::Unshared).map_err(fail("report"))?;
+    match proto::recv::<Control>(plan_in) {
+        Ok(Some(Control::Mapped)) => {}
+        other => return Err(fail("wait for id maps")(format!("{other:?}"))),
+    }
+    // Stage 2 must keep the capabilities it needs to build the root across
+    // exec (its uid is not root inside the namespace): ambient set.
+    for &cap in STAGE2_CAPS {
+        caps::raise(None, caps::CapSet::Inheritable, cap).map_err(fail("raise inheritable"))?;
+        caps::raise(None, caps::CapSet::Ambient, cap).map_err(fail("raise ambient"))?;
+    }
+    // Credentials changed (unshare, capset): arm the parent-death signal again.
+    die_with_parent(Some(owner))?;
+
+    let (from_stage1, to_stage2) = nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(fail("pipe"))?;
+    inheritable(&from_stage1).map_err(fail("pipe"))?;
+    inheritable(report).map_err(fail("pipe"))?;
+    let child = Command::new("/proc/self/exe")
+        .args(prefix)
+        .arg(format!("{ARG_PLAN_FD}{}", from_stage1.as_raw_fd()))
+        .arg(format!("{ARG_REPORT_FD}{}", report.as_raw_fd()))
+        .arg(format!("{ARG_STAGE}2"))
+        .env_clear()
+        .spawn()
+        .map_err(fail("start stage 2"))?;
+    drop(from_stage1);
+    let mut to_stage2 = File::from(to_stage2);
+    proto::send(&mut to_stage2, &Control::Plan(Box::new(plan.clone())))
+        .map_err(fail("send plan"))?;
+    drop(to_stage2);
+    let mut child = child;
+    let status = child.wait().map_err(fail("wait for stage 2"))?;
+    Ok(status.code().unwrap_or(SETUP_FAILED))
+}
+
+fn read_caps_zero() -> Result<(), Failure> {
+    let status = std::fs::read_to_string("/proc/self/status").map_err(fail("read capabilities"))?;
+    for key in ["CapInh:", "CapPrm:", "CapEff:", "CapBnd:", "CapAmb:"] {
+        let line = status
+            .lines()
+            .find(|l| l.starts_with(key))
+            .ok_or_else(|| fail("read capabilities")(format!("no {key}")))?;
+        let value = line[key.len()..].trim();
+        if u64::from_str_radix(value, 16) != Ok(0) {
+            return Err(fail("drop capabilities")(format!(
+                "{key} {value} after dropping"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Bounding set first (needs CAP_SETPCAP), then ids, then whatever remains.
+fn drop_privileges(uid: u32, gid: u32) -> Result<(), Failure> {
+    for cap in caps::all() {
+        caps::drop(None, caps::CapSet::Bounding, cap).map_err(fail("empty bounding set"))?;
+    }
+    let (uid, gid) = (Uid::from_raw(uid), Gid::from_raw(gid));
+    nix::unistd::setresgid(gid, gid, gid).map_err(fail("setresgid"))?;
+    nix::unistd::setresuid(uid, uid, uid).map_err(fail("setresuid"))?;
+    for set in [
+        caps::CapSet::Ambient,
+        caps::CapSet::Inheritable,
+        caps::CapSet::Effective,
+        caps::CapSet::Permitted,
+    ] {
+        caps::clear(None, set).map_err(fail("clear capabilities"))?;
+    }
+    read_caps_zero()?;
+    if nix::unistd::getuid() != uid || nix::unistd::geteuid() != uid {
+        return Err(fail("setresuid")("uid did not change"));
+    }
+    Ok(())
+}
+
+fn rlimits(plan: &Plan) -> Result<(), Failure> {
+    let b = plan.bounds();
+    // Second layer only: the cgroup holds the tree-wide bounds.
+    setrlimit(
+        Resource::RLIMIT_CPU,
+        b.max_cpu_seconds + 1,
+        b.max_cpu_seconds + 2,
+    )
+    .map_err(fail("RLIMIT_CPU"))?;
+    setrlimit(Resource::RLIMIT_CORE, 0, 0).map_err(fail("RLIMIT_CORE"))?;
+    // A little above the cgroup's bound, so the cgroup (which reports what
+    // it refused) trips first; this layer still holds if the cgroup does not.
+    let nproc = u64::from(b.max_processes) + 2;
+    setrlimit(Resource::RLIMIT_NPROC, nproc, nproc).map_err(fail("RLIMIT_NPROC"))?;
+    Ok(())
+}
+
+fn workload(plan: &Plan) -> Command {
+    let argv = plan.argv();
+    let mut cmd = Command::new(&argv[0]);
+    cmd.args(&argv[1..])
+        .env_clear()
+        .envs(plan.env())
+        .current_dir(plan.work_dir())
+        .stdin(Stdio::inherit())
+        .stdout(Stdio::inherit())
+        .stderr(Stdio::inherit());
+    if plan.rung() == Rung::Process {
+        cmd.env("TMPDIR", fs_rules::tmp_dir(plan));
+    }
+    cmd
+}
+
+/// Stage 2 (container rung): PID 1 of the new pid namespace, with the
+/// capabilities stage 1 passed in the ambient set. Builds and enters the new
+/// root, drops everything, applies Landlock and seccomp, runs the workload as
+/// its child and reaps until the workload ends.
+fn stage2(plan: &Plan, report: &mut File) -> Result<i32, Failure> {
+    let ids = plan.ids();
+    // Files this stage creates (mount points, masks) need an owner that is
+    // mapped in the namespace: the workload's ids, not host root's.
+    nix::unistd::setfsgid(Gid::from_raw(ids.gid));
+    nix::unistd::setfsuid(Uid::from_raw(ids.uid));
+    let rules = fs_rules::effective(plan);
+    rootfs::enter(plan, &rules).map_err(fail("build root"))?;
+    nix::unistd::sethostname("cordon").map_err(fail("sethostname"))?;
+    nix::unistd::setsid().map_err(fail("setsid"))?;
+    drop_privileges(ids.uid, ids.gid)?;
+    rlimits(plan)?;
+    die_with_parent(None)?;
+    prctl::set_no_new_privs().map_err(fail("no_new_privs"))?;
+    fs_rules::restrict(plan, &rules).map_err(fail("landlock"))?;
+    seccomp::install(Rung::Container).map_err(fail("seccomp"))?;
+    proto::send(report, &Report::Started).map_err(fail("report"))?;
+    let child = workload(plan).spawn().map_err(fail("start workload"))?;
+    let pid = Pid::from_raw(i32::try_from(child.id()).map_err(fail("start workload"))?);
+    // PID 1 reaps every orphan; the run ends when the first process does,
+    // and whatever it left behind dies with this namespace.
+    let termination = loop {
+        match waitpid(None, None) {
+            Ok(WaitStatus::Exited(p, code)) if p == pid => break Termination::Exited(code),
+            Ok(WaitStatus::Signaled(p, sig, _)) if p == pid => {
+                break Termination::Signaled(sig as i32)
+            }
+            Ok(_) => {}
+            Err(nix::errno::Errno::EINTR) => {}
+            Err(e) => return Err(fail("wait for workload")(e)),
+        }
+    };
+    proto::send(report, &Report::Exited(termination)).map_err(fail("report"))?;
+    let _ = report.flush();
+    Ok(0)
+}
+
+/// The process rung: host root until it becomes `host_uid`, then the
+/// workload itself (exec), so the owner waits on the workload directly.
+fn process(plan: &Plan, report: &mut File) -> Result<i32, Failure> {
+    let owner = nix::unistd::getppid();
+    if plan.rung() != Rung::Process {
+        return Err(fail("process init")("this init is for the process rung"));
+    }
+    nix::unistd::setsid().map_err(fail("setsid"))?;
+    nix::unistd::setgroups(&[]).map_err(fail("setgroups"))?;
+    let ids = plan.ids();
+    drop_privileges(ids.host_uid, ids.host_gid)?;
+    rlimits(plan)?;
+    die_with_parent(Some(owner))?;
+    prctl::set_no_new_privs().map_err(fail("no_new_privs"))?;
+    let rules = fs_rules::effective(plan);
+    fs_rules::restrict(plan, &rules).map_err(fail("landlock"))?;
+    seccomp::install(Rung::Process).map_err(fail("seccomp"))?;
+    proto::send(report, &Report::Started).map_err(fail("report"))?;
+    // exec only returns on failure; the report pipe is close-on-exec.
+    let err = workload(plan).exec();
+    Err(fail("exec workload")(err))
+}
+
+/// Maps a wait status of the init (process rung: of the workload itself).
+pub(crate) fn termination(status: ExitStatus) -> Termination {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => Termination::Exited(code),
+        (None, Some(sig)) => Termination::Signaled(sig),
+        (None, None) => Termination::Signaled(0),
+    }
+}

@@ -1,0 +1,10 @@
+//! Linux enforcement (compiled on Linux only).
+
+pub(crate) mod cgroup;
+pub(crate) mod fs_rules;
+pub(crate) mod init;
+pub(crate) mod launch;
+pub(crate) mod probe;
+pub(crate) mod proto;
+pub(crate) mod rootfs;
+pub(crate) mod seccomp;

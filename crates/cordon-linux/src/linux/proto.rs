@@ -1,0 +1,49 @@
+//! Messages between the owner and the init program, one JSON object per line.
+
+use std::io::{self, BufRead, Write};
+
+use serde::{Deserialize, Serialize};
+
+use crate::outcome::Termination;
+
+/// Owner → init, on the plan pipe.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "snake_case")]
+pub(crate) enum Control {
+    /// The plan (always the first line).
+    Plan(Box<crate::plan::Plan>),
+    /// Container rung: the owner has written uid_map/gid_map.
+    Mapped,
+}
+
+/// Init → owner, on the report pipe.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "snake_case")]
+pub(crate) enum Report {
+    /// Stage 1 has unshared its namespaces and waits for the id maps.
+    Unshared,
+    /// Every layer is in place; the workload is being started.
+    Started,
+    /// A setup step failed; nothing of the workload ran.
+    Failed { step: String, error: String },
+    /// Container rung: the workload (child of PID 1) ended.
+    Exited(Termination),
+}
+
+pub(crate) fn send<T: Serialize>(w: &mut impl Write, msg: &T) -> io::Result<()> {
+    let mut line = serde_json::to_vec(msg).map_err(io::Error::other)?;
+    line.push(b'\n');
+    w.write_all(&line)?;
+    w.flush()
+}
+
+/// Reads one message; `Ok(None)` at end of stream.
+pub(crate) fn recv<T: for<'de> Deserialize<'de>>(r: &mut impl BufRead) -> io::Result<Option<T>> {
+    let mut line = String::new();
+    if r.read_line(&mut line)? == 0 {
+        return Ok(None);
+    }
+    serde_json::from_str(&line)
+        .map(Some)
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+}

@@ -1,0 +1,342 @@
+//! The container rung's fresh root, built in stage 2 (inside the new user
+//! and mount namespaces, before `pivot_root`).
+//!
+//! Every source is opened `O_PATH` *before* anything is mounted, and bound
+//! from `/proc/self/fd/N`, so a symlink swapped in during setup cannot
+//! redirect a bind, and the tmpfs the root is built on (mounted over `/tmp`
+//! in the private mount namespace) cannot hide a source under the host's
+//! `/tmp`.
+
+use std::fs;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use nix::fcntl::OFlag;
+use nix::mount::{mount, umount2, MntFlags, MsFlags};
+use nix::sys::stat::Mode;
+use nix::sys::statvfs::{statvfs, FsFlags};
+
+use super::fs_rules::{Rule, DEVICES};
+use crate::plan::Plan;
+
+/// The built-in `host` image: the host's system directories, read-only.
+pub(crate) const HOST_IMAGE: &[&str] = &["/usr", "/lib", "/lib64", "/bin", "/sbin", "/etc"];
+
+/// Secrets the `host` image never shows, whatever the plan says (they are
+/// also protected by file modes; this is the second layer).
+pub(crate) const IMAGE_MASKS: &[&str] = &[
+    "/etc/shadow",
+    "/etc/shadow-",
+    "/etc/gshadow",
+    "/etc/gshadow-",
+    "/etc/sudoers",
+    "/etc/sudoers.d",
+];
+
+/// Where the new root is assembled (a tmpfs over it, in our mount namespace).
+const BUILD: &str = "/tmp";
+
+#[derive(Debug, thiserror::Error)]
+#[error("{step} `{path}`: {source}")]
+pub struct RootfsError {
+    pub step: &'static str,
+    pub path: PathBuf,
+    pub source: std::io::Error,
+}
+
+fn err<'a>(step: &'static str, path: &'a Path) -> impl FnOnce(nix::Error) -> RootfsError + 'a {
+    move |e| RootfsError {
+        step,
+        path: path.to_path_buf(),
+        source: e.into(),
+    }
+}
+
+fn ioerr<'a>(
+    step: &'static str,
+    path: &'a Path,
+) -> impl FnOnce(std::io::Error) -> RootfsError + 'a {
+    move |source| RootfsError {
+        step,
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+fn inside(path: &Path) -> PathBuf {
+    Path::new(BUILD).join(path.strip_prefix("/").unwrap_or(path))
+}
+
+fn mount_fs(fstype: &str, target: &Path, flags: MsFlags, data: &str) -> Result<(), RootfsError> {
+    mount(Some(fstype), target, Some(fstype), flags, Some(data)).map_err(err("mount", target))
+}
+
+/// Bind `src` on `target`, then remount with `flags` added to the flags the
+/// kernel locks on the source (a user namespace may not clear them).
+fn bind(src: &OwnedFd, target: &Path, flags: MsFlags) -> Result<(), RootfsError> {
+    let src_path = PathBuf::from(format!("/proc/self/fd/{}", src.as_raw_fd()));
+    mount::<Path, Path, str, str>(Some(&src_path), target, None, MsFlags::MS_BIND, None)
+        .map_err(err("bind", target))?;
+    let current = statvfs(target).map_err(err("statvfs", target))?.flags();
+    let mut keep = MsFlags::empty();
+    for (st, ms) in [
+        (FsFlags::ST_RDONLY, MsFlags::MS_RDONLY),
+        (FsFlags::ST_NOSUID, MsFlags::MS_NOSUID),
+        (FsFlags::ST_NODEV, MsFlags::MS_NODEV),
+        (FsFlags::ST_NOEXEC, MsFlags::MS_NOEXEC),
+        (FsFlags::ST_NOATIME, MsFlags::MS_NOATIME),
+        (FsFlags::ST_NODIRATIME, MsFlags::MS_NODIRATIME),
+        (FsFlags::ST_RELATIME, MsFlags::MS_RELATIME),
+    ] {
+        if current.contains(st) {
+            keep |= ms;
+        }
+    }
+    mount::<str, Path, str, str>(
+        None,
+        target,
+        None,
+        MsFlags::MS_BIND | MsFlags::MS_REMOUNT | keep | flags,
+        None,
+    )
+    .map_err(err("remount", target))
+}
+
+fn open_path(path: &Path) -> Option<OwnedFd> {
+    nix::fcntl::open(path, OFlag::O_PATH | OFlag::O_CLOEXEC, Mode::empty()).ok()
+}
+
+fn mkdir_p(path: &Path) -> Result<(), RootfsError> {
+    fs::create_dir_all(path).map_err(ioerr("mkdir", path))
+}
+
+/// A mount point of the right kind for `src` at `target`.
+fn mount_point(src_is_dir: bool, target: &Path) -> Result<(), RootfsError> {
+    if src_is_dir {
+        return mkdir_p(target);
+    }
+    if let Some(parent) = target.parent() {
+        mkdir_p(parent)?;
+    }
+    if !target.exists() {
+        fs::write(target, b"").map_err(ioerr("create", target))?;
+    }
+    Ok(())
+}
+
+fn exec_granted(rules: &[Rule], path: &Path) -> bool {
+    rules
+        .iter()
+        .any(|r| r.execute && (path.starts_with(&r.path) || r.path.starts_with(path)))
+}
+
+fn flags_for(read_only: bool, exec: bool) -> MsFlags {
+    let mut f = MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
+    if read_only {
+        f |= MsFlags::MS_RDONLY;
+    }
+    if !exec {
+        f |= MsFlags::MS_NOEXEC;
+    }
+    f
+}
+
+struct Bind {
+    target: PathBuf,
+    src: OwnedFd,
+    is_dir: bool,
+    flags: MsFlags,
+}
+
+/// Builds the root for `plan` and enters it with `pivot_root`. Mounts a new
+/// `/proc` (the caller is PID 1 of the new pid namespace) before the old root
+/// goes, because the kernel only lets a user namespace mount procfs while a
+/// full procfs is visible.
+pub(crate) fn enter(plan: &Plan, rules: &[Rule]) -> Result<(), RootfsError> {
+    let root = Path::new("/");
+    // Nothing mounted here may propagate back to the host.
+    mount::<str, Path, str, str>(
+        None,
+        root,
+        None,
+        MsFlags::MS_REC | MsFlags::MS_PRIVATE,
+        None,
+    )
+    .map_err(err("make private", root))?;
+
+    // 1. Pin every source before anything is covered.
+    let mut symlinks = Vec::new();
+    let mut binds = Vec::new();
+    for dir in HOST_IMAGE {
+        let path = Path::new(dir);
+        match fs::symlink_metadata(path) {
+            Ok(m) if m.file_type().is_symlink() => {
+                let to = fs::read_link(path).map_err(ioerr("readlink", path))?;
+                symlinks.push((path.to_path_buf(), to));
+            }
+            Ok(m) if m.is_dir() => {
+                if let Some(src) = open_path(path) {
+                    let write = rules.iter().any(|r| r.write && r.path == path);
+                    binds.push(Bind {
+                        target: path.to_path_buf(),
+                        src,
+                        is_dir: true,
+                        flags: flags_for(!write, exec_granted(rules, path)),
+                    });
+                }
+            }
+            _ => {}
+        }
+    }
+    let in_image = |p: &Path| HOST_IMAGE.iter().any(|d| p.starts_with(d));
+    let mut plan_binds: Vec<&Rule> = rules
+        .iter()
+        .filter(|r| !r.device && r.path != Path::new("/proc") && r.path != Path::new("/tmp"))
+        .filter(|r| r.read || r.write || r.execute)
+        .filter(|r| !in_image(&r.path) || r.write)
+        .filter(|r| !HOST_IMAGE.iter().any(|d| r.path == Path::new(d)))
+        .collect();
+    plan_binds.sort_by_key(|r| r.path.components().count());
+    for r in plan_binds {
+        if let (Some(src), Ok(meta)) = (open_path(&r.path), fs::metadata(&r.path)) {
+            binds.push(Bind {
+                target: r.path.clone(),
+                src,
+                is_dir: meta.is_dir(),
+                flags: flags_for(!r.write, exec_granted(rules, &r.path)),
+            });
+        }
+    }
+    let mut devices = Vec::new();
+    for d in DEVICES {
+        let path = Path::new("/dev").join(d);
+        let src = open_path(&path).ok_or_else(|| RootfsError {
+            step: "open device",
+            path: path.clone(),
+            source: std::io::Error::last_os_error(),
+        })?;
+        devices.push((path, src));
+    }
+
+    // 2. The new root: a tmpfs, private to this mount namespace.
+    let build = Path::new(BUILD);
+    mount_fs(
+        "tmpfs",
+        build,
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+        "mode=0755,size=1m",
+    )?;
+    for (path, to) in &symlinks {
+        let at = inside(path);
+        std::os::unix::fs::symlink(to, &at).map_err(ioerr("symlink", &at))?;
+    }
+    // /tmp first: the work dir may live under the host's /tmp.
+    let tmp = inside(Path::new("/tmp"));
+    mkdir_p(&tmp)?;
+    let tmp_size = format!("mode=1777,size={}", plan.bounds().max_memory);
+    mount_fs(
+        "tmpfs",
+        &tmp,
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+        &tmp_size,
+    )?;
+    for b in &binds {
+        let at = inside(&b.target);
+        mount_point(b.is_dir, &at)?;
+        bind(&b.src, &at, b.flags)?;
+    }
+    // A minimal /dev: five devices bound from the host, nothing else.
+    let dev = inside(Path::new("/dev"));
+    mkdir_p(&dev)?;
+    mount_fs(
+        "tmpfs",
+        &dev,
+        MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC,
+        "mode=0755,size=64k",
+    )?;
+    for (path, src) in &devices {
+        let at = inside(path);
+        mount_point(false, &at)?;
+        bind(src, &at, MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC)?;
+    }
+    for (name, to) in [
+        ("fd", "/proc/self/fd"),
+        ("stdin", "/proc/self/fd/0"),
+        ("stdout", "/proc/self/fd/1"),
+        ("stderr", "/proc/self/fd/2"),
+    ] {
+        let at = dev.join(name);
+        std::os::unix::fs::symlink(to, &at).map_err(ioerr("symlink", &at))?;
+    }
+    mount::<str, Path, str, str>(
+        None,
+        &dev,
+        None,
+        MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC,
+        None,
+    )
+    .map_err(err("remount ro", &dev))?;
+    let proc = inside(Path::new("/proc"));
+    mkdir_p(&proc)?;
+    mount_fs(
+        "proc",
+        &proc,
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+        "",
+    )?;
+
+    // 3. Masks: an empty read-only file or directory over each.
+    let empty_file = build.join(".cordon-empty");
+    fs::write(&empty_file, b"").map_err(ioerr("create", &empty_file))?;
+    fs::set_permissions(&empty_file, fs::Permissions::from_mode(0o000))
+        .map_err(ioerr("chmod", &empty_file))?;
+    let empty_fd = open_path(&empty_file).ok_or_else(|| RootfsError {
+        step: "open",
+        path: empty_file.clone(),
+        source: std::io::Error::last_os_error(),
+    })?;
+    let masks = IMAGE_MASKS
+        .iter()
+        .map(PathBuf::from)
+        .chain(plan.mask_paths().iter().cloned())
+        .chain(plan.mask_executables().iter().cloned());
+    for mask in masks {
+        let at = inside(&mask);
+        let Ok(meta) = fs::symlink_metadata(&at) else {
+            continue; // nothing there to hide
+        };
+        if meta.is_dir() {
+            mount_fs(
+                "tmpfs",
+                &at,
+                MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+                "mode=000,size=4k",
+            )?;
+        } else {
+            bind(
+                &empty_fd,
+                &at,
+                MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+            )?;
+        }
+    }
+    drop(empty_fd);
+
+    // 4. The root itself read-only, then swap roots and drop the old one.
+    mount::<str, Path, str, str>(
+        None,
+        build,
+        None,
+        MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+        None,
+    )
+    .map_err(err("remount ro", build))?;
+    nix::unistd::chdir(build).map_err(err("chdir", build))?;
+    // pivot_root(".", "."): the old root ends up stacked on the new one and
+    // is detached at once, so no directory for it is needed.
+    nix::unistd::pivot_root(".", ".").map_err(err("pivot_root", build))?;
+    umount2(".", MntFlags::MNT_DETACH).map_err(err("unmount old root", root))?;
+    nix::unistd::chdir(root).map_err(err("chdir", root))?;
+    Ok(())
+}

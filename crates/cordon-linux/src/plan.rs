@@ -1,0 +1,430 @@
+//! The confinement plan: what the kernel is asked to hold for one sandbox.
+//!
+//! [`PlanSpec`] is the wire form (serde, `deny_unknown_fields`); [`Plan`] is
+//! the validated form and can only be built through [`Plan::new`] (or by
+//! deserializing, which runs the same validation), so every `Plan` the
+//! launcher sees is valid. A `Plan` crosses the pipe to the init program as
+//! JSON and is validated again on the far side.
+
+use std::collections::BTreeMap;
+use std::path::{Component, Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// How strongly the workload is separated from the host.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Rung {
+    /// A separate process: dedicated unprivileged uid, Landlock, seccomp,
+    /// cgroups/rlimits, `no_new_privs`. No namespaces.
+    Process,
+    /// Everything of `Process`, plus user/mount/pid/ipc/uts/net/cgroup
+    /// namespaces and a fresh root entered with `pivot_root`.
+    Container,
+}
+
+impl std::fmt::Display for Rung {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Rung::Process => "process",
+            Rung::Container => "container",
+        })
+    }
+}
+
+/// Rights on a path and everything beneath it (Landlock's path-beneath).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FsRule {
+    /// Absolute, normalised path (no `.` or `..`).
+    pub path: PathBuf,
+    #[serde(default)]
+    pub read: bool,
+    #[serde(default)]
+    pub write: bool,
+    #[serde(default)]
+    pub execute: bool,
+}
+
+/// Resource bounds for the whole process tree of the sandbox.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Bounds {
+    /// Bytes of memory (cgroup memory limit; swap included where accounted).
+    pub max_memory: u64,
+    /// Live processes and threads in the tree (cgroup pids limit).
+    pub max_processes: u32,
+    /// CPU seconds summed over the whole tree (polled cgroup accounting).
+    pub max_cpu_seconds: u64,
+    /// Wall-clock seconds from launch.
+    pub max_wall_seconds: u64,
+}
+
+/// Who the workload runs as.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Ids {
+    /// Uid inside the sandbox (container rung); never 0.
+    pub uid: u32,
+    /// Gid inside the sandbox (container rung); never 0.
+    pub gid: u32,
+    /// Host uid the inside uid maps to (container) or the process runs as
+    /// (process rung); never 0.
+    pub host_uid: u32,
+    /// Host gid, as `host_uid`; never 0.
+    pub host_gid: u32,
+}
+
+/// The wire form of a plan. Build a [`Plan`] from it with [`Plan::new`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PlanSpec {
+    pub rung: Rung,
+    /// Path-beneath rights. Anything not granted here is denied.
+    #[serde(default)]
+    pub fs: Vec<FsRule>,
+    /// Paths inside granted trees that must not be visible (container rung:
+    /// covered by an empty read-only mount).
+    #[serde(default)]
+    pub mask_paths: Vec<PathBuf>,
+    /// Executables inside granted trees that must not run, not even through
+    /// the dynamic loader (container rung: covered by an empty file).
+    #[serde(default)]
+    pub mask_executables: Vec<PathBuf>,
+    /// The work dir, read-write (it appears at the same path inside).
+    pub work_dir: PathBuf,
+    /// Process rung only: the per-sandbox temporary directory named in
+    /// `TMPDIR`, read-write. The caller creates it, owned by `host_uid`.
+    #[serde(default)]
+    pub tmp_dir: Option<PathBuf>,
+    /// The complete environment of the workload; nothing else is inherited.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    pub bounds: Bounds,
+    /// The first command; `argv[0]` is an absolute path (no `PATH` lookup).
+    pub argv: Vec<String>,
+    pub ids: Ids,
+}
+
+/// A plan that passed validation. Fields are read through accessors.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "PlanSpec", into = "PlanSpec")]
+pub struct Plan {
+    // INVARIANT: `spec` passed `validate`.
+    spec: PlanSpec,
+}
+
+/// Why a plan was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PlanError {
+    #[error("`{path}` must be an absolute path without `.` or `..` ({what})")]
+    NotAbsolute { what: &'static str, path: PathBuf },
+    #[error("the first command is empty")]
+    EmptyArgv,
+    #[error("argv[0] `{0}` must be an absolute path: the sandbox has no `PATH` lookup")]
+    RelativeProgram(String),
+    #[error("`{what}` must be at least {min}, got {got}")]
+    BoundTooSmall {
+        what: &'static str,
+        min: u64,
+        got: u64,
+    },
+    #[error("{what} must not be 0: the workload never runs as (or maps to) root")]
+    RootId { what: &'static str },
+    #[error("environment variable `{0}` has an invalid name or value")]
+    BadEnv(String),
+    #[error("mask `{0}` is not inside any granted tree")]
+    MaskOutsideGrant(PathBuf),
+    #[error(
+        "the process rung cannot mask `{0}` (a deny inside an allowed tree); it needs the container rung"
+    )]
+    MaskNeedsContainer(PathBuf),
+    #[error(
+        "rule on `{0}`: /proc, /sys and /dev are provided by the launcher and cannot be granted"
+    )]
+    ReservedPath(PathBuf),
+    #[error("the process rung needs `tmp_dir` (its TMPDIR; there is no private /tmp)")]
+    MissingTmpDir,
+    #[error("`tmp_dir` is for the process rung only; the container rung has a private /tmp")]
+    TmpDirAtContainer,
+    #[error("a string in the plan contains a NUL byte")]
+    Nul,
+}
+
+fn normal_absolute(what: &'static str, path: &Path) -> Result<(), PlanError> {
+    let ok = path.is_absolute()
+        && path
+            .components()
+            .all(|c| matches!(c, Component::RootDir | Component::Normal(_)))
+        && !path.as_os_str().as_encoded_bytes().contains(&0);
+    if ok {
+        Ok(())
+    } else {
+        Err(PlanError::NotAbsolute {
+            what,
+            path: path.to_path_buf(),
+        })
+    }
+}
+
+fn reserved(path: &Path) -> bool {
+    ["/proc", "/sys", "/dev"]
+        .iter()
+        .any(|r| path.starts_with(r) || Path::new(r).starts_with(path))
+}
+
+impl Plan {
+    /// Validates `spec` into a plan.
+    pub fn new(spec: PlanSpec) -> Result<Self, PlanError> {
+        validate(&spec)?;
+        Ok(Plan { spec })
+    }
+
+    pub fn rung(&self) -> Rung {
+        self.spec.rung
+    }
+    pub fn fs(&self) -> &[FsRule] {
+        &self.spec.fs
+    }
+    pub fn mask_paths(&self) -> &[PathBuf] {
+        &self.spec.mask_paths
+    }
+    pub fn mask_executables(&self) -> &[PathBuf] {
+        &self.spec.mask_executables
+    }
+    pub fn work_dir(&self) -> &Path {
+        &self.spec.work_dir
+    }
+    pub fn tmp_dir(&self) -> Option<&Path> {
+        self.spec.tmp_dir.as_deref()
+    }
+    pub fn env(&self) -> &BTreeMap<String, String> {
+        &self.spec.env
+    }
+    pub fn bounds(&self) -> &Bounds {
+        &self.spec.bounds
+    }
+    pub fn argv(&self) -> &[String] {
+        &self.spec.argv
+    }
+    pub fn ids(&self) -> &Ids {
+        &self.spec.ids
+    }
+    /// The wire form.
+    pub fn spec(&self) -> &PlanSpec {
+        &self.spec
+    }
+}
+
+impl TryFrom<PlanSpec> for Plan {
+    type Error = PlanError;
+    fn try_from(spec: PlanSpec) -> Result<Self, PlanError> {
+        Plan::new(spec)
+    }
+}
+
+impl From<Plan> for PlanSpec {
+    fn from(plan: Plan) -> Self {
+        plan.spec
+    }
+}
+
+fn validate(spec: &PlanSpec) -> Result<(), PlanError> {
+    let program = spec.argv.first().ok_or(PlanError::EmptyArgv)?;
+    if !program.starts_with('/') {
+        return Err(PlanError::RelativeProgram(program.clone()));
+    }
+    if spec.argv.iter().any(|a| a.contains('\0')) {
+        return Err(PlanError::Nul);
+    }
+    normal_absolute("work_dir", &spec.work_dir)?;
+    if reserved(&spec.work_dir) {
+        return Err(PlanError::ReservedPath(spec.work_dir.clone()));
+    }
+    for rule in &spec.fs {
+        normal_absolute("fs rule", &rule.path)?;
+        if reserved(&rule.path) {
+            return Err(PlanError::ReservedPath(rule.path.clone()));
+        }
+    }
+    for mask in spec.mask_paths.iter().chain(&spec.mask_executables) {
+        normal_absolute("mask", mask)?;
+        if spec.rung == Rung::Process {
+            return Err(PlanError::MaskNeedsContainer(mask.clone()));
+        }
+        let granted = spec
+            .fs
+            .iter()
+            .filter(|r| r.read || r.write || r.execute)
+            .any(|r| mask.starts_with(&r.path) && mask != &r.path)
+            || mask.starts_with(&spec.work_dir);
+        if !granted {
+            return Err(PlanError::MaskOutsideGrant(mask.clone()));
+        }
+    }
+    match (spec.rung, &spec.tmp_dir) {
+        (Rung::Process, None) => return Err(PlanError::MissingTmpDir),
+        (Rung::Process, Some(t)) => normal_absolute("tmp_dir", t)?,
+        (Rung::Container, Some(_)) => return Err(PlanError::TmpDirAtContainer),
+        (Rung::Container, None) => {}
+    }
+    for (k, v) in &spec.env {
+        let bad_name = k.is_empty() || k.contains('=') || k.contains('\0');
+        if bad_name || v.contains('\0') {
+            return Err(PlanError::BadEnv(k.clone()));
+        }
+    }
+    let b = &spec.bounds;
+    let checks: [(&'static str, u64, u64); 4] = [
+        ("max_memory", 4 << 20, b.max_memory),
+        ("max_processes", 1, u64::from(b.max_processes)),
+        ("max_cpu_seconds", 1, b.max_cpu_seconds),
+        ("max_wall_seconds", 1, b.max_wall_seconds),
+    ];
+    for (what, min, got) in checks {
+        if got < min {
+            return Err(PlanError::BoundTooSmall { what, min, got });
+        }
+    }
+    let ids = &spec.ids;
+    for (what, id) in [
+        ("ids.uid", ids.uid),
+        ("ids.gid", ids.gid),
+        ("ids.host_uid", ids.host_uid),
+        ("ids.host_gid", ids.host_gid),
+    ] {
+        if id == 0 {
+            return Err(PlanError::RootId { what });
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec() -> PlanSpec {
+        PlanSpec {
+            rung: Rung::Container,
+            fs: vec![FsRule {
+                path: "/usr".into(),
+                read: true,
+                write: false,
+                execute: true,
+            }],
+            mask_paths: vec![],
+            mask_executables: vec![],
+            work_dir: "/tmp/w".into(),
+            tmp_dir: None,
+            env: BTreeMap::new(),
+            bounds: Bounds {
+                max_memory: 64 << 20,
+                max_processes: 16,
+                max_cpu_seconds: 1,
+                max_wall_seconds: 5,
+            },
+            argv: vec!["/bin/true".into()],
+            ids: Ids {
+                uid: 1000,
+                gid: 1000,
+                host_uid: 100_000,
+                host_gid: 100_000,
+            },
+        }
+    }
+
+    #[test]
+    fn valid_plan_round_trips_through_json() {
+        let plan = Plan::new(spec()).unwrap();
+        let json = serde_json::to_string(&plan).unwrap();
+        let back: Plan = serde_json::from_str(&json).unwrap();
+        assert_eq!(plan, back);
+    }
+
+    #[test]
+    fn deserializing_an_invalid_plan_fails() {
+        let mut s = spec();
+        s.ids.host_uid = 0;
+        let json = serde_json::to_string(&s).unwrap();
+        assert!(serde_json::from_str::<Plan>(&json).is_err());
+    }
+
+    #[test]
+    fn unknown_fields_are_refused() {
+        let mut v = serde_json::to_value(spec()).unwrap();
+        v["dangerously_unconfined"] = serde_json::Value::Bool(true);
+        assert!(serde_json::from_value::<Plan>(v).is_err());
+    }
+
+    #[test]
+    fn root_ids_are_refused() {
+        for f in [
+            |s: &mut PlanSpec| s.ids.uid = 0,
+            |s: &mut PlanSpec| s.ids.gid = 0,
+            |s: &mut PlanSpec| s.ids.host_uid = 0,
+            |s: &mut PlanSpec| s.ids.host_gid = 0,
+        ] {
+            let mut s = spec();
+            f(&mut s);
+            assert!(matches!(Plan::new(s), Err(PlanError::RootId { .. })));
+        }
+    }
+
+    #[test]
+    fn relative_or_dotted_paths_are_refused() {
+        let mut s = spec();
+        s.argv = vec!["python3".into()];
+        assert!(matches!(Plan::new(s), Err(PlanError::RelativeProgram(_))));
+        let mut s = spec();
+        s.fs[0].path = "/usr/../root".into();
+        assert!(matches!(Plan::new(s), Err(PlanError::NotAbsolute { .. })));
+        let mut s = spec();
+        s.work_dir = "work".into();
+        assert!(matches!(Plan::new(s), Err(PlanError::NotAbsolute { .. })));
+    }
+
+    #[test]
+    fn masks_are_refused_at_the_process_rung_and_outside_grants() {
+        let mut s = spec();
+        s.rung = Rung::Process;
+        s.tmp_dir = Some("/tmp/t".into());
+        s.mask_executables = vec!["/usr/bin/perl".into()];
+        assert!(matches!(
+            Plan::new(s),
+            Err(PlanError::MaskNeedsContainer(_))
+        ));
+        let mut s = spec();
+        s.mask_paths = vec!["/opt/secret".into()];
+        assert!(matches!(Plan::new(s), Err(PlanError::MaskOutsideGrant(_))));
+        let mut s = spec();
+        s.mask_executables = vec!["/usr/bin/perl".into()];
+        assert!(Plan::new(s).is_ok());
+    }
+
+    #[test]
+    fn reserved_paths_zero_bounds_and_bad_env_are_refused() {
+        let mut s = spec();
+        s.fs[0].path = "/dev".into();
+        assert!(matches!(Plan::new(s), Err(PlanError::ReservedPath(_))));
+        let mut s = spec();
+        s.fs[0].path = "/".into();
+        assert!(matches!(Plan::new(s), Err(PlanError::ReservedPath(_))));
+        let mut s = spec();
+        s.bounds.max_cpu_seconds = 0;
+        assert!(matches!(Plan::new(s), Err(PlanError::BoundTooSmall { .. })));
+        let mut s = spec();
+        s.env.insert("A=B".into(), "x".into());
+        assert!(matches!(Plan::new(s), Err(PlanError::BadEnv(_))));
+    }
+
+    #[test]
+    fn tmp_dir_belongs_to_the_process_rung() {
+        let mut s = spec();
+        s.rung = Rung::Process;
+        assert!(matches!(Plan::new(s), Err(PlanError::MissingTmpDir)));
+        let mut s = spec();
+        s.tmp_dir = Some("/tmp/t".into());
+        assert!(matches!(Plan::new(s), Err(PlanError::TmpDirAtContainer)));
+    }
+}
