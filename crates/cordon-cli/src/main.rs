@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
+mod conformance;
 mod doctor;
 mod policy_cmd;
 
@@ -26,6 +27,9 @@ enum Command {
     /// Show every backend cordon knows, its rung, egress and capabilities,
     /// whether this machine can run it, and whether the floor admits it.
     Doctor(doctor::DoctorArgs),
+    /// Attack a backend's files-out surface with the conformance kit: one
+    /// line per probe, then `N passed, M failed`.
+    Conformance(conformance::ConformanceArgs),
 }
 
 /// Output formats every command offers.
@@ -54,5 +58,6 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Policy { command } => policy_cmd::run(command),
         Command::Doctor(args) => doctor::run(args),
+        Command::Conformance(args) => conformance::run(args),
     }
 }

@@ -444,3 +444,29 @@ fn doctor_refuses_an_unknown_rung_from_any_source() {
         "{err}"
     );
 }
+
+// ---- cordon conformance ----
+
+#[test]
+fn conformance_runs_the_kit_against_the_host_directory_subject() {
+    let (code, out, err) = cordon(&["conformance", "--backend", "host-directory"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let last = out.lines().last().unwrap_or_default();
+    assert!(last.ends_with(" passed, 0 failed"), "{out}");
+    assert!(
+        out.lines().filter(|l| l.starts_with("pass ")).count() >= 14,
+        "{out}"
+    );
+}
+
+#[test]
+fn conformance_refuses_a_backend_it_cannot_run_or_does_not_know() {
+    let (code, out, err) = cordon(&["conformance", "--backend", "docker"]);
+    assert_eq!(code, 3, "{out}{err}");
+    assert!(
+        format!("{out}{err}").contains("not built in this version"),
+        "{out}{err}"
+    );
+    let (code, _, err) = cordon(&["conformance", "--backend", "nope"]);
+    assert_eq!(code, 2, "{err}");
+}

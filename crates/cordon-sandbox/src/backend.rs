@@ -33,6 +33,13 @@
 //! - **Secrets arrive as files**: the router writes each granted secret with
 //!   [`Sandbox::write_file`] under [`crate::secrets::SECRETS_DIR`], mode
 //!   `0o400`. Honour the mode; never copy them into an environment.
+//! - **Serving `files_out`**: do not write the confinement walk or the
+//!   confined open yourself. A work dir on a host directory delegates the
+//!   files hooks and every host-side write to
+//!   [`crate::host_dir::HostWorkDir`]; anything else runs
+//!   [`crate::confined::refuse_symlinked_parents`] with its own unconfined,
+//!   no-follow stat. Then pass [`crate::conformance`] on a real instance.
+//!   `docs/backends.md` has the whole story.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -97,6 +104,14 @@ pub enum SandboxError {
     NotFound { path: String },
     #[error("`{path}` is refused: {reason}")]
     PathRefused { path: String, reason: String },
+    /// A declared output (or a host-side write target) that is not a
+    /// regular file: a directory, a FIFO, a device, a socket.
+    #[error("`{path}` is a {found}, not a regular file; cordon reads and writes only regular files there")]
+    NotRegularFile { path: String, found: String },
+    /// The kernel lacks what confinement needs; nothing falls back to a
+    /// check that can be raced.
+    #[error("cannot confine `{path}`: {reason}; run on Linux 5.6 or later (`openat2`), cordon does not fall back to a racy check")]
+    ConfinementUnavailable { path: String, reason: String },
     #[error("{operation} failed: {reason}")]
     Failed {
         operation: &'static str,
@@ -193,6 +208,15 @@ pub struct FileStat {
     pub mode: u32,
 }
 
+/// What a bounded [`Sandbox::read_file`] saw.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileRead {
+    /// At most the cap plus one byte.
+    pub bytes: Vec<u8>,
+    /// The size of the opened file (`fstat` on the descriptor read from).
+    pub size: u64,
+}
+
 /// One directory entry.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DirEntry {
@@ -204,7 +228,9 @@ pub struct DirEntry {
 ///
 /// `exec` and `write_file` are what every sandbox serves. The `stat`,
 /// `read_file` and `list_dir` hooks serve declared outputs (`files_out`,
-/// `files_list`) and default to [`SandboxError::Unsupported`].
+/// `files_list`) and default to [`SandboxError::Unsupported`]. Paths are
+/// absolute guest paths; a backend serving them from a host directory uses
+/// [`crate::host_dir::HostWorkDir`] rather than its own walk.
 pub trait Sandbox: Send + Sync {
     /// The backend's own identifier for this instance.
     fn id(&self) -> &str;
@@ -216,9 +242,16 @@ pub trait Sandbox: Send + Sync {
     fn exec(&self, req: &ExecRequest) -> Result<ExecOutput, SandboxError>;
 
     /// Writes a file (creating parents) with `mode`; an absolute guest path.
+    /// The guest may have planted a link exactly where the host writes: a
+    /// backend writing into a host directory goes through
+    /// [`crate::host_dir::HostWorkDir::write_file`], never `std::fs::write`.
     fn write_file(&self, path: &str, contents: &[u8], mode: u32) -> Result<(), SandboxError>;
 
-    /// Stats a path without following a final link; `Ok(None)` when absent.
+    /// Stats a path without following a final link; `Ok(None)` when it (or
+    /// a parent) is absent. A path with a symlinked parent — the work dir's
+    /// own ancestors included — is refused ([`SandboxError::PathRefused`]):
+    /// run [`crate::confined::refuse_symlinked_parents`] with an unconfined
+    /// no-follow stat rather than writing that walk yourself.
     fn stat_no_follow(&self, path: &str) -> Result<Option<FileStat>, SandboxError> {
         let _ = path;
         Err(SandboxError::Unsupported {
@@ -226,8 +259,14 @@ pub trait Sandbox: Send + Sync {
         })
     }
 
-    /// Reads at most `max_bytes` of a regular file.
-    fn read_file(&self, path: &str, max_bytes: u64) -> Result<Vec<u8>, SandboxError> {
+    /// Reads a regular file, bounded: opens `path` without following any
+    /// link, refuses anything but a regular file (a FIFO must not hang the
+    /// host), takes [`FileRead::size`] from the *opened* file, and returns at
+    /// most `max_bytes + 1` bytes — one past the cap, so the caller sees a
+    /// file that grew after it was stat-ed. It may return no bytes when the
+    /// opened file is already larger than `max_bytes`. Never trust a size
+    /// read earlier: the path may have been swapped since.
+    fn read_file(&self, path: &str, max_bytes: u64) -> Result<FileRead, SandboxError> {
         let _ = (path, max_bytes);
         Err(SandboxError::Unsupported {
             capability: Capability::FilesOut,

@@ -29,6 +29,16 @@
 //!   dispatch door with caps ([`tools`]).
 //! - [`catalogue`] — the built-in backends and the probes `cordon doctor`
 //!   runs; [`config`] — where the host's floor comes from.
+//! - Files out ([`outputs`]): a spec's [`DeclaredOutput`]s and its
+//!   `files_out` [`TransferLimits`]; [`collect_outputs`] reads them back in
+//!   four ordered phases and delivers the landing ones to an
+//!   [`OutputSink`] — [`FsSink`] lands them under a directory without
+//!   following any link. [`confined`] holds the `openat2` primitives and
+//!   the confinement walk every backend serving files uses;
+//!   [`host_dir`] serves a work dir from a host directory with them.
+//! - [`kinds`] — the [`kinds::Kind`] trait (a spec, parsing of `consume`
+//!   outputs, display lines) with `codeact` and `diagram`.
+//! - [`conformance`] — the kit every backend serving `files_out` must pass.
 //!
 //! Traits are synchronous: the backends are process-driven, and a host on an
 //! async runtime calls them from its blocking pool.
@@ -36,32 +46,50 @@
 pub mod backend;
 pub mod capability;
 pub mod catalogue;
+pub mod collect;
 pub mod config;
+pub mod confined;
+pub mod conformance;
 pub mod egress;
+#[cfg(target_os = "linux")]
+pub mod host_dir;
 pub mod isolation;
 pub mod key;
+pub mod kinds;
 pub mod limits;
+pub mod outputs;
 pub mod router;
 pub mod schema;
 pub mod secrets;
+pub mod sink;
 pub mod spec;
 pub mod tools;
 mod yaml;
 
 pub use backend::{
     AcquireRequest, Backend, BackendError, DirEntry, ExecOutput, ExecRequest, ExitStatus, FileKind,
-    FileStat, Limits, Provenance, Sandbox, SandboxError,
+    FileRead, FileStat, Limits, Provenance, Sandbox, SandboxError,
 };
 pub use capability::{Capability, CapabilitySet};
+pub use collect::{
+    collect_outputs, collect_outputs_named, Cap, CollectError, Collected, Collection,
+};
 pub use config::{resolve_floor, ConfigError, Floor, FloorSource, HostConfig};
 pub use cordon_policy::{Deployment, Identity};
 pub use egress::{Egress, EgressEntry, EgressEntryError, HostPattern};
 pub use isolation::{Isolation, IsolationError};
 pub use key::{Caller, CallerContext, KeyError, SandboxKey};
 pub use limits::TransferLimits;
+pub use outputs::{
+    validate_artifact_name, ArtifactNameError, CallDir, Collision, DeclaredOutput, Disposition,
+    OutputError,
+};
 pub use router::{Refusal, Router, RouterBuilder, RouterError, Scoped, Warning};
 pub use schema::{Schema, SchemaError};
 pub use secrets::{DirectorySecrets, SecretError, SecretProvider, SecretValue};
+#[cfg(target_os = "linux")]
+pub use sink::FsSink;
+pub use sink::{Artifact, ArtifactHandle, LandedArtifact, OutputSink, SinkError};
 pub use spec::{ResourceAsk, SandboxSpec, SecretName, SpecError};
 pub use tools::{
     HostTool, HostToolRegistry, RunLimits, Sink, Source, ToolDeclaration, ToolError, ToolIdentity,

@@ -15,7 +15,19 @@
 //! min_isolation: microvm        # may raise the host's floor, never lower it
 //! resources: {memory: 256MiB, processes: 16, cpu_seconds: 30, wall_seconds: 120}
 //! secrets: [team-a/pypi-token]
+//! declared_outputs:             # literal paths under work_dir; no globs
+//!   - path: diagram.png
+//!     media_type: image/png     # declared, never sniffed
+//!     required: false           # its absence is normal (default true)
+//!     name: diagram.png         # the landing spelling (default: the path)
+//!     disposition: land         # or consume (parsed by the kind)
+//! files_out: {max_bytes_per_file: 8MiB, max_total_bytes: 16MiB, max_files: 4}
+//! outputs_named_at_call_time: false
 //! ```
+//!
+//! A spec that declares outputs (or names them at call time) must carry
+//! `files_out`, and `files_out` joins its `requires`, so the router's
+//! capability match refuses a backend that cannot serve it.
 
 use std::fmt;
 use std::path::Path;
@@ -27,6 +39,8 @@ use serde::Deserialize;
 use crate::capability::{Capability, CapabilitySet};
 use crate::egress::EgressEntry;
 use crate::isolation::Isolation;
+use crate::limits::TransferLimits;
+use crate::outputs::{names_collide, shown_name, DeclaredOutput, Disposition, OutputError};
 use crate::yaml::{self, pos};
 
 /// The guest working directory a spec that names none gets.
@@ -80,6 +94,9 @@ pub struct SandboxSpec {
     min_isolation: Option<Isolation>,
     resources: ResourceAsk,
     secrets: Vec<SecretName>,
+    declared_outputs: Vec<DeclaredOutput>,
+    files_out: Option<TransferLimits>,
+    outputs_named_at_call_time: bool,
 }
 
 /// A spec that is refused.
@@ -188,7 +205,53 @@ impl SandboxSpec {
             min_isolation: None,
             resources: ResourceAsk::default(),
             secrets: Vec::new(),
+            declared_outputs: Vec::new(),
+            files_out: None,
+            outputs_named_at_call_time: false,
         })
+    }
+
+    /// Declares the outputs and the caps on reading them back; `files_out`
+    /// joins `requires`. Two outputs at one path, or two landing names that
+    /// are one file at the destination, are refused.
+    pub fn with_outputs(
+        mut self,
+        files_out: TransferLimits,
+        outputs: impl IntoIterator<Item = DeclaredOutput>,
+    ) -> Result<SandboxSpec, SpecError> {
+        let invalid = |field| move |reason| SpecError::Invalid { field, reason };
+        check_limits(&files_out).map_err(invalid("files_out"))?;
+        let outputs: Vec<DeclaredOutput> = outputs.into_iter().collect();
+        check_outputs(&outputs).map_err(invalid("declared_outputs"))?;
+        self.files_out = Some(files_out);
+        self.declared_outputs = outputs;
+        self.requires.insert(Capability::FilesOut);
+        Ok(self)
+    }
+
+    /// Lets a collection name its outputs at call time
+    /// ([`crate::Collection::named_at_call_time`]), under these caps;
+    /// `files_out` joins `requires`. Without it, naming outputs at call time
+    /// is refused: the tool would land artifacts behind both the sink and the
+    /// cap the spec agreed.
+    pub fn with_outputs_named_at_call_time(
+        mut self,
+        files_out: TransferLimits,
+    ) -> Result<SandboxSpec, SpecError> {
+        check_limits(&files_out).map_err(|reason| SpecError::Invalid {
+            field: "files_out",
+            reason,
+        })?;
+        if self.files_out.is_some_and(|l| l != files_out) {
+            return Err(SpecError::Invalid {
+                field: "files_out",
+                reason: "the spec already has other caps; give one `files_out`".into(),
+            });
+        }
+        self.files_out = Some(files_out);
+        self.outputs_named_at_call_time = true;
+        self.requires.insert(Capability::FilesOut);
+        Ok(self)
     }
 
     /// Replaces the allowlist. Duplicates are refused.
@@ -218,8 +281,13 @@ impl SandboxSpec {
         Ok(self)
     }
 
+    /// Replaces the required capabilities; `files_out` stays in while the
+    /// spec declares outputs.
     pub fn with_requires(mut self, caps: impl IntoIterator<Item = Capability>) -> SandboxSpec {
         self.requires = caps.into_iter().collect();
+        if self.files_out.is_some() {
+            self.requires.insert(Capability::FilesOut);
+        }
         self
     }
 
@@ -295,6 +363,18 @@ impl SandboxSpec {
     pub fn secrets(&self) -> &[SecretName] {
         &self.secrets
     }
+    /// In declaration order.
+    pub fn declared_outputs(&self) -> &[DeclaredOutput] {
+        &self.declared_outputs
+    }
+    /// The caps on reading outputs back; present whenever outputs are
+    /// declared or named at call time.
+    pub fn files_out(&self) -> Option<&TransferLimits> {
+        self.files_out.as_ref()
+    }
+    pub fn outputs_named_at_call_time(&self) -> bool {
+        self.outputs_named_at_call_time
+    }
 
     /// The names of the fields in which `self` and `other` differ, for a
     /// refusal that says what differs.
@@ -313,6 +393,15 @@ impl SandboxSpec {
         diff("min_isolation", self.min_isolation != other.min_isolation);
         diff("resources", self.resources != other.resources);
         diff("secrets", self.secrets != other.secrets);
+        diff(
+            "declared_outputs",
+            self.declared_outputs != other.declared_outputs,
+        );
+        diff("files_out", self.files_out != other.files_out);
+        diff(
+            "outputs_named_at_call_time",
+            self.outputs_named_at_call_time != other.outputs_named_at_call_time,
+        );
         out
     }
 
@@ -355,6 +444,45 @@ impl SandboxSpec {
     }
 }
 
+fn check_limits(l: &TransferLimits) -> Result<(), String> {
+    for (field, v) in [
+        ("max_bytes_per_file", l.max_bytes_per_file),
+        ("max_total_bytes", l.max_total_bytes),
+        ("max_files", l.max_files),
+    ] {
+        if v == 0 {
+            return Err(format!(
+                "`{field}` is 0, which lets nothing out; drop the outputs, or give a positive cap"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Two outputs at one path, or two landing names that are one file.
+fn check_outputs(outputs: &[DeclaredOutput]) -> Result<(), String> {
+    for (i, a) in outputs.iter().enumerate() {
+        for b in &outputs[..i] {
+            if a.path() == b.path() {
+                return Err(format!(
+                    "`{}` is declared twice; declare each output once",
+                    a.path()
+                ));
+            }
+            if a.disposition() == Disposition::Land && b.disposition() == Disposition::Land {
+                if let Some(how) = names_collide(b.name(), a.name()) {
+                    return Err(format!(
+                        "landing names {} and {} {how}, so they are one file at the destination; give one a distinct `name`",
+                        shown_name(b.name()),
+                        shown_name(a.name())
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
 fn value_error(file: &str, at: (usize, usize), field: &'static str, reason: String) -> SpecError {
     SpecError::Value {
         file: file.to_string(),
@@ -382,6 +510,33 @@ struct RawSpec {
     resources: Option<RawResources>,
     #[serde(default)]
     secrets: Vec<Spanned<String>>,
+    #[serde(default)]
+    declared_outputs: Vec<RawOutput>,
+    #[serde(default)]
+    files_out: Option<RawLimits>,
+    #[serde(default)]
+    outputs_named_at_call_time: Option<Spanned<bool>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawOutput {
+    path: Spanned<String>,
+    media_type: Spanned<String>,
+    #[serde(default)]
+    required: Option<Spanned<bool>>,
+    #[serde(default)]
+    name: Option<Spanned<String>>,
+    #[serde(default)]
+    disposition: Option<Spanned<String>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLimits {
+    max_bytes_per_file: Spanned<String>,
+    max_total_bytes: Spanned<String>,
+    max_files: Spanned<String>,
 }
 
 #[derive(Deserialize)]
@@ -466,6 +621,106 @@ impl RawSpec {
             }
             secrets.push(name);
         }
+        let mut declared_outputs: Vec<DeclaredOutput> = Vec::new();
+        for o in &self.declared_outputs {
+            let out =
+                |s: &Spanned<String>, e: OutputError| at("declared_outputs", s, e.to_string());
+            let mut d = DeclaredOutput::new(&o.path, &o.media_type).map_err(|e| match e {
+                OutputError::MediaType { .. } => out(&o.media_type, e),
+                e => out(&o.path, e),
+            })?;
+            if let Some(r) = &o.required {
+                if !**r {
+                    d = d.optional();
+                }
+            }
+            if let Some(n) = &o.name {
+                d = d.with_name(n).map_err(|e| out(n, e))?;
+            }
+            if let Some(raw) = &o.disposition {
+                d = d.with_disposition(match raw.as_str() {
+                    "land" => Disposition::Land,
+                    "consume" => Disposition::Consume,
+                    other => {
+                        return Err(out(
+                            raw,
+                            OutputError::Disposition {
+                                raw: other.to_string(),
+                            },
+                        ))
+                    }
+                });
+            }
+            declared_outputs.push(d);
+            check_outputs(&declared_outputs).map_err(|r| at("declared_outputs", &o.path, r))?;
+        }
+        let files_out = match &self.files_out {
+            Some(l) => {
+                let size = |field, v: &Spanned<String>| {
+                    canon::size(v).map_err(|e| at(field, v, e.to_string()))
+                };
+                let limits = TransferLimits {
+                    max_bytes_per_file: size(
+                        "files_out.max_bytes_per_file",
+                        &l.max_bytes_per_file,
+                    )?,
+                    max_total_bytes: size("files_out.max_total_bytes", &l.max_total_bytes)?,
+                    max_files: l.max_files.parse::<u64>().map_err(|_| {
+                        at(
+                            "files_out.max_files",
+                            &l.max_files,
+                            format!(
+                                "`{}` is not a whole number; write it like `4`",
+                                &*l.max_files
+                            ),
+                        )
+                    })?,
+                };
+                for (field, v, raw) in [
+                    (
+                        "files_out.max_bytes_per_file",
+                        limits.max_bytes_per_file,
+                        &l.max_bytes_per_file,
+                    ),
+                    (
+                        "files_out.max_total_bytes",
+                        limits.max_total_bytes,
+                        &l.max_total_bytes,
+                    ),
+                    ("files_out.max_files", limits.max_files, &l.max_files),
+                ] {
+                    if v == 0 {
+                        return Err(at(
+                            field,
+                            raw,
+                            "0 lets nothing out; drop the outputs, or give a positive cap".into(),
+                        ));
+                    }
+                }
+                Some(limits)
+            }
+            None => None,
+        };
+        let outputs_named_at_call_time = self
+            .outputs_named_at_call_time
+            .as_ref()
+            .is_some_and(|b| **b);
+        if (!declared_outputs.is_empty() || outputs_named_at_call_time) && files_out.is_none() {
+            let reason = "outputs are declared (or named at call time) but `files_out` is not; add `files_out: {max_bytes_per_file: 8MiB, max_total_bytes: 16MiB, max_files: 4}` with caps that fit them".to_string();
+            return Err(
+                match (
+                    self.declared_outputs.first(),
+                    &self.outputs_named_at_call_time,
+                ) {
+                    (Some(o), _) => at("files_out", &o.path, reason),
+                    (None, Some(b)) => value_error(file, pos(b), "files_out", reason),
+                    (None, None) => value_error(file, (1, 1), "files_out", reason),
+                },
+            );
+        }
+        if files_out.is_some() {
+            requires.insert(Capability::FilesOut);
+        }
         Ok(SandboxSpec {
             kind,
             image,
@@ -475,6 +730,9 @@ impl RawSpec {
             min_isolation,
             resources,
             secrets,
+            declared_outputs,
+            files_out,
+            outputs_named_at_call_time,
         })
     }
 }

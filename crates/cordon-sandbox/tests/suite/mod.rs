@@ -1,11 +1,15 @@
 mod config;
+mod conformance;
 mod doctor;
 mod doubles;
 mod egress;
 mod keys;
+mod kinds;
+mod outputs;
 mod policy;
 mod router;
 mod scope;
 mod secrets;
+mod sink;
 mod spec;
 mod tools;

@@ -124,3 +124,111 @@ fn equal_specs_compare_equal_and_differences_are_named() {
     let c = load(&FULL.replace("256MiB", "128MiB").replace("microvm", "vm")).unwrap();
     assert_eq!(a.differences(&c), ["min_isolation", "resources"]);
 }
+
+const WITH_OUTPUTS: &str = "kind: diagram
+image: diagram-sandbox:1
+requires: [exec]
+declared_outputs:
+  - path: out/diagram.png
+    media_type: image/png
+    required: false
+    name: diagram.png
+  - path: out/render.json
+    media_type: application/json
+    disposition: consume
+files_out: {max_bytes_per_file: 8MiB, max_total_bytes: 16MiB, max_files: 4}
+";
+
+#[test]
+fn declared_outputs_load_and_bring_files_out_into_requires() {
+    let s = load(WITH_OUTPUTS).unwrap();
+    let o = s.declared_outputs();
+    assert_eq!(o.len(), 2);
+    assert_eq!(
+        (o[0].path(), o[0].name(), o[0].required()),
+        ("out/diagram.png", "diagram.png", false)
+    );
+    assert_eq!(o[1].disposition(), cordon_sandbox::Disposition::Consume);
+    assert!(o[1].required());
+    assert_eq!(s.files_out().unwrap().max_total_bytes, 16 << 20);
+    assert!(s.requires().contains(Capability::FilesOut));
+    assert!(!s.outputs_named_at_call_time());
+    let other = load(&WITH_OUTPUTS.replace("max_files: 4", "max_files: 5")).unwrap();
+    assert_eq!(s.differences(&other), ["files_out"]);
+}
+
+#[test]
+fn every_output_refusal_is_positioned() {
+    let base = "kind: k\nimage: i\n";
+    let limits = "files_out: {max_bytes_per_file: 1MiB, max_total_bytes: 2MiB, max_files: 2}\n";
+    let cases = [
+        (
+            "glob",
+            format!("{base}{limits}declared_outputs:\n  - {{path: \"*.png\", media_type: image/png}}\n"),
+        ),
+        (
+            "traversal",
+            format!("{base}{limits}declared_outputs:\n  - {{path: ../x.png, media_type: image/png}}\n"),
+        ),
+        (
+            "absolute",
+            format!("{base}{limits}declared_outputs:\n  - {{path: /etc/x, media_type: image/png}}\n"),
+        ),
+        (
+            "bad media type",
+            format!("{base}{limits}declared_outputs:\n  - {{path: x.png, media_type: png}}\n"),
+        ),
+        (
+            "bad name",
+            format!("{base}{limits}declared_outputs:\n  - {{path: x.png, media_type: image/png, name: \"a\\\\b\"}}\n"),
+        ),
+        (
+            "bad disposition",
+            format!("{base}{limits}declared_outputs:\n  - {{path: x.png, media_type: image/png, disposition: keep}}\n"),
+        ),
+        (
+            "not a boolean",
+            format!("{base}{limits}declared_outputs:\n  - {{path: x.png, media_type: image/png, required: maybe}}\n"),
+        ),
+        (
+            "unknown output field",
+            format!("{base}{limits}declared_outputs:\n  - {{path: x.png, media_type: image/png, glob: true}}\n"),
+        ),
+        (
+            "collision by case",
+            format!("{base}{limits}declared_outputs:\n  - {{path: a.png, media_type: image/png}}\n  - {{path: b.png, media_type: image/png, name: A.png}}\n"),
+        ),
+        (
+            "outputs without files_out",
+            format!("{base}declared_outputs:\n  - {{path: x.png, media_type: image/png}}\n"),
+        ),
+        (
+            "call time without files_out",
+            format!("{base}outputs_named_at_call_time: true\n"),
+        ),
+        (
+            "missing cap",
+            format!("{base}files_out: {{max_bytes_per_file: 1MiB, max_files: 2}}\n"),
+        ),
+        (
+            "zero cap",
+            format!("{base}files_out: {{max_bytes_per_file: 1MiB, max_total_bytes: 2MiB, max_files: 0}}\n"),
+        ),
+        (
+            "unknown cap",
+            format!("{base}files_out: {{max_bytes_per_file: 1MiB, max_total_bytes: 2MiB, max_files: 2, max_dirs: 1}}\n"),
+        ),
+    ];
+    let mut report = String::new();
+    for (what, text) in cases {
+        match load(&text) {
+            Ok(s) => panic!("{what}: accepted {s:?}"),
+            Err(e) => {
+                let shown = e.to_string();
+                assert!(shown.starts_with("spec.yaml:"), "{what}: {shown}");
+                report.push_str(&format!("{what}\n  {shown}\n"));
+            }
+        }
+    }
+    insta::assert_snapshot!("spec_output_refusals", report);
+}

@@ -1,0 +1,353 @@
+//! [`collect_outputs`]: read declared outputs back and land them, in the
+//! four phases of [`crate::outputs`]. The phase order is the contract:
+//!
+//! 1. the declaration alone (no sandbox call, no sink call);
+//! 2. stat every output and check every cap (sandbox stats only);
+//! 3. read every present output, bounded, and check the caps again;
+//! 4. deliver the landing ones, in declaration order.
+
+use std::fmt;
+
+use crate::backend::{FileKind, Sandbox, SandboxError};
+use crate::confined::kind_name;
+use crate::outputs::{
+    names_collide, shown_name, validate_artifact_name, ArtifactNameError, CallDir, Collision,
+    DeclaredOutput, Disposition,
+};
+use crate::sink::{Artifact, LandedArtifact, OutputSink, SinkError};
+use crate::spec::SandboxSpec;
+
+/// Which cap of [`crate::TransferLimits`] a collection breached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cap {
+    BytesPerFile,
+    TotalBytes,
+    Files,
+}
+
+impl fmt::Display for Cap {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Cap::BytesPerFile => "files_out.max_bytes_per_file",
+            Cap::TotalBytes => "files_out.max_total_bytes",
+            Cap::Files => "files_out.max_files",
+        })
+    }
+}
+
+/// A collection that is refused. Every variant but [`CollectError::Delivery`]
+/// arrives before anything is delivered.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CollectError {
+    #[error(
+        "spec `{kind}` declares outputs without `files_out` caps; add `files_out` to the spec"
+    )]
+    NoLimits { kind: String },
+    #[error("spec `{kind}` does not set `outputs_named_at_call_time`, so outputs cannot be named at collect time: the tool was attached with no sink required of it and no outbound cap agreed; declare the outputs in the spec, or set the flag")]
+    CallTimeRefused { kind: String },
+    #[error("output `{name}` lands, but no sink was given; pass a sink, or declare the output `consume`")]
+    NoSink { name: String },
+    #[error("output name `{name}` is refused: {source}")]
+    Name {
+        name: String,
+        source: ArtifactNameError,
+    },
+    #[error("output `{path}` is declared twice; declare each output once")]
+    DuplicatePath { path: String },
+    #[error("landing names {} and {} {how}, so they are one file at the destination; give one a distinct `name`", shown_name(first), shown_name(second))]
+    Collision {
+        first: String,
+        second: String,
+        how: Collision,
+    },
+    #[error("required output `{path}` is not there; the workload did not produce it (its diagnostics say why), or declare it `required: false` if its absence is normal")]
+    Missing { path: String },
+    #[error("output `{path}` is a {found}, not a regular file; cordon reads only regular files and follows no links")]
+    NotRegular { path: String, found: &'static str },
+    #[error("the backend could not report the size of output `{path}`, so no cap can hold it; it is refused rather than guessed")]
+    SizeUnknown { path: String },
+    #[error("output `{path}` breaches `{cap}` of {limit} ({observed} {unit}); raise `{cap}` in the spec, or produce less")]
+    CapExceeded {
+        cap: Cap,
+        limit: u64,
+        path: String,
+        observed: u64,
+        unit: &'static str,
+    },
+    /// The backend refused or failed a stat or a read. Its error names the
+    /// path where it can; `path` is always the guest path.
+    #[error("{}", sandbox_message(path, source))]
+    Sandbox { path: String, source: SandboxError },
+    #[error("landing `{name}` failed after {} artifact(s) were delivered: {source}", delivered.len())]
+    Delivery {
+        name: String,
+        /// What reached the sink before the failure; it cannot be taken back.
+        delivered: Vec<LandedArtifact>,
+        source: SinkError,
+    },
+}
+
+fn sandbox_message(path: &str, source: &SandboxError) -> String {
+    match source {
+        SandboxError::NotFound { .. }
+        | SandboxError::PathRefused { .. }
+        | SandboxError::NotRegularFile { .. }
+        | SandboxError::ConfinementUnavailable { .. } => source.to_string(),
+        SandboxError::Unsupported { .. } | SandboxError::Failed { .. } => {
+            format!("output `{path}`: {source}")
+        }
+    }
+}
+
+/// What a collection produced.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Collected {
+    /// The landing outputs, in declaration order.
+    pub landed: Vec<LandedArtifact>,
+    /// The `consume` outputs, read and capped, for the kind to parse.
+    pub consumed: Vec<Artifact>,
+}
+
+/// One collection: a spec, optionally a per-call directory and outputs
+/// named at call time. [`collect_outputs`] is the common case.
+#[derive(Debug, Clone)]
+pub struct Collection<'a> {
+    spec: &'a SandboxSpec,
+    call_dir: Option<CallDir>,
+    call_time: Option<Vec<DeclaredOutput>>,
+}
+
+impl<'a> Collection<'a> {
+    pub fn of(spec: &'a SandboxSpec) -> Collection<'a> {
+        Collection {
+            spec,
+            call_dir: None,
+            call_time: None,
+        }
+    }
+
+    /// Reads the declared paths beneath this call's fresh directory (see
+    /// [`crate::outputs`] on warm reuse); landing names do not include it.
+    pub fn in_call_dir(mut self, dir: &CallDir) -> Collection<'a> {
+        self.call_dir = Some(dir.clone());
+        self
+    }
+
+    /// Collects these outputs instead of the spec's. Refused at collect time
+    /// unless the spec sets `outputs_named_at_call_time`.
+    pub fn named_at_call_time(mut self, outputs: &[DeclaredOutput]) -> Collection<'a> {
+        self.call_time = Some(outputs.to_vec());
+        self
+    }
+
+    fn guest_path(&self, output: &DeclaredOutput) -> String {
+        let work = self.spec.work_dir().trim_end_matches('/');
+        match &self.call_dir {
+            Some(d) => format!("{work}/{}/{}", d.path(), output.path()),
+            None => format!("{work}/{}", output.path()),
+        }
+    }
+
+    /// Runs the four phases; see [`crate::outputs`].
+    pub fn collect(
+        &self,
+        sandbox: &dyn Sandbox,
+        sink: Option<&dyn OutputSink>,
+    ) -> Result<Collected, CollectError> {
+        let kind = || self.spec.kind().to_string();
+        // Phase 1: the declaration alone. Nothing below touches the sandbox
+        // or the sink until it passes.
+        let outputs: &[DeclaredOutput] = match &self.call_time {
+            None => self.spec.declared_outputs(),
+            Some(o) if self.spec.outputs_named_at_call_time() => o,
+            Some(_) => return Err(CollectError::CallTimeRefused { kind: kind() }),
+        };
+        if outputs.is_empty() {
+            return Ok(Collected {
+                landed: Vec::new(),
+                consumed: Vec::new(),
+            });
+        }
+        let limits = *self
+            .spec
+            .files_out()
+            .ok_or_else(|| CollectError::NoLimits { kind: kind() })?;
+        for (i, o) in outputs.iter().enumerate() {
+            validate_artifact_name(o.name()).map_err(|source| CollectError::Name {
+                name: o.name().to_string(),
+                source,
+            })?;
+            if o.disposition() == Disposition::Land && sink.is_none() {
+                return Err(CollectError::NoSink {
+                    name: o.name().to_string(),
+                });
+            }
+            for earlier in &outputs[..i] {
+                if earlier.path() == o.path() {
+                    return Err(CollectError::DuplicatePath {
+                        path: o.path().to_string(),
+                    });
+                }
+                let both_land = earlier.disposition() == Disposition::Land
+                    && o.disposition() == Disposition::Land;
+                if both_land {
+                    if let Some(how) = names_collide(earlier.name(), o.name()) {
+                        return Err(CollectError::Collision {
+                            first: earlier.name().to_string(),
+                            second: o.name().to_string(),
+                            how,
+                        });
+                    }
+                }
+            }
+        }
+
+        // Phase 2: stat every output, check every cap.
+        let mut present: Vec<&DeclaredOutput> = Vec::new();
+        let mut total: u64 = 0;
+        for o in outputs {
+            let path = self.guest_path(o);
+            let stat = sandbox
+                .stat_no_follow(&path)
+                .map_err(|source| CollectError::Sandbox {
+                    path: path.clone(),
+                    source,
+                })?;
+            let Some(stat) = stat else {
+                if o.required() {
+                    return Err(CollectError::Missing { path });
+                }
+                continue;
+            };
+            if stat.kind != FileKind::File {
+                return Err(CollectError::NotRegular {
+                    path,
+                    found: kind_name(stat.kind),
+                });
+            }
+            let size = stat
+                .size
+                .ok_or(CollectError::SizeUnknown { path: path.clone() })?;
+            present.push(o);
+            if present.len() as u64 > limits.max_files {
+                return Err(exceeded(
+                    Cap::Files,
+                    limits.max_files,
+                    path,
+                    present.len() as u64,
+                ));
+            }
+            if size > limits.max_bytes_per_file {
+                return Err(exceeded(
+                    Cap::BytesPerFile,
+                    limits.max_bytes_per_file,
+                    path,
+                    size,
+                ));
+            }
+            total = total.saturating_add(size);
+            if total > limits.max_total_bytes {
+                return Err(exceeded(
+                    Cap::TotalBytes,
+                    limits.max_total_bytes,
+                    path,
+                    total,
+                ));
+            }
+        }
+
+        // Phase 3: read, bounded; the caps again on what was read.
+        let mut read: Vec<(&DeclaredOutput, Vec<u8>)> = Vec::new();
+        let mut total: u64 = 0;
+        for o in present {
+            let path = self.guest_path(o);
+            let left = limits.max_total_bytes.saturating_sub(total);
+            let max = limits.max_bytes_per_file.min(left);
+            let got = match sandbox.read_file(&path, max) {
+                Ok(got) => got,
+                Err(SandboxError::NotFound { .. }) if !o.required() => continue,
+                Err(SandboxError::NotFound { .. }) => return Err(CollectError::Missing { path }),
+                Err(source) => return Err(CollectError::Sandbox { path, source }),
+            };
+            // INVARIANT: neither the stat of phase 2 nor the backend's
+            // honesty about the bound is trusted; the larger of what the
+            // opened file reported and what came back is held to the cap.
+            let seen = got.size.max(got.bytes.len() as u64);
+            if seen > max {
+                return Err(if seen > limits.max_bytes_per_file {
+                    exceeded(Cap::BytesPerFile, limits.max_bytes_per_file, path, seen)
+                } else {
+                    exceeded(Cap::TotalBytes, limits.max_total_bytes, path, total + seen)
+                });
+            }
+            total += got.bytes.len() as u64;
+            read.push((o, got.bytes));
+        }
+
+        // Phase 4: deliver, in declaration order. Nothing of cordon's own
+        // can refuse from here on.
+        let mut landed = Vec::new();
+        let mut consumed = Vec::new();
+        for (o, bytes) in read {
+            let artifact = Artifact {
+                name: o.name().to_string(),
+                path: o.path().to_string(),
+                media_type: o.media_type().to_string(),
+                bytes,
+            };
+            match (o.disposition(), sink) {
+                (Disposition::Consume, _) => consumed.push(artifact),
+                (Disposition::Land, Some(sink)) => match sink.deliver(&artifact) {
+                    Ok(l) => landed.push(l),
+                    Err(source) => {
+                        return Err(CollectError::Delivery {
+                            name: artifact.name,
+                            delivered: landed,
+                            source,
+                        })
+                    }
+                },
+                // INVARIANT: phase 1 refused a landing output without a sink.
+                (Disposition::Land, None) => {
+                    return Err(CollectError::NoSink {
+                        name: artifact.name,
+                    })
+                }
+            }
+        }
+        Ok(Collected { landed, consumed })
+    }
+}
+
+fn exceeded(cap: Cap, limit: u64, path: String, observed: u64) -> CollectError {
+    CollectError::CapExceeded {
+        cap,
+        limit,
+        path,
+        observed,
+        unit: if cap == Cap::Files { "files" } else { "bytes" },
+    }
+}
+
+/// Collects the spec's declared outputs from `sandbox` and lands the
+/// `land` ones in `sink`; see [`crate::outputs`] for the phases.
+pub fn collect_outputs(
+    sandbox: &dyn Sandbox,
+    spec: &SandboxSpec,
+    sink: Option<&dyn OutputSink>,
+) -> Result<Collected, CollectError> {
+    Collection::of(spec).collect(sandbox, sink)
+}
+
+/// Collects outputs named at call time instead of the spec's; refused
+/// unless the spec sets `outputs_named_at_call_time`.
+pub fn collect_outputs_named(
+    sandbox: &dyn Sandbox,
+    spec: &SandboxSpec,
+    outputs: &[DeclaredOutput],
+    sink: Option<&dyn OutputSink>,
+) -> Result<Collected, CollectError> {
+    Collection::of(spec)
+        .named_at_call_time(outputs)
+        .collect(sandbox, sink)
+}

@@ -1,0 +1,268 @@
+//! Serving a sandbox's files from a host directory.
+//!
+//! [`HostWorkDir`] is for backends whose guest work dir is a host directory
+//! (a bind mount, a synced directory): it maps guest paths under `work_dir`
+//! to that directory and serves [`Sandbox::stat_no_follow`],
+//! [`Sandbox::read_file`] and [`Sandbox::write_file`] through the confined
+//! primitives — the confinement walk over the host path (ancestors
+//! included) with an unconfined `lstat`, then `openat2` beneath a
+//! descriptor of the work dir opened with no link on its path. A backend
+//! delegates its files-out hooks, and every host-side write into the work
+//! dir, to it.
+//!
+//! [`HostDirectorySandbox`] is a whole [`Sandbox`] over a host directory
+//! whose `exec` runs commands **on the host**, with no isolation at all. It
+//! is the conformance kit's test subject and nothing more: no backend hands
+//! it to a router.
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::backend::{
+    ExecOutput, ExecRequest, ExitStatus, FileRead, FileStat, Provenance, Sandbox, SandboxError,
+};
+use crate::confined::{host_lstat, refuse_symlinked_parents, ConfinedDir, Existing, Parents};
+use crate::outputs::validate_artifact_name;
+
+/// A guest work dir served from a host directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostWorkDir {
+    host: PathBuf,
+    guest: String,
+}
+
+impl HostWorkDir {
+    /// `host` is the absolute host directory the guest sees as `guest`.
+    pub fn new(host: impl Into<PathBuf>, guest: &str) -> Result<HostWorkDir, SandboxError> {
+        let host = host.into();
+        let shown = host.display().to_string();
+        let refuse = |reason: &str| SandboxError::PathRefused {
+            path: shown.clone(),
+            reason: reason.to_string(),
+        };
+        if !host.is_absolute() || host.to_str().is_none() {
+            return Err(refuse("the host work dir must be an absolute UTF-8 path"));
+        }
+        if !guest.starts_with('/') || guest.len() < 2 {
+            return Err(refuse("the guest work dir must be absolute and not `/`"));
+        }
+        Ok(HostWorkDir {
+            host,
+            guest: guest.trim_end_matches('/').to_string(),
+        })
+    }
+
+    pub fn host(&self) -> &Path {
+        &self.host
+    }
+
+    pub fn guest(&self) -> &str {
+        &self.guest
+    }
+
+    /// The path beneath the work dir a guest path names; anything outside
+    /// it, or not canonical, is refused.
+    pub fn relative<'p>(&self, guest_path: &'p str) -> Result<&'p str, SandboxError> {
+        let refuse = |reason: String| SandboxError::PathRefused {
+            path: guest_path.to_string(),
+            reason,
+        };
+        let rel = guest_path
+            .strip_prefix(self.guest.as_str())
+            .and_then(|r| r.strip_prefix('/'))
+            .ok_or_else(|| refuse(format!("it is not beneath the work dir `{}`", self.guest)))?;
+        validate_artifact_name(rel).map_err(|e| refuse(e.to_string()))?;
+        Ok(rel)
+    }
+
+    fn host_string(&self, rel: &str) -> String {
+        format!("{}/{rel}", self.host.display())
+    }
+
+    /// The walk over the whole host path, then a confined no-follow stat.
+    pub fn stat_no_follow(&self, guest_path: &str) -> Result<Option<FileStat>, SandboxError> {
+        let rel = self.relative(guest_path)?;
+        match refuse_symlinked_parents(&self.host_string(rel), host_lstat) {
+            Ok(Parents::Present) => {}
+            Ok(Parents::Absent { .. }) => return Ok(None),
+            Err(SandboxError::PathRefused { reason, .. }) => {
+                return Err(SandboxError::PathRefused {
+                    path: guest_path.to_string(),
+                    reason,
+                })
+            }
+            Err(e) => return Err(e),
+        }
+        let dir = ConfinedDir::open_no_links(&self.host)?;
+        Ok(dir.stat(rel)?)
+    }
+
+    /// A bounded, confined read (see [`Sandbox::read_file`]).
+    pub fn read_file(&self, guest_path: &str, max_bytes: u64) -> Result<FileRead, SandboxError> {
+        let rel = self.relative(guest_path)?;
+        let dir = ConfinedDir::open_no_links(&self.host)?;
+        dir.read_capped(rel, max_bytes).map_err(|e| {
+            let mut e = SandboxError::from(e);
+            if let SandboxError::NotFound { path } | SandboxError::PathRefused { path, .. } = &mut e
+            {
+                *path = guest_path.to_string();
+            }
+            e
+        })
+    }
+
+    /// A confined host-side write: parents created beneath the work dir's
+    /// descriptor, a temporary file renamed into place. A link the guest
+    /// planted at the destination is replaced, never followed; one on a
+    /// parent is refused.
+    pub fn write_file(
+        &self,
+        guest_path: &str,
+        contents: &[u8],
+        mode: u32,
+    ) -> Result<(), SandboxError> {
+        let rel = self.relative(guest_path)?;
+        let dir = ConfinedDir::open_no_links(&self.host)?;
+        Ok(dir.write_file(rel, contents, mode, Existing::Replace, None)?)
+    }
+}
+
+/// A [`Sandbox`] over a host directory that runs commands on the host
+/// itself — no isolation. The conformance kit's test subject (see
+/// [`crate::conformance`]); never give it to a router.
+#[derive(Debug)]
+pub struct HostDirectorySandbox {
+    id: String,
+    files: HostWorkDir,
+    provenance: Provenance,
+}
+
+impl HostDirectorySandbox {
+    /// The guest sees the host directory at its own path.
+    pub fn new(host: &Path, provenance: Provenance) -> Result<HostDirectorySandbox, SandboxError> {
+        let guest = host.to_str().ok_or_else(|| SandboxError::PathRefused {
+            path: host.display().to_string(),
+            reason: "the host work dir must be a UTF-8 path".into(),
+        })?;
+        Ok(HostDirectorySandbox {
+            id: format!("host-directory:{guest}"),
+            files: HostWorkDir::new(host, guest)?,
+            provenance,
+        })
+    }
+
+    pub fn files(&self) -> &HostWorkDir {
+        &self.files
+    }
+}
+
+fn read_capped(mut r: impl Read, max: u64) -> (Vec<u8>, bool) {
+    let mut buf = Vec::new();
+    let _ = r.by_ref().take(max).read_to_end(&mut buf);
+    let mut sink = [0u8; 4096];
+    let mut more = false;
+    while let Ok(n) = r.read(&mut sink) {
+        if n == 0 {
+            break;
+        }
+        more = true;
+    }
+    (buf, more)
+}
+
+impl Sandbox for HostDirectorySandbox {
+    fn id(&self) -> &str {
+        &self.id
+    }
+
+    fn provenance(&self) -> &Provenance {
+        &self.provenance
+    }
+
+    /// Runs `argv` on the host in the work dir with only `req.env`.
+    fn exec(&self, req: &ExecRequest) -> Result<ExecOutput, SandboxError> {
+        let failed = |reason: String| SandboxError::Failed {
+            operation: "exec",
+            reason,
+        };
+        let (program, args) = req
+            .argv
+            .split_first()
+            .ok_or_else(|| failed("the command is empty".into()))?;
+        let mut child = Command::new(program)
+            .args(args)
+            .env_clear()
+            .envs(&req.env)
+            .current_dir(self.files.host())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| failed(format!("`{program}`: {e}")))?;
+        let stdin = child.stdin.take();
+        let input = req.stdin.clone();
+        let writer = std::thread::spawn(move || {
+            if let Some(mut s) = stdin {
+                let _ = s.write_all(&input);
+            }
+        });
+        let max = req.max_output_bytes;
+        let out = child
+            .stdout
+            .take()
+            .map(|s| std::thread::spawn(move || read_capped(s, max)));
+        let err = child
+            .stderr
+            .take()
+            .map(|s| std::thread::spawn(move || read_capped(s, max)));
+        let started = Instant::now();
+        let status = loop {
+            match child.try_wait() {
+                Ok(Some(s)) => break Some(s),
+                Ok(None) if started.elapsed() >= req.timeout => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    break None;
+                }
+                Ok(None) => std::thread::sleep(Duration::from_millis(5)),
+                Err(e) => return Err(failed(e.to_string())),
+            }
+        };
+        let _ = writer.join();
+        let join = |h: Option<std::thread::JoinHandle<(Vec<u8>, bool)>>| {
+            h.and_then(|h| h.join().ok()).unwrap_or_default()
+        };
+        let (stdout, stdout_truncated) = join(out);
+        let (stderr, stderr_truncated) = join(err);
+        let status = match status {
+            None => ExitStatus::TimedOut,
+            Some(s) => match s.code() {
+                Some(c) => ExitStatus::Code(c),
+                None => ExitStatus::Signal(
+                    std::os::unix::process::ExitStatusExt::signal(&s).unwrap_or(0),
+                ),
+            },
+        };
+        Ok(ExecOutput {
+            status,
+            stdout,
+            stderr,
+            stdout_truncated,
+            stderr_truncated,
+        })
+    }
+
+    fn write_file(&self, path: &str, contents: &[u8], mode: u32) -> Result<(), SandboxError> {
+        self.files.write_file(path, contents, mode)
+    }
+
+    fn stat_no_follow(&self, path: &str) -> Result<Option<FileStat>, SandboxError> {
+        self.files.stat_no_follow(path)
+    }
+
+    fn read_file(&self, path: &str, max_bytes: u64) -> Result<FileRead, SandboxError> {
+        self.files.read_file(path, max_bytes)
+    }
+}
