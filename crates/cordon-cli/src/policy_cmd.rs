@@ -121,6 +121,10 @@ pub struct ExplainArgs {
     /// storage: the size of a write.
     #[arg(long)]
     bytes: Option<String>,
+    /// storage, compute: the sandbox's work dir as the workload sees it
+    /// (default /workspace).
+    #[arg(long)]
+    work_dir: Option<String>,
     /// Decide a secret hand-out: the secret's name (selects the secret surface).
     #[arg(long, conflicts_with = "surface")]
     secret: Option<String>,
@@ -485,6 +489,7 @@ fn has_fact_flags(a: &ExplainArgs) -> bool {
             &a.memory,
             &a.mode,
             &a.bytes,
+            &a.work_dir,
             &a.secret,
         ]
         .iter()
@@ -516,7 +521,7 @@ fn request_from_flags(a: &ExplainArgs) -> Result<cordon_policy::Request, String>
     if let Some(n) = &a.now {
         b.now(n).map_err(fact_err)?;
     }
-    let fields: [(&str, &Option<String>); 14] = [
+    let fields: [(&str, &Option<String>); 15] = [
         ("url", &a.url),
         ("scheme", &a.scheme),
         ("host", &a.host),
@@ -530,6 +535,7 @@ fn request_from_flags(a: &ExplainArgs) -> Result<cordon_policy::Request, String>
         ("memory", &a.memory),
         ("mode", &a.mode),
         ("bytes", &a.bytes),
+        ("work_dir", &a.work_dir),
         ("secret", &a.secret),
     ];
     for (k, v) in fields {

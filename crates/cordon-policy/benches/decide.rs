@@ -182,11 +182,13 @@ fn build(ns: &str, raw: &Raw) -> Request {
             args: Some(vec!["-c".into(), "print(1)".into()]),
             cpu: Some(10),
             memory: Some(64 << 20),
+            work_dir: Some("/work".into()),
         }),
         Raw::Storage(_, p) => SurfaceFacts::Storage(StorageFacts {
             path: canon::fs_path(p).unwrap(),
             mode: Mode::Read,
             bytes: None,
+            work_dir: Some("/work".into()),
         }),
         Raw::Secret(_, n) => SurfaceFacts::Secret(SecretFacts {
             name: canon::secret_name(n).unwrap(),

@@ -76,8 +76,15 @@ impl std::fmt::Display for FactError {
 pub fn surface_fields(s: Surface) -> &'static [&'static str] {
     match s {
         Surface::Egress => &["url", "scheme", "host", "port", "method", "path", "ip"],
-        Surface::Compute => &["command", "command_target", "args", "cpu", "memory"],
-        Surface::Storage => &["path", "mode", "bytes"],
+        Surface::Compute => &[
+            "command",
+            "command_target",
+            "args",
+            "cpu",
+            "memory",
+            "work_dir",
+        ],
+        Surface::Storage => &["path", "mode", "bytes", "work_dir"],
         Surface::Secret => &["secret"],
     }
 }
@@ -392,6 +399,7 @@ impl FactsBuilder {
                     args: Some(self.args.unwrap_or_default()),
                     cpu,
                     memory,
+                    work_dir: Some(work_dir(get("work_dir"))?),
                 })
             }
             Surface::Storage => {
@@ -434,7 +442,12 @@ impl FactsBuilder {
                             })?,
                     ),
                 };
-                SurfaceFacts::Storage(StorageFacts { path, mode, bytes })
+                SurfaceFacts::Storage(StorageFacts {
+                    path,
+                    mode,
+                    bytes,
+                    work_dir: Some(work_dir(get("work_dir"))?),
+                })
             }
             Surface::Secret => {
                 let raw = get("secret").ok_or_else(|| {
@@ -457,6 +470,20 @@ impl FactsBuilder {
         })
     }
 }
+
+/// The work dir a case runs in: as stated, else [`DEFAULT_WORK_DIR`].
+fn work_dir(raw: Option<&str>) -> Result<String, FactError> {
+    canon::fs_path(raw.unwrap_or(DEFAULT_WORK_DIR)).map_err(|e| {
+        FactError::new(
+            "work_dir",
+            e.to_string(),
+            "write the absolute path the workload sees, e.g. `/workspace`",
+        )
+    })
+}
+
+/// The work dir a test case or `explain` assumes when it states none.
+pub const DEFAULT_WORK_DIR: &str = "/workspace";
 
 /// The current time, as the enforcing layer stamps a request.
 fn now_secs() -> i64 {

@@ -89,6 +89,8 @@ pub struct ComputeFacts {
     pub args: Option<Vec<String>>,
     pub cpu: Option<i64>,
     pub memory: Option<i64>,
+    /// The sandbox's work dir as the workload sees it (canonical, absolute).
+    pub work_dir: Option<String>,
 }
 
 /// Storage access modes.
@@ -124,6 +126,8 @@ pub struct StorageFacts {
     pub path: String,
     pub mode: Mode,
     pub bytes: Option<i64>,
+    /// The sandbox's work dir as the workload sees it (canonical, absolute).
+    pub work_dir: Option<String>,
 }
 
 /// Secret facts.
@@ -258,6 +262,8 @@ impl FactSource for View<'_> {
             (Fact::Mode, SurfaceFacts::Storage(st)) => s(st.mode.as_str()),
             (Fact::Bytes, SurfaceFacts::Storage(st)) => st.bytes.map(Val::Int),
             (Fact::SecretName, SurfaceFacts::Secret(x)) => s(&x.name),
+            (Fact::WorkDir, SurfaceFacts::Storage(st)) => s_opt(&st.work_dir),
+            (Fact::WorkDir, SurfaceFacts::Compute(c)) => s_opt(&c.work_dir),
             // A fact of another surface cannot be reached: rules are checked
             // per surface. Unknown is the fail-closed answer regardless.
             _ => None,
@@ -375,6 +381,7 @@ impl Policy {
             identity,
             env,
             now: None,
+            work_dir: None,
         };
         let mut out = vec![0];
         let guarded = self
@@ -484,6 +491,8 @@ pub(crate) struct Base<'r> {
     pub identity: &'r Identity,
     pub env: &'r Deployment,
     pub now: Option<i64>,
+    /// Bound by a confinement plan (storage and compute only).
+    pub work_dir: Option<&'r str>,
 }
 
 impl FactSource for Base<'_> {
@@ -495,6 +504,7 @@ impl FactSource for Base<'_> {
             Fact::IdentityLabels => Some(Val::StrMap(&self.identity.labels)),
             Fact::EnvName => Some(Val::Str(Cow::Borrowed(&self.env.name))),
             Fact::Now => self.now.map(Val::Timestamp),
+            Fact::WorkDir => self.work_dir.map(|w| Val::Str(Cow::Borrowed(w))),
             _ => None,
         }
     }

@@ -230,17 +230,20 @@ pub const MAX_GRANTS: usize = 4096;
 impl Policy {
     /// The confinement plan for one identity: the storage and compute rules
     /// of the layers that apply to it, partially evaluated with `identity`,
-    /// `env` and `now` bound, as static grants and denials.
+    /// `env`, `now` and the sandbox's `work_dir` (as the workload sees it)
+    /// bound, as static grants and denials.
     pub fn plan(
         &self,
         identity: &Identity,
         env: &Deployment,
         now: i64,
+        work_dir: &str,
     ) -> Result<ConfinementPlan, PlanError> {
         let base = Base {
             identity,
             env,
             now: Some(now),
+            work_dir: Some(work_dir),
         };
         let layers = self.applying_layers(identity, env);
         let mut notes = Vec::new();
@@ -401,7 +404,8 @@ const BASE: u32 = (1 << Fact::IdentityNamespace as u32)
     | (1 << Fact::IdentityAttested as u32)
     | (1 << Fact::IdentityLabels as u32)
     | (1 << Fact::EnvName as u32)
-    | (1 << Fact::Now as u32);
+    | (1 << Fact::Now as u32)
+    | (1 << Fact::WorkDir as u32);
 
 fn reads(n: &Node) -> u32 {
     let mut bits = match n.kind {

@@ -137,6 +137,7 @@ pub enum Fact {
     Mode,
     Bytes,
     SecretName,
+    WorkDir,
 }
 
 impl Fact {
@@ -164,6 +165,7 @@ impl Fact {
             Fact::Mode => "mode",
             Fact::Bytes => "bytes",
             Fact::SecretName => "secret.name",
+            Fact::WorkDir => "work_dir",
         }
     }
 
@@ -185,7 +187,7 @@ impl Fact {
     }
 
     /// Every fact, for turning a bit set back into names.
-    pub const ALL: [Fact; 21] = [
+    pub const ALL: [Fact; 22] = [
         Fact::IdentityNamespace,
         Fact::IdentityName,
         Fact::IdentityAttested,
@@ -207,6 +209,7 @@ impl Fact {
         Fact::Mode,
         Fact::Bytes,
         Fact::SecretName,
+        Fact::WorkDir,
     ];
 
     /// The facts in a bit set, in declaration order.
@@ -249,11 +252,13 @@ pub fn surface_vars(surface: Surface) -> &'static [(&'static str, Fact)] {
             ("args", Fact::Args),
             ("cpu", Fact::Cpu),
             ("memory", Fact::Memory),
+            ("work_dir", Fact::WorkDir),
         ],
         Surface::Storage => &[
             ("path", Fact::Path),
             ("mode", Fact::Mode),
             ("bytes", Fact::Bytes),
+            ("work_dir", Fact::WorkDir),
         ],
         Surface::Secret => &[],
     }

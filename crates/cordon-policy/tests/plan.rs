@@ -43,6 +43,7 @@ fn policy_allows(p: &Policy, id: &Identity, path: &str, r: Rights) -> bool {
             path: path.into(),
             mode: mode_of(r),
             bytes: None,
+            work_dir: Some("/workspace".into()),
         })))
         .is_allowed();
     if r != Rights::EXECUTE {
@@ -55,6 +56,7 @@ fn policy_allows(p: &Policy, id: &Identity, path: &str, r: Rights) -> bool {
             args: None,
             cpu: None,
             memory: None,
+            work_dir: Some("/workspace".into()),
         })))
         .is_allowed()
 }
@@ -66,7 +68,7 @@ fn example() -> Policy {
 }
 
 fn plan_for(p: &Policy, id: &Identity) -> ConfinementPlan {
-    p.plan(id, &Deployment::default(), 0).unwrap()
+    p.plan(id, &Deployment::default(), 0, "/workspace").unwrap()
 }
 
 #[test]
@@ -74,24 +76,24 @@ fn the_example_plan_holds_what_the_policy_says() {
     let p = example();
     let a = plan_for(&p, &who("team-a", true));
     // Granted.
-    assert!(a.may("/work/src/main.rs", Rights::READ));
-    assert!(a.may("/work/out/report.json", Rights::WRITE));
+    assert!(a.may("/workspace/src/main.rs", Rights::READ));
+    assert!(a.may("/workspace/out/report.json", Rights::WRITE));
     assert!(a.may("/usr/lib/x86_64-linux-gnu/libc.so.6", Rights::READ));
     assert!(a.may("/usr/bin/python3", Rights::EXECUTE));
     // Refused: the negatives.
-    assert!(!a.may("/work/src/main.rs", Rights::WRITE));
-    assert!(!a.may("/work/.ssh/id_ed25519", Rights::READ));
-    assert!(!a.may("/work/.git/config", Rights::WRITE));
+    assert!(!a.may("/workspace/src/main.rs", Rights::WRITE));
+    assert!(!a.may("/workspace/.ssh/id_ed25519", Rights::READ));
+    assert!(!a.may("/workspace/.git/config", Rights::WRITE));
     assert!(
-        a.may("/work/.git/config", Rights::READ),
+        a.may("/workspace/.git/config", Rights::READ),
         "only writing git internals is denied"
     );
-    assert!(!a.may("/work/.env", Rights::READ));
+    assert!(!a.may("/workspace/.env", Rights::READ));
     assert!(!a.may("/etc/shadow", Rights::READ));
     assert!(!a.may("/root/.ssh/id_rsa", Rights::READ));
     assert!(!a.may("/usr/bin/sudo", Rights::EXECUTE));
     assert!(!a.may("/usr/bin/su", Rights::EXECUTE));
-    assert!(!a.may("/work/out/payload", Rights::EXECUTE));
+    assert!(!a.may("/workspace/out/payload", Rights::EXECUTE));
     assert!(!a.may("/usr/lib/x86_64-linux-gnu/libc.so.6", Rights::WRITE));
     // Bounds come from the layers that apply.
     assert_eq!(a.bounds.max_memory, 256 << 20);
@@ -122,7 +124,7 @@ fn a_deny_that_reads_args_refuses_the_executable_to_spawned_processes() {
 fn an_unattested_identity_gets_a_plan_that_allows_nothing() {
     let p = example();
     let u = plan_for(&p, &who("team-a", false));
-    for path in ["/work/src/main.rs", "/usr/bin/python3", "/tmp/x"] {
+    for path in ["/workspace/src/main.rs", "/usr/bin/python3", "/tmp/x"] {
         for r in [Rights::READ, Rights::WRITE, Rights::EXECUTE] {
             assert!(!u.may(path, r), "{path} {r:?}");
         }
@@ -204,6 +206,8 @@ fn base_facts_are_bound_before_the_paths_are_read() {
 // ---- the property: a plan is never wider than the policy ----
 
 const PATHS: &[&str] = &[
+    "/workspace/",
+    "/workspace/out/",
     "/work/",
     "/work/out/",
     "/work/.ssh/",
@@ -232,6 +236,8 @@ fn atom() -> impl Strategy<Value = String> {
         Just("identity.namespace == \"t1\"".to_string()),
         Just("identity.labels[\"tier\"] == \"gold\"".to_string()),
         Just("path.contains(\"ss\")".to_string()),
+        Just("path.startsWith(work_dir + \"/\")".to_string()),
+        Just("path == work_dir + \"/a\"".to_string()),
         Just("mode in [\"read\", \"execute\"]".to_string()),
     ]
 }
@@ -310,7 +316,7 @@ proptest! {
         };
         let mut id = who(ns, attested);
         if let Some(t) = tier { id.labels.insert("tier".into(), t.into()); }
-        let plan = p.plan(&id, &Deployment::default(), 0).unwrap();
+        let plan = p.plan(&id, &Deployment::default(), 0, "/workspace").unwrap();
         for (dir, leaf, r) in accesses {
             let path = format!("{dir}{leaf}");
             if plan.may(&path, r) {

@@ -48,6 +48,7 @@ fn compute(ns: &str, cmd: &str, target: &str, args: Option<&[&str]>) -> Request 
             args: args.map(|a| a.iter().map(|s| s.to_string()).collect()),
             cpu: Some(1),
             memory: Some(1 << 20),
+            work_dir: Some("/work".into()),
         }),
     }
 }
@@ -61,6 +62,7 @@ fn storage(path: &str, mode: Mode, bytes: Option<i64>) -> Request {
             path: cordon_policy::canon::fs_path(path).unwrap(),
             mode,
             bytes,
+            work_dir: Some("/work".into()),
         }),
     }
 }

@@ -44,7 +44,7 @@ use crate::outputs::{names_collide, shown_name, DeclaredOutput, Disposition, Out
 use crate::yaml::{self, pos};
 
 /// The guest working directory a spec that names none gets.
-pub const DEFAULT_WORK_DIR: &str = "/workspace";
+pub const DEFAULT_WORK_DIR: &str = cordon_policy::cases::DEFAULT_WORK_DIR;
 
 /// The largest spec file read.
 pub const MAX_SPEC_BYTES: u64 = 1 << 20;
