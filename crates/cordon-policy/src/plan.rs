@@ -109,7 +109,7 @@ impl PathSet {
     }
 
     /// The intersection, or `None` when it is certainly empty.
-    fn intersect(&self, other: &PathSet) -> Option<PathSet> {
+    pub fn intersect(&self, other: &PathSet) -> Option<PathSet> {
         let mut all: Vec<PathAtom> = self.all_of.clone();
         for a in &other.all_of {
             if !all.contains(a) {
