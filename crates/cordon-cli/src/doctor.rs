@@ -43,7 +43,7 @@ pub fn run(args: DoctorArgs) -> ExitCode {
             return ExitCode::from(EXIT_CONFIG);
         }
     };
-    let report = DoctorReport::new(floor.rung, &ThisMachine);
+    let report = report(floor.rung);
     match args.format {
         DoctorFormat::Human => print_human(&floor, &report),
         DoctorFormat::Json => print_json(&floor, &report),
@@ -53,6 +53,26 @@ pub fn run(args: DoctorArgs) -> ExitCode {
     } else {
         ExitCode::from(EXIT_NONE_CAN_SERVE)
     }
+}
+
+/// The catalogue, with the real probes of the backends built in here.
+fn report(floor: Isolation) -> DoctorReport {
+    #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+    {
+        let init = std::env::current_exe()
+            .ok()
+            .map(|e| cordon_linux::InitProgram::new(e).arg(crate::INIT_ARG));
+        DoctorReport::with_built(floor, &ThisMachine, &|b| {
+            let rung = match b.name {
+                "process" => cordon_linux::Rung::Process,
+                "container" => cordon_linux::Rung::Container,
+                _ => return None,
+            };
+            init.clone().map(|i| cordon_backend_local::probe(rung, i))
+        })
+    }
+    #[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]
+    DoctorReport::new(floor, &ThisMachine)
 }
 
 fn floor(args: &DoctorArgs) -> Result<Floor, ConfigError> {

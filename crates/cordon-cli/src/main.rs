@@ -8,6 +8,8 @@ use clap::{Parser, Subcommand, ValueEnum};
 mod conformance;
 mod doctor;
 mod policy_cmd;
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+mod run;
 
 /// cordon: a sandbox for code that AI agents write and run.
 #[derive(Parser)]
@@ -30,6 +32,12 @@ enum Command {
     /// Attack a backend's files-out surface with the conformance kit: one
     /// line per probe, then `N passed, M failed`.
     Conformance(conformance::ConformanceArgs),
+    /// Run one command in a sandbox under a policy (default `cordon:default`):
+    /// checked before it starts, confined while it runs, disposed after.
+    /// Exits with its status; 124 when a bound killed it, 125 when cordon
+    /// refused it.
+    #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+    Run(run::RunArgs),
 }
 
 /// Output formats every command offers.
@@ -59,5 +67,7 @@ fn main() -> ExitCode {
         Command::Policy { command } => policy_cmd::run(command),
         Command::Doctor(args) => doctor::run(args),
         Command::Conformance(args) => conformance::run(args),
+        #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+        Command::Run(args) => run::run(args),
     }
 }

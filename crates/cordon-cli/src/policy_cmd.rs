@@ -13,6 +13,10 @@ use crate::{Format, EXIT_PROBLEMS, EXIT_USAGE};
 
 #[derive(Subcommand)]
 pub enum PolicyCommand {
+    /// Print the built-in `cordon:default` (what `cordon run` applies
+    /// without `--policy`) as a policy file; name it as your root with
+    /// `extends: ["cordon:default"]` to narrow it.
+    ShowDefault,
     /// Load and check policy files: every rule parsed and type-checked, every
     /// problem reported at once with its position and a fix.
     Check {
@@ -143,6 +147,13 @@ pub fn run(cmd: PolicyCommand) -> ExitCode {
             format,
         } => test(&policy, &tests, coverage, format),
         PolicyCommand::Explain(args) => explain(*args),
+        PolicyCommand::ShowDefault => {
+            let text = cordon_policy::resolve::builtin("default")
+                .map(|u| u.text)
+                .unwrap_or_default();
+            print!("{text}");
+            ExitCode::SUCCESS
+        }
     }
 }
 

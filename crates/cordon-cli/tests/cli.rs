@@ -470,3 +470,261 @@ fn conformance_refuses_a_backend_it_cannot_run_or_does_not_know() {
     let (code, _, err) = cordon(&["conformance", "--backend", "nope"]);
     assert_eq!(code, 2, "{err}");
 }
+
+// ---- cordon run ----
+
+/// The real binary, as CI (root) runs it. Outside CI the sandbox cases skip
+/// loudly; refusals before any launch run everywhere.
+fn can_sandbox(case: &str) -> bool {
+    let root = std::fs::read_to_string("/proc/self/status")
+        .map(|s| {
+            s.lines()
+                .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
+        })
+        .unwrap_or(false);
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        assert!(root, "CI=true and `{case}` needs root to launch sandboxes");
+        return true;
+    }
+    if !root {
+        use std::io::Write;
+        let _ = writeln!(
+            std::io::stderr().lock(),
+            "\n!!!!!!!! SKIPPED {case}: launching a sandbox needs root (CI=true makes this a failure) !!!!!!!!\n"
+        );
+    }
+    root
+}
+
+fn run_at(rung: &str, extra: &[&str], cmd: &[&str]) -> (i32, String, String) {
+    let mut args = vec!["run", "--min-isolation", rung, "--backend", rung];
+    args.extend_from_slice(extra);
+    args.push("--");
+    args.extend_from_slice(cmd);
+    cordon_env(&args, &[])
+}
+
+/// A policy the process rung can hold: no deny inside a granted tree.
+const PROCESS_POLICY: &str = r#"policy:
+  compute:
+    max_memory: 128MiB
+    max_wall_seconds: 5
+    allow:
+      - name: system-programs
+        when: command.startsWith("/usr/") || command.startsWith("/bin/") || command.startsWith("/lib/") || command.startsWith("/lib64/")
+  storage:
+    allow:
+      - name: system
+        when: (path.startsWith("/usr/") || path.startsWith("/lib/") || path.startsWith("/lib64/") || path.startsWith("/bin/")) && mode in ["read", "execute"]
+      - name: etc
+        when: path.startsWith("/etc/") && mode == "read"
+      - name: work
+        when: path.startsWith(work_dir + "/") && mode in ["read", "write"]
+      - name: tmp
+        when: path.startsWith("/tmp/") && mode in ["read", "write"]
+"#;
+
+fn process_policy() -> tempfile::NamedTempFile {
+    let mut f = tempfile::Builder::new()
+        .suffix(".yaml")
+        .tempfile()
+        .expect("policy");
+    std::io::Write::write_all(&mut f, PROCESS_POLICY.as_bytes()).expect("write");
+    f
+}
+
+/// The policy each rung runs the shared cases under.
+fn policy_args(rung: &str, p: &tempfile::NamedTempFile) -> Vec<String> {
+    if rung == "process" {
+        vec!["--policy".into(), p.path().display().to_string()]
+    } else {
+        vec![]
+    }
+}
+
+#[test]
+fn run_refuses_below_the_default_floor_with_the_flag_to_opt_down() {
+    let (code, _, err) = cordon_env(&["run", "--", "/bin/true"], &[]);
+    assert_eq!(code, 125, "{err}");
+    assert!(
+        err.contains("no backend here meets the floor `microvm` (from the default)"),
+        "{err}"
+    );
+    assert!(err.contains("--min-isolation container"), "{err}");
+    assert!(err.contains("not built in this version"), "{err}");
+}
+
+#[test]
+fn run_refuses_a_named_backend_below_the_floor() {
+    let (code, _, err) = cordon_env(
+        &[
+            "run",
+            "--min-isolation",
+            "container",
+            "--backend",
+            "process",
+            "--",
+            "/bin/true",
+        ],
+        &[],
+    );
+    assert_eq!(code, 125, "{err}");
+    assert!(
+        err.contains("`process` (process) is below the floor `container`"),
+        "{err}"
+    );
+}
+
+#[test]
+fn run_writes_the_work_dir_and_prints_at_both_rungs() {
+    if !can_sandbox("run python3") {
+        return;
+    }
+    let p = process_policy();
+    for rung in ["container", "process"] {
+        let extra = policy_args(rung, &p);
+        let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+        let (code, out, err) = run_at(
+            rung,
+            &extra,
+            &[
+                "python3",
+                "-c",
+                "open('o.txt','w').write('x'); print(open('o.txt').read() + ' from a sandbox')",
+            ],
+        );
+        assert_eq!(code, 0, "{rung}: {err}");
+        assert_eq!(out.trim(), "x from a sandbox", "{rung}");
+        assert!(
+            err.contains("below the default floor `microvm`"),
+            "{rung}: {err}"
+        );
+        assert!(err.contains("`--min-isolation`"), "{rung}: {err}");
+    }
+}
+
+#[test]
+fn run_cannot_read_shadow_write_outside_or_reach_the_network() {
+    if !can_sandbox("run escapes") {
+        return;
+    }
+    let p = process_policy();
+    let outside = format!("/var/tmp/cordon-run-escape-{}", std::process::id());
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("listener");
+    listener.set_nonblocking(true).expect("nonblocking");
+    let port = listener.local_addr().expect("addr").port();
+    for rung in ["container", "process"] {
+        let extra = policy_args(rung, &p);
+        let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+        let (code, _, err) = run_at(
+            rung,
+            &extra,
+            &["python3", "-c", "print(open('/etc/shadow').read())"],
+        );
+        assert_ne!(code, 0, "{rung}: read /etc/shadow");
+        assert!(
+            err.contains("Permission denied") || err.contains("No such file"),
+            "{rung}: {err}"
+        );
+        let code = run_at(
+            rung,
+            &extra,
+            &[
+                "python3",
+                "-c",
+                &format!("open('{outside}','w').write('x')"),
+            ],
+        )
+        .0;
+        assert_ne!(code, 0, "{rung}: wrote outside");
+        assert!(
+            !std::path::Path::new(&outside).exists(),
+            "{rung}: the host file exists"
+        );
+        let code = run_at(
+            rung,
+            &extra,
+            &[
+                "python3",
+                "-c",
+                &format!("import socket; socket.create_connection(('127.0.0.1', {port}), 2)"),
+            ],
+        )
+        .0;
+        assert_ne!(code, 0, "{rung}: connected");
+        assert!(listener.accept().is_err(), "{rung}: a connection arrived");
+    }
+}
+
+#[test]
+fn run_refuses_privilege_tools_before_they_start_by_their_canonical_path() {
+    if !can_sandbox("run su") {
+        return;
+    }
+    for cmd in ["su", "/bin/su", "/usr/bin/su"] {
+        let (code, out, err) = run_at("container", &[], &[cmd, "-c", "id"]);
+        assert_eq!(code, 125, "{cmd}: {out}{err}");
+        assert!(err.contains("no-privilege-tools"), "{cmd}: {err}");
+        assert!(
+            err.contains("canonical `/usr/bin/su`")
+                || !std::path::Path::new("/usr/bin/su").exists(),
+            "{cmd}: {err}"
+        );
+    }
+}
+
+#[test]
+fn run_masks_a_denied_path_at_the_container_rung_and_refuses_it_at_the_process_rung() {
+    if !can_sandbox("run storage deny") {
+        return;
+    }
+    // cordon:default denies /etc/ssh/ inside the readable /etc/.
+    if !std::path::Path::new("/etc/ssh").is_dir() {
+        return;
+    }
+    let (code, _, err) = run_at(
+        "container",
+        &[],
+        &["python3", "-c", "import os; print(os.listdir('/etc/ssh'))"],
+    );
+    assert_ne!(code, 0, "{err}");
+    let (code, _, err) = run_at("process", &[], &["/bin/true"]);
+    assert_eq!(code, 125, "{err}");
+    assert!(
+        err.contains("host-secrets") && err.contains("--min-isolation container"),
+        "{err}"
+    );
+}
+
+#[test]
+fn run_kills_at_the_memory_and_wall_bounds() {
+    if !can_sandbox("run bounds") {
+        return;
+    }
+    let p = process_policy();
+    for rung in ["container", "process"] {
+        let extra = vec!["--policy", p.path().to_str().expect("utf-8")];
+        let (code, _, err) = run_at(
+            rung,
+            &extra,
+            &["python3", "-c", "import time; time.sleep(30)"],
+        );
+        assert_eq!(code, 124, "{rung}: {err}");
+        assert!(err.contains("max_wall_seconds"), "{rung}: {err}");
+        let (code, _, err) = run_at(
+            rung,
+            &extra,
+            &["python3", "-c", "b = bytearray(1 << 30); print(len(b))"],
+        );
+        assert_ne!(code, 0, "{rung}: allocated 1 GiB under a 128 MiB bound");
+        assert!(code == 124 || code == 1, "{rung}: {code} {err}");
+    }
+}
+
+#[test]
+fn show_default_prints_the_built_in_policy() {
+    let (code, out, _) = cordon(&["policy", "show-default"]);
+    assert_eq!(code, 0);
+    assert!(out.starts_with("# cordon:default"), "{out}");
+    assert!(out.contains("/etc/shadow"), "{out}");
+}

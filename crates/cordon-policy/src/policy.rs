@@ -284,6 +284,14 @@ impl Policy {
         Policy::assemble(unit, &resolver)
     }
 
+    /// The built-in `cordon:default`: what applies when no policy is named.
+    pub fn load_default() -> Result<Policy, Diagnostics> {
+        let text = resolve::builtin("default")
+            .map(|u| u.text)
+            .unwrap_or_default();
+        Policy::load_str(resolve::DEFAULT_NAME, &text)
+    }
+
     /// Loads and checks a policy from text; `name` is used in diagnostics.
     /// It may extend only `cordon:NAME` layers.
     pub fn load_str(name: &str, text: &str) -> Result<Policy, Diagnostics> {

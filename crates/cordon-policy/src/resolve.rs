@@ -182,14 +182,16 @@ fn lexical_join(base: &Path, p: &Path) -> PathBuf {
     out
 }
 
-/// Layers built into cordon, by the name after `cordon:`.
-pub const BUILTINS: &[(&str, &str)] = &[(
-    "no-privilege",
-    "# cordon:no-privilege — refuses the usual ways to gain privilege.\n\
-     policy:\n  compute:\n    deny:\n\
-     \x20     - name: no-setuid-tools\n\
-     \x20       when: command in [\"/usr/bin/sudo\", \"/bin/sudo\", \"/usr/bin/su\", \"/bin/su\", \"/usr/bin/doas\", \"/usr/bin/pkexec\"]\n",
-)];
+/// Layers built into cordon, by the name after `cordon:`. Each is a policy
+/// file under `crates/cordon-policy/builtin/`; `cordon policy show-default`
+/// prints `cordon:default`.
+pub const BUILTINS: &[(&str, &str)] = &[
+    ("default", include_str!("../builtin/default.yaml")),
+    ("no-privilege", include_str!("../builtin/no-privilege.yaml")),
+];
+
+/// The policy that applies when none is named.
+pub const DEFAULT_NAME: &str = "cordon:default";
 
 /// A built-in layer.
 pub fn builtin(name: &str) -> Result<Unit, Refusal> {

@@ -166,6 +166,11 @@ pub enum ExitStatus {
     Code(i32),
     Signal(i32),
     TimedOut,
+    /// Killed when it reached a resource bound other than the wall clock
+    /// (`max_memory`, `max_cpu_seconds`, `max_processes`).
+    Bound {
+        bound: &'static str,
+    },
 }
 
 impl fmt::Display for ExitStatus {
@@ -174,6 +179,7 @@ impl fmt::Display for ExitStatus {
             ExitStatus::Code(c) => write!(f, "exit code {c}"),
             ExitStatus::Signal(s) => write!(f, "killed by signal {s}"),
             ExitStatus::TimedOut => f.write_str("timed out"),
+            ExitStatus::Bound { bound } => write!(f, "killed at the `{bound}` bound"),
         }
     }
 }

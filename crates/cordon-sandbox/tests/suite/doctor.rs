@@ -20,6 +20,21 @@ fn the_catalogue_names_five_backends_strongest_first() {
 }
 
 #[test]
+fn the_local_rungs_claim_closed_egress_and_no_file_listing() {
+    for b in builtin_backends() {
+        if b.name == "process" || b.name == "container" {
+            assert_eq!(b.egress, Egress::Closed, "{}", b.name);
+            assert!(!b
+                .capabilities
+                .contains(cordon_sandbox::Capability::FilesList));
+            assert!(!b.capabilities.contains(cordon_sandbox::Capability::Network));
+        }
+    }
+}
+
+/// This crate cannot probe a backend it does not link: without the built
+/// probes (`DoctorReport::with_built`), every backend reads as not built.
+#[test]
 fn every_probe_honestly_reports_not_built() {
     let report = DoctorReport::new(Isolation::Microvm, &ThisMachine);
     assert_eq!(report.rows.len(), 5);

@@ -1,0 +1,601 @@
+//! cordon's local backends: the `process` and `container` rungs of
+//! `cordon-linux` behind the sandbox protocol (`cordon_sandbox::Backend`).
+//!
+//! - [`LocalBackend`] serves one rung: [`Backend::acquire`] creates the
+//!   sandbox's work dir (or takes the one it was given) and stores the
+//!   provenance; every [`Sandbox::exec`] is one confined launch over that
+//!   work dir (warm sandboxes come with the next issue).
+//! - Before anything starts, the first command is checked against the
+//!   compute surface in full ([`command::resolve`] canonicalises it), then
+//!   [`cordon_policy::Policy::plan`] is translated ([`translate`]) into a
+//!   `cordon_linux::PlanSpec` that is never wider than the policy; what
+//!   cannot be held is refused, naming the rule.
+//! - [`probe`] is what `cordon doctor` shows for the two rungs.
+//!
+//! Egress is `closed` at both rungs until the egress proxy is wired.
+
+#![cfg(all(target_os = "linux", target_arch = "x86_64"))]
+
+pub mod command;
+pub mod translate;
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::{Read, Write};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+
+use cordon_linux::{
+    Bound as LinuxBound, Bounds, Enforcer, Ids, InitProgram, LinuxEnforcer, Plan, PlanSpec, Rung,
+    SandboxStdio, Termination,
+};
+use cordon_policy::{ComputeFacts, Deployment, Policy, Request, Surface, SurfaceFacts};
+use cordon_sandbox::catalogue::Probe;
+use cordon_sandbox::host_dir::HostWorkDir;
+use cordon_sandbox::{
+    AcquireRequest, Backend, BackendError, Capability, CapabilitySet, Egress, ExecOutput,
+    ExecRequest, ExitStatus, FileRead, FileStat, Isolation, IsolationError, Limits, Provenance,
+    Sandbox, SandboxError, SandboxKey,
+};
+
+/// Fresh sandboxes run as host uid/gid `FRESH_ID_BASE + n`: unprivileged,
+/// above every ordinary account, one per sandbox.
+pub const FRESH_ID_BASE: u32 = 2_000_000_000;
+/// A work dir the operator names (`--work-dir`) is used by this one host
+/// uid/gid, so it can be prepared once: `chown -R 1999999999:1999999999 DIR`.
+pub const WORK_DIR_ID: u32 = 1_999_999_999;
+/// The uid/gid inside a container-rung sandbox.
+pub const INSIDE_ID: u32 = 1000;
+
+/// Where the work dir comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WorkDir {
+    /// A fresh directory under `parent`, created by cordon for the sandbox
+    /// (owned by its host uid) and removed at dispose.
+    Fresh { parent: PathBuf },
+    /// An operator's directory, visible at its own path, never chowned: it
+    /// must already be owned by [`WORK_DIR_ID`].
+    Given(PathBuf),
+}
+
+/// How a local backend is set up.
+#[derive(Clone)]
+pub struct LocalConfig {
+    pub rung: Rung,
+    pub policy: Arc<Policy>,
+    /// The deployment the router decides in.
+    pub env: Deployment,
+    pub work_dir: WorkDir,
+    /// The binary that runs `cordon_linux::init_main`.
+    pub init: InitProgram,
+}
+
+/// The `process` or `container` backend.
+pub struct LocalBackend {
+    name: &'static str,
+    config: LocalConfig,
+    enforcer: Arc<LinuxEnforcer>,
+    // The sandboxes this process created. `dispose_scope` reads this
+    // registry: a per-process one, acceptable while `cordon run` owns every
+    // sandbox it makes; deriving it from a state directory is the next
+    // issue's job (with `cordon serve`).
+    sandboxes: Mutex<HashMap<SandboxKey, Arc<LocalSandbox>>>,
+}
+
+fn name_of(rung: Rung) -> &'static str {
+    match rung {
+        Rung::Process => "process",
+        Rung::Container => "container",
+    }
+}
+
+/// What this machine lacks for `rung`, as `cordon doctor` shows it.
+pub fn probe(rung: Rung, init: InitProgram) -> Probe {
+    let enforcer = LinuxEnforcer::new(init);
+    match enforcer.available(rung) {
+        Ok(()) => Probe {
+            runnable: true,
+            reason: None,
+            found: vec!["every mechanism the rung needs".into()],
+        },
+        Err(missing) => Probe {
+            runnable: false,
+            reason: Some("this machine lacks what the rung needs".into()),
+            found: missing
+                .absent
+                .iter()
+                .map(|a| format!("{}: found {} ({})", a.mechanism, a.found, a.help))
+                .collect(),
+        },
+    }
+}
+
+impl LocalBackend {
+    pub fn new(config: LocalConfig) -> LocalBackend {
+        let enforcer = Arc::new(LinuxEnforcer::new(config.init.clone()));
+        LocalBackend {
+            name: name_of(config.rung),
+            config,
+            enforcer,
+            sandboxes: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Why this rung cannot run here, if it cannot.
+    pub fn available(&self) -> Result<(), cordon_linux::Missing> {
+        self.enforcer.available(self.config.rung)
+    }
+}
+
+fn failed(operation: &'static str, reason: impl Into<String>) -> BackendError {
+    BackendError::Failed {
+        operation,
+        reason: reason.into(),
+    }
+}
+
+static NEXT: AtomicU32 = AtomicU32::new(0);
+
+fn fresh_id() -> u32 {
+    let n = NEXT.fetch_add(1, Ordering::Relaxed) % 64;
+    FRESH_ID_BASE + (std::process::id() % 1_000_000) * 64 + n
+}
+
+/// A directory that did not exist, created owner-only and handed to `id`.
+fn fresh_dir(parent: &Path, what: &str, id: u32) -> Result<PathBuf, BackendError> {
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let dir = parent.join(format!(
+        "cordon-{what}-{}-{}-{stamp}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    ));
+    // `create` fails if anything is already there: nothing planted is used.
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&dir)
+        .map_err(|e| failed("acquire", format!("cannot create `{}`: {e}", dir.display())))?;
+    std::os::unix::fs::chown(&dir, Some(id), Some(id)).map_err(|e| {
+        let _ = std::fs::remove_dir(&dir);
+        failed(
+            "acquire",
+            format!("cannot hand `{}` to uid {id}: {e}", dir.display()),
+        )
+    })?;
+    Ok(dir)
+}
+
+/// An operator's work dir: canonical, a directory, writable by [`WORK_DIR_ID`].
+fn given_dir(d: &Path) -> Result<PathBuf, BackendError> {
+    let real = d
+        .canonicalize()
+        .map_err(|e| failed("acquire", format!("work dir `{}`: {e}", d.display())))?;
+    let meta = std::fs::metadata(&real)
+        .map_err(|e| failed("acquire", format!("work dir `{}`: {e}", real.display())))?;
+    if !meta.is_dir() {
+        return Err(failed(
+            "acquire",
+            format!("work dir `{}` is not a directory", real.display()),
+        ));
+    }
+    let system = [
+        "/", "/usr", "/lib", "/lib64", "/bin", "/sbin", "/etc", "/proc", "/sys", "/dev", "/tmp",
+        "/root", "/home",
+    ];
+    if system.iter().any(|s| real == Path::new(s))
+        || real.starts_with("/proc")
+        || real.starts_with("/sys")
+        || real.starts_with("/dev")
+    {
+        return Err(failed(
+            "acquire",
+            format!(
+                "`{}` is a system directory; give the sandbox a directory of its own",
+                real.display()
+            ),
+        ));
+    }
+    if meta.uid() != WORK_DIR_ID || meta.gid() != WORK_DIR_ID || meta.mode() & 0o700 != 0o700 {
+        return Err(failed(
+            "acquire",
+            format!(
+                "work dir `{dir}` is not writable by the sandbox's uid {WORK_DIR_ID} (it is owned by {uid}:{gid}, mode {mode:o}); cordon does not change the ownership of your tree\nhelp: hand it over yourself: `chown -R {WORK_DIR_ID}:{WORK_DIR_ID} {dir} && chmod u+rwx {dir}` (or omit `--work-dir` to get a fresh one)",
+                dir = real.display(),
+                uid = meta.uid(),
+                gid = meta.gid(),
+                mode = meta.mode() & 0o7777
+            ),
+        ));
+    }
+    Ok(real)
+}
+
+impl Backend for LocalBackend {
+    fn name(&self) -> &str {
+        self.name
+    }
+
+    fn isolation(&self) -> Result<Isolation, IsolationError> {
+        // A rung this machine cannot hold is not claimed at all.
+        self.available().map_err(|m| IsolationError::Unnamed {
+            reason: m.to_string(),
+        })?;
+        Ok(match self.config.rung {
+            Rung::Process => Isolation::Process,
+            Rung::Container => Isolation::Container,
+        })
+    }
+
+    fn egress(&self) -> Egress {
+        Egress::Closed
+    }
+
+    fn capabilities(&self) -> CapabilitySet {
+        [
+            Capability::Exec,
+            Capability::RunCode,
+            Capability::FilesIn,
+            Capability::FilesOut,
+        ]
+        .into_iter()
+        .collect()
+    }
+
+    fn acquire(&self, req: &AcquireRequest) -> Result<Arc<dyn Sandbox>, BackendError> {
+        if req.provenance.policy_digest != self.config.policy.digest {
+            return Err(failed(
+                "acquire",
+                "the router's policy is not the one this backend enforces; build both from the same policy",
+            ));
+        }
+        let mut all = self
+            .sandboxes
+            .lock()
+            .map_err(|_| failed("acquire", "the sandbox registry is poisoned"))?;
+        if let Some(s) = all.get(&req.key) {
+            return Ok(s.clone());
+        }
+        let (id, host_work, fresh) = match &self.config.work_dir {
+            WorkDir::Fresh { parent } => {
+                let id = fresh_id();
+                (id, fresh_dir(parent, "work", id)?, true)
+            }
+            WorkDir::Given(d) => (WORK_DIR_ID, given_dir(d)?, false),
+        };
+        let guest = host_work
+            .to_str()
+            .ok_or_else(|| failed("acquire", "the work dir is not a UTF-8 path"))?
+            .to_string();
+        let spec_dir = req.provenance.spec.work_dir();
+        if spec_dir != cordon_sandbox::spec::DEFAULT_WORK_DIR && spec_dir != guest {
+            if fresh {
+                let _ = std::fs::remove_dir_all(&host_work);
+            }
+            return Err(failed(
+                "acquire",
+                format!("the spec's work dir `{spec_dir}` cannot be provided: the local rungs show the work dir at its host path `{guest}`; leave `work_dir` out of the spec or pass `--work-dir {spec_dir}`"),
+            ));
+        }
+        let tmp = match self.config.rung {
+            Rung::Process => {
+                let parent = host_work.parent().unwrap_or(Path::new("/tmp"));
+                Some(fresh_dir(parent, "tmp", id).inspect_err(|_| {
+                    if fresh {
+                        let _ = std::fs::remove_dir_all(&host_work);
+                    }
+                })?)
+            }
+            Rung::Container => None,
+        };
+        let files =
+            HostWorkDir::new(&host_work, &guest).map_err(|e| failed("acquire", e.to_string()))?;
+        let sandbox = Arc::new(LocalSandbox {
+            id: format!("{}:{}", self.name, req.key),
+            provenance: req.provenance.clone(),
+            limits: req.limits,
+            rung: self.config.rung,
+            policy: self.config.policy.clone(),
+            env: self.config.env.clone(),
+            enforcer: self.enforcer.clone(),
+            files,
+            host_work,
+            fresh,
+            tmp,
+            host_id: id,
+        });
+        all.insert(req.key.clone(), sandbox.clone());
+        Ok(sandbox)
+    }
+
+    fn dispose(&self, key: &SandboxKey) -> Result<bool, BackendError> {
+        let gone = self
+            .sandboxes
+            .lock()
+            .map_err(|_| failed("dispose", "the sandbox registry is poisoned"))?
+            .remove(key);
+        match gone {
+            Some(s) => {
+                s.remove_dirs()?;
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    fn dispose_scope(&self, scope: &str, thread_id: &str) -> Result<usize, BackendError> {
+        let gone: Vec<Arc<LocalSandbox>> = {
+            let mut all = self
+                .sandboxes
+                .lock()
+                .map_err(|_| failed("dispose_scope", "the sandbox registry is poisoned"))?;
+            let keys: Vec<SandboxKey> = all
+                .keys()
+                .filter(|k| k.scope() == scope && k.thread_id() == thread_id)
+                .cloned()
+                .collect();
+            keys.iter().filter_map(|k| all.remove(k)).collect()
+        };
+        for s in &gone {
+            s.remove_dirs()?;
+        }
+        Ok(gone.len())
+    }
+}
+
+/// One sandbox of a local backend: a work dir and what it was made for.
+/// Every exec is its own confined launch; none outlives its exec (the
+/// launcher kills the whole cgroup when the first process ends).
+pub struct LocalSandbox {
+    id: String,
+    provenance: Provenance,
+    limits: Limits,
+    rung: Rung,
+    policy: Arc<Policy>,
+    env: Deployment,
+    enforcer: Arc<LinuxEnforcer>,
+    files: HostWorkDir,
+    host_work: PathBuf,
+    fresh: bool,
+    tmp: Option<PathBuf>,
+    host_id: u32,
+}
+
+fn refused(reason: String) -> SandboxError {
+    SandboxError::Failed {
+        operation: "exec",
+        reason,
+    }
+}
+
+fn now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+}
+
+/// Reads up to `cap` bytes, then drains the rest so the writer never blocks.
+fn read_capped(mut r: impl Read, cap: u64) -> (Vec<u8>, bool) {
+    let mut buf = Vec::new();
+    let _ = r.by_ref().take(cap).read_to_end(&mut buf);
+    let mut more = false;
+    let mut sink = [0u8; 8192];
+    while let Ok(n) = r.read(&mut sink) {
+        if n == 0 {
+            break;
+        }
+        more = true;
+    }
+    (buf, more)
+}
+
+impl LocalSandbox {
+    fn remove_dirs(&self) -> Result<(), BackendError> {
+        let mut dirs: Vec<&Path> = self.tmp.iter().map(PathBuf::as_path).collect();
+        if self.fresh {
+            dirs.push(&self.host_work);
+        }
+        for d in dirs {
+            // `remove_dir_all` does not follow links the workload planted.
+            if let Err(e) = std::fs::remove_dir_all(d) {
+                if e.kind() != std::io::ErrorKind::NotFound {
+                    return Err(failed(
+                        "dispose",
+                        format!("cannot remove `{}`: {e}", d.display()),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The work dir as the workload sees it (its host path).
+    pub fn work_dir(&self) -> &Path {
+        &self.host_work
+    }
+
+    /// Checks the first command and builds the plan; refuses what cannot be held.
+    pub fn plan_for(&self, req: &ExecRequest) -> Result<(PlanSpec, Vec<String>), SandboxError> {
+        let argv0 = req.argv.first().map(String::as_str).unwrap_or("");
+        let canonical = command::resolve(argv0).map_err(|e| refused(e.to_string()))?;
+        let work = self.files.guest().to_string();
+        let identity = &self.provenance.identity;
+        let request = Request {
+            identity: identity.clone(),
+            env: self.env.clone(),
+            now: now(),
+            facts: SurfaceFacts::Compute(ComputeFacts {
+                command: canonical.command.clone(),
+                command_target: canonical.command_target.clone(),
+                args: Some(req.argv.iter().skip(1).cloned().collect()),
+                cpu: i64::try_from(self.limits.cpu_seconds).ok(),
+                memory: i64::try_from(self.limits.memory_bytes).ok(),
+                work_dir: Some(work.clone()),
+            }),
+        };
+        let explanation = self.policy.explain(&request);
+        if !explanation.decision.is_allowed() {
+            let why = explanation.why(&self.policy, Surface::Compute);
+            return Err(refused(format!(
+                "the policy refuses `{}` (canonical `{}`{}) before it starts:\n  {}",
+                argv0,
+                canonical.command,
+                if canonical.command_target != canonical.command {
+                    format!(", target `{}`", canonical.command_target)
+                } else {
+                    String::new()
+                },
+                why.join("\n  ")
+            )));
+        }
+        let plan = self
+            .policy
+            .plan(identity, &self.env, request.now, &work)
+            .map_err(|e| refused(e.to_string()))?;
+        let tmp_seen: PathBuf = match self.rung {
+            Rung::Container => PathBuf::from("/tmp"),
+            Rung::Process => self
+                .tmp
+                .clone()
+                .unwrap_or_else(|| PathBuf::from("/nonexistent")),
+        };
+        let t = translate::translate(
+            &self.policy,
+            &plan,
+            &translate::Target {
+                rung: self.rung,
+                work_dir: &self.host_work,
+                tmp_dir: &tmp_seen,
+            },
+        )
+        .map_err(|e| refused(e.message))?;
+        let mut env = BTreeMap::from([
+            ("PATH".to_string(), command::IMAGE_PATH.to_string()),
+            ("HOME".to_string(), work.clone()),
+            ("LANG".to_string(), "C.UTF-8".to_string()),
+        ]);
+        if let Some(tmp) = &self.tmp {
+            env.insert("TMPDIR".into(), tmp.display().to_string());
+        }
+        env.extend(req.env.clone());
+        let wall = self.limits.wall_seconds.min(req.timeout.as_secs().max(1));
+        let mut argv = req.argv.clone();
+        argv[0] = canonical.command;
+        let inside = match self.rung {
+            Rung::Container => INSIDE_ID,
+            Rung::Process => self.host_id,
+        };
+        let spec = PlanSpec {
+            rung: self.rung,
+            fs: t.fs,
+            mask_paths: t.mask_paths,
+            mask_executables: t.mask_executables,
+            work_dir: self.host_work.clone(),
+            tmp_dir: self.tmp.clone(),
+            env,
+            bounds: Bounds {
+                max_memory: self.limits.memory_bytes,
+                max_processes: u32::try_from(self.limits.processes).unwrap_or(u32::MAX),
+                max_cpu_seconds: self.limits.cpu_seconds,
+                max_wall_seconds: wall,
+            },
+            argv,
+            ids: Ids {
+                uid: inside,
+                gid: inside,
+                host_uid: self.host_id,
+                host_gid: self.host_id,
+            },
+        };
+        Ok((spec, t.notes))
+    }
+}
+
+impl Sandbox for LocalSandbox {
+    fn id(&self) -> &str {
+        &self.id
+    }
+
+    fn provenance(&self) -> &Provenance {
+        &self.provenance
+    }
+
+    fn exec(&self, req: &ExecRequest) -> Result<ExecOutput, SandboxError> {
+        if req.argv.is_empty() {
+            return Err(refused("the command is empty".into()));
+        }
+        let (spec, _notes) = self.plan_for(req)?;
+        let plan = Plan::new(spec).map_err(|e| refused(format!("the plan is refused: {e}")))?;
+        let stdio = SandboxStdio {
+            stdin: if req.stdin.is_empty() {
+                std::process::Stdio::null()
+            } else {
+                std::process::Stdio::piped()
+            },
+            stdout: std::process::Stdio::piped(),
+            stderr: std::process::Stdio::piped(),
+        };
+        let mut running = self
+            .enforcer
+            .confine(&plan, stdio)
+            .map_err(|e| refused(format!("the sandbox did not start: {e}")))?;
+        let cap = req.max_output_bytes;
+        let out = running.stdout();
+        let err = running.stderr();
+        let out = std::thread::spawn(move || out.map(|o| read_capped(o, cap)).unwrap_or_default());
+        let err = std::thread::spawn(move || err.map(|e| read_capped(e, cap)).unwrap_or_default());
+        if let Some(mut stdin) = running.stdin() {
+            let bytes = req.stdin.clone();
+            std::thread::spawn(move || {
+                let _ = stdin.write_all(&bytes);
+            });
+        }
+        let outcome = running
+            .wait()
+            .map_err(|e| refused(format!("the sandbox failed: {e}")))?;
+        let (stdout, stdout_truncated) = out.join().unwrap_or_default();
+        let (stderr, stderr_truncated) = err.join().unwrap_or_default();
+        let status = match outcome.killed_by {
+            Some(LinuxBound::Wall) => ExitStatus::TimedOut,
+            Some(LinuxBound::Memory) => ExitStatus::Bound {
+                bound: "max_memory",
+            },
+            Some(LinuxBound::Cpu) => ExitStatus::Bound {
+                bound: "max_cpu_seconds",
+            },
+            Some(LinuxBound::Processes) => ExitStatus::Bound {
+                bound: "max_processes",
+            },
+            None => match outcome.termination {
+                Termination::Exited(c) => ExitStatus::Code(c),
+                Termination::Signaled(s) => ExitStatus::Signal(s),
+            },
+        };
+        Ok(ExecOutput {
+            status,
+            stdout,
+            stderr,
+            stdout_truncated,
+            stderr_truncated,
+        })
+    }
+
+    fn write_file(&self, path: &str, contents: &[u8], mode: u32) -> Result<(), SandboxError> {
+        self.files.write_file(path, contents, mode)?;
+        // What cordon writes in belongs to the sandbox's uid, so the workload
+        // can use it; the confined write created it, so no link is followed.
+        let rel = self.files.relative(path)?;
+        let host = self.host_work.join(rel);
+        let _ = std::os::unix::fs::lchown(&host, Some(self.host_id), Some(self.host_id));
+        Ok(())
+    }
+
+    fn stat_no_follow(&self, path: &str) -> Result<Option<FileStat>, SandboxError> {
+        self.files.stat_no_follow(path)
+    }
+
+    fn read_file(&self, path: &str, max_bytes: u64) -> Result<FileRead, SandboxError> {
+        self.files.read_file(path, max_bytes)
+    }
+}

@@ -1,0 +1,328 @@
+//! `cordon run`: acquire a sandbox from the router, run one command in it,
+//! print its output, exit with its status, dispose.
+//!
+//! The floor comes from `--min-isolation`, then `CORDON_MIN_ISOLATION`, then
+//! the configuration file (`--config FILE`, else
+//! `$XDG_CONFIG_HOME/cordon/config.yaml` when present — never a file from
+//! the current directory, so a cloned repository cannot lower anyone's
+//! floor), then `microvm`. The router is given only the local backends the
+//! floor admits and this machine can hold, strongest first.
+//!
+//! Exit codes: the workload's own status; 128+N when a signal N ended it;
+//! [`EXIT_BOUND`] when a resource bound killed it; [`EXIT_REFUSED`] when
+//! cordon refused or could not start it (nothing of the workload ran).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use cordon_backend_local::{probe, LocalBackend, LocalConfig, WorkDir};
+use cordon_linux::{InitProgram, Rung};
+use cordon_policy::{Deployment, Identity, Policy};
+use cordon_sandbox::config::FLOOR_ENV;
+use cordon_sandbox::{
+    resolve_floor, Backend, CallerContext, ExecRequest, ExitStatus, FloorSource, HostConfig,
+    Isolation, Router, SandboxSpec,
+};
+
+/// A resource bound (memory, CPU seconds, processes, wall clock) killed the workload.
+pub const EXIT_BOUND: u8 = 124;
+/// cordon refused the run or could not start it; nothing of the workload ran.
+pub const EXIT_REFUSED: u8 = 125;
+
+/// Each of stdout and stderr is cut at this many bytes (the policy's
+/// `max_response_bytes` when lower).
+pub const MAX_OUTPUT_BYTES: u64 = 16 << 20;
+
+#[derive(clap::Args)]
+pub struct RunArgs {
+    /// The policy (default: the built-in `cordon:default`).
+    #[arg(long, value_name = "FILE")]
+    pub policy: Option<PathBuf>,
+    /// A sandbox spec (YAML); default: an offline `run` spec on the host image.
+    #[arg(long, value_name = "FILE")]
+    pub spec: Option<PathBuf>,
+    /// Who runs it, as the host operator states it: namespace=, name=,
+    /// attested=true|false, labels.KEY=.
+    #[arg(long = "identity", value_name = "KEY=VALUE")]
+    pub identity: Vec<String>,
+    /// The deployment's name (`env.name` in rules).
+    #[arg(long = "env", value_name = "name=X")]
+    pub env: Option<String>,
+    /// The weakest isolation rung accepted (default `microvm`).
+    #[arg(long, value_name = "RUNG")]
+    pub min_isolation: Option<String>,
+    /// Use this backend only (`container` or `process`), still held to the floor.
+    #[arg(long, value_name = "NAME")]
+    pub backend: Option<String>,
+    /// Run in this directory (visible at its own path) instead of a fresh
+    /// one; it must be owned by uid/gid 1999999999 (cordon never chowns it).
+    #[arg(long, value_name = "DIR")]
+    pub work_dir: Option<PathBuf>,
+    /// A host configuration file.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// The command and its arguments.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub command: Vec<String>,
+}
+
+fn refuse(msg: impl std::fmt::Display) -> ExitCode {
+    eprintln!("error: {msg}");
+    ExitCode::from(EXIT_REFUSED)
+}
+
+fn config_file(flag: Option<&PathBuf>) -> Option<PathBuf> {
+    if let Some(f) = flag {
+        return Some(f.clone());
+    }
+    let base = std::env::var_os("XDG_CONFIG_HOME").map(PathBuf::from)?;
+    // Only an absolute base: a relative one would be the current directory.
+    let f = base.join("cordon/config.yaml");
+    (base.is_absolute() && f.is_file()).then_some(f)
+}
+
+fn identity(args: &[String]) -> Result<Identity, String> {
+    let mut id = Identity {
+        namespace: "local".into(),
+        name: "operator".into(),
+        ..Identity::default()
+    };
+    for kv in args {
+        let Some((k, v)) = kv.split_once('=') else {
+            return Err(format!(
+                "`--identity {kv}`: --identity takes KEY=VALUE, e.g. `namespace=team-a`"
+            ));
+        };
+        match k {
+            "namespace" => id.namespace = v.into(),
+            "name" => id.name = v.into(),
+            "attested" => {
+                id.attested = match v {
+                    "true" => true,
+                    "false" => false,
+                    _ => return Err(format!("`attested` is `true` or `false`, not `{v}`")),
+                }
+            }
+            _ => match k.strip_prefix("labels.") {
+                Some(l) if !l.is_empty() => {
+                    id.labels.insert(l.into(), v.into());
+                }
+                _ => {
+                    return Err(format!(
+                        "unknown identity field `{k}`; use namespace, name, attested or labels.KEY"
+                    ))
+                }
+            },
+        }
+    }
+    Ok(id)
+}
+
+pub fn run(args: RunArgs) -> ExitCode {
+    // The floor, and where it came from.
+    let config = match config_file(args.config.as_ref())
+        .map(|f| HostConfig::from_file(&f))
+        .transpose()
+    {
+        Ok(c) => c,
+        Err(e) => return refuse(e),
+    };
+    let env_floor = std::env::var(FLOOR_ENV).ok();
+    let floor = match resolve_floor(
+        args.min_isolation.as_deref(),
+        env_floor.as_deref(),
+        config.as_ref(),
+    ) {
+        Ok(f) => f,
+        Err(e) => return refuse(e),
+    };
+    let identity = match identity(&args.identity) {
+        Ok(i) => i,
+        Err(e) => return refuse(e),
+    };
+    let env = match args
+        .env
+        .as_deref()
+        .map(|e| e.strip_prefix("name=").unwrap_or(e))
+    {
+        Some(name) => Deployment { name: name.into() },
+        None => Deployment::default(),
+    };
+    let policy = match &args.policy {
+        Some(p) => Policy::load_file(p),
+        None => Policy::load_default(),
+    };
+    let policy = match policy {
+        Ok(p) => Arc::new(p),
+        Err(d) => {
+            eprint!("{}", d.render());
+            return refuse("the policy does not load");
+        }
+    };
+    let spec = match &args.spec {
+        Some(f) => SandboxSpec::from_file(f),
+        None => SandboxSpec::new("run", "host"),
+    };
+    let spec = match spec {
+        Ok(s) => s,
+        Err(e) => return refuse(e),
+    };
+    let exe = match std::env::current_exe() {
+        Ok(e) => e,
+        Err(e) => {
+            return refuse(format!(
+                "cannot find the cordon binary to use as the sandbox init: {e}"
+            ))
+        }
+    };
+    let init = InitProgram::new(exe).arg(crate::INIT_ARG);
+    let work_dir = match &args.work_dir {
+        Some(d) => WorkDir::Given(d.clone()),
+        None => WorkDir::Fresh {
+            parent: std::env::temp_dir(),
+        },
+    };
+
+    // The local backends, strongest first; the floor and `--backend` choose.
+    let local = [
+        (Rung::Container, Isolation::Container),
+        (Rung::Process, Isolation::Process),
+    ];
+    let names = ["container", "process"];
+    if let Some(b) = &args.backend {
+        if !names.contains(&b.as_str()) {
+            return refuse(format!(
+                "`--backend {b}` is not a backend this version runs; `cordon doctor` lists them (built: `container`, `process`)"
+            ));
+        }
+    }
+    let mut chosen: Vec<Arc<dyn Backend>> = Vec::new();
+    let mut why_not: Vec<String> = Vec::new();
+    for (rung, iso) in local {
+        let name = if rung == Rung::Container {
+            "container"
+        } else {
+            "process"
+        };
+        if args.backend.as_deref().is_some_and(|b| b != name) {
+            continue;
+        }
+        if iso < floor.rung {
+            why_not.push(format!(
+                "`{name}` ({iso}) is below the floor `{}` (from {})",
+                floor.rung, floor.source
+            ));
+            continue;
+        }
+        let p = probe(rung, init.clone());
+        if !p.runnable {
+            why_not.push(format!("`{name}` cannot run here: {}", p.found.join("; ")));
+            continue;
+        }
+        chosen.push(Arc::new(LocalBackend::new(LocalConfig {
+            rung,
+            policy: policy.clone(),
+            env: env.clone(),
+            work_dir: work_dir.clone(),
+            init: init.clone(),
+        })));
+    }
+    if chosen.is_empty() {
+        let mut msg = format!(
+            "no backend here meets the floor `{}` (from {}):",
+            floor.rung, floor.source
+        );
+        for w in &why_not {
+            msg.push_str(&format!("\n  - {w}"));
+        }
+        if floor.rung > Isolation::Container {
+            msg.push_str(&format!(
+                "\n  - `gvisor` (hardened_container), `microvm` and `vm` are not built in this version\nhelp: where a container boundary (shared kernel; namespaces, Landlock, seccomp, cgroups) is enough, opt down explicitly: `--min-isolation container` (or `{FLOOR_ENV}=container`, or `min_isolation: container` in the configuration file)"
+            ));
+        } else if floor.rung > Isolation::Process || args.backend.is_some() {
+            msg.push_str("\nhelp: `cordon doctor` shows what this machine lacks; a backend below the floor is never used");
+        }
+        return refuse(msg);
+    }
+    let router = match chosen
+        .into_iter()
+        .fold(
+            Router::builder(policy.clone(), env.clone()).min_isolation(floor.rung),
+            |b, x| b.backend(x),
+        )
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => return refuse(e),
+    };
+    let selected = match router.selected_backend(&spec) {
+        Ok(s) => s.to_string(),
+        Err(e) => return refuse(e),
+    };
+    if floor.rung < Isolation::DEFAULT_FLOOR {
+        let source = match &floor.source {
+            FloorSource::Default => "the default".to_string(),
+            s => s.to_string(),
+        };
+        eprintln!(
+            "cordon: running at the `{selected}` rung, below the default floor `{}`: the floor `{}` comes from {source}",
+            Isolation::DEFAULT_FLOOR,
+            floor.rung
+        );
+    }
+    let id = identity.clone();
+    let scope = format!("run-{}", std::process::id());
+    let caller = CallerContext::new(
+        move || scope.clone(),
+        || "main".to_string(),
+        || "run".to_string(),
+        move || id.clone(),
+    );
+    let sandbox = match router.acquire(&caller, &spec) {
+        Ok(s) => s,
+        Err(e) => return refuse(e),
+    };
+    let limits = policy.bounds_for(&identity, &env);
+    let req = ExecRequest {
+        argv: args.command.clone(),
+        env: Default::default(),
+        stdin: Vec::new(),
+        timeout: Duration::from_secs(limits.max_wall_seconds),
+        max_output_bytes: MAX_OUTPUT_BYTES.min(limits.max_response_bytes),
+    };
+    let result = sandbox.exec(&req);
+    drop(sandbox);
+    let _ = router.dispose(&caller);
+    let out = match result {
+        Ok(o) => o,
+        Err(e) => return refuse(e),
+    };
+    use std::io::Write;
+    let _ = std::io::stdout().write_all(&out.stdout);
+    let _ = std::io::stderr().write_all(&out.stderr);
+    for (cut, which) in [
+        (out.stdout_truncated, "stdout"),
+        (out.stderr_truncated, "stderr"),
+    ] {
+        if cut {
+            eprintln!(
+                "cordon: the workload's {which} was cut at {} bytes",
+                req.max_output_bytes
+            );
+        }
+    }
+    match out.status {
+        ExitStatus::Code(c) => ExitCode::from(u8::try_from(c & 0xff).unwrap_or(1)),
+        ExitStatus::Signal(s) => ExitCode::from(u8::try_from((128 + s) & 0xff).unwrap_or(1)),
+        ExitStatus::TimedOut => {
+            eprintln!("cordon: the workload was killed at the `max_wall_seconds` bound");
+            ExitCode::from(EXIT_BOUND)
+        }
+        ExitStatus::Bound { bound } => {
+            eprintln!("cordon: the workload was killed at the `{bound}` bound");
+            ExitCode::from(EXIT_BOUND)
+        }
+    }
+}
