@@ -2,11 +2,14 @@
 //! (`cordon_sandbox::conformance`) against a real instance of a backend and
 //! prints one line per probe and a final `N passed, M failed`.
 //!
-//! No backend of the catalogue is built in this version, so each of them
-//! exits non-zero saying so; a backend that does not serve `files_out` is
-//! skipped by name. `--backend host-directory` runs the kit against the
-//! host-directory test subject (no isolation at all: it only proves the
-//! kit), in a scratch directory that is removed afterwards.
+//! `process` and `container` (the local backends) are attacked through a
+//! real sandbox: the kit plants its layouts by running `sh` inside it, as a
+//! workload would, and reads through the backend's files-out surface. A
+//! backend of the catalogue that is not built in this version exits
+//! non-zero saying so; one that does not serve `files_out` is skipped by
+//! name. `--backend host-directory` runs the kit against the host-directory
+//! test subject (no isolation at all: it only proves the kit). Scratch
+//! directories are removed afterwards.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -58,6 +61,17 @@ pub fn run(args: ConformanceArgs) -> ExitCode {
         );
         return ExitCode::from(EXIT_USAGE);
     };
+    #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+    {
+        let rung = match backend.name {
+            "process" => Some(cordon_linux::Rung::Process),
+            "container" => Some(cordon_linux::Rung::Container),
+            _ => None,
+        };
+        if let Some(rung) = rung {
+            return local::run(rung, backend.name, backend.isolation, args.scratch);
+        }
+    }
     if !backend.capabilities.contains(Capability::FilesOut) {
         println!(
             "skipped `{}`: it does not serve `files_out`, so there is nothing to attack",
@@ -72,19 +86,49 @@ pub fn run(args: ConformanceArgs) -> ExitCode {
     ExitCode::from(EXIT_UNAVAILABLE)
 }
 
-fn host_directory(scratch: Option<PathBuf>) -> ExitCode {
+/// A fresh scratch directory under `scratch` (or the temporary directory).
+fn scratch_root(scratch: Option<PathBuf>) -> Result<PathBuf, ExitCode> {
     let base = scratch.unwrap_or_else(std::env::temp_dir);
     let stamp = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos());
     let root = base.join(format!("cordon-conformance-{}-{stamp}", std::process::id()));
-    if let Err(e) = std::fs::create_dir(&root) {
+    match std::fs::create_dir(&root) {
+        Ok(()) => Ok(root),
+        Err(e) => {
+            eprintln!(
+                "error: cannot make the scratch directory `{}`: {e}; pass `--scratch DIR` with a writable directory",
+                root.display()
+            );
+            Err(ExitCode::from(EXIT_UNAVAILABLE))
+        }
+    }
+}
+
+fn remove_scratch(root: &std::path::Path) {
+    if let Err(e) = std::fs::remove_dir_all(root) {
         eprintln!(
-            "error: cannot make the scratch directory `{}`: {e}; pass `--scratch DIR` with a writable directory",
+            "warning: could not remove the scratch directory `{}`: {e}",
             root.display()
         );
-        return ExitCode::from(EXIT_UNAVAILABLE);
     }
+}
+
+/// Prints a report and maps it to the exit code.
+fn report(r: &cordon_sandbox::conformance::Report) -> ExitCode {
+    println!("{r}");
+    if r.all_passed() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(EXIT_FAILED)
+    }
+}
+
+fn host_directory(scratch: Option<PathBuf>) -> ExitCode {
+    let root = match scratch_root(scratch) {
+        Ok(r) => r,
+        Err(code) => return code,
+    };
     let code = match host_directory_subject(&root, can_make_device_nodes()) {
         Err(e) => {
             eprintln!("error: cannot set up the host-directory subject: {e}");
@@ -92,20 +136,147 @@ fn host_directory(scratch: Option<PathBuf>) -> ExitCode {
         }
         Ok(subject) => {
             println!("conformance: `{HOST_DIRECTORY}` (the kit's test subject; no isolation)");
-            let report = run_files_out_conformance(Arc::new(subject));
-            println!("{report}");
-            if report.all_passed() {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::from(EXIT_FAILED)
-            }
+            report(&run_files_out_conformance(Arc::new(subject)))
         }
     };
-    if let Err(e) = std::fs::remove_dir_all(&root) {
-        eprintln!(
-            "warning: could not remove the scratch directory `{}`: {e}",
-            root.display()
-        );
-    }
+    remove_scratch(&root);
     code
+}
+
+/// The local backends, attacked through a real sandbox.
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+mod local {
+    use std::os::unix::fs::PermissionsExt;
+    use std::path::{Path, PathBuf};
+    use std::process::ExitCode;
+    use std::sync::Arc;
+
+    use cordon_backend_local::{probe, LocalBackend, LocalConfig, WorkDir, WORK_DIR_ID};
+    use cordon_linux::{InitProgram, Rung};
+    use cordon_policy::{Deployment, Identity, Policy};
+    use cordon_sandbox::conformance::{run_files_out_conformance, PosixGuestSubject};
+    use cordon_sandbox::{CallerContext, Capability, Isolation, Router, SandboxSpec};
+
+    use super::{remove_scratch, report, scratch_root, EXIT_UNAVAILABLE};
+
+    /// The policy the kit runs under: system directories to run `sh` and
+    /// its tools, and the scratch root read-write — the work dir, the
+    /// directory outside it where the kit plants what a link must not
+    /// reach, and (at the process rung) the sandbox's temporary directory.
+    fn policy_text(scratch: &Path) -> String {
+        format!(
+            r#"policy:
+  storage:
+    allow:
+      - name: system
+        when: (path.startsWith("/usr/") || path.startsWith("/lib/") || path.startsWith("/lib64/") || path.startsWith("/bin/") || path.startsWith("/sbin/")) && mode != "write"
+      - name: config
+        when: path.startsWith("/etc/") && mode == "read"
+      - name: work
+        when: path.startsWith(work_dir + "/") && mode != "execute"
+      - name: scratch
+        when: path.startsWith("{}/") && mode != "execute"
+      - name: tmp
+        when: path.startsWith("/tmp/") && mode != "execute"
+  compute:
+    allow:
+      - name: programs
+        when: command.startsWith("/usr/")
+"#,
+            scratch.display()
+        )
+    }
+
+    fn unavailable(msg: impl std::fmt::Display) -> ExitCode {
+        eprintln!("error: {msg}");
+        ExitCode::from(EXIT_UNAVAILABLE)
+    }
+
+    /// A directory the sandbox's uid owns, mode 0700.
+    fn owned_dir(p: &Path) -> std::io::Result<()> {
+        std::fs::create_dir(p)?;
+        std::os::unix::fs::chown(p, Some(WORK_DIR_ID), Some(WORK_DIR_ID))?;
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o700))
+    }
+
+    pub fn run(rung: Rung, name: &str, iso: Isolation, scratch: Option<PathBuf>) -> ExitCode {
+        let exe = match std::env::current_exe() {
+            Ok(e) => e,
+            Err(e) => return unavailable(format!("cannot find the cordon binary: {e}")),
+        };
+        let init = InitProgram::new(exe).arg(crate::INIT_ARG);
+        let p = probe(rung, init.clone());
+        if !p.runnable {
+            return unavailable(format!(
+                "backend `{name}` cannot run on this machine: {}; `cordon doctor` shows what is missing",
+                p.found.join("; ")
+            ));
+        }
+        // Not under /tmp: at the container rung the guest's /tmp is its own,
+        // and the directory outside the work dir must be the same one on the
+        // host and in the guest.
+        let root = match scratch_root(Some(scratch.unwrap_or_else(|| PathBuf::from("/var/tmp")))) {
+            Ok(r) => r,
+            Err(code) => return code,
+        };
+        let code = attack(rung, name, iso, init, &root);
+        remove_scratch(&root);
+        code
+    }
+
+    fn attack(rung: Rung, name: &str, iso: Isolation, init: InitProgram, root: &Path) -> ExitCode {
+        let (work, outside) = (root.join("work"), root.join("outside"));
+        if let Err(e) = owned_dir(&work).and_then(|()| owned_dir(&outside)) {
+            return unavailable(format!("cannot prepare `{}`: {e}", root.display()));
+        }
+        let policy = match Policy::load_str("conformance.yaml", &policy_text(root)) {
+            Ok(p) => Arc::new(p),
+            Err(d) => return unavailable(d.render()),
+        };
+        let env = Deployment::default();
+        let backend = Arc::new(LocalBackend::new(LocalConfig {
+            rung,
+            policy: policy.clone(),
+            env: env.clone(),
+            work_dir: WorkDir::Given(work.clone()),
+            init,
+        }));
+        let router = match Router::builder(policy, env)
+            .min_isolation(iso)
+            .backend(backend)
+            .build()
+        {
+            Ok(r) => r,
+            Err(e) => return unavailable(e),
+        };
+        let spec = match SandboxSpec::new("conformance", "host") {
+            Ok(s) => s.with_requires([Capability::Exec, Capability::FilesIn, Capability::FilesOut]),
+            Err(e) => return unavailable(e),
+        };
+        let caller = CallerContext::new(
+            || "conformance".to_string(),
+            || "main".to_string(),
+            || "kit".to_string(),
+            || Identity {
+                namespace: "conformance".into(),
+                attested: true,
+                ..Identity::default()
+            },
+        );
+        let sandbox = match router.acquire(&caller, &spec) {
+            Ok(s) => s,
+            Err(e) => return unavailable(e),
+        };
+        println!("conformance: `{name}` (a real sandbox at the `{iso}` rung)");
+        let subject = PosixGuestSubject {
+            name: name.to_string(),
+            sandbox,
+            work_dir: work.display().to_string(),
+            outside_dir: outside.display().to_string(),
+            device_nodes: false,
+        };
+        let code = report(&run_files_out_conformance(Arc::new(subject)));
+        let _ = router.dispose(&caller);
+        code
+    }
 }

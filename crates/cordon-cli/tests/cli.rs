@@ -459,6 +459,40 @@ fn conformance_runs_the_kit_against_the_host_directory_subject() {
     );
 }
 
+/// Every backend cordon ships with `files_out` passes the kit in CI.
+#[test]
+fn conformance_passes_against_the_local_backends() {
+    if !running_as_root("the local backends need root to create sandboxes") {
+        return;
+    }
+    for backend in ["process", "container"] {
+        let (code, out, err) = cordon(&["conformance", "--backend", backend]);
+        assert_eq!(code, 0, "{backend}:\n{out}{err}");
+        let last = out.lines().last().unwrap_or_default();
+        assert!(last.ends_with(" passed, 0 failed"), "{backend}: {out}");
+        assert!(
+            out.lines().filter(|l| l.starts_with("pass ")).count() >= 13,
+            "{backend}: {out}"
+        );
+    }
+}
+
+fn running_as_root(why: &str) -> bool {
+    let root = std::process::Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+        .unwrap_or(false);
+    if !root {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "CI runs as root, and {why}"
+        );
+        eprintln!("SKIPPED: not root ({why})");
+    }
+    root
+}
+
 #[test]
 fn conformance_refuses_a_backend_it_cannot_run_or_does_not_know() {
     let (code, out, err) = cordon(&["conformance", "--backend", "docker"]);

@@ -612,6 +612,17 @@ fn host_write_probe(
         "host-write-through-link" => {
             let secret = format!("{out}/secret");
             plant("the outside file", s.plant_file(&secret, SECRET))?;
+            // The file must really be there, as the guest will see it next:
+            // a subject whose planted files vanish between execs cannot be
+            // judged, and must fail rather than pass or blame the host.
+            let seen = s.read_back(&secret).map_err(|e| {
+                format!("could not plant its layout: reading the outside file back: {e}")
+            })?;
+            if seen.as_deref() != Some(SECRET) {
+                return Err(format!(
+                    "could not plant its layout: the outside file `{secret}` is not there on the next exec (is the outside directory the same one on the host and in the guest?)"
+                ));
+            }
             let path = format!("{dir}/in.txt");
             plant("the link", s.plant_link(&path, &secret))?;
             (path, secret, Some(SECRET.to_vec()))
