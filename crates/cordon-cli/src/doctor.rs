@@ -75,6 +75,77 @@ fn report(floor: Isolation) -> DoctorReport {
     DoctorReport::new(floor, &ThisMachine)
 }
 
+/// Each enforcement mechanism of this machine and what the probe found.
+fn mechanisms() -> Vec<(String, String)> {
+    #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+    {
+        let Ok(exe) = std::env::current_exe() else {
+            return vec![("probe".into(), "cannot find the cordon binary".into())];
+        };
+        let enforcer = cordon_linux::LinuxEnforcer::new(
+            cordon_linux::InitProgram::new(exe).arg(crate::INIT_ARG),
+        );
+        let m = enforcer.mechanisms();
+        let yes = |b: bool| if b { "yes" } else { "no" }.to_string();
+        let mut out = vec![("running as root".to_string(), yes(m.root))];
+        for (mech, ok) in &m.namespaces {
+            out.push((
+                mech.to_string(),
+                if *ok { "available" } else { "missing" }.into(),
+            ));
+        }
+        let abi = m.landlock_abi;
+        out.push((
+            "landlock".into(),
+            if abi == 0 {
+                "missing".into()
+            } else {
+                let mut what = vec!["filesystem (read, write, execute)"];
+                if abi >= 4 {
+                    what.push("TCP bind and connect");
+                }
+                if abi >= 6 {
+                    what.push("signal and abstract-socket scoping");
+                }
+                format!("ABI {abi}: {}", what.join(", "))
+            },
+        ));
+        out.push((
+            "seccomp".into(),
+            if m.seccomp {
+                format!(
+                    "available; {} syscalls are denied to workloads",
+                    cordon_linux::seccomp_deny_list().len()
+                )
+            } else {
+                "missing".into()
+            },
+        ));
+        out.push((
+            "cgroup controllers".into(),
+            match &m.cgroups {
+                Ok(()) => "memory, pids and CPU accounting available".into(),
+                Err(missing) => missing
+                    .absent
+                    .iter()
+                    .map(|a| format!("{}: {}", a.mechanism, a.found))
+                    .collect::<Vec<_>>()
+                    .join("; "),
+            },
+        ));
+        out.push((
+            "rlimits".into(),
+            "available (a second layer under the cgroup bounds)".into(),
+        ));
+        out
+    }
+    #[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]
+    vec![(
+        "platform".into(),
+        "cordon enforces on Linux x86_64 only".into(),
+    )]
+}
+
 fn floor(args: &DoctorArgs) -> Result<Floor, ConfigError> {
     let config = args
         .config
@@ -185,6 +256,13 @@ fn print_human(floor: &Floor, report: &DoctorReport) {
         line([&r[0], &r[1], &r[2], &r[3], &r[4], &r[5]]);
     }
     println!();
+    println!("mechanisms on this machine:");
+    let mech = mechanisms();
+    let w = mech.iter().map(|(n, _)| n.len()).max().unwrap_or(0);
+    for (name, found) in &mech {
+        println!("  {name:<w$}  {found}");
+    }
+    println!();
     if report.can_serve() {
         let names: Vec<&str> = report
             .rows
@@ -242,6 +320,10 @@ fn print_json(floor: &Floor, report: &DoctorReport) {
             "runnable": runnable,
         })),
         "backends": backends,
+        "mechanisms": mechanisms()
+            .into_iter()
+            .map(|(name, found)| serde_json::json!({"name": name, "found": found}))
+            .collect::<Vec<_>>(),
     });
     println!("{out}");
 }

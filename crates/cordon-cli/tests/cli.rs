@@ -426,6 +426,20 @@ fn doctor_lists_every_backend_and_fails_when_none_can_serve() {
     }
     assert!(out.contains("not built in this version"), "{out}");
     assert!(err.contains("--min-isolation"), "{err}");
+    // And each enforcement mechanism, with what the probe found.
+    assert!(out.contains("mechanisms on this machine:"), "{out}");
+    for m in [
+        "user namespace",
+        "landlock",
+        "seccomp",
+        "cgroup controllers",
+        "rlimits",
+    ] {
+        assert!(
+            out.lines().any(|l| l.trim_start().starts_with(m)),
+            "{m} missing:\n{out}"
+        );
+    }
 }
 
 #[test]
