@@ -36,7 +36,7 @@ use cordon_sandbox::host_dir::HostWorkDir;
 use cordon_sandbox::{
     AcquireRequest, Backend, BackendError, Capability, CapabilitySet, Egress, ExecOutput,
     ExecRequest, ExitStatus, FileRead, FileStat, Isolation, IsolationError, Limits, Provenance,
-    Sandbox, SandboxError, SandboxKey,
+    Sandbox, SandboxError, SandboxKey, Stream,
 };
 
 /// Fresh sandboxes run as host uid/gid `FRESH_ID_BASE + n`: unprivileged,
@@ -376,16 +376,39 @@ fn now() -> i64 {
 }
 
 /// Reads up to `cap` bytes, then drains the rest so the writer never blocks.
-fn read_capped(mut r: impl Read, cap: u64) -> (Vec<u8>, bool) {
+/// Where a workload's output goes as it arrives, besides the result.
+type OutputSink<'a> = Option<&'a (dyn Fn(Stream, &[u8]) + Sync)>;
+
+/// Reads all of `r`, keeping (and handing to `sink`) at most `cap` bytes;
+/// the rest is drained so the workload never blocks on a full pipe.
+/// Returns the kept bytes and whether any were cut.
+fn read_capped(
+    mut r: impl Read,
+    cap: u64,
+    stream: Stream,
+    sink: OutputSink<'_>,
+) -> (Vec<u8>, bool) {
     let mut buf = Vec::new();
-    let _ = r.by_ref().take(cap).read_to_end(&mut buf);
     let mut more = false;
-    let mut sink = [0u8; 8192];
-    while let Ok(n) = r.read(&mut sink) {
-        if n == 0 {
-            break;
+    let mut chunk = [0u8; 8192];
+    loop {
+        let n = match r.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(_) => break,
+        };
+        let room = usize::try_from(cap.saturating_sub(buf.len() as u64)).unwrap_or(usize::MAX);
+        let keep = n.min(room);
+        if keep < n {
+            more = true;
         }
-        more = true;
+        if keep > 0 {
+            buf.extend_from_slice(&chunk[..keep]);
+            if let Some(sink) = sink {
+                sink(stream, &chunk[..keep]);
+            }
+        }
     }
     (buf, more)
 }
@@ -512,16 +535,10 @@ impl LocalSandbox {
     }
 }
 
-impl Sandbox for LocalSandbox {
-    fn id(&self) -> &str {
-        &self.id
-    }
-
-    fn provenance(&self) -> &Provenance {
-        &self.provenance
-    }
-
-    fn exec(&self, req: &ExecRequest) -> Result<ExecOutput, SandboxError> {
+impl LocalSandbox {
+    /// One confined launch: the first command checked, the plan held, the
+    /// output capped (and handed to `sink` as it arrives, when one is given).
+    fn run(&self, req: &ExecRequest, sink: OutputSink<'_>) -> Result<ExecOutput, SandboxError> {
         if req.argv.is_empty() {
             return Err(refused("the command is empty".into()));
         }
@@ -543,19 +560,31 @@ impl Sandbox for LocalSandbox {
         let cap = req.max_output_bytes;
         let out = running.stdout();
         let err = running.stderr();
-        let out = std::thread::spawn(move || out.map(|o| read_capped(o, cap)).unwrap_or_default());
-        let err = std::thread::spawn(move || err.map(|e| read_capped(e, cap)).unwrap_or_default());
-        if let Some(mut stdin) = running.stdin() {
-            let bytes = req.stdin.clone();
-            std::thread::spawn(move || {
-                let _ = stdin.write_all(&bytes);
+        let stdin = running.stdin();
+        let (outcome, (stdout, stdout_truncated), (stderr, stderr_truncated)) =
+            std::thread::scope(|scope| {
+                let out = scope.spawn(move || {
+                    out.map(|o| read_capped(o, cap, Stream::Stdout, sink))
+                        .unwrap_or_default()
+                });
+                let err = scope.spawn(move || {
+                    err.map(|e| read_capped(e, cap, Stream::Stderr, sink))
+                        .unwrap_or_default()
+                });
+                if let Some(mut stdin) = stdin {
+                    let bytes = &req.stdin;
+                    scope.spawn(move || {
+                        let _ = stdin.write_all(bytes);
+                    });
+                }
+                let outcome = running.wait();
+                (
+                    outcome,
+                    out.join().unwrap_or_default(),
+                    err.join().unwrap_or_default(),
+                )
             });
-        }
-        let outcome = running
-            .wait()
-            .map_err(|e| refused(format!("the sandbox failed: {e}")))?;
-        let (stdout, stdout_truncated) = out.join().unwrap_or_default();
-        let (stderr, stderr_truncated) = err.join().unwrap_or_default();
+        let outcome = outcome.map_err(|e| refused(format!("the sandbox failed: {e}")))?;
         let status = match outcome.killed_by {
             Some(LinuxBound::Wall) => ExitStatus::TimedOut,
             Some(LinuxBound::Memory) => ExitStatus::Bound {
@@ -581,7 +610,7 @@ impl Sandbox for LocalSandbox {
         })
     }
 
-    fn write_file(&self, path: &str, contents: &[u8], mode: u32) -> Result<(), SandboxError> {
+    fn write_in(&self, path: &str, contents: &[u8], mode: u32) -> Result<(), SandboxError> {
         self.files.write_file(path, contents, mode)?;
         // What cordon writes in belongs to the sandbox's uid, so the workload
         // can use it; the confined write created it, so no link is followed.
@@ -590,12 +619,60 @@ impl Sandbox for LocalSandbox {
         let _ = std::os::unix::fs::lchown(&host, Some(self.host_id), Some(self.host_id));
         Ok(())
     }
+}
 
+impl Sandbox for LocalSandbox {
+    fn id(&self) -> &str {
+        &self.id
+    }
+
+    fn provenance(&self) -> &Provenance {
+        &self.provenance
+    }
+
+    fn exec(&self, req: &ExecRequest) -> Result<ExecOutput, SandboxError> {
+        self.run(req, None)
+    }
+
+    fn exec_streaming(
+        &self,
+        req: &ExecRequest,
+        sink: &(dyn Fn(Stream, &[u8]) + Sync),
+    ) -> Result<ExecOutput, SandboxError> {
+        self.run(req, Some(sink))
+    }
+
+    fn write_file(&self, path: &str, contents: &[u8], mode: u32) -> Result<(), SandboxError> {
+        self.write_in(path, contents, mode)
+    }
     fn stat_no_follow(&self, path: &str) -> Result<Option<FileStat>, SandboxError> {
         self.files.stat_no_follow(path)
     }
 
     fn read_file(&self, path: &str, max_bytes: u64) -> Result<FileRead, SandboxError> {
         self.files.read_file(path, max_bytes)
+    }
+}
+
+#[cfg(test)]
+mod streaming_tests {
+    use super::*;
+    use std::sync::Mutex;
+
+    #[test]
+    fn the_sink_sees_exactly_the_kept_bytes_and_the_rest_is_cut() {
+        let seen = Mutex::new(Vec::new());
+        let sink = |s: Stream, b: &[u8]| {
+            assert_eq!(s, Stream::Stderr);
+            seen.lock().unwrap_or_else(|e| e.into_inner()).extend_from_slice(b);
+        };
+        let input = vec![7u8; 20_000];
+        let (kept, cut) = read_capped(&input[..], 12_345, Stream::Stderr, Some(&sink));
+        assert_eq!(kept.len(), 12_345);
+        assert!(cut, "bytes past the cap are reported as cut");
+        assert_eq!(*seen.lock().unwrap_or_else(|e| e.into_inner()), kept);
+        // Within the cap nothing is cut.
+        let (kept, cut) = read_capped(&input[..100], 12_345, Stream::Stdout, None);
+        assert_eq!((kept.len(), cut), (100, false));
     }
 }

@@ -23,7 +23,7 @@ use cordon_policy::{Deployment, Identity, Policy};
 use cordon_sandbox::config::FLOOR_ENV;
 use cordon_sandbox::{
     resolve_floor, Backend, CallerContext, ExecRequest, ExitStatus, FloorSource, HostConfig,
-    Isolation, Router, SandboxSpec,
+    Isolation, Router, SandboxSpec, Stream,
 };
 
 /// A resource bound (memory, CPU seconds, processes, wall clock) killed the workload.
@@ -292,16 +292,24 @@ pub fn run(args: RunArgs) -> ExitCode {
         timeout: Duration::from_secs(limits.max_wall_seconds),
         max_output_bytes: MAX_OUTPUT_BYTES.min(limits.max_response_bytes),
     };
-    let result = sandbox.exec(&req);
+    // The workload's output is shown as it arrives.
+    let show = |stream: Stream, bytes: &[u8]| {
+        use std::io::Write;
+        let _ = match stream {
+            Stream::Stdout => {
+                let mut o = std::io::stdout().lock();
+                o.write_all(bytes).and_then(|()| o.flush())
+            }
+            Stream::Stderr => std::io::stderr().lock().write_all(bytes),
+        };
+    };
+    let result = sandbox.exec_streaming(&req, &show);
     drop(sandbox);
     let _ = router.dispose(&caller);
     let out = match result {
         Ok(o) => o,
         Err(e) => return refuse(e),
     };
-    use std::io::Write;
-    let _ = std::io::stdout().write_all(&out.stdout);
-    let _ = std::io::stderr().write_all(&out.stderr);
     for (cut, which) in [
         (out.stdout_truncated, "stdout"),
         (out.stderr_truncated, "stderr"),

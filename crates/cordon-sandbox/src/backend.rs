@@ -83,6 +83,13 @@ pub struct AcquireRequest {
     pub limits: Limits,
 }
 
+/// Which output stream bytes came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stream {
+    Stdout,
+    Stderr,
+}
+
 /// A failure inside a backend.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum BackendError {
@@ -246,6 +253,22 @@ pub trait Sandbox: Send + Sync {
 
     /// Runs a command.
     fn exec(&self, req: &ExecRequest) -> Result<ExecOutput, SandboxError>;
+
+    /// Runs a command like [`Sandbox::exec`], handing its output to `sink`
+    /// as it arrives (within the same caps), for a host that shows it live.
+    /// The returned [`ExecOutput`] holds the same bytes. The default runs
+    /// `exec` and hands the output over when it ends; a backend that can
+    /// stream overrides it.
+    fn exec_streaming(
+        &self,
+        req: &ExecRequest,
+        sink: &(dyn Fn(Stream, &[u8]) + Sync),
+    ) -> Result<ExecOutput, SandboxError> {
+        let out = self.exec(req)?;
+        sink(Stream::Stdout, &out.stdout);
+        sink(Stream::Stderr, &out.stderr);
+        Ok(out)
+    }
 
     /// Writes a file (creating parents) with `mode`; an absolute guest path.
     /// The guest may have planted a link exactly where the host writes: a

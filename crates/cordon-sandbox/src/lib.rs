@@ -68,7 +68,7 @@ mod yaml;
 
 pub use backend::{
     AcquireRequest, Backend, BackendError, DirEntry, ExecOutput, ExecRequest, ExitStatus, FileKind,
-    FileRead, FileStat, Limits, Provenance, Sandbox, SandboxError,
+    FileRead, FileStat, Limits, Provenance, Sandbox, SandboxError, Stream,
 };
 pub use capability::{Capability, CapabilitySet};
 pub use collect::{
