@@ -664,7 +664,9 @@ mod streaming_tests {
         let seen = Mutex::new(Vec::new());
         let sink = |s: Stream, b: &[u8]| {
             assert_eq!(s, Stream::Stderr);
-            seen.lock().unwrap_or_else(|e| e.into_inner()).extend_from_slice(b);
+            seen.lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .extend_from_slice(b);
         };
         let input = vec![7u8; 20_000];
         let (kept, cut) = read_capped(&input[..], 12_345, Stream::Stderr, Some(&sink));
