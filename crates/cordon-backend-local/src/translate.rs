@@ -20,15 +20,17 @@
 //! - **storage deny**: a deny covering a whole rule removes those rights
 //!   from it; a deny of every path removes the rights everywhere; a deny
 //!   inside a granted tree is a mask at the container rung (hiding is
-//!   stronger than denying some rights: noted) and refused at the process
-//!   rung; a `Suffix` or a non-`/` prefix is enumerated beneath the granted
+//!   stronger than denying some rights: noted); at the process rung, which
+//!   has no masks, a read-only rule holding it is replaced by rules on the
+//!   siblings along the way down (links among them left out), and a
+//!   writable one is refused; a `Suffix` or a non-`/` prefix is enumerated beneath the granted
 //!   trees (bounded; refused at the bound). A denied path that does not
 //!   exist inside a writable tree cannot be masked (the workload could
 //!   create it) and is refused.
 //! - **exec deny**: every matching file beneath the execute-granted trees is
-//!   masked (container rung); at the process rung a matching file the plan
-//!   lets the workload read or execute is refused (Landlock checks execute at
-//!   `execve` only, so `ld.so FILE` would run it).
+//!   masked (container rung); at the process rung it is carved out of every
+//!   read-only rule as above — out of reading too, since Landlock checks
+//!   execute at `execve` only and `ld.so FILE` would run a readable file.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -168,6 +170,72 @@ fn enumerate(root: &Path, set: &PathSet, budget: &mut usize) -> Result<Vec<PathB
         }
     }
     Ok(out)
+}
+
+/// Leaves `denied` out of every read-only rule that holds it by replacing
+/// such a rule with rules on the siblings along the way down (the process
+/// rung has no masks; Landlock grants whole trees). Narrower, never wider:
+/// links among the siblings are left out (a rule on a link would grant its
+/// target), and so is whatever appears in those directories later. A
+/// writable rule holding `denied` is refused: the workload needs the
+/// directory itself to create files in it.
+fn carve_around(
+    fs: &mut Vec<FsRule>,
+    denied: &Path,
+    who: &str,
+    budget: &mut usize,
+) -> Result<bool, Unholdable> {
+    let mut carved = false;
+    let mut i = 0;
+    while i < fs.len() {
+        if !(denied.starts_with(&fs[i].path) && denied != fs[i].path) {
+            i += 1;
+            continue;
+        }
+        if fs[i].write {
+            return Err(refuse(format!(
+                "{who} denies `{}` inside `{}`, which the policy lets the workload write; the process rung cannot hide one path inside a writable tree (the workload needs the directory itself to create files)\nhelp: run at the container rung (`--min-isolation container`), which masks it",
+                denied.display(),
+                fs[i].path.display()
+            )));
+        }
+        let rule = fs.remove(i);
+        let Ok(rel) = denied.strip_prefix(&rule.path) else {
+            continue;
+        };
+        let mut dir = rule.path.clone();
+        for comp in rel.components() {
+            let next = dir.join(comp);
+            let entries = std::fs::read_dir(&dir).map_err(|e| {
+                refuse(format!(
+                    "{who}: cannot list `{}` to leave `{}` out of the grant around it: {e}",
+                    dir.display(),
+                    denied.display()
+                ))
+            })?;
+            for e in entries.flatten() {
+                if *budget == 0 {
+                    return Err(refuse(format!(
+                        "{who}: leaving `{}` out of the grant around it passed {MAX_WALK} entries",
+                        denied.display()
+                    )));
+                }
+                *budget -= 1;
+                let c = e.path();
+                let is_link =
+                    std::fs::symlink_metadata(&c).is_ok_and(|m| m.file_type().is_symlink());
+                if c != next && !is_link {
+                    fs.push(FsRule {
+                        path: c,
+                        ..rule.clone()
+                    });
+                }
+            }
+            dir = next;
+        }
+        carved = true;
+    }
+    Ok(carved)
 }
 
 /// Translates `plan` for `target`. `policy` names rules in messages.
@@ -343,10 +411,20 @@ pub fn translate(
                 continue;
             }
             if target.rung == Rung::Process {
-                return Err(refuse(format!(
-                    "{who} denies `{}` inside a tree the policy grants; the process rung cannot hide one path inside an allowed tree (Landlock grants whole trees)\nhelp: run at the container rung (`--min-isolation container`), which masks it",
+                // The work dir and the temporary directory are the launcher's
+                // own writable trees: nothing can be carved out of them.
+                let in_launcher = launcher_trees.iter().any(|(dir, _)| p.starts_with(dir));
+                if in_launcher || !carve_around(&mut t.fs, &p, &who, &mut budget)? {
+                    return Err(refuse(format!(
+                        "{who} denies `{}` inside a tree the workload may write; the process rung cannot hide one path there (Landlock grants whole trees and the workload needs the directory to create files)\nhelp: run at the container rung (`--min-isolation container`), which masks it",
+                        p.display()
+                    )));
+                }
+                t.notes.push(format!(
+                    "{who}: `{}` is left out of the grants around it (the process rung has no masks)",
                     p.display()
-                )));
+                ));
+                continue;
             }
             if masks.insert(p.clone()) {
                 t.notes.push(format!(
@@ -402,12 +480,15 @@ pub fn translate(
                 continue;
             }
             if target.rung == Rung::Process {
-                return Err(refuse(format!(
-                    "{who} denies running `{}`, which the plan lets the workload {}; the process rung cannot stop it (Landlock checks execute at `execve`, so `ld.so {}` would run a readable file)\nhelp: run at the container rung (`--min-isolation container`), which masks it",
-                    f.display(),
-                    if executable { "execute" } else { "read" },
+                // Landlock checks execute at `execve` only, so `ld.so FILE`
+                // would run a readable file: leave it out of reading too.
+                carve_around(&mut t.fs, &f, &who, &mut budget)?;
+                t.fs.retain(|r| r.path != f);
+                t.notes.push(format!(
+                    "{who}: `{}` is left out of the grants (the process rung has no masks)",
                     f.display()
-                )));
+                ));
+                continue;
             }
             mask_exec.insert(f);
         }
@@ -540,17 +621,47 @@ policy:
         assert!(e.message.contains("does not grant read and write"), "{e}");
     }
 
+    /// No rule may reach `denied`: none on it or on a directory above it.
+    fn reaches(t: &Translated, denied: &str) -> Vec<PathBuf> {
+        t.fs.iter()
+            .filter(|r| Path::new(denied).starts_with(&r.path))
+            .map(|r| r.path.clone())
+            .collect()
+    }
+
     #[test]
-    fn a_deny_inside_a_grant_is_masked_at_the_container_rung_and_refused_at_the_process_rung() {
+    fn a_deny_inside_a_grant_is_masked_at_the_container_rung_and_carved_out_at_the_process_rung() {
         let tree = Tree::new();
         let deny = r#"deny:
       - name: no-secret
         when: path.startsWith("$R/data/secret/")"#;
         let t = tree.run(Rung::Container, &policy("", deny)).unwrap();
         assert_eq!(t.mask_paths, vec![PathBuf::from(tree.p("data/secret"))]);
+        // The process rung has no masks: the read-only grant on `data` is
+        // replaced by grants on its other entries.
+        let t = tree.run(Rung::Process, &policy("", deny)).unwrap();
+        assert!(t.mask_paths.is_empty());
+        assert_eq!(
+            reaches(&t, &tree.p("data/secret/k")),
+            Vec::<PathBuf>::new(),
+            "{t:?}"
+        );
+        assert!(
+            !rule(&t, &tree.p("data/a.txt")).is_empty(),
+            "siblings stay granted: {t:?}"
+        );
+        // A link among the siblings is not granted (it would grant its target).
+        std::os::unix::fs::symlink("/etc", tree.p("data/link")).unwrap();
+        let t = tree.run(Rung::Process, &policy("", deny)).unwrap();
+        assert!(rule(&t, &tree.p("data/link")).is_empty(), "{t:?}");
+        // Inside a writable tree it cannot be carved: refused.
+        std::fs::create_dir(tree.p("work/.ssh")).unwrap();
+        let deny = r#"deny:
+      - name: no-keys
+        when: path.startsWith(work_dir + "/.ssh/")"#;
         let e = tree.run(Rung::Process, &policy("", deny)).unwrap_err();
         assert!(
-            e.message.contains("no-secret") && e.message.contains("container rung"),
+            e.message.contains("no-keys") && e.message.contains("container rung"),
             "{e}"
         );
     }
@@ -608,7 +719,8 @@ policy:
     }
 
     #[test]
-    fn a_denied_executable_is_masked_at_the_container_rung_and_refused_at_the_process_rung() {
+    fn a_denied_executable_is_masked_at_the_container_rung_and_left_unreadable_at_the_process_rung()
+    {
         let tree = Tree::new();
         let deny = "deny:\n      - name: no-bad\n        when: command == \"$R/sys/bin/bad\"";
         let t = tree.run(Rung::Container, &policy(deny, "")).unwrap();
@@ -616,11 +728,16 @@ policy:
             t.mask_executables,
             vec![PathBuf::from(tree.p("sys/bin/bad"))]
         );
-        let e = tree.run(Rung::Process, &policy(deny, "")).unwrap_err();
-        assert!(
-            e.message.contains("no-bad") && e.message.contains("ld.so"),
-            "{e}"
+        // The process rung cannot mask it, and Landlock checks execute only
+        // at `execve` (`ld.so FILE` runs a readable file): it is left out of
+        // reading as well as executing.
+        let t = tree.run(Rung::Process, &policy(deny, "")).unwrap();
+        assert_eq!(
+            reaches(&t, &tree.p("sys/bin/bad")),
+            Vec::<PathBuf>::new(),
+            "{t:?}"
         );
+        assert!(!rule(&t, &tree.p("sys/bin/ok")).is_empty(), "{t:?}");
         // A prefix deny is enumerated: every match is masked.
         let deny = "deny:\n      - name: no-b\n        when: command.startsWith(\"$R/sys/bin/b\")";
         let t = tree.run(Rung::Container, &policy(deny, "")).unwrap();
