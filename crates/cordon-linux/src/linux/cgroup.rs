@@ -4,7 +4,8 @@
 //! The sandbox's cgroup is created *below the owner's own cgroup* in each
 //! hierarchy (read from `/proc/self/cgroup`), so the owner's own limits still
 //! apply to the sandbox and nothing is moved out of whatever supervises the
-//! owner. Processes are killed by membership: v2 writes `cgroup.kill`; v1
+//! owner. On v1 the init joins by itself ([`join_self`]); on v2 the owner
+//! moves it ([`CgroupManager::add`]). Processes are killed by membership: v2 writes `cgroup.kill`; v1
 //! reads `cgroup.procs`, opens a pidfd for each pid, checks the pid is still
 //! a member *after* the pidfd pins it, and signals through the pidfd, so a
 //! reused pid outside the sandbox is never signalled.
@@ -28,6 +29,10 @@ pub(crate) struct Events {
 pub(crate) trait CgroupManager {
     /// Moves `pid` (an unreaped child of the caller) into the cgroup.
     fn add(&self, pid: u32) -> io::Result<()>;
+    /// v1: the `tasks` file of each controller's directory, into which a
+    /// single-threaded process writes `0` to join the cgroup itself (see
+    /// [`join_self`]). `None` on v2, where the owner uses [`Self::add`].
+    fn self_join_files(&self) -> Option<Vec<PathBuf>>;
     /// CPU time used by every process that was ever in the cgroup.
     fn cpu_usage(&self) -> io::Result<Duration>;
     fn events(&self) -> io::Result<Events>;
@@ -254,6 +259,35 @@ impl Cgroup {
     }
 }
 
+/// Moves the calling process into the v1 cgroups whose `tasks` files are
+/// `files`, by writing `0` (the calling thread) into each.
+///
+/// Writing a thread to `tasks` moves only that thread, so this refuses unless
+/// the process has exactly one. In exchange the kernel skips the global
+/// threadgroup lock that a `cgroup.procs` write takes, whose write side
+/// waits for an RCU grace period.
+pub(crate) fn join_self(files: &[PathBuf]) -> io::Result<()> {
+    if files.is_empty() {
+        return Ok(());
+    }
+    let threads = fs::read_dir("/proc/self/task")?.count();
+    if threads != 1 {
+        return Err(io::Error::other(format!(
+            "the init has {threads} threads; joining by `tasks` needs exactly one"
+        )));
+    }
+    for file in files {
+        if !file.is_absolute() || file.file_name().is_none_or(|n| n != "tasks") {
+            return Err(io::Error::other(format!(
+                "{}: not a cgroup v1 `tasks` file",
+                file.display()
+            )));
+        }
+        write(file, "0")?;
+    }
+    Ok(())
+}
+
 fn kill_by_membership(procs_file: &Path) -> io::Result<()> {
     use rustix::process::{pidfd_open, pidfd_send_signal, Pid, PidfdFlags, Signal};
     let deadline = Instant::now() + Duration::from_secs(5);
@@ -323,6 +357,18 @@ impl CgroupManager for Cgroup {
                 Ok(())
             }
             Cgroup::V2(v2) => write(&v2.dir.join("cgroup.procs"), &pid.to_string()),
+        }
+    }
+
+    fn self_join_files(&self) -> Option<Vec<PathBuf>> {
+        match self {
+            Cgroup::V1(v1) => Some(
+                [&v1.memory, &v1.pids, &v1.cpuacct]
+                    .iter()
+                    .map(|d| d.join("tasks"))
+                    .collect(),
+            ),
+            Cgroup::V2(_) => None,
         }
     }
 
@@ -440,6 +486,21 @@ mod tests {
         assert!(missing.names(Mechanism::CgroupMemory));
         fs::write(unified.join("cgroup.controllers"), "cpu memory pids").unwrap();
         assert_eq!(detect(&root).unwrap(), Generation::V2);
+    }
+
+    #[test]
+    fn joining_by_tasks_refuses_a_multi_threaded_process() {
+        // Writing `0` to `tasks` would move only the calling thread.
+        let (stop, parked) = std::sync::mpsc::channel::<()>();
+        let other = std::thread::spawn(move || parked.recv());
+        let t = tempfile::tempdir().unwrap();
+        let tasks = t.path().join("tasks");
+        fs::write(&tasks, "").unwrap();
+        assert!(join_self(std::slice::from_ref(&tasks)).is_err());
+        assert_eq!(fs::read_to_string(&tasks).unwrap(), "");
+        assert!(join_self(&[]).is_ok());
+        drop(stop);
+        let _ = other.join();
     }
 
     #[test]

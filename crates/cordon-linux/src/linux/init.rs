@@ -27,7 +27,7 @@ use nix::sys::wait::{waitpid, WaitStatus};
 use nix::unistd::{Gid, Pid, Uid};
 
 use super::proto::{self, Control, Report};
-use super::{fs_rules, rootfs, seccomp};
+use super::{cgroup, fs_rules, rootfs, seccomp};
 use crate::outcome::Termination;
 use crate::plan::{Plan, Rung};
 
@@ -148,7 +148,7 @@ pub fn init_main() -> ! {
         Ok(Some(Control::Plan(plan))) => match args.stage.as_str() {
             "1" => stage1(&plan, &mut plan_in, &mut report, &args.prefix),
             "2" => stage2(&plan, &mut report),
-            "process" => process(&plan, &mut report),
+            "process" => process(&plan, &mut plan_in, &mut report),
             other => Err(Failure {
                 step: "arguments",
                 error: format!("unknown stage `{other}`"),
@@ -172,6 +172,18 @@ pub fn init_main() -> ! {
             );
             std::process::exit(SETUP_FAILED);
         }
+    }
+}
+
+/// The first thing stage 1 and the process-rung init do: join the sandbox
+/// cgroup as the owner says (see [`Control::Join`]). Nothing else has run
+/// yet, and this process is still single-threaded.
+fn join_cgroup(plan_in: &mut BufReader<File>) -> Result<(), Failure> {
+    match proto::recv::<Control>(plan_in) {
+        Ok(Some(Control::Join(files))) => cgroup::join_self(&files).map_err(fail("join cgroup")),
+        other => Err(fail("join cgroup")(format!(
+            "expected the cgroup to join, got {other:?}"
+        ))),
     }
 }
 
@@ -206,6 +218,7 @@ fn stage1(
     prefix: &[std::ffi::OsString],
 ) -> Result<i32, Failure> {
     let owner = nix::unistd::getppid();
+    join_cgroup(plan_in)?;
     die_with_parent(Some(owner))?;
     if plan.rung() != Rung::Container {
         return Err(fail("stage 1")("stage 1 is for the container rung"));
@@ -373,8 +386,9 @@ fn stage2(plan: &Plan, report: &mut File) -> Result<i32, Failure> {
 
 /// The process rung: host root until it becomes `host_uid`, then the
 /// workload itself (exec), so the owner waits on the workload directly.
-fn process(plan: &Plan, report: &mut File) -> Result<i32, Failure> {
+fn process(plan: &Plan, plan_in: &mut BufReader<File>, report: &mut File) -> Result<i32, Failure> {
     let owner = nix::unistd::getppid();
+    join_cgroup(plan_in)?;
     if plan.rung() != Rung::Process {
         return Err(fail("process init")("this init is for the process rung"));
     }

@@ -101,6 +101,25 @@ static SEQ: AtomicU64 = AtomicU64::new(0);
 
 const SETUP_TIMEOUT: Duration = Duration::from_secs(20);
 
+/// How often [`Running::wait`] checks the CPU and wall-clock bounds.
+const BOUNDS_TICK: Duration = Duration::from_millis(10);
+
+/// Blocks until the process behind `pidfd` exits or `tick` passes (whichever
+/// is first); sleeps for `tick` when there is no pidfd.
+fn wait_exit(pidfd: Option<&std::os::fd::OwnedFd>, tick: Duration) {
+    use rustix::event::{poll, PollFd, PollFlags, Timespec};
+    let Some(fd) = pidfd else {
+        std::thread::sleep(tick);
+        return;
+    };
+    let timeout = Timespec {
+        tv_sec: i64::try_from(tick.as_secs()).unwrap_or(i64::MAX),
+        tv_nsec: i64::from(tick.subsec_nanos()),
+    };
+    // An error (EINTR) only means the caller looks again sooner.
+    let _ = poll(&mut [PollFd::new(fd, PollFlags::IN)], Some(&timeout));
+}
+
 fn recv_report(
     rx: &Receiver<Report>,
     child: &mut Child,
@@ -184,12 +203,28 @@ pub fn launch(
         done: false,
     };
     let pid = running.child.id();
-    // The init blocks on the plan pipe, so it is in the cgroup before it does
-    // anything. `pid` is our unreaped child: it cannot have been reused.
-    if let Some(cg) = &running.cgroup {
-        cg.add(pid).map_err(LaunchError::Cgroup)?;
-    }
+    // The init blocks on the plan pipe, then joins the cgroup before it does
+    // anything else (and fails the setup if it cannot).
+    //
+    // v1: the init writes `0` into each controller's `tasks` file itself.
+    // Moving the calling thread alone skips the kernel's global threadgroup
+    // lock, whose write side waits for an RCU grace period (6-15 ms here,
+    // the largest single cost of a start); the init is single-threaded, so
+    // its one thread is the whole process. v2 (no `tasks` file): we write
+    // the pid to `cgroup.procs`, as before; `pid` is our unreaped child, so
+    // it cannot have been reused.
+    let join = match &running.cgroup {
+        Some(cg) => match cg.self_join_files() {
+            Some(files) => files,
+            None => {
+                cg.add(pid).map_err(LaunchError::Cgroup)?;
+                Vec::new()
+            }
+        },
+        None => Vec::new(),
+    };
     proto::send(&mut plan_w, &Control::Plan(Box::new(plan.clone()))).map_err(LaunchError::Pipe)?;
+    proto::send(&mut plan_w, &Control::Join(join)).map_err(LaunchError::Pipe)?;
     let unexpected = |r: Report| match r {
         Report::Failed { step, error } => LaunchError::Setup { step, error },
         other => LaunchError::Pipe(io::Error::other(format!("unexpected report {other:?}"))),
@@ -284,6 +319,14 @@ impl Running {
     /// killing the whole tree, and reports how it ended.
     pub fn wait(mut self) -> Result<Outcome, LaunchError> {
         let mut killed_by = None;
+        // Our own unreaped child: its pid cannot have been reused. Without
+        // pidfds (Linux < 5.3) the loop falls back to sleeping for the tick.
+        let pidfd = i32::try_from(self.child.id())
+            .ok()
+            .and_then(rustix::process::Pid::from_raw)
+            .and_then(|p| {
+                rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty()).ok()
+            });
         let status = loop {
             if let Some(status) = self.child.try_wait().map_err(LaunchError::Wait)? {
                 break status;
@@ -298,7 +341,9 @@ impl Running {
                     self.kill_tree();
                 }
             }
-            std::thread::sleep(Duration::from_millis(10));
+            // Wakes the moment the init exits (its pidfd turns readable), or
+            // after the tick, when the CPU and wall bounds are checked again.
+            wait_exit(pidfd.as_ref(), BOUNDS_TICK);
         };
         let wall = self.started.elapsed();
         // Whatever the first process left behind goes now.

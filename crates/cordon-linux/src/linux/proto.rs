@@ -12,6 +12,10 @@ use crate::outcome::Termination;
 pub(crate) enum Control {
     /// The plan (always the first line).
     Plan(Box<crate::plan::Plan>),
+    /// Right after the plan, to stage 1 or the process-rung init: the cgroup
+    /// `tasks` files (v1) to write `0` into before doing anything else.
+    /// Empty when the owner has already moved the init (v2).
+    Join(Vec<std::path::PathBuf>),
     /// Container rung: the owner has written uid_map/gid_map.
     Mapped,
 }
