@@ -7,6 +7,8 @@ use clap::{Parser, Subcommand, ValueEnum};
 
 mod conformance;
 mod doctor;
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+mod escape;
 mod policy_cmd;
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 mod run;
@@ -32,6 +34,11 @@ enum Command {
     /// Attack a backend's files-out surface with the conformance kit: one
     /// line per probe, then `N passed, M failed`.
     Conformance(conformance::ConformanceArgs),
+    /// Attack a backend with the escape kit: hostile workloads, each judged
+    /// on what it did and on the host afterwards; one line per case, then
+    /// `N passed, M failed`.
+    #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+    Escape(escape::EscapeArgs),
     /// Run one command in a sandbox under a policy (default `cordon:default`):
     /// checked before it starts, confined while it runs, disposed after.
     /// Exits with its status; 124 when a bound killed it, 125 when cordon
@@ -67,6 +74,8 @@ fn main() -> ExitCode {
         Command::Policy { command } => policy_cmd::run(command),
         Command::Doctor(args) => doctor::run(args),
         Command::Conformance(args) => conformance::run(args),
+        #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+        Command::Escape(args) => escape::run(args),
         #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
         Command::Run(args) => run::run(args),
     }

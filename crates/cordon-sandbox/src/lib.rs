@@ -38,7 +38,8 @@
 //!   [`host_dir`] serves a work dir from a host directory with them.
 //! - [`kinds`] — the [`kinds::Kind`] trait (a spec, parsing of `consume`
 //!   outputs, display lines) with `codeact` and `diagram`.
-//! - [`conformance`] — the kit every backend serving `files_out` must pass.
+//! - [`conformance`] — the kit every backend serving `files_out` must pass;
+//!   [`escape`] — the escape kit every backend must pass.
 //!
 //! Traits are synchronous: the backends are process-driven, and a host on an
 //! async runtime calls them from its blocking pool.
@@ -51,6 +52,8 @@ pub mod config;
 pub mod confined;
 pub mod conformance;
 pub mod egress;
+#[cfg(target_os = "linux")]
+pub mod escape;
 #[cfg(target_os = "linux")]
 pub mod host_dir;
 pub mod isolation;

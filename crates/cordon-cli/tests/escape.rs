@@ -1,0 +1,125 @@
+//! The escape kit against both local backends, through the real binary
+//! (`cordon escape --backend NAME`). CI runs as root and runs it; elsewhere
+//! it skips loudly, and `CI=true` without root is a failure.
+#![allow(clippy::expect_used, clippy::unwrap_used)] // tests may panic on a broken fixture
+
+use std::process::Command;
+
+/// Breaches the kit finds today, each with why. The test asserts these
+/// cases still FAIL (so a fix makes it fail until the entry is removed)
+/// and every other case passes. Never add to it to make CI green without
+/// an issue that owns the fix.
+const KNOWN_BREACHES: &[(&str, &str, &str)] = &[];
+
+fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true")
+}
+
+fn is_root() -> bool {
+    // The binary's own check would refuse; this keeps the skip message clear.
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+        .unwrap_or(false)
+}
+
+fn escape(backend: &str) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_cordon"))
+        .args(["escape", "--backend", backend])
+        .output()
+        .expect("run cordon");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// One kit at a time: both backends run their sandboxes as the same host
+/// uid, whose process count (`RLIMIT_NPROC`) the bounds cases measure.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn run_against(backend: &str) {
+    let _guard = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    if !is_root() {
+        assert!(
+            !in_ci(),
+            "CI=true and the escape kit against `{backend}` needs root to launch sandboxes"
+        );
+        use std::io::Write;
+        let _ = writeln!(
+            std::io::stderr().lock(),
+            "\n!!!!!!!! SKIPPED the escape kit against `{backend}`: launching a sandbox needs root (CI=true makes this a failure) !!!!!!!!\n"
+        );
+        return;
+    }
+    let started = std::time::Instant::now();
+    let (code, out, err) = escape(backend);
+    let took = started.elapsed();
+    let known: Vec<&str> = KNOWN_BREACHES
+        .iter()
+        .filter(|(b, _, _)| *b == backend)
+        .map(|(_, case, _)| *case)
+        .collect();
+    let results: Vec<(bool, &str)> = out
+        .lines()
+        .filter_map(|l| {
+            let (mark, rest) = l.split_once(' ')?;
+            let name = rest.split_once(':')?.0;
+            match mark {
+                "pass" => Some((true, name)),
+                "FAIL" => Some((false, name)),
+                _ => None,
+            }
+        })
+        .collect();
+    assert_eq!(
+        results.len(),
+        cordon_sandbox::escape::CASES.len(),
+        "every case must report (exit {code}):\n{out}\n{err}"
+    );
+    for (passed, name) in &results {
+        if known.contains(name) {
+            assert!(
+                !passed,
+                "`{name}` now passes against `{backend}`: remove it from KNOWN_BREACHES\n{out}"
+            );
+            eprintln!("!!!!!!!! KNOWN BREACH against `{backend}`: `{name}` fails (see KNOWN_BREACHES) !!!!!!!!");
+        } else {
+            assert!(passed, "`{name}` failed against `{backend}`:\n{out}\n{err}");
+        }
+    }
+    if known.is_empty() {
+        assert_eq!(code, 0, "{out}\n{err}");
+    } else {
+        assert_eq!(code, 1, "{out}\n{err}");
+    }
+    assert!(
+        took < std::time::Duration::from_secs(60),
+        "the kit took {took:?} against `{backend}`"
+    );
+}
+
+#[test]
+fn the_escape_kit_passes_against_the_process_backend() {
+    run_against("process");
+}
+
+#[test]
+fn the_escape_kit_passes_against_the_container_backend() {
+    run_against("container");
+}
+
+#[test]
+fn escape_refuses_a_backend_it_does_not_know_or_cannot_build() {
+    let (code, _, err) = escape("nope");
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("`nope` is not a backend cordon knows"),
+        "{err}"
+    );
+    let (code, _, err) = escape("docker");
+    assert_eq!(code, 3, "{err}");
+    assert!(err.contains("not built in this version"), "{err}");
+}
