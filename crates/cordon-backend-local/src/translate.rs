@@ -33,6 +33,7 @@
 //!   execute at `execve` only and `ld.so FILE` would run a readable file.
 
 use std::collections::BTreeSet;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use cordon_linux::{FsRule, Rung};
@@ -203,6 +204,13 @@ fn carve_around(
         let Ok(rel) = denied.strip_prefix(&rule.path) else {
             continue;
         };
+        // Another name for the same file (a hard link beside it, like
+        // `perl` and `perl5.36.0`) is the same inode to Landlock: leave it
+        // out too.
+        let same = std::fs::symlink_metadata(denied)
+            .ok()
+            .filter(|m| m.is_file())
+            .map(|m| (m.dev(), m.ino()));
         let mut dir = rule.path.clone();
         for comp in rel.components() {
             let next = dir.join(comp);
@@ -224,7 +232,10 @@ fn carve_around(
                 let c = e.path();
                 let is_link =
                     std::fs::symlink_metadata(&c).is_ok_and(|m| m.file_type().is_symlink());
-                if c != next && !is_link {
+                let alias = same.is_some_and(|id| {
+                    std::fs::symlink_metadata(&c).is_ok_and(|m| (m.dev(), m.ino()) == id)
+                });
+                if c != next && !is_link && !alias {
                     fs.push(FsRule {
                         path: c,
                         ..rule.clone()
@@ -236,6 +247,15 @@ fn carve_around(
         carved = true;
     }
     Ok(carved)
+}
+
+/// `p` with every link resolved, as Landlock resolves it when it opens a
+/// rule's path: a rule on `/bin` is a rule on `/usr/bin` (merged `/usr`),
+/// so containment and carving must compare resolved paths, or a denied
+/// file stays reachable through a linked directory. `p` itself when it
+/// cannot be resolved.
+fn real(p: &Path) -> PathBuf {
+    std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf())
 }
 
 /// Translates `plan` for `target`. `policy` names rules in messages.
@@ -276,8 +296,12 @@ pub fn translate(
             ));
             continue;
         };
-        if reserved(&path) || inside_launcher(&path) || !path.exists() {
-            // Provided by the launcher, or nothing to grant.
+        if !path.exists() {
+            continue;
+        }
+        let path = real(&path);
+        if reserved(&path) || inside_launcher(&path) {
+            // Provided by the launcher.
             continue;
         }
         t.fs.push(FsRule {
@@ -300,7 +324,11 @@ pub fn translate(
                 ));
                 continue;
             };
-            if reserved(&x) || inside_launcher(&x) || !x.exists() {
+            if !x.exists() {
+                continue;
+            }
+            let x = real(&x);
+            if reserved(&x) || inside_launcher(&x) {
                 continue;
             }
             // INVARIANT: nothing beneath the work dir or the temporary
@@ -388,7 +416,7 @@ pub fn translate(
                 )));
             }
         }
-        for p in targets {
+        for p in targets.into_iter().map(|p| real(&p)) {
             for r in &mut t.fs {
                 if r.path.starts_with(&p) {
                     // The deny covers this whole rule.
@@ -467,7 +495,7 @@ pub fn translate(
                 found
             }
         };
-        for f in files {
+        for f in files.into_iter().map(|f| real(&f)) {
             if !f.is_file() {
                 continue;
             }
@@ -663,6 +691,39 @@ policy:
         assert!(
             e.message.contains("no-keys") && e.message.contains("container rung"),
             "{e}"
+        );
+    }
+
+    #[test]
+    fn a_grant_through_a_linked_directory_cannot_reach_a_carved_file() {
+        // `lbin` links to `sys/bin` (as `/bin` links to `/usr/bin`); the
+        // rule on it is a rule on `sys/bin` to Landlock, so the carve must
+        // see it as one. A hard link beside the denied file goes too.
+        let tree = Tree::new();
+        std::os::unix::fs::symlink(tree.p("sys/bin"), tree.p("lbin")).unwrap();
+        std::fs::hard_link(tree.p("sys/bin/bad"), tree.p("sys/bin/bad2")).unwrap();
+        let text = policy(
+            "deny:\n      - name: no-bad\n        when: command == \"$R/sys/bin/bad\"",
+            "",
+        )
+        .replace(
+            "  storage:\n    allow:\n",
+            &format!(
+                "  storage:\n    allow:\n      - name: linked\n        when: path.startsWith(\"{}/\") && mode != \"write\"\n",
+                tree.p("lbin")
+            ),
+        );
+        let t = tree.run(Rung::Process, &text).unwrap();
+        for denied in ["sys/bin/bad", "sys/bin/bad2"] {
+            assert_eq!(
+                reaches(&t, &tree.p(denied)),
+                Vec::<PathBuf>::new(),
+                "{denied}: {t:?}"
+            );
+        }
+        assert!(
+            t.fs.iter().all(|r| !r.path.starts_with(tree.p("lbin"))),
+            "rules are on resolved paths: {t:?}"
         );
     }
 
