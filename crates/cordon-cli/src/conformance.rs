@@ -146,18 +146,17 @@ fn host_directory(scratch: Option<PathBuf>) -> ExitCode {
 /// The local backends, attacked through a real sandbox.
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 mod local {
-    use std::os::unix::fs::PermissionsExt;
     use std::path::{Path, PathBuf};
     use std::process::ExitCode;
     use std::sync::Arc;
 
-    use cordon_backend_local::{probe, LocalBackend, LocalConfig, WorkDir, WORK_DIR_ID};
+    use cordon_backend_local::probe;
     use cordon_linux::{InitProgram, Rung};
-    use cordon_policy::{Deployment, Identity, Policy};
     use cordon_sandbox::conformance::{run_files_out_conformance, PosixGuestSubject};
-    use cordon_sandbox::{CallerContext, Capability, Isolation, Router, SandboxSpec};
+    use cordon_sandbox::{Capability, Isolation, SandboxSpec};
 
     use super::{remove_scratch, report, scratch_root, EXIT_UNAVAILABLE};
+    use crate::kit::owned_dir;
 
     /// The policy the kit runs under: system directories to run `sh` and
     /// its tools, and the scratch root read-write — the work dir, the
@@ -192,13 +191,6 @@ mod local {
         ExitCode::from(EXIT_UNAVAILABLE)
     }
 
-    /// A directory the sandbox's uid owns, mode 0700.
-    fn owned_dir(p: &Path) -> std::io::Result<()> {
-        std::fs::create_dir(p)?;
-        std::os::unix::fs::chown(p, Some(WORK_DIR_ID), Some(WORK_DIR_ID))?;
-        std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o700))
-    }
-
     pub fn run(rung: Rung, name: &str, iso: Isolation, scratch: Option<PathBuf>) -> ExitCode {
         let exe = match std::env::current_exe() {
             Ok(e) => e,
@@ -229,23 +221,8 @@ mod local {
         if let Err(e) = owned_dir(&work).and_then(|()| owned_dir(&outside)) {
             return unavailable(format!("cannot prepare `{}`: {e}", root.display()));
         }
-        let policy = match Policy::load_str("conformance.yaml", &policy_text(root)) {
-            Ok(p) => Arc::new(p),
-            Err(d) => return unavailable(d.render()),
-        };
-        let env = Deployment::default();
-        let backend = Arc::new(LocalBackend::new(LocalConfig {
-            rung,
-            policy: policy.clone(),
-            env: env.clone(),
-            work_dir: WorkDir::Given(work.clone()),
-            init,
-        }));
-        let router = match Router::builder(policy, env)
-            .min_isolation(iso)
-            .backend(backend)
-            .build()
-        {
+        let text = policy_text(root);
+        let router = match crate::kit::router(rung, iso, init, "conformance.yaml", &text, &work) {
             Ok(r) => r,
             Err(e) => return unavailable(e),
         };
@@ -253,16 +230,7 @@ mod local {
             Ok(s) => s.with_requires([Capability::Exec, Capability::FilesIn, Capability::FilesOut]),
             Err(e) => return unavailable(e),
         };
-        let caller = CallerContext::new(
-            || "conformance".to_string(),
-            || "main".to_string(),
-            || "kit".to_string(),
-            || Identity {
-                namespace: "conformance".into(),
-                attested: true,
-                ..Identity::default()
-            },
-        );
+        let caller = crate::kit::caller("conformance", "main");
         let sandbox = match router.acquire(&caller, &spec) {
             Ok(s) => s,
             Err(e) => return unavailable(e),

@@ -13,16 +13,14 @@
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::Arc;
 
-use cordon_backend_local::{probe, LocalBackend, LocalConfig, WorkDir, WORK_DIR_ID};
+use cordon_backend_local::{probe, WORK_DIR_ID};
 use cordon_linux::{InitProgram, Rung};
-use cordon_policy::{Deployment, Identity, Policy};
 use cordon_sandbox::catalogue::builtin_backends;
 use cordon_sandbox::escape::{
     bounded_ask, run_escape_cases, run_escape_suite, DeniedProgram, EscapeHost, EscapeSubject,
 };
-use cordon_sandbox::{CallerContext, Capability, Isolation, Router, SandboxSpec};
+use cordon_sandbox::{Capability, Isolation, SandboxSpec};
 
 /// Exit codes: 0 every case passed; 1 a case failed; 2 the backend name is
 /// unknown; 3 the backend cannot be run here.
@@ -198,19 +196,6 @@ fn names_of(path: &str) -> Vec<String> {
     names
 }
 
-fn caller(thread: &'static str) -> CallerContext {
-    CallerContext::new(
-        || "escape".to_string(),
-        move || thread.to_string(),
-        || "kit".to_string(),
-        || Identity {
-            namespace: "escape".into(),
-            attested: true,
-            ..Identity::default()
-        },
-    )
-}
-
 fn attack(
     rung: Rung,
     name: &str,
@@ -220,35 +205,11 @@ fn attack(
     cases: &[String],
 ) -> ExitCode {
     let work = root.join("work");
-    let prepared = std::fs::create_dir(&work)
-        .and_then(|()| std::os::unix::fs::chown(&work, Some(WORK_DIR_ID), Some(WORK_DIR_ID)))
-        .and_then(|()| {
-            use std::os::unix::fs::PermissionsExt;
-            std::fs::set_permissions(&work, std::fs::Permissions::from_mode(0o700))
-        });
-    if let Err(e) = prepared {
+    if let Err(e) = crate::kit::owned_dir(&work) {
         return unavailable(format!("cannot prepare `{}`: {e}", work.display()));
     }
-    let policy = match Policy::load_str(
-        "escape.yaml",
-        &policy_text(root, &names_of(&DeniedProgram::perl().path)),
-    ) {
-        Ok(p) => Arc::new(p),
-        Err(d) => return unavailable(d.render()),
-    };
-    let env = Deployment::default();
-    let backend = Arc::new(LocalBackend::new(LocalConfig {
-        rung,
-        policy: policy.clone(),
-        env: env.clone(),
-        work_dir: WorkDir::Given(work.clone()),
-        init,
-    }));
-    let router = match Router::builder(policy, env)
-        .min_isolation(iso)
-        .backend(backend)
-        .build()
-    {
+    let text = policy_text(root, &names_of(&DeniedProgram::perl().path));
+    let router = match crate::kit::router(rung, iso, init, "escape.yaml", &text, &work) {
         Ok(r) => r,
         Err(e) => return unavailable(e),
     };
@@ -260,7 +221,10 @@ fn attack(
         Ok(s) => s,
         Err(e) => return unavailable(e),
     };
-    let (main, small) = (caller("main"), caller("bounded"));
+    let (main, small) = (
+        crate::kit::caller("escape", "main"),
+        crate::kit::caller("escape", "bounded"),
+    );
     let acquired = router
         .acquire(&main, &spec)
         .and_then(|s| router.acquire(&small, &bounded_spec).map(|b| (s, b)));

@@ -9,6 +9,8 @@ mod conformance;
 mod doctor;
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 mod escape;
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+mod kit;
 mod policy_cmd;
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 mod run;
