@@ -7,10 +7,11 @@
 //!
 //! It is written against the protocol only: the router picks the backend,
 //! the `codeact` kind supplies the spec and the per-call directory, and
-//! `FsSink` lands the file without following any link. In this version
-//! cordon ships no backend that serves `files_out`, so it stops with exit
-//! code 3 naming what is missing; [`backends`] is the one place a real
-//! backend is added.
+//! `FsSink` lands the file without following any link. It is not wired to
+//! a backend yet (the local backends show the work dir at its host path,
+//! not at the spec's `work_dir`, which the kind's guest paths assume; see
+//! `examples/codeact-files/README.md`), so it stops with exit code 3 naming
+//! what is missing; [`backends`] is the one place a real backend is added.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
