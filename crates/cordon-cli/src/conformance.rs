@@ -150,7 +150,6 @@ mod local {
     use std::process::ExitCode;
     use std::sync::Arc;
 
-    use cordon_backend_local::probe;
     use cordon_linux::{InitProgram, Rung};
     use cordon_sandbox::conformance::{run_files_out_conformance, PosixGuestSubject};
     use cordon_sandbox::{Capability, Isolation, SandboxSpec};
@@ -192,18 +191,10 @@ mod local {
     }
 
     pub fn run(rung: Rung, name: &str, iso: Isolation, scratch: Option<PathBuf>) -> ExitCode {
-        let exe = match std::env::current_exe() {
-            Ok(e) => e,
-            Err(e) => return unavailable(format!("cannot find the cordon binary: {e}")),
+        let init = match crate::kit::init_for(rung, name) {
+            Ok(i) => i,
+            Err(e) => return unavailable(e),
         };
-        let init = InitProgram::new(exe).arg(crate::INIT_ARG);
-        let p = probe(rung, init.clone());
-        if !p.runnable {
-            return unavailable(format!(
-                "backend `{name}` cannot run on this machine: {}; `cordon doctor` shows what is missing",
-                p.found.join("; ")
-            ));
-        }
         // Not under /tmp: at the container rung the guest's /tmp is its own,
         // and the directory outside the work dir must be the same one on the
         // host and in the guest.

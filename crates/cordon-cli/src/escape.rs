@@ -14,7 +14,7 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use cordon_backend_local::{probe, WORK_DIR_ID};
+use cordon_backend_local::WORK_DIR_ID;
 use cordon_linux::{InitProgram, Rung};
 use cordon_sandbox::catalogue::builtin_backends;
 use cordon_sandbox::escape::{
@@ -64,19 +64,10 @@ pub fn run(args: EscapeArgs) -> ExitCode {
             return ExitCode::from(EXIT_UNAVAILABLE);
         }
     };
-    let exe = match std::env::current_exe() {
-        Ok(e) => e,
-        Err(e) => return unavailable(format!("cannot find the cordon binary: {e}")),
+    let init = match crate::kit::init_for(rung, backend.name) {
+        Ok(i) => i,
+        Err(e) => return unavailable(e),
     };
-    let init = InitProgram::new(exe).arg(crate::INIT_ARG);
-    let p = probe(rung, init.clone());
-    if !p.runnable {
-        return unavailable(format!(
-            "backend `{}` cannot run on this machine: {}; `cordon doctor` shows what is missing",
-            backend.name,
-            p.found.join("; ")
-        ));
-    }
     let base = args.scratch.unwrap_or_else(|| PathBuf::from("/var/tmp"));
     let stamp = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

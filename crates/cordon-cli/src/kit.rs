@@ -6,10 +6,25 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::sync::Arc;
 
-use cordon_backend_local::{LocalBackend, LocalConfig, WorkDir, WORK_DIR_ID};
+use cordon_backend_local::{probe, LocalBackend, LocalConfig, WorkDir, WORK_DIR_ID};
 use cordon_linux::{InitProgram, Rung};
 use cordon_policy::{Deployment, Identity, Policy};
 use cordon_sandbox::{CallerContext, Isolation, Router};
+
+/// The init program (this binary) for `rung`, once this machine is known to
+/// hold the rung; otherwise why not, naming backend `name`.
+pub fn init_for(rung: Rung, name: &str) -> Result<InitProgram, String> {
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find the cordon binary: {e}"))?;
+    let init = InitProgram::new(exe).arg(crate::INIT_ARG);
+    let p = probe(rung, init.clone());
+    if !p.runnable {
+        return Err(format!(
+            "backend `{name}` cannot run on this machine: {}; `cordon doctor` shows what is missing",
+            p.found.join("; ")
+        ));
+    }
+    Ok(init)
+}
 
 /// A directory the sandboxes' uid owns, mode 0700.
 pub fn owned_dir(p: &Path) -> std::io::Result<()> {
