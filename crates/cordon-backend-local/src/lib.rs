@@ -515,6 +515,8 @@ impl LocalSandbox {
             mask_paths: t.mask_paths,
             mask_executables: t.mask_executables,
             work_dir: self.host_work.clone(),
+            work_dir_source: None,
+            image_root: None,
             tmp_dir: self.tmp.clone(),
             env,
             bounds: Bounds {

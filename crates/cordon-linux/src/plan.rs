@@ -91,8 +91,17 @@ pub struct PlanSpec {
     /// the dynamic loader (container rung: covered by an empty file).
     #[serde(default)]
     pub mask_executables: Vec<PathBuf>,
-    /// The work dir, read-write (it appears at the same path inside).
+    /// The work dir as the workload sees it, read-write.
     pub work_dir: PathBuf,
+    /// Container rung: the host directory bound at `work_dir`. `None`: the
+    /// work dir appears at its own host path (the process rung always).
+    #[serde(default)]
+    pub work_dir_source: Option<PathBuf>,
+    /// Container rung: the host directory holding the image's root, bound
+    /// read-only as the sandbox's `/`. `None`: the built-in `host` image
+    /// (the host's system directories, read-only).
+    #[serde(default)]
+    pub image_root: Option<PathBuf>,
     /// Process rung only: the per-sandbox temporary directory named in
     /// `TMPDIR`, read-write. The caller creates it, owned by `host_uid`.
     #[serde(default)]
@@ -149,6 +158,8 @@ pub enum PlanError {
     TmpDirAtContainer,
     #[error("a string in the plan contains a NUL byte")]
     Nul,
+    #[error("`{0}` is for the container rung only: the process rung sees the host's own files")]
+    ContainerOnly(&'static str),
 }
 
 fn normal_absolute(what: &'static str, path: &Path) -> Result<(), PlanError> {
@@ -198,6 +209,17 @@ impl Plan {
     pub fn tmp_dir(&self) -> Option<&Path> {
         self.spec.tmp_dir.as_deref()
     }
+    /// The host directory behind the work dir (container rung), or the
+    /// work dir itself.
+    pub fn work_dir_source(&self) -> &Path {
+        self.spec
+            .work_dir_source
+            .as_deref()
+            .unwrap_or(&self.spec.work_dir)
+    }
+    pub fn image_root(&self) -> Option<&Path> {
+        self.spec.image_root.as_deref()
+    }
     pub fn env(&self) -> &BTreeMap<String, String> {
         &self.spec.env
     }
@@ -240,6 +262,17 @@ fn validate(spec: &PlanSpec) -> Result<(), PlanError> {
     normal_absolute("work_dir", &spec.work_dir)?;
     if reserved(&spec.work_dir) {
         return Err(PlanError::ReservedPath(spec.work_dir.clone()));
+    }
+    for (what, path) in [
+        ("work_dir_source", &spec.work_dir_source),
+        ("image_root", &spec.image_root),
+    ] {
+        if let Some(path) = path {
+            if spec.rung == Rung::Process {
+                return Err(PlanError::ContainerOnly(what));
+            }
+            normal_absolute(what, path)?;
+        }
     }
     for rule in &spec.fs {
         normal_absolute("fs rule", &rule.path)?;
@@ -316,6 +349,8 @@ mod tests {
             mask_paths: vec![],
             mask_executables: vec![],
             work_dir: "/tmp/w".into(),
+            work_dir_source: None,
+            image_root: None,
             tmp_dir: None,
             env: BTreeMap::new(),
             bounds: Bounds {
@@ -416,6 +451,22 @@ mod tests {
         let mut s = spec();
         s.env.insert("A=B".into(), "x".into());
         assert!(matches!(Plan::new(s), Err(PlanError::BadEnv(_))));
+    }
+
+    #[test]
+    fn image_root_and_work_dir_source_belong_to_the_container_rung() {
+        let mut s = spec();
+        s.image_root = Some("/var/lib/cordon/images/x/root".into());
+        s.work_dir_source = Some("/var/tmp/w".into());
+        s.work_dir = "/workspace".into();
+        assert!(Plan::new(s.clone()).is_ok());
+        s.image_root = Some("images/x".into());
+        assert!(matches!(Plan::new(s), Err(PlanError::NotAbsolute { .. })));
+        let mut s = spec();
+        s.rung = Rung::Process;
+        s.tmp_dir = Some("/tmp/t".into());
+        s.image_root = Some("/var/lib/cordon/images/x/root".into());
+        assert!(matches!(Plan::new(s), Err(PlanError::ContainerOnly("image_root"))));
     }
 
     #[test]

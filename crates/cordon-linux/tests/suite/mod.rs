@@ -118,6 +118,8 @@ impl Case {
             mask_paths: vec![],
             mask_executables: vec![],
             work_dir: work.path().to_path_buf(),
+            work_dir_source: None,
+            image_root: None,
             tmp_dir: tmp.as_ref().map(|t| t.path().to_path_buf()),
             env: BTreeMap::from([("PATH".to_string(), "/usr/bin:/bin".to_string())]),
             bounds: Bounds {
