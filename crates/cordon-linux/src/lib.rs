@@ -26,6 +26,8 @@ mod outcome;
 mod plan;
 
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+pub mod fdpass;
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 mod linux;
 
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
@@ -39,6 +41,15 @@ pub use plan::{Bounds, FsRule, Ids, Plan, PlanError, PlanSpec, Rung};
 
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 pub use linux::launch::launch;
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+pub use linux::warm::{ExecStdio, InitIds, WarmExec, WarmRunning, WarmSandbox};
+
+/// Kills everything in the cgroup directories `dirs` (and below) and removes
+/// them: reclaims a warm sandbox from its record when its owner is gone.
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+pub fn reclaim_cgroups(dirs: &[std::path::PathBuf]) -> std::io::Result<()> {
+    linux::cgroup::reclaim(dirs)
+}
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 pub use linux::seccomp::deny_list as seccomp_deny_list;
 

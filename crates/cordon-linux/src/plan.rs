@@ -252,9 +252,12 @@ impl From<Plan> for PlanSpec {
 }
 
 fn validate(spec: &PlanSpec) -> Result<(), PlanError> {
-    let program = spec.argv.first().ok_or(PlanError::EmptyArgv)?;
-    if !program.starts_with('/') {
-        return Err(PlanError::RelativeProgram(program.clone()));
+    // An empty argv is a warm sandbox's base plan (each exec names its own
+    // command); the one-shot launcher refuses it.
+    if let Some(program) = spec.argv.first() {
+        if !program.starts_with('/') {
+            return Err(PlanError::RelativeProgram(program.clone()));
+        }
     }
     if spec.argv.iter().any(|a| a.contains('\0')) {
         return Err(PlanError::Nul);
@@ -466,7 +469,10 @@ mod tests {
         s.rung = Rung::Process;
         s.tmp_dir = Some("/tmp/t".into());
         s.image_root = Some("/var/lib/cordon/images/x/root".into());
-        assert!(matches!(Plan::new(s), Err(PlanError::ContainerOnly("image_root"))));
+        assert!(matches!(
+            Plan::new(s),
+            Err(PlanError::ContainerOnly("image_root"))
+        ));
     }
 
     #[test]

@@ -259,6 +259,105 @@ impl Cgroup {
     }
 }
 
+impl Cgroup {
+    /// Every directory of this cgroup (one per v1 controller, or the one v2
+    /// directory), for a record that outlives this process.
+    pub(crate) fn dirs(&self) -> Vec<PathBuf> {
+        match self {
+            Cgroup::V1(v1) => vec![v1.memory.clone(), v1.pids.clone(), v1.cpuacct.clone()],
+            Cgroup::V2(v2) => vec![v2.dir.clone()],
+        }
+    }
+
+    /// A child cgroup `name`, bounded by `bounds` when given. On v2 the
+    /// parent first hands its children the memory and pids controllers
+    /// (a v2 cgroup with controllers for children holds no processes, so
+    /// warm sandboxes keep their init in a child of its own).
+    pub(crate) fn child(&self, name: &str, bounds: Option<&Bounds>) -> io::Result<Cgroup> {
+        if name.is_empty() || name.contains('/') || name.starts_with('.') {
+            return Err(io::Error::other(format!("`{name}` is not a cgroup name")));
+        }
+        let child = match self {
+            Cgroup::V1(v1) => {
+                let v = V1 {
+                    memory: v1.memory.join(name),
+                    pids: v1.pids.join(name),
+                    cpuacct: v1.cpuacct.join(name),
+                };
+                let cg = Cgroup::V1(v);
+                for d in cg.dirs() {
+                    if let Err(e) = fs::create_dir(&d) {
+                        let _ = cg.remove();
+                        return Err(io::Error::new(e.kind(), format!("{}: {e}", d.display())));
+                    }
+                }
+                cg
+            }
+            Cgroup::V2(v2) => {
+                write(&v2.dir.join("cgroup.subtree_control"), "+memory +pids")?;
+                let dir = v2.dir.join(name);
+                fs::create_dir(&dir)?;
+                Cgroup::V2(V2 { dir })
+            }
+        };
+        match bounds {
+            Some(b) => child.limit(b).map(|()| child),
+            None => Ok(child),
+        }
+    }
+
+    /// The files a process joins through by writing `0` (itself): v1 the
+    /// `tasks` file of each controller, v2 `cgroup.procs`. Opened by the
+    /// owner and handed to the warm init, so the kernel checks the owner's
+    /// credentials (the opener's), not the init's.
+    pub(crate) fn join_files(&self) -> Vec<PathBuf> {
+        match self {
+            Cgroup::V1(_) => self.dirs().iter().map(|d| d.join("tasks")).collect(),
+            Cgroup::V2(v2) => vec![v2.dir.join("cgroup.procs")],
+        }
+    }
+}
+
+/// Kills every process in the cgroup directories `dirs` and in every cgroup
+/// below them (deepest first, by membership), then removes them all. For
+/// reclaiming a sandbox from its record when its owner is gone. A directory
+/// that is already gone is not an error.
+pub(crate) fn reclaim(dirs: &[PathBuf]) -> io::Result<()> {
+    fn below(dir: &Path, out: &mut Vec<PathBuf>) {
+        if let Ok(entries) = fs::read_dir(dir) {
+            for e in entries.flatten() {
+                if e.file_type().is_ok_and(|t| t.is_dir()) {
+                    below(&e.path(), out);
+                }
+            }
+        }
+        out.push(dir.to_path_buf());
+    }
+    let mut first: io::Result<()> = Ok(());
+    let mut keep = |r: io::Result<()>| {
+        if let Err(e) = r {
+            if e.kind() != io::ErrorKind::NotFound && first.is_ok() {
+                first = Err(e);
+            }
+        }
+    };
+    for dir in dirs {
+        let mut all = Vec::new();
+        below(dir, &mut all);
+        // Deepest first: a parent's procs file lists only its own members.
+        for d in &all {
+            let procs = d.join("cgroup.procs");
+            if procs.exists() {
+                keep(kill_by_membership(&procs));
+            }
+        }
+        for d in &all {
+            keep(rmdir_retry(d));
+        }
+    }
+    first
+}
+
 /// Moves the calling process into the v1 cgroups whose `tasks` files are
 /// `files`, by writing `0` (the calling thread) into each.
 ///

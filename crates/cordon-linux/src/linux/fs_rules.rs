@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use landlock::{
     Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, PathBeneath, PathFd, Ruleset,
-    RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope, ABI,
+    RulesetAttr, RulesetCreated, RulesetCreatedAttr, RulesetStatus, Scope, ABI,
 };
 
 use crate::plan::{FsRule, Plan, Rung};
@@ -112,11 +112,32 @@ fn abi_enum(level: u8) -> ABI {
 /// signals or abstract unix sockets across the sandbox's boundary. Anything
 /// short of fully enforced is an error.
 pub(crate) fn restrict(plan: &Plan, rules: &[Rule]) -> Result<(), LandlockError> {
-    let found = super::probe::landlock_abi();
     let needed = match plan.rung() {
         Rung::Container => 4,
         Rung::Process => 6,
     };
+    enforce(ruleset(plan, rules, needed)?)
+}
+
+/// Applies a ruleset built by [`ruleset`] to the calling thread; anything
+/// short of fully enforced is an error.
+pub(crate) fn enforce(created: RulesetCreated) -> Result<(), LandlockError> {
+    let status = created.restrict_self()?;
+    if status.ruleset != RulesetStatus::FullyEnforced || !status.no_new_privs {
+        return Err(LandlockError::NotFullyEnforced(format!("{status:?}")));
+    }
+    Ok(())
+}
+
+/// The Landlock ruleset for `rules`, built but not applied, refusing a
+/// kernel below ABI `needed`. A warm sandbox's init builds it once and each
+/// exec applies a copy, so every exec gets a domain of its own.
+pub(crate) fn ruleset(
+    plan: &Plan,
+    rules: &[Rule],
+    needed: u8,
+) -> Result<RulesetCreated, LandlockError> {
+    let found = super::probe::landlock_abi();
     if found < needed {
         return Err(LandlockError::Abi {
             found,
@@ -166,9 +187,5 @@ pub(crate) fn restrict(plan: &Plan, rules: &[Rule]) -> Result<(), LandlockError>
         })?;
         created = created.add_rule(PathBeneath::new(fd, access))?;
     }
-    let status = created.restrict_self()?;
-    if status.ruleset != RulesetStatus::FullyEnforced || !status.no_new_privs {
-        return Err(LandlockError::NotFullyEnforced(format!("{status:?}")));
-    }
-    Ok(())
+    Ok(created)
 }

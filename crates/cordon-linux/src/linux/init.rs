@@ -34,6 +34,8 @@ use crate::plan::{Plan, Rung};
 pub(crate) const ARG_PLAN_FD: &str = "--cordon-plan-fd=";
 pub(crate) const ARG_REPORT_FD: &str = "--cordon-report-fd=";
 pub(crate) const ARG_STAGE: &str = "--cordon-stage=";
+/// Warm sandboxes: the control socket (exec requests in, events out).
+pub(crate) const ARG_CONTROL_FD: &str = "--cordon-control-fd=";
 
 /// Exit code of an init whose setup failed (the report says why).
 pub(crate) const SETUP_FAILED: i32 = 125;
@@ -41,6 +43,7 @@ pub(crate) const SETUP_FAILED: i32 = 125;
 struct Args {
     plan_fd: RawFd,
     report_fd: RawFd,
+    control_fd: Option<RawFd>,
     stage: String,
     /// Everything else (e.g. the host binary's hidden subcommand), kept so
     /// stage 1 can start stage 2 the same way it was started.
@@ -51,6 +54,7 @@ fn parse_args() -> Option<Args> {
     let mut plan_fd = None;
     let mut report_fd = None;
     let mut stage = None;
+    let mut control_fd = None;
     let mut prefix = Vec::new();
     for arg in std::env::args_os().skip(1) {
         let s = arg.to_string_lossy();
@@ -58,6 +62,8 @@ fn parse_args() -> Option<Args> {
             plan_fd = v.parse().ok();
         } else if let Some(v) = s.strip_prefix(ARG_REPORT_FD) {
             report_fd = v.parse().ok();
+        } else if let Some(v) = s.strip_prefix(ARG_CONTROL_FD) {
+            control_fd = Some(v.parse().ok()?);
         } else if let Some(v) = s.strip_prefix(ARG_STAGE) {
             stage = Some(v.to_string());
         } else {
@@ -67,32 +73,34 @@ fn parse_args() -> Option<Args> {
     Some(Args {
         plan_fd: plan_fd?,
         report_fd: report_fd?,
+        control_fd,
         stage: stage?,
         prefix,
     })
 }
 
-/// Takes ownership of the inherited descriptor `fd`, and marks every other
+/// Takes ownership of the inherited descriptors `fds`, and marks every other
 /// descriptor above stderr close-on-exec so the workload inherits nothing
 /// but stdio.
-fn adopt(plan_fd: RawFd, report_fd: RawFd) -> Option<(File, File)> {
-    if plan_fd <= 2 || report_fd <= 2 || plan_fd == report_fd {
-        return None;
-    }
-    // Both must be open descriptors before anything takes ownership of them.
-    for fd in [plan_fd, report_fd] {
-        if !std::path::Path::new(&format!("/proc/self/fd/{fd}")).exists() {
+fn adopt(fds: &[RawFd]) -> Option<Vec<File>> {
+    let mut seen = std::collections::BTreeSet::new();
+    for &fd in fds {
+        // Above stdio, distinct, and open before anything owns them.
+        if fd <= 2
+            || !seen.insert(fd)
+            || !std::path::Path::new(&format!("/proc/self/fd/{fd}")).exists()
+        {
             return None;
         }
     }
-    #[expect(
-        unsafe_code,
-        reason = "adopting the two descriptors the launcher passed"
-    )]
+    #[expect(unsafe_code, reason = "adopting the descriptors the launcher passed")]
     // SAFETY: the launcher passed these numbers; they were checked open just
     // above, are distinct, are not stdio, and nothing else in this freshly
     // started process owns them (this runs first thing in `init_main`).
-    let (plan, report) = unsafe { (File::from_raw_fd(plan_fd), File::from_raw_fd(report_fd)) };
+    let files: Vec<File> = fds
+        .iter()
+        .map(|&fd| unsafe { File::from_raw_fd(fd) })
+        .collect();
     #[expect(
         unsafe_code,
         reason = "close_range has no safe wrapper in nix or rustix"
@@ -111,19 +119,19 @@ fn adopt(plan_fd: RawFd, report_fd: RawFd) -> Option<(File, File)> {
     if rc != 0 {
         return None;
     }
-    Some((plan, report))
+    Some(files)
 }
 
 fn inheritable(fd: &impl std::os::fd::AsFd) -> nix::Result<()> {
     fcntl(fd, FcntlArg::F_SETFD(FdFlag::empty())).map(drop)
 }
 
-struct Failure {
-    step: &'static str,
-    error: String,
+pub(crate) struct Failure {
+    pub step: &'static str,
+    pub error: String,
 }
 
-fn fail<E: std::fmt::Display>(step: &'static str) -> impl FnOnce(E) -> Failure {
+pub(crate) fn fail<E: std::fmt::Display>(step: &'static str) -> impl FnOnce(E) -> Failure {
     move |e| Failure {
         step,
         error: e.to_string(),
@@ -139,19 +147,34 @@ pub fn init_main() -> ! {
         );
         std::process::exit(2);
     };
-    let Some((plan_pipe, mut report)) = adopt(args.plan_fd, args.report_fd) else {
+    let mut fds = vec![args.plan_fd, args.report_fd];
+    fds.extend(args.control_fd);
+    let Some(mut files) = adopt(&fds) else {
         eprintln!("cordon init: the launcher's descriptors are not usable");
         std::process::exit(2);
     };
-    let mut plan_in = BufReader::new(plan_pipe);
+    let control = (files.len() == 3).then(|| files.remove(2));
+    let mut report = files.remove(1);
+    let mut plan_in = BufReader::new(files.remove(0));
     let result = match proto::recv::<Control>(&mut plan_in) {
-        Ok(Some(Control::Plan(plan))) => match args.stage.as_str() {
-            "1" => stage1(&plan, &mut plan_in, &mut report, &args.prefix),
-            "2" => stage2(&plan, &mut report),
-            "process" => process(&plan, &mut plan_in, &mut report),
-            other => Err(Failure {
+        Ok(Some(Control::Plan(plan))) => match (args.stage.as_str(), control) {
+            ("1", None) => stage1(&plan, &mut plan_in, &mut report, &args.prefix, None),
+            ("2", None) => stage2(&plan, &mut report),
+            ("warm1", Some(control)) => stage1(
+                &plan,
+                &mut plan_in,
+                &mut report,
+                &args.prefix,
+                Some(control),
+            ),
+            ("warm2", Some(control)) => super::warm_init::serve(&plan, &mut report, control),
+            ("process", None) => process(&plan, &mut plan_in, &mut report),
+            (other, control) => Err(Failure {
                 step: "arguments",
-                error: format!("unknown stage `{other}`"),
+                error: format!(
+                    "unknown stage `{other}` (control socket given: {})",
+                    control.is_some()
+                ),
             }),
         },
         Ok(_) => Err(Failure {
@@ -188,7 +211,7 @@ fn join_cgroup(plan_in: &mut BufReader<File>) -> Result<(), Failure> {
 }
 
 /// Dies with the parent; returns an error when the parent is already gone.
-fn die_with_parent(expected_parent: Option<Pid>) -> Result<(), Failure> {
+pub(crate) fn die_with_parent(expected_parent: Option<Pid>) -> Result<(), Failure> {
     prctl::set_pdeathsig(Signal::SIGKILL).map_err(fail("PR_SET_PDEATHSIG"))?;
     if let Some(parent) = expected_parent {
         if nix::unistd::getppid() != parent {
@@ -216,6 +239,7 @@ fn stage1(
     plan_in: &mut BufReader<File>,
     report: &mut File,
     prefix: &[std::ffi::OsString],
+    control: Option<File>,
 ) -> Result<i32, Failure> {
     let owner = nix::unistd::getppid();
     join_cgroup(plan_in)?;
@@ -240,11 +264,22 @@ fn stage1(
         Ok(Some(Control::Mapped)) => {}
         other => return Err(fail("wait for id maps")(format!("{other:?}"))),
     }
-    // Stage 2 must keep the capabilities it needs to build the root across
-    // exec (its uid is not root inside the namespace): ambient set.
-    for &cap in STAGE2_CAPS {
-        caps::raise(None, caps::CapSet::Inheritable, cap).map_err(fail("raise inheritable"))?;
-        caps::raise(None, caps::CapSet::Ambient, cap).map_err(fail("raise ambient"))?;
+    if control.is_some() {
+        // A warm init runs as the namespace's root (a host uid of its own,
+        // not the workload's), so exec gives it the namespace's full
+        // capability set; it drops what it does not need once the root is
+        // built.
+        let root_gid = Gid::from_raw(0);
+        let root_uid = Uid::from_raw(0);
+        nix::unistd::setresgid(root_gid, root_gid, root_gid).map_err(fail("setresgid"))?;
+        nix::unistd::setresuid(root_uid, root_uid, root_uid).map_err(fail("setresuid"))?;
+    } else {
+        // Stage 2 must keep the capabilities it needs to build the root
+        // across exec (its uid is not root inside the namespace): ambient set.
+        for &cap in STAGE2_CAPS {
+            caps::raise(None, caps::CapSet::Inheritable, cap).map_err(fail("raise inheritable"))?;
+            caps::raise(None, caps::CapSet::Ambient, cap).map_err(fail("raise ambient"))?;
+        }
     }
     // Credentials changed (unshare, capset): arm the parent-death signal again.
     die_with_parent(Some(owner))?;
@@ -252,15 +287,26 @@ fn stage1(
     let (from_stage1, to_stage2) = nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(fail("pipe"))?;
     inheritable(&from_stage1).map_err(fail("pipe"))?;
     inheritable(report).map_err(fail("pipe"))?;
-    let child = Command::new("/proc/self/exe")
+    let mut stage2 = Command::new("/proc/self/exe");
+    stage2
         .args(prefix)
         .arg(format!("{ARG_PLAN_FD}{}", from_stage1.as_raw_fd()))
         .arg(format!("{ARG_REPORT_FD}{}", report.as_raw_fd()))
-        .arg(format!("{ARG_STAGE}2"))
-        .env_clear()
-        .spawn()
-        .map_err(fail("start stage 2"))?;
+        .env_clear();
+    match &control {
+        Some(control) => {
+            inheritable(control).map_err(fail("pipe"))?;
+            stage2
+                .arg(format!("{ARG_CONTROL_FD}{}", control.as_raw_fd()))
+                .arg(format!("{ARG_STAGE}warm2"));
+        }
+        None => {
+            stage2.arg(format!("{ARG_STAGE}2"));
+        }
+    }
+    let child = stage2.spawn().map_err(fail("start stage 2"))?;
     drop(from_stage1);
+    drop(control);
     let mut to_stage2 = File::from(to_stage2);
     proto::send(&mut to_stage2, &Control::Plan(Box::new(plan.clone())))
         .map_err(fail("send plan"))?;
@@ -288,7 +334,7 @@ fn read_caps_zero() -> Result<(), Failure> {
 }
 
 /// Bounding set first (needs CAP_SETPCAP), then ids, then whatever remains.
-fn drop_privileges(uid: u32, gid: u32) -> Result<(), Failure> {
+pub(crate) fn drop_privileges(uid: u32, gid: u32) -> Result<(), Failure> {
     for cap in caps::all() {
         caps::drop(None, caps::CapSet::Bounding, cap).map_err(fail("empty bounding set"))?;
     }
@@ -310,8 +356,11 @@ fn drop_privileges(uid: u32, gid: u32) -> Result<(), Failure> {
     Ok(())
 }
 
-fn rlimits(plan: &Plan) -> Result<(), Failure> {
-    let b = plan.bounds();
+pub(crate) fn rlimits(plan: &Plan) -> Result<(), Failure> {
+    rlimits_for(plan.bounds())
+}
+
+pub(crate) fn rlimits_for(b: &crate::plan::Bounds) -> Result<(), Failure> {
     // Second layer only: the cgroup holds the tree-wide bounds.
     setrlimit(
         Resource::RLIMIT_CPU,
@@ -329,6 +378,10 @@ fn rlimits(plan: &Plan) -> Result<(), Failure> {
 
 fn workload(plan: &Plan) -> Command {
     let argv = plan.argv();
+    if argv.is_empty() {
+        // Refused by the launcher; never index an empty argv.
+        return Command::new("/nonexistent/cordon-empty-argv");
+    }
     let mut cmd = Command::new(&argv[0]);
     cmd.args(&argv[1..])
         .env_clear()

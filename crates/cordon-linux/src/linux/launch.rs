@@ -177,6 +177,12 @@ pub fn launch(
     init: &InitProgram,
     stdio: SandboxStdio,
 ) -> Result<Running, LaunchError> {
+    if plan.argv().is_empty() {
+        return Err(LaunchError::Setup {
+            step: "plan".into(),
+            error: crate::plan::PlanError::EmptyArgv.to_string(),
+        });
+    }
     let name = format!(
         "cordon-{}-{}",
         std::process::id(),

@@ -8,3 +8,5 @@ pub(crate) mod probe;
 pub(crate) mod proto;
 pub(crate) mod rootfs;
 pub(crate) mod seccomp;
+pub(crate) mod warm;
+pub(crate) mod warm_init;

@@ -51,3 +51,31 @@ pub(crate) fn recv<T: for<'de> Deserialize<'de>>(r: &mut impl BufRead) -> io::Re
         .map(Some)
         .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
 }
+
+/// Owner → warm init, on the control socket (one packet each).
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "snake_case")]
+pub(crate) enum WarmRequest {
+    /// Start a command. Descriptors attached, in order: stdin, stdout,
+    /// stderr, then `joins` cgroup files (opened by the owner) that the new
+    /// process writes `0` into before anything else.
+    Exec {
+        id: u64,
+        argv: Vec<String>,
+        /// The complete environment; nothing is inherited.
+        env: std::collections::BTreeMap<String, String>,
+        joins: usize,
+    },
+}
+
+/// Warm init → owner, on the control socket.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "snake_case")]
+pub(crate) enum WarmEvent {
+    /// Every layer is in place and the command is starting.
+    Started { id: u64 },
+    /// The command did not start (the reason also went to its stderr).
+    Failed { id: u64, error: String },
+    /// The command's first process ended.
+    Exited { id: u64, termination: Termination },
+}

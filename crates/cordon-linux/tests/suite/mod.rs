@@ -3,6 +3,7 @@
 mod escape;
 mod owner;
 mod refusal;
+mod warm;
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::{chown, PermissionsExt};

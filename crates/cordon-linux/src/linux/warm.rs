@@ -1,0 +1,541 @@
+//! The owner's side of a warm sandbox: start it once, exec many times.
+//!
+//! ```text
+//! owner ── plan pipe / report pipe (setup) ──> stage 1 (warm1) ──> PID 1 (warm2)
+//!       <═ control socket (SOCK_SEQPACKET): Exec + stdio + cgroup files ═>
+//! ```
+//!
+//! The sandbox's cgroup `NAME` holds the bounds for everything in it; the
+//! init sits in `NAME/init`, each exec in `NAME/exec-N` with the exec's own
+//! bounds. When an exec's first process ends, everything in its cgroup is
+//! killed and the cgroup removed, so one exec cannot outlive its round.
+//! Dropping (or [`WarmSandbox::stop`]) kills the whole tree and removes
+//! every cgroup.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use nix::fcntl::{fcntl, FcntlArg, FdFlag, OFlag};
+
+use super::cgroup::{self, Cgroup, CgroupManager, CgroupRoot};
+use super::init::{ARG_CONTROL_FD, ARG_PLAN_FD, ARG_REPORT_FD, ARG_STAGE};
+use super::launch::{InitProgram, LaunchError};
+use super::proto::{self, Control, Report, WarmEvent, WarmRequest};
+use crate::fdpass;
+use crate::outcome::{Bound, Outcome, Termination};
+use crate::plan::{Bounds, Plan, Rung};
+
+const SETUP_TIMEOUT: Duration = Duration::from_secs(20);
+const BOUNDS_TICK: Duration = Duration::from_millis(10);
+
+/// The init's identity: the namespace's root, mapped to a host uid/gid of
+/// its own (never 0, never the workload's).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct InitIds {
+    pub host_uid: u32,
+    pub host_gid: u32,
+}
+
+/// One command for a warm sandbox.
+#[derive(Clone, Debug)]
+pub struct WarmExec {
+    /// `argv[0]` is an absolute path (no `PATH` lookup).
+    pub argv: Vec<String>,
+    /// The complete environment.
+    pub env: std::collections::BTreeMap<String, String>,
+    /// This exec's bounds (its own cgroup; CPU and wall from its start).
+    pub bounds: Bounds,
+}
+
+/// The exec's stdin, stdout and stderr, handed to the init.
+#[derive(Debug)]
+pub struct ExecStdio {
+    pub stdin: OwnedFd,
+    pub stdout: OwnedFd,
+    pub stderr: OwnedFd,
+}
+
+enum Event {
+    Started,
+    Failed(String),
+    Exited(Termination),
+    /// The init is gone.
+    Died,
+}
+
+type Waiters = Arc<Mutex<HashMap<u64, Sender<Event>>>>;
+
+/// A live warm sandbox.
+pub struct WarmSandbox {
+    stage1: Mutex<Child>,
+    control: Arc<OwnedFd>,
+    cgroup: Cgroup,
+    waiters: Waiters,
+    dead: Arc<AtomicBool>,
+    next: AtomicU64,
+    stopped: AtomicBool,
+}
+
+impl std::fmt::Debug for WarmSandbox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WarmSandbox")
+            .field("cgroup", &self.cgroup)
+            .finish_non_exhaustive()
+    }
+}
+
+fn recv_report(
+    rx: &Receiver<Report>,
+    child: &mut Child,
+    what: &'static str,
+) -> Result<Report, LaunchError> {
+    let deadline = Instant::now() + SETUP_TIMEOUT;
+    loop {
+        match rx.recv_timeout(Duration::from_millis(20)) {
+            Ok(r) => return Ok(r),
+            Err(RecvTimeoutError::Disconnected) => {
+                let status = child.wait().map_err(LaunchError::Wait)?;
+                return Err(LaunchError::InitDied(status.to_string()));
+            }
+            Err(RecvTimeoutError::Timeout) => {
+                if let Some(status) = child.try_wait().map_err(LaunchError::Wait)? {
+                    if let Ok(r) = rx.recv_timeout(Duration::from_millis(500)) {
+                        return Ok(r);
+                    }
+                    return Err(LaunchError::InitDied(status.to_string()));
+                }
+                if Instant::now() > deadline {
+                    return Err(LaunchError::Timeout(SETUP_TIMEOUT, what));
+                }
+            }
+        }
+    }
+}
+
+fn write_id_maps(pid: u32, plan: &Plan, init: InitIds) -> io::Result<()> {
+    let ids = plan.ids();
+    let proc = PathBuf::from(format!("/proc/{pid}"));
+    // INVARIANT: two ids are mapped, neither to host 0 (Plan validation and
+    // `start` refuse 0): the namespace's root to the init's own host uid,
+    // the workload's uid to its host uid.
+    std::fs::write(proc.join("setgroups"), "deny")?;
+    std::fs::write(
+        proc.join("uid_map"),
+        format!("0 {} 1\n{} {} 1\n", init.host_uid, ids.uid, ids.host_uid),
+    )?;
+    std::fs::write(
+        proc.join("gid_map"),
+        format!("0 {} 1\n{} {} 1\n", init.host_gid, ids.gid, ids.host_gid),
+    )?;
+    Ok(())
+}
+
+fn report_reader(report: File) -> Receiver<Report> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut r = io::BufReader::new(report);
+        while let Ok(Some(msg)) = proto::recv::<Report>(&mut r) {
+            if tx.send(msg).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+fn event_reader(control: Arc<OwnedFd>, waiters: Waiters, dead: Arc<AtomicBool>) {
+    std::thread::spawn(move || {
+        while let Ok(Some((event, _fds))) = fdpass::recv::<WarmEvent>(&*control) {
+            let (id, ev, done) = match event {
+                WarmEvent::Started { id } => (id, Event::Started, false),
+                WarmEvent::Failed { id, error } => (id, Event::Failed(error), true),
+                WarmEvent::Exited { id, termination } => (id, Event::Exited(termination), true),
+            };
+            let mut w = waiters.lock().unwrap_or_else(|p| p.into_inner());
+            let tx = if done {
+                w.remove(&id)
+            } else {
+                w.get(&id).cloned()
+            };
+            if let Some(tx) = tx {
+                let _ = tx.send(ev);
+            }
+        }
+        dead.store(true, Ordering::SeqCst);
+        let mut w = waiters.lock().unwrap_or_else(|p| p.into_inner());
+        for (_, tx) in w.drain() {
+            let _ = tx.send(Event::Died);
+        }
+    });
+}
+
+// Our starts clear close-on-exec on three descriptors for the instant of
+// spawn; serialising them keeps one sandbox's descriptors out of another's.
+static SPAWN: Mutex<()> = Mutex::new(());
+
+impl WarmSandbox {
+    /// Builds the sandbox for `plan` (container rung; its `argv` is unused)
+    /// with the init running as `init_ids`, in a cgroup called `name` below
+    /// the owner's own. Returns once the init serves requests.
+    pub fn start(
+        plan: &Plan,
+        init: &InitProgram,
+        init_ids: InitIds,
+        name: &str,
+    ) -> Result<WarmSandbox, LaunchError> {
+        let setup = |e: String| LaunchError::Setup {
+            step: "warm sandbox".into(),
+            error: e,
+        };
+        if plan.rung() != Rung::Container {
+            return Err(setup(
+                "warm sandboxes are built at the container rung".into(),
+            ));
+        }
+        let ids = plan.ids();
+        if init_ids.host_uid == 0
+            || init_ids.host_gid == 0
+            || init_ids.host_uid == ids.host_uid
+            || init_ids.host_gid == ids.host_gid
+        {
+            return Err(setup(
+                "the init needs a host uid and gid of its own: not 0, not the workload's".into(),
+            ));
+        }
+        if ids.uid == 0 || ids.gid == 0 {
+            return Err(setup(
+                "the workload never runs as the namespace's root".into(),
+            ));
+        }
+        let root = CgroupRoot::host().map_err(LaunchError::Cgroup)?;
+        let total = Bounds {
+            max_processes: plan.bounds().max_processes.saturating_add(1),
+            ..plan.bounds().clone()
+        };
+        let cgroup = Cgroup::create(&root, name, &total).map_err(LaunchError::Cgroup)?;
+        let started = Self::start_in(plan, init, init_ids, &cgroup);
+        match started {
+            Ok((child, control)) => {
+                let control = Arc::new(control);
+                let waiters: Waiters = Arc::default();
+                let dead = Arc::new(AtomicBool::new(false));
+                event_reader(control.clone(), waiters.clone(), dead.clone());
+                Ok(WarmSandbox {
+                    stage1: Mutex::new(child),
+                    control,
+                    cgroup,
+                    waiters,
+                    dead,
+                    next: AtomicU64::new(1),
+                    stopped: AtomicBool::new(false),
+                })
+            }
+            Err((e, child)) => {
+                if let Some(mut child) = child {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                }
+                let _ = cgroup::reclaim(&cgroup.dirs());
+                Err(e)
+            }
+        }
+    }
+
+    #[allow(clippy::type_complexity)]
+    fn start_in(
+        plan: &Plan,
+        init: &InitProgram,
+        init_ids: InitIds,
+        cgroup: &Cgroup,
+    ) -> Result<(Child, OwnedFd), (LaunchError, Option<Child>)> {
+        let no_child = |e| (e, None);
+        let init_cg = cgroup
+            .child("init", None)
+            .map_err(|e| no_child(LaunchError::Cgroup(e)))?;
+        let pipe = || nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| LaunchError::Pipe(e.into()));
+        let (plan_r, plan_w) = pipe().map_err(no_child)?;
+        let (report_r, report_w) = pipe().map_err(no_child)?;
+        let (ours, theirs) = fdpass::pair().map_err(|e| no_child(LaunchError::Pipe(e)))?;
+        let mut child = {
+            let _guard = SPAWN.lock().unwrap_or_else(|p| p.into_inner());
+            for fd in [plan_r.as_fd(), report_w.as_fd(), theirs.as_fd()] {
+                fcntl(fd, FcntlArg::F_SETFD(FdFlag::empty()))
+                    .map_err(|e| no_child(LaunchError::Pipe(e.into())))?;
+            }
+            let spawned = Command::new(&init.path)
+                .args(&init.args)
+                .arg(format!("{ARG_PLAN_FD}{}", plan_r.as_raw_fd()))
+                .arg(format!("{ARG_REPORT_FD}{}", report_w.as_raw_fd()))
+                .arg(format!("{ARG_CONTROL_FD}{}", theirs.as_raw_fd()))
+                .arg(format!("{ARG_STAGE}warm1"))
+                .env_clear()
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::inherit())
+                .spawn();
+            drop((plan_r, report_w, theirs));
+            spawned.map_err(|source| {
+                no_child(LaunchError::Spawn {
+                    path: init.path.clone(),
+                    source,
+                })
+            })?
+        };
+        let reports = report_reader(File::from(report_r));
+        let mut plan_w = File::from(plan_w);
+        let result = (|| {
+            let pid = child.id();
+            let join = match init_cg.self_join_files() {
+                Some(files) => files,
+                None => {
+                    init_cg.add(pid).map_err(LaunchError::Cgroup)?;
+                    Vec::new()
+                }
+            };
+            proto::send(&mut plan_w, &Control::Plan(Box::new(plan.clone())))
+                .map_err(LaunchError::Pipe)?;
+            proto::send(&mut plan_w, &Control::Join(join)).map_err(LaunchError::Pipe)?;
+            let unexpected = |r: Report| match r {
+                Report::Failed { step, error } => LaunchError::Setup { step, error },
+                other => {
+                    LaunchError::Pipe(io::Error::other(format!("unexpected report {other:?}")))
+                }
+            };
+            match recv_report(&reports, &mut child, "unshare")? {
+                Report::Unshared => {}
+                other => return Err(unexpected(other)),
+            }
+            write_id_maps(pid, plan, init_ids).map_err(LaunchError::IdMap)?;
+            proto::send(&mut plan_w, &Control::Mapped).map_err(LaunchError::Pipe)?;
+            match recv_report(&reports, &mut child, "setup")? {
+                Report::Started => Ok(()),
+                other => Err(unexpected(other)),
+            }
+        })();
+        match result {
+            Ok(()) => Ok((child, ours)),
+            Err(e) => Err((e, Some(child))),
+        }
+    }
+
+    /// The cgroup directories of the whole sandbox (for a record that lets
+    /// another process reclaim it; see [`crate::reclaim_cgroups`]).
+    pub fn cgroup_dirs(&self) -> Vec<PathBuf> {
+        self.cgroup.dirs()
+    }
+
+    /// Whether the init still serves requests.
+    pub fn alive(&self) -> bool {
+        if self.dead.load(Ordering::SeqCst) || self.stopped.load(Ordering::SeqCst) {
+            return false;
+        }
+        let mut child = self.stage1.lock().unwrap_or_else(|p| p.into_inner());
+        matches!(child.try_wait(), Ok(None))
+    }
+
+    /// Starts `exec` in the sandbox. Returns once its confinement is in
+    /// place and it is starting, or with why it did not start.
+    pub fn exec(&self, exec: &WarmExec, stdio: ExecStdio) -> Result<WarmRunning, LaunchError> {
+        if !self.alive() {
+            return Err(LaunchError::InitDied(
+                "the sandbox is no longer running".into(),
+            ));
+        }
+        let id = self.next.fetch_add(1, Ordering::SeqCst);
+        let cg = self
+            .cgroup
+            .child(&format!("exec-{id}"), Some(&exec.bounds))
+            .map_err(LaunchError::Cgroup)?;
+        let joins: Vec<File> = match cg
+            .join_files()
+            .iter()
+            .map(|p| std::fs::OpenOptions::new().write(true).open(p))
+            .collect::<io::Result<Vec<File>>>()
+        {
+            Ok(f) => f,
+            Err(e) => {
+                let _ = cg.remove();
+                return Err(LaunchError::Cgroup(e));
+            }
+        };
+        let (tx, rx) = mpsc::channel();
+        self.waiters
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id, tx);
+        let mut running = WarmRunning {
+            id,
+            cgroup: Some(cg),
+            events: rx,
+            waiters: self.waiters.clone(),
+            started: Instant::now(),
+            cpu_limit: Duration::from_secs(exec.bounds.max_cpu_seconds),
+            wall_limit: Duration::from_secs(exec.bounds.max_wall_seconds),
+            done: false,
+        };
+        let mut fds = vec![
+            stdio.stdin.as_fd(),
+            stdio.stdout.as_fd(),
+            stdio.stderr.as_fd(),
+        ];
+        fds.extend(joins.iter().map(AsFd::as_fd));
+        let request = WarmRequest::Exec {
+            id,
+            argv: exec.argv.clone(),
+            env: exec.env.clone(),
+            joins: joins.len(),
+        };
+        fdpass::send(&*self.control, &request, &fds).map_err(LaunchError::Pipe)?;
+        drop(fds);
+        drop(stdio);
+        drop(joins);
+        match running.events.recv_timeout(SETUP_TIMEOUT) {
+            Ok(Event::Started) => {
+                running.started = Instant::now();
+                Ok(running)
+            }
+            Ok(Event::Failed(error)) => Err(LaunchError::Setup {
+                step: "exec".into(),
+                error,
+            }),
+            Ok(Event::Exited(_)) | Ok(Event::Died) | Err(RecvTimeoutError::Disconnected) => {
+                Err(LaunchError::InitDied("the sandbox's init ended".into()))
+            }
+            Err(RecvTimeoutError::Timeout) => Err(LaunchError::Timeout(SETUP_TIMEOUT, "exec")),
+        }
+    }
+
+    /// Kills everything in the sandbox and removes its cgroups. Idempotent.
+    pub fn stop(&self) -> io::Result<()> {
+        if self.stopped.swap(true, Ordering::SeqCst) {
+            return Ok(());
+        }
+        {
+            let mut child = self.stage1.lock().unwrap_or_else(|p| p.into_inner());
+            // Our own unreaped child: its pid cannot have been reused.
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        cgroup::reclaim(&self.cgroup.dirs())
+    }
+}
+
+impl Drop for WarmSandbox {
+    fn drop(&mut self) {
+        let _ = self.stop();
+    }
+}
+
+/// An exec in progress. Dropping it kills everything the exec started.
+pub struct WarmRunning {
+    id: u64,
+    cgroup: Option<Cgroup>,
+    events: Receiver<Event>,
+    waiters: Waiters,
+    started: Instant,
+    cpu_limit: Duration,
+    wall_limit: Duration,
+    done: bool,
+}
+
+impl WarmRunning {
+    fn kill(&self) {
+        if let Some(cg) = &self.cgroup {
+            let _ = cg.kill_all();
+        }
+    }
+
+    /// Waits for the exec's first process, holding the CPU and wall-clock
+    /// bounds by killing the exec's cgroup; then kills whatever the exec
+    /// left running and removes its cgroup.
+    pub fn wait(mut self) -> Result<Outcome, LaunchError> {
+        let mut killed_by = None;
+        let termination = loop {
+            match self.events.recv_timeout(BOUNDS_TICK) {
+                Ok(Event::Exited(t)) => break t,
+                Ok(Event::Started) => {}
+                Ok(Event::Failed(e)) => {
+                    return Err(LaunchError::Setup {
+                        step: "exec".into(),
+                        error: e,
+                    })
+                }
+                Ok(Event::Died) | Err(RecvTimeoutError::Disconnected) => {
+                    return Err(LaunchError::InitDied("the sandbox's init ended".into()))
+                }
+                Err(RecvTimeoutError::Timeout) => {}
+            }
+            if killed_by.is_none() {
+                let cpu = self.cgroup.as_ref().and_then(|c| c.cpu_usage().ok());
+                if cpu.is_some_and(|c| c >= self.cpu_limit) {
+                    killed_by = Some(Bound::Cpu);
+                    self.kill();
+                } else if self.started.elapsed() >= self.wall_limit {
+                    killed_by = Some(Bound::Wall);
+                    self.kill();
+                }
+            }
+        };
+        let wall = self.started.elapsed();
+        self.kill();
+        let mut limits_hit = Vec::new();
+        let mut cpu = None;
+        if let Some(cg) = &self.cgroup {
+            cpu = cg.cpu_usage().ok();
+            if let Ok(ev) = cg.events() {
+                if ev.oom_kills > 0 {
+                    limits_hit.push(Bound::Memory);
+                    if killed_by.is_none() && termination == Termination::Signaled(libc::SIGKILL) {
+                        killed_by = Some(Bound::Memory);
+                    }
+                }
+                if ev.pids_refused > 0 {
+                    limits_hit.push(Bound::Processes);
+                }
+            }
+        }
+        if let Some(b) = killed_by {
+            if !limits_hit.contains(&b) {
+                limits_hit.push(b);
+            }
+        }
+        limits_hit.sort();
+        self.cleanup();
+        Ok(Outcome {
+            termination,
+            killed_by,
+            limits_hit,
+            cpu,
+            wall,
+        })
+    }
+
+    fn cleanup(&mut self) {
+        if self.done {
+            return;
+        }
+        self.done = true;
+        self.waiters
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&self.id);
+        if let Some(cg) = self.cgroup.take() {
+            let _ = cg.kill_all();
+            let _ = cg.remove();
+        }
+    }
+}
+
+impl Drop for WarmRunning {
+    fn drop(&mut self) {
+        self.cleanup();
+    }
+}

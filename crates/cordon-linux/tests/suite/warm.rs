@@ -1,0 +1,190 @@
+//! Warm sandboxes: one build, many execs; each exec confined on its own and
+//! cleaned up when it ends.
+
+use std::io::Read;
+use std::os::fd::OwnedFd;
+
+use cordon_linux::{ExecStdio, InitIds, Outcome, Plan, Rung, Termination, WarmExec, WarmSandbox};
+
+use super::{enforcer_for, init_program, no_process_left, Case};
+
+struct Out {
+    outcome: Outcome,
+    stdout: String,
+    stderr: String,
+}
+
+fn pipe() -> (OwnedFd, OwnedFd) {
+    rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).expect("pipe")
+}
+
+fn start(case: &Case, name: &str) -> WarmSandbox {
+    let mut spec = case.spec.clone();
+    spec.argv.clear();
+    let plan = Plan::new(spec).expect("plan");
+    let init = InitIds {
+        host_uid: case.host_uid() + 1_000_000,
+        host_gid: case.host_uid() + 1_000_000,
+    };
+    WarmSandbox::start(&plan, &init_program(), init, name).expect("warm sandbox starts")
+}
+
+fn exec(w: &WarmSandbox, case: &Case, argv: &[&str]) -> Out {
+    let (in_r, in_w) = pipe();
+    drop(in_w);
+    let (out_r, out_w) = pipe();
+    let (err_r, err_w) = pipe();
+    let req = WarmExec {
+        argv: argv.iter().map(|s| s.to_string()).collect(),
+        env: case.spec.env.clone(),
+        bounds: case.spec.bounds.clone(),
+    };
+    let running = w
+        .exec(
+            &req,
+            ExecStdio {
+                stdin: in_r,
+                stdout: out_w,
+                stderr: err_w,
+            },
+        )
+        .expect("exec starts");
+    let read = |fd: OwnedFd| {
+        std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = std::fs::File::from(fd).read_to_string(&mut s);
+            s
+        })
+    };
+    let (o, e) = (read(out_r), read(err_r));
+    let outcome = running.wait().expect("exec ends");
+    Out {
+        outcome,
+        stdout: o.join().unwrap_or_default(),
+        stderr: e.join().unwrap_or_default(),
+    }
+}
+
+fn sh(w: &WarmSandbox, case: &Case, script: &str) -> Out {
+    exec(w, case, &["/bin/sh", "-c", script])
+}
+
+#[test]
+fn state_persists_across_execs_and_nothing_is_left_after_stop() {
+    let Some(_) = enforcer_for(Rung::Container, "warm reuse") else {
+        return;
+    };
+    let case = Case::new(Rung::Container, &["/bin/true"]);
+    let w = start(&case, &format!("cordon-test-warm-{}", std::process::id()));
+    let a = sh(
+        &w,
+        &case,
+        "echo round1 > note && echo hi-from-tmp > /tmp/t && id -u",
+    );
+    assert_eq!(
+        a.outcome.termination,
+        Termination::Exited(0),
+        "{}",
+        a.stderr
+    );
+    assert_eq!(a.stdout.trim(), "1000");
+    let b = sh(&w, &case, "cat note /tmp/t");
+    assert_eq!(b.stdout, "round1\nhi-from-tmp\n", "{}", b.stderr);
+    let dirs = w.cgroup_dirs();
+    assert!(dirs.iter().all(|d| d.exists()));
+    w.stop().expect("stop");
+    assert!(
+        dirs.iter().all(|d| !d.exists()),
+        "cgroups removed: {dirs:?}"
+    );
+    no_process_left(case.host_uid());
+    no_process_left(case.host_uid() + 1_000_000);
+}
+
+#[test]
+fn what_an_exec_leaves_running_dies_with_it() {
+    let Some(_) = enforcer_for(Rung::Container, "warm exec cleanup") else {
+        return;
+    };
+    let case = Case::new(Rung::Container, &["/bin/true"]);
+    let w = start(
+        &case,
+        &format!("cordon-test-warm-bg-{}", std::process::id()),
+    );
+    // A background sleeper that would write a file later if it survived.
+    let a = sh(
+        &w,
+        &case,
+        "(sleep 1; echo survived > late) >/dev/null 2>&1 & echo started",
+    );
+    assert_eq!(a.stdout.trim(), "started");
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let b = sh(
+        &w,
+        &case,
+        "ls late 2>&1; ps -eo user,comm 2>/dev/null | grep -c sleep || true",
+    );
+    assert!(b.stdout.contains("No such file"), "{}", b.stdout);
+}
+
+#[test]
+fn an_exec_cannot_signal_the_init_or_a_sibling_exec() {
+    let Some(_) = enforcer_for(Rung::Container, "warm isolation") else {
+        return;
+    };
+    let case = Case::new(Rung::Container, &["/bin/true"]);
+    let w = std::sync::Arc::new(start(
+        &case,
+        &format!("cordon-test-warm-sig-{}", std::process::id()),
+    ));
+    // Exec A sleeps; exec B tries to kill it and PID 1.
+    let w2 = w.clone();
+    let case2_env = case.spec.env.clone();
+    let bounds = case.spec.bounds.clone();
+    let a = std::thread::spawn(move || {
+        let case = Case {
+            spec: cordon_linux::PlanSpec {
+                env: case2_env,
+                bounds,
+                ..Case::new(Rung::Container, &["/bin/true"]).spec
+            },
+            ..Case::new(Rung::Container, &["/bin/true"])
+        };
+        sh(&w2, &case, "echo $$ > /tmp/a.pid; sleep 3; echo a-finished")
+    });
+    std::thread::sleep(std::time::Duration::from_millis(800));
+    let b = sh(
+        &w,
+        &case,
+        "kill -9 $(cat /tmp/a.pid) 2>&1; echo a=$?; kill -9 1 2>&1; echo init=$?; cat /proc/1/environ 2>&1 | head -c 80; echo",
+    );
+    let a = a.join().expect("exec a");
+    assert!(
+        a.stdout.contains("a-finished"),
+        "a was killed by b: {:?} / b: {}",
+        a.outcome,
+        b.stdout
+    );
+    assert!(b.stdout.contains("a=1"), "{}", b.stdout);
+    assert!(b.stdout.contains("init=1"), "{}", b.stdout);
+    assert!(b.stdout.contains("ermission denied"), "{}", b.stdout);
+    assert!(w.alive());
+}
+
+#[test]
+fn each_exec_is_held_to_its_own_bounds() {
+    let Some(_) = enforcer_for(Rung::Container, "warm bounds") else {
+        return;
+    };
+    let mut case = Case::new(Rung::Container, &["/bin/true"]);
+    case.spec.bounds.max_wall_seconds = 1;
+    let w = start(
+        &case,
+        &format!("cordon-test-warm-wall-{}", std::process::id()),
+    );
+    let a = sh(&w, &case, "sleep 5");
+    assert_eq!(a.outcome.killed_by, Some(cordon_linux::Bound::Wall));
+    // The sandbox outlives an exec that hit its bound.
+    let b = sh(&w, &case, "echo still-here");
+    assert_eq!(b.stdout.trim(), "still-here");
+}
