@@ -17,6 +17,7 @@
 #![cfg(all(target_os = "linux", target_arch = "x86_64"))]
 
 pub mod command;
+pub mod state;
 pub mod translate;
 
 use std::collections::{BTreeMap, HashMap};
@@ -47,6 +48,9 @@ pub const FRESH_ID_BASE: u32 = 2_000_000_000;
 pub const WORK_DIR_ID: u32 = 1_999_999_999;
 /// The uid/gid inside a container-rung sandbox.
 pub const INSIDE_ID: u32 = 1000;
+/// A warm sandbox's init runs as host uid/gid `workload + INIT_ID_OFFSET`:
+/// a uid of its own that the workload does not have.
+pub const INIT_ID_OFFSET: u32 = 1_000_000_000;
 
 /// Where the work dir comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -120,6 +124,38 @@ impl LocalBackend {
             enforcer,
             sandboxes: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// The cgroup name of a warm sandbox for `key`: findable from the
+    /// system (`cordon-` prefix), unique per process and sandbox.
+    fn warm_name(&self, key: &SandboxKey) -> String {
+        let k = state::KeyRecord {
+            scope: key.scope().to_string(),
+            thread: key.thread_id().to_string(),
+            agent_dir: key.agent_dir().to_string(),
+        };
+        format!(
+            "cordon-{}-{}-{}",
+            k.id(),
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        )
+    }
+
+    /// The image a spec names, as this backend materialises it: only the
+    /// built-in `host` image for now.
+    fn image_for(&self, spec: &cordon_sandbox::SandboxSpec) -> Result<(), BackendError> {
+        if spec.image() == "host" {
+            return Ok(());
+        }
+        Err(failed(
+            "acquire",
+            format!(
+                "the {} backend cannot materialise image `{}`: it runs the built-in `host` image only",
+                self.name,
+                spec.image()
+            ),
+        ))
     }
 
     /// Why this rung cannot run here, if it cannot.
@@ -264,11 +300,20 @@ impl Backend for LocalBackend {
             }
             WorkDir::Given(d) => (WORK_DIR_ID, given_dir(d)?, false),
         };
-        let guest = host_work
+        let host_str = host_work
             .to_str()
             .ok_or_else(|| failed("acquire", "the work dir is not a UTF-8 path"))?
             .to_string();
         let spec_dir = req.provenance.spec.work_dir();
+        // Both rungs show the work dir at its host path (showing it at the
+        // spec's path needs the plan translated across the bind; not yet).
+        let guest = host_str;
+        if let Err(e) = self.image_for(&req.provenance.spec) {
+            if fresh {
+                let _ = std::fs::remove_dir_all(&host_work);
+            }
+            return Err(e);
+        }
         if spec_dir != cordon_sandbox::spec::DEFAULT_WORK_DIR && spec_dir != guest {
             if fresh {
                 let _ = std::fs::remove_dir_all(&host_work);
@@ -289,9 +334,10 @@ impl Backend for LocalBackend {
             }
             Rung::Container => None,
         };
-        let files =
-            HostWorkDir::new(&host_work, &guest).map_err(|e| failed("acquire", e.to_string()))?;
-        let sandbox = Arc::new(LocalSandbox {
+        let files = HostWorkDir::new(&host_work, &guest)
+            .map_err(|e| failed("acquire", e.to_string()))?
+            .owned_by(id, id);
+        let mut sandbox = LocalSandbox {
             id: format!("{}:{}", self.name, req.key),
             provenance: req.provenance.clone(),
             limits: req.limits,
@@ -304,7 +350,20 @@ impl Backend for LocalBackend {
             fresh,
             tmp,
             host_id: id,
-        });
+            warm: None,
+            base: std::sync::OnceLock::new(),
+        };
+        if self.config.rung == Rung::Container {
+            let started = sandbox.start_warm(&self.config.init, &self.warm_name(&req.key));
+            match started {
+                Ok(w) => sandbox.warm = Some(w),
+                Err(e) => {
+                    let _ = sandbox.remove_dirs();
+                    return Err(e);
+                }
+            }
+        }
+        let sandbox = Arc::new(sandbox);
         all.insert(req.key.clone(), sandbox.clone());
         Ok(sandbox)
     }
@@ -317,7 +376,7 @@ impl Backend for LocalBackend {
             .remove(key);
         match gone {
             Some(s) => {
-                s.remove_dirs()?;
+                s.dispose()?;
                 Ok(true)
             }
             None => Ok(false),
@@ -338,7 +397,7 @@ impl Backend for LocalBackend {
             keys.iter().filter_map(|k| all.remove(k)).collect()
         };
         for s in &gone {
-            s.remove_dirs()?;
+            s.dispose()?;
         }
         Ok(gone.len())
     }
@@ -360,6 +419,11 @@ pub struct LocalSandbox {
     fresh: bool,
     tmp: Option<PathBuf>,
     host_id: u32,
+    /// Container rung: the live sandbox every exec runs in.
+    warm: Option<cordon_linux::WarmSandbox>,
+    /// The translated plan without a command, made once per sandbox (the
+    /// translation walks the filesystem).
+    base: std::sync::OnceLock<(PlanSpec, Vec<String>)>,
 }
 
 fn refused(reason: String) -> SandboxError {
@@ -414,6 +478,48 @@ fn read_capped(
 }
 
 impl LocalSandbox {
+    /// Stops the sandbox (container rung: kills everything in it and
+    /// removes its cgroups) and removes its directories.
+    pub fn dispose(&self) -> Result<(), BackendError> {
+        let stopped = match &self.warm {
+            Some(w) => w
+                .stop()
+                .map_err(|e| failed("dispose", format!("stopping the sandbox: {e}"))),
+            None => Ok(()),
+        };
+        let removed = self.remove_dirs();
+        stopped.and(removed)
+    }
+
+    /// The cgroup directories of a warm sandbox (empty at the process rung,
+    /// where each exec's cgroup lives only as long as the exec).
+    pub fn cgroup_dirs(&self) -> Vec<PathBuf> {
+        self.warm
+            .as_ref()
+            .map(cordon_linux::WarmSandbox::cgroup_dirs)
+            .unwrap_or_default()
+    }
+
+    /// The host uid/gid the workload runs as.
+    pub fn host_id(&self) -> u32 {
+        self.host_id
+    }
+
+    /// Whether it was given a fresh work dir (removed at dispose).
+    pub fn fresh_work_dir(&self) -> bool {
+        self.fresh
+    }
+
+    /// Process rung: the private temporary directory.
+    pub fn tmp_dir(&self) -> Option<&Path> {
+        self.tmp.as_deref()
+    }
+
+    /// The work dir as the workload sees it.
+    pub fn guest_work_dir(&self) -> &str {
+        self.files.guest()
+    }
+
     fn remove_dirs(&self) -> Result<(), BackendError> {
         let mut dirs: Vec<&Path> = self.tmp.iter().map(PathBuf::as_path).collect();
         if self.fresh {
@@ -433,7 +539,7 @@ impl LocalSandbox {
         Ok(())
     }
 
-    /// The work dir as the workload sees it (its host path).
+    /// The work dir's host side.
     pub fn work_dir(&self) -> &Path {
         &self.host_work
     }
@@ -472,9 +578,31 @@ impl LocalSandbox {
                 why.join("\n  ")
             )));
         }
+        let (mut spec, notes) = self.base_plan()?;
+        let mut argv = req.argv.clone();
+        argv[0] = canonical.command;
+        spec.argv = argv;
+        spec.env.extend(req.env.clone());
+        spec.bounds.max_wall_seconds = self.limits.wall_seconds.min(req.timeout.as_secs().max(1));
+        Ok((spec, notes))
+    }
+
+    /// The plan for this sandbox's identity and work dir, without a command:
+    /// the policy's storage and compute rules translated for the rung.
+    fn base_plan(&self) -> Result<(PlanSpec, Vec<String>), SandboxError> {
+        if let Some(base) = self.base.get() {
+            return Ok(base.clone());
+        }
+        let made = self.make_base_plan()?;
+        Ok(self.base.get_or_init(|| made).clone())
+    }
+
+    fn make_base_plan(&self) -> Result<(PlanSpec, Vec<String>), SandboxError> {
+        let work = self.files.guest().to_string();
+        let identity = &self.provenance.identity;
         let plan = self
             .policy
-            .plan(identity, &self.env, request.now, &work)
+            .plan(identity, &self.env, now(), &work)
             .map_err(|e| refused(e.to_string()))?;
         let tmp_seen: PathBuf = match self.rung {
             Rung::Container => PathBuf::from("/tmp"),
@@ -501,10 +629,6 @@ impl LocalSandbox {
         if let Some(tmp) = &self.tmp {
             env.insert("TMPDIR".into(), tmp.display().to_string());
         }
-        env.extend(req.env.clone());
-        let wall = self.limits.wall_seconds.min(req.timeout.as_secs().max(1));
-        let mut argv = req.argv.clone();
-        argv[0] = canonical.command;
         let inside = match self.rung {
             Rung::Container => INSIDE_ID,
             Rung::Process => self.host_id,
@@ -523,9 +647,9 @@ impl LocalSandbox {
                 max_memory: self.limits.memory_bytes,
                 max_processes: u32::try_from(self.limits.processes).unwrap_or(u32::MAX),
                 max_cpu_seconds: self.limits.cpu_seconds,
-                max_wall_seconds: wall,
+                max_wall_seconds: self.limits.wall_seconds,
             },
-            argv,
+            argv: Vec::new(),
             ids: Ids {
                 uid: inside,
                 gid: inside,
@@ -538,88 +662,221 @@ impl LocalSandbox {
 }
 
 impl LocalSandbox {
-    /// One confined launch: the first command checked, the plan held, the
-    /// output capped (and handed to `sink` as it arrives, when one is given).
-    fn run(&self, req: &ExecRequest, sink: OutputSink<'_>) -> Result<ExecOutput, SandboxError> {
+    /// Builds the warm sandbox (container rung) from the plan for this
+    /// identity; each exec is then checked and started inside it.
+    fn start_warm(
+        &self,
+        init: &InitProgram,
+        name: &str,
+    ) -> Result<cordon_linux::WarmSandbox, BackendError> {
+        let (mut spec, _notes) = self
+            .base_plan()
+            .map_err(|e| failed("acquire", e.to_string()))?;
+        spec.argv.clear();
+        let plan =
+            Plan::new(spec).map_err(|e| failed("acquire", format!("the plan is refused: {e}")))?;
+        self.enforcer
+            .available(Rung::Container)
+            .map_err(|m| failed("acquire", m.to_string()))?;
+        let init_id = self.host_id.wrapping_add(INIT_ID_OFFSET);
+        cordon_linux::WarmSandbox::start(
+            &plan,
+            init,
+            cordon_linux::InitIds {
+                host_uid: init_id,
+                host_gid: init_id,
+            },
+            name,
+        )
+        .map_err(|e| failed("acquire", format!("the sandbox did not start: {e}")))
+    }
+
+    /// Checks `req` and starts it with `stdio`; returns a handle to wait on.
+    pub fn start(
+        &self,
+        req: &ExecRequest,
+        stdio: cordon_linux::ExecStdio,
+    ) -> Result<Started, SandboxError> {
         if req.argv.is_empty() {
             return Err(refused("the command is empty".into()));
         }
         let (spec, _notes) = self.plan_for(req)?;
-        let plan = Plan::new(spec).map_err(|e| refused(format!("the plan is refused: {e}")))?;
-        let stdio = SandboxStdio {
-            stdin: if req.stdin.is_empty() {
-                std::process::Stdio::null()
-            } else {
-                std::process::Stdio::piped()
-            },
-            stdout: std::process::Stdio::piped(),
-            stderr: std::process::Stdio::piped(),
+        match &self.warm {
+            Some(w) => {
+                let exec = cordon_linux::WarmExec {
+                    argv: spec.argv,
+                    env: spec.env,
+                    bounds: spec.bounds,
+                };
+                w.exec(&exec, stdio)
+                    .map(Started::Warm)
+                    .map_err(|e| refused(format!("the sandbox did not start it: {e}")))
+            }
+            None => {
+                let plan =
+                    Plan::new(spec).map_err(|e| refused(format!("the plan is refused: {e}")))?;
+                let stdio = SandboxStdio {
+                    stdin: std::process::Stdio::from(stdio.stdin),
+                    stdout: std::process::Stdio::from(stdio.stdout),
+                    stderr: std::process::Stdio::from(stdio.stderr),
+                };
+                self.enforcer
+                    .confine(&plan, stdio)
+                    .map(Started::OneShot)
+                    .map_err(|e| refused(format!("the sandbox did not start: {e}")))
+            }
+        }
+    }
+
+    /// One exec: the command checked, the plan held, the output capped (and
+    /// handed to `sink` as it arrives, when one is given).
+    fn run(&self, req: &ExecRequest, sink: OutputSink<'_>) -> Result<ExecOutput, SandboxError> {
+        let pipes = ExecPipes::new(!req.stdin.is_empty())
+            .map_err(|e| refused(format!("making pipes: {e}")))?;
+        let (stdio, ours) = pipes.split();
+        let started = self.start(req, stdio)?;
+        ours.finish(req, sink, move || started.wait())
+    }
+}
+
+/// An exec that started, in either engine.
+pub enum Started {
+    Warm(cordon_linux::WarmRunning),
+    OneShot(cordon_linux::Running),
+}
+
+impl Started {
+    /// Waits for it and says how it ended.
+    pub fn wait(self) -> Result<ExitStatus, SandboxError> {
+        let outcome = match self {
+            Started::Warm(w) => w.wait(),
+            Started::OneShot(r) => r.wait(),
+        }
+        .map_err(|e| refused(format!("the sandbox failed: {e}")))?;
+        Ok(status_of(&outcome))
+    }
+}
+
+/// The three pipes of one exec, before they are split between the
+/// sandbox and us.
+pub struct ExecPipes {
+    stdin: (std::os::fd::OwnedFd, Option<std::os::fd::OwnedFd>),
+    stdout: (std::os::fd::OwnedFd, std::os::fd::OwnedFd),
+    stderr: (std::os::fd::OwnedFd, std::os::fd::OwnedFd),
+}
+
+/// Our ends of an exec's pipes.
+pub struct OurEnds {
+    stdin: Option<std::os::fd::OwnedFd>,
+    stdout: std::os::fd::OwnedFd,
+    stderr: std::os::fd::OwnedFd,
+}
+
+impl ExecPipes {
+    /// Pipes for stdout and stderr; for stdin a pipe when there is input,
+    /// else `/dev/null`.
+    pub fn new(with_stdin: bool) -> std::io::Result<ExecPipes> {
+        use rustix::pipe::{pipe_with, PipeFlags};
+        let p = || pipe_with(PipeFlags::CLOEXEC).map_err(std::io::Error::from);
+        let stdin = if with_stdin {
+            let (r, w) = p()?;
+            (r, Some(w))
+        } else {
+            (std::fs::File::open("/dev/null")?.into(), None)
         };
-        let mut running = self
-            .enforcer
-            .confine(&plan, stdio)
-            .map_err(|e| refused(format!("the sandbox did not start: {e}")))?;
+        let (out_r, out_w) = p()?;
+        let (err_r, err_w) = p()?;
+        Ok(ExecPipes {
+            stdin,
+            stdout: (out_r, out_w),
+            stderr: (err_r, err_w),
+        })
+    }
+
+    /// The sandbox's ends and ours.
+    pub fn split(self) -> (cordon_linux::ExecStdio, OurEnds) {
+        (
+            cordon_linux::ExecStdio {
+                stdin: self.stdin.0,
+                stdout: self.stdout.1,
+                stderr: self.stderr.1,
+            },
+            OurEnds {
+                stdin: self.stdin.1,
+                stdout: self.stdout.0,
+                stderr: self.stderr.0,
+            },
+        )
+    }
+}
+
+impl OurEnds {
+    /// Feeds stdin, reads stdout and stderr capped at the request's limit
+    /// (handing kept bytes to `sink`), and waits with `wait`.
+    pub fn finish(
+        self,
+        req: &ExecRequest,
+        sink: OutputSink<'_>,
+        wait: impl FnOnce() -> Result<ExitStatus, SandboxError> + Send,
+    ) -> Result<ExecOutput, SandboxError> {
         let cap = req.max_output_bytes;
-        let out = running.stdout();
-        let err = running.stderr();
-        let stdin = running.stdin();
-        let (outcome, (stdout, stdout_truncated), (stderr, stderr_truncated)) =
+        let (out, err, stdin) = (self.stdout, self.stderr, self.stdin);
+        let (status, (stdout, stdout_truncated), (stderr, stderr_truncated)) =
             std::thread::scope(|scope| {
                 let out = scope.spawn(move || {
-                    out.map(|o| read_capped(o, cap, Stream::Stdout, sink))
-                        .unwrap_or_default()
+                    read_capped(std::fs::File::from(out), cap, Stream::Stdout, sink)
                 });
                 let err = scope.spawn(move || {
-                    err.map(|e| read_capped(e, cap, Stream::Stderr, sink))
-                        .unwrap_or_default()
+                    read_capped(std::fs::File::from(err), cap, Stream::Stderr, sink)
                 });
-                if let Some(mut stdin) = stdin {
+                if let Some(stdin) = stdin {
                     let bytes = &req.stdin;
                     scope.spawn(move || {
-                        let _ = stdin.write_all(bytes);
+                        let _ = std::fs::File::from(stdin).write_all(bytes);
                     });
                 }
-                let outcome = running.wait();
+                let status = wait();
                 (
-                    outcome,
+                    status,
                     out.join().unwrap_or_default(),
                     err.join().unwrap_or_default(),
                 )
             });
-        let outcome = outcome.map_err(|e| refused(format!("the sandbox failed: {e}")))?;
-        let status = match outcome.killed_by {
-            Some(LinuxBound::Wall) => ExitStatus::TimedOut,
-            Some(LinuxBound::Memory) => ExitStatus::Bound {
-                bound: "max_memory",
-            },
-            Some(LinuxBound::Cpu) => ExitStatus::Bound {
-                bound: "max_cpu_seconds",
-            },
-            Some(LinuxBound::Processes) => ExitStatus::Bound {
-                bound: "max_processes",
-            },
-            None => match outcome.termination {
-                Termination::Exited(c) => ExitStatus::Code(c),
-                Termination::Signaled(s) => ExitStatus::Signal(s),
-            },
-        };
         Ok(ExecOutput {
-            status,
+            status: status?,
             stdout,
             stderr,
             stdout_truncated,
             stderr_truncated,
         })
     }
+}
 
+fn status_of(outcome: &cordon_linux::Outcome) -> ExitStatus {
+    match outcome.killed_by {
+        Some(LinuxBound::Wall) => ExitStatus::TimedOut,
+        Some(LinuxBound::Memory) => ExitStatus::Bound {
+            bound: "max_memory",
+        },
+        Some(LinuxBound::Cpu) => ExitStatus::Bound {
+            bound: "max_cpu_seconds",
+        },
+        Some(LinuxBound::Processes) => ExitStatus::Bound {
+            bound: "max_processes",
+        },
+        None => match outcome.termination {
+            Termination::Exited(c) => ExitStatus::Code(c),
+            Termination::Signaled(s) => ExitStatus::Signal(s),
+        },
+    }
+}
+
+impl LocalSandbox {
     fn write_in(&self, path: &str, contents: &[u8], mode: u32) -> Result<(), SandboxError> {
-        self.files.write_file(path, contents, mode)?;
-        // What cordon writes in belongs to the sandbox's uid, so the workload
-        // can use it; the confined write created it, so no link is followed.
-        let rel = self.files.relative(path)?;
-        let host = self.host_work.join(rel);
-        let _ = std::os::unix::fs::lchown(&host, Some(self.host_id), Some(self.host_id));
-        Ok(())
+        // What cordon writes in belongs to the sandbox's uid (`owned_by`),
+        // handed over through the new file's descriptor: a link a running
+        // exec swaps in meanwhile is never chowned.
+        self.files.write_file(path, contents, mode)
     }
 }
 

@@ -280,6 +280,9 @@ mod linux {
     pub struct ConfinedDir {
         fd: OwnedFd,
         shown: String,
+        /// Directories and files this handle creates are handed to this
+        /// uid/gid through their descriptors (never by path).
+        owner: Option<(u32, u32)>,
     }
 
     impl ConfinedDir {
@@ -295,7 +298,11 @@ mod linux {
                 Mode::empty(),
             )
             .map_err(|e| classify(e, &shown, "open the directory"))?;
-            Ok(ConfinedDir { fd, shown })
+            Ok(ConfinedDir {
+                fd,
+                shown,
+                owner: None,
+            })
         }
 
         /// Opens an absolute directory with no link anywhere on its path —
@@ -318,10 +325,21 @@ mod linux {
                 ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
             )
             .map_err(|e| classify(e, &shown, "open the directory"))?;
-            Ok(ConfinedDir { fd, shown })
+            Ok(ConfinedDir {
+                fd,
+                shown,
+                owner: None,
+            })
         }
 
         /// How the directory is shown in errors.
+        /// What this handle creates from now on is handed to `uid`/`gid`
+        /// through the new file's or directory's own descriptor.
+        pub fn owned_by(mut self, uid: u32, gid: u32) -> ConfinedDir {
+            self.owner = Some((uid, gid));
+            self
+        }
+
         pub fn shown(&self) -> &str {
             &self.shown
         }
@@ -411,10 +429,11 @@ mod linux {
             let mut shown = self.shown.clone();
             for segment in rel_dir.split('/') {
                 let dir = current.as_ref().unwrap_or(&self.fd);
-                match rustix::fs::mkdirat(dir, segment, Mode::from_raw_mode(0o755)) {
-                    Ok(()) | Err(Errno::EXIST) => {}
+                let created = match rustix::fs::mkdirat(dir, segment, Mode::from_raw_mode(0o755)) {
+                    Ok(()) => true,
+                    Err(Errno::EXIST) => false,
                     Err(e) => return Err(classify(e, rel_dir, "create the directory")),
-                }
+                };
                 // Without O_DIRECTORY, a link planted here opens as itself
                 // (O_PATH | O_NOFOLLOW) and is named for what it is.
                 let fd = rustix::fs::openat2(
@@ -427,7 +446,20 @@ mod linux {
                 .map_err(|e| classify(e, rel_dir, "open the directory"))?;
                 let st = rustix::fs::fstat(&fd).map_err(|e| classify(e, rel_dir, "stat"))?;
                 match kind_of(st.st_mode) {
-                    FileKind::Dir => {}
+                    FileKind::Dir => {
+                        if let (true, Some((uid, gid))) = (created, self.owner) {
+                            // Through the descriptor just checked to be a
+                            // directory: nothing swapped in is chowned.
+                            rustix::fs::chownat(
+                                &fd,
+                                "",
+                                Some(rustix::fs::Uid::from_raw(uid)),
+                                Some(rustix::fs::Gid::from_raw(gid)),
+                                rustix::fs::AtFlags::EMPTY_PATH,
+                            )
+                            .map_err(|e| classify(e, rel_dir, "hand over the directory"))?;
+                        }
+                    }
                     FileKind::Symlink => {
                         return Err(ConfinedError::Link {
                             path: rel_dir.to_string(),
@@ -444,7 +476,11 @@ mod linux {
                 current = Some(fd);
             }
             match current {
-                Some(fd) => Ok(ConfinedDir { fd, shown }),
+                Some(fd) => Ok(ConfinedDir {
+                    fd,
+                    shown,
+                    owner: self.owner,
+                }),
                 None => Err(ConfinedError::Io {
                     path: rel_dir.to_string(),
                     operation: "create the directory",
@@ -494,6 +530,14 @@ mod linux {
                 let _ = rustix::fs::unlinkat(&dir.fd, temp.as_str(), rustix::fs::AtFlags::empty());
             };
             let written = (|| {
+                if let Some((uid, gid)) = self.owner.or(dir.owner) {
+                    rustix::fs::fchown(
+                        &fd,
+                        Some(rustix::fs::Uid::from_raw(uid)),
+                        Some(rustix::fs::Gid::from_raw(gid)),
+                    )
+                    .map_err(|e| classify(e, rel, "hand over"))?;
+                }
                 rustix::fs::fchmod(&fd, Mode::from_raw_mode(mode & 0o7777))
                     .map_err(|e| classify(e, rel, "set the mode of"))?;
                 let mut file = std::fs::File::from(fd);

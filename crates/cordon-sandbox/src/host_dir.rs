@@ -31,6 +31,7 @@ use crate::outputs::validate_artifact_name;
 pub struct HostWorkDir {
     host: PathBuf,
     guest: String,
+    owner: Option<(u32, u32)>,
 }
 
 impl HostWorkDir {
@@ -51,7 +52,16 @@ impl HostWorkDir {
         Ok(HostWorkDir {
             host,
             guest: guest.trim_end_matches('/').to_string(),
+            owner: None,
         })
+    }
+
+    /// Files and directories [`HostWorkDir::write_file`] creates belong to
+    /// `uid`/`gid` (handed over through their descriptors, so a link the
+    /// guest swaps in meanwhile is never chowned).
+    pub fn owned_by(mut self, uid: u32, gid: u32) -> HostWorkDir {
+        self.owner = Some((uid, gid));
+        self
     }
 
     pub fn host(&self) -> &Path {
@@ -124,7 +134,10 @@ impl HostWorkDir {
         mode: u32,
     ) -> Result<(), SandboxError> {
         let rel = self.relative(guest_path)?;
-        let dir = ConfinedDir::open_no_links(&self.host)?;
+        let mut dir = ConfinedDir::open_no_links(&self.host)?;
+        if let Some((uid, gid)) = self.owner {
+            dir = dir.owned_by(uid, gid);
+        }
         Ok(dir.write_file(rel, contents, mode, Existing::Replace, None)?)
     }
 }

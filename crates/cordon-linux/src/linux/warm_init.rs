@@ -204,11 +204,11 @@ fn spawn_exec(
     let ids = plan.ids().clone();
     let seccomp = layers.seccomp.clone();
     let bounds = plan.bounds().clone();
+    let work_dir = plan.work_dir().to_path_buf();
     let mut cmd = Command::new(program);
     cmd.args(&argv[1..])
         .env_clear()
         .envs(env)
-        .current_dir(plan.work_dir())
         .stdin(Stdio::from(stdin))
         .stdout(Stdio::from(stdout))
         .stderr(Stdio::from(stderr));
@@ -218,6 +218,9 @@ fn spawn_exec(
         }
         nix::unistd::setsid().map_err(fail("setsid"))?;
         drop_privileges(ids.uid, ids.gid)?;
+        // As the workload: the init (without CAP_DAC_OVERRIDE) may not
+        // enter the workload's own 0700 work dir.
+        nix::unistd::chdir(&work_dir).map_err(fail("chdir to the work dir"))?;
         rlimits_for(&bounds)?;
         prctl::set_no_new_privs().map_err(fail("no_new_privs"))?;
         let rs = ruleset

@@ -1,0 +1,533 @@
+//! The state directory: where a long-lived owner records its sandboxes, so
+//! that finding, attaching to and reclaiming them never depends on one
+//! process's memory.
+//!
+//! ```text
+//! STATE/                      0700, owned by the owning user
+//!   locks/<key-id>.lock       flock'd while a key's sandbox is created or disposed
+//!   sandboxes/<handle>.json   the record (written whole, then renamed)
+//!   sandboxes/<handle>.sock   the keeper's socket (SOCK_SEQPACKET)
+//!   sandboxes/<handle>.log    the keeper's stderr
+//! ```
+//!
+//! A handle is a name, not a capability: whoever can reach the directory
+//! can drive every sandbox in it, so a state directory another user could
+//! write is refused.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    #[error("state directory `{path}`: {reason}\nhelp: {help}")]
+    Unsafe {
+        path: PathBuf,
+        reason: String,
+        help: String,
+    },
+    #[error("state directory `{path}`: {source}")]
+    Io { path: PathBuf, source: io::Error },
+    #[error("another owner holds the lock on this sandbox key (`{0}`) for over {1:?}; try again, or run `cordon sandbox gc` if an owner crashed")]
+    Busy(PathBuf, Duration),
+}
+
+fn io_err(path: &Path) -> impl FnOnce(io::Error) -> StateError + '_ {
+    move |source| StateError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// A running process, named so that a reused pid is not mistaken for it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcessId {
+    pub pid: u32,
+    /// Start time in clock ticks since boot (`/proc/PID/stat`, field 22).
+    pub start: u64,
+}
+
+fn start_time(pid: u32) -> Option<u64> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name may hold spaces and parentheses: fields follow the last `)`.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+impl ProcessId {
+    /// This process.
+    pub fn current() -> ProcessId {
+        let pid = std::process::id();
+        ProcessId {
+            pid,
+            start: start_time(pid).unwrap_or(0),
+        }
+    }
+
+    /// Whether this very process is still running (not a zombie).
+    pub fn alive(&self) -> bool {
+        if start_time(self.pid) != Some(self.start) {
+            return false;
+        }
+        let state = fs::read_to_string(format!("/proc/{}/stat", self.pid)).unwrap_or_default();
+        let state = state
+            .rfind(')')
+            .and_then(|i| state[i + 2..].split_whitespace().next().map(str::to_string));
+        !matches!(state.as_deref(), Some("Z") | Some("X") | None)
+    }
+}
+
+/// The key a sandbox was created for.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyRecord {
+    pub scope: String,
+    pub thread: String,
+    pub agent_dir: String,
+}
+
+impl KeyRecord {
+    /// A file-name-safe id for the key (SHA-256, hex, 24 digits).
+    pub fn id(&self) -> String {
+        let mut h = Sha256::new();
+        for part in [&self.scope, &self.thread, &self.agent_dir] {
+            h.update((part.len() as u64).to_le_bytes());
+            h.update(part.as_bytes());
+        }
+        h.finalize()
+            .iter()
+            .take(12)
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    }
+}
+
+/// What a sandbox's identity was, as recorded.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IdentityRecord {
+    pub namespace: String,
+    pub name: String,
+    pub attested: bool,
+    pub labels: std::collections::BTreeMap<String, String>,
+}
+
+/// One sandbox, as the state directory knows it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Record {
+    pub handle: String,
+    pub key: KeyRecord,
+    /// The backend (rung) that made it: `process` or `container`.
+    pub backend: String,
+    /// The keeper process serving it.
+    pub keeper: ProcessId,
+    /// Unix seconds.
+    pub created: u64,
+    /// Seconds without a request after which the keeper disposes of it.
+    pub idle_timeout: u64,
+    /// Seconds after creation after which it is disposed, busy or not.
+    pub max_age: u64,
+    pub policy_digest: String,
+    /// SHA-256 of the validated spec (same cordon build).
+    pub spec_fingerprint: String,
+    /// The spec's YAML, when it came from a file.
+    pub spec_yaml: Option<String>,
+    pub identity: IdentityRecord,
+    /// Host side of the work dir, and whether cordon created it (then it
+    /// is removed at dispose).
+    pub work_dir: PathBuf,
+    pub fresh_work_dir: bool,
+    /// The work dir as the workload sees it.
+    pub guest_work_dir: String,
+    /// Process rung: the private temporary directory.
+    pub tmp_dir: Option<PathBuf>,
+    /// The host uid/gid the workload runs as (files put in are theirs).
+    pub host_id: u32,
+    /// Every cgroup directory of the sandbox.
+    pub cgroups: Vec<PathBuf>,
+}
+
+impl Record {
+    /// Whether its keeper is gone or it is past its maximum age.
+    pub fn orphaned_or_expired(&self, now: u64) -> bool {
+        !self.keeper.alive() || now.saturating_sub(self.created) > self.max_age
+    }
+}
+
+/// Unix seconds now.
+pub fn now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// An open state directory.
+#[derive(Clone, Debug)]
+pub struct StateDir {
+    root: PathBuf,
+}
+
+/// A held lock on one key's entry; released on drop.
+#[derive(Debug)]
+pub struct KeyLock {
+    _file: File,
+}
+
+impl StateDir {
+    /// `$CORDON_STATE_DIR`, else `/run/cordon` for root, else
+    /// `$XDG_RUNTIME_DIR/cordon` (or `/tmp/cordon-UID`).
+    pub fn default_path() -> PathBuf {
+        if let Some(p) = std::env::var_os("CORDON_STATE_DIR").filter(|p| !p.is_empty()) {
+            return PathBuf::from(p);
+        }
+        let uid = rustix::process::geteuid().as_raw();
+        if uid == 0 {
+            return PathBuf::from("/run/cordon");
+        }
+        match std::env::var_os("XDG_RUNTIME_DIR").filter(|p| !p.is_empty()) {
+            Some(d) => PathBuf::from(d).join("cordon"),
+            None => PathBuf::from(format!("/tmp/cordon-{uid}")),
+        }
+    }
+
+    /// Opens `root`, creating it (mode 0700) when absent. Refuses a
+    /// directory that is a link, is not owned by this user, or grants any
+    /// access to group or others.
+    pub fn open(root: &Path) -> Result<StateDir, StateError> {
+        let uid = rustix::process::geteuid().as_raw();
+        if !root.is_absolute() {
+            return Err(StateError::Unsafe {
+                path: root.to_path_buf(),
+                reason: "the path is relative".into(),
+                help: "name the state directory by an absolute path".into(),
+            });
+        }
+        match fs::DirBuilder::new().mode(0o700).create(root) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                fs::DirBuilder::new()
+                    .mode(0o755)
+                    .recursive(true)
+                    .create(root.parent().unwrap_or(Path::new("/")))
+                    .map_err(io_err(root))?;
+                fs::DirBuilder::new()
+                    .mode(0o700)
+                    .create(root)
+                    .map_err(io_err(root))?;
+            }
+            Err(e) => return Err(io_err(root)(e)),
+        }
+        let meta = fs::symlink_metadata(root).map_err(io_err(root))?;
+        let unsafe_dir = |reason: String| {
+            StateError::Unsafe {
+            path: root.to_path_buf(),
+            reason,
+            help: format!(
+                "a state directory must be a real directory owned by you (uid {uid}) with mode 0700: `chown {uid} {d} && chmod 700 {d}`, or point CORDON_STATE_DIR at a new path",
+                d = root.display()
+            ),
+        }
+        };
+        if !meta.is_dir() {
+            return Err(unsafe_dir("it is not a directory (or it is a link)".into()));
+        }
+        if meta.uid() != uid {
+            return Err(unsafe_dir(format!("it is owned by uid {}", meta.uid())));
+        }
+        if meta.mode() & 0o077 != 0 {
+            return Err(unsafe_dir(format!(
+                "its mode {:o} lets group or others in",
+                meta.mode() & 0o7777
+            )));
+        }
+        for sub in ["locks", "sandboxes"] {
+            let d = root.join(sub);
+            match fs::DirBuilder::new().mode(0o700).create(&d) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                    let m = fs::symlink_metadata(&d).map_err(io_err(&d))?;
+                    if !m.is_dir() || m.uid() != uid {
+                        return Err(unsafe_dir(format!("`{sub}` is not a directory of yours")));
+                    }
+                }
+                Err(e) => return Err(io_err(&d)(e)),
+            }
+        }
+        Ok(StateDir {
+            root: root.to_path_buf(),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.root
+    }
+
+    /// Takes the exclusive lock on `key`'s entry, waiting up to `wait`.
+    pub fn lock(&self, key: &KeyRecord, wait: Duration) -> Result<KeyLock, StateError> {
+        let path = self.root.join("locks").join(format!("{}.lock", key.id()));
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .mode(0o600)
+            .custom_flags(libc_o_nofollow())
+            .open(&path)
+            .map_err(io_err(&path))?;
+        let deadline = Instant::now() + wait;
+        loop {
+            match rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+                Ok(()) => return Ok(KeyLock { _file: file }),
+                Err(rustix::io::Errno::WOULDBLOCK) | Err(rustix::io::Errno::INTR) => {
+                    if Instant::now() > deadline {
+                        return Err(StateError::Busy(path, wait));
+                    }
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                Err(e) => return Err(io_err(&path)(e.into())),
+            }
+        }
+    }
+
+    fn sandboxes(&self) -> PathBuf {
+        self.root.join("sandboxes")
+    }
+
+    pub fn record_path(&self, handle: &str) -> PathBuf {
+        self.sandboxes().join(format!("{handle}.json"))
+    }
+    pub fn socket_path(&self, handle: &str) -> PathBuf {
+        self.sandboxes().join(format!("{handle}.sock"))
+    }
+    pub fn log_path(&self, handle: &str) -> PathBuf {
+        self.sandboxes().join(format!("{handle}.log"))
+    }
+
+    /// Writes `rec` whole (temporary file, then rename).
+    pub fn write(&self, rec: &Record) -> Result<(), StateError> {
+        check_handle(&rec.handle)?;
+        let path = self.record_path(&rec.handle);
+        let tmp = self.sandboxes().join(format!(".{}.json.tmp", rec.handle));
+        let bytes = serde_json::to_vec_pretty(rec).map_err(|e| io_err(&path)(e.into()))?;
+        let mut f = OpenOptions::new()
+            .create(true)
+            .truncate(true)
+            .write(true)
+            .mode(0o600)
+            .custom_flags(libc_o_nofollow())
+            .open(&tmp)
+            .map_err(io_err(&tmp))?;
+        f.write_all(&bytes).map_err(io_err(&tmp))?;
+        f.sync_all().map_err(io_err(&tmp))?;
+        fs::rename(&tmp, &path).map_err(io_err(&path))
+    }
+
+    /// The record called `handle`, if there is one.
+    pub fn read(&self, handle: &str) -> Result<Option<Record>, StateError> {
+        check_handle(handle)?;
+        let path = self.record_path(handle);
+        match fs::read(&path) {
+            Ok(bytes) => serde_json::from_slice(&bytes)
+                .map(Some)
+                .map_err(|e| io_err(&path)(io::Error::new(io::ErrorKind::InvalidData, e))),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(io_err(&path)(e)),
+        }
+    }
+
+    /// Every readable record, and the paths of the ones that are not.
+    pub fn list(&self) -> Result<(Vec<Record>, Vec<PathBuf>), StateError> {
+        let dir = self.sandboxes();
+        let mut good = Vec::new();
+        let mut bad = Vec::new();
+        for e in fs::read_dir(&dir).map_err(io_err(&dir))?.flatten() {
+            let name = e.file_name();
+            let Some(handle) = name.to_str().and_then(|n| n.strip_suffix(".json")) else {
+                continue;
+            };
+            if handle.starts_with('.') {
+                continue;
+            }
+            match self.read(handle) {
+                Ok(Some(r)) => good.push(r),
+                Ok(None) => {}
+                Err(_) => bad.push(e.path()),
+            }
+        }
+        good.sort_by(|a, b| a.created.cmp(&b.created).then(a.handle.cmp(&b.handle)));
+        Ok((good, bad))
+    }
+
+    /// The record for `key`, if one exists.
+    pub fn find(&self, key: &KeyRecord) -> Result<Option<Record>, StateError> {
+        Ok(self.list()?.0.into_iter().find(|r| &r.key == key))
+    }
+
+    /// Removes the record, socket and log of `handle` (absent ones are fine).
+    pub fn remove(&self, handle: &str) -> Result<(), StateError> {
+        check_handle(handle)?;
+        for p in [
+            self.socket_path(handle),
+            self.log_path(handle),
+            self.record_path(handle),
+        ] {
+            match fs::remove_file(&p) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err(io_err(&p)(e)),
+            }
+        }
+        Ok(())
+    }
+}
+
+fn libc_o_nofollow() -> i32 {
+    rustix::fs::OFlags::NOFOLLOW.bits() as i32
+}
+
+/// Handles are `[a-z0-9-]`, 1..=64 bytes: they become file names.
+pub fn check_handle(handle: &str) -> Result<(), StateError> {
+    let ok = !handle.is_empty()
+        && handle.len() <= 64
+        && handle
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+    if ok {
+        Ok(())
+    } else {
+        Err(StateError::Unsafe {
+            path: PathBuf::from(handle),
+            reason: "not a sandbox handle".into(),
+            help: "handles look like `container-1a2b3c4d5e6f-0001`; `cordon sandbox ls` lists them"
+                .into(),
+        })
+    }
+}
+
+/// Makes a state directory's permissions plain for tests.
+#[doc(hidden)]
+pub fn set_mode(path: &Path, mode: u32) -> io::Result<()> {
+    fs::set_permissions(path, fs::Permissions::from_mode(mode))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(s: &str) -> KeyRecord {
+        KeyRecord {
+            scope: s.into(),
+            thread: "t".into(),
+            agent_dir: "a".into(),
+        }
+    }
+
+    fn record(handle: &str, k: KeyRecord) -> Record {
+        Record {
+            handle: handle.into(),
+            key: k,
+            backend: "container".into(),
+            keeper: ProcessId::current(),
+            created: now(),
+            idle_timeout: 60,
+            max_age: 3600,
+            policy_digest: "d".into(),
+            spec_fingerprint: "f".into(),
+            spec_yaml: None,
+            identity: IdentityRecord {
+                namespace: "n".into(),
+                name: "x".into(),
+                attested: false,
+                labels: Default::default(),
+            },
+            work_dir: "/var/tmp/w".into(),
+            fresh_work_dir: true,
+            guest_work_dir: "/workspace".into(),
+            tmp_dir: None,
+            host_id: 2_000_000_001,
+            cgroups: vec![],
+        }
+    }
+
+    #[test]
+    fn records_round_trip_and_are_found_by_key() {
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path().join("state");
+        let s = StateDir::open(&root).unwrap();
+        assert_eq!(fs::metadata(&root).unwrap().mode() & 0o777, 0o700);
+        let r = record("container-abc-1", key("s1"));
+        s.write(&r).unwrap();
+        assert_eq!(s.read("container-abc-1").unwrap(), Some(r.clone()));
+        assert_eq!(s.find(&key("s1")).unwrap(), Some(r));
+        assert_eq!(s.find(&key("s2")).unwrap(), None);
+        s.remove("container-abc-1").unwrap();
+        assert!(s.list().unwrap().0.is_empty());
+    }
+
+    #[test]
+    fn a_state_directory_others_can_reach_is_refused() {
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path().join("state");
+        StateDir::open(&root).unwrap();
+        set_mode(&root, 0o770).unwrap();
+        let e = StateDir::open(&root).unwrap_err().to_string();
+        assert!(
+            e.contains("lets group or others in") && e.contains("chmod 700"),
+            "{e}"
+        );
+        set_mode(&root, 0o700).unwrap();
+        let link = d.path().join("link");
+        std::os::unix::fs::symlink(&root, &link).unwrap();
+        let e = StateDir::open(&link).unwrap_err().to_string();
+        assert!(e.contains("not a directory"), "{e}");
+        if rustix::process::geteuid().is_root() {
+            std::os::unix::fs::chown(&root, Some(4242), None).unwrap();
+            let e = StateDir::open(&root).unwrap_err().to_string();
+            assert!(e.contains("owned by uid 4242"), "{e}");
+        }
+    }
+
+    #[test]
+    fn handles_that_are_not_plain_names_are_refused() {
+        for bad in ["", "../x", "a/b", "A", "x.json", &"a".repeat(65)] {
+            assert!(check_handle(bad).is_err(), "{bad}");
+        }
+        assert!(check_handle("container-1a2b-0001").is_ok());
+    }
+
+    #[test]
+    fn the_key_lock_is_exclusive_across_opens() {
+        let d = tempfile::tempdir().unwrap();
+        let s = StateDir::open(&d.path().join("state")).unwrap();
+        let held = s.lock(&key("k"), Duration::from_secs(1)).unwrap();
+        let again = StateDir::open(s.path()).unwrap();
+        assert!(matches!(
+            again.lock(&key("k"), Duration::from_millis(100)),
+            Err(StateError::Busy(..))
+        ));
+        assert!(again
+            .lock(&key("other"), Duration::from_millis(100))
+            .is_ok());
+        drop(held);
+        assert!(again.lock(&key("k"), Duration::from_millis(100)).is_ok());
+    }
+
+    #[test]
+    fn a_dead_or_reused_pid_is_not_alive() {
+        let me = ProcessId::current();
+        assert!(me.alive());
+        assert!(!ProcessId {
+            pid: me.pid,
+            start: me.start + 1
+        }
+        .alive());
+        let mut child = std::process::Command::new("/bin/true").spawn().unwrap();
+        let pid = child.id();
+        child.wait().unwrap();
+        assert!(!ProcessId { pid, start: 0 }.alive());
+    }
+}
