@@ -17,6 +17,7 @@
 #![cfg(all(target_os = "linux", target_arch = "x86_64"))]
 
 pub mod command;
+pub mod keeper;
 pub mod state;
 pub mod translate;
 
@@ -280,6 +281,21 @@ impl Backend for LocalBackend {
     }
 
     fn acquire(&self, req: &AcquireRequest) -> Result<Arc<dyn Sandbox>, BackendError> {
+        self.acquire_local(req).map(|s| s as Arc<dyn Sandbox>)
+    }
+
+    fn dispose(&self, key: &SandboxKey) -> Result<bool, BackendError> {
+        self.dispose_local(key)
+    }
+
+    fn dispose_scope(&self, scope: &str, thread_id: &str) -> Result<usize, BackendError> {
+        self.dispose_scope_local(scope, thread_id)
+    }
+}
+
+impl LocalBackend {
+    /// [`Backend::acquire`], returning the concrete sandbox.
+    pub fn acquire_local(&self, req: &AcquireRequest) -> Result<Arc<LocalSandbox>, BackendError> {
         if req.provenance.policy_digest != self.config.policy.digest {
             return Err(failed(
                 "acquire",
@@ -368,7 +384,7 @@ impl Backend for LocalBackend {
         Ok(sandbox)
     }
 
-    fn dispose(&self, key: &SandboxKey) -> Result<bool, BackendError> {
+    fn dispose_local(&self, key: &SandboxKey) -> Result<bool, BackendError> {
         let gone = self
             .sandboxes
             .lock()
@@ -383,7 +399,7 @@ impl Backend for LocalBackend {
         }
     }
 
-    fn dispose_scope(&self, scope: &str, thread_id: &str) -> Result<usize, BackendError> {
+    fn dispose_scope_local(&self, scope: &str, thread_id: &str) -> Result<usize, BackendError> {
         let gone: Vec<Arc<LocalSandbox>> = {
             let mut all = self
                 .sandboxes

@@ -14,6 +14,8 @@ mod kit;
 mod policy_cmd;
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 mod run;
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+mod sandbox_cmd;
 
 /// cordon: a sandbox for code that AI agents write and run.
 #[derive(Parser)]
@@ -47,6 +49,13 @@ enum Command {
     /// refused it.
     #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
     Run(run::RunArgs),
+    /// Warm sandboxes that outlive one command: `up` once, `exec` many
+    /// times, `down` (or let `gc`, the idle timeout or the maximum age do it).
+    #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+    Sandbox {
+        #[command(subcommand)]
+        command: sandbox_cmd::SandboxCommand,
+    },
 }
 
 /// Output formats every command offers.
@@ -71,6 +80,14 @@ fn main() -> ExitCode {
     if std::env::args_os().nth(1).as_deref() == Some(std::ffi::OsStr::new(INIT_ARG)) {
         cordon_linux::init_main();
     }
+    #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+    if std::env::args_os().nth(1).as_deref()
+        == Some(std::ffi::OsStr::new(
+            cordon_backend_local::keeper::KEEPER_ARG,
+        ))
+    {
+        cordon_backend_local::keeper::keeper_main();
+    }
     let cli = Cli::parse();
     match cli.command {
         Command::Policy { command } => policy_cmd::run(command),
@@ -80,5 +97,7 @@ fn main() -> ExitCode {
         Command::Escape(args) => escape::run(args),
         #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
         Command::Run(args) => run::run(args),
+        #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+        Command::Sandbox { command } => sandbox_cmd::run(command),
     }
 }

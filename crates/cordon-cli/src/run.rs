@@ -37,6 +37,17 @@ pub const MAX_OUTPUT_BYTES: u64 = 16 << 20;
 
 #[derive(clap::Args)]
 pub struct RunArgs {
+    #[command(flatten)]
+    pub sel: Selection,
+    /// The command and its arguments.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub command: Vec<String>,
+}
+
+/// The flags that choose a policy, a spec, an identity and a backend; the
+/// same for `cordon run` and `cordon sandbox up`.
+#[derive(clap::Args)]
+pub struct Selection {
     /// The policy (default: the built-in `cordon:default`).
     #[arg(long, value_name = "FILE")]
     pub policy: Option<PathBuf>,
@@ -63,12 +74,18 @@ pub struct RunArgs {
     /// A host configuration file.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
-    /// The command and its arguments.
-    #[arg(last = true, required = true, value_name = "CMD")]
-    pub command: Vec<String>,
 }
 
-fn refuse(msg: impl std::fmt::Display) -> ExitCode {
+/// What a [`Selection`] resolved to: a router over the chosen backends.
+pub struct Prepared {
+    pub router: Router,
+    pub policy: Arc<Policy>,
+    pub env: Deployment,
+    pub identity: Identity,
+    pub spec: SandboxSpec,
+}
+
+pub fn refuse(msg: impl std::fmt::Display) -> ExitCode {
     eprintln!("error: {msg}");
     ExitCode::from(EXIT_REFUSED)
 }
@@ -121,13 +138,97 @@ fn identity(args: &[String]) -> Result<Identity, String> {
 }
 
 pub fn run(args: RunArgs) -> ExitCode {
+    let p = match prepare(&args.sel, &|config| Arc::new(LocalBackend::new(config))) {
+        Ok(p) => p,
+        Err(code) => return code,
+    };
+    let Prepared {
+        router,
+        policy,
+        env,
+        identity,
+        spec,
+    } = p;
+    let id = identity.clone();
+    let scope = format!("run-{}", std::process::id());
+    let caller = CallerContext::new(
+        move || scope.clone(),
+        || "main".to_string(),
+        || "run".to_string(),
+        move || id.clone(),
+    );
+    let sandbox = match router.acquire(&caller, &spec) {
+        Ok(s) => s,
+        Err(e) => return refuse(e),
+    };
+    let limits = policy.bounds_for(&identity, &env);
+    let req = ExecRequest {
+        argv: args.command.clone(),
+        env: Default::default(),
+        stdin: Vec::new(),
+        timeout: Duration::from_secs(limits.max_wall_seconds),
+        max_output_bytes: MAX_OUTPUT_BYTES.min(limits.max_response_bytes),
+    };
+    let result = sandbox.exec_streaming(&req, &show);
+    drop(sandbox);
+    let _ = router.dispose(&caller);
+    match result {
+        Ok(out) => exit_for(&out, req.max_output_bytes),
+        Err(e) => refuse(e),
+    }
+}
+
+/// Shows a workload's output as it arrives.
+pub fn show(stream: Stream, bytes: &[u8]) {
+    use std::io::Write;
+    let _ = match stream {
+        Stream::Stdout => {
+            let mut o = std::io::stdout().lock();
+            o.write_all(bytes).and_then(|()| o.flush())
+        }
+        Stream::Stderr => std::io::stderr().lock().write_all(bytes),
+    };
+}
+
+/// The exit code for how a workload ended (and a note on cut output).
+pub fn exit_for(out: &cordon_sandbox::ExecOutput, cap: u64) -> ExitCode {
+    for (cut, which) in [
+        (out.stdout_truncated, "stdout"),
+        (out.stderr_truncated, "stderr"),
+    ] {
+        if cut {
+            eprintln!("cordon: the workload's {which} was cut at {cap} bytes");
+        }
+    }
+    match out.status {
+        ExitStatus::Code(c) => ExitCode::from(u8::try_from(c & 0xff).unwrap_or(1)),
+        ExitStatus::Signal(s) => ExitCode::from(u8::try_from((128 + s) & 0xff).unwrap_or(1)),
+        ExitStatus::TimedOut => {
+            eprintln!("cordon: the workload was killed at the `max_wall_seconds` bound");
+            ExitCode::from(EXIT_BOUND)
+        }
+        ExitStatus::Bound { bound } => {
+            eprintln!("cordon: the workload was killed at the `{bound}` bound");
+            ExitCode::from(EXIT_BOUND)
+        }
+    }
+}
+
+/// Resolves the floor, the policy, the spec and the identity, and builds a
+/// router over the local backends the floor admits and this machine holds;
+/// `wrap` makes each backend from its configuration.
+pub fn prepare(
+    args: &Selection,
+    wrap: &dyn Fn(LocalConfig) -> Arc<dyn Backend>,
+) -> Result<Prepared, ExitCode> {
+    let refuse = |m: String| -> ExitCode { refuse(m) };
     // The floor, and where it came from.
     let config = match config_file(args.config.as_ref())
         .map(|f| HostConfig::from_file(&f))
         .transpose()
     {
         Ok(c) => c,
-        Err(e) => return refuse(e),
+        Err(e) => return Err(refuse(e.to_string())),
     };
     let env_floor = std::env::var(FLOOR_ENV).ok();
     let floor = match resolve_floor(
@@ -136,11 +237,11 @@ pub fn run(args: RunArgs) -> ExitCode {
         config.as_ref(),
     ) {
         Ok(f) => f,
-        Err(e) => return refuse(e),
+        Err(e) => return Err(refuse(e.to_string())),
     };
     let identity = match identity(&args.identity) {
         Ok(i) => i,
-        Err(e) => return refuse(e),
+        Err(e) => return Err(refuse(e.to_string())),
     };
     let env = match args
         .env
@@ -158,7 +259,7 @@ pub fn run(args: RunArgs) -> ExitCode {
         Ok(p) => Arc::new(p),
         Err(d) => {
             eprint!("{}", d.render());
-            return refuse("the policy does not load");
+            return Err(refuse(("the policy does not load").to_string()));
         }
     };
     let spec = match &args.spec {
@@ -167,14 +268,14 @@ pub fn run(args: RunArgs) -> ExitCode {
     };
     let spec = match spec {
         Ok(s) => s,
-        Err(e) => return refuse(e),
+        Err(e) => return Err(refuse(e.to_string())),
     };
     let exe = match std::env::current_exe() {
         Ok(e) => e,
         Err(e) => {
-            return refuse(format!(
+            return Err(refuse(format!(
                 "cannot find the cordon binary to use as the sandbox init: {e}"
-            ))
+            )))
         }
     };
     let init = InitProgram::new(exe).arg(crate::INIT_ARG);
@@ -193,9 +294,9 @@ pub fn run(args: RunArgs) -> ExitCode {
     let names = ["container", "process"];
     if let Some(b) = &args.backend {
         if !names.contains(&b.as_str()) {
-            return refuse(format!(
+            return Err(refuse(format!(
                 "`--backend {b}` is not a backend this version runs; `cordon doctor` lists them (built: `container`, `process`)"
-            ));
+            )));
         }
     }
     let mut chosen: Vec<Arc<dyn Backend>> = Vec::new();
@@ -221,13 +322,13 @@ pub fn run(args: RunArgs) -> ExitCode {
             why_not.push(format!("`{name}` cannot run here: {}", p.found.join("; ")));
             continue;
         }
-        chosen.push(Arc::new(LocalBackend::new(LocalConfig {
+        chosen.push(wrap(LocalConfig {
             rung,
             policy: policy.clone(),
             env: env.clone(),
             work_dir: work_dir.clone(),
             init: init.clone(),
-        })));
+        }));
     }
     if chosen.is_empty() {
         let mut msg = format!(
@@ -244,7 +345,7 @@ pub fn run(args: RunArgs) -> ExitCode {
         } else if floor.rung > Isolation::Process || args.backend.is_some() {
             msg.push_str("\nhelp: `cordon doctor` shows what this machine lacks; a backend below the floor is never used");
         }
-        return refuse(msg);
+        return Err(refuse((msg).to_string()));
     }
     let router = match chosen
         .into_iter()
@@ -255,11 +356,11 @@ pub fn run(args: RunArgs) -> ExitCode {
         .build()
     {
         Ok(r) => r,
-        Err(e) => return refuse(e),
+        Err(e) => return Err(refuse(e.to_string())),
     };
     let selected = match router.selected_backend(&spec) {
         Ok(s) => s.to_string(),
-        Err(e) => return refuse(e),
+        Err(e) => return Err(refuse(e.to_string())),
     };
     if floor.rung < Isolation::DEFAULT_FLOOR {
         let source = match &floor.source {
@@ -272,65 +373,11 @@ pub fn run(args: RunArgs) -> ExitCode {
             floor.rung
         );
     }
-    let id = identity.clone();
-    let scope = format!("run-{}", std::process::id());
-    let caller = CallerContext::new(
-        move || scope.clone(),
-        || "main".to_string(),
-        || "run".to_string(),
-        move || id.clone(),
-    );
-    let sandbox = match router.acquire(&caller, &spec) {
-        Ok(s) => s,
-        Err(e) => return refuse(e),
-    };
-    let limits = policy.bounds_for(&identity, &env);
-    let req = ExecRequest {
-        argv: args.command.clone(),
-        env: Default::default(),
-        stdin: Vec::new(),
-        timeout: Duration::from_secs(limits.max_wall_seconds),
-        max_output_bytes: MAX_OUTPUT_BYTES.min(limits.max_response_bytes),
-    };
-    // The workload's output is shown as it arrives.
-    let show = |stream: Stream, bytes: &[u8]| {
-        use std::io::Write;
-        let _ = match stream {
-            Stream::Stdout => {
-                let mut o = std::io::stdout().lock();
-                o.write_all(bytes).and_then(|()| o.flush())
-            }
-            Stream::Stderr => std::io::stderr().lock().write_all(bytes),
-        };
-    };
-    let result = sandbox.exec_streaming(&req, &show);
-    drop(sandbox);
-    let _ = router.dispose(&caller);
-    let out = match result {
-        Ok(o) => o,
-        Err(e) => return refuse(e),
-    };
-    for (cut, which) in [
-        (out.stdout_truncated, "stdout"),
-        (out.stderr_truncated, "stderr"),
-    ] {
-        if cut {
-            eprintln!(
-                "cordon: the workload's {which} was cut at {} bytes",
-                req.max_output_bytes
-            );
-        }
-    }
-    match out.status {
-        ExitStatus::Code(c) => ExitCode::from(u8::try_from(c & 0xff).unwrap_or(1)),
-        ExitStatus::Signal(s) => ExitCode::from(u8::try_from((128 + s) & 0xff).unwrap_or(1)),
-        ExitStatus::TimedOut => {
-            eprintln!("cordon: the workload was killed at the `max_wall_seconds` bound");
-            ExitCode::from(EXIT_BOUND)
-        }
-        ExitStatus::Bound { bound } => {
-            eprintln!("cordon: the workload was killed at the `{bound}` bound");
-            ExitCode::from(EXIT_BOUND)
-        }
-    }
+    Ok(Prepared {
+        router,
+        policy,
+        env,
+        identity,
+        spec,
+    })
 }

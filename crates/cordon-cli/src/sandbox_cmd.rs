@@ -1,0 +1,275 @@
+//! `cordon sandbox`: warm sandboxes for people and scripts. Each sandbox is
+//! held by a keeper process and recorded in the state directory
+//! (`$CORDON_STATE_DIR`, else `/run/cordon` for root), so every subcommand
+//! works from a separate shell invocation.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use cordon_backend_local::keeper::{self, KeptBackend, KeptConfig, KeptSandbox, KEEPER_ARG};
+use cordon_backend_local::state::{self, StateDir};
+use cordon_linux::InitProgram;
+use cordon_sandbox::{
+    collect_outputs, CallerContext, ExecRequest, Provenance, Sandbox, SandboxSpec,
+};
+
+use crate::run::{exit_for, prepare, refuse, show, Selection, MAX_OUTPUT_BYTES};
+
+#[derive(clap::Subcommand)]
+pub enum SandboxCommand {
+    /// Get or create the sandbox for a key and print its handle (the same
+    /// key twice gives the same sandbox).
+    Up(UpArgs),
+    /// Run a command in a sandbox; exits with its status (124 bound, 125 refused).
+    Exec {
+        handle: String,
+        /// Seconds before the command is killed (default: the policy's bound).
+        #[arg(long)]
+        timeout: Option<u64>,
+        #[arg(last = true, required = true, value_name = "CMD")]
+        command: Vec<String>,
+    },
+    /// Copy a local file into the sandbox's work dir.
+    Put {
+        handle: String,
+        local: PathBuf,
+        /// The path inside the sandbox (relative paths are in the work dir).
+        remote: String,
+    },
+    /// Collect the outputs the sandbox's spec declares into DIR (through a
+    /// confined sink).
+    Collect {
+        handle: String,
+        #[arg(long, value_name = "DIR")]
+        to: PathBuf,
+    },
+    /// List the recorded sandboxes.
+    Ls,
+    /// Dispose of a sandbox by handle, or of every sandbox of a scope and thread.
+    Down {
+        handle: Option<String>,
+        #[arg(long, requires = "thread", conflicts_with = "handle")]
+        scope: Option<String>,
+        #[arg(long, requires = "scope")]
+        thread: Option<String>,
+    },
+    /// Reclaim every sandbox whose keeper is gone or that is past its maximum age.
+    Gc,
+}
+
+#[derive(clap::Args)]
+pub struct UpArgs {
+    #[arg(long)]
+    pub scope: String,
+    #[arg(long)]
+    pub thread: String,
+    #[arg(long, default_value = "default")]
+    pub agent_dir: String,
+    /// Dispose after this many seconds without a request.
+    #[arg(long, default_value_t = 1800)]
+    pub idle_timeout: u64,
+    /// Dispose this many seconds after creation, busy or not.
+    #[arg(long, default_value_t = 86_400)]
+    pub max_age: u64,
+    #[command(flatten)]
+    pub sel: Selection,
+}
+
+fn state() -> Result<StateDir, ExitCode> {
+    StateDir::open(&StateDir::default_path()).map_err(|e| refuse(e))
+}
+
+fn attach(handle: &str) -> Result<KeptSandbox, ExitCode> {
+    let st = state()?;
+    let rec = match st.read(handle) {
+        Ok(Some(r)) => r,
+        Ok(None) => {
+            return Err(refuse(format!(
+                "no sandbox `{handle}` in {}; `cordon sandbox ls` lists them",
+                st.path().display()
+            )))
+        }
+        Err(e) => return Err(refuse(e)),
+    };
+    let spec = match &rec.spec_yaml {
+        Some(y) => SandboxSpec::from_yaml("recorded spec", y),
+        None => SandboxSpec::new("sandbox", "host"),
+    }
+    .map_err(refuse)?;
+    let prov = Provenance {
+        spec,
+        identity: keeper::identity_of(&rec.identity),
+        policy_digest: rec.policy_digest.clone(),
+    };
+    KeptSandbox::new(st, rec, prov).map_err(refuse)
+}
+
+pub fn run(cmd: SandboxCommand) -> ExitCode {
+    match go(cmd) {
+        Ok(c) | Err(c) => c,
+    }
+}
+
+fn go(cmd: SandboxCommand) -> Result<ExitCode, ExitCode> {
+    match cmd {
+        SandboxCommand::Up(a) => up(a),
+        SandboxCommand::Exec {
+            handle,
+            timeout,
+            command,
+        } => {
+            let s = attach(&handle)?;
+            let req = ExecRequest {
+                argv: command,
+                env: Default::default(),
+                stdin: Vec::new(),
+                timeout: Duration::from_secs(timeout.unwrap_or(3600)),
+                max_output_bytes: MAX_OUTPUT_BYTES,
+            };
+            let out = s.exec_streaming(&req, &show).map_err(refuse)?;
+            Ok(exit_for(&out, req.max_output_bytes))
+        }
+        SandboxCommand::Put {
+            handle,
+            local,
+            remote,
+        } => {
+            let s = attach(&handle)?;
+            let bytes = std::fs::read(&local)
+                .map_err(|e| refuse(format!("reading `{}`: {e}", local.display())))?;
+            let remote = if remote.starts_with('/') {
+                remote
+            } else {
+                format!("{}/{remote}", s.record().guest_work_dir)
+            };
+            s.write_file(&remote, &bytes, 0o644).map_err(refuse)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        SandboxCommand::Collect { handle, to } => {
+            let s = attach(&handle)?;
+            if s.record().spec_yaml.is_none() {
+                return Err(refuse(format!(
+                    "sandbox `{handle}` was made without a spec file, so it declares no outputs; create it with `cordon sandbox up --spec FILE`"
+                )));
+            }
+            let sink = cordon_sandbox::sink::FsSink::new(&to).map_err(refuse)?;
+            let got = collect_outputs(&s, &s.provenance().spec, Some(&sink)).map_err(refuse)?;
+            for a in &got.landed {
+                println!("{a:?}");
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        SandboxCommand::Ls => {
+            let st = state()?;
+            let (records, bad) = st.list().map_err(refuse)?;
+            let now = state::now();
+            println!(
+                "{:<44} {:<10} {:<8} {:>8}  SCOPE/THREAD",
+                "HANDLE", "BACKEND", "STATE", "AGE"
+            );
+            for r in records {
+                let st8 = if !r.keeper.alive() {
+                    "orphaned"
+                } else if r.orphaned_or_expired(now) {
+                    "expired"
+                } else {
+                    "live"
+                };
+                println!(
+                    "{:<44} {:<10} {:<8} {:>7}s  {}/{}",
+                    r.handle,
+                    r.backend,
+                    st8,
+                    now.saturating_sub(r.created),
+                    r.key.scope,
+                    r.key.thread
+                );
+            }
+            for b in bad {
+                eprintln!("warning: unreadable record `{}`", b.display());
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        SandboxCommand::Down {
+            handle,
+            scope,
+            thread,
+        } => {
+            let st = state()?;
+            match (handle, scope, thread) {
+                (Some(h), None, None) => {
+                    let rec = st.read(&h).map_err(refuse)?.ok_or_else(|| {
+                        refuse(format!("no sandbox `{h}`; `cordon sandbox ls` lists them"))
+                    })?;
+                    let _lock = st
+                        .lock(&rec.key, Duration::from_secs(120))
+                        .map_err(refuse)?;
+                    for f in keeper::dispose_record(&st, &rec) {
+                        eprintln!("warning: {f}");
+                    }
+                    println!("1");
+                    Ok(ExitCode::SUCCESS)
+                }
+                (None, Some(s), Some(t)) => {
+                    let n = keeper::dispose_scope(&st, None, &s, &t).map_err(refuse)?;
+                    println!("{n}");
+                    Ok(ExitCode::SUCCESS)
+                }
+                _ => Err(refuse("name a HANDLE, or both `--scope S --thread T`")),
+            }
+        }
+        SandboxCommand::Gc => {
+            let st = state()?;
+            let (n, failures) = KeptBackend::gc(&st);
+            for f in failures {
+                eprintln!("warning: {f}");
+            }
+            println!("{n}");
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+fn up(a: UpArgs) -> Result<ExitCode, ExitCode> {
+    let st = state()?;
+    let exe = std::env::current_exe()
+        .map_err(|e| refuse(format!("cannot find the cordon binary: {e}")))?;
+    let spec_yaml = match &a.sel.spec {
+        Some(f) => Some(
+            std::fs::read_to_string(f)
+                .map_err(|e| refuse(format!("reading `{}`: {e}", f.display())))?,
+        ),
+        None => None,
+    };
+    let policy_file = match &a.sel.policy {
+        Some(p) => Some(
+            p.canonicalize()
+                .map_err(|e| refuse(format!("policy `{}`: {e}", p.display())))?,
+        ),
+        None => None,
+    };
+    let kept = KeptConfig {
+        state: st,
+        keeper: InitProgram::new(exe).arg(KEEPER_ARG),
+        policy_file,
+        spec_yaml,
+        idle_timeout: Duration::from_secs(a.idle_timeout),
+        max_age: Duration::from_secs(a.max_age),
+    };
+    let p = prepare(&a.sel, &|config| {
+        Arc::new(KeptBackend::new(config, kept.clone())) as Arc<dyn cordon_sandbox::Backend>
+    })?;
+    let id = p.identity.clone();
+    let (scope, thread, agent) = (a.scope.clone(), a.thread.clone(), a.agent_dir.clone());
+    let caller = CallerContext::new(
+        move || scope.clone(),
+        move || thread.clone(),
+        move || agent.clone(),
+        move || id.clone(),
+    );
+    let s = p.router.acquire(&caller, &p.spec).map_err(refuse)?;
+    println!("{}", s.id());
+    Ok(ExitCode::SUCCESS)
+}
