@@ -15,14 +15,13 @@
 use std::fs::File;
 use std::io::{BufReader, Write};
 use std::os::fd::{AsRawFd, FromRawFd, RawFd};
-use std::os::unix::process::CommandExt;
 use std::process::{Command, ExitStatus, Stdio};
 
 use nix::fcntl::{fcntl, FcntlArg, FdFlag, OFlag};
 use nix::sched::{unshare, CloneFlags};
 use nix::sys::prctl;
 use nix::sys::resource::{setrlimit, Resource};
-use nix::sys::signal::Signal;
+use nix::sys::signal::{SigSet, Signal};
 use nix::sys::wait::{waitpid, WaitStatus};
 use nix::unistd::{Gid, Pid, Uid};
 
@@ -417,24 +416,31 @@ fn stage2(plan: &Plan, report: &mut File) -> Result<i32, Failure> {
     fs_rules::restrict(plan, &rules).map_err(fail("landlock"))?;
     seccomp::install(Rung::Container).map_err(fail("seccomp"))?;
     proto::send(report, &Report::Started).map_err(fail("report"))?;
-    let child = workload(plan).spawn().map_err(fail("start workload"))?;
-    let pid = Pid::from_raw(i32::try_from(child.id()).map_err(fail("start workload"))?);
     // PID 1 reaps every orphan; the run ends when the first process does,
     // and whatever it left behind dies with this namespace.
-    let termination = loop {
+    let termination = run_and_reap(plan)?;
+    proto::send(report, &Report::Exited(termination)).map_err(fail("report"))?;
+    let _ = report.flush();
+    Ok(0)
+}
+
+/// Starts the workload as our child and reaps every process that ends
+/// (orphans included: we are PID 1 or a subreaper) until the workload's
+/// first process does; returns how it ended.
+fn run_and_reap(plan: &Plan) -> Result<Termination, Failure> {
+    let child = workload(plan).spawn().map_err(fail("start workload"))?;
+    let pid = Pid::from_raw(i32::try_from(child.id()).map_err(fail("start workload"))?);
+    loop {
         match waitpid(None, None) {
-            Ok(WaitStatus::Exited(p, code)) if p == pid => break Termination::Exited(code),
+            Ok(WaitStatus::Exited(p, code)) if p == pid => return Ok(Termination::Exited(code)),
             Ok(WaitStatus::Signaled(p, sig, _)) if p == pid => {
-                break Termination::Signaled(sig as i32)
+                return Ok(Termination::Signaled(sig as i32))
             }
             Ok(_) => {}
             Err(nix::errno::Errno::EINTR) => {}
             Err(e) => return Err(fail("wait for workload")(e)),
         }
-    };
-    proto::send(report, &Report::Exited(termination)).map_err(fail("report"))?;
-    let _ = report.flush();
-    Ok(0)
+    }
 }
 
 /// The process rung: host root until it becomes `host_uid`, then the
@@ -445,6 +451,10 @@ fn process(plan: &Plan, plan_in: &mut BufReader<File>, report: &mut File) -> Res
     if plan.rung() != Rung::Process {
         return Err(fail("process init")("this init is for the process rung"));
     }
+    // The workload's orphans come to us, not to the host's init: we reap
+    // them at once, so none lingers as a zombie counted against the uid's
+    // RLIMIT_NPROC after the run.
+    prctl::set_child_subreaper(true).map_err(fail("PR_SET_CHILD_SUBREAPER"))?;
     nix::unistd::setsid().map_err(fail("setsid"))?;
     nix::unistd::setgroups(&[]).map_err(fail("setgroups"))?;
     let ids = plan.ids();
@@ -455,10 +465,37 @@ fn process(plan: &Plan, plan_in: &mut BufReader<File>, report: &mut File) -> Res
     let rules = fs_rules::effective(plan);
     fs_rules::restrict(plan, &rules).map_err(fail("landlock"))?;
     seccomp::install(Rung::Process).map_err(fail("seccomp"))?;
+    // The owner's death must take the workload with it. The death signal
+    // does not pass to children, so ours is SIGTERM, taken by a thread that
+    // kills everything we may signal and exits. (std gives the workload an
+    // empty signal mask.)
+    let mut term = SigSet::empty();
+    term.add(Signal::SIGTERM);
+    term.thread_block().map_err(fail("block SIGTERM"))?;
+    prctl::set_pdeathsig(Signal::SIGTERM).map_err(fail("PR_SET_PDEATHSIG"))?;
+    if nix::unistd::getppid() != owner {
+        return Err(fail("PR_SET_PDEATHSIG")("the owner exited during setup"));
+    }
+    std::thread::spawn(move || {
+        let _ = term.wait();
+        let _ = nix::sys::signal::kill(Pid::from_raw(-1), Signal::SIGKILL);
+        std::process::exit(SETUP_FAILED);
+    });
     proto::send(report, &Report::Started).map_err(fail("report"))?;
-    // exec only returns on failure; the report pipe is close-on-exec.
-    let err = workload(plan).exec();
-    Err(fail("exec workload")(err))
+    let termination = run_and_reap(plan)?;
+    // What the workload left running dies now, and is reaped here. The
+    // signal reaches only our own domain (Landlock scoping, required at
+    // this rung) and our own uid; the owner also kills the cgroup.
+    let _ = nix::sys::signal::kill(Pid::from_raw(-1), Signal::SIGKILL);
+    loop {
+        match waitpid(None, None) {
+            Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+            Err(_) => break, // ECHILD: nobody left
+        }
+    }
+    proto::send(report, &Report::Exited(termination)).map_err(fail("report"))?;
+    let _ = report.flush();
+    Ok(0)
 }
 
 /// Maps a wait status of the init (process rung: of the workload itself).

@@ -87,7 +87,6 @@ pub struct Running {
     child: Child,
     cgroup: Option<Cgroup>,
     reports: Receiver<Report>,
-    rung: Rung,
     cpu_limit: Duration,
     wall_limit: Duration,
     started: Instant,
@@ -202,7 +201,6 @@ pub fn launch(
         child,
         cgroup: Some(cgroup),
         reports: reader(report_r),
-        rung: plan.rung(),
         cpu_limit: Duration::from_secs(plan.bounds().max_cpu_seconds),
         wall_limit: Duration::from_secs(plan.bounds().max_wall_seconds),
         started: Instant::now(),
@@ -356,8 +354,9 @@ impl Running {
         self.kill_tree();
         let mut termination = init::termination(status);
         let mut setup_error = None;
-        if self.rung == Rung::Container {
-            // Stage 2 reported the workload's own status before exiting.
+        {
+            // The init (stage 2, or the process rung's reaper) reported the
+            // workload's own status before exiting.
             let mut exited = None;
             while let Ok(r) = self.reports.recv_timeout(Duration::from_millis(200)) {
                 match r {
@@ -371,12 +370,6 @@ impl Running {
                 None if killed_by.is_some() => Termination::Signaled(libc::SIGKILL),
                 None => termination,
             };
-        } else {
-            while let Ok(r) = self.reports.recv_timeout(Duration::from_millis(50)) {
-                if let Report::Failed { step, error } = r {
-                    setup_error = Some((step, error));
-                }
-            }
         }
         let mut limits_hit = Vec::new();
         let mut cpu = None;
@@ -402,7 +395,7 @@ impl Running {
         limits_hit.sort();
         self.cleanup();
         if let Some((step, error)) = setup_error {
-            if termination == Termination::Exited(SETUP_FAILED) || self.rung == Rung::Process {
+            if termination == Termination::Exited(SETUP_FAILED) {
                 return Err(LaunchError::Setup { step, error });
             }
         }

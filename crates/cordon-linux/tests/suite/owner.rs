@@ -111,3 +111,37 @@ both!(sandbox_dies_with_its_owner, |rung| {
     no_process_left(uid);
     remove_cgroups_of(owner_pid);
 });
+
+/// After a process-rung run that left many processes behind, none lingers
+/// as a zombie counted against the uid's `RLIMIT_NPROC`: the init is their
+/// subreaper and reaps them before it reports. The next run on the same uid
+/// can fork as much as the first.
+#[test]
+fn no_zombie_of_a_process_rung_run_outlives_it() {
+    let Some(enforcer) = super::enforcer_for(cordon_linux::Rung::Process, "zombie reaping") else {
+        return;
+    };
+    let mut case = super::shell(
+        cordon_linux::Rung::Process,
+        "for i in $(seq 40); do (sleep 30 & sleep 30 &) ; done; echo spawned",
+    );
+    case.spec.bounds.max_processes = 100;
+    let run = case.run(&enforcer);
+    assert!(run.stdout.contains("spawned"), "{run:?}");
+    // Right after the run: no process of the uid, zombie or not.
+    let uid = case.host_uid().to_string();
+    let mut left = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(status) = std::fs::read_to_string(e.path().join("status")) else {
+            continue;
+        };
+        let uid_line = status.lines().find(|l| l.starts_with("Uid:")).unwrap_or("");
+        if uid_line.split_whitespace().nth(1) == Some(uid.as_str()) {
+            left.push(status.lines().take(3).collect::<Vec<_>>().join(" "));
+        }
+    }
+    assert!(left.is_empty(), "left behind: {left:?}");
+    // And the same uid forks as much again.
+    let again = case.run(&enforcer);
+    assert!(again.stdout.contains("spawned"), "{again:?}");
+}
