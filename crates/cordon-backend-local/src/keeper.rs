@@ -43,6 +43,7 @@ pub struct Launch {
     pub state_dir: PathBuf,
     pub handle: String,
     pub key: KeyRecord,
+    pub owner: String,
     pub rung: String,
     /// `None`: `cordon:default`.
     pub policy_file: Option<PathBuf>,
@@ -262,6 +263,7 @@ pub fn spawn(
         .args(&keeper.args)
         .env_clear()
         .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+        .envs(std::env::var_os("CORDON_IMAGE_STORE").map(|v| ("CORDON_IMAGE_STORE", v)))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::from(log))
@@ -340,7 +342,7 @@ impl KeptSandbox {
     fn run(
         &self,
         req: &ExecRequest,
-        sink: Option<&(dyn Fn(Stream, &[u8]) + Sync)>,
+        sink: crate::OutputSink<'_>,
     ) -> Result<ExecOutput, SandboxError> {
         let failed = |reason: String| SandboxError::Failed {
             operation: "exec",
@@ -554,6 +556,7 @@ fn serve_sandbox(
     let record = Record {
         handle: launch.handle.clone(),
         key: launch.key.clone(),
+        owner: launch.owner.clone(),
         backend: launch.rung.clone(),
         keeper: ProcessId::current(),
         created: state::now(),
@@ -693,6 +696,18 @@ pub struct KeptConfig {
     pub spec_yaml: Option<String>,
     pub idle_timeout: Duration,
     pub max_age: Duration,
+    /// This owner's name for itself, recorded with each sandbox.
+    pub owner: String,
+}
+
+/// What a restarted owner does with the sandboxes it made before.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OnRestart {
+    /// Keep the live ones (each is attached again by its key on the next
+    /// acquire); reclaim those whose keeper is gone or that expired.
+    Adopt,
+    /// Dispose of every one of them.
+    Reclaim,
 }
 
 /// The `process` or `container` backend with sandboxes that outlive this
@@ -729,6 +744,34 @@ impl KeptBackend {
 
     pub fn state(&self) -> &StateDir {
         &self.kept.state
+    }
+
+    /// Run once when an owner starts: finds the sandboxes recorded under
+    /// this owner's name and adopts or reclaims them per `policy`. Returns
+    /// (kept, disposed). Failures are logged, never fatal.
+    pub fn recover(&self, policy: OnRestart) -> (usize, usize) {
+        let state = &self.kept.state;
+        let Ok((records, _)) = state.list() else {
+            return (0, 0);
+        };
+        let now = state::now();
+        let (mut kept, mut gone) = (0, 0);
+        for rec in records.into_iter().filter(|r| r.owner == self.kept.owner) {
+            let live = !rec.orphaned_or_expired(now) && ping(state, &rec);
+            if live && policy == OnRestart::Adopt {
+                kept += 1;
+                continue;
+            }
+            let Ok(_lock) = state.lock(&rec.key, LOCK_WAIT) else {
+                tracing::warn!(handle = %rec.handle, "recover: the key is locked; skipped");
+                continue;
+            };
+            for f in dispose_record(state, &rec) {
+                tracing::warn!(handle = %rec.handle, "recover: {f}");
+            }
+            gone += 1;
+        }
+        (kept, gone)
     }
 
     /// Disposes of every sandbox whose keeper is gone or that is past its
@@ -775,6 +818,9 @@ impl cordon_sandbox::Backend for KeptBackend {
     fn capabilities(&self) -> cordon_sandbox::CapabilitySet {
         self.inner.capabilities()
     }
+    fn materialises(&self, image: &str) -> Result<(), String> {
+        self.inner.materialises(image)
+    }
 
     fn acquire(
         &self,
@@ -787,7 +833,9 @@ impl cordon_sandbox::Backend for KeptBackend {
                 "the router's policy is not the one this backend enforces",
             ));
         }
-        self.inner.image_for(&req.provenance.spec)?;
+        self.inner
+            .image_root(req.provenance.spec.image())
+            .map_err(|e| failed("acquire", e))?;
         let state = &self.kept.state;
         let key = key_record(&req.key);
         let _lock = state
@@ -855,6 +903,7 @@ impl cordon_sandbox::Backend for KeptBackend {
             state_dir: state.path().to_path_buf(),
             handle,
             key,
+            owner: self.kept.owner.clone(),
             rung: self.inner.name().to_string(),
             policy_file: self.kept.policy_file.clone(),
             policy_digest: cfg.policy.digest.clone(),

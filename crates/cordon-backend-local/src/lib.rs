@@ -18,6 +18,7 @@
 
 pub mod command;
 pub mod keeper;
+pub mod rebase;
 pub mod state;
 pub mod translate;
 
@@ -143,20 +144,24 @@ impl LocalBackend {
         )
     }
 
-    /// The image a spec names, as this backend materialises it: only the
-    /// built-in `host` image for now.
-    fn image_for(&self, spec: &cordon_sandbox::SandboxSpec) -> Result<(), BackendError> {
-        if spec.image() == "host" {
-            return Ok(());
+    /// Where the image `image` names is on this host: `None` for the
+    /// built-in `host` image (the host's own system directories), the
+    /// stored root for an image of cordon's store (container rung only).
+    pub fn image_root(&self, image: &str) -> Result<Option<PathBuf>, String> {
+        if image == "host" {
+            return Ok(None);
         }
-        Err(failed(
-            "acquire",
-            format!(
-                "the {} backend cannot materialise image `{}`: it runs the built-in `host` image only",
-                self.name,
-                spec.image()
-            ),
-        ))
+        if self.config.rung == Rung::Process {
+            return Err(format!(
+                "the process rung runs on the host's own files, so it runs only the `host` image, not `{image}`; use the container rung"
+            ));
+        }
+        let store = cordon_image::ImageStore::open(&cordon_image::ImageStore::default_root())
+            .map_err(|e| e.to_string())?;
+        match store.resolve(image).map_err(|e| e.to_string())? {
+            cordon_image::Resolved::Host => Ok(None),
+            cordon_image::Resolved::Stored { root, .. } => Ok(Some(root)),
+        }
     }
 
     /// Why this rung cannot run here, if it cannot.
@@ -269,6 +274,10 @@ impl Backend for LocalBackend {
         Egress::Closed
     }
 
+    fn materialises(&self, image: &str) -> Result<(), String> {
+        self.image_root(image).map(drop)
+    }
+
     fn capabilities(&self) -> CapabilitySet {
         [
             Capability::Exec,
@@ -321,22 +330,32 @@ impl LocalBackend {
             .ok_or_else(|| failed("acquire", "the work dir is not a UTF-8 path"))?
             .to_string();
         let spec_dir = req.provenance.spec.work_dir();
-        // Both rungs show the work dir at its host path (showing it at the
-        // spec's path needs the plan translated across the bind; not yet).
-        let guest = host_str;
-        if let Err(e) = self.image_for(&req.provenance.spec) {
-            if fresh {
-                let _ = std::fs::remove_dir_all(&host_work);
+        // The container rung shows the work dir at the spec's path (the plan
+        // is carried across the bind, see `rebase`); the process rung sees
+        // the host's files, so it can only show it at its host path.
+        let guest = match self.config.rung {
+            Rung::Container => spec_dir.to_string(),
+            Rung::Process => host_str,
+        };
+        let image_root = match self.image_root(req.provenance.spec.image()) {
+            Ok(r) => r,
+            Err(e) => {
+                if fresh {
+                    let _ = std::fs::remove_dir_all(&host_work);
+                }
+                return Err(failed("acquire", e));
             }
-            return Err(e);
-        }
-        if spec_dir != cordon_sandbox::spec::DEFAULT_WORK_DIR && spec_dir != guest {
+        };
+        if self.config.rung == Rung::Process
+            && spec_dir != cordon_sandbox::spec::DEFAULT_WORK_DIR
+            && spec_dir != guest
+        {
             if fresh {
                 let _ = std::fs::remove_dir_all(&host_work);
             }
             return Err(failed(
                 "acquire",
-                format!("the spec's work dir `{spec_dir}` cannot be provided: the local rungs show the work dir at its host path `{guest}`; leave `work_dir` out of the spec or pass `--work-dir {spec_dir}`"),
+                format!("the spec's work dir `{spec_dir}` cannot be provided: the process rung shows the work dir at its host path `{guest}`; leave `work_dir` out of the spec, pass `--work-dir {spec_dir}`, or use the container rung"),
             ));
         }
         let tmp = match self.config.rung {
@@ -366,6 +385,7 @@ impl LocalBackend {
             fresh,
             tmp,
             host_id: id,
+            image_root,
             warm: None,
             base: std::sync::OnceLock::new(),
         };
@@ -435,6 +455,9 @@ pub struct LocalSandbox {
     fresh: bool,
     tmp: Option<PathBuf>,
     host_id: u32,
+    /// Container rung: the root of the spec's image from the store (`None`:
+    /// the built-in `host` image).
+    image_root: Option<PathBuf>,
     /// Container rung: the live sandbox every exec runs in.
     warm: Option<cordon_linux::WarmSandbox>,
     /// The translated plan without a command, made once per sandbox (the
@@ -457,7 +480,7 @@ fn now() -> i64 {
 
 /// Reads up to `cap` bytes, then drains the rest so the writer never blocks.
 /// Where a workload's output goes as it arrives, besides the result.
-type OutputSink<'a> = Option<&'a (dyn Fn(Stream, &[u8]) + Sync)>;
+pub type OutputSink<'a> = Option<&'a (dyn Fn(Stream, &[u8]) + Sync)>;
 
 /// Reads all of `r`, keeping (and handing to `sink`) at most `cap` bytes;
 /// the rest is drained so the workload never blocks on a full pipe.
@@ -563,7 +586,8 @@ impl LocalSandbox {
     /// Checks the first command and builds the plan; refuses what cannot be held.
     pub fn plan_for(&self, req: &ExecRequest) -> Result<(PlanSpec, Vec<String>), SandboxError> {
         let argv0 = req.argv.first().map(String::as_str).unwrap_or("");
-        let canonical = command::resolve(argv0).map_err(|e| refused(e.to_string()))?;
+        let canonical = command::resolve_in(self.image_root.as_deref(), argv0)
+            .map_err(|e| refused(e.to_string()))?;
         let work = self.files.guest().to_string();
         let identity = &self.provenance.identity;
         let request = Request {
@@ -616,10 +640,25 @@ impl LocalSandbox {
     fn make_base_plan(&self) -> Result<(PlanSpec, Vec<String>), SandboxError> {
         let work = self.files.guest().to_string();
         let identity = &self.provenance.identity;
-        let plan = self
+        let mut plan = self
             .policy
             .plan(identity, &self.env, now(), &work)
             .map_err(|e| refused(e.to_string()))?;
+        // The translation checks the host's files: carry the plan across
+        // the work dir's bind (nothing to carry when it is seen at its own
+        // host path).
+        let host_work = self
+            .host_work
+            .canonicalize()
+            .map_err(|e| refused(format!("the work dir `{}`: {e}", self.host_work.display())))?;
+        let rebase = (self.rung == Rung::Container
+            && (Path::new(&work) != host_work || self.image_root.is_some()))
+        .then(|| rebase::Rebase::with_image(&work, &host_work, self.image_root.as_deref()))
+        .map(|r| r.ok_or_else(|| refused("the work dir is not a UTF-8 path".into())))
+        .transpose()?;
+        if let Some(r) = &rebase {
+            plan = r.plan_to_host(&plan);
+        }
         let tmp_seen: PathBuf = match self.rung {
             Rung::Container => PathBuf::from("/tmp"),
             Rung::Process => self
@@ -632,11 +671,20 @@ impl LocalSandbox {
             &plan,
             &translate::Target {
                 rung: self.rung,
-                work_dir: &self.host_work,
+                work_dir: &host_work,
                 tmp_dir: &tmp_seen,
             },
         )
         .map_err(|e| refused(e.message))?;
+        let mut t = t;
+        if let Some(r) = &rebase {
+            for rule in &mut t.fs {
+                rule.path = r.to_guest(&rule.path);
+            }
+            for m in t.mask_paths.iter_mut().chain(t.mask_executables.iter_mut()) {
+                *m = r.to_guest(m);
+            }
+        }
         let mut env = BTreeMap::from([
             ("PATH".to_string(), command::IMAGE_PATH.to_string()),
             ("HOME".to_string(), work.clone()),
@@ -654,9 +702,10 @@ impl LocalSandbox {
             fs: t.fs,
             mask_paths: t.mask_paths,
             mask_executables: t.mask_executables,
-            work_dir: self.host_work.clone(),
-            work_dir_source: None,
-            image_root: None,
+            work_dir: PathBuf::from(&work),
+            work_dir_source: (self.rung == Rung::Container && Path::new(&work) != host_work)
+                .then(|| host_work.clone()),
+            image_root: self.image_root.clone(),
             tmp_dir: self.tmp.clone(),
             env,
             bounds: Bounds {

@@ -121,6 +121,9 @@ pub struct IdentityRecord {
 pub struct Record {
     pub handle: String,
     pub key: KeyRecord,
+    /// Who asked for it: the owner's own name for itself (a host service,
+    /// `cordon sandbox`), so a restarted owner finds what it made.
+    pub owner: String,
     /// The backend (rung) that made it: `process` or `container`.
     pub backend: String,
     /// The keeper process serving it.
@@ -430,6 +433,7 @@ mod tests {
         Record {
             handle: handle.into(),
             key: k,
+            owner: "test".into(),
             backend: "container".into(),
             keeper: ProcessId::current(),
             created: now(),

@@ -9,6 +9,8 @@ mod conformance;
 mod doctor;
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 mod escape;
+#[cfg(target_os = "linux")]
+mod image_cmd;
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 mod kit;
 mod policy_cmd;
@@ -56,6 +58,13 @@ enum Command {
         #[command(subcommand)]
         command: sandbox_cmd::SandboxCommand,
     },
+    #[cfg(target_os = "linux")]
+    /// Manage the image store: the root trees a sandbox's `image` names
+    /// (build with debootstrap, import, list, remove).
+    Image {
+        #[command(subcommand)]
+        command: image_cmd::ImageCommand,
+    },
 }
 
 /// Output formats every command offers.
@@ -99,5 +108,7 @@ fn main() -> ExitCode {
         Command::Run(args) => run::run(args),
         #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
         Command::Sandbox { command } => sandbox_cmd::run(command),
+        #[cfg(target_os = "linux")]
+        Command::Image { command } => image_cmd::run(command),
     }
 }

@@ -21,7 +21,7 @@ use crate::run::{exit_for, prepare, refuse, show, Selection, MAX_OUTPUT_BYTES};
 pub enum SandboxCommand {
     /// Get or create the sandbox for a key and print its handle (the same
     /// key twice gives the same sandbox).
-    Up(UpArgs),
+    Up(Box<UpArgs>),
     /// Run a command in a sandbox; exits with its status (124 bound, 125 refused).
     Exec {
         handle: String,
@@ -77,8 +77,11 @@ pub struct UpArgs {
     pub sel: Selection,
 }
 
+/// The owner name `cordon sandbox` records its sandboxes under.
+pub const OWNER: &str = "cordon-sandbox-cli";
+
 fn state() -> Result<StateDir, ExitCode> {
-    StateDir::open(&StateDir::default_path()).map_err(|e| refuse(e))
+    StateDir::open(&StateDir::default_path()).map_err(refuse)
 }
 
 fn attach(handle: &str) -> Result<KeptSandbox, ExitCode> {
@@ -114,7 +117,7 @@ pub fn run(cmd: SandboxCommand) -> ExitCode {
 
 fn go(cmd: SandboxCommand) -> Result<ExitCode, ExitCode> {
     match cmd {
-        SandboxCommand::Up(a) => up(a),
+        SandboxCommand::Up(a) => up(*a),
         SandboxCommand::Exec {
             handle,
             timeout,
@@ -257,6 +260,7 @@ fn up(a: UpArgs) -> Result<ExitCode, ExitCode> {
         spec_yaml,
         idle_timeout: Duration::from_secs(a.idle_timeout),
         max_age: Duration::from_secs(a.max_age),
+        owner: OWNER.to_string(),
     };
     let p = prepare(&a.sel, &|config| {
         Arc::new(KeptBackend::new(config, kept.clone())) as Arc<dyn cordon_sandbox::Backend>

@@ -1,5 +1,6 @@
 //! `cordon sandbox`: warm sandboxes driven from separate invocations of the
 //! real binary — the proof that nothing lives only in one process's memory.
+#![allow(clippy::expect_used, clippy::unwrap_used)] // tests may panic on a broken fixture
 
 use std::path::Path;
 use std::process::Command;
@@ -286,6 +287,136 @@ fn a_state_directory_others_can_write_is_refused() {
     assert_eq!(c, 125);
     assert!(
         err.contains("lets group or others in") && err.contains("chmod 700"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_restarted_owner_adopts_or_reclaims_what_it_made() {
+    use cordon_backend_local::keeper::{KeptBackend, KeptConfig, OnRestart, KEEPER_ARG};
+    use cordon_backend_local::state::StateDir;
+    if !can_sandbox("restart re-adoption") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    // The first owner (one CLI process) makes a sandbox and exits.
+    let h = up(&state, "s-restart", "t");
+    let work = record(&state, &h)["work_dir"].as_str().unwrap().to_string();
+    // A restarted owner under the same name, built as a host would.
+    let owner = |name: &str| {
+        let policy = std::sync::Arc::new(cordon_policy::Policy::load_default().unwrap());
+        KeptBackend::new(
+            cordon_backend_local::LocalConfig {
+                rung: cordon_linux::Rung::Container,
+                policy,
+                env: Default::default(),
+                work_dir: cordon_backend_local::WorkDir::Fresh {
+                    parent: std::env::temp_dir(),
+                },
+                init: cordon_linux::InitProgram::new(env!("CARGO_BIN_EXE_cordon"))
+                    .arg("__sandbox-init"),
+            },
+            KeptConfig {
+                state: StateDir::open(&state).unwrap(),
+                keeper: cordon_linux::InitProgram::new(env!("CARGO_BIN_EXE_cordon"))
+                    .arg(KEEPER_ARG),
+                policy_file: None,
+                spec_yaml: None,
+                idle_timeout: std::time::Duration::from_secs(60),
+                max_age: std::time::Duration::from_secs(600),
+                owner: name.to_string(),
+            },
+        )
+    };
+    // Another owner's sandboxes are not its business.
+    assert_eq!(owner("someone-else").recover(OnRestart::Reclaim), (0, 0));
+    let me = owner("cordon-sandbox-cli");
+    assert_eq!(me.recover(OnRestart::Adopt), (1, 0));
+    let (c, out, _) = cordon(
+        &state,
+        &["sandbox", "exec", &h, "--", "/bin/echo", "adopted"],
+    );
+    assert_eq!((c, out.trim()), (0, "adopted"));
+    assert_eq!(me.recover(OnRestart::Reclaim), (0, 1));
+    assert!(!Path::new(&work).exists());
+    assert!(!state.join("sandboxes").join(format!("{h}.json")).exists());
+}
+
+/// The CI image (minimal Debian with python3), built once per machine and
+/// cached in `/var/cache/cordon-ci-images`.
+fn ci_image() -> (std::path::PathBuf, &'static str) {
+    let store = std::path::PathBuf::from("/var/cache/cordon-ci-images");
+    let name = "ci-bookworm-python3";
+    if !store.join("names").join(format!("{name}.json")).exists() {
+        let out = Command::new(env!("CARGO_BIN_EXE_cordon"))
+            .args([
+                "image",
+                "build",
+                name,
+                "--debootstrap",
+                "--include",
+                "python3",
+            ])
+            .env("CORDON_IMAGE_STORE", &store)
+            .output()
+            .expect("cordon image build");
+        assert!(
+            out.status.success(),
+            "building the CI image: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    (store, name)
+}
+
+#[test]
+fn a_stored_image_runs_at_the_container_rung_and_its_own_files_are_denied() {
+    if !can_sandbox("image run") {
+        return;
+    }
+    let (store, name) = ci_image();
+    let dir = tempfile::tempdir().unwrap();
+    let spec = dir.path().join("spec.yaml");
+    std::fs::write(&spec, format!("kind: run\nimage: {name}\n")).unwrap();
+    let policy = dir.path().join("policy.yaml");
+    std::fs::write(
+        &policy,
+        "policy:\n  extends: [\"cordon:default\"]\n  compute:\n    deny:\n      - name: no-perl\n        when: command in [\"/usr/bin/perl\", \"/usr/bin/perl5.36.0\"]\n",
+    )
+    .unwrap();
+    let run = |rung: &str, script: &str| {
+        let out = Command::new(env!("CARGO_BIN_EXE_cordon"))
+            .args(["run", "--min-isolation", rung, "--backend", rung])
+            .args([
+                "--spec",
+                spec.to_str().unwrap(),
+                "--policy",
+                policy.to_str().unwrap(),
+            ])
+            .args(["--", "/bin/sh", "-c", script])
+            .env("CORDON_IMAGE_STORE", &store)
+            .output()
+            .expect("cordon run");
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (c, out, err) = run(
+        "container",
+        "grep -c bookworm /etc/os-release; python3 -c 'print(6*7)'; pwd; touch /usr/x 2>&1 | grep -c Read-only; perl -e 1 2>/dev/null; echo perl=$?",
+    );
+    assert_eq!(c, 0, "{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(lines[0].parse::<u32>().unwrap_or(0) >= 1, "{out}");
+    assert_eq!(&lines[1..], ["42", "/workspace", "1", "perl=127"], "{out}");
+    // The process rung sees the host's files: it refuses the image.
+    let (c, _, err) = run("process", "true");
+    assert_eq!(c, 125);
+    assert!(
+        err.contains("cannot run the image") && err.contains("container rung"),
         "{err}"
     );
 }

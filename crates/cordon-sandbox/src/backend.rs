@@ -145,6 +145,15 @@ pub trait Backend: Send + Sync {
         CapabilitySet::default_for_backend()
     }
 
+    /// Whether the backend can materialise the image `image` names (an
+    /// entry of cordon's image store, or the built-in `host`), and if not,
+    /// why. The router never selects a backend that refuses a spec's image.
+    /// Silence accepts every name (test backends that run no image).
+    fn materialises(&self, image: &str) -> Result<(), String> {
+        let _ = image;
+        Ok(())
+    }
+
     /// Gets the sandbox for `req.key`, creating it when none exists.
     fn acquire(&self, req: &AcquireRequest) -> Result<Arc<dyn Sandbox>, BackendError>;
 

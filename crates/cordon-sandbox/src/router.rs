@@ -40,6 +40,8 @@ pub enum Refusal {
     Missing { capabilities: CapabilitySet },
     /// Cannot confine egress at all (or declared nothing, which reads the same).
     EgressUnrestricted,
+    /// Cannot materialise the spec's image.
+    Image { image: String, reason: String },
 }
 
 impl fmt::Display for Refusal {
@@ -57,6 +59,9 @@ impl fmt::Display for Refusal {
             Refusal::EgressUnrestricted => f.write_str(
                 "its egress is `unrestricted` (or undeclared), so it cannot hold any allowlist",
             ),
+            Refusal::Image { image, reason } => {
+                write!(f, "it cannot run the image `{image}`: {reason}")
+            }
         }
     }
 }
@@ -411,6 +416,12 @@ impl Router {
         }
         if a.egress == Egress::Unrestricted {
             out.push(Refusal::EgressUnrestricted);
+        }
+        if let Err(reason) = a.backend.materialises(spec.image()) {
+            out.push(Refusal::Image {
+                image: spec.image().to_string(),
+                reason,
+            });
         }
         out
     }

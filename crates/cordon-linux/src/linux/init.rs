@@ -487,12 +487,8 @@ fn process(plan: &Plan, plan_in: &mut BufReader<File>, report: &mut File) -> Res
     // signal reaches only our own domain (Landlock scoping, required at
     // this rung) and our own uid; the owner also kills the cgroup.
     let _ = nix::sys::signal::kill(Pid::from_raw(-1), Signal::SIGKILL);
-    loop {
-        match waitpid(None, None) {
-            Ok(_) | Err(nix::errno::Errno::EINTR) => {}
-            Err(_) => break, // ECHILD: nobody left
-        }
-    }
+    // Until ECHILD: nobody left.
+    while let Ok(_) | Err(nix::errno::Errno::EINTR) = waitpid(None, None) {}
     proto::send(report, &Report::Exited(termination)).map_err(fail("report"))?;
     let _ = report.flush();
     Ok(0)

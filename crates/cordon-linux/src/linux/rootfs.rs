@@ -6,9 +6,18 @@
 //! redirect a bind, and the tmpfs the root is built on (mounted over `/tmp`
 //! in the private mount namespace) cannot hide a source under the host's
 //! `/tmp`.
+//!
+//! Two images: the built-in `host` image ([`HOST_IMAGE`], plus host paths
+//! the plan grants, each bound at its own path), or a stored image
+//! (`Plan::image_root`): every top-level entry of the image but
+//! [`IMAGE_SKIPPED`] (directories and files bound read-only, symlinks
+//! recreated), and no host path from the plan's rules, whose paths then
+//! name paths inside the image. Either way the work dir is bound read-write
+//! from `Plan::work_dir_source` at `Plan::work_dir`, once.
 
 use std::fs;
 use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::ffi::OsStringExt;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
@@ -33,6 +42,10 @@ pub(crate) const IMAGE_MASKS: &[&str] = &[
     "/etc/sudoers",
     "/etc/sudoers.d",
 ];
+
+/// Top-level entries of a stored image that are never bound: the sandbox
+/// gets its own `/proc`, `/dev` and `/tmp`, and neither `/sys` nor `/run`.
+pub(crate) const IMAGE_SKIPPED: &[&str] = &["proc", "sys", "dev", "tmp", "run"];
 
 /// Where the new root is assembled (a tmpfs over it, in our mount namespace).
 const BUILD: &str = "/tmp";
@@ -149,25 +162,16 @@ struct Bind {
     flags: MsFlags,
 }
 
-/// Builds the root for `plan` and enters it with `pivot_root`. Mounts a new
-/// `/proc` (the caller is PID 1 of the new pid namespace) before the old root
-/// goes, because the kernel only lets a user namespace mount procfs while a
-/// full procfs is visible.
-pub(crate) fn enter(plan: &Plan, rules: &[Rule]) -> Result<(), RootfsError> {
-    let root = Path::new("/");
-    // Nothing mounted here may propagate back to the host.
-    mount::<str, Path, str, str>(
-        None,
-        root,
-        None,
-        MsFlags::MS_REC | MsFlags::MS_PRIVATE,
-        None,
-    )
-    .map_err(err("make private", root))?;
-
-    // 1. Pin every source before anything is covered.
-    let mut symlinks = Vec::new();
-    let mut binds = Vec::new();
+/// The built-in `host` image's sources: its system directories (read-only
+/// unless a rule grants write on exactly that directory) and top-level
+/// symlinks, then the plan's host paths outside it, each at its own path.
+/// The work dir is not among them (see [`work_dir_binds`]).
+fn host_image_sources(
+    plan: &Plan,
+    rules: &[Rule],
+    symlinks: &mut Vec<(PathBuf, PathBuf)>,
+    binds: &mut Vec<Bind>,
+) -> Result<(), RootfsError> {
     for dir in HOST_IMAGE {
         let path = Path::new(dir);
         match fs::symlink_metadata(path) {
@@ -190,12 +194,15 @@ pub(crate) fn enter(plan: &Plan, rules: &[Rule]) -> Result<(), RootfsError> {
         }
     }
     let in_image = |p: &Path| HOST_IMAGE.iter().any(|d| p.starts_with(d));
+    let work = plan.work_dir();
     let mut plan_binds: Vec<&Rule> = rules
         .iter()
         .filter(|r| !r.device && r.path != Path::new("/proc") && r.path != Path::new("/tmp"))
         .filter(|r| r.read || r.write || r.execute)
         .filter(|r| !in_image(&r.path) || r.write)
         .filter(|r| !HOST_IMAGE.iter().any(|d| r.path == Path::new(d)))
+        // The work dir and what lies beneath it come from its source.
+        .filter(|r| !r.path.starts_with(work))
         .collect();
     plan_binds.sort_by_key(|r| r.path.components().count());
     for r in plan_binds {
@@ -208,6 +215,260 @@ pub(crate) fn enter(plan: &Plan, rules: &[Rule]) -> Result<(), RootfsError> {
             });
         }
     }
+    Ok(())
+}
+
+/// A stored image's sources: every top-level entry of `image` but
+/// [`IMAGE_SKIPPED`], each opened `O_PATH | O_NOFOLLOW` beneath a pinned
+/// descriptor of the image root. Directories and files are bound read-only
+/// whatever the rules say (a blob is shared and content-addressed; a write
+/// grant there fails with `EROFS`), executable only where a rule grants
+/// execute; symlinks are recreated; anything else is left out.
+fn stored_image_sources(
+    image: &Path,
+    rules: &[Rule],
+    symlinks: &mut Vec<(PathBuf, PathBuf)>,
+    binds: &mut Vec<Bind>,
+) -> Result<(), RootfsError> {
+    use rustix::fs::{FileType, OFlags};
+    let rerr = |step: &'static str, path: &Path| {
+        let path = path.to_path_buf();
+        move |e: rustix::io::Errno| RootfsError {
+            step,
+            path,
+            source: e.into(),
+        }
+    };
+    let root = rustix::fs::open(
+        image,
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    )
+    .map_err(rerr("open image root", image))?;
+    // Listed through the pinned descriptor, so the listing and the entries
+    // opened below are of the same directory.
+    let listing = PathBuf::from(format!("/proc/self/fd/{}", root.as_raw_fd()));
+    let mut names: Vec<std::ffi::OsString> = fs::read_dir(&listing)
+        .map_err(ioerr("list image root", image))?
+        .map(|e| e.map(|e| e.file_name()))
+        .collect::<Result<_, _>>()
+        .map_err(ioerr("list image root", image))?;
+    names.sort();
+    for name in names {
+        if IMAGE_SKIPPED.iter().any(|s| name == *s) {
+            continue;
+        }
+        let target = Path::new("/").join(&name);
+        let at = image.join(&name);
+        let fd = rustix::fs::openat(
+            &root,
+            name.as_os_str(),
+            OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            rustix::fs::Mode::empty(),
+        )
+        .map_err(rerr("open image entry", &at))?;
+        let st = rustix::fs::fstat(&fd).map_err(rerr("stat image entry", &at))?;
+        match FileType::from_raw_mode(st.st_mode) {
+            FileType::Symlink => {
+                let to = rustix::fs::readlinkat(&root, name.as_os_str(), Vec::new())
+                    .map_err(rerr("readlink", &at))?;
+                let to = PathBuf::from(std::ffi::OsString::from_vec(to.into_bytes()));
+                symlinks.push((target, to));
+            }
+            kind @ (FileType::Directory | FileType::RegularFile) => {
+                let flags = flags_for(true, exec_granted(rules, &target));
+                binds.push(Bind {
+                    target,
+                    src: fd,
+                    is_dir: kind == FileType::Directory,
+                    flags,
+                });
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// The work dir, bound read-write from `plan.work_dir_source()` at
+/// `plan.work_dir()`, then the rules on paths beneath it (narrower rights
+/// bound over it), their sources translated the same way. Without a
+/// `work_dir_source` both are the host path itself.
+fn work_dir_binds(plan: &Plan, rules: &[Rule]) -> Result<Vec<Bind>, RootfsError> {
+    let work = plan.work_dir();
+    let source = plan.work_dir_source();
+    let src = open_path(source).ok_or_else(|| RootfsError {
+        step: "open work dir source",
+        path: source.to_path_buf(),
+        source: std::io::Error::last_os_error(),
+    })?;
+    let is_dir = fs::metadata(format!("/proc/self/fd/{}", src.as_raw_fd()))
+        .map_err(ioerr("stat work dir source", source))?
+        .is_dir();
+    let mut out = vec![Bind {
+        target: work.to_path_buf(),
+        src,
+        is_dir,
+        flags: flags_for(false, exec_granted(rules, work)),
+    }];
+    let mut beneath: Vec<&Rule> = rules
+        .iter()
+        .filter(|r| !r.device && r.path.starts_with(work) && r.path != work)
+        .filter(|r| r.read || r.write || r.execute)
+        .collect();
+    beneath.sort_by_key(|r| r.path.components().count());
+    for r in beneath {
+        let Ok(rel) = r.path.strip_prefix(work) else {
+            continue;
+        };
+        let host = source.join(rel);
+        if let (Some(src), Ok(meta)) = (open_path(&host), fs::symlink_metadata(&host)) {
+            if meta.file_type().is_symlink() {
+                continue; // never bound through a link of the work dir
+            }
+            out.push(Bind {
+                target: r.path.clone(),
+                src,
+                is_dir: meta.is_dir(),
+                flags: flags_for(!r.write, exec_granted(rules, &r.path)),
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// A mount point for `target` (a path inside the sandbox) on the root being
+/// built, refusing to pass through a symlink of the image: a link there
+/// would resolve against the host's root before `pivot_root`.
+fn mount_point_no_links(target: &Path, is_dir: bool) -> Result<PathBuf, RootfsError> {
+    let mut at = PathBuf::from(BUILD);
+    let parts: Vec<_> = target
+        .strip_prefix("/")
+        .unwrap_or(target)
+        .components()
+        .collect();
+    for (i, c) in parts.iter().enumerate() {
+        at.push(c);
+        let last = i + 1 == parts.len();
+        match fs::symlink_metadata(&at) {
+            Ok(m) if m.file_type().is_symlink() => {
+                return Err(RootfsError {
+                    step: "mount point",
+                    path: target.to_path_buf(),
+                    source: std::io::Error::other(
+                        "passes through a symlink of the image; choose a work dir the image does not link (like /workspace)",
+                    ),
+                })
+            }
+            Ok(m) if m.is_dir() || last => {}
+            Ok(_) => {
+                return Err(RootfsError {
+                    step: "mount point",
+                    path: target.to_path_buf(),
+                    source: std::io::Error::other("a file of the image is in the way"),
+                })
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let made = if last && !is_dir {
+                    fs::write(&at, b"")
+                } else {
+                    fs::create_dir(&at)
+                };
+                made.map_err(|e| RootfsError {
+                    step: "mount point (the image is read-only: use a work dir the image has, or one at the top level like /workspace)",
+                    path: target.to_path_buf(),
+                    source: e,
+                })?;
+            }
+            Err(e) => return Err(ioerr("mount point", target)(e)),
+        }
+    }
+    Ok(at)
+}
+
+/// Where `mask` (a path inside the sandbox) lies on the root being built,
+/// resolved as if the root were `/` (`RESOLVE_IN_ROOT`: an image's links,
+/// absolute ones included, resolve inside it). `None`: nothing there to
+/// hide, or nothing stage 2 can reach; the workload has the same uid and
+/// cannot reach it either.
+fn mask_target(build: &OwnedFd, mask: &Path) -> Result<Option<(PathBuf, bool)>, RootfsError> {
+    use rustix::fs::{OFlags, ResolveFlags};
+    use rustix::io::Errno;
+    let rel = mask.strip_prefix("/").unwrap_or(mask);
+    let fd = match rustix::fs::openat2(
+        build,
+        rel,
+        OFlags::PATH | OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+        ResolveFlags::IN_ROOT | ResolveFlags::NO_MAGICLINKS,
+    ) {
+        Ok(fd) => fd,
+        Err(Errno::NOENT | Errno::NOTDIR | Errno::ACCESS | Errno::LOOP) => return Ok(None),
+        Err(e) => {
+            return Err(RootfsError {
+                step: "resolve mask",
+                path: mask.to_path_buf(),
+                source: e.into(),
+            })
+        }
+    };
+    let st = rustix::fs::fstat(&fd).map_err(|e| RootfsError {
+        step: "stat mask",
+        path: mask.to_path_buf(),
+        source: e.into(),
+    })?;
+    // The resolved path has no links left; nothing else runs in this mount
+    // namespace, so it still names the same file when mounted on.
+    let at = fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd()))
+        .map_err(ioerr("resolve mask", mask))?;
+    if !at.starts_with(BUILD) {
+        return Err(RootfsError {
+            step: "resolve mask",
+            path: mask.to_path_buf(),
+            source: std::io::Error::other("resolved outside the new root"),
+        });
+    }
+    let is_dir = rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Directory;
+    Ok(Some((at, is_dir)))
+}
+
+/// Builds the root for `plan` and enters it with `pivot_root`. Mounts a new
+/// `/proc` (the caller is PID 1 of the new pid namespace) before the old root
+/// goes, because the kernel only lets a user namespace mount procfs while a
+/// full procfs is visible.
+pub(crate) fn enter(plan: &Plan, rules: &[Rule]) -> Result<(), RootfsError> {
+    let root = Path::new("/");
+    // Nothing mounted here may propagate back to the host.
+    mount::<str, Path, str, str>(
+        None,
+        root,
+        None,
+        MsFlags::MS_REC | MsFlags::MS_PRIVATE,
+        None,
+    )
+    .map_err(err("make private", root))?;
+
+    // 1. Pin every source before anything is covered.
+    let mut symlinks = Vec::new();
+    let mut binds = Vec::new();
+    let image = plan.image_root();
+    match image {
+        None => host_image_sources(plan, rules, &mut symlinks, &mut binds)?,
+        Some(dir) => stored_image_sources(dir, rules, &mut symlinks, &mut binds)?,
+    }
+    // After the image's entries and the rules above it, before the rules
+    // beneath it: binds are mounted in this order.
+    let work = work_dir_binds(plan, rules)?;
+    let depth = plan.work_dir().components().count();
+    let at = binds
+        .iter()
+        .position(|b| {
+            image.is_none()
+                && b.target.components().count() > depth
+                && !HOST_IMAGE.iter().any(|d| b.target == Path::new(d))
+        })
+        .unwrap_or(binds.len());
+    binds.splice(at..at, work);
     let mut devices = Vec::new();
     for d in DEVICES {
         let path = Path::new("/dev").join(d);
@@ -242,8 +503,13 @@ pub(crate) fn enter(plan: &Plan, rules: &[Rule]) -> Result<(), RootfsError> {
         &tmp_size,
     )?;
     for b in &binds {
-        let at = inside(&b.target);
-        mount_point(b.is_dir, &at)?;
+        let at = if image.is_some() {
+            mount_point_no_links(&b.target, b.is_dir)?
+        } else {
+            let at = inside(&b.target);
+            mount_point(b.is_dir, &at)?;
+            at
+        };
         bind(&b.src, &at, b.flags)?;
     }
     // A minimal /dev: five devices bound from the host, nothing else.
@@ -301,12 +567,17 @@ pub(crate) fn enter(plan: &Plan, rules: &[Rule]) -> Result<(), RootfsError> {
         .map(PathBuf::from)
         .chain(plan.mask_paths().iter().cloned())
         .chain(plan.mask_executables().iter().cloned());
+    let build_fd = nix::fcntl::open(
+        build,
+        OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(err("open", build))?;
     for mask in masks {
-        let at = inside(&mask);
-        let Ok(meta) = fs::symlink_metadata(&at) else {
+        let Some((at, is_dir)) = mask_target(&build_fd, &mask)? else {
             continue; // nothing there to hide
         };
-        if meta.is_dir() {
+        if is_dir {
             mount_fs(
                 "tmpfs",
                 &at,
@@ -321,6 +592,7 @@ pub(crate) fn enter(plan: &Plan, rules: &[Rule]) -> Result<(), RootfsError> {
             )?;
         }
     }
+    drop(build_fd);
     drop(empty_fd);
 
     // 4. The root itself read-only, then swap roots and drop the old one.

@@ -165,6 +165,8 @@ pub struct Fake {
     pub requests: Mutex<Vec<String>>,
     pub fail_acquire: bool,
     pub fail_dispose_scope: bool,
+    /// `Some(names)`: the only images it can run.
+    pub images: Option<Vec<String>>,
 }
 
 impl Fake {
@@ -180,7 +182,13 @@ impl Fake {
             requests: Mutex::new(Vec::new()),
             fail_acquire: false,
             fail_dispose_scope: false,
+            images: None,
         }
+    }
+
+    pub fn with_images(mut self, images: &[&str]) -> Fake {
+        self.images = Some(images.iter().map(|s| s.to_string()).collect());
+        self
     }
 
     pub fn microvm(name: &str) -> Arc<Fake> {
@@ -211,6 +219,15 @@ impl Fake {
 }
 
 impl Backend for Fake {
+    fn materialises(&self, image: &str) -> Result<(), String> {
+        match &self.images {
+            Some(list) if !list.iter().any(|i| i == image) => {
+                Err(format!("it runs only {}", list.join(", ")))
+            }
+            _ => Ok(()),
+        }
+    }
+
     fn name(&self) -> &str {
         &self.name
     }

@@ -335,3 +335,29 @@ fn a_warm_sandbox_for_another_spec_identity_or_policy_is_refused() {
     assert!(router.acquire(&req.context(), &spec()).is_ok());
     assert_eq!(vm.creates(), 1);
 }
+
+#[test]
+fn a_backend_that_cannot_run_the_spec_image_is_never_selected() {
+    // The stronger backend runs only `host`; the spec names another image.
+    let host_only = Arc::new(
+        Fake::new("host-only", Isolation::Microvm, Egress::Allowlist).with_images(&["host"]),
+    );
+    let any = Fake::microvm("any-image");
+    let router = builder()
+        .backend(host_only.clone())
+        .backend(any.clone())
+        .build()
+        .unwrap();
+    let spec = SandboxSpec::new("codeact", "python:3.12").unwrap();
+    assert_eq!(router.selected_backend(&spec).unwrap(), "any-image");
+    router.ensure_can_serve(&spec).unwrap();
+    // With only the host-only backend, the spec is refused, naming the image.
+    let router = builder().backend(host_only).build().unwrap();
+    let err = router.ensure_can_serve(&spec).unwrap_err().to_string();
+    assert!(
+        err.contains("cannot run the image `python:3.12`") && err.contains("runs only host"),
+        "{err}"
+    );
+    let host_spec = SandboxSpec::new("codeact", "host").unwrap();
+    assert_eq!(router.selected_backend(&host_spec).unwrap(), "host-only");
+}
