@@ -227,10 +227,16 @@ mod local {
             Err(e) => return unavailable(e),
         };
         println!("conformance: `{name}` (a real sandbox at the `{iso}` rung)");
+        // The work dir as the guest sees it: the container rung binds it at
+        // the spec's `work_dir`; the process rung shows its host path.
+        let guest_work = match rung {
+            Rung::Container => spec.work_dir().to_string(),
+            Rung::Process => work.display().to_string(),
+        };
         let subject = PosixGuestSubject {
             name: name.to_string(),
             sandbox,
-            work_dir: work.display().to_string(),
+            work_dir: guest_work,
             outside_dir: outside.display().to_string(),
             device_nodes: false,
         };
