@@ -159,8 +159,12 @@ fn go(cmd: SandboxCommand) -> Result<ExitCode, ExitCode> {
             }
             let sink = cordon_sandbox::sink::FsSink::new(&to).map_err(refuse)?;
             let got = collect_outputs(&s, &s.provenance().spec, Some(&sink)).map_err(refuse)?;
+            // The operator is the host here: print where each landed.
             for a in &got.landed {
-                println!("{a:?}");
+                println!("{}  ({})", a.handle.reveal(), a.display);
+            }
+            if got.landed.is_empty() {
+                eprintln!("nothing to collect: no declared output exists in the sandbox");
             }
             Ok(ExitCode::SUCCESS)
         }

@@ -420,3 +420,95 @@ fn a_stored_image_runs_at_the_container_rung_and_its_own_files_are_denied() {
         "{err}"
     );
 }
+
+#[test]
+fn collect_lands_the_declared_outputs_through_the_sink_and_nothing_else() {
+    if !can_sandbox("sandbox collect") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let spec = dir.path().join("spec.yaml");
+    std::fs::write(
+        &spec,
+        "kind: report\nimage: host\ndeclared_outputs:\n  - path: out/report.txt\n    media_type: text/plain\nfiles_out: {max_bytes_per_file: 1KiB, max_total_bytes: 4KiB, max_files: 2}\n",
+    )
+    .unwrap();
+    let (c, out, err) = cordon(
+        &state,
+        &[
+            "sandbox",
+            "up",
+            "--scope",
+            "s-collect",
+            "--thread",
+            "t",
+            "--min-isolation",
+            "container",
+            "--spec",
+            spec.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(c, 0, "{err}");
+    let h = out.trim().to_string();
+    let (c, _, err) = cordon(
+        &state,
+        &[
+            "sandbox",
+            "exec",
+            &h,
+            "--",
+            "/bin/sh",
+            "-c",
+            "mkdir -p out && echo findings > out/report.txt && echo secret > other.txt",
+        ],
+    );
+    assert_eq!(c, 0, "{err}");
+    let to = dir.path().join("landed");
+    std::fs::create_dir(&to).unwrap();
+    let (c, _, err) = cordon(
+        &state,
+        &["sandbox", "collect", &h, "--to", to.to_str().unwrap()],
+    );
+    assert_eq!(c, 0, "{err}");
+    let landed: Vec<String> = walk_names(&to);
+    assert_eq!(landed.len(), 1, "{landed:?}");
+    assert!(landed[0].ends_with("report.txt"), "{landed:?}");
+    // An output that turns into a link to a host file is refused, not followed.
+    let (c, _, _) = cordon(
+        &state,
+        &[
+            "sandbox",
+            "exec",
+            &h,
+            "--",
+            "/bin/sh",
+            "-c",
+            "rm out/report.txt && ln -s /etc/hostname out/report.txt",
+        ],
+    );
+    assert_eq!(c, 0);
+    let to2 = dir.path().join("landed2");
+    std::fs::create_dir(&to2).unwrap();
+    let (c, _, err) = cordon(
+        &state,
+        &["sandbox", "collect", &h, "--to", to2.to_str().unwrap()],
+    );
+    assert_ne!(c, 0, "a link is refused: {err}");
+    assert!(walk_names(&to2).is_empty());
+    cordon(&state, &["sandbox", "down", &h]);
+}
+
+fn walk_names(d: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    if let Ok(rd) = std::fs::read_dir(d) {
+        for e in rd.flatten() {
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                out.extend(walk_names(&e.path()));
+            } else {
+                out.push(e.path().display().to_string());
+            }
+        }
+    }
+    out
+}
