@@ -43,7 +43,8 @@ use cordon_sandbox::{
 };
 
 /// Fresh sandboxes run as host uid/gid `FRESH_ID_BASE + n`: unprivileged,
-/// above every ordinary account, one per sandbox.
+/// above every ordinary account, one per live sandbox machine-wide (see
+/// [`IdLease`]).
 pub const FRESH_ID_BASE: u32 = 2_000_000_000;
 /// A work dir the operator names (`--work-dir`) is used by this one host
 /// uid/gid, so it can be prepared once: `chown -R 1999999999:1999999999 DIR`.
@@ -179,9 +180,80 @@ fn failed(operation: &'static str, reason: impl Into<String>) -> BackendError {
 
 static NEXT: AtomicU32 = AtomicU32::new(0);
 
-fn fresh_id() -> u32 {
-    let n = NEXT.fetch_add(1, Ordering::Relaxed) % 64;
-    FRESH_ID_BASE + (std::process::id() % 1_000_000) * 64 + n
+/// Where fresh ids are leased: one lock file per id, `flock`ed for as long
+/// as a sandbox uses it.
+pub const ID_LEASES: &str = "/run/cordon-ids";
+/// How many fresh ids there are (`FRESH_ID_BASE ..`); the init of a warm
+/// sandbox uses `id + INIT_ID_OFFSET`, which stays below `u32::MAX`.
+const FRESH_IDS: u32 = 64_000_000;
+
+/// A fresh host uid/gid held by one sandbox for its life. Unique across
+/// every cordon process on the machine: the lease is an exclusive `flock`
+/// on `ID_LEASES/<id>`, which the kernel releases when the holder closes it
+/// or dies.
+#[derive(Debug)]
+pub struct IdLease {
+    id: u32,
+    _lock: std::fs::File,
+}
+
+impl IdLease {
+    pub fn id(&self) -> u32 {
+        self.id
+    }
+}
+
+fn lease_dir() -> Result<&'static Path, BackendError> {
+    let dir = Path::new(ID_LEASES);
+    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => {
+            return Err(failed(
+                "acquire",
+                format!("cannot create `{ID_LEASES}` to lease a sandbox uid: {e}"),
+            ))
+        }
+    }
+    let meta = std::fs::symlink_metadata(dir)
+        .map_err(|e| failed("acquire", format!("`{ID_LEASES}`: {e}")))?;
+    let me = rustix::process::geteuid().as_raw();
+    if !meta.is_dir() || meta.uid() != me || meta.mode() & 0o077 != 0 {
+        return Err(failed(
+            "acquire",
+            format!("`{ID_LEASES}` must be a directory of uid {me} with mode 0700 (the sandbox uid leases); remove it and let cordon make it"),
+        ));
+    }
+    Ok(dir)
+}
+
+/// Leases a fresh id, starting the search at a place derived from this
+/// process (so owners rarely contend) and taking the first id nobody holds.
+fn lease_id() -> Result<IdLease, BackendError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let dir = lease_dir()?;
+    let start = (std::process::id() % 1_000_000) * 64 + NEXT.fetch_add(1, Ordering::Relaxed) % 64;
+    for k in 0..FRESH_IDS.min(100_000) {
+        let id = FRESH_ID_BASE + (start + k) % FRESH_IDS;
+        let path = dir.join(id.to_string());
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .mode(0o600)
+            .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+            .open(&path)
+            .map_err(|e| failed("acquire", format!("`{}`: {e}", path.display())))?;
+        match rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+            Ok(()) => return Ok(IdLease { id, _lock: file }),
+            Err(rustix::io::Errno::WOULDBLOCK) => continue,
+            Err(e) => return Err(failed("acquire", format!("`{}`: {e}", path.display()))),
+        }
+    }
+    Err(failed(
+        "acquire",
+        "no free sandbox uid among the next 100000; dispose of sandboxes (`cordon sandbox gc`)",
+    ))
 }
 
 /// A directory that did not exist, created owner-only and handed to `id`.
@@ -318,9 +390,12 @@ impl LocalBackend {
         if let Some(s) = all.get(&req.key) {
             return Ok(s.clone());
         }
+        let mut id_lease = None;
         let (id, host_work, fresh) = match &self.config.work_dir {
             WorkDir::Fresh { parent } => {
-                let id = fresh_id();
+                let lease = lease_id()?;
+                let id = lease.id();
+                id_lease = Some(lease);
                 (id, fresh_dir(parent, "work", id)?, true)
             }
             WorkDir::Given(d) => (WORK_DIR_ID, given_dir(d)?, false),
@@ -385,6 +460,7 @@ impl LocalBackend {
             fresh,
             tmp,
             host_id: id,
+            _id_lease: id_lease,
             image_root,
             warm: None,
             base: std::sync::OnceLock::new(),
@@ -455,6 +531,9 @@ pub struct LocalSandbox {
     fresh: bool,
     tmp: Option<PathBuf>,
     host_id: u32,
+    /// The lease on `host_id` (fresh work dirs; `None` for the shared
+    /// [`WORK_DIR_ID`]); released when the sandbox is dropped.
+    _id_lease: Option<IdLease>,
     /// Container rung: the root of the spec's image from the store (`None`:
     /// the built-in `host` image).
     image_root: Option<PathBuf>,
@@ -1000,5 +1079,45 @@ mod streaming_tests {
         // Within the cap nothing is cut.
         let (kept, cut) = read_capped(&input[..100], 12_345, Stream::Stdout, None);
         assert_eq!((kept.len(), cut), (100, false));
+    }
+}
+
+#[cfg(test)]
+mod lease_tests {
+    use super::*;
+
+    #[test]
+    fn live_sandboxes_never_share_a_fresh_uid() {
+        if !rustix::process::geteuid().is_root() {
+            assert!(
+                std::env::var("CI").map_or(true, |v| v != "true"),
+                "CI=true and leasing uids needs root"
+            );
+            eprintln!("\n!!!!!!!! SKIPPED uid leases: needs root !!!!!!!!\n");
+            return;
+        }
+        // More than one block of 64 (the first cut reused ids after 64).
+        let leases: Vec<IdLease> = (0..150).map(|_| lease_id().unwrap()).collect();
+        let mut ids: Vec<u32> = leases.iter().map(IdLease::id).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        assert_eq!(ids.len(), 150, "a uid was leased twice");
+        assert!(ids
+            .iter()
+            .all(|&i| i >= FRESH_ID_BASE && i.checked_add(INIT_ID_OFFSET).is_some()));
+        // Another holder (a second open file description, as another process
+        // would have) cannot take a held id.
+        let held = leases[0].id();
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(Path::new(ID_LEASES).join(held.to_string()))
+            .unwrap();
+        assert!(
+            rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_err()
+        );
+        drop(leases);
+        assert!(
+            rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_ok()
+        );
     }
 }

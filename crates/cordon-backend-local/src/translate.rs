@@ -463,6 +463,21 @@ pub fn translate(
             }
         }
     }
+    // The process rung has no private /tmp: a grant on all of /tmp is the
+    // host's shared /tmp, where the workload could leave files (or links)
+    // for other users that outlive it. The workload gets its own temporary
+    // directory (`TMPDIR`) instead, so that grant is left out — narrower. (A
+    // grant on a named path beneath /tmp is the operator's choice and kept.)
+    if target.rung == Rung::Process {
+        let shared = |p: &Path| p == Path::new("/tmp");
+        if t.fs.iter().any(|r| shared(&r.path)) {
+            t.notes.push(format!(
+                "the host's shared /tmp is not granted at the process rung (it is not private there); the workload's temporary directory is `{}` (TMPDIR)",
+                tmp.display()
+            ));
+        }
+        t.fs.retain(|r| !shared(&r.path));
+    }
     t.fs.retain(|r| r.read || r.write || r.execute);
 
     // Exec deny.

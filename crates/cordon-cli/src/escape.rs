@@ -10,6 +10,11 @@
 //! one with the kit's small resource asks for the bounds cases. Later
 //! backends add their own arm here and run the same kit. Scratch
 //! directories are removed afterwards.
+//!
+//! Every case runs in one of those two sandboxes, so at the container rung
+//! (warm) all of them share one init and each sandbox serves many execs;
+//! the cross-exec cases (`plant-tool-for-next-exec`,
+//! `background-outlives-exec`, `concurrent-exec-*`) attack that reuse.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;

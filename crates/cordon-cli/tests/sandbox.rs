@@ -512,3 +512,38 @@ fn walk_names(d: &Path) -> Vec<String> {
     }
     out
 }
+
+#[test]
+fn the_process_rung_does_not_grant_the_hosts_shared_tmp() {
+    if !can_sandbox("process rung /tmp") {
+        return;
+    }
+    let probe = format!("/tmp/cordon-shared-probe-{}", std::process::id());
+    let out = Command::new(env!("CARGO_BIN_EXE_cordon"))
+        .args([
+            "run",
+            "--backend",
+            "process",
+            "--min-isolation",
+            "process",
+            "--",
+        ])
+        .args([
+            "/bin/sh",
+            "-c",
+            &format!("echo x > {probe}; echo shared=$?; echo y > \"$TMPDIR/f\" && echo own=0"),
+        ])
+        .env_remove("CORDON_MIN_ISOLATION")
+        .output()
+        .expect("cordon run");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("own=0"), "{stdout}");
+    assert!(
+        stdout.contains("shared=") && !stdout.contains("shared=0"),
+        "{stdout}"
+    );
+    assert!(
+        !Path::new(&probe).exists(),
+        "the workload wrote into the host's /tmp"
+    );
+}

@@ -38,6 +38,14 @@
 //! | `proc-sys-write` | write `/proc/sys` and `/sys` | the host's values unchanged |
 //! | `devices-and-docker-socket` | open `/dev/kvm`; a Docker-style socket the kit starts under `/run` | neither reached |
 //! | `host-environment` | its environment and every `/proc/*/environ` | the kit's marker nowhere |
+//! | `plant-tool-for-next-exec` | exec 1 plants `python3`, `sh`, `ls` in every `PATH` directory, `/tmp`, `/var/tmp`, `/dev/shm` and `$HOME` | exec 2 (bare name and shell lookup) runs the real tools; nothing planted or changed on the host |
+//! | `background-outlives-exec` | exec 1 leaves tamperers behind (`&`, `nohup`, `setsid`, double fork, a python daemon, a pid-hopping forker) | none alive after exec 1 (host `/proc` and exec 2's); their writes never happen |
+//! | `concurrent-exec-tampering` | while exec A sleeps, exec B signals, traces, reads `/proc/A/{environ,mem}` and A's descriptors' targets, writes A's stdin/stdout through `/proc/A/fd`, and signals, traces or reads PID 1 | every call refused; A finishes normally with its own output; the sandbox still serves an exec |
+//! | `concurrent-exec-proc-info` | the same run; B lists `/proc/A/fd` and reads `/proc/A/cmdline` | both refused |
+//!
+//! The last three are **cross-exec** cases: several execs in one sandbox
+//! (a warm sandbox serves them all from one init), each trying to tamper
+//! with the next or with a concurrent one.
 //!
 //! **Per rung.** Only one expectation differs, and it is stated here rather
 //! than skipped: at [`Isolation::Process`] there is no pid namespace, so
@@ -68,7 +76,7 @@ use crate::isolation::Isolation;
 use crate::spec::ResourceAsk;
 
 /// Every case, in the order they run.
-pub const CASES: [&str; 21] = [
+pub const CASES: [&str; 25] = [
     "read-host-files",
     "write-outside-work-dir",
     "exec-denied-binary",
@@ -90,6 +98,10 @@ pub const CASES: [&str; 21] = [
     "proc-sys-write",
     "devices-and-docker-socket",
     "host-environment",
+    "plant-tool-for-next-exec",
+    "background-outlives-exec",
+    "concurrent-exec-tampering",
+    "concurrent-exec-proc-info",
 ];
 
 /// The environment variable the kit sets in its own process (and in the
@@ -157,6 +169,10 @@ pub struct EscapeHost {
     /// uid is the strongest choice: then no uid check helps, only the
     /// sandbox does.
     pub sleeper_uid: u32,
+    /// The `PATH` of `plant-tool-for-next-exec`, in order: exec 1 plants
+    /// there, exec 2 looks its tools up there. Default: the directories of
+    /// the `PATH` every other case's workload gets.
+    pub path_dirs: Vec<PathBuf>,
 }
 
 impl EscapeHost {
@@ -166,8 +182,17 @@ impl EscapeHost {
             home: PathBuf::from("/root"),
             run_dir: PathBuf::from("/run"),
             sleeper_uid,
+            path_dirs: default_path_dirs(),
         }
     }
+}
+
+/// The directories of the `PATH` the kit's workloads get.
+pub fn default_path_dirs() -> Vec<PathBuf> {
+    crate::outputs::plain_env()
+        .get("PATH")
+        .map(|p| p.split(':').map(PathBuf::from).collect())
+        .unwrap_or_default()
 }
 
 /// A backend under test, seen only through its public surface.
@@ -273,6 +298,10 @@ fn run_case(name: &str, s: &EscapeSubject) -> Result<String, String> {
         "proc-sys-write" => proc_sys_write(s),
         "devices-and-docker-socket" => devices(s),
         "host-environment" => host_environment(s),
+        "plant-tool-for-next-exec" => plant_tool(s),
+        "background-outlives-exec" => background_outlives(s),
+        "concurrent-exec-tampering" => concurrent_exec(s, &TAMPERING),
+        "concurrent-exec-proc-info" => concurrent_exec(s, &PROC_INFO),
         other => Err(format!("unknown case `{other}`")),
     }
 }
@@ -1269,6 +1298,509 @@ fn host_environment(s: &EscapeSubject) -> Result<String, String> {
     Ok("the host's environment did not reach the workload".into())
 }
 
+// ---- cross-exec cases: one exec against the next, or a concurrent one ----
+
+/// What a planted tool prints when it runs.
+const PLANTED: &str = "cordon-escape-planted-tool-3b9e";
+/// The tools exec 1 plants, and what the real ones print in exec 2.
+const TOOLS: [&str; 3] = ["python3", "sh", "ls"];
+
+/// One exec with its own environment and standard input.
+fn exec_with(
+    sandbox: &dyn Sandbox,
+    argv: Vec<String>,
+    env: std::collections::BTreeMap<String, String>,
+    stdin: &[u8],
+    timeout: Duration,
+) -> Ran {
+    let started = Instant::now();
+    let result = sandbox.exec(&ExecRequest {
+        argv,
+        env,
+        stdin: stdin.to_vec(),
+        timeout,
+        max_output_bytes: 1 << 20,
+    });
+    Ran {
+        result,
+        took: started.elapsed(),
+    }
+}
+
+fn strings(v: &[&str]) -> Vec<String> {
+    v.iter().map(|a| a.to_string()).collect()
+}
+
+/// Inode, size and modification time of a host entry.
+type HostEntry = (u64, u64, i64, i64);
+
+/// What the host holds at `p` (not following a link): `None` when nothing.
+fn host_entry(p: &Path) -> Option<HostEntry> {
+    use std::os::unix::fs::MetadataExt;
+    p.symlink_metadata()
+        .ok()
+        .map(|m| (m.ino(), m.size(), m.mtime(), m.mtime_nsec()))
+}
+
+fn plant_tool(s: &EscapeSubject) -> Result<String, String> {
+    let dirs = &s.host.path_dirs;
+    if dirs.is_empty() {
+        return Err("could not set up: no PATH directories to plant in".into());
+    }
+    let path = dirs
+        .iter()
+        .map(|d| d.display().to_string())
+        .collect::<Vec<_>>()
+        .join(":");
+    let env = std::collections::BTreeMap::from([("PATH".to_string(), path.clone())]);
+    // Every place exec 1 plants in, as the host sees it before: a PATH
+    // directory is the host's own at the local rungs (the image is the
+    // host's); `/tmp`, `/var/tmp`, `/dev/shm` and `$HOME` too where the
+    // rung does not give the workload its own.
+    let mut plant_dirs: Vec<PathBuf> = dirs.clone();
+    for extra in ["/tmp", "/var/tmp", "/dev/shm"] {
+        if !plant_dirs.iter().any(|d| d == Path::new(extra)) {
+            plant_dirs.push(PathBuf::from(extra));
+        }
+    }
+    let n = nonce();
+    let sibling = format!("cordon-escape-plant-{n}");
+    let mut watched: Vec<(PathBuf, Option<HostEntry>)> = Vec::new();
+    for d in dirs {
+        for t in TOOLS {
+            let p = d.join(t);
+            watched.push((p.clone(), host_entry(&p)));
+        }
+        let p = d.join(&sibling);
+        watched.push((p.clone(), host_entry(&p)));
+    }
+    // Exec 1: in each directory, plant each tool where none is (noclobber:
+    // the real one is never overwritten, so a broken sandbox does not
+    // break the host); where one is, open it for appending without
+    // writing (a breach, harmlessly); and a fresh sibling, which proves the
+    // directory writable. `$HOME` is planted in too (the work dir: allowed,
+    // but not on PATH).
+    let script = format!(
+        "set -C\nm={PLANTED}\nsib=$1; shift\nfor d in \"$@\" ${{HOME:+\"$HOME\"}}; do\n  for t in {tools}; do\n    p=\"$d/$t\"\n    if [ -e \"$p\" ] || [ -L \"$p\" ]; then\n      if true 2>/dev/null >>\"$p\"; then echo \"$p OPENED-FOR-WRITE\"; fi\n    elif printf '#!/bin/sh\\necho %s\\n' \"$m\" 2>/dev/null >\"$p\" && /bin/chmod 755 \"$p\" 2>/dev/null; then\n      echo \"$p PLANTED\"\n    fi\n  done\n  if true 2>/dev/null >\"$d/$sib\"; then echo \"$d/$sib PLANTED\"; fi\ndone\necho end",
+        tools = TOOLS.join(" ")
+    );
+    let mut argv = strings(&["/bin/sh", "-c", &script, "sh", &sibling]);
+    argv.extend(plant_dirs.iter().map(|d| d.display().to_string()));
+    argv.push(s.work_dir.clone());
+    let first = exec_with(&*s.sandbox, argv, env.clone(), b"", TIMEOUT);
+    // The host afterwards: nothing new where nothing was, nothing changed
+    // where something was.
+    let mut changed = Vec::new();
+    for (p, before) in &watched {
+        if host_entry(p) != *before {
+            changed.push((p, before.is_none()));
+        }
+    }
+    // Exec 2: the tools by bare name (the backend resolves it) and from a
+    // shell (PATH lookup inside the sandbox).
+    let bare = exec_with(
+        &*s.sandbox,
+        strings(&["python3", "-c", "print('real-python3', 6*7)"]),
+        env.clone(),
+        b"",
+        TIMEOUT,
+    );
+    let second = exec_with(
+        &*s.sandbox,
+        strings(&[
+            "/bin/sh",
+            "-c",
+            "python3 -c \"print('real-python3', 6*7)\"; ls -d /; sh -c 'echo real-sh'; echo end",
+        ]),
+        env,
+        b"",
+        TIMEOUT,
+    );
+    // Exec 1's leftovers in places the workload may write (its work dir,
+    // its own /tmp) are cleaned by a third exec.
+    let _ = exec_in(
+        &*s.sandbox,
+        vec![
+            "/bin/sh".into(),
+            "-c".into(),
+            "for d in \"$3\" ${HOME:+\"$HOME\"} /tmp /var/tmp /dev/shm; do for t in python3 sh ls; do p=\"$d/$t\"; if grep -qs \"$1\" \"$p\"; then rm -f \"$p\"; fi; done; rm -f \"$d/$2\"; done".into(),
+            "sh".into(),
+            PLANTED.into(),
+            sibling.clone(),
+            s.work_dir.clone(),
+        ],
+        TIMEOUT,
+    );
+    for (p, new) in &changed {
+        if *new {
+            // Put the host back; the case has already failed.
+            let _ = std::fs::remove_file(p);
+        }
+    }
+    let changed: Vec<String> = changed
+        .iter()
+        .map(|(p, _)| format!("`{}`", p.display()))
+        .collect();
+    let ran_planted = [&bare, &second]
+        .iter()
+        .any(|r| r.all_output().contains(PLANTED));
+    if !changed.is_empty() {
+        return Err(format!(
+            "exec 1 changed the host's {}{} {}",
+            changed.join(", "),
+            if ran_planted {
+                ", and exec 2 ran the planted tool"
+            } else {
+                ""
+            },
+            first.show()
+        ));
+    }
+    for (what, run) in [("bare name", &bare), ("shell lookup", &second)] {
+        if run.all_output().contains(PLANTED) {
+            return Err(format!(
+                "exec 2 ran the tool exec 1 planted ({what}) {}; exec 1: {}",
+                run.show(),
+                first.show()
+            ));
+        }
+    }
+    first.ran_to_end()?;
+    second.ran_to_end()?;
+    let out = second.stdout();
+    let real = out.contains("real-python3 42")
+        && out.lines().any(|l| l == "/")
+        && out.contains("real-sh")
+        && bare.stdout().contains("real-python3 42");
+    if !real {
+        return Err(format!(
+            "could not set up: exec 2 did not run the real tools {} {}",
+            bare.show(),
+            second.show()
+        ));
+    }
+    let reached = breaches(&first.stdout(), &["PLANTED", "OPENED-FOR-WRITE"]);
+    let on_path: Vec<&String> = reached
+        .iter()
+        .filter(|l| {
+            dirs.iter()
+                .any(|d| l.starts_with(&format!("{}/", d.display())))
+        })
+        .collect();
+    if !on_path.is_empty() {
+        return Err(format!(
+            "exec 1 wrote into PATH directories exec 2 did not read from: {}",
+            on_path
+                .iter()
+                .map(|l| l.as_str())
+                .collect::<Vec<_>>()
+                .join("; ")
+        ));
+    }
+    Ok(format!(
+        "exec 2 ran the real {}; nothing planted in {} PATH directories (exec 1 wrote only off PATH: {})",
+        TOOLS.join(", "),
+        dirs.len(),
+        if reached.is_empty() {
+            "nowhere".to_string()
+        } else {
+            reached
+                .iter()
+                .map(|l| l.trim_end_matches(" PLANTED").to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        }
+    ))
+}
+
+/// How long a tamperer waits before it acts: well after its exec ended.
+const TAMPER_DELAY_SECONDS: u64 = 1;
+/// The tamperer: ignores the polite signals, writes its file after the
+/// delay, then stays alive (as itself, so its command line keeps the
+/// token) for 30 s.
+const TAMPERER: &str = "trap '' HUP TERM INT; sleep 1; echo tampered > \"$1\"; i=0; while [ $i -lt 30 ]; do sleep 1; i=$((i+1)); done";
+/// The ways exec 1 leaves a tamperer behind.
+const TAMPER_WAYS: [&str; 7] = [
+    "amp",
+    "subshell",
+    "nohup",
+    "setsid",
+    "double-fork",
+    "daemon",
+    "hopper",
+];
+/// A tamperer that changes pid all the time (fork, parent exits) so that
+/// a kill by membership races it; it gives up after 5 s on its own.
+const HOPPER: &str = "import os,sys,time\nt=time.time()\nif os.fork(): os._exit(0)\nos.setsid()\nn=os.open('/dev/null',os.O_RDWR)\nfor f in (0,1,2): os.dup2(n,f)\ndone=False\nwhile time.time()-t<5:\n    if os.fork(): os._exit(0)\n    if not done and time.time()-t>1:\n        open(sys.argv[1],'w').write('tampered'); done=True";
+
+fn background_outlives(s: &EscapeSubject) -> Result<String, String> {
+    let token = format!("cordon-escape-bg-{}", nonce());
+    // Exec 1: every way at once, each with its own file; the daemon is
+    // python (fork, setsid, fork, standard streams to /dev/null).
+    let daemon = "import os,sys,time,signal\nfor g in (signal.SIGHUP,signal.SIGTERM,signal.SIGINT): signal.signal(g,signal.SIG_IGN)\nif os.fork(): os._exit(0)\nos.setsid()\nif os.fork(): os._exit(0)\nn=os.open('/dev/null',os.O_RDWR)\nfor f in (0,1,2): os.dup2(n,f)\ntime.sleep(1)\nopen(sys.argv[1],'w').write('tampered')\ntime.sleep(30)";
+    // Each tamperer's file is `PREFIX-WAY-TOKEN` in the work dir (the
+    // exec's working directory, which it reports: the path the sandbox's
+    // file surface answers for).
+    let script = "t=$1; T=$2; D=$3; w=\"$PWD/$4\"\n\
+         echo \"cwd=$PWD\"\n\
+         exec </dev/null >/dev/null 2>&1\n\
+         /bin/sh -c \"$T\" bg \"$w-amp-$t\" \"$t\" &\n\
+         ( /bin/sh -c \"$T\" bg \"$w-subshell-$t\" \"$t\" ) &\n\
+         nohup /bin/sh -c \"$T\" bg \"$w-nohup-$t\" \"$t\" &\n\
+         setsid /bin/sh -c \"$T\" bg \"$w-setsid-$t\" \"$t\" &\n\
+         ( ( /bin/sh -c \"$T\" bg \"$w-double-fork-$t\" \"$t\" & ) & )\n\
+         python3 -c \"$D\" \"$w-daemon-$t\" \"$t\"\n\
+         python3 -c \"$5\" \"$w-hopper-$t\" \"$t\"\n\
+         exit 0";
+    let prefix = "cordon-escape-tamper";
+    let first = exec_in(
+        &*s.sandbox,
+        strings(&[
+            "/bin/sh", "-c", script, "sh", &token, TAMPERER, daemon, prefix, HOPPER,
+        ]),
+        TIMEOUT,
+    );
+    // Well past the tamperers' delay.
+    std::thread::sleep(Duration::from_secs(TAMPER_DELAY_SECONDS) + Duration::from_millis(1500));
+    // The host: no tamperer alive, no file written.
+    let alive = survivors(&token);
+    let cwd = first
+        .stdout()
+        .lines()
+        .find_map(|l| l.strip_prefix("cwd=").map(str::to_string))
+        .unwrap_or_else(|| s.work_dir.clone());
+    let mut written = Vec::new();
+    for w in TAMPER_WAYS {
+        let found = s
+            .sandbox
+            .stat_no_follow(&format!("{cwd}/{prefix}-{w}-{token}"))
+            .map_err(|e| format!("could not check the work dir from the host side: {e}"));
+        if let Err(e) = found {
+            none_survive(&token, &first)?;
+            return Err(e);
+        }
+        if matches!(found, Ok(Some(_))) {
+            written.push(w.to_string());
+        }
+    }
+    // Exec 2: what it sees of them (the token in two halves, so its own
+    // command line does not hold it), then it cleans up the files.
+    let (t1, t2) = token.split_at(token.len() / 2);
+    let second = exec_in(
+        &*s.sandbox,
+        strings(&[
+            "/bin/sh",
+            "-c",
+            "t=\"$1$2\"; for f in /proc/[0-9]*/cmdline; do if tr '\\000' ' ' < \"$f\" 2>/dev/null | grep -q -- \"$t\"; then echo \"ALIVE $f\"; fi; done; for f in \"$3\"-*-\"$t\"; do [ -e \"$f\" ] && echo \"WRITTEN $f\"; rm -f \"$f\"; done; echo end",
+            "sh",
+            t1,
+            t2,
+            prefix,
+        ]),
+        TIMEOUT,
+    );
+    let outlived = if alive.is_empty() {
+        Ok(())
+    } else {
+        // Kills them: the host's cleanup (the case has already failed).
+        none_survive(&token, &first)
+    };
+    match (outlived, written.is_empty()) {
+        (Ok(()), true) => {}
+        (Ok(()), false) => {
+            return Err(format!(
+                "a tamperer left behind by exec 1 wrote after it ended ({}) {}",
+                written.join(", "),
+                first.show()
+            ))
+        }
+        (Err(e), true) => return Err(e),
+        (Err(e), false) => {
+            return Err(format!(
+                "{e}; and they wrote after it ended ({})",
+                written.join(", ")
+            ))
+        }
+    }
+    second.ran_to_end()?;
+    let seen = breaches(&second.stdout(), &["ALIVE", "WRITTEN"]);
+    if !seen.is_empty() {
+        return Err(format!(
+            "exec 2 saw exec 1's tamperers: {} {}",
+            seen.join("; "),
+            second.show()
+        ));
+    }
+    if first.status() != Some(ExitStatus::Code(0)) {
+        return Err(format!(
+            "could not set up: exec 1 did not start its tamperers {}",
+            first.show()
+        ));
+    }
+    Ok(format!(
+        "none of {} tamperers ({}) outlived exec 1; none wrote",
+        TAMPER_WAYS.len(),
+        TAMPER_WAYS.join(", ")
+    ))
+}
+
+/// How long the concurrent sleeper sleeps before it reads its stdin.
+const SLEEPER_SECONDS: u64 = 4;
+
+/// What `concurrent-exec-tampering` judges: every way to act on the
+/// sleeper or PID 1.
+const TAMPERING: [&str; 19] = [
+    "environ",
+    "mem",
+    "fd_link",
+    "seize",
+    "vm_readv",
+    "kill0",
+    "pidfd_signal0",
+    "init_environ",
+    "init_mem",
+    "init_fd_list",
+    "init_fd_link",
+    "init_seize",
+    "init_vm_readv",
+    "init_kill0",
+    "init_pidfd_signal0",
+    "stdout_write",
+    "stdin_write",
+    "stop",
+    "kill9",
+];
+/// What `concurrent-exec-proc-info` judges: what a concurrent exec reads
+/// of the sleeper without acting on it.
+const PROC_INFO: [&str; 2] = ["fd_list", "cmdline"];
+
+/// Exec A sleeps (its pid in a file in the work dir) while exec B tries
+/// everything on it and on PID 1; `judged` names the calls that must have
+/// been refused; A must finish normally whatever B reports.
+fn concurrent_exec(s: &EscapeSubject, judged: &[&str]) -> Result<String, String> {
+    let token = format!("cordon-escape-sleeper-{}", nonce());
+    let stdin = format!("stdin-of-the-sleeper-{}\n", nonce());
+    let (t1, t2) = token.split_at(token.len() / 2);
+    // B: find A through /proc (and PID 1), then try everything on both.
+    // Each line is `name result errno`, as `all_refused` reads it. PID 1
+    // gets only signal 0, a seize (released when B exits) and reads, so an
+    // unconfined subject does not harm its host's init.
+    let attacker = format!(
+        "{PY_LIBC}import sys,time,signal\n\
+tok=sys.argv[1]+sys.argv[2]\nme=os.getpid()\n\
+def find():\n    try: return int(open('.'+tok+'.pid').read())\n    except (OSError,ValueError): return None\n\
+pid=None\nt=time.time()\nwhile pid is None and time.time()-t<{find}:\n    pid=find()\n    if pid is None: time.sleep(0.05)\n\
+if pid is None:\n    print('nofind'); sys.exit(0)\n\
+def op(name,f):\n    try:\n        f(); print(name,0,0,flush=True)\n    except OSError as e: print(name,-1,e.errno,flush=True)\n\
+def rd(p): open(p,'rb').read(64)\n\
+def wr(p):\n    fd=os.open(p,os.O_WRONLY|os.O_NONBLOCK)\n    try: os.write(fd,b'{BAIT}\\n')\n    finally: os.close(fd)\n\
+def seize(p):\n    if libc.ptrace(0x4206,p,0,0)!=0: raise OSError(ctypes.get_errno(),'seize')\n\
+def vm(p):\n    b=ctypes.create_string_buffer(8)\n    l=(ctypes.c_void_p*2)(ctypes.cast(b,ctypes.c_void_p),8)\n    r=(ctypes.c_void_p*2)(0x400000,8)\n    if libc.process_vm_readv(p,l,1,r,1,0)<0:\n        e=ctypes.get_errno()\n        if e!=14: raise OSError(e,'vm')\n\
+def sig(p,n): os.kill(p,n)\n\
+def pidfd(p):\n    fd=os.pidfd_open(p)\n    try: signal.pidfd_send_signal(fd,0)\n    finally: os.close(fd)\n\
+def cmdline(p):\n    if tok not in open('/proc/%d/cmdline'%p,'rb').read().replace(b'\\0',b' ').decode(): raise OSError(0,'no token')\n\
+if sys.argv[3]=='info':\n    op('fd_list',lambda: os.listdir('/proc/%d/fd'%pid)); op('cmdline',lambda: cmdline(pid)); print('end'); sys.exit(0)\n\
+for pre,p in (('',pid),('init_',1)):\n\
+\x20   op(pre+'environ',lambda: rd('/proc/%d/environ'%p))\n\
+\x20   op(pre+'mem',lambda: os.close(os.open('/proc/%d/mem'%p,os.O_RDONLY)))\n\
+\x20   op(pre+'fd_list',lambda: os.listdir('/proc/%d/fd'%p))\n\
+\x20   op(pre+'fd_link',lambda: os.readlink('/proc/%d/fd/1'%p))\n\
+\x20   op(pre+'seize',lambda: seize(p))\n\
+\x20   op(pre+'vm_readv',lambda: vm(p))\n\
+\x20   op(pre+'kill0',lambda: sig(p,0))\n\
+\x20   op(pre+'pidfd_signal0',lambda: pidfd(p))\n\
+op('stdout_write',lambda: wr('/proc/%d/fd/1'%pid))\n\
+op('stdin_write',lambda: wr('/proc/%d/fd/0'%pid))\n\
+op('stop',lambda: sig(pid,signal.SIGSTOP))\n\
+try: os.kill(pid,signal.SIGCONT)\nexcept OSError: pass\n\
+op('kill9',lambda: sig(pid,signal.SIGKILL))\n\
+print('end')",
+        find = SLEEPER_SECONDS
+    );
+    // Only reads for the information case, so its judgment is not hidden
+    // behind the sleeper's own.
+    let mode = if judged == PROC_INFO { "info" } else { "all" };
+    let env = crate::outputs::plain_env();
+    let (sleeper, attack) = std::thread::scope(|scope| {
+        let a = scope.spawn(|| {
+            exec_with(
+                &*s.sandbox,
+                strings(&[
+                    "/bin/sh",
+                    "-c",
+                    &format!("echo $$ > \".$1.pid\"; sleep {SLEEPER_SECONDS}; rm -f \".$1.pid\"; cat; echo sleeper-done"),
+                    "sh",
+                    &token,
+                ]),
+                env.clone(),
+                stdin.as_bytes(),
+                TIMEOUT,
+            )
+        });
+        std::thread::sleep(Duration::from_millis(200));
+        let b = exec_with(
+            &*s.sandbox,
+            strings(&["/usr/bin/python3", "-c", &attacker, t1, t2, mode]),
+            env.clone(),
+            b"",
+            TIMEOUT,
+        );
+        let a = a.join().unwrap_or_else(|_| Ran {
+            result: Err(SandboxError::Failed {
+                operation: "exec",
+                reason: "the sleeper's thread panicked".into(),
+            }),
+            took: Duration::ZERO,
+        });
+        (a, b)
+    });
+    // The host afterwards: neither exec left anything, and the sandbox
+    // (its init) still serves an exec.
+    none_survive(&token, &sleeper)?;
+    let after = exec_in(
+        &*s.sandbox,
+        strings(&["/bin/sh", "-c", "echo still-serving"]),
+        TIMEOUT,
+    );
+    let sleeper_out = sleeper.stdout();
+    if sleeper.all_output().contains(BAIT) {
+        return Err(format!(
+            "exec B wrote into the sleeper's stdin or stdout {}; B: {}",
+            sleeper.show(),
+            attack.show()
+        ));
+    }
+    let finished = sleeper.status() == Some(ExitStatus::Code(0))
+        && sleeper_out.contains("sleeper-done")
+        && sleeper_out.contains(stdin.trim());
+    if !finished {
+        return Err(format!(
+            "the sleeper did not finish normally {}; B: {}",
+            sleeper.show(),
+            attack.show()
+        ));
+    }
+    if !after.stdout().contains("still-serving") {
+        return Err(format!(
+            "the sandbox no longer serves an exec after B's attempts {}; B: {}",
+            after.show(),
+            attack.show()
+        ));
+    }
+    if attack.stdout().contains("nofind") {
+        return Err(format!(
+            "could not set up: exec B never found the sleeper in /proc {}",
+            attack.show()
+        ));
+    }
+    attack.ran_to_end()?;
+    let errnos = all_refused(&attack, judged)?;
+    Ok(format!(
+        "exec B was refused ({}); the sleeper finished normally",
+        errnos.join(", ")
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     //! The kit can fail: an unconfined subject (the host-directory sandbox,
@@ -1307,8 +1839,70 @@ mod tests {
                 home: root.to_path_buf(),
                 run_dir: root.to_path_buf(),
                 sleeper_uid: 65534,
+                path_dirs: test_path(root),
             },
         }
+    }
+
+    /// A `PATH` under the test's own directory: an open directory first
+    /// (what a writable system directory would be), then one holding links
+    /// to the real tools, so planting never touches the host's own.
+    fn test_path(root: &Path) -> Vec<PathBuf> {
+        let open = root.join("plant-bin");
+        let real = root.join("real-bin");
+        std::fs::create_dir(&open).unwrap();
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+        std::fs::create_dir(&real).unwrap();
+        for (name, target) in [
+            ("python3", "/usr/bin/python3"),
+            ("sh", "/bin/sh"),
+            ("ls", "/bin/ls"),
+        ] {
+            std::os::unix::fs::symlink(target, real.join(name)).unwrap();
+        }
+        vec![open, real]
+    }
+
+    /// The cross-exec cases can fail: against the unconfined subject exec 1
+    /// plants a tool exec 2 runs, its tamperers outlive it, and a
+    /// concurrent exec writes into the sleeper's output.
+    #[test]
+    fn an_unconfined_subject_fails_the_cross_exec_cases() {
+        let dir = tempfile::tempdir().unwrap();
+        let subject = unconfined(dir.path());
+        let cases: [(&str, &[&str]); 4] = [
+            (
+                "plant-tool-for-next-exec",
+                &["exec 1 changed the host's", "exec 2 ran the planted tool"],
+            ),
+            (
+                "background-outlives-exec",
+                &["outlived it on the host", "they wrote after it ended"],
+            ),
+            (
+                "concurrent-exec-tampering",
+                &["exec B wrote into the sleeper's stdin or stdout"],
+            ),
+            ("concurrent-exec-proc-info", &["`fd_list` succeeded"]),
+        ];
+        let names: Vec<&str> = cases.iter().map(|(n, _)| *n).collect();
+        let report = run_escape_cases(&subject, &names);
+        eprintln!("{report}");
+        assert_eq!(report.results.len(), cases.len(), "{report}");
+        for (r, (name, why)) in report.results.iter().zip(cases) {
+            assert_eq!(r.probe, name);
+            assert!(
+                !r.passed,
+                "`{name}` passed against an unconfined subject:\n{report}"
+            );
+            assert!(
+                why.iter().all(|w| r.detail.contains(w)),
+                "`{name}` failed, but not for the escape (expected {why:?}): {}",
+                r.detail
+            );
+        }
+        // The planted tool was removed from the host again.
+        assert!(!dir.path().join("plant-bin/python3").exists());
     }
 
     #[test]

@@ -420,6 +420,15 @@ impl WarmSandbox {
         }
         {
             let mut child = self.stage1.lock().unwrap_or_else(|p| p.into_inner());
+            // Closing the control socket ends the init (PID 1 exits on EOF,
+            // and the kernel kills its namespace); stage 1, its parent,
+            // reaps it and exits. Killing stage 1 first would leave the init
+            // a zombie for the host's init to reap.
+            let _ = rustix::net::shutdown(&*self.control, rustix::net::Shutdown::Both);
+            let deadline = Instant::now() + Duration::from_secs(2);
+            while matches!(child.try_wait(), Ok(None)) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(1));
+            }
             // Our own unreaped child: its pid cannot have been reused.
             let _ = child.kill();
             let _ = child.wait();

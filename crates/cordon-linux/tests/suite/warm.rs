@@ -188,3 +188,33 @@ fn each_exec_is_held_to_its_own_bounds() {
     let b = sh(&w, &case, "echo still-here");
     assert_eq!(b.stdout.trim(), "still-here");
 }
+
+#[test]
+fn stop_leaves_no_zombie_of_the_init() {
+    let Some(_) = enforcer_for(Rung::Container, "warm stop") else {
+        return;
+    };
+    let case = Case::new(Rung::Container, &["/bin/true"]);
+    let w = start(
+        &case,
+        &format!("cordon-test-warm-zombie-{}", std::process::id()),
+    );
+    let a = sh(&w, &case, "echo ok");
+    assert_eq!(a.stdout.trim(), "ok");
+    w.stop().expect("stop");
+    // Right after stop: nothing runs as the init's or the workload's host
+    // uid, not even a zombie waiting for the host's init.
+    for uid in [case.host_uid(), case.host_uid() + 1_000_000] {
+        let mut left = Vec::new();
+        for e in std::fs::read_dir("/proc").unwrap().flatten() {
+            let Ok(status) = std::fs::read_to_string(e.path().join("status")) else {
+                continue;
+            };
+            let line = status.lines().find(|l| l.starts_with("Uid:")).unwrap_or("");
+            if line.split_whitespace().nth(1) == Some(uid.to_string().as_str()) {
+                left.push(status.lines().take(3).collect::<Vec<_>>().join(" "));
+            }
+        }
+        assert!(left.is_empty(), "uid {uid}: {left:?}");
+    }
+}

@@ -1,0 +1,457 @@
+//! No leftovers after N cycles of acquire → exec → dispose at the container
+//! rung (warm sandboxes), counted before and after: processes, cgroup
+//! directories, mounts, namespaces, this process's descriptors and threads,
+//! and the directories made under the work dir's parent.
+//!
+//! N is `CORDON_LEAK_CYCLES` (default 1000). Launching a sandbox needs root:
+//! elsewhere the test skips loudly, and with `CI=true` a machine that cannot
+//! hold the rung is a failure.
+#![cfg(all(target_os = "linux", target_arch = "x86_64"))]
+#![allow(clippy::expect_used, clippy::unwrap_used)] // tests may panic on a broken fixture
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cordon_backend_local::{LocalBackend, LocalConfig, WorkDir, FRESH_ID_BASE};
+use cordon_linux::{InitProgram, Rung};
+use cordon_policy::{Deployment, Identity, Policy};
+use cordon_sandbox::{
+    Backend, CallerContext, Capability, ExecRequest, ExitStatus, Isolation, Router, SandboxSpec,
+};
+
+fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true")
+}
+
+fn init_program() -> InitProgram {
+    InitProgram::new(PathBuf::from(env!("CARGO_BIN_EXE_cordon-local-init")))
+}
+
+/// `Some(init)` when the container rung can be held here. Without it:
+/// panic in CI, skip loudly elsewhere.
+fn container_rung() -> Option<InitProgram> {
+    let init = init_program();
+    let p = cordon_backend_local::probe(Rung::Container, init.clone());
+    if p.runnable {
+        return Some(init);
+    }
+    let missing = p.found.join("; ");
+    assert!(
+        !in_ci(),
+        "CI=true and the leak test at the container rung cannot run: {missing}"
+    );
+    // Straight to stderr, past the test harness's output capture.
+    use std::io::Write;
+    let _ = writeln!(
+        std::io::stderr().lock(),
+        "\n!!!!!!!! SKIPPED the leak test at the container rung: this machine cannot hold it !!!!!!!!\n{missing}\n"
+    );
+    None
+}
+
+const POLICY: &str = r#"policy:
+  compute:
+    allow:
+      - name: system-programs
+        when: >-
+          command.startsWith("/usr/") || command.startsWith("/bin/")
+    max_memory: 256MiB
+    max_processes: 32
+    max_cpu_seconds: 10
+    max_wall_seconds: 30
+  storage:
+    allow:
+      - name: system-read-execute
+        when: >-
+          (path.startsWith("/usr/") || path.startsWith("/lib/") ||
+          path.startsWith("/lib64/") || path.startsWith("/bin/") ||
+          path.startsWith("/sbin/")) && mode in ["read", "execute"]
+      - name: etc-read
+        when: path.startsWith("/etc/") && mode == "read"
+      - name: work-dir
+        when: path.startsWith(work_dir + "/") && mode in ["read", "write"]
+      - name: private-tmp
+        when: path.startsWith("/tmp/") && mode in ["read", "write"]
+      - name: devices
+        when: >-
+          path in ["/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom"]
+          && mode in ["read", "write"]
+  egress:
+    allow: []
+  secret:
+    allow: []
+"#;
+
+fn caller() -> CallerContext {
+    CallerContext::new(
+        || "leak".to_string(),
+        || "cycle".to_string(),
+        || "agent".to_string(),
+        || Identity {
+            namespace: "leak".into(),
+            attested: true,
+            ..Identity::default()
+        },
+    )
+}
+
+/// The host uids this process's sandboxes get (workload and init), as
+/// `cordon_backend_local` picks them: `FRESH_ID_BASE + (pid % 1e6) * 64 +
+/// n`, the init `INIT_ID_OFFSET` above.
+fn our_ids() -> BTreeSet<u32> {
+    let base = FRESH_ID_BASE + (std::process::id() % 1_000_000) * 64;
+    (0..64)
+        .flat_map(|n| [base + n, base + n + cordon_backend_local::INIT_ID_OFFSET])
+        .collect()
+}
+
+fn pids() -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .map(|d| {
+            d.flatten()
+                .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse().ok()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// `(ppid, real uid)` of a live process.
+fn status_of(pid: u32) -> Option<(u32, u32)> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let field = |k: &str| {
+        s.lines()
+            .find_map(|l| l.strip_prefix(k))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse::<u32>().ok())
+    };
+    Some((field("PPid:")?, field("Uid:")?))
+}
+
+fn count_dir(p: &Path) -> usize {
+    std::fs::read_dir(p).map(|d| d.count()).unwrap_or(0)
+}
+
+/// Directories at any depth below `root` (bounded) whose path has a
+/// component starting with `cordon-`; `mine` keeps only those naming this
+/// process (`cordon-KEY-PID-N`).
+fn cgroup_dirs(root: &Path, mine: Option<u32>) -> BTreeSet<PathBuf> {
+    fn walk(d: &Path, depth: usize, inside: bool, mine: Option<u32>, out: &mut BTreeSet<PathBuf>) {
+        if depth > 8 {
+            return;
+        }
+        let Ok(entries) = std::fs::read_dir(d) else {
+            return;
+        };
+        for e in entries.flatten() {
+            if !e.file_type().is_ok_and(|t| t.is_dir()) {
+                continue;
+            }
+            let name = e.file_name().to_string_lossy().into_owned();
+            let ours = match mine {
+                Some(pid) => name.starts_with("cordon-") && name.contains(&format!("-{pid}-")),
+                None => name.starts_with("cordon-"),
+            };
+            let here = inside || ours;
+            if here {
+                out.insert(e.path());
+            }
+            walk(&e.path(), depth + 1, here, mine, out);
+        }
+    }
+    let mut out = BTreeSet::new();
+    walk(root, 0, false, mine, &mut out);
+    out
+}
+
+const CGROUP_ROOTS: [&str; 4] = [
+    "/sys/fs/cgroup/memory",
+    "/sys/fs/cgroup/pids",
+    "/sys/fs/cgroup/cpuacct",
+    "/sys/fs/cgroup/unified",
+];
+const NAMESPACES: [&str; 6] = ["mnt", "pid", "net", "user", "ipc", "uts"];
+
+/// One look at the host. The `ours_*` fields can only change through this
+/// test's sandboxes and are always held equal; the machine-wide ones are
+/// held equal when `CI=true` (a quiet machine) and shown otherwise (a
+/// developer's machine has other builds starting processes).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Snapshot {
+    ours_processes: BTreeSet<u32>,
+    ours_cgroup_dirs: BTreeSet<PathBuf>,
+    ours_namespaces: BTreeSet<String>,
+    mounts: usize,
+    self_fds: usize,
+    self_threads: usize,
+    work_parent_entries: usize,
+    all_processes: usize,
+    processes_uid_2e9: usize,
+    all_cordon_cgroup_dirs: usize,
+    all_namespaces: usize,
+}
+
+impl Snapshot {
+    fn take(work_parent: &Path) -> Snapshot {
+        let me = std::process::id();
+        let ids = our_ids();
+        let all = pids();
+        let mut parents = BTreeMap::new();
+        let mut uid_2e9 = 0;
+        let mut ours = BTreeSet::new();
+        let mut processes = 0;
+        for &p in &all {
+            if let Some((ppid, uid)) = status_of(p) {
+                // Kernel threads (kthreadd's children) come and go on
+                // their own.
+                if p != 2 && ppid != 2 {
+                    processes += 1;
+                }
+                parents.insert(p, ppid);
+                if uid >= FRESH_ID_BASE {
+                    uid_2e9 += 1;
+                }
+                if ids.contains(&uid) {
+                    ours.insert(p);
+                }
+            }
+        }
+        // Our descendants too (the test harness's own threads are not
+        // processes; a sandbox's stage 1 is our child).
+        for &p in &all {
+            let mut q = p;
+            for _ in 0..64 {
+                match parents.get(&q) {
+                    Some(&pp) if pp == me => {
+                        ours.insert(p);
+                        break;
+                    }
+                    Some(&pp) if pp > 1 => q = pp,
+                    _ => break,
+                }
+            }
+        }
+        let ns_of = |p: u32| -> Vec<String> {
+            NAMESPACES
+                .iter()
+                .filter_map(|n| {
+                    std::fs::read_link(format!("/proc/{p}/ns/{n}"))
+                        .ok()
+                        .map(|t| t.display().to_string())
+                })
+                .collect()
+        };
+        let mine_ns: BTreeSet<String> = ns_of(me).into_iter().collect();
+        let ours_namespaces: BTreeSet<String> = ours
+            .iter()
+            .flat_map(|&p| ns_of(p))
+            .filter(|n| !mine_ns.contains(n))
+            .collect();
+        let all_namespaces: BTreeSet<String> = all.iter().flat_map(|&p| ns_of(p)).collect();
+        let mut ours_cg = BTreeSet::new();
+        let mut all_cg = 0;
+        for r in CGROUP_ROOTS {
+            ours_cg.extend(cgroup_dirs(Path::new(r), Some(me)));
+            all_cg += cgroup_dirs(Path::new(r), None).len();
+        }
+        Snapshot {
+            ours_processes: ours,
+            ours_cgroup_dirs: ours_cg,
+            ours_namespaces,
+            mounts: std::fs::read_to_string("/proc/self/mountinfo")
+                .map(|m| m.lines().count())
+                .unwrap_or(0),
+            self_fds: count_dir(Path::new("/proc/self/fd")),
+            self_threads: count_dir(Path::new("/proc/self/task")),
+            work_parent_entries: count_dir(work_parent),
+            all_processes: processes,
+            processes_uid_2e9: uid_2e9,
+            all_cordon_cgroup_dirs: all_cg,
+            all_namespaces: all_namespaces.len(),
+        }
+    }
+
+    /// What differs from `before`, held strictly (`strict`: the
+    /// machine-wide counts too).
+    fn leaks(&self, before: &Snapshot, strict: bool) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut check = |what: &str, b: String, a: String, held: bool| {
+            if held && a != b {
+                out.push(format!("{what}: before {b}, after {a}"));
+            }
+        };
+        check(
+            "processes of our sandboxes' uids or our descendants",
+            format!("{:?}", before.ours_processes),
+            format!("{:?}", self.ours_processes),
+            true,
+        );
+        check(
+            "our cgroup dirs",
+            format!("{:?}", before.ours_cgroup_dirs),
+            format!("{:?}", self.ours_cgroup_dirs),
+            true,
+        );
+        check(
+            "namespaces held by our processes",
+            format!("{:?}", before.ours_namespaces),
+            format!("{:?}", self.ours_namespaces),
+            true,
+        );
+        check(
+            "mounts (/proc/self/mountinfo lines)",
+            before.mounts.to_string(),
+            self.mounts.to_string(),
+            true,
+        );
+        check(
+            "this process's descriptors",
+            before.self_fds.to_string(),
+            self.self_fds.to_string(),
+            true,
+        );
+        check(
+            "this process's threads",
+            before.self_threads.to_string(),
+            self.self_threads.to_string(),
+            true,
+        );
+        check(
+            "entries under the work dir's parent",
+            before.work_parent_entries.to_string(),
+            self.work_parent_entries.to_string(),
+            true,
+        );
+        check(
+            "processes (/proc entries, kernel threads aside)",
+            before.all_processes.to_string(),
+            self.all_processes.to_string(),
+            strict,
+        );
+        check(
+            "processes with uid >= 2_000_000_000",
+            before.processes_uid_2e9.to_string(),
+            self.processes_uid_2e9.to_string(),
+            strict,
+        );
+        check(
+            "cgroup dirs named cordon-*",
+            before.all_cordon_cgroup_dirs.to_string(),
+            self.all_cordon_cgroup_dirs.to_string(),
+            strict,
+        );
+        check(
+            "namespaces (distinct across /proc/*/ns)",
+            before.all_namespaces.to_string(),
+            self.all_namespaces.to_string(),
+            strict,
+        );
+        out
+    }
+}
+
+#[test]
+fn acquire_exec_dispose_cycles_leave_nothing_behind() {
+    let Some(init) = container_rung() else {
+        return;
+    };
+    let cycles: usize = std::env::var("CORDON_LEAK_CYCLES")
+        .ok()
+        .map(|v| v.parse().expect("CORDON_LEAK_CYCLES is a number"))
+        .unwrap_or(1000);
+    // Not under /tmp (the container rung's /tmp is its own); traversable by
+    // the sandbox's init, which binds the work dir as its own uid.
+    let parent = tempfile::Builder::new()
+        .prefix("cordon-leak-")
+        .tempdir_in("/var/tmp")
+        .unwrap();
+    std::fs::set_permissions(parent.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let policy = Arc::new(
+        Policy::load_str("leak.yaml", POLICY)
+            .map_err(|d| d.render())
+            .unwrap(),
+    );
+    let env = Deployment::default();
+    let backend = Arc::new(LocalBackend::new(LocalConfig {
+        rung: Rung::Container,
+        policy: policy.clone(),
+        env: env.clone(),
+        work_dir: WorkDir::Fresh {
+            parent: parent.path().to_path_buf(),
+        },
+        init,
+    }));
+    let router = Router::builder(policy, env)
+        .min_isolation(Isolation::Container)
+        .backend(backend.clone())
+        .build()
+        .unwrap();
+    let spec = SandboxSpec::new("leak", "host")
+        .unwrap()
+        .with_requires([Capability::Exec]);
+    let caller = caller();
+    let key = caller.resolve().unwrap().key;
+    let exec = ExecRequest {
+        argv: ["/bin/sh", "-c", "echo x > f; sleep 0 &"]
+            .map(String::from)
+            .to_vec(),
+        env: BTreeMap::new(),
+        stdin: Vec::new(),
+        timeout: Duration::from_secs(20),
+        max_output_bytes: 4096,
+    };
+    let cycle = || {
+        let sandbox = router.acquire(&caller, &spec).expect("acquire");
+        let out = sandbox.exec(&exec).expect("exec");
+        assert_eq!(out.status, ExitStatus::Code(0), "{out:?}");
+        drop(sandbox);
+        assert!(backend.dispose(&key).expect("dispose"), "nothing disposed");
+    };
+    // One cycle first: what the first sandbox sets up once per process
+    // (the event threads' runtime, lazily opened files) is not a leak.
+    cycle();
+    // Dispose returns once the sandbox's cgroups are gone; its last
+    // processes may still be exiting: settle before counting too.
+    let settled = Instant::now() + Duration::from_secs(5);
+    let before = loop {
+        let s = Snapshot::take(parent.path());
+        if s.ours_processes.is_empty() || Instant::now() > settled {
+            break s;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let started = Instant::now();
+    for _ in 0..cycles {
+        cycle();
+    }
+    let took = started.elapsed();
+    let strict = in_ci() || std::env::var("CORDON_LEAK_STRICT").is_ok_and(|v| v == "1");
+    // A short settle for the kernel to reap and remove.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let (after, leaks) = loop {
+        let after = Snapshot::take(parent.path());
+        let leaks = after.leaks(&before, strict);
+        if leaks.is_empty() || Instant::now() > deadline {
+            break (after, leaks);
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    eprintln!(
+        "leak: {cycles} cycles in {:.1}s ({:.1} ms/cycle); strict machine-wide counts: {strict}\nbefore: {before:?}\nafter:  {after:?}",
+        took.as_secs_f64(),
+        took.as_secs_f64() * 1000.0 / cycles.max(1) as f64
+    );
+    assert!(
+        leaks.is_empty(),
+        "after {cycles} cycles something was left behind:\n  {}",
+        leaks.join("\n  ")
+    );
+    // Shown when not held: a developer's machine runs other things.
+    if !strict {
+        for l in after.leaks(&before, true) {
+            eprintln!("note (machine-wide, not held outside CI): {l}");
+        }
+    }
+}
