@@ -584,6 +584,10 @@ fn serve_sandbox(
     let last = Arc::new(Mutex::new(Instant::now()));
     let busy = Arc::new(AtomicUsize::new(0));
     let stop = Arc::new(AtomicU64::new(0));
+    // A dispose request wakes the loop at once through this pipe.
+    let (wake_r, wake_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
+        .map_err(|e| format!("pipe: {e}"))?;
+    let wake_w = Arc::new(wake_w);
     let idle = Duration::from_secs(launch.idle_timeout);
     let max_age = Duration::from_secs(launch.max_age);
     loop {
@@ -599,10 +603,10 @@ fn serve_sandbox(
             tracing::info!(handle = %launch.handle, "idle timeout reached; disposing");
             return Ok(());
         }
-        let mut fds = [rustix::event::PollFd::new(
-            &listener,
-            rustix::event::PollFlags::IN,
-        )];
+        let mut fds = [
+            rustix::event::PollFd::new(&listener, rustix::event::PollFlags::IN),
+            rustix::event::PollFd::new(&wake_r, rustix::event::PollFlags::IN),
+        ];
         let timeout = rustix::event::Timespec {
             tv_sec: 0,
             tv_nsec: 200_000_000,
@@ -611,13 +615,16 @@ fn serve_sandbox(
             Ok(0) | Err(_) => continue,
             Ok(_) => {}
         }
+        if !fds[1].revents().is_empty() {
+            continue; // `stop` is set
+        }
         let Ok(conn) = rustix::net::accept_with(&listener, rustix::net::SocketFlags::CLOEXEC)
         else {
             continue;
         };
         *last.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
         let sandbox = sandbox.clone();
-        let (last, busy, stop) = (last.clone(), busy.clone(), stop.clone());
+        let (last, busy, stop, wake) = (last.clone(), busy.clone(), stop.clone(), wake_w.clone());
         let handle = launch.handle.clone();
         std::thread::spawn(move || {
             let Ok(Some((req, fds))) = fdpass::recv::<Request>(&conn) else {
@@ -642,7 +649,11 @@ fn serve_sandbox(
                     reply
                 }
             };
+            let disposed = matches!(reply, Reply::Disposed);
             let _ = fdpass::send(&conn, &reply, &[]);
+            if disposed {
+                let _ = rustix::io::write(&*wake, b"x");
+            }
         });
     }
 }

@@ -414,7 +414,9 @@ fn kill_by_membership(procs_file: &Path) -> io::Result<()> {
                 procs_file.display()
             )));
         }
-        std::thread::sleep(Duration::from_millis(5));
+        // A killed process leaves the list as soon as it is reaped: look
+        // again soon (most are gone within a millisecond).
+        std::thread::sleep(Duration::from_micros(500));
     }
 }
 
