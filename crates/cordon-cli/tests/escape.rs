@@ -11,14 +11,9 @@ use std::process::Command;
 /// an issue that owns the fix.
 const KNOWN_BREACHES: &[(&str, &str, &str)] = &[
     (
-        "container",
-        "concurrent-exec-proc-info",
-        "concurrent execs of one warm sandbox share a uid and a pid namespace with one /proc: exec B lists /proc/A/fd and reads /proc/A/cmdline (neither is gated by Landlock's ptrace scoping); reported with the cross-exec cases, needs an owning issue",
-    ),
-    (
         "process",
         "concurrent-exec-proc-info",
-        "concurrent execs of one sandbox run as one host uid with the host's /proc: exec B lists /proc/A/fd and reads /proc/A/cmdline; reported with the cross-exec cases, needs an owning issue",
+        "concurrent execs of one process-rung sandbox run as one host uid with the host's /proc: exec B lists /proc/A/fd and reads /proc/A/cmdline (Landlock's ptrace scoping does not gate either; the container rung gives each exec its own pid namespace and /proc); the process rung has no namespaces to do so",
     ),
 ];
 

@@ -1688,9 +1688,11 @@ fn concurrent_exec(s: &EscapeSubject, judged: &[&str]) -> Result<String, String>
     let attacker = format!(
         "{PY_LIBC}import sys,time,signal\n\
 tok=sys.argv[1]+sys.argv[2]\nme=os.getpid()\n\
-def find():\n    try: return int(open('.'+tok+'.pid').read())\n    except (OSError,ValueError): return None\n\
+def find():\n    for d in os.listdir('/proc'):\n        if d.isdigit() and int(d)!=me:\n            try:\n                if tok in open('/proc/%s/cmdline'%d,'rb').read().replace(b'\\0',b' ').decode(): return int(d)\n            except (OSError,ValueError): pass\n    return None\n\
 pid=None\nt=time.time()\nwhile pid is None and time.time()-t<{find}:\n    pid=find()\n    if pid is None: time.sleep(0.05)\n\
-if pid is None:\n    print('nofind'); sys.exit(0)\n\
+if pid is None:\n    print('invisible' if sys.argv[1] in open('/proc/self/cmdline','rb').read().decode(errors='replace') else 'nofind'); sys.exit(0)\n\
+inits=(('',pid),) if os.getppid()==1 else (('',pid),('init_',1))\n\
+if os.getppid()==1: print('init_own',flush=True)\n\
 def op(name,f):\n    try:\n        f(); print(name,0,0,flush=True)\n    except OSError as e: print(name,-1,e.errno,flush=True)\n\
 def rd(p): open(p,'rb').read(64)\n\
 def wr(p):\n    fd=os.open(p,os.O_WRONLY|os.O_NONBLOCK)\n    try: os.write(fd,b'{BAIT}\\n')\n    finally: os.close(fd)\n\
@@ -1700,7 +1702,7 @@ def sig(p,n): os.kill(p,n)\n\
 def pidfd(p):\n    fd=os.pidfd_open(p)\n    try: signal.pidfd_send_signal(fd,0)\n    finally: os.close(fd)\n\
 def cmdline(p):\n    if tok not in open('/proc/%d/cmdline'%p,'rb').read().replace(b'\\0',b' ').decode(): raise OSError(0,'no token')\n\
 if sys.argv[3]=='info':\n    op('fd_list',lambda: os.listdir('/proc/%d/fd'%pid)); op('cmdline',lambda: cmdline(pid)); print('end'); sys.exit(0)\n\
-for pre,p in (('',pid),('init_',1)):\n\
+for pre,p in inits:\n\
 \x20   op(pre+'environ',lambda: rd('/proc/%d/environ'%p))\n\
 \x20   op(pre+'mem',lambda: os.close(os.open('/proc/%d/mem'%p,os.O_RDONLY)))\n\
 \x20   op(pre+'fd_list',lambda: os.listdir('/proc/%d/fd'%p))\n\
@@ -1793,8 +1795,29 @@ print('end')",
             attack.show()
         ));
     }
+    if attack.status() == Some(ExitStatus::Code(0))
+        && attack.stdout().lines().any(|l| l == "invisible")
+    {
+        // B reads its own /proc entry but no process holds the sleeper's
+        // token: the sleeper is in another pid namespace.
+        return Ok(
+            "exec B cannot see the sleeper at all (each exec has a pid namespace and /proc of its own); the sleeper finished normally"
+                .to_string(),
+        );
+    }
     attack.ran_to_end()?;
-    let errnos = all_refused(&attack, judged)?;
+    // B's PID 1 is its own exec's init (a pid namespace per exec), not the
+    // sandbox's: the init probes do not apply.
+    let judged: Vec<&str> = if attack.stdout().lines().any(|l| l == "init_own") {
+        judged
+            .iter()
+            .copied()
+            .filter(|n| !n.starts_with("init_"))
+            .collect()
+    } else {
+        judged.to_vec()
+    };
+    let errnos = all_refused(&attack, &judged)?;
     Ok(format!(
         "exec B was refused ({}); the sleeper finished normally",
         errnos.join(", ")

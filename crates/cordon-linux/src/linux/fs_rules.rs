@@ -129,6 +129,19 @@ pub(crate) fn enforce(created: RulesetCreated) -> Result<(), LandlockError> {
     Ok(())
 }
 
+/// Adds read access to the `/proc` mounted now (a warm exec mounts its own
+/// after the init built the ruleset, and a rule names a mount, not a path).
+pub(crate) fn add_proc(created: RulesetCreated) -> Result<RulesetCreated, LandlockError> {
+    let abi = abi_enum(super::probe::landlock_abi());
+    let path = Path::new("/proc");
+    let fd = PathFd::new(path).map_err(|source| LandlockError::Path {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let access = (AccessFs::ReadFile | AccessFs::ReadDir) & AccessFs::from_all(abi);
+    Ok(created.add_rule(PathBeneath::new(fd, access))?)
+}
+
 /// The Landlock ruleset for `rules`, built but not applied, refusing a
 /// kernel below ABI `needed`. A warm sandbox's init builds it once and each
 /// exec applies a copy, so every exec gets a domain of its own.

@@ -14,21 +14,24 @@
 //! and exec (in [`spawn_exec`]) may allocate and call ordinary library code.
 
 use std::collections::HashMap;
+use std::ffi::CString;
 use std::fs::File;
-use std::io::Write;
+use std::io::{Read, Write};
 use std::os::fd::OwnedFd;
-use std::os::unix::process::CommandExt;
-use std::process::{Command, Stdio};
 
 use landlock::RulesetCreated;
+use nix::fcntl::OFlag;
+use nix::mount::{mount, MsFlags};
+use nix::sched::{unshare, CloneFlags};
 use nix::sys::prctl;
 use nix::sys::signal::{SigSet, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+use nix::unistd::ForkResult;
 use rustix::event::{poll, PollFd, PollFlags};
 use seccompiler::BpfProgram;
 
-use super::init::{die_with_parent, drop_privileges, fail, rlimits_for, Failure};
+use super::init::{die_with_parent, drop_privileges, fail, rlimits_for, Failure, SETUP_FAILED};
 use super::proto::{self, Report, WarmEvent, WarmRequest};
 use super::{fs_rules, rootfs, seccomp};
 use crate::fdpass;
@@ -49,6 +52,8 @@ struct Layers {
 /// The capabilities the init keeps after building the root: what
 /// [`drop_privileges`] needs in each exec's child.
 const KEEP: &[caps::Capability] = &[
+    // New pid and mount namespaces and a /proc for each exec.
+    caps::Capability::CAP_SYS_ADMIN,
     caps::Capability::CAP_SETUID,
     caps::Capability::CAP_SETGID,
     caps::Capability::CAP_SETPCAP,
@@ -83,8 +88,15 @@ pub(crate) fn serve(plan: &Plan, report: &mut File, control: File) -> Result<i32
     die_with_parent(None)?;
     narrow_init_capabilities()?;
     prctl::set_dumpable(false).map_err(fail("PR_SET_DUMPABLE"))?;
+    // Each exec mounts a /proc of its own and grants it then.
+    let exec_rules: Vec<fs_rules::Rule> = rules
+        .iter()
+        .filter(|r| r.path != std::path::Path::new("/proc"))
+        .cloned()
+        .collect();
     let layers = Layers {
-        ruleset: fs_rules::ruleset(plan, &rules, WARM_LANDLOCK_ABI).map_err(fail("landlock"))?,
+        ruleset: fs_rules::ruleset(plan, &exec_rules, WARM_LANDLOCK_ABI)
+            .map_err(fail("landlock"))?,
         seccomp: std::sync::Arc::new(seccomp::compile(Rung::Container).map_err(fail("seccomp"))?),
     };
     // SIGCHLD arrives on a descriptor, so one poll waits for both requests
@@ -162,7 +174,38 @@ fn reap(control: &OwnedFd, running: &mut HashMap<i32, u64>) {
     }
 }
 
-/// Starts one exec; returns its pid (in the sandbox's pid namespace).
+/// Everything one exec's processes need, built before the fork.
+struct ExecSetup {
+    joins: Vec<File>,
+    stdin: OwnedFd,
+    stdout: OwnedFd,
+    stderr: OwnedFd,
+    /// Setup failures are written here (the init reads until EOF).
+    errors: OwnedFd,
+    ruleset: Option<RulesetCreated>,
+    seccomp: std::sync::Arc<Vec<BpfProgram>>,
+    ids: crate::plan::Ids,
+    bounds: crate::plan::Bounds,
+    work_dir: std::path::PathBuf,
+    program: CString,
+    argv: Vec<CString>,
+    env: Vec<CString>,
+}
+
+/// Starts one exec; returns the pid of its first process (in the sandbox's
+/// pid namespace), or why it did not start.
+///
+/// ```text
+/// init ─ fork ─> shim (joins the exec's cgroup; new pid + mount namespaces)
+///                  └─ fork ─> exec init = PID 1 of the exec's own pid
+///                             namespace: a /proc of its own, drops to the
+///                             workload's uid, Landlock, seccomp
+///                               └─ fork ─> the command (execve)
+/// ```
+///
+/// A pid namespace per exec is what keeps concurrent execs (one uid) out of
+/// each other's `/proc`; when the exec's PID 1 ends, the kernel kills
+/// everything left in it.
 fn spawn_exec(
     plan: &Plan,
     layers: &Layers,
@@ -182,81 +225,289 @@ fn spawn_exec(
         .first()
         .filter(|p| p.starts_with('/'))
         .ok_or("the command must start with an absolute path")?;
-    if argv.iter().any(|a| a.contains('\0'))
-        || env
-            .iter()
-            .any(|(k, v)| k.is_empty() || k.contains(['=', '\0']) || v.contains('\0'))
-    {
-        return Err("the command or its environment holds a NUL byte or a bad name".into());
+    if env.keys().any(|k| k.is_empty() || k.contains('=')) {
+        return Err("an environment variable has an empty name or one with `=`".into());
     }
-    let join_files: Vec<File> = fds.drain(3..).map(File::from).collect();
+    let cstr = |s: &str| {
+        CString::new(s).map_err(|_| "the command or its environment holds a NUL byte".to_string())
+    };
+    let c_argv = argv
+        .iter()
+        .map(|a| cstr(a))
+        .collect::<Result<Vec<_>, _>>()?;
+    let c_env = env
+        .iter()
+        .map(|(k, v)| cstr(&format!("{k}={v}")))
+        .collect::<Result<Vec<_>, _>>()?;
+    let joins: Vec<File> = fds.drain(3..).map(File::from).collect();
     let mut stdio = fds.into_iter();
     let (Some(stdin), Some(stdout), Some(stderr)) = (stdio.next(), stdio.next(), stdio.next())
     else {
         return Err("missing stdio descriptors".into());
     };
-    let mut ruleset = Some(
-        layers
-            .ruleset
-            .try_clone()
-            .map_err(|e| format!("copying the landlock ruleset: {e}"))?,
-    );
-    let ids = plan.ids().clone();
-    let seccomp = layers.seccomp.clone();
-    let bounds = plan.bounds().clone();
-    let work_dir = plan.work_dir().to_path_buf();
-    let mut cmd = Command::new(program);
-    cmd.args(&argv[1..])
-        .env_clear()
-        .envs(env)
-        .stdin(Stdio::from(stdin))
-        .stdout(Stdio::from(stdout))
-        .stderr(Stdio::from(stderr));
-    let mut setup = move || -> Result<(), Failure> {
-        for mut f in &join_files {
-            f.write_all(b"0").map_err(fail("join exec cgroup"))?;
-        }
-        nix::unistd::setsid().map_err(fail("setsid"))?;
-        drop_privileges(ids.uid, ids.gid)?;
-        // As the workload: the init (without CAP_DAC_OVERRIDE) may not
-        // enter the workload's own 0700 work dir.
-        nix::unistd::chdir(&work_dir).map_err(fail("chdir to the work dir"))?;
-        rlimits_for(&bounds)?;
-        prctl::set_no_new_privs().map_err(fail("no_new_privs"))?;
-        let rs = ruleset
-            .take()
-            .ok_or_else(|| fail("landlock")("the ruleset was already used"))?;
-        fs_rules::enforce(rs).map_err(fail("landlock"))?;
-        for p in seccomp.iter() {
-            seccompiler::apply_filter(p).map_err(fail("seccomp"))?;
-        }
-        Ok(())
+    let (errors_r, errors) =
+        nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| format!("pipe: {e}"))?;
+    let setup = ExecSetup {
+        joins,
+        stdin,
+        stdout,
+        stderr,
+        errors,
+        ruleset: Some(
+            layers
+                .ruleset
+                .try_clone()
+                .map_err(|e| format!("copying the landlock ruleset: {e}"))?,
+        ),
+        seccomp: layers.seccomp.clone(),
+        ids: plan.ids().clone(),
+        bounds: plan.bounds().clone(),
+        work_dir: plan.work_dir().to_path_buf(),
+        program: cstr(program)?,
+        argv: c_argv,
+        env: c_env,
     };
-    #[expect(
-        unsafe_code,
-        reason = "the exec's confinement must be applied between fork and exec"
-    )]
-    // SAFETY: `pre_exec` runs the closure in the forked child. This process
-    // is single-threaded (module invariant), so no lock can be held by a
-    // thread that does not exist in the child, and allocation is sound. The
-    // closure touches only values it owns or that were fully built before
-    // the fork.
-    unsafe {
-        cmd.pre_exec(move || {
-            setup().map_err(|f| {
-                // The exec's own stderr (already in place) says why.
-                let _ = writeln!(
-                    std::io::stderr(),
-                    "cordon: the sandbox refused to start this command: {}: {}",
-                    f.step,
-                    f.error
-                );
-                std::io::Error::from_raw_os_error(libc::EPERM)
-            })
-        });
+    #[expect(unsafe_code, reason = "an exec's processes are forked by hand")]
+    // SAFETY: this process is single-threaded (module invariant), so the
+    // child starts with every lock free and may allocate; the child never
+    // returns into the caller's frames (`shim` ends in exit).
+    let forked = unsafe { nix::unistd::fork() };
+    match forked {
+        Ok(ForkResult::Child) => shim(setup),
+        Ok(ForkResult::Parent { child }) => {
+            drop(setup);
+            // EOF once the command is exec'd (its copy is close-on-exec and
+            // the others are closed on the way); otherwise the reason.
+            let mut why = String::new();
+            let _ = File::from(errors_r).read_to_string(&mut why);
+            if why.is_empty() {
+                Ok(child.as_raw())
+            } else {
+                Err(why)
+            }
+        }
+        Err(e) => Err(format!("fork: {e}")),
     }
-    let child = cmd
-        .spawn()
-        .map_err(|e| format!("starting `{program}`: {e}"))?;
-    i32::try_from(child.id()).map_err(|e| e.to_string())
+}
+
+/// Reports a setup failure to the init and the exec's own stderr, and ends
+/// this process.
+fn refuse_exec(setup: &ExecSetup, f: Failure) -> ! {
+    let msg = format!("{}: {}", f.step, f.error);
+    let _ = rustix::io::write(&setup.errors, msg.as_bytes());
+    let _ = rustix::io::write(
+        &setup.stderr,
+        format!("cordon: the sandbox refused to start this command: {msg}\n").as_bytes(),
+    );
+    std::process::exit(SETUP_FAILED)
+}
+
+/// How the exec's PID 1 tells the shim how the command ended.
+fn encode(t: Termination) -> [u8; 5] {
+    let (tag, n) = match t {
+        Termination::Exited(c) => (b'E', c),
+        Termination::Signaled(s) => (b'S', s),
+    };
+    let b = n.to_le_bytes();
+    [tag, b[0], b[1], b[2], b[3]]
+}
+
+fn decode(b: &[u8]) -> Option<Termination> {
+    let n = i32::from_le_bytes(b.get(1..5)?.try_into().ok()?);
+    match b.first()? {
+        b'E' => Some(Termination::Exited(n)),
+        b'S' => Some(Termination::Signaled(n)),
+        _ => None,
+    }
+}
+
+/// Ends this process the way `t` says: a signal is raised again (the shim
+/// is not a PID 1, so it can die of it), an exit code is exited with.
+fn end_as(t: Termination) -> ! {
+    if let Termination::Signaled(sig) = t {
+        if let Ok(sig) = Signal::try_from(sig) {
+            let _ = nix::sys::signal::raise(sig);
+        }
+        std::process::exit(128 + (t_signal(t) & 0x7f));
+    }
+    match t {
+        Termination::Exited(c) => std::process::exit(c),
+        Termination::Signaled(_) => std::process::exit(SETUP_FAILED),
+    }
+}
+
+fn t_signal(t: Termination) -> i32 {
+    match t {
+        Termination::Signaled(s) => s,
+        Termination::Exited(_) => 0,
+    }
+}
+
+fn wait_status(status: WaitStatus) -> Option<Termination> {
+    match status {
+        WaitStatus::Exited(_, c) => Some(Termination::Exited(c)),
+        WaitStatus::Signaled(_, sig, _) => Some(Termination::Signaled(sig as i32)),
+        _ => None,
+    }
+}
+
+/// The shim: in the exec's cgroup, parent of the exec's pid namespace.
+fn shim(mut setup: ExecSetup) -> ! {
+    // Children of the init start with its mask (SIGCHLD blocked): clear it.
+    let _ = SigSet::empty().thread_set_mask();
+    for mut f in &setup.joins {
+        if let Err(e) = f.write_all(b"0") {
+            refuse_exec(&setup, fail("join the exec's cgroup")(e));
+        }
+    }
+    setup.joins.clear();
+    if let Err(e) = unshare(CloneFlags::CLONE_NEWPID | CloneFlags::CLONE_NEWNS) {
+        refuse_exec(&setup, fail("unshare the exec's namespaces")(e));
+    }
+    let (status_r, status_w) = match nix::unistd::pipe2(OFlag::O_CLOEXEC) {
+        Ok(p) => p,
+        Err(e) => refuse_exec(&setup, fail("pipe")(e)),
+    };
+    #[expect(unsafe_code, reason = "the exec's PID 1 is forked by hand")]
+    // SAFETY: single-threaded (forked from the single-threaded init).
+    let forked = unsafe { nix::unistd::fork() };
+    match forked {
+        Ok(ForkResult::Child) => {
+            drop(status_r);
+            exec_init(setup, status_w)
+        }
+        Ok(ForkResult::Parent { child }) => {
+            drop(status_w);
+            drop(setup);
+            // Nothing more to do with privilege: keep none.
+            for set in [
+                caps::CapSet::Effective,
+                caps::CapSet::Permitted,
+                caps::CapSet::Inheritable,
+                caps::CapSet::Ambient,
+            ] {
+                let _ = caps::clear(None, set);
+            }
+            let ended = loop {
+                match waitpid(child, None) {
+                    Ok(s) => {
+                        if let Some(t) = wait_status(s) {
+                            break t;
+                        }
+                    }
+                    Err(nix::errno::Errno::EINTR) => {}
+                    Err(_) => break Termination::Exited(SETUP_FAILED),
+                }
+            };
+            let mut report = Vec::new();
+            let _ = File::from(status_r).read_to_end(&mut report);
+            end_as(decode(&report).unwrap_or(ended))
+        }
+        Err(e) => refuse_exec(&setup, fail("fork")(e)),
+    }
+}
+
+/// PID 1 of the exec's own pid namespace.
+fn exec_init(mut setup: ExecSetup, status: OwnedFd) -> ! {
+    let step = |setup: &ExecSetup, r: Result<(), Failure>| {
+        if let Err(f) = r {
+            refuse_exec(setup, f);
+        }
+    };
+    let root = std::path::Path::new("/");
+    let proc = std::path::Path::new("/proc");
+    step(
+        &setup,
+        mount::<str, std::path::Path, str, str>(
+            None,
+            root,
+            None,
+            MsFlags::MS_REC | MsFlags::MS_PRIVATE,
+            None,
+        )
+        .map_err(fail("make mounts private")),
+    );
+    step(
+        &setup,
+        mount::<str, std::path::Path, str, str>(
+            Some("proc"),
+            proc,
+            Some("proc"),
+            MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+            None,
+        )
+        .map_err(fail("mount the exec's /proc")),
+    );
+    step(
+        &setup,
+        nix::unistd::setsid().map(drop).map_err(fail("setsid")),
+    );
+    step(&setup, drop_privileges(setup.ids.uid, setup.ids.gid));
+    // As the workload: the init (without CAP_DAC_OVERRIDE) may not enter
+    // the workload's own 0700 work dir.
+    step(
+        &setup,
+        nix::unistd::chdir(&setup.work_dir).map_err(fail("chdir to the work dir")),
+    );
+    step(&setup, rlimits_for(&setup.bounds));
+    step(
+        &setup,
+        prctl::set_no_new_privs().map_err(fail("no_new_privs")),
+    );
+    let rs = setup.ruleset.take();
+    step(
+        &setup,
+        rs.ok_or_else(|| fail("landlock")("no ruleset"))
+            .and_then(|rs| fs_rules::add_proc(rs).map_err(fail("landlock")))
+            .and_then(|rs| fs_rules::enforce(rs).map_err(fail("landlock"))),
+    );
+    for p in setup.seccomp.clone().iter() {
+        step(
+            &setup,
+            seccompiler::apply_filter(p).map_err(fail("seccomp")),
+        );
+    }
+    #[expect(unsafe_code, reason = "the command is forked by hand")]
+    // SAFETY: single-threaded (forked from the single-threaded shim).
+    let forked = unsafe { nix::unistd::fork() };
+    match forked {
+        Ok(ForkResult::Child) => {
+            drop(status);
+            let dup = nix::unistd::dup2_stdin(&setup.stdin)
+                .and_then(|()| nix::unistd::dup2_stdout(&setup.stdout))
+                .and_then(|()| nix::unistd::dup2_stderr(&setup.stderr));
+            step(&setup, dup.map_err(fail("stdio")));
+            let err = nix::unistd::execve(&setup.program, &setup.argv, &setup.env);
+            let e = match err {
+                Err(e) => e,
+                Ok(never) => match never {},
+            };
+            refuse_exec(
+                &setup,
+                fail("exec")(format!(
+                    "starting `{}`: {e}",
+                    setup.program.to_string_lossy()
+                )),
+            )
+        }
+        Ok(ForkResult::Parent { child }) => {
+            drop(setup);
+            // Reap everything; the exec ends when the command does, and the
+            // kernel kills what is left when this PID 1 exits.
+            let ended = loop {
+                match waitpid(None, None) {
+                    Ok(s) if s.pid() == Some(child) => {
+                        if let Some(t) = wait_status(s) {
+                            break t;
+                        }
+                    }
+                    Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+                    Err(_) => break Termination::Exited(SETUP_FAILED),
+                }
+            };
+            let _ = rustix::io::write(&status, &encode(ended));
+            std::process::exit(0)
+        }
+        Err(e) => refuse_exec(&setup, fail("fork")(e)),
+    }
 }
