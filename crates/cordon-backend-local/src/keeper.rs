@@ -802,7 +802,7 @@ impl KeptBackend {
             if !rec.orphaned_or_expired(now) {
                 continue;
             }
-            let Ok(_lock) = state.lock(&rec.key, Duration::from_secs(5)) else {
+            let Ok(lock) = state.lock(&rec.key, Duration::from_secs(5)) else {
                 failures.push(format!(
                     "`{}` is locked by another owner; skipped",
                     rec.handle
@@ -810,6 +810,7 @@ impl KeptBackend {
                 continue;
             };
             failures.extend(dispose_record(state, &rec));
+            lock.unlock_and_remove();
             n += 1;
         }
         (n, failures)
@@ -953,7 +954,7 @@ impl cordon_sandbox::Backend for KeptBackend {
     ) -> Result<bool, cordon_sandbox::BackendError> {
         let state = &self.kept.state;
         let key = key_record(key);
-        let _lock = state
+        let lock = state
             .lock(&key, LOCK_WAIT)
             .map_err(|e| failed("dispose", e.to_string()))?;
         match state
@@ -964,6 +965,7 @@ impl cordon_sandbox::Backend for KeptBackend {
                 for f in dispose_record(state, &rec) {
                     tracing::warn!(handle = %rec.handle, "dispose: {f}");
                 }
+                lock.unlock_and_remove();
                 Ok(true)
             }
             None => Ok(false),
@@ -998,13 +1000,14 @@ pub fn dispose_scope(
         if backend.is_some_and(|b| b != rec.backend) {
             continue;
         }
-        let Ok(_lock) = state.lock(&rec.key, LOCK_WAIT) else {
+        let Ok(lock) = state.lock(&rec.key, LOCK_WAIT) else {
             tracing::warn!(handle = %rec.handle, "dispose_scope: the key is locked; skipped");
             continue;
         };
         for f in dispose_record(state, &rec) {
             tracing::warn!(handle = %rec.handle, "dispose_scope: {f}");
         }
+        lock.unlock_and_remove();
         n += 1;
     }
     Ok(n)

@@ -178,6 +178,17 @@ pub struct StateDir {
 #[derive(Debug)]
 pub struct KeyLock {
     _file: File,
+    path: PathBuf,
+}
+
+impl KeyLock {
+    /// Removes the key's lock file, then releases the lock: for a key whose
+    /// sandbox is gone, so `locks/` does not grow with every key ever used.
+    /// Safe against a waiter: whoever locks the removed file finds it no
+    /// longer at its path and opens it again.
+    pub fn unlock_and_remove(self) {
+        let _ = fs::remove_file(&self.path);
+    }
 }
 
 impl StateDir {
@@ -282,9 +293,34 @@ impl StateDir {
             .open(&path)
             .map_err(io_err(&path))?;
         let deadline = Instant::now() + wait;
+        let mut file = file;
         loop {
             match rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
-                Ok(()) => return Ok(KeyLock { _file: file }),
+                Ok(()) => {
+                    // The holder before us may have removed the file (see
+                    // `unlock_and_remove`): a lock on an unlinked file locks
+                    // nothing anyone else can find, so open it again.
+                    let held = rustix::fs::fstat(&file).map_err(|e| io_err(&path)(e.into()))?;
+                    match rustix::fs::stat(&path) {
+                        Ok(now) if now.st_ino == held.st_ino && now.st_dev == held.st_dev => {
+                            return Ok(KeyLock {
+                                _file: file,
+                                path: path.clone(),
+                            })
+                        }
+                        _ => {
+                            file = OpenOptions::new()
+                                .create(true)
+                                .truncate(false)
+                                .write(true)
+                                .mode(0o600)
+                                .custom_flags(libc_o_nofollow())
+                                .open(&path)
+                                .map_err(io_err(&path))?;
+                            continue;
+                        }
+                    }
+                }
                 Err(rustix::io::Errno::WOULDBLOCK) | Err(rustix::io::Errno::INTR) => {
                     if Instant::now() > deadline {
                         return Err(StateError::Busy(path, wait));
@@ -518,6 +554,30 @@ mod tests {
             .is_ok());
         drop(held);
         assert!(again.lock(&key("k"), Duration::from_millis(100)).is_ok());
+    }
+
+    #[test]
+    fn a_removed_lock_file_is_not_a_lock_two_holders_share() {
+        let d = tempfile::tempdir().unwrap();
+        let s = StateDir::open(&d.path().join("state")).unwrap();
+        let first = s.lock(&key("k"), Duration::from_secs(1)).unwrap();
+        // A waiter opens the same file and waits for the lock.
+        let s2 = s.clone();
+        let waiter =
+            std::thread::spawn(move || s2.lock(&key("k"), Duration::from_secs(5)).unwrap());
+        std::thread::sleep(Duration::from_millis(100));
+        first.unlock_and_remove();
+        let second = waiter.join().unwrap();
+        // The waiter holds the lock on the file now at the path: nobody else can.
+        assert!(matches!(
+            s.lock(&key("k"), Duration::from_millis(100)),
+            Err(StateError::Busy(..))
+        ));
+        drop(second);
+        assert_eq!(
+            std::fs::read_dir(s.path().join("locks")).unwrap().count(),
+            1
+        );
     }
 
     #[test]

@@ -210,12 +210,13 @@ fn go(cmd: SandboxCommand) -> Result<ExitCode, ExitCode> {
                     let rec = st.read(&h).map_err(refuse)?.ok_or_else(|| {
                         refuse(format!("no sandbox `{h}`; `cordon sandbox ls` lists them"))
                     })?;
-                    let _lock = st
+                    let lock = st
                         .lock(&rec.key, Duration::from_secs(120))
                         .map_err(refuse)?;
                     for f in keeper::dispose_record(&st, &rec) {
                         eprintln!("warning: {f}");
                     }
+                    lock.unlock_and_remove();
                     println!("1");
                     Ok(ExitCode::SUCCESS)
                 }
