@@ -80,15 +80,33 @@ pub fn resolve_in(image: Option<&Path>, argv0: &str) -> Result<Canonical, Comman
     let Some(root) = image else {
         return resolve(argv0);
     };
+    let in_image = |p: &Path| root.join(p.strip_prefix("/").unwrap_or(p));
+    resolve_with(
+        argv0,
+        &|p| {
+            canonical_in(root, p)
+                .is_ok_and(|real| std::fs::metadata(in_image(&real)).is_ok_and(|m| m.is_file()))
+        },
+        &|p| canonical_in(root, p),
+    )
+}
+
+/// Resolves `argv0` as the sandbox will: a bare name through
+/// [`IMAGE_PATH`], an absolute path as is; then canonicalises it.
+pub fn resolve(argv0: &str) -> Result<Canonical, CommandError> {
+    resolve_with(argv0, &|p| p.is_file(), &|p| p.canonicalize())
+}
+
+/// The resolution, over a filesystem view: `is_file` for the `PATH`
+/// search, `canonical` to resolve links.
+fn resolve_with(
+    argv0: &str,
+    is_file: &dyn Fn(&Path) -> bool,
+    canonical: &dyn Fn(&Path) -> std::io::Result<PathBuf>,
+) -> Result<Canonical, CommandError> {
     if argv0.is_empty() {
         return Err(CommandError::Empty);
     }
-    let is_file = |p: &Path| {
-        canonical_in(root, p).is_ok_and(|real| {
-            std::fs::metadata(root.join(real.strip_prefix("/").unwrap_or(&real)))
-                .is_ok_and(|m| m.is_file())
-        })
-    };
     let invoked: PathBuf = if argv0.starts_with('/') {
         PathBuf::from(argv0)
     } else if argv0.contains('/') {
@@ -98,50 +116,6 @@ pub fn resolve_in(image: Option<&Path>, argv0: &str) -> Result<Canonical, Comman
             .split(':')
             .map(|d| Path::new(d).join(argv0))
             .find(|p| is_file(p))
-            .ok_or_else(|| CommandError::NotFound(argv0.to_string()))?
-    };
-    let unresolvable = |e: std::io::Error| CommandError::Unresolvable {
-        path: invoked.display().to_string(),
-        reason: e.to_string(),
-    };
-    let lexical = PathBuf::from(
-        cordon_policy::canon::fs_path(&utf8(&invoked)?).map_err(|e| {
-            CommandError::Unresolvable {
-                path: argv0.to_string(),
-                reason: e.to_string(),
-            }
-        })?,
-    );
-    let name = lexical
-        .file_name()
-        .ok_or_else(|| CommandError::Unresolvable {
-            path: argv0.to_string(),
-            reason: "it names a directory".into(),
-        })?;
-    let parent = lexical.parent().unwrap_or(Path::new("/"));
-    let command = canonical_in(root, parent).map_err(unresolvable)?.join(name);
-    let target = canonical_in(root, &command).map_err(unresolvable)?;
-    Ok(Canonical {
-        command: utf8(&command)?,
-        command_target: utf8(&target)?,
-    })
-}
-
-/// Resolves `argv0` as the sandbox will: a bare name through
-/// [`IMAGE_PATH`], an absolute path as is; then canonicalises it.
-pub fn resolve(argv0: &str) -> Result<Canonical, CommandError> {
-    if argv0.is_empty() {
-        return Err(CommandError::Empty);
-    }
-    let invoked: PathBuf = if argv0.starts_with('/') {
-        PathBuf::from(argv0)
-    } else if argv0.contains('/') {
-        return Err(CommandError::Relative(argv0.to_string()));
-    } else {
-        IMAGE_PATH
-            .split(':')
-            .map(|d| Path::new(d).join(argv0))
-            .find(|p| p.is_file())
             .ok_or_else(|| CommandError::NotFound(argv0.to_string()))?
     };
     let unresolvable = |e: std::io::Error| CommandError::Unresolvable {
@@ -162,8 +136,8 @@ pub fn resolve(argv0: &str) -> Result<Canonical, CommandError> {
             reason: "it names a directory".into(),
         })?;
     let parent = lexical.parent().unwrap_or(Path::new("/"));
-    let command = parent.canonicalize().map_err(unresolvable)?.join(name);
-    let target = command.canonicalize().map_err(unresolvable)?;
+    let command = canonical(parent).map_err(unresolvable)?.join(name);
+    let target = canonical(&command).map_err(unresolvable)?;
     Ok(Canonical {
         command: utf8(&command)?,
         command_target: utf8(&target)?,

@@ -284,14 +284,17 @@ impl StateDir {
     /// Takes the exclusive lock on `key`'s entry, waiting up to `wait`.
     pub fn lock(&self, key: &KeyRecord, wait: Duration) -> Result<KeyLock, StateError> {
         let path = self.root.join("locks").join(format!("{}.lock", key.id()));
-        let file = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .mode(0o600)
-            .custom_flags(libc_o_nofollow())
-            .open(&path)
-            .map_err(io_err(&path))?;
+        let open = || {
+            OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .mode(0o600)
+                .custom_flags(libc_o_nofollow())
+                .open(&path)
+                .map_err(io_err(&path))
+        };
+        let file = open()?;
         let deadline = Instant::now() + wait;
         let mut file = file;
         loop {
@@ -309,14 +312,7 @@ impl StateDir {
                             })
                         }
                         _ => {
-                            file = OpenOptions::new()
-                                .create(true)
-                                .truncate(false)
-                                .write(true)
-                                .mode(0o600)
-                                .custom_flags(libc_o_nofollow())
-                                .open(&path)
-                                .map_err(io_err(&path))?;
+                            file = open()?;
                             continue;
                         }
                     }

@@ -119,7 +119,7 @@ fn wait_exit(pidfd: Option<&std::os::fd::OwnedFd>, tick: Duration) {
     let _ = poll(&mut [PollFd::new(fd, PollFlags::IN)], Some(&timeout));
 }
 
-fn recv_report(
+pub(crate) fn recv_report(
     rx: &Receiver<Report>,
     child: &mut Child,
     what: &'static str,
@@ -249,6 +249,46 @@ pub fn launch(
     Ok(running)
 }
 
+/// How a run ended, with what its cgroup counted: CPU time, OOM kills (a
+/// SIGKILL with an OOM kill and no other bound is the memory bound) and
+/// refused forks.
+pub(crate) fn outcome_of(
+    cgroup: Option<&Cgroup>,
+    termination: Termination,
+    mut killed_by: Option<Bound>,
+    wall: Duration,
+) -> Outcome {
+    let mut limits_hit = Vec::new();
+    let mut cpu = None;
+    if let Some(cg) = cgroup {
+        cpu = cg.cpu_usage().ok();
+        if let Ok(ev) = cg.events() {
+            if ev.oom_kills > 0 {
+                limits_hit.push(Bound::Memory);
+                if killed_by.is_none() && termination == Termination::Signaled(libc::SIGKILL) {
+                    killed_by = Some(Bound::Memory);
+                }
+            }
+            if ev.pids_refused > 0 {
+                limits_hit.push(Bound::Processes);
+            }
+        }
+    }
+    if let Some(b) = killed_by {
+        if !limits_hit.contains(&b) {
+            limits_hit.push(b);
+        }
+    }
+    limits_hit.sort();
+    Outcome {
+        termination,
+        killed_by,
+        limits_hit,
+        cpu,
+        wall,
+    }
+}
+
 fn spawn_init(
     plan: &Plan,
     init: &InitProgram,
@@ -287,7 +327,7 @@ fn spawn_init(
     Ok((child, File::from(plan_w), File::from(report_r)))
 }
 
-fn reader(report: File) -> Receiver<Report> {
+pub(crate) fn reader(report: File) -> Receiver<Report> {
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
         let mut r = BufReader::new(report);
@@ -371,41 +411,14 @@ impl Running {
                 None => termination,
             };
         }
-        let mut limits_hit = Vec::new();
-        let mut cpu = None;
-        if let Some(cg) = &self.cgroup {
-            cpu = cg.cpu_usage().ok();
-            if let Ok(ev) = cg.events() {
-                if ev.oom_kills > 0 {
-                    limits_hit.push(Bound::Memory);
-                    if killed_by.is_none() && termination == Termination::Signaled(libc::SIGKILL) {
-                        killed_by = Some(Bound::Memory);
-                    }
-                }
-                if ev.pids_refused > 0 {
-                    limits_hit.push(Bound::Processes);
-                }
-            }
-        }
-        if let Some(b) = killed_by {
-            if !limits_hit.contains(&b) {
-                limits_hit.push(b);
-            }
-        }
-        limits_hit.sort();
+        let outcome = outcome_of(self.cgroup.as_ref(), termination, killed_by, wall);
         self.cleanup();
         if let Some((step, error)) = setup_error {
             if termination == Termination::Exited(SETUP_FAILED) {
                 return Err(LaunchError::Setup { step, error });
             }
         }
-        Ok(Outcome {
-            termination,
-            killed_by,
-            limits_hit,
-            cpu,
-            wall,
-        })
+        Ok(outcome)
     }
 
     /// Like [`Running::wait`], collecting stdout and stderr (if piped).

@@ -27,7 +27,7 @@ use nix::fcntl::{fcntl, FcntlArg, FdFlag, OFlag};
 
 use super::cgroup::{self, Cgroup, CgroupManager, CgroupRoot};
 use super::init::{ARG_CONTROL_FD, ARG_PLAN_FD, ARG_REPORT_FD, ARG_STAGE};
-use super::launch::{InitProgram, LaunchError};
+use super::launch::{reader, recv_report, InitProgram, LaunchError};
 use super::proto::{self, Control, Report, WarmEvent, WarmRequest};
 use crate::fdpass;
 use crate::outcome::{Bound, Outcome, Termination};
@@ -92,34 +92,6 @@ impl std::fmt::Debug for WarmSandbox {
     }
 }
 
-fn recv_report(
-    rx: &Receiver<Report>,
-    child: &mut Child,
-    what: &'static str,
-) -> Result<Report, LaunchError> {
-    let deadline = Instant::now() + SETUP_TIMEOUT;
-    loop {
-        match rx.recv_timeout(Duration::from_millis(20)) {
-            Ok(r) => return Ok(r),
-            Err(RecvTimeoutError::Disconnected) => {
-                let status = child.wait().map_err(LaunchError::Wait)?;
-                return Err(LaunchError::InitDied(status.to_string()));
-            }
-            Err(RecvTimeoutError::Timeout) => {
-                if let Some(status) = child.try_wait().map_err(LaunchError::Wait)? {
-                    if let Ok(r) = rx.recv_timeout(Duration::from_millis(500)) {
-                        return Ok(r);
-                    }
-                    return Err(LaunchError::InitDied(status.to_string()));
-                }
-                if Instant::now() > deadline {
-                    return Err(LaunchError::Timeout(SETUP_TIMEOUT, what));
-                }
-            }
-        }
-    }
-}
-
 fn write_id_maps(pid: u32, plan: &Plan, init: InitIds) -> io::Result<()> {
     let ids = plan.ids();
     let proc = PathBuf::from(format!("/proc/{pid}"));
@@ -136,19 +108,6 @@ fn write_id_maps(pid: u32, plan: &Plan, init: InitIds) -> io::Result<()> {
         format!("0 {} 1\n{} {} 1\n", init.host_gid, ids.gid, ids.host_gid),
     )?;
     Ok(())
-}
-
-fn report_reader(report: File) -> Receiver<Report> {
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let mut r = io::BufReader::new(report);
-        while let Ok(Some(msg)) = proto::recv::<Report>(&mut r) {
-            if tx.send(msg).is_err() {
-                break;
-            }
-        }
-    });
-    rx
 }
 
 fn event_reader(control: Arc<OwnedFd>, waiters: Waiters, dead: Arc<AtomicBool>) {
@@ -289,7 +248,7 @@ impl WarmSandbox {
                 })
             })?
         };
-        let reports = report_reader(File::from(report_r));
+        let reports = reader(File::from(report_r));
         let mut plan_w = File::from(plan_w);
         let result = (|| {
             let pid = child.id();
@@ -495,36 +454,9 @@ impl WarmRunning {
         };
         let wall = self.started.elapsed();
         self.kill();
-        let mut limits_hit = Vec::new();
-        let mut cpu = None;
-        if let Some(cg) = &self.cgroup {
-            cpu = cg.cpu_usage().ok();
-            if let Ok(ev) = cg.events() {
-                if ev.oom_kills > 0 {
-                    limits_hit.push(Bound::Memory);
-                    if killed_by.is_none() && termination == Termination::Signaled(libc::SIGKILL) {
-                        killed_by = Some(Bound::Memory);
-                    }
-                }
-                if ev.pids_refused > 0 {
-                    limits_hit.push(Bound::Processes);
-                }
-            }
-        }
-        if let Some(b) = killed_by {
-            if !limits_hit.contains(&b) {
-                limits_hit.push(b);
-            }
-        }
-        limits_hit.sort();
+        let outcome = super::launch::outcome_of(self.cgroup.as_ref(), termination, killed_by, wall);
         self.cleanup();
-        Ok(Outcome {
-            termination,
-            killed_by,
-            limits_hit,
-            cpu,
-            wall,
-        })
+        Ok(outcome)
     }
 
     fn cleanup(&mut self) {
