@@ -547,3 +547,43 @@ fn the_process_rung_does_not_grant_the_hosts_shared_tmp() {
         "the workload wrote into the host's /tmp"
     );
 }
+
+#[test]
+fn dispose_scope_from_another_process_reclaims_after_the_keeper_is_killed() {
+    if !can_sandbox("dispose_scope after kill -9") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let a = up(&state, "s-scope", "t1");
+    let b = up(&state, "s-scope", "t3");
+    let c = up(&state, "s-scope", "t2");
+    assert_ne!(a, b);
+    let rec = record(&state, &a);
+    let pid = rec["keeper"]["pid"].as_u64().unwrap() as i32;
+    let work = rec["work_dir"].as_str().unwrap().to_string();
+    let cgroups: Vec<String> = rec["cgroups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap().to_string())
+        .collect();
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::SIGKILL).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    // A new process disposes of thread t1, whose keeper is dead; the
+    // scope's other threads are left alone.
+    let (code, out, err) = cordon(
+        &state,
+        &["sandbox", "down", "--scope", "s-scope", "--thread", "t1"],
+    );
+    assert_eq!((code, out.trim()), (0, "1"), "{err}");
+    let (_, out, _) = cordon(&state, &["sandbox", "ls"]);
+    assert!(
+        !out.contains(&a) && out.contains(&b) && out.contains(&c),
+        "{out}"
+    );
+    assert!(!Path::new(&work).exists());
+    assert!(cgroups.iter().all(|c| !Path::new(c).exists()));
+    cordon(&state, &["sandbox", "down", &b]);
+    cordon(&state, &["sandbox", "down", &c]);
+}
