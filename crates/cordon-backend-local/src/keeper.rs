@@ -815,6 +815,22 @@ impl KeptBackend {
         }
         (n, failures)
     }
+
+    /// Reclaims what no record names: the cgroups of sandboxes whose owner
+    /// was killed before it could dispose (a `cordon run` killed with
+    /// SIGKILL), found by name below this process's own cgroup. Returns the
+    /// names reclaimed, and what failed.
+    pub fn gc_unrecorded() -> (Vec<String>, Vec<String>) {
+        let mut done = Vec::new();
+        let mut failures = Vec::new();
+        for (name, dirs) in cordon_linux::orphaned_sandbox_cgroups() {
+            match cordon_linux::reclaim_cgroups(&dirs) {
+                Ok(()) => done.push(name),
+                Err(e) => failures.push(format!("cgroup `{name}`: {e}")),
+            }
+        }
+        (done, failures)
+    }
 }
 
 impl cordon_sandbox::Backend for KeptBackend {

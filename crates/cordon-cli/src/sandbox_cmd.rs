@@ -55,7 +55,9 @@ pub enum SandboxCommand {
         #[arg(long, requires = "scope")]
         thread: Option<String>,
     },
-    /// Reclaim every sandbox whose keeper is gone or that is past its maximum age.
+    /// Reclaim every sandbox whose keeper is gone or that is past its maximum
+    /// age (prints how many), and the cgroups of sandboxes whose owner was
+    /// killed before it could dispose (named on stderr).
     Gc,
 }
 
@@ -230,9 +232,18 @@ fn go(cmd: SandboxCommand) -> Result<ExitCode, ExitCode> {
         }
         SandboxCommand::Gc => {
             let st = state()?;
-            let (n, failures) = KeptBackend::gc(&st);
+            let (n, mut failures) = KeptBackend::gc(&st);
+            let (unrecorded, more) = KeptBackend::gc_unrecorded();
+            failures.extend(more);
             for f in failures {
                 eprintln!("warning: {f}");
+            }
+            if !unrecorded.is_empty() {
+                eprintln!(
+                    "also reclaimed {} sandbox cgroup(s) no record named, left by owners that were killed: {}",
+                    unrecorded.len(),
+                    unrecorded.join(", ")
+                );
             }
             println!("{n}");
             Ok(ExitCode::SUCCESS)

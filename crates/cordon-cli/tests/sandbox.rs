@@ -587,3 +587,45 @@ fn dispose_scope_from_another_process_reclaims_after_the_keeper_is_killed() {
     cordon(&state, &["sandbox", "down", &b]);
     cordon(&state, &["sandbox", "down", &c]);
 }
+
+#[test]
+fn gc_reclaims_the_cgroups_of_a_run_killed_before_it_could_dispose() {
+    if !can_sandbox("gc after a killed run") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let mut run = Command::new(env!("CARGO_BIN_EXE_cordon"))
+        .args([
+            "run",
+            "--min-isolation",
+            "container",
+            "--",
+            "/bin/sleep",
+            "60",
+        ])
+        .env_remove("CORDON_MIN_ISOLATION")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("cordon run");
+    let pid = run.id();
+    // Its sandbox's cgroup is named after it.
+    let needle = format!("-{pid}-");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while cgroups_named(&needle).is_empty() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(!cgroups_named(&needle).is_empty(), "no cgroup for the run");
+    run.kill().unwrap();
+    run.wait().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let (code, _, err) = cordon(&state, &["sandbox", "gc"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("no record named"), "{err}");
+    assert!(
+        cgroups_named(&needle).is_empty(),
+        "{:?}",
+        cgroups_named(&needle)
+    );
+}

@@ -46,6 +46,13 @@ pub use linux::warm::{ExecStdio, InitIds, WarmExec, WarmRunning, WarmSandbox};
 
 /// Kills everything in the cgroup directories `dirs` (and below) and removes
 /// them: reclaims a warm sandbox from its record when its owner is gone.
+/// Sandbox cgroups below this process's own cgroup whose owning process is
+/// gone (by name), each with its directories: what a killed owner left.
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+pub fn orphaned_sandbox_cgroups() -> Vec<(String, Vec<std::path::PathBuf>)> {
+    linux::cgroup::orphaned_sandboxes()
+}
+
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 pub fn reclaim_cgroups(dirs: &[std::path::PathBuf]) -> std::io::Result<()> {
     linux::cgroup::reclaim(dirs)

@@ -318,6 +318,46 @@ impl Cgroup {
     }
 }
 
+/// The sandbox cgroups below our own cgroup whose owner is gone: names
+/// `cordon-…-PID-N` (one-shot `cordon-PID-N`, warm `cordon-KEY-PID-N`)
+/// whose PID runs no more. Each entry is every directory of one name (one
+/// per v1 controller, or the one v2 directory). A reused PID only hides a
+/// leftover (it is then left alone), never the reverse.
+pub(crate) fn orphaned_sandboxes() -> Vec<(String, Vec<PathBuf>)> {
+    let Ok(root) = CgroupRoot::host() else {
+        return Vec::new();
+    };
+    let parents: Vec<PathBuf> = ["memory", "pids", "cpuacct"]
+        .iter()
+        .filter_map(|c| root.v1_dir(c))
+        .chain(root.v2_dir().map(|(d, _)| d))
+        .collect();
+    let mut found: std::collections::BTreeMap<String, Vec<PathBuf>> = Default::default();
+    for parent in parents {
+        let Ok(entries) = fs::read_dir(&parent) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let parts: Vec<&str> = name.split('-').collect();
+            if parts.first() != Some(&"cordon") || parts.len() < 3 {
+                continue;
+            }
+            let Some(pid) = parts[parts.len() - 2].parse::<u32>().ok() else {
+                continue;
+            };
+            if parts[parts.len() - 1].parse::<u64>().is_err() {
+                continue;
+            }
+            if Path::new(&format!("/proc/{pid}")).exists() {
+                continue;
+            }
+            found.entry(name).or_default().push(e.path());
+        }
+    }
+    found.into_iter().collect()
+}
+
 /// Kills every process in the cgroup directories `dirs` and in every cgroup
 /// below them (deepest first, by membership), then removes them all. For
 /// reclaiming a sandbox from its record when its owner is gone. A directory
