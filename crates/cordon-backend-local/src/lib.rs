@@ -98,9 +98,25 @@ fn name_of(rung: Rung) -> &'static str {
 }
 
 /// What this machine lacks for `rung`, as `cordon doctor` shows it.
+/// What `enforcer`'s machine lacks for this backend at `rung`: what the
+/// rung needs, and at the container rung Landlock ABI 6 too (its sandboxes
+/// are warm, and concurrent execs in one are kept apart by signal scoping).
+fn available_on(enforcer: &LinuxEnforcer, rung: Rung) -> Result<(), cordon_linux::Missing> {
+    enforcer.available(rung)?;
+    let abi = enforcer.mechanisms().landlock_abi;
+    if rung == Rung::Container && abi < 6 {
+        return Err(cordon_linux::Missing::one(
+            cordon_linux::Mechanism::LandlockScoping,
+            format!("landlock ABI {abi}"),
+            "use Linux 6.12 or later (Landlock ABI 6): warm container sandboxes keep concurrent execs apart with signal and abstract-socket scoping",
+        ));
+    }
+    Ok(())
+}
+
 pub fn probe(rung: Rung, init: InitProgram) -> Probe {
     let enforcer = LinuxEnforcer::new(init);
-    match enforcer.available(rung) {
+    match available_on(&enforcer, rung) {
         Ok(()) => Probe {
             runnable: true,
             reason: None,
@@ -167,7 +183,7 @@ impl LocalBackend {
 
     /// Why this rung cannot run here, if it cannot.
     pub fn available(&self) -> Result<(), cordon_linux::Missing> {
-        self.enforcer.available(self.config.rung)
+        available_on(&self.enforcer, self.config.rung)
     }
 }
 
@@ -1118,6 +1134,38 @@ mod lease_tests {
         drop(leases);
         assert!(
             rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_ok()
+        );
+    }
+}
+
+#[cfg(test)]
+mod available_tests {
+    use super::*;
+
+    #[test]
+    fn the_container_rung_needs_landlock_scoping_for_its_warm_sandboxes() {
+        let init = InitProgram::new("/nonexistent/cordon");
+        let mut m = cordon_linux::Mechanisms::detect();
+        let real = available_on(
+            &LinuxEnforcer::with_mechanisms(init.clone(), m.clone()),
+            Rung::Container,
+        );
+        m.landlock_abi = 5;
+        let e = LinuxEnforcer::with_mechanisms(init, m);
+        if let Err(other) = real {
+            assert!(
+                std::env::var("CI").map_or(true, |v| v != "true"),
+                "CI=true and the container rung is missing: {other}"
+            );
+            eprintln!("\n!!!!!!!! SKIPPED landlock scoping check: {other} !!!!!!!!\n");
+            return;
+        }
+        // ABI 5 holds a one-shot container run, not a warm sandbox.
+        assert!(e.available(Rung::Container).is_ok());
+        let refused = available_on(&e, Rung::Container).unwrap_err().to_string();
+        assert!(
+            refused.contains("ABI 6") && refused.contains("warm"),
+            "{refused}"
         );
     }
 }
