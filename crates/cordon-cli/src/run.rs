@@ -67,8 +67,10 @@ pub struct Selection {
     /// Use this backend only (`container` or `process`), still held to the floor.
     #[arg(long, value_name = "NAME")]
     pub backend: Option<String>,
-    /// Run in this directory (visible at its own path) instead of a fresh
-    /// one; it must be owned by uid/gid 1999999999 (cordon never chowns it).
+    /// Run in this directory instead of a fresh one (the container rung
+    /// shows it at the spec's `work_dir`, `/workspace` by default; the
+    /// process rung at its own path); it must be owned by uid/gid
+    /// 1999999999 (cordon never chowns it).
     #[arg(long, value_name = "DIR")]
     pub work_dir: Option<PathBuf>,
     /// A host configuration file.
