@@ -210,12 +210,22 @@ const FRESH_IDS: u32 = 64_000_000;
 #[derive(Debug)]
 pub struct IdLease {
     id: u32,
+    path: PathBuf,
     _lock: std::fs::File,
 }
 
 impl IdLease {
     pub fn id(&self) -> u32 {
         self.id
+    }
+}
+
+impl Drop for IdLease {
+    /// The lease file goes with the lease (so `ID_LEASES` holds only live
+    /// ones); a waiter that locked it meanwhile finds it gone from its path
+    /// and looks again.
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
     }
 }
 
@@ -243,6 +253,27 @@ fn lease_dir() -> Result<&'static Path, BackendError> {
     Ok(dir)
 }
 
+/// Removes the lease files nobody holds (left by owners that were killed):
+/// each is locked first, so a live lease is never touched. Returns how many.
+pub fn sweep_id_leases() -> usize {
+    let Ok(entries) = std::fs::read_dir(ID_LEASES) else {
+        return 0;
+    };
+    let mut n = 0;
+    for e in entries.flatten() {
+        let path = e.path();
+        let Ok(file) = std::fs::OpenOptions::new().write(true).open(&path) else {
+            continue;
+        };
+        if rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_ok()
+            && std::fs::remove_file(&path).is_ok()
+        {
+            n += 1;
+        }
+    }
+    n
+}
+
 /// Leases a fresh id, starting the search at a place derived from this
 /// process (so owners rarely contend) and taking the first id nobody holds.
 fn lease_id() -> Result<IdLease, BackendError> {
@@ -261,7 +292,22 @@ fn lease_id() -> Result<IdLease, BackendError> {
             .open(&path)
             .map_err(|e| failed("acquire", format!("`{}`: {e}", path.display())))?;
         match rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
-            Ok(()) => return Ok(IdLease { id, _lock: file }),
+            Ok(()) => {
+                // Locked a file a releasing holder had just removed: it
+                // guards nothing anyone can find; try the next id.
+                let held =
+                    rustix::fs::fstat(&file).map_err(|e| failed("acquire", e.to_string()))?;
+                match rustix::fs::stat(&path) {
+                    Ok(now) if now.st_ino == held.st_ino && now.st_dev == held.st_dev => {
+                        return Ok(IdLease {
+                            id,
+                            path,
+                            _lock: file,
+                        })
+                    }
+                    _ => continue,
+                }
+            }
             Err(rustix::io::Errno::WOULDBLOCK) => continue,
             Err(e) => return Err(failed("acquire", format!("`{}`: {e}", path.display()))),
         }
@@ -476,7 +522,7 @@ impl LocalBackend {
             fresh,
             tmp,
             host_id: id,
-            _id_lease: id_lease,
+            id_lease: Mutex::new(id_lease),
             image_root,
             warm: None,
             base: std::sync::OnceLock::new(),
@@ -549,7 +595,7 @@ pub struct LocalSandbox {
     host_id: u32,
     /// The lease on `host_id` (fresh work dirs; `None` for the shared
     /// [`WORK_DIR_ID`]); released when the sandbox is dropped.
-    _id_lease: Option<IdLease>,
+    id_lease: Mutex<Option<IdLease>>,
     /// Container rung: the root of the spec's image from the store (`None`:
     /// the built-in `host` image).
     image_root: Option<PathBuf>,
@@ -622,6 +668,13 @@ impl LocalSandbox {
             None => Ok(()),
         };
         let removed = self.remove_dirs();
+        // Nothing runs as the uid any more: another sandbox may have it.
+        if stopped.is_ok() {
+            self.id_lease
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .take();
+        }
         stopped.and(removed)
     }
 
@@ -1132,6 +1185,13 @@ mod lease_tests {
             rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_err()
         );
         drop(leases);
+        // A sweep leaves held leases alone.
+        let _ = sweep_id_leases();
+        assert!(Path::new(ID_LEASES).join(held.to_string()).exists());
+        // Released: the lease files are gone with the leases.
+        assert!(ids
+            .iter()
+            .all(|i| !Path::new(ID_LEASES).join(i.to_string()).exists()));
         assert!(
             rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_ok()
         );

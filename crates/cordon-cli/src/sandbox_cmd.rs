@@ -234,6 +234,7 @@ fn go(cmd: SandboxCommand) -> Result<ExitCode, ExitCode> {
             let st = state()?;
             let (n, mut failures) = KeptBackend::gc(&st);
             let (unrecorded, more) = KeptBackend::gc_unrecorded();
+            let _ = cordon_backend_local::sweep_id_leases();
             failures.extend(more);
             for f in failures {
                 eprintln!("warning: {f}");
