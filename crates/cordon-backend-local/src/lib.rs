@@ -1184,10 +1184,12 @@ mod lease_tests {
         assert!(
             rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_err()
         );
-        drop(leases);
         // A sweep leaves held leases alone.
         let _ = sweep_id_leases();
-        assert!(Path::new(ID_LEASES).join(held.to_string()).exists());
+        assert!(ids
+            .iter()
+            .all(|i| Path::new(ID_LEASES).join(i.to_string()).exists()));
+        drop(leases);
         // Released: the lease files are gone with the leases.
         assert!(ids
             .iter()
