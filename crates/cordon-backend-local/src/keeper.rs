@@ -17,7 +17,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -583,7 +583,7 @@ fn serve_sandbox(
     let started = Instant::now();
     let last = Arc::new(Mutex::new(Instant::now()));
     let busy = Arc::new(AtomicUsize::new(0));
-    let stop = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
     // A dispose request wakes the loop at once through this pipe.
     let (wake_r, wake_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
         .map_err(|e| format!("pipe: {e}"))?;
@@ -591,7 +591,7 @@ fn serve_sandbox(
     let idle = Duration::from_secs(launch.idle_timeout);
     let max_age = Duration::from_secs(launch.max_age);
     loop {
-        if stop.load(Ordering::SeqCst) != 0 {
+        if stop.load(Ordering::SeqCst) {
             return Ok(());
         }
         let idle_for = last.lock().map(|l| l.elapsed()).unwrap_or_default();
@@ -633,7 +633,7 @@ fn serve_sandbox(
             let reply = match req {
                 Request::Ping => Reply::Pong { handle },
                 Request::Dispose => {
-                    stop.store(1, Ordering::SeqCst);
+                    stop.store(true, Ordering::SeqCst);
                     let _ = sandbox.dispose();
                     Reply::Disposed
                 }

@@ -98,20 +98,13 @@ fn name_of(rung: Rung) -> &'static str {
 }
 
 /// What this machine lacks for `rung`, as `cordon doctor` shows it.
-/// What `enforcer`'s machine lacks for this backend at `rung`: what the
-/// rung needs, and at the container rung Landlock ABI 6 too (its sandboxes
-/// are warm, and concurrent execs in one are kept apart by signal scoping).
+/// What `enforcer`'s machine lacks for this backend at `rung`: the
+/// container rung's sandboxes are warm.
 fn available_on(enforcer: &LinuxEnforcer, rung: Rung) -> Result<(), cordon_linux::Missing> {
-    enforcer.available(rung)?;
-    let abi = enforcer.mechanisms().landlock_abi;
-    if rung == Rung::Container && abi < 6 {
-        return Err(cordon_linux::Missing::one(
-            cordon_linux::Mechanism::LandlockScoping,
-            format!("landlock ABI {abi}"),
-            "use Linux 6.12 or later (Landlock ABI 6): warm container sandboxes keep concurrent execs apart with signal and abstract-socket scoping",
-        ));
+    match rung {
+        Rung::Container => enforcer.available_warm(),
+        Rung::Process => enforcer.available(rung),
     }
-    Ok(())
 }
 
 pub fn probe(rung: Rung, init: InitProgram) -> Probe {

@@ -38,15 +38,11 @@ pub struct Rebase {
 const OWN_TREES: &[&str] = &["/proc", "/dev", "/sys", "/tmp"];
 
 impl Rebase {
-    /// The work dir `guest` bound from `host`. Both absolute; `host`
-    /// canonical (so the translation's resolved paths start with it).
-    pub fn new(guest: &str, host: &Path) -> Option<Rebase> {
-        Rebase::with_image(guest, host, None)
-    }
-
-    /// As [`Rebase::new`], with the whole root served from `image` (a
-    /// canonical host directory) except the work dir and the launcher's own
-    /// trees (`/proc`, `/dev`, `/sys`, `/tmp`).
+    /// The work dir `guest` bound from `host` (both absolute; `host`
+    /// canonical, so the translation's resolved paths start with it), and
+    /// with `image`, the whole root served from that canonical host
+    /// directory except the work dir and the launcher's own trees (`/proc`,
+    /// `/dev`, `/sys`, `/tmp`).
     pub fn with_image(guest: &str, host: &Path, image: Option<&Path>) -> Option<Rebase> {
         let clean = |p: &str| p.trim_end_matches('/').to_string();
         let host = clean(host.to_str()?);
@@ -195,7 +191,7 @@ mod tests {
     }
 
     fn r() -> Rebase {
-        Rebase::new("/workspace", Path::new("/var/tmp/cordon-work-1")).unwrap()
+        Rebase::with_image("/workspace", Path::new("/var/tmp/cordon-work-1"), None).unwrap()
     }
 
     #[test]

@@ -16,7 +16,7 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -443,15 +443,14 @@ pub fn check_handle(handle: &str) -> Result<(), StateError> {
     }
 }
 
-/// Makes a state directory's permissions plain for tests.
-#[doc(hidden)]
-pub fn set_mode(path: &Path, mode: u32) -> io::Result<()> {
-    fs::set_permissions(path, fs::Permissions::from_mode(mode))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn set_mode(path: &Path, mode: u32) -> io::Result<()> {
+        use std::os::unix::fs::PermissionsExt;
+        fs::set_permissions(path, fs::Permissions::from_mode(mode))
+    }
 
     fn key(s: &str) -> KeyRecord {
         KeyRecord {

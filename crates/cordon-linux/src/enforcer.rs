@@ -92,6 +92,22 @@ impl LinuxEnforcer {
     pub fn mechanisms(&self) -> &Mechanisms {
         &self.mechanisms
     }
+
+    /// Whether a warm sandbox ([`crate::WarmSandbox`], container rung) can
+    /// be held here: what the rung needs, and Landlock ABI
+    /// [`crate::WARM_LANDLOCK_ABI`] (scoping keeps concurrent execs apart).
+    pub fn available_warm(&self) -> Result<(), Missing> {
+        self.available(Rung::Container)?;
+        let abi = self.mechanisms.landlock_abi;
+        if abi < crate::WARM_LANDLOCK_ABI {
+            return Err(Missing::one(
+                Mechanism::LandlockScoping,
+                format!("landlock ABI {abi}"),
+                "use Linux 6.12 or later (Landlock ABI 6): warm container sandboxes keep concurrent execs apart with signal and abstract-socket scoping",
+            ));
+        }
+        Ok(())
+    }
 }
 
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]

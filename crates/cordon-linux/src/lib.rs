@@ -43,6 +43,8 @@ pub use plan::{Bounds, FsRule, Ids, Plan, PlanError, PlanSpec, Rung};
 pub use linux::launch::launch;
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 pub use linux::warm::{ExecStdio, InitIds, WarmExec, WarmRunning, WarmSandbox};
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+pub use linux::warm_init::WARM_LANDLOCK_ABI;
 
 /// Kills everything in the cgroup directories `dirs` (and below) and removes
 /// them: reclaims a warm sandbox from its record when its owner is gone.

@@ -41,7 +41,7 @@ use crate::plan::{Plan, Rung};
 /// Landlock ABI a warm sandbox needs: 6 scopes signals and abstract unix
 /// sockets to each exec's own domain, so concurrent execs cannot reach
 /// each other.
-pub(crate) const WARM_LANDLOCK_ABI: u8 = 6;
+pub const WARM_LANDLOCK_ABI: u8 = 6;
 
 /// What every exec applies; built once.
 struct Layers {
@@ -322,24 +322,17 @@ fn decode(b: &[u8]) -> Option<Termination> {
 }
 
 /// Ends this process the way `t` says: a signal is raised again (the shim
-/// is not a PID 1, so it can die of it), an exit code is exited with.
+/// is not a PID 1, so it can die of it; one whose default is to be ignored
+/// falls through to the shell's 128+N), an exit code is exited with.
 fn end_as(t: Termination) -> ! {
-    if let Termination::Signaled(sig) = t {
-        if let Ok(sig) = Signal::try_from(sig) {
-            let _ = nix::sys::signal::raise(sig);
-        }
-        std::process::exit(128 + (t_signal(t) & 0x7f));
-    }
     match t {
         Termination::Exited(c) => std::process::exit(c),
-        Termination::Signaled(_) => std::process::exit(SETUP_FAILED),
-    }
-}
-
-fn t_signal(t: Termination) -> i32 {
-    match t {
-        Termination::Signaled(s) => s,
-        Termination::Exited(_) => 0,
+        Termination::Signaled(sig) => {
+            if let Ok(s) = Signal::try_from(sig) {
+                let _ = nix::sys::signal::raise(s);
+            }
+            std::process::exit(128 + (sig & 0x7f))
+        }
     }
 }
 

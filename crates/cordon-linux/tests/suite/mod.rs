@@ -199,34 +199,41 @@ impl std::fmt::Debug for Run {
     }
 }
 
+/// Every process running as `host_uid` (`Name State Tgid` of each);
+/// zombies too when `zombies`.
+pub fn processes_of(host_uid: u32, zombies: bool) -> Vec<String> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        if entry
+            .file_name()
+            .to_str()
+            .is_none_or(|s| s.parse::<u32>().is_err())
+        {
+            continue;
+        }
+        let Ok(status) = std::fs::read_to_string(entry.path().join("status")) else {
+            continue;
+        };
+        let field = |key: &str| {
+            status
+                .lines()
+                .find(|l| l.starts_with(key))
+                .and_then(|l| l.split_whitespace().nth(1).map(str::to_string))
+        };
+        if field("Uid:") == Some(host_uid.to_string())
+            && (zombies || field("State:").as_deref() != Some("Z"))
+        {
+            found.push(status.lines().take(3).collect::<Vec<_>>().join(" "));
+        }
+    }
+    found
+}
+
 /// After a run, nothing of the sandbox may be left: no live process runs as
 /// its host uid. (A killed process may linger a moment as a zombie until its
 /// new parent reaps it; a zombie runs nothing and is not counted.)
 pub fn no_process_left(host_uid: u32) {
-    let live = || {
-        let mut left = Vec::new();
-        for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
-            let name = entry.file_name();
-            let Some(pid) = name.to_str().and_then(|s| s.parse::<u32>().ok()) else {
-                continue;
-            };
-            let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
-                continue;
-            };
-            let field = |key: &str| {
-                status
-                    .lines()
-                    .find(|l| l.starts_with(key))
-                    .and_then(|l| l.split_whitespace().nth(1).map(str::to_string))
-            };
-            if field("Uid:") == Some(host_uid.to_string())
-                && field("State:").as_deref() != Some("Z")
-            {
-                left.push(pid);
-            }
-        }
-        left
-    };
+    let live = || processes_of(host_uid, false);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
     loop {
         let left = live();

@@ -129,17 +129,7 @@ fn no_zombie_of_a_process_rung_run_outlives_it() {
     let run = case.run(&enforcer);
     assert!(run.stdout.contains("spawned"), "{run:?}");
     // Right after the run: no process of the uid, zombie or not.
-    let uid = case.host_uid().to_string();
-    let mut left = Vec::new();
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(status) = std::fs::read_to_string(e.path().join("status")) else {
-            continue;
-        };
-        let uid_line = status.lines().find(|l| l.starts_with("Uid:")).unwrap_or("");
-        if uid_line.split_whitespace().nth(1) == Some(uid.as_str()) {
-            left.push(status.lines().take(3).collect::<Vec<_>>().join(" "));
-        }
-    }
+    let left = super::processes_of(case.host_uid(), true);
     assert!(left.is_empty(), "left behind: {left:?}");
     // And the same uid forks as much again.
     let again = case.run(&enforcer);

@@ -202,16 +202,7 @@ fn stop_leaves_no_zombie_of_the_init() {
     // Right after stop: nothing runs as the init's or the workload's host
     // uid, not even a zombie waiting for the host's init.
     for uid in [case.host_uid(), case.host_uid() + 1_000_000] {
-        let mut left = Vec::new();
-        for e in std::fs::read_dir("/proc").unwrap().flatten() {
-            let Ok(status) = std::fs::read_to_string(e.path().join("status")) else {
-                continue;
-            };
-            let line = status.lines().find(|l| l.starts_with("Uid:")).unwrap_or("");
-            if line.split_whitespace().nth(1) == Some(uid.to_string().as_str()) {
-                left.push(status.lines().take(3).collect::<Vec<_>>().join(" "));
-            }
-        }
+        let left = super::processes_of(uid, true);
         assert!(left.is_empty(), "uid {uid}: {left:?}");
     }
 }
