@@ -148,7 +148,14 @@ pub fn identity_of(r: &IdentityRecord) -> Identity {
     }
 }
 
-fn connect(path: &Path) -> std::io::Result<OwnedFd> {
+/// How long a keeper may take to answer a ping or a dispose before it is
+/// treated as gone (then killed, if it is still that process, and reclaimed).
+const ANSWER_WITHIN: Duration = Duration::from_secs(15);
+/// How much longer than the exec's own timeout a client waits for its end.
+const EXEC_GRACE: Duration = Duration::from_secs(60);
+
+/// Connects to a keeper; every read on the socket gives up after `within`.
+fn connect(path: &Path, within: Duration) -> std::io::Result<OwnedFd> {
     use rustix::net::{
         connect, socket_with, AddressFamily, SocketAddrUnix, SocketFlags, SocketType,
     };
@@ -159,12 +166,17 @@ fn connect(path: &Path) -> std::io::Result<OwnedFd> {
         None,
     )?;
     fdpass::size_buffers(&s)?;
+    rustix::net::sockopt::set_socket_timeout(
+        &s,
+        rustix::net::sockopt::Timeout::Recv,
+        Some(within),
+    )?;
     connect(&s, &SocketAddrUnix::new(path)?)?;
     Ok(s)
 }
 
 fn ask(path: &Path, req: &Request, fds: &[std::os::fd::BorrowedFd<'_>]) -> std::io::Result<Reply> {
-    let s = connect(path)?;
+    let s = connect(path, ANSWER_WITHIN)?;
     fdpass::send(&s, req, fds)?;
     match fdpass::recv::<Reply>(&s)? {
         Some((r, _)) => Ok(r),
@@ -198,12 +210,18 @@ pub fn dispose_record(state: &StateDir, rec: &Record) -> Vec<String> {
                 "the keeper did not dispose ({other:?}); reclaiming"
             )),
         }
-        if rec.keeper.alive() {
-            kill(&rec.keeper);
-        }
     }
-    failures.extend(reclaim(state, rec));
+    failures.extend(force_reclaim(state, rec));
     failures
+}
+
+/// Reclaims `rec` without asking its keeper: kills the keeper if it is
+/// still that process, then removes what the record names.
+pub fn force_reclaim(state: &StateDir, rec: &Record) -> Vec<String> {
+    if rec.keeper.alive() {
+        kill(&rec.keeper);
+    }
+    reclaim(state, rec)
 }
 
 /// Kills `p` if it is still that very process (pidfd pinned, then checked).
@@ -350,7 +368,8 @@ impl KeptSandbox {
         };
         let pipes = ExecPipes::new(!req.stdin.is_empty()).map_err(|e| failed(e.to_string()))?;
         let (theirs, ours) = pipes.split();
-        let sock = connect(&self.state.socket_path(&self.record.handle)).map_err(|e| {
+        let within = req.timeout.max(Duration::from_secs(1)) + EXEC_GRACE;
+        let sock = connect(&self.state.socket_path(&self.record.handle), within).map_err(|e| {
             failed(format!(
                 "sandbox `{}` does not answer ({e}); it may have expired or been disposed — `cordon sandbox ls` shows what is live",
                 self.record.handle
@@ -875,7 +894,8 @@ impl cordon_sandbox::Backend for KeptBackend {
             .find(&key)
             .map_err(|e| failed("acquire", e.to_string()))?
         {
-            if !rec.orphaned_or_expired(state::now()) && ping(state, &rec) {
+            let live = !rec.orphaned_or_expired(state::now());
+            if live && ping(state, &rec) {
                 let mut what = Vec::new();
                 if rec.backend != self.inner.name() {
                     what.push(format!("backend (`{}`)", rec.backend));
@@ -907,8 +927,14 @@ impl cordon_sandbox::Backend for KeptBackend {
                     .map(|s| Arc::new(s) as Arc<dyn Sandbox>)
                     .map_err(|e| failed("acquire", e.to_string()));
             }
-            for f in dispose_record(state, &rec) {
-                tracing::warn!(handle = %rec.handle, "reclaiming a dead sandbox: {f}");
+            // A live keeper that did not answer a ping is not asked again.
+            let failures = if live {
+                force_reclaim(state, &rec)
+            } else {
+                dispose_record(state, &rec)
+            };
+            for f in failures {
+                tracing::warn!(handle = %rec.handle, "reclaiming a sandbox: {f}");
             }
         }
         static SEQ: AtomicU64 = AtomicU64::new(0);

@@ -629,3 +629,27 @@ fn gc_reclaims_the_cgroups_of_a_run_killed_before_it_could_dispose() {
         cgroups_named(&needle)
     );
 }
+
+#[test]
+fn a_keeper_that_stops_answering_is_replaced_not_waited_on_forever() {
+    if !can_sandbox("a hung keeper") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let h = up(&state, "s-hung", "t");
+    let pid = record(&state, &h)["keeper"]["pid"].as_u64().unwrap() as i32;
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::SIGSTOP).unwrap();
+    let started = std::time::Instant::now();
+    let h2 = up(&state, "s-hung", "t");
+    assert!(started.elapsed() < std::time::Duration::from_secs(40));
+    assert_ne!(h2, h, "the hung sandbox is reclaimed and a new one made");
+    assert!(
+        !Path::new(&format!("/proc/{pid}")).exists() || {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            stat.contains(") Z ")
+        }
+    );
+    let (c, out, _) = cordon(&state, &["sandbox", "down", &h2]);
+    assert_eq!((c, out.trim()), (0, "1"));
+}
