@@ -92,10 +92,23 @@ fn cgroups_named(handle_prefix: &str) -> Vec<String> {
     found
 }
 
-fn record(state: &Path, handle: &str) -> serde_json::Value {
-    let text = std::fs::read_to_string(state.join("sandboxes").join(format!("{handle}.json")))
-        .expect("record");
-    serde_json::from_str(&text).expect("record json")
+fn record(state: &Path, handle: &str) -> cordon_backend_local::state::Record {
+    cordon_backend_local::state::StateDir::open(state)
+        .unwrap()
+        .read(handle)
+        .unwrap()
+        .expect("the sandbox's record")
+}
+
+/// Kills the keeper of `rec` with SIGKILL and waits until it is gone.
+fn kill_keeper(rec: &cordon_backend_local::state::Record) {
+    let pid = nix::unistd::Pid::from_raw(rec.keeper.pid as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::SIGKILL).unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while rec.keeper.alive() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert!(!rec.keeper.alive(), "the keeper outlived SIGKILL");
 }
 
 #[test]
@@ -143,12 +156,11 @@ fn a_sandbox_lives_across_invocations_and_down_leaves_nothing() {
     // The same key gives the same sandbox.
     assert_eq!(up(&state, "s-life", "t1"), h);
     let rec = record(&state, &h);
-    let work = rec["work_dir"].as_str().unwrap().to_string();
-    let cgroups: Vec<String> = rec["cgroups"]
-        .as_array()
-        .unwrap()
+    let work = rec.work_dir.display().to_string();
+    let cgroups: Vec<String> = rec
+        .cgroups
         .iter()
-        .map(|v| v.as_str().unwrap().to_string())
+        .map(|c| c.display().to_string())
         .collect();
     assert!(!cgroups.is_empty() && cgroups.iter().all(|c| Path::new(c).exists()));
     let (c, out, _) = cordon(&state, &["sandbox", "ls"]);
@@ -213,16 +225,14 @@ fn a_killed_keeper_is_found_and_reclaimed_by_gc() {
     );
     assert_eq!(c, 0, "{err}");
     let rec = record(&state, &h);
-    let pid = rec["keeper"]["pid"].as_u64().unwrap() as i32;
-    let work = rec["work_dir"].as_str().unwrap().to_string();
-    let cg_name = Path::new(rec["cgroups"][0].as_str().unwrap())
+    let work = rec.work_dir.display().to_string();
+    let cg_name = rec.cgroups[0]
         .file_name()
         .unwrap()
         .to_string_lossy()
         .into_owned();
     assert!(!cgroups_named(&cg_name).is_empty());
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::SIGKILL).unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(300));
+    kill_keeper(&rec);
     let (c, out, _) = cordon(&state, &["sandbox", "ls"]);
     assert!(c == 0 && out.contains("orphaned"), "{out}");
     let (c, out, err) = cordon(&state, &["sandbox", "gc"]);
@@ -262,7 +272,7 @@ fn an_idle_sandbox_disposes_of_itself() {
     assert_eq!(code, 0, "{err}");
     let h = out.trim().to_string();
     let rec = record(&state, &h);
-    let work = rec["work_dir"].as_str().unwrap().to_string();
+    let work = rec.work_dir.display().to_string();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
     while state.join("sandboxes").join(format!("{h}.json")).exists()
         && std::time::Instant::now() < deadline
@@ -302,7 +312,7 @@ fn a_restarted_owner_adopts_or_reclaims_what_it_made() {
     let state = dir.path().join("state");
     // The first owner (one CLI process) makes a sandbox and exits.
     let h = up(&state, "s-restart", "t");
-    let work = record(&state, &h)["work_dir"].as_str().unwrap().to_string();
+    let work = record(&state, &h).work_dir.display().to_string();
     // A restarted owner under the same name, built as a host would.
     let owner = |name: &str| {
         let policy = std::sync::Arc::new(cordon_policy::Policy::load_default().unwrap());
@@ -560,16 +570,13 @@ fn dispose_scope_from_another_process_reclaims_after_the_keeper_is_killed() {
     let c = up(&state, "s-scope", "t2");
     assert_ne!(a, b);
     let rec = record(&state, &a);
-    let pid = rec["keeper"]["pid"].as_u64().unwrap() as i32;
-    let work = rec["work_dir"].as_str().unwrap().to_string();
-    let cgroups: Vec<String> = rec["cgroups"]
-        .as_array()
-        .unwrap()
+    let work = rec.work_dir.display().to_string();
+    let cgroups: Vec<String> = rec
+        .cgroups
         .iter()
-        .map(|v| v.as_str().unwrap().to_string())
+        .map(|c| c.display().to_string())
         .collect();
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::SIGKILL).unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(200));
+    kill_keeper(&rec);
     // A new process disposes of thread t1, whose keeper is dead; the
     // scope's other threads are left alone.
     let (code, out, err) = cordon(
@@ -638,7 +645,7 @@ fn a_keeper_that_stops_answering_is_replaced_not_waited_on_forever() {
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("state");
     let h = up(&state, "s-hung", "t");
-    let pid = record(&state, &h)["keeper"]["pid"].as_u64().unwrap() as i32;
+    let pid = record(&state, &h).keeper.pid as i32;
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::SIGSTOP).unwrap();
     let started = std::time::Instant::now();
     let h2 = up(&state, "s-hung", "t");
