@@ -25,8 +25,8 @@ use cordon_linux::fdpass;
 use cordon_policy::{Deployment, Identity, Policy};
 use cordon_sandbox::host_dir::HostWorkDir;
 use cordon_sandbox::{
-    AcquireRequest, CallerContext, ExecOutput, ExecRequest, ExitStatus, FileRead, FileStat, Limits,
-    Provenance, Sandbox, SandboxError, SandboxSpec, Stream,
+    AcquireRequest, Attach, CallerContext, ExecHandle, ExecRequest, ExitStatus, FileRead, FileStat,
+    Killer, Limits, Provenance, Sandbox, SandboxError, SandboxSpec,
 };
 use serde::{Deserialize, Serialize};
 
@@ -357,16 +357,13 @@ impl KeptSandbox {
         &self.record
     }
 
-    fn run(
-        &self,
-        req: &ExecRequest,
-        sink: crate::OutputSink<'_>,
-    ) -> Result<ExecOutput, SandboxError> {
+    fn start_handle(&self, req: &ExecRequest, attach: Attach) -> Result<ExecHandle, SandboxError> {
         let failed = |reason: String| SandboxError::Failed {
             operation: "exec",
             reason,
         };
-        let pipes = ExecPipes::new(!req.stdin.is_empty()).map_err(|e| failed(e.to_string()))?;
+        let pipes = ExecPipes::new(attach.stdin_stream || !req.stdin.is_empty())
+            .map_err(|e| failed(e.to_string()))?;
         let (theirs, ours) = pipes.split();
         let within = req.timeout.max(Duration::from_secs(1)) + EXEC_GRACE;
         let sock = connect(&self.state.socket_path(&self.record.handle), within).map_err(|e| {
@@ -390,12 +387,26 @@ impl KeptSandbox {
         )
         .map_err(|e| failed(e.to_string()))?;
         drop(theirs);
-        ours.finish(req, sink, move || match fdpass::recv::<Reply>(&sock) {
-            Ok(Some((Reply::Done(s), _))) => Ok(status_from_wire(s)),
-            Ok(Some((Reply::Refused(why), _))) => Err(failed(why)),
-            Ok(other) => Err(failed(format!("the keeper answered {other:?}"))),
-            Err(e) => Err(failed(format!("the keeper's answer: {e}"))),
-        })
+        // Killing the exec is hanging up on the keeper: it watches the
+        // connection and kills the exec's tree when its client is gone —
+        // the same path as a client process that was killed.
+        let sock = Arc::new(sock);
+        let hang_up = sock.clone();
+        let killer = Killer::new(move || {
+            let _ = rustix::net::shutdown(&*hang_up, rustix::net::Shutdown::Both);
+        });
+        Ok(ours.into_handle(
+            req,
+            attach,
+            move || match fdpass::recv::<Reply>(&sock) {
+                Ok(Some((Reply::Done(s), _))) => Ok(status_from_wire(s)),
+                Ok(Some((Reply::Refused(why), _))) => Err(failed(why)),
+                Ok(None) => Err(failed("the exec was killed: its client hung up".into())),
+                Ok(other) => Err(failed(format!("the keeper answered {other:?}"))),
+                Err(e) => Err(failed(format!("the keeper's answer: {e}"))),
+            },
+            killer,
+        ))
     }
 }
 
@@ -406,15 +417,8 @@ impl Sandbox for KeptSandbox {
     fn provenance(&self) -> &Provenance {
         &self.provenance
     }
-    fn exec(&self, req: &ExecRequest) -> Result<ExecOutput, SandboxError> {
-        self.run(req, None)
-    }
-    fn exec_streaming(
-        &self,
-        req: &ExecRequest,
-        sink: &(dyn Fn(Stream, &[u8]) + Sync),
-    ) -> Result<ExecOutput, SandboxError> {
-        self.run(req, Some(sink))
+    fn start_exec(&self, req: &ExecRequest, attach: Attach) -> Result<ExecHandle, SandboxError> {
+        self.start_handle(req, attach)
     }
     fn write_file(&self, path: &str, contents: &[u8], mode: u32) -> Result<(), SandboxError> {
         self.files.write_file(path, contents, mode)
@@ -662,7 +666,7 @@ fn serve_sandbox(
                     timeout_secs,
                 } => {
                     busy.fetch_add(1, Ordering::SeqCst);
-                    let reply = exec_for_client(&sandbox, argv, env, timeout_secs, fds);
+                    let reply = exec_for_client(&sandbox, &conn, argv, env, timeout_secs, fds);
                     busy.fetch_sub(1, Ordering::SeqCst);
                     *last.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
                     reply
@@ -679,6 +683,7 @@ fn serve_sandbox(
 
 fn exec_for_client(
     sandbox: &crate::LocalSandbox,
+    conn: &OwnedFd,
     argv: Vec<String>,
     env: BTreeMap<String, String>,
     timeout_secs: u64,
@@ -707,9 +712,42 @@ fn exec_for_client(
             stderr,
         },
     );
-    match started.and_then(crate::Started::wait) {
+    let started = match started {
+        Ok(s) => s,
+        Err(e) => return Reply::Refused(e.to_string()),
+    };
+    // The client sends nothing after its request: the connection turning
+    // readable or hung up means the client is gone (killed, or it killed
+    // the exec), and the exec and everything it started go with it.
+    let cancel = started.canceller();
+    let done = AtomicBool::new(false);
+    let result = std::thread::scope(|scope| {
+        scope.spawn(|| watch_client(conn, &done, &cancel));
+        let result = started.wait();
+        done.store(true, Ordering::SeqCst);
+        result
+    });
+    match result {
         Ok(s) => Reply::Done(status_to_wire(s)),
         Err(e) => Reply::Refused(e.to_string()),
+    }
+}
+
+/// Cancels an exec when its client hangs up; returns when `done` is set.
+fn watch_client(conn: &OwnedFd, done: &AtomicBool, cancel: &cordon_linux::Cancel) {
+    use rustix::event::{poll, PollFd, PollFlags, Timespec};
+    let tick = Timespec {
+        tv_sec: 0,
+        tv_nsec: 50_000_000,
+    };
+    while !done.load(Ordering::SeqCst) {
+        let mut fds = [PollFd::new(conn, PollFlags::IN | PollFlags::RDHUP)];
+        if let Ok(n) = poll(&mut fds, Some(&tick)) {
+            if n > 0 && !fds[0].revents().is_empty() {
+                cancel.cancel();
+                return;
+            }
+        }
     }
 }
 

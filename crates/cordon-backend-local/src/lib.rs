@@ -23,7 +23,6 @@ pub mod state;
 pub mod translate;
 
 use std::collections::{BTreeMap, HashMap};
-use std::io::{Read, Write};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -37,9 +36,9 @@ use cordon_policy::{ComputeFacts, Deployment, Policy, Request, Surface, SurfaceF
 use cordon_sandbox::catalogue::Probe;
 use cordon_sandbox::host_dir::HostWorkDir;
 use cordon_sandbox::{
-    AcquireRequest, Backend, BackendError, Capability, CapabilitySet, Egress, ExecOutput,
-    ExecRequest, ExitStatus, FileRead, FileStat, Isolation, IsolationError, Limits, Provenance,
-    Sandbox, SandboxError, SandboxKey, Stream,
+    AcquireRequest, Attach, Backend, BackendError, Capability, CapabilitySet, Egress, ExecHandle,
+    ExecRequest, ExitStatus, FileRead, FileStat, Isolation, IsolationError, Killer, Limits,
+    Provenance, Sandbox, SandboxError, SandboxKey, StdinFeed,
 };
 
 /// Fresh sandboxes run as host uid/gid `FRESH_ID_BASE + n`: unprivileged,
@@ -612,44 +611,6 @@ fn now() -> i64 {
         .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
 }
 
-/// Reads up to `cap` bytes, then drains the rest so the writer never blocks.
-/// Where a workload's output goes as it arrives, besides the result.
-pub type OutputSink<'a> = Option<&'a (dyn Fn(Stream, &[u8]) + Sync)>;
-
-/// Reads all of `r`, keeping (and handing to `sink`) at most `cap` bytes;
-/// the rest is drained so the workload never blocks on a full pipe.
-/// Returns the kept bytes and whether any were cut.
-fn read_capped(
-    mut r: impl Read,
-    cap: u64,
-    stream: Stream,
-    sink: OutputSink<'_>,
-) -> (Vec<u8>, bool) {
-    let mut buf = Vec::new();
-    let mut more = false;
-    let mut chunk = [0u8; 8192];
-    loop {
-        let n = match r.read(&mut chunk) {
-            Ok(0) => break,
-            Ok(n) => n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(_) => break,
-        };
-        let room = usize::try_from(cap.saturating_sub(buf.len() as u64)).unwrap_or(usize::MAX);
-        let keep = n.min(room);
-        if keep < n {
-            more = true;
-        }
-        if keep > 0 {
-            buf.extend_from_slice(&chunk[..keep]);
-            if let Some(sink) = sink {
-                sink(stream, &chunk[..keep]);
-            }
-        }
-    }
-    (buf, more)
-}
-
 impl LocalSandbox {
     /// Stops the sandbox (container rung: kills everything in it and
     /// removes its cgroups) and removes its directories.
@@ -934,14 +895,20 @@ impl LocalSandbox {
         }
     }
 
-    /// One exec: the command checked, the plan held, the output capped (and
-    /// handed to `sink` as it arrives, when one is given).
-    fn run(&self, req: &ExecRequest, sink: OutputSink<'_>) -> Result<ExecOutput, SandboxError> {
-        let pipes = ExecPipes::new(!req.stdin.is_empty())
+    /// One exec: the command checked, the plan held, the output capped,
+    /// returned as a handle at once.
+    fn start_handle(&self, req: &ExecRequest, attach: Attach) -> Result<ExecHandle, SandboxError> {
+        let pipes = ExecPipes::new(attach.stdin_stream || !req.stdin.is_empty())
             .map_err(|e| refused(format!("making pipes: {e}")))?;
         let (stdio, ours) = pipes.split();
         let started = self.start(req, stdio)?;
-        ours.finish(req, sink, move || started.wait())
+        let cancel = started.canceller();
+        Ok(ours.into_handle(
+            req,
+            attach,
+            move || started.wait(),
+            Killer::new(move || cancel.cancel()),
+        ))
     }
 }
 
@@ -952,6 +919,14 @@ pub enum Started {
 }
 
 impl Started {
+    /// Kills it (and everything it started) from another thread.
+    pub fn canceller(&self) -> cordon_linux::Cancel {
+        match self {
+            Started::Warm(w) => w.canceller(),
+            Started::OneShot(r) => r.canceller(),
+        }
+    }
+
     /// Waits for it and says how it ended.
     pub fn wait(self) -> Result<ExitStatus, SandboxError> {
         let outcome = match self {
@@ -1017,44 +992,30 @@ impl ExecPipes {
 }
 
 impl OurEnds {
-    /// Feeds stdin, reads stdout and stderr capped at the request's limit
-    /// (handing kept bytes to `sink`), and waits with `wait`.
-    pub fn finish(
+    /// The handle over these pipes: stdin streamed (with
+    /// `attach.stdin_stream`) or fed the request's bytes, stdout and stderr
+    /// read capped at the request's limit, `wait` for the end, `killer` to
+    /// stop it early.
+    pub fn into_handle(
         self,
         req: &ExecRequest,
-        sink: OutputSink<'_>,
-        wait: impl FnOnce() -> Result<ExitStatus, SandboxError> + Send,
-    ) -> Result<ExecOutput, SandboxError> {
-        let cap = req.max_output_bytes;
-        let (out, err, stdin) = (self.stdout, self.stderr, self.stdin);
-        let (status, (stdout, stdout_truncated), (stderr, stderr_truncated)) =
-            std::thread::scope(|scope| {
-                let out = scope.spawn(move || {
-                    read_capped(std::fs::File::from(out), cap, Stream::Stdout, sink)
-                });
-                let err = scope.spawn(move || {
-                    read_capped(std::fs::File::from(err), cap, Stream::Stderr, sink)
-                });
-                if let Some(stdin) = stdin {
-                    let bytes = &req.stdin;
-                    scope.spawn(move || {
-                        let _ = std::fs::File::from(stdin).write_all(bytes);
-                    });
-                }
-                let status = wait();
-                (
-                    status,
-                    out.join().unwrap_or_default(),
-                    err.join().unwrap_or_default(),
-                )
-            });
-        Ok(ExecOutput {
-            status: status?,
-            stdout,
-            stderr,
-            stdout_truncated,
-            stderr_truncated,
-        })
+        attach: Attach,
+        wait: impl FnOnce() -> Result<ExitStatus, SandboxError> + Send + 'static,
+        killer: Killer,
+    ) -> ExecHandle {
+        let stdin = match self.stdin {
+            Some(w) if attach.stdin_stream => StdinFeed::Stream(Box::new(std::fs::File::from(w))),
+            Some(w) => StdinFeed::Bytes(Box::new(std::fs::File::from(w)), req.stdin.clone()),
+            None => StdinFeed::None,
+        };
+        ExecHandle::from_pipes(
+            stdin,
+            std::fs::File::from(self.stdout),
+            std::fs::File::from(self.stderr),
+            req.max_output_bytes,
+            wait,
+            killer,
+        )
     }
 }
 
@@ -1095,16 +1056,8 @@ impl Sandbox for LocalSandbox {
         &self.provenance
     }
 
-    fn exec(&self, req: &ExecRequest) -> Result<ExecOutput, SandboxError> {
-        self.run(req, None)
-    }
-
-    fn exec_streaming(
-        &self,
-        req: &ExecRequest,
-        sink: &(dyn Fn(Stream, &[u8]) + Sync),
-    ) -> Result<ExecOutput, SandboxError> {
-        self.run(req, Some(sink))
+    fn start_exec(&self, req: &ExecRequest, attach: Attach) -> Result<ExecHandle, SandboxError> {
+        self.start_handle(req, attach)
     }
 
     fn write_file(&self, path: &str, contents: &[u8], mode: u32) -> Result<(), SandboxError> {
@@ -1116,31 +1069,6 @@ impl Sandbox for LocalSandbox {
 
     fn read_file(&self, path: &str, max_bytes: u64) -> Result<FileRead, SandboxError> {
         self.files.read_file(path, max_bytes)
-    }
-}
-
-#[cfg(test)]
-mod streaming_tests {
-    use super::*;
-    use std::sync::Mutex;
-
-    #[test]
-    fn the_sink_sees_exactly_the_kept_bytes_and_the_rest_is_cut() {
-        let seen = Mutex::new(Vec::new());
-        let sink = |s: Stream, b: &[u8]| {
-            assert_eq!(s, Stream::Stderr);
-            seen.lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .extend_from_slice(b);
-        };
-        let input = vec![7u8; 20_000];
-        let (kept, cut) = read_capped(&input[..], 12_345, Stream::Stderr, Some(&sink));
-        assert_eq!(kept.len(), 12_345);
-        assert!(cut, "bytes past the cap are reported as cut");
-        assert_eq!(*seen.lock().unwrap_or_else(|e| e.into_inner()), kept);
-        // Within the cap nothing is cut.
-        let (kept, cut) = read_capped(&input[..100], 12_345, Stream::Stdout, None);
-        assert_eq!((kept.len(), cut), (100, false));
     }
 }
 

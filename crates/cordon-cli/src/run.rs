@@ -171,13 +171,32 @@ pub fn run(args: RunArgs) -> ExitCode {
         timeout: Duration::from_secs(limits.max_wall_seconds),
         max_output_bytes: MAX_OUTPUT_BYTES.min(limits.max_response_bytes),
     };
-    let result = sandbox.exec_streaming(&req, &show);
+    let result = exec_attached(&*sandbox, &req);
     drop(sandbox);
     let _ = router.dispose(&caller);
     match result {
         Ok(out) => exit_for(&out, req.max_output_bytes),
         Err(e) => refuse(e),
     }
+}
+
+/// Runs `req` with this process's stdin streamed into it (end-of-file when
+/// ours ends: `</dev/null` gives an empty stdin) and its output shown as it
+/// arrives. The bytes are copied through a pipe: the sandbox never holds
+/// our terminal, or any descriptor of ours.
+pub fn exec_attached(
+    sandbox: &dyn cordon_sandbox::Sandbox,
+    req: &ExecRequest,
+) -> Result<cordon_sandbox::ExecOutput, cordon_sandbox::SandboxError> {
+    let mut handle = sandbox.start_exec(req, cordon_sandbox::Attach::streamed_stdin())?;
+    if let Some(mut input) = handle.take_stdin() {
+        // Detached: a terminal's read may block past the exec's end, and
+        // the process exits then anyway.
+        std::thread::spawn(move || {
+            let _ = std::io::copy(&mut std::io::stdin().lock(), &mut input);
+        });
+    }
+    handle.wait_streaming(&show)
 }
 
 /// Shows a workload's output as it arrives.

@@ -15,7 +15,7 @@ use cordon_sandbox::{
     collect_outputs, CallerContext, ExecRequest, Provenance, Sandbox, SandboxSpec,
 };
 
-use crate::run::{exit_for, prepare, refuse, show, Selection, MAX_OUTPUT_BYTES};
+use crate::run::{exit_for, prepare, refuse, Selection, MAX_OUTPUT_BYTES};
 
 #[derive(clap::Subcommand)]
 pub enum SandboxCommand {
@@ -133,7 +133,7 @@ fn go(cmd: SandboxCommand) -> Result<ExitCode, ExitCode> {
                 timeout: Duration::from_secs(timeout.unwrap_or(3600)),
                 max_output_bytes: MAX_OUTPUT_BYTES,
             };
-            let out = s.exec_streaming(&req, &show).map_err(refuse)?;
+            let out = crate::run::exec_attached(&s, &req).map_err(refuse)?;
             Ok(exit_for(&out, req.max_output_bytes))
         }
         SandboxCommand::Put {

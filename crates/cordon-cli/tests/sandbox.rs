@@ -660,3 +660,150 @@ fn a_keeper_that_stops_answering_is_replaced_not_waited_on_forever() {
     let (c, out, _) = cordon(&state, &["sandbox", "down", &h2]);
     assert_eq!((c, out.trim()), (0, "1"));
 }
+
+/// Runs cordon with `input` on its stdin (closed after it).
+fn cordon_with_stdin(state: &Path, args: &[&str], input: &[u8]) -> (i32, String, String) {
+    use std::io::Write;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_cordon"))
+        .args(args)
+        .env("CORDON_STATE_DIR", state)
+        .env_remove("CORDON_MIN_ISOLATION")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run cordon");
+    let mut stdin = child.stdin.take().unwrap();
+    let input = input.to_vec();
+    // A command that does not read its input ends before it is all
+    // written: a broken pipe here is not a failure.
+    let writer = std::thread::spawn(move || {
+        let _ = stdin.write_all(&input);
+    });
+    let out = child.wait_with_output().unwrap();
+    writer.join().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn sandbox_exec_passes_its_stdin_through() {
+    if !can_sandbox("sandbox_exec_passes_its_stdin_through") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let h = up(&state, "stdin", "t1");
+    let (code, out, err) = cordon_with_stdin(
+        &state,
+        &["sandbox", "exec", &h, "--", "wc", "-l"],
+        b"a\nb\n",
+    );
+    assert_eq!((code, out.trim()), (0, "2"), "stderr: {err}");
+    // No input at all is end-of-file, not a hang.
+    let (code, out, err) =
+        cordon_with_stdin(&state, &["sandbox", "exec", &h, "--", "wc", "-c"], b"");
+    assert_eq!((code, out.trim()), (0, "0"), "stderr: {err}");
+    // A command that never reads its stdin is not held up by it.
+    let (code, out, _) = cordon_with_stdin(
+        &state,
+        &["sandbox", "exec", &h, "--", "echo", "ignored"],
+        &vec![b'x'; 1 << 20],
+    );
+    assert_eq!((code, out.trim()), (0, "ignored"));
+    cordon(
+        &state,
+        &["sandbox", "down", "--scope", "stdin", "--thread", "t1"],
+    );
+}
+
+#[test]
+fn run_passes_its_stdin_through_at_both_rungs() {
+    if !can_sandbox("run_passes_its_stdin_through_at_both_rungs") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    for rung in ["container", "process"] {
+        let (code, out, err) = cordon_with_stdin(
+            &state,
+            &[
+                "run",
+                "--min-isolation",
+                rung,
+                "--backend",
+                rung,
+                "--",
+                "python3",
+                "-",
+            ],
+            b"print(6*7)\n",
+        );
+        assert_eq!((code, out.trim()), (0, "42"), "{rung}: {err}");
+    }
+}
+
+/// The processes (pid, command line) whose command line contains `token`.
+fn processes_with(token: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if !name.bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
+        if let Ok(cmd) = std::fs::read(e.path().join("cmdline")) {
+            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+            if cmd.contains(token) && !cmd.contains("cordon") {
+                found.push(format!("{name}: {cmd}"));
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn killing_a_sandbox_exec_client_kills_its_exec_within_a_second() {
+    if !can_sandbox("killing_a_sandbox_exec_client_kills_its_exec_within_a_second") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let h = up(&state, "clientkill", "t1");
+    // A sleep with a duration nobody else uses, so it can be found by name.
+    let token = "600.4242";
+    let mut client = Command::new(env!("CARGO_BIN_EXE_cordon"))
+        .args(["sandbox", "exec", &h, "--", "sleep", token])
+        .env("CORDON_STATE_DIR", &state)
+        .stdin(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while processes_with(token).is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the sleep never started"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    client.kill().unwrap(); // SIGKILL: the client gets no chance to clean up
+    client.wait().unwrap();
+    let killed = std::time::Instant::now();
+    while !processes_with(token).is_empty() {
+        assert!(
+            killed.elapsed() < std::time::Duration::from_secs(1),
+            "the exec outlived its client by a second: {:?}",
+            processes_with(token)
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    // The sandbox itself is still there for the next exec.
+    let (code, out, err) = cordon(&state, &["sandbox", "exec", &h, "--", "echo", "still"]);
+    assert_eq!((code, out.trim()), (0, "still"), "{err}");
+    cordon(
+        &state,
+        &["sandbox", "down", "--scope", "clientkill", "--thread", "t1"],
+    );
+}

@@ -36,7 +36,7 @@ pub use enforcer::{
 };
 pub use enforcer::{ConfineError, Enforcer, Refusing};
 pub use missing::{Absent, Mechanism, Missing};
-pub use outcome::{Bound, Outcome, Termination};
+pub use outcome::{Bound, Cancel, Outcome, Termination};
 pub use plan::{Bounds, FsRule, Ids, Plan, PlanError, PlanSpec, Rung};
 
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]

@@ -40,4 +40,28 @@ pub struct Outcome {
     /// CPU time of the whole tree, when the cgroup reported it.
     pub cpu: Option<Duration>,
     pub wall: Duration,
+    /// The owner cancelled the run ([`Cancel::cancel`]) before it ended:
+    /// its whole tree was killed.
+    #[serde(default)]
+    pub cancelled: bool,
+}
+
+/// Cancels a running exec from another thread: the next bounds check of its
+/// `wait` (every 10 ms) kills its whole tree. Cloned freely; cancelling an
+/// exec that already ended does nothing.
+#[derive(Clone, Debug, Default)]
+pub struct Cancel(std::sync::Arc<std::sync::atomic::AtomicBool>);
+
+impl Cancel {
+    pub fn new() -> Cancel {
+        Cancel::default()
+    }
+
+    pub fn cancel(&self) {
+        self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    pub fn is_cancelled(&self) -> bool {
+        self.0.load(std::sync::atomic::Ordering::SeqCst)
+    }
 }

@@ -50,6 +50,7 @@ use cordon_policy::Identity;
 
 use crate::capability::{Capability, CapabilitySet};
 use crate::egress::Egress;
+use crate::exec::{Attach, ExecHandle};
 use crate::isolation::{Isolation, IsolationError};
 use crate::key::SandboxKey;
 use crate::spec::SandboxSpec;
@@ -260,23 +261,30 @@ pub trait Sandbox: Send + Sync {
     /// What this sandbox was created for (see [`Provenance`]).
     fn provenance(&self) -> &Provenance;
 
-    /// Runs a command.
-    fn exec(&self, req: &ExecRequest) -> Result<ExecOutput, SandboxError>;
+    /// Starts a command and returns at once with a handle: its stdin (with
+    /// [`Attach::stdin_stream`]), its output as events, `wait` and `kill`.
+    /// Dropping the handle before the exec ended kills it. Each of stdout
+    /// and stderr is cut at `req.max_output_bytes`. A backend driving pipes
+    /// builds the handle with [`ExecHandle::from_pipes`]; one that can only
+    /// run a command whole returns [`ExecHandle::finished`] (and refuses
+    /// `stdin_stream` with [`SandboxError::Unsupported`]).
+    fn start_exec(&self, req: &ExecRequest, attach: Attach) -> Result<ExecHandle, SandboxError>;
+
+    /// Runs a command to its end (stdin: the request's bytes).
+    fn exec(&self, req: &ExecRequest) -> Result<ExecOutput, SandboxError> {
+        self.start_exec(req, Attach::default())?.wait()
+    }
 
     /// Runs a command like [`Sandbox::exec`], handing its output to `sink`
     /// as it arrives (within the same caps), for a host that shows it live.
-    /// The returned [`ExecOutput`] holds the same bytes. The default runs
-    /// `exec` and hands the output over when it ends; a backend that can
-    /// stream overrides it.
+    /// The returned [`ExecOutput`] holds the same bytes.
     fn exec_streaming(
         &self,
         req: &ExecRequest,
         sink: &(dyn Fn(Stream, &[u8]) + Sync),
     ) -> Result<ExecOutput, SandboxError> {
-        let out = self.exec(req)?;
-        sink(Stream::Stdout, &out.stdout);
-        sink(Stream::Stderr, &out.stderr);
-        Ok(out)
+        self.start_exec(req, Attach::default())?
+            .wait_streaming(sink)
     }
 
     /// Writes a file (creating parents) with `mode`; an absolute guest path.

@@ -824,6 +824,14 @@ impl Sandbox for Interposer<'_> {
         self.calls.fetch_add(1, Ordering::SeqCst);
         self.inner.exec(req)
     }
+    fn start_exec(
+        &self,
+        req: &ExecRequest,
+        attach: crate::Attach,
+    ) -> Result<crate::ExecHandle, SandboxError> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        self.inner.start_exec(req, attach)
+    }
     fn write_file(&self, path: &str, contents: &[u8], mode: u32) -> Result<(), SandboxError> {
         self.calls.fetch_add(1, Ordering::SeqCst);
         self.inner.write_file(path, contents, mode)

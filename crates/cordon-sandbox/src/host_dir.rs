@@ -195,6 +195,13 @@ impl Sandbox for HostDirectorySandbox {
     }
 
     /// Runs `argv` on the host in the work dir with only `req.env`.
+    fn start_exec(
+        &self,
+        req: &ExecRequest,
+        _attach: crate::Attach,
+    ) -> Result<crate::ExecHandle, SandboxError> {
+        Ok(crate::ExecHandle::finished(self.exec(req)))
+    }
     fn exec(&self, req: &ExecRequest) -> Result<ExecOutput, SandboxError> {
         let failed = |reason: String| SandboxError::Failed {
             operation: "exec",

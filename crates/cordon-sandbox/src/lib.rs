@@ -54,6 +54,7 @@ pub mod conformance;
 pub mod egress;
 #[cfg(target_os = "linux")]
 pub mod escape;
+pub mod exec;
 #[cfg(target_os = "linux")]
 pub mod host_dir;
 pub mod isolation;
@@ -80,6 +81,7 @@ pub use collect::{
 pub use config::{resolve_floor, ConfigError, Floor, FloorSource, HostConfig};
 pub use cordon_policy::{Deployment, Identity};
 pub use egress::{Egress, EgressEntry, EgressEntryError, HostPattern};
+pub use exec::{Attach, ExecEnd, ExecEvent, ExecHandle, ExecStdin, Killer, StdinFeed};
 pub use isolation::{Isolation, IsolationError};
 pub use key::{Caller, CallerContext, KeyError, SandboxKey};
 pub use limits::TransferLimits;

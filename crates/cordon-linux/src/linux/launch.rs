@@ -91,6 +91,7 @@ pub struct Running {
     wall_limit: Duration,
     started: Instant,
     done: bool,
+    cancel: crate::Cancel,
 }
 
 // Our launches clear close-on-exec on two pipe ends for the instant of
@@ -205,6 +206,7 @@ pub fn launch(
         wall_limit: Duration::from_secs(plan.bounds().max_wall_seconds),
         started: Instant::now(),
         done: false,
+        cancel: crate::Cancel::new(),
     };
     let pid = running.child.id();
     // The init blocks on the plan pipe, then joins the cgroup before it does
@@ -286,6 +288,7 @@ pub(crate) fn outcome_of(
         limits_hit,
         cpu,
         wall,
+        cancelled: false,
     }
 }
 
@@ -351,6 +354,12 @@ impl Running {
         self.child.stderr.take()
     }
 
+    /// A handle that kills the run's whole tree from another thread while
+    /// [`Running::wait`] waits; the outcome then says `cancelled`.
+    pub fn canceller(&self) -> crate::Cancel {
+        self.cancel.clone()
+    }
+
     fn kill_tree(&mut self) {
         // Our own unreaped child: its pid cannot have been reused.
         let _ = self.child.kill();
@@ -363,6 +372,7 @@ impl Running {
     /// killing the whole tree, and reports how it ended.
     pub fn wait(mut self) -> Result<Outcome, LaunchError> {
         let mut killed_by = None;
+        let mut cancelled = false;
         // Our own unreaped child: its pid cannot have been reused. Without
         // pidfds (Linux < 5.3) the loop falls back to sleeping for the tick.
         let pidfd = i32::try_from(self.child.id())
@@ -376,6 +386,10 @@ impl Running {
                 break status;
             }
             let cpu = self.cgroup.as_ref().and_then(|c| c.cpu_usage().ok());
+            if self.cancel.is_cancelled() && !cancelled {
+                cancelled = true;
+                self.kill_tree();
+            }
             if killed_by.is_none() {
                 if cpu.is_some_and(|c| c >= self.cpu_limit) {
                     killed_by = Some(Bound::Cpu);
@@ -407,11 +421,12 @@ impl Running {
             }
             termination = match exited {
                 Some(t) => t,
-                None if killed_by.is_some() => Termination::Signaled(libc::SIGKILL),
+                None if killed_by.is_some() || cancelled => Termination::Signaled(libc::SIGKILL),
                 None => termination,
             };
         }
-        let outcome = outcome_of(self.cgroup.as_ref(), termination, killed_by, wall);
+        let mut outcome = outcome_of(self.cgroup.as_ref(), termination, killed_by, wall);
+        outcome.cancelled = cancelled;
         self.cleanup();
         if let Some((step, error)) = setup_error {
             if termination == Termination::Exited(SETUP_FAILED) {

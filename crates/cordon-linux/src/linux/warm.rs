@@ -339,6 +339,7 @@ impl WarmSandbox {
             cpu_limit: Duration::from_secs(exec.bounds.max_cpu_seconds),
             wall_limit: Duration::from_secs(exec.bounds.max_wall_seconds),
             done: false,
+            cancel: crate::Cancel::new(),
         };
         let mut fds = vec![
             stdio.stdin.as_fd(),
@@ -412,9 +413,16 @@ pub struct WarmRunning {
     cpu_limit: Duration,
     wall_limit: Duration,
     done: bool,
+    cancel: crate::Cancel,
 }
 
 impl WarmRunning {
+    /// A handle that kills the exec's whole tree from another thread while
+    /// [`WarmRunning::wait`] waits; the outcome then says `cancelled`.
+    pub fn canceller(&self) -> crate::Cancel {
+        self.cancel.clone()
+    }
+
     fn kill(&self) {
         if let Some(cg) = &self.cgroup {
             let _ = cg.kill_all();
@@ -426,6 +434,7 @@ impl WarmRunning {
     /// left running and removes its cgroup.
     pub fn wait(mut self) -> Result<Outcome, LaunchError> {
         let mut killed_by = None;
+        let mut cancelled = false;
         let termination = loop {
             match self.events.recv_timeout(BOUNDS_TICK) {
                 Ok(Event::Exited(t)) => break t,
@@ -441,6 +450,10 @@ impl WarmRunning {
                 }
                 Err(RecvTimeoutError::Timeout) => {}
             }
+            if self.cancel.is_cancelled() && !cancelled {
+                cancelled = true;
+                self.kill();
+            }
             if killed_by.is_none() {
                 let cpu = self.cgroup.as_ref().and_then(|c| c.cpu_usage().ok());
                 if cpu.is_some_and(|c| c >= self.cpu_limit) {
@@ -454,7 +467,9 @@ impl WarmRunning {
         };
         let wall = self.started.elapsed();
         self.kill();
-        let outcome = super::launch::outcome_of(self.cgroup.as_ref(), termination, killed_by, wall);
+        let mut outcome =
+            super::launch::outcome_of(self.cgroup.as_ref(), termination, killed_by, wall);
+        outcome.cancelled = cancelled;
         self.cleanup();
         Ok(outcome)
     }

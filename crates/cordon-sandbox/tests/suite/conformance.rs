@@ -128,6 +128,13 @@ impl Sandbox for Unsafe {
     fn provenance(&self) -> &Provenance {
         self.inner.provenance()
     }
+    fn start_exec(
+        &self,
+        req: &ExecRequest,
+        _attach: cordon_sandbox::Attach,
+    ) -> Result<cordon_sandbox::ExecHandle, SandboxError> {
+        Ok(cordon_sandbox::ExecHandle::finished(self.exec(req)))
+    }
     fn exec(&self, req: &ExecRequest) -> Result<ExecOutput, SandboxError> {
         self.inner.exec(req)
     }
@@ -312,6 +319,13 @@ impl Sandbox for NoExec {
     }
     fn provenance(&self) -> &Provenance {
         self.0.provenance()
+    }
+    fn start_exec(
+        &self,
+        req: &ExecRequest,
+        _attach: cordon_sandbox::Attach,
+    ) -> Result<cordon_sandbox::ExecHandle, SandboxError> {
+        Ok(cordon_sandbox::ExecHandle::finished(self.exec(req)))
     }
     fn exec(&self, _req: &ExecRequest) -> Result<ExecOutput, SandboxError> {
         Err(SandboxError::Failed {
