@@ -22,41 +22,40 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use cordon_linux::fdpass;
-use cordon_policy::{Deployment, Identity, Policy};
+use cordon_policy::{Deployment, Policy};
 use cordon_sandbox::host_dir::HostWorkDir;
 use cordon_sandbox::{
     AcquireRequest, Attach, CallerContext, ExecHandle, ExecRequest, ExitStatus, FileRead, FileStat,
-    Killer, Limits, Provenance, Sandbox, SandboxError, SandboxSpec,
+    Killer, Limits, Provenance, Sandbox, SandboxError,
 };
 use serde::{Deserialize, Serialize};
 
-use crate::state::{self, IdentityRecord, KeyRecord, ProcessId, Record, StateDir};
+use crate::state::{self, KeyRecord, ProcessId, Record, StateDir};
 use crate::{ExecPipes, LocalBackend, LocalConfig, WorkDir};
 
 /// The hidden first argument that makes the `cordon` binary a keeper.
 pub const KEEPER_ARG: &str = "__sandbox-keeper";
 
-/// Everything a keeper needs to build its sandbox (its stdin, as JSON).
+/// Everything a keeper needs to build its sandbox (its stdin, as JSON): the
+/// typed wire form of what the acquirer decided, so the keeper parses no
+/// spec and re-derives nothing. It loads the policy once (the file is not
+/// carried) and refuses to serve if its digest is not the acquirer's.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Launch {
+    /// [`cordon_sandbox::wire::WIRE_VERSION`]; another is refused.
+    pub version: u32,
     pub state_dir: PathBuf,
     pub handle: String,
     pub key: KeyRecord,
     pub owner: String,
-    pub rung: String,
+    pub rung: cordon_linux::Rung,
     /// `None`: `cordon:default`.
     pub policy_file: Option<PathBuf>,
-    pub policy_digest: String,
     pub deployment: String,
-    pub spec_yaml: Option<String>,
-    pub spec_kind: String,
-    pub spec_image: String,
-    pub spec_fingerprint: String,
-    pub identity: IdentityRecord,
-    pub limits: [u64; 4],
-    pub work_dir_fresh_parent: Option<PathBuf>,
-    pub work_dir_given: Option<PathBuf>,
+    pub provenance: Provenance,
+    pub limits: Limits,
+    pub work_dir: WorkDir,
     pub init: (PathBuf, Vec<String>),
     pub idle_timeout: u64,
     pub max_age: u64,
@@ -118,33 +117,6 @@ fn status_from_wire(s: Status) -> ExitStatus {
                 _ => "unknown bound",
             },
         },
-    }
-}
-
-/// A fingerprint of a validated spec (same cordon build).
-pub fn spec_fingerprint(spec: &SandboxSpec) -> String {
-    use sha2::{Digest, Sha256};
-    Sha256::digest(format!("{spec:?}").as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
-
-pub fn identity_record(i: &Identity) -> IdentityRecord {
-    IdentityRecord {
-        namespace: i.namespace.clone(),
-        name: i.name.clone(),
-        attested: i.attested,
-        labels: i.labels.clone(),
-    }
-}
-
-pub fn identity_of(r: &IdentityRecord) -> Identity {
-    Identity {
-        namespace: r.namespace.clone(),
-        name: r.name.clone(),
-        attested: r.attested,
-        labels: r.labels.clone(),
     }
 }
 
@@ -282,6 +254,7 @@ pub fn spawn(
         .env_clear()
         .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
         .envs(std::env::var_os("CORDON_IMAGE_STORE").map(|v| ("CORDON_IMAGE_STORE", v)))
+        .envs(std::env::var_os("CORDON_LOG").map(|v| ("CORDON_LOG", v)))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::from(log))
@@ -338,17 +311,14 @@ pub struct KeptSandbox {
 }
 
 impl KeptSandbox {
-    pub fn new(
-        state: StateDir,
-        record: Record,
-        provenance: Provenance,
-    ) -> Result<KeptSandbox, SandboxError> {
+    /// The sandbox `record` names, with the provenance it was created with.
+    pub fn new(state: StateDir, record: Record) -> Result<KeptSandbox, SandboxError> {
         let files = HostWorkDir::new(&record.work_dir, &record.guest_work_dir)?
             .owned_by(record.host_id, record.host_id);
         Ok(KeptSandbox {
             state,
+            provenance: record.provenance.clone(),
             record,
-            provenance,
             files,
         })
     }
@@ -467,55 +437,37 @@ pub fn keeper_main() -> ! {
 }
 
 fn serve(launch: Launch) -> Result<(), String> {
+    if launch.version != cordon_sandbox::wire::WIRE_VERSION {
+        return Err(format!(
+            "the brief is of wire version {}, this keeper reads {}; run the same cordon binary",
+            launch.version,
+            cordon_sandbox::wire::WIRE_VERSION
+        ));
+    }
     let state = StateDir::open(&launch.state_dir).map_err(|e| e.to_string())?;
     let policy = match &launch.policy_file {
         Some(p) => Policy::load_file(p),
         None => Policy::load_default(),
     }
     .map_err(|d| format!("loading the policy: {d:?}"))?;
-    if policy.digest != launch.policy_digest {
+    if policy.digest != launch.provenance.policy_digest {
         return Err("the policy file changed since it was loaded; run the command again".into());
     }
-    let spec = match &launch.spec_yaml {
-        Some(y) => SandboxSpec::from_yaml("spec", y).map_err(|e| e.to_string())?,
-        None => {
-            SandboxSpec::new(&launch.spec_kind, &launch.spec_image).map_err(|e| e.to_string())?
-        }
-    };
-    if spec_fingerprint(&spec) != launch.spec_fingerprint {
-        return Err(
-            "the spec the keeper rebuilt differs from the one asked for; give the spec as a file"
-                .into(),
-        );
-    }
-    let rung = match launch.rung.as_str() {
-        "process" => cordon_linux::Rung::Process,
-        "container" => cordon_linux::Rung::Container,
-        other => return Err(format!("unknown rung `{other}`")),
-    };
-    let work_dir = match (&launch.work_dir_fresh_parent, &launch.work_dir_given) {
-        (Some(parent), None) => WorkDir::Fresh {
-            parent: parent.clone(),
-        },
-        (None, Some(d)) => WorkDir::Given(d.clone()),
-        _ => return Err("the brief names no work dir".into()),
-    };
     let mut init = cordon_linux::InitProgram::new(&launch.init.0);
     for a in &launch.init.1 {
         init = init.arg(a);
     }
     let backend = LocalBackend::new(LocalConfig {
-        rung,
+        rung: launch.rung,
         policy: Arc::new(policy),
         env: Deployment {
             name: launch.deployment.clone(),
         },
-        work_dir,
+        work_dir: launch.work_dir.clone(),
         init,
     });
-    let identity = identity_of(&launch.identity);
+    let identity = launch.provenance.identity.clone();
     let k = launch.key.clone();
-    let id2 = identity.clone();
     let caller = CallerContext::new(
         move || k.scope.clone(),
         {
@@ -526,23 +478,13 @@ fn serve(launch: Launch) -> Result<(), String> {
             let k = launch.key.clone();
             move || k.agent_dir.clone()
         },
-        move || id2.clone(),
+        move || identity.clone(),
     );
     let key = caller.resolve().map_err(|e| e.to_string())?.key;
-    let [memory_bytes, processes, cpu_seconds, wall_seconds] = launch.limits;
     let req = AcquireRequest {
         key,
-        provenance: Provenance {
-            spec,
-            identity,
-            policy_digest: launch.policy_digest.clone(),
-        },
-        limits: Limits {
-            memory_bytes,
-            processes,
-            cpu_seconds,
-            wall_seconds,
-        },
+        provenance: launch.provenance.clone(),
+        limits: launch.limits,
     };
     let sandbox = backend.acquire_local(&req).map_err(|e| e.to_string())?;
     let result = serve_sandbox(&launch, &state, &sandbox);
@@ -577,18 +519,16 @@ fn serve_sandbox(
     let sock_path = state.socket_path(&launch.handle);
     let listener = listen(&sock_path)?;
     let record = Record {
+        version: cordon_sandbox::wire::WIRE_VERSION,
         handle: launch.handle.clone(),
         key: launch.key.clone(),
         owner: launch.owner.clone(),
-        backend: launch.rung.clone(),
+        backend: crate::name_of(launch.rung).to_string(),
         keeper: ProcessId::current(),
         created: state::now(),
         idle_timeout: launch.idle_timeout,
         max_age: launch.max_age,
-        policy_digest: launch.policy_digest.clone(),
-        spec_fingerprint: launch.spec_fingerprint.clone(),
-        spec_yaml: launch.spec_yaml.clone(),
-        identity: launch.identity.clone(),
+        provenance: launch.provenance.clone(),
         work_dir: sandbox.work_dir().to_path_buf(),
         fresh_work_dir: sandbox.fresh_work_dir(),
         guest_work_dir: sandbox.guest_work_dir().to_string(),
@@ -760,8 +700,6 @@ pub struct KeptConfig {
     /// The policy file the config's policy was loaded from (`None`:
     /// `cordon:default`); the keeper loads it again and checks the digest.
     pub policy_file: Option<PathBuf>,
-    /// The spec's YAML when it came from a file (recorded for `collect`).
-    pub spec_yaml: Option<String>,
     pub idle_timeout: Duration,
     pub max_age: Duration,
     /// This owner's name for itself, recorded with each sandbox.
@@ -926,8 +864,6 @@ impl cordon_sandbox::Backend for KeptBackend {
         let _lock = state
             .lock(&key, LOCK_WAIT)
             .map_err(|e| failed("acquire", e.to_string()))?;
-        let fingerprint = spec_fingerprint(&req.provenance.spec);
-        let identity = identity_record(&req.provenance.identity);
         if let Some(rec) = state
             .find(&key)
             .map_err(|e| failed("acquire", e.to_string()))?
@@ -938,16 +874,18 @@ impl cordon_sandbox::Backend for KeptBackend {
                 if rec.backend != self.inner.name() {
                     what.push(format!("backend (`{}`)", rec.backend));
                 }
-                if rec.spec_fingerprint != fingerprint {
-                    what.push("spec".to_string());
+                let made = &rec.provenance;
+                let differs = made.spec.differences(&req.provenance.spec);
+                if !differs.is_empty() {
+                    what.push(format!("spec ({})", differs.join(", ")));
                 }
-                if rec.identity != identity {
+                if made.identity != req.provenance.identity {
                     what.push(format!(
                         "identity (`{}/{}`)",
-                        rec.identity.namespace, rec.identity.name
+                        made.identity.namespace, made.identity.name
                     ));
                 }
-                if rec.policy_digest != req.provenance.policy_digest {
+                if made.policy_digest != req.provenance.policy_digest {
                     what.push("policy (its digest differs)".to_string());
                 }
                 if !what.is_empty() {
@@ -961,7 +899,7 @@ impl cordon_sandbox::Backend for KeptBackend {
                         ),
                     ));
                 }
-                return KeptSandbox::new(state.clone(), rec, req.provenance.clone())
+                return KeptSandbox::new(state.clone(), rec)
                     .map(|s| Arc::new(s) as Arc<dyn Sandbox>)
                     .map_err(|e| failed("acquire", e.to_string()));
             }
@@ -986,28 +924,18 @@ impl cordon_sandbox::Backend for KeptBackend {
             std::process::id() % 0x10000,
             (stamp ^ SEQ.fetch_add(1, Ordering::Relaxed) as u32) % 0x10000
         );
-        let (fresh, given) = match &cfg.work_dir {
-            WorkDir::Fresh { parent } => (Some(parent.clone()), None),
-            WorkDir::Given(d) => (None, Some(d.clone())),
-        };
-        let l = req.limits;
         let launch = Launch {
+            version: cordon_sandbox::wire::WIRE_VERSION,
             state_dir: state.path().to_path_buf(),
             handle,
             key,
             owner: self.kept.owner.clone(),
-            rung: self.inner.name().to_string(),
+            rung: cfg.rung,
             policy_file: self.kept.policy_file.clone(),
-            policy_digest: cfg.policy.digest.clone(),
             deployment: cfg.env.name.clone(),
-            spec_yaml: self.kept.spec_yaml.clone(),
-            spec_kind: req.provenance.spec.kind().to_string(),
-            spec_image: req.provenance.spec.image().to_string(),
-            spec_fingerprint: fingerprint,
-            identity,
-            limits: [l.memory_bytes, l.processes, l.cpu_seconds, l.wall_seconds],
-            work_dir_fresh_parent: fresh,
-            work_dir_given: given,
+            provenance: req.provenance.clone(),
+            limits: req.limits,
+            work_dir: cfg.work_dir.clone(),
             init: (
                 cfg.init.path.clone(),
                 cfg.init
@@ -1023,7 +951,7 @@ impl cordon_sandbox::Backend for KeptBackend {
             let _ = state.remove(&launch.handle);
             failed("acquire", e)
         })?;
-        KeptSandbox::new(state.clone(), rec, req.provenance.clone())
+        KeptSandbox::new(state.clone(), rec)
             .map(|s| Arc::new(s) as Arc<dyn Sandbox>)
             .map_err(|e| failed("acquire", e.to_string()))
     }

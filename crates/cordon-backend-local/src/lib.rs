@@ -55,7 +55,8 @@ pub const INSIDE_ID: u32 = 1000;
 pub const INIT_ID_OFFSET: u32 = 1_000_000_000;
 
 /// Where the work dir comes from.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "snake_case")]
 pub enum WorkDir {
     /// A fresh directory under `parent`, created by cordon for the sandbox
     /// (owned by its host uid) and removed at dispose.
@@ -89,7 +90,7 @@ pub struct LocalBackend {
     sandboxes: Mutex<HashMap<SandboxKey, Arc<LocalSandbox>>>,
 }
 
-fn name_of(rung: Rung) -> &'static str {
+pub(crate) fn name_of(rung: Rung) -> &'static str {
     match rung {
         Rung::Process => "process",
         Rung::Container => "container",

@@ -106,19 +106,13 @@ impl KeyRecord {
     }
 }
 
-/// What a sandbox's identity was, as recorded.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct IdentityRecord {
-    pub namespace: String,
-    pub name: String,
-    pub attested: bool,
-    pub labels: std::collections::BTreeMap<String, String>,
-}
-
 /// One sandbox, as the state directory knows it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Record {
+    /// [`cordon_sandbox::wire::WIRE_VERSION`] of the cordon that wrote it;
+    /// a record of another version is not read (gc names it).
+    pub version: u32,
     pub handle: String,
     pub key: KeyRecord,
     /// Who asked for it: the owner's own name for itself (a host service,
@@ -134,12 +128,10 @@ pub struct Record {
     pub idle_timeout: u64,
     /// Seconds after creation after which it is disposed, busy or not.
     pub max_age: u64,
-    pub policy_digest: String,
-    /// SHA-256 of the validated spec (same cordon build).
-    pub spec_fingerprint: String,
-    /// The spec's YAML, when it came from a file.
-    pub spec_yaml: Option<String>,
-    pub identity: IdentityRecord,
+    /// What it was created for: the spec, the identity and the policy's
+    /// digest, in their wire form — what `attach` reports, exactly what
+    /// `up` created.
+    pub provenance: cordon_sandbox::Provenance,
     /// Host side of the work dir, and whether cordon created it (then it
     /// is removed at dispose).
     pub work_dir: PathBuf,
@@ -365,10 +357,23 @@ impl StateDir {
     pub fn read(&self, handle: &str) -> Result<Option<Record>, StateError> {
         check_handle(handle)?;
         let path = self.record_path(handle);
+        let invalid = |e: String| io_err(&path)(io::Error::new(io::ErrorKind::InvalidData, e));
         match fs::read(&path) {
-            Ok(bytes) => serde_json::from_slice(&bytes)
-                .map(Some)
-                .map_err(|e| io_err(&path)(io::Error::new(io::ErrorKind::InvalidData, e))),
+            Ok(bytes) => {
+                let rec: Record = serde_json::from_slice(&bytes).map_err(|e| {
+                    invalid(format!(
+                        "{e} (a record written by another cordon version? `cordon sandbox gc` names it)"
+                    ))
+                })?;
+                if rec.version != cordon_sandbox::wire::WIRE_VERSION {
+                    return Err(invalid(format!(
+                        "the record is of wire version {}, this cordon reads {}",
+                        rec.version,
+                        cordon_sandbox::wire::WIRE_VERSION
+                    )));
+                }
+                Ok(Some(rec))
+            }
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(io_err(&path)(e)),
         }
@@ -462,6 +467,7 @@ mod tests {
 
     fn record(handle: &str, k: KeyRecord) -> Record {
         Record {
+            version: cordon_sandbox::wire::WIRE_VERSION,
             handle: handle.into(),
             key: k,
             owner: "test".into(),
@@ -470,14 +476,10 @@ mod tests {
             created: now(),
             idle_timeout: 60,
             max_age: 3600,
-            policy_digest: "d".into(),
-            spec_fingerprint: "f".into(),
-            spec_yaml: None,
-            identity: IdentityRecord {
-                namespace: "n".into(),
-                name: "x".into(),
-                attested: false,
-                labels: Default::default(),
+            provenance: cordon_sandbox::Provenance {
+                spec: cordon_sandbox::SandboxSpec::new("run", "host").unwrap(),
+                identity: cordon_policy::Identity::default(),
+                policy_digest: "d".into(),
             },
             work_dir: "/var/tmp/w".into(),
             fresh_work_dir: true,

@@ -82,6 +82,34 @@ pub const EXIT_USAGE: u8 = 2;
 /// The hidden first argument that makes this binary the sandbox init.
 pub const INIT_ARG: &str = "__sandbox-init";
 
+/// `CORDON_LOG=error|warn|info|debug|trace` writes cordon's own events to
+/// stderr (a keeper's go to its log in the state directory). Unset: only
+/// what a command prints itself.
+fn init_logging() {
+    let Some(level) = std::env::var_os("CORDON_LOG") else {
+        return;
+    };
+    let level = match level.to_str().map(str::to_ascii_lowercase).as_deref() {
+        Some("error") => tracing::Level::ERROR,
+        Some("warn") => tracing::Level::WARN,
+        Some("info") => tracing::Level::INFO,
+        Some("debug") => tracing::Level::DEBUG,
+        Some("trace") => tracing::Level::TRACE,
+        _ => {
+            eprintln!(
+                "warning: CORDON_LOG={} is not a level; use error, warn, info, debug or trace",
+                level.to_string_lossy()
+            );
+            return;
+        }
+    };
+    let _ = tracing_subscriber::fmt()
+        .with_max_level(level)
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .try_init();
+}
+
 fn main() -> ExitCode {
     // The sandbox init re-executes this binary; it must run before anything
     // else (no argument parsing, no threads).
@@ -89,6 +117,7 @@ fn main() -> ExitCode {
     if std::env::args_os().nth(1).as_deref() == Some(std::ffi::OsStr::new(INIT_ARG)) {
         cordon_linux::init_main();
     }
+    init_logging();
     #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
     if std::env::args_os().nth(1).as_deref()
         == Some(std::ffi::OsStr::new(

@@ -180,6 +180,19 @@ pub fn run(args: RunArgs) -> ExitCode {
     }
 }
 
+/// The policy file named by `--policy`, canonical: the digest covers each
+/// layer's name, so every process that loads it (a keeper too) must name
+/// it the same way.
+pub fn policy_path(args: &Selection) -> Result<Option<std::path::PathBuf>, ExitCode> {
+    match &args.policy {
+        Some(p) => p
+            .canonicalize()
+            .map(Some)
+            .map_err(|e| refuse(format!("policy `{}`: {e}", p.display()))),
+        None => Ok(None),
+    }
+}
+
 /// Runs `req` with this process's stdin streamed into it (end-of-file when
 /// ours ends: `</dev/null` gives an empty stdin) and its output shown as it
 /// arrives. The bytes are copied through a pipe: the sandbox never holds
@@ -272,8 +285,8 @@ pub fn prepare(
         Some(name) => Deployment { name: name.into() },
         None => Deployment::default(),
     };
-    let policy = match &args.policy {
-        Some(p) => Policy::load_file(p),
+    let policy = match policy_path(args)? {
+        Some(p) => Policy::load_file(&p),
         None => Policy::load_default(),
     };
     let policy = match policy {

@@ -11,9 +11,7 @@ use std::time::Duration;
 use cordon_backend_local::keeper::{self, KeptBackend, KeptConfig, KeptSandbox, KEEPER_ARG};
 use cordon_backend_local::state::{self, StateDir};
 use cordon_linux::InitProgram;
-use cordon_sandbox::{
-    collect_outputs, CallerContext, ExecRequest, Provenance, Sandbox, SandboxSpec,
-};
+use cordon_sandbox::{collect_outputs, CallerContext, ExecRequest, Sandbox};
 
 use crate::run::{exit_for, prepare, refuse, Selection, MAX_OUTPUT_BYTES};
 
@@ -86,6 +84,21 @@ fn state() -> Result<StateDir, ExitCode> {
     StateDir::open(&StateDir::default_path()).map_err(refuse)
 }
 
+/// What a sandbox was made for, at debug level (`CORDON_LOG=debug`).
+fn log_provenance(what: &str, s: &dyn Sandbox) {
+    let p = s.provenance();
+    tracing::debug!(
+        target: "cordon::provenance",
+        handle = s.id(),
+        kind = p.spec.kind(),
+        image = p.spec.image(),
+        spec = %p.spec.fingerprint(),
+        identity = %format!("{}/{}", p.identity.namespace, p.identity.name),
+        policy = %p.policy_digest,
+        "{what}"
+    );
+}
+
 fn attach(handle: &str) -> Result<KeptSandbox, ExitCode> {
     let st = state()?;
     let rec = match st.read(handle) {
@@ -98,17 +111,9 @@ fn attach(handle: &str) -> Result<KeptSandbox, ExitCode> {
         }
         Err(e) => return Err(refuse(e)),
     };
-    let spec = match &rec.spec_yaml {
-        Some(y) => SandboxSpec::from_yaml("recorded spec", y),
-        None => SandboxSpec::new("sandbox", "host"),
-    }
-    .map_err(refuse)?;
-    let prov = Provenance {
-        spec,
-        identity: keeper::identity_of(&rec.identity),
-        policy_digest: rec.policy_digest.clone(),
-    };
-    KeptSandbox::new(st, rec, prov).map_err(refuse)
+    let s = KeptSandbox::new(st, rec).map_err(refuse)?;
+    log_provenance("attached", &s);
+    Ok(s)
 }
 
 pub fn run(cmd: SandboxCommand) -> ExitCode {
@@ -154,9 +159,11 @@ fn go(cmd: SandboxCommand) -> Result<ExitCode, ExitCode> {
         }
         SandboxCommand::Collect { handle, to } => {
             let s = attach(&handle)?;
-            if s.record().spec_yaml.is_none() {
+            let spec = &s.provenance().spec;
+            if spec.declared_outputs().is_empty() && !spec.outputs_named_at_call_time() {
                 return Err(refuse(format!(
-                    "sandbox `{handle}` was made without a spec file, so it declares no outputs; create it with `cordon sandbox up --spec FILE`"
+                    "sandbox `{handle}` was made with a spec that declares no outputs (kind `{}`); create it with `cordon sandbox up --spec FILE` naming `declared_outputs`",
+                    spec.kind()
                 )));
             }
             let sink = cordon_sandbox::sink::FsSink::new(&to).map_err(refuse)?;
@@ -256,25 +263,11 @@ fn up(a: UpArgs) -> Result<ExitCode, ExitCode> {
     let st = state()?;
     let exe = std::env::current_exe()
         .map_err(|e| refuse(format!("cannot find the cordon binary: {e}")))?;
-    let spec_yaml = match &a.sel.spec {
-        Some(f) => Some(
-            std::fs::read_to_string(f)
-                .map_err(|e| refuse(format!("reading `{}`: {e}", f.display())))?,
-        ),
-        None => None,
-    };
-    let policy_file = match &a.sel.policy {
-        Some(p) => Some(
-            p.canonicalize()
-                .map_err(|e| refuse(format!("policy `{}`: {e}", p.display())))?,
-        ),
-        None => None,
-    };
+    let policy_file = crate::run::policy_path(&a.sel)?;
     let kept = KeptConfig {
         state: st,
         keeper: InitProgram::new(exe).arg(KEEPER_ARG),
         policy_file,
-        spec_yaml,
         idle_timeout: Duration::from_secs(a.idle_timeout),
         max_age: Duration::from_secs(a.max_age),
         owner: OWNER.to_string(),
@@ -291,6 +284,7 @@ fn up(a: UpArgs) -> Result<ExitCode, ExitCode> {
         move || id.clone(),
     );
     let s = p.router.acquire(&caller, &p.spec).map_err(refuse)?;
+    log_provenance("created", &*s);
     println!("{}", s.id());
     Ok(ExitCode::SUCCESS)
 }

@@ -332,7 +332,6 @@ fn a_restarted_owner_adopts_or_reclaims_what_it_made() {
                 keeper: cordon_linux::InitProgram::new(env!("CARGO_BIN_EXE_cordon"))
                     .arg(KEEPER_ARG),
                 policy_file: None,
-                spec_yaml: None,
                 idle_timeout: std::time::Duration::from_secs(60),
                 max_age: std::time::Duration::from_secs(600),
                 owner: name.to_string(),
@@ -805,5 +804,131 @@ fn killing_a_sandbox_exec_client_kills_its_exec_within_a_second() {
     cordon(
         &state,
         &["sandbox", "down", "--scope", "clientkill", "--thread", "t1"],
+    );
+}
+
+/// Runs cordon with `CORDON_LOG=debug`; returns (code, stdout, stderr).
+fn cordon_logged(state: &Path, args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_cordon"))
+        .args(args)
+        .env("CORDON_STATE_DIR", state)
+        .env("CORDON_LOG", "debug")
+        .env_remove("CORDON_MIN_ISOLATION")
+        .output()
+        .expect("run cordon");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn count(log: &str, event: &str) -> usize {
+    log.lines().filter(|l| l.contains(event)).count()
+}
+
+/// The `spec=` fingerprint a provenance event names.
+fn provenance_of(log: &str, event: &str) -> String {
+    let line = log
+        .lines()
+        .find(|l| l.contains("cordon::provenance") && l.contains(event))
+        .unwrap_or_else(|| panic!("no `{event}` provenance event in:\n{log}"));
+    line.split_whitespace()
+        .filter(|w| w.starts_with("spec=") || w.starts_with("kind=") || w.starts_with("policy="))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+#[test]
+fn up_loads_the_policy_and_parses_the_spec_once_per_process() {
+    if !can_sandbox("up_loads_the_policy_and_parses_the_spec_once_per_process") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let spec = dir.path().join("spec.yaml");
+    std::fs::write(&spec, "kind: job\nimage: host\nrequires: [exec]\n").unwrap();
+    let policy = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/policies/agent.yaml");
+    let (code, out, err) = cordon_logged(
+        &state,
+        &[
+            "sandbox",
+            "up",
+            "--scope",
+            "once",
+            "--thread",
+            "t1",
+            "--min-isolation",
+            "container",
+            "--spec",
+            spec.to_str().unwrap(),
+            "--policy",
+            policy.to_str().unwrap(),
+            "--identity",
+            "namespace=team-a",
+            "--identity",
+            "attested=true",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    let h = out.trim().to_string();
+    // `agent.yaml` extends `cordon:default`: one load assembles both layers.
+    assert_eq!(count(&err, "loading a policy"), 1, "up:\n{err}");
+    // The spec file, once; the keeper's record is read back in its wire
+    // form (which is checked like a file: one more parse, of that record).
+    assert_eq!(count(&err, "parsing a spec spec=\""), 2, "up:\n{err}");
+    assert_eq!(
+        count(&err, &format!("parsing a spec spec=\"{}\"", spec.display())),
+        1,
+        "up:\n{err}"
+    );
+    // The keeper: one policy load (the digest is then compared), the spec
+    // only in its wire form, once.
+    let keeper = std::fs::read_to_string(state.join("sandboxes").join(format!("{h}.log"))).unwrap();
+    assert_eq!(count(&keeper, "loading a policy"), 1, "keeper:\n{keeper}");
+    assert_eq!(count(&keeper, "parsing a spec"), 1, "keeper:\n{keeper}");
+    assert_eq!(count(&keeper, "(wire form)"), 1, "keeper:\n{keeper}");
+    cordon(
+        &state,
+        &["sandbox", "down", "--scope", "once", "--thread", "t1"],
+    );
+}
+
+#[test]
+fn exec_on_a_sandbox_made_without_a_spec_reports_what_up_created() {
+    if !can_sandbox("exec_on_a_sandbox_made_without_a_spec_reports_what_up_created") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let (code, out, up_log) = cordon_logged(
+        &state,
+        &[
+            "sandbox",
+            "up",
+            "--scope",
+            "prov",
+            "--thread",
+            "t1",
+            "--min-isolation",
+            "container",
+        ],
+    );
+    assert_eq!(code, 0, "{up_log}");
+    let h = out.trim().to_string();
+    let (code, _, exec_log) = cordon_logged(&state, &["sandbox", "exec", &h, "--", "true"]);
+    assert_eq!(code, 0, "{exec_log}");
+    let created = provenance_of(&up_log, "created");
+    assert!(created.contains("kind=\"run\""), "{created}");
+    assert_eq!(provenance_of(&exec_log, "attached"), created);
+    // And the record holds exactly the spec `cordon run`'s path builds.
+    let rec = record(&state, &h);
+    assert_eq!(
+        rec.provenance.spec,
+        cordon_sandbox::SandboxSpec::new("run", "host").unwrap()
+    );
+    cordon(
+        &state,
+        &["sandbox", "down", "--scope", "prov", "--thread", "t1"],
     );
 }

@@ -10,7 +10,10 @@ use crate::policy::{Bounds, Policy, RuleId, RuleIndex};
 use crate::vocab::{Fact, Surface};
 
 /// The subject of every decision, from the host's authenticated request.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// Its wire form (serde) is how it is recorded and handed between a host's
+/// processes; it never comes from a workload or a model.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Identity {
     pub namespace: String,
     pub name: String,

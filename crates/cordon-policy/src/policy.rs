@@ -316,6 +316,7 @@ impl Policy {
     }
 
     fn assemble(top: Unit, resolver: &dyn Resolve) -> Result<Policy, Diagnostics> {
+        tracing::debug!(target: "cordon::load", policy = %top.name, "loading a policy");
         let mut a = Assembler {
             resolver,
             rules: Vec::new(),

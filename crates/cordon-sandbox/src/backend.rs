@@ -57,7 +57,8 @@ use crate::spec::SandboxSpec;
 
 /// The limits a sandbox is created with: the spec's ask, or the policy's
 /// bound for the identity where the spec asks nothing. Never above the bound.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Limits {
     pub memory_bytes: u64,
     pub processes: u64,
@@ -66,8 +67,10 @@ pub struct Limits {
 }
 
 /// What a sandbox was created for. A backend stores it with the sandbox and
-/// returns the stored one on every later acquire.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// returns the stored one on every later acquire. Its wire form (serde) is
+/// what a kept sandbox's record holds.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Provenance {
     pub spec: SandboxSpec,
     pub identity: Identity,

@@ -68,6 +68,7 @@ pub mod secrets;
 pub mod sink;
 pub mod spec;
 pub mod tools;
+pub mod wire;
 mod yaml;
 
 pub use backend::{

@@ -166,7 +166,9 @@ impl DeclaredOutput {
             name: name.to_string(),
             source,
         })?;
-        self.name = Some(name.to_string());
+        // A name that is the path is no name of its own: one spelling of
+        // one declaration, so equal declarations compare equal.
+        self.name = (name != self.path).then(|| name.to_string());
         Ok(self)
     }
 

@@ -422,6 +422,7 @@ impl SandboxSpec {
 
     /// Loads a spec from YAML text; `file` names it in errors.
     pub fn from_yaml(file: &str, text: &str) -> Result<SandboxSpec, SpecError> {
+        tracing::debug!(target: "cordon::load", spec = file, "parsing a spec");
         let raw: RawSpec = yaml::load(text).map_err(|f| {
             let file = file.to_string();
             if f.syntax {
