@@ -42,6 +42,8 @@ pub use plan::{Bounds, FsRule, Ids, Plan, PlanError, PlanSpec, Rung};
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 pub use linux::launch::launch;
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+pub use linux::pty::{resize_pty, TtySize};
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 pub use linux::warm::{ExecStdio, InitIds, WarmExec, WarmRunning, WarmSandbox};
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 pub use linux::warm_init::WARM_LANDLOCK_ABI;

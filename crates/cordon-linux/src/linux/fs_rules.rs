@@ -142,6 +142,32 @@ pub(crate) fn add_proc(created: RulesetCreated) -> Result<RulesetCreated, Landlo
     Ok(created.add_rule(PathBeneath::new(fd, access))?)
 }
 
+/// Adds what a tty exec needs of its terminal, on the paths mounted now:
+/// its own devpts instance at `/dev/pts` (list it; read, write and device
+/// ioctls on the terminals in it, so a command that reopens its terminal or
+/// opens another through `/dev/ptmx` can set it up), and `/dev/tty`, which
+/// only ever opens the caller's own controlling terminal. Nothing else of
+/// `/dev`. `TIOCSTI` and `TIOCLINUX` stay refused by seccomp.
+pub(crate) fn add_tty(created: RulesetCreated) -> Result<RulesetCreated, LandlockError> {
+    let abi = abi_enum(super::probe::landlock_abi());
+    let tty = AccessFs::ReadFile | AccessFs::WriteFile | AccessFs::IoctlDev;
+    let mut created = created;
+    for (path, access) in [
+        (Path::new(super::pty::DEVPTS), tty | AccessFs::ReadDir),
+        (Path::new("/dev/tty"), tty),
+    ] {
+        if path == Path::new("/dev/tty") && !path.exists() {
+            continue; // the host has none to bind; the terminal is on 0/1/2
+        }
+        let fd = PathFd::new(path).map_err(|source| LandlockError::Path {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        created = created.add_rule(PathBeneath::new(fd, access & AccessFs::from_all(abi)))?;
+    }
+    Ok(created)
+}
+
 /// The Landlock ruleset for `rules`, built but not applied, refusing a
 /// kernel below ABI `needed`. A warm sandbox's init builds it once and each
 /// exec applies a copy, so every exec gets a domain of its own.

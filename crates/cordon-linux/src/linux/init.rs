@@ -406,7 +406,7 @@ fn stage2(plan: &Plan, report: &mut File) -> Result<i32, Failure> {
     nix::unistd::setfsgid(Gid::from_raw(ids.gid));
     nix::unistd::setfsuid(Uid::from_raw(ids.uid));
     let rules = fs_rules::effective(plan);
-    rootfs::enter(plan, &rules).map_err(fail("build root"))?;
+    rootfs::enter(plan, &rules, false).map_err(fail("build root"))?;
     nix::unistd::sethostname("cordon").map_err(fail("sethostname"))?;
     nix::unistd::setsid().map_err(fail("setsid"))?;
     drop_privileges(ids.uid, ids.gid)?;

@@ -57,14 +57,18 @@ pub(crate) fn recv<T: for<'de> Deserialize<'de>>(r: &mut impl BufRead) -> io::Re
 #[serde(deny_unknown_fields, rename_all = "snake_case")]
 pub(crate) enum WarmRequest {
     /// Start a command. Descriptors attached, in order: stdin, stdout,
-    /// stderr, then `joins` cgroup files (opened by the owner) that the new
-    /// process writes `0` into before anything else.
+    /// stderr (none when `tty` is set), then `joins` cgroup files (opened by
+    /// the owner) that the new process writes `0` into before anything else.
     Exec {
         id: u64,
         argv: Vec<String>,
         /// The complete environment; nothing is inherited.
         env: std::collections::BTreeMap<String, String>,
         joins: usize,
+        /// A terminal of the exec's own devpts instance, of this size, as
+        /// the command's stdio and controlling terminal.
+        #[serde(default)]
+        tty: Option<super::pty::TtySize>,
     },
 }
 
@@ -72,7 +76,9 @@ pub(crate) enum WarmRequest {
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "snake_case")]
 pub(crate) enum WarmEvent {
-    /// Every layer is in place and the command is starting.
+    /// Every layer is in place and the command is starting. For an exec
+    /// with a `tty`, the terminal's master is attached (the only
+    /// descriptor the init ever sends).
     Started { id: u64 },
     /// The command did not start (the reason also went to its stderr).
     Failed { id: u64, error: String },

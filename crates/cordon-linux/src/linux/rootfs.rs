@@ -436,7 +436,14 @@ fn mask_target(build: &OwnedFd, mask: &Path) -> Result<Option<(PathBuf, bool)>, 
 /// `/proc` (the caller is PID 1 of the new pid namespace) before the old root
 /// goes, because the kernel only lets a user namespace mount procfs while a
 /// full procfs is visible.
-pub(crate) fn enter(plan: &Plan, rules: &[Rule]) -> Result<(), RootfsError> {
+///
+/// With `terminals` (a warm sandbox), `/dev` also gets an empty `pts`
+/// directory (where a tty exec mounts a devpts instance of its own, in its
+/// own mount namespace), `ptmx` linked to `pts/ptmx`, and the host's
+/// `/dev/tty` node, which opens only the caller's own controlling terminal
+/// (none, outside a tty exec). Never the host's `/dev/pts` or a terminal of
+/// the host.
+pub(crate) fn enter(plan: &Plan, rules: &[Rule], terminals: bool) -> Result<(), RootfsError> {
     let root = Path::new("/");
     // Nothing mounted here may propagate back to the host.
     mount::<str, Path, str, str>(
@@ -478,6 +485,13 @@ pub(crate) fn enter(plan: &Plan, rules: &[Rule]) -> Result<(), RootfsError> {
             source: std::io::Error::last_os_error(),
         })?;
         devices.push((path, src));
+    }
+    if terminals {
+        // Optional: without it, a tty exec's terminal is on its 0/1/2 only.
+        let path = Path::new("/dev/tty");
+        if let Some(src) = open_path(path) {
+            devices.push((path.to_path_buf(), src));
+        }
     }
 
     // 2. The new root: a tmpfs, private to this mount namespace.
@@ -534,6 +548,12 @@ pub(crate) fn enter(plan: &Plan, rules: &[Rule]) -> Result<(), RootfsError> {
     ] {
         let at = dev.join(name);
         std::os::unix::fs::symlink(to, &at).map_err(ioerr("symlink", &at))?;
+    }
+    if terminals {
+        let pts = dev.join("pts");
+        fs::create_dir(&pts).map_err(ioerr("mkdir", &pts))?;
+        let ptmx = dev.join("ptmx");
+        std::os::unix::fs::symlink("pts/ptmx", &ptmx).map_err(ioerr("symlink", &ptmx))?;
     }
     mount::<str, Path, str, str>(
         None,

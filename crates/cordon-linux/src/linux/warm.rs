@@ -29,6 +29,7 @@ use super::cgroup::{self, Cgroup, CgroupManager, CgroupRoot};
 use super::init::{ARG_CONTROL_FD, ARG_PLAN_FD, ARG_REPORT_FD, ARG_STAGE};
 use super::launch::{reader, recv_report, InitProgram, LaunchError};
 use super::proto::{self, Control, Report, WarmEvent, WarmRequest};
+use super::pty::TtySize;
 use crate::fdpass;
 use crate::outcome::{Bound, Outcome, Termination};
 use crate::plan::{Bounds, Plan, Rung};
@@ -55,7 +56,8 @@ pub struct WarmExec {
     pub bounds: Bounds,
 }
 
-/// The exec's stdin, stdout and stderr, handed to the init.
+/// The exec's stdin, stdout and stderr, handed to the init (an exec
+/// without a terminal; see [`WarmSandbox::exec_tty`] for one with).
 #[derive(Debug)]
 pub struct ExecStdio {
     pub stdin: OwnedFd,
@@ -64,7 +66,8 @@ pub struct ExecStdio {
 }
 
 enum Event {
-    Started,
+    /// With the terminal's master, for a tty exec.
+    Started(Vec<OwnedFd>),
     Failed(String),
     Exited(Termination),
     /// The init is gone.
@@ -112,9 +115,9 @@ fn write_id_maps(pid: u32, plan: &Plan, init: InitIds) -> io::Result<()> {
 
 fn event_reader(control: Arc<OwnedFd>, waiters: Waiters, dead: Arc<AtomicBool>) {
     std::thread::spawn(move || {
-        while let Ok(Some((event, _fds))) = fdpass::recv::<WarmEvent>(&*control) {
+        while let Ok(Some((event, fds))) = fdpass::recv::<WarmEvent>(&*control) {
             let (id, ev, done) = match event {
-                WarmEvent::Started { id } => (id, Event::Started, false),
+                WarmEvent::Started { id } => (id, Event::Started(fds), false),
                 WarmEvent::Failed { id, error } => (id, Event::Failed(error), true),
                 WarmEvent::Exited { id, termination } => (id, Event::Exited(termination), true),
             };
@@ -303,6 +306,42 @@ impl WarmSandbox {
     /// Starts `exec` in the sandbox. Returns once its confinement is in
     /// place and it is starting, or with why it did not start.
     pub fn exec(&self, exec: &WarmExec, stdio: ExecStdio) -> Result<WarmRunning, LaunchError> {
+        self.start_exec(exec, Some(stdio), None)
+            .map(|(running, _)| running)
+    }
+
+    /// Starts `exec` in the sandbox with a pseudo-terminal of `size` as its
+    /// stdin, stdout, stderr and controlling terminal. The terminal is of a
+    /// devpts instance the exec mounts in its own mount namespace (it is
+    /// `/dev/pts/0` inside), never the host's `/dev/pts` or a terminal of
+    /// the host. Returns once the command is starting, with the terminal's
+    /// master (close-on-exec): write the input to it, read the output from
+    /// it (`EIO` once every process holding the terminal has ended), and
+    /// resize with [`crate::resize_pty`].
+    pub fn exec_tty(
+        &self,
+        exec: &WarmExec,
+        size: TtySize,
+    ) -> Result<(WarmRunning, OwnedFd), LaunchError> {
+        let (running, mut fds) = self.start_exec(exec, None, Some(size))?;
+        match (fds.pop(), fds.is_empty()) {
+            (Some(master), true) => Ok((running, master)),
+            // `running` is dropped: the exec is killed and its cgroup removed.
+            _ => Err(LaunchError::Setup {
+                step: "exec".into(),
+                error: "the sandbox did not send the terminal's master".into(),
+            }),
+        }
+    }
+
+    /// Sends the request (with `stdio`, or none for a `tty` exec) and waits
+    /// until the exec starts; returns the descriptors its start carried.
+    fn start_exec(
+        &self,
+        exec: &WarmExec,
+        stdio: Option<ExecStdio>,
+        tty: Option<TtySize>,
+    ) -> Result<(WarmRunning, Vec<OwnedFd>), LaunchError> {
         if !self.alive() {
             return Err(LaunchError::InitDied(
                 "the sandbox is no longer running".into(),
@@ -341,26 +380,30 @@ impl WarmSandbox {
             done: false,
             cancel: crate::Cancel::new(),
         };
-        let mut fds = vec![
-            stdio.stdin.as_fd(),
-            stdio.stdout.as_fd(),
-            stdio.stderr.as_fd(),
-        ];
+        let mut fds = Vec::new();
+        if let Some(stdio) = &stdio {
+            fds.extend([
+                stdio.stdin.as_fd(),
+                stdio.stdout.as_fd(),
+                stdio.stderr.as_fd(),
+            ]);
+        }
         fds.extend(joins.iter().map(AsFd::as_fd));
         let request = WarmRequest::Exec {
             id,
             argv: exec.argv.clone(),
             env: exec.env.clone(),
             joins: joins.len(),
+            tty,
         };
         fdpass::send(&*self.control, &request, &fds).map_err(LaunchError::Pipe)?;
         drop(fds);
         drop(stdio);
         drop(joins);
         match running.events.recv_timeout(SETUP_TIMEOUT) {
-            Ok(Event::Started) => {
+            Ok(Event::Started(fds)) => {
                 running.started = Instant::now();
-                Ok(running)
+                Ok((running, fds))
             }
             Ok(Event::Failed(error)) => Err(LaunchError::Setup {
                 step: "exec".into(),
@@ -438,7 +481,7 @@ impl WarmRunning {
         let termination = loop {
             match self.events.recv_timeout(BOUNDS_TICK) {
                 Ok(Event::Exited(t)) => break t,
-                Ok(Event::Started) => {}
+                Ok(Event::Started(_)) => {}
                 Ok(Event::Failed(e)) => {
                     return Err(LaunchError::Setup {
                         step: "exec".into(),

@@ -17,7 +17,7 @@ use std::collections::HashMap;
 use std::ffi::CString;
 use std::fs::File;
 use std::io::{Read, Write};
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, OwnedFd};
 
 use landlock::RulesetCreated;
 use nix::fcntl::OFlag;
@@ -33,6 +33,7 @@ use seccompiler::BpfProgram;
 
 use super::init::{die_with_parent, drop_privileges, fail, rlimits_for, Failure, SETUP_FAILED};
 use super::proto::{self, Report, WarmEvent, WarmRequest};
+use super::pty::{self, TtySize};
 use super::{fs_rules, rootfs, seccomp};
 use crate::fdpass;
 use crate::outcome::Termination;
@@ -82,7 +83,9 @@ pub(crate) fn serve(plan: &Plan, report: &mut File, control: File) -> Result<i32
         ));
     }
     let rules = fs_rules::effective(plan);
-    rootfs::enter(plan, &rules).map_err(fail("build root"))?;
+    // With a mount point for each tty exec's devpts, `/dev/ptmx` linked to
+    // it and `/dev/tty` (which only ever opens the caller's own terminal).
+    rootfs::enter(plan, &rules, true).map_err(fail("build root"))?;
     nix::unistd::sethostname("cordon").map_err(fail("sethostname"))?;
     nix::unistd::setsid().map_err(fail("setsid"))?;
     die_with_parent(None)?;
@@ -137,17 +140,20 @@ pub(crate) fn serve(plan: &Plan, report: &mut File, control: File) -> Result<i32
                         argv,
                         env,
                         joins,
+                        tty,
                     },
                     fds,
                 ))) => {
-                    let event = match spawn_exec(plan, &layers, &argv, &env, joins, fds) {
-                        Ok(pid) => {
-                            running.insert(pid, id);
-                            WarmEvent::Started { id }
-                        }
-                        Err(error) => WarmEvent::Failed { id, error },
-                    };
-                    if fdpass::send(&control, &event, &[]).is_err() {
+                    let (event, master) =
+                        match spawn_exec(plan, &layers, &argv, &env, joins, tty, fds) {
+                            Ok((pid, master)) => {
+                                running.insert(pid, id);
+                                (WarmEvent::Started { id }, master)
+                            }
+                            Err(error) => (WarmEvent::Failed { id, error }, None),
+                        };
+                    let attached: Vec<_> = master.iter().map(AsFd::as_fd).collect();
+                    if fdpass::send(&control, &event, &attached).is_err() {
                         return Ok(0);
                     }
                 }
@@ -177,9 +183,15 @@ fn reap(control: &OwnedFd, running: &mut HashMap<i32, u64>) {
 /// Everything one exec's processes need, built before the fork.
 struct ExecSetup {
     joins: Vec<File>,
-    stdin: OwnedFd,
-    stdout: OwnedFd,
-    stderr: OwnedFd,
+    /// The owner's descriptors; for a tty exec, the terminal's slave once
+    /// the exec's PID 1 has opened it.
+    stdin: Option<OwnedFd>,
+    stdout: Option<OwnedFd>,
+    stderr: Option<OwnedFd>,
+    /// A terminal of the exec's own, of this size.
+    tty: Option<TtySize>,
+    /// Where the exec's PID 1 sends the terminal's master (to the init).
+    master_to: Option<OwnedFd>,
     /// Setup failures are written here (the init reads until EOF).
     errors: OwnedFd,
     ruleset: Option<RulesetCreated>,
@@ -193,31 +205,37 @@ struct ExecSetup {
 }
 
 /// Starts one exec; returns the pid of its first process (in the sandbox's
-/// pid namespace), or why it did not start.
+/// pid namespace) and, for a tty exec, the terminal's master; or why it did
+/// not start.
 ///
 /// ```text
 /// init ─ fork ─> shim (joins the exec's cgroup; new pid + mount namespaces)
 ///                  └─ fork ─> exec init = PID 1 of the exec's own pid
-///                             namespace: a /proc of its own, drops to the
-///                             workload's uid, Landlock, seccomp
+///                             namespace: a /proc of its own (and a devpts
+///                             for a tty exec), drops to the workload's
+///                             uid, Landlock, seccomp
 ///                               └─ fork ─> the command (execve)
 /// ```
 ///
 /// A pid namespace per exec is what keeps concurrent execs (one uid) out of
 /// each other's `/proc`; when the exec's PID 1 ends, the kernel kills
 /// everything left in it.
+#[allow(clippy::too_many_arguments)]
 fn spawn_exec(
     plan: &Plan,
     layers: &Layers,
     argv: &[String],
     env: &std::collections::BTreeMap<String, String>,
     joins: usize,
+    tty: Option<TtySize>,
     mut fds: Vec<OwnedFd>,
-) -> Result<i32, String> {
-    if fds.len() != 3 + joins {
+) -> Result<(i32, Option<OwnedFd>), String> {
+    // A tty exec's stdio is its terminal: the owner sends none.
+    let n_stdio = if tty.is_some() { 0 } else { 3 };
+    if fds.len() != n_stdio + joins {
         return Err(format!(
-            "expected {} descriptors (stdio and {joins} cgroup files), got {}",
-            3 + joins,
+            "expected {} descriptors ({n_stdio} for stdio and {joins} cgroup files), got {}",
+            n_stdio + joins,
             fds.len()
         ));
     }
@@ -239,19 +257,25 @@ fn spawn_exec(
         .iter()
         .map(|(k, v)| cstr(&format!("{k}={v}")))
         .collect::<Result<Vec<_>, _>>()?;
-    let joins: Vec<File> = fds.drain(3..).map(File::from).collect();
+    let joins: Vec<File> = fds.drain(n_stdio..).map(File::from).collect();
     let mut stdio = fds.into_iter();
-    let (Some(stdin), Some(stdout), Some(stderr)) = (stdio.next(), stdio.next(), stdio.next())
-    else {
-        return Err("missing stdio descriptors".into());
-    };
+    let (stdin, stdout, stderr) = (stdio.next(), stdio.next(), stdio.next());
     let (errors_r, errors) =
         nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| format!("pipe: {e}"))?;
+    let (master_from, master_to) = match tty {
+        Some(_) => {
+            let (ours, theirs) = fdpass::pair().map_err(|e| format!("socketpair: {e}"))?;
+            (Some(ours), Some(theirs))
+        }
+        None => (None, None),
+    };
     let setup = ExecSetup {
         joins,
         stdin,
         stdout,
         stderr,
+        tty,
+        master_to,
         errors,
         ruleset: Some(
             layers
@@ -280,25 +304,44 @@ fn spawn_exec(
             // the others are closed on the way); otherwise the reason.
             let mut why = String::new();
             let _ = File::from(errors_r).read_to_string(&mut why);
-            if why.is_empty() {
-                Ok(child.as_raw())
-            } else {
-                Err(why)
+            if !why.is_empty() {
+                return Err(why);
             }
+            let master = match master_from {
+                Some(from) => Some(receive_master(&from)?),
+                None => None,
+            };
+            Ok((child.as_raw(), master))
         }
         Err(e) => Err(format!("fork: {e}")),
     }
 }
 
-/// Reports a setup failure to the init and the exec's own stderr, and ends
-/// this process.
+/// The terminal's master, sent by the exec's PID 1 before its command was
+/// exec'd (so before the errors pipe reached EOF): already queued, never
+/// waited for.
+fn receive_master(from: &OwnedFd) -> Result<OwnedFd, String> {
+    let missing = |why: String| format!("the exec's terminal did not arrive: {why}");
+    rustix::io::ioctl_fionbio(from, true).map_err(|e| missing(e.to_string()))?;
+    match fdpass::recv::<()>(from) {
+        Ok(Some(((), mut fds))) if fds.len() == 1 => Ok(fds.remove(0)),
+        Ok(Some((_, fds))) => Err(missing(format!("{} descriptors", fds.len()))),
+        Ok(None) => Err(missing("nothing was sent".into())),
+        Err(e) => Err(missing(e.to_string())),
+    }
+}
+
+/// Reports a setup failure to the init and the exec's own stderr (for a
+/// tty exec, its terminal once open), and ends this process.
 fn refuse_exec(setup: &ExecSetup, f: Failure) -> ! {
     let msg = format!("{}: {}", f.step, f.error);
     let _ = rustix::io::write(&setup.errors, msg.as_bytes());
-    let _ = rustix::io::write(
-        &setup.stderr,
-        format!("cordon: the sandbox refused to start this command: {msg}\n").as_bytes(),
-    );
+    if let Some(stderr) = &setup.stderr {
+        let _ = rustix::io::write(
+            stderr,
+            format!("cordon: the sandbox refused to start this command: {msg}\n").as_bytes(),
+        );
+    }
     std::process::exit(SETUP_FAILED)
 }
 
@@ -431,6 +474,14 @@ fn exec_init(mut setup: ExecSetup, status: OwnedFd) -> ! {
         )
         .map_err(fail("mount the exec's /proc")),
     );
+    if setup.tty.is_some() {
+        // A devpts instance of this exec's own: the host's /dev/pts (and so
+        // the host's terminals) is never in the sandbox at all.
+        step(
+            &setup,
+            pty::mount_instance().map_err(fail("mount the exec's devpts")),
+        );
+    }
     step(
         &setup,
         nix::unistd::setsid().map(drop).map_err(fail("setsid")),
@@ -442,6 +493,32 @@ fn exec_init(mut setup: ExecSetup, status: OwnedFd) -> ! {
         &setup,
         nix::unistd::chdir(&setup.work_dir).map_err(fail("chdir to the work dir")),
     );
+    if let Some(size) = setup.tty {
+        // Opened as the workload, so the terminal belongs to its uid and
+        // gid; before Landlock and seccomp. The master goes to the init now,
+        // while this process is the only one holding it.
+        let opened = pty::open(size).map_err(fail("open the exec's terminal"));
+        let (master, slave) = match opened {
+            Ok(pair) => pair,
+            Err(f) => refuse_exec(&setup, f),
+        };
+        let sent = match setup.master_to.take() {
+            Some(to) => fdpass::send(&to, &(), &[master.as_fd()]),
+            None => Err(std::io::Error::other("no channel to the init")),
+        };
+        drop(master);
+        let stdio = sent
+            .and_then(|()| Ok((slave.try_clone()?, slave.try_clone()?, slave)))
+            .map_err(fail("hand over the exec's terminal"));
+        match stdio {
+            Ok((i, o, e)) => {
+                setup.stdin = Some(i);
+                setup.stdout = Some(o);
+                setup.stderr = Some(e);
+            }
+            Err(f) => refuse_exec(&setup, f),
+        }
+    }
     step(&setup, rlimits_for(&setup.bounds));
     step(
         &setup,
@@ -452,6 +529,10 @@ fn exec_init(mut setup: ExecSetup, status: OwnedFd) -> ! {
         &setup,
         rs.ok_or_else(|| fail("landlock")("no ruleset"))
             .and_then(|rs| fs_rules::add_proc(rs).map_err(fail("landlock")))
+            .and_then(|rs| match setup.tty {
+                Some(_) => fs_rules::add_tty(rs).map_err(fail("landlock")),
+                None => Ok(rs),
+            })
             .and_then(|rs| fs_rules::enforce(rs).map_err(fail("landlock"))),
     );
     for p in setup.seccomp.clone().iter() {
@@ -466,10 +547,20 @@ fn exec_init(mut setup: ExecSetup, status: OwnedFd) -> ! {
     match forked {
         Ok(ForkResult::Child) => {
             drop(status);
-            let dup = nix::unistd::dup2_stdin(&setup.stdin)
-                .and_then(|()| nix::unistd::dup2_stdout(&setup.stdout))
-                .and_then(|()| nix::unistd::dup2_stderr(&setup.stderr));
-            step(&setup, dup.map_err(fail("stdio")));
+            if let (Some(_), Some(slave)) = (setup.tty, &setup.stdin) {
+                step(
+                    &setup,
+                    pty::take_as_controlling(slave).map_err(fail("controlling terminal")),
+                );
+            }
+            let dup = match (&setup.stdin, &setup.stdout, &setup.stderr) {
+                (Some(i), Some(o), Some(e)) => nix::unistd::dup2_stdin(i)
+                    .and_then(|()| nix::unistd::dup2_stdout(o))
+                    .and_then(|()| nix::unistd::dup2_stderr(e))
+                    .map_err(fail("stdio")),
+                _ => Err(fail("stdio")("missing descriptors")),
+            };
+            step(&setup, dup);
             let err = nix::unistd::execve(&setup.program, &setup.argv, &setup.env);
             let e = match err {
                 Err(e) => e,

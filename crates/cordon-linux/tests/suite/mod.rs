@@ -3,6 +3,7 @@
 mod escape;
 mod image;
 mod owner;
+mod pty;
 mod refusal;
 mod warm;
 

@@ -8,17 +8,17 @@ use cordon_linux::{ExecStdio, InitIds, Outcome, Plan, Rung, Termination, WarmExe
 
 use super::{enforcer_for, init_program, no_process_left, Case};
 
-struct Out {
-    outcome: Outcome,
-    stdout: String,
-    stderr: String,
+pub(super) struct Out {
+    pub outcome: Outcome,
+    pub stdout: String,
+    pub stderr: String,
 }
 
 fn pipe() -> (OwnedFd, OwnedFd) {
     rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).expect("pipe")
 }
 
-fn start(case: &Case, name: &str) -> WarmSandbox {
+pub(super) fn start(case: &Case, name: &str) -> WarmSandbox {
     let mut spec = case.spec.clone();
     spec.argv.clear();
     let plan = Plan::new(spec).expect("plan");
@@ -65,7 +65,7 @@ fn exec(w: &WarmSandbox, case: &Case, argv: &[&str]) -> Out {
     }
 }
 
-fn sh(w: &WarmSandbox, case: &Case, script: &str) -> Out {
+pub(super) fn sh(w: &WarmSandbox, case: &Case, script: &str) -> Out {
     exec(w, case, &["/bin/sh", "-c", script])
 }
 
