@@ -1,5 +1,5 @@
 //! `cordon escape --backend NAME`: runs the escape kit
-//! (`cordon_sandbox::escape`) against a real instance of a backend and
+//! (`cordon_kits::escape`) against a real instance of a backend and
 //! prints one line per case and a final `N passed, M failed`.
 //!
 //! The local backends (`process`, `container`) are attacked through real
@@ -20,12 +20,12 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use cordon_backend_local::WORK_DIR_ID;
-use cordon_linux::{InitProgram, Rung};
-use cordon_sandbox::catalogue::builtin_backends;
-use cordon_sandbox::escape::{
+use cordon_kits::escape::{
     bounded_ask, run_escape_cases, run_escape_suite, DeniedProgram, EscapeHost, EscapeSubject,
     HOST_ENV_MARKER, HOST_ENV_VALUE,
 };
+use cordon_linux::{InitProgram, Rung};
+use cordon_sandbox::catalogue::builtin_backends;
 use cordon_sandbox::{Capability, Isolation, SandboxSpec};
 
 /// Exit codes: 0 every case passed; 1 a case failed; 2 the backend name is
