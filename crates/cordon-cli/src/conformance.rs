@@ -1,5 +1,5 @@
 //! `cordon conformance --backend NAME`: runs the files-out conformance kit
-//! (`cordon_sandbox::conformance`) against a real instance of a backend and
+//! (`cordon_kits::conformance`) against a real instance of a backend and
 //! prints one line per probe and a final `N passed, M failed`.
 //!
 //! `process` and `container` (the local backends) are attacked through a
@@ -15,10 +15,10 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use cordon_sandbox::catalogue::builtin_backends;
-use cordon_sandbox::conformance::{
+use cordon_kits::conformance::{
     can_make_device_nodes, host_directory_subject, run_files_out_conformance,
 };
+use cordon_sandbox::catalogue::builtin_backends;
 use cordon_sandbox::Capability;
 
 /// Exit codes: 0 every probe passed (or the backend was skipped by name);
@@ -115,7 +115,7 @@ fn remove_scratch(root: &std::path::Path) {
 }
 
 /// Prints a report and maps it to the exit code.
-fn report(r: &cordon_sandbox::conformance::Report) -> ExitCode {
+fn report(r: &cordon_kits::conformance::Report) -> ExitCode {
     println!("{r}");
     if r.all_passed() {
         ExitCode::SUCCESS
@@ -150,8 +150,8 @@ mod local {
     use std::process::ExitCode;
     use std::sync::Arc;
 
+    use cordon_kits::conformance::{run_files_out_conformance, PosixGuestSubject};
     use cordon_linux::{InitProgram, Rung};
-    use cordon_sandbox::conformance::{run_files_out_conformance, PosixGuestSubject};
     use cordon_sandbox::{Capability, Isolation, SandboxSpec};
 
     use super::{remove_scratch, report, scratch_root, EXIT_UNAVAILABLE};

@@ -1,5 +1,5 @@
 //! `cordon escape --backend NAME`: runs the escape kit
-//! (`cordon_sandbox::escape`) against a real instance of a backend and
+//! (`cordon_kits::escape`) against a real instance of a backend and
 //! prints one line per case and a final `N passed, M failed`.
 //!
 //! The local backends (`process`, `container`) are attacked through real
@@ -20,11 +20,12 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use cordon_backend_local::WORK_DIR_ID;
+use cordon_kits::escape::{
+    bounded_ask, run_escape_cases, run_escape_suite, DeniedProgram, EscapeHost, EscapeSubject,
+    HOST_ENV_MARKER, HOST_ENV_VALUE,
+};
 use cordon_linux::{InitProgram, Rung};
 use cordon_sandbox::catalogue::builtin_backends;
-use cordon_sandbox::escape::{
-    bounded_ask, run_escape_cases, run_escape_suite, DeniedProgram, EscapeHost, EscapeSubject,
-};
 use cordon_sandbox::{Capability, Isolation, SandboxSpec};
 
 /// Exit codes: 0 every case passed; 1 a case failed; 2 the backend name is
@@ -49,6 +50,13 @@ pub struct EscapeArgs {
 }
 
 pub fn run(args: EscapeArgs) -> ExitCode {
+    // `host-environment` needs the kit's marker in this process's
+    // environment from its start; nothing here mutates the environment, so
+    // run again with it passed explicitly.
+    let wants_marker = args.cases.is_empty() || args.cases.iter().any(|c| c == "host-environment");
+    if wants_marker && std::env::var(HOST_ENV_MARKER).as_deref() != Ok(HOST_ENV_VALUE) {
+        return again_with_marker();
+    }
     let catalogue = builtin_backends();
     let Some(backend) = catalogue.iter().find(|b| b.name == args.backend) else {
         let names: Vec<String> = catalogue.iter().map(|b| format!("`{}`", b.name)).collect();
@@ -99,6 +107,26 @@ pub fn run(args: EscapeArgs) -> ExitCode {
         );
     }
     code
+}
+
+/// Runs this command again with [`HOST_ENV_MARKER`] in its environment,
+/// the same arguments and stdio, and exits as it did.
+fn again_with_marker() -> ExitCode {
+    let exe = match std::env::current_exe() {
+        Ok(e) => e,
+        Err(e) => return unavailable(format!("cannot find the cordon binary: {e}")),
+    };
+    let status = std::process::Command::new(exe)
+        .args(std::env::args_os().skip(1))
+        .env(HOST_ENV_MARKER, HOST_ENV_VALUE)
+        .status();
+    match status {
+        Ok(s) => s
+            .code()
+            .and_then(|c| u8::try_from(c).ok())
+            .map_or(ExitCode::from(EXIT_FAILED), ExitCode::from),
+        Err(e) => unavailable(format!("cannot run the cordon binary again: {e}")),
+    }
 }
 
 fn unavailable(msg: impl std::fmt::Display) -> ExitCode {

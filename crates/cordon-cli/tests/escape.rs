@@ -82,7 +82,7 @@ fn run_against(backend: &str) {
         .collect();
     assert_eq!(
         results.len(),
-        cordon_sandbox::escape::CASES.len(),
+        cordon_kits::escape::CASES.len(),
         "every case must report (exit {code}):\n{out}\n{err}"
     );
     for (passed, name) in &results {

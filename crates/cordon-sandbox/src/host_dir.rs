@@ -144,7 +144,7 @@ impl HostWorkDir {
 
 /// A [`Sandbox`] over a host directory that runs commands on the host
 /// itself — no isolation. The conformance kit's test subject (see
-/// [`crate::conformance`]); never give it to a router.
+/// `cordon_kits::conformance`); never give it to a router.
 #[derive(Debug)]
 pub struct HostDirectorySandbox {
     id: String,

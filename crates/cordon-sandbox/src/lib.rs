@@ -50,10 +50,7 @@ pub mod catalogue;
 pub mod collect;
 pub mod config;
 pub mod confined;
-pub mod conformance;
 pub mod egress;
-#[cfg(target_os = "linux")]
-pub mod escape;
 pub mod exec;
 #[cfg(target_os = "linux")]
 pub mod host_dir;

@@ -418,9 +418,9 @@ impl CallDir {
     }
 }
 
-/// The environment cordon's own guest commands (`mkdir`, the conformance
-/// kit's planting) run with: a `PATH`, nothing else.
-pub(crate) fn plain_env() -> std::collections::BTreeMap<String, String> {
+/// The environment cordon's own guest commands (`mkdir`, the kits'
+/// workloads and planting) run with: a `PATH`, nothing else.
+pub fn plain_env() -> std::collections::BTreeMap<String, String> {
     std::collections::BTreeMap::from([(
         "PATH".to_string(),
         "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".to_string(),

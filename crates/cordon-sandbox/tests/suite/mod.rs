@@ -1,5 +1,4 @@
 mod config;
-mod conformance;
 mod doctor;
 mod doubles;
 mod egress;

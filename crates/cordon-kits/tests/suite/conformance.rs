@@ -9,7 +9,7 @@ use std::io::Read;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use cordon_sandbox::conformance::{
+use cordon_kits::conformance::{
     host_directory_subject, run_files_out_conformance, run_files_out_conformance_with,
     PosixGuestSubject, Report,
 };

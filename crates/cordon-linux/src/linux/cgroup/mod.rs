@@ -18,6 +18,12 @@ use std::time::{Duration, Instant};
 use crate::missing::{Mechanism, Missing};
 use crate::plan::Bounds;
 
+mod v1;
+mod v2;
+
+pub(crate) use v1::V1;
+pub(crate) use v2::V2;
+
 /// What the workload ran into, as counted by the kernel.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Events {
@@ -33,29 +39,28 @@ pub(crate) trait CgroupManager {
     /// single-threaded process writes `0` to join the cgroup itself (see
     /// [`join_self`]). `None` on v2, where the owner uses [`Self::add`].
     fn self_join_files(&self) -> Option<Vec<PathBuf>>;
+    /// The files a process joins through by writing `0` (itself): v1 the
+    /// `tasks` file of each controller, v2 `cgroup.procs`. Opened by the
+    /// owner and handed to the warm init, so the kernel checks the owner's
+    /// credentials (the opener's), not the init's.
+    fn join_files(&self) -> Vec<PathBuf>;
+    /// Every directory of this cgroup (one per v1 controller, or the one v2
+    /// directory), for a record that outlives this process.
+    fn dirs(&self) -> Vec<PathBuf>;
     /// CPU time used by every process that was ever in the cgroup.
     fn cpu_usage(&self) -> io::Result<Duration>;
     fn events(&self) -> io::Result<Events>;
+    /// Writes the memory and process bounds (swap counts against memory
+    /// where it is accounted).
+    fn write_bounds(&self, bounds: &Bounds) -> io::Result<()>;
     /// Sends SIGKILL to every member, by membership (never a bare pid).
     fn kill_all(&self) -> io::Result<()>;
     /// Removes the cgroup directories (members must be gone).
     fn remove(&self) -> io::Result<()>;
 }
 
-/// v1: one directory per controller (`memory`, `pids`, `cpuacct`).
-#[derive(Debug)]
-pub(crate) struct V1 {
-    memory: PathBuf,
-    pids: PathBuf,
-    cpuacct: PathBuf,
-}
-
-/// v2: one directory in the unified hierarchy.
-#[derive(Debug)]
-pub(crate) struct V2 {
-    dir: PathBuf,
-}
-
+/// A sandbox's cgroup in whichever generation this machine holds its
+/// bounds with. It only dispatches: the work is in [`V1`] and [`V2`].
 #[derive(Debug)]
 pub(crate) enum Cgroup {
     V1(V1),
@@ -187,85 +192,27 @@ impl Cgroup {
     /// Creates `name` below our own cgroup and writes the bounds.
     pub(crate) fn create(root: &CgroupRoot, name: &str, bounds: &Bounds) -> io::Result<Cgroup> {
         let generation = detect(root).map_err(|m| io::Error::other(m.to_string()))?;
-        let made = match generation {
-            Generation::V2 => {
-                let (parent, _) = root
-                    .v2_dir()
-                    .ok_or_else(|| io::Error::other("cgroup v2 hierarchy vanished"))?;
-                let dir = parent.join(name);
-                fs::create_dir(&dir)?;
-                let cg = Cgroup::V2(V2 { dir });
-                cg.limit(bounds).map(|()| cg)
-            }
-            Generation::V1 => {
-                let dir = |c: &str| {
-                    root.v1_dir(c)
-                        .map(|d| d.join(name))
-                        .ok_or_else(|| io::Error::other(format!("cgroup v1 `{c}` vanished")))
-                };
-                let v1 = V1 {
-                    memory: dir("memory")?,
-                    pids: dir("pids")?,
-                    cpuacct: dir("cpuacct")?,
-                };
-                let cg = Cgroup::V1(v1);
-                if let Cgroup::V1(v1) = &cg {
-                    for d in [&v1.memory, &v1.pids, &v1.cpuacct] {
-                        if let Err(e) = fs::create_dir(d) {
-                            let _ = cg.remove();
-                            return Err(io::Error::new(e.kind(), format!("{}: {e}", d.display())));
-                        }
-                    }
-                }
-                cg.limit(bounds).map(|()| cg)
-            }
+        let cg = match generation {
+            Generation::V2 => Cgroup::V2(V2::create(root, name)?),
+            Generation::V1 => Cgroup::V1(V1::create(root, name)?),
         };
-        made
+        cg.limit(bounds).map(|()| cg)
     }
 
+    /// Writes `bounds`; on failure removes the cgroup.
     fn limit(&self, bounds: &Bounds) -> io::Result<()> {
-        let result = match self {
-            Cgroup::V1(v1) => {
-                let mem = bounds.max_memory.to_string();
-                write(&v1.memory.join("memory.limit_in_bytes"), &mem)
-                    .and_then(|()| {
-                        // Swap counts against the bound where it is accounted.
-                        let memsw = v1.memory.join("memory.memsw.limit_in_bytes");
-                        if memsw.exists() {
-                            write(&memsw, &mem)
-                        } else {
-                            Ok(())
-                        }
-                    })
-                    .and_then(|()| {
-                        write(&v1.pids.join("pids.max"), &bounds.max_processes.to_string())
-                    })
-            }
-            Cgroup::V2(v2) => write(&v2.dir.join("memory.max"), &bounds.max_memory.to_string())
-                .and_then(|()| {
-                    let swap = v2.dir.join("memory.swap.max");
-                    if swap.exists() {
-                        write(&swap, "0")
-                    } else {
-                        Ok(())
-                    }
-                })
-                .and_then(|()| write(&v2.dir.join("pids.max"), &bounds.max_processes.to_string())),
-        };
+        let result = self.write_bounds(bounds);
         if result.is_err() {
             let _ = self.remove();
         }
         result
     }
-}
 
-impl Cgroup {
-    /// Every directory of this cgroup (one per v1 controller, or the one v2
-    /// directory), for a record that outlives this process.
-    pub(crate) fn dirs(&self) -> Vec<PathBuf> {
+    /// The generation's own cgroup, behind the trait.
+    fn manager(&self) -> &dyn CgroupManager {
         match self {
-            Cgroup::V1(v1) => vec![v1.memory.clone(), v1.pids.clone(), v1.cpuacct.clone()],
-            Cgroup::V2(v2) => vec![v2.dir.clone()],
+            Cgroup::V1(v1) => v1,
+            Cgroup::V2(v2) => v2,
         }
     }
 
@@ -278,43 +225,43 @@ impl Cgroup {
             return Err(io::Error::other(format!("`{name}` is not a cgroup name")));
         }
         let child = match self {
-            Cgroup::V1(v1) => {
-                let v = V1 {
-                    memory: v1.memory.join(name),
-                    pids: v1.pids.join(name),
-                    cpuacct: v1.cpuacct.join(name),
-                };
-                let cg = Cgroup::V1(v);
-                for d in cg.dirs() {
-                    if let Err(e) = fs::create_dir(&d) {
-                        let _ = cg.remove();
-                        return Err(io::Error::new(e.kind(), format!("{}: {e}", d.display())));
-                    }
-                }
-                cg
-            }
-            Cgroup::V2(v2) => {
-                write(&v2.dir.join("cgroup.subtree_control"), "+memory +pids")?;
-                let dir = v2.dir.join(name);
-                fs::create_dir(&dir)?;
-                Cgroup::V2(V2 { dir })
-            }
+            Cgroup::V1(v1) => Cgroup::V1(v1.child(name)?),
+            Cgroup::V2(v2) => Cgroup::V2(v2.child(name)?),
         };
         match bounds {
             Some(b) => child.limit(b).map(|()| child),
             None => Ok(child),
         }
     }
+}
 
-    /// The files a process joins through by writing `0` (itself): v1 the
-    /// `tasks` file of each controller, v2 `cgroup.procs`. Opened by the
-    /// owner and handed to the warm init, so the kernel checks the owner's
-    /// credentials (the opener's), not the init's.
-    pub(crate) fn join_files(&self) -> Vec<PathBuf> {
-        match self {
-            Cgroup::V1(_) => self.dirs().iter().map(|d| d.join("tasks")).collect(),
-            Cgroup::V2(v2) => vec![v2.dir.join("cgroup.procs")],
-        }
+impl CgroupManager for Cgroup {
+    fn add(&self, pid: u32) -> io::Result<()> {
+        self.manager().add(pid)
+    }
+    fn self_join_files(&self) -> Option<Vec<PathBuf>> {
+        self.manager().self_join_files()
+    }
+    fn join_files(&self) -> Vec<PathBuf> {
+        self.manager().join_files()
+    }
+    fn dirs(&self) -> Vec<PathBuf> {
+        self.manager().dirs()
+    }
+    fn cpu_usage(&self) -> io::Result<Duration> {
+        self.manager().cpu_usage()
+    }
+    fn events(&self) -> io::Result<Events> {
+        self.manager().events()
+    }
+    fn write_bounds(&self, bounds: &Bounds) -> io::Result<()> {
+        self.manager().write_bounds(bounds)
+    }
+    fn kill_all(&self) -> io::Result<()> {
+        self.manager().kill_all()
+    }
+    fn remove(&self) -> io::Result<()> {
+        self.manager().remove()
     }
 }
 
@@ -484,93 +431,6 @@ fn rmdir_retry(dir: &Path) -> io::Result<()> {
                 return Err(io::Error::new(e.kind(), format!("{}: {e}", dir.display())))
             }
             Err(_) => std::thread::sleep(Duration::from_millis(10)),
-        }
-    }
-}
-
-impl CgroupManager for Cgroup {
-    fn add(&self, pid: u32) -> io::Result<()> {
-        match self {
-            Cgroup::V1(v1) => {
-                for d in [&v1.memory, &v1.pids, &v1.cpuacct] {
-                    write(&d.join("cgroup.procs"), &pid.to_string())?;
-                }
-                Ok(())
-            }
-            Cgroup::V2(v2) => write(&v2.dir.join("cgroup.procs"), &pid.to_string()),
-        }
-    }
-
-    fn self_join_files(&self) -> Option<Vec<PathBuf>> {
-        match self {
-            Cgroup::V1(v1) => Some(
-                [&v1.memory, &v1.pids, &v1.cpuacct]
-                    .iter()
-                    .map(|d| d.join("tasks"))
-                    .collect(),
-            ),
-            Cgroup::V2(_) => None,
-        }
-    }
-
-    fn cpu_usage(&self) -> io::Result<Duration> {
-        match self {
-            Cgroup::V1(v1) => {
-                let ns: u64 = read(&v1.cpuacct.join("cpuacct.usage"))?
-                    .trim()
-                    .parse()
-                    .map_err(|_| io::Error::other("unreadable cpuacct.usage"))?;
-                Ok(Duration::from_nanos(ns))
-            }
-            Cgroup::V2(v2) => {
-                let us = keyed(&read(&v2.dir.join("cpu.stat"))?, "usage_usec");
-                Ok(Duration::from_micros(us))
-            }
-        }
-    }
-
-    fn events(&self) -> io::Result<Events> {
-        match self {
-            Cgroup::V1(v1) => Ok(Events {
-                oom_kills: keyed(&read(&v1.memory.join("memory.oom_control"))?, "oom_kill"),
-                pids_refused: keyed(&read(&v1.pids.join("pids.events"))?, "max"),
-            }),
-            Cgroup::V2(v2) => Ok(Events {
-                oom_kills: keyed(&read(&v2.dir.join("memory.events"))?, "oom_kill"),
-                pids_refused: keyed(&read(&v2.dir.join("pids.events"))?, "max"),
-            }),
-        }
-    }
-
-    fn kill_all(&self) -> io::Result<()> {
-        match self {
-            Cgroup::V1(v1) => kill_by_membership(&v1.pids.join("cgroup.procs")),
-            Cgroup::V2(v2) => {
-                let kill = v2.dir.join("cgroup.kill");
-                if kill.exists() {
-                    write(&kill, "1")?;
-                    wait_empty(&v2.dir.join("cgroup.procs"))
-                } else {
-                    kill_by_membership(&v2.dir.join("cgroup.procs"))
-                }
-            }
-        }
-    }
-
-    fn remove(&self) -> io::Result<()> {
-        match self {
-            Cgroup::V1(v1) => {
-                let mut first = Ok(());
-                for d in [&v1.memory, &v1.pids, &v1.cpuacct] {
-                    if let Err(e) = rmdir_retry(d) {
-                        if first.is_ok() {
-                            first = Err(e);
-                        }
-                    }
-                }
-                first
-            }
-            Cgroup::V2(v2) => rmdir_retry(&v2.dir),
         }
     }
 }
