@@ -17,9 +17,10 @@
 #![cfg(all(target_os = "linux", target_arch = "x86_64"))]
 
 pub mod command;
-pub mod keeper;
 pub mod rebase;
-pub mod state;
+pub mod register;
+
+pub use register::registrations;
 pub mod translate;
 
 use std::collections::{BTreeMap, HashMap};
@@ -36,9 +37,9 @@ use cordon_policy::{ComputeFacts, Deployment, Policy, Request, Surface, SurfaceF
 use cordon_sandbox::catalogue::Probe;
 use cordon_sandbox::host_dir::HostWorkDir;
 use cordon_sandbox::{
-    AcquireRequest, Attach, Backend, BackendError, Capability, CapabilitySet, Egress, ExecHandle,
-    ExecRequest, ExitStatus, FileRead, FileStat, Isolation, IsolationError, Killer, Limits,
-    Provenance, Sandbox, SandboxError, SandboxKey, StdinFeed,
+    AcquireRequest, Attach, Backend, BackendError, CapabilitySet, Egress, ExecHandle, ExecRequest,
+    ExitStatus, FileRead, FileStat, Isolation, IsolationError, Killer, Limits, Provenance, Sandbox,
+    SandboxError, SandboxKey, StdinFeed,
 };
 
 /// Fresh sandboxes run as host uid/gid `FRESH_ID_BASE + n`: unprivileged,
@@ -141,14 +142,9 @@ impl LocalBackend {
     /// The cgroup name of a warm sandbox for `key`: findable from the
     /// system (`cordon-` prefix), unique per process and sandbox.
     fn warm_name(&self, key: &SandboxKey) -> String {
-        let k = state::KeyRecord {
-            scope: key.scope().to_string(),
-            thread: key.thread_id().to_string(),
-            agent_dir: key.agent_dir().to_string(),
-        };
         format!(
             "cordon-{}-{}-{}",
-            k.id(),
+            key.id(),
             std::process::id(),
             NEXT.fetch_add(1, Ordering::Relaxed)
         )
@@ -406,14 +402,7 @@ impl Backend for LocalBackend {
     }
 
     fn capabilities(&self) -> CapabilitySet {
-        [
-            Capability::Exec,
-            Capability::RunCode,
-            Capability::FilesIn,
-            Capability::FilesOut,
-        ]
-        .into_iter()
-        .collect()
+        register::local_capabilities()
     }
 
     fn acquire(&self, req: &AcquireRequest) -> Result<Arc<dyn Sandbox>, BackendError> {
@@ -1070,6 +1059,26 @@ impl Sandbox for LocalSandbox {
 
     fn read_file(&self, path: &str, max_bytes: u64) -> Result<FileRead, SandboxError> {
         self.files.read_file(path, max_bytes)
+    }
+
+    fn host_work_dir(&self) -> Option<cordon_sandbox::HostWorkDirRecord> {
+        Some(cordon_sandbox::HostWorkDirRecord {
+            host: self.work_dir().to_path_buf(),
+            guest: self.guest_work_dir().to_string(),
+            owner: Some(self.host_id()),
+        })
+    }
+
+    fn residue(&self) -> serde_json::Value {
+        let mut dirs: Vec<PathBuf> = self.tmp_dir().map(Path::to_path_buf).into_iter().collect();
+        if self.fresh_work_dir() {
+            dirs.push(self.work_dir().to_path_buf());
+        }
+        serde_json::to_value(register::Residue {
+            cgroups: self.cgroup_dirs(),
+            dirs,
+        })
+        .unwrap_or_default()
     }
 }
 

@@ -2,12 +2,12 @@
 //! (`cordon_kits::conformance`) against a real instance of a backend and
 //! prints one line per probe and a final `N passed, M failed`.
 //!
-//! `process` and `container` (the local backends) are attacked through a
-//! real sandbox: the kit plants its layouts by running `sh` inside it, as a
-//! workload would, and reads through the backend's files-out surface. A
-//! backend of the catalogue that is not built in this version exits
-//! non-zero saying so; one that does not serve `files_out` is skipped by
-//! name. `--backend host-directory` runs the kit against the host-directory
+//! Every registered backend is attacked through a real sandbox
+//! (`cordon_host::kits::conformance`): the kit plants its layouts by
+//! running `sh` inside it, as a workload would, and reads through the
+//! backend's files-out surface. A backend that is not built in this
+//! version exits non-zero saying so; one that does not serve `files_out`
+//! is skipped by name. `--backend host-directory` runs the kit against the host-directory
 //! test subject (no isolation at all: it only proves the kit). Scratch
 //! directories are removed afterwards.
 
@@ -15,11 +15,10 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
+use cordon_host::kits::{KitError, KitRun};
 use cordon_kits::conformance::{
     can_make_device_nodes, host_directory_subject, run_files_out_conformance,
 };
-use cordon_sandbox::catalogue::builtin_backends;
-use cordon_sandbox::Capability;
 
 /// Exit codes: 0 every probe passed (or the backend was skipped by name);
 /// 1 a probe failed; 2 the backend name is unknown; 3 the backend cannot be
@@ -47,43 +46,32 @@ pub fn run(args: ConformanceArgs) -> ExitCode {
     if args.backend == HOST_DIRECTORY {
         return host_directory(args.scratch);
     }
-    let catalogue = builtin_backends();
-    let Some(backend) = catalogue.iter().find(|b| b.name == args.backend) else {
-        let names: Vec<String> = catalogue
-            .iter()
-            .map(|b| format!("`{}`", b.name))
-            .chain([format!("`{HOST_DIRECTORY}`")])
-            .collect();
-        eprintln!(
-            "error: `{}` is not a backend cordon knows; name one of {}",
-            args.backend,
-            names.join(", ")
-        );
-        return ExitCode::from(EXIT_USAGE);
+    let setup = match crate::run::backend_setup(String::new(), None) {
+        Ok(s) => s,
+        Err(_) => return ExitCode::from(EXIT_UNAVAILABLE),
     };
-    #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
-    {
-        let rung = match backend.name {
-            "process" => Some(cordon_linux::Rung::Process),
-            "container" => Some(cordon_linux::Rung::Container),
-            _ => None,
-        };
-        if let Some(rung) = rung {
-            return local::run(rung, backend.name, backend.isolation, args.scratch);
+    match cordon_host::kits::conformance(&crate::registry(), &args.backend, &setup, args.scratch) {
+        Ok(KitRun::Report {
+            backend,
+            rung,
+            report: r,
+        }) => {
+            println!("conformance: `{backend}` (a real sandbox at the `{rung}` rung)");
+            report(&r)
+        }
+        Ok(KitRun::Skipped(why)) => {
+            println!("skipped {why}");
+            ExitCode::SUCCESS
+        }
+        Err(KitError::Unknown(e)) => {
+            eprintln!("error: {e}; or `{HOST_DIRECTORY}` for the kit's own test subject");
+            ExitCode::from(EXIT_USAGE)
+        }
+        Err(KitError::Unavailable(e)) => {
+            eprintln!("error: {e}");
+            ExitCode::from(EXIT_UNAVAILABLE)
         }
     }
-    if !backend.capabilities.contains(Capability::FilesOut) {
-        println!(
-            "skipped `{}`: it does not serve `files_out`, so there is nothing to attack",
-            backend.name
-        );
-        return ExitCode::SUCCESS;
-    }
-    eprintln!(
-        "error: backend `{}` is not built in this version of cordon, so no instance of it can be attacked; `cordon doctor` shows what is built, and `--backend {HOST_DIRECTORY}` exercises the kit itself",
-        backend.name
-    );
-    ExitCode::from(EXIT_UNAVAILABLE)
 }
 
 /// A fresh scratch directory under `scratch` (or the temporary directory).
@@ -141,107 +129,4 @@ fn host_directory(scratch: Option<PathBuf>) -> ExitCode {
     };
     remove_scratch(&root);
     code
-}
-
-/// The local backends, attacked through a real sandbox.
-#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
-mod local {
-    use std::path::{Path, PathBuf};
-    use std::process::ExitCode;
-    use std::sync::Arc;
-
-    use cordon_kits::conformance::{run_files_out_conformance, PosixGuestSubject};
-    use cordon_linux::{InitProgram, Rung};
-    use cordon_sandbox::{Capability, Isolation, SandboxSpec};
-
-    use super::{remove_scratch, report, scratch_root, EXIT_UNAVAILABLE};
-    use crate::kit::owned_dir;
-
-    /// The policy the kit runs under: system directories to run `sh` and
-    /// its tools, and the scratch root read-write — the work dir, the
-    /// directory outside it where the kit plants what a link must not
-    /// reach, and (at the process rung) the sandbox's temporary directory.
-    fn policy_text(scratch: &Path) -> String {
-        format!(
-            r#"policy:
-  storage:
-    allow:
-      - name: system
-        when: (path.startsWith("/usr/") || path.startsWith("/lib/") || path.startsWith("/lib64/") || path.startsWith("/bin/") || path.startsWith("/sbin/")) && mode != "write"
-      - name: config
-        when: path.startsWith("/etc/") && mode == "read"
-      - name: work
-        when: path.startsWith(work_dir + "/") && mode != "execute"
-      - name: scratch
-        when: path.startsWith("{}/") && mode != "execute"
-      - name: tmp
-        when: path.startsWith("/tmp/") && mode != "execute"
-  compute:
-    allow:
-      - name: programs
-        when: command.startsWith("/usr/")
-"#,
-            scratch.display()
-        )
-    }
-
-    fn unavailable(msg: impl std::fmt::Display) -> ExitCode {
-        eprintln!("error: {msg}");
-        ExitCode::from(EXIT_UNAVAILABLE)
-    }
-
-    pub fn run(rung: Rung, name: &str, iso: Isolation, scratch: Option<PathBuf>) -> ExitCode {
-        let init = match crate::kit::init_for(rung, name) {
-            Ok(i) => i,
-            Err(e) => return unavailable(e),
-        };
-        // Not under /tmp: at the container rung the guest's /tmp is its own,
-        // and the directory outside the work dir must be the same one on the
-        // host and in the guest.
-        let root = match scratch_root(Some(scratch.unwrap_or_else(|| PathBuf::from("/var/tmp")))) {
-            Ok(r) => r,
-            Err(code) => return code,
-        };
-        let code = attack(rung, name, iso, init, &root);
-        remove_scratch(&root);
-        code
-    }
-
-    fn attack(rung: Rung, name: &str, iso: Isolation, init: InitProgram, root: &Path) -> ExitCode {
-        let (work, outside) = (root.join("work"), root.join("outside"));
-        if let Err(e) = owned_dir(&work).and_then(|()| owned_dir(&outside)) {
-            return unavailable(format!("cannot prepare `{}`: {e}", root.display()));
-        }
-        let text = policy_text(root);
-        let router = match crate::kit::router(rung, iso, init, "conformance.yaml", &text, &work) {
-            Ok(r) => r,
-            Err(e) => return unavailable(e),
-        };
-        let spec = match SandboxSpec::new("conformance", "host") {
-            Ok(s) => s.with_requires([Capability::Exec, Capability::FilesIn, Capability::FilesOut]),
-            Err(e) => return unavailable(e),
-        };
-        let caller = crate::kit::caller("conformance", "main");
-        let sandbox = match router.acquire(&caller, &spec) {
-            Ok(s) => s,
-            Err(e) => return unavailable(e),
-        };
-        println!("conformance: `{name}` (a real sandbox at the `{iso}` rung)");
-        // The work dir as the guest sees it: the container rung binds it at
-        // the spec's `work_dir`; the process rung shows its host path.
-        let guest_work = match rung {
-            Rung::Container => spec.work_dir().to_string(),
-            Rung::Process => work.display().to_string(),
-        };
-        let subject = PosixGuestSubject {
-            name: name.to_string(),
-            sandbox,
-            work_dir: guest_work,
-            outside_dir: outside.display().to_string(),
-            device_nodes: false,
-        };
-        let code = report(&run_files_out_conformance(Arc::new(subject)));
-        let _ = router.dispose(&caller);
-        code
-    }
 }

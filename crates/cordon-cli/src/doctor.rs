@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use cordon_sandbox::catalogue::{DoctorReport, DoctorRow, ThisMachine};
+use cordon_sandbox::catalogue::{DoctorReport, DoctorRow};
 use cordon_sandbox::config::FLOOR_ENV;
 use cordon_sandbox::{resolve_floor, ConfigError, Floor, HostConfig, Isolation};
 
@@ -55,24 +55,17 @@ pub fn run(args: DoctorArgs) -> ExitCode {
     }
 }
 
-/// The catalogue, with the real probes of the backends built in here.
+/// Every registered backend, probed on this machine.
 fn report(floor: Isolation) -> DoctorReport {
-    #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
-    {
-        let init = std::env::current_exe()
-            .ok()
-            .map(|e| cordon_linux::InitProgram::new(e).arg(crate::INIT_ARG));
-        DoctorReport::with_built(floor, &ThisMachine, &|b| {
-            let rung = match b.name {
-                "process" => cordon_linux::Rung::Process,
-                "container" => cordon_linux::Rung::Container,
-                _ => return None,
-            };
-            init.clone().map(|i| cordon_backend_local::probe(rung, i))
-        })
-    }
-    #[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]
-    DoctorReport::new(floor, &ThisMachine)
+    let setup = crate::run::backend_setup(String::new(), None).unwrap_or_else(|_| {
+        cordon_sandbox::BackendSetup {
+            deployment: String::new(),
+            init: None,
+            work_dir: None,
+            scratch: std::env::temp_dir(),
+        }
+    });
+    DoctorReport::from_registry(floor, &crate::registry(), &setup)
 }
 
 /// Each enforcement mechanism of this machine and what the probe found.

@@ -11,8 +11,6 @@ mod doctor;
 mod escape;
 #[cfg(target_os = "linux")]
 mod image_cmd;
-#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
-mod kit;
 mod policy_cmd;
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 mod run;
@@ -82,6 +80,12 @@ pub const EXIT_USAGE: u8 = 2;
 /// The hidden first argument that makes this binary the sandbox init.
 pub const INIT_ARG: &str = "__sandbox-init";
 
+/// The backends this binary knows: doctor, `--backend`, the router, the
+/// keeper and the kits all read this one registry.
+pub fn registry() -> cordon_sandbox::Registry {
+    cordon_host::builtin_registry()
+}
+
 /// `CORDON_LOG=error|warn|info|debug|trace` writes cordon's own events to
 /// stderr (a keeper's go to its log in the state directory). Unset: only
 /// what a command prints itself.
@@ -120,11 +124,9 @@ fn main() -> ExitCode {
     init_logging();
     #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
     if std::env::args_os().nth(1).as_deref()
-        == Some(std::ffi::OsStr::new(
-            cordon_backend_local::keeper::KEEPER_ARG,
-        ))
+        == Some(std::ffi::OsStr::new(cordon_host::keeper::KEEPER_ARG))
     {
-        cordon_backend_local::keeper::keeper_main();
+        cordon_host::keeper::keeper_main(&registry());
     }
     let cli = Cli::parse();
     match cli.command {

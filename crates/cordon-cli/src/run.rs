@@ -17,13 +17,13 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use cordon_backend_local::{probe, LocalBackend, LocalConfig, WorkDir};
-use cordon_linux::{InitProgram, Rung};
+use cordon_host::keeper::KeptConfig;
+use cordon_host::{Host, HostError, HostSetup};
 use cordon_policy::{Deployment, Identity, Policy};
 use cordon_sandbox::config::FLOOR_ENV;
 use cordon_sandbox::{
-    resolve_floor, Backend, CallerContext, ExecRequest, ExitStatus, FloorSource, HostConfig,
-    Isolation, Router, SandboxSpec, Stream,
+    resolve_floor, BackendSetup, CallerContext, ExecRequest, ExitStatus, FloorSource, HostConfig,
+    Isolation, Router, SandboxSpec, SelfCommand, Stream,
 };
 
 /// A resource bound (memory, CPU seconds, processes, wall clock) killed the workload.
@@ -64,7 +64,7 @@ pub struct Selection {
     /// The weakest isolation rung accepted (default `microvm`).
     #[arg(long, value_name = "RUNG")]
     pub min_isolation: Option<String>,
-    /// Use this backend only (`container` or `process`), still held to the floor.
+    /// Use this backend only (a name from `cordon doctor`), still held to the floor.
     #[arg(long, value_name = "NAME")]
     pub backend: Option<String>,
     /// Run in this directory instead of a fresh one (the container rung
@@ -140,7 +140,7 @@ fn identity(args: &[String]) -> Result<Identity, String> {
 }
 
 pub fn run(args: RunArgs) -> ExitCode {
-    let p = match prepare(&args.sel, &|config| Arc::new(LocalBackend::new(config))) {
+    let p = match prepare(&args.sel, None) {
         Ok(p) => p,
         Err(code) => return code,
     };
@@ -251,12 +251,8 @@ pub fn exit_for(out: &cordon_sandbox::ExecOutput, cap: u64) -> ExitCode {
 /// Resolves the floor, the policy, the spec and the identity, and builds a
 /// router over the local backends the floor admits and this machine holds;
 /// `wrap` makes each backend from its configuration.
-pub fn prepare(
-    args: &Selection,
-    wrap: &dyn Fn(LocalConfig) -> Arc<dyn Backend>,
-) -> Result<Prepared, ExitCode> {
+pub fn prepare(args: &Selection, keep: Option<KeptConfig>) -> Result<Prepared, ExitCode> {
     let refuse = |m: String| -> ExitCode { refuse(m) };
-    // The floor, and where it came from.
     let config = match config_file(args.config.as_ref())
         .map(|f| HostConfig::from_file(&f))
         .transpose()
@@ -277,25 +273,11 @@ pub fn prepare(
         Ok(i) => i,
         Err(e) => return Err(refuse(e.to_string())),
     };
-    let env = match args
+    let deployment = args
         .env
         .as_deref()
-        .map(|e| e.strip_prefix("name=").unwrap_or(e))
-    {
-        Some(name) => Deployment { name: name.into() },
-        None => Deployment::default(),
-    };
-    let policy = match policy_path(args)? {
-        Some(p) => Policy::load_file(&p),
-        None => Policy::load_default(),
-    };
-    let policy = match policy {
-        Ok(p) => Arc::new(p),
-        Err(d) => {
-            eprint!("{}", d.render());
-            return Err(refuse(("the policy does not load").to_string()));
-        }
-    };
+        .map(|e| e.strip_prefix("name=").unwrap_or(e).to_string())
+        .unwrap_or_default();
     let spec = match &args.spec {
         Some(f) => SandboxSpec::from_file(f),
         None => SandboxSpec::new("run", "host"),
@@ -304,99 +286,26 @@ pub fn prepare(
         Ok(s) => s,
         Err(e) => return Err(refuse(e.to_string())),
     };
-    let exe = match std::env::current_exe() {
-        Ok(e) => e,
-        Err(e) => {
-            return Err(refuse(format!(
-                "cannot find the cordon binary to use as the sandbox init: {e}"
-            )))
-        }
+    let setup = HostSetup {
+        floor: floor.clone(),
+        policy_file: policy_path(args)?,
+        only: args.backend.clone(),
+        backends: backend_setup(deployment, args.work_dir.clone())?,
+        keep,
     };
-    let init = InitProgram::new(exe).arg(crate::INIT_ARG);
-    let work_dir = match &args.work_dir {
-        Some(d) => WorkDir::Given(d.clone()),
-        None => WorkDir::Fresh {
-            parent: std::env::temp_dir(),
-        },
-    };
-
-    // The local backends, strongest first; the floor and `--backend` choose.
-    let local = [
-        (Rung::Container, Isolation::Container),
-        (Rung::Process, Isolation::Process),
-    ];
-    let names = ["container", "process"];
-    if let Some(b) = &args.backend {
-        if !names.contains(&b.as_str()) {
-            return Err(refuse(format!(
-                "`--backend {b}` is not a backend this version runs; `cordon doctor` lists them (built: `container`, `process`)"
-            )));
+    let host = match Host::assemble(&setup, &crate::registry()) {
+        Ok(h) => h,
+        Err(HostError::Policy { diagnostics }) => {
+            eprint!("{diagnostics}");
+            return Err(refuse("the policy does not load".to_string()));
         }
-    }
-    let mut chosen: Vec<Arc<dyn Backend>> = Vec::new();
-    let mut why_not: Vec<String> = Vec::new();
-    for (rung, iso) in local {
-        let name = if rung == Rung::Container {
-            "container"
-        } else {
-            "process"
-        };
-        if args.backend.as_deref().is_some_and(|b| b != name) {
-            continue;
-        }
-        if iso < floor.rung {
-            why_not.push(format!(
-                "`{name}` ({iso}) is below the floor `{}` (from {})",
-                floor.rung, floor.source
-            ));
-            continue;
-        }
-        let p = probe(rung, init.clone());
-        if !p.runnable {
-            why_not.push(format!("`{name}` cannot run here: {}", p.found.join("; ")));
-            continue;
-        }
-        chosen.push(wrap(LocalConfig {
-            rung,
-            policy: policy.clone(),
-            env: env.clone(),
-            work_dir: work_dir.clone(),
-            init: init.clone(),
-        }));
-    }
-    if chosen.is_empty() {
-        let mut msg = format!(
-            "no backend here meets the floor `{}` (from {}):",
-            floor.rung, floor.source
-        );
-        for w in &why_not {
-            msg.push_str(&format!("\n  - {w}"));
-        }
-        if floor.rung > Isolation::Container {
-            msg.push_str(&format!(
-                "\n  - `gvisor` (hardened_container), `microvm` and `vm` are not built in this version\nhelp: where a container boundary (shared kernel; namespaces, Landlock, seccomp, cgroups) is enough, opt down explicitly: `--min-isolation container` (or `{FLOOR_ENV}=container`, or `min_isolation: container` in the configuration file)"
-            ));
-        } else if floor.rung > Isolation::Process || args.backend.is_some() {
-            msg.push_str("\nhelp: `cordon doctor` shows what this machine lacks; a backend below the floor is never used");
-        }
-        return Err(refuse((msg).to_string()));
-    }
-    let router = match chosen
-        .into_iter()
-        .fold(
-            Router::builder(policy.clone(), env.clone()).min_isolation(floor.rung),
-            |b, x| b.backend(x),
-        )
-        .build()
-    {
-        Ok(r) => r,
         Err(e) => return Err(refuse(e.to_string())),
     };
-    let selected = match router.selected_backend(&spec) {
+    let selected = match host.router.selected_backend(&spec) {
         Ok(s) => s.to_string(),
         Err(e) => return Err(refuse(e.to_string())),
     };
-    if floor.rung < Isolation::DEFAULT_FLOOR {
+    if Host::below_default_floor(&floor) {
         let source = match &floor.source {
             FloorSource::Default => "the default".to_string(),
             s => s.to_string(),
@@ -408,10 +317,33 @@ pub fn prepare(
         );
     }
     Ok(Prepared {
-        router,
-        policy,
-        env,
+        router: host.router,
+        policy: host.policy,
+        env: host.deployment,
         identity,
         spec,
+    })
+}
+
+/// What every backend of this process is built from: this binary as the
+/// sandbox init, the operator's work dir (or fresh ones under the
+/// temporary directory).
+pub fn backend_setup(
+    deployment: String,
+    work_dir: Option<PathBuf>,
+) -> Result<BackendSetup, ExitCode> {
+    let exe = std::env::current_exe().map_err(|e| {
+        refuse(format!(
+            "cannot find the cordon binary to use as the sandbox init: {e}"
+        ))
+    })?;
+    Ok(BackendSetup {
+        deployment,
+        init: Some(SelfCommand {
+            path: exe,
+            args: vec![crate::INIT_ARG.to_string()],
+        }),
+        work_dir,
+        scratch: std::env::temp_dir(),
     })
 }

@@ -5,13 +5,11 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::Duration;
 
-use cordon_backend_local::keeper::{self, KeptBackend, KeptConfig, KeptSandbox, KEEPER_ARG};
-use cordon_backend_local::state::{self, StateDir};
-use cordon_linux::InitProgram;
-use cordon_sandbox::{collect_outputs, CallerContext, ExecRequest, Sandbox};
+use cordon_host::keeper::{self, KeptBackend, KeptConfig, KeptSandbox, KEEPER_ARG};
+use cordon_host::state::{self, StateDir};
+use cordon_sandbox::{collect_outputs, CallerContext, ExecRequest, Sandbox, SelfCommand};
 
 use crate::run::{exit_for, prepare, refuse, Selection, MAX_OUTPUT_BYTES};
 
@@ -152,7 +150,12 @@ fn go(cmd: SandboxCommand) -> Result<ExitCode, ExitCode> {
             let remote = if remote.starts_with('/') {
                 remote
             } else {
-                format!("{}/{remote}", s.record().guest_work_dir)
+                // Relative to the work dir as the workload sees it.
+                let guest = match &s.record().host_work_dir {
+                    Some(d) => d.guest.clone(),
+                    None => s.provenance().spec.work_dir().to_string(),
+                };
+                format!("{guest}/{remote}")
             };
             s.write_file(&remote, &bytes, 0o644).map_err(refuse)?;
             Ok(ExitCode::SUCCESS)
@@ -222,7 +225,7 @@ fn go(cmd: SandboxCommand) -> Result<ExitCode, ExitCode> {
                     let lock = st
                         .lock(&rec.key, Duration::from_secs(120))
                         .map_err(refuse)?;
-                    for f in keeper::dispose_record(&st, &rec) {
+                    for f in keeper::dispose_record(&st, &crate::registry(), &rec) {
                         eprintln!("warning: {f}");
                     }
                     lock.unlock_and_remove();
@@ -230,7 +233,8 @@ fn go(cmd: SandboxCommand) -> Result<ExitCode, ExitCode> {
                     Ok(ExitCode::SUCCESS)
                 }
                 (None, Some(s), Some(t)) => {
-                    let n = keeper::dispose_scope(&st, None, &s, &t).map_err(refuse)?;
+                    let n = keeper::dispose_scope(&st, &crate::registry(), None, &s, &t)
+                        .map_err(refuse)?;
                     println!("{n}");
                     Ok(ExitCode::SUCCESS)
                 }
@@ -239,9 +243,9 @@ fn go(cmd: SandboxCommand) -> Result<ExitCode, ExitCode> {
         }
         SandboxCommand::Gc => {
             let st = state()?;
-            let (n, mut failures) = KeptBackend::gc(&st);
-            let (unrecorded, more) = KeptBackend::gc_unrecorded();
-            let _ = cordon_backend_local::sweep_id_leases();
+            let registry = crate::registry();
+            let (n, mut failures) = KeptBackend::gc(&st, &registry);
+            let (unrecorded, more) = KeptBackend::gc_unrecorded(&registry);
             failures.extend(more);
             for f in failures {
                 eprintln!("warning: {f}");
@@ -266,15 +270,16 @@ fn up(a: UpArgs) -> Result<ExitCode, ExitCode> {
     let policy_file = crate::run::policy_path(&a.sel)?;
     let kept = KeptConfig {
         state: st,
-        keeper: InitProgram::new(exe).arg(KEEPER_ARG),
+        keeper: SelfCommand {
+            path: exe,
+            args: vec![KEEPER_ARG.to_string()],
+        },
         policy_file,
         idle_timeout: Duration::from_secs(a.idle_timeout),
         max_age: Duration::from_secs(a.max_age),
         owner: OWNER.to_string(),
     };
-    let p = prepare(&a.sel, &|config| {
-        Arc::new(KeptBackend::new(config, kept.clone())) as Arc<dyn cordon_sandbox::Backend>
-    })?;
+    let p = prepare(&a.sel, Some(kept))?;
     let id = p.identity.clone();
     let (scope, thread, agent) = (a.scope.clone(), a.thread.clone(), a.agent_dir.clone());
     let caller = CallerContext::new(

@@ -92,16 +92,32 @@ fn cgroups_named(handle_prefix: &str) -> Vec<String> {
     found
 }
 
-fn record(state: &Path, handle: &str) -> cordon_backend_local::state::Record {
-    cordon_backend_local::state::StateDir::open(state)
+fn record(state: &Path, handle: &str) -> cordon_host::state::Record {
+    cordon_host::state::StateDir::open(state)
         .unwrap()
         .read(handle)
         .unwrap()
         .expect("the sandbox's record")
 }
 
+/// The host work dir a local sandbox's record names.
+fn work_of(rec: &cordon_host::state::Record) -> std::path::PathBuf {
+    rec.host_work_dir
+        .as_ref()
+        .expect("a host work dir")
+        .host
+        .clone()
+}
+
+/// The cgroups a local sandbox's record names (its residue).
+fn cgroups_of(rec: &cordon_host::state::Record) -> Vec<std::path::PathBuf> {
+    serde_json::from_value::<cordon_backend_local::register::Residue>(rec.residue.clone())
+        .expect("a local residue")
+        .cgroups
+}
+
 /// Kills the keeper of `rec` with SIGKILL and waits until it is gone.
-fn kill_keeper(rec: &cordon_backend_local::state::Record) {
+fn kill_keeper(rec: &cordon_host::state::Record) {
     let pid = nix::unistd::Pid::from_raw(rec.keeper.pid as i32);
     nix::sys::signal::kill(pid, nix::sys::signal::SIGKILL).unwrap();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
@@ -156,9 +172,8 @@ fn a_sandbox_lives_across_invocations_and_down_leaves_nothing() {
     // The same key gives the same sandbox.
     assert_eq!(up(&state, "s-life", "t1"), h);
     let rec = record(&state, &h);
-    let work = rec.work_dir.display().to_string();
-    let cgroups: Vec<String> = rec
-        .cgroups
+    let work = work_of(&rec).display().to_string();
+    let cgroups: Vec<String> = cgroups_of(&rec)
         .iter()
         .map(|c| c.display().to_string())
         .collect();
@@ -225,8 +240,8 @@ fn a_killed_keeper_is_found_and_reclaimed_by_gc() {
     );
     assert_eq!(c, 0, "{err}");
     let rec = record(&state, &h);
-    let work = rec.work_dir.display().to_string();
-    let cg_name = rec.cgroups[0]
+    let work = work_of(&rec).display().to_string();
+    let cg_name = cgroups_of(&rec)[0]
         .file_name()
         .unwrap()
         .to_string_lossy()
@@ -272,7 +287,7 @@ fn an_idle_sandbox_disposes_of_itself() {
     assert_eq!(code, 0, "{err}");
     let h = out.trim().to_string();
     let rec = record(&state, &h);
-    let work = rec.work_dir.display().to_string();
+    let work = work_of(&rec).display().to_string();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
     while state.join("sandboxes").join(format!("{h}.json")).exists()
         && std::time::Instant::now() < deadline
@@ -303,8 +318,8 @@ fn a_state_directory_others_can_write_is_refused() {
 
 #[test]
 fn a_restarted_owner_adopts_or_reclaims_what_it_made() {
-    use cordon_backend_local::keeper::{KeptBackend, KeptConfig, OnRestart, KEEPER_ARG};
-    use cordon_backend_local::state::StateDir;
+    use cordon_host::keeper::{KeptBackend, KeptConfig, OnRestart, KEEPER_ARG};
+    use cordon_host::state::StateDir;
     if !can_sandbox("restart re-adoption") {
         return;
     }
@@ -312,31 +327,41 @@ fn a_restarted_owner_adopts_or_reclaims_what_it_made() {
     let state = dir.path().join("state");
     // The first owner (one CLI process) makes a sandbox and exits.
     let h = up(&state, "s-restart", "t");
-    let work = record(&state, &h).work_dir.display().to_string();
+    let work = record(&state, &h)
+        .host_work_dir
+        .expect("a host work dir")
+        .host
+        .display()
+        .to_string();
     // A restarted owner under the same name, built as a host would.
     let owner = |name: &str| {
         let policy = std::sync::Arc::new(cordon_policy::Policy::load_default().unwrap());
         KeptBackend::new(
-            cordon_backend_local::LocalConfig {
-                rung: cordon_linux::Rung::Container,
-                policy,
-                env: Default::default(),
-                work_dir: cordon_backend_local::WorkDir::Fresh {
-                    parent: std::env::temp_dir(),
-                },
-                init: cordon_linux::InitProgram::new(env!("CARGO_BIN_EXE_cordon"))
-                    .arg("__sandbox-init"),
+            &cordon_host::builtin_registry(),
+            "container",
+            cordon_sandbox::BackendSetup {
+                deployment: String::new(),
+                init: Some(cordon_sandbox::SelfCommand {
+                    path: env!("CARGO_BIN_EXE_cordon").into(),
+                    args: vec!["__sandbox-init".into()],
+                }),
+                work_dir: None,
+                scratch: std::env::temp_dir(),
             },
+            policy,
             KeptConfig {
                 state: StateDir::open(&state).unwrap(),
-                keeper: cordon_linux::InitProgram::new(env!("CARGO_BIN_EXE_cordon"))
-                    .arg(KEEPER_ARG),
+                keeper: cordon_sandbox::SelfCommand {
+                    path: env!("CARGO_BIN_EXE_cordon").into(),
+                    args: vec![KEEPER_ARG.into()],
+                },
                 policy_file: None,
                 idle_timeout: std::time::Duration::from_secs(60),
                 max_age: std::time::Duration::from_secs(600),
                 owner: name.to_string(),
             },
         )
+        .unwrap()
     };
     // Another owner's sandboxes are not its business.
     assert_eq!(owner("someone-else").recover(OnRestart::Reclaim), (0, 0));
@@ -569,9 +594,8 @@ fn dispose_scope_from_another_process_reclaims_after_the_keeper_is_killed() {
     let c = up(&state, "s-scope", "t2");
     assert_ne!(a, b);
     let rec = record(&state, &a);
-    let work = rec.work_dir.display().to_string();
-    let cgroups: Vec<String> = rec
-        .cgroups
+    let work = work_of(&rec).display().to_string();
+    let cgroups: Vec<String> = cgroups_of(&rec)
         .iter()
         .map(|c| c.display().to_string())
         .collect();

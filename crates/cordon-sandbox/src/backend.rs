@@ -329,6 +329,34 @@ pub trait Sandbox: Send + Sync {
             capability: Capability::FilesList,
         })
     }
+
+    /// The work dir as a host directory, when it is one: a client in
+    /// another process (of a kept sandbox) then serves files in and out
+    /// from it with [`crate::host_dir::HostWorkDir`], as this sandbox does.
+    /// `None`: files go only through this sandbox's own methods.
+    fn host_work_dir(&self) -> Option<HostWorkDirRecord> {
+        None
+    }
+
+    /// What must be cleaned up if the process holding this sandbox dies
+    /// without disposing of it (cgroups, directories, a container's id), in
+    /// the form the backend's registration's `reclaim` reads. Recorded
+    /// when a keeper starts serving the sandbox.
+    fn residue(&self) -> serde_json::Value {
+        serde_json::Value::Null
+    }
+}
+
+/// A sandbox's work dir on the host (see [`Sandbox::host_work_dir`]).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HostWorkDirRecord {
+    /// The directory on the host.
+    pub host: std::path::PathBuf,
+    /// The same directory as the workload sees it.
+    pub guest: String,
+    /// The uid/gid files written in are given, when the backend wants one.
+    pub owner: Option<u32>,
 }
 
 impl fmt::Debug for dyn Sandbox {

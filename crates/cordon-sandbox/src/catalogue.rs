@@ -7,12 +7,17 @@
 //! the floor admits ([`BuiltinBackend::admitted_by`]); `cordon doctor` shows
 //! the rest with the reason.
 //!
-//! `process` and `container` are built (`cordon-backend-local`); the binary
-//! that links them probes them with [`DoctorReport::with_built`]. The others
-//! are not built in this version: their probes say so, and report what the
-//! machine has that the backend will need.
+//! `process` and `container` are built (`cordon-backend-local`) and
+//! register themselves from there; [`planned`] holds the others, which are
+//! not built in this version: their probes say so, and report what the
+//! machine has that the backend will need. [`DoctorReport::from_registry`]
+//! probes whatever a host registered.
 
 use std::path::Path;
+
+use crate::registry::{
+    nothing_to_reclaim, nothing_to_sweep, BackendRegistration, BackendSetup, Registry, WorkDirView,
+};
 
 use crate::capability::{Capability, CapabilitySet};
 use crate::egress::Egress;
@@ -35,52 +40,58 @@ impl BuiltinBackend {
     }
 }
 
-/// Every built-in backend, strongest rung first (the default order).
-pub fn builtin_backends() -> Vec<BuiltinBackend> {
+/// The backends cordon plans but does not build in this version, as they
+/// will declare themselves. Their probes say "not built in this version"
+/// and report what the machine has that each will need; building one
+/// refuses. The built ones register from their own crates (the local rungs:
+/// `cordon_backend_local::registrations()`), so nothing here restates what
+/// a built backend declares.
+pub fn planned() -> Vec<BackendRegistration> {
     use Capability::*;
     let full: CapabilitySet = [Exec, RunCode, FilesIn, FilesOut, FilesList, Network]
         .into_iter()
         .collect();
-    // What cordon-backend-local serves (no `files_list` yet).
-    let local: CapabilitySet = [Exec, RunCode, FilesIn, FilesOut].into_iter().collect();
+    let entry = |info: BuiltinBackend, probe: fn(&BackendSetup) -> Probe| BackendRegistration {
+        info,
+        probe,
+        build: None,
+        reclaim: nothing_to_reclaim,
+        sweep: nothing_to_sweep,
+        work_dir_view: WorkDirView::SpecPath,
+        work_dir_owner: None,
+        workload_uid: None,
+    };
     vec![
-        BuiltinBackend {
-            name: "microvm",
-            isolation: Isolation::Microvm,
-            egress: Egress::Allowlist,
-            capabilities: full.clone(),
-            summary: "a QEMU microvm guest under KVM, egress through cordon's proxy",
-        },
-        BuiltinBackend {
-            name: "gvisor",
-            isolation: Isolation::HardenedContainer,
-            egress: Egress::Allowlist,
-            capabilities: full.clone(),
-            summary: "a gVisor (`runsc`) sandbox, egress through cordon's proxy",
-        },
-        BuiltinBackend {
-            name: "container",
-            isolation: Isolation::Container,
-            // Closed until the egress proxy is wired (cordon-backend-local).
-            egress: Egress::Closed,
-            capabilities: local.clone(),
-            summary: "cordon's own Linux namespaces, cgroups, Landlock and seccomp",
-        },
-        BuiltinBackend {
-            name: "docker",
-            isolation: Isolation::Container,
-            egress: Egress::Allowlist,
-            capabilities: full,
-            summary: "a Docker container on an internal network, egress through cordon's proxy",
-        },
-        BuiltinBackend {
-            name: "process",
-            isolation: Isolation::Process,
-            egress: Egress::Closed,
-            capabilities: local,
-            summary:
-                "a separate process as a dedicated uid, Landlock, seccomp, cgroups, no network",
-        },
+        entry(
+            BuiltinBackend {
+                name: "microvm",
+                isolation: Isolation::Microvm,
+                egress: Egress::Allowlist,
+                capabilities: full.clone(),
+                summary: "a QEMU microvm guest under KVM, egress through cordon's proxy",
+            },
+            |_| not_built("microvm", &ThisMachine),
+        ),
+        entry(
+            BuiltinBackend {
+                name: "gvisor",
+                isolation: Isolation::HardenedContainer,
+                egress: Egress::Allowlist,
+                capabilities: full.clone(),
+                summary: "a gVisor (`runsc`) sandbox, egress through cordon's proxy",
+            },
+            |_| not_built("gvisor", &ThisMachine),
+        ),
+        entry(
+            BuiltinBackend {
+                name: "docker",
+                isolation: Isolation::Container,
+                egress: Egress::Allowlist,
+                capabilities: full,
+                summary: "a Docker container on an internal network, egress through cordon's proxy",
+            },
+            |_| not_built("docker", &ThisMachine),
+        ),
     ]
 }
 
@@ -125,20 +136,10 @@ fn have(what: &str, yes: bool) -> String {
     format!("{what}: {}", if yes { "found" } else { "not found" })
 }
 
-fn user_namespaces(m: &dyn Machine) -> bool {
-    let max = m
-        .read("/proc/sys/user/max_user_namespaces")
-        .and_then(|s| s.trim().parse::<u64>().ok())
-        .unwrap_or(0);
-    let clone_allowed = m
-        .read("/proc/sys/kernel/unprivileged_userns_clone")
-        .is_none_or(|s| s.trim() != "0");
-    max > 0 && clone_allowed
-}
-
-/// Probes whether this machine can run `backend`.
-pub fn probe(backend: &BuiltinBackend, m: &dyn Machine) -> Probe {
-    let found = match backend.name {
+/// The probe of a backend not built in this version: it cannot run, and
+/// this is what the machine has that it will need.
+pub fn not_built(name: &str, m: &dyn Machine) -> Probe {
+    let found = match name {
         "microvm" => vec![
             have("`qemu-system-x86_64`", m.has_program("qemu-system-x86_64")),
             have("`/dev/kvm`", m.path_exists("/dev/kvm")),
@@ -151,14 +152,6 @@ pub fn probe(backend: &BuiltinBackend, m: &dyn Machine) -> Probe {
                 m.path_exists("/var/run/docker.sock"),
             ),
         ],
-        "container" => vec![format!(
-            "user namespaces: {}",
-            if user_namespaces(m) {
-                "available"
-            } else {
-                "unavailable"
-            }
-        )],
         _ => Vec::new(),
     };
     Probe {
@@ -192,27 +185,17 @@ pub struct DoctorReport {
 }
 
 impl DoctorReport {
-    /// Probes every built-in backend on `m` under `floor`.
-    pub fn new(floor: Isolation, m: &dyn Machine) -> DoctorReport {
-        DoctorReport::with_built(floor, m, &|_| None)
-    }
-
-    /// As [`DoctorReport::new`], with the real probe of each backend that
-    /// is built into this binary (`built` answers `None` for the others,
-    /// which this crate cannot probe: it does not depend on them).
-    pub fn with_built(
+    /// Probes every registered backend (with `setup`) under `floor`.
+    pub fn from_registry(
         floor: Isolation,
-        m: &dyn Machine,
-        built: &dyn Fn(&BuiltinBackend) -> Option<Probe>,
+        registry: &Registry,
+        setup: &BackendSetup,
     ) -> DoctorReport {
         DoctorReport::from_probes(
             floor,
-            builtin_backends()
-                .into_iter()
-                .map(|b| {
-                    let p = built(&b).unwrap_or_else(|| probe(&b, m));
-                    (b, p)
-                })
+            registry
+                .iter()
+                .map(|r| (r.info.clone(), (r.probe)(setup)))
                 .collect(),
         )
     }

@@ -127,3 +127,26 @@ impl CallerContext {
         Ok(Caller { key, identity })
     }
 }
+
+/// A file-name-safe id for a key's parts (SHA-256 over their lengths and
+/// bytes, hex, 24 digits): the same for the same key in every process.
+pub fn key_id(scope: &str, thread: &str, agent_dir: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    for part in [scope, thread, agent_dir] {
+        h.update((part.len() as u64).to_le_bytes());
+        h.update(part.as_bytes());
+    }
+    h.finalize()
+        .iter()
+        .take(12)
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+impl SandboxKey {
+    /// [`key_id`] of this key.
+    pub fn id(&self) -> String {
+        key_id(self.scope(), self.thread_id(), self.agent_dir())
+    }
+}

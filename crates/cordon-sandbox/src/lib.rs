@@ -59,6 +59,7 @@ pub mod key;
 pub mod kinds;
 pub mod limits;
 pub mod outputs;
+pub mod registry;
 pub mod router;
 pub mod schema;
 pub mod secrets;
@@ -70,7 +71,7 @@ mod yaml;
 
 pub use backend::{
     AcquireRequest, Backend, BackendError, DirEntry, ExecOutput, ExecRequest, ExitStatus, FileKind,
-    FileRead, FileStat, Limits, Provenance, Sandbox, SandboxError, Stream,
+    FileRead, FileStat, HostWorkDirRecord, Limits, Provenance, Sandbox, SandboxError, Stream,
 };
 pub use capability::{Capability, CapabilitySet};
 pub use collect::{
@@ -87,6 +88,7 @@ pub use outputs::{
     validate_artifact_name, ArtifactNameError, CallDir, Collision, DeclaredOutput, Disposition,
     OutputError,
 };
+pub use registry::{BackendRegistration, BackendSetup, Registry, SelfCommand, WorkDirView};
 pub use router::{Refusal, Router, RouterBuilder, RouterError, Scoped, Warning};
 pub use schema::{Schema, SchemaError};
 pub use secrets::{DirectorySecrets, SecretError, SecretProvider, SecretValue};

@@ -1,43 +1,38 @@
-//! The catalogue and the report `cordon doctor` prints.
+//! The planned backends, the registry and the report `cordon doctor` prints.
 
-use cordon_sandbox::catalogue::{
-    builtin_backends, probe, DoctorReport, Machine, Probe, ThisMachine,
-};
+use cordon_sandbox::catalogue::{not_built, planned, DoctorReport, Machine, Probe, ThisMachine};
+use cordon_sandbox::registry::{BackendRegistration, BackendSetup, Registry};
 use cordon_sandbox::{Egress, Isolation};
 
-#[test]
-fn the_catalogue_names_five_backends_strongest_first() {
-    let names: Vec<&str> = builtin_backends().iter().map(|b| b.name).collect();
-    assert_eq!(
-        names,
-        ["microvm", "gvisor", "container", "docker", "process"]
-    );
-    let rungs: Vec<Isolation> = builtin_backends().iter().map(|b| b.isolation).collect();
-    assert!(rungs.windows(2).all(|w| w[0] >= w[1]), "{rungs:?}");
-    assert!(builtin_backends()
-        .iter()
-        .all(|b| b.egress != Egress::Unrestricted));
-}
-
-#[test]
-fn the_local_rungs_claim_closed_egress_and_no_file_listing() {
-    for b in builtin_backends() {
-        if b.name == "process" || b.name == "container" {
-            assert_eq!(b.egress, Egress::Closed, "{}", b.name);
-            assert!(!b
-                .capabilities
-                .contains(cordon_sandbox::Capability::FilesList));
-            assert!(!b.capabilities.contains(cordon_sandbox::Capability::Network));
-        }
+fn setup() -> BackendSetup {
+    BackendSetup {
+        deployment: String::new(),
+        init: None,
+        work_dir: None,
+        scratch: std::env::temp_dir(),
     }
 }
 
-/// This crate cannot probe a backend it does not link: without the built
-/// probes (`DoctorReport::with_built`), every backend reads as not built.
 #[test]
-fn every_probe_honestly_reports_not_built() {
-    let report = DoctorReport::new(Isolation::Microvm, &ThisMachine);
-    assert_eq!(report.rows.len(), 5);
+fn the_planned_backends_are_strongest_first_and_none_is_built() {
+    let names: Vec<&str> = planned().iter().map(|b| b.name()).collect();
+    assert_eq!(names, ["microvm", "gvisor", "docker"]);
+    let rungs: Vec<Isolation> = planned().iter().map(|b| b.info.isolation).collect();
+    assert!(rungs.windows(2).all(|w| w[0] >= w[1]), "{rungs:?}");
+    assert!(planned()
+        .iter()
+        .all(|b| b.info.egress != Egress::Unrestricted && b.build.is_none()));
+}
+
+/// A backend that is not built says so, and building it refuses.
+#[test]
+fn every_planned_probe_honestly_reports_not_built() {
+    let mut registry = Registry::new();
+    for r in planned() {
+        registry.register(r).unwrap();
+    }
+    let report = DoctorReport::from_registry(Isolation::Microvm, &registry, &setup());
+    assert_eq!(report.rows.len(), 3);
     for row in &report.rows {
         assert!(!row.probe.runnable, "{}", row.backend.name);
         assert_eq!(
@@ -47,6 +42,29 @@ fn every_probe_honestly_reports_not_built() {
     }
     assert!(!report.can_serve());
     assert_eq!(report.opt_down_to(), None);
+    let policy = std::sync::Arc::new(cordon_policy::Policy::load_default().unwrap());
+    let err = registry
+        .get("microvm")
+        .unwrap()
+        .build(&setup(), policy)
+        .err()
+        .unwrap();
+    assert!(err.contains("not built"), "{err}");
+}
+
+#[test]
+fn a_name_is_registered_once_and_order_is_by_rung() {
+    let mut registry = Registry::new();
+    let mut p = planned();
+    let docker: BackendRegistration = p.pop().unwrap();
+    registry.register(docker.clone()).unwrap();
+    for r in p {
+        registry.register(r).unwrap();
+    }
+    let names: Vec<&str> = registry.iter().map(|b| b.name()).collect();
+    assert_eq!(names, ["microvm", "gvisor", "docker"]);
+    assert!(registry.register(docker).is_err());
+    assert!(registry.require("nope").unwrap_err().contains("`microvm`"));
 }
 
 struct Everything;
@@ -65,21 +83,26 @@ impl Machine for Everything {
 
 #[test]
 fn probes_report_what_the_machine_has() {
-    let b = builtin_backends();
-    let vm = probe(&b[0], &Everything);
+    let vm = not_built("microvm", &Everything);
     assert_eq!(
         vm.found,
         ["`qemu-system-x86_64`: found", "`/dev/kvm`: found"]
     );
-    let c = probe(&b[2], &Everything);
-    assert_eq!(c.found, ["user namespaces: available"]);
+    let _ = not_built("gvisor", &ThisMachine);
 }
 
 #[test]
 fn the_report_finds_the_floor_to_opt_down_to() {
+    let mut infos: Vec<_> = planned().into_iter().map(|r| r.info).collect();
+    // A stand-in for a built rung below the planned ones.
+    let mut process = infos[2].clone();
+    process.name = "process";
+    process.isolation = Isolation::Process;
+    infos.push(process);
     let runnable = |names: &[&str]| {
-        builtin_backends()
-            .into_iter()
+        infos
+            .iter()
+            .cloned()
             .map(|b| {
                 let ok = names.contains(&b.name);
                 (

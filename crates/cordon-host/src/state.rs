@@ -21,7 +21,6 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StateError {
@@ -93,16 +92,7 @@ pub struct KeyRecord {
 impl KeyRecord {
     /// A file-name-safe id for the key (SHA-256, hex, 24 digits).
     pub fn id(&self) -> String {
-        let mut h = Sha256::new();
-        for part in [&self.scope, &self.thread, &self.agent_dir] {
-            h.update((part.len() as u64).to_le_bytes());
-            h.update(part.as_bytes());
-        }
-        h.finalize()
-            .iter()
-            .take(12)
-            .map(|b| format!("{b:02x}"))
-            .collect()
+        cordon_sandbox::key::key_id(&self.scope, &self.thread, &self.agent_dir)
     }
 }
 
@@ -132,18 +122,12 @@ pub struct Record {
     /// digest, in their wire form — what `attach` reports, exactly what
     /// `up` created.
     pub provenance: cordon_sandbox::Provenance,
-    /// Host side of the work dir, and whether cordon created it (then it
-    /// is removed at dispose).
-    pub work_dir: PathBuf,
-    pub fresh_work_dir: bool,
-    /// The work dir as the workload sees it.
-    pub guest_work_dir: String,
-    /// Process rung: the private temporary directory.
-    pub tmp_dir: Option<PathBuf>,
-    /// The host uid/gid the workload runs as (files put in are theirs).
-    pub host_id: u32,
-    /// Every cgroup directory of the sandbox.
-    pub cgroups: Vec<PathBuf>,
+    /// The work dir on the host, when the backend serves it from one:
+    /// clients put and collect files there directly (confined).
+    pub host_work_dir: Option<cordon_sandbox::HostWorkDirRecord>,
+    /// What the backend's registration reclaims if the keeper dies
+    /// without disposing ([`cordon_sandbox::Sandbox::residue`]).
+    pub residue: serde_json::Value,
 }
 
 impl Record {
@@ -481,12 +465,8 @@ mod tests {
                 identity: cordon_policy::Identity::default(),
                 policy_digest: "d".into(),
             },
-            work_dir: "/var/tmp/w".into(),
-            fresh_work_dir: true,
-            guest_work_dir: "/workspace".into(),
-            tmp_dir: None,
-            host_id: 2_000_000_001,
-            cgroups: vec![],
+            host_work_dir: None,
+            residue: serde_json::Value::Null,
         }
     }
 

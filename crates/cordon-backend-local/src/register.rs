@@ -1,0 +1,184 @@
+//! The local rungs' registrations: how a host finds, probes, builds and
+//! cleans up after the `container` and `process` backends. This is the one
+//! place that says what they claim; [`crate::LocalBackend`] declares the
+//! same to the router (a test checks the two agree).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use cordon_linux::{InitProgram, Rung};
+use cordon_policy::{Deployment, Policy};
+use cordon_sandbox::catalogue::{BuiltinBackend, Probe};
+use cordon_sandbox::{
+    Backend, BackendRegistration, BackendSetup, Capability, CapabilitySet, Egress, Isolation,
+    SelfCommand, WorkDirView,
+};
+use serde::{Deserialize, Serialize};
+
+use crate::{LocalBackend, LocalConfig, WorkDir, WORK_DIR_ID};
+
+/// What the local rungs serve.
+pub fn local_capabilities() -> CapabilitySet {
+    [
+        Capability::Exec,
+        Capability::RunCode,
+        Capability::FilesIn,
+        Capability::FilesOut,
+    ]
+    .into_iter()
+    .collect()
+}
+
+fn info(rung: Rung) -> BuiltinBackend {
+    match rung {
+        Rung::Container => BuiltinBackend {
+            name: "container",
+            isolation: Isolation::Container,
+            // Closed until the egress proxy is wired.
+            egress: Egress::Closed,
+            capabilities: local_capabilities(),
+            summary: "cordon's own Linux namespaces, cgroups, Landlock and seccomp",
+        },
+        Rung::Process => BuiltinBackend {
+            name: "process",
+            isolation: Isolation::Process,
+            egress: Egress::Closed,
+            capabilities: local_capabilities(),
+            summary:
+                "a separate process as a dedicated uid, Landlock, seccomp, cgroups, no network",
+        },
+    }
+}
+
+fn init_of(setup: &BackendSetup) -> Option<InitProgram> {
+    setup.init.as_ref().map(|c| {
+        c.args
+            .iter()
+            .fold(InitProgram::new(&c.path), |i, a| i.arg(a))
+    })
+}
+
+/// An [`InitProgram`] as the setup's serialisable form.
+pub fn self_command(init: &InitProgram) -> SelfCommand {
+    SelfCommand {
+        path: init.path.clone(),
+        args: init
+            .args
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect(),
+    }
+}
+
+fn probe_rung(rung: Rung, setup: &BackendSetup) -> Probe {
+    match init_of(setup) {
+        Some(init) => crate::probe(rung, init),
+        None => Probe {
+            runnable: false,
+            reason: Some("no sandbox init program was given".into()),
+            found: vec!["the host did not say how to run its binary as a sandbox init".into()],
+        },
+    }
+}
+
+fn build_rung(
+    rung: Rung,
+    setup: &BackendSetup,
+    policy: Arc<Policy>,
+) -> Result<Arc<dyn Backend>, String> {
+    let init = init_of(setup).ok_or_else(|| {
+        format!(
+            "backend `{}` needs the sandbox init program (this binary with its init argument)",
+            crate::name_of(rung)
+        )
+    })?;
+    Ok(Arc::new(LocalBackend::new(LocalConfig {
+        rung,
+        policy,
+        env: Deployment {
+            name: setup.deployment.clone(),
+        },
+        work_dir: match &setup.work_dir {
+            Some(d) => WorkDir::Given(d.clone()),
+            None => WorkDir::Fresh {
+                parent: setup.scratch.clone(),
+            },
+        },
+        init,
+    })))
+}
+
+/// What a local sandbox leaves if its holder dies: its cgroups and the
+/// directories cordon made for it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Residue {
+    pub cgroups: Vec<PathBuf>,
+    pub dirs: Vec<PathBuf>,
+}
+
+fn reclaim(residue: &serde_json::Value) -> Vec<String> {
+    let r: Residue = match serde_json::from_value(residue.clone()) {
+        Ok(r) => r,
+        Err(e) => {
+            return vec![format!(
+                "the recorded residue is not a local one ({e}); left alone"
+            )]
+        }
+    };
+    let mut failures = Vec::new();
+    if let Err(e) = cordon_linux::reclaim_cgroups(&r.cgroups) {
+        failures.push(format!("cgroups: {e}"));
+    }
+    for d in &r.dirs {
+        if let Err(e) = std::fs::remove_dir_all(d) {
+            if e.kind() != std::io::ErrorKind::NotFound {
+                failures.push(format!("{}: {e}", d.display()));
+            }
+        }
+    }
+    failures
+}
+
+/// The cgroups of sandboxes whose owner was killed before it could record
+/// or dispose of them (found by name below this process's cgroup), and the
+/// uid leases such owners left.
+fn sweep() -> (Vec<String>, Vec<String>) {
+    let mut done = Vec::new();
+    let mut failures = Vec::new();
+    for (name, dirs) in cordon_linux::orphaned_sandbox_cgroups() {
+        match cordon_linux::reclaim_cgroups(&dirs) {
+            Ok(()) => done.push(name),
+            Err(e) => failures.push(format!("cgroup `{name}`: {e}")),
+        }
+    }
+    let _ = crate::sweep_id_leases();
+    (done, failures)
+}
+
+fn registration(rung: Rung) -> BackendRegistration {
+    BackendRegistration {
+        info: info(rung),
+        probe: match rung {
+            Rung::Container => |s| probe_rung(Rung::Container, s),
+            Rung::Process => |s| probe_rung(Rung::Process, s),
+        },
+        build: Some(match rung {
+            Rung::Container => |s, p| build_rung(Rung::Container, s, p),
+            Rung::Process => |s, p| build_rung(Rung::Process, s, p),
+        }),
+        reclaim,
+        sweep,
+        work_dir_view: match rung {
+            Rung::Container => WorkDirView::SpecPath,
+            Rung::Process => WorkDirView::HostPath,
+        },
+        work_dir_owner: Some(WORK_DIR_ID),
+        workload_uid: Some(WORK_DIR_ID),
+    }
+}
+
+/// The `container` and `process` backends, strongest first.
+pub fn registrations() -> Vec<BackendRegistration> {
+    vec![registration(Rung::Container), registration(Rung::Process)]
+}

@@ -1,0 +1,568 @@
+//! Kept sandboxes, for any registered backend: each one is held by a
+//! keeper process of its own, so it outlives the process that asked for it
+//! and is found again through the state directory ([`crate::state`]),
+//! never through anyone's memory.
+//!
+//! ```text
+//! acquirer ──spawn──> BINARY __sandbox-keeper ──spawn──> keeper (detached, setsid)
+//!   (KeptBackend)      brief on stdin (wire::Launch)   │ registry → backend → sandbox
+//!   clients ──SOCK_SEQPACKET STATE/sandboxes/H.sock──> │ Exec (+ stdio pipes), Ping, Dispose
+//! ```
+//!
+//! The keeper rebuilds the backend from its registration and the
+//! serialisable [`cordon_sandbox::BackendSetup`], acquires the one sandbox
+//! with the provenance and limits the acquirer's router decided, and serves
+//! it through the [`cordon_sandbox::Sandbox`] trait: a new backend gets
+//! kept sandboxes (state directory, key locks, idle timeout, max age,
+//! adopt/reclaim, gc) by registering, with no keeper code of its own. A
+//! keeper that dies is cleaned up after from the residue its sandbox
+//! reported, by the registration's `reclaim`.
+//!
+//! File operations (`put`, reads for collection) do not go through the
+//! keeper: a backend whose work dir is a host directory records it, and the
+//! client works on it directly with the same confined (`openat2`)
+//! operations the in-process sandbox uses.
+
+mod client;
+mod serve;
+pub mod wire;
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cordon_linux::fdpass;
+use cordon_policy::Policy;
+use cordon_sandbox::{
+    AcquireRequest, BackendRegistration, BackendSetup, Registry, Sandbox, SelfCommand,
+};
+
+pub use client::KeptSandbox;
+pub use serve::keeper_main;
+pub use wire::Launch;
+use wire::{Reply, Request};
+
+use crate::state::{self, KeyRecord, ProcessId, Record, StateDir};
+
+/// The hidden first argument that makes the `cordon` binary a keeper.
+pub const KEEPER_ARG: &str = "__sandbox-keeper";
+
+/// How long a keeper may take to answer a ping or a dispose before it is
+/// treated as gone (then killed, if it is still that process, and reclaimed).
+pub(crate) const ANSWER_WITHIN: Duration = Duration::from_secs(15);
+/// How much longer than the exec's own timeout a client waits for its end.
+pub(crate) const EXEC_GRACE: Duration = Duration::from_secs(60);
+
+/// Connects to a keeper; every read on the socket gives up after `within`.
+pub(crate) fn connect(path: &Path, within: Duration) -> std::io::Result<OwnedFd> {
+    use rustix::net::{
+        connect, socket_with, AddressFamily, SocketAddrUnix, SocketFlags, SocketType,
+    };
+    let s = socket_with(
+        AddressFamily::UNIX,
+        SocketType::SEQPACKET,
+        SocketFlags::CLOEXEC,
+        None,
+    )?;
+    fdpass::size_buffers(&s)?;
+    rustix::net::sockopt::set_socket_timeout(
+        &s,
+        rustix::net::sockopt::Timeout::Recv,
+        Some(within),
+    )?;
+    connect(&s, &SocketAddrUnix::new(path)?)?;
+    Ok(s)
+}
+
+fn ask(path: &Path, req: &Request, fds: &[std::os::fd::BorrowedFd<'_>]) -> std::io::Result<Reply> {
+    let s = connect(path, ANSWER_WITHIN)?;
+    fdpass::send(&s, req, fds)?;
+    match fdpass::recv::<Reply>(&s)? {
+        Some((r, _)) => Ok(r),
+        None => Err(std::io::Error::other(
+            "the keeper closed the connection without answering",
+        )),
+    }
+}
+
+/// Whether the keeper of `rec` answers.
+pub fn ping(state: &StateDir, rec: &Record) -> bool {
+    rec.keeper.alive()
+        && matches!(ask(&state.socket_path(&rec.handle), &Request::Ping, &[]), Ok(Reply::Pong { handle }) if handle == rec.handle)
+}
+
+/// Disposes of the sandbox of `rec`: asks its keeper, and whatever the
+/// keeper did not do (it is gone, or does not answer) is reclaimed from
+/// the record. Best effort; returns what failed, for the log.
+pub fn dispose_record(state: &StateDir, registry: &Registry, rec: &Record) -> Vec<String> {
+    let mut failures = Vec::new();
+    if rec.keeper.alive() {
+        match ask(&state.socket_path(&rec.handle), &Request::Dispose, &[]) {
+            Ok(Reply::Disposed) => {
+                // The keeper removed everything; wait for it to go.
+                let deadline = Instant::now() + Duration::from_secs(10);
+                while rec.keeper.alive() && Instant::now() < deadline {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+            }
+            other => failures.push(format!(
+                "the keeper did not dispose ({other:?}); reclaiming"
+            )),
+        }
+    }
+    failures.extend(force_reclaim(state, registry, rec));
+    failures
+}
+
+/// Reclaims `rec` without asking its keeper: kills the keeper if it is
+/// still that process, then removes what the record names.
+pub fn force_reclaim(state: &StateDir, registry: &Registry, rec: &Record) -> Vec<String> {
+    if rec.keeper.alive() {
+        kill(&rec.keeper);
+    }
+    reclaim(state, registry, rec)
+}
+
+/// Kills `p` if it is still that very process (pidfd pinned, then checked).
+fn kill(p: &ProcessId) {
+    use rustix::process::{pidfd_open, pidfd_send_signal, Pid, PidfdFlags, Signal};
+    let Some(pid) = i32::try_from(p.pid).ok().and_then(Pid::from_raw) else {
+        return;
+    };
+    if let Ok(fd) = pidfd_open(pid, PidfdFlags::empty()) {
+        if p.alive() {
+            let _ = pidfd_send_signal(&fd, Signal::KILL);
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while p.alive() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Removes what a record names: the residue its sandbox reported, by its
+/// backend's registration (a local sandbox's cgroups, killing their
+/// processes, and the directories cordon made), then the state entries.
+pub fn reclaim(state: &StateDir, registry: &Registry, rec: &Record) -> Vec<String> {
+    let mut failures = match registry.get(&rec.backend) {
+        Some(r) => (r.reclaim)(&rec.residue),
+        None if rec.residue.is_null() => Vec::new(),
+        None => vec![format!(
+            "backend `{}` is not registered in this binary, so what its sandbox left ({}) is not reclaimed; run the binary that made it",
+            rec.backend, rec.residue
+        )],
+    };
+    if let Err(e) = state.remove(&rec.handle) {
+        failures.push(e.to_string());
+    }
+    failures
+}
+
+/// Starts a keeper for `launch` with `keeper` (the `cordon` binary and its
+/// hidden argument) and waits until it serves, or says why it did not.
+pub fn spawn(keeper: &SelfCommand, launch: &Launch, state: &StateDir) -> Result<Record, String> {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(state.log_path(&launch.handle))
+        .map_err(|e| format!("keeper log: {e}"))?;
+    let mut child = Command::new(&keeper.path)
+        .args(&keeper.args)
+        .env_clear()
+        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+        .envs(std::env::var_os("CORDON_IMAGE_STORE").map(|v| ("CORDON_IMAGE_STORE", v)))
+        .envs(std::env::var_os("CORDON_LOG").map(|v| ("CORDON_LOG", v)))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::from(log))
+        .spawn()
+        .map_err(|e| format!("starting the keeper `{}`: {e}", keeper.path.display()))?;
+    let json = serde_json::to_vec(launch).map_err(|e| e.to_string())?;
+    if let Some(mut stdin) = child.stdin.take() {
+        stdin
+            .write_all(&json)
+            .map_err(|e| format!("briefing the keeper: {e}"))?;
+    }
+    let out = child.stdout.take();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        if let Some(out) = out {
+            let _ = BufReader::new(out).read_line(&mut line);
+        }
+        let _ = tx.send(line);
+    });
+    let line = rx.recv_timeout(Duration::from_secs(60)).unwrap_or_default();
+    // The first keeper only starts the detached one; reap it.
+    let _ = child.wait();
+    let log_tail = || {
+        let text = std::fs::read_to_string(state.log_path(&launch.handle)).unwrap_or_default();
+        text.lines()
+            .rev()
+            .take(8)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    match line.trim() {
+        "ready" => state
+            .read(&launch.handle)
+            .map_err(|e| e.to_string())?
+            .ok_or_else(|| "the keeper said ready but wrote no record".to_string()),
+        "" => Err(format!(
+            "the keeper did not start the sandbox:\n{}",
+            log_tail()
+        )),
+        other => Err(other.trim_start_matches("failed: ").to_string()),
+    }
+}
+
+/// How kept sandboxes are set up.
+#[derive(Clone)]
+pub struct KeptConfig {
+    pub state: StateDir,
+    /// This binary with [`KEEPER_ARG`]: it must run [`keeper_main`] with
+    /// a registry holding the backend.
+    pub keeper: SelfCommand,
+    /// The policy file the config's policy was loaded from (`None`:
+    /// `cordon:default`); the keeper loads it again and checks the digest.
+    pub policy_file: Option<PathBuf>,
+    pub idle_timeout: Duration,
+    pub max_age: Duration,
+    /// This owner's name for itself, recorded with each sandbox.
+    pub owner: String,
+}
+
+/// What a restarted owner does with the sandboxes it made before.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OnRestart {
+    /// Keep the live ones (each is attached again by its key on the next
+    /// acquire); reclaim those whose keeper is gone or that expired.
+    Adopt,
+    /// Dispose of every one of them.
+    Reclaim,
+}
+
+/// Any registered backend with sandboxes that outlive this process: each
+/// is held by a keeper and recorded in the state directory.
+pub struct KeptBackend {
+    registration: BackendRegistration,
+    registry: Registry,
+    setup: BackendSetup,
+    inner: Arc<dyn cordon_sandbox::Backend>,
+    policy: Arc<Policy>,
+    kept: KeptConfig,
+}
+
+fn failed(operation: &'static str, reason: impl Into<String>) -> cordon_sandbox::BackendError {
+    cordon_sandbox::BackendError::Failed {
+        operation,
+        reason: reason.into(),
+    }
+}
+
+fn key_record(key: &cordon_sandbox::SandboxKey) -> KeyRecord {
+    KeyRecord {
+        scope: key.scope().to_string(),
+        thread: key.thread_id().to_string(),
+        agent_dir: key.agent_dir().to_string(),
+    }
+}
+
+const LOCK_WAIT: Duration = Duration::from_secs(120);
+
+impl KeptBackend {
+    /// The backend `name` of `registry`, built with `setup` and `policy`,
+    /// kept. The keepers rebuild it from the same registration.
+    pub fn new(
+        registry: &Registry,
+        name: &str,
+        setup: BackendSetup,
+        policy: Arc<Policy>,
+        kept: KeptConfig,
+    ) -> Result<KeptBackend, String> {
+        let registration = registry.require(name)?.clone();
+        let inner = registration.build(&setup, policy.clone())?;
+        Ok(KeptBackend {
+            registration,
+            registry: registry.clone(),
+            setup,
+            inner,
+            policy,
+            kept,
+        })
+    }
+
+    pub fn state(&self) -> &StateDir {
+        &self.kept.state
+    }
+
+    /// Run once when an owner starts: finds the sandboxes recorded under
+    /// this owner's name and adopts or reclaims them per `policy`. Returns
+    /// (kept, disposed). Failures are logged, never fatal.
+    pub fn recover(&self, policy: OnRestart) -> (usize, usize) {
+        let state = &self.kept.state;
+        let Ok((records, _)) = state.list() else {
+            return (0, 0);
+        };
+        let now = state::now();
+        let (mut kept, mut gone) = (0, 0);
+        for rec in records.into_iter().filter(|r| r.owner == self.kept.owner) {
+            let live = !rec.orphaned_or_expired(now) && ping(state, &rec);
+            if live && policy == OnRestart::Adopt {
+                kept += 1;
+                continue;
+            }
+            let Ok(_lock) = state.lock(&rec.key, LOCK_WAIT) else {
+                tracing::warn!(handle = %rec.handle, "recover: the key is locked; skipped");
+                continue;
+            };
+            for f in dispose_record(state, &self.registry, &rec) {
+                tracing::warn!(handle = %rec.handle, "recover: {f}");
+            }
+            gone += 1;
+        }
+        (kept, gone)
+    }
+
+    /// Disposes of every sandbox whose keeper is gone or that is past its
+    /// maximum age. Returns how many, and what failed (logged, never fatal).
+    pub fn gc(state: &StateDir, registry: &Registry) -> (usize, Vec<String>) {
+        let (records, bad) = match state.list() {
+            Ok(l) => l,
+            Err(e) => return (0, vec![e.to_string()]),
+        };
+        let mut failures: Vec<String> = bad
+            .iter()
+            .map(|p| format!("unreadable record `{}` left alone", p.display()))
+            .collect();
+        let now = state::now();
+        let mut n = 0;
+        for rec in records {
+            if !rec.orphaned_or_expired(now) {
+                continue;
+            }
+            let Ok(lock) = state.lock(&rec.key, Duration::from_secs(5)) else {
+                failures.push(format!(
+                    "`{}` is locked by another owner; skipped",
+                    rec.handle
+                ));
+                continue;
+            };
+            failures.extend(dispose_record(state, registry, &rec));
+            lock.unlock_and_remove();
+            n += 1;
+        }
+        (n, failures)
+    }
+
+    /// Reclaims what no record names, by every registration's sweep (the
+    /// local rungs: cgroups of sandboxes whose owner was killed before it
+    /// could dispose, found by name below this process's own cgroup).
+    /// Returns the names reclaimed, and what failed.
+    pub fn gc_unrecorded(registry: &Registry) -> (Vec<String>, Vec<String>) {
+        let (mut done, mut failures) = (Vec::new(), Vec::new());
+        for r in registry.iter() {
+            let (d, f) = (r.sweep)();
+            done.extend(d);
+            failures.extend(f);
+        }
+        (done, failures)
+    }
+}
+
+impl cordon_sandbox::Backend for KeptBackend {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    fn isolation(&self) -> Result<cordon_sandbox::Isolation, cordon_sandbox::IsolationError> {
+        self.inner.isolation()
+    }
+    fn egress(&self) -> cordon_sandbox::Egress {
+        self.inner.egress()
+    }
+    fn capabilities(&self) -> cordon_sandbox::CapabilitySet {
+        self.inner.capabilities()
+    }
+    fn materialises(&self, image: &str) -> Result<(), String> {
+        self.inner.materialises(image)
+    }
+
+    fn acquire(
+        &self,
+        req: &AcquireRequest,
+    ) -> Result<Arc<dyn Sandbox>, cordon_sandbox::BackendError> {
+        if req.provenance.policy_digest != self.policy.digest {
+            return Err(failed(
+                "acquire",
+                "the router's policy is not the one this backend enforces",
+            ));
+        }
+        self.inner
+            .materialises(req.provenance.spec.image())
+            .map_err(|e| failed("acquire", e))?;
+        let state = &self.kept.state;
+        let key = key_record(&req.key);
+        let _lock = state
+            .lock(&key, LOCK_WAIT)
+            .map_err(|e| failed("acquire", e.to_string()))?;
+        if let Some(rec) = state
+            .find(&key)
+            .map_err(|e| failed("acquire", e.to_string()))?
+        {
+            let live = !rec.orphaned_or_expired(state::now());
+            if live && ping(state, &rec) {
+                let mut what = Vec::new();
+                if rec.backend != self.inner.name() {
+                    what.push(format!("backend (`{}`)", rec.backend));
+                }
+                let made = &rec.provenance;
+                let differs = made.spec.differences(&req.provenance.spec);
+                if !differs.is_empty() {
+                    what.push(format!("spec ({})", differs.join(", ")));
+                }
+                if made.identity != req.provenance.identity {
+                    what.push(format!(
+                        "identity (`{}/{}`)",
+                        made.identity.namespace, made.identity.name
+                    ));
+                }
+                if made.policy_digest != req.provenance.policy_digest {
+                    what.push("policy (its digest differs)".to_string());
+                }
+                if !what.is_empty() {
+                    return Err(failed(
+                        "acquire",
+                        format!(
+                            "sandbox `{}` exists for this key but was created for another {}; it is not handed back\nhelp: dispose of it first (`cordon sandbox down {}`)",
+                            rec.handle,
+                            what.join(", "),
+                            rec.handle
+                        ),
+                    ));
+                }
+                return KeptSandbox::new(state.clone(), rec)
+                    .map(|s| Arc::new(s) as Arc<dyn Sandbox>)
+                    .map_err(|e| failed("acquire", e.to_string()));
+            }
+            // A live keeper that did not answer a ping is not asked again.
+            let failures = if live {
+                force_reclaim(state, &self.registry, &rec)
+            } else {
+                dispose_record(state, &self.registry, &rec)
+            };
+            for f in failures {
+                tracing::warn!(handle = %rec.handle, "reclaiming a sandbox: {f}");
+            }
+        }
+        static SEQ: AtomicU64 = AtomicU64::new(0);
+        let stamp = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        let handle = format!(
+            "{}-{}-{:x}{:x}",
+            self.inner.name(),
+            &key.id()[..12],
+            std::process::id() % 0x10000,
+            (stamp ^ SEQ.fetch_add(1, Ordering::Relaxed) as u32) % 0x10000
+        );
+        let launch = Launch {
+            version: cordon_sandbox::wire::WIRE_VERSION,
+            state_dir: state.path().to_path_buf(),
+            handle,
+            key,
+            owner: self.kept.owner.clone(),
+            backend: self.registration.name().to_string(),
+            setup: self.setup.clone(),
+            policy_file: self.kept.policy_file.clone(),
+            provenance: req.provenance.clone(),
+            limits: req.limits,
+            idle_timeout: self.kept.idle_timeout.as_secs().max(1),
+            max_age: self.kept.max_age.as_secs().max(1),
+        };
+        let rec = spawn(&self.kept.keeper, &launch, state).map_err(|e| {
+            let _ = state.remove(&launch.handle);
+            failed("acquire", e)
+        })?;
+        KeptSandbox::new(state.clone(), rec)
+            .map(|s| Arc::new(s) as Arc<dyn Sandbox>)
+            .map_err(|e| failed("acquire", e.to_string()))
+    }
+
+    fn dispose(
+        &self,
+        key: &cordon_sandbox::SandboxKey,
+    ) -> Result<bool, cordon_sandbox::BackendError> {
+        let state = &self.kept.state;
+        let key = key_record(key);
+        let lock = state
+            .lock(&key, LOCK_WAIT)
+            .map_err(|e| failed("dispose", e.to_string()))?;
+        match state
+            .find(&key)
+            .map_err(|e| failed("dispose", e.to_string()))?
+        {
+            Some(rec) => {
+                for f in dispose_record(state, &self.registry, &rec) {
+                    tracing::warn!(handle = %rec.handle, "dispose: {f}");
+                }
+                lock.unlock_and_remove();
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    fn dispose_scope(
+        &self,
+        scope: &str,
+        thread_id: &str,
+    ) -> Result<usize, cordon_sandbox::BackendError> {
+        dispose_scope(
+            &self.kept.state,
+            &self.registry,
+            Some(self.inner.name()),
+            scope,
+            thread_id,
+        )
+        .map_err(|e| failed("dispose_scope", e))
+    }
+}
+
+/// Disposes of every recorded sandbox of `scope`/`thread_id` (of one
+/// backend, or of all): found from the state directory, so any process
+/// reclaims what another created. Failures are logged, never fatal.
+pub fn dispose_scope(
+    state: &StateDir,
+    registry: &Registry,
+    backend: Option<&str>,
+    scope: &str,
+    thread_id: &str,
+) -> Result<usize, String> {
+    let (records, _) = state.list().map_err(|e| e.to_string())?;
+    let mut n = 0;
+    for rec in records {
+        if rec.key.scope != scope || rec.key.thread != thread_id {
+            continue;
+        }
+        if backend.is_some_and(|b| b != rec.backend) {
+            continue;
+        }
+        let Ok(lock) = state.lock(&rec.key, LOCK_WAIT) else {
+            tracing::warn!(handle = %rec.handle, "dispose_scope: the key is locked; skipped");
+            continue;
+        };
+        for f in dispose_record(state, registry, &rec) {
+            tracing::warn!(handle = %rec.handle, "dispose_scope: {f}");
+        }
+        lock.unlock_and_remove();
+        n += 1;
+    }
+    Ok(n)
+}

@@ -1,0 +1,323 @@
+//! The keeper process: builds one sandbox of any registered backend from
+//! its brief and serves it on a socket until it is disposed, idle too long
+//! or too old.
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use cordon_linux::fdpass;
+use cordon_policy::Policy;
+use cordon_sandbox::{
+    AcquireRequest, Attach, Backend, CallerContext, ExecEvent, ExecRequest, Killer, Registry,
+    Sandbox, Stream,
+};
+
+use super::wire::{status_to_wire, Launch, Reply, Request};
+use crate::state::{self, ProcessId, Record, StateDir};
+
+/// The keeper's entry point (the binary's hidden [`super::KEEPER_ARG`]
+/// subcommand); never returns. `registry` is the binary's own: a keeper
+/// serves whatever backend its brief names, if the binary registered it.
+/// The first invocation starts a detached copy of itself and exits, so the
+/// acquirer is never left with a long-lived child.
+pub fn keeper_main(registry: &Registry) -> ! {
+    let detached = std::env::args().any(|a| a == "--detached");
+    if !detached {
+        let exe = std::fs::read_link("/proc/self/exe")
+            .unwrap_or_else(|_| PathBuf::from("/proc/self/exe"));
+        let args: Vec<String> = std::env::args().skip(1).collect();
+        let spawned = Command::new(exe)
+            .args(&args)
+            .arg("--detached")
+            .stdin(Stdio::inherit())
+            .stdout(Stdio::inherit())
+            .stderr(Stdio::inherit())
+            .spawn();
+        std::process::exit(if spawned.is_ok() { 0 } else { 1 });
+    }
+    let _ = rustix::process::setsid();
+    let mut input = Vec::new();
+    let _ = std::io::stdin().read_to_end(&mut input);
+    let result = serde_json::from_slice::<Launch>(&input)
+        .map_err(|e| format!("the keeper's brief: {e}"))
+        .and_then(|l| serve(registry, l));
+    match result {
+        Ok(()) => std::process::exit(0),
+        Err(e) => {
+            let line = format!("failed: {}\n", e.replace('\n', " | "));
+            let _ = std::io::stdout().write_all(line.as_bytes());
+            eprintln!("cordon keeper: {e}");
+            std::process::exit(1)
+        }
+    }
+}
+
+fn serve(registry: &Registry, launch: Launch) -> Result<(), String> {
+    if launch.version != cordon_sandbox::wire::WIRE_VERSION {
+        return Err(format!(
+            "the brief is of wire version {}, this keeper reads {}; run the same cordon binary",
+            launch.version,
+            cordon_sandbox::wire::WIRE_VERSION
+        ));
+    }
+    let state = StateDir::open(&launch.state_dir).map_err(|e| e.to_string())?;
+    let policy = match &launch.policy_file {
+        Some(p) => Policy::load_file(p),
+        None => Policy::load_default(),
+    }
+    .map_err(|d| format!("loading the policy: {}", d.render()))?;
+    if policy.digest != launch.provenance.policy_digest {
+        return Err("the policy file changed since it was loaded; run the command again".into());
+    }
+    let backend = registry
+        .require(&launch.backend)?
+        .build(&launch.setup, Arc::new(policy))?;
+    let identity = launch.provenance.identity.clone();
+    let key = launch.key.clone();
+    let caller = CallerContext::new(
+        {
+            let k = key.clone();
+            move || k.scope.clone()
+        },
+        {
+            let k = key.clone();
+            move || k.thread.clone()
+        },
+        move || key.agent_dir.clone(),
+        move || identity.clone(),
+    );
+    let key = caller.resolve().map_err(|e| e.to_string())?.key;
+    let req = AcquireRequest {
+        key: key.clone(),
+        provenance: launch.provenance.clone(),
+        limits: launch.limits,
+    };
+    let sandbox = backend.acquire(&req).map_err(|e| e.to_string())?;
+    let result = serve_sandbox(&launch, &state, &backend, &key, &sandbox);
+    drop(sandbox);
+    let _ = backend.dispose(&key);
+    let _ = state.remove(&launch.handle);
+    result
+}
+
+fn listen(path: &Path) -> Result<OwnedFd, String> {
+    use rustix::net::{
+        bind, listen, socket_with, AddressFamily, SocketAddrUnix, SocketFlags, SocketType,
+    };
+    let _ = std::fs::remove_file(path);
+    let s = socket_with(
+        AddressFamily::UNIX,
+        SocketType::SEQPACKET,
+        SocketFlags::CLOEXEC,
+        None,
+    )
+    .map_err(|e| e.to_string())?;
+    bind(&s, &SocketAddrUnix::new(path).map_err(|e| e.to_string())?)
+        .map_err(|e| format!("binding {}: {e}", path.display()))?;
+    listen(&s, 64).map_err(|e| e.to_string())?;
+    Ok(s)
+}
+
+fn serve_sandbox(
+    launch: &Launch,
+    state: &StateDir,
+    backend: &Arc<dyn Backend>,
+    key: &cordon_sandbox::SandboxKey,
+    sandbox: &Arc<dyn Sandbox>,
+) -> Result<(), String> {
+    let sock_path = state.socket_path(&launch.handle);
+    let listener = listen(&sock_path)?;
+    let record = Record {
+        version: cordon_sandbox::wire::WIRE_VERSION,
+        handle: launch.handle.clone(),
+        key: launch.key.clone(),
+        owner: launch.owner.clone(),
+        backend: launch.backend.clone(),
+        keeper: ProcessId::current(),
+        created: state::now(),
+        idle_timeout: launch.idle_timeout,
+        max_age: launch.max_age,
+        provenance: launch.provenance.clone(),
+        host_work_dir: sandbox.host_work_dir(),
+        residue: sandbox.residue(),
+    };
+    state.write(&record).map_err(|e| e.to_string())?;
+    // Ready: the acquirer reads this line, then our stdout goes quiet.
+    println!("ready");
+    let _ = std::io::stdout().flush();
+    if let Ok(null) = std::fs::OpenOptions::new().write(true).open("/dev/null") {
+        let _ = rustix::stdio::dup2_stdout(&null);
+    }
+    let started = Instant::now();
+    let last = Arc::new(Mutex::new(Instant::now()));
+    let busy = Arc::new(AtomicUsize::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    // A dispose request wakes the loop at once through this pipe.
+    let (wake_r, wake_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
+        .map_err(|e| format!("pipe: {e}"))?;
+    let wake_w = Arc::new(wake_w);
+    let idle = Duration::from_secs(launch.idle_timeout);
+    let max_age = Duration::from_secs(launch.max_age);
+    loop {
+        if stop.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        let idle_for = last.lock().map(|l| l.elapsed()).unwrap_or_default();
+        if started.elapsed() > max_age {
+            tracing::info!(handle = %launch.handle, "maximum age reached; disposing");
+            return Ok(());
+        }
+        if busy.load(Ordering::SeqCst) == 0 && idle_for > idle {
+            tracing::info!(handle = %launch.handle, "idle timeout reached; disposing");
+            return Ok(());
+        }
+        let mut fds = [
+            rustix::event::PollFd::new(&listener, rustix::event::PollFlags::IN),
+            rustix::event::PollFd::new(&wake_r, rustix::event::PollFlags::IN),
+        ];
+        let timeout = rustix::event::Timespec {
+            tv_sec: 0,
+            tv_nsec: 200_000_000,
+        };
+        match rustix::event::poll(&mut fds, Some(&timeout)) {
+            Ok(0) | Err(_) => continue,
+            Ok(_) => {}
+        }
+        if !fds[1].revents().is_empty() {
+            continue; // `stop` is set
+        }
+        let Ok(conn) = rustix::net::accept_with(&listener, rustix::net::SocketFlags::CLOEXEC)
+        else {
+            continue;
+        };
+        *last.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
+        let (sandbox, backend, key) = (sandbox.clone(), backend.clone(), key.clone());
+        let (last, busy, stop, wake) = (last.clone(), busy.clone(), stop.clone(), wake_w.clone());
+        let handle = launch.handle.clone();
+        std::thread::spawn(move || {
+            let Ok(Some((req, fds))) = fdpass::recv::<Request>(&conn) else {
+                return;
+            };
+            let reply = match req {
+                Request::Ping => Reply::Pong { handle },
+                Request::Dispose => {
+                    stop.store(true, Ordering::SeqCst);
+                    let _ = backend.dispose(&key);
+                    Reply::Disposed
+                }
+                Request::Exec {
+                    argv,
+                    env,
+                    timeout_secs,
+                } => {
+                    busy.fetch_add(1, Ordering::SeqCst);
+                    let reply = exec_for_client(&*sandbox, &conn, argv, env, timeout_secs, fds);
+                    busy.fetch_sub(1, Ordering::SeqCst);
+                    *last.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
+                    reply
+                }
+            };
+            let disposed = matches!(reply, Reply::Disposed);
+            let _ = fdpass::send(&conn, &reply, &[]);
+            if disposed {
+                let _ = rustix::io::write(&*wake, b"x");
+            }
+        });
+    }
+}
+
+/// Runs one exec for a client: its stdin copied in from the client's pipe,
+/// its output copied out to the client's pipes (the client holds the caps),
+/// killed when the client hangs up.
+fn exec_for_client(
+    sandbox: &dyn Sandbox,
+    conn: &OwnedFd,
+    argv: Vec<String>,
+    env: BTreeMap<String, String>,
+    timeout_secs: u64,
+    fds: Vec<OwnedFd>,
+) -> Reply {
+    let mut fds = fds.into_iter();
+    let (Some(stdin), Some(stdout), Some(stderr), None) =
+        (fds.next(), fds.next(), fds.next(), fds.next())
+    else {
+        return Reply::Refused(
+            "an exec carries exactly three descriptors: stdin, stdout, stderr".into(),
+        );
+    };
+    let req = ExecRequest {
+        argv,
+        env,
+        stdin: Vec::new(),
+        timeout: Duration::from_secs(timeout_secs),
+        max_output_bytes: u64::MAX,
+    };
+    let mut handle = match sandbox.start_exec(&req, Attach::streamed_stdin()) {
+        Ok(h) => h,
+        Err(e) => return Reply::Refused(e.to_string()),
+    };
+    if let Some(mut input) = handle.take_stdin() {
+        // Ends when the client closes its end (or the exec stops reading).
+        std::thread::spawn(move || {
+            let _ = std::io::copy(&mut std::fs::File::from(stdin), &mut input);
+        });
+    }
+    let killer = handle.killer();
+    let done = AtomicBool::new(false);
+    let (mut out, mut err) = (std::fs::File::from(stdout), std::fs::File::from(stderr));
+    let end = std::thread::scope(|scope| {
+        scope.spawn(|| watch_client(conn, &done, &killer));
+        let end = loop {
+            match handle.next_event() {
+                // A client that stopped reading loses output, not the exec.
+                Some(ExecEvent::Output(Stream::Stdout, b)) => {
+                    let _ = out.write_all(&b);
+                }
+                Some(ExecEvent::Output(Stream::Stderr, b)) => {
+                    let _ = err.write_all(&b);
+                }
+                Some(ExecEvent::Exited(end)) => break end,
+                None => {
+                    break Err(cordon_sandbox::SandboxError::Failed {
+                        operation: "exec",
+                        reason: "the exec's events ended early".into(),
+                    })
+                }
+            }
+        };
+        done.store(true, Ordering::SeqCst);
+        end
+    });
+    drop((out, err));
+    match end {
+        Ok(end) => Reply::Done(status_to_wire(end.status)),
+        Err(e) => Reply::Refused(e.to_string()),
+    }
+}
+
+/// Kills an exec when its client hangs up; returns when `done` is set.
+/// The client sends nothing after its request: the connection turning
+/// readable or hung up means the client is gone (killed, or it killed the
+/// exec), and the exec and everything it started go with it.
+fn watch_client(conn: &OwnedFd, done: &AtomicBool, killer: &Killer) {
+    use rustix::event::{poll, PollFd, PollFlags, Timespec};
+    let tick = Timespec {
+        tv_sec: 0,
+        tv_nsec: 50_000_000,
+    };
+    while !done.load(Ordering::SeqCst) {
+        let mut fds = [PollFd::new(conn, PollFlags::IN | PollFlags::RDHUP)];
+        if let Ok(n) = poll(&mut fds, Some(&tick)) {
+            if n > 0 && !fds[0].revents().is_empty() {
+                killer.kill();
+                return;
+            }
+        }
+    }
+}

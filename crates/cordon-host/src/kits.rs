@@ -1,0 +1,402 @@
+//! The two kits every backend must pass — files-out conformance and
+//! escape — run against any registered backend, through a real sandbox
+//! built as a host builds one: a registration, a setup with a scratch work
+//! dir, the host assembly's router, an acquire. A backend is attacked by
+//! registering it; nothing here names one.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use cordon_kits::conformance::{run_files_out_conformance, PosixGuestSubject, Report};
+use cordon_kits::escape::{
+    bounded_ask, run_escape_cases, run_escape_suite, DeniedProgram, EscapeHost, EscapeSubject,
+};
+use cordon_policy::{Identity, Policy};
+use cordon_sandbox::{
+    BackendRegistration, BackendSetup, CallerContext, Capability, Floor, FloorSource, Registry,
+    SandboxSpec, WorkDirView,
+};
+
+use crate::assembly::{Host, HostSetup};
+
+/// Why a kit could not attack a backend.
+#[derive(Debug, thiserror::Error)]
+pub enum KitError {
+    /// No backend of that name is registered.
+    #[error("{0}")]
+    Unknown(String),
+    /// It cannot be attacked here: not built, not runnable on this machine,
+    /// or its sandbox did not start.
+    #[error("{0}")]
+    Unavailable(String),
+}
+
+/// What a kit run produced.
+pub enum KitRun<R> {
+    /// The report of every case run.
+    Report {
+        backend: String,
+        rung: String,
+        report: R,
+    },
+    /// The backend does not serve what the kit attacks (said why).
+    Skipped(String),
+}
+
+/// A scratch directory, removed when dropped.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(base: &Path, kit: &str) -> Result<Scratch, KitError> {
+        let stamp = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        let root = base.join(format!("cordon-{kit}-{}-{stamp}", std::process::id()));
+        std::fs::create_dir(&root).map_err(|e| {
+            KitError::Unavailable(format!(
+                "cannot make the scratch directory `{}`: {e}; pass `--scratch DIR` with a writable directory",
+                root.display()
+            ))
+        })?;
+        Ok(Scratch(root))
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        if let Err(e) = std::fs::remove_dir_all(&self.0) {
+            tracing::warn!(
+                "could not remove the scratch directory `{}`: {e}",
+                self.0.display()
+            );
+        }
+    }
+}
+
+/// A directory for the sandbox, owned as the backend requires, mode 0700.
+fn owned_dir(p: &Path, owner: Option<u32>) -> std::io::Result<()> {
+    std::fs::create_dir(p)?;
+    if let Some(id) = owner {
+        std::os::unix::fs::chown(p, Some(id), Some(id))?;
+    }
+    std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o700))
+}
+
+/// The kit's caller: scope = the kit, an attested identity in the
+/// namespace named after the kit.
+fn caller(kit: &'static str, thread: &'static str) -> CallerContext {
+    CallerContext::new(
+        move || kit.to_string(),
+        move || thread.to_string(),
+        || "kit".to_string(),
+        move || Identity {
+            namespace: kit.into(),
+            attested: true,
+            ..Identity::default()
+        },
+    )
+}
+
+/// The registration `name`, runnable here, or why not.
+fn target<'r>(
+    registry: &'r Registry,
+    name: &str,
+    setup: &BackendSetup,
+) -> Result<&'r BackendRegistration, KitError> {
+    let reg = registry.require(name).map_err(KitError::Unknown)?;
+    if reg.build.is_none() {
+        return Err(KitError::Unavailable(format!(
+            "backend `{name}` is not built in this version of cordon, so no instance of it can be attacked; `cordon doctor` shows what is built"
+        )));
+    }
+    let p = (reg.probe)(setup);
+    if !p.runnable {
+        return Err(KitError::Unavailable(format!(
+            "backend `{name}` cannot run on this machine: {}; `cordon doctor` shows what is missing",
+            p.found.join("; ")
+        )));
+    }
+    Ok(reg)
+}
+
+/// A host over exactly `reg`, floor = its own rung, under `policy_text`,
+/// serving `work`.
+fn host_for(
+    registry: &Registry,
+    reg: &BackendRegistration,
+    setup: &BackendSetup,
+    work: &Path,
+    policy_name: &str,
+    policy_text: &str,
+) -> Result<Host, KitError> {
+    let policy = Policy::load_str(policy_name, policy_text)
+        .map_err(|d| KitError::Unavailable(d.render()))?;
+    let mut backends = setup.clone();
+    backends.work_dir = Some(work.to_path_buf());
+    let hs = HostSetup {
+        floor: Floor {
+            rung: reg.info.isolation,
+            source: FloorSource::Flag,
+        },
+        policy_file: None,
+        only: Some(reg.name().to_string()),
+        backends,
+        keep: None,
+    };
+    Host::assemble_with(&hs, registry, Arc::new(policy))
+        .map_err(|e| KitError::Unavailable(e.to_string()))
+}
+
+/// Where the backend shows `work` to the workload.
+fn guest_work_dir(reg: &BackendRegistration, spec: &SandboxSpec, work: &Path) -> String {
+    match reg.work_dir_view {
+        WorkDirView::SpecPath => spec.work_dir().to_string(),
+        WorkDirView::HostPath => work.display().to_string(),
+    }
+}
+
+/// Runs the files-out conformance kit against backend `name` of
+/// `registry`, built from `setup` (its `work_dir` is replaced by the kit's
+/// scratch work dir under `scratch`, default `/var/tmp`: not under `/tmp`,
+/// which a guest may have of its own).
+pub fn conformance(
+    registry: &Registry,
+    name: &str,
+    setup: &BackendSetup,
+    scratch: Option<PathBuf>,
+) -> Result<KitRun<Report>, KitError> {
+    let reg = registry.require(name).map_err(KitError::Unknown)?;
+    if !reg.info.capabilities.contains(Capability::FilesOut) {
+        return Ok(KitRun::Skipped(format!(
+            "`{name}` does not serve `files_out`, so there is nothing to attack"
+        )));
+    }
+    let reg = target(registry, name, setup)?;
+    let root = Scratch::new(
+        &scratch.unwrap_or_else(|| PathBuf::from("/var/tmp")),
+        "conformance",
+    )?;
+    let (work, outside) = (root.0.join("work"), root.0.join("outside"));
+    owned_dir(&work, reg.work_dir_owner)
+        .and_then(|()| owned_dir(&outside, reg.work_dir_owner))
+        .map_err(|e| {
+            KitError::Unavailable(format!("cannot prepare `{}`: {e}", root.0.display()))
+        })?;
+    let host = host_for(
+        registry,
+        reg,
+        setup,
+        &work,
+        "conformance.yaml",
+        &conformance_policy(&root.0),
+    )?;
+    let spec = SandboxSpec::new("conformance", "host")
+        .map_err(|e| KitError::Unavailable(e.to_string()))?
+        .with_requires([Capability::Exec, Capability::FilesIn, Capability::FilesOut]);
+    let caller = caller("conformance", "main");
+    let sandbox = host
+        .router
+        .acquire(&caller, &spec)
+        .map_err(|e| KitError::Unavailable(e.to_string()))?;
+    let subject = PosixGuestSubject {
+        name: name.to_string(),
+        sandbox,
+        work_dir: guest_work_dir(reg, &spec, &work),
+        outside_dir: outside.display().to_string(),
+        device_nodes: false,
+    };
+    let report = run_files_out_conformance(Arc::new(subject));
+    let _ = host.router.dispose(&caller);
+    Ok(KitRun::Report {
+        backend: name.to_string(),
+        rung: reg.info.isolation.to_string(),
+        report,
+    })
+}
+
+/// Runs the escape kit (every case, or `cases`) against backend `name` of
+/// `registry`, as [`conformance`] does. The `host-environment` case needs
+/// [`cordon_kits::escape::HOST_ENV_MARKER`] in this process's environment
+/// from its start.
+pub fn escape(
+    registry: &Registry,
+    name: &str,
+    setup: &BackendSetup,
+    scratch: Option<PathBuf>,
+    cases: &[String],
+) -> Result<KitRun<Report>, KitError> {
+    let reg = target(registry, name, setup)?;
+    let root = Scratch::new(
+        &scratch.unwrap_or_else(|| PathBuf::from("/var/tmp")),
+        "escape",
+    )?;
+    let work = root.0.join("work");
+    owned_dir(&work, reg.work_dir_owner)
+        .map_err(|e| KitError::Unavailable(format!("cannot prepare `{}`: {e}", work.display())))?;
+    let denied = DeniedProgram::perl();
+    let host = host_for(
+        registry,
+        reg,
+        setup,
+        &work,
+        "escape.yaml",
+        &escape_policy(&root.0, &names_of(&denied.path)),
+    )?;
+    let spec = SandboxSpec::new("escape", "host")
+        .map_err(|e| KitError::Unavailable(e.to_string()))?
+        .with_requires([Capability::Exec]);
+    let bounded_spec = spec
+        .clone()
+        .with_resources(bounded_ask())
+        .map_err(|e| KitError::Unavailable(e.to_string()))?;
+    let (main, small) = (caller("escape", "main"), caller("escape", "bounded"));
+    let acquired = host
+        .router
+        .acquire(&main, &spec)
+        .and_then(|s| host.router.acquire(&small, &bounded_spec).map(|b| (s, b)));
+    let result = match acquired {
+        Err(e) => Err(KitError::Unavailable(e.to_string())),
+        Ok((sandbox, bounded)) => {
+            let subject = EscapeSubject {
+                name: name.to_string(),
+                isolation: reg.info.isolation,
+                sandbox,
+                bounded,
+                work_dir: guest_work_dir(reg, &spec, &work),
+                denied,
+                // The sandbox's own host uid: no uid check can stop the
+                // workload reaching it, only the sandbox.
+                host: EscapeHost::new(reg.workload_uid.unwrap_or(u32::MAX - 1)),
+            };
+            let report = if cases.is_empty() {
+                run_escape_suite(&subject)
+            } else {
+                let names: Vec<&str> = cases.iter().map(String::as_str).collect();
+                run_escape_cases(&subject, &names)
+            };
+            Ok(KitRun::Report {
+                backend: name.to_string(),
+                rung: reg.info.isolation.to_string(),
+                report,
+            })
+        }
+    };
+    let _ = host.router.dispose(&main);
+    let _ = host.router.dispose(&small);
+    result
+}
+
+/// The policy the kit runs under: system directories to run `sh` and
+/// its tools, and the scratch root read-write — the work dir, the
+/// directory outside it where the kit plants what a link must not
+/// reach, and (at the process rung) the sandbox's temporary directory.
+fn conformance_policy(scratch: &Path) -> String {
+    format!(
+        r#"policy:
+  storage:
+    allow:
+      - name: system
+        when: (path.startsWith("/usr/") || path.startsWith("/lib/") || path.startsWith("/lib64/") || path.startsWith("/bin/") || path.startsWith("/sbin/")) && mode != "write"
+      - name: config
+        when: path.startsWith("/etc/") && mode == "read"
+      - name: work
+        when: path.startsWith(work_dir + "/") && mode != "execute"
+      - name: scratch
+        when: path.startsWith("{}/") && mode != "execute"
+      - name: tmp
+        when: path.startsWith("/tmp/") && mode != "execute"
+  compute:
+    allow:
+      - name: programs
+        when: command.startsWith("/usr/")
+"#,
+        scratch.display()
+    )
+}
+
+/// `cordon:default` (what a newcomer's `cordon run` gets), written out
+/// rather than extended (a policy that extends another can only narrow it),
+/// with two changes: a deny of the kit's denied program by every name it
+/// has in `/usr/bin` (`perl` and its hard links such as `perl5.36.0`: a
+/// deny of one name leaves the others runnable) — and the scratch root read-write: it holds only the work dir and, at the
+/// process rung, the sandbox's temporary directory (made beside the work
+/// dir), which the launcher gives the workload read-write anyway.
+fn escape_policy(scratch: &Path, denied: &[String]) -> String {
+    let names: Vec<String> = denied.iter().map(|n| format!("{n:?}")).collect();
+    format!(
+        r#"policy:
+  compute:
+    allow:
+      - name: system-programs
+        when: >-
+          command.startsWith("/usr/") || command.startsWith("/bin/") ||
+          command.startsWith("/sbin/") || command.startsWith("/lib/") ||
+          command.startsWith("/lib64/")
+    deny:
+      - name: no-perl
+        when: command in [{}]
+      - name: no-privilege-tools
+        when: >-
+          command in ["/usr/bin/sudo", "/bin/sudo", "/usr/bin/su", "/bin/su",
+          "/usr/bin/doas", "/usr/bin/pkexec", "/usr/sbin/visudo"]
+    max_memory: 512MiB
+    max_processes: 64
+    max_cpu_seconds: 60
+    max_wall_seconds: 300
+  storage:
+    allow:
+      - name: system-read-execute
+        when: >-
+          (path.startsWith("/usr/") || path.startsWith("/lib/") ||
+          path.startsWith("/lib64/") || path.startsWith("/bin/") ||
+          path.startsWith("/sbin/")) && mode in ["read", "execute"]
+      - name: etc-read
+        when: path.startsWith("/etc/") && mode == "read"
+      - name: work-dir
+        when: path.startsWith(work_dir + "/") && mode in ["read", "write"]
+      - name: scratch
+        when: path.startsWith("{}/") && mode in ["read", "write"]
+      - name: private-tmp
+        when: path.startsWith("/tmp/") && mode in ["read", "write"]
+      - name: devices
+        when: >-
+          path in ["/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom"]
+          && mode in ["read", "write"]
+    deny:
+      - name: host-secrets
+        when: >-
+          path in ["/etc/shadow", "/etc/gshadow", "/etc/sudoers"] ||
+          path.startsWith("/etc/sudoers.d/") || path.startsWith("/etc/ssh/") ||
+          path.startsWith("/etc/ssl/private/")
+  egress:
+    allow: []
+  secret:
+    allow: []
+"#,
+        names.join(", "),
+        scratch.display()
+    )
+}
+
+/// `path` and every hard link to it in its directory.
+fn names_of(path: &str) -> Vec<String> {
+    use std::os::unix::fs::MetadataExt;
+    let p = Path::new(path);
+    let mut names = vec![path.to_string()];
+    let (Ok(meta), Some(dir)) = (std::fs::metadata(p), p.parent()) else {
+        return names;
+    };
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for e in entries.flatten() {
+            let same = e
+                .metadata()
+                .is_ok_and(|m| m.ino() == meta.ino() && m.dev() == meta.dev());
+            let shown = e.path().display().to_string();
+            if same && !names.contains(&shown) {
+                names.push(shown);
+            }
+        }
+    }
+    names
+}

@@ -1,0 +1,477 @@
+//! A backend registered here, in a test — not built into cordon — is
+//! served by doctor's report, the host assembly's router, the keeper (this
+//! test binary is its own keeper) and both kits, with no change to any of
+//! them: a new backend is one registration.
+//!
+//! The backend runs commands on the host in a directory (no isolation at
+//! all) and declares the rung `none`, honestly; its egress declaration
+//! (`closed`) is the test's word only, to pass the router's egress rule —
+//! it is a test double and is never registered anywhere else.
+//!
+//! `harness = false`: the binary is also the keeper its kept sandboxes are
+//! held by, so `main` dispatches the keeper's hidden argument first.
+#![allow(clippy::expect_used, clippy::unwrap_used)] // tests may panic on a broken fixture
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use cordon_host::keeper::{KeptBackend, KeptConfig, KEEPER_ARG};
+use cordon_host::kits::KitRun;
+use cordon_host::state::StateDir;
+use cordon_host::{Host, HostSetup};
+use cordon_policy::{Identity, Policy};
+use cordon_sandbox::catalogue::{BuiltinBackend, DoctorReport, Probe};
+use cordon_sandbox::host_dir::HostWorkDir;
+use cordon_sandbox::{
+    AcquireRequest, Attach, Backend, BackendError, BackendRegistration, BackendSetup,
+    CallerContext, Capability, CapabilitySet, Egress, ExecHandle, ExecRequest, ExitStatus,
+    FileRead, FileStat, Floor, FloorSource, HostWorkDirRecord, Isolation, IsolationError, Killer,
+    Provenance, Registry, Sandbox, SandboxError, SandboxKey, SandboxSpec, SelfCommand, StdinFeed,
+    WorkDirView,
+};
+
+const NAME: &str = "test-hostdir";
+
+struct HostDirBackend {
+    setup: BackendSetup,
+    live: Mutex<HashMap<SandboxKey, Arc<HostDir>>>,
+}
+
+struct HostDir {
+    id: String,
+    dir: PathBuf,
+    fresh: bool,
+    files: HostWorkDir,
+    provenance: Provenance,
+}
+
+fn caps() -> CapabilitySet {
+    [Capability::Exec, Capability::FilesIn, Capability::FilesOut]
+        .into_iter()
+        .collect()
+}
+
+impl Backend for HostDirBackend {
+    fn name(&self) -> &str {
+        NAME
+    }
+    fn isolation(&self) -> Result<Isolation, IsolationError> {
+        Ok(Isolation::None)
+    }
+    fn egress(&self) -> Egress {
+        Egress::Closed
+    }
+    fn capabilities(&self) -> CapabilitySet {
+        caps()
+    }
+    fn acquire(&self, req: &AcquireRequest) -> Result<Arc<dyn Sandbox>, BackendError> {
+        let mut live = self.live.lock().unwrap();
+        if let Some(s) = live.get(&req.key) {
+            return Ok(s.clone());
+        }
+        let failed = |e: String| BackendError::Failed {
+            operation: "acquire",
+            reason: e,
+        };
+        let (dir, fresh) = match &self.setup.work_dir {
+            Some(d) => (d.clone(), false),
+            None => {
+                let d = self.setup.scratch.join(format!(
+                    "test-hostdir-{}-{}",
+                    req.key.id(),
+                    std::process::id()
+                ));
+                std::fs::create_dir(&d).map_err(|e| failed(e.to_string()))?;
+                (d, true)
+            }
+        };
+        let guest = dir.display().to_string();
+        let s = Arc::new(HostDir {
+            id: format!("{NAME}:{guest}"),
+            files: HostWorkDir::new(&dir, &guest).map_err(|e| failed(e.to_string()))?,
+            dir,
+            fresh,
+            provenance: req.provenance.clone(),
+        });
+        live.insert(req.key.clone(), s.clone());
+        Ok(s)
+    }
+    fn dispose(&self, key: &SandboxKey) -> Result<bool, BackendError> {
+        let s = self.live.lock().unwrap().remove(key);
+        if let Some(s) = &s {
+            if s.fresh {
+                let _ = std::fs::remove_dir_all(&s.dir);
+            }
+        }
+        Ok(s.is_some())
+    }
+    fn dispose_scope(&self, scope: &str, thread_id: &str) -> Result<usize, BackendError> {
+        let keys: Vec<SandboxKey> = self
+            .live
+            .lock()
+            .unwrap()
+            .keys()
+            .filter(|k| k.scope() == scope && k.thread_id() == thread_id)
+            .cloned()
+            .collect();
+        for k in &keys {
+            self.dispose(k)?;
+        }
+        Ok(keys.len())
+    }
+}
+
+impl Sandbox for HostDir {
+    fn id(&self) -> &str {
+        &self.id
+    }
+    fn provenance(&self) -> &Provenance {
+        &self.provenance
+    }
+    fn start_exec(&self, req: &ExecRequest, attach: Attach) -> Result<ExecHandle, SandboxError> {
+        let failed = |reason: String| SandboxError::Failed {
+            operation: "exec",
+            reason,
+        };
+        let (program, args) = req
+            .argv
+            .split_first()
+            .ok_or_else(|| failed("the command is empty".into()))?;
+        let mut child = Command::new(program)
+            .args(args)
+            .env_clear()
+            .envs(&req.env)
+            .env("PATH", "/usr/bin:/bin")
+            .current_dir(&self.dir)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| failed(format!("`{program}`: {e}")))?;
+        let stdin = child.stdin.take().unwrap();
+        let stdin = if attach.stdin_stream {
+            StdinFeed::Stream(Box::new(stdin))
+        } else {
+            StdinFeed::Bytes(Box::new(stdin), req.stdin.clone())
+        };
+        let (out, err) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
+        let child = Arc::new(Mutex::new(child));
+        let k = child.clone();
+        let timeout = req.timeout;
+        Ok(ExecHandle::from_pipes(
+            stdin,
+            out,
+            err,
+            req.max_output_bytes,
+            move || {
+                let started = std::time::Instant::now();
+                loop {
+                    let mut c = child.lock().unwrap();
+                    if let Some(s) = c.try_wait().map_err(|e| failed(e.to_string()))? {
+                        use std::os::unix::process::ExitStatusExt;
+                        return Ok(match (s.code(), s.signal()) {
+                            (Some(c), _) => ExitStatus::Code(c),
+                            (_, Some(sig)) => ExitStatus::Signal(sig),
+                            _ => ExitStatus::Code(-1),
+                        });
+                    }
+                    if started.elapsed() > timeout {
+                        let _ = c.kill();
+                    }
+                    drop(c);
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            },
+            Killer::new(move || {
+                let _ = k.lock().unwrap().kill();
+            }),
+        ))
+    }
+    fn write_file(&self, path: &str, contents: &[u8], mode: u32) -> Result<(), SandboxError> {
+        self.files.write_file(path, contents, mode)
+    }
+    fn stat_no_follow(&self, path: &str) -> Result<Option<FileStat>, SandboxError> {
+        self.files.stat_no_follow(path)
+    }
+    fn read_file(&self, path: &str, max_bytes: u64) -> Result<FileRead, SandboxError> {
+        self.files.read_file(path, max_bytes)
+    }
+    fn host_work_dir(&self) -> Option<HostWorkDirRecord> {
+        Some(HostWorkDirRecord {
+            host: self.dir.clone(),
+            guest: self.dir.display().to_string(),
+            owner: None,
+        })
+    }
+    fn residue(&self) -> serde_json::Value {
+        match self.fresh {
+            true => serde_json::json!({ "dir": self.dir }),
+            false => serde_json::Value::Null,
+        }
+    }
+}
+
+fn reclaim(residue: &serde_json::Value) -> Vec<String> {
+    if let Some(d) = residue.get("dir").and_then(|d| d.as_str()) {
+        let _ = std::fs::remove_dir_all(d);
+    }
+    Vec::new()
+}
+
+/// The one registration: all it takes.
+fn registration() -> BackendRegistration {
+    BackendRegistration {
+        info: BuiltinBackend {
+            name: NAME,
+            isolation: Isolation::None,
+            egress: Egress::Closed,
+            capabilities: caps(),
+            summary: "a host directory, no isolation (a test double)",
+        },
+        probe: |_| Probe {
+            runnable: true,
+            reason: None,
+            found: vec!["a host directory".into()],
+        },
+        build: Some(|setup, _policy| {
+            Ok(Arc::new(HostDirBackend {
+                setup: setup.clone(),
+                live: Mutex::new(HashMap::new()),
+            }))
+        }),
+        reclaim,
+        sweep: cordon_sandbox::registry::nothing_to_sweep,
+        work_dir_view: WorkDirView::HostPath,
+        work_dir_owner: None,
+        workload_uid: None,
+    }
+}
+
+fn registry() -> Registry {
+    let mut r = cordon_host::builtin_registry();
+    r.register(registration()).unwrap();
+    r
+}
+
+fn setup(scratch: &Path) -> BackendSetup {
+    BackendSetup {
+        deployment: String::new(),
+        init: None,
+        work_dir: None,
+        scratch: scratch.to_path_buf(),
+    }
+}
+
+fn caller(thread: &'static str) -> CallerContext {
+    CallerContext::new(
+        || "registered".to_string(),
+        move || thread.to_string(),
+        || "agent".to_string(),
+        || Identity {
+            namespace: "local".into(),
+            name: "operator".into(),
+            ..Identity::default()
+        },
+    )
+}
+
+fn floor_none() -> Floor {
+    Floor {
+        rung: Isolation::None,
+        source: FloorSource::Flag,
+    }
+}
+
+fn exec(argv: &[&str]) -> ExecRequest {
+    ExecRequest {
+        argv: argv.iter().map(|a| a.to_string()).collect(),
+        env: Default::default(),
+        stdin: Vec::new(),
+        timeout: Duration::from_secs(10),
+        max_output_bytes: 1 << 20,
+    }
+}
+
+fn doctor_reports_it() {
+    let d = tempfile::tempdir().unwrap();
+    let r = DoctorReport::from_registry(Isolation::None, &registry(), &setup(d.path()));
+    let row = r.rows.iter().find(|r| r.backend.name == NAME).unwrap();
+    assert!(row.can_serve(), "{row:?}");
+    // Under the default floor it is listed, and not admitted.
+    let r = DoctorReport::from_registry(Isolation::Microvm, &registry(), &setup(d.path()));
+    let row = r.rows.iter().find(|r| r.backend.name == NAME).unwrap();
+    assert!(!row.admitted);
+}
+
+fn the_router_serves_it() {
+    let d = tempfile::tempdir().unwrap();
+    let hs = HostSetup {
+        floor: floor_none(),
+        policy_file: None,
+        only: Some(NAME.into()),
+        backends: setup(d.path()),
+        keep: None,
+    };
+    let host = Host::assemble(&hs, &registry()).unwrap();
+    assert_eq!(host.backends, [NAME]);
+    let spec = SandboxSpec::new("run", "host").unwrap();
+    let s = host.router.acquire(&caller("router"), &spec).unwrap();
+    let out = s.exec(&exec(&["/bin/sh", "-c", "echo routed"])).unwrap();
+    assert_eq!(out.stdout, b"routed\n");
+    assert_eq!(host.router.dispose(&caller("router")).unwrap(), 1);
+    // Under the default floor the assembly refuses it, naming why.
+    let hs = HostSetup {
+        floor: Floor {
+            rung: Isolation::Microvm,
+            source: FloorSource::Default,
+        },
+        ..hs
+    };
+    let err = Host::assemble(&hs, &registry()).err().unwrap().to_string();
+    assert!(err.contains("below the floor"), "{err}");
+}
+
+fn the_keeper_keeps_it() {
+    let d = tempfile::tempdir().unwrap();
+    let state = StateDir::open(&d.path().join("state")).unwrap();
+    let policy = Arc::new(Policy::load_default().unwrap());
+    let kept = KeptBackend::new(
+        &registry(),
+        NAME,
+        setup(d.path()),
+        policy.clone(),
+        KeptConfig {
+            state: state.clone(),
+            keeper: SelfCommand {
+                path: std::env::current_exe().unwrap(),
+                args: vec![KEEPER_ARG.into()],
+            },
+            policy_file: None,
+            idle_timeout: Duration::from_secs(60),
+            max_age: Duration::from_secs(600),
+            owner: "registered-test".into(),
+        },
+    )
+    .unwrap();
+    let resolved = caller("kept").resolve().unwrap();
+    let provenance = Provenance {
+        spec: SandboxSpec::new("run", "host").unwrap(),
+        identity: resolved.identity,
+        policy_digest: policy.digest.clone(),
+    };
+    let req = AcquireRequest {
+        key: resolved.key,
+        provenance: provenance.clone(),
+        limits: cordon_sandbox::Limits {
+            memory_bytes: 1 << 28,
+            processes: 64,
+            cpu_seconds: 60,
+            wall_seconds: 60,
+        },
+    };
+    let s = kept.acquire(&req).unwrap();
+    // The keeper holds it: a second acquire finds it through the state
+    // directory, with the provenance it was made with.
+    let again = kept.acquire(&req).unwrap();
+    assert_eq!(again.id(), s.id());
+    assert_eq!(again.provenance(), &provenance);
+    // Streamed stdin, through the keeper, to the backend's own handle.
+    let mut h = s
+        .start_exec(&exec(&["/usr/bin/wc", "-l"]), Attach::streamed_stdin())
+        .unwrap();
+    let mut input = h.take_stdin().unwrap();
+    input.write_all(b"a\nb\nc\n").unwrap();
+    input.close();
+    let out = h.wait().unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "3");
+    // Files in through the recorded host work dir, seen by an exec.
+    let guest = s.host_work_dir().unwrap().guest;
+    s.write_file(&format!("{guest}/note"), b"kept", 0o644)
+        .unwrap();
+    let out = s.exec(&exec(&["/bin/cat", "note"])).unwrap();
+    assert_eq!(out.stdout, b"kept");
+    // A keeper killed without disposing: gc reclaims what its sandbox left
+    // through the registration's `reclaim`, from this test's registry.
+    let (records, _) = state.list().unwrap();
+    let rec = records.into_iter().find(|r| r.backend == NAME).unwrap();
+    let dir = s.host_work_dir().unwrap().host;
+    assert!(dir.exists());
+    let pid = rustix::process::Pid::from_raw(i32::try_from(rec.keeper.pid).unwrap()).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::KILL).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while rec.keeper.alive() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the keeper did not die"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let (n, failures) = KeptBackend::gc(&state, &registry());
+    assert_eq!((n, failures), (1, Vec::<String>::new()));
+    assert!(!dir.exists(), "gc left the dead keeper's work dir");
+}
+
+fn both_kits_attack_it() {
+    let d = tempfile::tempdir().unwrap();
+    let kit =
+        cordon_host::kits::conformance(&registry(), NAME, &setup(d.path()), Some(d.path().into()))
+            .unwrap();
+    match kit {
+        KitRun::Report {
+            backend, report, ..
+        } => {
+            assert_eq!(backend, NAME);
+            assert!(!report.results.is_empty());
+            // A host directory served through the confined primitives is
+            // what the kit's own test subject is: it passes.
+            assert!(report.all_passed(), "{report}");
+        }
+        KitRun::Skipped(why) => panic!("skipped: {why}"),
+    }
+    let kit = cordon_host::kits::escape(
+        &registry(),
+        NAME,
+        &setup(d.path()),
+        Some(d.path().into()),
+        &["exec-denied-binary".into(), "read-host-files".into()],
+    )
+    .unwrap();
+    match kit {
+        KitRun::Report { report, .. } => {
+            assert_eq!(report.results.len(), 2);
+            // No isolation at all: the kit finds the way out.
+            assert!(
+                !report.all_passed(),
+                "an unconfined backend passed: {report}"
+            );
+        }
+        KitRun::Skipped(why) => panic!("skipped: {why}"),
+    }
+}
+
+fn main() {
+    if std::env::args_os().nth(1).as_deref() == Some(std::ffi::OsStr::new(KEEPER_ARG)) {
+        cordon_host::keeper::keeper_main(&registry());
+    }
+    let tests: [(&str, fn()); 4] = [
+        ("doctor_reports_it", doctor_reports_it),
+        ("the_router_serves_it", the_router_serves_it),
+        ("the_keeper_keeps_it", the_keeper_keeps_it),
+        ("both_kits_attack_it", both_kits_attack_it),
+    ];
+    let filter: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
+    for (name, test) in tests {
+        if !filter.is_empty() && !filter.iter().any(|f| name.contains(f.as_str())) {
+            continue;
+        }
+        test();
+        println!("test {name} ... ok");
+    }
+}

@@ -1,0 +1,190 @@
+//! The backend registry: every backend a host can use, each one
+//! registration — its name, what it claims, how to probe this machine for
+//! it, how to build it, and how to clean up after a sandbox of it whose
+//! keeper died. `cordon doctor`, `--backend`, the router's backend list, the
+//! keeper and both kits all read the registry, so a backend is added by
+//! registering it and by nothing else.
+//!
+//! A backend crate exports its registrations (e.g.
+//! `cordon_backend_local::registrations()`); the host assembly puts them in
+//! a [`Registry`] with the not-yet-built ones of
+//! [`crate::catalogue::planned`]. A test registers its own backend the same
+//! way.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use cordon_policy::Policy;
+use serde::{Deserialize, Serialize};
+
+use crate::backend::Backend;
+use crate::catalogue::{BuiltinBackend, Probe};
+use crate::isolation::Isolation;
+
+/// How this binary runs again as something else: the sandbox init, or a
+/// keeper (the program, then its arguments).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SelfCommand {
+    pub path: PathBuf,
+    pub args: Vec<String>,
+}
+
+/// What every backend of one host is built from. Serialisable: a keeper
+/// process rebuilds the very same backend from it (with the policy, which
+/// it loads itself and checks by digest).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BackendSetup {
+    /// The deployment's name (`env.name` in rules).
+    pub deployment: String,
+    /// This binary as a sandbox init, for backends whose init is cordon.
+    pub init: Option<SelfCommand>,
+    /// The operator's work dir (`--work-dir`); `None`: a fresh one per
+    /// sandbox under `scratch`.
+    pub work_dir: Option<PathBuf>,
+    /// Where fresh directories are made.
+    pub scratch: PathBuf,
+}
+
+/// Builds a backend from a setup and the host's policy.
+pub type BuildFn = fn(&BackendSetup, Arc<Policy>) -> Result<Arc<dyn Backend>, String>;
+
+/// Where a backend shows an operator's work dir (`--work-dir`) to the
+/// workload: what the kits need to know to find their files inside.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WorkDirView {
+    /// At the spec's `work_dir` (`/workspace` by default).
+    SpecPath,
+    /// At its own host path.
+    HostPath,
+}
+
+/// One backend, as a host knows it.
+#[derive(Clone)]
+pub struct BackendRegistration {
+    /// Name, rung, egress, capabilities and a one-line summary: what it
+    /// claims. The router still reads the built backend's own declarations
+    /// (once, when it is built), and refuses a backend whose declarations
+    /// are below these.
+    pub info: BuiltinBackend,
+    /// Whether this machine can run it, and what it found.
+    pub probe: fn(&BackendSetup) -> Probe,
+    /// `None`: not built in this version (the probe says so).
+    pub build: Option<BuildFn>,
+    /// Cleans up after a sandbox whose keeper is gone, from the residue the
+    /// sandbox reported ([`crate::Sandbox::residue`]); returns what failed.
+    pub reclaim: fn(&serde_json::Value) -> Vec<String>,
+    /// Reclaims what no record names (a killed owner's leftovers found in
+    /// the system's own state); returns (what was reclaimed, what failed).
+    pub sweep: fn() -> (Vec<String>, Vec<String>),
+    /// Where an operator's work dir shows inside.
+    pub work_dir_view: WorkDirView,
+    /// The uid/gid an operator's work dir must be owned by, when the
+    /// backend requires one (it never chowns the operator's files).
+    pub work_dir_owner: Option<u32>,
+    /// The host uid a sandbox's workload runs as when the operator gave
+    /// the work dir, when it is one (the escape kit checks nothing of that
+    /// uid's is reachable from the host side either).
+    pub workload_uid: Option<u32>,
+}
+
+/// A reclaim for backends that leave nothing outside their keeper.
+pub fn nothing_to_reclaim(_: &serde_json::Value) -> Vec<String> {
+    Vec::new()
+}
+
+/// A sweep for backends that leave nothing unrecorded.
+pub fn nothing_to_sweep() -> (Vec<String>, Vec<String>) {
+    (Vec::new(), Vec::new())
+}
+
+impl BackendRegistration {
+    pub fn name(&self) -> &'static str {
+        self.info.name
+    }
+
+    /// Builds it, or says why it cannot be.
+    pub fn build(
+        &self,
+        setup: &BackendSetup,
+        policy: Arc<Policy>,
+    ) -> Result<Arc<dyn Backend>, String> {
+        match self.build {
+            Some(build) => build(setup, policy),
+            None => Err(format!(
+                "backend `{}` is not built in this version of cordon; `cordon doctor` shows what is built",
+                self.info.name
+            )),
+        }
+    }
+}
+
+impl std::fmt::Debug for BackendRegistration {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BackendRegistration")
+            .field("info", &self.info)
+            .field("built", &self.build.is_some())
+            .finish()
+    }
+}
+
+/// The backends a host knows, strongest rung first (registration order
+/// within a rung): the default preference order.
+#[derive(Clone, Debug, Default)]
+pub struct Registry {
+    entries: Vec<BackendRegistration>,
+}
+
+impl Registry {
+    pub fn new() -> Registry {
+        Registry::default()
+    }
+
+    /// Adds a backend; a second one of the same name is refused.
+    pub fn register(&mut self, r: BackendRegistration) -> Result<(), String> {
+        if self.get(r.info.name).is_some() {
+            return Err(format!("backend `{}` is registered twice", r.info.name));
+        }
+        self.entries.push(r);
+        // Stable: registration order is kept within a rung.
+        self.entries
+            .sort_by_key(|r| std::cmp::Reverse(r.info.isolation));
+        Ok(())
+    }
+
+    pub fn get(&self, name: &str) -> Option<&BackendRegistration> {
+        self.entries.iter().find(|r| r.info.name == name)
+    }
+
+    /// Every registration, strongest rung first.
+    pub fn iter(&self) -> impl Iterator<Item = &BackendRegistration> {
+        self.entries.iter()
+    }
+
+    /// The names, quoted and comma-separated, for messages.
+    pub fn names(&self) -> String {
+        self.entries
+            .iter()
+            .map(|r| format!("`{}`", r.info.name))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    /// The registration `name`, or a refusal listing what is registered.
+    pub fn require(&self, name: &str) -> Result<&BackendRegistration, String> {
+        self.get(name).ok_or_else(|| {
+            format!(
+                "`{name}` is not a backend cordon knows; name one of {} (`cordon doctor` lists them)",
+                self.names()
+            )
+        })
+    }
+
+    /// The registrations at or above `floor`, strongest first.
+    pub fn admitted_by(&self, floor: Isolation) -> impl Iterator<Item = &BackendRegistration> {
+        self.entries
+            .iter()
+            .filter(move |r| r.info.admitted_by(floor))
+    }
+}
