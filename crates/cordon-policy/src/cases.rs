@@ -17,8 +17,9 @@ use crate::decide::{
 use crate::diag::{Diagnostic, Diagnostics, Severity, SourceMap};
 use crate::explain::Explanation;
 use crate::expr::{self, MAX_LIST_LEN};
+use crate::model::{RuleId, MAX_FILE_BYTES};
 use crate::parse::{scalar_start, start_of, yaml_error, Pos};
-use crate::policy::{Policy, RuleId, MAX_FILE_BYTES};
+use crate::policy::Policy;
 use crate::vocab::{self, Surface};
 
 /// What a case expects.
