@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 
 use crate::canon::{self, CanonError};
 use crate::expr::{self, FactSource, NoTrace, Open, Trace, Val};
-use crate::policy::{Bounds, Policy, RuleId, RuleIndex};
+use crate::model::{Bounds, RuleId, RuleIndex};
+use crate::policy::Policy;
 use crate::vocab::{Fact, Surface};
 
 /// The subject of every decision, from the host's authenticated request.

@@ -10,7 +10,8 @@
 
 use crate::decide::{eval_rule, Decision, Outcome, Request, RuleEval, SurfaceFacts, Verdict, View};
 use crate::expr::{self, FactSource, Kind, NoTrace, Node, Open, Val};
-use crate::policy::{Policy, RuleId};
+use crate::model::RuleId;
+use crate::policy::Policy;
 use crate::vocab::Fact;
 
 /// Records every rule outcome the decision path computes, in order.
@@ -371,8 +372,8 @@ impl Explanation {
                 );
                 for id in &d.deciding {
                     let kind = match policy.rule(*id).effect {
-                        crate::policy::Effect::Deny => "deny rule that might match",
-                        crate::policy::Effect::Allow => "allow rule that might match",
+                        crate::model::Effect::Deny => "deny rule that might match",
+                        crate::model::Effect::Allow => "allow rule that might match",
                     };
                     out.push(format!("{kind}: {}", place(policy, *id)));
                     if let Some(open) = self.open_of(*id) {

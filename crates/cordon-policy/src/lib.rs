@@ -1,3 +1,11 @@
+// Module graph (acyclic; each module uses only those below it):
+//   cases -> explain -> decide; load -> plan -> decide -> policy
+//   load -> parse, resolve -> model; policy -> model -> expr -> vocab
+//   canon, diag, vocab use nothing in the crate.
+// The parts of a loaded policy (rules, layers, bounds, limits) live in
+// `model` so that `parse`, `resolve` and `policy` need not import each other;
+// loading (`load`) sits above `plan` because it runs `plan::lint`.
+
 //! cordon's deciding half.
 //!
 //! One vocabulary ([`vocab`]) for every surface — egress, compute, storage,
@@ -18,6 +26,8 @@ pub mod decide;
 pub mod diag;
 pub mod explain;
 pub mod expr;
+mod load;
+mod model;
 mod parse;
 pub mod plan;
 pub mod policy;

@@ -1,6 +1,6 @@
 //! Reading one policy file: YAML with positions, every rule compiled and
 //! checked. Where the file stands among the layers is decided by
-//! [`crate::policy`]; this module only says what the file states.
+//! the loader (`load.rs`); this module only says what the file states.
 
 use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
@@ -10,7 +10,7 @@ use marked_yaml::types::{MarkedMappingNode, MarkedScalarNode, Node};
 use crate::canon;
 use crate::diag::{Diagnostic, SourceMap};
 use crate::expr;
-use crate::policy::{AllowRange, Bound, Effect, Guard, Rule, StatedBound, StatedBounds, MAX_RULES};
+use crate::model::{AllowRange, Bound, Effect, Guard, Rule, StatedBound, StatedBounds, MAX_RULES};
 use crate::vocab::{self, Fact, Surface};
 
 /// What one file says, before it takes its place among the layers.

@@ -22,7 +22,8 @@ use std::collections::BTreeSet;
 
 use crate::decide::{Base, Deployment, Identity};
 use crate::expr::{self, Const, FactSource, Kind, NoTrace, Node, Val};
-use crate::policy::{Bounds, Effect, Policy, Rule, RuleId};
+use crate::model::{Bounds, Effect, Rule, RuleId};
+use crate::policy::Policy;
 use crate::vocab::{Fact, Surface};
 
 /// Access rights over a path.
@@ -258,7 +259,7 @@ impl Policy {
                     }
                     continue;
                 };
-                let ids = |idx: &crate::policy::RuleIndex| -> Vec<RuleId> {
+                let ids = |idx: &crate::model::RuleIndex| -> Vec<RuleId> {
                     let mut v: Vec<RuleId> = idx
                         .always
                         .iter()

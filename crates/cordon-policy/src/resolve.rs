@@ -8,7 +8,7 @@ use std::io::Read as _;
 use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 
-use crate::policy::MAX_FILE_BYTES;
+use crate::model::MAX_FILE_BYTES;
 
 /// One file's text, how it is shown, and the key cycles are detected by.
 #[derive(Debug, Clone)]

@@ -9,9 +9,10 @@
 use std::fmt;
 
 use crate::backend::{FileKind, Sandbox, SandboxError};
+use crate::calldir::CallDir;
 use crate::confined::kind_name;
 use crate::outputs::{
-    names_collide, shown_name, validate_artifact_name, ArtifactNameError, CallDir, Collision,
+    names_collide, shown_name, validate_artifact_name, ArtifactNameError, Collision,
     DeclaredOutput, Disposition,
 };
 use crate::sink::{Artifact, LandedArtifact, OutputSink, SinkError};

@@ -20,10 +20,11 @@
 use serde_json::Value;
 
 use crate::backend::{ExecOutput, ExecRequest, Sandbox, SandboxError};
+use crate::calldir::CallDir;
 use crate::capability::Capability;
 use crate::collect::{CollectError, Collected, Collection};
 use crate::limits::TransferLimits;
-use crate::outputs::{CallDir, DeclaredOutput, OutputError};
+use crate::outputs::{DeclaredOutput, OutputError};
 use crate::sink::{Artifact, LandedArtifact, OutputSink, SinkError};
 use crate::spec::{SandboxSpec, SpecError};
 

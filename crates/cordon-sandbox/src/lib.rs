@@ -45,6 +45,7 @@
 //! async runtime calls them from its blocking pool.
 
 pub mod backend;
+pub mod calldir;
 pub mod capability;
 pub mod catalogue;
 pub mod collect;
@@ -73,6 +74,7 @@ pub use backend::{
     AcquireRequest, Backend, BackendError, DirEntry, ExecOutput, ExecRequest, ExitStatus, FileKind,
     FileRead, FileStat, HostWorkDirRecord, Limits, Provenance, Sandbox, SandboxError, Stream,
 };
+pub use calldir::CallDir;
 pub use capability::{Capability, CapabilitySet};
 pub use collect::{
     collect_outputs, collect_outputs_named, Cap, CollectError, Collected, Collection,
@@ -85,8 +87,7 @@ pub use isolation::{Isolation, IsolationError};
 pub use key::{Caller, CallerContext, KeyError, SandboxKey};
 pub use limits::TransferLimits;
 pub use outputs::{
-    validate_artifact_name, ArtifactNameError, CallDir, Collision, DeclaredOutput, Disposition,
-    OutputError,
+    validate_artifact_name, ArtifactNameError, Collision, DeclaredOutput, Disposition, OutputError,
 };
 pub use registry::{BackendRegistration, BackendSetup, Registry, SelfCommand, WorkDirView};
 pub use router::{Refusal, Router, RouterBuilder, RouterError, Scoped, Warning};

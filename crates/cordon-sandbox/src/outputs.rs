@@ -19,7 +19,7 @@
 //!    backend cannot report and every cap of [`TransferLimits`](crate::TransferLimits) are refused
 //!    here. `consume` outputs count against every cap.
 //! 3. **Read.** Each present output is read through
-//!    [`Sandbox::read_file`], bounded to the per-file cap (or what is left
+//!    [`Sandbox::read_file`](crate::Sandbox::read_file), bounded to the per-file cap (or what is left
 //!    of the total) plus one byte, and the caps are checked again on what
 //!    was read: the stat of phase 2 is never trusted for the bytes.
 //! 4. **Deliver.** Only now does anything reach the sink, in declaration
@@ -31,18 +31,16 @@
 //!
 //! A warm sandbox serves many rounds, so a file an earlier round left must
 //! never come back as this round's. A kind whose sandbox is reused has each
-//! round write into a fresh directory ([`CallDir`]) and collects from there
+//! round write into a fresh directory ([`CallDir`](crate::CallDir)) and collects from there
 //! ([`Collection::in_call_dir`](crate::Collection::in_call_dir)): the declared paths are read beneath the
 //! call directory, and the landing names drop it. Create the directory
 //! with a plain `mkdir` (not `mkdir -p`) at the start of the round, so a
 //! directory that already exists fails the round instead of serving stale
-//! files ([`CallDir::create`]).
+//! files ([`CallDir::create`](crate::CallDir::create)).
 
 use std::fmt;
 
 use unicode_normalization::UnicodeNormalization;
-
-use crate::backend::{Sandbox, SandboxError};
 
 /// Where a collected output goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -342,80 +340,6 @@ pub fn names_collide(a: &str, b: &str) -> Option<Collision> {
         return Some(Collision::Parent);
     }
     None
-}
-
-/// A fresh per-call output directory, relative to `work_dir`.
-///
-/// The kind names it (from its own call id); the round writes into it; the
-/// collection reads beneath it, and landing names drop it.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct CallDir(String);
-
-impl CallDir {
-    /// `.cordon/calls/<call_id>`; the id is one name segment of
-    /// `a-z A-Z 0-9 - _ .`, at most 64 bytes.
-    pub fn new(call_id: &str) -> Result<CallDir, OutputError> {
-        let bad = |reason: &str| OutputError::CallId {
-            id: call_id.to_string(),
-            reason: reason.to_string(),
-        };
-        if call_id.is_empty() || call_id.len() > 64 || call_id.starts_with('.') {
-            return Err(bad(
-                "a call id is 1 to 64 bytes and does not start with `.`",
-            ));
-        }
-        if !call_id
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
-        {
-            return Err(bad("a call id holds only `a-z A-Z 0-9 - _ .`"));
-        }
-        Ok(CallDir(format!(".cordon/calls/{call_id}")))
-    }
-
-    /// Relative to `work_dir`.
-    pub fn path(&self) -> &str {
-        &self.0
-    }
-
-    /// The guest path of this directory under `work_dir`.
-    pub fn guest_path(&self, work_dir: &str) -> String {
-        format!("{}/{}", work_dir.trim_end_matches('/'), self.0)
-    }
-
-    /// Creates the directory in the sandbox with `mkdir -p` for its parent
-    /// and a plain `mkdir` for itself, so a directory left by an earlier
-    /// round fails this one rather than serving stale files.
-    pub fn create(&self, sandbox: &dyn Sandbox, work_dir: &str) -> Result<(), SandboxError> {
-        let dir = self.guest_path(work_dir);
-        let parent = dir.rsplit_once('/').map_or("/", |(p, _)| p).to_string();
-        let req = crate::backend::ExecRequest {
-            argv: vec![
-                "sh".into(),
-                "-c".into(),
-                "mkdir -p -- \"$1\" && mkdir -- \"$2\"".into(),
-                "sh".into(),
-                parent,
-                dir.clone(),
-            ],
-            env: plain_env(),
-            stdin: Vec::new(),
-            timeout: std::time::Duration::from_secs(30),
-            max_output_bytes: 4096,
-        };
-        let out = sandbox.exec(&req)?;
-        if out.status != crate::backend::ExitStatus::Code(0) {
-            return Err(SandboxError::Failed {
-                operation: "create the call directory",
-                reason: format!(
-                    "`mkdir {dir}` ended with {}: {}; a call directory must not exist before its round (use a new call id)",
-                    out.status,
-                    String::from_utf8_lossy(&out.stderr).trim()
-                ),
-            });
-        }
-        Ok(())
-    }
 }
 
 /// The environment cordon's own guest commands (`mkdir`, the kits'

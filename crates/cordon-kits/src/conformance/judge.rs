@@ -16,7 +16,7 @@ pub struct Observation {
     pub sandbox_calls: usize,
     /// Reads that returned more than their bound plus one byte.
     pub overruns: Vec<String>,
-    /// Whether [`SECRET`] came back from any read or delivery.
+    /// Whether [`SECRET`](super::SECRET) came back from any read or delivery.
     pub secret_seen: bool,
 }
 

@@ -1,0 +1,463 @@
+//! Facts written by hand, built into a [`Request`] exactly as the
+//! enforcing layer builds one ([`FactsBuilder`]).
+
+use std::collections::BTreeMap;
+
+use crate::canon;
+use crate::decide::{
+    ComputeFacts, Deployment, EgressFacts, Identity, Mode, Request, SecretFacts, StorageFacts,
+    SurfaceFacts,
+};
+use crate::expr::{self, MAX_LIST_LEN};
+use crate::vocab::{self, Surface};
+
+/// A refusal of one fact: what is wrong and what to write instead.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FactError {
+    /// The field it is about (`url`, `identity.attested`, ...), when one.
+    pub field: Option<String>,
+    pub message: String,
+    pub help: Option<String>,
+}
+
+impl FactError {
+    fn new(field: &str, message: impl Into<String>, help: impl Into<String>) -> FactError {
+        FactError {
+            field: Some(field.to_string()),
+            message: message.into(),
+            help: Some(help.into()),
+        }
+    }
+}
+
+impl std::fmt::Display for FactError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)?;
+        if let Some(h) = &self.help {
+            write!(f, "\n  help: {h}")?;
+        }
+        Ok(())
+    }
+}
+
+/// The fields each surface's facts take, as a case or the command line
+/// spells them.
+pub fn surface_fields(s: Surface) -> &'static [&'static str] {
+    match s {
+        Surface::Egress => &["url", "scheme", "host", "port", "method", "path", "ip"],
+        Surface::Compute => &[
+            "command",
+            "command_target",
+            "args",
+            "cpu",
+            "memory",
+            "work_dir",
+        ],
+        Surface::Storage => &["path", "mode", "bytes", "work_dir"],
+        Surface::Secret => &["secret"],
+    }
+}
+
+/// The fields of `identity` a case may state.
+pub const IDENTITY_KEYS: &[&str] = &["namespace", "name", "attested", "labels"];
+
+/// Builds one request from hand-written facts. Both the test-file loader and
+/// the command line feed it, so both type and canonicalise facts the same way.
+#[derive(Debug, Clone)]
+pub struct FactsBuilder {
+    surface: Surface,
+    identity: Identity,
+    env: Deployment,
+    now: Option<i64>,
+    fields: BTreeMap<&'static str, String>,
+    args: Option<Vec<String>>,
+}
+
+impl FactsBuilder {
+    pub fn new(surface: Surface) -> FactsBuilder {
+        FactsBuilder {
+            surface,
+            identity: Identity::default(),
+            env: Deployment::default(),
+            now: None,
+            fields: BTreeMap::new(),
+            args: None,
+        }
+    }
+
+    pub fn surface(&self) -> Surface {
+        self.surface
+    }
+
+    /// Sets an identity field: `namespace`, `name`, `attested` (`true` or
+    /// `false`) or `labels.KEY`.
+    pub fn identity(&mut self, key: &str, value: &str) -> Result<(), FactError> {
+        let field = format!("identity.{key}");
+        match key {
+            "namespace" => self.identity.namespace = value.to_string(),
+            "name" => self.identity.name = value.to_string(),
+            "attested" => {
+                self.identity.attested = match value {
+                    "true" => true,
+                    "false" => false,
+                    _ => {
+                        return Err(FactError::new(
+                            &field,
+                            format!("`identity.attested` is a bool, not `{value}`"),
+                            "write `true` or `false`",
+                        ))
+                    }
+                }
+            }
+            k => match k.strip_prefix("labels.") {
+                Some(label) if !label.is_empty() => {
+                    self.identity
+                        .labels
+                        .insert(label.to_string(), value.to_string());
+                }
+                _ => {
+                    let help = match vocab::did_you_mean(k, IDENTITY_KEYS.iter().copied()) {
+                        Some(s) => format!("did you mean `{s}`?"),
+                        None => "identity takes `namespace`, `name`, `attested` and `labels.KEY`"
+                            .to_string(),
+                    };
+                    return Err(FactError::new(
+                        &field,
+                        format!("unknown identity field `{k}`"),
+                        help,
+                    ));
+                }
+            },
+        }
+        Ok(())
+    }
+
+    /// Sets an `env` field (`name`).
+    pub fn env(&mut self, key: &str, value: &str) -> Result<(), FactError> {
+        match key {
+            "name" => {
+                self.env.name = value.to_string();
+                Ok(())
+            }
+            k => Err(FactError::new(
+                &format!("env.{k}"),
+                format!("unknown env field `{k}`"),
+                "env takes `name`",
+            )),
+        }
+    }
+
+    /// Sets `now` from an RFC 3339 timestamp.
+    pub fn now(&mut self, value: &str) -> Result<(), FactError> {
+        match expr::parse_timestamp(value) {
+            Some(t) => {
+                self.now = Some(t);
+                Ok(())
+            }
+            None => Err(FactError::new(
+                "now",
+                format!("`{value}` is not a timestamp"),
+                "write RFC 3339, e.g. `2026-12-02T10:00:00Z`",
+            )),
+        }
+    }
+
+    /// Sets one of the surface's fields (see [`surface_fields`]); `args` is
+    /// set with [`FactsBuilder::arg`].
+    pub fn field(&mut self, key: &str, value: &str) -> Result<(), FactError> {
+        let known = surface_fields(self.surface);
+        match known.iter().find(|k| **k == key && **k != "args") {
+            Some(k) => {
+                if self.fields.insert(k, value.to_string()).is_some() {
+                    return Err(FactError::new(
+                        key,
+                        format!("`{key}` is given twice"),
+                        "give each fact once",
+                    ));
+                }
+                Ok(())
+            }
+            None => {
+                let help = match vocab::did_you_mean(key, known.iter().copied()) {
+                    Some(s) => format!("did you mean `{s}`?"),
+                    None => format!(
+                        "a {} case takes {}",
+                        self.surface,
+                        known
+                            .iter()
+                            .map(|k| format!("`{k}`"))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                };
+                Err(FactError::new(
+                    key,
+                    format!("unknown {} fact `{key}`", self.surface),
+                    help,
+                ))
+            }
+        }
+    }
+
+    /// Appends one argument (compute only).
+    pub fn arg(&mut self, value: &str) -> Result<(), FactError> {
+        if self.surface != Surface::Compute {
+            return Err(FactError::new(
+                "args",
+                format!("`args` is a compute fact, not a {} one", self.surface),
+                "remove it",
+            ));
+        }
+        let args = self.args.get_or_insert_with(Vec::new);
+        if args.len() as u64 >= MAX_LIST_LEN {
+            return Err(FactError::new(
+                "args",
+                format!("more than {MAX_LIST_LEN} arguments"),
+                "the enforcing layer refuses a command with more arguments",
+            ));
+        }
+        args.push(value.to_string());
+        Ok(())
+    }
+
+    /// Marks `args` as given (an empty list is a list).
+    pub fn args_given(&mut self) {
+        self.args.get_or_insert_with(Vec::new);
+    }
+
+    /// The request, canonicalised, with the unknowns the enforcing layer has.
+    pub fn build(self) -> Result<Request, FactError> {
+        let f = &self.fields;
+        let get = |k: &str| f.get(k).map(String::as_str);
+        let canon_err = |field: &str, e: canon::CanonError| {
+            FactError::new(
+                field,
+                e.to_string(),
+                "write it as the workload would send it",
+            )
+        };
+        let facts = match self.surface {
+            Surface::Egress => {
+                let raw = get("url").ok_or_else(|| {
+                    FactError::new(
+                        "url",
+                        "an egress case needs `url`",
+                        "add e.g. `url: https://example.com/`",
+                    )
+                })?;
+                let u = canon::url(raw).map_err(|e| canon_err("url", e))?;
+                let scheme = match get("scheme") {
+                    None => u.scheme.clone(),
+                    Some(s @ ("http" | "https")) => s.to_string(),
+                    Some(s) => {
+                        return Err(FactError::new(
+                            "scheme",
+                            format!("`{s}` is not an egress scheme"),
+                            "write `http` or `https`",
+                        ))
+                    }
+                };
+                let host = match get("host") {
+                    Some(h) => canon::host(h).map_err(|e| canon_err("host", e))?,
+                    None => u.host.clone(),
+                };
+                let port = match get("port") {
+                    Some(p) => match p.parse::<u16>() {
+                        Ok(n) if n > 0 => i64::from(n),
+                        _ => {
+                            return Err(FactError::new(
+                                "port",
+                                format!("`{p}` is not a port"),
+                                "write a number from 1 to 65535",
+                            ))
+                        }
+                    },
+                    None => u.port,
+                };
+                let tunnel = scheme == "https";
+                for hidden in ["method", "path"] {
+                    if tunnel && get(hidden).is_some() {
+                        return Err(FactError::new(
+                            hidden,
+                            format!("an https request's `{hidden}` travels inside the TLS tunnel: the egress proxy cannot see it, so a case cannot state it"),
+                            format!("remove `{hidden}` (rules that read it are undetermined for https), or use an http:// URL"),
+                        ));
+                    }
+                }
+                let method = match (tunnel, get("method")) {
+                    (true, _) => None,
+                    (false, None) => Some("GET".to_string()),
+                    (false, Some(m)) => {
+                        if m.is_empty() || !m.bytes().all(|b| b.is_ascii_alphabetic()) {
+                            return Err(FactError::new(
+                                "method",
+                                format!("`{m}` is not an HTTP method"),
+                                "write e.g. `GET` or `POST`",
+                            ));
+                        }
+                        Some(m.to_ascii_uppercase())
+                    }
+                };
+                let path = match (tunnel, get("path")) {
+                    (true, _) => None,
+                    (false, None) => Some(u.path.clone()),
+                    (false, Some(p)) => {
+                        Some(canon::http_path(p).map_err(|e| canon_err("path", e))?)
+                    }
+                };
+                let ip = match get("ip") {
+                    None => None,
+                    Some(raw) => match raw.parse::<std::net::IpAddr>() {
+                        Ok(a) => Some(a.to_string()),
+                        Err(_) => {
+                            return Err(FactError::new(
+                                "ip",
+                                format!("`{raw}` is not an IP address"),
+                                "write e.g. `192.0.2.10`",
+                            ))
+                        }
+                    },
+                };
+                SurfaceFacts::Egress(EgressFacts {
+                    url: Some(u.url),
+                    scheme: Some(scheme),
+                    host: Some(host),
+                    port,
+                    method,
+                    path,
+                    ip,
+                })
+            }
+            Surface::Compute => {
+                let raw = get("command").ok_or_else(|| {
+                    FactError::new(
+                        "command",
+                        "a compute case needs `command`",
+                        "add e.g. `command: /usr/bin/python3`",
+                    )
+                })?;
+                let command = canon::fs_path(raw).map_err(|e| canon_err("command", e))?;
+                let command_target = match get("command_target") {
+                    Some(t) => canon::fs_path(t).map_err(|e| canon_err("command_target", e))?,
+                    None => command.clone(),
+                };
+                let int = |k: &str, v: &str| -> Result<i64, FactError> {
+                    v.parse::<i64>().ok().filter(|n| *n >= 0).ok_or_else(|| {
+                        FactError::new(k, format!("`{v}` is not a whole number"), "write e.g. `60`")
+                    })
+                };
+                let cpu = get("cpu").map(|v| int("cpu", v)).transpose()?;
+                let memory = match get("memory") {
+                    None => None,
+                    Some(v) => {
+                        let n = canon::size(v).map_err(|e| canon_err("memory", e))?;
+                        Some(i64::try_from(n).map_err(|_| {
+                            FactError::new(
+                                "memory",
+                                format!("`{v}` is too large"),
+                                "write a smaller size",
+                            )
+                        })?)
+                    }
+                };
+                SurfaceFacts::Compute(ComputeFacts {
+                    command,
+                    command_target,
+                    // The first command of a sandbox is checked with its
+                    // arguments known; none given is an empty list.
+                    args: Some(self.args.unwrap_or_default()),
+                    cpu,
+                    memory,
+                    work_dir: Some(work_dir(get("work_dir"))?),
+                })
+            }
+            Surface::Storage => {
+                let raw = get("path").ok_or_else(|| {
+                    FactError::new(
+                        "path",
+                        "a storage case needs `path`",
+                        "add e.g. `path: /work/src/main.rs`",
+                    )
+                })?;
+                let path = canon::fs_path(raw).map_err(|e| canon_err("path", e))?;
+                let mode = match get("mode") {
+                    None => {
+                        return Err(FactError::new(
+                            "mode",
+                            "a storage case needs `mode`",
+                            "add `mode: read`, `write` or `execute`",
+                        ))
+                    }
+                    Some(m) => Mode::parse(m).ok_or_else(|| {
+                        FactError::new(
+                            "mode",
+                            format!("`{m}` is not a mode"),
+                            "write `read`, `write` or `execute`",
+                        )
+                    })?,
+                };
+                let bytes = match get("bytes") {
+                    None => None,
+                    Some(v) => Some(
+                        canon::size(v)
+                            .ok()
+                            .and_then(|n| i64::try_from(n).ok())
+                            .ok_or_else(|| {
+                                FactError::new(
+                                    "bytes",
+                                    format!("`{v}` is not a size"),
+                                    "write e.g. `4096` or `1MiB`",
+                                )
+                            })?,
+                    ),
+                };
+                SurfaceFacts::Storage(StorageFacts {
+                    path,
+                    mode,
+                    bytes,
+                    work_dir: Some(work_dir(get("work_dir"))?),
+                })
+            }
+            Surface::Secret => {
+                let raw = get("secret").ok_or_else(|| {
+                    FactError::new(
+                        "secret",
+                        "a secret case needs `secret: {name: ...}`",
+                        "add e.g. `secret: {name: team-a/db-password}`",
+                    )
+                })?;
+                let name = canon::secret_name(raw).map_err(|e| canon_err("secret", e))?;
+                SurfaceFacts::Secret(SecretFacts { name })
+            }
+        };
+        let now = self.now.unwrap_or_else(now_secs);
+        Ok(Request {
+            identity: self.identity,
+            env: self.env,
+            now,
+            facts,
+        })
+    }
+}
+
+/// The work dir a case runs in: as stated, else [`DEFAULT_WORK_DIR`].
+fn work_dir(raw: Option<&str>) -> Result<String, FactError> {
+    canon::fs_path(raw.unwrap_or(DEFAULT_WORK_DIR)).map_err(|e| {
+        FactError::new(
+            "work_dir",
+            e.to_string(),
+            "write the absolute path the workload sees, e.g. `/workspace`",
+        )
+    })
+}
+
+/// The work dir a test case or `explain` assumes when it states none.
+pub const DEFAULT_WORK_DIR: &str = "/workspace";
+
+/// The current time, as the enforcing layer stamps a request.
+fn now_secs() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
+}
