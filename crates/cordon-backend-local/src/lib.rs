@@ -888,6 +888,9 @@ impl LocalSandbox {
     /// One exec: the command checked, the plan held, the output capped,
     /// returned as a handle at once.
     fn start_handle(&self, req: &ExecRequest, attach: Attach) -> Result<ExecHandle, SandboxError> {
+        if let Some(size) = attach.tty {
+            return self.start_on_terminal(req, size);
+        }
         let pipes = ExecPipes::new(attach.stdin_stream || !req.stdin.is_empty())
             .map_err(|e| refused(format!("making pipes: {e}")))?;
         let (stdio, ours) = pipes.split();
@@ -899,6 +902,69 @@ impl LocalSandbox {
             move || started.wait(),
             Killer::new(move || cancel.cancel()),
         ))
+    }
+}
+
+impl LocalSandbox {
+    /// One exec on a pseudo-terminal of the sandbox's own (a devpts
+    /// instance in the exec's mount namespace; the master comes back to us):
+    /// the warm (container) rung only.
+    fn start_on_terminal(
+        &self,
+        req: &ExecRequest,
+        size: cordon_sandbox::TtySize,
+    ) -> Result<ExecHandle, SandboxError> {
+        let Some(w) = &self.warm else {
+            return Err(SandboxError::Unavailable {
+                reason: "a terminal is served only at the container rung, whose execs have a devpts of their own; run without a terminal, or at `--min-isolation container`".into(),
+            });
+        };
+        if req.argv.is_empty() {
+            return Err(refused("the command is empty".into()));
+        }
+        let (spec, _notes) = self.plan_for(req)?;
+        let exec = cordon_linux::WarmExec {
+            argv: spec.argv,
+            env: spec.env,
+            bounds: spec.bounds,
+        };
+        let (running, master) = w
+            .exec_tty(
+                &exec,
+                cordon_linux::TtySize {
+                    rows: size.rows,
+                    cols: size.cols,
+                },
+            )
+            .map_err(|e| refused(format!("the sandbox did not start it: {e}")))?;
+        let started = Started::Warm(running);
+        let cancel = started.canceller();
+        let dup = |fd: &std::os::fd::OwnedFd| {
+            fd.try_clone()
+                .map_err(|e| refused(format!("the terminal's descriptor: {e}")))
+        };
+        let (input, resize) = (dup(&master)?, Arc::new(dup(&master)?));
+        let handle = ExecHandle::from_pipes(
+            StdinFeed::Stream(Box::new(std::fs::File::from(input))),
+            // The master reads EIO once nothing in the sandbox holds the
+            // terminal: the end of its output.
+            std::fs::File::from(master),
+            std::io::empty(),
+            req.max_output_bytes,
+            move || started.wait(),
+            Killer::new(move || cancel.cancel()),
+        );
+        Ok(
+            handle.with_resizer(Arc::new(move |s: cordon_sandbox::TtySize| {
+                cordon_linux::resize_pty(
+                    &*resize,
+                    cordon_linux::TtySize {
+                        rows: s.rows,
+                        cols: s.cols,
+                    },
+                )
+            })),
+        )
     }
 }
 
@@ -1059,6 +1125,22 @@ impl Sandbox for LocalSandbox {
 
     fn read_file(&self, path: &str, max_bytes: u64) -> Result<FileRead, SandboxError> {
         self.files.read_file(path, max_bytes)
+    }
+
+    fn resolve_command(
+        &self,
+        program: &str,
+    ) -> Result<cordon_sandbox::ResolvedCommand, SandboxError> {
+        let c = command::resolve_in(self.image_root.as_deref(), program).map_err(|e| {
+            SandboxError::Refused {
+                reason: e.to_string(),
+                rules: Vec::new(),
+            }
+        })?;
+        Ok(cordon_sandbox::ResolvedCommand {
+            command: c.command,
+            command_target: c.command_target,
+        })
     }
 
     fn host_work_dir(&self) -> Option<cordon_sandbox::HostWorkDirRecord> {

@@ -23,9 +23,9 @@ use cordon_kits::conformance::{
 /// Exit codes: 0 every probe passed (or the backend was skipped by name);
 /// 1 a probe failed; 2 the backend name is unknown; 3 the backend cannot be
 /// run here (not built in this version, or its instance could not start).
-const EXIT_FAILED: u8 = 1;
-const EXIT_USAGE: u8 = 2;
-const EXIT_UNAVAILABLE: u8 = 3;
+use crate::exit::{
+    KIT_UNAVAILABLE as EXIT_UNAVAILABLE, PROBLEMS as EXIT_FAILED, USAGE as EXIT_USAGE,
+};
 
 /// The test subject's name.
 const HOST_DIRECTORY: &str = "host-directory";

@@ -11,8 +11,7 @@ use cordon_sandbox::config::FLOOR_ENV;
 use cordon_sandbox::{resolve_floor, ConfigError, Floor, HostConfig, Isolation};
 
 /// Exit codes: 0 a backend can serve, 1 none can, 2 the configuration is refused.
-const EXIT_NONE_CAN_SERVE: u8 = 1;
-const EXIT_CONFIG: u8 = 2;
+use crate::exit::{PROBLEMS as EXIT_NONE_CAN_SERVE, USAGE as EXIT_CONFIG};
 
 #[derive(clap::Args)]
 pub struct DoctorArgs {

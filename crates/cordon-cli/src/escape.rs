@@ -23,9 +23,9 @@ use cordon_kits::escape::{HOST_ENV_MARKER, HOST_ENV_VALUE};
 
 /// Exit codes: 0 every case passed; 1 a case failed; 2 the backend name is
 /// unknown; 3 the backend cannot be run here.
-const EXIT_FAILED: u8 = 1;
-const EXIT_USAGE: u8 = 2;
-const EXIT_UNAVAILABLE: u8 = 3;
+use crate::exit::{
+    KIT_UNAVAILABLE as EXIT_UNAVAILABLE, PROBLEMS as EXIT_FAILED, USAGE as EXIT_USAGE,
+};
 
 #[derive(clap::Args)]
 pub struct EscapeArgs {

@@ -9,6 +9,7 @@ mod conformance;
 mod doctor;
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 mod escape;
+mod exit;
 #[cfg(target_os = "linux")]
 mod image_cmd;
 mod policy_cmd;
@@ -72,10 +73,7 @@ pub enum Format {
     Json,
 }
 
-/// Exit codes: 0 success; 1 a check or test found problems; 2 a usage error
-/// or an input that does not load.
-pub const EXIT_PROBLEMS: u8 = 1;
-pub const EXIT_USAGE: u8 = 2;
+pub use exit::{PROBLEMS as EXIT_PROBLEMS, USAGE as EXIT_USAGE};
 
 /// The hidden first argument that makes this binary the sandbox init.
 pub const INIT_ARG: &str = "__sandbox-init";

@@ -26,10 +26,7 @@ use cordon_sandbox::{
     Isolation, Router, SandboxSpec, SelfCommand, Stream,
 };
 
-/// A resource bound (memory, CPU seconds, processes, wall clock) killed the workload.
-pub const EXIT_BOUND: u8 = 124;
-/// cordon refused the run or could not start it; nothing of the workload ran.
-pub const EXIT_REFUSED: u8 = 125;
+pub use crate::exit::BOUND as EXIT_BOUND;
 
 /// Each of stdout and stderr is cut at this many bytes (the policy's
 /// `max_response_bytes` when lower).
@@ -87,10 +84,7 @@ pub struct Prepared {
     pub spec: SandboxSpec,
 }
 
-pub fn refuse(msg: impl std::fmt::Display) -> ExitCode {
-    eprintln!("error: {msg}");
-    ExitCode::from(EXIT_REFUSED)
-}
+pub use crate::exit::{fail, refuse, usage};
 
 fn config_file(flag: Option<&PathBuf>) -> Option<PathBuf> {
     if let Some(f) = flag {
@@ -161,7 +155,7 @@ pub fn run(args: RunArgs) -> ExitCode {
     );
     let sandbox = match router.acquire(&caller, &spec) {
         Ok(s) => s,
-        Err(e) => return refuse(e),
+        Err(e) => return fail(e),
     };
     let limits = policy.bounds_for(&identity, &env);
     let req = ExecRequest {
@@ -171,12 +165,12 @@ pub fn run(args: RunArgs) -> ExitCode {
         timeout: Duration::from_secs(limits.max_wall_seconds),
         max_output_bytes: MAX_OUTPUT_BYTES.min(limits.max_response_bytes),
     };
-    let result = exec_attached(&*sandbox, &req);
+    let result = exec_attached(&*sandbox, &req, false);
     drop(sandbox);
     let _ = router.dispose(&caller);
     match result {
         Ok(out) => exit_for(&out, req.max_output_bytes),
-        Err(e) => refuse(e),
+        Err(e) => fail(e),
     }
 }
 
@@ -188,7 +182,7 @@ pub fn policy_path(args: &Selection) -> Result<Option<std::path::PathBuf>, ExitC
         Some(p) => p
             .canonicalize()
             .map(Some)
-            .map_err(|e| refuse(format!("policy `{}`: {e}", p.display()))),
+            .map_err(|e| usage(format!("policy `{}`: {e}", p.display()))),
         None => Ok(None),
     }
 }
@@ -196,20 +190,90 @@ pub fn policy_path(args: &Selection) -> Result<Option<std::path::PathBuf>, ExitC
 /// Runs `req` with this process's stdin streamed into it (end-of-file when
 /// ours ends: `</dev/null` gives an empty stdin) and its output shown as it
 /// arrives. The bytes are copied through a pipe: the sandbox never holds
-/// our terminal, or any descriptor of ours.
+/// our terminal, or any descriptor of ours. With `tty`, it runs on a
+/// terminal of the sandbox's own: ours (when stdin is one) is put in raw
+/// mode until it ends, and its size is passed on as it changes.
 pub fn exec_attached(
     sandbox: &dyn cordon_sandbox::Sandbox,
     req: &ExecRequest,
+    tty: bool,
 ) -> Result<cordon_sandbox::ExecOutput, cordon_sandbox::SandboxError> {
-    let mut handle = sandbox.start_exec(req, cordon_sandbox::Attach::streamed_stdin())?;
+    use cordon_sandbox::{Attach, TtySize};
+    let ours = std::io::stdin();
+    let terminal = tty && rustix::termios::isatty(&ours);
+    let size_now = || {
+        rustix::termios::tcgetwinsize(std::io::stdin())
+            .ok()
+            .filter(|w| w.ws_row > 0 && w.ws_col > 0)
+            .map(|w| TtySize {
+                rows: w.ws_row,
+                cols: w.ws_col,
+            })
+    };
+    let attach = match tty {
+        true => Attach::terminal(size_now().unwrap_or_default()),
+        false => Attach::streamed_stdin(),
+    };
+    let mut handle = sandbox.start_exec(req, attach)?;
+    let _raw = terminal.then(RawMode::enter).flatten();
+    if let (true, Some(resizer)) = (terminal, handle.resizer()) {
+        // Polled rather than signalled: no handler to install, and a
+        // quarter of a second is soon enough for a window being dragged.
+        std::thread::spawn(move || {
+            let mut last = size_now();
+            loop {
+                std::thread::sleep(Duration::from_millis(250));
+                let now = size_now();
+                if now != last {
+                    if let Some(s) = now {
+                        if resizer(s).is_err() {
+                            return;
+                        }
+                    }
+                    last = now;
+                }
+            }
+        });
+    }
     if let Some(mut input) = handle.take_stdin() {
         // Detached: a terminal's read may block past the exec's end, and
         // the process exits then anyway.
         std::thread::spawn(move || {
+            use std::io::Write;
             let _ = std::io::copy(&mut std::io::stdin().lock(), &mut input);
+            if tty && !terminal {
+                // Piped input to a terminal: its end is the end-of-file
+                // character, as a person at a terminal would type it.
+                let _ = input.write_all(b"\x04");
+            }
         });
     }
     handle.wait_streaming(&show)
+}
+
+/// This process's terminal in raw mode, restored when dropped.
+struct RawMode(rustix::termios::Termios);
+
+impl RawMode {
+    fn enter() -> Option<RawMode> {
+        use rustix::termios::{tcgetattr, tcsetattr, OptionalActions};
+        let stdin = std::io::stdin();
+        let saved = tcgetattr(&stdin).ok()?;
+        let mut raw = saved.clone();
+        raw.make_raw();
+        tcsetattr(&stdin, OptionalActions::Now, &raw).ok()?;
+        Some(RawMode(saved))
+    }
+}
+
+impl Drop for RawMode {
+    fn drop(&mut self) {
+        let _ = rustix::termios::tcsetattr(
+            std::io::stdin(),
+            rustix::termios::OptionalActions::Now,
+            &self.0,
+        );
+    }
 }
 
 /// Shows a workload's output as it arrives.
@@ -252,13 +316,12 @@ pub fn exit_for(out: &cordon_sandbox::ExecOutput, cap: u64) -> ExitCode {
 /// router over the local backends the floor admits and this machine holds;
 /// `wrap` makes each backend from its configuration.
 pub fn prepare(args: &Selection, keep: Option<KeptConfig>) -> Result<Prepared, ExitCode> {
-    let refuse = |m: String| -> ExitCode { refuse(m) };
     let config = match config_file(args.config.as_ref())
         .map(|f| HostConfig::from_file(&f))
         .transpose()
     {
         Ok(c) => c,
-        Err(e) => return Err(refuse(e.to_string())),
+        Err(e) => return Err(usage(e)),
     };
     let env_floor = std::env::var(FLOOR_ENV).ok();
     let floor = match resolve_floor(
@@ -267,11 +330,11 @@ pub fn prepare(args: &Selection, keep: Option<KeptConfig>) -> Result<Prepared, E
         config.as_ref(),
     ) {
         Ok(f) => f,
-        Err(e) => return Err(refuse(e.to_string())),
+        Err(e) => return Err(usage(e)),
     };
     let identity = match identity(&args.identity) {
         Ok(i) => i,
-        Err(e) => return Err(refuse(e.to_string())),
+        Err(e) => return Err(usage(e)),
     };
     let deployment = args
         .env
@@ -284,7 +347,7 @@ pub fn prepare(args: &Selection, keep: Option<KeptConfig>) -> Result<Prepared, E
     };
     let spec = match spec {
         Ok(s) => s,
-        Err(e) => return Err(refuse(e.to_string())),
+        Err(e) => return Err(fail(e)),
     };
     let setup = HostSetup {
         floor: floor.clone(),
@@ -297,13 +360,13 @@ pub fn prepare(args: &Selection, keep: Option<KeptConfig>) -> Result<Prepared, E
         Ok(h) => h,
         Err(HostError::Policy { diagnostics }) => {
             eprint!("{diagnostics}");
-            return Err(refuse("the policy does not load".to_string()));
+            return Err(usage("the policy does not load"));
         }
-        Err(e) => return Err(refuse(e.to_string())),
+        Err(e) => return Err(fail(e)),
     };
     let selected = match host.router.selected_backend(&spec) {
         Ok(s) => s.to_string(),
-        Err(e) => return Err(refuse(e.to_string())),
+        Err(e) => return Err(fail(e)),
     };
     if Host::below_default_floor(&floor) {
         let source = match &floor.source {

@@ -11,7 +11,8 @@ use cordon_host::keeper::{self, KeptBackend, KeptConfig, KeptSandbox, KEEPER_ARG
 use cordon_host::state::{self, StateDir};
 use cordon_sandbox::{collect_outputs, CallerContext, ExecRequest, Sandbox, SelfCommand};
 
-use crate::run::{exit_for, prepare, refuse, Selection, MAX_OUTPUT_BYTES};
+use crate::exit::{fail, refuse, usage};
+use crate::run::{exit_for, prepare, Selection, MAX_OUTPUT_BYTES};
 
 #[derive(clap::Subcommand)]
 pub enum SandboxCommand {
@@ -24,6 +25,11 @@ pub enum SandboxCommand {
         /// Seconds before the command is killed (default: the policy's bound).
         #[arg(long)]
         timeout: Option<u64>,
+        /// Run it on a terminal of the sandbox's own (for REPLs and
+        /// interactive tools): this terminal goes raw while it runs, its
+        /// size follows this one's, and everything it shows comes on stdout.
+        #[arg(short = 't', long)]
+        tty: bool,
         #[arg(last = true, required = true, value_name = "CMD")]
         command: Vec<String>,
     },
@@ -79,7 +85,7 @@ pub struct UpArgs {
 pub const OWNER: &str = "cordon-sandbox-cli";
 
 fn state() -> Result<StateDir, ExitCode> {
-    StateDir::open(&StateDir::default_path()).map_err(refuse)
+    StateDir::open(&StateDir::default_path()).map_err(fail)
 }
 
 /// What a sandbox was made for, at debug level (`CORDON_LOG=debug`).
@@ -107,9 +113,9 @@ fn attach(handle: &str) -> Result<KeptSandbox, ExitCode> {
                 st.path().display()
             )))
         }
-        Err(e) => return Err(refuse(e)),
+        Err(e) => return Err(fail(e)),
     };
-    let s = KeptSandbox::new(st, rec).map_err(refuse)?;
+    let s = KeptSandbox::new(st, rec).map_err(fail)?;
     log_provenance("attached", &s);
     Ok(s)
 }
@@ -126,6 +132,7 @@ fn go(cmd: SandboxCommand) -> Result<ExitCode, ExitCode> {
         SandboxCommand::Exec {
             handle,
             timeout,
+            tty,
             command,
         } => {
             let s = attach(&handle)?;
@@ -136,7 +143,7 @@ fn go(cmd: SandboxCommand) -> Result<ExitCode, ExitCode> {
                 timeout: Duration::from_secs(timeout.unwrap_or(3600)),
                 max_output_bytes: MAX_OUTPUT_BYTES,
             };
-            let out = crate::run::exec_attached(&s, &req).map_err(refuse)?;
+            let out = crate::run::exec_attached(&s, &req, tty).map_err(fail)?;
             Ok(exit_for(&out, req.max_output_bytes))
         }
         SandboxCommand::Put {
@@ -146,7 +153,7 @@ fn go(cmd: SandboxCommand) -> Result<ExitCode, ExitCode> {
         } => {
             let s = attach(&handle)?;
             let bytes = std::fs::read(&local)
-                .map_err(|e| refuse(format!("reading `{}`: {e}", local.display())))?;
+                .map_err(|e| usage(format!("reading `{}`: {e}", local.display())))?;
             let remote = if remote.starts_with('/') {
                 remote
             } else {
@@ -157,7 +164,7 @@ fn go(cmd: SandboxCommand) -> Result<ExitCode, ExitCode> {
                 };
                 format!("{guest}/{remote}")
             };
-            s.write_file(&remote, &bytes, 0o644).map_err(refuse)?;
+            s.write_file(&remote, &bytes, 0o644).map_err(fail)?;
             Ok(ExitCode::SUCCESS)
         }
         SandboxCommand::Collect { handle, to } => {
@@ -169,8 +176,8 @@ fn go(cmd: SandboxCommand) -> Result<ExitCode, ExitCode> {
                     spec.kind()
                 )));
             }
-            let sink = cordon_sandbox::sink::FsSink::new(&to).map_err(refuse)?;
-            let got = collect_outputs(&s, &s.provenance().spec, Some(&sink)).map_err(refuse)?;
+            let sink = cordon_sandbox::sink::FsSink::new(&to).map_err(fail)?;
+            let got = collect_outputs(&s, &s.provenance().spec, Some(&sink)).map_err(fail)?;
             // The operator is the host here: print where each landed.
             for a in &got.landed {
                 println!("{}  ({})", a.handle.reveal(), a.display);
@@ -182,7 +189,7 @@ fn go(cmd: SandboxCommand) -> Result<ExitCode, ExitCode> {
         }
         SandboxCommand::Ls => {
             let st = state()?;
-            let (records, bad) = st.list().map_err(refuse)?;
+            let (records, bad) = st.list().map_err(fail)?;
             let now = state::now();
             println!(
                 "{:<44} {:<10} {:<8} {:>8}  SCOPE/THREAD",
@@ -219,12 +226,10 @@ fn go(cmd: SandboxCommand) -> Result<ExitCode, ExitCode> {
             let st = state()?;
             match (handle, scope, thread) {
                 (Some(h), None, None) => {
-                    let rec = st.read(&h).map_err(refuse)?.ok_or_else(|| {
+                    let rec = st.read(&h).map_err(fail)?.ok_or_else(|| {
                         refuse(format!("no sandbox `{h}`; `cordon sandbox ls` lists them"))
                     })?;
-                    let lock = st
-                        .lock(&rec.key, Duration::from_secs(120))
-                        .map_err(refuse)?;
+                    let lock = st.lock(&rec.key, Duration::from_secs(120)).map_err(fail)?;
                     for f in keeper::dispose_record(&st, &crate::registry(), &rec) {
                         eprintln!("warning: {f}");
                     }
@@ -238,7 +243,7 @@ fn go(cmd: SandboxCommand) -> Result<ExitCode, ExitCode> {
                     println!("{n}");
                     Ok(ExitCode::SUCCESS)
                 }
-                _ => Err(refuse("name a HANDLE, or both `--scope S --thread T`")),
+                _ => Err(usage("name a HANDLE, or both `--scope S --thread T`")),
             }
         }
         SandboxCommand::Gc => {
@@ -288,7 +293,7 @@ fn up(a: UpArgs) -> Result<ExitCode, ExitCode> {
         move || agent.clone(),
         move || id.clone(),
     );
-    let s = p.router.acquire(&caller, &p.spec).map_err(refuse)?;
+    let s = p.router.acquire(&caller, &p.spec).map_err(fail)?;
     log_provenance("created", &*s);
     println!("{}", s.id());
     Ok(ExitCode::SUCCESS)

@@ -956,3 +956,60 @@ fn exec_on_a_sandbox_made_without_a_spec_reports_what_up_created() {
         &["sandbox", "down", "--scope", "prov", "--thread", "t1"],
     );
 }
+
+#[test]
+fn sandbox_exec_with_a_terminal_gives_python_its_prompt() {
+    if !can_sandbox("sandbox_exec_with_a_terminal_gives_python_its_prompt") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let h = up(&state, "tty", "t1");
+    // Piped input (not a terminal here). Python's REPL switches the
+    // terminal to raw mode itself, so a ^D sent before that is lost: the
+    // input ends with its own `exit()`.
+    let (code, out, err) = cordon_with_stdin(
+        &state,
+        &["sandbox", "exec", "-t", &h, "--", "python3"],
+        b"print(6*7)\nexit()\n",
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains(">>> "), "no interactive prompt: {out:?}");
+    assert!(out.contains("42\r\n"), "{out:?}");
+    // Its own devpts instance, of the default size, and a real terminal.
+    let (code, out, err) = cordon_with_stdin(
+        &state,
+        &[
+            "sandbox",
+            "exec",
+            "-t",
+            &h,
+            "--",
+            "sh",
+            "-c",
+            "tty; stty size; test -t 0 && echo tty-in",
+        ],
+        b"",
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("/dev/pts/0\r\n24 80\r\ntty-in"), "{out:?}");
+    // Without -t there is no terminal at all.
+    let (code, out, _) = cordon_with_stdin(
+        &state,
+        &[
+            "sandbox",
+            "exec",
+            &h,
+            "--",
+            "sh",
+            "-c",
+            "test -t 0 || echo no-tty",
+        ],
+        b"",
+    );
+    assert_eq!((code, out.trim()), (0, "no-tty"));
+    cordon(
+        &state,
+        &["sandbox", "down", "--scope", "tty", "--thread", "t1"],
+    );
+}

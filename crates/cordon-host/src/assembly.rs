@@ -57,6 +57,18 @@ pub enum HostError {
     Router(String),
 }
 
+impl HostError {
+    /// The kind of failure, for exit codes and HTTP statuses.
+    pub fn kind(&self) -> cordon_sandbox::ErrorKind {
+        use cordon_sandbox::ErrorKind;
+        match self {
+            HostError::Policy { .. } | HostError::UnknownBackend(_) => ErrorKind::Invalid,
+            HostError::NoBackend(_) => ErrorKind::Unavailable,
+            HostError::Router(_) => ErrorKind::Invalid,
+        }
+    }
+}
+
 impl Host {
     /// Loads the policy (once) and assembles the host with it.
     pub fn assemble(setup: &HostSetup, registry: &Registry) -> Result<Host, HostError> {

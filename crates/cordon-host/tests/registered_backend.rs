@@ -30,8 +30,8 @@ use cordon_sandbox::{
     AcquireRequest, Attach, Backend, BackendError, BackendRegistration, BackendSetup,
     CallerContext, Capability, CapabilitySet, Egress, ExecHandle, ExecRequest, ExitStatus,
     FileRead, FileStat, Floor, FloorSource, HostWorkDirRecord, Isolation, IsolationError, Killer,
-    Provenance, Registry, Sandbox, SandboxError, SandboxKey, SandboxSpec, SelfCommand, StdinFeed,
-    WorkDirView,
+    Provenance, Registry, ResolvedCommand, Sandbox, SandboxError, SandboxKey, SandboxSpec,
+    SelfCommand, StdinFeed, WorkDirView,
 };
 
 const NAME: &str = "test-hostdir";
@@ -200,6 +200,34 @@ impl Sandbox for HostDir {
     fn read_file(&self, path: &str, max_bytes: u64) -> Result<FileRead, SandboxError> {
         self.files.read_file(path, max_bytes)
     }
+    /// A bare name from `/usr/bin` or `/bin`; links resolved on the host.
+    fn resolve_command(&self, program: &str) -> Result<ResolvedCommand, SandboxError> {
+        let path = if program.starts_with('/') {
+            PathBuf::from(program)
+        } else {
+            ["/usr/bin", "/bin"]
+                .iter()
+                .map(|d| Path::new(d).join(program))
+                .find(|p| p.is_file())
+                .ok_or_else(|| SandboxError::NotFound {
+                    path: program.to_string(),
+                })?
+        };
+        let target = std::fs::canonicalize(&path).map_err(|_| SandboxError::NotFound {
+            path: program.to_string(),
+        })?;
+        let dir = path
+            .parent()
+            .and_then(|d| std::fs::canonicalize(d).ok())
+            .unwrap_or_default();
+        Ok(ResolvedCommand {
+            command: dir
+                .join(path.file_name().unwrap_or_default())
+                .display()
+                .to_string(),
+            command_target: target.display().to_string(),
+        })
+    }
     fn host_work_dir(&self) -> Option<HostWorkDirRecord> {
         Some(HostWorkDirRecord {
             host: self.dir.clone(),
@@ -322,6 +350,20 @@ fn the_router_serves_it() {
     let s = host.router.acquire(&caller("router"), &spec).unwrap();
     let out = s.exec(&exec(&["/bin/sh", "-c", "echo routed"])).unwrap();
     assert_eq!(out.stdout, b"routed\n");
+    // The router's compute guard holds the policy for a backend that
+    // checks nothing itself: `cordon:default` denies `su`, by any name.
+    for su in ["su", "/bin/su", "/usr/bin/su"] {
+        let err = s.exec(&exec(&[su, "-c", "id"])).unwrap_err();
+        assert_eq!(
+            err.kind(),
+            cordon_sandbox::ErrorKind::Refused,
+            "{su}: {err}"
+        );
+        assert!(
+            err.to_string().contains("no-privilege-tools"),
+            "{su}: {err}"
+        );
+    }
     assert_eq!(host.router.dispose(&caller("router")).unwrap(), 1);
     // Under the default floor the assembly refuses it, naming why.
     let hs = HostSetup {
@@ -394,6 +436,10 @@ fn the_keeper_keeps_it() {
         .unwrap();
     let out = s.exec(&exec(&["/bin/cat", "note"])).unwrap();
     assert_eq!(out.stdout, b"kept");
+    // The keeper guards what its clients ask for, whatever the backend.
+    let err = s.exec(&exec(&["/usr/bin/su", "-c", "id"])).unwrap_err();
+    assert_eq!(err.kind(), cordon_sandbox::ErrorKind::Refused, "{err}");
+    assert!(err.to_string().contains("no-privilege-tools"), "{err}");
     // A keeper killed without disposing: gc reclaims what its sandbox left
     // through the registration's `reclaim`, from this test's registry.
     let (records, _) = state.list().unwrap();

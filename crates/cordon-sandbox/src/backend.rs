@@ -50,6 +50,7 @@ use cordon_policy::Identity;
 
 use crate::capability::{Capability, CapabilitySet};
 use crate::egress::Egress;
+use crate::error::ErrorKind;
 use crate::exec::{Attach, ExecHandle};
 use crate::isolation::{Isolation, IsolationError};
 use crate::key::SandboxKey;
@@ -104,6 +105,23 @@ pub enum BackendError {
     },
     #[error("the backend is unavailable on this machine: {reason}")]
     Unavailable { reason: String },
+    /// The backend refuses the request (a policy or configuration it
+    /// holds), saying why; nothing was created.
+    #[error("{operation} refused: {reason}")]
+    Refused {
+        operation: &'static str,
+        reason: String,
+    },
+}
+
+impl BackendError {
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            BackendError::Failed { .. } => ErrorKind::Failed,
+            BackendError::Unavailable { .. } => ErrorKind::Unavailable,
+            BackendError::Refused { .. } => ErrorKind::Refused,
+        }
+    }
 }
 
 /// A failure of one call on a live sandbox.
@@ -128,6 +146,44 @@ pub enum SandboxError {
         operation: &'static str,
         reason: String,
     },
+    /// The policy refuses it before anything runs: why, and the rules that
+    /// decided (`file:line  source  (name)`).
+    #[error("{reason}{}", rules_shown(rules))]
+    Refused { reason: String, rules: Vec<String> },
+    /// The sandbox cannot do it now: it is gone, stopped answering, or
+    /// lacks a mechanism.
+    #[error("{reason}")]
+    Unavailable { reason: String },
+}
+
+fn rules_shown(rules: &[String]) -> String {
+    rules.iter().map(|r| format!("\n  {r}")).collect()
+}
+
+impl SandboxError {
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            SandboxError::Unsupported { .. } => ErrorKind::Invalid,
+            SandboxError::NotFound { .. } => ErrorKind::NotFound,
+            SandboxError::PathRefused { .. } | SandboxError::NotRegularFile { .. } => {
+                ErrorKind::Invalid
+            }
+            SandboxError::ConfinementUnavailable { .. } | SandboxError::Unavailable { .. } => {
+                ErrorKind::Unavailable
+            }
+            SandboxError::Failed { .. } => ErrorKind::Failed,
+            SandboxError::Refused { .. } => ErrorKind::Refused,
+        }
+    }
+}
+
+/// A program resolved where it will run: `command` with directory links
+/// resolved, `command_target` with every link resolved (`/bin/su` is
+/// `/usr/bin/su`). The policy's `command` is decided over both.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResolvedCommand {
+    pub command: String,
+    pub command_target: String,
 }
 
 /// A provider of sandboxes.
@@ -344,6 +400,27 @@ pub trait Sandbox: Send + Sync {
     /// when a keeper starts serving the sandbox.
     fn residue(&self) -> serde_json::Value {
         serde_json::Value::Null
+    }
+
+    /// Resolves a program (an absolute path, or a bare name looked up in
+    /// the workload's `PATH`) in this sandbox's own filesystem, links
+    /// resolved: what the compute guard decides on before every exec
+    /// ([`crate::guard`]). The default refuses — a backend that cannot say
+    /// what will run cannot have the policy's compute surface held for it.
+    fn resolve_command(&self, program: &str) -> Result<ResolvedCommand, SandboxError> {
+        Err(SandboxError::Refused {
+            reason: format!(
+                "cannot check `{program}` against the policy: this backend does not resolve commands (its author implements `Sandbox::resolve_command`)"
+            ),
+            rules: Vec::new(),
+        })
+    }
+
+    /// True only when every exec of this sandbox is checked by a
+    /// [`crate::guard`] elsewhere — a kept sandbox, whose keeper guards it.
+    /// The router then does not guard it twice.
+    fn guarded_downstream(&self) -> bool {
+        false
     }
 }
 

@@ -94,9 +94,10 @@ fn sandbox_message(path: &str, source: &SandboxError) -> String {
         | SandboxError::PathRefused { .. }
         | SandboxError::NotRegularFile { .. }
         | SandboxError::ConfinementUnavailable { .. } => source.to_string(),
-        SandboxError::Unsupported { .. } | SandboxError::Failed { .. } => {
-            format!("output `{path}`: {source}")
-        }
+        SandboxError::Unsupported { .. }
+        | SandboxError::Failed { .. }
+        | SandboxError::Refused { .. }
+        | SandboxError::Unavailable { .. } => format!("output `{path}`: {source}"),
     }
 }
 

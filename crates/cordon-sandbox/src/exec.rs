@@ -18,6 +18,20 @@ use std::sync::Arc;
 
 use crate::backend::{ExecOutput, ExitStatus, SandboxError, Stream};
 
+/// A terminal's size, in character cells.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TtySize {
+    pub rows: u16,
+    pub cols: u16,
+}
+
+impl Default for TtySize {
+    fn default() -> TtySize {
+        TtySize { rows: 24, cols: 80 }
+    }
+}
+
 /// How the caller is attached to an exec, beyond the request's own bytes.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Attach {
@@ -25,14 +39,34 @@ pub struct Attach {
     /// [`ExecHandle::take_stdin`] and closes for end-of-file. Without it the
     /// exec reads [`crate::ExecRequest::stdin`] and then end-of-file.
     pub stdin_stream: bool,
+    /// The exec runs on a pseudo-terminal of the sandbox's own (never the
+    /// host's terminal) of this size: stdin is written to it, everything
+    /// it shows arrives as [`Stream::Stdout`], and
+    /// [`ExecHandle::resize`] changes its size. A backend that cannot give
+    /// one refuses the exec.
+    pub tty: Option<TtySize>,
 }
 
 impl Attach {
     /// Stdin is a stream written through the handle.
     pub fn streamed_stdin() -> Attach {
-        Attach { stdin_stream: true }
+        Attach {
+            stdin_stream: true,
+            tty: None,
+        }
+    }
+
+    /// A terminal of `size`, its input streamed through the handle.
+    pub fn terminal(size: TtySize) -> Attach {
+        Attach {
+            stdin_stream: true,
+            tty: Some(size),
+        }
     }
 }
+
+/// Resizes an exec's terminal.
+pub type Resizer = Arc<dyn Fn(TtySize) -> std::io::Result<()> + Send + Sync>;
 
 /// What an exec reports while it runs, in order; [`ExecEvent::Exited`] is
 /// always last.
@@ -107,12 +141,21 @@ impl fmt::Debug for ExecStdin {
 }
 
 /// A started exec.
-#[derive(Debug)]
 pub struct ExecHandle {
     stdin: Option<ExecStdin>,
     events: Receiver<ExecEvent>,
     killer: Killer,
+    resizer: Option<Resizer>,
     ended: bool,
+}
+
+impl fmt::Debug for ExecHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ExecHandle")
+            .field("ended", &self.ended)
+            .field("tty", &self.resizer.is_some())
+            .finish()
+    }
 }
 
 /// The sending side a backend feeds a handle through.
@@ -142,6 +185,7 @@ impl ExecHandle {
                 stdin,
                 events: rx,
                 killer,
+                resizer: None,
                 ended: false,
             },
             EventSender(tx),
@@ -220,6 +264,32 @@ impl ExecHandle {
             }));
         });
         handle
+    }
+
+    /// The handle of an exec on a terminal, resized with `resizer`.
+    pub fn with_resizer(mut self, resizer: Resizer) -> ExecHandle {
+        self.resizer = Some(resizer);
+        self
+    }
+
+    /// Resizes the exec's terminal (the kernel tells its foreground
+    /// process group with `SIGWINCH`); refused for an exec without one.
+    pub fn resize(&self, size: TtySize) -> Result<(), SandboxError> {
+        match &self.resizer {
+            Some(r) => r(size).map_err(|e| SandboxError::Failed {
+                operation: "resize",
+                reason: e.to_string(),
+            }),
+            None => Err(SandboxError::Failed {
+                operation: "resize",
+                reason: "this exec has no terminal; start it with a tty to resize it".into(),
+            }),
+        }
+    }
+
+    /// A resizer that outlives this handle (`None` without a terminal).
+    pub fn resizer(&self) -> Option<Resizer> {
+        self.resizer.clone()
     }
 
     /// The stdin stream, once (only with [`Attach::stdin_stream`]).

@@ -52,7 +52,9 @@ pub mod collect;
 pub mod config;
 pub mod confined;
 pub mod egress;
+pub mod error;
 pub mod exec;
+pub mod guard;
 #[cfg(target_os = "linux")]
 pub mod host_dir;
 pub mod isolation;
@@ -72,7 +74,8 @@ mod yaml;
 
 pub use backend::{
     AcquireRequest, Backend, BackendError, DirEntry, ExecOutput, ExecRequest, ExitStatus, FileKind,
-    FileRead, FileStat, HostWorkDirRecord, Limits, Provenance, Sandbox, SandboxError, Stream,
+    FileRead, FileStat, HostWorkDirRecord, Limits, Provenance, ResolvedCommand, Sandbox,
+    SandboxError, Stream,
 };
 pub use calldir::CallDir;
 pub use capability::{Capability, CapabilitySet};
@@ -82,7 +85,10 @@ pub use collect::{
 pub use config::{resolve_floor, ConfigError, Floor, FloorSource, HostConfig};
 pub use cordon_policy::{Deployment, Identity};
 pub use egress::{Egress, EgressEntry, EgressEntryError, HostPattern};
-pub use exec::{Attach, ExecEnd, ExecEvent, ExecHandle, ExecStdin, Killer, StdinFeed};
+pub use error::ErrorKind;
+pub use exec::{
+    Attach, ExecEnd, ExecEvent, ExecHandle, ExecStdin, Killer, Resizer, StdinFeed, TtySize,
+};
 pub use isolation::{Isolation, IsolationError};
 pub use key::{Caller, CallerContext, KeyError, SandboxKey};
 pub use limits::TransferLimits;

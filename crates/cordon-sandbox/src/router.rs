@@ -164,6 +164,30 @@ pub enum RouterError {
     },
 }
 
+impl RouterError {
+    /// The kind of failure, for exit codes and HTTP statuses.
+    pub fn kind(&self) -> crate::ErrorKind {
+        use crate::ErrorKind;
+        match self {
+            RouterError::NoBackends
+            | RouterError::DuplicateBackend { .. }
+            | RouterError::BelowFloor { .. }
+            | RouterError::UnnamedRung { .. } => ErrorKind::Invalid,
+            RouterError::Caller { .. } => ErrorKind::Invalid,
+            RouterError::DeniedCapability { .. }
+            | RouterError::AboveBound { .. }
+            | RouterError::EgressDenied { .. }
+            | RouterError::SecretDenied { .. }
+            | RouterError::Mismatch { .. }
+            | RouterError::ToolsDenied
+            | RouterError::ToolIdentityDenied { .. } => ErrorKind::Refused,
+            RouterError::NoBackendQualifies { .. } => ErrorKind::Unavailable,
+            RouterError::Secret { .. } | RouterError::Delivery { .. } => ErrorKind::Failed,
+            RouterError::Backend { source, .. } => source.kind(),
+        }
+    }
+}
+
 /// The spec field that asks for what `bound` limits.
 fn ask_field(bound: Bound) -> &'static str {
     match bound {
@@ -681,7 +705,14 @@ impl Router {
                     source,
                 })?;
         }
-        Ok(sandbox)
+        // Every exec is decided on the compute surface before it reaches
+        // the backend, whichever backend it is.
+        Ok(crate::guard::guard(
+            sandbox,
+            self.policy.clone(),
+            self.env.clone(),
+            req.limits,
+        ))
     }
 
     /// Disposes of the caller's sandbox on every backend; returns how many

@@ -13,7 +13,7 @@ use cordon_sandbox::{
     SandboxError, StdinFeed,
 };
 
-use super::wire::{status_from_wire, Reply, Request};
+use super::wire::{error_from_wire, status_from_wire, Reply, Request};
 use super::{connect, EXEC_GRACE};
 use crate::state::{Record, StateDir};
 
@@ -70,10 +70,12 @@ impl KeptSandbox {
         let (err_r, err_w) = pipe()?;
         let within = req.timeout.max(Duration::from_secs(1)) + EXEC_GRACE;
         let sock = connect(&self.state.socket_path(&self.record.handle), within).map_err(|e| {
-            failed(format!(
-                "sandbox `{}` does not answer ({e}); it may have expired or been disposed — `cordon sandbox ls` shows what is live",
-                self.record.handle
-            ))
+            SandboxError::Unavailable {
+                reason: format!(
+                    "sandbox `{}` does not answer ({e}); it may have expired or been disposed — `cordon sandbox ls` shows what is live",
+                    self.record.handle
+                ),
+            }
         })?;
         fdpass::send(
             &sock,
@@ -81,6 +83,7 @@ impl KeptSandbox {
                 argv: req.argv.clone(),
                 env: req.env.clone(),
                 timeout_secs: req.timeout.as_secs().max(1),
+                tty: attach.tty,
             },
             &[in_r.as_fd(), out_w.as_fd(), err_w.as_fd()],
         )
@@ -94,24 +97,33 @@ impl KeptSandbox {
         let killer = Killer::new(move || {
             let _ = rustix::net::shutdown(&*hang_up, rustix::net::Shutdown::Both);
         });
+        let resize_on = sock.clone();
+        let resizer: cordon_sandbox::Resizer =
+            Arc::new(move |size| fdpass::send(&*resize_on, &Request::Resize { size }, &[]));
         let stdin = match attach.stdin_stream {
             true => StdinFeed::Stream(Box::new(std::fs::File::from(in_w))),
             false => StdinFeed::Bytes(Box::new(std::fs::File::from(in_w)), req.stdin.clone()),
         };
-        Ok(ExecHandle::from_pipes(
+        let handle = ExecHandle::from_pipes(
             stdin,
             std::fs::File::from(out_r),
             std::fs::File::from(err_r),
             req.max_output_bytes,
             move || match fdpass::recv::<Reply>(&sock) {
                 Ok(Some((Reply::Done(s), _))) => Ok(status_from_wire(s)),
-                Ok(Some((Reply::Refused(why), _))) => Err(failed(why)),
+                Ok(Some((Reply::Error { kind, message }, _))) => {
+                    Err(error_from_wire(kind, message))
+                }
                 Ok(None) => Err(failed("the exec was killed: its client hung up".into())),
                 Ok(other) => Err(failed(format!("the keeper answered {other:?}"))),
                 Err(e) => Err(failed(format!("the keeper's answer: {e}"))),
             },
             killer,
-        ))
+        );
+        Ok(match attach.tty {
+            Some(_) => handle.with_resizer(resizer),
+            None => handle,
+        })
     }
 }
 
@@ -140,5 +152,10 @@ impl Sandbox for KeptSandbox {
     }
     fn residue(&self) -> serde_json::Value {
         self.record.residue.clone()
+    }
+    /// Its keeper guards every exec (with the policy it loaded and checked
+    /// by digest), so a router in this process does not guard it again.
+    fn guarded_downstream(&self) -> bool {
+        true
     }
 }

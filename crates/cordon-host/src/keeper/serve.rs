@@ -18,7 +18,7 @@ use cordon_sandbox::{
     Sandbox, Stream,
 };
 
-use super::wire::{status_to_wire, Launch, Reply, Request};
+use super::wire::{error_to_wire, status_to_wire, Launch, Reply, Request};
 use crate::state::{self, ProcessId, Record, StateDir};
 
 /// The keeper's entry point (the binary's hidden [`super::KEEPER_ARG`]
@@ -75,9 +75,10 @@ fn serve(registry: &Registry, launch: Launch) -> Result<(), String> {
     if policy.digest != launch.provenance.policy_digest {
         return Err("the policy file changed since it was loaded; run the command again".into());
     }
+    let policy = Arc::new(policy);
     let backend = registry
         .require(&launch.backend)?
-        .build(&launch.setup, Arc::new(policy))?;
+        .build(&launch.setup, policy.clone())?;
     let identity = launch.provenance.identity.clone();
     let key = launch.key.clone();
     let caller = CallerContext::new(
@@ -99,6 +100,15 @@ fn serve(registry: &Registry, launch: Launch) -> Result<(), String> {
         limits: launch.limits,
     };
     let sandbox = backend.acquire(&req).map_err(|e| e.to_string())?;
+    // Every exec a client asks for is decided here, whichever backend.
+    let sandbox = cordon_sandbox::guard::guard(
+        sandbox,
+        policy,
+        cordon_policy::Deployment {
+            name: launch.setup.deployment.clone(),
+        },
+        launch.limits,
+    );
     let result = serve_sandbox(&launch, &state, &backend, &key, &sandbox);
     drop(sandbox);
     let _ = backend.dispose(&key);
@@ -206,6 +216,10 @@ fn serve_sandbox(
             };
             let reply = match req {
                 Request::Ping => Reply::Pong { handle },
+                Request::Resize { .. } => Reply::Error {
+                    kind: cordon_sandbox::ErrorKind::Invalid,
+                    message: "a resize belongs on an exec's connection".into(),
+                },
                 Request::Dispose => {
                     stop.store(true, Ordering::SeqCst);
                     let _ = backend.dispose(&key);
@@ -215,9 +229,15 @@ fn serve_sandbox(
                     argv,
                     env,
                     timeout_secs,
+                    tty,
                 } => {
                     busy.fetch_add(1, Ordering::SeqCst);
-                    let reply = exec_for_client(&*sandbox, &conn, argv, env, timeout_secs, fds);
+                    let attach = match tty {
+                        Some(size) => Attach::terminal(size),
+                        None => Attach::streamed_stdin(),
+                    };
+                    let reply =
+                        exec_for_client(&*sandbox, &conn, argv, env, timeout_secs, attach, fds);
                     busy.fetch_sub(1, Ordering::SeqCst);
                     *last.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
                     reply
@@ -241,15 +261,17 @@ fn exec_for_client(
     argv: Vec<String>,
     env: BTreeMap<String, String>,
     timeout_secs: u64,
+    attach: Attach,
     fds: Vec<OwnedFd>,
 ) -> Reply {
     let mut fds = fds.into_iter();
     let (Some(stdin), Some(stdout), Some(stderr), None) =
         (fds.next(), fds.next(), fds.next(), fds.next())
     else {
-        return Reply::Refused(
-            "an exec carries exactly three descriptors: stdin, stdout, stderr".into(),
-        );
+        return Reply::Error {
+            kind: cordon_sandbox::ErrorKind::Invalid,
+            message: "an exec carries exactly three descriptors: stdin, stdout, stderr".into(),
+        };
     };
     let req = ExecRequest {
         argv,
@@ -258,9 +280,9 @@ fn exec_for_client(
         timeout: Duration::from_secs(timeout_secs),
         max_output_bytes: u64::MAX,
     };
-    let mut handle = match sandbox.start_exec(&req, Attach::streamed_stdin()) {
+    let mut handle = match sandbox.start_exec(&req, attach) {
         Ok(h) => h,
-        Err(e) => return Reply::Refused(e.to_string()),
+        Err(e) => return error_to_wire(&e),
     };
     if let Some(mut input) = handle.take_stdin() {
         // Ends when the client closes its end (or the exec stops reading).
@@ -269,10 +291,11 @@ fn exec_for_client(
         });
     }
     let killer = handle.killer();
+    let resizer = handle.resizer();
     let done = AtomicBool::new(false);
     let (mut out, mut err) = (std::fs::File::from(stdout), std::fs::File::from(stderr));
     let end = std::thread::scope(|scope| {
-        scope.spawn(|| watch_client(conn, &done, &killer));
+        scope.spawn(|| watch_client(conn, &done, &killer, resizer.as_ref()));
         let end = loop {
             match handle.next_event() {
                 // A client that stopped reading loses output, not the exec.
@@ -297,15 +320,21 @@ fn exec_for_client(
     drop((out, err));
     match end {
         Ok(end) => Reply::Done(status_to_wire(end.status)),
-        Err(e) => Reply::Refused(e.to_string()),
+        Err(e) => error_to_wire(&e),
     }
 }
 
 /// Kills an exec when its client hangs up; returns when `done` is set.
-/// The client sends nothing after its request: the connection turning
-/// readable or hung up means the client is gone (killed, or it killed the
-/// exec), and the exec and everything it started go with it.
-fn watch_client(conn: &OwnedFd, done: &AtomicBool, killer: &Killer) {
+/// After its request the client sends only terminal resizes: the
+/// connection turning readable with anything else, or hung up, means the
+/// client is gone (killed, or it killed the exec), and the exec and
+/// everything it started go with it.
+fn watch_client(
+    conn: &OwnedFd,
+    done: &AtomicBool,
+    killer: &Killer,
+    resizer: Option<&cordon_sandbox::Resizer>,
+) {
     use rustix::event::{poll, PollFd, PollFlags, Timespec};
     let tick = Timespec {
         tv_sec: 0,
@@ -313,11 +342,24 @@ fn watch_client(conn: &OwnedFd, done: &AtomicBool, killer: &Killer) {
     };
     while !done.load(Ordering::SeqCst) {
         let mut fds = [PollFd::new(conn, PollFlags::IN | PollFlags::RDHUP)];
-        if let Ok(n) = poll(&mut fds, Some(&tick)) {
-            if n > 0 && !fds[0].revents().is_empty() {
-                killer.kill();
-                return;
+        let Ok(n) = poll(&mut fds, Some(&tick)) else {
+            continue;
+        };
+        if n == 0 || fds[0].revents().is_empty() {
+            continue;
+        }
+        let hung_up = fds[0]
+            .revents()
+            .intersects(PollFlags::HUP | PollFlags::RDHUP | PollFlags::ERR);
+        if !hung_up {
+            if let Ok(Some((Request::Resize { size }, _))) = fdpass::recv::<Request>(conn) {
+                if let Some(r) = resizer {
+                    let _ = r(size);
+                }
+                continue;
             }
         }
+        killer.kill();
+        return;
     }
 }

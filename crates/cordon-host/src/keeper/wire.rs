@@ -6,7 +6,9 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use cordon_sandbox::{BackendSetup, ExitStatus, Limits, Provenance};
+use cordon_sandbox::{
+    BackendSetup, ErrorKind, ExitStatus, Limits, Provenance, SandboxError, TtySize,
+};
 use serde::{Deserialize, Serialize};
 
 use crate::state::KeyRecord;
@@ -48,6 +50,14 @@ pub(crate) enum Request {
         argv: Vec<String>,
         env: BTreeMap<String, String>,
         timeout_secs: u64,
+        /// On a terminal of the sandbox's own of this size (output all on
+        /// stdout).
+        #[serde(default)]
+        tty: Option<TtySize>,
+    },
+    /// On an exec's connection, after `Exec`: its terminal's new size.
+    Resize {
+        size: TtySize,
     },
     Dispose,
 }
@@ -66,9 +76,16 @@ pub(crate) enum Status {
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "snake_case")]
 pub(crate) enum Reply {
-    Pong { handle: String },
+    Pong {
+        handle: String,
+    },
     Done(Status),
-    Refused(String),
+    /// The exec did not run (or did not run to its end): what kind of
+    /// failure, and the whole message (a refusal's rules included).
+    Error {
+        kind: ErrorKind,
+        message: String,
+    },
     Disposed,
 }
 
@@ -93,6 +110,29 @@ pub(crate) fn status_from_wire(s: Status) -> ExitStatus {
                 "max_processes" => "max_processes",
                 _ => "unknown bound",
             },
+        },
+    }
+}
+
+pub(crate) fn error_to_wire(e: &SandboxError) -> Reply {
+    Reply::Error {
+        kind: e.kind(),
+        message: e.to_string(),
+    }
+}
+
+/// The error a client reports for a keeper's [`Reply::Error`], of the same
+/// kind.
+pub(crate) fn error_from_wire(kind: ErrorKind, message: String) -> SandboxError {
+    match kind {
+        ErrorKind::Refused => SandboxError::Refused {
+            reason: message,
+            rules: Vec::new(),
+        },
+        ErrorKind::Unavailable => SandboxError::Unavailable { reason: message },
+        ErrorKind::Invalid | ErrorKind::NotFound | ErrorKind::Failed => SandboxError::Failed {
+            operation: "exec",
+            reason: message,
         },
     }
 }

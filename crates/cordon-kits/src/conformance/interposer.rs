@@ -80,6 +80,15 @@ impl Sandbox for Interposer<'_> {
         self.calls.fetch_add(1, Ordering::SeqCst);
         self.inner.start_exec(req, attach)
     }
+    fn resolve_command(
+        &self,
+        program: &str,
+    ) -> Result<cordon_sandbox::ResolvedCommand, SandboxError> {
+        self.inner.resolve_command(program)
+    }
+    fn guarded_downstream(&self) -> bool {
+        self.inner.guarded_downstream()
+    }
     fn write_file(&self, path: &str, contents: &[u8], mode: u32) -> Result<(), SandboxError> {
         self.calls.fetch_add(1, Ordering::SeqCst);
         self.inner.write_file(path, contents, mode)

@@ -25,6 +25,9 @@ pub const POLICY: &str = r#"policy:
       - name: no-metadata
         when: host == "metadata.internal.example.com"
   compute:
+    allow:
+      - name: usr-bin
+        when: command.startsWith("/usr/bin/")
     max_memory: 512MiB
     max_processes: 32
     max_cpu_seconds: 60
@@ -114,6 +117,8 @@ pub struct FakeSandbox {
     /// The environment the sandbox was started with. A backend builds it
     /// from the acquire request, which has none.
     pub base_env: BTreeMap<String, String>,
+    /// How many commands reached it.
+    pub execs: std::sync::atomic::AtomicUsize,
 }
 
 impl Sandbox for FakeSandbox {
@@ -131,10 +136,29 @@ impl Sandbox for FakeSandbox {
     ) -> Result<cordon_sandbox::ExecHandle, SandboxError> {
         Ok(cordon_sandbox::ExecHandle::finished(self.exec(req)))
     }
+    /// A bare name is `/usr/bin/NAME`; links are not followed (there are
+    /// none in this double).
+    fn resolve_command(
+        &self,
+        program: &str,
+    ) -> Result<cordon_sandbox::ResolvedCommand, SandboxError> {
+        let command = match program.starts_with('/') {
+            true => program.to_string(),
+            false => format!("/usr/bin/{program}"),
+        };
+        Ok(cordon_sandbox::ResolvedCommand {
+            command_target: command.clone(),
+            command,
+        })
+    }
     fn exec(&self, req: &ExecRequest) -> Result<ExecOutput, SandboxError> {
+        self.execs.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         let mut env = self.base_env.clone();
         env.extend(req.env.clone());
-        let stdout = if req.argv.first().map(String::as_str) == Some("env") {
+        let stdout = if matches!(
+            req.argv.first().map(String::as_str),
+            Some("env" | "/usr/bin/env")
+        ) {
             env.iter()
                 .map(|(k, v)| format!("{k}={v}\n"))
                 .collect::<String>()
@@ -266,6 +290,7 @@ impl Backend for Fake {
                     provenance: req.provenance.clone(),
                     files: Mutex::new(BTreeMap::new()),
                     base_env: BTreeMap::from([("PATH".to_string(), "/usr/bin".to_string())]),
+                    execs: Default::default(),
                 })
             })
             .clone();

@@ -254,6 +254,7 @@ fn a_sandbox_that_does_not_serve_files_out_says_so() {
         provenance: FilesSandbox::new(&[]).provenance,
         files: Default::default(),
         base_env: Default::default(),
+        execs: Default::default(),
     };
     let s = sink();
     let e = collect_outputs(&sb, &spec_with(LIMITS, vec![out("a")]), Some(&s)).unwrap_err();

@@ -4,7 +4,8 @@
 use std::sync::Arc;
 
 use cordon_sandbox::{
-    Capability, Egress, EgressEntry, Isolation, IsolationError, RouterError, SandboxSpec,
+    Capability, Egress, EgressEntry, ExecRequest, Isolation, IsolationError, RouterError,
+    SandboxSpec,
 };
 
 use super::doubles::{builder, ctx, policy, spec, Fake, Request, Silent};
@@ -275,7 +276,7 @@ fn get_or_create_returns_the_same_sandbox_for_the_same_key() {
     let router = builder().backend(vm.clone()).build().unwrap();
     let a = router.acquire(&ctx(), &spec()).unwrap();
     let b = router.acquire(&ctx(), &spec()).unwrap();
-    assert!(Arc::ptr_eq(&a, &b));
+    // The same sandbox (each handed out inside the router's compute guard).
     assert_eq!(a.id(), b.id());
     assert_eq!((vm.acquires(), vm.creates()), (2, 1));
     // Another thread gets another sandbox.
@@ -360,4 +361,32 @@ fn a_backend_that_cannot_run_the_spec_image_is_never_selected() {
     );
     let host_spec = SandboxSpec::new("codeact", "host").unwrap();
     assert_eq!(router.selected_backend(&host_spec).unwrap(), "host-only");
+}
+
+#[test]
+fn every_exec_is_decided_on_the_compute_surface_before_it_reaches_the_backend() {
+    let vm = Fake::microvm("vm");
+    let router = builder().backend(vm.clone()).build().unwrap();
+    let sb = router.acquire(&ctx(), &spec()).unwrap();
+    let run = |argv: &[&str]| {
+        sb.exec(&ExecRequest {
+            argv: argv.iter().map(|a| a.to_string()).collect(),
+            env: Default::default(),
+            stdin: Vec::new(),
+            timeout: std::time::Duration::from_secs(5),
+            max_output_bytes: 1 << 16,
+        })
+    };
+    let fake = vm.sandbox("tenant-1").unwrap();
+    // Outside the policy's `usr-bin` allow: refused, naming why; the
+    // backend never saw it.
+    let err = run(&["/bin/sh", "-c", "true"]).unwrap_err();
+    assert_eq!(err.kind(), cordon_sandbox::ErrorKind::Refused, "{err}");
+    assert!(err.to_string().contains("/bin/sh"), "{err}");
+    let err = run(&[]).unwrap_err();
+    assert_eq!(err.kind(), cordon_sandbox::ErrorKind::Refused, "{err}");
+    assert_eq!(fake.execs.load(std::sync::atomic::Ordering::SeqCst), 0);
+    // Allowed: it runs, by the resolved path.
+    run(&["true"]).unwrap();
+    assert_eq!(fake.execs.load(std::sync::atomic::Ordering::SeqCst), 1);
 }

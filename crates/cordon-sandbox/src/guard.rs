@@ -1,0 +1,142 @@
+//! The compute guard: every exec of every backend's sandbox is decided on
+//! the policy's compute surface before it reaches the backend. The router
+//! puts it around each sandbox it hands out, and a keeper around the one it
+//! serves, so a new backend inherits the check and cannot forget it.
+//!
+//! The command is resolved by the sandbox itself
+//! ([`Sandbox::resolve_command`]: in its own filesystem, links resolved),
+//! decided with its arguments, the sandbox's limits, its work dir and the
+//! identity it was created for, and refused — naming the rules — unless the
+//! policy allows it (undetermined is refused). An allowed exec runs the
+//! resolved path, so the command that runs is the one that was decided.
+//! Backends still hold the policy below the workload (Landlock, masks, an
+//! OCI spec): the guard decides what is started, the backend confines what
+//! it then does.
+
+use std::sync::Arc;
+
+use cordon_policy::{ComputeFacts, Deployment, Policy, Request, Surface, SurfaceFacts};
+
+use crate::backend::{
+    DirEntry, FileRead, FileStat, HostWorkDirRecord, Limits, Provenance, ResolvedCommand, Sandbox,
+    SandboxError,
+};
+use crate::exec::{Attach, ExecHandle};
+use crate::ExecRequest;
+
+/// `sandbox` with the compute guard around it (unless it is guarded
+/// downstream already: [`Sandbox::guarded_downstream`]).
+pub fn guard(
+    sandbox: Arc<dyn Sandbox>,
+    policy: Arc<Policy>,
+    env: Deployment,
+    limits: Limits,
+) -> Arc<dyn Sandbox> {
+    if sandbox.guarded_downstream() {
+        return sandbox;
+    }
+    Arc::new(Guarded {
+        inner: sandbox,
+        policy,
+        env,
+        limits,
+    })
+}
+
+struct Guarded {
+    inner: Arc<dyn Sandbox>,
+    policy: Arc<Policy>,
+    env: Deployment,
+    limits: Limits,
+}
+
+fn now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+}
+
+impl Guarded {
+    /// The exec as it may run (its program resolved), or why not.
+    fn check(&self, req: &ExecRequest) -> Result<ExecRequest, SandboxError> {
+        let Some(program) = req.argv.first() else {
+            return Err(SandboxError::Refused {
+                reason: "the command is empty; name a program to run".into(),
+                rules: Vec::new(),
+            });
+        };
+        let resolved = self.inner.resolve_command(program)?;
+        let work_dir = match self.inner.host_work_dir() {
+            Some(d) => d.guest,
+            None => self.inner.provenance().spec.work_dir().to_string(),
+        };
+        let request = Request {
+            identity: self.inner.provenance().identity.clone(),
+            env: self.env.clone(),
+            now: now(),
+            facts: SurfaceFacts::Compute(ComputeFacts {
+                command: resolved.command.clone(),
+                command_target: resolved.command_target.clone(),
+                args: Some(req.argv.iter().skip(1).cloned().collect()),
+                cpu: i64::try_from(self.limits.cpu_seconds).ok(),
+                memory: i64::try_from(self.limits.memory_bytes).ok(),
+                work_dir: Some(work_dir),
+            }),
+        };
+        let explanation = self.policy.explain(&request);
+        if !explanation.decision.is_allowed() {
+            return Err(SandboxError::Refused {
+                reason: format!(
+                    "the policy refuses `{program}` (canonical `{}`{}) before it starts:",
+                    resolved.command,
+                    if resolved.command_target != resolved.command {
+                        format!(", target `{}`", resolved.command_target)
+                    } else {
+                        String::new()
+                    },
+                ),
+                rules: explanation.why(&self.policy, Surface::Compute),
+            });
+        }
+        let mut allowed = req.clone();
+        allowed.argv[0] = resolved.command;
+        Ok(allowed)
+    }
+}
+
+impl Sandbox for Guarded {
+    fn id(&self) -> &str {
+        self.inner.id()
+    }
+    fn provenance(&self) -> &Provenance {
+        self.inner.provenance()
+    }
+    fn start_exec(&self, req: &ExecRequest, attach: Attach) -> Result<ExecHandle, SandboxError> {
+        let allowed = self.check(req)?;
+        self.inner.start_exec(&allowed, attach)
+    }
+    fn write_file(&self, path: &str, contents: &[u8], mode: u32) -> Result<(), SandboxError> {
+        self.inner.write_file(path, contents, mode)
+    }
+    fn stat_no_follow(&self, path: &str) -> Result<Option<FileStat>, SandboxError> {
+        self.inner.stat_no_follow(path)
+    }
+    fn read_file(&self, path: &str, max_bytes: u64) -> Result<FileRead, SandboxError> {
+        self.inner.read_file(path, max_bytes)
+    }
+    fn list_dir(&self, path: &str) -> Result<Vec<DirEntry>, SandboxError> {
+        self.inner.list_dir(path)
+    }
+    fn host_work_dir(&self) -> Option<HostWorkDirRecord> {
+        self.inner.host_work_dir()
+    }
+    fn residue(&self) -> serde_json::Value {
+        self.inner.residue()
+    }
+    fn resolve_command(&self, program: &str) -> Result<ResolvedCommand, SandboxError> {
+        self.inner.resolve_command(program)
+    }
+    fn guarded_downstream(&self) -> bool {
+        true
+    }
+}
