@@ -9,5 +9,6 @@ pub(crate) mod proto;
 pub(crate) mod pty;
 pub(crate) mod rootfs;
 pub(crate) mod seccomp;
+pub(crate) mod setup;
 pub(crate) mod warm;
 pub(crate) mod warm_init;

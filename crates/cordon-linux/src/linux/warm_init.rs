@@ -31,9 +31,9 @@ use nix::unistd::ForkResult;
 use rustix::event::{poll, PollFd, PollFlags};
 use seccompiler::BpfProgram;
 
-use super::init::{die_with_parent, drop_privileges, fail, rlimits_for, Failure, SETUP_FAILED};
 use super::proto::{self, Report, WarmEvent, WarmRequest};
 use super::pty::{self, TtySize};
+use super::setup::{die_with_parent, drop_privileges, fail, rlimits_for, Failure, SETUP_FAILED};
 use super::{fs_rules, rootfs, seccomp};
 use crate::fdpass;
 use crate::outcome::Termination;
