@@ -200,7 +200,12 @@ pub fn exec_attached(
 ) -> Result<cordon_sandbox::ExecOutput, cordon_sandbox::SandboxError> {
     use cordon_sandbox::{Attach, TtySize};
     let ours = std::io::stdin();
-    let terminal = tty && rustix::termios::isatty(&ours);
+    // A terminal we are not in the foreground of (`cordon run ... &`) is
+    // neither read nor put in raw mode: either would stop us (SIGTTIN,
+    // SIGTTOU). The exec gets end-of-file instead, as with `</dev/null`.
+    let background = rustix::termios::isatty(&ours)
+        && rustix::termios::tcgetpgrp(&ours).ok() != Some(rustix::process::getpgrp());
+    let terminal = tty && rustix::termios::isatty(&ours) && !background;
     let size_now = || {
         rustix::termios::tcgetwinsize(std::io::stdin())
             .ok()
@@ -234,6 +239,9 @@ pub fn exec_attached(
                 }
             }
         });
+    }
+    if background {
+        drop(handle.take_stdin());
     }
     if let Some(mut input) = handle.take_stdin() {
         // Detached: a terminal's read may block past the exec's end, and
