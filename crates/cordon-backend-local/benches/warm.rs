@@ -689,6 +689,12 @@ mod bench {
     #[derive(serde::Deserialize)]
     struct Rec {
         keeper: Keeper,
+        residue: Residue,
+    }
+
+    /// What a local sandbox's record says to reclaim.
+    #[derive(serde::Deserialize)]
+    struct Residue {
         cgroups: Vec<PathBuf>,
     }
 
@@ -724,7 +730,7 @@ mod bench {
             })
             .collect();
         for r in &recs {
-            assert!(r.cgroups.iter().all(|d| d.exists()));
+            assert!(r.residue.cgroups.iter().all(|d| d.exists()));
             let pid = rustix::process::Pid::from_raw(r.keeper.pid).unwrap();
             rustix::process::kill_process(pid, rustix::process::Signal::KILL).unwrap();
         }
@@ -741,7 +747,7 @@ mod bench {
         assert_eq!(printed, n.to_string(), "gc reclaimed every orphan");
         let left: Vec<&PathBuf> = recs
             .iter()
-            .flat_map(|r| &r.cgroups)
+            .flat_map(|r| &r.residue.cgroups)
             .filter(|d| d.exists())
             .collect();
         assert!(left.is_empty(), "gc left cgroups: {left:?}");
@@ -751,7 +757,7 @@ mod bench {
             .iter()
             .enumerate()
             .flat_map(|(i, r)| {
-                r.cgroups.iter().map(move |d| {
+                r.residue.cgroups.iter().map(move |d| {
                     d.parent()
                         .unwrap()
                         .join(format!("warm-bench-rmdir-{}-{i}", std::process::id()))
