@@ -6,22 +6,21 @@
 //!   provenance; every [`Sandbox::exec`] is one confined launch over that
 //!   work dir (warm sandboxes come with the next issue).
 //! - Before anything starts, the first command is checked against the
-//!   compute surface in full ([`command::resolve`] canonicalises it), then
-//!   [`cordon_policy::Policy::plan`] is translated ([`translate`]) into a
-//!   `cordon_linux::PlanSpec` that is never wider than the policy; what
-//!   cannot be held is refused, naming the rule.
+//!   compute surface in full ([`cordon_confine::command::resolve`]
+//!   canonicalises it in the sandbox's filesystem view), then
+//!   [`cordon_policy::Policy::plan`] is translated
+//!   ([`cordon_confine::translate`], in the workload's paths) and mapped
+//!   into a `cordon_linux::PlanSpec` that is never wider than the policy;
+//!   what cannot be held is refused, naming the rule.
 //! - [`probe`] is what `cordon doctor` shows for the two rungs.
 //!
 //! Egress is `closed` at both rungs until the egress proxy is wired.
 
 #![cfg(all(target_os = "linux", target_arch = "x86_64"))]
 
-pub mod command;
-pub mod rebase;
 pub mod register;
 
 pub use register::registrations;
-pub mod translate;
 
 use std::collections::{BTreeMap, HashMap};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
@@ -29,9 +28,10 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
+use cordon_confine::{FsView, HostFs, RootedFs};
 use cordon_linux::{
-    Bound as LinuxBound, Bounds, Enforcer, Ids, InitProgram, LinuxEnforcer, Plan, PlanSpec, Rung,
-    SandboxStdio, Termination,
+    Bound as LinuxBound, Bounds, Enforcer, FsRule, Ids, InitProgram, LinuxEnforcer, Plan, PlanSpec,
+    Rung, SandboxStdio, Termination,
 };
 use cordon_policy::{ComputeFacts, Deployment, Policy, Request, Surface, SurfaceFacts};
 use cordon_sandbox::catalogue::Probe;
@@ -173,6 +173,33 @@ impl LocalBackend {
     /// Why this rung cannot run here, if it cannot.
     pub fn available(&self) -> Result<(), cordon_linux::Missing> {
         available_on(&self.enforcer, self.config.rung)
+    }
+}
+
+/// The filesystem as a sandbox at `rung` shows it: the host's own at the
+/// process rung; at the container rung a root (the image's, or the host's
+/// `/`) with the work dir bound at its `guest` path and, over an image, the
+/// launcher's own trees (`/proc`, `/dev`, `/sys`, `/tmp`) as they are.
+fn view_for(
+    rung: Rung,
+    guest: &str,
+    host_work: &Path,
+    image: Option<&Path>,
+) -> Result<Box<dyn FsView + Send + Sync>, String> {
+    match rung {
+        Rung::Process => Ok(Box::new(HostFs)),
+        Rung::Container => {
+            let host_work = host_work
+                .canonicalize()
+                .map_err(|e| format!("the work dir `{}`: {e}", host_work.display()))?;
+            let view = match image {
+                Some(root) => ["/proc", "/dev", "/sys", "/tmp"]
+                    .into_iter()
+                    .fold(RootedFs::new(root), |v, own| v.bind(own, own)),
+                None => RootedFs::new("/"),
+            };
+            Ok(Box::new(view.bind(guest, host_work)))
+        }
     }
 }
 
@@ -450,7 +477,7 @@ impl LocalBackend {
             .to_string();
         let spec_dir = req.provenance.spec.work_dir();
         // The container rung shows the work dir at the spec's path (the plan
-        // is carried across the bind, see `rebase`); the process rung sees
+        // is translated through the sandbox's view, see `view_for`); the process rung sees
         // the host's files, so it can only show it at its host path.
         let guest = match self.config.rung {
             Rung::Container => spec_dir.to_string(),
@@ -488,6 +515,16 @@ impl LocalBackend {
             }
             Rung::Container => None,
         };
+        let view = match view_for(self.config.rung, &guest, &host_work, image_root.as_deref()) {
+            Ok(v) => v,
+            Err(e) => {
+                if fresh {
+                    let _ = std::fs::remove_dir_all(&host_work);
+                }
+                let _ = tmp.as_deref().map(std::fs::remove_dir_all);
+                return Err(failed("acquire", e));
+            }
+        };
         let files = HostWorkDir::new(&host_work, &guest)
             .map_err(|e| failed("acquire", e.to_string()))?
             .owned_by(id, id);
@@ -506,6 +543,7 @@ impl LocalBackend {
             host_id: id,
             id_lease: Mutex::new(id_lease),
             image_root,
+            view,
             warm: None,
             base: std::sync::OnceLock::new(),
         };
@@ -581,6 +619,9 @@ pub struct LocalSandbox {
     /// Container rung: the root of the spec's image from the store (`None`:
     /// the built-in `host` image).
     image_root: Option<PathBuf>,
+    /// The filesystem as the workload sees it: where the command is
+    /// resolved and the plan translated.
+    view: Box<dyn FsView + Send + Sync>,
     /// Container rung: the live sandbox every exec runs in.
     warm: Option<cordon_linux::WarmSandbox>,
     /// The translated plan without a command, made once per sandbox (the
@@ -678,7 +719,7 @@ impl LocalSandbox {
     /// Checks the first command and builds the plan; refuses what cannot be held.
     pub fn plan_for(&self, req: &ExecRequest) -> Result<(PlanSpec, Vec<String>), SandboxError> {
         let argv0 = req.argv.first().map(String::as_str).unwrap_or("");
-        let canonical = command::resolve_in(self.image_root.as_deref(), argv0)
+        let canonical = cordon_confine::command::resolve(&*self.view, argv0)
             .map_err(|e| refused(e.to_string()))?;
         let work = self.files.guest().to_string();
         let identity = &self.provenance.identity;
@@ -732,25 +773,20 @@ impl LocalSandbox {
     fn make_base_plan(&self) -> Result<(PlanSpec, Vec<String>), SandboxError> {
         let work = self.files.guest().to_string();
         let identity = &self.provenance.identity;
-        let mut plan = self
+        let plan = self
             .policy
             .plan(identity, &self.env, now(), &work)
             .map_err(|e| refused(e.to_string()))?;
-        // The translation checks the host's files: carry the plan across
-        // the work dir's bind (nothing to carry when it is seen at its own
-        // host path).
+        // The translation works in the workload's paths and looks at the
+        // disk through the sandbox's view.
         let host_work = self
             .host_work
             .canonicalize()
             .map_err(|e| refused(format!("the work dir `{}`: {e}", self.host_work.display())))?;
-        let rebase = (self.rung == Rung::Container
-            && (Path::new(&work) != host_work || self.image_root.is_some()))
-        .then(|| rebase::Rebase::with_image(&work, &host_work, self.image_root.as_deref()))
-        .map(|r| r.ok_or_else(|| refused("the work dir is not a UTF-8 path".into())))
-        .transpose()?;
-        if let Some(r) = &rebase {
-            plan = r.plan_to_host(&plan);
-        }
+        let work_seen = self
+            .view
+            .canonical(Path::new(&work))
+            .map_err(|e| refused(format!("the work dir `{work}`: {e}")))?;
         let tmp_seen: PathBuf = match self.rung {
             Rung::Container => PathBuf::from("/tmp"),
             Rung::Process => self
@@ -758,27 +794,27 @@ impl LocalSandbox {
                 .clone()
                 .unwrap_or_else(|| PathBuf::from("/nonexistent")),
         };
-        let t = translate::translate(
+        let t = cordon_confine::translate(
             &self.policy,
             &plan,
-            &translate::Target {
-                rung: self.rung,
-                work_dir: &host_work,
+            &cordon_confine::Target {
+                rung: name_of(self.rung),
+                mode: match self.rung {
+                    Rung::Container => cordon_confine::Mode::MasksAvailable,
+                    Rung::Process => cordon_confine::Mode::NoMasks,
+                },
+                tmp_shared: self.rung == Rung::Process,
+                work_dir: &work_seen,
                 tmp_dir: &tmp_seen,
+                fs: &*self.view,
             },
         )
         .map_err(|e| refused(e.message))?;
-        let mut t = t;
-        if let Some(r) = &rebase {
-            for rule in &mut t.fs {
-                rule.path = r.to_guest(&rule.path);
-            }
-            for m in t.mask_paths.iter_mut().chain(t.mask_executables.iter_mut()) {
-                *m = r.to_guest(m);
-            }
-        }
         let mut env = BTreeMap::from([
-            ("PATH".to_string(), command::IMAGE_PATH.to_string()),
+            (
+                "PATH".to_string(),
+                cordon_confine::command::IMAGE_PATH.to_string(),
+            ),
             ("HOME".to_string(), work.clone()),
             ("LANG".to_string(), "C.UTF-8".to_string()),
         ]);
@@ -791,7 +827,16 @@ impl LocalSandbox {
         };
         let spec = PlanSpec {
             rung: self.rung,
-            fs: t.fs,
+            fs: t
+                .fs
+                .into_iter()
+                .map(|r| FsRule {
+                    path: r.path,
+                    read: r.read,
+                    write: r.write,
+                    execute: r.execute,
+                })
+                .collect(),
             mask_paths: t.mask_paths,
             mask_executables: t.mask_executables,
             work_dir: PathBuf::from(&work),
