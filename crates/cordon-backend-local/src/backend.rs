@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
-use cordon_linux::{InitProgram, LinuxEnforcer, Rung};
+use cordon_linux::{Enforcer, InitProgram, LinuxEnforcer, Rung};
 use cordon_sandbox::catalogue::Probe;
 use cordon_sandbox::host_dir::HostWorkDir;
 use cordon_sandbox::{
@@ -24,7 +24,8 @@ use crate::{failed, register, LocalConfig, WorkDir, NEXT, WORK_DIR_ID};
 pub struct LocalBackend {
     profile: &'static RungProfile,
     config: LocalConfig,
-    enforcer: Arc<LinuxEnforcer>,
+    /// Every sandbox is started through it, one-shot or warm.
+    enforcer: Arc<dyn Enforcer + Send + Sync>,
     // The sandboxes this process created. `dispose_scope` reads this
     // registry: a per-process one, acceptable while `cordon run` owns every
     // sandbox it makes; deriving it from a state directory is the next
@@ -56,7 +57,8 @@ pub fn probe(rung: Rung, init: InitProgram) -> Probe {
 
 impl LocalBackend {
     pub fn new(config: LocalConfig) -> LocalBackend {
-        let enforcer = Arc::new(LinuxEnforcer::new(config.init.clone()));
+        let enforcer: Arc<dyn Enforcer + Send + Sync> =
+            Arc::new(LinuxEnforcer::new(config.init.clone()));
         LocalBackend {
             profile: RungProfile::of(config.rung),
             config,
@@ -98,7 +100,7 @@ impl LocalBackend {
 
     /// Why this rung cannot run here, if it cannot.
     pub fn available(&self) -> Result<(), cordon_linux::Missing> {
-        self.profile.available(&self.enforcer)
+        self.profile.available(&*self.enforcer)
     }
 }
 
@@ -221,7 +223,7 @@ impl LocalBackend {
             base: std::sync::OnceLock::new(),
         };
         if self.profile.warm {
-            let started = sandbox.start_warm(&self.config.init, &self.warm_name(&req.key));
+            let started = sandbox.start_warm(&self.warm_name(&req.key));
             match started {
                 Ok(w) => sandbox.warm = Some(w),
                 Err(e) => {
@@ -311,7 +313,6 @@ impl Made {
 mod available_tests {
     use super::*;
     use crate::profile::CONTAINER;
-    use cordon_linux::Enforcer;
 
     #[test]
     fn the_container_rung_needs_landlock_scoping_for_its_warm_sandboxes() {

@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use cordon_confine::{FsView, HostFs, Mode, RootedFs};
-use cordon_linux::{InitIds, LinuxEnforcer, Missing, Rung};
+use cordon_linux::{Enforcer, InitIds, Missing, Rung};
 use cordon_sandbox::{Isolation, WorkDirView};
 
 use crate::{INIT_ID_OFFSET, INSIDE_ID};
@@ -137,11 +137,11 @@ impl RungProfile {
 
     /// What `enforcer`'s machine lacks for this backend: the rung's
     /// mechanisms, and a warm sandbox's on top.
-    pub fn available(&self, enforcer: &LinuxEnforcer) -> Result<(), Missing> {
+    pub fn available(&self, enforcer: &dyn Enforcer) -> Result<(), Missing> {
         if self.warm {
             enforcer.available_warm()
         } else {
-            cordon_linux::Enforcer::available(enforcer, self.rung)
+            enforcer.available(self.rung)
         }
     }
 

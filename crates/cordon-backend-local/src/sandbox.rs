@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex};
 
 use cordon_confine::FsView;
 use cordon_linux::{
-    Bound as LinuxBound, Bounds, Enforcer, FsRule, Ids, InitProgram, LinuxEnforcer, Plan, PlanSpec,
-    SandboxStdio, Termination,
+    Bound as LinuxBound, Bounds, ConfineError, Enforcer, FsRule, Ids, Plan, PlanSpec, SandboxStdio,
+    Termination,
 };
 use cordon_policy::{ComputeFacts, Deployment, Policy, Request, Surface, SurfaceFacts};
 use cordon_sandbox::host_dir::HostWorkDir;
@@ -32,7 +32,7 @@ pub struct LocalSandbox {
     pub(crate) profile: &'static RungProfile,
     pub(crate) policy: Arc<Policy>,
     pub(crate) env: Deployment,
-    pub(crate) enforcer: Arc<LinuxEnforcer>,
+    pub(crate) enforcer: Arc<dyn Enforcer + Send + Sync>,
     pub(crate) files: HostWorkDir,
     pub(crate) host_work: PathBuf,
     pub(crate) fresh: bool,
@@ -286,11 +286,7 @@ fn fs_rule(r: cordon_confine::PathRule) -> FsRule {
 impl LocalSandbox {
     /// Builds the warm sandbox (container rung) from the plan for this
     /// identity; each exec is then checked and started inside it.
-    pub(crate) fn start_warm(
-        &self,
-        init: &InitProgram,
-        name: &str,
-    ) -> Result<cordon_linux::WarmSandbox, BackendError> {
+    pub(crate) fn start_warm(&self, name: &str) -> Result<cordon_linux::WarmSandbox, BackendError> {
         let (mut spec, _notes) = self
             .base_plan()
             .map_err(|e| failed("acquire", e.to_string()))?;
@@ -298,10 +294,11 @@ impl LocalSandbox {
         let plan =
             Plan::new(spec).map_err(|e| failed("acquire", format!("the plan is refused: {e}")))?;
         self.enforcer
-            .available(self.profile.rung)
-            .map_err(|m| failed("acquire", m.to_string()))?;
-        cordon_linux::WarmSandbox::start(&plan, init, self.profile.init_ids(self.host_id), name)
-            .map_err(|e| failed("acquire", format!("the sandbox did not start: {e}")))
+            .start_warm(&plan, self.profile.init_ids(self.host_id), name)
+            .map_err(|e| match e {
+                ConfineError::Missing(m) => failed("acquire", m.to_string()),
+                e => failed("acquire", format!("the sandbox did not start: {e}")),
+            })
     }
 
     /// Checks `req` and starts it with `stdio`; returns a handle to wait on.
