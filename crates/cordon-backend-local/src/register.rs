@@ -10,12 +10,11 @@ use cordon_linux::{InitProgram, Rung};
 use cordon_policy::{Deployment, Policy};
 use cordon_sandbox::catalogue::{BuiltinBackend, Probe};
 use cordon_sandbox::{
-    Backend, BackendRegistration, BackendSetup, Capability, CapabilitySet, Egress, Isolation,
-    SelfCommand, WorkDirView,
+    Backend, BackendRegistration, BackendSetup, Capability, CapabilitySet, Egress, SelfCommand,
 };
 use serde::{Deserialize, Serialize};
 
-use crate::{LocalBackend, LocalConfig, WorkDir, WORK_DIR_ID};
+use crate::{LocalBackend, LocalConfig, RungProfile, WorkDir, WORK_DIR_ID};
 
 /// What the local rungs serve.
 pub fn local_capabilities() -> CapabilitySet {
@@ -30,23 +29,14 @@ pub fn local_capabilities() -> CapabilitySet {
 }
 
 fn info(rung: Rung) -> BuiltinBackend {
-    match rung {
-        Rung::Container => BuiltinBackend {
-            name: "container",
-            isolation: Isolation::Container,
-            // Closed until the egress proxy is wired.
-            egress: Egress::Closed,
-            capabilities: local_capabilities(),
-            summary: "cordon's own Linux namespaces, cgroups, Landlock and seccomp",
-        },
-        Rung::Process => BuiltinBackend {
-            name: "process",
-            isolation: Isolation::Process,
-            egress: Egress::Closed,
-            capabilities: local_capabilities(),
-            summary:
-                "a separate process as a dedicated uid, Landlock, seccomp, cgroups, no network",
-        },
+    let p = RungProfile::of(rung);
+    BuiltinBackend {
+        name: p.name,
+        isolation: p.isolation,
+        // Closed until the egress proxy is wired.
+        egress: Egress::Closed,
+        capabilities: local_capabilities(),
+        summary: p.summary,
     }
 }
 
@@ -89,7 +79,7 @@ fn build_rung(
     let init = init_of(setup).ok_or_else(|| {
         format!(
             "backend `{}` needs the sandbox init program (this binary with its init argument)",
-            crate::name_of(rung)
+            RungProfile::of(rung).name
         )
     })?;
     Ok(Arc::new(LocalBackend::new(LocalConfig {
@@ -169,10 +159,7 @@ fn registration(rung: Rung) -> BackendRegistration {
         }),
         reclaim,
         sweep,
-        work_dir_view: match rung {
-            Rung::Container => WorkDirView::SpecPath,
-            Rung::Process => WorkDirView::HostPath,
-        },
+        work_dir_view: RungProfile::of(rung).work_dir_view(),
         work_dir_owner: Some(WORK_DIR_ID),
         workload_uid: Some(WORK_DIR_ID),
     }

@@ -1,4 +1,6 @@
-//! The enforcer seam: can confinement hold here, and confine.
+//! The enforcer seam: can confinement hold here, and confine — one-shot
+//! ([`Enforcer::confine`]) or as a warm sandbox every exec runs in
+//! ([`Enforcer::start_warm`]).
 //!
 //! Enforcement is compiled for Linux on x86_64 only (the seccomp table uses
 //! x86_64 syscall numbers); every other target gets [`Refusing`].
@@ -10,6 +12,8 @@ use crate::plan::{Plan, Rung};
 pub use crate::linux::launch::{InitProgram, LaunchError, Running, SandboxStdio};
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 pub use crate::linux::probe::Mechanisms;
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+use crate::linux::warm::{InitIds, WarmSandbox};
 
 /// Why a sandbox was not started.
 #[derive(Debug, thiserror::Error)]
@@ -29,10 +33,26 @@ pub trait Enforcer {
     /// mechanism that is missing and what to do about it.
     fn available(&self, rung: Rung) -> Result<(), Missing>;
 
+    /// Whether a warm sandbox (container rung, every exec run inside it)
+    /// can be held on this machine, and if not, what is missing.
+    fn available_warm(&self) -> Result<(), Missing>;
+
     /// Starts the plan's first command confined by the plan. Refuses (and
     /// starts nothing) when [`Enforcer::available`] refuses.
     #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
     fn confine(&self, plan: &Plan, stdio: SandboxStdio) -> Result<Running, ConfineError>;
+
+    /// Builds a warm sandbox for `plan` (container rung; its `argv` is
+    /// unused) with its init running as `init_ids`, in a cgroup called
+    /// `name` below the owner's own; returns once it serves execs. Refuses
+    /// (and starts nothing) when [`Enforcer::available_warm`] refuses.
+    #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+    fn start_warm(
+        &self,
+        plan: &Plan,
+        init_ids: InitIds,
+        name: &str,
+    ) -> Result<WarmSandbox, ConfineError>;
 }
 
 /// The enforcer for targets without one: refuses everything.
@@ -59,8 +79,22 @@ impl Enforcer for Refusing {
         Err(Self::missing())
     }
 
+    fn available_warm(&self) -> Result<(), Missing> {
+        Err(Self::missing())
+    }
+
     #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
     fn confine(&self, _plan: &Plan, _stdio: SandboxStdio) -> Result<Running, ConfineError> {
+        Err(Self::missing().into())
+    }
+
+    #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+    fn start_warm(
+        &self,
+        _plan: &Plan,
+        _init_ids: InitIds,
+        _name: &str,
+    ) -> Result<WarmSandbox, ConfineError> {
         Err(Self::missing().into())
     }
 }
@@ -92,11 +126,17 @@ impl LinuxEnforcer {
     pub fn mechanisms(&self) -> &Mechanisms {
         &self.mechanisms
     }
+}
 
-    /// Whether a warm sandbox ([`crate::WarmSandbox`], container rung) can
-    /// be held here: what the rung needs, and Landlock ABI
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+impl Enforcer for LinuxEnforcer {
+    fn available(&self, rung: Rung) -> Result<(), Missing> {
+        self.mechanisms.missing_for(rung)
+    }
+
+    /// What the container rung needs, and Landlock ABI
     /// [`crate::WARM_LANDLOCK_ABI`] (scoping keeps concurrent execs apart).
-    pub fn available_warm(&self) -> Result<(), Missing> {
+    fn available_warm(&self) -> Result<(), Missing> {
         self.available(Rung::Container)?;
         let abi = self.mechanisms.landlock_abi;
         if abi < crate::WARM_LANDLOCK_ABI {
@@ -108,17 +148,20 @@ impl LinuxEnforcer {
         }
         Ok(())
     }
-}
-
-#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
-impl Enforcer for LinuxEnforcer {
-    fn available(&self, rung: Rung) -> Result<(), Missing> {
-        self.mechanisms.missing_for(rung)
-    }
 
     fn confine(&self, plan: &Plan, stdio: SandboxStdio) -> Result<Running, ConfineError> {
         self.available(plan.rung())?;
         Ok(crate::linux::launch::launch(plan, &self.init, stdio)?)
+    }
+
+    fn start_warm(
+        &self,
+        plan: &Plan,
+        init_ids: InitIds,
+        name: &str,
+    ) -> Result<WarmSandbox, ConfineError> {
+        self.available_warm()?;
+        Ok(WarmSandbox::start(plan, &self.init, init_ids, name)?)
     }
 }
 
@@ -126,4 +169,16 @@ impl Enforcer for LinuxEnforcer {
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 pub fn platform_enforcer(init: InitProgram) -> LinuxEnforcer {
     LinuxEnforcer::new(init)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refusing_refuses_warm_sandboxes_too() {
+        let e: &dyn Enforcer = &Refusing;
+        assert!(e.available_warm().is_err());
+        assert!(e.available(Rung::Container).is_err());
+    }
 }

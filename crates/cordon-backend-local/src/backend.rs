@@ -1,0 +1,340 @@
+//! [`LocalBackend`]: one rung behind the sandbox protocol; acquiring makes
+//! a [`LocalSandbox`] (its directories, its uid, its warm sandbox).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+
+use cordon_linux::{Enforcer, InitProgram, LinuxEnforcer, Rung};
+use cordon_sandbox::catalogue::Probe;
+use cordon_sandbox::host_dir::HostWorkDir;
+use cordon_sandbox::{
+    AcquireRequest, Backend, BackendError, CapabilitySet, Egress, Isolation, IsolationError,
+    Sandbox, SandboxKey, WorkDirView,
+};
+
+use crate::ids::lease_id;
+use crate::profile::RungProfile;
+use crate::sandbox::LocalSandbox;
+use crate::workdir::{fresh_dir, given_dir};
+use crate::{failed, register, LocalConfig, WorkDir, NEXT, WORK_DIR_ID};
+
+/// The `process` or `container` backend.
+pub struct LocalBackend {
+    profile: &'static RungProfile,
+    config: LocalConfig,
+    /// Every sandbox is started through it, one-shot or warm.
+    enforcer: Arc<dyn Enforcer + Send + Sync>,
+    // The sandboxes this process created. `dispose_scope` reads this
+    // registry: a per-process one, acceptable while `cordon run` owns every
+    // sandbox it makes; deriving it from a state directory is the next
+    // issue's job (with `cordon serve`).
+    sandboxes: Mutex<HashMap<SandboxKey, Arc<LocalSandbox>>>,
+}
+
+/// What `cordon doctor` shows for `rung`: runnable, or what this machine
+/// lacks for it.
+pub fn probe(rung: Rung, init: InitProgram) -> Probe {
+    let enforcer = LinuxEnforcer::new(init);
+    match RungProfile::of(rung).available(&enforcer) {
+        Ok(()) => Probe {
+            runnable: true,
+            reason: None,
+            found: vec!["every mechanism the rung needs".into()],
+        },
+        Err(missing) => Probe {
+            runnable: false,
+            reason: Some("this machine lacks what the rung needs".into()),
+            found: missing
+                .absent
+                .iter()
+                .map(|a| format!("{}: found {} ({})", a.mechanism, a.found, a.help))
+                .collect(),
+        },
+    }
+}
+
+impl LocalBackend {
+    pub fn new(config: LocalConfig) -> LocalBackend {
+        let enforcer: Arc<dyn Enforcer + Send + Sync> =
+            Arc::new(LinuxEnforcer::new(config.init.clone()));
+        LocalBackend {
+            profile: RungProfile::of(config.rung),
+            config,
+            enforcer,
+            sandboxes: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The cgroup name of a warm sandbox for `key`: findable from the
+    /// system (`cordon-` prefix), unique per process and sandbox.
+    fn warm_name(&self, key: &SandboxKey) -> String {
+        format!(
+            "cordon-{}-{}-{}",
+            key.id(),
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        )
+    }
+
+    /// Where the image `image` names is on this host: `None` for the
+    /// built-in `host` image (the host's own system directories), the
+    /// stored root for an image of cordon's store (container rung only).
+    pub fn image_root(&self, image: &str) -> Result<Option<PathBuf>, String> {
+        if image == "host" {
+            return Ok(None);
+        }
+        if !self.profile.runs_images() {
+            return Err(format!(
+                "the process rung runs on the host's own files, so it runs only the `host` image, not `{image}`; use the container rung"
+            ));
+        }
+        let store = cordon_image::ImageStore::open(&cordon_image::ImageStore::default_root())
+            .map_err(|e| e.to_string())?;
+        match store.resolve(image).map_err(|e| e.to_string())? {
+            cordon_image::Resolved::Host => Ok(None),
+            cordon_image::Resolved::Stored { root, .. } => Ok(Some(root)),
+        }
+    }
+
+    /// Why this rung cannot run here, if it cannot.
+    pub fn available(&self) -> Result<(), cordon_linux::Missing> {
+        self.profile.available(&*self.enforcer)
+    }
+}
+
+impl Backend for LocalBackend {
+    fn name(&self) -> &str {
+        self.profile.name
+    }
+
+    fn isolation(&self) -> Result<Isolation, IsolationError> {
+        // A rung this machine cannot hold is not claimed at all.
+        self.available().map_err(|m| IsolationError::Unnamed {
+            reason: m.to_string(),
+        })?;
+        Ok(self.profile.isolation)
+    }
+
+    fn egress(&self) -> Egress {
+        Egress::Closed
+    }
+
+    fn materialises(&self, image: &str) -> Result<(), String> {
+        self.image_root(image).map(drop)
+    }
+
+    fn capabilities(&self) -> CapabilitySet {
+        register::local_capabilities()
+    }
+
+    fn acquire(&self, req: &AcquireRequest) -> Result<Arc<dyn Sandbox>, BackendError> {
+        self.acquire_local(req).map(|s| s as Arc<dyn Sandbox>)
+    }
+
+    fn dispose(&self, key: &SandboxKey) -> Result<bool, BackendError> {
+        self.dispose_local(key)
+    }
+
+    fn dispose_scope(&self, scope: &str, thread_id: &str) -> Result<usize, BackendError> {
+        self.dispose_scope_local(scope, thread_id)
+    }
+}
+
+impl LocalBackend {
+    /// [`Backend::acquire`], returning the concrete sandbox.
+    pub fn acquire_local(&self, req: &AcquireRequest) -> Result<Arc<LocalSandbox>, BackendError> {
+        if req.provenance.policy_digest != self.config.policy.digest {
+            return Err(failed(
+                "acquire",
+                "the router's policy is not the one this backend enforces; build both from the same policy",
+            ));
+        }
+        let mut all = self
+            .sandboxes
+            .lock()
+            .map_err(|_| failed("acquire", "the sandbox registry is poisoned"))?;
+        if let Some(s) = all.get(&req.key) {
+            return Ok(s.clone());
+        }
+        let sandbox = Arc::new(self.make_sandbox(req)?);
+        all.insert(req.key.clone(), sandbox.clone());
+        Ok(sandbox)
+    }
+
+    /// A new sandbox for `req`: its uid and directories, its filesystem
+    /// view and (when the rung is warm) its running sandbox. Whatever was
+    /// made is removed when a later step fails.
+    fn make_sandbox(&self, req: &AcquireRequest) -> Result<LocalSandbox, BackendError> {
+        let mut id_lease = None;
+        let (id, host_work, fresh) = match &self.config.work_dir {
+            WorkDir::Fresh { parent } => {
+                let lease = lease_id()?;
+                let id = lease.id();
+                id_lease = Some(lease);
+                (id, fresh_dir(parent, "work", id)?, true)
+            }
+            WorkDir::Given(d) => (WORK_DIR_ID, given_dir(d)?, false),
+        };
+        let mut made = Made {
+            host_work: fresh.then(|| host_work.clone()),
+            tmp: None,
+        };
+        let host_str = host_work
+            .to_str()
+            .ok_or_else(|| failed("acquire", "the work dir is not a UTF-8 path"))?
+            .to_string();
+        let spec_dir = req.provenance.spec.work_dir();
+        let guest = self.profile.guest_work_dir(spec_dir, &host_str);
+        let image_root = self
+            .image_root(req.provenance.spec.image())
+            .map_err(|e| made.fail(e))?;
+        self.check_work_dir(spec_dir, &guest)
+            .map_err(|e| made.fail(e))?;
+        if self.profile.private_tmp_dir() {
+            let parent = host_work.parent().unwrap_or(Path::new("/tmp"));
+            made.tmp = Some(fresh_dir(parent, "tmp", id).inspect_err(|_| made.remove())?);
+        }
+        let view = self
+            .profile
+            .view(&guest, &host_work, image_root.as_deref())
+            .map_err(|e| made.fail(e))?;
+        let files = HostWorkDir::new(&host_work, &guest)
+            .map_err(|e| made.fail(e.to_string()))?
+            .owned_by(id, id);
+        let mut sandbox = LocalSandbox {
+            id: format!("{}:{}", self.profile.name, req.key),
+            provenance: req.provenance.clone(),
+            limits: req.limits,
+            profile: self.profile,
+            policy: self.config.policy.clone(),
+            env: self.config.env.clone(),
+            enforcer: self.enforcer.clone(),
+            files,
+            host_work,
+            fresh,
+            tmp: made.tmp.take(),
+            host_id: id,
+            id_lease: Mutex::new(id_lease),
+            image_root,
+            view,
+            warm: None,
+            base: std::sync::OnceLock::new(),
+        };
+        if self.profile.warm {
+            let started = sandbox.start_warm(&self.warm_name(&req.key));
+            match started {
+                Ok(w) => sandbox.warm = Some(w),
+                Err(e) => {
+                    let _ = sandbox.remove_dirs();
+                    return Err(e);
+                }
+            }
+        }
+        Ok(sandbox)
+    }
+
+    /// Whether the work dir can be shown where the spec asks (`spec_dir`)
+    /// when the workload sees it at `guest`. The container rung shows it at
+    /// the spec's path (the plan is translated in the sandbox's view); the
+    /// process rung sees the host's files, so it can only show it at its
+    /// host path.
+    fn check_work_dir(&self, spec_dir: &str, guest: &str) -> Result<(), String> {
+        if self.profile.work_dir_view() == WorkDirView::HostPath
+            && spec_dir != cordon_sandbox::spec::DEFAULT_WORK_DIR
+            && spec_dir != guest
+        {
+            return Err(format!("the spec's work dir `{spec_dir}` cannot be provided: the process rung shows the work dir at its host path `{guest}`; leave `work_dir` out of the spec, pass `--work-dir {spec_dir}`, or use the container rung"));
+        }
+        Ok(())
+    }
+
+    fn dispose_local(&self, key: &SandboxKey) -> Result<bool, BackendError> {
+        let gone = self
+            .sandboxes
+            .lock()
+            .map_err(|_| failed("dispose", "the sandbox registry is poisoned"))?
+            .remove(key);
+        match gone {
+            Some(s) => {
+                s.dispose()?;
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    fn dispose_scope_local(&self, scope: &str, thread_id: &str) -> Result<usize, BackendError> {
+        let gone: Vec<Arc<LocalSandbox>> = {
+            let mut all = self
+                .sandboxes
+                .lock()
+                .map_err(|_| failed("dispose_scope", "the sandbox registry is poisoned"))?;
+            let keys: Vec<SandboxKey> = all
+                .keys()
+                .filter(|k| k.scope() == scope && k.thread_id() == thread_id)
+                .cloned()
+                .collect();
+            keys.iter().filter_map(|k| all.remove(k)).collect()
+        };
+        for s in &gone {
+            s.dispose()?;
+        }
+        Ok(gone.len())
+    }
+}
+
+/// The directories an acquire made so far, removed if it fails.
+struct Made {
+    /// A fresh work dir (never the operator's).
+    host_work: Option<PathBuf>,
+    tmp: Option<PathBuf>,
+}
+
+impl Made {
+    fn remove(&mut self) {
+        for d in [self.host_work.take(), self.tmp.take()]
+            .into_iter()
+            .flatten()
+        {
+            let _ = std::fs::remove_dir_all(d);
+        }
+    }
+
+    /// Removes them and says why acquire failed.
+    fn fail(&mut self, reason: String) -> BackendError {
+        self.remove();
+        failed("acquire", reason)
+    }
+}
+
+#[cfg(test)]
+mod available_tests {
+    use super::*;
+    use crate::profile::CONTAINER;
+
+    #[test]
+    fn the_container_rung_needs_landlock_scoping_for_its_warm_sandboxes() {
+        let init = InitProgram::new("/nonexistent/cordon");
+        let mut m = cordon_linux::Mechanisms::detect();
+        let real = CONTAINER.available(&LinuxEnforcer::with_mechanisms(init.clone(), m.clone()));
+        m.landlock_abi = 5;
+        let e = LinuxEnforcer::with_mechanisms(init, m);
+        if let Err(other) = real {
+            assert!(
+                std::env::var("CI").map_or(true, |v| v != "true"),
+                "CI=true and the container rung is missing: {other}"
+            );
+            eprintln!("\n!!!!!!!! SKIPPED landlock scoping check: {other} !!!!!!!!\n");
+            return;
+        }
+        // ABI 5 holds a one-shot container run, not a warm sandbox.
+        assert!(e.available(Rung::Container).is_ok());
+        let refused = CONTAINER.available(&e).unwrap_err().to_string();
+        assert!(
+            refused.contains("ABI 6") && refused.contains("warm"),
+            "{refused}"
+        );
+    }
+}

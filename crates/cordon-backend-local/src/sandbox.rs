@@ -1,0 +1,511 @@
+//! [`LocalSandbox`]: one sandbox's directories, ids and (container rung)
+//! warm sandbox; each exec's command checked, its plan made and held.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use cordon_confine::FsView;
+use cordon_linux::{
+    Bound as LinuxBound, Bounds, ConfineError, Enforcer, FsRule, Ids, Plan, PlanSpec, SandboxStdio,
+    Termination,
+};
+use cordon_policy::{ComputeFacts, Deployment, Policy, Request, Surface, SurfaceFacts};
+use cordon_sandbox::host_dir::HostWorkDir;
+use cordon_sandbox::{
+    Attach, BackendError, ExecHandle, ExecRequest, ExitStatus, FileRead, FileStat, Killer, Limits,
+    Provenance, Sandbox, SandboxError,
+};
+
+use crate::ids::IdLease;
+use crate::pipes::ExecPipes;
+use crate::profile::RungProfile;
+use crate::{failed, register};
+
+/// One sandbox of a local backend: a work dir and what it was made for.
+/// Every exec is its own confined launch; none outlives its exec (the
+/// launcher kills the whole cgroup when the first process ends).
+pub struct LocalSandbox {
+    pub(crate) id: String,
+    pub(crate) provenance: Provenance,
+    pub(crate) limits: Limits,
+    pub(crate) profile: &'static RungProfile,
+    pub(crate) policy: Arc<Policy>,
+    pub(crate) env: Deployment,
+    pub(crate) enforcer: Arc<dyn Enforcer + Send + Sync>,
+    pub(crate) files: HostWorkDir,
+    pub(crate) host_work: PathBuf,
+    pub(crate) fresh: bool,
+    pub(crate) tmp: Option<PathBuf>,
+    pub(crate) host_id: u32,
+    /// The lease on `host_id` (fresh work dirs; `None` for the shared
+    /// [`crate::WORK_DIR_ID`]); released when the sandbox is dropped.
+    pub(crate) id_lease: Mutex<Option<IdLease>>,
+    /// Container rung: the root of the spec's image from the store (`None`:
+    /// the built-in `host` image).
+    pub(crate) image_root: Option<PathBuf>,
+    /// The filesystem as the workload sees it: where the command is
+    /// resolved and the plan translated.
+    pub(crate) view: Box<dyn FsView + Send + Sync>,
+    /// Container rung: the live sandbox every exec runs in.
+    pub(crate) warm: Option<cordon_linux::WarmSandbox>,
+    /// The translated plan without a command, made once per sandbox (the
+    /// translation walks the filesystem).
+    pub(crate) base: std::sync::OnceLock<(PlanSpec, Vec<String>)>,
+}
+
+fn refused(reason: String) -> SandboxError {
+    SandboxError::Failed {
+        operation: "exec",
+        reason,
+    }
+}
+
+fn now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+}
+
+impl LocalSandbox {
+    /// Stops the sandbox (container rung: kills everything in it and
+    /// removes its cgroups) and removes its directories.
+    pub fn dispose(&self) -> Result<(), BackendError> {
+        let stopped = match &self.warm {
+            Some(w) => w
+                .stop()
+                .map_err(|e| failed("dispose", format!("stopping the sandbox: {e}"))),
+            None => Ok(()),
+        };
+        let removed = self.remove_dirs();
+        // Nothing runs as the uid any more: another sandbox may have it.
+        if stopped.is_ok() {
+            self.id_lease
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .take();
+        }
+        stopped.and(removed)
+    }
+
+    /// The cgroup directories of a warm sandbox (empty at the process rung,
+    /// where each exec's cgroup lives only as long as the exec).
+    pub fn cgroup_dirs(&self) -> Vec<PathBuf> {
+        self.warm
+            .as_ref()
+            .map(cordon_linux::WarmSandbox::cgroup_dirs)
+            .unwrap_or_default()
+    }
+
+    /// The host uid/gid the workload runs as.
+    pub fn host_id(&self) -> u32 {
+        self.host_id
+    }
+
+    /// Whether it was given a fresh work dir (removed at dispose).
+    pub fn fresh_work_dir(&self) -> bool {
+        self.fresh
+    }
+
+    /// Process rung: the private temporary directory.
+    pub fn tmp_dir(&self) -> Option<&Path> {
+        self.tmp.as_deref()
+    }
+
+    /// The work dir as the workload sees it.
+    pub fn guest_work_dir(&self) -> &str {
+        self.files.guest()
+    }
+
+    pub(crate) fn remove_dirs(&self) -> Result<(), BackendError> {
+        let mut dirs: Vec<&Path> = self.tmp.iter().map(PathBuf::as_path).collect();
+        if self.fresh {
+            dirs.push(&self.host_work);
+        }
+        for d in dirs {
+            // `remove_dir_all` does not follow links the workload planted.
+            if let Err(e) = std::fs::remove_dir_all(d) {
+                if e.kind() != std::io::ErrorKind::NotFound {
+                    return Err(failed(
+                        "dispose",
+                        format!("cannot remove `{}`: {e}", d.display()),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The work dir's host side.
+    pub fn work_dir(&self) -> &Path {
+        &self.host_work
+    }
+
+    /// Builds the plan for one exec; refuses what cannot be held. The
+    /// command was decided on the compute surface before it reached this
+    /// sandbox: the router and the keeper put every sandbox inside the
+    /// compute guard (`cordon_sandbox::guard`), which asks
+    /// [`Sandbox::resolve_command`] here and hands over the resolved path.
+    pub fn plan_for(&self, req: &ExecRequest) -> Result<(PlanSpec, Vec<String>), SandboxError> {
+        let argv0 = req.argv.first().map(String::as_str).unwrap_or("");
+        let canonical = cordon_confine::command::resolve(&*self.view, argv0)
+            .map_err(|e| refused(e.to_string()))?;
+        let (mut spec, notes) = self.base_plan()?;
+        let mut argv = req.argv.clone();
+        argv[0] = canonical.command;
+        spec.argv = argv;
+        spec.env.extend(req.env.clone());
+        spec.bounds.max_wall_seconds = self.limits.wall_seconds.min(req.timeout.as_secs().max(1));
+        Ok((spec, notes))
+    }
+
+    /// The plan for this sandbox's identity and work dir, without a command:
+    /// the policy's storage and compute rules translated for the rung.
+    fn base_plan(&self) -> Result<(PlanSpec, Vec<String>), SandboxError> {
+        if let Some(base) = self.base.get() {
+            return Ok(base.clone());
+        }
+        let made = self.make_base_plan()?;
+        Ok(self.base.get_or_init(|| made).clone())
+    }
+
+    fn make_base_plan(&self) -> Result<(PlanSpec, Vec<String>), SandboxError> {
+        let work = self.files.guest();
+        let plan = self
+            .policy
+            .plan(&self.provenance.identity, &self.env, now(), work)
+            .map_err(|e| refused(e.to_string()))?;
+        let t = self.confinement(&plan, work)?;
+        let host_work = self
+            .host_work
+            .canonicalize()
+            .map_err(|e| refused(format!("the work dir `{}`: {e}", self.host_work.display())))?;
+        let mut env = BTreeMap::from([
+            (
+                "PATH".to_string(),
+                cordon_confine::command::IMAGE_PATH.to_string(),
+            ),
+            ("HOME".to_string(), work.to_string()),
+            ("LANG".to_string(), "C.UTF-8".to_string()),
+        ]);
+        if let Some(tmp) = &self.tmp {
+            env.insert("TMPDIR".into(), tmp.display().to_string());
+        }
+        let inside = self.profile.inside_id(self.host_id);
+        let spec = PlanSpec {
+            rung: self.profile.rung,
+            fs: t.fs.into_iter().map(fs_rule).collect(),
+            mask_paths: t.mask_paths,
+            mask_executables: t.mask_executables,
+            work_dir: PathBuf::from(work),
+            work_dir_source: self.profile.work_dir_source(work, &host_work),
+            image_root: self.image_root.clone(),
+            tmp_dir: self.tmp.clone(),
+            env,
+            bounds: Bounds {
+                max_memory: self.limits.memory_bytes,
+                max_processes: u32::try_from(self.limits.processes).unwrap_or(u32::MAX),
+                max_cpu_seconds: self.limits.cpu_seconds,
+                max_wall_seconds: self.limits.wall_seconds,
+            },
+            argv: Vec::new(),
+            ids: Ids {
+                uid: inside,
+                gid: inside,
+                host_uid: self.host_id,
+                host_gid: self.host_id,
+            },
+        };
+        Ok((spec, t.notes))
+    }
+
+    /// `plan` translated in the workload's paths, looking at the disk
+    /// through the sandbox's view; `work` is the work dir as it sees it.
+    fn confinement(
+        &self,
+        plan: &cordon_policy::plan::ConfinementPlan,
+        work: &str,
+    ) -> Result<cordon_confine::Confinement, SandboxError> {
+        let work_seen = self
+            .view
+            .canonical(Path::new(work))
+            .map_err(|e| refused(format!("the work dir `{work}`: {e}")))?;
+        let tmp_seen = self.profile.tmp_seen(self.tmp.as_deref());
+        cordon_confine::translate(
+            &self.policy,
+            plan,
+            &cordon_confine::Target {
+                rung: self.profile.name,
+                mode: self.profile.mode,
+                tmp_shared: self.profile.private_tmp_dir(),
+                work_dir: &work_seen,
+                tmp_dir: &tmp_seen,
+                fs: &*self.view,
+            },
+        )
+        .map_err(|e| refused(e.message))
+    }
+}
+
+/// A neutral rule as `cordon-linux` holds it.
+fn fs_rule(r: cordon_confine::PathRule) -> FsRule {
+    FsRule {
+        path: r.path,
+        read: r.read,
+        write: r.write,
+        execute: r.execute,
+    }
+}
+
+impl LocalSandbox {
+    /// Builds the warm sandbox (container rung) from the plan for this
+    /// identity; each exec is then checked and started inside it.
+    pub(crate) fn start_warm(&self, name: &str) -> Result<cordon_linux::WarmSandbox, BackendError> {
+        let (mut spec, _notes) = self
+            .base_plan()
+            .map_err(|e| failed("acquire", e.to_string()))?;
+        spec.argv.clear();
+        let plan =
+            Plan::new(spec).map_err(|e| failed("acquire", format!("the plan is refused: {e}")))?;
+        self.enforcer
+            .start_warm(&plan, self.profile.init_ids(self.host_id), name)
+            .map_err(|e| match e {
+                ConfineError::Missing(m) => failed("acquire", m.to_string()),
+                e => failed("acquire", format!("the sandbox did not start: {e}")),
+            })
+    }
+
+    /// Checks `req` and starts it with `stdio`; returns a handle to wait on.
+    pub fn start(
+        &self,
+        req: &ExecRequest,
+        stdio: cordon_linux::ExecStdio,
+    ) -> Result<Started, SandboxError> {
+        if req.argv.is_empty() {
+            return Err(refused("the command is empty".into()));
+        }
+        let (spec, _notes) = self.plan_for(req)?;
+        match &self.warm {
+            Some(w) => {
+                let exec = cordon_linux::WarmExec {
+                    argv: spec.argv,
+                    env: spec.env,
+                    bounds: spec.bounds,
+                };
+                w.exec(&exec, stdio)
+                    .map(Started::Warm)
+                    .map_err(|e| refused(format!("the sandbox did not start it: {e}")))
+            }
+            None => {
+                let plan =
+                    Plan::new(spec).map_err(|e| refused(format!("the plan is refused: {e}")))?;
+                let stdio = SandboxStdio {
+                    stdin: std::process::Stdio::from(stdio.stdin),
+                    stdout: std::process::Stdio::from(stdio.stdout),
+                    stderr: std::process::Stdio::from(stdio.stderr),
+                };
+                self.enforcer
+                    .confine(&plan, stdio)
+                    .map(Started::OneShot)
+                    .map_err(|e| refused(format!("the sandbox did not start: {e}")))
+            }
+        }
+    }
+
+    /// One exec: the command checked, the plan held, the output capped,
+    /// returned as a handle at once.
+    fn start_handle(&self, req: &ExecRequest, attach: Attach) -> Result<ExecHandle, SandboxError> {
+        if let Some(size) = attach.tty {
+            return self.start_on_terminal(req, size);
+        }
+        let pipes = ExecPipes::new(attach.stdin_stream || !req.stdin.is_empty())
+            .map_err(|e| refused(format!("making pipes: {e}")))?;
+        let (stdio, ours) = pipes.split();
+        let started = self.start(req, stdio)?;
+        let cancel = started.canceller();
+        Ok(ours.into_handle(
+            req,
+            attach,
+            move || started.wait(),
+            Killer::new(move || cancel.cancel()),
+        ))
+    }
+}
+
+impl LocalSandbox {
+    /// One exec on a pseudo-terminal of the sandbox's own (a devpts
+    /// instance in the exec's mount namespace; the master comes back to us):
+    /// the warm (container) rung only.
+    fn start_on_terminal(
+        &self,
+        req: &ExecRequest,
+        size: cordon_sandbox::TtySize,
+    ) -> Result<ExecHandle, SandboxError> {
+        let Some(w) = &self.warm else {
+            return Err(SandboxError::Unavailable {
+                reason: "a terminal is served only at the container rung, whose execs have a devpts of their own; run without a terminal, or at `--min-isolation container`".into(),
+            });
+        };
+        if req.argv.is_empty() {
+            return Err(refused("the command is empty".into()));
+        }
+        let (spec, _notes) = self.plan_for(req)?;
+        let exec = cordon_linux::WarmExec {
+            argv: spec.argv,
+            env: spec.env,
+            bounds: spec.bounds,
+        };
+        let (running, master) = w
+            .exec_tty(
+                &exec,
+                cordon_linux::TtySize {
+                    rows: size.rows,
+                    cols: size.cols,
+                },
+            )
+            .map_err(|e| refused(format!("the sandbox did not start it: {e}")))?;
+        let started = Started::Warm(running);
+        let cancel = started.canceller();
+        let dup = |fd: &std::os::fd::OwnedFd| {
+            fd.try_clone()
+                .map_err(|e| refused(format!("the terminal's descriptor: {e}")))
+        };
+        let (input, resize) = (dup(&master)?, Arc::new(dup(&master)?));
+        let handle = ExecHandle::from_pipes(
+            StdinFeed::Stream(Box::new(std::fs::File::from(input))),
+            // The master reads EIO once nothing in the sandbox holds the
+            // terminal: the end of its output.
+            std::fs::File::from(master),
+            std::io::empty(),
+            req.max_output_bytes,
+            move || started.wait(),
+            Killer::new(move || cancel.cancel()),
+        );
+        Ok(
+            handle.with_resizer(Arc::new(move |s: cordon_sandbox::TtySize| {
+                cordon_linux::resize_pty(
+                    &*resize,
+                    cordon_linux::TtySize {
+                        rows: s.rows,
+                        cols: s.cols,
+                    },
+                )
+            })),
+        )
+    }
+}
+
+/// An exec that started, in either engine.
+pub enum Started {
+    Warm(cordon_linux::WarmRunning),
+    OneShot(cordon_linux::Running),
+}
+
+impl Started {
+    /// Kills it (and everything it started) from another thread.
+    pub fn canceller(&self) -> cordon_linux::Cancel {
+        match self {
+            Started::Warm(w) => w.canceller(),
+            Started::OneShot(r) => r.canceller(),
+        }
+    }
+
+    /// Waits for it and says how it ended.
+    pub fn wait(self) -> Result<ExitStatus, SandboxError> {
+        let outcome = match self {
+            Started::Warm(w) => w.wait(),
+            Started::OneShot(r) => r.wait(),
+        }
+        .map_err(|e| refused(format!("the sandbox failed: {e}")))?;
+        Ok(status_of(&outcome))
+    }
+}
+
+fn status_of(outcome: &cordon_linux::Outcome) -> ExitStatus {
+    match outcome.killed_by {
+        Some(LinuxBound::Wall) => ExitStatus::TimedOut,
+        Some(LinuxBound::Memory) => ExitStatus::Bound {
+            bound: "max_memory",
+        },
+        Some(LinuxBound::Cpu) => ExitStatus::Bound {
+            bound: "max_cpu_seconds",
+        },
+        Some(LinuxBound::Processes) => ExitStatus::Bound {
+            bound: "max_processes",
+        },
+        None => match outcome.termination {
+            Termination::Exited(c) => ExitStatus::Code(c),
+            Termination::Signaled(s) => ExitStatus::Signal(s),
+        },
+    }
+}
+
+impl LocalSandbox {
+    fn write_in(&self, path: &str, contents: &[u8], mode: u32) -> Result<(), SandboxError> {
+        // What cordon writes in belongs to the sandbox's uid (`owned_by`),
+        // handed over through the new file's descriptor: a link a running
+        // exec swaps in meanwhile is never chowned.
+        self.files.write_file(path, contents, mode)
+    }
+}
+
+impl Sandbox for LocalSandbox {
+    fn id(&self) -> &str {
+        &self.id
+    }
+
+    fn provenance(&self) -> &Provenance {
+        &self.provenance
+    }
+
+    fn start_exec(&self, req: &ExecRequest, attach: Attach) -> Result<ExecHandle, SandboxError> {
+        self.start_handle(req, attach)
+    }
+
+    fn write_file(&self, path: &str, contents: &[u8], mode: u32) -> Result<(), SandboxError> {
+        self.write_in(path, contents, mode)
+    }
+    fn stat_no_follow(&self, path: &str) -> Result<Option<FileStat>, SandboxError> {
+        self.files.stat_no_follow(path)
+    }
+
+    fn read_file(&self, path: &str, max_bytes: u64) -> Result<FileRead, SandboxError> {
+        self.files.read_file(path, max_bytes)
+    }
+
+    fn resolve_command(
+        &self,
+        program: &str,
+    ) -> Result<cordon_sandbox::ResolvedCommand, SandboxError> {
+        let c = cordon_confine::command::resolve(&*self.view, program).map_err(|e| {
+            SandboxError::Refused {
+                reason: e.to_string(),
+                rules: Vec::new(),
+            }
+        })?;
+        Ok(cordon_sandbox::ResolvedCommand {
+            command: c.command,
+            command_target: c.command_target,
+        })
+    }
+
+    fn host_work_dir(&self) -> Option<cordon_sandbox::HostWorkDirRecord> {
+        Some(cordon_sandbox::HostWorkDirRecord {
+            host: self.work_dir().to_path_buf(),
+            guest: self.guest_work_dir().to_string(),
+            owner: Some(self.host_id()),
+        })
+    }
+
+    fn residue(&self) -> serde_json::Value {
+        let mut dirs: Vec<PathBuf> = self.tmp_dir().map(Path::to_path_buf).into_iter().collect();
+        if self.fresh_work_dir() {
+            dirs.push(self.work_dir().to_path_buf());
+        }
+        serde_json::to_value(register::Residue {
+            cgroups: self.cgroup_dirs(),
+            dirs,
+        })
+        .unwrap_or_default()
+    }
+}

@@ -1,0 +1,115 @@
+//! The grants: the launcher's own trees checked, a rule per storage grant
+//! the kernel can hold, execute where the compute surface allows it too.
+
+use std::path::Path;
+
+use cordon_policy::plan::{ConfinementPlan, Grant, PathAtom, Rights};
+
+use super::{one_path, refuse, reserved, PathRule, Translation, Unholdable};
+
+/// Whether `g` grants `rights` on everything beneath `dir`: every path,
+/// or one prefix that every path beneath `dir` begins with.
+fn covers_tree(g: &Grant, dir: &Path, rights: Rights) -> bool {
+    if !g.rights.contains(rights) {
+        return false;
+    }
+    let want = format!("{}/", dir.display());
+    match g.paths.all_of.as_slice() {
+        [] => true,
+        [PathAtom::Prefix(p)] => want.starts_with(p.as_str()),
+        _ => false,
+    }
+}
+
+impl Translation<'_> {
+    /// The launcher always gives the work dir and the temporary directory
+    /// read-write: the policy must grant both there, or the workload is
+    /// refused rather than run wider.
+    pub(super) fn check_launcher_trees(&self, plan: &ConfinementPlan) -> Result<(), Unholdable> {
+        let work = self.target.work_dir;
+        for (dir, what) in self.launcher {
+            let ok = [Rights::READ, Rights::WRITE]
+                .into_iter()
+                .all(|r| plan.storage_allow.iter().any(|g| covers_tree(g, dir, r)));
+            if !ok {
+                return Err(refuse(format!(
+                    "the policy does not grant read and write on everything beneath the {what} `{}`, and the {} rung always gives the workload its {what} read-write; cordon does not run it wider than the policy\nhelp: grant it (`path.startsWith({}) && mode in [\"read\", \"write\"]`), or build on the default with `extends: [\"cordon:default\"]`",
+                    dir.display(),
+                    self.target.rung,
+                    if *dir == *work { "work_dir + \"/\"".to_string() } else { format!("\"{}/\"", dir.display()) }
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// A rule for the storage grant `g` when it has one path the kernel can
+    /// hold (else a note), and execute where `exec_allow` covers it too.
+    pub(super) fn allow(&mut self, g: &Grant, exec_allow: &[Grant]) {
+        let Some((path, _dir)) = one_path(&g.paths) else {
+            self.notes.push(format!(
+                "{} grants `{}` only as the policy states it: the kernel holds no rule for it (narrower)",
+                self.rules_of(g),
+                g.paths.show("path")
+            ));
+            return;
+        };
+        if !self.view().exists(&path) {
+            return;
+        }
+        let path = self.real(&path);
+        if reserved(&path) || self.inside_launcher(&path) {
+            // Provided by the launcher.
+            return;
+        }
+        self.fs.push(PathRule {
+            path,
+            read: g.rights.contains(Rights::READ),
+            write: g.rights.contains(Rights::WRITE),
+            execute: false,
+        });
+        if !g.rights.contains(Rights::EXECUTE) {
+            return;
+        }
+        for e in exec_allow {
+            self.allow_execute(g, e);
+        }
+    }
+
+    /// Execute where the storage grant `g` (which has execute) and the
+    /// compute grant `e` meet, when that is one path the kernel can hold.
+    fn allow_execute(&mut self, g: &Grant, e: &Grant) {
+        let Some(both) = g.paths.intersect(&e.paths) else {
+            return;
+        };
+        let Some((x, _)) = one_path(&both) else {
+            self.notes.push(format!(
+                "execute on `{}` is not held (narrower)",
+                both.show("path")
+            ));
+            return;
+        };
+        if !self.view().exists(&x) {
+            return;
+        }
+        let x = self.real(&x);
+        if reserved(&x) || self.inside_launcher(&x) {
+            return;
+        }
+        // INVARIANT: nothing beneath the work dir or the temporary
+        // directory is ever executable.
+        if self.holds_launcher(&x) {
+            self.notes.push(format!(
+                "execute on `{}` is not held: it holds the work dir or the temporary directory (narrower)",
+                x.display()
+            ));
+            return;
+        }
+        self.fs.push(PathRule {
+            path: x,
+            read: g.rights.contains(Rights::READ),
+            write: false,
+            execute: true,
+        });
+    }
+}
