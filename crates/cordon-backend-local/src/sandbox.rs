@@ -10,7 +10,7 @@ use cordon_linux::{
     Bound as LinuxBound, Bounds, ConfineError, Enforcer, FsRule, Ids, Plan, PlanSpec, SandboxStdio,
     Termination,
 };
-use cordon_policy::{ComputeFacts, Deployment, Policy, Request, Surface, SurfaceFacts};
+use cordon_policy::{Deployment, Policy};
 use cordon_sandbox::host_dir::HostWorkDir;
 use cordon_sandbox::{
     Attach, BackendError, ExecHandle, ExecRequest, ExitStatus, FileRead, FileStat, Killer, Limits,
@@ -372,7 +372,7 @@ impl LocalSandbox {
         };
         let (input, resize) = (dup(&master)?, Arc::new(dup(&master)?));
         let handle = ExecHandle::from_pipes(
-            StdinFeed::Stream(Box::new(std::fs::File::from(input))),
+            cordon_sandbox::StdinFeed::Stream(Box::new(std::fs::File::from(input))),
             // The master reads EIO once nothing in the sandbox holds the
             // terminal: the end of its output.
             std::fs::File::from(master),

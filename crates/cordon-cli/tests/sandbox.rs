@@ -33,10 +33,16 @@ fn can_sandbox(case: &str) -> bool {
 }
 
 fn cordon(state: &Path, args: &[&str]) -> (i32, String, String) {
+    cordon_env(state, args, &[])
+}
+
+/// Runs cordon with `env` added; returns (code, stdout, stderr).
+fn cordon_env(state: &Path, args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_cordon"))
         .args(args)
         .env("CORDON_STATE_DIR", state)
         .env_remove("CORDON_MIN_ISOLATION")
+        .envs(env.iter().copied())
         .output()
         .expect("run cordon");
     (
@@ -833,18 +839,7 @@ fn killing_a_sandbox_exec_client_kills_its_exec_within_a_second() {
 
 /// Runs cordon with `CORDON_LOG=debug`; returns (code, stdout, stderr).
 fn cordon_logged(state: &Path, args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_cordon"))
-        .args(args)
-        .env("CORDON_STATE_DIR", state)
-        .env("CORDON_LOG", "debug")
-        .env_remove("CORDON_MIN_ISOLATION")
-        .output()
-        .expect("run cordon");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    cordon_env(state, args, &[("CORDON_LOG", "debug")])
 }
 
 fn count(log: &str, event: &str) -> usize {

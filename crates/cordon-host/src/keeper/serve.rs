@@ -292,10 +292,19 @@ fn exec_for_client(
     }
     let killer = handle.killer();
     let resizer = handle.resizer();
-    let done = AtomicBool::new(false);
+    // The watcher sleeps in `poll` on the client's connection and on this
+    // pipe: the exec's end wakes it at once (a timed poll would add its
+    // tick to every exec).
+    let Ok((wake_r, wake_w)) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC) else {
+        killer.kill();
+        return Reply::Error {
+            kind: cordon_sandbox::ErrorKind::Failed,
+            message: "the keeper could not make a pipe to watch its client".into(),
+        };
+    };
     let (mut out, mut err) = (std::fs::File::from(stdout), std::fs::File::from(stderr));
     let end = std::thread::scope(|scope| {
-        scope.spawn(|| watch_client(conn, &done, &killer, resizer.as_ref()));
+        scope.spawn(|| watch_client(conn, &wake_r, &killer, resizer.as_ref()));
         let end = loop {
             match handle.next_event() {
                 // A client that stopped reading loses output, not the exec.
@@ -314,7 +323,7 @@ fn exec_for_client(
                 }
             }
         };
-        done.store(true, Ordering::SeqCst);
+        let _ = rustix::io::write(&wake_w, b"x");
         end
     });
     drop((out, err));
@@ -324,33 +333,36 @@ fn exec_for_client(
     }
 }
 
-/// Kills an exec when its client hangs up; returns when `done` is set.
-/// After its request the client sends only terminal resizes: the
-/// connection turning readable with anything else, or hung up, means the
-/// client is gone (killed, or it killed the exec), and the exec and
-/// everything it started go with it.
+/// Kills an exec when its client hangs up; returns when `done` turns
+/// readable (the exec ended). After its request the client sends only
+/// terminal resizes: the connection turning readable with anything else,
+/// or hung up, means the client is gone (killed, or it killed the exec),
+/// and the exec and everything it started go with it.
 fn watch_client(
     conn: &OwnedFd,
-    done: &AtomicBool,
+    done: &OwnedFd,
     killer: &Killer,
     resizer: Option<&cordon_sandbox::Resizer>,
 ) {
-    use rustix::event::{poll, PollFd, PollFlags, Timespec};
-    let tick = Timespec {
-        tv_sec: 0,
-        tv_nsec: 50_000_000,
-    };
-    while !done.load(Ordering::SeqCst) {
-        let mut fds = [PollFd::new(conn, PollFlags::IN | PollFlags::RDHUP)];
-        let Ok(n) = poll(&mut fds, Some(&tick)) else {
-            continue;
-        };
-        if n == 0 || fds[0].revents().is_empty() {
+    use rustix::event::{poll, PollFd, PollFlags};
+    loop {
+        let mut fds = [
+            PollFd::new(conn, PollFlags::IN | PollFlags::RDHUP),
+            PollFd::new(done, PollFlags::IN),
+        ];
+        match poll(&mut fds, None) {
+            Ok(_) => {}
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(_) => return,
+        }
+        if !fds[1].revents().is_empty() {
+            return;
+        }
+        let revents = fds[0].revents();
+        if revents.is_empty() {
             continue;
         }
-        let hung_up = fds[0]
-            .revents()
-            .intersects(PollFlags::HUP | PollFlags::RDHUP | PollFlags::ERR);
+        let hung_up = revents.intersects(PollFlags::HUP | PollFlags::RDHUP | PollFlags::ERR);
         if !hung_up {
             if let Ok(Some((Request::Resize { size }, _))) = fdpass::recv::<Request>(conn) {
                 if let Some(r) = resizer {
