@@ -6,12 +6,12 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use cordon_confine::FsView;
+use cordon_files::host_dir::HostWorkDir;
 use cordon_linux::{
     Bound as LinuxBound, Bounds, ConfineError, Enforcer, FsRule, Ids, Plan, PlanSpec, SandboxStdio,
     Termination,
 };
 use cordon_policy::{Deployment, Policy};
-use cordon_sandbox::host_dir::HostWorkDir;
 use cordon_sandbox::{
     Attach, BackendError, ExecHandle, ExecRequest, ExitStatus, FileRead, FileStat, Killer, Limits,
     Provenance, Sandbox, SandboxError,

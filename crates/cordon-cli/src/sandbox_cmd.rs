@@ -176,7 +176,7 @@ fn go(cmd: SandboxCommand) -> Result<ExitCode, ExitCode> {
                     spec.kind()
                 )));
             }
-            let sink = cordon_sandbox::sink::FsSink::new(&to).map_err(fail)?;
+            let sink = cordon_files::FsSink::new(&to).map_err(fail)?;
             let got = collect_outputs(&s, &s.provenance().spec, Some(&sink)).map_err(fail)?;
             // The operator is the host here: print where each landed.
             for a in &got.landed {

@@ -19,13 +19,13 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use cordon_files::host_dir::HostWorkDir;
 use cordon_host::keeper::{KeptBackend, KeptConfig, KEEPER_ARG};
 use cordon_host::kits::KitRun;
 use cordon_host::state::StateDir;
 use cordon_host::{Host, HostSetup};
 use cordon_policy::{Identity, Policy};
 use cordon_sandbox::catalogue::{BuiltinBackend, DoctorReport, Probe};
-use cordon_sandbox::host_dir::HostWorkDir;
 use cordon_sandbox::{
     AcquireRequest, Attach, Backend, BackendError, BackendRegistration, BackendSetup,
     CallerContext, Capability, CapabilitySet, Egress, ExecHandle, ExecRequest, ExitStatus,

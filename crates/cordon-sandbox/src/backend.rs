@@ -36,7 +36,7 @@
 //! - **Serving `files_out`**: do not write the confinement walk or the
 //!   confined open yourself. A work dir on a host directory delegates the
 //!   files hooks and every host-side write to
-//!   [`crate::host_dir::HostWorkDir`]; anything else runs
+//!   `cordon_files::host_dir::HostWorkDir`; anything else runs
 //!   [`crate::confined::refuse_symlinked_parents`] with its own unconfined,
 //!   no-follow stat. Then pass [`crate::conformance`] on a real instance.
 //!   `docs/backends.md` has the whole story.
@@ -312,7 +312,7 @@ pub struct DirEntry {
 /// `read_file` and `list_dir` hooks serve declared outputs (`files_out`,
 /// `files_list`) and default to [`SandboxError::Unsupported`]. Paths are
 /// absolute guest paths; a backend serving them from a host directory uses
-/// [`crate::host_dir::HostWorkDir`] rather than its own walk.
+/// `cordon_files::host_dir::HostWorkDir` rather than its own walk.
 pub trait Sandbox: Send + Sync {
     /// The backend's own identifier for this instance.
     fn id(&self) -> &str;
@@ -349,7 +349,8 @@ pub trait Sandbox: Send + Sync {
     /// Writes a file (creating parents) with `mode`; an absolute guest path.
     /// The guest may have planted a link exactly where the host writes: a
     /// backend writing into a host directory goes through
-    /// [`crate::host_dir::HostWorkDir::write_file`], never `std::fs::write`.
+    /// `cordon_files::host_dir::HostWorkDir::write_file`, never
+    /// `std::fs::write`.
     fn write_file(&self, path: &str, contents: &[u8], mode: u32) -> Result<(), SandboxError>;
 
     /// Stats a path without following a final link; `Ok(None)` when it (or
@@ -388,7 +389,8 @@ pub trait Sandbox: Send + Sync {
 
     /// The work dir as a host directory, when it is one: a client in
     /// another process (of a kept sandbox) then serves files in and out
-    /// from it with [`crate::host_dir::HostWorkDir`], as this sandbox does.
+    /// from it with `cordon_files::host_dir::HostWorkDir`, as this sandbox
+    /// does.
     /// `None`: files go only through this sandbox's own methods.
     fn host_work_dir(&self) -> Option<HostWorkDirRecord> {
         None

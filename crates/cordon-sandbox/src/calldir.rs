@@ -6,8 +6,7 @@
 //! not depend on `backend`: `backend` → `spec` → `outputs`, and this module
 //! sits above both (`calldir` → `backend`, `outputs`). The crate's module
 //! graph is acyclic: `backend` → `spec` → `outputs`, and `calldir`,
-//! `collect`, `kinds`, `confined`, `host_dir`, `sink` and `router` sit above
-//! `backend`.
+//! `collect`, `kinds`, `confined`, `sink` and `router` sit above `backend`.
 
 use std::time::Duration;
 

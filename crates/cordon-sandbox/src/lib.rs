@@ -32,10 +32,12 @@
 //! - Files out ([`outputs`]): a spec's [`DeclaredOutput`]s and its
 //!   `files_out` [`TransferLimits`]; [`collect_outputs`] reads them back in
 //!   four ordered phases and delivers the landing ones to an
-//!   [`OutputSink`] — [`FsSink`] lands them under a directory without
-//!   following any link. [`confined`] holds the `openat2` primitives and
-//!   the confinement walk every backend serving files uses;
-//!   [`host_dir`] serves a work dir from a host directory with them.
+//!   [`OutputSink`]. [`confined`] holds the confinement walk every backend
+//!   serving files uses. The host side lives in the `cordon-files` crate:
+//!   the `openat2` primitives (`cordon_files::confined`), a work dir served
+//!   from a host directory (`cordon_files::host_dir`), and
+//!   `cordon_files::FsSink`, which lands outputs under a directory without
+//!   following any link.
 //! - [`kinds`] — the [`kinds::Kind`] trait (a spec, parsing of `consume`
 //!   outputs, display lines) with `codeact` and `diagram`.
 //! - [`conformance`] — the kit every backend serving `files_out` must pass;
@@ -55,8 +57,6 @@ pub mod egress;
 pub mod error;
 pub mod exec;
 pub mod guard;
-#[cfg(target_os = "linux")]
-pub mod host_dir;
 pub mod isolation;
 pub mod key;
 pub mod kinds;
@@ -99,8 +99,6 @@ pub use registry::{BackendRegistration, BackendSetup, Registry, SelfCommand, Wor
 pub use router::{Refusal, Router, RouterBuilder, RouterError, Scoped, Warning};
 pub use schema::{Schema, SchemaError};
 pub use secrets::{DirectorySecrets, SecretError, SecretProvider, SecretValue};
-#[cfg(target_os = "linux")]
-pub use sink::FsSink;
 pub use sink::{Artifact, ArtifactHandle, LandedArtifact, OutputSink, SinkError};
 pub use spec::{ResourceAsk, SandboxSpec, SecretName, SpecError};
 pub use tools::{

@@ -232,7 +232,7 @@ pub const MAX_NAME_BYTES: usize = 1024;
 ///
 /// Lexical only: a name that cannot traverse says nothing about what
 /// already sits where it resolves. A sink still confines its own
-/// destination (see [`crate::sink::FsSink`]).
+/// destination (see `cordon_files::FsSink`).
 pub fn validate_artifact_name(name: &str) -> Result<(), ArtifactNameError> {
     if name.is_empty() {
         return Err(ArtifactNameError::Empty);

@@ -6,8 +6,8 @@ use std::os::fd::AsFd;
 use std::sync::Arc;
 use std::time::Duration;
 
+use cordon_files::host_dir::HostWorkDir;
 use cordon_linux::fdpass;
-use cordon_sandbox::host_dir::HostWorkDir;
 use cordon_sandbox::{
     Attach, Capability, ExecHandle, ExecRequest, FileRead, FileStat, Killer, Provenance, Sandbox,
     SandboxError, StdinFeed,

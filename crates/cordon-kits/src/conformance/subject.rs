@@ -117,7 +117,7 @@ pub fn can_make_device_nodes() -> bool {
     rustix::process::geteuid().is_root()
 }
 
-/// The host-directory test subject: a [`cordon_sandbox::host_dir::HostDirectorySandbox`]
+/// The host-directory test subject: a [`cordon_files::host_dir::HostDirectorySandbox`]
 /// over `root/work`, with `root/outside` beside it, planted through `exec`
 /// on the host. Device nodes are planted when `device_nodes` is set (root
 /// only).
@@ -150,7 +150,7 @@ pub fn host_directory_subject(
         },
         policy_digest: String::new(),
     };
-    let sandbox = cordon_sandbox::host_dir::HostDirectorySandbox::new(&work, provenance)
+    let sandbox = cordon_files::host_dir::HostDirectorySandbox::new(&work, provenance)
         .map_err(|e| e.to_string())?;
     Ok(PosixGuestSubject {
         name: "host-directory".into(),

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::*;
-use cordon_sandbox::host_dir::HostDirectorySandbox;
+use cordon_files::host_dir::HostDirectorySandbox;
 use cordon_sandbox::{Provenance, SandboxSpec};
 
 fn unconfined(root: &Path) -> EscapeSubject {

@@ -5,9 +5,10 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use cordon_sandbox::host_dir::HostDirectorySandbox;
+use cordon_files::host_dir::HostDirectorySandbox;
+use cordon_files::FsSink;
 use cordon_sandbox::kinds::{CodeAct, Diagram, Kind, KindError};
-use cordon_sandbox::{CollectError, FsSink, Provenance, Sandbox};
+use cordon_sandbox::{CollectError, Provenance, Sandbox};
 
 use super::doubles::team_a;
 

@@ -9,6 +9,5 @@ mod policy;
 mod router;
 mod scope;
 mod secrets;
-mod sink;
 mod spec;
 mod tools;

@@ -1,13 +1,15 @@
 //! The filesystem sink and the confined primitives: a link planted in the
 //! landing directory, before or during a write, never carries it out.
+#![allow(clippy::expect_used, clippy::unwrap_used)] // tests may panic on a broken fixture
 
 use std::os::unix::fs::symlink;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-use cordon_sandbox::confined::{ConfinedDir, Existing, WriteStep};
-use cordon_sandbox::host_dir::HostWorkDir;
-use cordon_sandbox::{Artifact, FsSink, OutputSink, SandboxError, SinkError};
+use cordon_files::confined::{ConfinedDir, Existing, WriteStep};
+use cordon_files::host_dir::HostWorkDir;
+use cordon_files::FsSink;
+use cordon_sandbox::{Artifact, OutputSink, SandboxError, SinkError};
 
 fn artifact(name: &str, bytes: &[u8]) -> Artifact {
     Artifact {

@@ -20,11 +20,13 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::backend::{
-    ExecOutput, ExecRequest, ExitStatus, FileRead, FileStat, Provenance, Sandbox, SandboxError,
+use cordon_sandbox::confined::{refuse_symlinked_parents, Parents};
+use cordon_sandbox::{
+    validate_artifact_name, Attach, ExecHandle, ExecOutput, ExecRequest, ExitStatus, FileRead,
+    FileStat, Provenance, Sandbox, SandboxError,
 };
-use crate::confined::{host_lstat, refuse_symlinked_parents, ConfinedDir, Existing, Parents};
-use crate::outputs::validate_artifact_name;
+
+use crate::confined::{host_lstat, ConfinedDir, Existing};
 
 /// A guest work dir served from a host directory.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -195,12 +197,8 @@ impl Sandbox for HostDirectorySandbox {
     }
 
     /// Runs `argv` on the host in the work dir with only `req.env`.
-    fn start_exec(
-        &self,
-        req: &ExecRequest,
-        _attach: crate::Attach,
-    ) -> Result<crate::ExecHandle, SandboxError> {
-        Ok(crate::ExecHandle::finished(self.exec(req)))
+    fn start_exec(&self, req: &ExecRequest, _attach: Attach) -> Result<ExecHandle, SandboxError> {
+        Ok(ExecHandle::finished(self.exec(req)))
     }
     fn exec(&self, req: &ExecRequest) -> Result<ExecOutput, SandboxError> {
         let failed = |reason: String| SandboxError::Failed {

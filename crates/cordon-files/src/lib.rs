@@ -1,0 +1,31 @@
+//! cordon's host-side file primitives, shared by every backend that serves
+//! files from a host directory.
+//!
+//! A workload can plant a link exactly where the host is about to read or
+//! write as root; everything here opens beneath a directory descriptor with
+//! `openat2` and follows no link. The protocol these serve (the
+//! [`cordon_sandbox::Sandbox`] file hooks, [`cordon_sandbox::OutputSink`],
+//! the confinement walk [`cordon_sandbox::confined::refuse_symlinked_parents`])
+//! is `cordon-sandbox`'s; this crate is where it touches the host.
+//!
+//! - [`confined`] — the `openat2` primitives ([`confined::ConfinedDir`]:
+//!   confined stat, bounded read, write by temporary file and rename), their
+//!   error ([`confined::ConfinedError`]) and the host's no-follow stat for
+//!   the walk ([`confined::host_lstat`]).
+//! - [`host_dir`] — [`host_dir::HostWorkDir`] serves a sandbox's work dir
+//!   from a host directory with them; [`host_dir::HostDirectorySandbox`] is
+//!   the kits' unisolated test subject.
+//! - [`FsSink`] — the [`cordon_sandbox::OutputSink`] that lands artifacts
+//!   under a directory without following any link.
+//!
+//! The primitives exist only on Linux: `ConfinedDir`, `host_dir` and
+//! `FsSink` are `cfg(target_os = "linux")`.
+
+pub mod confined;
+#[cfg(target_os = "linux")]
+pub mod host_dir;
+#[cfg(target_os = "linux")]
+mod sink;
+
+#[cfg(target_os = "linux")]
+pub use sink::FsSink;
