@@ -9,7 +9,7 @@
 //! floor admits and this machine can hold, strongest first.
 //!
 //! Exit codes: the workload's own status; 128+N when a signal N ended it;
-//! [`EXIT_BOUND`] when a resource bound killed it; [`EXIT_REFUSED`] when
+//! [`EXIT_BOUND`] when a resource bound killed it; `crate::exit::REFUSED` (125) when
 //! cordon refused or could not start it (nothing of the workload ran).
 
 use std::path::PathBuf;

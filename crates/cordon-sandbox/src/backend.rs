@@ -38,7 +38,7 @@
 //!   files hooks and every host-side write to
 //!   `cordon_files::host_dir::HostWorkDir`; anything else runs
 //!   [`crate::confined::refuse_symlinked_parents`] with its own unconfined,
-//!   no-follow stat. Then pass [`crate::conformance`] on a real instance.
+//!   no-follow stat. Then pass `cordon_kits::conformance` on a real instance.
 //!   `docs/backends.md` has the whole story.
 
 use std::collections::BTreeMap;

@@ -40,8 +40,11 @@
 //!   following any link.
 //! - [`kinds`] — the [`kinds::Kind`] trait (a spec, parsing of `consume`
 //!   outputs, display lines) with `codeact` and `diagram`.
-//! - [`conformance`] — the kit every backend serving `files_out` must pass;
-//!   [`escape`] — the escape kit every backend must pass.
+//! - [`registry`] — every backend a host knows, one registration each;
+//!   [`exec`] — exec as a handle; [`guard`] — the compute check around
+//!   every sandbox; [`error::ErrorKind`] — what kind of failure an error is.
+//!   The kits every backend must pass (files-out conformance, escape) are
+//!   `cordon_kits`.
 //!
 //! Traits are synchronous: the backends are process-driven, and a host on an
 //! async runtime calls them from its blocking pool.

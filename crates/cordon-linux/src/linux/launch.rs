@@ -171,7 +171,7 @@ fn write_id_maps(pid: u32, plan: &Plan) -> io::Result<()> {
 /// (then nothing of the workload ran).
 ///
 /// The caller must have checked [`crate::Enforcer::available`];
-/// [`crate::LinuxEnforcer::confine`] does.
+/// `Enforcer::confine` on a [`crate::LinuxEnforcer`] does.
 pub fn launch(
     plan: &Plan,
     init: &InitProgram,
