@@ -40,10 +40,6 @@ pub struct Outcome {
     /// CPU time of the whole tree, when the cgroup reported it.
     pub cpu: Option<Duration>,
     pub wall: Duration,
-    /// The owner cancelled the run ([`Cancel::cancel`]) before it ended:
-    /// its whole tree was killed.
-    #[serde(default)]
-    pub cancelled: bool,
 }
 
 /// Cancels a running exec from another thread: the next bounds check of its

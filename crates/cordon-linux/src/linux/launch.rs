@@ -288,7 +288,6 @@ pub(crate) fn outcome_of(
         limits_hit,
         cpu,
         wall,
-        cancelled: false,
     }
 }
 
@@ -355,7 +354,7 @@ impl Running {
     }
 
     /// A handle that kills the run's whole tree from another thread while
-    /// [`Running::wait`] waits; the outcome then says `cancelled`.
+    /// [`Running::wait`] waits (the run then ends as killed by `SIGKILL`).
     pub fn canceller(&self) -> crate::Cancel {
         self.cancel.clone()
     }
@@ -425,8 +424,7 @@ impl Running {
                 None => termination,
             };
         }
-        let mut outcome = outcome_of(self.cgroup.as_ref(), termination, killed_by, wall);
-        outcome.cancelled = cancelled;
+        let outcome = outcome_of(self.cgroup.as_ref(), termination, killed_by, wall);
         self.cleanup();
         if let Some((step, error)) = setup_error {
             if termination == Termination::Exited(SETUP_FAILED) {

@@ -461,7 +461,7 @@ pub struct WarmRunning {
 
 impl WarmRunning {
     /// A handle that kills the exec's whole tree from another thread while
-    /// [`WarmRunning::wait`] waits; the outcome then says `cancelled`.
+    /// [`WarmRunning::wait`] waits (the exec then ends as killed by `SIGKILL`).
     pub fn canceller(&self) -> crate::Cancel {
         self.cancel.clone()
     }
@@ -510,9 +510,7 @@ impl WarmRunning {
         };
         let wall = self.started.elapsed();
         self.kill();
-        let mut outcome =
-            super::launch::outcome_of(self.cgroup.as_ref(), termination, killed_by, wall);
-        outcome.cancelled = cancelled;
+        let outcome = super::launch::outcome_of(self.cgroup.as_ref(), termination, killed_by, wall);
         self.cleanup();
         Ok(outcome)
     }

@@ -135,3 +135,43 @@ fn no_zombie_of_a_process_rung_run_outlives_it() {
     let again = case.run(&enforcer);
     assert!(again.stdout.contains("spawned"), "{again:?}");
 }
+
+// A one-shot run cancelled from another thread while `wait` waits: the
+// whole tree dies at once (no bound was near), and the run ends killed.
+both!(a_cancelled_run_ends_at_once_with_its_tree, |rung| {
+    let Some(enforcer) = enforcer_for(rung, "cancel") else {
+        return;
+    };
+    let case = Case::new(rung, &["/bin/sh", "-c", "sleep 60 & sleep 60"]);
+    let uid = case.host_uid();
+    let plan = Plan::new(case.spec.clone()).expect("plan");
+    let stdio = SandboxStdio {
+        stdin: Stdio::null(),
+        stdout: Stdio::null(),
+        stderr: Stdio::null(),
+    };
+    let running = enforcer.confine(&plan, stdio).expect("confine");
+    let cancel = running.canceller();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while live_processes_of(uid) < 2 {
+        assert!(Instant::now() < deadline, "the workload never appeared");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let waited = std::thread::spawn(move || running.wait());
+    std::thread::sleep(Duration::from_millis(100));
+    let cancelled = Instant::now();
+    cancel.cancel();
+    let outcome = waited.join().expect("join").expect("wait");
+    assert!(
+        cancelled.elapsed() < Duration::from_secs(1),
+        "the cancelled run took {:?} to end",
+        cancelled.elapsed()
+    );
+    assert_eq!(
+        outcome.termination,
+        cordon_linux::Termination::Signaled(9),
+        "{outcome:?}"
+    );
+    assert_eq!(outcome.killed_by, None, "no bound killed it: {outcome:?}");
+    no_process_left(uid);
+});
