@@ -54,17 +54,20 @@ pub struct LocalSandbox {
     pub(crate) base: std::sync::OnceLock<(PlanSpec, Vec<String>)>,
 }
 
+/// The policy (or what it asks for) cannot be held here: nothing ran.
 fn refused(reason: String) -> SandboxError {
+    SandboxError::Refused {
+        reason,
+        rules: Vec::new(),
+    }
+}
+
+/// The machinery failed (a pipe, a descriptor, the init).
+fn exec_failed(reason: String) -> SandboxError {
     SandboxError::Failed {
         operation: "exec",
         reason,
     }
-}
-
-fn now() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
 }
 
 impl LocalSandbox {
@@ -173,13 +176,17 @@ impl LocalSandbox {
         let work = self.files.guest();
         let plan = self
             .policy
-            .plan(&self.provenance.identity, &self.env, now(), work)
+            .plan(
+                &self.provenance.identity,
+                &self.env,
+                cordon_sandbox::guard::now(),
+                work,
+            )
             .map_err(|e| refused(e.to_string()))?;
         let t = self.confinement(&plan, work)?;
-        let host_work = self
-            .host_work
-            .canonicalize()
-            .map_err(|e| refused(format!("the work dir `{}`: {e}", self.host_work.display())))?;
+        let host_work = self.host_work.canonicalize().map_err(|e| {
+            exec_failed(format!("the work dir `{}`: {e}", self.host_work.display()))
+        })?;
         let mut env = BTreeMap::from([
             (
                 "PATH".to_string(),
@@ -229,7 +236,7 @@ impl LocalSandbox {
         let work_seen = self
             .view
             .canonical(Path::new(work))
-            .map_err(|e| refused(format!("the work dir `{work}`: {e}")))?;
+            .map_err(|e| exec_failed(format!("the work dir `{work}`: {e}")))?;
         let tmp_seen = self.profile.tmp_seen(self.tmp.as_deref());
         cordon_confine::translate(
             &self.policy,
@@ -294,7 +301,7 @@ impl LocalSandbox {
                 };
                 w.exec(&exec, stdio)
                     .map(Started::Warm)
-                    .map_err(|e| refused(format!("the sandbox did not start it: {e}")))
+                    .map_err(|e| exec_failed(format!("the sandbox did not start it: {e}")))
             }
             None => {
                 let plan =
@@ -307,7 +314,7 @@ impl LocalSandbox {
                 self.enforcer
                     .confine(&plan, stdio)
                     .map(Started::OneShot)
-                    .map_err(|e| refused(format!("the sandbox did not start: {e}")))
+                    .map_err(|e| exec_failed(format!("the sandbox did not start: {e}")))
             }
         }
     }
@@ -319,7 +326,7 @@ impl LocalSandbox {
             return self.start_on_terminal(req, size);
         }
         let pipes = ExecPipes::new(attach.stdin_stream || !req.stdin.is_empty())
-            .map_err(|e| refused(format!("making pipes: {e}")))?;
+            .map_err(|e| exec_failed(format!("making pipes: {e}")))?;
         let (stdio, ours) = pipes.split();
         let started = self.start(req, stdio)?;
         let cancel = started.canceller();
@@ -363,12 +370,12 @@ impl LocalSandbox {
                     cols: size.cols,
                 },
             )
-            .map_err(|e| refused(format!("the sandbox did not start it: {e}")))?;
+            .map_err(|e| exec_failed(format!("the sandbox did not start it: {e}")))?;
         let started = Started::Warm(running);
         let cancel = started.canceller();
         let dup = |fd: &std::os::fd::OwnedFd| {
             fd.try_clone()
-                .map_err(|e| refused(format!("the terminal's descriptor: {e}")))
+                .map_err(|e| exec_failed(format!("the terminal's descriptor: {e}")))
         };
         let (input, resize) = (dup(&master)?, Arc::new(dup(&master)?));
         let handle = ExecHandle::from_pipes(
@@ -416,7 +423,7 @@ impl Started {
             Started::Warm(w) => w.wait(),
             Started::OneShot(r) => r.wait(),
         }
-        .map_err(|e| refused(format!("the sandbox failed: {e}")))?;
+        .map_err(|e| exec_failed(format!("the sandbox failed: {e}")))?;
         Ok(status_of(&outcome))
     }
 }

@@ -50,7 +50,9 @@ struct Guarded {
     limits: Limits,
 }
 
-fn now() -> i64 {
+/// Unix seconds, for a decision's `now` (the one clock every local
+/// decision and plan reads).
+pub fn now() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
@@ -83,8 +85,10 @@ impl Guarded {
                 work_dir: Some(work_dir),
             }),
         };
-        let explanation = self.policy.explain(&request);
-        if !explanation.decision.is_allowed() {
+        // The decision alone on the way to an allowed exec; the explanation
+        // (every rule's outcome) only for a refusal's message.
+        if !self.policy.decide(&request).is_allowed() {
+            let explanation = self.policy.explain(&request);
             return Err(SandboxError::Refused {
                 reason: format!(
                     "the policy refuses `{program}` (canonical `{}`{}) before it starts:",
