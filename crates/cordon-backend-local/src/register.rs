@@ -1,7 +1,8 @@
 //! The local rungs' registrations: how a host finds, probes, builds and
-//! cleans up after the `container` and `process` backends. This is the one
-//! place that says what they claim; [`crate::LocalBackend`] declares the
-//! same to the router (a test checks the two agree).
+//! cleans up after the `container` and `process` backends. What they claim
+//! comes from their [`RungProfile`], as [`crate::LocalBackend`]'s own
+//! declarations do; the host assembly refuses a built backend whose
+//! declarations differ from its registration's.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -10,7 +11,7 @@ use cordon_linux::{InitProgram, Rung};
 use cordon_policy::{Deployment, Policy};
 use cordon_sandbox::catalogue::{BuiltinBackend, Probe};
 use cordon_sandbox::{
-    Backend, BackendRegistration, BackendSetup, Capability, CapabilitySet, Egress, SelfCommand,
+    Backend, BackendRegistration, BackendSetup, Capability, CapabilitySet, Egress,
 };
 use serde::{Deserialize, Serialize};
 
@@ -46,18 +47,6 @@ fn init_of(setup: &BackendSetup) -> Option<InitProgram> {
             .iter()
             .fold(InitProgram::new(&c.path), |i, a| i.arg(a))
     })
-}
-
-/// An [`InitProgram`] as the setup's serialisable form.
-pub fn self_command(init: &InitProgram) -> SelfCommand {
-    SelfCommand {
-        path: init.path.clone(),
-        args: init
-            .args
-            .iter()
-            .map(|a| a.to_string_lossy().into_owned())
-            .collect(),
-    }
 }
 
 fn probe_rung(rung: Rung, setup: &BackendSetup) -> Probe {

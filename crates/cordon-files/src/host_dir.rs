@@ -15,15 +15,15 @@
 //! is the conformance kit's test subject and nothing more: no backend hands
 //! it to a router.
 
-use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use cordon_sandbox::confined::{refuse_symlinked_parents, Parents};
 use cordon_sandbox::{
-    validate_artifact_name, Attach, ExecHandle, ExecOutput, ExecRequest, ExitStatus, FileRead,
-    FileStat, Provenance, Sandbox, SandboxError,
+    validate_artifact_name, Attach, ExecHandle, ExecRequest, ExitStatus, FileRead, FileStat,
+    Killer, Provenance, Sandbox, SandboxError, StdinFeed,
 };
 
 use crate::confined::{host_lstat, ConfinedDir, Existing};
@@ -173,20 +173,6 @@ impl HostDirectorySandbox {
     }
 }
 
-fn read_capped(mut r: impl Read, max: u64) -> (Vec<u8>, bool) {
-    let mut buf = Vec::new();
-    let _ = r.by_ref().take(max).read_to_end(&mut buf);
-    let mut sink = [0u8; 4096];
-    let mut more = false;
-    while let Ok(n) = r.read(&mut sink) {
-        if n == 0 {
-            break;
-        }
-        more = true;
-    }
-    (buf, more)
-}
-
 impl Sandbox for HostDirectorySandbox {
     fn id(&self) -> &str {
         &self.id
@@ -196,15 +182,18 @@ impl Sandbox for HostDirectorySandbox {
         &self.provenance
     }
 
-    /// Runs `argv` on the host in the work dir with only `req.env`.
-    fn start_exec(&self, req: &ExecRequest, _attach: Attach) -> Result<ExecHandle, SandboxError> {
-        Ok(ExecHandle::finished(self.exec(req)))
-    }
-    fn exec(&self, req: &ExecRequest) -> Result<ExecOutput, SandboxError> {
+    /// Runs `argv` on the host in the work dir with only `req.env`
+    /// (stdin streamed or fed the request's bytes; killed at its timeout).
+    fn start_exec(&self, req: &ExecRequest, attach: Attach) -> Result<ExecHandle, SandboxError> {
         let failed = |reason: String| SandboxError::Failed {
             operation: "exec",
             reason,
         };
+        if attach.tty.is_some() {
+            return Err(SandboxError::Unavailable {
+                reason: "the host-directory subject has no terminal of its own to give".into(),
+            });
+        }
         let (program, args) = req
             .argv
             .split_first()
@@ -219,57 +208,47 @@ impl Sandbox for HostDirectorySandbox {
             .stderr(Stdio::piped())
             .spawn()
             .map_err(|e| failed(format!("`{program}`: {e}")))?;
-        let stdin = child.stdin.take();
-        let input = req.stdin.clone();
-        let writer = std::thread::spawn(move || {
-            if let Some(mut s) = stdin {
-                let _ = s.write_all(&input);
-            }
-        });
-        let max = req.max_output_bytes;
-        let out = child
-            .stdout
-            .take()
-            .map(|s| std::thread::spawn(move || read_capped(s, max)));
-        let err = child
-            .stderr
-            .take()
-            .map(|s| std::thread::spawn(move || read_capped(s, max)));
-        let started = Instant::now();
-        let status = loop {
-            match child.try_wait() {
-                Ok(Some(s)) => break Some(s),
-                Ok(None) if started.elapsed() >= req.timeout => {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    break None;
-                }
-                Ok(None) => std::thread::sleep(Duration::from_millis(5)),
-                Err(e) => return Err(failed(e.to_string())),
-            }
+        let (Some(stdin), Some(stdout), Some(stderr)) =
+            (child.stdin.take(), child.stdout.take(), child.stderr.take())
+        else {
+            return Err(failed("the child's pipes were not made".into()));
         };
-        let _ = writer.join();
-        let join = |h: Option<std::thread::JoinHandle<(Vec<u8>, bool)>>| {
-            h.and_then(|h| h.join().ok()).unwrap_or_default()
+        let stdin = match attach.stdin_stream {
+            true => StdinFeed::Stream(Box::new(stdin)),
+            false => StdinFeed::Bytes(Box::new(stdin), req.stdin.clone()),
         };
-        let (stdout, stdout_truncated) = join(out);
-        let (stderr, stderr_truncated) = join(err);
-        let status = match status {
-            None => ExitStatus::TimedOut,
-            Some(s) => match s.code() {
-                Some(c) => ExitStatus::Code(c),
-                None => ExitStatus::Signal(
-                    std::os::unix::process::ExitStatusExt::signal(&s).unwrap_or(0),
-                ),
-            },
-        };
-        Ok(ExecOutput {
-            status,
+        let child = Arc::new(Mutex::new(child));
+        let on_kill = child.clone();
+        let timeout = req.timeout;
+        Ok(ExecHandle::from_pipes(
+            stdin,
             stdout,
             stderr,
-            stdout_truncated,
-            stderr_truncated,
-        })
+            req.max_output_bytes,
+            move || {
+                let started = Instant::now();
+                loop {
+                    let mut c = child.lock().unwrap_or_else(|p| p.into_inner());
+                    if let Some(s) = c.try_wait().map_err(|e| failed(e.to_string()))? {
+                        use std::os::unix::process::ExitStatusExt;
+                        return Ok(match (s.code(), s.signal()) {
+                            (Some(code), _) => ExitStatus::Code(code),
+                            (None, sig) => ExitStatus::Signal(sig.unwrap_or(0)),
+                        });
+                    }
+                    if started.elapsed() >= timeout {
+                        let _ = c.kill();
+                        let _ = c.wait();
+                        return Ok(ExitStatus::TimedOut);
+                    }
+                    drop(c);
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            },
+            Killer::new(move || {
+                let _ = on_kill.lock().unwrap_or_else(|p| p.into_inner()).kill();
+            }),
+        ))
     }
 
     fn write_file(&self, path: &str, contents: &[u8], mode: u32) -> Result<(), SandboxError> {

@@ -8,7 +8,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use cordon_policy::{Deployment, Policy};
-use cordon_sandbox::{Backend, BackendSetup, Floor, Isolation, Registry, Router};
+use cordon_sandbox::{
+    Backend, BackendRegistration, BackendSetup, Floor, Isolation, Registry, Router,
+};
 
 use crate::keeper::{KeptBackend, KeptConfig};
 
@@ -55,6 +57,42 @@ pub enum HostError {
     /// The router refused its backends.
     #[error("{0}")]
     Router(String),
+}
+
+/// A built backend declares to the router what its registration claims
+/// (what `cordon doctor` shows and the floor was checked against), or it is
+/// left out: a backend that says one thing to the operator and another to
+/// the router is not used.
+fn declares_as_registered(reg: &BackendRegistration, b: &dyn Backend) -> Result<(), String> {
+    let info = &reg.info;
+    let mut differs = Vec::new();
+    match b.isolation() {
+        Ok(rung) if rung == info.isolation => {}
+        Ok(rung) => differs.push(format!("rung `{rung}` (registered `{}`)", info.isolation)),
+        // The router refuses an unnamed rung with the reason; leave that to it.
+        Err(_) => {}
+    }
+    if b.egress() != info.egress {
+        differs.push(format!(
+            "egress `{}` (registered `{}`)",
+            b.egress(),
+            info.egress
+        ));
+    }
+    if b.capabilities() != info.capabilities {
+        differs.push(format!(
+            "capabilities {} (registered {})",
+            b.capabilities(),
+            info.capabilities
+        ));
+    }
+    match differs.is_empty() {
+        true => Ok(()),
+        false => Err(format!(
+            "it declares {}; its registration and the backend must agree",
+            differs.join(", ")
+        )),
+    }
 }
 
 impl HostError {
@@ -135,7 +173,7 @@ impl Host {
                 .map(|k| Arc::new(k) as Arc<dyn Backend>),
                 None => reg.build(&setup.backends, policy.clone()),
             };
-            match built {
+            match built.and_then(|b| declares_as_registered(reg, &*b).map(|()| b)) {
                 Ok(b) => {
                     chosen.push(b);
                     names.push(name.to_string());

@@ -265,9 +265,15 @@ pub fn escape(
                 bounded,
                 work_dir: guest_work_dir(reg, &spec, &work),
                 denied,
-                // The sandbox's own host uid: no uid check can stop the
-                // workload reaching it, only the sandbox.
-                host: EscapeHost::new(reg.workload_uid.unwrap_or(u32::MAX - 1)),
+                // The kit's host processes run as the workload's own host
+                // uid, so no uid check can stop the workload reaching them,
+                // only the sandbox. A backend that names no such uid gets
+                // this process's own: as strict, since nothing but the
+                // boundary stands between the two.
+                host: EscapeHost::new(
+                    reg.workload_uid
+                        .unwrap_or_else(|| rustix::process::geteuid().as_raw()),
+                ),
             };
             let report = if cases.is_empty() {
                 run_escape_suite(&subject)

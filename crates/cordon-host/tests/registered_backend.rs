@@ -15,11 +15,10 @@
 use std::collections::HashMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use cordon_files::host_dir::HostWorkDir;
+use cordon_files::host_dir::HostDirectorySandbox;
 use cordon_host::keeper::{KeptBackend, KeptConfig, KEEPER_ARG};
 use cordon_host::kits::KitRun;
 use cordon_host::state::StateDir;
@@ -28,10 +27,9 @@ use cordon_policy::{Identity, Policy};
 use cordon_sandbox::catalogue::{BuiltinBackend, DoctorReport, Probe};
 use cordon_sandbox::{
     AcquireRequest, Attach, Backend, BackendError, BackendRegistration, BackendSetup,
-    CallerContext, Capability, CapabilitySet, Egress, ExecHandle, ExecRequest, ExitStatus,
-    FileRead, FileStat, Floor, FloorSource, HostWorkDirRecord, Isolation, IsolationError, Killer,
-    Provenance, Registry, ResolvedCommand, Sandbox, SandboxError, SandboxKey, SandboxSpec,
-    SelfCommand, StdinFeed, WorkDirView,
+    CallerContext, Capability, CapabilitySet, Egress, ExecHandle, ExecRequest, FileRead, FileStat,
+    Floor, FloorSource, HostWorkDirRecord, Isolation, IsolationError, Provenance, Registry,
+    ResolvedCommand, Sandbox, SandboxError, SandboxKey, SandboxSpec, SelfCommand, WorkDirView,
 };
 
 const NAME: &str = "test-hostdir";
@@ -41,12 +39,12 @@ struct HostDirBackend {
     live: Mutex<HashMap<SandboxKey, Arc<HostDir>>>,
 }
 
+/// `cordon_files`' host-directory sandbox, and whether its directory was
+/// made for it (then removed with it).
 struct HostDir {
-    id: String,
+    inner: HostDirectorySandbox,
     dir: PathBuf,
     fresh: bool,
-    files: HostWorkDir,
-    provenance: Provenance,
 }
 
 fn caps() -> CapabilitySet {
@@ -89,13 +87,11 @@ impl Backend for HostDirBackend {
                 (d, true)
             }
         };
-        let guest = dir.display().to_string();
         let s = Arc::new(HostDir {
-            id: format!("{NAME}:{guest}"),
-            files: HostWorkDir::new(&dir, &guest).map_err(|e| failed(e.to_string()))?,
+            inner: HostDirectorySandbox::new(&dir, req.provenance.clone())
+                .map_err(|e| failed(e.to_string()))?,
             dir,
             fresh,
-            provenance: req.provenance.clone(),
         });
         live.insert(req.key.clone(), s.clone());
         Ok(s)
@@ -127,105 +123,35 @@ impl Backend for HostDirBackend {
 
 impl Sandbox for HostDir {
     fn id(&self) -> &str {
-        &self.id
+        self.inner.id()
     }
     fn provenance(&self) -> &Provenance {
-        &self.provenance
+        self.inner.provenance()
     }
     fn start_exec(&self, req: &ExecRequest, attach: Attach) -> Result<ExecHandle, SandboxError> {
-        let failed = |reason: String| SandboxError::Failed {
-            operation: "exec",
-            reason,
-        };
-        let (program, args) = req
-            .argv
-            .split_first()
-            .ok_or_else(|| failed("the command is empty".into()))?;
-        let mut child = Command::new(program)
-            .args(args)
-            .env_clear()
-            .envs(&req.env)
-            .env("PATH", "/usr/bin:/bin")
-            .current_dir(&self.dir)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|e| failed(format!("`{program}`: {e}")))?;
-        let stdin = child.stdin.take().unwrap();
-        let stdin = if attach.stdin_stream {
-            StdinFeed::Stream(Box::new(stdin))
-        } else {
-            StdinFeed::Bytes(Box::new(stdin), req.stdin.clone())
-        };
-        let (out, err) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
-        let child = Arc::new(Mutex::new(child));
-        let k = child.clone();
-        let timeout = req.timeout;
-        Ok(ExecHandle::from_pipes(
-            stdin,
-            out,
-            err,
-            req.max_output_bytes,
-            move || {
-                let started = std::time::Instant::now();
-                loop {
-                    let mut c = child.lock().unwrap();
-                    if let Some(s) = c.try_wait().map_err(|e| failed(e.to_string()))? {
-                        use std::os::unix::process::ExitStatusExt;
-                        return Ok(match (s.code(), s.signal()) {
-                            (Some(c), _) => ExitStatus::Code(c),
-                            (_, Some(sig)) => ExitStatus::Signal(sig),
-                            _ => ExitStatus::Code(-1),
-                        });
-                    }
-                    if started.elapsed() > timeout {
-                        let _ = c.kill();
-                    }
-                    drop(c);
-                    std::thread::sleep(Duration::from_millis(5));
-                }
-            },
-            Killer::new(move || {
-                let _ = k.lock().unwrap().kill();
-            }),
-        ))
+        self.inner.start_exec(req, attach)
     }
     fn write_file(&self, path: &str, contents: &[u8], mode: u32) -> Result<(), SandboxError> {
-        self.files.write_file(path, contents, mode)
+        self.inner.write_file(path, contents, mode)
     }
     fn stat_no_follow(&self, path: &str) -> Result<Option<FileStat>, SandboxError> {
-        self.files.stat_no_follow(path)
+        self.inner.stat_no_follow(path)
     }
     fn read_file(&self, path: &str, max_bytes: u64) -> Result<FileRead, SandboxError> {
-        self.files.read_file(path, max_bytes)
+        self.inner.read_file(path, max_bytes)
     }
-    /// A bare name from `/usr/bin` or `/bin`; links resolved on the host.
+    /// Resolved on the host, as the process rung does.
     fn resolve_command(&self, program: &str) -> Result<ResolvedCommand, SandboxError> {
-        let path = if program.starts_with('/') {
-            PathBuf::from(program)
-        } else {
-            ["/usr/bin", "/bin"]
-                .iter()
-                .map(|d| Path::new(d).join(program))
-                .find(|p| p.is_file())
-                .ok_or_else(|| SandboxError::NotFound {
-                    path: program.to_string(),
-                })?
-        };
-        let target = std::fs::canonicalize(&path).map_err(|_| SandboxError::NotFound {
-            path: program.to_string(),
-        })?;
-        let dir = path
-            .parent()
-            .and_then(|d| std::fs::canonicalize(d).ok())
-            .unwrap_or_default();
+        let c =
+            cordon_confine::command::resolve(&cordon_confine::HostFs, program).map_err(|e| {
+                SandboxError::Refused {
+                    reason: e.to_string(),
+                    rules: Vec::new(),
+                }
+            })?;
         Ok(ResolvedCommand {
-            command: dir
-                .join(path.file_name().unwrap_or_default())
-                .display()
-                .to_string(),
-            command_target: target.display().to_string(),
+            command: c.command,
+            command_target: c.command_target,
         })
     }
     fn host_work_dir(&self) -> Option<HostWorkDirRecord> {
@@ -282,6 +208,14 @@ fn registration() -> BackendRegistration {
 fn registry() -> Registry {
     let mut r = cordon_host::builtin_registry();
     r.register(registration()).unwrap();
+    r
+}
+
+/// The same backend, registered as claiming the `microvm` rung.
+fn liar() -> BackendRegistration {
+    let mut r = registration();
+    r.info.name = "test-liar";
+    r.info.isolation = Isolation::Microvm;
     r
 }
 
@@ -375,6 +309,20 @@ fn the_router_serves_it() {
     };
     let err = Host::assemble(&hs, &registry()).err().unwrap().to_string();
     assert!(err.contains("below the floor"), "{err}");
+    // A registration that claims more than its backend declares is not
+    // used: the floor was checked against the claim, the router would
+    // route on the declaration.
+    let mut with_liar = registry();
+    with_liar.register(liar()).unwrap();
+    let hs = HostSetup {
+        only: Some("test-liar".into()),
+        ..hs
+    };
+    let err = Host::assemble(&hs, &with_liar).err().unwrap().to_string();
+    assert!(
+        err.contains("declares rung `none` (registered `microvm`)"),
+        "{err}"
+    );
 }
 
 fn the_keeper_keeps_it() {
@@ -456,6 +404,16 @@ fn the_keeper_keeps_it() {
         );
         std::thread::sleep(Duration::from_millis(10));
     }
+    // A binary that does not register the backend cannot reclaim what it
+    // left: it says so and keeps the record, the only pointer to it.
+    let (n, failures) = KeptBackend::gc(&state, &cordon_host::builtin_registry());
+    assert_eq!(n, 0);
+    assert!(
+        failures.iter().any(|f| f.contains("is kept")),
+        "{failures:?}"
+    );
+    assert!(dir.exists());
+    assert!(state.read(&rec.handle).unwrap().is_some());
     let (n, failures) = KeptBackend::gc(&state, &registry());
     assert_eq!((n, failures), (1, Vec::<String>::new()));
     assert!(!dir.exists(), "gc left the dead keeper's work dir");

@@ -84,8 +84,9 @@ pub struct BackendRegistration {
     /// backend requires one (it never chowns the operator's files).
     pub work_dir_owner: Option<u32>,
     /// The host uid a sandbox's workload runs as when the operator gave
-    /// the work dir, when it is one (the escape kit checks nothing of that
-    /// uid's is reachable from the host side either).
+    /// the work dir, when it is one: the escape kit runs its host
+    /// processes as that uid (else as its own), so only the boundary can
+    /// keep the workload from them.
     pub workload_uid: Option<u32>,
 }
 

@@ -147,14 +147,18 @@ fn kill(p: &ProcessId) {
 /// Removes what a record names: the residue its sandbox reported, by its
 /// backend's registration (a local sandbox's cgroups, killing their
 /// processes, and the directories cordon made), then the state entries.
+/// A residue this binary cannot reclaim (its backend is not registered
+/// here) keeps its record: the record is the only pointer to it.
 pub fn reclaim(state: &StateDir, registry: &Registry, rec: &Record) -> Vec<String> {
     let mut failures = match registry.get(&rec.backend) {
         Some(r) => (r.reclaim)(&rec.residue),
         None if rec.residue.is_null() => Vec::new(),
-        None => vec![format!(
-            "backend `{}` is not registered in this binary, so what its sandbox left ({}) is not reclaimed; run the binary that made it",
-            rec.backend, rec.residue
-        )],
+        None => {
+            return vec![format!(
+                "backend `{}` is not registered in this binary, so what its sandbox left ({}) is not reclaimed and its record `{}` is kept; run `gc` with the binary that made it",
+                rec.backend, rec.residue, rec.handle
+            )]
+        }
     };
     if let Err(e) = state.remove(&rec.handle) {
         failures.push(e.to_string());
@@ -357,7 +361,11 @@ impl KeptBackend {
             };
             failures.extend(dispose_record(state, registry, &rec));
             lock.unlock_and_remove();
-            n += 1;
+            // Counted only when its record went (a residue this binary
+            // cannot reclaim keeps it).
+            if matches!(state.read(&rec.handle), Ok(None)) {
+                n += 1;
+            }
         }
         (n, failures)
     }

@@ -353,7 +353,12 @@ fn watch_client(
         match poll(&mut fds, None) {
             Ok(_) => {}
             Err(rustix::io::Errno::INTR) => continue,
-            Err(_) => return,
+            // Unable to watch the client: its exec does not outlive it
+            // unwatched.
+            Err(_) => {
+                killer.kill();
+                return;
+            }
         }
         if !fds[1].revents().is_empty() {
             return;
