@@ -282,27 +282,26 @@ impl LocalSandbox {
             })
     }
 
+    /// The plan for `req` (a command is required).
+    fn plan_exec(&self, req: &ExecRequest) -> Result<PlanSpec, SandboxError> {
+        if req.argv.is_empty() {
+            return Err(refused("the command is empty".into()));
+        }
+        Ok(self.plan_for(req)?.0)
+    }
+
     /// Checks `req` and starts it with `stdio`; returns a handle to wait on.
     pub fn start(
         &self,
         req: &ExecRequest,
         stdio: cordon_linux::ExecStdio,
     ) -> Result<Started, SandboxError> {
-        if req.argv.is_empty() {
-            return Err(refused("the command is empty".into()));
-        }
-        let (spec, _notes) = self.plan_for(req)?;
+        let spec = self.plan_exec(req)?;
         match &self.warm {
-            Some(w) => {
-                let exec = cordon_linux::WarmExec {
-                    argv: spec.argv,
-                    env: spec.env,
-                    bounds: spec.bounds,
-                };
-                w.exec(&exec, stdio)
-                    .map(Started::Warm)
-                    .map_err(|e| exec_failed(format!("the sandbox did not start it: {e}")))
-            }
+            Some(w) => w
+                .exec(&warm_exec(spec), stdio)
+                .map(Started::Warm)
+                .map_err(|e| exec_failed(format!("the sandbox did not start it: {e}"))),
             None => {
                 let plan =
                     Plan::new(spec).map_err(|e| refused(format!("the plan is refused: {e}")))?;
@@ -353,23 +352,9 @@ impl LocalSandbox {
                 reason: "a terminal is served only at the container rung, whose execs have a devpts of their own; run without a terminal, or at `--min-isolation container`".into(),
             });
         };
-        if req.argv.is_empty() {
-            return Err(refused("the command is empty".into()));
-        }
-        let (spec, _notes) = self.plan_for(req)?;
-        let exec = cordon_linux::WarmExec {
-            argv: spec.argv,
-            env: spec.env,
-            bounds: spec.bounds,
-        };
+        let exec = warm_exec(self.plan_exec(req)?);
         let (running, master) = w
-            .exec_tty(
-                &exec,
-                cordon_linux::TtySize {
-                    rows: size.rows,
-                    cols: size.cols,
-                },
-            )
+            .exec_tty(&exec, linux_size(size))
             .map_err(|e| exec_failed(format!("the sandbox did not start it: {e}")))?;
         let started = Started::Warm(running);
         let cancel = started.canceller();
@@ -390,15 +375,26 @@ impl LocalSandbox {
         );
         Ok(
             handle.with_resizer(Arc::new(move |s: cordon_sandbox::TtySize| {
-                cordon_linux::resize_pty(
-                    &*resize,
-                    cordon_linux::TtySize {
-                        rows: s.rows,
-                        cols: s.cols,
-                    },
-                )
+                cordon_linux::resize_pty(&*resize, linux_size(s))
             })),
         )
+    }
+}
+
+/// One exec of a warm sandbox, from its plan.
+fn warm_exec(spec: PlanSpec) -> cordon_linux::WarmExec {
+    cordon_linux::WarmExec {
+        argv: spec.argv,
+        env: spec.env,
+        bounds: spec.bounds,
+    }
+}
+
+/// The protocol's terminal size as the enforcing layer takes it.
+fn linux_size(s: cordon_sandbox::TtySize) -> cordon_linux::TtySize {
+    cordon_linux::TtySize {
+        rows: s.rows,
+        cols: s.cols,
     }
 }
 

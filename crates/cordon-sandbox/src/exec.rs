@@ -13,7 +13,7 @@
 
 use std::fmt;
 use std::io::{Read, Write};
-use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::mpsc::{self, Receiver, SyncSender};
 use std::sync::Arc;
 
 use crate::backend::{ExecOutput, ExitStatus, SandboxError, Stream};
@@ -158,12 +158,20 @@ impl fmt::Debug for ExecHandle {
     }
 }
 
-/// The sending side a backend feeds a handle through.
+/// How many events wait for a caller that is behind before the sender
+/// blocks: output is held back (and with it, through the pipes, the
+/// command), never piled up in memory. 64 chunks of at most 8 KiB.
+pub const EVENTS_IN_FLIGHT: usize = 64;
+
+/// The sending side a backend feeds a handle through. Bounded
+/// ([`EVENTS_IN_FLIGHT`]): a send waits while the caller is behind.
 #[derive(Debug, Clone)]
-pub struct EventSender(Sender<ExecEvent>);
+pub struct EventSender(SyncSender<ExecEvent>);
 
 impl EventSender {
-    /// Hands `bytes` to the caller; false once nobody listens any more.
+    /// Hands `bytes` to the caller, waiting while it is
+    /// [`EVENTS_IN_FLIGHT`] events behind; false once nobody listens any
+    /// more.
     pub fn output(&self, stream: Stream, bytes: &[u8]) -> bool {
         self.0
             .send(ExecEvent::Output(stream, bytes.to_vec()))
@@ -179,7 +187,7 @@ impl EventSender {
 impl ExecHandle {
     /// A handle fed through the returned sender; `killer` stops the exec.
     pub fn channel(stdin: Option<ExecStdin>, killer: Killer) -> (ExecHandle, EventSender) {
-        let (tx, rx) = mpsc::channel();
+        let (tx, rx) = mpsc::sync_channel(EVENTS_IN_FLIGHT);
         (
             ExecHandle {
                 stdin,
@@ -407,8 +415,10 @@ fn read_capped(mut r: impl Read, cap: u64, stream: Stream, tx: &EventSender) -> 
         }
         if take > 0 {
             kept += take as u64;
-            // Nobody listening any more: keep draining, so the command
-            // is not stopped by a full pipe before its killer reaches it.
+            // A caller that is behind holds this back (and, through the
+            // pipe, the command). Nobody listening any more: keep draining,
+            // so the command is not stopped by a full pipe before its
+            // killer reaches it.
             let _ = tx.output(stream, &chunk[..take]);
         }
     }
@@ -468,6 +478,47 @@ mod tests {
             1,
             "a finished exec is not killed"
         );
+    }
+
+    #[test]
+    fn output_waits_for_a_caller_that_is_behind_instead_of_piling_up() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        // A stream far longer than the bound (16 MiB) that counts what was
+        // read from it.
+        struct Endless(Arc<AtomicUsize>);
+        impl Read for Endless {
+            fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+                if self.0.load(Ordering::SeqCst) >= 16 << 20 {
+                    return Ok(0);
+                }
+                self.0.fetch_add(buf.len(), Ordering::SeqCst);
+                buf.fill(b'y');
+                Ok(buf.len())
+            }
+        }
+        let read = Arc::new(AtomicUsize::new(0));
+        let (_never, hold) = mpsc::channel::<()>();
+        let h = ExecHandle::from_pipes(
+            StdinFeed::None,
+            Endless(read.clone()),
+            std::io::empty(),
+            u64::MAX,
+            move || {
+                let _ = hold.recv();
+                Ok(ExitStatus::Code(0))
+            },
+            Killer::none(),
+        );
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        // Nobody took an event: the reader stopped after the events in
+        // flight (and the chunk it holds), not after gigabytes.
+        let bound = (EVENTS_IN_FLIGHT + 2) * 8192;
+        assert!(
+            read.load(Ordering::SeqCst) <= bound,
+            "{} bytes read for a caller that read nothing",
+            read.load(Ordering::SeqCst)
+        );
+        drop(h);
     }
 
     #[test]
