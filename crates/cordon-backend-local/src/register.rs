@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use cordon_linux::{InitProgram, Rung};
 use cordon_policy::{Deployment, Policy};
-use cordon_sandbox::catalogue::{BuiltinBackend, Probe};
+use cordon_sandbox::catalogue::{BackendInfo, Probe};
 use cordon_sandbox::{
     Backend, BackendRegistration, BackendSetup, Capability, CapabilitySet, Egress,
 };
@@ -29,9 +29,9 @@ pub fn local_capabilities() -> CapabilitySet {
     .collect()
 }
 
-fn info(rung: Rung) -> BuiltinBackend {
+fn info(rung: Rung) -> BackendInfo {
     let p = RungProfile::of(rung);
-    BuiltinBackend {
+    BackendInfo {
         name: p.name,
         isolation: p.isolation,
         // Closed until the egress proxy is wired.

@@ -24,7 +24,7 @@ use cordon_host::kits::KitRun;
 use cordon_host::state::StateDir;
 use cordon_host::{Host, HostSetup};
 use cordon_policy::{Identity, Policy};
-use cordon_sandbox::catalogue::{BuiltinBackend, DoctorReport, Probe};
+use cordon_sandbox::catalogue::{BackendInfo, DoctorReport, Probe};
 use cordon_sandbox::{
     AcquireRequest, Attach, Backend, BackendError, BackendRegistration, BackendSetup,
     CallerContext, Capability, CapabilitySet, Egress, ExecHandle, ExecRequest, FileRead, FileStat,
@@ -179,7 +179,7 @@ fn reclaim(residue: &serde_json::Value) -> Vec<String> {
 /// The one registration: all it takes.
 fn registration() -> BackendRegistration {
     BackendRegistration {
-        info: BuiltinBackend {
+        info: BackendInfo {
             name: NAME,
             isolation: Isolation::None,
             egress: Egress::Closed,

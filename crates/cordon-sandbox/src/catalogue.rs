@@ -4,7 +4,7 @@
 //! The CLI's and server's default order is strongest rung first, so with
 //! nothing configured a workload gets the strongest backend this machine can
 //! really provide above the floor. They hand the router only the backends
-//! the floor admits ([`BuiltinBackend::admitted_by`]); `cordon doctor` shows
+//! the floor admits ([`BackendInfo::admitted_by`]); `cordon doctor` shows
 //! the rest with the reason.
 //!
 //! `process` and `container` are built (`cordon-backend-local`) and
@@ -23,9 +23,10 @@ use crate::capability::{Capability, CapabilitySet};
 use crate::egress::Egress;
 use crate::isolation::Isolation;
 
-/// A backend cordon ships (or will), as it will declare itself.
+/// What a backend claims: its name, rung, egress, capabilities and a
+/// one-line summary (a registration holds one; `cordon doctor` shows it).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BuiltinBackend {
+pub struct BackendInfo {
     pub name: &'static str,
     pub isolation: Isolation,
     pub egress: Egress,
@@ -33,7 +34,7 @@ pub struct BuiltinBackend {
     pub summary: &'static str,
 }
 
-impl BuiltinBackend {
+impl BackendInfo {
     /// Whether a floor admits this backend.
     pub fn admitted_by(&self, floor: Isolation) -> bool {
         self.isolation >= floor
@@ -51,7 +52,7 @@ pub fn planned() -> Vec<BackendRegistration> {
     let full: CapabilitySet = [Exec, RunCode, FilesIn, FilesOut, FilesList, Network]
         .into_iter()
         .collect();
-    let entry = |info: BuiltinBackend, probe: fn(&BackendSetup) -> Probe| BackendRegistration {
+    let entry = |info: BackendInfo, probe: fn(&BackendSetup) -> Probe| BackendRegistration {
         info,
         probe,
         build: None,
@@ -63,7 +64,7 @@ pub fn planned() -> Vec<BackendRegistration> {
     };
     vec![
         entry(
-            BuiltinBackend {
+            BackendInfo {
                 name: "microvm",
                 isolation: Isolation::Microvm,
                 egress: Egress::Allowlist,
@@ -73,7 +74,7 @@ pub fn planned() -> Vec<BackendRegistration> {
             |_| not_built("microvm", &ThisMachine),
         ),
         entry(
-            BuiltinBackend {
+            BackendInfo {
                 name: "gvisor",
                 isolation: Isolation::HardenedContainer,
                 egress: Egress::Allowlist,
@@ -83,7 +84,7 @@ pub fn planned() -> Vec<BackendRegistration> {
             |_| not_built("gvisor", &ThisMachine),
         ),
         entry(
-            BuiltinBackend {
+            BackendInfo {
                 name: "docker",
                 isolation: Isolation::Container,
                 egress: Egress::Allowlist,
@@ -164,7 +165,7 @@ pub fn not_built(name: &str, m: &dyn Machine) -> Probe {
 /// One line of `cordon doctor`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DoctorRow {
-    pub backend: BuiltinBackend,
+    pub backend: BackendInfo,
     pub probe: Probe,
     /// Whether the floor admits the backend's rung.
     pub admitted: bool,
@@ -200,7 +201,7 @@ impl DoctorReport {
         )
     }
 
-    pub fn from_probes(floor: Isolation, probes: Vec<(BuiltinBackend, Probe)>) -> DoctorReport {
+    pub fn from_probes(floor: Isolation, probes: Vec<(BackendInfo, Probe)>) -> DoctorReport {
         DoctorReport {
             floor,
             rows: probes

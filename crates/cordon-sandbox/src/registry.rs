@@ -18,7 +18,7 @@ use cordon_policy::Policy;
 use serde::{Deserialize, Serialize};
 
 use crate::backend::Backend;
-use crate::catalogue::{BuiltinBackend, Probe};
+use crate::catalogue::{BackendInfo, Probe};
 use crate::isolation::Isolation;
 
 /// How this binary runs again as something else: the sandbox init, or a
@@ -67,7 +67,7 @@ pub struct BackendRegistration {
     /// claims. The router still reads the built backend's own declarations
     /// (once, when it is built), and refuses a backend whose declarations
     /// are below these.
-    pub info: BuiltinBackend,
+    pub info: BackendInfo,
     /// Whether this machine can run it, and what it found.
     pub probe: fn(&BackendSetup) -> Probe,
     /// `None`: not built in this version (the probe says so).
