@@ -48,7 +48,10 @@ pub fn run(args: ConformanceArgs) -> ExitCode {
     }
     let setup = match crate::run::backend_setup(String::new(), None) {
         Ok(s) => s,
-        Err(_) => return ExitCode::from(EXIT_UNAVAILABLE),
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(EXIT_UNAVAILABLE);
+        }
     };
     match cordon_host::kits::conformance(&crate::registry(), &args.backend, &setup, args.scratch) {
         Ok(KitRun::Report {

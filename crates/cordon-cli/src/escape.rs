@@ -52,7 +52,10 @@ pub fn run(args: EscapeArgs) -> ExitCode {
     }
     let setup = match crate::run::backend_setup(String::new(), None) {
         Ok(s) => s,
-        Err(_) => return ExitCode::from(EXIT_UNAVAILABLE),
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(EXIT_UNAVAILABLE);
+        }
     };
     match cordon_host::kits::escape(
         &crate::registry(),

@@ -361,7 +361,7 @@ pub fn prepare(args: &Selection, keep: Option<KeptConfig>) -> Result<Prepared, E
         floor: floor.clone(),
         policy_file: policy_path(args)?,
         only: args.backend.clone(),
-        backends: backend_setup(deployment, args.work_dir.clone())?,
+        backends: backend_setup(deployment, args.work_dir.clone()).map_err(refuse)?,
         keep,
     };
     let host = match Host::assemble(&setup, &crate::registry()) {
@@ -402,12 +402,9 @@ pub fn prepare(args: &Selection, keep: Option<KeptConfig>) -> Result<Prepared, E
 pub fn backend_setup(
     deployment: String,
     work_dir: Option<PathBuf>,
-) -> Result<BackendSetup, ExitCode> {
-    let exe = std::env::current_exe().map_err(|e| {
-        refuse(format!(
-            "cannot find the cordon binary to use as the sandbox init: {e}"
-        ))
-    })?;
+) -> Result<BackendSetup, String> {
+    let exe = std::env::current_exe()
+        .map_err(|e| format!("cannot find the cordon binary to use as the sandbox init: {e}"))?;
     Ok(BackendSetup {
         deployment,
         init: Some(SelfCommand {

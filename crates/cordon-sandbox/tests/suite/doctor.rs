@@ -88,7 +88,9 @@ fn probes_report_what_the_machine_has() {
         vm.found,
         ["`qemu-system-x86_64`: found", "`/dev/kvm`: found"]
     );
-    let _ = not_built("gvisor", &ThisMachine);
+    assert_eq!(not_built("gvisor", &Everything).found, ["`runsc`: found"]);
+    let nothing = not_built("docker", &ThisMachine);
+    assert!(!nothing.runnable, "{nothing:?}");
 }
 
 #[test]
