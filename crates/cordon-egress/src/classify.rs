@@ -1,0 +1,1 @@
+//! Address classification (placeholder).

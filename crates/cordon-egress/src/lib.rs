@@ -1,0 +1,3 @@
+//! cordon's egress proxy.
+pub mod classify;
+pub mod sni;

@@ -1,0 +1,1 @@
+//! TLS ClientHello reading (placeholder).
