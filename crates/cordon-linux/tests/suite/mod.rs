@@ -144,6 +144,7 @@ impl Case {
                 host_uid: host,
                 host_gid: host,
             },
+            proxy_port: None,
         };
         Case {
             spec,
