@@ -3,6 +3,7 @@
 mod escape;
 mod image;
 mod owner;
+mod proxy;
 mod pty;
 mod refusal;
 mod warm;
