@@ -12,6 +12,12 @@
 //!   [`init_main`] when given the launcher's arguments) and returns a
 //!   [`Running`]; [`Running::wait`] enforces the CPU and wall-clock bounds and
 //!   returns an [`Outcome`].
+//! - A plan's `proxy_port` (container rung) is the sandbox's one TCP route:
+//!   stage 1 listens on `127.0.0.1:proxy_port` inside the sandbox's network
+//!   namespace before anything else runs there and hands the listener to
+//!   the owner (`Running::take_proxy_listener`,
+//!   `WarmSandbox::take_proxy_listener`); Landlock lets the workload
+//!   connect to that port only and bind none.
 //!
 //! Process architecture (container rung): owner → init stage 1 (unshares,
 //! the owner maps ids) → init stage 2 = PID 1 (builds the root, pivots,

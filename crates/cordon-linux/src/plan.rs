@@ -113,6 +113,15 @@ pub struct PlanSpec {
     /// The first command; `argv[0]` is an absolute path (no `PATH` lookup).
     pub argv: Vec<String>,
     pub ids: Ids,
+    /// Container rung only: the one TCP port the workload may connect to,
+    /// on `127.0.0.1` of the sandbox's own network namespace. The init
+    /// listens there before anything of the workload runs and hands the
+    /// listener to the owner (see `Running::take_proxy_listener`); the
+    /// workload may connect to it and nothing else (Landlock), and may bind
+    /// no TCP port. `None`: no TCP at all. The namespace is private to the
+    /// sandbox, so any port works; never 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proxy_port: Option<u16>,
 }
 
 /// A plan that passed validation. Fields are read through accessors.
@@ -160,6 +169,12 @@ pub enum PlanError {
     Nul,
     #[error("`{0}` is for the container rung only: the process rung sees the host's own files")]
     ContainerOnly(&'static str),
+    #[error(
+        "`proxy_port` needs the container rung: the process rung shares the host's network, so a port there would be the host's; use the container rung"
+    )]
+    ProxyPortNeedsContainer,
+    #[error("`proxy_port` must not be 0: name the port the sandbox's proxy listens on")]
+    ProxyPortZero,
 }
 
 fn normal_absolute(what: &'static str, path: &Path) -> Result<(), PlanError> {
@@ -232,6 +247,10 @@ impl Plan {
     pub fn ids(&self) -> &Ids {
         &self.spec.ids
     }
+    /// The one TCP port the workload may connect to (container rung).
+    pub fn proxy_port(&self) -> Option<u16> {
+        self.spec.proxy_port
+    }
     /// The wire form.
     pub fn spec(&self) -> &PlanSpec {
         &self.spec
@@ -297,6 +316,12 @@ fn validate(spec: &PlanSpec) -> Result<(), PlanError> {
         if !granted {
             return Err(PlanError::MaskOutsideGrant(mask.clone()));
         }
+    }
+    match (spec.rung, spec.proxy_port) {
+        (_, None) => {}
+        (Rung::Process, Some(_)) => return Err(PlanError::ProxyPortNeedsContainer),
+        (Rung::Container, Some(0)) => return Err(PlanError::ProxyPortZero),
+        (Rung::Container, Some(_)) => {}
     }
     match (spec.rung, &spec.tmp_dir) {
         (Rung::Process, None) => return Err(PlanError::MissingTmpDir),
@@ -369,6 +394,7 @@ mod tests {
                 host_uid: 100_000,
                 host_gid: 100_000,
             },
+            proxy_port: None,
         }
     }
 
@@ -483,5 +509,34 @@ mod tests {
         let mut s = spec();
         s.tmp_dir = Some("/tmp/t".into());
         assert!(matches!(Plan::new(s), Err(PlanError::TmpDirAtContainer)));
+    }
+
+    #[test]
+    fn proxy_port_belongs_to_the_container_rung_and_is_never_0() {
+        let mut s = spec();
+        s.proxy_port = Some(41_000);
+        let plan = Plan::new(s.clone()).unwrap();
+        assert_eq!(plan.proxy_port(), Some(41_000));
+        let json = serde_json::to_string(&plan).unwrap();
+        assert_eq!(serde_json::from_str::<Plan>(&json).unwrap(), plan);
+        s.proxy_port = Some(0);
+        assert_eq!(Plan::new(s.clone()), Err(PlanError::ProxyPortZero));
+        s.proxy_port = Some(41_000);
+        s.rung = Rung::Process;
+        s.tmp_dir = Some("/tmp/t".into());
+        let err = Plan::new(s).unwrap_err();
+        assert_eq!(err, PlanError::ProxyPortNeedsContainer);
+        assert!(err.to_string().contains("use the container rung"), "{err}");
+    }
+
+    #[test]
+    fn a_plan_without_proxy_port_keeps_its_wire_form() {
+        let plan = Plan::new(spec()).unwrap();
+        let v = serde_json::to_value(&plan).unwrap();
+        assert!(v.get("proxy_port").is_none(), "{v}");
+        assert_eq!(
+            serde_json::from_value::<Plan>(v).unwrap().proxy_port(),
+            None
+        );
     }
 }

@@ -7,8 +7,8 @@
 use std::path::{Path, PathBuf};
 
 use landlock::{
-    Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, PathBeneath, PathFd, Ruleset,
-    RulesetAttr, RulesetCreated, RulesetCreatedAttr, RulesetStatus, Scope, ABI,
+    Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, NetPort, PathBeneath, PathFd,
+    Ruleset, RulesetAttr, RulesetCreated, RulesetCreatedAttr, RulesetStatus, Scope, ABI,
 };
 
 use crate::plan::{FsRule, Plan, Rung};
@@ -91,6 +91,10 @@ pub enum LandlockError {
         path: PathBuf,
         source: landlock::PathFdError,
     },
+    #[error(
+        "landlock ABI {found} has no TCP rules (ABI 4, Linux 6.7, is needed): the workload's TCP could not be held to proxy port {port}, so the sandbox does not start"
+    )]
+    NoTcpRules { found: u8, port: u16 },
     #[error("landlock reported the ruleset {0:?}, not fully enforced")]
     NotFullyEnforced(String),
 }
@@ -108,7 +112,8 @@ fn abi_enum(level: u8) -> ABI {
 }
 
 /// Restricts the calling thread (and everything it starts) to `rules`:
-/// filesystem access as listed, no TCP bind or connect, and (ABI 6) no
+/// filesystem access as listed, no TCP bind, no TCP connect but to the
+/// plan's proxy port (if any), and (ABI 6) no
 /// signals or abstract unix sockets across the sandbox's boundary. Anything
 /// short of fully enforced is an error.
 pub(crate) fn restrict(plan: &Plan, rules: &[Rule]) -> Result<(), LandlockError> {
@@ -177,6 +182,13 @@ pub(crate) fn ruleset(
     needed: u8,
 ) -> Result<RulesetCreated, LandlockError> {
     let found = super::probe::landlock_abi();
+    if let Some(port) = plan.proxy_port() {
+        // Without TCP rules the one allowed port cannot be told from the
+        // rest: never run with TCP unconfined.
+        if found < 4 {
+            return Err(LandlockError::NoTcpRules { found, port });
+        }
+    }
     if found < needed {
         return Err(LandlockError::Abi {
             found,
@@ -195,6 +207,11 @@ pub(crate) fn ruleset(
         ruleset = ruleset.scope(Scope::from_all(abi))?;
     }
     let mut created = ruleset.create()?;
+    if let Some(port) = plan.proxy_port() {
+        // Connect only, to this port only; BindTcp stays handled and
+        // ungranted.
+        created = created.add_rule(NetPort::new(port, AccessNet::ConnectTcp))?;
+    }
     for rule in rules {
         let Ok(meta) = std::fs::metadata(&rule.path) else {
             // A grant on a path that does not exist grants nothing.

@@ -14,7 +14,7 @@
 
 use std::fs::File;
 use std::io::{BufReader, Write};
-use std::os::fd::{AsRawFd, FromRawFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, RawFd};
 use std::process::{Command, ExitStatus, Stdio};
 
 use nix::fcntl::{fcntl, FcntlArg, FdFlag, OFlag};
@@ -28,6 +28,7 @@ use super::proto::{self, Control, Report};
 pub(crate) use super::setup::SETUP_FAILED;
 use super::setup::{die_with_parent, drop_privileges, fail, rlimits, Failure};
 use super::{cgroup, fs_rules, rootfs, seccomp};
+use crate::fdpass;
 use crate::outcome::Termination;
 use crate::plan::{Plan, Rung};
 
@@ -36,11 +37,15 @@ pub(crate) const ARG_REPORT_FD: &str = "--cordon-report-fd=";
 pub(crate) const ARG_STAGE: &str = "--cordon-stage=";
 /// Warm sandboxes: the control socket (exec requests in, events out).
 pub(crate) const ARG_CONTROL_FD: &str = "--cordon-control-fd=";
+/// One-shot container runs with a proxy port: the socket stage 1 hands the
+/// proxy listener to the owner on (see [`super::proxy`]).
+pub(crate) const ARG_HANDOVER_FD: &str = "--cordon-handover-fd=";
 
 struct Args {
     plan_fd: RawFd,
     report_fd: RawFd,
     control_fd: Option<RawFd>,
+    handover_fd: Option<RawFd>,
     stage: String,
     /// Everything else (e.g. the host binary's hidden subcommand), kept so
     /// stage 1 can start stage 2 the same way it was started.
@@ -52,6 +57,7 @@ fn parse_args() -> Option<Args> {
     let mut report_fd = None;
     let mut stage = None;
     let mut control_fd = None;
+    let mut handover_fd = None;
     let mut prefix = Vec::new();
     for arg in std::env::args_os().skip(1) {
         let s = arg.to_string_lossy();
@@ -61,6 +67,8 @@ fn parse_args() -> Option<Args> {
             report_fd = v.parse().ok();
         } else if let Some(v) = s.strip_prefix(ARG_CONTROL_FD) {
             control_fd = Some(v.parse().ok()?);
+        } else if let Some(v) = s.strip_prefix(ARG_HANDOVER_FD) {
+            handover_fd = Some(v.parse().ok()?);
         } else if let Some(v) = s.strip_prefix(ARG_STAGE) {
             stage = Some(v.to_string());
         } else {
@@ -71,6 +79,7 @@ fn parse_args() -> Option<Args> {
         plan_fd: plan_fd?,
         report_fd: report_fd?,
         control_fd,
+        handover_fd,
         stage: stage?,
         prefix,
     })
@@ -134,23 +143,35 @@ pub fn init_main() -> ! {
     };
     let mut fds = vec![args.plan_fd, args.report_fd];
     fds.extend(args.control_fd);
+    fds.extend(args.handover_fd);
     let Some(mut files) = adopt(&fds) else {
         eprintln!("cordon init: the launcher's descriptors are not usable");
         std::process::exit(2);
     };
-    let control = (files.len() == 3).then(|| files.remove(2));
+    let handover = args.handover_fd.and_then(|_| files.pop());
+    let control = args.control_fd.and_then(|_| files.pop());
     let mut report = files.remove(1);
     let mut plan_in = BufReader::new(files.remove(0));
     let result = match proto::recv::<Control>(&mut plan_in) {
+        Ok(Some(Control::Plan(_))) if handover.is_some() && args.stage != "1" => Err(Failure {
+            step: "arguments",
+            error: format!("a handover socket is for stage 1, not `{}`", args.stage),
+        }),
         Ok(Some(Control::Plan(plan))) => match (args.stage.as_str(), control) {
-            ("1", None) => stage1(&plan, &mut plan_in, &mut report, &args.prefix, None),
+            ("1", None) => stage1(
+                &plan,
+                &mut plan_in,
+                &mut report,
+                &args.prefix,
+                Stage1Channel::OneShot(handover),
+            ),
             ("2", None) => stage2(&plan, &mut report),
             ("warm1", Some(control)) => stage1(
                 &plan,
                 &mut plan_in,
                 &mut report,
                 &args.prefix,
-                Some(control),
+                Stage1Channel::Warm(control),
             ),
             ("warm2", Some(control)) => super::warm_init::serve(&plan, &mut report, control),
             ("process", None) => process(&plan, &mut plan_in, &mut report),
@@ -202,15 +223,50 @@ const STAGE2_CAPS: &[caps::Capability] = &[
     caps::Capability::CAP_SETPCAP,
 ];
 
+/// Stage 1's socket to the owner.
+enum Stage1Channel {
+    /// A one-shot run: the handover socket, given with a proxy port only.
+    OneShot(Option<File>),
+    /// A warm sandbox: the control socket, which stage 2 inherits.
+    Warm(File),
+}
+
+/// With a proxy port: inside the new network namespace, with the
+/// capabilities `unshare` gave over it, and before stage 2 exists (so
+/// before any Landlock, seccomp or workload): brings `lo` up, listens on
+/// `127.0.0.1:port`, sends the listener to the owner on `to` and closes
+/// this process's copy. Without: nothing (a handover socket is an error).
+fn hand_over_proxy_listener(plan: &Plan, to: Option<&File>) -> Result<(), Failure> {
+    let (port, to) = match (plan.proxy_port(), to) {
+        (None, None) => return Ok(()),
+        (Some(port), Some(to)) => (port, to),
+        (port, _) => {
+            return Err(fail("proxy listener")(format!(
+                "proxy port {port:?} without a socket to the owner, or the reverse"
+            )))
+        }
+    };
+    let listener = super::proxy::listen(port).map_err(fail("proxy listener"))?;
+    fdpass::send(
+        to,
+        &proto::Handover::ProxyListener { port },
+        &[listener.as_fd()],
+    )
+    .map_err(fail("hand over the proxy listener"))?;
+    drop(listener);
+    Ok(())
+}
+
 /// Stage 1 (container rung): host root, in the owner's cgroup. Drops
 /// supplementary groups, unshares every namespace, waits for the owner to
-/// write the id maps, and starts stage 2 as PID 1 of the new pid namespace.
+/// write the id maps, hands over the proxy listener (if the plan names a
+/// port), and starts stage 2 as PID 1 of the new pid namespace.
 fn stage1(
     plan: &Plan,
     plan_in: &mut BufReader<File>,
     report: &mut File,
     prefix: &[std::ffi::OsString],
-    control: Option<File>,
+    channel: Stage1Channel,
 ) -> Result<i32, Failure> {
     let owner = nix::unistd::getppid();
     join_cgroup(plan_in)?;
@@ -235,6 +291,18 @@ fn stage1(
         Ok(Some(Control::Mapped)) => {}
         other => return Err(fail("wait for id maps")(format!("{other:?}"))),
     }
+    let control = match channel {
+        Stage1Channel::OneShot(handover) => {
+            // Dropped here: stage 2 never holds the handover socket.
+            hand_over_proxy_listener(plan, handover.as_ref())?;
+            None
+        }
+        Stage1Channel::Warm(control) => {
+            let to = plan.proxy_port().map(|_| &control);
+            hand_over_proxy_listener(plan, to)?;
+            Some(control)
+        }
+    };
     if control.is_some() {
         // A warm init runs as the namespace's root (a host uid of its own,
         // not the workload's), so exec gives it the namespace's full

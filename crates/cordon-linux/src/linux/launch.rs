@@ -3,7 +3,7 @@
 use std::ffi::OsString;
 use std::fs::File;
 use std::io::{self, BufReader, Read};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::PathBuf;
 use std::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use nix::fcntl::{fcntl, FcntlArg, FdFlag, OFlag};
 
 use super::cgroup::{Cgroup, CgroupManager, CgroupRoot};
-use super::init::{self, ARG_PLAN_FD, ARG_REPORT_FD, ARG_STAGE, SETUP_FAILED};
+use super::init::{self, ARG_HANDOVER_FD, ARG_PLAN_FD, ARG_REPORT_FD, ARG_STAGE, SETUP_FAILED};
 use super::proto::{self, Control, Report};
 use crate::outcome::{Bound, Outcome, Termination};
 use crate::plan::{Plan, Rung};
@@ -92,6 +92,8 @@ pub struct Running {
     started: Instant,
     done: bool,
     cancel: crate::Cancel,
+    /// The sandbox's proxy listener until the caller takes it.
+    proxy_listener: Option<std::net::TcpListener>,
 }
 
 // Our launches clear close-on-exec on two pipe ends for the instant of
@@ -190,7 +192,7 @@ pub fn launch(
     );
     let root = CgroupRoot::host().map_err(LaunchError::Cgroup)?;
     let cgroup = Cgroup::create(&root, &name, plan.bounds()).map_err(LaunchError::Cgroup)?;
-    let (child, mut plan_w, report_r) = match spawn_init(plan, init, stdio) {
+    let (child, mut plan_w, report_r, handover) = match spawn_init(plan, init, stdio) {
         Ok(started) => started,
         Err(e) => {
             let _ = cgroup.remove();
@@ -207,6 +209,7 @@ pub fn launch(
         started: Instant::now(),
         done: false,
         cancel: crate::Cancel::new(),
+        proxy_listener: None,
     };
     let pid = running.child.id();
     // The init blocks on the plan pipe, then joins the cgroup before it does
@@ -246,6 +249,15 @@ pub fn launch(
     match recv_report(&running.reports, &mut running.child, "setup")? {
         Report::Started => {}
         other => return Err(unexpected(other)),
+    }
+    if let (Some(port), Some(handover)) = (plan.proxy_port(), &handover) {
+        // Stage 1 sent it before stage 2 existed: already queued.
+        let listener =
+            super::proxy::receive(handover, port).map_err(|error| LaunchError::Setup {
+                step: "proxy listener".into(),
+                error,
+            })?;
+        running.proxy_listener = Some(listener);
     }
     drop(plan_w);
     Ok(running)
@@ -291,28 +303,44 @@ pub(crate) fn outcome_of(
     }
 }
 
+/// Starts the init; returns it, the plan pipe, the report pipe and (with a
+/// proxy port) the owner's end of the handover socket.
 fn spawn_init(
     plan: &Plan,
     init: &InitProgram,
     stdio: SandboxStdio,
-) -> Result<(Child, File, File), LaunchError> {
+) -> Result<(Child, File, File, Option<OwnedFd>), LaunchError> {
     let pipe = |_| nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| LaunchError::Pipe(e.into()));
     let (plan_r, plan_w) = pipe(())?;
     let (report_r, report_w) = pipe(())?;
+    let (ours, theirs) = match plan.proxy_port() {
+        Some(_) => {
+            let (ours, theirs) = crate::fdpass::pair().map_err(LaunchError::Pipe)?;
+            (Some(ours), Some(theirs))
+        }
+        None => (None, None),
+    };
     let stage = match plan.rung() {
         Rung::Container => "1",
         Rung::Process => "process",
     };
     let child = {
         let _guard = SPAWN.lock().unwrap_or_else(|p| p.into_inner());
-        for fd in [&plan_r, &report_w] {
+        let inherited = [plan_r.as_fd(), report_w.as_fd()]
+            .into_iter()
+            .chain(theirs.as_ref().map(AsFd::as_fd));
+        for fd in inherited {
             fcntl(fd, FcntlArg::F_SETFD(FdFlag::empty()))
                 .map_err(|e| LaunchError::Pipe(e.into()))?;
         }
-        let spawned = Command::new(&init.path)
-            .args(&init.args)
+        let mut cmd = Command::new(&init.path);
+        cmd.args(&init.args)
             .arg(format!("{ARG_PLAN_FD}{}", plan_r.as_raw_fd()))
-            .arg(format!("{ARG_REPORT_FD}{}", report_w.as_raw_fd()))
+            .arg(format!("{ARG_REPORT_FD}{}", report_w.as_raw_fd()));
+        if let Some(theirs) = &theirs {
+            cmd.arg(format!("{ARG_HANDOVER_FD}{}", theirs.as_raw_fd()));
+        }
+        let spawned = cmd
             .arg(format!("{ARG_STAGE}{stage}"))
             .env_clear()
             .stdin(stdio.stdin)
@@ -321,12 +349,13 @@ fn spawn_init(
             .spawn();
         drop(plan_r);
         drop(report_w);
+        drop(theirs);
         spawned.map_err(|source| LaunchError::Spawn {
             path: init.path.clone(),
             source,
         })?
     };
-    Ok((child, File::from(plan_w), File::from(report_r)))
+    Ok((child, File::from(plan_w), File::from(report_r), ours))
 }
 
 pub(crate) fn reader(report: File) -> Receiver<Report> {
@@ -357,6 +386,15 @@ impl Running {
     /// [`Running::wait`] waits (the run then ends as killed by `SIGKILL`).
     pub fn canceller(&self) -> crate::Cancel {
         self.cancel.clone()
+    }
+
+    /// The listener on `127.0.0.1:proxy_port` of the sandbox's network
+    /// namespace (the plan's `proxy_port`; `None` without one, or once
+    /// taken). The workload's only TCP route: what it connects to there
+    /// queues here, for the owner to accept from outside. Made by the init
+    /// before anything of the workload ran; nothing in the sandbox holds it.
+    pub fn take_proxy_listener(&mut self) -> Option<std::net::TcpListener> {
+        self.proxy_listener.take()
     }
 
     fn kill_tree(&mut self) {

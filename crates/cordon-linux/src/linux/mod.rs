@@ -6,6 +6,7 @@ pub(crate) mod init;
 pub(crate) mod launch;
 pub(crate) mod probe;
 pub(crate) mod proto;
+pub(crate) mod proxy;
 pub(crate) mod pty;
 pub(crate) mod rootfs;
 pub(crate) mod seccomp;

@@ -85,3 +85,14 @@ pub(crate) enum WarmEvent {
     /// The command's first process ended.
     Exited { id: u64, termination: Termination },
 }
+
+/// Init (stage 1) → owner, once, with one descriptor attached: on the
+/// handover socket (one-shot) or as the first packet on the control socket
+/// (warm).
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "snake_case")]
+pub(crate) enum Handover {
+    /// The TCP listener on `127.0.0.1:port` of the sandbox's network
+    /// namespace; the init kept no copy.
+    ProxyListener { port: u16 },
+}

@@ -85,6 +85,8 @@ pub struct WarmSandbox {
     dead: Arc<AtomicBool>,
     next: AtomicU64,
     stopped: AtomicBool,
+    /// The sandbox's proxy listener until the caller takes it.
+    proxy_listener: Option<std::net::TcpListener>,
 }
 
 impl std::fmt::Debug for WarmSandbox {
@@ -185,7 +187,7 @@ impl WarmSandbox {
         let cgroup = Cgroup::create(&root, name, &total).map_err(LaunchError::Cgroup)?;
         let started = Self::start_in(plan, init, init_ids, &cgroup);
         match started {
-            Ok((child, control)) => {
+            Ok((child, control, proxy_listener)) => {
                 let control = Arc::new(control);
                 let waiters: Waiters = Arc::default();
                 let dead = Arc::new(AtomicBool::new(false));
@@ -198,6 +200,7 @@ impl WarmSandbox {
                     dead,
                     next: AtomicU64::new(1),
                     stopped: AtomicBool::new(false),
+                    proxy_listener,
                 })
             }
             Err((e, child)) => {
@@ -217,7 +220,7 @@ impl WarmSandbox {
         init: &InitProgram,
         init_ids: InitIds,
         cgroup: &Cgroup,
-    ) -> Result<(Child, OwnedFd), (LaunchError, Option<Child>)> {
+    ) -> Result<(Child, OwnedFd, Option<std::net::TcpListener>), (LaunchError, Option<Child>)> {
         let no_child = |e| (e, None);
         let init_cg = cgroup
             .child("init", None)
@@ -278,14 +281,33 @@ impl WarmSandbox {
             write_id_maps(pid, plan, init_ids).map_err(LaunchError::IdMap)?;
             proto::send(&mut plan_w, &Control::Mapped).map_err(LaunchError::Pipe)?;
             match recv_report(&reports, &mut child, "setup")? {
-                Report::Started => Ok(()),
-                other => Err(unexpected(other)),
+                Report::Started => {}
+                other => return Err(unexpected(other)),
             }
+            // The control socket's first packet, sent by stage 1 before the
+            // init existed (so queued now, and before any event).
+            plan.proxy_port()
+                .map(|port| {
+                    super::proxy::receive(&ours, port).map_err(|error| LaunchError::Setup {
+                        step: "proxy listener".into(),
+                        error,
+                    })
+                })
+                .transpose()
         })();
         match result {
-            Ok(()) => Ok((child, ours)),
+            Ok(listener) => Ok((child, ours, listener)),
             Err(e) => Err((e, Some(child))),
         }
+    }
+
+    /// The listener on `127.0.0.1:proxy_port` of the sandbox's network
+    /// namespace (the plan's `proxy_port`; `None` without one, or once
+    /// taken). Every exec's only TCP route: what they connect to there
+    /// queues here, for the owner to accept from outside. Made by the init
+    /// before it served any exec; nothing in the sandbox holds it.
+    pub fn take_proxy_listener(&mut self) -> Option<std::net::TcpListener> {
+        self.proxy_listener.take()
     }
 
     /// The cgroup directories of the whole sandbox (for a record that lets

@@ -3,6 +3,7 @@
 mod escape;
 mod image;
 mod owner;
+mod proxy;
 mod pty;
 mod refusal;
 mod warm;
@@ -144,6 +145,7 @@ impl Case {
                 host_uid: host,
                 host_gid: host,
             },
+            proxy_port: None,
         };
         Case {
             spec,
