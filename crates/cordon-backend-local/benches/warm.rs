@@ -195,6 +195,7 @@ mod bench {
                 parent: parent.to_path_buf(),
             },
             init: InitProgram::new(exe).arg(INIT_ARG),
+            egress: Default::default(),
         }))
     }
 

@@ -102,6 +102,7 @@ fn main() -> ExitCode {
             parent: std::env::temp_dir(),
         },
         init,
+        egress: Default::default(),
     }));
     eprintln!(
         "note: the floor is lowered to `container` for this example (a shared-kernel boundary)"

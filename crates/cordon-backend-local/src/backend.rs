@@ -14,6 +14,8 @@ use cordon_sandbox::{
     Sandbox, SandboxKey, WorkDirView,
 };
 
+use cordon_egress::{Caller, EgressHost};
+
 use crate::ids::lease_id;
 use crate::profile::RungProfile;
 use crate::sandbox::LocalSandbox;
@@ -31,6 +33,28 @@ pub struct LocalBackend {
     // sandbox it makes; deriving it from a state directory is the next
     // issue's job (with `cordon serve`).
     sandboxes: Mutex<HashMap<SandboxKey, Arc<LocalSandbox>>>,
+    /// The egress proxy every sandbox of this backend that has a route out
+    /// is served by; started with the first such sandbox.
+    egress: std::sync::OnceLock<Result<Arc<EgressHost>, String>>,
+}
+
+/// A port for a sandbox's proxy channel, inside its own net namespace: any
+/// port works there; a random one per sandbox means one sandbox's port
+/// names nothing in another's (Landlock refuses a connect to any other).
+fn proxy_port() -> u16 {
+    let mut b = [0u8; 2];
+    if std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut b))
+        .is_err()
+    {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
+        b = (t as u16 ^ std::process::id() as u16).to_le_bytes();
+    }
+    // 20000..=59999: clear of the well-known and the usual ephemeral ports.
+    20_000 + u16::from_le_bytes(b) % 40_000
 }
 
 /// What `cordon doctor` shows for `rung`: runnable, or what this machine
@@ -64,7 +88,21 @@ impl LocalBackend {
             config,
             enforcer,
             sandboxes: Mutex::new(HashMap::new()),
+            egress: std::sync::OnceLock::new(),
         }
+    }
+
+    /// The egress proxy, started on first use.
+    fn egress_host(&self) -> Result<Arc<EgressHost>, String> {
+        self.egress
+            .get_or_init(|| {
+                let setup = self.config.egress.clone();
+                let policy = self.config.policy.clone();
+                let env = self.config.env.clone();
+                EgressHost::start(move || cordon_egress::config_from_setup(&setup, policy, env))
+                    .map(Arc::new)
+            })
+            .clone()
     }
 
     /// The cgroup name of a warm sandbox for `key`: findable from the
@@ -118,7 +156,7 @@ impl Backend for LocalBackend {
     }
 
     fn egress(&self) -> Egress {
-        Egress::Closed
+        self.profile.egress
     }
 
     fn materialises(&self, image: &str) -> Result<(), String> {
@@ -221,6 +259,25 @@ impl LocalBackend {
             view,
             warm: None,
             base: std::sync::OnceLock::new(),
+            proxy_port: None,
+            egress: Mutex::new(None),
+        };
+        let allow = req.provenance.spec.egress_allow();
+        let host = if self.profile.egress == Egress::Allowlist && !allow.is_empty() {
+            // Started before the sandbox, so a proxy that cannot start
+            // refuses the sandbox rather than leave it without its route.
+            match self.egress_host() {
+                Ok(h) => {
+                    sandbox.proxy_port = Some(proxy_port());
+                    Some(h)
+                }
+                Err(e) => {
+                    let _ = sandbox.remove_dirs();
+                    return Err(failed("acquire", e));
+                }
+            }
+        } else {
+            None
         };
         if self.profile.warm {
             let started = sandbox.start_warm(&self.warm_name(&req.key));
@@ -229,6 +286,30 @@ impl LocalBackend {
                 Err(e) => {
                     let _ = sandbox.remove_dirs();
                     return Err(e);
+                }
+            }
+        }
+        if let Some(host) = host {
+            let served = sandbox
+                .warm
+                .as_mut()
+                .and_then(cordon_linux::WarmSandbox::take_proxy_listener)
+                .ok_or_else(|| "the sandbox did not hand over its egress channel".to_string())
+                .and_then(|listener| {
+                    host.serve(
+                        listener,
+                        Caller {
+                            sandbox: req.key.to_string(),
+                            identity: req.provenance.identity.clone(),
+                            allow: Some(allow.to_vec()),
+                        },
+                    )
+                });
+            match served {
+                Ok(s) => *sandbox.egress.lock().unwrap_or_else(|p| p.into_inner()) = Some(s),
+                Err(e) => {
+                    let _ = sandbox.dispose();
+                    return Err(failed("acquire", format!("the egress proxy: {e}")));
                 }
             }
         }

@@ -19,7 +19,11 @@
 //!   `sandbox.rs`, the uid leases `ids.rs`, the work dir `workdir.rs`, an
 //!   exec's pipes `pipes.rs`.
 //!
-//! Egress is `closed` at both rungs until the egress proxy is wired.
+//! Egress: the container rung is `allowlist` — a sandbox whose spec names
+//! hosts gets one route out, a loopback port in its own net namespace that
+//! Landlock alone lets it connect to, served by `cordon-egress` in the
+//! process that owns the sandbox; a spec that names none gets no route. The
+//! process rung is `closed`.
 
 #![cfg(all(target_os = "linux", target_arch = "x86_64"))]
 
@@ -81,6 +85,8 @@ pub struct LocalConfig {
     pub work_dir: WorkDir,
     /// The binary that runs `cordon_linux::init_main`.
     pub init: InitProgram,
+    /// How the egress proxy resolves names and where it audits.
+    pub egress: cordon_sandbox::EgressSetup,
 }
 
 fn failed(operation: &'static str, reason: impl Into<String>) -> BackendError {

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use cordon_confine::{FsView, HostFs, Mode, RootedFs};
 use cordon_linux::{Enforcer, InitIds, Missing, Rung};
-use cordon_sandbox::{Isolation, WorkDirView};
+use cordon_sandbox::{Egress, Isolation, WorkDirView};
 
 use crate::{INIT_ID_OFFSET, INSIDE_ID};
 
@@ -42,6 +42,11 @@ pub struct RungProfile {
     /// Whether a sandbox is warm (built once at acquire, every exec run in
     /// it) rather than a one-shot launch per exec.
     pub warm: bool,
+    /// What the rung holds egress to: `allowlist` where the egress proxy is
+    /// the sandbox's one route out (a net namespace with only loopback and
+    /// Landlock allowing a connect to the proxy's port alone), `closed`
+    /// where there is no route at all.
+    pub egress: Egress,
 }
 
 /// The `process` rung.
@@ -54,6 +59,9 @@ pub const PROCESS: RungProfile = RungProfile {
     mode: Mode::NoMasks,
     inside_id: None,
     warm: false,
+    // No net namespace at this rung: seccomp refuses inet sockets, so there
+    // is no channel a proxy could be reached on.
+    egress: Egress::Closed,
 };
 
 /// The `container` rung.
@@ -66,6 +74,7 @@ pub const CONTAINER: RungProfile = RungProfile {
     mode: Mode::MasksAvailable,
     inside_id: Some(INSIDE_ID),
     warm: true,
+    egress: Egress::Allowlist,
 };
 
 /// Trees the launcher gives every rooted sandbox itself, never from an

@@ -10,9 +10,7 @@ use std::sync::Arc;
 use cordon_linux::{InitProgram, Rung};
 use cordon_policy::{Deployment, Policy};
 use cordon_sandbox::catalogue::{BackendInfo, Probe};
-use cordon_sandbox::{
-    Backend, BackendRegistration, BackendSetup, Capability, CapabilitySet, Egress,
-};
+use cordon_sandbox::{Backend, BackendRegistration, BackendSetup, Capability, CapabilitySet};
 use serde::{Deserialize, Serialize};
 
 use crate::{LocalBackend, LocalConfig, RungProfile, WorkDir, WORK_DIR_ID};
@@ -34,8 +32,7 @@ fn info(rung: Rung) -> BackendInfo {
     BackendInfo {
         name: p.name,
         isolation: p.isolation,
-        // Closed until the egress proxy is wired.
-        egress: Egress::Closed,
+        egress: p.egress,
         capabilities: local_capabilities(),
         summary: p.summary,
     }
@@ -84,6 +81,7 @@ fn build_rung(
             },
         },
         init,
+        egress: setup.egress.clone(),
     })))
 }
 

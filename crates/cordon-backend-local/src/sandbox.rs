@@ -52,6 +52,13 @@ pub struct LocalSandbox {
     /// The translated plan without a command, made once per sandbox (the
     /// translation walks the filesystem).
     pub(crate) base: std::sync::OnceLock<(PlanSpec, Vec<String>)>,
+    /// Container rung with a non-empty `egress_allow`: the port inside the
+    /// sandbox's net namespace where its one route out (the egress proxy)
+    /// listens. `None`: no route at all.
+    pub(crate) proxy_port: Option<u16>,
+    /// The proxy serving this sandbox's channel; dropped (and the channel
+    /// with it) when the sandbox is.
+    pub(crate) egress: Mutex<Option<cordon_egress::Serving>>,
 }
 
 /// The policy (or what it asks for) cannot be held here: nothing ran.
@@ -74,6 +81,8 @@ impl LocalSandbox {
     /// Stops the sandbox (container rung: kills everything in it and
     /// removes its cgroups) and removes its directories.
     pub fn dispose(&self) -> Result<(), BackendError> {
+        // The route out closes first.
+        drop(self.egress.lock().unwrap_or_else(|p| p.into_inner()).take());
         let stopped = match &self.warm {
             Some(w) => w
                 .stop()
@@ -198,6 +207,15 @@ impl LocalSandbox {
         if let Some(tmp) = &self.tmp {
             env.insert("TMPDIR".into(), tmp.display().to_string());
         }
+        if let Some(port) = self.proxy_port {
+            // For the workload's convenience only: the boundary is the net
+            // namespace and Landlock, so a workload that unsets these gains
+            // nothing.
+            let url = format!("http://127.0.0.1:{port}");
+            for k in ["HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"] {
+                env.insert(k.into(), url.clone());
+            }
+        }
         let inside = self.profile.inside_id(self.host_id);
         let spec = PlanSpec {
             rung: self.profile.rung,
@@ -208,6 +226,7 @@ impl LocalSandbox {
             work_dir_source: self.profile.work_dir_source(work, &host_work),
             image_root: self.image_root.clone(),
             tmp_dir: self.tmp.clone(),
+            proxy_port: self.proxy_port,
             env,
             bounds: Bounds {
                 max_memory: self.limits.memory_bytes,

@@ -362,6 +362,7 @@ fn acquire_exec_dispose_cycles_leave_nothing_behind() {
             parent: parent.path().to_path_buf(),
         },
         init,
+        egress: Default::default(),
     }));
     let router = Router::builder(policy, env)
         .min_isolation(Isolation::Container)

@@ -62,6 +62,7 @@ fn report(floor: Isolation) -> DoctorReport {
             init: None,
             work_dir: None,
             scratch: std::env::temp_dir(),
+            egress: Default::default(),
         }
     });
     DoctorReport::from_registry(floor, &crate::registry(), &setup)

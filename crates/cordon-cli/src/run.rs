@@ -413,5 +413,6 @@ pub fn backend_setup(
         }),
         work_dir,
         scratch: std::env::temp_dir(),
+        egress: Default::default(),
     })
 }

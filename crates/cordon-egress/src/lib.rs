@@ -1,3 +1,19 @@
-//! cordon's egress proxy.
+//! cordon's egress proxy: the one route out of a sandbox.
+//!
+//! A library whoever owns a sandbox hosts ([`EgressHost`] for owners that
+//! are not async themselves), and `cordon proxy` standalone. Decide
+//! (the policy, the caller's allowlist) and enforce (resolve, classify,
+//! dial the checked address, count bytes on the transport) are kept apart:
+//! the policy crate decides, this crate enforces.
+
+pub mod audit;
 pub mod classify;
+mod host;
+mod proxy;
+pub mod resolve;
 pub mod sni;
+pub mod target;
+
+pub use audit::{Audit, AuditLine};
+pub use host::{config_from_setup, config_with_listens, EgressHost, Serving, MAX_CONNECTIONS};
+pub use proxy::{Caller, Capped, Proxy, ProxyConfig, Timeouts};

@@ -225,6 +225,7 @@ fn setup(scratch: &Path) -> BackendSetup {
         init: None,
         work_dir: None,
         scratch: scratch.to_path_buf(),
+        egress: Default::default(),
     }
 }
 

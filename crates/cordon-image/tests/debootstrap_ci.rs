@@ -117,6 +117,7 @@ mod run {
             work_dir_source: Some(work.path().to_path_buf()),
             image_root: Some(root),
             tmp_dir: None,
+            proxy_port: None,
             env: BTreeMap::from([("PATH".to_string(), "/usr/bin:/bin".to_string())]),
             bounds: Bounds {
                 max_memory: 256 << 20,

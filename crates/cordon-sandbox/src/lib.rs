@@ -98,7 +98,9 @@ pub use limits::TransferLimits;
 pub use outputs::{
     validate_artifact_name, ArtifactNameError, Collision, DeclaredOutput, Disposition, OutputError,
 };
-pub use registry::{BackendRegistration, BackendSetup, Registry, SelfCommand, WorkDirView};
+pub use registry::{
+    BackendRegistration, BackendSetup, EgressSetup, Registry, SelfCommand, WorkDirView,
+};
 pub use router::{Refusal, Router, RouterBuilder, RouterError, Scoped, Warning};
 pub use schema::{Schema, SchemaError};
 pub use secrets::{DirectorySecrets, SecretError, SecretProvider, SecretValue};

@@ -45,6 +45,29 @@ pub struct BackendSetup {
     pub work_dir: Option<PathBuf>,
     /// Where fresh directories are made.
     pub scratch: PathBuf,
+    /// How the egress proxy of a backend that hosts one resolves names and
+    /// where it writes its audit log.
+    #[serde(default)]
+    pub egress: EgressSetup,
+}
+
+/// The egress proxy's host-side settings (the policy and the spec decide
+/// what is allowed; these say how names are resolved and where decisions
+/// are recorded). From the host configuration's `egress:` section.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EgressSetup {
+    /// Nameservers to ask (`ADDR:PORT`); `None`: the system's resolver.
+    /// An empty list: no DNS, only `hosts_file` answers.
+    #[serde(default)]
+    pub nameservers: Option<Vec<std::net::SocketAddr>>,
+    /// Names pinned to addresses, in the `/etc/hosts` format; consulted
+    /// before DNS.
+    #[serde(default)]
+    pub hosts_file: Option<PathBuf>,
+    /// The audit log (JSON lines, appended); `None`: the process's log.
+    #[serde(default)]
+    pub audit: Option<PathBuf>,
 }
 
 /// Builds a backend from a setup and the host's policy.

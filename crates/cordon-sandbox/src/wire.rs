@@ -17,7 +17,7 @@ use crate::spec::SandboxSpec;
 
 /// The version of every wire document cordon writes (briefs, records).
 /// A reader refuses any other, naming both.
-pub const WIRE_VERSION: u32 = 1;
+pub const WIRE_VERSION: u32 = 2;
 
 #[derive(Serialize)]
 struct SpecDoc<'a> {

@@ -10,6 +10,7 @@ fn setup() -> BackendSetup {
         init: None,
         work_dir: None,
         scratch: std::env::temp_dir(),
+        egress: Default::default(),
     }
 }
 

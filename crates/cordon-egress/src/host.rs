@@ -1,0 +1,131 @@
+//! Hosting the proxy in a process that is not async itself (the `cordon
+//! run` process, a keeper): a small runtime of its own, and one accept
+//! loop per sandbox channel.
+
+use std::sync::Arc;
+
+use cordon_policy::{Deployment, Policy};
+use cordon_sandbox::EgressSetup;
+
+use crate::audit::Audit;
+use crate::classify::Classifier;
+use crate::proxy::{Caller, Proxy, ProxyConfig, Timeouts};
+use crate::resolve::{Dns, Resolver, StaticHosts};
+
+/// The most connections one sandbox channel serves at once.
+pub const MAX_CONNECTIONS: usize = 256;
+
+/// A proxy's configuration from a host's [`EgressSetup`] (called inside
+/// the runtime: a DNS resolver needs one). `listens` are the proxy's own
+/// listening addresses, never a target.
+pub fn config_from_setup(
+    setup: &EgressSetup,
+    policy: Arc<Policy>,
+    env: Deployment,
+) -> Result<ProxyConfig, String> {
+    config_with_listens(setup, policy, env, Vec::new())
+}
+
+/// [`config_from_setup`] for a proxy listening on `listens`.
+pub fn config_with_listens(
+    setup: &EgressSetup,
+    policy: Arc<Policy>,
+    env: Deployment,
+    listens: Vec<std::net::SocketAddr>,
+) -> Result<ProxyConfig, String> {
+    let timeouts = Timeouts::default();
+    let hosts = match &setup.hosts_file {
+        Some(p) => StaticHosts::load(p)?,
+        None => StaticHosts::default(),
+    };
+    let dns = match &setup.nameservers {
+        None => Dns::System,
+        Some(list) if list.is_empty() => Dns::Off,
+        Some(list) => Dns::Servers(list.clone()),
+    };
+    let resolver = Resolver::new(hosts, &dns, timeouts.resolve)?;
+    let classifier = Classifier::new(listens)
+        .map_err(|e| format!("reading this host's interface addresses: {e}"))?;
+    let audit = match &setup.audit {
+        Some(p) => Audit::open(p)?,
+        None => Audit::Log,
+    };
+    Ok(ProxyConfig {
+        policy,
+        env,
+        resolver: Arc::new(resolver),
+        classifier: Arc::new(classifier),
+        audit: Arc::new(audit),
+        timeouts,
+        max_connections: MAX_CONNECTIONS,
+    })
+}
+
+/// A proxy with its own runtime.
+pub struct EgressHost {
+    proxy: Arc<Proxy>,
+    // Dropped last: the tasks it runs hold the proxy.
+    rt: tokio::runtime::Runtime,
+}
+
+/// One channel being served; dropping it stops the accept loop and every
+/// connection it started.
+pub struct Serving {
+    task: tokio::task::AbortHandle,
+}
+
+impl Drop for Serving {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl EgressHost {
+    /// Starts the runtime and builds the proxy inside it (a DNS resolver
+    /// needs one).
+    pub fn start(
+        build: impl FnOnce() -> Result<ProxyConfig, String>,
+    ) -> Result<EgressHost, String> {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("cordon-egress")
+            .enable_io()
+            .enable_time()
+            .build()
+            .map_err(|e| format!("starting the egress proxy's runtime: {e}"))?;
+        let cfg = {
+            let _in = rt.enter();
+            build()?
+        };
+        Ok(EgressHost {
+            proxy: Proxy::new(cfg),
+            rt,
+        })
+    }
+
+    pub fn proxy(&self) -> &Arc<Proxy> {
+        &self.proxy
+    }
+
+    pub fn runtime(&self) -> &tokio::runtime::Runtime {
+        &self.rt
+    }
+
+    /// Serves `listener` (a sandbox's channel) for `caller`.
+    pub fn serve(
+        &self,
+        listener: std::net::TcpListener,
+        caller: Caller,
+    ) -> Result<Serving, String> {
+        listener
+            .set_nonblocking(true)
+            .map_err(|e| format!("the egress channel: {e}"))?;
+        let _in = self.rt.enter();
+        let l = tokio::net::TcpListener::from_std(listener)
+            .map_err(|e| format!("the egress channel: {e}"))?;
+        let h = self.rt.spawn(self.proxy.clone().serve(l, Arc::new(caller)));
+        Ok(Serving {
+            task: h.abort_handle(),
+        })
+    }
+}

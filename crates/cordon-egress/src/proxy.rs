@@ -1,0 +1,939 @@
+//! The proxy: HTTP/1.1 `CONNECT` (authority form) and absolute-form plain
+//! HTTP. For every request, in this order, so nothing is resolved or
+//! dialled before it is allowed:
+//!
+//! 1. parse and normalise the target ([`crate::target`]);
+//! 2. decide with the caller's allowlist and the policy (`ip` unknown):
+//!    a deny ends it here;
+//! 3. resolve the name ([`crate::resolve`]), bounded in time;
+//! 4. classify every answer ([`crate::classify`]): one address that may
+//!    not be dialled refuses the whole name;
+//! 5. decide again with `ip` bound, where undetermined is deny, and dial
+//!    the checked address, never the name.
+//!
+//! A tunnel answers `200` and then reads the client's first bytes before it
+//! dials: a TLS ClientHello whose SNI is the CONNECT host, or the tunnel is
+//! closed with nothing dialled. Bytes from upstream are counted on the
+//! transport ([`Capped`]) against the policy's `max_response_bytes`.
+
+use std::convert::Infallible;
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use cordon_policy::{Decision, Deployment, EgressFacts, Identity, Policy, Request, SurfaceFacts};
+use cordon_sandbox::EgressEntry;
+use http_body_util::{combinators::BoxBody, BodyExt as _, Full};
+use hyper::body::Incoming;
+use hyper::header::{HeaderMap, HeaderName, HeaderValue};
+use hyper::{Method, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+
+use crate::audit::{rfc3339, Audit, AuditFacts, AuditLine};
+use crate::classify::Classifier;
+use crate::resolve::Resolve;
+use crate::sni::{self, Hello};
+use crate::target::{self, Authority, Host};
+
+/// Who is calling: known from the channel the connection arrived on,
+/// never from anything the workload sends.
+#[derive(Debug, Clone)]
+pub struct Caller {
+    /// The sandbox's key, as shown in the audit log.
+    pub sandbox: String,
+    pub identity: Identity,
+    /// The spec's `egress_allow`; `None`: the policy alone decides (a
+    /// standalone proxy without `--allow`), and ports are 443 for tunnels
+    /// and 80 for plain HTTP.
+    pub allow: Option<Vec<EgressEntry>>,
+}
+
+/// Time bounds.
+#[derive(Debug, Clone, Copy)]
+pub struct Timeouts {
+    /// One name's lookup.
+    pub resolve: Duration,
+    /// One TCP connect upstream.
+    pub connect: Duration,
+    /// The client's first bytes on a tunnel.
+    pub hello: Duration,
+    /// A request's head.
+    pub header: Duration,
+}
+
+impl Default for Timeouts {
+    fn default() -> Timeouts {
+        Timeouts {
+            resolve: Duration::from_secs(5),
+            connect: Duration::from_secs(10),
+            hello: Duration::from_secs(10),
+            header: Duration::from_secs(30),
+        }
+    }
+}
+
+/// What a proxy is built from.
+pub struct ProxyConfig {
+    pub policy: Arc<Policy>,
+    pub env: Deployment,
+    pub resolver: Arc<dyn Resolve>,
+    pub classifier: Arc<Classifier>,
+    pub audit: Arc<Audit>,
+    pub timeouts: Timeouts,
+    /// Connections served at once per listener; more wait in the backlog.
+    pub max_connections: usize,
+}
+
+/// The largest request head read.
+const MAX_HEAD: usize = 64 * 1024;
+/// The copy buffer of a tunnel, each way.
+const TUNNEL_BUF: usize = 64 * 1024;
+
+type Body = BoxBody<Bytes, hyper::Error>;
+
+/// The egress proxy.
+pub struct Proxy {
+    cfg: ProxyConfig,
+}
+
+impl Proxy {
+    pub fn new(cfg: ProxyConfig) -> Arc<Proxy> {
+        Arc::new(Proxy { cfg })
+    }
+
+    pub fn policy(&self) -> &Arc<Policy> {
+        &self.cfg.policy
+    }
+
+    /// Accepts and serves connections on `listener` for `caller` until the
+    /// task is dropped; the connections it started end with it.
+    pub async fn serve(self: Arc<Self>, listener: TcpListener, caller: Arc<Caller>) {
+        let permits = Arc::new(tokio::sync::Semaphore::new(self.cfg.max_connections.max(1)));
+        let mut conns = tokio::task::JoinSet::new();
+        loop {
+            let Ok(permit) = permits.clone().acquire_owned().await else {
+                return;
+            };
+            let accepted = tokio::select! {
+                a = listener.accept() => a,
+                // Reap finished connections while waiting.
+                Some(_) = conns.join_next(), if !conns.is_empty() => { drop(permit); continue; }
+            };
+            match accepted {
+                Ok((stream, _)) => {
+                    let me = self.clone();
+                    let caller = caller.clone();
+                    conns.spawn(async move {
+                        me.serve_connection(stream, caller).await;
+                        drop(permit);
+                    });
+                }
+                Err(e) => {
+                    tracing::warn!(target: "cordon::egress", "accept: {e}");
+                    drop(permit);
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        }
+    }
+
+    /// Serves one client connection.
+    pub async fn serve_connection(self: Arc<Self>, stream: TcpStream, caller: Arc<Caller>) {
+        let _ = stream.set_nodelay(true);
+        let me = self.clone();
+        let service = hyper::service::service_fn(move |req| {
+            let me = me.clone();
+            let caller = caller.clone();
+            async move { Ok::<_, Infallible>(me.handle(&caller, req).await) }
+        });
+        let conn = hyper::server::conn::http1::Builder::new()
+            .timer(TokioTimer::new())
+            .header_read_timeout(self.cfg.timeouts.header)
+            .max_buf_size(MAX_HEAD)
+            .serve_connection(TokioIo::new(stream), service)
+            .with_upgrades();
+        if let Err(e) = conn.await {
+            tracing::debug!(target: "cordon::egress", "client connection: {e}");
+        }
+    }
+
+    async fn handle(
+        self: &Arc<Self>,
+        caller: &Arc<Caller>,
+        req: hyper::Request<Incoming>,
+    ) -> hyper::Response<Body> {
+        if req.method() == Method::CONNECT {
+            self.connect(caller, req).await
+        } else {
+            self.plain(caller, req).await
+        }
+    }
+
+    // ---- the steps -------------------------------------------------------
+
+    fn record(
+        &self,
+        r: &Record<'_>,
+        verdict: &str,
+        status: u16,
+        reason: &str,
+        d: Option<&Decision>,
+    ) {
+        let (rules, unknown) = match d {
+            Some(d) => (
+                d.deciding
+                    .iter()
+                    .map(|id| {
+                        let rule = self.cfg.policy.rule(*id);
+                        format!("{}:{}", rule.file, rule.line)
+                    })
+                    .collect(),
+                d.unknown.iter().map(|f| f.spelling().to_string()).collect(),
+            ),
+            None => (Vec::new(), Vec::new()),
+        };
+        self.cfg.audit.record(AuditLine {
+            time: rfc3339(r.now),
+            now: r.now,
+            sandbox: r.caller.sandbox.clone(),
+            identity: r.caller.identity.clone(),
+            env: self.cfg.env.name.clone(),
+            kind: r.kind.to_string(),
+            target: r.target.clone(),
+            ip: r.facts.ip.clone(),
+            verdict: verdict.to_string(),
+            status,
+            rules,
+            unknown,
+            reason: reason.to_string(),
+            facts: AuditFacts::from(&r.facts),
+        });
+    }
+
+    fn refuse(
+        &self,
+        r: &Record<'_>,
+        status: StatusCode,
+        reason: &str,
+        d: Option<&Decision>,
+    ) -> hyper::Response<Body> {
+        self.record(r, "deny", status.as_u16(), reason, d);
+        text(status, reason)
+    }
+
+    fn request(&self, r: &Record<'_>) -> Request {
+        Request {
+            identity: r.caller.identity.clone(),
+            env: self.cfg.env.clone(),
+            now: r.now,
+            facts: SurfaceFacts::Egress(r.facts.clone()),
+        }
+    }
+
+    /// Step 2: the caller's allowlist, then the policy with `ip` unknown.
+    fn first_decision(
+        &self,
+        r: &Record<'_>,
+        a: &Authority,
+    ) -> Result<(), (String, Option<Decision>)> {
+        match &r.caller.allow {
+            Some(list) => {
+                let named = match &a.host {
+                    Host::Name(n) => list.iter().any(|e| e.matches(n, a.port)),
+                    // Allowlist entries are names; an address never matches.
+                    Host::Ip(_) => false,
+                };
+                if !named {
+                    return Err((
+                        format!("{a} is not in the sandbox's egress allowlist"),
+                        None,
+                    ));
+                }
+            }
+            None => {
+                let default = if r.kind == "connect" { 443 } else { 80 };
+                if a.port != default {
+                    return Err((
+                        format!("port {} is not open: without an allowlist a tunnel goes to 443 and plain HTTP to 80", a.port),
+                        None,
+                    ));
+                }
+            }
+        }
+        let d = self.cfg.policy.decide(&self.request(r));
+        if d.verdict == cordon_policy::decide::Verdict::Deny {
+            return Err((self.why(&d), Some(d)));
+        }
+        Ok(())
+    }
+
+    fn why(&self, d: &Decision) -> String {
+        if d.no_allow_matched() {
+            return "no allow rule of the policy matches".into();
+        }
+        let places: Vec<String> = d
+            .deciding
+            .iter()
+            .map(|id| {
+                let rule = self.cfg.policy.rule(*id);
+                format!("{}:{}", rule.file, rule.line)
+            })
+            .collect();
+        match d.verdict {
+            cordon_policy::decide::Verdict::Deny => {
+                format!("denied by the policy ({})", places.join(", "))
+            }
+            _ => {
+                let unknown: Vec<&str> = d.unknown.iter().map(|f| f.spelling()).collect();
+                if unknown.is_empty() {
+                    format!("the policy could not decide ({})", places.join(", "))
+                } else {
+                    format!(
+                        "the policy's rules need {} which this request does not show ({})",
+                        unknown.join(", "),
+                        places.join(", ")
+                    )
+                }
+            }
+        }
+    }
+
+    /// Steps 3 and 4: the addresses that may be dialled, or why none.
+    async fn addresses(&self, a: &Authority) -> Result<Vec<IpAddr>, String> {
+        let (name, ips) = match &a.host {
+            Host::Ip(ip) => (ip.to_string(), vec![*ip]),
+            Host::Name(n) => match self.cfg.resolver.lookup(n).await {
+                Ok(ips) => (n.clone(), ips),
+                Err(e) => return Err(e.to_string()),
+            },
+        };
+        for ip in &ips {
+            if let Err(d) = self.cfg.classifier.check(
+                SocketAddr::new(*ip, a.port),
+                &name,
+                &self.cfg.policy.allow_ranges,
+            ) {
+                return Err(if a.host == Host::Ip(*ip) {
+                    format!("{d}")
+                } else {
+                    format!("`{name}` resolves to {d}; the whole name is refused")
+                });
+            }
+        }
+        Ok(ips)
+    }
+
+    /// Step 5 for one address: the policy again with `ip` bound; this is
+    /// the final enforcing point, so only allow passes.
+    fn final_decision(
+        &self,
+        r: &mut Record<'_>,
+        ip: IpAddr,
+    ) -> Result<Decision, (String, Decision)> {
+        r.facts.ip = Some(ip.to_string());
+        let d = self.cfg.policy.decide(&self.request(r));
+        if d.is_allowed() {
+            Ok(d)
+        } else {
+            Err((self.why(&d), d))
+        }
+    }
+
+    async fn dial(&self, ip: IpAddr, port: u16) -> io::Result<TcpStream> {
+        let s = tokio::time::timeout(self.cfg.timeouts.connect, TcpStream::connect((ip, port)))
+            .await
+            .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "connect timed out"))??;
+        let _ = s.set_nodelay(true);
+        Ok(s)
+    }
+
+    fn cap(&self, caller: &Caller) -> u64 {
+        self.cfg
+            .policy
+            .bounds_for(&caller.identity, &self.cfg.env)
+            .max_response_bytes
+    }
+
+    // ---- CONNECT ---------------------------------------------------------
+
+    async fn connect(
+        self: &Arc<Self>,
+        caller: &Arc<Caller>,
+        req: hyper::Request<Incoming>,
+    ) -> hyper::Response<Body> {
+        let raw = req
+            .uri()
+            .authority()
+            .map(|a| a.as_str().to_string())
+            .unwrap_or_default();
+        let mut r = Record::new(caller, "connect", shown(&req.uri().to_string()));
+        if req.uri().scheme().is_some() || raw.is_empty() {
+            return self.refuse(
+                &r,
+                StatusCode::BAD_REQUEST,
+                "CONNECT takes the authority form `host:port`",
+                None,
+            );
+        }
+        let a = match target::authority(&raw, None) {
+            Ok(a) => a,
+            Err(e) => return self.refuse(&r, StatusCode::BAD_REQUEST, &e.to_string(), None),
+        };
+        if let Err(why) = host_header_agrees(req.headers(), &a, None) {
+            return self.refuse(&r, StatusCode::BAD_REQUEST, &why, None);
+        }
+        r.target = a.to_string();
+        // A tunnel carries TLS (checked below); what travels inside it is
+        // unknown, and so is the URL that would name it.
+        r.facts = EgressFacts {
+            url: None,
+            scheme: Some("https".into()),
+            host: Some(a.host.fact()),
+            port: i64::from(a.port),
+            method: None,
+            path: None,
+            ip: None,
+        };
+        if let Err((why, d)) = self.first_decision(&r, &a) {
+            return self.refuse(&r, StatusCode::FORBIDDEN, &why, d.as_ref());
+        }
+        let ips = match self.addresses(&a).await {
+            Ok(ips) => ips,
+            Err(why) => return self.refuse(&r, StatusCode::FORBIDDEN, &why, None),
+        };
+        // Decide for each address before the 200, so a refusal is a 403.
+        let mut checked = Vec::new();
+        let mut last = None;
+        for ip in ips {
+            match self.final_decision(&mut r, ip) {
+                Ok(d) => checked.push((ip, d)),
+                Err(e) => last = Some(e),
+            }
+        }
+        if checked.is_empty() {
+            let (why, d) = match last {
+                Some((why, d)) => (why, Some(d)),
+                None => ("the name has no address".to_string(), None),
+            };
+            return self.refuse(&r, StatusCode::FORBIDDEN, &why, d.as_ref());
+        }
+        let me = self.clone();
+        let caller = caller.clone();
+        let target = r.target.clone();
+        let facts = r.facts.clone();
+        let now = r.now;
+        tokio::spawn(async move {
+            let r = Record {
+                caller: &caller,
+                kind: "connect",
+                target,
+                facts,
+                now,
+            };
+            match hyper::upgrade::on(req).await {
+                Ok(up) => me.tunnel(r, a, checked, TokioIo::new(up)).await,
+                Err(e) => tracing::debug!(target: "cordon::egress", "upgrade: {e}"),
+            }
+        });
+        hyper::Response::new(empty())
+    }
+
+    async fn tunnel<C>(
+        &self,
+        mut r: Record<'_>,
+        a: Authority,
+        checked: Vec<(IpAddr, Decision)>,
+        mut client: C,
+    ) where
+        C: AsyncRead + AsyncWrite + Unpin,
+    {
+        // The client's first bytes, before anything is dialled.
+        let mut hello = Vec::with_capacity(1024);
+        let read = tokio::time::timeout(self.cfg.timeouts.hello, async {
+            let mut chunk = [0u8; 4096];
+            loop {
+                match sni::read_client_hello(&hello) {
+                    Hello::Incomplete if hello.len() < sni::MAX_HELLO => {}
+                    other => return Ok(other),
+                }
+                let want = (sni::MAX_HELLO - hello.len()).min(chunk.len());
+                let n = client.read(&mut chunk[..want]).await?;
+                if n == 0 {
+                    return Err(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        "the client closed the tunnel before it sent a TLS ClientHello",
+                    ));
+                }
+                hello.extend_from_slice(&chunk[..n]);
+            }
+        })
+        .await;
+        let verdict = match read {
+            Err(_) => Err("the client sent no TLS ClientHello in time".to_string()),
+            Ok(Err(e)) => Err(e.to_string()),
+            Ok(Ok(Hello::Tls { sni: Some(sent) })) => match (&a.host, cordon_policy::canon::host(&sent)) {
+                (Host::Name(n), Ok(c)) if &c == n => Ok(()),
+                _ => Err(format!(
+                    "the TLS ClientHello names `{}`, not the CONNECT host `{}`",
+                    shown(&sent),
+                    a.host
+                )),
+            },
+            Ok(Ok(Hello::Tls { sni: None })) => {
+                Err("the TLS ClientHello names no server (SNI); a tunnel must name the host it was opened for".into())
+            }
+            Ok(Ok(Hello::NotTls)) => Err(if hello.starts_with(b"CONNECT ") {
+                "a CONNECT inside a tunnel is refused".to_string()
+            } else {
+                "the tunnel does not open with TLS; plain HTTP goes to the proxy in absolute form, not through CONNECT".to_string()
+            }),
+            Ok(Ok(Hello::Malformed(why))) => Err(format!("the TLS ClientHello is malformed: {why}")),
+            Ok(Ok(Hello::Incomplete)) => Err("the TLS ClientHello is larger than the proxy reads".into()),
+        };
+        if let Err(why) = verdict {
+            // The 200 is gone: closing is the refusal. Nothing was dialled.
+            self.record(&r, "deny", 0, &format!("tunnel closed: {why}"), None);
+            let _ = client.shutdown().await;
+            return;
+        }
+        let mut upstream = None;
+        let mut failures = Vec::new();
+        for (ip, d) in checked {
+            r.facts.ip = Some(ip.to_string());
+            match self.dial(ip, a.port).await {
+                Ok(s) => {
+                    upstream = Some((s, d));
+                    break;
+                }
+                Err(e) => failures.push(format!("{ip}: {e}")),
+            }
+        }
+        let Some((mut up, d)) = upstream else {
+            self.record(
+                &r,
+                "allow",
+                502,
+                &format!(
+                    "tunnel closed: no upstream address answered ({})",
+                    failures.join("; ")
+                ),
+                None,
+            );
+            let _ = client.shutdown().await;
+            return;
+        };
+        self.record(&r, "allow", 200, "allowed", Some(&d));
+        if up.write_all(&hello).await.is_err() {
+            return;
+        }
+        let cap = self.cap(r.caller);
+        let exceeded = Arc::new(AtomicU64::new(0));
+        let mut capped = Capped::new(up, cap, exceeded.clone());
+        let res = tokio::io::copy_bidirectional_with_sizes(
+            &mut client,
+            &mut capped,
+            TUNNEL_BUF,
+            TUNNEL_BUF,
+        )
+        .await;
+        if exceeded.load(Ordering::Relaxed) > 0 {
+            self.record(
+                &r,
+                "end",
+                200,
+                &format!("response cap of {cap} bytes exceeded; the tunnel was closed"),
+                None,
+            );
+            let _ = client.shutdown().await;
+        } else if let Err(e) = res {
+            tracing::debug!(target: "cordon::egress", "tunnel to {}: {e}", a);
+        }
+    }
+
+    // ---- plain HTTP ------------------------------------------------------
+
+    async fn plain(
+        self: &Arc<Self>,
+        caller: &Arc<Caller>,
+        req: hyper::Request<Incoming>,
+    ) -> hyper::Response<Body> {
+        let uri = req.uri().clone();
+        let mut r = Record::new(caller, "http", shown(&uri.to_string()));
+        let Some(raw_auth) = uri.authority().map(|a| a.as_str().to_string()) else {
+            return self.refuse(&r, StatusCode::BAD_REQUEST, "this is an egress proxy: send the request in absolute form (`GET http://host/path`), or CONNECT for https", None);
+        };
+        match uri.scheme_str() {
+            Some("http") => {}
+            Some("https") => {
+                return self.refuse(
+                    &r,
+                    StatusCode::BAD_REQUEST,
+                    "https goes through a CONNECT tunnel, not in absolute form",
+                    None,
+                )
+            }
+            _ => {
+                return self.refuse(
+                    &r,
+                    StatusCode::BAD_REQUEST,
+                    "only http:// is served in absolute form",
+                    None,
+                )
+            }
+        }
+        let a = match target::authority(&raw_auth, Some(80)) {
+            Ok(a) => a,
+            Err(e) => return self.refuse(&r, StatusCode::BAD_REQUEST, &e.to_string(), None),
+        };
+        if let Err(why) = host_header_agrees(req.headers(), &a, Some(80)) {
+            return self.refuse(&r, StatusCode::BAD_REQUEST, &why, None);
+        }
+        let raw_path = uri.path();
+        if raw_path.split('/').any(|s| {
+            s == "."
+                || s == ".."
+                || s.eq_ignore_ascii_case("%2e")
+                || s.eq_ignore_ascii_case("%2e%2e")
+                || s.eq_ignore_ascii_case(".%2e")
+                || s.eq_ignore_ascii_case("%2e.")
+        }) {
+            return self.refuse(
+                &r,
+                StatusCode::BAD_REQUEST,
+                "the path holds `.` or `..` segments; send it normalised",
+                None,
+            );
+        }
+        let path = match cordon_policy::canon::http_path(raw_path) {
+            Ok(p) => p,
+            Err(e) => return self.refuse(&r, StatusCode::BAD_REQUEST, &e.to_string(), None),
+        };
+        let method = req.method().as_str();
+        if method.is_empty() || method.len() > 32 || !method.bytes().all(|b| b.is_ascii_uppercase())
+        {
+            return self.refuse(
+                &r,
+                StatusCode::BAD_REQUEST,
+                "the method is not an upper-case HTTP method",
+                None,
+            );
+        }
+        let shown_host = a.host.to_string();
+        let url = if a.port == 80 {
+            format!("http://{shown_host}{path}")
+        } else {
+            format!("http://{shown_host}:{}{path}", a.port)
+        };
+        r.target = url.clone();
+        r.facts = EgressFacts {
+            url: Some(url),
+            scheme: Some("http".into()),
+            host: Some(a.host.fact()),
+            port: i64::from(a.port),
+            method: Some(method.to_string()),
+            path: Some(path),
+            ip: None,
+        };
+        if let Err((why, d)) = self.first_decision(&r, &a) {
+            return self.refuse(&r, StatusCode::FORBIDDEN, &why, d.as_ref());
+        }
+        let ips = match self.addresses(&a).await {
+            Ok(ips) => ips,
+            Err(why) => return self.refuse(&r, StatusCode::FORBIDDEN, &why, None),
+        };
+        let mut upstream = None;
+        let mut failures = Vec::new();
+        for ip in ips {
+            let d = match self.final_decision(&mut r, ip) {
+                Ok(d) => d,
+                Err((why, d)) => return self.refuse(&r, StatusCode::FORBIDDEN, &why, Some(&d)),
+            };
+            match self.dial(ip, a.port).await {
+                Ok(s) => {
+                    upstream = Some((s, d));
+                    break;
+                }
+                Err(e) => failures.push(format!("{ip}: {e}")),
+            }
+        }
+        let Some((stream, d)) = upstream else {
+            let why = format!("no upstream address answered ({})", failures.join("; "));
+            self.record(&r, "allow", 502, &why, None);
+            return text(StatusCode::BAD_GATEWAY, &why);
+        };
+        let cap = self.cap(caller);
+        let exceeded = Arc::new(AtomicU64::new(0));
+        let io = TokioIo::new(Capped::new(stream, cap, exceeded.clone()));
+        let (mut send, conn) = match hyper::client::conn::http1::Builder::new()
+            .max_buf_size(MAX_HEAD)
+            .handshake::<_, Incoming>(io)
+            .await
+        {
+            Ok(x) => x,
+            Err(e) => {
+                let why = format!("upstream: {e}");
+                self.record(&r, "allow", 502, &why, Some(&d));
+                return text(StatusCode::BAD_GATEWAY, &why);
+            }
+        };
+        {
+            let me = self.clone();
+            let caller = caller.clone();
+            let exceeded = exceeded.clone();
+            let target = r.target.clone();
+            let facts = r.facts.clone();
+            let now = r.now;
+            tokio::spawn(async move {
+                let _ = conn.await;
+                if exceeded.load(Ordering::Relaxed) > 0 {
+                    let r = Record {
+                        caller: &caller,
+                        kind: "http",
+                        target,
+                        facts,
+                        now,
+                    };
+                    me.record(
+                        &r,
+                        "end",
+                        200,
+                        &format!("response cap of {cap} bytes exceeded; the connection was closed"),
+                        None,
+                    );
+                }
+            });
+        }
+        let (mut parts, body) = req.into_parts();
+        let origin = uri
+            .path_and_query()
+            .map(|p| p.as_str().to_string())
+            .unwrap_or_else(|| "/".into());
+        parts.uri = match origin.parse() {
+            Ok(u) => u,
+            Err(_) => {
+                return self.refuse(&r, StatusCode::BAD_REQUEST, "the path cannot be sent", None)
+            }
+        };
+        strip_hop_by_hop(&mut parts.headers);
+        let host_value = if a.port == 80 {
+            shown_host
+        } else {
+            format!("{shown_host}:{}", a.port)
+        };
+        if let Ok(v) = HeaderValue::from_str(&host_value) {
+            parts.headers.insert(hyper::header::HOST, v);
+        }
+        let upstream_req = hyper::Request::from_parts(parts, body);
+        match send.send_request(upstream_req).await {
+            Ok(resp) => {
+                self.record(&r, "allow", resp.status().as_u16(), "allowed", Some(&d));
+                let (mut parts, body) = resp.into_parts();
+                strip_hop_by_hop(&mut parts.headers);
+                hyper::Response::from_parts(parts, body.boxed())
+            }
+            Err(e) => {
+                let why = if exceeded.load(Ordering::Relaxed) > 0 {
+                    format!("response cap of {cap} bytes exceeded")
+                } else {
+                    format!("upstream: {e}")
+                };
+                self.record(&r, "allow", 502, &why, Some(&d));
+                text(StatusCode::BAD_GATEWAY, &why)
+            }
+        }
+    }
+}
+
+/// What one request's audit line is built from.
+struct Record<'c> {
+    caller: &'c Caller,
+    kind: &'static str,
+    target: String,
+    facts: EgressFacts,
+    now: i64,
+}
+
+impl<'c> Record<'c> {
+    fn new(caller: &'c Caller, kind: &'static str, target: String) -> Record<'c> {
+        Record {
+            caller,
+            kind,
+            target,
+            facts: EgressFacts {
+                url: None,
+                scheme: None,
+                host: None,
+                port: 0,
+                method: None,
+                path: None,
+                ip: None,
+            },
+            now: now(),
+        }
+    }
+}
+
+fn now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
+}
+
+fn shown(s: &str) -> String {
+    s.chars()
+        .take(300)
+        .map(|c| if c.is_control() { '?' } else { c })
+        .collect()
+}
+
+fn empty() -> Body {
+    Full::new(Bytes::new())
+        .map_err(|n: Infallible| match n {})
+        .boxed()
+}
+
+fn text(status: StatusCode, why: &str) -> hyper::Response<Body> {
+    let body = format!("cordon egress: {}\n", shown(why));
+    let mut resp = hyper::Response::new(
+        Full::new(Bytes::from(body))
+            .map_err(|n: Infallible| match n {})
+            .boxed(),
+    );
+    *resp.status_mut() = status;
+    resp.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    if status != StatusCode::OK {
+        resp.headers_mut()
+            .insert(hyper::header::CONNECTION, HeaderValue::from_static("close"));
+    }
+    resp
+}
+
+/// A `Host` header, when present, must name the target.
+fn host_header_agrees(
+    h: &HeaderMap,
+    a: &Authority,
+    default_port: Option<u16>,
+) -> Result<(), String> {
+    let mut values = h.get_all(hyper::header::HOST).iter();
+    let Some(v) = values.next() else {
+        return Ok(());
+    };
+    if values.next().is_some() {
+        return Err("the request holds more than one Host header".into());
+    }
+    let v = v
+        .to_str()
+        .map_err(|_| "the Host header is not text".to_string())?;
+    let got = target::authority(v, default_port.or(Some(a.port)))
+        .map_err(|e| format!("the Host header: {e}"))?;
+    if &got != a {
+        return Err(format!(
+            "the Host header names `{got}`, not the target `{a}`"
+        ));
+    }
+    Ok(())
+}
+
+fn strip_hop_by_hop(h: &mut HeaderMap) {
+    let listed: Vec<HeaderName> = h
+        .get_all(hyper::header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|n| HeaderName::from_bytes(n.trim().as_bytes()).ok())
+        .collect();
+    for n in listed {
+        h.remove(n);
+    }
+    for n in [
+        "connection",
+        "proxy-connection",
+        "keep-alive",
+        "proxy-authorization",
+        "proxy-authenticate",
+        "te",
+        "trailer",
+        "upgrade",
+    ] {
+        h.remove(n);
+    }
+}
+
+/// An upstream transport whose reads are counted: past `cap` bytes it
+/// fails, which closes the connection. The cap is here, on the socket,
+/// so no path through any HTTP library can miss it.
+pub struct Capped<S> {
+    inner: S,
+    left: u64,
+    exceeded: Arc<AtomicU64>,
+}
+
+impl<S> Capped<S> {
+    pub fn new(inner: S, cap: u64, exceeded: Arc<AtomicU64>) -> Capped<S> {
+        Capped {
+            inner,
+            left: cap,
+            exceeded,
+        }
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Capped<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        if self.left == 0 {
+            // One byte more than the cap is the proof it was exceeded;
+            // read at most one to learn it (or EOF, which is fine).
+            let mut one = [0u8; 1];
+            let mut probe = ReadBuf::new(&mut one);
+            return match Pin::new(&mut self.inner).poll_read(cx, &mut probe) {
+                Poll::Ready(Ok(())) if probe.filled().is_empty() => Poll::Ready(Ok(())),
+                Poll::Ready(Ok(())) => {
+                    self.exceeded.store(1, Ordering::Relaxed);
+                    Poll::Ready(Err(io::Error::other("the response cap was exceeded")))
+                }
+                other => other,
+            };
+        }
+        let limit = usize::try_from(self.left)
+            .unwrap_or(usize::MAX)
+            .min(buf.remaining());
+        let window = buf.initialize_unfilled_to(limit);
+        let mut sub = ReadBuf::new(window);
+        let res = Pin::new(&mut self.inner).poll_read(cx, &mut sub);
+        let n = sub.filled().len();
+        buf.advance(n);
+        self.left -= n as u64;
+        res
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Capped<S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, data)
+    }
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}

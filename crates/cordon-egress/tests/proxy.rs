@@ -1,0 +1,804 @@
+//! The proxy on real loopback sockets: a real upstream that counts the
+//! connections it gets, a real DNS server (UDP, on loopback) that counts
+//! the queries it gets, and the proxy between. Every case asserts the
+//! status, what reached the upstream and what reached the resolver.
+//! Nothing leaves loopback: names resolve only through the test's own
+//! static map or its own DNS server, and only `allow_ranges` in the test
+//! policy opens loopback.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use cordon_egress::audit::Audit;
+use cordon_egress::classify::Classifier;
+use cordon_egress::resolve::{Dns, Resolver, StaticHosts};
+use cordon_egress::{Caller, Proxy, ProxyConfig, Timeouts};
+use cordon_policy::{Deployment, Identity, Policy};
+use cordon_sandbox::EgressEntry;
+use hickory_resolver::proto::op::{Message, MessageType, ResponseCode};
+use hickory_resolver::proto::rr::rdata::{A, AAAA, CNAME};
+use hickory_resolver::proto::rr::{Name, RData, Record, RecordType};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream, UdpSocket};
+
+const POLICY: &str = r#"
+policy:
+  egress:
+    allow_ranges:
+      - cidr: 127.0.0.0/8
+        hosts: [ok.test, big.test, mixed.test, embedded.test, flip.test, dns-ok.test, redirect.test]
+      - cidr: ::/0
+        hosts: [embedded.test]
+    allow:
+      - name: test-hosts
+        when: host.endsWith(".test") || host == "169.254.169.254" || host == "127.0.0.1"
+    deny:
+      - name: no-admin
+        when: scheme == "http" && path.startsWith("/admin")
+    max_response_bytes: 4KiB
+"#;
+
+// ---- upstream ------------------------------------------------------------
+
+/// A loopback upstream that counts connections. It answers HTTP requests
+/// with `body` (and `location`, if set), or, when the first byte is a TLS
+/// handshake, echoes what it read back and then sends `body`.
+struct Upstream {
+    addr: SocketAddr,
+    conns: Arc<AtomicUsize>,
+    got: Arc<Mutex<Vec<u8>>>,
+}
+
+async fn upstream(body: Vec<u8>, location: Option<String>) -> Upstream {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let conns = Arc::new(AtomicUsize::new(0));
+    let got = Arc::new(Mutex::new(Vec::new()));
+    let (c, g) = (conns.clone(), got.clone());
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut s, _)) = l.accept().await else {
+                return;
+            };
+            c.fetch_add(1, Ordering::SeqCst);
+            let body = body.clone();
+            let location = location.clone();
+            let g = g.clone();
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 65536];
+                let mut seen = Vec::new();
+                loop {
+                    let n = match s.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => n,
+                    };
+                    seen.extend_from_slice(&buf[..n]);
+                    if seen.first() == Some(&22) {
+                        g.lock().unwrap().extend_from_slice(&seen);
+                        let _ = s.write_all(b"HELLO-BACK:").await;
+                        let _ = s.write_all(&body).await;
+                        let _ = s.shutdown().await;
+                        return;
+                    }
+                    if seen.windows(4).any(|w| w == b"\r\n\r\n") {
+                        break;
+                    }
+                }
+                g.lock().unwrap().extend_from_slice(&seen);
+                let head = match &location {
+                    Some(l) => format!("HTTP/1.1 302 Found\r\nLocation: {l}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", body.len()),
+                    None => format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", body.len()),
+                };
+                let _ = s.write_all(head.as_bytes()).await;
+                let _ = s.write_all(&body).await;
+                let _ = s.shutdown().await;
+            });
+        }
+    });
+    Upstream { addr, conns, got }
+}
+
+// ---- DNS -----------------------------------------------------------------
+
+#[derive(Clone)]
+enum Answer {
+    Ips(Vec<IpAddr>),
+    /// Answers the first query with the first list, later ones with the second.
+    Flip(Vec<IpAddr>, Vec<IpAddr>),
+    Cname(&'static str, Vec<IpAddr>),
+    NxDomain,
+    Silent,
+}
+
+struct FakeDns {
+    addr: SocketAddr,
+    /// (name, type) -> queries seen.
+    queries: Arc<Mutex<HashMap<(String, RecordType), usize>>>,
+}
+
+impl FakeDns {
+    fn count(&self, name: &str) -> usize {
+        self.queries
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|((n, _), _)| n == name)
+            .map(|(_, c)| *c)
+            .sum()
+    }
+    fn count_of(&self, name: &str, t: RecordType) -> usize {
+        *self
+            .queries
+            .lock()
+            .unwrap()
+            .get(&(name.to_string(), t))
+            .unwrap_or(&0)
+    }
+}
+
+async fn fake_dns(zone: HashMap<&'static str, Answer>) -> FakeDns {
+    let sock = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let addr = sock.local_addr().unwrap();
+    let queries = Arc::new(Mutex::new(HashMap::new()));
+    let q2 = queries.clone();
+    tokio::spawn(async move {
+        let mut buf = [0u8; 1500];
+        loop {
+            let Ok((n, from)) = sock.recv_from(&mut buf).await else {
+                return;
+            };
+            let Ok(msg) = Message::from_vec(&buf[..n]) else {
+                continue;
+            };
+            let Some(q) = msg.queries().first().cloned() else {
+                continue;
+            };
+            let name = q.name().to_ascii().trim_end_matches('.').to_string();
+            let seen = {
+                let mut m = q2.lock().unwrap();
+                let c = m.entry((name.clone(), q.query_type())).or_insert(0);
+                *c += 1;
+                *c
+            };
+            let mut resp = Message::new();
+            resp.set_id(msg.id());
+            resp.set_message_type(MessageType::Response);
+            resp.set_recursion_desired(true);
+            resp.set_recursion_available(true);
+            resp.add_query(q.clone());
+            let fqdn = q.name().clone();
+            let add_ips = |resp: &mut Message, owner: &Name, ips: &[IpAddr]| {
+                for ip in ips {
+                    let rd = match (ip, q.query_type()) {
+                        (IpAddr::V4(a), RecordType::A) => RData::A(A(*a)),
+                        (IpAddr::V6(a), RecordType::AAAA) => RData::AAAA(AAAA(*a)),
+                        _ => continue,
+                    };
+                    resp.add_answer(Record::from_rdata(owner.clone(), 0, rd));
+                }
+            };
+            match zone.get(name.as_str()) {
+                None | Some(Answer::NxDomain) => {
+                    resp.set_response_code(ResponseCode::NXDomain);
+                }
+                Some(Answer::Silent) => continue,
+                Some(Answer::Ips(ips)) => add_ips(&mut resp, &fqdn, ips),
+                Some(Answer::Flip(first, later)) => {
+                    add_ips(&mut resp, &fqdn, if seen == 1 { first } else { later })
+                }
+                Some(Answer::Cname(target, ips)) => {
+                    let t = Name::from_ascii(format!("{target}.")).unwrap();
+                    resp.add_answer(Record::from_rdata(
+                        fqdn.clone(),
+                        0,
+                        RData::CNAME(CNAME(t.clone())),
+                    ));
+                    add_ips(&mut resp, &t, ips);
+                }
+            }
+            let _ = sock.send_to(&resp.to_vec().unwrap(), from).await;
+        }
+    });
+    FakeDns { addr, queries }
+}
+
+// ---- the proxy ------------------------------------------------------------
+
+struct Setup {
+    proxy: SocketAddr,
+    audit: Arc<Audit>,
+}
+
+async fn proxy(hosts: &[(&str, &str)], dns: Dns, allow: Option<&[&str]>) -> Setup {
+    let policy = Arc::new(Policy::load_str("test-policy.yaml", POLICY).unwrap());
+    let mut map = StaticHosts::default();
+    for (n, ip) in hosts {
+        map.insert(n, ip.parse().unwrap());
+    }
+    let resolver = Resolver::new(map, &dns, Duration::from_secs(1)).unwrap();
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let audit = Arc::new(Audit::Memory(Mutex::new(Vec::new())));
+    let p = Proxy::new(ProxyConfig {
+        policy,
+        env: Deployment {
+            name: "test".into(),
+        },
+        resolver: Arc::new(resolver),
+        classifier: Arc::new(Classifier::with_own(vec![], vec![addr])),
+        audit: audit.clone(),
+        timeouts: Timeouts {
+            resolve: Duration::from_secs(1),
+            connect: Duration::from_secs(2),
+            hello: Duration::from_secs(2),
+            header: Duration::from_secs(5),
+        },
+        max_connections: 64,
+    });
+    let caller = Caller {
+        sandbox: "tenant/thread/agent".into(),
+        identity: Identity {
+            namespace: "team-a".into(),
+            name: "bot".into(),
+            attested: true,
+            labels: Default::default(),
+        },
+        allow: allow.map(|l| l.iter().map(|e| EgressEntry::parse(e).unwrap()).collect()),
+    };
+    tokio::spawn(p.serve(l, Arc::new(caller)));
+    Setup { proxy: addr, audit }
+}
+
+/// Sends `req` and returns (status, whole response as text).
+async fn send(proxy: SocketAddr, req: &str) -> (u16, String) {
+    let mut s = TcpStream::connect(proxy).await.unwrap();
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut out = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut out)).await;
+    let text = String::from_utf8_lossy(&out).to_string();
+    let status = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    (status, text)
+}
+
+fn get(url: &str, host: &str) -> String {
+    format!("GET {url} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n")
+}
+
+/// A TLS ClientHello record naming `sni` (or none).
+fn client_hello(sni: Option<&str>) -> Vec<u8> {
+    let mut ext = Vec::new();
+    if let Some(name) = sni {
+        let n = name.as_bytes();
+        let mut list = vec![0u8];
+        list.extend_from_slice(&(n.len() as u16).to_be_bytes());
+        list.extend_from_slice(n);
+        let mut data = (list.len() as u16).to_be_bytes().to_vec();
+        data.extend_from_slice(&list);
+        ext.extend_from_slice(&0u16.to_be_bytes());
+        ext.extend_from_slice(&(data.len() as u16).to_be_bytes());
+        ext.extend_from_slice(&data);
+    }
+    let mut body = vec![0x03, 0x03];
+    body.extend_from_slice(&[7u8; 32]);
+    body.push(0); // session id
+    body.extend_from_slice(&[0, 2, 0x13, 0x01]); // one suite
+    body.extend_from_slice(&[1, 0]); // null compression
+    body.extend_from_slice(&(ext.len() as u16).to_be_bytes());
+    body.extend_from_slice(&ext);
+    let mut hs = vec![1u8];
+    hs.extend_from_slice(&(body.len() as u32).to_be_bytes()[1..]);
+    hs.extend_from_slice(&body);
+    let mut rec = vec![22u8, 3, 1];
+    rec.extend_from_slice(&(hs.len() as u16).to_be_bytes());
+    rec.extend_from_slice(&hs);
+    rec
+}
+
+/// CONNECT, then (if 200) send `first`; returns (status, bytes after the head).
+async fn tunnel(proxy: SocketAddr, target: &str, first: &[u8]) -> (u16, Vec<u8>) {
+    let mut s = TcpStream::connect(proxy).await.unwrap();
+    s.write_all(format!("CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut head = Vec::new();
+    let mut b = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        match tokio::time::timeout(Duration::from_secs(5), s.read(&mut b)).await {
+            Ok(Ok(1)) => head.push(b[0]),
+            _ => break,
+        }
+    }
+    let text = String::from_utf8_lossy(&head).to_string();
+    let status: u16 = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let mut rest = Vec::new();
+    if status == 200 {
+        let _ = s.write_all(first).await;
+        let _ = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut rest)).await;
+    } else {
+        let _ = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut rest)).await;
+    }
+    (status, rest)
+}
+
+fn last_reason(a: &Audit) -> String {
+    a.lines()
+        .last()
+        .map(|l| l.reason.clone())
+        .unwrap_or_default()
+}
+
+// ---- behaviour -------------------------------------------------------------
+
+#[tokio::test]
+async fn plain_http_to_an_allowed_host_works_and_is_audited() {
+    let up = upstream(b"hello".to_vec(), None).await;
+    let port = up.addr.port();
+    let s = proxy(
+        &[("ok.test", "127.0.0.1")],
+        Dns::Off,
+        Some(&[&format!("ok.test:{port}")]),
+    )
+    .await;
+    let (status, text) = send(
+        s.proxy,
+        &get(
+            &format!("http://ok.test:{port}/x"),
+            &format!("ok.test:{port}"),
+        ),
+    )
+    .await;
+    assert_eq!(status, 200, "{text}");
+    assert!(text.ends_with("hello"), "{text}");
+    assert_eq!(up.conns.load(Ordering::SeqCst), 1);
+    let got = String::from_utf8_lossy(&up.got.lock().unwrap()).to_string();
+    assert!(
+        got.starts_with("GET /x HTTP/1.1\r\n"),
+        "upstream got origin-form: {got}"
+    );
+    let line = s.audit.lines().pop().unwrap();
+    assert_eq!(line.verdict, "allow");
+    assert_eq!(line.ip.as_deref(), Some("127.0.0.1"));
+    assert_eq!(line.sandbox, "tenant/thread/agent");
+    assert_eq!(line.identity.namespace, "team-a");
+    assert_eq!(line.rules, vec!["test-policy.yaml:11".to_string()]);
+}
+
+#[tokio::test]
+async fn a_name_outside_the_allowlist_is_refused_before_any_dns_query() {
+    let up = upstream(b"x".to_vec(), None).await;
+    let port = up.addr.port();
+    let dns = fake_dns(HashMap::from([(
+        "other.test",
+        Answer::Ips(vec![up.addr.ip()]),
+    )]))
+    .await;
+    let s = proxy(
+        &[],
+        Dns::Servers(vec![dns.addr]),
+        Some(&[&format!("ok.test:{port}")]),
+    )
+    .await;
+    let (status, text) = send(
+        s.proxy,
+        &get(
+            &format!("http://other.test:{port}/"),
+            &format!("other.test:{port}"),
+        ),
+    )
+    .await;
+    assert_eq!(status, 403, "{text}");
+    assert!(text.contains("allowlist"), "{text}");
+    assert_eq!(dns.count("other.test"), 0);
+    assert_eq!(up.conns.load(Ordering::SeqCst), 0);
+    // The wrong port of an allowed name is refused as well.
+    let (status, _) = send(
+        s.proxy,
+        &get(
+            &format!("http://ok.test:{}/", port + 1),
+            &format!("ok.test:{}", port + 1),
+        ),
+    )
+    .await;
+    assert_eq!(status, 403);
+}
+
+#[tokio::test]
+async fn a_policy_deny_names_its_rule_and_nothing_is_resolved() {
+    let up = upstream(b"x".to_vec(), None).await;
+    let port = up.addr.port();
+    let dns = fake_dns(HashMap::from([(
+        "dns-ok.test",
+        Answer::Ips(vec!["127.0.0.1".parse().unwrap()]),
+    )]))
+    .await;
+    let s = proxy(
+        &[],
+        Dns::Servers(vec![dns.addr]),
+        Some(&[&format!("dns-ok.test:{port}")]),
+    )
+    .await;
+    let (status, text) = send(
+        s.proxy,
+        &get(
+            &format!("http://dns-ok.test:{port}/admin/x"),
+            &format!("dns-ok.test:{port}"),
+        ),
+    )
+    .await;
+    assert_eq!(status, 403, "{text}");
+    assert!(text.contains("test-policy.yaml:14"), "{text}");
+    assert_eq!(dns.count("dns-ok.test"), 0);
+    assert_eq!(up.conns.load(Ordering::SeqCst), 0);
+    let line = s.audit.lines().pop().unwrap();
+    assert_eq!(line.rules, vec!["test-policy.yaml:14".to_string()]);
+    assert_eq!(line.facts.path.as_deref(), Some("/admin/x"));
+    // And the same name's other paths go through, with one lookup each.
+    let (status, text) = send(
+        s.proxy,
+        &get(
+            &format!("http://dns-ok.test:{port}/fine"),
+            &format!("dns-ok.test:{port}"),
+        ),
+    )
+    .await;
+    assert_eq!(status, 200, "{text}");
+    assert_eq!(dns.count_of("dns-ok.test", RecordType::A), 1);
+    assert_eq!(up.conns.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn a_redirect_to_an_internal_target_is_refused_when_followed() {
+    let up = upstream(
+        b"moved".to_vec(),
+        Some("http://169.254.169.254/latest/meta-data/".into()),
+    )
+    .await;
+    let port = up.addr.port();
+    let s = proxy(
+        &[
+            ("redirect.test", "127.0.0.1"),
+            ("internal.test", "10.0.0.7"),
+        ],
+        Dns::Off,
+        Some(&[
+            &format!("redirect.test:{port}"),
+            &format!("internal.test:{port}"),
+        ]),
+    )
+    .await;
+    let (status, text) = send(
+        s.proxy,
+        &get(
+            &format!("http://redirect.test:{port}/"),
+            &format!("redirect.test:{port}"),
+        ),
+    )
+    .await;
+    assert_eq!(status, 302, "{text}");
+    // The client follows: the metadata address is refused.
+    let (status, _) = send(
+        s.proxy,
+        &get(
+            "http://169.254.169.254/latest/meta-data/",
+            "169.254.169.254",
+        ),
+    )
+    .await;
+    assert_eq!(status, 403);
+    // A name that resolves into private space is refused too.
+    let (status, text) = send(
+        s.proxy,
+        &get(
+            &format!("http://internal.test:{port}/"),
+            &format!("internal.test:{port}"),
+        ),
+    )
+    .await;
+    assert_eq!(status, 403, "{text}");
+    assert!(text.contains("10.0.0.7"), "{text}");
+    assert_eq!(up.conns.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn the_response_cap_is_counted_on_the_transport() {
+    let big = vec![b'z'; 64 * 1024];
+    let up = upstream(big.clone(), None).await;
+    let port = up.addr.port();
+    let s = proxy(
+        &[("big.test", "127.0.0.1")],
+        Dns::Off,
+        Some(&[&format!("big.test:{port}")]),
+    )
+    .await;
+    let (_, text) = send(
+        s.proxy,
+        &get(
+            &format!("http://big.test:{port}/"),
+            &format!("big.test:{port}"),
+        ),
+    )
+    .await;
+    assert!(
+        text.len() < 8 * 1024,
+        "got {} bytes past a 4 KiB cap",
+        text.len()
+    );
+    // Tunnels too: the upstream answers a ClientHello with 64 KiB.
+    let (status, rest) = tunnel(
+        s.proxy,
+        &format!("big.test:{port}"),
+        &client_hello(Some("big.test")),
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert!(
+        rest.len() <= 4096,
+        "tunnel carried {} bytes past a 4 KiB cap",
+        rest.len()
+    );
+    assert!(!rest.is_empty(), "the tunnel carried nothing at all");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(
+        s.audit
+            .lines()
+            .iter()
+            .any(|l| l.verdict == "end" && l.reason.contains("cap")),
+        "{:?}",
+        s.audit.lines()
+    );
+}
+
+#[tokio::test]
+async fn a_tunnel_carries_tls_for_its_own_host_only() {
+    let up = upstream(b"secret".to_vec(), None).await;
+    let port = up.addr.port();
+    let s = proxy(
+        &[("ok.test", "127.0.0.1")],
+        Dns::Off,
+        Some(&[&format!("ok.test:{port}")]),
+    )
+    .await;
+    let hello = client_hello(Some("ok.test"));
+    let (status, rest) = tunnel(s.proxy, &format!("ok.test:{port}"), &hello).await;
+    assert_eq!(status, 200);
+    assert!(
+        rest.starts_with(b"HELLO-BACK:"),
+        "{:?}",
+        String::from_utf8_lossy(&rest)
+    );
+    assert_eq!(up.got.lock().unwrap().as_slice(), hello.as_slice());
+    assert_eq!(up.conns.load(Ordering::SeqCst), 1);
+
+    for (first, why) in [
+        (client_hello(Some("evil.test")), "names `evil.test`"),
+        (client_hello(None), "no server"),
+        (
+            b"GET / HTTP/1.1\r\nHost: ok.test\r\n\r\n".to_vec(),
+            "does not open with TLS",
+        ),
+        (
+            format!("CONNECT ok.test:{port} HTTP/1.1\r\n\r\n").into_bytes(),
+            "CONNECT inside a tunnel",
+        ),
+    ] {
+        let (status, rest) = tunnel(s.proxy, &format!("ok.test:{port}"), &first).await;
+        assert_eq!(status, 200);
+        assert!(rest.is_empty(), "{why}: the tunnel carried {rest:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(
+            last_reason(&s.audit).contains(why),
+            "{why}: {}",
+            last_reason(&s.audit)
+        );
+    }
+    assert_eq!(
+        up.conns.load(Ordering::SeqCst),
+        1,
+        "a refused tunnel dialled upstream"
+    );
+}
+
+#[tokio::test]
+async fn malformed_requests_are_400_and_reach_nothing() {
+    let up = upstream(b"x".to_vec(), None).await;
+    let port = up.addr.port();
+    let dns = fake_dns(HashMap::new()).await;
+    let s = proxy(
+        &[("ok.test", "127.0.0.1")],
+        Dns::Servers(vec![dns.addr]),
+        Some(&[&format!("ok.test:{port}")]),
+    )
+    .await;
+    let cases = [
+        format!("GET /origin-form HTTP/1.1\r\nHost: ok.test:{port}\r\n\r\n"),
+        format!("GET https://ok.test:{port}/ HTTP/1.1\r\nHost: ok.test:{port}\r\n\r\n"),
+        format!("GET http://ok.test:{port}/ HTTP/1.1\r\nHost: other.test:{port}\r\n\r\n"),
+        format!("GET http://user@ok.test:{port}/ HTTP/1.1\r\n\r\n"),
+        format!("GET http://0x7f.0.0.1:{port}/ HTTP/1.1\r\n\r\n"),
+        format!("GET http://2130706433:{port}/ HTTP/1.1\r\n\r\n"),
+        format!("GET http://ok.test:{port}/a/../admin HTTP/1.1\r\n\r\n"),
+        "CONNECT ok.test HTTP/1.1\r\nHost: ok.test\r\n\r\n".to_string(),
+        format!("CONNECT ok.test:{port} HTTP/1.1\r\nHost: evil.test:{port}\r\n\r\n"),
+        format!("CONNECT http://ok.test:{port}/ HTTP/1.1\r\n\r\n"),
+    ];
+    for req in &cases {
+        let (status, text) = send(s.proxy, req).await;
+        assert_eq!(status, 400, "{req:?} -> {text}");
+    }
+    assert_eq!(up.conns.load(Ordering::SeqCst), 0);
+    assert_eq!(dns.queries.lock().unwrap().len(), 0);
+}
+
+#[tokio::test]
+async fn literal_addresses_are_classified_without_an_allowlist_too() {
+    let up = upstream(b"x".to_vec(), None).await;
+    // Policy alone decides (no allowlist): ports 443/80 only, and every
+    // literal here is special-purpose or embeds one.
+    let s = proxy(&[], Dns::Off, None).await;
+    for t in [
+        "169.254.169.254:443",
+        "[::1]:443",
+        "[::ffff:127.0.0.1]:443",
+        "10.0.0.1:443",
+        "[fd00:ec2::254]:443",
+    ] {
+        let (status, _) = tunnel(s.proxy, t, b"").await;
+        assert_eq!(status, 403, "{t}");
+    }
+    // Another port than 443 is refused before anything else.
+    let (status, _) = tunnel(s.proxy, &format!("127.0.0.1:{}", up.addr.port()), b"").await;
+    assert_eq!(status, 403);
+    assert!(
+        last_reason(&s.audit).contains("port"),
+        "{}",
+        last_reason(&s.audit)
+    );
+    assert_eq!(up.conns.load(Ordering::SeqCst), 0);
+}
+
+// ---- hostile DNS ------------------------------------------------------------
+
+#[tokio::test]
+async fn hostile_dns_answers_are_refused() {
+    let up = upstream(b"x".to_vec(), None).await;
+    let port = up.addr.port();
+    let lo: IpAddr = "127.0.0.1".parse().unwrap();
+    let dns = fake_dns(HashMap::from([
+        // Rebinding: a public-looking name answering loopback, not opened for it.
+        ("rebind.test", Answer::Ips(vec![lo])),
+        // Mixed: one allowed answer and one private one.
+        (
+            "mixed.test",
+            Answer::Ips(vec![lo, "10.1.2.3".parse().unwrap()]),
+        ),
+        // AAAA embedding IPv4 loopback (and no A).
+        (
+            "embedded.test",
+            Answer::Ips(vec!["::ffff:127.0.0.1".parse().unwrap()]),
+        ),
+        // CNAME to a name that answers the metadata address.
+        (
+            "cname.test",
+            Answer::Cname("meta.test", vec!["169.254.169.254".parse().unwrap()]),
+        ),
+        ("nx.test", Answer::NxDomain),
+        ("silent.test", Answer::Silent),
+    ]))
+    .await;
+    let names = [
+        "rebind.test",
+        "mixed.test",
+        "embedded.test",
+        "cname.test",
+        "nx.test",
+        "silent.test",
+    ];
+    let allow: Vec<String> = names.iter().map(|n| format!("{n}:{port}")).collect();
+    let allow: Vec<&str> = allow.iter().map(String::as_str).collect();
+    let s = proxy(&[], Dns::Servers(vec![dns.addr]), Some(&allow)).await;
+    for (name, why) in [
+        ("rebind.test", "127.0.0.1"),
+        ("mixed.test", "10.1.2.3"),
+        ("embedded.test", "::ffff:127.0.0.1"),
+        ("cname.test", "169.254.169.254"),
+        ("nx.test", "does not exist"),
+        ("silent.test", "timed out"),
+    ] {
+        let started = std::time::Instant::now();
+        let (status, text) = send(
+            s.proxy,
+            &get(&format!("http://{name}:{port}/"), &format!("{name}:{port}")),
+        )
+        .await;
+        assert_eq!(status, 403, "{name}: {text}");
+        assert!(text.contains(why), "{name}: {text}");
+        assert!(
+            started.elapsed() < Duration::from_secs(4),
+            "{name} took {:?}",
+            started.elapsed()
+        );
+        assert!(dns.count(name) >= 1, "{name} never reached the resolver");
+    }
+    assert_eq!(up.conns.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn an_answer_that_flips_is_asked_once_and_the_checked_address_dialled() {
+    let up = upstream(b"pinned".to_vec(), None).await;
+    let port = up.addr.port();
+    let dns = fake_dns(HashMap::from([(
+        "flip.test",
+        Answer::Flip(
+            vec!["127.0.0.1".parse().unwrap()],
+            vec!["10.9.9.9".parse().unwrap()],
+        ),
+    )]))
+    .await;
+    let s = proxy(
+        &[],
+        Dns::Servers(vec![dns.addr]),
+        Some(&[&format!("flip.test:{port}")]),
+    )
+    .await;
+    let (status, text) = send(
+        s.proxy,
+        &get(
+            &format!("http://flip.test:{port}/"),
+            &format!("flip.test:{port}"),
+        ),
+    )
+    .await;
+    assert_eq!(status, 200, "{text}");
+    assert!(text.ends_with("pinned"));
+    assert_eq!(
+        dns.count_of("flip.test", RecordType::A),
+        1,
+        "one lookup per request"
+    );
+    assert_eq!(up.conns.load(Ordering::SeqCst), 1);
+    assert_eq!(
+        s.audit.lines().pop().unwrap().ip.as_deref(),
+        Some("127.0.0.1")
+    );
+}
+
+#[tokio::test]
+async fn an_audit_line_replays_to_the_same_verdict() {
+    let up = upstream(b"x".to_vec(), None).await;
+    let port = up.addr.port();
+    let s = proxy(
+        &[("ok.test", "127.0.0.1")],
+        Dns::Off,
+        Some(&[&format!("ok.test:{port}")]),
+    )
+    .await;
+    let policy = Policy::load_str("test-policy.yaml", POLICY).unwrap();
+    for path in ["/fine", "/admin"] {
+        send(
+            s.proxy,
+            &get(
+                &format!("http://ok.test:{port}{path}"),
+                &format!("ok.test:{port}"),
+            ),
+        )
+        .await;
+        let line = s.audit.lines().pop().unwrap();
+        let text = serde_json::to_string(&line).unwrap();
+        let back = cordon_egress::AuditLine::parse(&text).unwrap();
+        let d = policy.decide(&back.request());
+        assert_eq!(d.is_allowed(), line.verdict == "allow", "{text}");
+    }
+}
