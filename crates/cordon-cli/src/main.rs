@@ -14,6 +14,8 @@ mod exit;
 mod image_cmd;
 mod policy_cmd;
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+mod proxy_cmd;
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 mod run;
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 mod sandbox_cmd;
@@ -57,6 +59,11 @@ enum Command {
         #[command(subcommand)]
         command: sandbox_cmd::SandboxCommand,
     },
+    /// Run the egress proxy alone: CONNECT and absolute-form HTTP decided by
+    /// the policy's egress surface (and an allowlist), resolved, classified
+    /// and dialled by checked address, every decision audited.
+    #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+    Proxy(proxy_cmd::ProxyArgs),
     #[cfg(target_os = "linux")]
     /// Manage the image store: the root trees a sandbox's `image` names
     /// (build with debootstrap, import, list, remove).
@@ -135,6 +142,8 @@ fn main() -> ExitCode {
         Command::Escape(args) => escape::run(args),
         #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
         Command::Run(args) => run::run(args),
+        #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+        Command::Proxy(args) => proxy_cmd::run(args),
         #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
         Command::Sandbox { command } => sandbox_cmd::run(command),
         #[cfg(target_os = "linux")]

@@ -71,7 +71,8 @@ pub struct ExplainArgs {
     #[arg(long)]
     storage: bool,
     /// A YAML file holding one case (as in a test file; `name` and `expect`
-    /// optional) instead of the flags below.
+    /// optional), or one line of the egress audit log (JSON), instead of the
+    /// flags below; `-` reads standard input.
     #[arg(long, value_name = "FILE", conflicts_with = "surface")]
     facts: Option<PathBuf>,
     /// An identity field: namespace=, name=, attested=true|false, labels.KEY=.
@@ -405,6 +406,37 @@ fn rules_json(policy: &Policy, ids: &[RuleId]) -> Vec<serde_json::Value> {
         .collect()
 }
 
+enum Facts {
+    /// An egress audit line.
+    Audit(Box<cordon_egress::AuditLine>),
+    /// A case's text.
+    Case(String),
+}
+
+/// `--facts`: a file (or `-`, standard input) holding a YAML case or one
+/// JSON line of the egress audit log.
+fn facts_file(f: &std::path::Path) -> Result<Facts, String> {
+    use std::io::Read as _;
+    let limit = cordon_policy::policy::MAX_FILE_BYTES;
+    let mut text = String::new();
+    let read = if f == std::path::Path::new("-") {
+        std::io::stdin()
+            .lock()
+            .take(limit + 1)
+            .read_to_string(&mut text)
+    } else {
+        std::fs::File::open(f).and_then(|h| h.take(limit + 1).read_to_string(&mut text))
+    };
+    read.map_err(|e| format!("cannot read it: {e}"))?;
+    if text.len() as u64 > limit {
+        return Err(format!("it is larger than {limit} bytes"));
+    }
+    if text.trim_start().starts_with('{') {
+        return cordon_egress::AuditLine::parse(&text).map(|l| Facts::Audit(Box::new(l)));
+    }
+    Ok(Facts::Case(text))
+}
+
 fn explain(a: ExplainArgs) -> ExitCode {
     let format = a.format;
     let policy = match load_policy(&a.policy, format) {
@@ -417,9 +449,26 @@ fn explain(a: ExplainArgs) -> ExitCode {
                 eprintln!("error: --facts holds the whole request; give no other fact flags with it\n  help: put the facts in the file, or drop --facts");
                 return ExitCode::from(EXIT_USAGE);
             }
-            match cases::load_one_file(f) {
-                Ok(r) => r,
-                Err(d) => return not_loaded(&d, format),
+            match facts_file(f) {
+                Ok(Facts::Audit(line)) => {
+                    // The proxy's own refusals (the allowlist, an address
+                    // class, DNS, SNI) are not policy rules: say what it
+                    // recorded before the policy's explanation.
+                    eprintln!(
+                        "audit line: {} (status {}) for {} at {}: {}",
+                        line.verdict, line.status, line.sandbox, line.time, line.reason
+                    );
+                    line.request()
+                }
+                Ok(Facts::Case(text)) => match cases::load_one_str(&f.display().to_string(), &text)
+                {
+                    Ok(r) => r,
+                    Err(d) => return not_loaded(&d, format),
+                },
+                Err(msg) => {
+                    eprintln!("error: --facts {}: {msg}\n  help: give a YAML case (as in a test file) or one line of an egress audit log (`tail -n 1 egress-audit.jsonl | cordon policy explain POLICY --facts -`)", f.display());
+                    return ExitCode::from(EXIT_USAGE);
+                }
             }
         }
         None => match request_from_flags(&a) {

@@ -96,7 +96,7 @@ fn config_file(flag: Option<&PathBuf>) -> Option<PathBuf> {
     (base.is_absolute() && f.is_file()).then_some(f)
 }
 
-fn identity(args: &[String]) -> Result<Identity, String> {
+pub(crate) fn identity(args: &[String]) -> Result<Identity, String> {
     let mut id = Identity {
         namespace: "local".into(),
         name: "operator".into(),
@@ -361,7 +361,12 @@ pub fn prepare(args: &Selection, keep: Option<KeptConfig>) -> Result<Prepared, E
         floor: floor.clone(),
         policy_file: policy_path(args)?,
         only: args.backend.clone(),
-        backends: backend_setup(deployment, args.work_dir.clone()).map_err(refuse)?,
+        backends: {
+            let mut b = backend_setup(deployment, args.work_dir.clone()).map_err(refuse)?;
+            b.egress =
+                egress_setup(config.as_ref(), !spec.egress_allow().is_empty()).map_err(refuse)?;
+            b
+        },
         keep,
     };
     let host = match Host::assemble(&setup, &crate::registry()) {
@@ -395,6 +400,27 @@ pub fn prepare(args: &Selection, keep: Option<KeptConfig>) -> Result<Prepared, E
         spec,
     })
 }
+
+/// The egress proxy's setup: the host configuration's `egress:` section,
+/// with the audit log defaulting to `egress-audit.jsonl` in the state
+/// directory when a spec names hosts (so every decision lands somewhere an
+/// operator can read it).
+pub fn egress_setup(
+    config: Option<&HostConfig>,
+    names_hosts: bool,
+) -> Result<cordon_sandbox::EgressSetup, String> {
+    let mut e = config.and_then(|c| c.egress.clone()).unwrap_or_default();
+    if e.audit.is_none() && names_hosts {
+        let dir = cordon_host::state::StateDir::default_path();
+        cordon_host::state::StateDir::open(&dir)
+            .map_err(|err| format!("the egress audit log's directory: {err}"))?;
+        e.audit = Some(dir.join(EGRESS_AUDIT));
+    }
+    Ok(e)
+}
+
+/// The egress audit log's name in the state directory.
+pub const EGRESS_AUDIT: &str = "egress-audit.jsonl";
 
 /// What every backend of this process is built from: this binary as the
 /// sandbox init, the operator's work dir (or fresh ones under the

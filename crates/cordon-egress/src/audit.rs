@@ -119,7 +119,7 @@ impl AuditLine {
 pub enum Audit {
     /// Appended to a file, one write per line.
     File(Mutex<File>),
-    /// To the process's log (tracing, target `cordon::egress::audit`).
+    /// To standard error, one line each.
     Log,
     /// Kept in memory (tests).
     Memory(Mutex<Vec<AuditLine>>),
@@ -151,8 +151,9 @@ impl Audit {
                 }
             }
             Audit::Log => {
-                if let Ok(text) = serde_json::to_string(&line) {
-                    tracing::info!(target: "cordon::egress::audit", "{text}");
+                if let Ok(mut text) = serde_json::to_string(&line) {
+                    text.push('\n');
+                    let _ = std::io::stderr().lock().write_all(text.as_bytes());
                 }
             }
             Audit::Memory(m) => m.lock().unwrap_or_else(|p| p.into_inner()).push(line),

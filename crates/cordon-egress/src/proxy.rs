@@ -251,10 +251,7 @@ impl Proxy {
                     Host::Ip(_) => false,
                 };
                 if !named {
-                    return Err((
-                        format!("{a} is not in the sandbox's egress allowlist"),
-                        None,
-                    ));
+                    return Err((format!("{a} is not in the egress allowlist"), None));
                 }
             }
             None => {

@@ -22,13 +22,17 @@ pub const FLOOR_ENV: &str = "CORDON_MIN_ISOLATION";
 /// The largest configuration file read.
 pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
 
-/// A host configuration file. Only `min_isolation` for now; unknown keys are
+/// A host configuration file: `min_isolation`, and `egress` (how the
+/// egress proxy resolves names and where it audits). Unknown keys are
 /// refused.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HostConfig {
     /// The file, as named in messages.
     pub file: String,
     pub min_isolation: Option<Isolation>,
+    /// `egress: {nameservers: [ADDR:PORT...], hosts_file: PATH, audit: PATH}`;
+    /// absent: the system's resolver and the default audit log.
+    pub egress: Option<crate::registry::EgressSetup>,
 }
 
 /// A configuration that is refused.
@@ -68,6 +72,19 @@ pub enum ConfigError {
 struct RawConfig {
     #[serde(default)]
     min_isolation: Option<Spanned<String>>,
+    #[serde(default)]
+    egress: Option<RawEgress>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawEgress {
+    #[serde(default)]
+    nameservers: Option<Vec<Spanned<String>>>,
+    #[serde(default)]
+    hosts_file: Option<Spanned<String>>,
+    #[serde(default)]
+    audit: Option<Spanned<String>>,
 }
 
 impl HostConfig {
@@ -102,9 +119,14 @@ impl HostConfig {
                 }
             })?),
         };
+        let egress = match raw.egress {
+            None => None,
+            Some(e) => Some(egress_setup(file, e)?),
+        };
         Ok(HostConfig {
             file: file.to_string(),
             min_isolation,
+            egress,
         })
     }
 
@@ -121,6 +143,60 @@ impl HostConfig {
         let text = std::fs::read_to_string(path).map_err(|e| read(e.to_string()))?;
         HostConfig::from_yaml(&file, &text)
     }
+}
+
+fn egress_setup(file: &str, e: RawEgress) -> Result<crate::registry::EgressSetup, ConfigError> {
+    let at = |s: &Spanned<String>, message: String| {
+        let (line, column) = pos(s);
+        ConfigError::Structure {
+            file: file.to_string(),
+            line,
+            column,
+            message,
+        }
+    };
+    let path = |s: &Spanned<String>, what: &str| {
+        let p = std::path::PathBuf::from(s.as_str());
+        if p.is_absolute() {
+            Ok(p)
+        } else {
+            Err(at(
+                s,
+                format!(
+                    "`egress.{what}` must be an absolute path, got `{}`",
+                    s.as_str()
+                ),
+            ))
+        }
+    };
+    let nameservers = match e.nameservers {
+        None => None,
+        Some(list) => {
+            let mut out = Vec::new();
+            for s in &list {
+                let a = s.as_str().parse::<std::net::SocketAddr>().map_err(|_| {
+                    at(
+                        s,
+                        format!(
+                            "`{}` is not a nameserver address; write `ADDR:PORT`, like `127.0.0.53:53` or `[::1]:53`",
+                            s.as_str()
+                        ),
+                    )
+                })?;
+                out.push(a);
+            }
+            Some(out)
+        }
+    };
+    Ok(crate::registry::EgressSetup {
+        nameservers,
+        hosts_file: e
+            .hosts_file
+            .as_ref()
+            .map(|s| path(s, "hosts_file"))
+            .transpose()?,
+        audit: e.audit.as_ref().map(|s| path(s, "audit")).transpose()?,
+    })
 }
 
 /// Where a floor came from.

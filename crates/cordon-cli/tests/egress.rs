@@ -1,0 +1,431 @@
+//! Egress through the real binary: `cordon proxy` alone, `cordon run
+//! --spec` with an `egress_allow`, and `cordon sandbox up --spec`, each
+//! reaching a loopback test host through the proxy and refused elsewhere,
+//! with the audit log naming who asked. Nothing leaves loopback: names
+//! resolve only through the test's hosts file (`nameservers: []`), and only
+//! the test policy's `allow_ranges` opens loopback.
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+const POLICY: &str = r#"
+policy:
+  compute:
+    allow:
+      - name: system-programs
+        when: command.startsWith("/usr/") || command.startsWith("/bin/")
+  storage:
+    allow:
+      - name: system
+        when: >-
+          (path.startsWith("/usr/") || path.startsWith("/lib/") ||
+          path.startsWith("/lib64/") || path.startsWith("/bin/") ||
+          path.startsWith("/sbin/")) && mode in ["read", "execute"]
+      - name: etc
+        when: path.startsWith("/etc/") && mode == "read"
+      - name: work
+        when: path.startsWith(work_dir + "/") && mode in ["read", "write"]
+      - name: tmp
+        when: path.startsWith("/tmp/") && mode in ["read", "write"]
+      - name: devices
+        when: path in ["/dev/null", "/dev/zero", "/dev/urandom"] && mode in ["read", "write"]
+  egress:
+    allow_ranges:
+      - cidr: 127.0.0.0/8
+        hosts: [ok.test, other.test]
+    allow:
+      - name: test-hosts
+        when: host == "ok.test" || host == "other.test"
+    deny:
+      - name: team-b-stays-home
+        when: identity.namespace == "team-b"
+"#;
+
+fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true")
+}
+
+fn is_root() -> bool {
+    rustix_uid() == 0
+}
+
+fn rustix_uid() -> u32 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .and_then(|l| l.split_whitespace().nth(1).map(str::to_string))
+        })
+        .and_then(|u| u.parse().ok())
+        .unwrap_or(u32::MAX)
+}
+
+fn can_sandbox(case: &str) -> bool {
+    if in_ci() {
+        assert!(
+            is_root(),
+            "CI=true and `{case}` needs root to launch sandboxes"
+        );
+        return true;
+    }
+    if !is_root() {
+        eprintln!("\n!!!!!!!! SKIPPED {case}: launching a sandbox needs root (CI=true makes this a failure) !!!!!!!!\n");
+    }
+    is_root()
+}
+
+/// A loopback HTTP server answering every request with `body`; counts
+/// the connections it accepted.
+fn upstream(body: &'static str) -> (u16, Arc<AtomicUsize>) {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let hits = Arc::new(AtomicUsize::new(0));
+    let h = hits.clone();
+    std::thread::spawn(move || {
+        for s in l.incoming() {
+            let Ok(mut s) = s else { continue };
+            h.fetch_add(1, Ordering::SeqCst);
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 4096];
+                let mut seen = Vec::new();
+                while !seen.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match s.read(&mut buf) {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => seen.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let _ = write!(
+                    s,
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+            });
+        }
+    });
+    (port, hits)
+}
+
+struct Fixture {
+    dir: tempfile::TempDir,
+}
+
+impl Fixture {
+    fn new(allow: &[String]) -> Fixture {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path();
+        std::fs::write(p.join("policy.yaml"), POLICY).unwrap();
+        std::fs::write(p.join("hosts"), "127.0.0.1 ok.test other.test\n").unwrap();
+        let allow: Vec<String> = allow.iter().map(|a| format!("  - \"{a}\"\n")).collect();
+        std::fs::write(
+            p.join("spec.yaml"),
+            format!(
+                "kind: egress-test\nimage: host\negress_allow:\n{}",
+                allow.concat()
+            ),
+        )
+        .unwrap();
+        std::fs::write(
+            p.join("config.yaml"),
+            format!(
+                "egress:\n  nameservers: []\n  hosts_file: {}\n  audit: {}\n",
+                p.join("hosts").display(),
+                p.join("audit.jsonl").display()
+            ),
+        )
+        .unwrap();
+        // Made by cordon itself (mode 0700) on first use.
+        let _ = p.join("state");
+        Fixture { dir }
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    fn audit(&self) -> Vec<serde_json::Value> {
+        std::fs::read_to_string(self.path("audit.jsonl"))
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
+    fn cordon(&self, args: &[&str]) -> (i32, String, String) {
+        let out = Command::new(env!("CARGO_BIN_EXE_cordon"))
+            .args(args)
+            .env("CORDON_STATE_DIR", self.path("state"))
+            .env_remove("CORDON_MIN_ISOLATION")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
+    fn selection(&self) -> Vec<String> {
+        vec![
+            "--policy".into(),
+            self.path("policy.yaml").display().to_string(),
+            "--spec".into(),
+            self.path("spec.yaml").display().to_string(),
+            "--config".into(),
+            self.path("config.yaml").display().to_string(),
+            "--min-isolation".into(),
+            "container".into(),
+            "--identity".into(),
+            "namespace=team-a".into(),
+            "--identity".into(),
+            "name=agent-7".into(),
+        ]
+    }
+}
+
+fn curl(url: &str) -> Vec<String> {
+    ["/usr/bin/curl", "-sS", "-f", "--max-time", "10", url]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
+}
+
+#[test]
+fn the_proxy_alone_serves_what_its_allowlist_and_policy_allow() {
+    let (port, hits) = upstream("from-upstream");
+    let f = Fixture::new(&[]);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_cordon"))
+        .args([
+            "proxy",
+            "--policy",
+            f.path("policy.yaml").to_str().unwrap(),
+            "--listen",
+            "127.0.0.1:0",
+            "--hosts",
+            f.path("hosts").to_str().unwrap(),
+            "--nameserver",
+            "none",
+            "--allow",
+            &format!("ok.test:{port}"),
+            "--identity",
+            "namespace=team-a",
+            "--audit",
+            f.path("audit.jsonl").to_str().unwrap(),
+        ])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    err.read_line(&mut line).unwrap();
+    let addr = line
+        .trim()
+        .rsplit(' ')
+        .next()
+        .unwrap_or_default()
+        .to_string();
+    assert!(line.contains("listening on"), "{line}");
+    let via = |url: &str| {
+        Command::new("/usr/bin/curl")
+            .args([
+                "-sS",
+                "-x",
+                &format!("http://{addr}"),
+                "--max-time",
+                "10",
+                url,
+            ])
+            .output()
+            .unwrap()
+    };
+    let ok = via(&format!("http://ok.test:{port}/x"));
+    assert_eq!(String::from_utf8_lossy(&ok.stdout), "from-upstream");
+    let other = via(&format!("http://other.test:{port}/x"));
+    assert!(String::from_utf8_lossy(&other.stdout).contains("allowlist"));
+    let literal = via(&format!("http://127.0.0.1:{port}/x"));
+    assert!(String::from_utf8_lossy(&literal.stdout).contains("cordon egress"));
+    assert_eq!(hits.load(Ordering::SeqCst), 1);
+    let _ = child.kill();
+    let _ = child.wait();
+
+    let lines = f.audit();
+    assert_eq!(lines.len(), 3, "{lines:?}");
+    assert_eq!(lines[0]["verdict"], "allow");
+    assert_eq!(lines[0]["identity"]["namespace"], "team-a");
+    assert_eq!(lines[1]["verdict"], "deny");
+    // An audit line replays through `cordon policy explain --facts`.
+    let mut explain = Command::new(env!("CARGO_BIN_EXE_cordon"))
+        .args([
+            "policy",
+            "explain",
+            f.path("policy.yaml").to_str().unwrap(),
+            "--facts",
+            "-",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    explain
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(serde_json::to_string(&lines[0]).unwrap().as_bytes())
+        .unwrap();
+    let out = explain.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("test-hosts"));
+}
+
+#[test]
+fn the_proxy_alone_refuses_a_bad_allow_entry_and_a_missing_hosts_file() {
+    let f = Fixture::new(&[]);
+    let (code, _, err) = f.cordon(&[
+        "proxy",
+        "--listen",
+        "127.0.0.1:0",
+        "--allow",
+        "http://x.test/",
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--allow"), "{err}");
+    let (code, _, err) = f.cordon(&[
+        "proxy",
+        "--listen",
+        "127.0.0.1:0",
+        "--hosts",
+        "/nonexistent/hosts",
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("hosts file"), "{err}");
+}
+
+#[test]
+fn run_with_a_spec_reaches_its_allowlist_and_nothing_else() {
+    if !can_sandbox("run_with_a_spec_reaches_its_allowlist_and_nothing_else") {
+        return;
+    }
+    let (port, hits) = upstream("hello-sandbox");
+    let f = Fixture::new(&[format!("ok.test:{port}")]);
+    let mut args: Vec<String> = vec!["run".into()];
+    args.extend(f.selection());
+    args.push("--".into());
+    args.extend(curl(&format!("http://ok.test:{port}/x")));
+    let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (code, out, err) = f.cordon(&argv);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out, "hello-sandbox");
+    assert_eq!(hits.load(Ordering::SeqCst), 1);
+
+    // A host the spec does not name: 403 from the proxy (curl -f exits 22).
+    let mut args: Vec<String> = vec!["run".into()];
+    args.extend(f.selection());
+    args.push("--".into());
+    args.extend(curl(&format!("http://other.test:{port}/x")));
+    let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (code, _, err) = f.cordon(&argv);
+    assert_eq!(code, 22, "{err}");
+    assert_eq!(hits.load(Ordering::SeqCst), 1);
+
+    // Without the proxy variables, nothing at all.
+    let mut args: Vec<String> = vec!["run".into()];
+    args.extend(f.selection());
+    args.push("--".into());
+    args.extend(
+        [
+            "/usr/bin/env",
+            "-u",
+            "http_proxy",
+            "-u",
+            "HTTP_PROXY",
+            "/usr/bin/curl",
+            "-sS",
+            "--max-time",
+            "5",
+        ]
+        .map(String::from),
+    );
+    args.push(format!("http://127.0.0.1:{port}/x"));
+    let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (code, _, _) = f.cordon(&argv);
+    assert_ne!(code, 0);
+    assert_eq!(hits.load(Ordering::SeqCst), 1);
+
+    let lines = f.audit();
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    for l in &lines {
+        assert_eq!(l["identity"]["namespace"], "team-a");
+        assert_eq!(l["identity"]["name"], "agent-7");
+        assert!(l["sandbox"].as_str().unwrap().contains('/'), "{l}");
+    }
+    assert_eq!(lines[0]["verdict"], "allow");
+    assert_eq!(lines[1]["verdict"], "deny");
+    assert!(lines[1]["reason"].as_str().unwrap().contains("allowlist"));
+}
+
+#[test]
+fn a_spec_entry_the_policy_denies_is_refused_before_anything_starts() {
+    if !can_sandbox("a_spec_entry_the_policy_denies_is_refused_before_anything_starts") {
+        return;
+    }
+    let f = Fixture::new(&["ok.test:8080".to_string()]);
+    let mut args: Vec<String> = vec!["run".into()];
+    args.extend(f.selection());
+    // team-b is denied every egress by the policy.
+    let i = args.iter().position(|a| a == "namespace=team-a").unwrap();
+    args[i] = "namespace=team-b".into();
+    args.extend(["--".into(), "/bin/true".into()]);
+    let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (code, _, err) = f.cordon(&argv);
+    assert_eq!(code, 125, "{err}");
+    assert!(err.contains("ok.test:8080"), "{err}");
+}
+
+#[test]
+fn a_kept_sandbox_has_its_route_through_its_keeper() {
+    if !can_sandbox("a_kept_sandbox_has_its_route_through_its_keeper") {
+        return;
+    }
+    let (port, hits) = upstream("hello-kept");
+    let f = Fixture::new(&[format!("ok.test:{port}")]);
+    let mut args: Vec<String> = ["sandbox", "up", "--scope", "egress-test", "--thread", "t1"]
+        .map(String::from)
+        .to_vec();
+    args.extend(f.selection());
+    let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (code, out, err) = f.cordon(&argv);
+    assert_eq!(code, 0, "up: {err}");
+    let handle = out.trim().to_string();
+    let exec = |url: &str| {
+        let mut args: Vec<String> =
+            vec!["sandbox".into(), "exec".into(), handle.clone(), "--".into()];
+        args.extend(curl(url));
+        let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+        f.cordon(&argv)
+    };
+    for _ in 0..2 {
+        let (code, out, err) = exec(&format!("http://ok.test:{port}/x"));
+        assert_eq!(code, 0, "exec: {err}");
+        assert_eq!(out, "hello-kept");
+    }
+    let (code, _, _) = exec(&format!("http://other.test:{port}/x"));
+    assert_eq!(code, 22);
+    assert_eq!(hits.load(Ordering::SeqCst), 2);
+    let (code, _, err) = f.cordon(&["sandbox", "down", &handle]);
+    assert_eq!(code, 0, "down: {err}");
+    let lines = f.audit();
+    assert_eq!(lines.len(), 3, "{lines:?}");
+    assert!(lines.iter().all(|l| l["identity"]["name"] == "agent-7"));
+}
