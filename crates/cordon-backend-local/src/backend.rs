@@ -164,7 +164,7 @@ impl Backend for LocalBackend {
     }
 
     fn capabilities(&self) -> CapabilitySet {
-        register::local_capabilities()
+        register::local_capabilities(self.profile)
     }
 
     fn acquire(&self, req: &AcquireRequest) -> Result<Arc<dyn Sandbox>, BackendError> {

@@ -15,16 +15,20 @@ use serde::{Deserialize, Serialize};
 
 use crate::{LocalBackend, LocalConfig, RungProfile, WorkDir, WORK_DIR_ID};
 
-/// What the local rungs serve.
-pub fn local_capabilities() -> CapabilitySet {
-    [
+/// What a local rung serves: exec, code and files at both; the network
+/// (through the egress proxy and the spec's allowlist) where the rung's
+/// egress is `allowlist`.
+pub fn local_capabilities(p: &RungProfile) -> CapabilitySet {
+    let mut caps = vec![
         Capability::Exec,
         Capability::RunCode,
         Capability::FilesIn,
         Capability::FilesOut,
-    ]
-    .into_iter()
-    .collect()
+    ];
+    if p.egress == cordon_sandbox::Egress::Allowlist {
+        caps.push(Capability::Network);
+    }
+    caps.into_iter().collect()
 }
 
 fn info(rung: Rung) -> BackendInfo {
@@ -33,7 +37,7 @@ fn info(rung: Rung) -> BackendInfo {
         name: p.name,
         isolation: p.isolation,
         egress: p.egress,
-        capabilities: local_capabilities(),
+        capabilities: local_capabilities(&p),
         summary: p.summary,
     }
 }

@@ -103,9 +103,11 @@ pub fn run(a: ProxyArgs) -> ExitCode {
             for s in many {
                 match s.parse::<SocketAddr>() {
                     Ok(addr) => out.push(addr),
-                    Err(_) => return usage(format!(
+                    Err(_) => {
+                        return usage(format!(
                         "--nameserver `{s}` is not `ADDR:PORT` (like `127.0.0.53:53`), or `none`"
-                    )),
+                    ))
+                    }
                 }
             }
             Some(out)
@@ -115,6 +117,9 @@ pub fn run(a: ProxyArgs) -> ExitCode {
         nameservers,
         hosts_file: a.hosts.clone(),
         audit: a.audit.clone(),
+        // This process is the proxy, and confines itself below.
+        proxy: None,
+        policy_file: a.policy.clone(),
     };
     let env = Deployment {
         name: a

@@ -44,14 +44,14 @@ pub struct EgressFacts {
 }
 
 impl EgressFacts {
-    /// Facts for a URL as the egress proxy sees it: for `https` the method
-    /// and path travel inside the tunnel and are unknown; the address is
-    /// unknown until the name is resolved.
+    /// Facts for a URL as the egress proxy sees it: for `https` the method,
+    /// the path and so the whole URL travel inside the tunnel and are
+    /// unknown; the address is unknown until the name is resolved.
     pub fn from_url(raw: &str) -> Result<EgressFacts, CanonError> {
         let u = canon::url(raw)?;
         let inside_tunnel = u.scheme == "https";
         Ok(EgressFacts {
-            url: Some(u.url),
+            url: if inside_tunnel { None } else { Some(u.url) },
             scheme: Some(u.scheme),
             host: Some(u.host),
             port: u.port,

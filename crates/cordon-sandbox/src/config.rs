@@ -196,6 +196,8 @@ fn egress_setup(file: &str, e: RawEgress) -> Result<crate::registry::EgressSetup
             .map(|s| path(s, "hosts_file"))
             .transpose()?,
         audit: e.audit.as_ref().map(|s| path(s, "audit")).transpose()?,
+        proxy: None,
+        policy_file: None,
     })
 }
 

@@ -65,9 +65,19 @@ pub struct EgressSetup {
     /// before DNS.
     #[serde(default)]
     pub hosts_file: Option<PathBuf>,
-    /// The audit log (JSON lines, appended); `None`: the process's log.
+    /// The audit log (JSON lines, appended); `None`: standard error.
     #[serde(default)]
     pub audit: Option<PathBuf>,
+    /// Run the proxy in a process of its own, started with this command,
+    /// which confines itself before it reads a byte from a sandbox (it
+    /// parses hostile input). `None`: inside the owning process (a library
+    /// host's choice; the `cordon` binary always sets it).
+    #[serde(default)]
+    pub proxy: Option<SelfCommand>,
+    /// The policy file the proxy process loads (checked against the owner's
+    /// digest); `None`: `cordon:default`.
+    #[serde(default)]
+    pub policy_file: Option<PathBuf>,
 }
 
 /// Builds a backend from a setup and the host's policy.

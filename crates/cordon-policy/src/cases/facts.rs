@@ -319,7 +319,9 @@ impl FactsBuilder {
                     },
                 };
                 SurfaceFacts::Egress(EgressFacts {
-                    url: Some(u.url),
+                    // A tunnel's URL holds its path, which travels inside
+                    // the tunnel: unknown to the proxy, so unknown here.
+                    url: if tunnel { None } else { Some(u.url) },
                     scheme: Some(scheme),
                     host: Some(host),
                     port,
