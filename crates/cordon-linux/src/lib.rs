@@ -18,6 +18,9 @@
 //!   the owner (`Running::take_proxy_listener`,
 //!   `WarmSandbox::take_proxy_listener`); Landlock lets the workload
 //!   connect to that port only and bind none.
+//! - [`confine_self`] confines the calling process itself (the standalone
+//!   egress proxy, once it has bound its socket and opened its audit log):
+//!   no_new_privs, no capabilities, Landlock on writes and exec, seccomp.
 //!
 //! Process architecture (container rung): owner → init stage 1 (unshares,
 //! the owner maps ids) → init stage 2 = PID 1 (builds the root, pivots,
@@ -34,6 +37,8 @@ mod plan;
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 pub mod fdpass;
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+pub mod harden;
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 mod linux;
 
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
@@ -45,6 +50,8 @@ pub use missing::{Absent, Mechanism, Missing};
 pub use outcome::{Bound, Cancel, Outcome, Termination};
 pub use plan::{Bounds, FsRule, Ids, Plan, PlanError, PlanSpec, Rung};
 
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+pub use harden::{confine_self, Applied, HardenError, SelfConfinement};
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 pub use linux::launch::launch;
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]

@@ -99,7 +99,7 @@ pub enum LandlockError {
     NotFullyEnforced(String),
 }
 
-fn abi_enum(level: u8) -> ABI {
+pub(crate) fn abi_enum(level: u8) -> ABI {
     match level {
         0 => ABI::Unsupported,
         1 => ABI::V1,

@@ -403,16 +403,24 @@ const X32_SYSCALL_BIT: u32 = 0x4000_0000;
 /// program); the kernel runs all of them and a denial in any one wins over
 /// the others' allow.
 pub(crate) fn compile(rung: Rung) -> Result<Vec<BpfProgram>, SeccompError> {
+    compile_entries(
+        DENY.iter()
+            .filter(|entry| entry.rungs == Rungs::Both || rung == Rung::Process),
+    )
+}
+
+/// Compiles `entries` (whatever their `rungs`) into BPF programs, in
+/// installation order: the x32 guard first, then one program per errno.
+pub(crate) fn compile_entries<'a>(
+    entries: impl IntoIterator<Item = &'a Deny>,
+) -> Result<Vec<BpfProgram>, SeccompError> {
     let arch = TargetArch::try_from(std::env::consts::ARCH).map_err(|_| SeccompError::Arch)?;
     if std::env::consts::ARCH != "x86_64" {
         return Err(SeccompError::Arch);
     }
     // None = every call of the syscall; Some(rules) = any of the rules.
     let mut by_errno: BTreeMap<i32, BTreeMap<i64, Option<Vec<SeccompRule>>>> = BTreeMap::new();
-    for entry in DENY {
-        if entry.rungs == Rungs::ProcessOnly && rung != Rung::Process {
-            continue;
-        }
+    for entry in entries {
         let rules = rules_for(entry)?;
         let slot = by_errno
             .entry(entry.errno)

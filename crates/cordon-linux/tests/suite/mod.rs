@@ -1,6 +1,7 @@
 //! Shared harness: build a plan, run it at a rung, check the host.
 
 mod escape;
+mod harden;
 mod image;
 mod owner;
 mod proxy;
