@@ -175,7 +175,14 @@ pub fn run(a: ProxyArgs) -> ExitCode {
 
 /// Confines this process (single-threaded still): no new privileges, no
 /// capabilities, no writes but the audit log, no exec, a seccomp deny list.
-fn confine(setup: &EgressSetup) -> Result<(), String> {
-    let _ = setup;
+pub(crate) fn confine(setup: &EgressSetup) -> Result<(), String> {
+    let applied = cordon_linux::confine_self(&cordon_linux::SelfConfinement {
+        writable_file: setup.audit.clone(),
+        without_landlock: false,
+    })
+    .map_err(|e| format!("confining the proxy: {e}"))?;
+    for line in applied.lines {
+        tracing::debug!(target: "cordon::egress", "confined: {line}");
+    }
     Ok(())
 }

@@ -231,6 +231,19 @@ fn the_proxy_alone_serves_what_its_allowlist_and_policy_allow() {
         .unwrap_or_default()
         .to_string();
     assert!(line.contains("listening on"), "{line}");
+    // It parses hostile input: it confined itself before it listened.
+    let status = std::fs::read_to_string(format!("/proc/{}/status", child.id())).unwrap();
+    let field = |k: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(k))
+            .map(|l| l[k.len()..].trim().to_string())
+            .unwrap_or_default()
+    };
+    assert_eq!(field("NoNewPrivs:"), "1", "{status}");
+    assert_eq!(field("Seccomp:"), "2", "{status}");
+    assert_eq!(field("CapEff:"), "0000000000000000", "{status}");
+    assert_eq!(field("CapBnd:"), "0000000000000000", "{status}");
     let via = |url: &str| {
         Command::new("/usr/bin/curl")
             .args([
