@@ -37,7 +37,7 @@ fn info(rung: Rung) -> BackendInfo {
         name: p.name,
         isolation: p.isolation,
         egress: p.egress,
-        capabilities: local_capabilities(&p),
+        capabilities: local_capabilities(p),
         summary: p.summary,
     }
 }
