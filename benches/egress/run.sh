@@ -160,8 +160,12 @@ fi
 # --- cordon --------------------------------------------------------------
 if "$CORDON" proxy --help >/dev/null 2>&1; then
   printf '127.0.0.1 bench.test\n' >"$work/hosts"
+  # As a user runs it: an allowlist (the two upstream ports), no DNS beyond
+  # the hosts file, an audit log on disk, and the proxy confined.
   "$CORDON" proxy --policy "$here/policy.yaml" --listen "127.0.0.1:$co_port" \
-    --hosts "$work/hosts" 2>"$work/cordon.log" &
+    --hosts "$work/hosts" --nameserver none \
+    --allow "bench.test:$tls_port" --allow "bench.test:$http_port" \
+    --audit "$work/cordon-audit.jsonl" 2>"$work/cordon.log" &
   pids+=($!)
   if wait_port cordon "$co_port" "$!"; then
     cordon_target="cordon=127.0.0.1:$co_port,bench.test"
