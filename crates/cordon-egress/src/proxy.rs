@@ -343,6 +343,30 @@ impl Proxy {
         }
     }
 
+    /// Step 5 for every address: those the policy allows with `ip` bound,
+    /// in the resolver's order; none is a refusal with the last reason.
+    fn checked(
+        &self,
+        r: &mut Record<'_>,
+        ips: Vec<IpAddr>,
+    ) -> Result<Vec<(IpAddr, Decision)>, Refusal> {
+        let mut checked = Vec::new();
+        let mut last = None;
+        for ip in ips {
+            match self.final_decision(r, ip) {
+                Ok(d) => checked.push((ip, d)),
+                Err(e) => last = Some(e),
+            }
+        }
+        if checked.is_empty() {
+            return Err(match last {
+                Some((why, d)) => (why, Some(d)),
+                None => ("the name has no address".to_string(), None),
+            });
+        }
+        Ok(checked)
+    }
+
     async fn dial(&self, ip: IpAddr, port: u16) -> io::Result<TcpStream> {
         let s = tokio::time::timeout(self.cfg.timeouts.connect, TcpStream::connect((ip, port)))
             .await
@@ -406,21 +430,10 @@ impl Proxy {
             Err(why) => return self.refuse(&r, StatusCode::FORBIDDEN, &why, None),
         };
         // Decide for each address before the 200, so a refusal is a 403.
-        let mut checked = Vec::new();
-        let mut last = None;
-        for ip in ips {
-            match self.final_decision(&mut r, ip) {
-                Ok(d) => checked.push((ip, d)),
-                Err(e) => last = Some(e),
-            }
-        }
-        if checked.is_empty() {
-            let (why, d) = match last {
-                Some((why, d)) => (why, Some(d)),
-                None => ("the name has no address".to_string(), None),
-            };
-            return self.refuse(&r, StatusCode::FORBIDDEN, &why, d.as_ref());
-        }
+        let checked = match self.checked(&mut r, ips) {
+            Ok(c) => c,
+            Err((why, d)) => return self.refuse(&r, StatusCode::FORBIDDEN, &why, d.as_ref()),
+        };
         let me = self.clone();
         let caller = caller.clone();
         let target = r.target.clone();
@@ -645,13 +658,14 @@ impl Proxy {
             Ok(ips) => ips,
             Err(why) => return self.refuse(&r, StatusCode::FORBIDDEN, &why, None),
         };
+        let checked = match self.checked(&mut r, ips) {
+            Ok(c) => c,
+            Err((why, d)) => return self.refuse(&r, StatusCode::FORBIDDEN, &why, d.as_ref()),
+        };
         let mut upstream = None;
         let mut failures = Vec::new();
-        for ip in ips {
-            let d = match self.final_decision(&mut r, ip) {
-                Ok(d) => d,
-                Err((why, d)) => return self.refuse(&r, StatusCode::FORBIDDEN, &why, Some(&d)),
-            };
+        for (ip, d) in checked {
+            r.facts.ip = Some(ip.to_string());
             match self.dial(ip, a.port).await {
                 Ok(s) => {
                     upstream = Some((s, d));
@@ -747,6 +761,10 @@ impl Proxy {
         }
     }
 }
+
+/// Why a request is refused, and the decision that refused it if the
+/// policy did.
+type Refusal = (String, Option<Decision>);
 
 /// What one request's audit line is built from.
 struct Record<'c> {
