@@ -802,3 +802,51 @@ async fn an_audit_line_replays_to_the_same_verdict() {
         assert_eq!(d.is_allowed(), line.verdict == "allow", "{text}");
     }
 }
+
+#[tokio::test]
+async fn allowlist_names_match_after_normalisation_and_never_by_suffix() {
+    let port = 8080;
+    // Every name answers NXDOMAIN: a query shows the name passed the
+    // allowlist; no query shows it was refused before any lookup.
+    let dns = fake_dns(HashMap::new()).await;
+    let s = proxy(
+        &[],
+        Dns::Servers(vec![dns.addr]),
+        Some(&[
+            &format!("*.example.test:{port}"),
+            &format!("api.other.test:{port}"),
+        ]),
+    )
+    .await;
+    for (host, passes) in [
+        ("sub.example.test", true),
+        ("SUB.Example.TEST.", true),
+        ("deep.sub.example.test", true),
+        ("example.test", false),               // the apex is not `*.`
+        ("sub.example.test.evil.test", false), // suffix confusion
+        ("evilexample.test", false),
+        ("api.other.test", true),
+        ("API.OTHER.TEST", true),
+        ("x.api.other.test", false), // an exact entry has no subdomains
+        ("other.test", false),
+    ] {
+        let before: usize = dns.queries.lock().unwrap().values().sum();
+        let (status, text) = send(
+            s.proxy,
+            &get(&format!("http://{host}:{port}/"), &format!("{host}:{port}")),
+        )
+        .await;
+        assert_eq!(status, 403, "{host}: {text}");
+        let after: usize = dns.queries.lock().unwrap().values().sum();
+        if passes {
+            assert!(after > before, "{host} never reached the resolver: {text}");
+            assert!(text.contains("does not exist"), "{host}: {text}");
+        } else {
+            assert_eq!(after, before, "{host} reached the resolver");
+            assert!(text.contains("allowlist"), "{host}: {text}");
+        }
+    }
+    // What reached the resolver is the canonical name, never the spelling.
+    assert!(dns.count("sub.example.test") >= 2);
+    assert_eq!(dns.count("SUB.Example.TEST"), 0);
+}
