@@ -12,6 +12,7 @@ mod host;
 mod proxy;
 pub mod resolve;
 pub mod sni;
+mod splice;
 pub mod target;
 
 pub use audit::{Audit, AuditLine};

@@ -93,8 +93,6 @@ pub struct ProxyConfig {
 
 /// The largest request head read.
 const MAX_HEAD: usize = 64 * 1024;
-/// The copy buffer of a tunnel, each way.
-const TUNNEL_BUF: usize = 64 * 1024;
 
 type Body = BoxBody<Bytes, hyper::Error>;
 
@@ -448,24 +446,32 @@ impl Proxy {
                 now,
             };
             match hyper::upgrade::on(req).await {
-                Ok(up) => me.tunnel(r, a, checked, TokioIo::new(up)).await,
+                Ok(up) => match up.downcast::<TokioIo<TcpStream>>() {
+                    Ok(parts) => {
+                        me.tunnel(r, a, checked, parts.io.into_inner(), parts.read_buf)
+                            .await
+                    }
+                    Err(_) => {
+                        tracing::error!(target: "cordon::egress", "a tunnel's client is not a TCP stream")
+                    }
+                },
                 Err(e) => tracing::debug!(target: "cordon::egress", "upgrade: {e}"),
             }
         });
         hyper::Response::new(empty())
     }
 
-    async fn tunnel<C>(
+    async fn tunnel(
         &self,
         mut r: Record<'_>,
         a: Authority,
         checked: Vec<(IpAddr, Decision)>,
-        mut client: C,
-    ) where
-        C: AsyncRead + AsyncWrite + Unpin,
-    {
-        // The client's first bytes, before anything is dialled.
-        let mut hello = Vec::with_capacity(1024);
+        mut client: TcpStream,
+        early: Bytes,
+    ) {
+        // The client's first bytes, before anything is dialled (with what
+        // it sent along with the CONNECT, if anything).
+        let mut hello = early.to_vec();
         let read = tokio::time::timeout(self.cfg.timeouts.hello, async {
             let mut chunk = [0u8; 4096];
             loop {
@@ -544,26 +550,20 @@ impl Proxy {
             return;
         }
         let cap = self.cap(r.caller);
-        let exceeded = Arc::new(AtomicU64::new(0));
-        let mut capped = Capped::new(up, cap, exceeded.clone());
-        let res = tokio::io::copy_bidirectional_with_sizes(
-            &mut client,
-            &mut capped,
-            TUNNEL_BUF,
-            TUNNEL_BUF,
-        )
-        .await;
-        if exceeded.load(Ordering::Relaxed) > 0 {
-            self.record(
-                &r,
-                "end",
-                200,
-                &format!("response cap of {cap} bytes exceeded; the tunnel was closed"),
-                None,
-            );
-            let _ = client.shutdown().await;
-        } else if let Err(e) = res {
-            tracing::debug!(target: "cordon::egress", "tunnel to {}: {e}", a);
+        match crate::splice::tunnel(&client, &up, cap).await {
+            Ok(()) => {}
+            Err(crate::splice::SpliceEnd::CapExceeded) => {
+                self.record(
+                    &r,
+                    "end",
+                    200,
+                    &format!("response cap of {cap} bytes exceeded; the tunnel was closed"),
+                    None,
+                );
+            }
+            Err(crate::splice::SpliceEnd::Io(e)) => {
+                tracing::debug!(target: "cordon::egress", "tunnel to {}: {e}", a)
+            }
         }
     }
 
