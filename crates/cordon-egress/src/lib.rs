@@ -7,6 +7,7 @@
 //! the policy crate decides, this crate enforces.
 
 pub mod audit;
+pub mod child;
 pub mod classify;
 mod host;
 mod proxy;
@@ -16,5 +17,6 @@ mod splice;
 pub mod target;
 
 pub use audit::{Audit, AuditLine};
+pub use child::{child_main, start_service, ChildServing, ConfineFn, EgressService, ProxyChild};
 pub use host::{config_from_setup, config_with_listens, EgressHost, Serving, MAX_CONNECTIONS};
 pub use proxy::{Caller, Capped, Proxy, ProxyConfig, Timeouts};
