@@ -14,7 +14,7 @@ use cordon_sandbox::{
     Sandbox, SandboxKey, WorkDirView,
 };
 
-use cordon_egress::{Caller, EgressHost};
+use cordon_egress::{Caller, EgressService};
 
 use crate::ids::lease_id;
 use crate::profile::RungProfile;
@@ -35,7 +35,7 @@ pub struct LocalBackend {
     sandboxes: Mutex<HashMap<SandboxKey, Arc<LocalSandbox>>>,
     /// The egress proxy every sandbox of this backend that has a route out
     /// is served by; started with the first such sandbox.
-    egress: std::sync::OnceLock<Result<Arc<EgressHost>, String>>,
+    egress: std::sync::OnceLock<Result<Arc<dyn EgressService>, String>>,
 }
 
 /// A port for a sandbox's proxy channel, inside its own net namespace: any
@@ -92,15 +92,17 @@ impl LocalBackend {
         }
     }
 
-    /// The egress proxy, started on first use.
-    fn egress_host(&self) -> Result<Arc<EgressHost>, String> {
+    /// The egress proxy, started on first use: in a confined process of its
+    /// own when the setup names one (the `cordon` binary always does),
+    /// else in this process.
+    fn egress_host(&self) -> Result<Arc<dyn EgressService>, String> {
         self.egress
             .get_or_init(|| {
-                let setup = self.config.egress.clone();
-                let policy = self.config.policy.clone();
-                let env = self.config.env.clone();
-                EgressHost::start(move || cordon_egress::config_from_setup(&setup, policy, env))
-                    .map(Arc::new)
+                cordon_egress::start_service(
+                    &self.config.egress,
+                    self.config.policy.clone(),
+                    self.config.env.clone(),
+                )
             })
             .clone()
     }

@@ -58,7 +58,7 @@ pub struct LocalSandbox {
     pub(crate) proxy_port: Option<u16>,
     /// The proxy serving this sandbox's channel; dropped (and the channel
     /// with it) when the sandbox is.
-    pub(crate) egress: Mutex<Option<cordon_egress::Serving>>,
+    pub(crate) egress: Mutex<Option<Box<dyn std::any::Any + Send>>>,
 }
 
 /// The policy (or what it asks for) cannot be held here: nothing ran.

@@ -84,6 +84,8 @@ pub use exit::{PROBLEMS as EXIT_PROBLEMS, USAGE as EXIT_USAGE};
 
 /// The hidden first argument that makes this binary the sandbox init.
 pub const INIT_ARG: &str = "__sandbox-init";
+/// The hidden argument that runs this binary as the egress proxy process.
+pub const EGRESS_ARG: &str = "__egress-proxy";
 
 /// The backends this binary knows: doctor, `--backend`, the router, the
 /// keeper and the kits all read this one registry.
@@ -132,6 +134,12 @@ fn main() -> ExitCode {
         == Some(std::ffi::OsStr::new(cordon_host::keeper::KEEPER_ARG))
     {
         cordon_host::keeper::keeper_main(&registry());
+    }
+    // The egress proxy of this process's sandboxes, in a process of its own
+    // that confines itself before it reads a byte from any of them.
+    #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+    if std::env::args_os().nth(1).as_deref() == Some(std::ffi::OsStr::new(EGRESS_ARG)) {
+        cordon_egress::child_main(proxy_cmd::confine);
     }
     let cli = Cli::parse();
     match cli.command {

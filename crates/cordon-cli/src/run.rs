@@ -365,6 +365,9 @@ pub fn prepare(args: &Selection, keep: Option<KeptConfig>) -> Result<Prepared, E
             let mut b = backend_setup(deployment, args.work_dir.clone()).map_err(refuse)?;
             b.egress =
                 egress_setup(config.as_ref(), !spec.egress_allow().is_empty()).map_err(refuse)?;
+            // The proxy process loads the very file the host loads, by the
+            // same name (the digest covers layer names).
+            b.egress.policy_file = policy_path(args)?;
             b
         },
         keep,
@@ -410,6 +413,12 @@ pub fn egress_setup(
     names_hosts: bool,
 ) -> Result<cordon_sandbox::EgressSetup, String> {
     let mut e = config.and_then(|c| c.egress.clone()).unwrap_or_default();
+    let exe = std::env::current_exe()
+        .map_err(|err| format!("cannot find the cordon binary to run the egress proxy: {err}"))?;
+    e.proxy = Some(SelfCommand {
+        path: exe,
+        args: vec![crate::EGRESS_ARG.to_string()],
+    });
     if e.audit.is_none() && names_hosts {
         let dir = cordon_host::state::StateDir::default_path();
         cordon_host::state::StateDir::open(&dir)

@@ -189,6 +189,31 @@ impl Fixture {
     }
 }
 
+/// The pids of egress proxy processes (`cordon __egress-proxy`) holding
+/// `audit` open: this test's, not another's.
+fn egress_processes(audit: &std::path::Path) -> Vec<u32> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        if !cmd.split(|b| *b == 0).any(|a| a == b"__egress-proxy") {
+            continue;
+        }
+        let holds = std::fs::read_dir(format!("/proc/{pid}/fd"))
+            .map(|d| {
+                d.flatten()
+                    .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|t| t == audit))
+            })
+            .unwrap_or(false);
+        if holds {
+            out.push(pid);
+        }
+    }
+    out
+}
+
 fn curl(url: &str) -> Vec<String> {
     ["/usr/bin/curl", "-sS", "-f", "--max-time", "10", url]
         .iter()
@@ -435,9 +460,40 @@ fn a_kept_sandbox_has_its_route_through_its_keeper() {
     }
     let (code, _, _) = exec(&format!("http://other.test:{port}/x"));
     assert_eq!(code, 22);
+    // The keeper's proxy runs in a process of its own, confined.
+    let proxies = egress_processes(&f.path("audit.jsonl"));
+    assert_eq!(
+        proxies.len(),
+        1,
+        "the keeper's egress proxy process: {proxies:?}"
+    );
+    for pid in &proxies {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        for (k, want) in [
+            ("NoNewPrivs:", "1"),
+            ("Seccomp:", "2"),
+            ("CapEff:", "0000000000000000"),
+            ("CapBnd:", "0000000000000000"),
+        ] {
+            let got = status
+                .lines()
+                .find(|l| l.starts_with(k))
+                .map(|l| l[k.len()..].trim().to_string())
+                .unwrap_or_default();
+            assert_eq!(got, want, "{k} of the egress proxy process {pid}");
+        }
+    }
     assert_eq!(hits.load(Ordering::SeqCst), 2);
     let (code, _, err) = f.cordon(&["sandbox", "down", &handle]);
     assert_eq!(code, 0, "down: {err}");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(3);
+    while !egress_processes(&f.path("audit.jsonl")).is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the egress proxy process outlived its keeper"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
     let lines = f.audit();
     assert_eq!(lines.len(), 3, "{lines:?}");
     assert!(lines.iter().all(|l| l["identity"]["name"] == "agent-7"));
