@@ -146,10 +146,14 @@ impl Proxy {
     pub async fn serve_connection(self: Arc<Self>, stream: TcpStream, caller: Arc<Caller>) {
         let _ = stream.set_nodelay(true);
         let me = self.clone();
+        // This client connection's upstream connection, kept between its
+        // plain-HTTP requests (each one still decided in full).
+        let slot: Slot = Arc::new(std::sync::Mutex::new(None));
         let service = hyper::service::service_fn(move |req| {
             let me = me.clone();
             let caller = caller.clone();
-            async move { Ok::<_, Infallible>(me.handle(&caller, req).await) }
+            let slot = slot.clone();
+            async move { Ok::<_, Infallible>(me.handle(&caller, &slot, req).await) }
         });
         let conn = hyper::server::conn::http1::Builder::new()
             .timer(TokioTimer::new())
@@ -165,12 +169,13 @@ impl Proxy {
     async fn handle(
         self: &Arc<Self>,
         caller: &Arc<Caller>,
+        slot: &Slot,
         req: hyper::Request<Incoming>,
     ) -> hyper::Response<Body> {
         if req.method() == Method::CONNECT {
             self.connect(caller, req).await
         } else {
-            self.plain(caller, req).await
+            self.plain(caller, slot, req).await
         }
     }
 
@@ -569,9 +574,90 @@ impl Proxy {
 
     // ---- plain HTTP ------------------------------------------------------
 
+    /// Dials the first checked address that answers and starts an HTTP/1
+    /// client connection over it, its reads counted against `cap`.
+    async fn open_upstream(
+        self: &Arc<Self>,
+        r: &mut Record<'_>,
+        a: &Authority,
+        checked: Vec<(IpAddr, Decision)>,
+        cap: u64,
+    ) -> Result<(Upstream, Decision), hyper::Response<Body>> {
+        let mut found = None;
+        let mut failures = Vec::new();
+        for (ip, d) in checked {
+            r.facts.ip = Some(ip.to_string());
+            match self.dial(ip, a.port).await {
+                Ok(s) => {
+                    found = Some((ip, s, d));
+                    break;
+                }
+                Err(e) => failures.push(format!("{ip}: {e}")),
+            }
+        }
+        let Some((ip, stream, d)) = found else {
+            let why = format!("no upstream address answered ({})", failures.join("; "));
+            self.record(r, "allow", 502, &why, None);
+            return Err(text(StatusCode::BAD_GATEWAY, &why));
+        };
+        let left = Arc::new(AtomicU64::new(cap));
+        let exceeded = Arc::new(AtomicU64::new(0));
+        let io = TokioIo::new(Capped::new(stream, left.clone(), exceeded.clone()));
+        let (send, conn) = match hyper::client::conn::http1::Builder::new()
+            .max_buf_size(MAX_HEAD)
+            .handshake::<_, Incoming>(io)
+            .await
+        {
+            Ok(x) => x,
+            Err(e) => {
+                let why = format!("upstream: {e}");
+                self.record(r, "allow", 502, &why, Some(&d));
+                return Err(text(StatusCode::BAD_GATEWAY, &why));
+            }
+        };
+        {
+            let me = self.clone();
+            let caller = Arc::new(r.caller.clone());
+            let exceeded = exceeded.clone();
+            let target = r.target.clone();
+            let facts = r.facts.clone();
+            let now = r.now;
+            tokio::spawn(async move {
+                let _ = conn.await;
+                if exceeded.load(Ordering::Relaxed) > 0 {
+                    let r = Record {
+                        caller: &caller,
+                        kind: "http",
+                        target,
+                        facts,
+                        now,
+                    };
+                    me.record(
+                        &r,
+                        "end",
+                        200,
+                        &format!("response cap of {cap} bytes exceeded; the connection was closed"),
+                        None,
+                    );
+                }
+            });
+        }
+        Ok((
+            Upstream {
+                ip,
+                port: a.port,
+                send,
+                left,
+                exceeded,
+            },
+            d,
+        ))
+    }
+
     async fn plain(
         self: &Arc<Self>,
         caller: &Arc<Caller>,
+        slot: &Slot,
         req: hyper::Request<Incoming>,
     ) -> hyper::Response<Body> {
         let uri = req.uri().clone();
@@ -658,69 +744,37 @@ impl Proxy {
             Ok(ips) => ips,
             Err(why) => return self.refuse(&r, StatusCode::FORBIDDEN, &why, None),
         };
-        let checked = match self.checked(&mut r, ips) {
+        let mut checked = match self.checked(&mut r, ips) {
             Ok(c) => c,
             Err((why, d)) => return self.refuse(&r, StatusCode::FORBIDDEN, &why, d.as_ref()),
         };
-        let mut upstream = None;
-        let mut failures = Vec::new();
-        for (ip, d) in checked {
-            r.facts.ip = Some(ip.to_string());
-            match self.dial(ip, a.port).await {
-                Ok(s) => {
-                    upstream = Some((s, d));
-                    break;
-                }
-                Err(e) => failures.push(format!("{ip}: {e}")),
-            }
-        }
-        let Some((stream, d)) = upstream else {
-            let why = format!("no upstream address answered ({})", failures.join("; "));
-            self.record(&r, "allow", 502, &why, None);
-            return text(StatusCode::BAD_GATEWAY, &why);
-        };
         let cap = self.cap(caller);
-        let exceeded = Arc::new(AtomicU64::new(0));
-        let io = TokioIo::new(Capped::new(stream, cap, exceeded.clone()));
-        let (mut send, conn) = match hyper::client::conn::http1::Builder::new()
-            .max_buf_size(MAX_HEAD)
-            .handshake::<_, Incoming>(io)
-            .await
-        {
-            Ok(x) => x,
-            Err(e) => {
-                let why = format!("upstream: {e}");
-                self.record(&r, "allow", 502, &why, Some(&d));
-                return text(StatusCode::BAD_GATEWAY, &why);
-            }
-        };
-        {
-            let me = self.clone();
-            let caller = caller.clone();
-            let exceeded = exceeded.clone();
-            let target = r.target.clone();
-            let facts = r.facts.clone();
-            let now = r.now;
-            tokio::spawn(async move {
-                let _ = conn.await;
-                if exceeded.load(Ordering::Relaxed) > 0 {
-                    let r = Record {
-                        caller: &caller,
-                        kind: "http",
-                        target,
-                        facts,
-                        now,
-                    };
-                    me.record(
-                        &r,
-                        "end",
-                        200,
-                        &format!("response cap of {cap} bytes exceeded; the connection was closed"),
-                        None,
-                    );
+        let pooled = slot.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let mut up = None;
+        if let Some(mut p) = pooled {
+            // Only to an address this request was just allowed to reach.
+            if let Some(pos) = checked.iter().position(|(ip, _)| *ip == p.ip) {
+                if p.port == a.port
+                    && !p.send.is_closed()
+                    && tokio::time::timeout(Duration::from_secs(1), p.send.ready())
+                        .await
+                        .is_ok_and(|r| r.is_ok())
+                {
+                    p.left.store(cap, Ordering::Relaxed);
+                    let (_, d) = checked.swap_remove(pos);
+                    r.facts.ip = Some(p.ip.to_string());
+                    up = Some((p, d));
                 }
-            });
+            }
         }
+        let (mut up, d) = match up {
+            Some(u) => u,
+            None => match self.open_upstream(&mut r, &a, checked, cap).await {
+                Ok(u) => u,
+                Err(resp) => return resp,
+            },
+        };
+        let exceeded = up.exceeded.clone();
         let (mut parts, body) = req.into_parts();
         let origin = uri
             .path_and_query()
@@ -742,9 +796,19 @@ impl Proxy {
             parts.headers.insert(hyper::header::HOST, v);
         }
         let upstream_req = hyper::Request::from_parts(parts, body);
-        match send.send_request(upstream_req).await {
+        match up.send.send_request(upstream_req).await {
             Ok(resp) => {
                 self.record(&r, "allow", resp.status().as_u16(), "allowed", Some(&d));
+                // Kept for this client's next request, unless upstream
+                // said it closes.
+                let closes = resp
+                    .headers()
+                    .get(hyper::header::CONNECTION)
+                    .and_then(|v| v.to_str().ok())
+                    .is_some_and(|v| v.eq_ignore_ascii_case("close"));
+                if !closes {
+                    *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(up);
+                }
                 let (mut parts, body) = resp.into_parts();
                 strip_hop_by_hop(&mut parts.headers);
                 hyper::Response::from_parts(parts, body.boxed())
@@ -761,6 +825,19 @@ impl Proxy {
         }
     }
 }
+
+/// An upstream HTTP/1 connection of one client connection.
+struct Upstream {
+    ip: IpAddr,
+    port: u16,
+    send: hyper::client::conn::http1::SendRequest<Incoming>,
+    /// What may still be read before the cap; reset for each response.
+    left: Arc<AtomicU64>,
+    exceeded: Arc<AtomicU64>,
+}
+
+/// One client connection's kept upstream connection.
+type Slot = Arc<std::sync::Mutex<Option<Upstream>>>;
 
 /// Why a request is refused, and the decision that refused it if the
 /// policy did.
@@ -890,15 +967,17 @@ fn strip_hop_by_hop(h: &mut HeaderMap) {
 /// so no path through any HTTP library can miss it.
 pub struct Capped<S> {
     inner: S,
-    left: u64,
+    left: Arc<AtomicU64>,
     exceeded: Arc<AtomicU64>,
 }
 
 impl<S> Capped<S> {
-    pub fn new(inner: S, cap: u64, exceeded: Arc<AtomicU64>) -> Capped<S> {
+    /// `left` is what may still be read; whoever holds it may reset it
+    /// between responses.
+    pub fn new(inner: S, left: Arc<AtomicU64>, exceeded: Arc<AtomicU64>) -> Capped<S> {
         Capped {
             inner,
-            left: cap,
+            left,
             exceeded,
         }
     }
@@ -910,7 +989,8 @@ impl<S: AsyncRead + Unpin> AsyncRead for Capped<S> {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        if self.left == 0 {
+        let left = self.left.load(Ordering::Relaxed);
+        if left == 0 {
             // One byte more than the cap is the proof it was exceeded;
             // read at most one to learn it (or EOF, which is fine).
             let mut one = [0u8; 1];
@@ -924,7 +1004,7 @@ impl<S: AsyncRead + Unpin> AsyncRead for Capped<S> {
                 other => other,
             };
         }
-        let limit = usize::try_from(self.left)
+        let limit = usize::try_from(left)
             .unwrap_or(usize::MAX)
             .min(buf.remaining());
         let window = buf.initialize_unfilled_to(limit);
@@ -932,7 +1012,7 @@ impl<S: AsyncRead + Unpin> AsyncRead for Capped<S> {
         let res = Pin::new(&mut self.inner).poll_read(cx, &mut sub);
         let n = sub.filled().len();
         buf.advance(n);
-        self.left -= n as u64;
+        self.left.fetch_sub(n as u64, Ordering::Relaxed);
         res
     }
 }

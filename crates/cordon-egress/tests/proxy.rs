@@ -850,3 +850,120 @@ async fn allowlist_names_match_after_normalisation_and_never_by_suffix() {
     assert!(dns.count("sub.example.test") >= 2);
     assert_eq!(dns.count("SUB.Example.TEST"), 0);
 }
+
+/// An upstream that keeps connections alive and answers every request on
+/// one with `body`; counts connections and requests.
+async fn keepalive_upstream(
+    body: &'static [u8],
+) -> (SocketAddr, Arc<AtomicUsize>, Arc<AtomicUsize>) {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let conns = Arc::new(AtomicUsize::new(0));
+    let reqs = Arc::new(AtomicUsize::new(0));
+    let (c, q) = (conns.clone(), reqs.clone());
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut s, _)) = l.accept().await else {
+                return;
+            };
+            c.fetch_add(1, Ordering::SeqCst);
+            let q = q.clone();
+            tokio::spawn(async move {
+                let mut seen = Vec::new();
+                let mut buf = [0u8; 4096];
+                loop {
+                    while let Some(end) = seen.windows(4).position(|w| w == b"\r\n\r\n") {
+                        seen.drain(..end + 4);
+                        q.fetch_add(1, Ordering::SeqCst);
+                        let head =
+                            format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", body.len());
+                        if s.write_all(head.as_bytes()).await.is_err()
+                            || s.write_all(body).await.is_err()
+                        {
+                            return;
+                        }
+                    }
+                    match s.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => seen.extend_from_slice(&buf[..n]),
+                    }
+                }
+            });
+        }
+    });
+    (addr, conns, reqs)
+}
+
+/// Reads one response with a Content-Length body from `s`; returns (status, body).
+async fn read_response(s: &mut TcpStream) -> (u16, Vec<u8>) {
+    let mut head = Vec::new();
+    let mut b = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        if s.read(&mut b).await.unwrap_or(0) == 0 {
+            return (0, Vec::new());
+        }
+        head.push(b[0]);
+    }
+    let text = String::from_utf8_lossy(&head).to_ascii_lowercase();
+    let status = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|x| x.parse().ok())
+        .unwrap_or(0);
+    let len: usize = text
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0);
+    let mut body = vec![0u8; len];
+    s.read_exact(&mut body).await.unwrap();
+    (status, body)
+}
+
+#[tokio::test]
+async fn a_kept_upstream_connection_serves_only_requests_decided_for_it() {
+    let (up, conns, reqs) = keepalive_upstream(b"kept").await;
+    let port = up.port();
+    let s = proxy(
+        &[("ok.test", "127.0.0.1"), ("dns-ok.test", "127.0.0.1")],
+        Dns::Off,
+        Some(&[&format!("ok.test:{port}"), &format!("dns-ok.test:{port}")]),
+    )
+    .await;
+    let mut c = TcpStream::connect(s.proxy).await.unwrap();
+    let req = |host: &str, path: &str| {
+        format!("GET http://{host}:{port}{path} HTTP/1.1\r\nHost: {host}:{port}\r\n\r\n")
+    };
+    for _ in 0..3 {
+        c.write_all(req("ok.test", "/a").as_bytes()).await.unwrap();
+        assert_eq!(read_response(&mut c).await, (200, b"kept".to_vec()));
+    }
+    assert_eq!(
+        conns.load(Ordering::SeqCst),
+        1,
+        "one upstream connection for three requests"
+    );
+    // Each request is still decided in full: one the policy denies is
+    // refused on the same client connection, and never reaches upstream.
+    c.write_all(req("ok.test", "/admin/x").as_bytes())
+        .await
+        .unwrap();
+    assert_eq!(read_response(&mut c).await.0, 403);
+    assert_eq!(reqs.load(Ordering::SeqCst), 3);
+    // Another allowed name at the same address may use it too.
+    let mut c = TcpStream::connect(s.proxy).await.unwrap();
+    c.write_all(req("ok.test", "/a").as_bytes()).await.unwrap();
+    assert_eq!(read_response(&mut c).await.0, 200);
+    c.write_all(req("dns-ok.test", "/b").as_bytes())
+        .await
+        .unwrap();
+    assert_eq!(read_response(&mut c).await.0, 200);
+    assert_eq!(reqs.load(Ordering::SeqCst), 5);
+    let allowed = s
+        .audit
+        .lines()
+        .iter()
+        .filter(|l| l.verdict == "allow")
+        .count();
+    assert_eq!(allowed, 5, "every request has its own audit line");
+}
