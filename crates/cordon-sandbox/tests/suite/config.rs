@@ -57,3 +57,35 @@ fn a_config_file_is_read_from_disk() {
     assert_eq!(c.min_isolation, Some(Isolation::Process));
     assert!(HostConfig::from_file(&dir.path().join("absent.yaml")).is_err());
 }
+
+#[test]
+fn the_egress_section_is_read_and_checked() {
+    let c = HostConfig::from_yaml(
+        "cordon.yaml",
+        "egress:\n  nameservers: [\"127.0.0.53:53\", \"[::1]:5353\"]\n  hosts_file: /etc/cordon/hosts\n  audit: /var/log/cordon-egress.jsonl\n",
+    )
+    .unwrap();
+    let e = c.egress.unwrap();
+    assert_eq!(
+        e.nameservers.unwrap(),
+        vec![
+            "127.0.0.53:53".parse().unwrap(),
+            "[::1]:5353".parse().unwrap()
+        ]
+    );
+    assert_eq!(e.hosts_file.unwrap().to_str(), Some("/etc/cordon/hosts"));
+    // `nameservers: []` is no DNS at all, not the system's.
+    let none = HostConfig::from_yaml("cordon.yaml", "egress:\n  nameservers: []\n").unwrap();
+    assert_eq!(none.egress.unwrap().nameservers, Some(vec![]));
+    for (text, says) in [
+        ("egress:\n  nameservers: [\"8.8.8.8\"]\n", "ADDR:PORT"),
+        ("egress:\n  audit: audit.jsonl\n", "absolute"),
+        ("egress:\n  hosts_file: ./hosts\n", "absolute"),
+        ("egress:\n  resolver: x\n", "unknown field"),
+    ] {
+        let e = HostConfig::from_yaml("cordon.yaml", text)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(says), "{text:?}: {e}");
+    }
+}
