@@ -61,6 +61,17 @@ pub fn config_with_listens(
     })
 }
 
+/// The runtime's worker threads: `CORDON_EGRESS_WORKERS` (1 to 64), else
+/// 2 — a proxy mostly waits on sockets, and more threads than that cost
+/// wake-ups across cores on small machines (see docs/benchmarks.md).
+fn workers() -> usize {
+    std::env::var("CORDON_EGRESS_WORKERS")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .filter(|n| (1..=64).contains(n))
+        .unwrap_or(2)
+}
+
 /// A proxy with its own runtime.
 pub struct EgressHost {
     proxy: Arc<Proxy>,
@@ -86,8 +97,9 @@ impl EgressHost {
     pub fn start(
         build: impl FnOnce() -> Result<ProxyConfig, String>,
     ) -> Result<EgressHost, String> {
+        let workers = workers();
         let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
+            .worker_threads(workers)
             .thread_name("cordon-egress")
             .enable_io()
             .enable_time()
