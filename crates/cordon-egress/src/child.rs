@@ -68,7 +68,7 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// before killing it.
 const EXIT_GRACE: Duration = Duration::from_secs(1);
 /// Environment variables the child is given, if the owner has them.
-const KEPT_ENV: &[&str] = &["CORDON_LOG"];
+const KEPT_ENV: &[&str] = &["CORDON_LOG", "CORDON_EGRESS_WORKERS"];
 
 // ---- wire -------------------------------------------------------------------
 
