@@ -54,9 +54,10 @@ pub struct ProxyArgs {
     /// Names pinned to addresses (the /etc/hosts format), asked before DNS.
     #[arg(long, value_name = "FILE")]
     pub hosts: Option<PathBuf>,
-    /// Ask these nameservers (`ADDR:PORT`) instead of the system's
-    /// resolver. `--nameserver none`: no DNS, only --hosts answers.
-    #[arg(long = "nameserver", value_name = "ADDR:PORT")]
+    /// Ask these nameservers (`ADDR` for port 53, or `ADDR:PORT`) instead of
+    /// the system's resolver. `--nameserver none`: no DNS, only --hosts
+    /// answers.
+    #[arg(long = "nameserver", value_name = "ADDR[:PORT]")]
     pub nameserver: Vec<String>,
     /// Append one JSON line per decision here (default: standard error).
     #[arg(long, value_name = "FILE")]
@@ -103,11 +104,15 @@ pub fn run(a: ProxyArgs) -> ExitCode {
             for s in many {
                 match s.parse::<SocketAddr>() {
                     Ok(addr) => out.push(addr),
-                    Err(_) => {
-                        return usage(format!(
-                        "--nameserver `{s}` is not `ADDR:PORT` (like `127.0.0.53:53`), or `none`"
-                    ))
-                    }
+                    // A bare address means port 53.
+                    Err(_) => match s.parse::<std::net::IpAddr>() {
+                        Ok(ip) => out.push(SocketAddr::new(ip, 53)),
+                        Err(_) => {
+                            return usage(format!(
+                                "--nameserver `{s}` is not an address (`127.0.0.53`, `127.0.0.53:5353`, `[::1]:53`), or `none`"
+                            ))
+                        }
+                    },
                 }
             }
             Some(out)
