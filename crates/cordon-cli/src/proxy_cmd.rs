@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::Args;
-use cordon_egress::{Caller, EgressHost};
+use cordon_egress::Caller;
 use cordon_policy::{Deployment, Policy};
 use cordon_sandbox::{EgressEntry, EgressSetup};
 
@@ -138,18 +138,12 @@ pub fn run(a: ProxyArgs) -> ExitCode {
         Err(e) => return refuse(format!("listening on {}: {e}", a.listen)),
     };
     let local = listener.local_addr().unwrap_or(a.listen);
-    // What the proxy opens on the host is checked (and the audit log
-    // created) before it confines itself; the runtime opens them again.
-    if let Some(h) = &setup.hosts_file {
-        if let Err(e) = cordon_egress::resolve::StaticHosts::load(h) {
-            return usage(e);
-        }
-    }
-    if let Some(p) = &setup.audit {
-        if let Err(e) = cordon_egress::Audit::open(p) {
-            return refuse(e);
-        }
-    }
+    // Everything the proxy opens on the host is opened before it confines
+    // itself (and switches to its own uid); nothing is opened after.
+    let opened = match cordon_egress::Opened::open(&setup, vec![local]) {
+        Ok(o) => o,
+        Err(e) => return usage(e),
+    };
     if a.unconfined {
         eprintln!("cordon proxy: running UNCONFINED (--unconfined): no Landlock, seccomp or capability drop");
     } else if let Err(e) = confine(&setup) {
@@ -157,9 +151,7 @@ pub fn run(a: ProxyArgs) -> ExitCode {
             "{e}; cordon proxy parses hostile input and confines itself before it serves — run it where Landlock and seccomp work, or pass --unconfined to accept the risk"
         ));
     }
-    let host = match EgressHost::start(move || {
-        cordon_egress::config_with_listens(&setup, policy, env, vec![local])
-    }) {
+    let host = match opened.start(policy, env) {
         Ok(h) => h,
         Err(e) => return refuse(e),
     };
@@ -178,12 +170,19 @@ pub fn run(a: ProxyArgs) -> ExitCode {
     }
 }
 
+/// The uid and gid the egress proxy runs as once it has opened what it
+/// needs (when started as root): unprivileged, used by nothing else of
+/// cordon's (sandboxes run as `2_000_000_000 + n` and `1_999_999_999`), so
+/// a proxy that were subverted reads only what any user may read.
+pub const EGRESS_ID: u32 = 1_999_999_000;
+
 /// Confines this process (single-threaded still): no new privileges, no
 /// capabilities, no writes but the audit log, no exec, a seccomp deny list.
 pub(crate) fn confine(setup: &EgressSetup) -> Result<(), String> {
     let applied = cordon_linux::confine_self(&cordon_linux::SelfConfinement {
         writable_file: setup.audit.clone(),
         without_landlock: false,
+        run_as: Some((EGRESS_ID, EGRESS_ID)),
     })
     .map_err(|e| format!("confining the proxy: {e}"))?;
     for line in applied.lines {

@@ -269,6 +269,12 @@ fn the_proxy_alone_serves_what_its_allowlist_and_policy_allow() {
     assert_eq!(field("Seccomp:"), "2", "{status}");
     assert_eq!(field("CapEff:"), "0000000000000000", "{status}");
     assert_eq!(field("CapBnd:"), "0000000000000000", "{status}");
+    // And it runs as its own unprivileged uid, not root.
+    assert_eq!(
+        field("Uid:"),
+        "1999999000\t1999999000\t1999999000\t1999999000",
+        "{status}"
+    );
     let via = |url: &str| {
         Command::new("/usr/bin/curl")
             .args([
@@ -474,6 +480,9 @@ fn a_kept_sandbox_has_its_route_through_its_keeper() {
             ("Seccomp:", "2"),
             ("CapEff:", "0000000000000000"),
             ("CapBnd:", "0000000000000000"),
+            ("Uid:", "1999999000\t1999999000\t1999999000\t1999999000"),
+            ("Gid:", "1999999000\t1999999000\t1999999000\t1999999000"),
+            ("Groups:", ""),
         ] {
             let got = status
                 .lines()

@@ -49,11 +49,8 @@ use rustix::net::{
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use crate::audit::Audit;
-use crate::classify::Classifier;
-use crate::host::{config_from_setup, EgressHost, MAX_CONNECTIONS};
-use crate::proxy::{Caller, Proxy, ProxyConfig, Timeouts};
-use crate::resolve::{Dns, Resolver, StaticHosts};
+use crate::host::{config_from_setup, EgressHost, Opened};
+use crate::proxy::{Caller, Proxy};
 
 /// The control channel's wire version; the brief carries it and the child
 /// refuses any other.
@@ -698,42 +695,12 @@ fn prepare(sock: BorrowedFd<'_>, confine: ConfineFn) -> Result<Option<EgressHost
         return Err("the policy file changed since it was loaded; run the command again".into());
     }
     // Everything read or opened before confinement.
-    let hosts = match &setup.hosts_file {
-        Some(p) => StaticHosts::load(p)?,
-        None => StaticHosts::default(),
-    };
-    let audit = match &setup.audit {
-        Some(p) => Audit::open(p)?,
-        None => Audit::Log,
-    };
-    let classifier = Classifier::new(Vec::new())
-        .map_err(|e| format!("reading this host's interface addresses: {e}"))?;
-    let dns = match &setup.nameservers {
-        None => Dns::System,
-        Some(list) if list.is_empty() => Dns::Off,
-        Some(list) => Dns::Servers(list.clone()),
-    };
+    let opened = Opened::open(&setup, Vec::new())?;
 
     confine(&setup).map_err(|e| format!("confining itself: {e}"))?;
 
     // Threads only from here on.
-    let policy = Arc::new(policy);
-    let env = Deployment { name: brief.env };
-    let host = EgressHost::start(move || {
-        let timeouts = Timeouts::default();
-        // The system resolver's configuration is read here, after
-        // confinement (reading is not restricted).
-        let resolver = Resolver::new(hosts, &dns, timeouts.resolve)?;
-        Ok(ProxyConfig {
-            policy,
-            env,
-            resolver: Arc::new(resolver),
-            classifier: Arc::new(classifier),
-            audit: Arc::new(audit),
-            timeouts,
-            max_connections: MAX_CONNECTIONS,
-        })
-    })?;
+    let host = opened.start(Arc::new(policy), Deployment { name: brief.env })?;
     Ok(Some(host))
 }
 

@@ -72,6 +72,63 @@ fn workers() -> usize {
         .unwrap_or(2)
 }
 
+/// What a proxy opens on the host, opened before it confines itself (so
+/// nothing needs opening after: the audit log and the hosts file may be
+/// unreadable to the uid it then runs as).
+pub struct Opened {
+    hosts: StaticHosts,
+    audit: Audit,
+    classifier: Classifier,
+    dns: Dns,
+}
+
+impl Opened {
+    /// Reads the hosts file, opens (creates) the audit log and reads this
+    /// host's interface addresses. `listens`: the proxy's own sockets.
+    pub fn open(setup: &EgressSetup, listens: Vec<std::net::SocketAddr>) -> Result<Opened, String> {
+        let hosts = match &setup.hosts_file {
+            Some(p) => StaticHosts::load(p)?,
+            None => StaticHosts::default(),
+        };
+        let audit = match &setup.audit {
+            Some(p) => Audit::open(p)?,
+            None => Audit::Log,
+        };
+        let classifier = Classifier::new(listens)
+            .map_err(|e| format!("reading this host's interface addresses: {e}"))?;
+        let dns = match &setup.nameservers {
+            None => Dns::System,
+            Some(list) if list.is_empty() => Dns::Off,
+            Some(list) => Dns::Servers(list.clone()),
+        };
+        Ok(Opened {
+            hosts,
+            audit,
+            classifier,
+            dns,
+        })
+    }
+
+    /// Starts the proxy's runtime (threads from here on) with what was
+    /// opened. The system resolver's configuration is read now (reading is
+    /// not restricted by the confinement).
+    pub fn start(self, policy: Arc<Policy>, env: Deployment) -> Result<EgressHost, String> {
+        EgressHost::start(move || {
+            let timeouts = Timeouts::default();
+            let resolver = Resolver::new(self.hosts, &self.dns, timeouts.resolve)?;
+            Ok(ProxyConfig {
+                policy,
+                env,
+                resolver: Arc::new(resolver),
+                classifier: Arc::new(self.classifier),
+                audit: Arc::new(self.audit),
+                timeouts,
+                max_connections: MAX_CONNECTIONS,
+            })
+        })
+    }
+}
+
 /// A proxy with its own runtime.
 pub struct EgressHost {
     proxy: Arc<Proxy>,

@@ -54,6 +54,11 @@ pub struct SelfConfinement {
     /// [`Applied`] instead of returning [`HardenError::Missing`]. A
     /// Landlock that is present is always applied.
     pub without_landlock: bool,
+    /// When the process runs as root: the uid and gid it switches to
+    /// (supplementary groups dropped) after emptying the bounding set and
+    /// before clearing the rest, so what it can still read is what that
+    /// uid can read, not everything root can. Ignored when not root.
+    pub run_as: Option<(u32, u32)>,
 }
 
 /// The lowest Landlock ABI [`confine_self`] uses: ABI 3 is the first that
@@ -278,7 +283,7 @@ fn verify_status(checks: &[(&str, u64)]) -> Result<(), HardenError> {
     Ok(())
 }
 
-fn drop_capabilities() -> Result<String, HardenError> {
+fn drop_capabilities(run_as: Option<(u32, u32)>) -> Result<String, HardenError> {
     use caps::{CapSet, Capability};
     let permitted = caps::read(None, CapSet::Permitted).map_err(step("reading capabilities"))?;
     // The bounding set shrinks only with CAP_SETPCAP. Without it (a proxy
@@ -292,6 +297,18 @@ fn drop_capabilities() -> Result<String, HardenError> {
     } else {
         false
     };
+    let mut switched = None;
+    if let Some((uid, gid)) = run_as {
+        if nix::unistd::geteuid().is_root() && uid != 0 && gid != 0 {
+            use nix::unistd::{setgroups, setresgid, setresuid, Gid, Uid};
+            setgroups(&[]).map_err(step("dropping supplementary groups"))?;
+            let g = Gid::from_raw(gid);
+            setresgid(g, g, g).map_err(step("switching gid"))?;
+            let u = Uid::from_raw(uid);
+            setresuid(u, u, u).map_err(step("switching uid"))?;
+            switched = Some(uid);
+        }
+    }
     for set in [
         CapSet::Ambient,
         CapSet::Inheritable,
@@ -310,10 +327,27 @@ fn drop_capabilities() -> Result<String, HardenError> {
         zero.push(("CapBnd:", 0));
     }
     verify_status(&zero)?;
+    let uid_line = match switched {
+        Some(uid) => {
+            let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+            let want = format!("{uid}\t{uid}\t{uid}\t{uid}");
+            if !status
+                .lines()
+                .any(|l| l.strip_prefix("Uid:").is_some_and(|v| v.trim() == want))
+            {
+                return Err(HardenError::Step {
+                    step: "switching uid",
+                    detail: "the kernel reports another uid".into(),
+                });
+            }
+            format!("; running as uid {uid} (no supplementary groups)")
+        }
+        None => String::new(),
+    };
     Ok(if bounding {
-        "capabilities: effective, permitted, inheritable, ambient and bounding sets empty".into()
+        format!("capabilities: effective, permitted, inheritable, ambient and bounding sets empty{uid_line}")
     } else {
-        "capabilities: effective, permitted, inheritable and ambient sets empty; bounding set left (no CAP_SETPCAP to shrink it; no_new_privs keeps it unreachable)".into()
+        format!("capabilities: effective, permitted, inheritable and ambient sets empty; bounding set left (no CAP_SETPCAP to shrink it; no_new_privs keeps it unreachable){uid_line}")
     })
 }
 
@@ -340,7 +374,7 @@ pub fn confine_self(c: &SelfConfinement) -> Result<Applied, HardenError> {
     nix::sys::prctl::set_no_new_privs().map_err(step("setting no_new_privs"))?;
     lines.push("no_new_privs: set".into());
 
-    lines.push(drop_capabilities()?);
+    lines.push(drop_capabilities(c.run_as)?);
 
     match landlock {
         Some((created, landlock_lines)) => {

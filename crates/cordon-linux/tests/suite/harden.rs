@@ -243,6 +243,7 @@ fn probes(dir: &Path, abstract_name: &str, confine: bool) {
         let applied = confine_self(&SelfConfinement {
             writable_file: Some(audit.clone()),
             without_landlock: false,
+            run_as: None,
         })
         .unwrap_or_else(|e| panic!("confine_self: {e}"));
         for line in applied.lines {
@@ -347,6 +348,7 @@ fn refusal(dir: &Path) {
     let confinement = SelfConfinement {
         writable_file: Some(dir.join("audit.log")),
         without_landlock: false,
+        run_as: None,
     };
     let (tx, rx) = std::sync::mpsc::channel::<()>();
     let second = std::thread::spawn(move || {
