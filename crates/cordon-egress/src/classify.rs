@@ -351,9 +351,11 @@ fn host_net(ip: IpAddr) -> IpNet {
 
 /// This host's own addresses and the proxy's own listening sockets: what
 /// [`special`] cannot know.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug)]
 pub struct Classifier {
-    own: Vec<IpAddr>,
+    /// Re-read by [`Classifier::refresh`] while the proxy runs (an
+    /// interface may gain an address).
+    own: std::sync::RwLock<Vec<IpAddr>>,
     proxy_listens: Vec<SocketAddr>,
 }
 
@@ -385,19 +387,30 @@ impl Classifier {
 
     /// With the own addresses given rather than read (tests).
     pub fn with_own(own: Vec<IpAddr>, proxy_listens: Vec<SocketAddr>) -> Classifier {
-        Classifier { own, proxy_listens }
+        Classifier {
+            own: std::sync::RwLock::new(own),
+            proxy_listens,
+        }
     }
 
     /// Reads this host's interface addresses again. On error the old ones
     /// are kept.
-    pub fn refresh(&mut self) -> io::Result<()> {
-        self.own = interface_addrs()?;
+    pub fn refresh(&self) -> io::Result<()> {
+        let fresh = interface_addrs()?;
+        *self.own.write().unwrap_or_else(|p| p.into_inner()) = fresh;
         Ok(())
     }
 
     /// This host's own addresses, as last read.
-    pub fn own(&self) -> &[IpAddr] {
-        &self.own
+    pub fn own(&self) -> Vec<IpAddr> {
+        self.own.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    fn is_own(&self, ip: &IpAddr) -> bool {
+        self.own
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(ip)
     }
 
     /// The proxy's listening sockets.
@@ -409,7 +422,7 @@ impl Classifier {
     /// unspecified address always do (a dial to 0.0.0.0 or :: reaches the
     /// local host on Linux).
     fn is_local(&self, ip: IpAddr) -> bool {
-        ip.is_loopback() || ip.is_unspecified() || self.own.contains(&ip)
+        ip.is_loopback() || ip.is_unspecified() || self.is_own(&ip)
     }
 
     /// The proxy's own listening socket `addr` reaches, if any. A listener
@@ -487,7 +500,7 @@ impl Classifier {
         if let Some(d) = special {
             return Err(d);
         }
-        if self.own.contains(&ip) {
+        if self.is_own(&ip) {
             return Err(Denial {
                 addr: ip,
                 port: Some(addr.port()),
@@ -1024,10 +1037,10 @@ mod tests {
 
     #[test]
     fn reads_this_hosts_interfaces() {
-        let mut c = Classifier::new(vec![sock("127.0.0.1:3128")]).unwrap();
+        let c = Classifier::new(vec![sock("127.0.0.1:3128")]).unwrap();
         c.refresh().unwrap();
         for a in c.own() {
-            assert!(c.is_local(*a));
+            assert!(c.is_local(a));
         }
         assert_eq!(c.proxy_listens(), &[sock("127.0.0.1:3128")]);
     }

@@ -12,6 +12,9 @@ use crate::classify::Classifier;
 use crate::proxy::{Caller, Proxy, ProxyConfig, Timeouts};
 use crate::resolve::{Dns, Resolver, StaticHosts};
 
+/// How often this host's own addresses are read again.
+const REFRESH_OWN: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// The most connections one sandbox channel serves at once.
 pub const MAX_CONNECTIONS: usize = 256;
 
@@ -166,6 +169,19 @@ impl EgressHost {
             let _in = rt.enter();
             build()?
         };
+        // This host's addresses are never dialled; an interface may gain
+        // one while the proxy runs, so they are read again now and then.
+        let classifier = cfg.classifier.clone();
+        rt.spawn(async move {
+            let mut every = tokio::time::interval(REFRESH_OWN);
+            every.tick().await;
+            loop {
+                every.tick().await;
+                if let Err(e) = classifier.refresh() {
+                    tracing::warn!(target: "cordon::egress", "re-reading this host's addresses: {e}; the last ones are kept");
+                }
+            }
+        });
         Ok(EgressHost {
             proxy: Proxy::new(cfg),
             rt,
