@@ -111,9 +111,12 @@ impl Proxy {
     }
 
     /// Accepts and serves connections on `listener` for `caller` until the
-    /// task is dropped; the connections it started end with it.
+    /// task is dropped; the connections and tunnels it started end with it.
+    /// At most `max_connections` are open at once, tunnels included.
     pub async fn serve(self: Arc<Self>, listener: TcpListener, caller: Arc<Caller>) {
         let permits = Arc::new(tokio::sync::Semaphore::new(self.cfg.max_connections.max(1)));
+        // Dropped with this future: every tunnel it started watches it.
+        let (_stop, stopped) = tokio::sync::watch::channel(());
         let mut conns = tokio::task::JoinSet::new();
         loop {
             let Ok(permit) = permits.clone().acquire_owned().await else {
@@ -127,10 +130,14 @@ impl Proxy {
             match accepted {
                 Ok((stream, _)) => {
                     let me = self.clone();
-                    let caller = caller.clone();
+                    let ctx = ConnCtx {
+                        caller: caller.clone(),
+                        slot: Arc::new(std::sync::Mutex::new(None)),
+                        permit: Arc::new(permit),
+                        stopped: stopped.clone(),
+                    };
                     conns.spawn(async move {
-                        me.serve_connection(stream, caller).await;
-                        drop(permit);
+                        me.serve_connection(stream, ctx).await;
                     });
                 }
                 Err(e) => {
@@ -143,17 +150,14 @@ impl Proxy {
     }
 
     /// Serves one client connection.
-    pub async fn serve_connection(self: Arc<Self>, stream: TcpStream, caller: Arc<Caller>) {
+    async fn serve_connection(self: Arc<Self>, stream: TcpStream, ctx: ConnCtx) {
         let _ = stream.set_nodelay(true);
         let me = self.clone();
-        // This client connection's upstream connection, kept between its
-        // plain-HTTP requests (each one still decided in full).
-        let slot: Slot = Arc::new(std::sync::Mutex::new(None));
+        let ctx = Arc::new(ctx);
         let service = hyper::service::service_fn(move |req| {
             let me = me.clone();
-            let caller = caller.clone();
-            let slot = slot.clone();
-            async move { Ok::<_, Infallible>(me.handle(&caller, &slot, req).await) }
+            let ctx = ctx.clone();
+            async move { Ok::<_, Infallible>(me.handle(&ctx, req).await) }
         });
         let conn = hyper::server::conn::http1::Builder::new()
             .timer(TokioTimer::new())
@@ -168,14 +172,13 @@ impl Proxy {
 
     async fn handle(
         self: &Arc<Self>,
-        caller: &Arc<Caller>,
-        slot: &Slot,
+        ctx: &ConnCtx,
         req: hyper::Request<Incoming>,
     ) -> hyper::Response<Body> {
         if req.method() == Method::CONNECT {
-            self.connect(caller, req).await
+            self.connect(ctx, req).await
         } else {
-            self.plain(caller, slot, req).await
+            self.plain(&ctx.caller, &ctx.slot, req).await
         }
     }
 
@@ -389,9 +392,10 @@ impl Proxy {
 
     async fn connect(
         self: &Arc<Self>,
-        caller: &Arc<Caller>,
+        ctx: &ConnCtx,
         req: hyper::Request<Incoming>,
     ) -> hyper::Response<Body> {
+        let caller = &ctx.caller;
         let raw = req
             .uri()
             .authority()
@@ -442,7 +446,12 @@ impl Proxy {
         let target = r.target.clone();
         let facts = r.facts.clone();
         let now = r.now;
+        // The tunnel counts against the channel's connections until it
+        // ends, and ends when the channel is stopped.
+        let permit = ctx.permit.clone();
+        let mut stopped = ctx.stopped.clone();
         tokio::spawn(async move {
+            let _permit = permit;
             let r = Record {
                 caller: &caller,
                 kind: "connect",
@@ -453,8 +462,10 @@ impl Proxy {
             match hyper::upgrade::on(req).await {
                 Ok(up) => match up.downcast::<TokioIo<TcpStream>>() {
                     Ok(parts) => {
-                        me.tunnel(r, a, checked, parts.io.into_inner(), parts.read_buf)
-                            .await
+                        tokio::select! {
+                            () = me.tunnel(r, a, checked, parts.io.into_inner(), parts.read_buf) => {}
+                            _ = stopped.changed() => {}
+                        }
                     }
                     Err(_) => {
                         tracing::error!(target: "cordon::egress", "a tunnel's client is not a TCP stream")
@@ -838,6 +849,16 @@ struct Upstream {
 
 /// One client connection's kept upstream connection.
 type Slot = Arc<std::sync::Mutex<Option<Upstream>>>;
+
+/// What one client connection is served with.
+struct ConnCtx {
+    caller: Arc<Caller>,
+    slot: Slot,
+    /// Its place among the channel's connections, held by its tunnel too.
+    permit: Arc<tokio::sync::OwnedSemaphorePermit>,
+    /// Changes (errs) when the channel is stopped.
+    stopped: tokio::sync::watch::Receiver<()>,
+}
 
 /// Why a request is refused, and the decision that refused it if the
 /// policy did.

@@ -212,9 +212,20 @@ async fn fake_dns(zone: HashMap<&'static str, Answer>) -> FakeDns {
 struct Setup {
     proxy: SocketAddr,
     audit: Arc<Audit>,
+    /// The channel's accept loop; aborting it stops the channel.
+    task: tokio::task::JoinHandle<()>,
 }
 
 async fn proxy(hosts: &[(&str, &str)], dns: Dns, allow: Option<&[&str]>) -> Setup {
+    proxy_max(hosts, dns, allow, 64).await
+}
+
+async fn proxy_max(
+    hosts: &[(&str, &str)],
+    dns: Dns,
+    allow: Option<&[&str]>,
+    max_connections: usize,
+) -> Setup {
     let policy = Arc::new(Policy::load_str("test-policy.yaml", POLICY).unwrap());
     let mut map = StaticHosts::default();
     for (n, ip) in hosts {
@@ -238,7 +249,7 @@ async fn proxy(hosts: &[(&str, &str)], dns: Dns, allow: Option<&[&str]>) -> Setu
             hello: Duration::from_secs(2),
             header: Duration::from_secs(5),
         },
-        max_connections: 64,
+        max_connections,
     });
     let caller = Caller {
         sandbox: "tenant/thread/agent".into(),
@@ -250,8 +261,12 @@ async fn proxy(hosts: &[(&str, &str)], dns: Dns, allow: Option<&[&str]>) -> Setu
         },
         allow: allow.map(|l| l.iter().map(|e| EgressEntry::parse(e).unwrap()).collect()),
     };
-    tokio::spawn(p.serve(l, Arc::new(caller)));
-    Setup { proxy: addr, audit }
+    let task = tokio::spawn(p.serve(l, Arc::new(caller)));
+    Setup {
+        proxy: addr,
+        audit,
+        task,
+    }
 }
 
 /// Sends `req` and returns (status, whole response as text).
@@ -966,4 +981,111 @@ async fn a_kept_upstream_connection_serves_only_requests_decided_for_it() {
         .filter(|l| l.verdict == "allow")
         .count();
     assert_eq!(allowed, 5, "every request has its own audit line");
+}
+
+/// An upstream that answers a ClientHello with one byte and then holds the
+/// connection open, silent.
+async fn holding_upstream() -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut s, _)) = l.accept().await else {
+                return;
+            };
+            tokio::spawn(async move {
+                let mut buf = [0u8; 4096];
+                if s.read(&mut buf).await.unwrap_or(0) > 0 {
+                    let _ = s.write_all(b"X").await;
+                }
+                // Hold until the other side closes.
+                while s.read(&mut buf).await.unwrap_or(0) > 0 {}
+            });
+        }
+    });
+    addr
+}
+
+/// Opens a tunnel, sends a ClientHello, reads the upstream's one byte.
+async fn open_tunnel(proxy: SocketAddr, target: &str, sni: &str) -> TcpStream {
+    let mut s = TcpStream::connect(proxy).await.unwrap();
+    s.write_all(format!("CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut head = Vec::new();
+    let mut b = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        assert_eq!(
+            s.read(&mut b).await.unwrap(),
+            1,
+            "the proxy closed before its answer"
+        );
+        head.push(b[0]);
+    }
+    assert!(
+        head.starts_with(b"HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&head)
+    );
+    s.write_all(&client_hello(Some(sni))).await.unwrap();
+    let mut x = [0u8; 1];
+    s.read_exact(&mut x).await.unwrap();
+    assert_eq!(&x, b"X");
+    s
+}
+
+#[tokio::test]
+async fn stopping_a_channel_closes_its_open_tunnels() {
+    let up = holding_upstream().await;
+    let port = up.port();
+    let s = proxy(
+        &[("ok.test", "127.0.0.1")],
+        Dns::Off,
+        Some(&[&format!("ok.test:{port}")]),
+    )
+    .await;
+    let mut t = open_tunnel(s.proxy, &format!("ok.test:{port}"), "ok.test").await;
+    // Open, and silent: a read waits.
+    let mut b = [0u8; 1];
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), t.read(&mut b))
+            .await
+            .is_err()
+    );
+    s.task.abort();
+    let ended = tokio::time::timeout(Duration::from_secs(2), t.read(&mut b)).await;
+    assert!(
+        matches!(ended, Ok(Ok(0)) | Ok(Err(_))),
+        "the tunnel outlived its channel: {ended:?}"
+    );
+}
+
+#[tokio::test]
+async fn tunnels_count_against_the_channels_connections() {
+    let up = holding_upstream().await;
+    let port = up.port();
+    let s = proxy_max(
+        &[("ok.test", "127.0.0.1")],
+        Dns::Off,
+        Some(&[&format!("ok.test:{port}")]),
+        2,
+    )
+    .await;
+    let first = open_tunnel(s.proxy, &format!("ok.test:{port}"), "ok.test").await;
+    let _second = open_tunnel(s.proxy, &format!("ok.test:{port}"), "ok.test").await;
+    // A third waits: the two tunnels hold both places.
+    let addr = s.proxy;
+    let third =
+        tokio::spawn(async move { open_tunnel(addr, &format!("ok.test:{port}"), "ok.test").await });
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(
+        !third.is_finished(),
+        "a third connection was served past the bound"
+    );
+    drop(first);
+    let third = tokio::time::timeout(Duration::from_secs(3), third).await;
+    assert!(
+        matches!(third, Ok(Ok(_))),
+        "the third was not served once a place was free"
+    );
 }
