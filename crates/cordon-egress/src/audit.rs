@@ -9,53 +9,6 @@ use std::sync::Mutex;
 use cordon_policy::{Deployment, EgressFacts, Identity, Request, SurfaceFacts};
 use serde::{Deserialize, Serialize};
 
-/// The facts as they stood at the decision that ended the request.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct AuditFacts {
-    #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub url: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub scheme: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub host: Option<String>,
-    pub port: i64,
-    #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub method: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub path: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub ip: Option<String>,
-}
-
-impl From<&EgressFacts> for AuditFacts {
-    fn from(f: &EgressFacts) -> AuditFacts {
-        AuditFacts {
-            url: f.url.clone(),
-            scheme: f.scheme.clone(),
-            host: f.host.clone(),
-            port: f.port,
-            method: f.method.clone(),
-            path: f.path.clone(),
-            ip: f.ip.clone(),
-        }
-    }
-}
-
-impl From<&AuditFacts> for EgressFacts {
-    fn from(f: &AuditFacts) -> EgressFacts {
-        EgressFacts {
-            url: f.url.clone(),
-            scheme: f.scheme.clone(),
-            host: f.host.clone(),
-            port: f.port,
-            method: f.method.clone(),
-            path: f.path.clone(),
-            ip: f.ip.clone(),
-        }
-    }
-}
-
 /// One audit line.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -88,8 +41,8 @@ pub struct AuditLine {
     #[serde(skip_serializing_if = "Vec::is_empty", default)]
     pub unknown: Vec<String>,
     pub reason: String,
-    /// The facts of the decision that ended the request.
-    pub facts: AuditFacts,
+    /// The facts as they stood at the decision that ended the request.
+    pub facts: EgressFacts,
 }
 
 impl AuditLine {
@@ -101,7 +54,7 @@ impl AuditLine {
                 name: self.env.clone(),
             },
             now: self.now,
-            facts: SurfaceFacts::Egress(EgressFacts::from(&self.facts)),
+            facts: SurfaceFacts::Egress(self.facts.clone()),
         }
     }
 

@@ -36,7 +36,7 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 
-use crate::audit::{rfc3339, Audit, AuditFacts, AuditLine};
+use crate::audit::{rfc3339, Audit, AuditLine};
 use crate::classify::Classifier;
 use crate::resolve::Resolve;
 use crate::sni::{self, Hello};
@@ -219,7 +219,7 @@ impl Proxy {
             rules,
             unknown,
             reason: reason.to_string(),
-            facts: AuditFacts::from(&r.facts),
+            facts: r.facts.clone(),
         });
     }
 
@@ -241,6 +241,27 @@ impl Proxy {
             now: r.now,
             facts: SurfaceFacts::Egress(r.facts.clone()),
         }
+    }
+
+    /// Steps 2 to 5, in this order for every request: decide with `ip`
+    /// unknown (only a deny stops), resolve, classify every answer, decide
+    /// again for each address. The addresses that may be dialled, with the
+    /// decision that allowed each, or the `403` that was answered (and
+    /// audited).
+    async fn steps(
+        &self,
+        r: &mut Record<'_>,
+        a: &Authority,
+    ) -> Result<Vec<(IpAddr, Decision)>, hyper::Response<Body>> {
+        if let Err((why, d)) = self.first_decision(r, a) {
+            return Err(self.refuse(r, StatusCode::FORBIDDEN, &why, d.as_ref()));
+        }
+        let ips = match self.addresses(a).await {
+            Ok(ips) => ips,
+            Err(why) => return Err(self.refuse(r, StatusCode::FORBIDDEN, &why, None)),
+        };
+        self.checked(r, ips)
+            .map_err(|(why, d)| self.refuse(r, StatusCode::FORBIDDEN, &why, d.as_ref()))
     }
 
     /// Step 2: the caller's allowlist, then the policy with `ip` unknown.
@@ -429,17 +450,10 @@ impl Proxy {
             path: None,
             ip: None,
         };
-        if let Err((why, d)) = self.first_decision(&r, &a) {
-            return self.refuse(&r, StatusCode::FORBIDDEN, &why, d.as_ref());
-        }
-        let ips = match self.addresses(&a).await {
-            Ok(ips) => ips,
-            Err(why) => return self.refuse(&r, StatusCode::FORBIDDEN, &why, None),
-        };
-        // Decide for each address before the 200, so a refusal is a 403.
-        let checked = match self.checked(&mut r, ips) {
+        // Decided for each address before the 200, so a refusal is a 403.
+        let checked = match self.steps(&mut r, &a).await {
             Ok(c) => c,
-            Err((why, d)) => return self.refuse(&r, StatusCode::FORBIDDEN, &why, d.as_ref()),
+            Err(refused) => return refused,
         };
         let me = self.clone();
         let caller = caller.clone();
@@ -748,16 +762,9 @@ impl Proxy {
             path: Some(path),
             ip: None,
         };
-        if let Err((why, d)) = self.first_decision(&r, &a) {
-            return self.refuse(&r, StatusCode::FORBIDDEN, &why, d.as_ref());
-        }
-        let ips = match self.addresses(&a).await {
-            Ok(ips) => ips,
-            Err(why) => return self.refuse(&r, StatusCode::FORBIDDEN, &why, None),
-        };
-        let mut checked = match self.checked(&mut r, ips) {
+        let mut checked = match self.steps(&mut r, &a).await {
             Ok(c) => c,
-            Err((why, d)) => return self.refuse(&r, StatusCode::FORBIDDEN, &why, d.as_ref()),
+            Err(refused) => return refused,
         };
         let cap = self.cap(caller);
         let pooled = slot.lock().unwrap_or_else(|p| p.into_inner()).take();

@@ -29,17 +29,26 @@ pub struct Deployment {
     pub name: String,
 }
 
-/// Egress facts. `None` is unknown at the point that decides.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Egress facts. `None` is unknown at the point that decides. Its wire
+/// form (serde; an unknown fact is absent) is how the egress proxy's audit
+/// log records them, for `cordon policy explain` to replay.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct EgressFacts {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub url: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scheme: Option<String>,
     /// Unknown only where no single host is named (a `*.domain` allowlist
     /// entry checked at acquire).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host: Option<String>,
     pub port: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub method: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub path: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ip: Option<String>,
 }
 
