@@ -32,8 +32,7 @@
 use std::any::Any;
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
-use std::io::{self, IoSlice, IoSliceMut};
-use std::mem::MaybeUninit;
+use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -42,10 +41,6 @@ use std::time::{Duration, Instant};
 
 use cordon_policy::{Deployment, Identity, Policy};
 use cordon_sandbox::{EgressEntry, EgressSetup};
-use rustix::net::{
-    recvmsg, sendmsg, RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, ReturnFlags,
-    SendAncillaryBuffer, SendAncillaryMessage, SendFlags,
-};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
@@ -56,7 +51,6 @@ use crate::proxy::{Caller, Proxy};
 /// refuses any other.
 pub const WIRE_VERSION: u32 = 1;
 /// Largest control packet, in bytes of JSON.
-const MAX_MESSAGE: usize = 64 * 1024;
 /// How long the child has to confine itself and say it is ready.
 const START_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long the child has to answer one serve or stop.
@@ -181,87 +175,20 @@ impl Reply {
     }
 }
 
-/// Sends one packet, with at most one descriptor attached.
+/// Sends one packet, with at most one descriptor attached (the format is
+/// `cordon_linux::fdpass`'s, shared with the keeper and the warm init).
 fn send_packet<T: Serialize>(
     sock: BorrowedFd<'_>,
     msg: &T,
     fd: Option<BorrowedFd<'_>>,
 ) -> io::Result<()> {
-    let bytes = serde_json::to_vec(msg).map_err(io::Error::other)?;
-    if bytes.len() > MAX_MESSAGE {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!(
-                "a control message of {} bytes is over the {MAX_MESSAGE}-byte limit",
-                bytes.len()
-            ),
-        ));
-    }
-    let fds: Vec<BorrowedFd<'_>> = fd.into_iter().collect();
-    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
-    let mut control = SendAncillaryBuffer::new(&mut space);
-    if !fds.is_empty() && !control.push(SendAncillaryMessage::ScmRights(&fds)) {
-        return Err(io::Error::other(
-            "the descriptor does not fit the control buffer",
-        ));
-    }
-    loop {
-        match sendmsg(
-            sock,
-            &[IoSlice::new(&bytes)],
-            &mut control,
-            SendFlags::NOSIGNAL,
-        ) {
-            Ok(n) if n == bytes.len() => return Ok(()),
-            Ok(n) => {
-                return Err(io::Error::other(format!(
-                    "sent {n} of {} bytes of one packet",
-                    bytes.len()
-                )))
-            }
-            Err(rustix::io::Errno::INTR) => continue,
-            Err(e) => return Err(e.into()),
-        }
-    }
+    cordon_linux::fdpass::send(sock, msg, fd.as_slice())
 }
 
 /// Receives one packet and its descriptors (close-on-exec); `Ok(None)` when
-/// the peer has hung up. A packet cut short, or carrying more than one
-/// descriptor, is an error (its descriptors are closed).
+/// the peer has hung up.
 fn recv_packet<T: DeserializeOwned>(sock: BorrowedFd<'_>) -> io::Result<Option<(T, Vec<OwnedFd>)>> {
-    let mut buf = vec![0u8; MAX_MESSAGE + 1];
-    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
-    let mut control = RecvAncillaryBuffer::new(&mut space);
-    let got = loop {
-        match recvmsg(
-            sock,
-            &mut [IoSliceMut::new(&mut buf)],
-            &mut control,
-            RecvFlags::CMSG_CLOEXEC,
-        ) {
-            Ok(got) => break got,
-            Err(rustix::io::Errno::INTR) => continue,
-            Err(e) => return Err(e.into()),
-        }
-    };
-    let mut fds = Vec::new();
-    for msg in control.drain() {
-        if let RecvAncillaryMessage::ScmRights(received) = msg {
-            fds.extend(received);
-        }
-    }
-    if got.bytes == 0 && fds.is_empty() {
-        return Ok(None);
-    }
-    if got.flags.contains(ReturnFlags::TRUNC) || got.flags.contains(ReturnFlags::CTRUNC) {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            "a control message was cut short",
-        ));
-    }
-    let msg = serde_json::from_slice(&buf[..got.bytes])
-        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
-    Ok(Some((msg, fds)))
+    cordon_linux::fdpass::recv(sock)
 }
 
 /// Waits until `sock` is readable (or hung up) or `deadline` passes.
@@ -455,13 +382,8 @@ impl ProxyChild {
         let Some(cmd) = &setup.proxy else {
             return Err("the egress setup names no proxy command to start; set `egress.proxy` (the cordon binary sets it itself), or host the proxy in this process".into());
         };
-        let (ours, theirs) = rustix::net::socketpair(
-            rustix::net::AddressFamily::UNIX,
-            rustix::net::SocketType::SEQPACKET,
-            rustix::net::SocketFlags::CLOEXEC,
-            None,
-        )
-        .map_err(|e| format!("making the egress proxy's control socket: {e}"))?;
+        let (ours, theirs) = cordon_linux::fdpass::pair()
+            .map_err(|e| format!("making the egress proxy's control socket: {e}"))?;
 
         let mut command = Command::new(&cmd.path);
         command
