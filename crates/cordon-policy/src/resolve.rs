@@ -129,6 +129,20 @@ impl Resolve for FsResolver {
 }
 
 fn read_bounded(real: &Path) -> Result<String, Refusal> {
+    // Checked before opening too: opening a FIFO (or a device) for reading
+    // can block forever, so only a regular file is ever opened.
+    let kind = std::fs::metadata(real).map_err(|e| {
+        (
+            format!("cannot read `{}`: {e}", real.display()),
+            "check the path and its permissions".to_string(),
+        )
+    })?;
+    if !kind.is_file() {
+        return Err((
+            format!("`{}` is not a regular file", real.display()),
+            "name a policy file".into(),
+        ));
+    }
     let f = std::fs::File::open(real).map_err(|e| {
         (
             format!("cannot read `{}`: {e}", real.display()),

@@ -644,3 +644,38 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn a_layer_that_is_not_a_regular_file_is_refused_without_waiting() {
+    let d = tree();
+    let fifo = d.path().join("pol/base/fifo.yaml");
+    let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+    if !made.is_ok_and(|s| s.success()) {
+        eprintln!("SKIPPED: mkfifo is not available");
+        return;
+    }
+    std::fs::create_dir(d.path().join("pol/base/dir.yaml")).unwrap();
+    let root = d.path().to_path_buf();
+    // Opening a FIFO for reading blocks until a writer comes: the load must
+    // refuse it before it opens it, so it answers at once.
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let fifo = load_in(&root, "policy:\n  extends: [./base/fifo.yaml]\n");
+        let dir = load_in(&root, "policy:\n  extends: [./base/dir.yaml]\n");
+        let _ = tx.send((fifo, dir));
+    });
+    let (fifo, dir) = rx
+        .recv_timeout(std::time::Duration::from_secs(5))
+        .expect("loading a policy that extends a FIFO hung");
+    let fifo = fifo.unwrap_err();
+    assert!(fifo.contains("is not a regular file"), "{fifo}");
+    assert!(dir.unwrap_err().contains("is not a regular file"));
+    // The same file, made regular, loads.
+    std::fs::remove_file(&fifo_path(d.path())).unwrap();
+    std::fs::write(fifo_path(d.path()), ROOT).unwrap();
+    assert!(load_in(d.path(), "policy:\n  extends: [./base/fifo.yaml]\n").is_ok());
+}
+
+fn fifo_path(d: &Path) -> std::path::PathBuf {
+    d.join("pol/base/fifo.yaml")
+}
