@@ -671,7 +671,7 @@ fn a_layer_that_is_not_a_regular_file_is_refused_without_waiting() {
     assert!(fifo.contains("is not a regular file"), "{fifo}");
     assert!(dir.unwrap_err().contains("is not a regular file"));
     // The same file, made regular, loads.
-    std::fs::remove_file(&fifo_path(d.path())).unwrap();
+    std::fs::remove_file(fifo_path(d.path())).unwrap();
     std::fs::write(fifo_path(d.path()), ROOT).unwrap();
     assert!(load_in(d.path(), "policy:\n  extends: [./base/fifo.yaml]\n").is_ok());
 }
