@@ -36,32 +36,7 @@ pub fn config_with_listens(
     env: Deployment,
     listens: Vec<std::net::SocketAddr>,
 ) -> Result<ProxyConfig, String> {
-    let timeouts = Timeouts::default();
-    let hosts = match &setup.hosts_file {
-        Some(p) => StaticHosts::load(p)?,
-        None => StaticHosts::default(),
-    };
-    let dns = match &setup.nameservers {
-        None => Dns::System,
-        Some(list) if list.is_empty() => Dns::Off,
-        Some(list) => Dns::Servers(list.clone()),
-    };
-    let resolver = Resolver::new(hosts, &dns, timeouts.resolve)?;
-    let classifier = Classifier::new(listens)
-        .map_err(|e| format!("reading this host's interface addresses: {e}"))?;
-    let audit = match &setup.audit {
-        Some(p) => Audit::open(p)?,
-        None => Audit::Log,
-    };
-    Ok(ProxyConfig {
-        policy,
-        env,
-        resolver: Arc::new(resolver),
-        classifier: Arc::new(classifier),
-        audit: Arc::new(audit),
-        timeouts,
-        max_connections: MAX_CONNECTIONS,
-    })
+    Opened::open(setup, listens)?.config(policy, env)
 }
 
 /// The runtime's worker threads: `CORDON_EGRESS_WORKERS` (1 to 64), else
@@ -116,18 +91,22 @@ impl Opened {
     /// opened. The system resolver's configuration is read now (reading is
     /// not restricted by the confinement).
     pub fn start(self, policy: Arc<Policy>, env: Deployment) -> Result<EgressHost, String> {
-        EgressHost::start(move || {
-            let timeouts = Timeouts::default();
-            let resolver = Resolver::new(self.hosts, &self.dns, timeouts.resolve)?;
-            Ok(ProxyConfig {
-                policy,
-                env,
-                resolver: Arc::new(resolver),
-                classifier: Arc::new(self.classifier),
-                audit: Arc::new(self.audit),
-                timeouts,
-                max_connections: MAX_CONNECTIONS,
-            })
+        EgressHost::start(move || self.config(policy, env))
+    }
+
+    /// The proxy's configuration from what was opened (inside a runtime: a
+    /// DNS resolver needs one).
+    pub fn config(self, policy: Arc<Policy>, env: Deployment) -> Result<ProxyConfig, String> {
+        let timeouts = Timeouts::default();
+        let resolver = Resolver::new(self.hosts, &self.dns, timeouts.resolve)?;
+        Ok(ProxyConfig {
+            policy,
+            env,
+            resolver: Arc::new(resolver),
+            classifier: Arc::new(self.classifier),
+            audit: Arc::new(self.audit),
+            timeouts,
+            max_connections: MAX_CONNECTIONS,
         })
     }
 }
