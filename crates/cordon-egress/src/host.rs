@@ -40,14 +40,21 @@ pub fn config_with_listens(
 }
 
 /// The runtime's worker threads: `CORDON_EGRESS_WORKERS` (1 to 64), else
-/// 2 — a proxy mostly waits on sockets, and more threads than that cost
-/// wake-ups across cores on small machines (see docs/benchmarks.md).
+/// one fewer than this machine's cores, between 1 and 4 — the proxy shares
+/// the machine with the workloads it serves, and on 2 cores one worker gave
+/// better latency than two at about the same bulk rate (see
+/// docs/benchmarks.md).
 fn workers() -> usize {
     std::env::var("CORDON_EGRESS_WORKERS")
         .ok()
         .and_then(|v| v.parse::<usize>().ok())
         .filter(|n| (1..=64).contains(n))
-        .unwrap_or(2)
+        .unwrap_or_else(|| {
+            std::thread::available_parallelism()
+                .map(|n| n.get().saturating_sub(1))
+                .unwrap_or(1)
+                .clamp(1, 4)
+        })
 }
 
 /// What a proxy opens on the host, opened before it confines itself (so
