@@ -357,17 +357,18 @@ pub fn prepare(args: &Selection, keep: Option<KeptConfig>) -> Result<Prepared, E
         Ok(s) => s,
         Err(e) => return Err(fail(e)),
     };
+    let policy_file = policy_path(args)?;
     let setup = HostSetup {
         floor: floor.clone(),
-        policy_file: policy_path(args)?,
+        policy_file: policy_file.clone(),
         only: args.backend.clone(),
         backends: {
             let mut b = backend_setup(deployment, args.work_dir.clone()).map_err(refuse)?;
-            b.egress =
-                egress_setup(config.as_ref(), !spec.egress_allow().is_empty()).map_err(refuse)?;
+            b.egress = egress_setup(config.as_ref(), !spec.egress_allow().is_empty(), b.egress)
+                .map_err(refuse)?;
             // The proxy process loads the very file the host loads, by the
             // same name (the digest covers layer names).
-            b.egress.policy_file = policy_path(args)?;
+            b.egress.policy_file = policy_file;
             b
         },
         keep,
@@ -411,14 +412,10 @@ pub fn prepare(args: &Selection, keep: Option<KeptConfig>) -> Result<Prepared, E
 pub fn egress_setup(
     config: Option<&HostConfig>,
     names_hosts: bool,
+    base: cordon_sandbox::EgressSetup,
 ) -> Result<cordon_sandbox::EgressSetup, String> {
     let mut e = config.and_then(|c| c.egress.clone()).unwrap_or_default();
-    let exe = std::env::current_exe()
-        .map_err(|err| format!("cannot find the cordon binary to run the egress proxy: {err}"))?;
-    e.proxy = Some(SelfCommand {
-        path: exe,
-        args: vec![crate::EGRESS_ARG.to_string()],
-    });
+    e.proxy = base.proxy;
     if e.audit.is_none() && names_hosts {
         let dir = cordon_host::state::StateDir::default_path();
         cordon_host::state::StateDir::open(&dir)
@@ -432,7 +429,7 @@ pub fn egress_setup(
 pub const EGRESS_AUDIT: &str = "egress-audit.jsonl";
 
 /// What every backend of this process is built from: this binary as the
-/// sandbox init, the operator's work dir (or fresh ones under the
+/// sandbox init and as the egress proxy, the operator's work dir (or fresh ones under the
 /// temporary directory).
 pub fn backend_setup(
     deployment: String,
@@ -443,11 +440,18 @@ pub fn backend_setup(
     Ok(BackendSetup {
         deployment,
         init: Some(SelfCommand {
-            path: exe,
+            path: exe.clone(),
             args: vec![crate::INIT_ARG.to_string()],
         }),
         work_dir,
         scratch: std::env::temp_dir(),
-        egress: Default::default(),
+        // The egress proxy: this binary too, as a confined process of its own.
+        egress: cordon_sandbox::EgressSetup {
+            proxy: Some(SelfCommand {
+                path: exe,
+                args: vec![crate::EGRESS_ARG.to_string()],
+            }),
+            ..Default::default()
+        },
     })
 }

@@ -44,8 +44,8 @@ use cordon_sandbox::{EgressEntry, EgressSetup};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use crate::host::{config_from_setup, EgressHost, Opened};
-use crate::proxy::{Caller, Proxy};
+use crate::host::{config_from_setup, EgressHost, Opened, Serving};
+use crate::proxy::Caller;
 
 /// The control channel's wire version; the brief carries it and the child
 /// refuses any other.
@@ -628,7 +628,7 @@ fn prepare(sock: BorrowedFd<'_>, confine: ConfineFn) -> Result<Option<EgressHost
 
 /// Serve and stop requests until the owner hangs up.
 fn control_loop(sock: BorrowedFd<'_>, host: &EgressHost) -> Result<(), String> {
-    let mut serving: HashMap<u64, tokio::task::JoinHandle<()>> = HashMap::new();
+    let mut serving: HashMap<u64, Serving> = HashMap::new();
     loop {
         let (msg, mut fds) = match recv_packet::<Control>(sock) {
             Ok(Some(m)) => m,
@@ -660,7 +660,7 @@ fn control_loop(sock: BorrowedFd<'_>, host: &EgressHost) -> Result<(), String> {
                     Err("a stop request carries no descriptors".into())
                 } else {
                     match serving.remove(&id) {
-                        Some(h) => stop_one(host, h),
+                        Some(h) => host.stop(h, Duration::from_secs(5)),
                         None => Err(format!("channel {id} is not served")),
                     }
                 };
@@ -673,36 +673,13 @@ fn control_loop(sock: BorrowedFd<'_>, host: &EgressHost) -> Result<(), String> {
     }
 }
 
-/// Starts the accept loop on a received listener.
-fn serve_one(
-    host: &EgressHost,
-    fd: OwnedFd,
-    caller: Caller,
-) -> Result<tokio::task::JoinHandle<()>, String> {
+/// Serves a received listener, after checking it is one.
+fn serve_one(host: &EgressHost, fd: OwnedFd, caller: Caller) -> Result<Serving, String> {
     use rustix::net::sockopt;
     let is_listener = sockopt::socket_type(&fd).is_ok_and(|t| t == rustix::net::SocketType::STREAM)
         && sockopt::socket_acceptconn(&fd).unwrap_or(false);
     if !is_listener {
         return Err("the descriptor handed over is not a listening stream socket".into());
     }
-    let listener = std::net::TcpListener::from(fd);
-    listener
-        .set_nonblocking(true)
-        .map_err(|e| format!("the egress channel: {e}"))?;
-    let rt = host.runtime();
-    let _in = rt.enter();
-    let l = tokio::net::TcpListener::from_std(listener)
-        .map_err(|e| format!("the egress channel: {e}"))?;
-    let proxy: Arc<Proxy> = host.proxy().clone();
-    Ok(rt.spawn(proxy.serve(l, Arc::new(caller))))
-}
-
-/// Aborts an accept loop and waits until it is gone (its listener and
-/// connections closed).
-fn stop_one(host: &EgressHost, h: tokio::task::JoinHandle<()>) -> Result<(), String> {
-    h.abort();
-    host.runtime()
-        .block_on(async { tokio::time::timeout(Duration::from_secs(5), h).await })
-        .map(|_| ())
-        .map_err(|_| "the channel did not stop within 5 s".to_string())
+    host.serve(std::net::TcpListener::from(fd), caller)
 }

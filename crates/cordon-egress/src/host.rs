@@ -26,17 +26,7 @@ pub fn config_from_setup(
     policy: Arc<Policy>,
     env: Deployment,
 ) -> Result<ProxyConfig, String> {
-    config_with_listens(setup, policy, env, Vec::new())
-}
-
-/// [`config_from_setup`] for a proxy listening on `listens`.
-pub fn config_with_listens(
-    setup: &EgressSetup,
-    policy: Arc<Policy>,
-    env: Deployment,
-    listens: Vec<std::net::SocketAddr>,
-) -> Result<ProxyConfig, String> {
-    Opened::open(setup, listens)?.config(policy, env)
+    Opened::open(setup, Vec::new())?.config(policy, env)
 }
 
 /// The runtime's worker threads: `CORDON_EGRESS_WORKERS` (1 to 64), else
@@ -128,12 +118,14 @@ pub struct EgressHost {
 /// One channel being served; dropping it stops the accept loop and every
 /// connection it started.
 pub struct Serving {
-    task: tokio::task::AbortHandle,
+    task: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl Drop for Serving {
     fn drop(&mut self) {
-        self.task.abort();
+        if let Some(t) = &self.task {
+            t.abort();
+        }
     }
 }
 
@@ -174,14 +166,6 @@ impl EgressHost {
         })
     }
 
-    pub fn proxy(&self) -> &Arc<Proxy> {
-        &self.proxy
-    }
-
-    pub fn runtime(&self) -> &tokio::runtime::Runtime {
-        &self.rt
-    }
-
     /// Serves `listener` (a sandbox's channel) for `caller`.
     pub fn serve(
         &self,
@@ -195,8 +179,19 @@ impl EgressHost {
         let l = tokio::net::TcpListener::from_std(listener)
             .map_err(|e| format!("the egress channel: {e}"))?;
         let h = self.rt.spawn(self.proxy.clone().serve(l, Arc::new(caller)));
-        Ok(Serving {
-            task: h.abort_handle(),
-        })
+        Ok(Serving { task: Some(h) })
+    }
+
+    /// Stops a channel and waits (at most `within`) until it is gone: its
+    /// listener, connections and tunnels closed.
+    pub fn stop(&self, mut serving: Serving, within: std::time::Duration) -> Result<(), String> {
+        let Some(h) = serving.task.take() else {
+            return Ok(());
+        };
+        h.abort();
+        self.rt
+            .block_on(async { tokio::time::timeout(within, h).await })
+            .map(|_| ())
+            .map_err(|_| format!("the channel did not stop within {within:?}"))
     }
 }

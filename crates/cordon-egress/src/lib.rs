@@ -18,7 +18,5 @@ pub mod target;
 
 pub use audit::{Audit, AuditLine};
 pub use child::{child_main, start_service, ChildServing, ConfineFn, EgressService, ProxyChild};
-pub use host::{
-    config_from_setup, config_with_listens, EgressHost, Opened, Serving, MAX_CONNECTIONS,
-};
+pub use host::{config_from_setup, EgressHost, Opened, Serving, MAX_CONNECTIONS};
 pub use proxy::{Caller, Capped, Proxy, ProxyConfig, Timeouts};

@@ -106,10 +106,6 @@ impl Proxy {
         Arc::new(Proxy { cfg })
     }
 
-    pub fn policy(&self) -> &Arc<Policy> {
-        &self.cfg.policy
-    }
-
     /// Accepts and serves connections on `listener` for `caller` until the
     /// task is dropped; the connections and tunnels it started end with it.
     /// At most `max_connections` are open at once, tunnels included.
@@ -194,13 +190,7 @@ impl Proxy {
     ) {
         let (rules, unknown) = match d {
             Some(d) => (
-                d.deciding
-                    .iter()
-                    .map(|id| {
-                        let rule = self.cfg.policy.rule(*id);
-                        format!("{}:{}", rule.file, rule.line)
-                    })
-                    .collect(),
+                self.places(d),
                 d.unknown.iter().map(|f| f.spelling().to_string()).collect(),
             ),
             None => (Vec::new(), Vec::new()),
@@ -298,18 +288,22 @@ impl Proxy {
         Ok(())
     }
 
-    fn why(&self, d: &Decision) -> String {
-        if d.no_allow_matched() {
-            return "no allow rule of the policy matches".into();
-        }
-        let places: Vec<String> = d
-            .deciding
+    /// The deciding rules, `file:line`.
+    fn places(&self, d: &Decision) -> Vec<String> {
+        d.deciding
             .iter()
             .map(|id| {
                 let rule = self.cfg.policy.rule(*id);
                 format!("{}:{}", rule.file, rule.line)
             })
-            .collect();
+            .collect()
+    }
+
+    fn why(&self, d: &Decision) -> String {
+        if d.no_allow_matched() {
+            return "no allow rule of the policy matches".into();
+        }
+        let places = self.places(d);
         match d.verdict {
             cordon_policy::decide::Verdict::Deny => {
                 format!("denied by the policy ({})", places.join(", "))

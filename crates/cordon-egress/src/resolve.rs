@@ -8,7 +8,6 @@ use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::time::Duration;
 
 use hickory_resolver::config::{
@@ -102,10 +101,6 @@ impl StaticHosts {
 
     pub fn get(&self, name: &str) -> Option<&[IpAddr]> {
         self.map.get(name).map(Vec::as_slice)
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.map.is_empty()
     }
 }
 
@@ -215,9 +210,6 @@ impl Resolve for Resolver {
         })
     }
 }
-
-/// A shared resolver.
-pub type SharedResolver = Arc<dyn Resolve>;
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
