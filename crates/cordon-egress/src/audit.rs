@@ -91,25 +91,35 @@ impl Audit {
         Ok(Audit::File(Mutex::new(f)))
     }
 
-    pub fn record(&self, line: AuditLine) {
+    /// Writes one line; whether it was written. A proxy that cannot record
+    /// an allow does not carry the request (see `proxy.rs`).
+    pub fn record(&self, line: AuditLine) -> bool {
         match self {
             Audit::File(f) => {
                 let Ok(mut text) = serde_json::to_string(&line) else {
-                    return;
+                    return false;
                 };
                 text.push('\n');
                 let mut f = f.lock().unwrap_or_else(|p| p.into_inner());
-                if let Err(e) = f.write_all(text.as_bytes()) {
-                    tracing::error!(target: "cordon::egress", "writing the audit log: {e}");
+                match f.write_all(text.as_bytes()) {
+                    Ok(()) => true,
+                    Err(e) => {
+                        tracing::error!(target: "cordon::egress", "writing the audit log: {e}");
+                        false
+                    }
                 }
             }
-            Audit::Log => {
-                if let Ok(mut text) = serde_json::to_string(&line) {
+            Audit::Log => match serde_json::to_string(&line) {
+                Ok(mut text) => {
                     text.push('\n');
-                    let _ = std::io::stderr().lock().write_all(text.as_bytes());
+                    std::io::stderr().lock().write_all(text.as_bytes()).is_ok()
                 }
+                Err(_) => false,
+            },
+            Audit::Memory(m) => {
+                m.lock().unwrap_or_else(|p| p.into_inner()).push(line);
+                true
             }
-            Audit::Memory(m) => m.lock().unwrap_or_else(|p| p.into_inner()).push(line),
         }
     }
 

@@ -187,7 +187,7 @@ impl Proxy {
         status: u16,
         reason: &str,
         d: Option<&Decision>,
-    ) {
+    ) -> bool {
         let (rules, unknown) = match d {
             Some(d) => (
                 self.places(d),
@@ -210,7 +210,7 @@ impl Proxy {
             unknown,
             reason: reason.to_string(),
             facts: r.facts.clone(),
-        });
+        })
     }
 
     fn refuse(
@@ -220,7 +220,7 @@ impl Proxy {
         reason: &str,
         d: Option<&Decision>,
     ) -> hyper::Response<Body> {
-        self.record(r, "deny", status.as_u16(), reason, d);
+        let _ = self.record(r, "deny", status.as_u16(), reason, d);
         text(status, reason)
     }
 
@@ -569,7 +569,11 @@ impl Proxy {
             let _ = client.shutdown().await;
             return;
         };
-        self.record(&r, "allow", 200, "allowed", Some(&d));
+        if !self.record(&r, "allow", 200, "allowed", Some(&d)) {
+            // Fail closed: what is not recorded is not carried.
+            tracing::error!(target: "cordon::egress", "tunnel to {a} closed: the audit log cannot be written");
+            return;
+        }
         if up.write_all(&hello).await.is_err() {
             return;
         }
@@ -810,7 +814,13 @@ impl Proxy {
         let upstream_req = hyper::Request::from_parts(parts, body);
         match up.send.send_request(upstream_req).await {
             Ok(resp) => {
-                self.record(&r, "allow", resp.status().as_u16(), "allowed", Some(&d));
+                if !self.record(&r, "allow", resp.status().as_u16(), "allowed", Some(&d)) {
+                    // Fail closed: what is not recorded is not carried.
+                    return text(
+                        StatusCode::BAD_GATEWAY,
+                        "the egress audit log cannot be written; nothing is carried until it can",
+                    );
+                }
                 // Kept for this client's next request, unless upstream
                 // said it closes.
                 let closes = resp

@@ -226,6 +226,17 @@ async fn proxy_max(
     allow: Option<&[&str]>,
     max_connections: usize,
 ) -> Setup {
+    let audit = Arc::new(Audit::Memory(Mutex::new(Vec::new())));
+    proxy_with(hosts, dns, allow, max_connections, audit).await
+}
+
+async fn proxy_with(
+    hosts: &[(&str, &str)],
+    dns: Dns,
+    allow: Option<&[&str]>,
+    max_connections: usize,
+    audit: Arc<Audit>,
+) -> Setup {
     let policy = Arc::new(Policy::load_str("test-policy.yaml", POLICY).unwrap());
     let mut map = StaticHosts::default();
     for (n, ip) in hosts {
@@ -234,7 +245,6 @@ async fn proxy_max(
     let resolver = Resolver::new(map, &dns, Duration::from_secs(1)).unwrap();
     let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = l.local_addr().unwrap();
-    let audit = Arc::new(Audit::Memory(Mutex::new(Vec::new())));
     let p = Proxy::new(ProxyConfig {
         policy,
         env: Deployment {
@@ -1088,4 +1098,39 @@ async fn tunnels_count_against_the_channels_connections() {
         matches!(third, Ok(Ok(_))),
         "the third was not served once a place was free"
     );
+}
+
+#[tokio::test]
+async fn nothing_is_carried_when_the_audit_log_cannot_be_written() {
+    let up = upstream(b"secret".to_vec(), None).await;
+    let port = up.addr.port();
+    let allow = format!("ok.test:{port}");
+    // Writes to /dev/full fail (ENOSPC): every audit line is lost.
+    let full = Arc::new(Audit::open(std::path::Path::new("/dev/full")).unwrap());
+    let s = proxy_with(
+        &[("ok.test", "127.0.0.1")],
+        Dns::Off,
+        Some(&[&allow]),
+        64,
+        full,
+    )
+    .await;
+    let (status, text) = send(s.proxy, &get(&format!("http://ok.test:{port}/x"), &allow)).await;
+    assert_eq!(status, 502, "{text}");
+    assert!(text.contains("audit log"), "{text}");
+    assert!(!text.contains("secret"), "{text}");
+    let (status, rest) = tunnel(s.proxy, &allow, &client_hello(Some("ok.test"))).await;
+    assert_eq!(status, 200);
+    assert!(
+        rest.is_empty(),
+        "the tunnel carried {rest:?} without an audit line"
+    );
+    assert!(
+        up.got.lock().unwrap().iter().all(|b| *b != 22),
+        "the ClientHello reached upstream"
+    );
+    // The same requests with a log that takes lines are carried.
+    let ok = proxy(&[("ok.test", "127.0.0.1")], Dns::Off, Some(&[&allow])).await;
+    let (status, text) = send(ok.proxy, &get(&format!("http://ok.test:{port}/x"), &allow)).await;
+    assert_eq!(status, 200, "{text}");
 }
