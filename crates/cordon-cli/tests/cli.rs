@@ -759,6 +759,45 @@ fn run_kills_at_the_memory_and_wall_bounds() {
     }
 }
 
+/// A workload that fills its private `/tmp` (a tmpfs charged to the memory
+/// bound: pages that belong to no process) is the one the kernel kills,
+/// reported as the memory bound with 124 — never the sandbox's init, which
+/// ended the run as a cordon failure (125) before.
+#[test]
+fn filling_tmp_is_the_memory_bound_and_never_kills_the_init() {
+    if !can_sandbox("tmp fill") {
+        return;
+    }
+    let p = process_policy();
+    let extra = vec!["--policy", p.path().to_str().expect("utf-8")];
+    let (code, _, err) = run_at(
+        "container",
+        &extra,
+        &["dd", "if=/dev/zero", "of=/tmp/fill", "bs=1M", "count=400"],
+    );
+    assert_eq!(code, 124, "{err}");
+    assert!(err.contains("killed at the `max_memory` bound"), "{err}");
+    assert!(!err.contains("init"), "{err}");
+    // The score that puts the workload first is its own to keep: /proc is
+    // read-only to it, so it cannot hand the kernel's choice back to the
+    // init.
+    let (code, out, err) = run_at(
+        "container",
+        &extra,
+        &[
+            "sh",
+            "-c",
+            "cat /proc/self/oom_score_adj; echo 0 > /proc/self/oom_score_adj || echo refused",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        out.split_whitespace().collect::<Vec<_>>(),
+        ["1000", "refused"],
+        "{out}{err}"
+    );
+}
+
 #[test]
 fn show_default_prints_the_built_in_policy() {
     let (code, out, _) = cordon(&["policy", "show-default"]);

@@ -331,6 +331,52 @@ fn receive_master(from: &OwnedFd) -> Result<OwnedFd, String> {
     }
 }
 
+/// The limits, no_new_privs, Landlock and seccomp, in the exec's PID 1 and
+/// in its command alike (each applies them to itself).
+fn confine_exec(setup: &mut ExecSetup) {
+    let step = |setup: &ExecSetup, r: Result<(), Failure>| {
+        if let Err(f) = r {
+            refuse_exec(setup, f);
+        }
+    };
+    step(setup, rlimits_for(&setup.bounds));
+    step(
+        setup,
+        prctl::set_no_new_privs().map_err(fail("no_new_privs")),
+    );
+    let rs = setup.ruleset.take();
+    step(
+        setup,
+        rs.ok_or_else(|| fail("landlock")("no ruleset"))
+            .and_then(|rs| fs_rules::add_proc(rs).map_err(fail("landlock")))
+            .and_then(|rs| match setup.tty {
+                Some(_) => fs_rules::add_tty(rs).map_err(fail("landlock")),
+                None => Ok(rs),
+            })
+            .and_then(|rs| fs_rules::enforce(rs).map_err(fail("landlock"))),
+    );
+    for p in setup.seccomp.clone().iter() {
+        step(setup, seccompiler::apply_filter(p).map_err(fail("seccomp")));
+    }
+}
+
+/// The command (and all it forks) goes first when the sandbox's memory runs
+/// out: an OOM score adjustment of +1000 puts it ahead of every process of
+/// cordon's in the cgroup (the warm init, this exec's PID 1), whatever their
+/// sizes: a workload filling its private `/tmp` holds memory that belongs to
+/// no process, and the init's resident binary would otherwise outweigh it.
+/// Raising one's own score needs no privilege (root here may lack
+/// CAP_SYS_RESOURCE, so the init cannot be made immune instead); Landlock
+/// then grants `/proc` read-only, so the workload cannot lower it again.
+///
+/// The uid change made this process non-dumpable, which leaves its `/proc`
+/// files to the namespace's root; it turns dumpable again first (its own
+/// `execve` would do so anyway, for any program it can read).
+fn oom_first() -> Result<(), Failure> {
+    prctl::set_dumpable(true).map_err(fail("set the OOM score"))?;
+    std::fs::write("/proc/self/oom_score_adj", b"1000").map_err(fail("set the OOM score"))
+}
+
 /// Reports a setup failure to the init and the exec's own stderr (for a
 /// tty exec, its terminal once open), and ends this process.
 fn refuse_exec(setup: &ExecSetup, f: Failure) -> ! {
@@ -519,34 +565,30 @@ fn exec_init(mut setup: ExecSetup, status: OwnedFd) -> ! {
             Err(f) => refuse_exec(&setup, f),
         }
     }
-    step(&setup, rlimits_for(&setup.bounds));
-    step(
-        &setup,
-        prctl::set_no_new_privs().map_err(fail("no_new_privs")),
-    );
-    let rs = setup.ruleset.take();
-    step(
-        &setup,
-        rs.ok_or_else(|| fail("landlock")("no ruleset"))
-            .and_then(|rs| fs_rules::add_proc(rs).map_err(fail("landlock")))
-            .and_then(|rs| match setup.tty {
-                Some(_) => fs_rules::add_tty(rs).map_err(fail("landlock")),
-                None => Ok(rs),
-            })
-            .and_then(|rs| fs_rules::enforce(rs).map_err(fail("landlock"))),
-    );
-    for p in setup.seccomp.clone().iter() {
-        step(
-            &setup,
-            seccompiler::apply_filter(p).map_err(fail("seccomp")),
-        );
-    }
+    // The command is forked before either process is confined: it must
+    // raise its OOM score (`oom_first`) while it may still write its own
+    // /proc files, and Landlock grants /proc read-only. It runs nothing of the workload's
+    // until this PID 1 is confined too (the gate), so no workload code ever
+    // shares the namespace with an unconfined process.
+    let (gate_r, gate_w) = match nix::unistd::pipe2(OFlag::O_CLOEXEC) {
+        Ok(p) => p,
+        Err(e) => refuse_exec(&setup, fail("pipe")(e)),
+    };
     #[expect(unsafe_code, reason = "the command is forked by hand")]
     // SAFETY: single-threaded (forked from the single-threaded shim).
     let forked = unsafe { nix::unistd::fork() };
     match forked {
         Ok(ForkResult::Child) => {
             drop(status);
+            drop(gate_w);
+            step(&setup, oom_first());
+            confine_exec(&mut setup);
+            let mut opened = [0u8; 1];
+            if !matches!(rustix::io::read(&gate_r, &mut opened), Ok(1)) {
+                // PID 1 failed to confine itself and reported why.
+                std::process::exit(SETUP_FAILED);
+            }
+            drop(gate_r);
             if let (Some(_), Some(slave)) = (setup.tty, &setup.stdin) {
                 step(
                     &setup,
@@ -575,6 +617,15 @@ fn exec_init(mut setup: ExecSetup, status: OwnedFd) -> ! {
             )
         }
         Ok(ForkResult::Parent { child }) => {
+            drop(gate_r);
+            confine_exec(&mut setup);
+            step(
+                &setup,
+                rustix::io::write(&gate_w, &[1])
+                    .map(drop)
+                    .map_err(fail("open the command's gate")),
+            );
+            drop(gate_w);
             drop(setup);
             // Reap everything; the exec ends when the command does, and the
             // kernel kills what is left when this PID 1 exits.
