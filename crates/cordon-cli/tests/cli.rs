@@ -710,28 +710,81 @@ fn run_holds_a_denied_path_inside_a_readable_tree_at_both_rungs() {
     if !can_sandbox("run storage deny") {
         return;
     }
-    // cordon:default denies /etc/ssh/ (and /etc/shadow) inside the readable
-    // /etc/; a machine without /etc/ssh still has /etc/shadow.
-    let probe = if std::path::Path::new("/etc/ssh").is_dir() {
-        "import os; print(os.listdir('/etc/ssh'))"
-    } else {
-        "print(open('/etc/shadow').read())"
-    };
-    let (code, _, err) = run_at("container", &[], &["python3", "-c", probe]);
-    assert_ne!(code, 0, "{err}");
-    // The process rung has no masks: the denied paths are carved out of the
-    // read-only grant on /etc, and the rest of /etc stays readable.
+    if !std::path::Path::new("/etc/ssl/private").is_dir() {
+        eprintln!("SKIP run storage deny: this machine has no /etc/ssl/private");
+        return;
+    }
+    // cordon:default denies /etc/ssl/private/ inside the readable /etc/ssl/.
+    let probe = "ls /etc/ssl/private >/dev/null 2>&1 && echo private-listed; \
+                 cat /etc/ssl/openssl.cnf >/dev/null && echo ssl-ok";
+    let (code, out, err) = run_at("container", &[], &["sh", "-c", probe]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out.trim(), "ssl-ok", "{out}{err}");
+    // The process rung has no masks: the denied directory is carved out of
+    // the read-only grant on /etc/ssl, and the rest stays readable.
+    let (code, out, err) = run_at("process", &[], &["sh", "-c", probe]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out.trim(), "ssl-ok", "{out}{err}");
+}
+
+/// Under cordon:default a sandbox sees only what programs read from the
+/// host's /etc: not its listing, machine id, name or users; the container
+/// rung has its own passwd, group, hostname and hosts.
+#[test]
+fn run_shows_only_what_programs_need_of_etc() {
+    if !can_sandbox("run etc") {
+        return;
+    }
+    let probe = "ls /etc >/dev/null 2>&1 && echo etc-listed; \
+                 cat /etc/machine-id >/dev/null 2>&1 && echo machine-id; \
+                 cat /etc/fstab >/dev/null 2>&1 && echo fstab; \
+                 cat /etc/ld.so.cache >/dev/null && echo loader-ok";
+    for rung in ["container", "process"] {
+        let (code, out, err) = run_at(rung, &[], &["sh", "-c", probe]);
+        assert_eq!(code, 0, "{rung}: {err}");
+        assert_eq!(out.trim(), "loader-ok", "{rung}: {out}{err}");
+    }
+    let host_name = std::fs::read_to_string("/etc/hostname").unwrap_or_default();
     let (code, out, err) = run_at(
-        "process",
+        "container",
         &[],
         &[
             "sh",
             "-c",
-            "ls /etc/ssh >/dev/null 2>&1 && echo ssh-listed; cat /etc/shadow >/dev/null 2>&1 && echo shadow-read; cat /etc/hostname >/dev/null && echo etc-ok",
+            "id -un; id -gn; cat /etc/hostname; grep -c . /etc/passwd; date +%Z",
         ],
     );
     assert_eq!(code, 0, "{err}");
-    assert_eq!(out.trim(), "etc-ok", "{out}{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(
+        lines.get(..4),
+        Some(&["cordon", "cordon", "cordon", "3"][..]),
+        "{out}{err}"
+    );
+    let host_name = host_name.trim();
+    assert!(host_name == "cordon" || !out.contains(host_name), "{out}");
+    // The host's users stay out even where a policy grants all of /etc.
+    let whole = tempfile::Builder::new()
+        .suffix(".yaml")
+        .tempfile()
+        .expect("policy");
+    std::fs::write(whole.path(), PROCESS_POLICY).expect("write");
+    let (code, out, err) = run_at(
+        "container",
+        &["--policy", whole.path().to_str().expect("utf-8")],
+        &[
+            "sh",
+            "-c",
+            "ls /etc | grep -c . ; id -un; grep -c . /etc/passwd",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(
+        lines[0].parse::<usize>().unwrap_or(0) > 10,
+        "/etc granted whole: {out}"
+    );
+    assert_eq!(&lines[1..], ["cordon", "3"], "{out}{err}");
 }
 
 #[test]

@@ -1,7 +1,8 @@
 //! The filesystem rules the sandbox holds, and their Landlock form.
 //!
 //! [`effective`] adds what the launcher itself provides (work dir, temporary
-//! directory, the five devices, `/proc`) to the plan's rules. The same list
+//! directory, the five devices, `/proc`, the `host` image's own `/etc`
+//! files) to the plan's rules. The same list
 //! drives the container rung's mounts and both rungs' Landlock ruleset.
 
 use std::path::{Path, PathBuf};
@@ -69,6 +70,18 @@ pub(crate) fn effective(plan: &Plan) -> Vec<Rule> {
             execute: false,
             device: true,
         });
+    }
+    if plan.rung() == Rung::Container && plan.image_root().is_none() {
+        // The `host` image's own /etc files (see `rootfs::SYNTHESIZED`).
+        for f in super::rootfs::SYNTHESIZED {
+            rules.push(Rule {
+                path: PathBuf::from(f),
+                read: true,
+                write: false,
+                execute: false,
+                device: false,
+            });
+        }
     }
     rules.push(Rule {
         path: PathBuf::from("/proc"),

@@ -30,7 +30,22 @@ use super::fs_rules::{Rule, DEVICES};
 use crate::plan::Plan;
 
 /// The built-in `host` image: the host's system directories, read-only.
+/// `/etc` is not bound whole (unless a rule grants all of it): the sandbox
+/// gets a directory of its own there, holding only the entries the rules
+/// grant, the host's top-level links whose targets the rules let it read,
+/// and the files in [`SYNTHESIZED`].
 pub(crate) const HOST_IMAGE: &[&str] = &["/usr", "/lib", "/lib64", "/bin", "/sbin", "/etc"];
+
+/// The `host` image's `/etc`.
+const HOST_ETC: &str = "/etc";
+
+/// Files of `/etc` the `host` image always gets as the sandbox's own
+/// (never the host's): its user, its name, its loopback.
+pub(crate) const SYNTHESIZED: &[&str] =
+    &["/etc/passwd", "/etc/group", "/etc/hostname", "/etc/hosts"];
+
+/// The sandbox's own host name.
+pub(crate) const HOSTNAME: &str = "cordon";
 
 /// Secrets the `host` image never shows, whatever the plan says (they are
 /// also protected by file modes; this is the second layer).
@@ -172,8 +187,13 @@ fn host_image_sources(
     symlinks: &mut Vec<(PathBuf, PathBuf)>,
     binds: &mut Vec<Bind>,
 ) -> Result<(), RootfsError> {
+    let etc_whole = rules.iter().any(|r| r.path == Path::new(HOST_ETC));
     for dir in HOST_IMAGE {
         let path = Path::new(dir);
+        if path == Path::new(HOST_ETC) && !etc_whole {
+            etc_links(rules, symlinks)?;
+            continue;
+        }
         match fs::symlink_metadata(path) {
             Ok(m) if m.file_type().is_symlink() => {
                 let to = fs::read_link(path).map_err(ioerr("readlink", path))?;
@@ -193,7 +213,13 @@ fn host_image_sources(
             _ => {}
         }
     }
-    let in_image = |p: &Path| HOST_IMAGE.iter().any(|d| p.starts_with(d));
+    // What lies beneath the image's directories comes with them; beneath
+    // `/etc`, only when all of it is granted.
+    let in_image = |p: &Path| {
+        HOST_IMAGE
+            .iter()
+            .any(|d| p.starts_with(d) && (*d != HOST_ETC || etc_whole))
+    };
     let work = plan.work_dir();
     let mut plan_binds: Vec<&Rule> = rules
         .iter()
@@ -201,6 +227,7 @@ fn host_image_sources(
         .filter(|r| r.read || r.write || r.execute)
         .filter(|r| !in_image(&r.path) || r.write)
         .filter(|r| !HOST_IMAGE.iter().any(|d| r.path == Path::new(d)))
+        .filter(|r| !SYNTHESIZED.iter().any(|f| r.path == Path::new(f)))
         // The work dir and what lies beneath it come from its source.
         .filter(|r| !r.path.starts_with(work))
         .collect();
@@ -215,6 +242,100 @@ fn host_image_sources(
             });
         }
     }
+    Ok(())
+}
+
+/// The host's top-level `/etc` links worth having (`localtime`,
+/// `os-release`, `mtab`, …): those whose target, resolved on the host, the
+/// rules let the workload read. A link grants nothing (the target is
+/// checked when it is opened); the others would only show names.
+fn etc_links(rules: &[Rule], symlinks: &mut Vec<(PathBuf, PathBuf)>) -> Result<(), RootfsError> {
+    let etc = Path::new(HOST_ETC);
+    let entries = match fs::read_dir(etc) {
+        Ok(e) => e,
+        Err(_) => return Ok(()),
+    };
+    let mut found = Vec::new();
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if !entry.file_type().is_ok_and(|t| t.is_symlink()) {
+            continue;
+        }
+        let readable = fs::canonicalize(&path).is_ok_and(|target| {
+            rules
+                .iter()
+                .any(|r| r.read && !r.device && target.starts_with(&r.path))
+        });
+        if readable {
+            let to = fs::read_link(&path).map_err(ioerr("readlink", &path))?;
+            found.push((path, to));
+        }
+    }
+    found.sort();
+    symlinks.extend(found);
+    Ok(())
+}
+
+/// The `host` image's own `/etc` files: written to the new root's tmpfs
+/// and bound over `/etc/NAME` read-only (over the host's, where a rule
+/// bound all of `/etc`).
+fn synthesized_etc(plan: &Plan, build: &Path, etc_whole: bool) -> Result<(), RootfsError> {
+    let ids = plan.ids();
+    let home = plan.work_dir().display();
+    let (uid, gid) = (ids.uid, ids.gid);
+    let contents = |name: &str| -> String {
+        match name {
+            "/etc/passwd" => format!(
+                "root:x:0:0:root:/root:/usr/sbin/nologin\n\
+                 {HOSTNAME}:x:{uid}:{gid}:cordon sandbox:{home}:/bin/sh\n\
+                 nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
+            ),
+            "/etc/group" => format!("root:x:0:\n{HOSTNAME}:x:{gid}:\nnogroup:x:65534:\n"),
+            "/etc/hostname" => format!("{HOSTNAME}\n"),
+            _ => format!(
+                "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t{HOSTNAME}\n"
+            ),
+        }
+    };
+    if !etc_whole {
+        // /etc is the root tmpfs's own directory: the files go there.
+        for name in SYNTHESIZED {
+            let at = inside(Path::new(name));
+            fs::write(&at, contents(name)).map_err(ioerr("create", &at))?;
+            fs::set_permissions(&at, fs::Permissions::from_mode(0o644))
+                .map_err(ioerr("chmod", &at))?;
+        }
+        return Ok(());
+    }
+    // The host's /etc is bound whole: each file is bound over the host's
+    // from a staging directory on the root tmpfs (kept: the root cannot be
+    // made read-only with unlinked files still in use; mode 0 to all but
+    // the bind).
+    let staging = build.join(".cordon-etc");
+    mkdir_p(&staging)?;
+    for name in SYNTHESIZED {
+        let path = Path::new(name);
+        let at = inside(path);
+        if !at.is_file() {
+            continue; // nowhere to put it in a read-only host /etc
+        }
+        let src = staging.join(path.file_name().unwrap_or_default());
+        fs::write(&src, contents(name)).map_err(ioerr("create", &src))?;
+        fs::set_permissions(&src, fs::Permissions::from_mode(0o644))
+            .map_err(ioerr("chmod", &src))?;
+        let fd = open_path(&src).ok_or_else(|| RootfsError {
+            step: "open",
+            path: src.clone(),
+            source: std::io::Error::last_os_error(),
+        })?;
+        bind(
+            &fd,
+            &at,
+            MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+        )?;
+    }
+    fs::set_permissions(&staging, fs::Permissions::from_mode(0o000))
+        .map_err(ioerr("chmod", &staging))?;
     Ok(())
 }
 
@@ -504,6 +625,9 @@ pub(crate) fn enter(plan: &Plan, rules: &[Rule], terminals: bool) -> Result<(), 
     )?;
     for (path, to) in &symlinks {
         let at = inside(path);
+        if let Some(parent) = at.parent() {
+            mkdir_p(parent)?;
+        }
         std::os::unix::fs::symlink(to, &at).map_err(ioerr("symlink", &at))?;
     }
     // /tmp first: the work dir may live under the host's /tmp.
@@ -525,6 +649,11 @@ pub(crate) fn enter(plan: &Plan, rules: &[Rule], terminals: bool) -> Result<(), 
             at
         };
         bind(&b.src, &at, b.flags)?;
+    }
+    if image.is_none() {
+        mkdir_p(&inside(Path::new(HOST_ETC)))?;
+        let etc_whole = rules.iter().any(|r| r.path == Path::new(HOST_ETC));
+        synthesized_etc(plan, build, etc_whole)?;
     }
     // A minimal /dev: five devices bound from the host, nothing else.
     let dev = inside(Path::new("/dev"));
