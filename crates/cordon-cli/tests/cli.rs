@@ -851,6 +851,30 @@ fn filling_tmp_is_the_memory_bound_and_never_kills_the_init() {
     );
 }
 
+/// A spec whose work dir lies in a tree programs run from is refused up
+/// front, saying why, rather than started with every program of the tree
+/// refused `EACCES` (or, before, with the work dir executable).
+#[test]
+fn run_refuses_a_work_dir_inside_an_executable_tree() {
+    if !can_sandbox("run work dir in /usr") {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("dir");
+    let spec = dir.path().join("spec.yaml");
+    std::fs::write(&spec, "kind: run\nimage: host\nwork_dir: /usr/local/bin\n").expect("spec");
+    let (code, _, err) = run_at(
+        "container",
+        &["--spec", spec.to_str().expect("utf-8")],
+        &["/bin/true"],
+    );
+    assert_eq!(code, 125, "{err}");
+    assert!(
+        err.contains("the work dir `/usr/local/bin` lies beneath `/usr`"),
+        "{err}"
+    );
+    assert!(err.contains("help: put the work dir outside"), "{err}");
+}
+
 #[test]
 fn show_default_prints_the_built_in_policy() {
     let (code, out, _) = cordon(&["policy", "show-default"]);

@@ -45,22 +45,22 @@ impl Translation<'_> {
 
     /// A rule for the storage grant `g` when it has one path the kernel can
     /// hold (else a note), and execute where `exec_allow` covers it too.
-    pub(super) fn allow(&mut self, g: &Grant, exec_allow: &[Grant]) {
+    pub(super) fn allow(&mut self, g: &Grant, exec_allow: &[Grant]) -> Result<(), Unholdable> {
         let Some((path, _dir)) = one_path(&g.paths) else {
             self.notes.push(format!(
                 "{} grants `{}` only as the policy states it: the kernel holds no rule for it (narrower)",
                 self.rules_of(g),
                 g.paths.show("path")
             ));
-            return;
+            return Ok(());
         };
         if !self.view().exists(&path) {
-            return;
+            return Ok(());
         }
         let path = self.real(&path);
         if reserved(&path) || self.inside_launcher(&path) {
             // Provided by the launcher.
-            return;
+            return Ok(());
         }
         self.fs.push(PathRule {
             path,
@@ -69,41 +69,50 @@ impl Translation<'_> {
             execute: false,
         });
         if !g.rights.contains(Rights::EXECUTE) {
-            return;
+            return Ok(());
         }
         for e in exec_allow {
-            self.allow_execute(g, e);
+            self.allow_execute(g, e)?;
         }
+        Ok(())
     }
 
     /// Execute where the storage grant `g` (which has execute) and the
     /// compute grant `e` meet, when that is one path the kernel can hold.
-    fn allow_execute(&mut self, g: &Grant, e: &Grant) {
+    ///
+    /// A tree that would be executable and holds the work dir or the
+    /// temporary directory refuses the workload: nothing beneath those is
+    /// ever executable (the workload writes there), and holding the rest of
+    /// the tree without them would leave every program in it unrunnable
+    /// with nothing but `EACCES` to say why.
+    fn allow_execute(&mut self, g: &Grant, e: &Grant) -> Result<(), Unholdable> {
         let Some(both) = g.paths.intersect(&e.paths) else {
-            return;
+            return Ok(());
         };
         let Some((x, _)) = one_path(&both) else {
             self.notes.push(format!(
                 "execute on `{}` is not held (narrower)",
                 both.show("path")
             ));
-            return;
+            return Ok(());
         };
         if !self.view().exists(&x) {
-            return;
+            return Ok(());
         }
         let x = self.real(&x);
         if reserved(&x) || self.inside_launcher(&x) {
-            return;
+            return Ok(());
         }
         // INVARIANT: nothing beneath the work dir or the temporary
         // directory is ever executable.
-        if self.holds_launcher(&x) {
-            self.notes.push(format!(
-                "execute on `{}` is not held: it holds the work dir or the temporary directory (narrower)",
-                x.display()
-            ));
-            return;
+        if let Some((dir, what)) = self.launcher.iter().find(|(d, _)| d.starts_with(&x)) {
+            return Err(refuse(format!(
+                "the {what} `{}` lies beneath `{}`, where {} and {} let programs run; the workload writes in its {what}, which is never executable, so cordon cannot hold that grant around it\nhelp: put the {what} outside the trees programs run from (a spec's `work_dir` defaults to `/workspace`)",
+                dir.display(),
+                x.display(),
+                self.rules_of(g),
+                self.rules_of(e),
+            )));
         }
         self.fs.push(PathRule {
             path: x,
@@ -111,5 +120,6 @@ impl Translation<'_> {
             write: false,
             execute: true,
         });
+        Ok(())
     }
 }

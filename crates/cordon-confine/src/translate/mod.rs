@@ -15,7 +15,9 @@
 //!   and `/dev` are provided by the launcher and not granted from here.
 //! - **execute**: only where a storage grant has execute *and* an
 //!   `exec_allow` grant covers it ([`PathSet::intersect`]); never on the
-//!   work dir or the temporary directory.
+//!   work dir or the temporary directory, and a tree that would be
+//!   executable and holds either refuses the workload (the container
+//!   rung also mounts the work dir `noexec`).
 //! - **the launcher's own trees**: the launcher always gives the work dir
 //!   and the temporary directory read-write. A policy that grants less
 //!   there (one `Prefix` atom that every path beneath the tree begins
@@ -140,7 +142,7 @@ pub fn translate(
     let mut t = Translation::new(policy, target);
     t.check_launcher_trees(plan)?;
     for g in &plan.storage_allow {
-        t.allow(g, &plan.exec_allow);
+        t.allow(g, &plan.exec_allow)?;
     }
     for d in &plan.storage_deny {
         t.deny_storage(d)?;

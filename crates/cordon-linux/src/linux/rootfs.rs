@@ -430,7 +430,10 @@ fn work_dir_binds(plan: &Plan, rules: &[Rule]) -> Result<Vec<Bind>, RootfsError>
         target: work.to_path_buf(),
         src,
         is_dir,
-        flags: flags_for(false, exec_granted(rules, work)),
+        // Never executable, whatever tree it lies in: the workload writes
+        // here (the translator refuses an executable tree around it; this
+        // is the second layer).
+        flags: flags_for(false, false),
     }];
     let mut beneath: Vec<&Rule> = rules
         .iter()
@@ -451,7 +454,7 @@ fn work_dir_binds(plan: &Plan, rules: &[Rule]) -> Result<Vec<Bind>, RootfsError>
                 target: r.path.clone(),
                 src,
                 is_dir: meta.is_dir(),
-                flags: flags_for(!r.write, exec_granted(rules, &r.path)),
+                flags: flags_for(!r.write, false),
             });
         }
     }

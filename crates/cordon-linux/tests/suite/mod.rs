@@ -8,6 +8,7 @@ mod proxy;
 mod pty;
 mod refusal;
 mod warm;
+mod workdir;
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::{chown, PermissionsExt};
