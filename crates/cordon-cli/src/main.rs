@@ -94,8 +94,9 @@ pub fn registry() -> cordon_sandbox::Registry {
 }
 
 /// `CORDON_LOG=error|warn|info|debug|trace` writes cordon's own events to
-/// stderr (a keeper's go to its log in the state directory). Unset: only
-/// what a command prints itself.
+/// stderr (a keeper's go to its log in the state directory); at `debug`,
+/// how long each phase of `cordon run` took. Unset: only what a command
+/// prints itself.
 fn init_logging() {
     let Some(level) = std::env::var_os("CORDON_LOG") else {
         return;
@@ -116,6 +117,8 @@ fn init_logging() {
     };
     let _ = tracing_subscriber::fmt()
         .with_max_level(level)
+        // A span's close line carries its time: `cordon run`'s phases.
+        .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE)
         .with_writer(std::io::stderr)
         .with_ansi(false)
         .try_init();

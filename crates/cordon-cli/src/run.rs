@@ -134,7 +134,13 @@ pub(crate) fn identity(args: &[String]) -> Result<Identity, String> {
 }
 
 pub fn run(args: RunArgs) -> ExitCode {
-    let p = match prepare(&args.sel, None) {
+    // Each phase is a span: `CORDON_LOG=debug` prints how long each took.
+    let phase = |name: &'static str| tracing::debug_span!("phase", name).entered();
+    let prepared = {
+        let _p = phase("prepare");
+        prepare(&args.sel, None)
+    };
+    let p = match prepared {
         Ok(p) => p,
         Err(code) => return code,
     };
@@ -153,7 +159,11 @@ pub fn run(args: RunArgs) -> ExitCode {
         || "run".to_string(),
         move || id.clone(),
     );
-    let sandbox = match router.acquire(&caller, &spec) {
+    let acquired = {
+        let _p = phase("acquire");
+        router.acquire(&caller, &spec)
+    };
+    let sandbox = match acquired {
         Ok(s) => s,
         Err(e) => return fail(e),
     };
@@ -165,9 +175,15 @@ pub fn run(args: RunArgs) -> ExitCode {
         timeout: Duration::from_secs(limits.max_wall_seconds),
         max_output_bytes: MAX_OUTPUT_BYTES.min(limits.max_response_bytes),
     };
-    let result = exec_attached(&*sandbox, &req, false);
-    drop(sandbox);
-    let _ = router.dispose(&caller);
+    let result = {
+        let _p = phase("exec");
+        exec_attached(&*sandbox, &req, false)
+    };
+    {
+        let _p = phase("dispose");
+        drop(sandbox);
+        let _ = router.dispose(&caller);
+    }
     match result {
         Ok(out) => exit_for(&out, req.max_output_bytes),
         Err(e) => fail(e),

@@ -110,6 +110,7 @@ impl HostError {
 impl Host {
     /// Loads the policy (once) and assembles the host with it.
     pub fn assemble(setup: &HostSetup, registry: &Registry) -> Result<Host, HostError> {
+        let loading = tracing::debug_span!("phase", name = "load policy").entered();
         let policy = match &setup.policy_file {
             Some(p) => Policy::load_file(p),
             None => Policy::load_default(),
@@ -117,6 +118,7 @@ impl Host {
         .map_err(|d| HostError::Policy {
             diagnostics: d.render(),
         })?;
+        drop(loading);
         Host::assemble_with(setup, registry, Arc::new(policy))
     }
 
@@ -157,6 +159,8 @@ impl Host {
                 why_not.push(format!("`{name}` ({iso}) is not built in this version"));
                 continue;
             }
+            let _probe =
+                tracing::debug_span!("phase", name = "probe and build", backend = name).entered();
             let p = (reg.probe)(&setup.backends);
             if !p.runnable {
                 why_not.push(format!("`{name}` cannot run here: {}", p.found.join("; ")));
