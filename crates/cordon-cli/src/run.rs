@@ -447,6 +447,41 @@ pub const EGRESS_AUDIT: &str = "egress-audit.jsonl";
 /// What every backend of this process is built from: this binary as the
 /// sandbox init and as the egress proxy, the operator's work dir (or fresh ones under the
 /// temporary directory).
+/// The sandbox init: `cordon-init` beside this binary when it is there and
+/// as trustworthy as this binary (a regular file, owned by root or by this
+/// binary's owner, writable by nobody else), else this binary's own
+/// `__sandbox-init`. Either way the init refuses to run unless it was built
+/// from the same sources (`--cordon-build`).
+pub fn init_command(exe: &std::path::Path) -> SelfCommand {
+    use std::os::unix::fs::MetadataExt;
+    let own = |p: &std::path::Path| {
+        std::fs::symlink_metadata(p)
+            .ok()
+            .filter(|m| m.file_type().is_file())
+    };
+    let sibling = exe.with_file_name("cordon-init");
+    let trusted = match (own(exe), own(&sibling)) {
+        (Some(me), Some(it)) => {
+            (it.uid() == 0 || it.uid() == me.uid())
+                && it.mode() & 0o022 == 0
+                && it.mode() & 0o111 != 0
+        }
+        _ => false,
+    };
+    if trusted {
+        tracing::debug!(target: "cordon::run", init = %sibling.display(), "the sandbox init");
+        SelfCommand {
+            path: sibling,
+            args: Vec::new(),
+        }
+    } else {
+        SelfCommand {
+            path: exe.to_path_buf(),
+            args: vec![crate::INIT_ARG.to_string()],
+        }
+    }
+}
+
 pub fn backend_setup(
     deployment: String,
     work_dir: Option<PathBuf>,
@@ -455,10 +490,7 @@ pub fn backend_setup(
         .map_err(|e| format!("cannot find the cordon binary to use as the sandbox init: {e}"))?;
     Ok(BackendSetup {
         deployment,
-        init: Some(SelfCommand {
-            path: exe.clone(),
-            args: vec![crate::INIT_ARG.to_string()],
-        }),
+        init: Some(init_command(&exe)),
         work_dir,
         scratch: std::env::temp_dir(),
         // The egress proxy: this binary too, as a confined process of its own.

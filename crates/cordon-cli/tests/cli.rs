@@ -882,3 +882,54 @@ fn show_default_prints_the_built_in_policy() {
     assert!(out.starts_with("# cordon:default"), "{out}");
     assert!(out.contains("/etc/shadow"), "{out}");
 }
+
+/// `cordon` starts sandboxes with the `cordon-init` beside it only when that
+/// file is as trustworthy as itself: one anybody may write is ignored (the
+/// run goes on with `cordon`'s own init).
+#[test]
+fn run_uses_the_init_beside_it_only_when_nobody_else_can_write_it() {
+    use std::os::unix::fs::PermissionsExt;
+    if !can_sandbox("run sibling init") {
+        return;
+    }
+    for (mode, used) in [(0o755, true), (0o777, false)] {
+        let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("dir");
+        let cordon = dir.path().join("cordon");
+        if std::fs::hard_link(env!("CARGO_BIN_EXE_cordon"), &cordon).is_err() {
+            std::fs::copy(env!("CARGO_BIN_EXE_cordon"), &cordon).expect("copy cordon");
+        }
+        let canary = dir.path().join("init-ran");
+        let init = dir.path().join("cordon-init");
+        std::fs::write(
+            &init,
+            format!(
+                "#!/bin/sh\ntouch {}\nexec {} \"$@\"\n",
+                canary.display(),
+                env!("CARGO_BIN_EXE_cordon-init")
+            ),
+        )
+        .expect("write init");
+        std::fs::set_permissions(&init, std::fs::Permissions::from_mode(mode)).expect("chmod");
+        let out = Command::new(&cordon)
+            .args([
+                "run",
+                "--min-isolation",
+                "container",
+                "--",
+                "/bin/echo",
+                "ran",
+            ])
+            .env_remove("CORDON_MIN_ISOLATION")
+            .output()
+            .expect("run cordon");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{mode:o}: {err}");
+        assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "ran", "{err}");
+        assert_eq!(
+            canary.exists(),
+            used,
+            "{mode:o}: sibling init used: {}",
+            canary.exists()
+        );
+    }
+}

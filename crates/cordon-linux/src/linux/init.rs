@@ -40,6 +40,13 @@ pub(crate) const ARG_CONTROL_FD: &str = "--cordon-control-fd=";
 /// One-shot container runs with a proxy port: the socket stage 1 hands the
 /// proxy listener to the owner on (see [`super::proxy`]).
 pub(crate) const ARG_HANDOVER_FD: &str = "--cordon-handover-fd=";
+/// The launcher's build of the init protocol ([`INIT_BUILD`]); an init
+/// program built from other sources refuses to run.
+pub(crate) const ARG_BUILD: &str = "--cordon-build=";
+
+/// This build of the init protocol: the crate's version and a hash of its
+/// sources (see `build.rs`).
+pub const INIT_BUILD: &str = concat!(env!("CARGO_PKG_VERSION"), "-", env!("CORDON_LINUX_BUILD"));
 
 struct Args {
     plan_fd: RawFd,
@@ -47,6 +54,7 @@ struct Args {
     control_fd: Option<RawFd>,
     handover_fd: Option<RawFd>,
     stage: String,
+    build: Option<String>,
     /// Everything else (e.g. the host binary's hidden subcommand), kept so
     /// stage 1 can start stage 2 the same way it was started.
     prefix: Vec<std::ffi::OsString>,
@@ -58,6 +66,7 @@ fn parse_args() -> Option<Args> {
     let mut stage = None;
     let mut control_fd = None;
     let mut handover_fd = None;
+    let mut build = None;
     let mut prefix = Vec::new();
     for arg in std::env::args_os().skip(1) {
         let s = arg.to_string_lossy();
@@ -71,6 +80,8 @@ fn parse_args() -> Option<Args> {
             handover_fd = Some(v.parse().ok()?);
         } else if let Some(v) = s.strip_prefix(ARG_STAGE) {
             stage = Some(v.to_string());
+        } else if let Some(v) = s.strip_prefix(ARG_BUILD) {
+            build = Some(v.to_string());
         } else {
             prefix.push(arg);
         }
@@ -81,6 +92,7 @@ fn parse_args() -> Option<Args> {
         control_fd,
         handover_fd,
         stage: stage?,
+        build,
         prefix,
     })
 }
@@ -153,6 +165,14 @@ pub fn init_main() -> ! {
     let mut report = files.remove(1);
     let mut plan_in = BufReader::new(files.remove(0));
     let result = match proto::recv::<Control>(&mut plan_in) {
+        _ if args.build.as_deref() != Some(INIT_BUILD) => Err(Failure {
+            step: "init program",
+            error: format!(
+                "`{}` is built from other sources than this cordon (its build {INIT_BUILD}, the launcher's {}); install cordon and cordon-init together (`cargo install` installs both)",
+                std::env::current_exe().unwrap_or_default().display(),
+                args.build.as_deref().unwrap_or("not given"),
+            ),
+        }),
         Ok(Some(Control::Plan(_))) if handover.is_some() && args.stage != "1" => Err(Failure {
             step: "arguments",
             error: format!("a handover socket is for stage 1, not `{}`", args.stage),
@@ -331,6 +351,7 @@ fn stage1(
         .args(prefix)
         .arg(format!("{ARG_PLAN_FD}{}", from_stage1.as_raw_fd()))
         .arg(format!("{ARG_REPORT_FD}{}", report.as_raw_fd()))
+        .arg(format!("{ARG_BUILD}{INIT_BUILD}"))
         .env_clear();
     match &control {
         Some(control) => {

@@ -14,7 +14,10 @@ use std::time::{Duration, Instant};
 use nix::fcntl::{fcntl, FcntlArg, FdFlag, OFlag};
 
 use super::cgroup::{Cgroup, CgroupManager, CgroupRoot};
-use super::init::{self, ARG_HANDOVER_FD, ARG_PLAN_FD, ARG_REPORT_FD, ARG_STAGE, SETUP_FAILED};
+use super::init::{
+    self, ARG_BUILD, ARG_HANDOVER_FD, ARG_PLAN_FD, ARG_REPORT_FD, ARG_STAGE, INIT_BUILD,
+    SETUP_FAILED,
+};
 use super::proto::{self, Control, Report};
 use crate::outcome::{Bound, Outcome, Termination};
 use crate::plan::{Plan, Rung};
@@ -342,6 +345,7 @@ fn spawn_init(
         }
         let spawned = cmd
             .arg(format!("{ARG_STAGE}{stage}"))
+            .arg(format!("{ARG_BUILD}{INIT_BUILD}"))
             .env_clear()
             .stdin(stdio.stdin)
             .stdout(stdio.stdout)

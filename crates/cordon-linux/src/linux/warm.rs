@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use nix::fcntl::{fcntl, FcntlArg, FdFlag, OFlag};
 
 use super::cgroup::{self, Cgroup, CgroupManager, CgroupRoot};
-use super::init::{ARG_CONTROL_FD, ARG_PLAN_FD, ARG_REPORT_FD, ARG_STAGE};
+use super::init::{ARG_BUILD, ARG_CONTROL_FD, ARG_PLAN_FD, ARG_REPORT_FD, ARG_STAGE, INIT_BUILD};
 use super::launch::{reader, recv_report, InitProgram, LaunchError};
 use super::proto::{self, Control, Report, WarmEvent, WarmRequest};
 use super::pty::TtySize;
@@ -241,6 +241,7 @@ impl WarmSandbox {
                 .arg(format!("{ARG_REPORT_FD}{}", report_w.as_raw_fd()))
                 .arg(format!("{ARG_CONTROL_FD}{}", theirs.as_raw_fd()))
                 .arg(format!("{ARG_STAGE}warm1"))
+                .arg(format!("{ARG_BUILD}{INIT_BUILD}"))
                 .env_clear()
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())

@@ -124,3 +124,43 @@ fn a_deny_inside_an_allowed_tree_is_refused_at_the_process_rung() {
     case.spec.mask_paths = vec!["/etc/ssh".into()];
     assert!(Plan::new(case.spec.clone()).is_err());
 }
+
+/// An init program built from other sources (here: one that reports a
+/// stale build) refuses before it does anything, naming the fix; the
+/// workload never runs.
+#[test]
+fn an_init_from_another_build_refuses() {
+    use std::os::unix::fs::PermissionsExt;
+    let Some(_) = enforcer_for(Rung::Container, "stale init") else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("dir");
+    let stale = dir.path().join("stale-init");
+    std::fs::write(
+        &stale,
+        format!(
+            "#!/bin/sh\nexec {} \"$@\" --cordon-build=0.0.0-stale\n",
+            env!("CARGO_BIN_EXE_cordon-linux-init")
+        ),
+    )
+    .expect("write");
+    std::fs::set_permissions(&stale, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let enforcer = LinuxEnforcer::new(InitProgram::new(&stale));
+    for rung in [Rung::Container, Rung::Process] {
+        let case = shell(rung, "echo ran > marker");
+        let plan = Plan::new(case.spec.clone()).expect("plan");
+        let err = match enforcer.confine(&plan, SandboxStdio::piped()) {
+            Ok(r) => match r.wait() {
+                Ok(o) => panic!("{rung}: the stale init ran the workload: {o:?}"),
+                Err(e) => e.to_string(),
+            },
+            Err(e) => e.to_string(),
+        };
+        assert!(err.contains("built from other sources"), "{rung}: {err}");
+        assert!(err.contains("0.0.0-stale"), "{rung}: {err}");
+        assert!(
+            !case.work_dir().join("marker").exists(),
+            "{rung}: the workload ran"
+        );
+    }
+}
