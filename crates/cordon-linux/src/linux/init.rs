@@ -436,6 +436,15 @@ fn process(plan: &Plan, plan_in: &mut BufReader<File>, report: &mut File) -> Res
     // RLIMIT_NPROC after the run.
     prctl::set_child_subreaper(true).map_err(fail("PR_SET_CHILD_SUBREAPER"))?;
     nix::unistd::setsid().map_err(fail("setsid"))?;
+    // While still host root: System V IPC and the network of its own, so
+    // the workload neither reaches the host's (or another sandbox's)
+    // segments, queues and semaphores nor leaves any behind (the namespace
+    // and all it holds go with its last process), and the host's
+    // `/proc/net` tables (listening ports, socket paths) are not the ones
+    // it reads. The network has no route either way (seccomp refuses
+    // sockets here).
+    unshare(CloneFlags::CLONE_NEWIPC | CloneFlags::CLONE_NEWNET)
+        .map_err(fail("unshare ipc and net namespaces"))?;
     nix::unistd::setgroups(&[]).map_err(fail("setgroups"))?;
     let ids = plan.ids();
     drop_privileges(ids.host_uid, ids.host_gid)?;
