@@ -527,6 +527,7 @@ impl Sandbox for LocalSandbox {
         serde_json::to_value(register::Residue {
             cgroups: self.cgroup_dirs(),
             dirs,
+            uid: Some(self.host_id()),
         })
         .unwrap_or_default()
     }
