@@ -2,6 +2,8 @@
 //! IPC (segments, queues, semaphores) and the `/proc/net` tables. Both
 //! rungs have namespaces of their own for these.
 
+use cordon_linux::Rung;
+
 use super::*;
 use crate::both;
 
@@ -103,7 +105,9 @@ both!(host_sockets_are_not_in_proc_net, |rung| {
     let _unix = std::os::unix::net::UnixListener::bind(dir.path().join(&name)).expect("bind");
     let case = shell(
         rung,
-        "cat /proc/net/tcp; echo ===; cat /proc/net/unix; echo ===; cat /proc/self/net/tcp",
+        "cat /proc/net/tcp; echo ===; cat /proc/net/unix; echo ===; cat /proc/self/net/tcp; \
+         echo ===; cat /proc/1/net/tcp /proc/1/net/unix 2>&1; \
+         for p in /proc/[0-9]*; do cat $p/net/tcp 2>/dev/null; done",
     );
     let run = case.run(&enforcer);
     assert_eq!(
@@ -123,3 +127,43 @@ both!(host_sockets_are_not_in_proc_net, |rung| {
         "the host's unix socket `{name}` is visible: {run:?}"
     );
 });
+
+// At the process rung (the host's pid namespace), the host's processes are
+// not listed in the workload's `/proc`: not the host's init (whose
+// `mountinfo` and `net/` are the host's), not a process of another uid.
+// Its own processes are.
+#[test]
+fn the_process_rung_lists_only_its_own_uids_processes() {
+    let Some(enforcer) = enforcer_for(Rung::Process, "/proc/1") else {
+        return;
+    };
+    let case = shell(
+        Rung::Process,
+        "ls -d /proc/1 2>&1; cat /proc/1/mountinfo 2>&1 | head -1; \
+         echo self=$(readlink /proc/self); ls -d /proc/[0-9]* | wc -l",
+    );
+    let run = case.run(&enforcer);
+    assert_eq!(
+        run.outcome.termination,
+        cordon_linux::Termination::Exited(0),
+        "{run:?}"
+    );
+    assert!(
+        run.stdout.contains("/proc/1': No such file"),
+        "the host's init is listed: {run:?}"
+    );
+    assert!(
+        !run.stdout.contains(" / / "),
+        "the host's init's mountinfo was read: {run:?}"
+    );
+    let listed: usize = run
+        .stdout
+        .lines()
+        .last()
+        .and_then(|l| l.trim().parse().ok())
+        .unwrap_or(usize::MAX);
+    assert!(
+        run.stdout.contains("self=") && listed < 10,
+        "more than the workload's own processes are listed ({listed}): {run:?}"
+    );
+}
