@@ -271,6 +271,11 @@ fn reclaim(residue: &serde_json::Value) -> Vec<String> {
     if let Err(e) = cordon_linux::reclaim_cgroups(&r.cgroups) {
         failures.push(format!("cgroups: {e}"));
     }
+    // `vet` passed it as a sandbox uid: what it owns in the host's System V
+    // IPC goes (see `LocalSandbox::dispose`).
+    if let Some(uid) = r.uid {
+        failures.extend(cordon_linux::remove_sysv_ipc_of(uid).1);
+    }
     for d in &r.dirs {
         if let Err(e) = std::fs::remove_dir_all(d) {
             if e.kind() != std::io::ErrorKind::NotFound {
