@@ -225,7 +225,7 @@ fn vet_cgroup(c: &Path, keeper: u32) -> Result<(), String> {
         }
     }
     match rustix::fs::statfs(c) {
-        Ok(fs) if [CGROUP_SUPER_MAGIC, CGROUP2_SUPER_MAGIC].contains(&(fs.f_type as i64)) => Ok(()),
+        Ok(fs) if [CGROUP_SUPER_MAGIC, CGROUP2_SUPER_MAGIC].contains(&fs.f_type) => Ok(()),
         Ok(_) => Err(format!("`{}` is not on a cgroup filesystem", c.display())),
         Err(rustix::io::Errno::NOENT) => Ok(()),
         Err(e) => Err(format!("`{}`: {e}", c.display())),
