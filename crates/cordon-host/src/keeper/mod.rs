@@ -678,3 +678,52 @@ pub fn dispose_scope(
     }
     Ok(n)
 }
+
+#[cfg(test)]
+mod keeper_check_tests {
+    use super::*;
+
+    fn id_of(child: &std::process::Child) -> ProcessId {
+        let pid = child.id();
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+        let rest = &stat[stat.rfind(')').unwrap() + 2..];
+        ProcessId {
+            pid,
+            start: rest.split_whitespace().nth(19).unwrap().parse().unwrap(),
+        }
+    }
+
+    #[test]
+    fn only_the_keeper_of_that_very_handle_passes() {
+        let mut other = Command::new("/bin/sleep").arg("30").spawn().unwrap();
+        // A process whose command line reads like a keeper of `h-1`.
+        let mut marked = Command::new("/bin/sh")
+            .args(["-c", "sleep 30; :", KEEPER_ARG, "--handle=h-1"])
+            .spawn()
+            .unwrap();
+        // Once both have exec'd.
+        for c in [&other, &marked] {
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while !std::fs::read(format!("/proc/{}/cmdline", c.id()))
+                .unwrap_or_default()
+                .starts_with(b"/bin/s")
+            {
+                assert!(Instant::now() < deadline, "never exec'd");
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+        let e = check_keeper(&id_of(&other), "h-1").unwrap_err();
+        assert!(e.contains("is not the keeper of `h-1`"), "{e}");
+        assert_eq!(check_keeper(&id_of(&marked), "h-1"), Ok(()));
+        let e = check_keeper(&id_of(&marked), "h-2").unwrap_err();
+        assert!(e.contains("is not the keeper of `h-2`"), "{e}");
+        // The same pid with another start time is not that process.
+        let mut stale = id_of(&marked);
+        stale.start += 1;
+        assert!(check_keeper(&stale, "h-1").is_err());
+        for c in [&mut other, &mut marked] {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
