@@ -59,8 +59,8 @@ pub const PROCESS: RungProfile = RungProfile {
     mode: Mode::NoMasks,
     inside_id: None,
     warm: false,
-    // No net namespace at this rung: seccomp refuses inet sockets, so there
-    // is no channel a proxy could be reached on.
+    // An empty net namespace at this rung, and seccomp refuses every
+    // socket(), so there is no channel a proxy could be reached on.
     egress: Egress::Closed,
 };
 

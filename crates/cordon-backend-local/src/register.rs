@@ -4,7 +4,7 @@
 //! declarations do; the host assembly refuses a built backend whose
 //! declarations differ from its registration's.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use cordon_linux::{InitProgram, Rung};
@@ -90,12 +90,172 @@ fn build_rung(
 }
 
 /// What a local sandbox leaves if its holder dies: its cgroups and the
-/// directories cordon made for it.
+/// directories cordon made for it, and the host uid they belong to.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Residue {
     pub cgroups: Vec<PathBuf>,
     pub dirs: Vec<PathBuf>,
+    /// The sandbox's host uid (absent in records of older cordons: the
+    /// directories must then be owned by some sandbox uid).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<u32>,
+}
+
+/// Where cgroup hierarchies are mounted: every recorded cgroup is beneath.
+const CGROUP_MOUNT: &str = "/sys/fs/cgroup";
+const CGROUP_SUPER_MAGIC: i64 = 0x0027_e0eb;
+const CGROUP2_SUPER_MAGIC: i64 = 0x6367_7270;
+
+/// Whether `uid` is one cordon runs sandboxes as: the shared
+/// [`crate::WORK_DIR_ID`] or a leased fresh one.
+fn sandbox_uid(uid: u32) -> bool {
+    uid == WORK_DIR_ID
+        || (crate::FRESH_ID_BASE..crate::FRESH_ID_BASE + crate::ids::FRESH_IDS).contains(&uid)
+}
+
+/// The keeper pid in the name of a directory `workdir::fresh_dir` made:
+/// `cordon-{work,tmp}-PID-N-STAMP`.
+fn fresh_dir_maker(name: &str) -> Option<u32> {
+    let rest = name
+        .strip_prefix("cordon-work-")
+        .or_else(|| name.strip_prefix("cordon-tmp-"))?;
+    let parts: Vec<&str> = rest.split('-').collect();
+    let digits = |p: &&str| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit());
+    (parts.len() == 3 && parts.iter().all(digits))
+        .then(|| parts[0].parse().ok())
+        .flatten()
+}
+
+/// The keeper pid in the name of a warm sandbox's cgroup
+/// (`cordon-KEYID-PID-N`, see the backend's `warm_name`).
+fn warm_cgroup_maker(name: &str) -> Option<u32> {
+    let parts: Vec<&str> = name.strip_prefix("cordon-")?.split('-').collect();
+    let [key, pid, n] = parts.as_slice() else {
+        return None;
+    };
+    let ok = !key.is_empty()
+        && key.bytes().all(|b| b.is_ascii_hexdigit())
+        && n.bytes().all(|b| b.is_ascii_digit())
+        && !n.is_empty();
+    ok.then(|| pid.parse().ok()).flatten()
+}
+
+/// A path with nothing to resolve: absolute, no `.`/`..`, no link on the
+/// way (when it exists, it is its own canonical form).
+fn plain(path: &Path) -> Result<(), String> {
+    use std::path::Component;
+    if !path.is_absolute()
+        || path
+            .components()
+            .any(|c| matches!(c, Component::CurDir | Component::ParentDir))
+    {
+        return Err(format!("`{}` is not a plain absolute path", path.display()));
+    }
+    match path.canonicalize() {
+        Ok(real) if real == path => Ok(()),
+        Ok(real) => Err(format!(
+            "`{}` leads through a link (to `{}`)",
+            path.display(),
+            real.display()
+        )),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(format!("`{}`: {e}", path.display())),
+    }
+}
+
+/// Every check of [`vet`] on one directory.
+fn vet_dir(d: &Path, keeper: u32, uid: Option<u32>, scratch: &Path) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
+    plain(d)?;
+    let name = d.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    match fresh_dir_maker(name) {
+        Some(pid) if pid == keeper => {}
+        Some(pid) => {
+            return Err(format!(
+                "`{}` was made by process {pid}, not by the record's keeper {keeper}",
+                d.display()
+            ))
+        }
+        None => {
+            return Err(format!(
+                "`{}` is not named as cordon names the directories it makes (`cordon-work-…`, `cordon-tmp-…`)",
+                d.display()
+            ))
+        }
+    }
+    if d.parent() != Some(scratch) {
+        return Err(format!(
+            "`{}` is not in `{}`, where this cordon makes sandbox directories (TMPDIR); if a cordon started with another TMPDIR (or `--work-dir` beside it) made it, run gc with TMPDIR set to its parent",
+            d.display(),
+            scratch.display()
+        ));
+    }
+    match std::fs::symlink_metadata(d) {
+        Ok(m) if !m.is_dir() => Err(format!("`{}` is not a directory", d.display())),
+        Ok(m) if uid.is_some_and(|u| u != m.uid()) || !sandbox_uid(m.uid()) => Err(format!(
+            "`{}` is owned by uid {}, not by the sandbox's uid{}",
+            d.display(),
+            m.uid(),
+            uid.map(|u| format!(" {u}")).unwrap_or_default()
+        )),
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(format!("`{}`: {e}", d.display())),
+    }
+}
+
+/// Every check of [`vet`] on one cgroup directory.
+fn vet_cgroup(c: &Path, keeper: u32) -> Result<(), String> {
+    plain(c)?;
+    if !c.starts_with(CGROUP_MOUNT) || c.parent() == Some(Path::new(CGROUP_MOUNT)) {
+        return Err(format!(
+            "`{}` is not a cgroup beneath `{CGROUP_MOUNT}/`",
+            c.display()
+        ));
+    }
+    let name = c.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    match warm_cgroup_maker(name) {
+        Some(pid) if pid == keeper => {}
+        _ => {
+            return Err(format!(
+                "`{}` is not the cgroup of a sandbox the record's keeper ({keeper}) made (`cordon-KEY-{keeper}-N`)",
+                c.display()
+            ))
+        }
+    }
+    match rustix::fs::statfs(c) {
+        Ok(fs) if [CGROUP_SUPER_MAGIC, CGROUP2_SUPER_MAGIC].contains(&fs.f_type) => Ok(()),
+        Ok(_) => Err(format!("`{}` is not on a cgroup filesystem", c.display())),
+        Err(rustix::io::Errno::NOENT) => Ok(()),
+        Err(e) => Err(format!("`{}`: {e}", c.display())),
+    }
+}
+
+/// Checks that a recorded residue names only what a local sandbox of the
+/// keeper `keeper` makes: directories named as `workdir::fresh_dir` names
+/// them, with `keeper` as their maker, in this cordon's scratch directory,
+/// real directories owned by the sandbox's uid (one cordon runs sandboxes
+/// as); cgroups beneath the cgroup mount on a cgroup filesystem, named as
+/// the keeper names a warm sandbox's. Nothing is touched unless all pass.
+fn vet(residue: &serde_json::Value, keeper: u32) -> Result<(), String> {
+    let r: Residue = serde_json::from_value(residue.clone())
+        .map_err(|e| format!("the recorded residue is not a local one ({e})"))?;
+    if r.uid.is_some_and(|u| !sandbox_uid(u)) {
+        return Err(format!(
+            "the recorded uid {} is not one cordon runs sandboxes as",
+            r.uid.unwrap_or_default()
+        ));
+    }
+    let scratch = std::env::temp_dir();
+    let scratch = scratch.canonicalize().unwrap_or(scratch);
+    for d in &r.dirs {
+        vet_dir(d, keeper, r.uid, &scratch)?;
+    }
+    for c in &r.cgroups {
+        vet_cgroup(c, keeper)?;
+    }
+    Ok(())
 }
 
 fn reclaim(residue: &serde_json::Value) -> Vec<String> {
@@ -110,6 +270,11 @@ fn reclaim(residue: &serde_json::Value) -> Vec<String> {
     let mut failures = Vec::new();
     if let Err(e) = cordon_linux::reclaim_cgroups(&r.cgroups) {
         failures.push(format!("cgroups: {e}"));
+    }
+    // `vet` passed it as a sandbox uid: what it owns in the host's System V
+    // IPC goes (see `LocalSandbox::dispose`).
+    if let Some(uid) = r.uid {
+        failures.extend(cordon_linux::remove_sysv_ipc_of(uid).1);
     }
     for d in &r.dirs {
         if let Err(e) = std::fs::remove_dir_all(d) {
@@ -148,6 +313,7 @@ fn registration(rung: Rung) -> BackendRegistration {
             Rung::Container => |s, p| build_rung(Rung::Container, s, p),
             Rung::Process => |s, p| build_rung(Rung::Process, s, p),
         }),
+        vet,
         reclaim,
         sweep,
         work_dir_view: RungProfile::of(rung).work_dir_view(),
@@ -159,4 +325,103 @@ fn registration(rung: Rung) -> BackendRegistration {
 /// The `container` and `process` backends, strongest first.
 pub fn registrations() -> Vec<BackendRegistration> {
     vec![registration(Rung::Container), registration(Rung::Process)]
+}
+
+#[cfg(test)]
+mod vet_tests {
+    use super::*;
+
+    #[test]
+    fn names_are_read_as_cordon_writes_them() {
+        assert_eq!(fresh_dir_maker("cordon-work-123-4-567"), Some(123));
+        assert_eq!(fresh_dir_maker("cordon-tmp-9-0-1"), Some(9));
+        for bad in [
+            "cordon-work-1-2",
+            "cordon-home-1-2-3",
+            "work-1-2-3",
+            "cordon-work-1-x-3",
+        ] {
+            assert_eq!(fresh_dir_maker(bad), None, "{bad}");
+        }
+        assert_eq!(warm_cgroup_maker("cordon-0a1b2c-77-3"), Some(77));
+        for bad in [
+            "cordon-77-3",
+            "cordon-xyz-77-3",
+            "other-0a-77-3",
+            "cordon-0a-77-3-4",
+        ] {
+            assert_eq!(warm_cgroup_maker(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn only_what_the_keeper_made_passes() {
+        let scratch = std::env::temp_dir().canonicalize().unwrap();
+        let keeper = 4_000_000; // above any pid_max: never a live process
+        let made = scratch.join(format!("cordon-work-{keeper}-0-{}", std::process::id()));
+        std::fs::create_dir(&made).unwrap();
+        let root = rustix::process::geteuid().is_root();
+        if root {
+            std::os::unix::fs::chown(&made, Some(WORK_DIR_ID), Some(WORK_DIR_ID)).unwrap();
+        }
+        let residue = |dirs: Vec<PathBuf>, cgroups: Vec<PathBuf>, uid: Option<u32>| {
+            serde_json::to_value(Residue { cgroups, dirs, uid }).unwrap()
+        };
+        if root {
+            assert_eq!(
+                vet(
+                    &residue(vec![made.clone()], vec![], Some(WORK_DIR_ID)),
+                    keeper
+                ),
+                Ok(())
+            );
+            // Owned by the sandbox uid, but not this one.
+            let e = vet(
+                &residue(vec![made.clone()], vec![], Some(crate::FRESH_ID_BASE)),
+                keeper,
+            );
+            assert!(e.is_err_and(|e| e.contains("owned by uid")));
+        }
+        // Another keeper's, another place, a link, another name.
+        let e = vet(&residue(vec![made.clone()], vec![], None), keeper + 1).unwrap_err();
+        assert!(e.contains("not by the record's keeper"), "{e}");
+        let e = vet(
+            &residue(
+                vec![PathBuf::from(format!("/var/cordon-work-{keeper}-0-1"))],
+                vec![],
+                None,
+            ),
+            keeper,
+        )
+        .unwrap_err();
+        assert!(e.contains("where this cordon makes"), "{e}");
+        let e = vet(&residue(vec![scratch.join("x/../y")], vec![], None), keeper).unwrap_err();
+        assert!(e.contains("plain absolute"), "{e}");
+        let e = vet(&residue(vec![scratch.clone()], vec![], None), keeper).unwrap_err();
+        assert!(e.contains("not named"), "{e}");
+        let link = scratch.join(format!("cordon-work-{keeper}-1-{}", std::process::id()));
+        std::os::unix::fs::symlink(&made, &link).unwrap();
+        let e = vet(&residue(vec![link.clone()], vec![], None), keeper).unwrap_err();
+        assert!(e.contains("link"), "{e}");
+        // Not owned by a sandbox uid (this user's own directory).
+        if !root {
+            let e = vet(&residue(vec![made.clone()], vec![], None), keeper).unwrap_err();
+            assert!(e.contains("owned by uid"), "{e}");
+        }
+        // Cgroups: beneath the mount, named for this keeper, on cgroupfs.
+        let e = vet(&residue(vec![], vec![made.clone()], None), keeper).unwrap_err();
+        assert!(e.contains("beneath"), "{e}");
+        let e = vet(
+            &residue(vec![], vec![PathBuf::from("/sys/fs/cgroup/pids")], None),
+            keeper,
+        )
+        .unwrap_err();
+        assert!(e.contains("beneath"), "{e}");
+        let gone = PathBuf::from(format!("/sys/fs/cgroup/pids/cordon-0a-{keeper}-1"));
+        assert_eq!(vet(&residue(vec![], vec![gone], None), keeper), Ok(()));
+        let other = PathBuf::from(format!("/sys/fs/cgroup/pids/cordon-0a-{}-1", keeper + 1));
+        assert!(vet(&residue(vec![], vec![other], None), keeper).is_err());
+        let _ = std::fs::remove_file(&link);
+        let _ = std::fs::remove_dir(&made);
+    }
 }

@@ -90,8 +90,14 @@ impl LocalSandbox {
             None => Ok(()),
         };
         let removed = self.remove_dirs();
-        // Nothing runs as the uid any more: another sandbox may have it.
+        // Nothing runs as the uid any more: another sandbox may have it, so
+        // what the uid owns in the host's System V IPC goes too (the
+        // workload had its own namespace; this is what an older cordon's
+        // process rung left).
         if stopped.is_ok() {
+            for f in cordon_linux::remove_sysv_ipc_of(self.host_id).1 {
+                tracing::warn!(uid = self.host_id, "dispose: {f}");
+            }
             self.id_lease
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
@@ -527,6 +533,7 @@ impl Sandbox for LocalSandbox {
         serde_json::to_value(register::Residue {
             cgroups: self.cgroup_dirs(),
             dirs,
+            uid: Some(self.host_id()),
         })
         .unwrap_or_default()
     }

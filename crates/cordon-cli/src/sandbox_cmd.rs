@@ -230,6 +230,8 @@ fn go(cmd: SandboxCommand) -> Result<ExitCode, ExitCode> {
                         refuse(format!("no sandbox `{h}`; `cordon sandbox ls` lists them"))
                     })?;
                     let lock = st.lock(&rec.key, Duration::from_secs(120)).map_err(fail)?;
+                    // A record that does not hold up is left alone: refused.
+                    keeper::vet_record(&st, &crate::registry(), &rec).map_err(refuse)?;
                     for f in keeper::dispose_record(&st, &crate::registry(), &rec) {
                         eprintln!("warning: {f}");
                     }

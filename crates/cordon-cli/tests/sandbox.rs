@@ -1009,3 +1009,168 @@ fn sandbox_exec_with_a_terminal_gives_python_its_prompt() {
         &["sandbox", "down", "--scope", "tty", "--thread", "t1"],
     );
 }
+
+/// A process of ours that a forged record may name: `sleep 600`.
+struct Bystander(std::process::Child);
+
+impl Bystander {
+    fn start() -> Bystander {
+        Bystander(Command::new("/bin/sleep").arg("600").spawn().unwrap())
+    }
+    fn id(&self) -> cordon_host::state::ProcessId {
+        let pid = self.0.id();
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+        let rest = &stat[stat.rfind(')').unwrap() + 2..];
+        let start = rest.split_whitespace().nth(19).unwrap().parse().unwrap();
+        cordon_host::state::ProcessId { pid, start }
+    }
+    fn alive(&mut self) -> bool {
+        self.0.try_wait().unwrap().is_none()
+    }
+}
+
+impl Drop for Bystander {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A record as a sandbox would leave it, naming `keeper` and `residue`.
+fn forged(
+    handle: &str,
+    keeper: cordon_host::state::ProcessId,
+    residue: serde_json::Value,
+) -> cordon_host::state::Record {
+    cordon_host::state::Record {
+        version: cordon_sandbox::wire::WIRE_VERSION,
+        handle: handle.into(),
+        key: cordon_host::state::KeyRecord {
+            scope: format!("scope-{handle}"),
+            thread: "t".into(),
+            agent_dir: "a".into(),
+        },
+        owner: "cordon-sandbox".into(),
+        backend: "container".into(),
+        keeper,
+        // Long past any maximum age: gc takes it.
+        created: 0,
+        idle_timeout: 60,
+        max_age: 60,
+        provenance: cordon_sandbox::Provenance {
+            spec: cordon_sandbox::SandboxSpec::new("run", "host").unwrap(),
+            identity: cordon_policy::Identity::default(),
+            policy_digest: "forged".into(),
+        },
+        host_work_dir: None,
+        residue,
+    }
+}
+
+/// `gc` and `down` check what a record names before they act: a keeper
+/// pid that is some other process is not signalled, a "work dir" that is
+/// not one cordon made is not removed, "cgroups" that are not cordon's
+/// are neither emptied of their processes nor removed. Each such record
+/// is left in place and reported.
+#[test]
+fn gc_and_down_act_on_nothing_a_forged_record_names() {
+    if !can_sandbox("forged records") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let state_path = dir.path().join("state");
+    let state = cordon_host::state::StateDir::open(&state_path).unwrap();
+    // Someone else's process, named as a keeper.
+    let mut victim = Bystander::start();
+    // A directory with a canary, outside anything cordon makes.
+    let canary_dir = tempfile::Builder::new()
+        .prefix("cordon-work-")
+        .tempdir_in("/var/tmp")
+        .unwrap();
+    std::fs::write(canary_dir.path().join("canary"), b"keep me").unwrap();
+    // A "cgroup" that is a plain directory listing a bystander as its member.
+    let mut member = Bystander::start();
+    let fake_cgroup = tempfile::tempdir().unwrap();
+    std::fs::write(
+        fake_cgroup.path().join("cgroup.procs"),
+        format!("{}\n", member.0.id()),
+    )
+    .unwrap();
+    // A real cgroup that is not one of cordon's sandboxes.
+    let real_cgroup = ["pids", "unified", ""]
+        .iter()
+        .map(|c| Path::new("/sys/fs/cgroup").join(c))
+        .find(|d| d.join("cgroup.procs").exists())
+        .unwrap()
+        .join(format!("not-cordon-{}", std::process::id()));
+    std::fs::create_dir(&real_cgroup).unwrap();
+    let _remove = RemoveDir(real_cgroup.clone());
+    // A keeper long gone (a reaped child), so only the residue is at stake.
+    let gone = {
+        let mut c = Command::new("/bin/true").spawn().unwrap();
+        let pid = c.id();
+        c.wait().unwrap();
+        cordon_host::state::ProcessId { pid, start: 1 }
+    };
+    let residue = serde_json::json!({
+        "cgroups": [fake_cgroup.path(), &real_cgroup],
+        "dirs": [canary_dir.path()],
+    });
+    let records = [
+        forged(
+            "container-forged-keeper",
+            victim.id(),
+            serde_json::json!({"cgroups": [], "dirs": []}),
+        ),
+        forged("container-forged-residue", gone, residue),
+    ];
+    for r in &records {
+        state.write(r).unwrap();
+    }
+    // Every way it was acted on, so one run shows them all.
+    let check = |what: &str, victim: &mut Bystander, member: &mut Bystander| {
+        let mut wrong = Vec::new();
+        if !victim.alive() {
+            wrong.push("killed the process a record named as its keeper".to_string());
+        }
+        if !member.alive() {
+            wrong.push("killed a member of a forged cgroup".to_string());
+        }
+        if !canary_dir.path().join("canary").exists() {
+            wrong.push("removed a directory cordon did not make".to_string());
+        }
+        if !real_cgroup.exists() {
+            wrong.push("removed a cgroup that is not cordon's".to_string());
+        }
+        for r in &records {
+            if !state.read(&r.handle).is_ok_and(|r| r.is_some()) {
+                wrong.push(format!("dropped the record `{}`", r.handle));
+            }
+        }
+        let _ = std::fs::create_dir(&real_cgroup);
+        assert!(wrong.is_empty(), "{what}: {wrong:?}");
+    };
+    let (code, out, err) = cordon(&state_path, &["sandbox", "gc"]);
+    check("gc", &mut victim, &mut member);
+    assert_eq!((code, out.trim()), (0, "0"), "{err}");
+    assert!(
+        err.contains("is not the keeper of `container-forged-keeper`"),
+        "{err}"
+    );
+    assert!(err.contains("left alone"), "{err}");
+    for r in &records {
+        let (code, _, err) = cordon(&state_path, &["sandbox", "down", &r.handle]);
+        check("down", &mut victim, &mut member);
+        assert_ne!(code, 0, "down of a forged record: {err}");
+        assert!(err.contains("left alone") && err.contains("help:"), "{err}");
+    }
+}
+
+/// Removes the cgroup directory when dropped (a failing test too).
+struct RemoveDir(std::path::PathBuf);
+
+impl Drop for RemoveDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir(&self.0);
+    }
+}

@@ -169,6 +169,24 @@ impl Sandbox for HostDir {
     }
 }
 
+/// The double's residue is the one directory its keeper made
+/// (`test-hostdir-KEY-PID`).
+fn vet(residue: &serde_json::Value, keeper: u32) -> Result<(), String> {
+    let made = |d: &str| {
+        std::path::Path::new(d)
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with("test-hostdir-") && n.ends_with(&format!("-{keeper}")))
+    };
+    match residue.get("dir").and_then(|d| d.as_str()) {
+        Some(d) if made(d) => Ok(()),
+        None if residue.is_null() => Ok(()),
+        _ => Err(format!(
+            "`{residue}` is not a directory keeper {keeper} made"
+        )),
+    }
+}
+
 fn reclaim(residue: &serde_json::Value) -> Vec<String> {
     if let Some(d) = residue.get("dir").and_then(|d| d.as_str()) {
         let _ = std::fs::remove_dir_all(d);
@@ -197,6 +215,7 @@ fn registration() -> BackendRegistration {
                 live: Mutex::new(HashMap::new()),
             }))
         }),
+        vet,
         reclaim,
         sweep: cordon_sandbox::registry::nothing_to_sweep,
         work_dir_view: WorkDirView::HostPath,

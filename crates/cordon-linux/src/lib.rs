@@ -76,6 +76,10 @@ pub fn reclaim_cgroups(dirs: &[std::path::PathBuf]) -> std::io::Result<()> {
 }
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 pub use linux::seccomp::deny_list as seccomp_deny_list;
+/// Removes the System V IPC objects of the caller's namespace that `uid`
+/// owns or created (see `linux::sysv`): (how many, what failed).
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+pub use linux::sysv::remove_owned_by as remove_sysv_ipc_of;
 
 /// The init program's entry point. A binary that embeds cordon-linux calls
 /// this when started with the launcher's arguments (see [`InitProgram`]);

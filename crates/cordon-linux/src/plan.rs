@@ -16,7 +16,9 @@ use serde::{Deserialize, Serialize};
 #[serde(rename_all = "lowercase")]
 pub enum Rung {
     /// A separate process: dedicated unprivileged uid, Landlock, seccomp,
-    /// cgroups/rlimits, `no_new_privs`. No namespaces.
+    /// cgroups/rlimits, `no_new_privs`. The host's filesystem and pids: its
+    /// own IPC and (empty) net namespaces, and a mount namespace only for a
+    /// `/proc` with `hidepid=invisible`.
     Process,
     /// Everything of `Process`, plus user/mount/pid/ipc/uts/net/cgroup
     /// namespaces and a fresh root entered with `pivot_root`.

@@ -16,7 +16,8 @@
 use std::path::Path;
 
 use crate::registry::{
-    nothing_to_reclaim, nothing_to_sweep, BackendRegistration, BackendSetup, Registry, WorkDirView,
+    nothing_to_reclaim, nothing_to_sweep, nothing_to_vet, BackendRegistration, BackendSetup,
+    Registry, WorkDirView,
 };
 
 use crate::capability::{Capability, CapabilitySet};
@@ -56,6 +57,7 @@ pub fn planned() -> Vec<BackendRegistration> {
         info,
         probe,
         build: None,
+        vet: nothing_to_vet,
         reclaim: nothing_to_reclaim,
         sweep: nothing_to_sweep,
         work_dir_view: WorkDirView::SpecPath,

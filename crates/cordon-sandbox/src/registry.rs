@@ -105,8 +105,16 @@ pub struct BackendRegistration {
     pub probe: fn(&BackendSetup) -> Probe,
     /// `None`: not built in this version (the probe says so).
     pub build: Option<BuildFn>,
+    /// Checks, before anything is killed or removed, that a residue read
+    /// back from a record names only what this backend makes for a
+    /// sandbox, made by the keeper that ran as the given pid (a record is
+    /// data, not an authority: root-run cleanup acts on nothing it has not
+    /// checked). `Err`: why not, and what to do; the record is then left
+    /// alone.
+    pub vet: fn(&serde_json::Value, u32) -> Result<(), String>,
     /// Cleans up after a sandbox whose keeper is gone, from the residue the
-    /// sandbox reported ([`crate::Sandbox::residue`]); returns what failed.
+    /// sandbox reported ([`crate::Sandbox::residue`]) once [`Self::vet`]
+    /// passed it; returns what failed.
     pub reclaim: fn(&serde_json::Value) -> Vec<String>,
     /// Reclaims what no record names (a killed owner's leftovers found in
     /// the system's own state); returns (what was reclaimed, what failed).
@@ -126,6 +134,18 @@ pub struct BackendRegistration {
 /// A reclaim for backends that leave nothing outside their keeper.
 pub fn nothing_to_reclaim(_: &serde_json::Value) -> Vec<String> {
     Vec::new()
+}
+
+/// The check for backends that leave nothing outside their keeper: only
+/// an empty residue passes.
+pub fn nothing_to_vet(residue: &serde_json::Value, _keeper: u32) -> Result<(), String> {
+    if residue.is_null() {
+        Ok(())
+    } else {
+        Err(format!(
+            "the backend leaves nothing behind, but the record names a residue ({residue}); it was not written by this backend, so nothing of it is touched"
+        ))
+    }
 }
 
 /// A sweep for backends that leave nothing unrecorded.

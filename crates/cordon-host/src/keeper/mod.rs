@@ -95,10 +95,83 @@ pub fn ping(state: &StateDir, rec: &Record) -> bool {
         && matches!(ask(&state.socket_path(&rec.handle), &Request::Ping, &[]), Ok(Reply::Pong { handle }) if handle == rec.handle)
 }
 
+/// The argument that names, on a keeper's command line, the sandbox it
+/// keeps (`--handle=HANDLE`): what lets root-run cleanup tell that keeper
+/// from any other process before it signals one.
+pub const HANDLE_ARG: &str = "--handle=";
+
+/// Whether `p` is (now) the keeper of sandbox `handle`, run by this user:
+/// its command line carries [`KEEPER_ARG`] and `--handle=HANDLE` as
+/// [`spawn`] starts it, and its real and effective uids are ours. `Err`
+/// says what it is instead.
+pub fn check_keeper(p: &ProcessId, handle: &str) -> Result<(), String> {
+    let cmdline = std::fs::read(format!("/proc/{}/cmdline", p.pid))
+        .map_err(|e| format!("process {} cannot be looked at ({e})", p.pid))?;
+    let args: Vec<String> = cmdline
+        .split(|&b| b == 0)
+        .filter(|a| !a.is_empty())
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect();
+    let marked = args.iter().any(|a| a == KEEPER_ARG)
+        && args
+            .iter()
+            .any(|a| a.strip_prefix(HANDLE_ARG) == Some(handle));
+    if !marked {
+        let shown: String = args.join(" ").chars().take(160).collect();
+        return Err(format!(
+            "process {} (`{shown}`) is not the keeper of `{handle}`",
+            p.pid
+        ));
+    }
+    let status = std::fs::read_to_string(format!("/proc/{}/status", p.pid))
+        .map_err(|e| format!("process {} cannot be looked at ({e})", p.pid))?;
+    let me = rustix::process::geteuid().as_raw().to_string();
+    let uids: Vec<&str> = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .map(|l| l.split_whitespace().take(2).collect())
+        .unwrap_or_default();
+    if uids.len() != 2 || uids.iter().any(|u| *u != me) {
+        return Err(format!(
+            "process {} runs as uid {uids:?}, not as this user ({me})",
+            p.pid
+        ));
+    }
+    if !p.alive() {
+        return Err(format!("process {} is no longer the one recorded", p.pid));
+    }
+    Ok(())
+}
+
+/// Checks a record before anything is killed or removed on its word: a
+/// live keeper it names is that sandbox's keeper ([`check_keeper`]), and
+/// its residue is one its backend makes (the registration's `vet`). `Err`:
+/// the record is left alone; the message says why and what to do.
+pub fn vet_record(state: &StateDir, registry: &Registry, rec: &Record) -> Result<(), String> {
+    let refuse = |why: String| {
+        format!(
+            "record `{}` left alone, nothing killed or removed: {why}\nhelp: if that sandbox is gone, remove the record (`{}`) and what it names yourself; if the record is right, stop its keeper and run `cordon sandbox gc` again",
+            rec.handle,
+            state.record_path(&rec.handle).display()
+        )
+    };
+    if rec.keeper.alive() {
+        check_keeper(&rec.keeper, &rec.handle).map_err(refuse)?;
+    }
+    if let Some(r) = registry.get(&rec.backend) {
+        (r.vet)(&rec.residue, rec.keeper.pid).map_err(refuse)?;
+    }
+    Ok(())
+}
+
 /// Disposes of the sandbox of `rec`: asks its keeper, and whatever the
 /// keeper did not do (it is gone, or does not answer) is reclaimed from
-/// the record. Best effort; returns what failed, for the log.
+/// the record. Best effort; returns what failed, for the log. A record
+/// that fails [`vet_record`] is left alone (the reason is returned).
 pub fn dispose_record(state: &StateDir, registry: &Registry, rec: &Record) -> Vec<String> {
+    if let Err(why) = vet_record(state, registry, rec) {
+        return vec![why];
+    }
     let mut failures = Vec::new();
     if rec.keeper.alive() {
         match ask(&state.socket_path(&rec.handle), &Request::Dispose, &[]) {
@@ -119,22 +192,34 @@ pub fn dispose_record(state: &StateDir, registry: &Registry, rec: &Record) -> Ve
 }
 
 /// Reclaims `rec` without asking its keeper: kills the keeper if it is
-/// still that process, then removes what the record names.
+/// still that very keeper, then removes what the record names. Nothing is
+/// done for a record that fails [`vet_record`].
 pub fn force_reclaim(state: &StateDir, registry: &Registry, rec: &Record) -> Vec<String> {
+    if let Err(why) = vet_record(state, registry, rec) {
+        return vec![why];
+    }
     if rec.keeper.alive() {
-        kill(&rec.keeper);
+        if let Err(why) = kill(&rec.keeper, &rec.handle) {
+            return vec![format!(
+                "record `{}` left alone: {why}; run `cordon sandbox gc` again",
+                rec.handle
+            )];
+        }
     }
     reclaim(state, registry, rec)
 }
 
-/// Kills `p` if it is still that very process (pidfd pinned, then checked).
-fn kill(p: &ProcessId) {
+/// Kills `p` if it is still the keeper of `handle`: pinned by a pidfd
+/// first, then checked ([`check_keeper`]), then signalled through the
+/// pidfd, so neither a reused pid nor another process is ever signalled.
+fn kill(p: &ProcessId, handle: &str) -> Result<(), String> {
     use rustix::process::{pidfd_open, pidfd_send_signal, Pid, PidfdFlags, Signal};
     let Some(pid) = i32::try_from(p.pid).ok().and_then(Pid::from_raw) else {
-        return;
+        return Err(format!("{} is not a pid", p.pid));
     };
     if let Ok(fd) = pidfd_open(pid, PidfdFlags::empty()) {
         if p.alive() {
+            check_keeper(p, handle)?;
             let _ = pidfd_send_signal(&fd, Signal::KILL);
         }
     }
@@ -142,16 +227,28 @@ fn kill(p: &ProcessId) {
     while p.alive() && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(10));
     }
+    Ok(())
 }
 
 /// Removes what a record names: the residue its sandbox reported, by its
 /// backend's registration (a local sandbox's cgroups, killing their
 /// processes, and the directories cordon made), then the state entries.
 /// A residue this binary cannot reclaim (its backend is not registered
-/// here) keeps its record: the record is the only pointer to it.
+/// here) keeps its record: the record is the only pointer to it. So does
+/// one its registration's `vet` does not pass (checked again here, just
+/// before anything goes).
 pub fn reclaim(state: &StateDir, registry: &Registry, rec: &Record) -> Vec<String> {
     let mut failures = match registry.get(&rec.backend) {
-        Some(r) => (r.reclaim)(&rec.residue),
+        Some(r) => {
+            if let Err(why) = (r.vet)(&rec.residue, rec.keeper.pid) {
+                return vec![format!(
+                    "record `{}` left alone, nothing removed: {why}\nhelp: if that sandbox is gone, remove the record (`{}`) and what it names yourself",
+                    rec.handle,
+                    state.record_path(&rec.handle).display()
+                )];
+            }
+            (r.reclaim)(&rec.residue)
+        }
         None if rec.residue.is_null() => Vec::new(),
         None => {
             return vec![format!(
@@ -176,6 +273,7 @@ pub fn spawn(keeper: &SelfCommand, launch: &Launch, state: &StateDir) -> Result<
         .map_err(|e| format!("keeper log: {e}"))?;
     let mut child = Command::new(&keeper.path)
         .args(&keeper.args)
+        .arg(format!("{HANDLE_ARG}{}", launch.handle))
         .env_clear()
         .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
         .envs(std::env::var_os("CORDON_IMAGE_STORE").map(|v| ("CORDON_IMAGE_STORE", v)))
@@ -459,6 +557,9 @@ impl cordon_sandbox::Backend for KeptBackend {
                     .map(|s| Arc::new(s) as Arc<dyn Sandbox>)
                     .map_err(|e| failed("acquire", e.to_string()));
             }
+            // A record that does not hold up is not acted on, nor is another
+            // sandbox made beside it (it would be found first again).
+            vet_record(state, &self.registry, &rec).map_err(|why| failed("acquire", why))?;
             // A live keeper that did not answer a ping is not asked again.
             let failures = if live {
                 force_reclaim(state, &self.registry, &rec)
@@ -570,7 +671,59 @@ pub fn dispose_scope(
             tracing::warn!(handle = %rec.handle, "dispose_scope: {f}");
         }
         lock.unlock_and_remove();
-        n += 1;
+        // Counted only when its record went (one left alone keeps it).
+        if matches!(state.read(&rec.handle), Ok(None)) {
+            n += 1;
+        }
     }
     Ok(n)
+}
+
+#[cfg(test)]
+mod keeper_check_tests {
+    use super::*;
+
+    fn id_of(child: &std::process::Child) -> ProcessId {
+        let pid = child.id();
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+        let rest = &stat[stat.rfind(')').unwrap() + 2..];
+        ProcessId {
+            pid,
+            start: rest.split_whitespace().nth(19).unwrap().parse().unwrap(),
+        }
+    }
+
+    #[test]
+    fn only_the_keeper_of_that_very_handle_passes() {
+        let mut other = Command::new("/bin/sleep").arg("30").spawn().unwrap();
+        // A process whose command line reads like a keeper of `h-1`.
+        let mut marked = Command::new("/bin/sh")
+            .args(["-c", "sleep 30; :", KEEPER_ARG, "--handle=h-1"])
+            .spawn()
+            .unwrap();
+        // Once both have exec'd.
+        for c in [&other, &marked] {
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while !std::fs::read(format!("/proc/{}/cmdline", c.id()))
+                .unwrap_or_default()
+                .starts_with(b"/bin/s")
+            {
+                assert!(Instant::now() < deadline, "never exec'd");
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+        let e = check_keeper(&id_of(&other), "h-1").unwrap_err();
+        assert!(e.contains("is not the keeper of `h-1`"), "{e}");
+        assert_eq!(check_keeper(&id_of(&marked), "h-1"), Ok(()));
+        let e = check_keeper(&id_of(&marked), "h-2").unwrap_err();
+        assert!(e.contains("is not the keeper of `h-2`"), "{e}");
+        // The same pid with another start time is not that process.
+        let mut stale = id_of(&marked);
+        stale.start += 1;
+        assert!(check_keeper(&stale, "h-1").is_err());
+        for c in [&mut other, &mut marked] {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
 }

@@ -59,6 +59,16 @@ pub fn keeper_main(registry: &Registry) -> ! {
 }
 
 fn serve(registry: &Registry, launch: Launch) -> Result<(), String> {
+    // The handle on the command line is what cleanup checks before it
+    // signals this process: it must be the one this keeper keeps.
+    let named = std::env::args().any(|a| a.strip_prefix(super::HANDLE_ARG) == Some(&launch.handle));
+    if !named {
+        return Err(format!(
+            "the keeper was started without `{}{}` on its command line; start it through `keeper::spawn`",
+            super::HANDLE_ARG,
+            launch.handle
+        ));
+    }
     if launch.version != cordon_sandbox::wire::WIRE_VERSION {
         return Err(format!(
             "the brief is of wire version {}, this keeper reads {}; run the same cordon binary",

@@ -47,13 +47,14 @@
 //! (a warm sandbox serves them all from one init), each trying to tamper
 //! with the next or with a concurrent one.
 //!
-//! **Per rung.** Only one expectation differs, and it is stated here rather
-//! than skipped: at [`Isolation::Process`] there is no pid namespace, so
-//! the host's process list is visible by design — `host-processes` then
-//! *asserts* the workload sees the host `sleep` (a probe that does not see
-//! it there is not measuring what it claims) and that it cannot signal it.
-//! At every other rung the workload must not see it. Rungs below `process`
-//! are held to the full standard: they claim no confinement, so they fail.
+//! **Per rung.** Every rung is held to one expectation, stated in
+//! [`host_process_visibility`] rather than skipped: the workload must not
+//! see the host `sleep` (at [`Isolation::Process`], with no pid namespace,
+//! a `/proc` mounted with `hidepid=invisible` is what hides it), nor
+//! signal it. [`HostProcessVisibility::VisibleByDesign`] stays for a rung
+//! that would declare the list visible: the case then *asserts* the
+//! workload sees it. Rungs below `process` are held to the full standard:
+//! they claim no confinement, so they fail.
 //!
 //! The host helper runs on the machine the kit runs on; for a backend whose
 //! host is elsewhere (a remote daemon) the host-side checks would need that
@@ -236,8 +237,10 @@ pub enum HostProcessVisibility {
 /// The expectation for `isolation`, stated for every rung.
 pub fn host_process_visibility(isolation: Isolation) -> HostProcessVisibility {
     match isolation {
-        // No pid namespace at this rung (docs/security.md).
-        Isolation::Process => HostProcessVisibility::VisibleByDesign,
+        // No pid namespace at this rung, but a `/proc` mounted with
+        // `hidepid=invisible` (docs/security.md): the host's processes
+        // are not listed, and the case holds it to that.
+        Isolation::Process => HostProcessVisibility::Hidden,
         // Rungs below `process` claim nothing and are held to the full
         // standard, so they fail here as they should.
         Isolation::None | Isolation::Runtime => HostProcessVisibility::Hidden,

@@ -186,13 +186,12 @@ fn a_case_that_cannot_set_up_fails_rather_than_skips() {
 }
 
 #[test]
-fn only_the_process_rung_sees_host_processes_by_design() {
+fn every_rung_hides_host_processes() {
     for iso in Isolation::ALL {
-        let expected = if iso == Isolation::Process {
-            HostProcessVisibility::VisibleByDesign
-        } else {
-            HostProcessVisibility::Hidden
-        };
-        assert_eq!(host_process_visibility(iso), expected, "{iso}");
+        assert_eq!(
+            host_process_visibility(iso),
+            HostProcessVisibility::Hidden,
+            "{iso}"
+        );
     }
 }

@@ -444,6 +444,42 @@ fn run_and_reap(plan: &Plan) -> Result<Termination, Failure> {
     }
 }
 
+/// The process rung's namespaces, made while still host root. System V
+/// IPC and the network of its own: the workload neither reaches the
+/// host's (or another sandbox's) segments, queues and semaphores nor
+/// leaves any behind (the namespace and all it holds go with its last
+/// process), and its `/proc/net` tables are its own empty ones (the
+/// network has no route either way: seccomp refuses sockets here). A mount
+/// namespace only to give it a `/proc` with `hidepid=invisible`: the same
+/// host filesystem (host mounts still propagate in, none of ours out), but
+/// processes of other uids are not listed, so neither `/proc/1/net/tcp`
+/// (the host's network namespace seen through its init) nor
+/// `/proc/1/mountinfo`, environments or command lines of the host's
+/// processes can be read. Needs Linux 5.8 (per-mount proc options); the
+/// rung's Landlock ABI 6 means 6.12 already.
+fn process_namespaces() -> Result<(), Failure> {
+    use nix::mount::{mount, MsFlags};
+    unshare(CloneFlags::CLONE_NEWIPC | CloneFlags::CLONE_NEWNET | CloneFlags::CLONE_NEWNS)
+        .map_err(fail("unshare ipc, net and mount namespaces"))?;
+    mount(
+        None::<&str>,
+        "/",
+        None::<&str>,
+        MsFlags::MS_REC | MsFlags::MS_SLAVE,
+        None::<&str>,
+    )
+    .map_err(fail("make the mount namespace a slave"))?;
+    mount(
+        Some("proc"),
+        "/proc",
+        Some("proc"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+        Some("hidepid=invisible"),
+    )
+    .map_err(fail("mount /proc with hidepid"))?;
+    Ok(())
+}
+
 /// The process rung: host root until it becomes `host_uid`, then the
 /// workload itself (exec), so the owner waits on the workload directly.
 fn process(plan: &Plan, plan_in: &mut BufReader<File>, report: &mut File) -> Result<i32, Failure> {
@@ -457,6 +493,7 @@ fn process(plan: &Plan, plan_in: &mut BufReader<File>, report: &mut File) -> Res
     // RLIMIT_NPROC after the run.
     prctl::set_child_subreaper(true).map_err(fail("PR_SET_CHILD_SUBREAPER"))?;
     nix::unistd::setsid().map_err(fail("setsid"))?;
+    process_namespaces()?;
     nix::unistd::setgroups(&[]).map_err(fail("setgroups"))?;
     let ids = plan.ids();
     drop_privileges(ids.host_uid, ids.host_gid)?;

@@ -11,5 +11,6 @@ pub(crate) mod pty;
 pub(crate) mod rootfs;
 pub(crate) mod seccomp;
 pub(crate) mod setup;
+pub(crate) mod sysv;
 pub(crate) mod warm;
 pub(crate) mod warm_init;

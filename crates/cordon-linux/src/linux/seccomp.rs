@@ -41,7 +41,7 @@ pub(crate) enum When {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Rungs {
     Both,
-    /// Only where there is no network namespace to contain sockets.
+    /// Only at the process rung, where Landlock cannot contain what a socket reaches.
     ProcessOnly,
 }
 
@@ -318,7 +318,7 @@ pub(crate) const DENY: &[Deny] = &[
         When::Always,
         libc::EACCES,
         Rungs::ProcessOnly,
-        "no network namespace at the process rung: inet/inet6 would reach the host's network, and Landlock here cannot stop connect() to a pathname unix socket (socketpair stays)"
+        "the process rung's network namespace is empty, but Landlock here cannot stop connect() to a pathname unix socket of a host service, so no socket is made at all (socketpair stays)"
     ),
 ];
 

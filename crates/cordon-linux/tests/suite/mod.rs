@@ -3,6 +3,7 @@
 mod escape;
 mod harden;
 mod image;
+mod ipc;
 mod owner;
 mod proxy;
 mod pty;
