@@ -41,6 +41,7 @@
 mod allow;
 mod deny;
 mod exec;
+mod links;
 mod walk;
 
 #[cfg(test)]
