@@ -3,8 +3,9 @@
 //! once from the rung ([`RungProfile::of`], the one `match` on it).
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
-use cordon_confine::{FsView, HostFs, Mode, RootedFs};
+use cordon_confine::{FsView, HostFs, LinkIndex, Mode, RootedFs};
 use cordon_linux::{Enforcer, InitIds, Missing, Rung};
 use cordon_sandbox::{Egress, Isolation, WorkDirView};
 
@@ -171,9 +172,17 @@ impl RungProfile {
             .canonicalize()
             .map_err(|e| format!("the work dir `{}`: {e}", host_work.display()))?;
         let view = match image {
-            Some(root) => OWN_TREES
-                .into_iter()
-                .fold(RootedFs::new(root), |v, own| v.bind(own, own)),
+            // A stored image's hard-link index, computed once per blob:
+            // hints for the names of a denied program (each checked).
+            Some(root) => OWN_TREES.into_iter().fold(
+                match cordon_image::link_index(root) {
+                    Some(groups) => {
+                        RootedFs::new(root).with_links(Arc::new(LinkIndex::new(groups)))
+                    }
+                    None => RootedFs::new(root),
+                },
+                |v, own| v.bind(own, own),
+            ),
             None => RootedFs::new("/"),
         };
         Ok(Box::new(view.bind(guest, host_work)))

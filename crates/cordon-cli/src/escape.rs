@@ -5,7 +5,8 @@
 //! Every registered backend is attacked through real sandboxes built as a
 //! host builds them (`cordon_host::kits::escape`: a registration, the host
 //! assembly's router, an acquire) under `cordon:default` with
-//! `/usr/bin/perl` (and its hard links) denied (the kit's denied program).
+//! `/usr/bin/perl` denied by that one path (the kit tries its other names)
+//! and the literal prefix `/usr/bin/base` denied.
 //! Two sandboxes are acquired: one with the policy's bounds, and one with
 //! the kit's small resource asks for the bounds cases. A new backend is
 //! attacked by registering it. Scratch directories are removed afterwards.

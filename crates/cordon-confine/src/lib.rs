@@ -26,4 +26,4 @@ mod translate;
 mod view;
 
 pub use translate::{translate, Confinement, Mode, PathRule, Target, Unholdable, MAX_WALK};
-pub use view::{FsView, HostFs, RootedFs};
+pub use view::{Entry, FsView, HostFs, LinkIndex, RootedFs};

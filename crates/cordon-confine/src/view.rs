@@ -7,10 +7,13 @@
 //! root directory with trees bound into it (an image, or the host's own
 //! `/`, with the work dir bound at the spec's `work_dir`).
 
+use std::collections::HashMap;
 use std::ffi::OsString;
-use std::fs::Metadata;
+use std::fs::{FileType, Metadata};
 use std::io;
+use std::os::unix::fs::DirEntryExt;
 use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
 
 /// How many links one resolution follows before giving up (the kernel's
 /// `ELOOP` bound).
@@ -61,6 +64,91 @@ pub trait FsView {
     fn exists(&self, guest: &Path) -> bool {
         self.metadata(guest).is_ok()
     }
+
+    /// The entries of the directory `guest`, which must be reached without
+    /// links (a walk that does not follow them), with what `readdir` says
+    /// of each: no `stat`. Entries that cannot be read are left out.
+    fn entries(&self, guest: &Path) -> io::Result<Vec<Entry>> {
+        let host = self.host_path(guest).ok_or_else(|| nowhere(guest))?;
+        Ok(std::fs::read_dir(host)?
+            .flatten()
+            .map(|e| Entry {
+                path: guest.join(e.file_name()),
+                ino: e.ino(),
+                kind: e.file_type().ok(),
+            })
+            .collect())
+    }
+
+    /// Whether the inode number `readdir` gives for an entry on the
+    /// filesystem holding `guest` is the one `stat` gives (true of ext2/3/4,
+    /// xfs, btrfs and tmpfs; not promised by overlayfs and others, which
+    /// are then `stat`ed entry by entry).
+    fn readdir_ino_is_stat_ino(&self, guest: &Path) -> bool {
+        self.host_path(guest)
+            .is_some_and(|h| readdir_ino_is_stat_ino(&h))
+    }
+
+    /// Other names the view already knows for the file `guest` (an image's
+    /// cached hard-link index): hints only, each checked by the caller.
+    fn link_hints(&self, _guest: &Path) -> Vec<PathBuf> {
+        Vec::new()
+    }
+}
+
+/// One directory entry as `readdir` gives it.
+#[derive(Debug, Clone)]
+pub struct Entry {
+    /// The workload's path of the entry.
+    pub path: PathBuf,
+    /// `d_ino`.
+    pub ino: u64,
+    /// `d_type`, when the filesystem gives it.
+    pub kind: Option<FileType>,
+}
+
+/// Whether `readdir`'s `d_ino` is `stat`'s `st_ino` on the filesystem of
+/// the host path `host`.
+fn readdir_ino_is_stat_ino(host: &Path) -> bool {
+    const EXT: i64 = 0xEF53;
+    const XFS: i64 = 0x5846_5342;
+    const BTRFS: i64 = 0x9123_683E;
+    const TMPFS: i64 = 0x0102_1994;
+    rustix::fs::statfs(host).is_ok_and(|s| {
+        #[allow(clippy::unnecessary_cast)] // the field's width differs by target
+        let kind = s.f_type as i64;
+        [EXT, XFS, BTRFS, TMPFS].contains(&kind)
+    })
+}
+
+/// The groups of names that are one file (hard links) in a tree, as an
+/// image's cached index records them: a hint to be checked, never trusted
+/// alone (see `translate`: a file's names are complete only when as many
+/// are found as its link count says).
+#[derive(Debug, Clone, Default)]
+pub struct LinkIndex {
+    groups: Vec<Vec<PathBuf>>,
+    by_name: HashMap<PathBuf, usize>,
+}
+
+impl LinkIndex {
+    /// An index of `groups`, each the workload's names of one file.
+    pub fn new(groups: Vec<Vec<PathBuf>>) -> LinkIndex {
+        let mut by_name = HashMap::new();
+        for (i, g) in groups.iter().enumerate() {
+            for p in g {
+                by_name.insert(p.clone(), i);
+            }
+        }
+        LinkIndex { groups, by_name }
+    }
+
+    /// The names recorded with `p` (itself included), if any.
+    pub fn names_with(&self, p: &Path) -> &[PathBuf] {
+        self.by_name
+            .get(p)
+            .map_or(&[][..], |&i| self.groups[i].as_slice())
+    }
 }
 
 /// The host's own tree: the workload's paths are the host's (the process
@@ -99,6 +187,8 @@ pub struct RootedFs {
     root: PathBuf,
     /// `(guest, host)`, most specific guest first.
     binds: Vec<(PathBuf, PathBuf)>,
+    /// The root's cached hard-link index (an image's), if any.
+    links: Option<Arc<LinkIndex>>,
 }
 
 impl RootedFs {
@@ -107,7 +197,15 @@ impl RootedFs {
         RootedFs {
             root: root.into(),
             binds: Vec::new(),
+            links: None,
         }
+    }
+
+    /// The root's hard-link index (paths as the workload sees them), used
+    /// as hints for the names of a denied file.
+    pub fn with_links(mut self, index: Arc<LinkIndex>) -> RootedFs {
+        self.links = Some(index);
+        self
     }
 
     /// The host directory `host` shown at the workload path `guest`.
@@ -210,6 +308,13 @@ impl FsView for RootedFs {
             }
         }
         Ok(done)
+    }
+
+    fn link_hints(&self, guest: &Path) -> Vec<PathBuf> {
+        self.links
+            .as_ref()
+            .map(|l| l.names_with(guest).to_vec())
+            .unwrap_or_default()
     }
 }
 

@@ -10,7 +10,8 @@ use std::sync::Arc;
 
 use cordon_kits::conformance::{run_files_out_conformance, PosixGuestSubject, Report};
 use cordon_kits::escape::{
-    bounded_ask, run_escape_cases, run_escape_suite, DeniedProgram, EscapeHost, EscapeSubject,
+    bounded_ask, run_escape_cases, run_escape_suite, DeniedPrefix, DeniedProgram, EscapeHost,
+    EscapeSubject,
 };
 use cordon_policy::{Identity, Policy};
 use cordon_sandbox::{
@@ -235,13 +236,14 @@ pub fn escape(
     owned_dir(&work, reg.work_dir_owner)
         .map_err(|e| KitError::Unavailable(format!("cannot prepare `{}`: {e}", work.display())))?;
     let denied = DeniedProgram::perl();
+    let denied_prefix = DeniedPrefix::coreutils_base();
     let host = host_for(
         registry,
         reg,
         setup,
         &work,
         "escape.yaml",
-        &escape_policy(&root.0, &names_of(&denied.path)),
+        &escape_policy(&root.0, &denied.path, &denied_prefix.prefix),
     )?;
     let spec = SandboxSpec::new("escape", "host")
         .map_err(|e| KitError::Unavailable(e.to_string()))?
@@ -265,6 +267,7 @@ pub fn escape(
                 bounded,
                 work_dir: guest_work_dir(reg, &spec, &work),
                 denied,
+                denied_prefix,
                 // The kit's host processes run as the workload's own host
                 // uid, so no uid check can stop the workload reaching them,
                 // only the sandbox. A backend that names no such uid gets
@@ -323,13 +326,14 @@ fn conformance_policy(scratch: &Path) -> String {
 
 /// `cordon:default` (what a newcomer's `cordon run` gets), written out
 /// rather than extended (a policy that extends another can only narrow it),
-/// with two changes: a deny of the kit's denied program by every name it
-/// has in `/usr/bin` (`perl` and its hard links such as `perl5.36.0`: a
-/// deny of one name leaves the others runnable) — and the scratch root read-write: it holds only the work dir and, at the
-/// process rung, the sandbox's temporary directory (made beside the work
-/// dir), which the launcher gives the workload read-write anyway.
-fn escape_policy(scratch: &Path, denied: &[String]) -> String {
-    let names: Vec<String> = denied.iter().map(|n| format!("{n:?}")).collect();
+/// with three changes: a deny of the kit's denied program by its one path
+/// (its other names, hard links such as `perl5.36.0`, must be denied with
+/// it: the kit tries them), a deny of a literal prefix (the programs it
+/// names must be found and denied, not the deny refused) — and the scratch
+/// root read-write: it holds only the work dir and, at the process rung,
+/// the sandbox's temporary directory (made beside the work dir), which the
+/// launcher gives the workload read-write anyway.
+fn escape_policy(scratch: &Path, denied: &str, prefix: &str) -> String {
     format!(
         r#"policy:
   compute:
@@ -341,7 +345,9 @@ fn escape_policy(scratch: &Path, denied: &[String]) -> String {
           command.startsWith("/lib64/")
     deny:
       - name: no-perl
-        when: command in [{}]
+        when: command == {denied:?}
+      - name: no-prefix
+        when: command.startsWith({prefix:?})
       - name: no-privilege-tools
         when: >-
           command in ["/usr/bin/sudo", "/bin/sudo", "/usr/bin/su", "/bin/su",
@@ -380,29 +386,6 @@ fn escape_policy(scratch: &Path, denied: &[String]) -> String {
   secret:
     allow: []
 "#,
-        names.join(", "),
         scratch.display()
     )
-}
-
-/// `path` and every hard link to it in its directory.
-fn names_of(path: &str) -> Vec<String> {
-    use std::os::unix::fs::MetadataExt;
-    let p = Path::new(path);
-    let mut names = vec![path.to_string()];
-    let (Ok(meta), Some(dir)) = (std::fs::metadata(p), p.parent()) else {
-        return names;
-    };
-    if let Ok(entries) = std::fs::read_dir(dir) {
-        for e in entries.flatten() {
-            let same = e
-                .metadata()
-                .is_ok_and(|m| m.ino() == meta.ino() && m.dev() == meta.dev());
-            let shown = e.path().display().to_string();
-            if same && !names.contains(&shown) {
-                names.push(shown);
-            }
-        }
-    }
-    names
 }

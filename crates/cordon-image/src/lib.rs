@@ -15,6 +15,7 @@
 //!   lock                     flock: commit, rm and gc take it
 //!   blobs/sha256-<hex>/      0711; one per distinct tree
 //!     rootfs/                0755; the tree
+//!     links                  0644; its hard-link index (see [`link_index`])
 //!   names/<name>.json        name -> digest, size, created, source
 //!   tmp/<unique>/            0700; builds and imports in progress
 //! ```
@@ -75,9 +76,11 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 
 mod debootstrap;
+mod links;
 mod tree;
 
 pub use debootstrap::{configured_mirror, DebootstrapOpts, DEFAULT_SUITE, FALLBACK_MIRROR};
+pub use links::link_index;
 
 /// The built-in image.
 pub const HOST: &str = "host";
@@ -613,6 +616,11 @@ impl ImageStore {
         }
         progress("computing the digest");
         let (digest, stats) = tree::digest(&rootfs)?;
+        // The hard-link index, kept beside the tree (a hint: a failure
+        // here only leaves it to be computed at first use).
+        if let Ok(groups) = links::build(&rootfs) {
+            let _ = links::store(&rootfs, &groups);
+        }
         let blob = self.blob_path(&digest).ok_or_else(|| ImageError::Io {
             step: "digest",
             path: rootfs.clone(),

@@ -43,6 +43,7 @@
 mod allow;
 mod deny;
 mod exec;
+mod links;
 mod walk;
 
 #[cfg(test)]

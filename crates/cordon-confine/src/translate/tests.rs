@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use cordon_policy::{Deployment, Identity, Policy};
 
 use super::*;
-use crate::view::{HostFs, RootedFs};
+use crate::view::{FsView, HostFs, LinkIndex, RootedFs};
 
 const MASKS: Mode = Mode::MasksAvailable;
 const NO_MASKS: Mode = Mode::NoMasks;
@@ -48,6 +48,11 @@ impl Tree {
     }
     /// Translates a policy whose `$R` stands for the tree's root.
     fn run(&self, mode: Mode, yaml: &str) -> Result<Confinement, Unholdable> {
+        self.run_in(mode, yaml, &HostFs)
+    }
+
+    /// [`Tree::run`] looking at the disk through `fs`.
+    fn run_in(&self, mode: Mode, yaml: &str, fs: &dyn FsView) -> Result<Confinement, Unholdable> {
         let text = yaml.replace("$R", &self.p("")[..self.p("").len() - 1]);
         let policy = Policy::load_str("t.yaml", &text).unwrap_or_else(|d| panic!("{}", d.render()));
         let work = PathBuf::from(self.p("work"));
@@ -72,7 +77,7 @@ impl Tree {
                 tmp_shared: mode == Mode::NoMasks,
                 work_dir: &work,
                 tmp_dir: &tmp,
-                fs: &HostFs,
+                fs,
             },
         )
     }
@@ -433,4 +438,246 @@ fn a_prefix_that_covers_the_whole_work_dir_reaches_into_it() {
         "path.startsWith(\"/work\")",
     );
     assert!(v.run(&text).is_ok());
+}
+
+/// Hard-links `from` (a name in `tree`) at `to`.
+fn hard_link(tree: &Tree, from: &str, to: &str) {
+    std::fs::hard_link(tree.p(from), tree.p(to)).unwrap();
+}
+
+#[test]
+fn a_denied_program_is_denied_under_every_name_of_its_file() {
+    let tree = Tree::new();
+    // `bad` has a name beside it (like `perl5.36.0`) and one in another
+    // granted tree (readable: `ld.so` runs a readable file).
+    hard_link(&tree, "sys/bin/bad", "sys/bin/bad5.36");
+    hard_link(&tree, "sys/bin/bad", "data/bad-again");
+    let deny = "deny:\n      - name: no-bad\n        when: command == \"$R/sys/bin/bad\"";
+    let t = tree.run(MASKS, &policy(deny, "")).unwrap();
+    assert_eq!(
+        t.mask_executables,
+        ["data/bad-again", "sys/bin/bad", "sys/bin/bad5.36"].map(|p| PathBuf::from(tree.p(p))),
+        "{t:?}"
+    );
+    assert!(t.notes.iter().any(|n| n.contains("hard link")), "{t:?}");
+    // Without masks, no rule reaches any of the names, and the rest stays.
+    let t = tree.run(NO_MASKS, &policy(deny, "")).unwrap();
+    for name in ["sys/bin/bad", "sys/bin/bad5.36", "data/bad-again"] {
+        assert_eq!(
+            reaches(&t, &tree.p(name)),
+            Vec::<PathBuf>::new(),
+            "{name}: {t:?}"
+        );
+    }
+    assert!(!rule(&t, &tree.p("sys/bin/ok")).is_empty(), "{t:?}");
+    assert!(!rule(&t, &tree.p("data/a.txt")).is_empty(), "{t:?}");
+    // A name in the work dir is masked at the container rung; the process
+    // rung cannot leave one file out of a writable tree, so it refuses.
+    hard_link(&tree, "sys/bin/bad", "work/bad-in-work");
+    let t = tree.run(MASKS, &policy(deny, "")).unwrap();
+    assert!(
+        t.mask_executables
+            .contains(&PathBuf::from(tree.p("work/bad-in-work"))),
+        "{t:?}"
+    );
+    let e = tree.run(NO_MASKS, &policy(deny, "")).unwrap_err();
+    assert!(
+        e.message.contains("bad-in-work") && e.message.contains("help:"),
+        "{e}"
+    );
+}
+
+#[test]
+fn the_search_for_names_stops_when_the_link_count_is_reached() {
+    // A readable tree far past the walk's bound: a search that walked it
+    // would be refused. A one-name file needs no search, and a file whose
+    // names all sit beside it needs no walk.
+    let tree = Tree::new();
+    let fs = Huge {
+        huge: PathBuf::from(tree.p("data")),
+        entries: MAX_WALK + 10,
+    };
+    let deny = "deny:\n      - name: no-bad\n        when: command == \"$R/sys/bin/bad\"";
+    let t = tree.run_in(MASKS, &policy(deny, ""), &fs).unwrap();
+    assert_eq!(
+        t.mask_executables,
+        vec![PathBuf::from(tree.p("sys/bin/bad"))]
+    );
+    hard_link(&tree, "sys/bin/bad", "sys/bin/bad5.36");
+    let t = tree.run_in(MASKS, &policy(deny, ""), &fs).unwrap();
+    assert_eq!(
+        t.mask_executables,
+        ["sys/bin/bad", "sys/bin/bad5.36"].map(|p| PathBuf::from(tree.p(p)))
+    );
+    // A third name nowhere the workload reaches: every tree is searched,
+    // and past the bound the deny is refused, not held by half.
+    std::fs::hard_link(tree.p("sys/bin/bad"), tree.dir.path().join("elsewhere")).unwrap();
+    let e = tree.run_in(MASKS, &policy(deny, ""), &fs).unwrap_err();
+    assert!(
+        e.message.contains("other names (hard links)") && e.message.contains("help:"),
+        "{e}"
+    );
+    // Within the bound, a name nowhere reached is left as it is.
+    let t = tree.run(MASKS, &policy(deny, "")).unwrap();
+    assert_eq!(t.mask_executables.len(), 2, "{t:?}");
+}
+
+/// The host's tree, with `entries` extra (absent) names in the directory
+/// `huge`: a tree no walk can finish.
+struct Huge {
+    huge: PathBuf,
+    entries: usize,
+}
+
+impl Huge {
+    fn extra(&self, dir: &Path) -> impl Iterator<Item = PathBuf> + '_ {
+        let n = if dir == self.huge { self.entries } else { 0 };
+        (0..n).map(move |i| self.huge.join(format!("junk-{i}")))
+    }
+}
+
+impl FsView for Huge {
+    fn host_path(&self, guest: &Path) -> Option<PathBuf> {
+        HostFs.host_path(guest)
+    }
+    fn canonical(&self, guest: &Path) -> std::io::Result<PathBuf> {
+        HostFs.canonical(guest)
+    }
+    fn read_dir(&self, guest: &Path) -> std::io::Result<Vec<PathBuf>> {
+        let mut v = HostFs.read_dir(guest)?;
+        v.extend(self.extra(guest));
+        Ok(v)
+    }
+    fn entries(&self, guest: &Path) -> std::io::Result<Vec<crate::view::Entry>> {
+        let mut v = HostFs.entries(guest)?;
+        v.extend(self.extra(guest).map(|path| crate::view::Entry {
+            path,
+            ino: 1,
+            kind: None,
+        }));
+        Ok(v)
+    }
+}
+
+#[test]
+fn a_prefix_deny_lists_the_directory_it_ends_in_instead_of_walking() {
+    let tree = Tree::new();
+    std::fs::create_dir_all(tree.p("sys/lib/bundle")).unwrap();
+    std::fs::create_dir_all(tree.p("sys/bin/bad.d")).unwrap();
+    std::fs::write(tree.p("sys/bin/bad.d/helper"), "x").unwrap();
+    std::fs::write(tree.p("sys/bin/badder"), "x").unwrap();
+    hard_link(&tree, "sys/bin/bad", "sys/lib/bundle/renamed");
+    // Beside the programs, an executable tree far past the walk's bound.
+    let fs = Huge {
+        huge: PathBuf::from(tree.p("sys/lib/bundle")),
+        entries: MAX_WALK + 10,
+    };
+    let deny = "deny:\n      - name: no-b\n        when: command.startsWith(\"$R/sys/bin/bad\")";
+    let t = tree.run_in(MASKS, &policy(deny, ""), &fs).unwrap();
+    assert_eq!(
+        t.mask_executables,
+        [
+            "sys/bin/bad",
+            "sys/bin/bad.d/helper",
+            "sys/bin/badder",
+            "sys/lib/bundle/renamed"
+        ]
+        .map(|p| PathBuf::from(tree.p(p))),
+        "{t:?}"
+    );
+    // A prefix ending in `/` is the tree beneath it.
+    let deny =
+        "deny:\n      - name: no-bd\n        when: command.startsWith(\"$R/sys/bin/bad.d/\")";
+    let t = tree.run_in(MASKS, &policy(deny, ""), &fs).unwrap();
+    assert_eq!(
+        t.mask_executables,
+        vec![PathBuf::from(tree.p("sys/bin/bad.d/helper"))]
+    );
+    // Held without masks too.
+    let deny = "deny:\n      - name: no-b\n        when: command.startsWith(\"$R/sys/bin/bad\")";
+    // (Carving a name out of a directory lists it whole: not the huge one.)
+    let t = tree.run(NO_MASKS, &policy(deny, "")).unwrap();
+    for name in [
+        "sys/bin/bad",
+        "sys/bin/badder",
+        "sys/bin/bad.d/helper",
+        "sys/lib/bundle/renamed",
+    ] {
+        assert_eq!(
+            reaches(&t, &tree.p(name)),
+            Vec::<PathBuf>::new(),
+            "{name}: {t:?}"
+        );
+    }
+    // A set with no literal directory is walked, and refused at the
+    // bound with what would work.
+    let deny = "deny:\n      - name: no-suffix\n        when: command.endsWith(\"/bad\")";
+    let e = tree.run_in(MASKS, &policy(deny, ""), &fs).unwrap_err();
+    assert!(
+        e.message.contains("no-suffix")
+            && e.message.contains("startsWith")
+            && e.message.contains("help:"),
+        "{e}"
+    );
+}
+
+#[test]
+fn an_image_index_is_a_hint_and_a_stale_one_lets_no_name_through() {
+    let v = Rooted::new();
+    std::fs::create_dir_all(v.host("root/usr/lib/x")).unwrap();
+    std::fs::hard_link(
+        v.host("root/usr/bin/bad"),
+        v.host("root/usr/lib/x/bad-again"),
+    )
+    .unwrap();
+    let deny = "deny:\n      - name: no-bad\n        when: command == \"/usr/bin/bad\"";
+    let text = rooted(deny, "").replace(
+        "path.startsWith(\"/bin/\")",
+        "(path.startsWith(\"/bin/\") || path.startsWith(\"/usr/lib/\"))",
+    );
+    let translate_with = |index: LinkIndex| {
+        let policy = Policy::load_str("t.yaml", &text).unwrap_or_else(|d| panic!("{}", d.render()));
+        let plan = policy
+            .plan(
+                &Identity {
+                    namespace: "t".into(),
+                    ..Identity::default()
+                },
+                &Deployment::default(),
+                0,
+                "/workspace",
+            )
+            .unwrap();
+        let view = RootedFs::new(v.host("root"))
+            .bind("/tmp", v.host("host-tmp"))
+            .bind("/workspace", v.host("host-work"))
+            .with_links(std::sync::Arc::new(index));
+        translate(
+            &policy,
+            &plan,
+            &Target {
+                rung: "container",
+                mode: MASKS,
+                tmp_shared: false,
+                work_dir: Path::new("/workspace"),
+                tmp_dir: Path::new("/tmp"),
+                fs: &view,
+            },
+        )
+        .unwrap()
+        .mask_executables
+    };
+    let want = ["/usr/bin/bad", "/usr/lib/x/bad-again"]
+        .map(PathBuf::from)
+        .to_vec();
+    // A true index, a stale one naming what is no longer the file, and
+    // none: the same names.
+    let true_index = vec![want.clone()];
+    let stale = vec![vec![
+        PathBuf::from("/usr/bin/bad"),
+        PathBuf::from("/usr/bin/ok"),
+    ]];
+    for index in [true_index, stale, Vec::new()] {
+        assert_eq!(translate_with(LinkIndex::new(index)), want);
+    }
 }

@@ -170,3 +170,181 @@ pub(super) fn exec_denied(s: &EscapeSubject) -> Result<String, String> {
         d.path
     ))
 }
+
+/// The other names (hard links) of `path` in its own directory on the
+/// host: where a package puts them (`perl` and `perl5.36.0`).
+fn other_names(path: &str) -> Vec<String> {
+    use std::os::unix::fs::MetadataExt;
+    let p = Path::new(path);
+    let (Ok(meta), Some(dir)) = (std::fs::symlink_metadata(p), p.parent()) else {
+        return Vec::new();
+    };
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .map(|d| {
+            d.flatten()
+                .filter(|e| e.path() != p)
+                .filter(|e| {
+                    std::fs::symlink_metadata(e.path()).is_ok_and(|m| {
+                        m.is_file() && (m.dev(), m.ino()) == (meta.dev(), meta.ino())
+                    })
+                })
+                .map(|e| e.path().display().to_string())
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
+/// The denied program's other names, or why the case cannot set up.
+fn hard_links_of(s: &EscapeSubject) -> Result<Vec<String>, String> {
+    let d = &s.denied;
+    if !Path::new(&d.path).exists() {
+        return Err(format!(
+            "could not set up: the denied program `{}` does not exist on the host",
+            d.path
+        ));
+    }
+    let names = other_names(&d.path);
+    if names.is_empty() {
+        return Err(format!(
+            "could not set up: `{}` has no other name (hard link) beside it on this host, so refusing one proves nothing",
+            d.path
+        ));
+    }
+    Ok(names)
+}
+
+/// The denied program under each of its other names (the policy names
+/// only one): as the first command and from a shell.
+pub(super) fn exec_denied_hard_link(s: &EscapeSubject) -> Result<String, String> {
+    let d = &s.denied;
+    let names = hard_links_of(s)?;
+    for name in &names {
+        let mut argv = vec![name.clone()];
+        argv.extend(d.args.iter().cloned());
+        let direct = exec_in(&*s.sandbox, argv, TIMEOUT);
+        if direct.all_output().contains(&d.marker) || direct.status() == Some(ExitStatus::Code(0)) {
+            return Err(format!(
+                "`{name}`, another name of the denied `{}`, ran as the first command {}",
+                d.path,
+                direct.show()
+            ));
+        }
+        let mut args = vec![name.as_str()];
+        args.extend(d.args.iter().map(String::as_str));
+        let run = sh(s, "\"$@\"; echo direct=$?; echo end", &args);
+        run.ran_to_end()?;
+        if run.stdout().contains(&d.marker) {
+            return Err(format!(
+                "`{name}`, another name of the denied `{}`, ran from a shell {}",
+                d.path,
+                run.show()
+            ));
+        }
+    }
+    Ok(format!(
+        "no other name of `{}` ran ({})",
+        d.path,
+        names.join(", ")
+    ))
+}
+
+/// The denied program's other names through the dynamic loader, which
+/// needs only read access to the file it loads.
+pub(super) fn exec_denied_hard_link_loader(s: &EscapeSubject) -> Result<String, String> {
+    let d = &s.denied;
+    let names = hard_links_of(s)?;
+    for name in &names {
+        let script = format!("{} \"$@\"; echo loader=$?; echo end", ld_so());
+        let mut args = vec![name.as_str()];
+        args.extend(d.args.iter().map(String::as_str));
+        let run = sh(s, &script, &args);
+        run.ran_to_end()?;
+        if run.stdout().contains(&d.marker) {
+            return Err(format!(
+                "`{name}`, another name of the denied `{}`, ran through `{}` {}",
+                d.path,
+                ld_so(),
+                run.show()
+            ));
+        }
+    }
+    Ok(format!(
+        "no other name of `{}` ran through the loader ({})",
+        d.path,
+        names.join(", ")
+    ))
+}
+
+/// Every program a literal prefix deny names (`command.startsWith(...)`),
+/// and their other names: directly, from a shell and through the loader;
+/// a program beside them the prefix does not name still runs.
+pub(super) fn exec_denied_prefix(s: &EscapeSubject) -> Result<String, String> {
+    let p = &s.denied_prefix;
+    let cut = p.prefix.rfind('/').map_or(0, |i| i + 1);
+    let (dir, stem) = p.prefix.split_at(cut);
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .map(|d| {
+            d.flatten()
+                .filter(|e| e.file_name().to_str().is_some_and(|n| n.starts_with(stem)))
+                .filter(|e| std::fs::metadata(e.path()).is_ok_and(|m| m.is_file()))
+                .map(|e| e.path().display().to_string())
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    let others: Vec<String> = names.iter().flat_map(|n| other_names(n)).collect();
+    names.extend(others);
+    names.dedup();
+    if names.is_empty() {
+        return Err(format!(
+            "could not set up: nothing on the host begins with `{}`, so refusing it proves nothing",
+            p.prefix
+        ));
+    }
+    // `--version` exits 0 from any program that ran.
+    let mut script = format!("{} --version >/dev/null 2>&1; echo control=$?; ", p.control);
+    for (i, n) in names.iter().enumerate() {
+        script.push_str(&format!(
+            "{n} --version >/dev/null 2>&1; echo direct{i}=$?; {} {n} --version >/dev/null 2>&1; echo loader{i}=$?; ",
+            ld_so()
+        ));
+    }
+    script.push_str("echo end");
+    let run = sh(s, &script, &[]);
+    run.ran_to_end()?;
+    let out = run.stdout();
+    if !out.contains("control=0") {
+        return Err(format!(
+            "could not set up: `{}`, which the prefix does not name, did not run either {}",
+            p.control,
+            run.show()
+        ));
+    }
+    for (i, n) in names.iter().enumerate() {
+        for how in ["direct", "loader"] {
+            if out.contains(&format!("{how}{i}=0\n")) {
+                return Err(format!(
+                    "`{n}`, which the deny of `{}` names, ran ({how}) {}",
+                    p.prefix,
+                    run.show()
+                ));
+            }
+        }
+        let first = exec_in(&*s.sandbox, vec![n.clone(), "--version".into()], TIMEOUT);
+        if first.status() == Some(ExitStatus::Code(0)) {
+            return Err(format!(
+                "`{n}`, which the deny of `{}` names, ran as the first command {}",
+                p.prefix,
+                first.show()
+            ));
+        }
+    }
+    Ok(format!(
+        "none of the {} programs `{}` names ran; `{}` beside them did",
+        names.len(),
+        p.prefix,
+        p.control
+    ))
+}

@@ -20,6 +20,9 @@
 //! | `read-host-files` | `/etc/shadow`, bait under the host's home and in an open host directory | nothing of them in its output |
 //! | `write-outside-work-dir` | a file in its work dir (must work), then in an open host directory, `/etc`, `/`, `/var/tmp` | none of those exists on the host |
 //! | `exec-denied-binary` | the denied program directly, from a shell, via the dynamic loader | it never ran |
+//! | `exec-denied-hard-link` | the denied program under its other names (hard links beside it, which the policy does not name) directly and from a shell | none ran |
+//! | `exec-denied-hard-link-loader` | those other names through the dynamic loader | none ran |
+//! | `exec-denied-prefix` | every program a literal prefix deny names (and their other names) directly, from a shell, via the loader | none ran; a program beside them did |
 //! | `host-processes` | see, `kill -9` and `kill -STOP` a host `sleep` (non-root uid) | not signalled; seen only where the rung does not hide it |
 //! | `ptrace` | attach and seize the host `sleep`, `process_vm_readv`, `TRACEME` (in a child) | every call refused; the sleep untraced, not stopped |
 //! | `mount` | mount a tmpfs, unmount `/proc`, `chroot` | refused; the host's mount table unchanged |
@@ -81,16 +84,22 @@ mod workload;
 
 use bounds::{cpu_spin, fork_bomb, memory_bomb, wall_clock};
 use cross_exec::{background_outlives, concurrent_exec, plant_tool, PROC_INFO, TAMPERING};
-use fs::{exec_denied, read_host_files, write_outside};
+use fs::{
+    exec_denied, exec_denied_hard_link, exec_denied_hard_link_loader, exec_denied_prefix,
+    read_host_files, write_outside,
+};
 use net::{bind_port, special_sockets, tcp_connect, udp_send, unix_socket};
 use proc::{clone3, host_processes, mount, ptrace, unshare};
 use system::{devices, host_environment, proc_sys_write, tiocsti};
 
 /// Every case, in the order they run.
-pub const CASES: [&str; 25] = [
+pub const CASES: [&str; 28] = [
     "read-host-files",
     "write-outside-work-dir",
     "exec-denied-binary",
+    "exec-denied-hard-link",
+    "exec-denied-hard-link-loader",
+    "exec-denied-prefix",
     "host-processes",
     "ptrace",
     "mount",
@@ -166,6 +175,27 @@ impl DeniedProgram {
     }
 }
 
+/// A literal prefix the subject's policy denies
+/// (`command.startsWith(prefix)`), and a program beside what it names that
+/// the policy lets run.
+#[derive(Debug, Clone)]
+pub struct DeniedPrefix {
+    pub prefix: String,
+    /// A program the prefix does not name, in the same directory.
+    pub control: String,
+}
+
+impl DeniedPrefix {
+    /// `/usr/bin/base` (`base64`, `basename`, `basenc`, `base32`: every
+    /// host has some), with `/usr/bin/cat` running beside them.
+    pub fn coreutils_base() -> DeniedPrefix {
+        DeniedPrefix {
+            prefix: "/usr/bin/base".into(),
+            control: "/usr/bin/cat".into(),
+        }
+    }
+}
+
 /// Where the kit may act on the host (the machine it runs on). Fresh
 /// directories are made under these and removed afterwards.
 #[derive(Debug, Clone)]
@@ -219,8 +249,11 @@ pub struct EscapeSubject {
     pub bounded: Arc<dyn Sandbox>,
     /// The work dir, as the workload sees it.
     pub work_dir: String,
-    /// A program the subject's policy denies.
+    /// A program the subject's policy denies by this one name (its other
+    /// names, hard links, must be refused with it).
     pub denied: DeniedProgram,
+    /// A literal prefix the subject's policy denies.
+    pub denied_prefix: DeniedPrefix,
     pub host: EscapeHost,
 }
 
@@ -290,6 +323,9 @@ fn run_case(name: &str, s: &EscapeSubject) -> Result<String, String> {
         "read-host-files" => read_host_files(s),
         "write-outside-work-dir" => write_outside(s),
         "exec-denied-binary" => exec_denied(s),
+        "exec-denied-hard-link" => exec_denied_hard_link(s),
+        "exec-denied-hard-link-loader" => exec_denied_hard_link_loader(s),
+        "exec-denied-prefix" => exec_denied_prefix(s),
         "host-processes" => host_processes(s),
         "ptrace" => ptrace(s),
         "mount" => mount(s),

@@ -29,6 +29,7 @@ fn unconfined(root: &Path) -> EscapeSubject {
         bounded: sandbox,
         work_dir: work.display().to_string(),
         denied: DeniedProgram::perl(),
+        denied_prefix: DeniedPrefix::coreutils_base(),
         // Bait and listeners under the test's own directory, so the
         // proof needs no root.
         host: EscapeHost {
@@ -110,6 +111,12 @@ fn an_unconfined_subject_fails_the_cases_for_the_escape_itself() {
         ("read-host-files", "read the host's bait"),
         ("write-outside-work-dir", "the workload created"),
         ("exec-denied-binary", "ran as the first command"),
+        ("exec-denied-hard-link", "ran as the first command"),
+        ("exec-denied-hard-link-loader", "ran through"),
+        (
+            "exec-denied-prefix",
+            "which the deny of `/usr/bin/base` names, ran",
+        ),
         ("tcp-connect-host-loopback", "a connection arrived"),
         ("unix-socket-host", "a connection arrived"),
         ("bind-port", "bound: tcp4 BOUND"),
