@@ -112,10 +112,21 @@ fn reclaim(residue: &serde_json::Value) -> Vec<String> {
         failures.push(format!("cgroups: {e}"));
     }
     for d in &r.dirs {
-        if let Err(e) = std::fs::remove_dir_all(d) {
-            if e.kind() != std::io::ErrorKind::NotFound {
-                failures.push(format!("{}: {e}", d.display()));
+        // A mount (a volume, an operator's directory mapped) is unmounted
+        // first and only its then-empty mount point removed: nothing is
+        // ever removed through a mount of the operator's files.
+        match crate::workdir::remove_mount(d) {
+            Ok(()) => {}
+            Err(_) if !cordon_linux::volume::is_mount_point(d).unwrap_or(true) => {
+                // A plain directory cordon made (a record from before work
+                // dirs were volumes, a temporary directory).
+                if let Err(e) = std::fs::remove_dir_all(d) {
+                    if e.kind() != std::io::ErrorKind::NotFound {
+                        failures.push(format!("{}: {e}", d.display()));
+                    }
+                }
             }
+            Err(e) => failures.push(e),
         }
     }
     failures

@@ -59,12 +59,24 @@ impl Scratch {
                 root.display()
             ))
         })?;
+        // A filesystem of its own no larger than any `max_disk` the kits'
+        // policies leave at its default: an operator's work dir is taken
+        // only on a filesystem the bound can hold. Without it (not root)
+        // the backend refuses the work dir and says why.
+        let _ = rustix::mount::mount(
+            "tmpfs",
+            &root,
+            "tmpfs",
+            rustix::mount::MountFlags::NOSUID | rustix::mount::MountFlags::NODEV,
+            Some(c"mode=0755,size=256m"),
+        );
         Ok(Scratch(root))
     }
 }
 
 impl Drop for Scratch {
     fn drop(&mut self) {
+        let _ = rustix::mount::unmount(&self.0, rustix::mount::UnmountFlags::DETACH);
         if let Err(e) = std::fs::remove_dir_all(&self.0) {
             tracing::warn!(
                 "could not remove the scratch directory `{}`: {e}",
