@@ -143,6 +143,16 @@ pub(crate) fn given_dir(d: &Path, parent: &Path, max_disk: u64) -> Result<Given,
     }
     let size = volume::filesystem_bytes(&real)
         .map_err(|e| failed("acquire", format!("work dir `{}`: {e}", real.display())))?;
+    if size == 0 {
+        // ramfs and its kind report no size: nothing bounds them.
+        return Err(failed(
+            "acquire",
+            format!(
+                "work dir `{dir}` is on a filesystem that reports no size, so nothing would hold max_disk there\nhelp: put it on a filesystem with a size no larger than max_disk, or omit `--work-dir` to get a fresh one",
+                dir = real.display()
+            ),
+        ));
+    }
     if size > max_disk {
         return Err(failed(
             "acquire",
