@@ -278,6 +278,18 @@ impl LocalSandbox {
     }
 }
 
+impl Drop for LocalSandbox {
+    /// A sandbox dropped without [`LocalSandbox::dispose`] (its holder
+    /// panicked, a test let it go) still gives back its mount: the volume
+    /// (and its loop device) or the operator's directory mapped. Lazily, so
+    /// a warm sandbox still running keeps it until it ends.
+    fn drop(&mut self) {
+        if let Some(m) = &self.mount {
+            let _ = crate::workdir::remove_mount(m);
+        }
+    }
+}
+
 /// A neutral rule as `cordon-linux` holds it.
 fn fs_rule(r: cordon_confine::PathRule) -> FsRule {
     FsRule {

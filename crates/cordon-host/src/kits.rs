@@ -160,6 +160,20 @@ fn host_for(
         .map_err(|e| KitError::Unavailable(e.to_string()))
 }
 
+/// Where the workload sees its work dir: as the sandbox says (the process
+/// rung shows an operator's directory at the path of its idmapped mount),
+/// else where the backend's view puts `work`.
+fn seen_work_dir(
+    sandbox: &dyn cordon_sandbox::Sandbox,
+    reg: &BackendRegistration,
+    spec: &SandboxSpec,
+    work: &Path,
+) -> String {
+    sandbox
+        .host_work_dir()
+        .map_or_else(|| guest_work_dir(reg, spec, work), |r| r.guest)
+}
+
 /// Where the backend shows `work` to the workload.
 fn guest_work_dir(reg: &BackendRegistration, spec: &SandboxSpec, work: &Path) -> String {
     match reg.work_dir_view {
@@ -211,10 +225,11 @@ pub fn conformance(
         .router
         .acquire(&caller, &spec)
         .map_err(|e| KitError::Unavailable(e.to_string()))?;
+    let seen = seen_work_dir(&*sandbox, reg, &spec, &work);
     let subject = PosixGuestSubject {
         name: name.to_string(),
         sandbox,
-        work_dir: guest_work_dir(reg, &spec, &work),
+        work_dir: seen,
         outside_dir: outside.display().to_string(),
         device_nodes: false,
     };
@@ -270,12 +285,13 @@ pub fn escape(
     let result = match acquired {
         Err(e) => Err(KitError::Unavailable(e.to_string())),
         Ok((sandbox, bounded)) => {
+            let seen = seen_work_dir(&*sandbox, reg, &spec, &work);
             let subject = EscapeSubject {
                 name: name.to_string(),
                 isolation: reg.info.isolation,
                 sandbox,
                 bounded,
-                work_dir: guest_work_dir(reg, &spec, &work),
+                work_dir: seen,
                 denied,
                 // The kit's host processes run as the workload's own host
                 // uid, so no uid check can stop the workload reaching them,
