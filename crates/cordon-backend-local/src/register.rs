@@ -4,7 +4,7 @@
 //! declarations do; the host assembly refuses a built backend whose
 //! declarations differ from its registration's.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use cordon_linux::{InitProgram, Rung};
@@ -145,7 +145,43 @@ fn sweep() -> (Vec<String>, Vec<String>) {
         }
     }
     let _ = crate::sweep_id_leases();
+    for m in orphaned_mounts() {
+        match crate::workdir::remove_mount(&m) {
+            Ok(()) => done.push(m.display().to_string()),
+            Err(e) => failures.push(e),
+        }
+    }
     (done, failures)
+}
+
+/// Work dir mounts (volumes, operators' directories mapped) whose making
+/// process is gone: named `cordon-volume-PID-…` / `cordon-mapped-PID-…`
+/// by the process that made them. A live process with that pid keeps them.
+fn orphaned_mounts() -> Vec<PathBuf> {
+    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for line in info.lines() {
+        let Some(point) = line.split(' ').nth(4) else {
+            continue;
+        };
+        let path = PathBuf::from(point);
+        let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
+            continue;
+        };
+        let pid = ["cordon-volume-", "cordon-mapped-"]
+            .iter()
+            .find_map(|p| name.strip_prefix(p))
+            .and_then(|rest| rest.split('-').next())
+            .and_then(|pid| pid.parse::<u32>().ok());
+        if let Some(pid) = pid {
+            if !Path::new(&format!("/proc/{pid}")).exists() {
+                out.push(path);
+            }
+        }
+    }
+    out
 }
 
 fn registration(rung: Rung) -> BackendRegistration {

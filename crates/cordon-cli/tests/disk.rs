@@ -305,3 +305,48 @@ fn a_work_dir_whose_filesystem_cannot_be_idmapped_is_refused_with_the_reason() {
         "{err}"
     );
 }
+
+#[test]
+fn gc_unmounts_the_volume_of_a_run_killed_before_it_could_dispose() {
+    if !can_sandbox("volume of a killed run") {
+        return;
+    }
+    let p = policy("64MiB");
+    let pol = p.path().display().to_string();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_cordon"))
+        .args([
+            "run",
+            "--min-isolation",
+            "process",
+            "--backend",
+            "process",
+            "--policy",
+            &pol,
+            "--",
+            "/bin/sh",
+            "-c",
+            "sleep 20",
+        ])
+        .env_remove("CORDON_MIN_ISOLATION")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let name = format!("/cordon-volume-{}-", child.id());
+    let mounted = || {
+        std::fs::read_to_string("/proc/self/mountinfo")
+            .expect("mountinfo")
+            .contains(&name)
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !mounted() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(mounted(), "the run never mounted its volume");
+    child.kill().expect("kill");
+    child.wait().expect("wait");
+    assert!(mounted(), "killed, so nothing unmounted it");
+    let (code, out, err) = cordon(&["sandbox", "gc"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(!mounted(), "gc left the volume mounted: {out}{err}");
+}
