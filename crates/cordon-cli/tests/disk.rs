@@ -350,3 +350,18 @@ fn gc_unmounts_the_volume_of_a_run_killed_before_it_could_dispose() {
     assert_eq!(code, 0, "{out}{err}");
     assert!(!mounted(), "gc left the volume mounted: {out}{err}");
 }
+
+#[test]
+fn doctor_says_whether_max_disk_can_be_held() {
+    let (_, out, err) = cordon(&["doctor"]);
+    assert!(
+        out.contains("disk bound (max_disk)") && out.contains("work dir owner mapping"),
+        "{out}{err}"
+    );
+    // This machine has mkfs.ext4, loop devices and ext4.
+    if std::path::Path::new("/dev/loop-control").exists()
+        && std::path::Path::new("/usr/sbin/mkfs.ext4").exists()
+    {
+        assert!(out.contains("an ext4 volume of max_disk"), "{out}");
+    }
+}
