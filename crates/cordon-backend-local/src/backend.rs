@@ -233,6 +233,7 @@ impl LocalBackend {
             }
         };
         let mut made = Made {
+            tmp: None,
             mount: Some(mount.clone()),
         };
         let host_str = host_work
@@ -273,6 +274,7 @@ impl LocalBackend {
             if let Err(e) = made_tmp {
                 return Err(made.fail(format!("cannot create `{name}` in the work dir: {e}")));
             }
+            made.tmp = Some(host_work.join(&name));
             Some(host_work.join(name))
         };
         let view = self
@@ -412,10 +414,16 @@ impl LocalBackend {
 /// directory mapped), removed if it fails.
 struct Made {
     mount: Option<PathBuf>,
+    /// A temporary directory made in the operator's directory (through
+    /// the mount), removed before it is unmounted.
+    tmp: Option<PathBuf>,
 }
 
 impl Made {
     fn remove(&mut self) {
+        if let Some(t) = self.tmp.take() {
+            let _ = std::fs::remove_dir_all(t);
+        }
         if let Some(m) = self.mount.take() {
             let _ = remove_mount(&m);
         }

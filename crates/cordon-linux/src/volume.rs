@@ -264,12 +264,42 @@ fn copy_sparse(src: &File, dst: &File, size: u64) -> io::Result<()> {
         let (mut from, mut to) = (data, data);
         while from < hole {
             let want = usize::try_from(hole - from).unwrap_or(usize::MAX);
-            let n = rustix::fs::copy_file_range(src, Some(&mut from), dst, Some(&mut to), want)?;
+            let n =
+                match rustix::fs::copy_file_range(src, Some(&mut from), dst, Some(&mut to), want) {
+                    Ok(n) => n,
+                    // Across filesystems (a template on a tmpfs `/run`) the
+                    // kernel may refuse: copy through a buffer instead.
+                    Err(
+                        rustix::io::Errno::XDEV
+                        | rustix::io::Errno::INVAL
+                        | rustix::io::Errno::NOSYS,
+                    ) => {
+                        copy_range(src, dst, from, hole)?;
+                        break;
+                    }
+                    Err(e) => return Err(e.into()),
+                };
             if n == 0 {
                 return Err(io::Error::other("the template ended early"));
             }
         }
         at = hole;
+    }
+    Ok(())
+}
+
+/// Copies bytes `from..end` of `src` to the same place in `dst`.
+fn copy_range(src: &File, dst: &File, mut from: u64, end: u64) -> io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    let mut buf = vec![0u8; 1 << 16];
+    while from < end {
+        let want = usize::try_from(end - from).map_or(buf.len(), |n| n.min(buf.len()));
+        let n = src.read_at(&mut buf[..want], from)?;
+        if n == 0 {
+            return Err(io::Error::other("the template ended early"));
+        }
+        dst.write_all_at(&buf[..n], from)?;
+        from += n as u64;
     }
     Ok(())
 }
@@ -486,5 +516,51 @@ fn set_idmap(tree: &OwnedFd, userns: &OwnedFd) -> io::Result<()> {
         Ok(())
     } else {
         Err(io::Error::last_os_error())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::FileExt;
+
+    fn sparse(dir: &Path, name: &str, size: u64) -> File {
+        let f = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(dir.join(name))
+            .unwrap();
+        f.set_len(size).unwrap();
+        f
+    }
+
+    #[test]
+    fn a_template_is_copied_with_its_holes_and_its_data() {
+        let dir = tempfile::tempdir().unwrap();
+        let size = 64 << 20;
+        let src = sparse(dir.path(), "src", size);
+        src.write_all_at(b"superblock", 1024).unwrap();
+        src.write_all_at(b"far away", 40 << 20).unwrap();
+        for (name, through_buffer) in [("kernel", false), ("buffer", true)] {
+            let dst = sparse(dir.path(), name, 0);
+            if through_buffer {
+                dst.set_len(size).unwrap();
+                copy_range(&src, &dst, 0, 4096).unwrap();
+                copy_range(&src, &dst, 40 << 20, (40 << 20) + 4096).unwrap();
+            } else {
+                copy_sparse(&src, &dst, size).unwrap();
+            }
+            let mut got = [0u8; 10];
+            dst.read_exact_at(&mut got, 1024).unwrap();
+            assert_eq!(&got, b"superblock", "{name}");
+            let mut got = [0u8; 8];
+            dst.read_exact_at(&mut got, 40 << 20).unwrap();
+            assert_eq!(&got, b"far away", "{name}");
+            let m = dst.metadata().unwrap();
+            assert_eq!(m.len(), size, "{name}");
+            use std::os::unix::fs::MetadataExt;
+            assert!(m.blocks() * 512 < 1 << 20, "{name}: the holes were filled");
+        }
     }
 }
