@@ -2,7 +2,8 @@
 //! a [`LocalSandbox`] (its directories, its uid, its warm sandbox).
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::os::unix::fs::DirBuilderExt;
+use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
@@ -19,7 +20,7 @@ use cordon_egress::{Caller, EgressService};
 use crate::ids::lease_id;
 use crate::profile::RungProfile;
 use crate::sandbox::LocalSandbox;
-use crate::workdir::{fresh_dir, given_dir};
+use crate::workdir::{fresh_volume, given_dir, remove_mount};
 use crate::{failed, register, LocalConfig, WorkDir, NEXT, WORK_DIR_ID};
 
 /// The `process` or `container` backend.
@@ -208,18 +209,32 @@ impl LocalBackend {
     /// made is removed when a later step fails.
     fn make_sandbox(&self, req: &AcquireRequest) -> Result<LocalSandbox, BackendError> {
         let mut id_lease = None;
-        let (id, host_work, fresh) = match &self.config.work_dir {
+        let private_tmp = self.profile.private_tmp_dir();
+        // `files`: where cordon itself writes files in, as whom.
+        let (id, mount, host_work, fresh, files_at, files_owner) = match &self.config.work_dir {
             WorkDir::Fresh { parent } => {
                 let lease = lease_id()?;
                 let id = lease.id();
                 id_lease = Some(lease);
-                (id, fresh_dir(parent, "work", id)?, true)
+                let vol = fresh_volume(parent, id, req.limits.disk_bytes, private_tmp)?;
+                let work = vol.join("work");
+                (id, vol, work.clone(), true, work, (id, id))
             }
-            WorkDir::Given(d) => (WORK_DIR_ID, given_dir(d)?, false),
+            WorkDir::Given(d) => {
+                let g = given_dir(d, &std::env::temp_dir(), req.limits.disk_bytes)?;
+                (
+                    WORK_DIR_ID,
+                    g.mount.clone(),
+                    g.mount,
+                    false,
+                    g.real,
+                    g.owner,
+                )
+            }
         };
         let mut made = Made {
-            host_work: fresh.then(|| host_work.clone()),
             tmp: None,
+            mount: Some(mount.clone()),
         };
         let host_str = host_work
             .to_str()
@@ -232,17 +247,43 @@ impl LocalBackend {
             .map_err(|e| made.fail(e))?;
         self.check_work_dir(spec_dir, &guest)
             .map_err(|e| made.fail(e))?;
-        if self.profile.private_tmp_dir() {
-            let parent = host_work.parent().unwrap_or(Path::new("/tmp"));
-            made.tmp = Some(fresh_dir(parent, "tmp", id).inspect_err(|_| made.remove())?);
-        }
+        let tmp = if !private_tmp {
+            None
+        } else if fresh {
+            Some(mount.join("tmp"))
+        } else {
+            // The operator's directory is the one bounded place this
+            // sandbox may write, so its temporary directory is made there
+            // (a new name, owned as the directory is) and removed at
+            // dispose.
+            let name = format!(
+                ".cordon-tmp-{}-{}",
+                std::process::id(),
+                NEXT.fetch_add(1, Ordering::Relaxed)
+            );
+            let made_tmp = std::fs::DirBuilder::new()
+                .mode(0o700)
+                .create(files_at.join(&name))
+                .and_then(|()| {
+                    std::os::unix::fs::chown(
+                        files_at.join(&name),
+                        Some(files_owner.0),
+                        Some(files_owner.1),
+                    )
+                });
+            if let Err(e) = made_tmp {
+                return Err(made.fail(format!("cannot create `{name}` in the work dir: {e}")));
+            }
+            made.tmp = Some(host_work.join(&name));
+            Some(host_work.join(name))
+        };
         let view = self
             .profile
             .view(&guest, &host_work, image_root.as_deref())
             .map_err(|e| made.fail(e))?;
-        let files = HostWorkDir::new(&host_work, &guest)
+        let files = HostWorkDir::new(&files_at, &guest)
             .map_err(|e| made.fail(e.to_string()))?
-            .owned_by(id, id);
+            .owned_by(files_owner.0, files_owner.1);
         let mut sandbox = LocalSandbox {
             id: format!("{}:{}", self.profile.name, req.key),
             provenance: req.provenance.clone(),
@@ -254,7 +295,8 @@ impl LocalBackend {
             files,
             host_work,
             fresh,
-            tmp: made.tmp.take(),
+            mount: made.mount.take(),
+            tmp,
             host_id: id,
             id_lease: Mutex::new(id_lease),
             image_root,
@@ -368,20 +410,22 @@ impl LocalBackend {
     }
 }
 
-/// The directories an acquire made so far, removed if it fails.
+/// The mount an acquire made so far (a fresh volume, or the operator's
+/// directory mapped), removed if it fails.
 struct Made {
-    /// A fresh work dir (never the operator's).
-    host_work: Option<PathBuf>,
+    mount: Option<PathBuf>,
+    /// A temporary directory made in the operator's directory (through
+    /// the mount), removed before it is unmounted.
     tmp: Option<PathBuf>,
 }
 
 impl Made {
     fn remove(&mut self) {
-        for d in [self.host_work.take(), self.tmp.take()]
-            .into_iter()
-            .flatten()
-        {
-            let _ = std::fs::remove_dir_all(d);
+        if let Some(t) = self.tmp.take() {
+            let _ = std::fs::remove_dir_all(t);
+        }
+        if let Some(m) = self.mount.take() {
+            let _ = remove_mount(&m);
         }
     }
 

@@ -54,8 +54,9 @@ use cordon_sandbox::BackendError;
 /// above every ordinary account, one per live sandbox machine-wide (see
 /// [`IdLease`]).
 pub const FRESH_ID_BASE: u32 = 2_000_000_000;
-/// A work dir the operator names (`--work-dir`) is used by this one host
-/// uid/gid, so it can be prepared once: `chown -R 1999999999:1999999999 DIR`.
+/// A sandbox over a work dir the operator names (`--work-dir`) runs as this
+/// host uid/gid; the directory is mounted idmapped so that its owner shows
+/// as this id (and what this id makes lands as the owner): no chown.
 pub const WORK_DIR_ID: u32 = 1_999_999_999;
 /// The uid/gid inside a container-rung sandbox.
 pub const INSIDE_ID: u32 = 1000;
@@ -67,11 +68,12 @@ pub const INIT_ID_OFFSET: u32 = 1_000_000_000;
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "snake_case")]
 pub enum WorkDir {
-    /// A fresh directory under `parent`, created by cordon for the sandbox
-    /// (owned by its host uid) and removed at dispose.
+    /// A fresh volume of `max_disk` under `parent` (its root owned by the
+    /// sandbox's host uid), made by cordon for the sandbox and removed at
+    /// dispose.
     Fresh { parent: PathBuf },
-    /// An operator's directory, visible at its own path, never chowned: it
-    /// must already be owned by [`WORK_DIR_ID`].
+    /// An operator's directory, never chowned: mounted idmapped (its owner
+    /// shown as [`WORK_DIR_ID`]) on a filesystem no larger than `max_disk`.
     Given(PathBuf),
 }
 

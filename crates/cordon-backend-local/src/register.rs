@@ -277,10 +277,21 @@ fn reclaim(residue: &serde_json::Value) -> Vec<String> {
         failures.extend(cordon_linux::remove_sysv_ipc_of(uid).1);
     }
     for d in &r.dirs {
-        if let Err(e) = std::fs::remove_dir_all(d) {
-            if e.kind() != std::io::ErrorKind::NotFound {
-                failures.push(format!("{}: {e}", d.display()));
+        // A mount (a volume, an operator's directory mapped) is unmounted
+        // first and only its then-empty mount point removed: nothing is
+        // ever removed through a mount of the operator's files.
+        match crate::workdir::remove_mount(d) {
+            Ok(()) => {}
+            Err(_) if !cordon_linux::volume::is_mount_point(d).unwrap_or(true) => {
+                // A plain directory cordon made (a record from before work
+                // dirs were volumes, a temporary directory).
+                if let Err(e) = std::fs::remove_dir_all(d) {
+                    if e.kind() != std::io::ErrorKind::NotFound {
+                        failures.push(format!("{}: {e}", d.display()));
+                    }
+                }
             }
+            Err(e) => failures.push(e),
         }
     }
     failures
@@ -299,7 +310,43 @@ fn sweep() -> (Vec<String>, Vec<String>) {
         }
     }
     let _ = crate::sweep_id_leases();
+    for m in orphaned_mounts() {
+        match crate::workdir::remove_mount(&m) {
+            Ok(()) => done.push(m.display().to_string()),
+            Err(e) => failures.push(e),
+        }
+    }
     (done, failures)
+}
+
+/// Work dir mounts (volumes, operators' directories mapped) whose making
+/// process is gone: named `cordon-volume-PID-…` / `cordon-mapped-PID-…`
+/// by the process that made them. A live process with that pid keeps them.
+fn orphaned_mounts() -> Vec<PathBuf> {
+    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for line in info.lines() {
+        let Some(point) = line.split(' ').nth(4) else {
+            continue;
+        };
+        let path = PathBuf::from(point);
+        let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
+            continue;
+        };
+        let pid = ["cordon-volume-", "cordon-mapped-"]
+            .iter()
+            .find_map(|p| name.strip_prefix(p))
+            .and_then(|rest| rest.split('-').next())
+            .and_then(|pid| pid.parse::<u32>().ok());
+        if let Some(pid) = pid {
+            if !Path::new(&format!("/proc/{pid}")).exists() {
+                out.push(path);
+            }
+        }
+    }
+    out
 }
 
 fn registration(rung: Rung) -> BackendRegistration {

@@ -36,6 +36,10 @@ pub struct LocalSandbox {
     pub(crate) files: HostWorkDir,
     pub(crate) host_work: PathBuf,
     pub(crate) fresh: bool,
+    /// The mount the work dir is on: a fresh volume of `max_disk` (the work
+    /// dir is its `work`), or the operator's directory idmapped (the work
+    /// dir itself). Unmounted and removed at dispose.
+    pub(crate) mount: Option<PathBuf>,
     pub(crate) tmp: Option<PathBuf>,
     pub(crate) host_id: u32,
     /// The lease on `host_id` (fresh work dirs; `None` for the shared
@@ -136,20 +140,20 @@ impl LocalSandbox {
     }
 
     pub(crate) fn remove_dirs(&self) -> Result<(), BackendError> {
-        let mut dirs: Vec<&Path> = self.tmp.iter().map(PathBuf::as_path).collect();
-        if self.fresh {
-            dirs.push(&self.host_work);
-        }
-        for d in dirs {
+        if let (Some(tmp), false) = (&self.tmp, self.fresh) {
+            // In the operator's directory (a fresh volume goes whole).
             // `remove_dir_all` does not follow links the workload planted.
-            if let Err(e) = std::fs::remove_dir_all(d) {
+            if let Err(e) = std::fs::remove_dir_all(tmp) {
                 if e.kind() != std::io::ErrorKind::NotFound {
                     return Err(failed(
                         "dispose",
-                        format!("cannot remove `{}`: {e}", d.display()),
+                        format!("cannot remove `{}`: {e}", tmp.display()),
                     ));
                 }
             }
+        }
+        if let Some(m) = &self.mount {
+            crate::workdir::remove_mount(m).map_err(|e| failed("dispose", e))?;
         }
         Ok(())
     }
@@ -239,6 +243,7 @@ impl LocalSandbox {
                 max_processes: u32::try_from(self.limits.processes).unwrap_or(u32::MAX),
                 max_cpu_seconds: self.limits.cpu_seconds,
                 max_wall_seconds: self.limits.wall_seconds,
+                max_disk: self.limits.disk_bytes,
             },
             argv: Vec::new(),
             ids: Ids {
@@ -276,6 +281,18 @@ impl LocalSandbox {
             },
         )
         .map_err(|e| refused(e.message))
+    }
+}
+
+impl Drop for LocalSandbox {
+    /// A sandbox dropped without [`LocalSandbox::dispose`] (its holder
+    /// panicked, a test let it go) still gives back its mount: the volume
+    /// (and its loop device) or the operator's directory mapped. Lazily, so
+    /// a warm sandbox still running keeps it until it ends.
+    fn drop(&mut self) {
+        if let Some(m) = &self.mount {
+            let _ = crate::workdir::remove_mount(m);
+        }
     }
 }
 
@@ -518,18 +535,23 @@ impl Sandbox for LocalSandbox {
     }
 
     fn host_work_dir(&self) -> Option<cordon_sandbox::HostWorkDirRecord> {
+        // Where cordon writes files in, as whom: the volume's work dir as
+        // the sandbox's uid, or the operator's directory as its owner.
         Some(cordon_sandbox::HostWorkDirRecord {
-            host: self.work_dir().to_path_buf(),
+            host: self.files.host().to_path_buf(),
             guest: self.guest_work_dir().to_string(),
-            owner: Some(self.host_id()),
+            owner: Some(self.files.owner().map_or(self.host_id(), |o| o.0)),
         })
     }
 
     fn residue(&self) -> serde_json::Value {
-        let mut dirs: Vec<PathBuf> = self.tmp_dir().map(Path::to_path_buf).into_iter().collect();
-        if self.fresh_work_dir() {
-            dirs.push(self.work_dir().to_path_buf());
+        // The mount goes whole (it is unmounted before anything under it is
+        // removed); a temporary directory in the operator's own first.
+        let mut dirs: Vec<PathBuf> = Vec::new();
+        if !self.fresh {
+            dirs.extend(self.tmp_dir().map(Path::to_path_buf));
         }
+        dirs.extend(self.mount.clone());
         serde_json::to_value(register::Residue {
             cgroups: self.cgroup_dirs(),
             dirs,

@@ -1,9 +1,12 @@
-//! A sandbox's directories: a fresh one made for it, or the operator's.
+//! A sandbox's directories: a fresh volume made for it, or the operator's
+//! directory through an idmapped mount. Both are held to `max_disk` by the
+//! kernel (see `cordon_linux::volume`).
 
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 
+use cordon_linux::volume;
 use cordon_sandbox::BackendError;
 
 use crate::{failed, NEXT, WORK_DIR_ID};
@@ -33,8 +36,72 @@ pub(crate) fn fresh_dir(parent: &Path, what: &str, id: u32) -> Result<PathBuf, B
     Ok(dir)
 }
 
-/// An operator's work dir: canonical, a directory, writable by [`WORK_DIR_ID`].
-pub(crate) fn given_dir(d: &Path) -> Result<PathBuf, BackendError> {
+/// A fresh volume of `size` bytes for `id`, mounted at a new directory
+/// under `parent`: its `work` directory is the work dir and (when `tmp`)
+/// its `tmp` directory the private temporary directory, so one bound holds
+/// both. Returns the mount point.
+pub(crate) fn fresh_volume(
+    parent: &Path,
+    id: u32,
+    size: u64,
+    tmp: bool,
+) -> Result<PathBuf, BackendError> {
+    let at = fresh_dir(parent, "volume", id)?;
+    if let Err(e) = volume::mount_volume(&at, parent, size, id) {
+        let _ = std::fs::remove_dir(&at);
+        return Err(failed("acquire", format!("the work dir's volume: {e}")));
+    }
+    let inner = |name: &str| {
+        let d = at.join(name);
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&d)
+            .and_then(|()| std::os::unix::fs::chown(&d, Some(id), Some(id)))
+    };
+    let made = inner("work").and_then(|()| if tmp { inner("tmp") } else { Ok(()) });
+    if let Err(e) = made {
+        let _ = remove_mount(&at);
+        return Err(failed(
+            "acquire",
+            format!("cannot prepare the volume at `{}`: {e}", at.display()),
+        ));
+    }
+    Ok(at)
+}
+
+/// Unmounts whatever is mounted at `at` (a volume, or an operator's
+/// directory mapped there) and removes the then-empty mount point. Never
+/// recurses into a mount: if one is still there, it fails.
+pub(crate) fn remove_mount(at: &Path) -> Result<(), String> {
+    for _ in 0..8 {
+        match volume::is_mount_point(at) {
+            Ok(true) => {
+                volume::unmount(at).map_err(|e| format!("unmounting `{}`: {e}", at.display()))?;
+            }
+            Ok(false) => break,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(format!("`{}`: {e}", at.display())),
+        }
+    }
+    if volume::is_mount_point(at).unwrap_or(true) {
+        return Err(format!(
+            "`{}` is still a mount point; left alone",
+            at.display()
+        ));
+    }
+    match std::fs::remove_dir(at) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(format!("cannot remove `{}`: {e}", at.display())),
+    }
+}
+
+/// An operator's work dir, checked: canonical, a directory of an ordinary
+/// owner, on a filesystem no larger than `max_disk`. Then bound through
+/// an idmapped mount at a new directory under `parent`, mapping its owner
+/// to [`WORK_DIR_ID`] (what the workload runs as): returns the mount point
+/// and the directory's owner.
+pub(crate) fn given_dir(d: &Path, parent: &Path, max_disk: u64) -> Result<Given, BackendError> {
     let real = d
         .canonicalize()
         .map_err(|e| failed("acquire", format!("work dir `{}`: {e}", d.display())))?;
@@ -63,17 +130,60 @@ pub(crate) fn given_dir(d: &Path) -> Result<PathBuf, BackendError> {
             ),
         ));
     }
-    if meta.uid() != WORK_DIR_ID || meta.gid() != WORK_DIR_ID || meta.mode() & 0o700 != 0o700 {
+    if meta.uid() == 0 || meta.gid() == 0 {
         return Err(failed(
             "acquire",
             format!(
-                "work dir `{dir}` is not writable by the sandbox's uid {WORK_DIR_ID} (it is owned by {uid}:{gid}, mode {mode:o}); cordon does not change the ownership of your tree\nhelp: hand it over yourself: `chown -R {WORK_DIR_ID}:{WORK_DIR_ID} {dir} && chmod u+rwx {dir}` (or omit `--work-dir` to get a fresh one)",
+                "work dir `{dir}` is owned by {uid}:{gid}; the sandbox writes as the directory's owner, and root's files are not a sandbox's to make\nhelp: give a directory an ordinary user owns (`chown USER:GROUP {dir}`), or omit `--work-dir` to get a fresh one",
                 dir = real.display(),
                 uid = meta.uid(),
                 gid = meta.gid(),
-                mode = meta.mode() & 0o7777
             ),
         ));
     }
-    Ok(real)
+    let size = volume::filesystem_bytes(&real)
+        .map_err(|e| failed("acquire", format!("work dir `{}`: {e}", real.display())))?;
+    if size == 0 {
+        // ramfs and its kind report no size: nothing bounds them.
+        return Err(failed(
+            "acquire",
+            format!(
+                "work dir `{dir}` is on a filesystem that reports no size, so nothing would hold max_disk there\nhelp: put it on a filesystem with a size no larger than max_disk, or omit `--work-dir` to get a fresh one",
+                dir = real.display()
+            ),
+        ));
+    }
+    if size > max_disk {
+        return Err(failed(
+            "acquire",
+            format!(
+                "work dir `{dir}` is on a filesystem of {size} bytes, more than max_disk ({max_disk} bytes), and cordon holds a bound on a directory it did not make only through that directory's own filesystem (it sets no quotas), so nothing would stop the sandbox filling it\nhelp: omit `--work-dir` (a fresh work dir is a volume of exactly max_disk), or put the directory on a filesystem of its own no larger than max_disk (e.g. a loop-mounted image), or run under a policy whose `max_disk` is at least the filesystem's size",
+                dir = real.display(),
+            ),
+        ));
+    }
+    let at = fresh_dir(parent, "mapped", 0)?;
+    if let Err(e) = volume::idmapped_bind(&real, &at, meta.uid(), meta.gid(), WORK_DIR_ID) {
+        let _ = std::fs::remove_dir(&at);
+        return Err(failed(
+            "acquire",
+            format!("{e}\nhelp: put the work dir on a filesystem that supports idmapped mounts (ext4, xfs, btrfs, tmpfs), or omit `--work-dir` to get a fresh one"),
+        ));
+    }
+    Ok(Given {
+        mount: at,
+        real,
+        owner: (meta.uid(), meta.gid()),
+    })
+}
+
+/// An operator's work dir, mapped.
+pub(crate) struct Given {
+    /// Where it is mounted, idmapped: what the sandbox is given.
+    pub mount: PathBuf,
+    /// The directory itself: where cordon writes files in, as its owner
+    /// (the idmapped mount has no id for root).
+    pub real: PathBuf,
+    /// Its owner's uid and gid.
+    pub owner: (u32, u32),
 }

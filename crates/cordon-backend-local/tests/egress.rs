@@ -261,12 +261,12 @@ fn fixture(rung: Rung, floor: Isolation, init: InitProgram) -> Fixture {
     let audit = files.path().join("audit.jsonl");
     let mut text = POLICY.to_string();
     if rung == Rung::Process {
-        // The process rung's private temporary directory lives beside the
-        // work dir (here under /var/tmp, which `/tmp/` does not cover).
+        // The process rung's private temporary directory is on the work
+        // dir's volume (here under /var/tmp, which `/tmp/` does not cover).
         text = text.replace(
             "    deny:\n      - name: host-secrets",
             &format!(
-                "      - name: process-rung-tmp\n        when: path.startsWith(\"{}/cordon-tmp-\") && mode in [\"read\", \"write\"]\n    deny:\n      - name: host-secrets",
+                "      - name: process-rung-tmp\n        when: path.startsWith(\"{}/cordon-volume-\") && mode in [\"read\", \"write\"]\n    deny:\n      - name: host-secrets",
                 parent.path().display()
             ),
         );

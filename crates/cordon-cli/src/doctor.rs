@@ -130,6 +130,17 @@ fn mechanisms() -> Vec<(String, String)> {
             "rlimits".into(),
             "available (a second layer under the cgroup bounds)".into(),
         ));
+        out.push((
+            "disk bound (max_disk)".into(),
+            match cordon_linux::volume::probe() {
+                Ok(how) => format!("available: {how}; a `--work-dir` is taken only on a filesystem no larger than max_disk"),
+                Err(missing) => format!("missing: {missing}"),
+            },
+        ));
+        out.push((
+            "work dir owner mapping".into(),
+            "a `--work-dir` is mounted idmapped (its owner shows as the sandbox's user); refused, with the kernel's reason, on a filesystem that cannot be idmapped".into(),
+        ));
         out
     }
     #[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]

@@ -165,7 +165,7 @@ fn check(files: &[PathBuf], format: Format) -> ExitCode {
         match Policy::load_file(f) {
             Ok(p) => {
                 all.0.extend(p.warnings.0.iter().cloned());
-                summaries.push((f.display().to_string(), p.summary()));
+                summaries.push((f.display().to_string(), p.summary(), bounds_of(&p)));
             }
             Err(d) => all.0.extend(d.0),
         }
@@ -176,7 +176,7 @@ fn check(files: &[PathBuf], format: Format) -> ExitCode {
             let out = json!({
                 "ok": !failed,
                 "diagnostics": all.0,
-                "policies": summaries.iter().map(|(f, s)| json!({"file": f, "summary": s})).collect::<Vec<_>>(),
+                "policies": summaries.iter().map(|(f, s, b)| json!({"file": f, "summary": s, "bounds": b})).collect::<Vec<_>>(),
             });
             println!("{out}");
         }
@@ -192,8 +192,10 @@ fn check(files: &[PathBuf], format: Format) -> ExitCode {
                     .count();
                 eprintln!("\n{n} error(s) in {} file(s)", files.len());
             } else {
-                for (f, s) in &summaries {
+                for (f, s, b) in &summaries {
                     println!("ok    {f}: {s}");
+                    let shown: Vec<String> = b.iter().map(|(k, v)| format!("{k} {v}")).collect();
+                    println!("      root bounds: {}", shown.join(", "));
                 }
             }
         }
@@ -203,6 +205,15 @@ fn check(files: &[PathBuf], format: Format) -> ExitCode {
     } else {
         ExitCode::SUCCESS
     }
+}
+
+/// The root's bounds (every identity gets these or narrower), as a policy
+/// writes them; an unstated one is the built-in default.
+fn bounds_of(p: &Policy) -> std::collections::BTreeMap<&'static str, String> {
+    cordon_policy::Bound::ALL
+        .into_iter()
+        .map(|b| (b.key(), b.show(p.bounds.get(b))))
+        .collect()
 }
 
 /// Prints load diagnostics and returns the exit code for "does not load".

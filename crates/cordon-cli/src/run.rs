@@ -66,8 +66,10 @@ pub struct Selection {
     pub backend: Option<String>,
     /// Run in this directory instead of a fresh one (the container rung
     /// shows it at the spec's `work_dir`, `/workspace` by default; the
-    /// process rung at its own path); it must be owned by uid/gid
-    /// 1999999999 (cordon never chowns it).
+    /// process rung at the path of an idmapped mount of it). Its owner is
+    /// mapped into the sandbox, so what the workload makes there is owned
+    /// by the directory's owner (cordon never chowns it); it must be on a
+    /// filesystem no larger than `max_disk`, which is what holds the bound.
     #[arg(long, value_name = "DIR")]
     pub work_dir: Option<PathBuf>,
     /// A host configuration file.

@@ -24,7 +24,16 @@ fn the_example_policies_check_clean() {
         out.starts_with("ok    examples/policies/platform.yaml:"),
         "{out}"
     );
-    assert_eq!(out.lines().count(), 1);
+    // The second line: the root's bounds, `max_disk` among them (unstated
+    // there, so the built-in default).
+    assert_eq!(out.lines().count(), 2, "{out}");
+    let bounds = out.lines().nth(1).unwrap_or_default();
+    assert!(
+        bounds.starts_with("      root bounds: ")
+            && bounds.contains("max_processes 32")
+            && bounds.contains("max_disk 1GiB"),
+        "{out}"
+    );
 }
 
 #[test]

@@ -66,6 +66,11 @@ impl HostWorkDir {
         self
     }
 
+    /// Whom what is written in is handed to, if anyone.
+    pub fn owner(&self) -> Option<(u32, u32)> {
+        self.owner
+    }
+
     pub fn host(&self) -> &Path {
         &self.host
     }

@@ -60,12 +60,24 @@ impl Scratch {
                 root.display()
             ))
         })?;
+        // A filesystem of its own no larger than any `max_disk` the kits'
+        // policies leave at its default: an operator's work dir is taken
+        // only on a filesystem the bound can hold. Without it (not root)
+        // the backend refuses the work dir and says why.
+        let _ = rustix::mount::mount(
+            "tmpfs",
+            &root,
+            "tmpfs",
+            rustix::mount::MountFlags::NOSUID | rustix::mount::MountFlags::NODEV,
+            Some(c"mode=0755,size=256m"),
+        );
         Ok(Scratch(root))
     }
 }
 
 impl Drop for Scratch {
     fn drop(&mut self) {
+        let _ = rustix::mount::unmount(&self.0, rustix::mount::UnmountFlags::DETACH);
         if let Err(e) = std::fs::remove_dir_all(&self.0) {
             tracing::warn!(
                 "could not remove the scratch directory `{}`: {e}",
@@ -149,6 +161,20 @@ fn host_for(
         .map_err(|e| KitError::Unavailable(e.to_string()))
 }
 
+/// Where the workload sees its work dir: as the sandbox says (the process
+/// rung shows an operator's directory at the path of its idmapped mount),
+/// else where the backend's view puts `work`.
+fn seen_work_dir(
+    sandbox: &dyn cordon_sandbox::Sandbox,
+    reg: &BackendRegistration,
+    spec: &SandboxSpec,
+    work: &Path,
+) -> String {
+    sandbox
+        .host_work_dir()
+        .map_or_else(|| guest_work_dir(reg, spec, work), |r| r.guest)
+}
+
 /// Where the backend shows `work` to the workload.
 fn guest_work_dir(reg: &BackendRegistration, spec: &SandboxSpec, work: &Path) -> String {
     match reg.work_dir_view {
@@ -200,10 +226,11 @@ pub fn conformance(
         .router
         .acquire(&caller, &spec)
         .map_err(|e| KitError::Unavailable(e.to_string()))?;
+    let seen = seen_work_dir(&*sandbox, reg, &spec, &work);
     let subject = PosixGuestSubject {
         name: name.to_string(),
         sandbox,
-        work_dir: guest_work_dir(reg, &spec, &work),
+        work_dir: seen,
         outside_dir: outside.display().to_string(),
         device_nodes: false,
     };
@@ -260,12 +287,13 @@ pub fn escape(
     let result = match acquired {
         Err(e) => Err(KitError::Unavailable(e.to_string())),
         Ok((sandbox, bounded)) => {
+            let seen = seen_work_dir(&*sandbox, reg, &spec, &work);
             let subject = EscapeSubject {
                 name: name.to_string(),
                 isolation: reg.info.isolation,
                 sandbox,
                 bounded,
-                work_dir: guest_work_dir(reg, &spec, &work),
+                work_dir: seen,
                 denied,
                 denied_prefix,
                 // The kit's host processes run as the workload's own host

@@ -381,6 +381,7 @@ fn the_keeper_keeps_it() {
             processes: 64,
             cpu_seconds: 60,
             wall_seconds: 60,
+            disk_bytes: 1 << 28,
         },
     };
     let s = kept.acquire(&req).unwrap();

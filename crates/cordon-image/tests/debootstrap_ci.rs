@@ -124,6 +124,7 @@ mod run {
                 max_processes: 32,
                 max_cpu_seconds: 10,
                 max_wall_seconds: 30,
+                max_disk: 256 << 20,
             },
             argv: vec![
                 "/usr/bin/python3".into(),

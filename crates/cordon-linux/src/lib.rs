@@ -40,6 +40,8 @@ pub mod fdpass;
 pub mod harden;
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 mod linux;
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+pub mod volume;
 
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 pub use enforcer::{

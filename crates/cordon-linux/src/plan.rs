@@ -60,6 +60,16 @@ pub struct Bounds {
     pub max_cpu_seconds: u64,
     /// Wall-clock seconds from launch.
     pub max_wall_seconds: u64,
+    /// Bytes the workload may write to each writable filesystem the
+    /// launcher gives it (the container rung's private `/tmp` is sized to
+    /// the lesser of this and `max_memory`); the work dir's own bound is
+    /// the filesystem it lives on (see `cordon_linux::volume`).
+    #[serde(default = "default_max_disk")]
+    pub max_disk: u64,
+}
+
+fn default_max_disk() -> u64 {
+    1 << 30
 }
 
 /// Who the workload runs as.
@@ -338,11 +348,12 @@ fn validate(spec: &PlanSpec) -> Result<(), PlanError> {
         }
     }
     let b = &spec.bounds;
-    let checks: [(&'static str, u64, u64); 4] = [
+    let checks: [(&'static str, u64, u64); 5] = [
         ("max_memory", 4 << 20, b.max_memory),
         ("max_processes", 1, u64::from(b.max_processes)),
         ("max_cpu_seconds", 1, b.max_cpu_seconds),
         ("max_wall_seconds", 1, b.max_wall_seconds),
+        ("max_disk", 1 << 20, b.max_disk),
     ];
     for (what, min, got) in checks {
         if got < min {
@@ -388,6 +399,7 @@ mod tests {
                 max_processes: 16,
                 max_cpu_seconds: 1,
                 max_wall_seconds: 5,
+                max_disk: 64 << 20,
             },
             argv: vec!["/bin/true".into()],
             ids: Ids {

@@ -87,15 +87,17 @@ pub enum Bound {
     MaxProcesses,
     MaxCpuSeconds,
     MaxWallSeconds,
+    MaxDisk,
 }
 
 impl Bound {
-    pub const ALL: [Bound; 5] = [
+    pub const ALL: [Bound; 6] = [
         Bound::MaxResponseBytes,
         Bound::MaxMemory,
         Bound::MaxProcesses,
         Bound::MaxCpuSeconds,
         Bound::MaxWallSeconds,
+        Bound::MaxDisk,
     ];
 
     /// The key a policy writes.
@@ -106,6 +108,7 @@ impl Bound {
             Bound::MaxProcesses => "max_processes",
             Bound::MaxCpuSeconds => "max_cpu_seconds",
             Bound::MaxWallSeconds => "max_wall_seconds",
+            Bound::MaxDisk => "max_disk",
         }
     }
 
@@ -116,7 +119,9 @@ impl Bound {
     /// A value as a policy would write it.
     pub fn show(self, v: u64) -> String {
         match self {
-            Bound::MaxResponseBytes | Bound::MaxMemory => crate::canon::show_size(v),
+            Bound::MaxResponseBytes | Bound::MaxMemory | Bound::MaxDisk => {
+                crate::canon::show_size(v)
+            }
             _ => v.to_string(),
         }
     }
@@ -131,6 +136,9 @@ pub struct Bounds {
     pub max_processes: u64,
     pub max_cpu_seconds: u64,
     pub max_wall_seconds: u64,
+    /// What a sandbox may write, in bytes, to each writable filesystem it
+    /// has (its work dir; see `docs/security.md`, "How disk is bounded").
+    pub max_disk: u64,
 }
 
 impl Bounds {
@@ -141,6 +149,7 @@ impl Bounds {
         max_processes: 64,
         max_cpu_seconds: 60,
         max_wall_seconds: 300,
+        max_disk: 1 << 30,
     };
 
     pub fn get(&self, b: Bound) -> u64 {
@@ -150,6 +159,7 @@ impl Bounds {
             Bound::MaxProcesses => self.max_processes,
             Bound::MaxCpuSeconds => self.max_cpu_seconds,
             Bound::MaxWallSeconds => self.max_wall_seconds,
+            Bound::MaxDisk => self.max_disk,
         }
     }
 
@@ -160,6 +170,7 @@ impl Bounds {
             Bound::MaxProcesses => self.max_processes = v,
             Bound::MaxCpuSeconds => self.max_cpu_seconds = v,
             Bound::MaxWallSeconds => self.max_wall_seconds = v,
+            Bound::MaxDisk => self.max_disk = v,
         }
     }
 
@@ -185,7 +196,7 @@ pub struct StatedBound {
 
 /// The bounds one layer states, by [`Bound`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct StatedBounds(pub [Option<StatedBound>; 5]);
+pub struct StatedBounds(pub [Option<StatedBound>; 6]);
 
 impl StatedBounds {
     pub fn get(&self, b: Bound) -> Option<StatedBound> {

@@ -317,6 +317,7 @@ impl Loader<'_> {
                 "max_processes",
                 "max_cpu_seconds",
                 "max_wall_seconds",
+                "max_disk",
             ],
             _ => &[],
         };
@@ -353,7 +354,8 @@ impl Loader<'_> {
             return;
         };
         let raw = sc.as_str();
-        let parsed = if key == "max_memory" || key == "max_response_bytes" {
+        let sized = matches!(key, "max_memory" | "max_response_bytes" | "max_disk");
+        let parsed = if sized {
             canon::size(raw).map_err(|e| e.to_string())
         } else {
             raw.parse::<u64>()
@@ -378,7 +380,7 @@ impl Loader<'_> {
                 }
             }
             Err(msg) => {
-                let help = if key == "max_memory" || key == "max_response_bytes" {
+                let help = if sized {
                     "write a size with a binary unit, e.g. `512MiB`"
                 } else {
                     "write a positive whole number, e.g. `60`"

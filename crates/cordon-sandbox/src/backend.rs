@@ -65,6 +65,15 @@ pub struct Limits {
     pub processes: u64,
     pub cpu_seconds: u64,
     pub wall_seconds: u64,
+    /// Bytes the workload may write to each writable filesystem it has
+    /// (`max_disk`). A record written before the bound existed reads as
+    /// the built-in default.
+    #[serde(default = "default_disk_bytes")]
+    pub disk_bytes: u64,
+}
+
+fn default_disk_bytes() -> u64 {
+    cordon_policy::Bounds::DEFAULT.max_disk
 }
 
 /// What a sandbox was created for. A backend stores it with the sandbox and

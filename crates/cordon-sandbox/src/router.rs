@@ -196,6 +196,7 @@ fn ask_field(bound: Bound) -> &'static str {
         Bound::MaxCpuSeconds => "resources.cpu_seconds",
         Bound::MaxWallSeconds => "resources.wall_seconds",
         Bound::MaxResponseBytes => "max_response_bytes",
+        Bound::MaxDisk => "resources.disk",
     }
 }
 
@@ -566,6 +567,7 @@ impl Router {
             (ask.processes, Bound::MaxProcesses),
             (ask.cpu_seconds, Bound::MaxCpuSeconds),
             (ask.wall_seconds, Bound::MaxWallSeconds),
+            (ask.disk, Bound::MaxDisk),
         ];
         for (asked, bound) in checks {
             let limit = bounds.get(bound);
@@ -620,6 +622,7 @@ impl Router {
             processes: ask.processes.unwrap_or(bounds.max_processes),
             cpu_seconds: ask.cpu_seconds.unwrap_or(bounds.max_cpu_seconds),
             wall_seconds: ask.wall_seconds.unwrap_or(bounds.max_wall_seconds),
+            disk_bytes: ask.disk.unwrap_or(bounds.max_disk),
         })
     }
 

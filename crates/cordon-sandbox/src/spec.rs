@@ -13,7 +13,7 @@
 //! egress_allow: [pypi.org, "*.pythonhosted.org"]   # empty or absent: no network
 //! requires: [exec, files_in]
 //! min_isolation: microvm        # may raise the host's floor, never lower it
-//! resources: {memory: 256MiB, processes: 16, cpu_seconds: 30, wall_seconds: 120}
+//! resources: {memory: 256MiB, processes: 16, cpu_seconds: 30, wall_seconds: 120, disk: 1GiB}
 //! secrets: [team-a/pypi-token]
 //! declared_outputs:             # literal paths under work_dir; no globs
 //!   - path: diagram.png
@@ -79,6 +79,9 @@ pub struct ResourceAsk {
     pub processes: Option<u64>,
     pub cpu_seconds: Option<u64>,
     pub wall_seconds: Option<u64>,
+    /// Bytes the workload may write to each writable filesystem it has
+    /// (the policy's `max_disk`).
+    pub disk: Option<u64>,
 }
 
 /// A sandbox spec. Built by [`SandboxSpec::new`] and the `with_*` methods, or
@@ -305,6 +308,7 @@ impl SandboxSpec {
             ("resources.processes", ask.processes),
             ("resources.cpu_seconds", ask.cpu_seconds),
             ("resources.wall_seconds", ask.wall_seconds),
+            ("resources.disk", ask.disk),
         ];
         for (field, v) in fields {
             if v == Some(0) {
@@ -551,6 +555,8 @@ struct RawResources {
     cpu_seconds: Option<Spanned<String>>,
     #[serde(default)]
     wall_seconds: Option<Spanned<String>>,
+    #[serde(default)]
+    disk: Option<Spanned<String>>,
 }
 
 impl RawSpec {
@@ -608,6 +614,9 @@ impl RawSpec {
             if let Some(v) = &r.wall_seconds {
                 resources.wall_seconds =
                     Some(check_count(v).map_err(|e| at("resources.wall_seconds", v, e))?);
+            }
+            if let Some(v) = &r.disk {
+                resources.disk = Some(check_memory(v).map_err(|e| at("resources.disk", v, e))?);
             }
         }
         let mut secrets: Vec<SecretName> = Vec::new();

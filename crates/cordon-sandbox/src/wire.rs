@@ -46,6 +46,8 @@ struct ResourcesDoc {
     cpu_seconds: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     wall_seconds: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    disk: Option<String>,
 }
 
 #[derive(Serialize)]
@@ -81,6 +83,7 @@ impl SandboxSpec {
                 processes: s(r.processes),
                 cpu_seconds: s(r.cpu_seconds),
                 wall_seconds: s(r.wall_seconds),
+                disk: s(r.disk),
             },
             secrets: self.secrets().iter().map(|n| n.as_str()).collect(),
             declared_outputs: self

@@ -108,6 +108,7 @@ pub(crate) fn status_from_wire(s: Status) -> ExitStatus {
                 "max_memory" => "max_memory",
                 "max_cpu_seconds" => "max_cpu_seconds",
                 "max_processes" => "max_processes",
+                "max_disk" => "max_disk",
                 _ => "unknown bound",
             },
         },

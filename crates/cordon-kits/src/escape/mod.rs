@@ -151,6 +151,7 @@ pub fn bounded_ask() -> ResourceAsk {
         processes: Some(BOUND_PROCESSES),
         cpu_seconds: Some(BOUND_CPU_SECONDS),
         wall_seconds: Some(BOUND_WALL_SECONDS),
+        disk: None,
     }
 }
 

@@ -636,7 +636,11 @@ pub(crate) fn enter(plan: &Plan, rules: &[Rule], terminals: bool) -> Result<(), 
     // /tmp first: the work dir may live under the host's /tmp.
     let tmp = inside(Path::new("/tmp"));
     mkdir_p(&tmp)?;
-    let tmp_size = format!("mode=1777,size={}", plan.bounds().max_memory);
+    // Its pages are memory (charged to the memory cgroup); it is also held
+    // to `max_disk`, so a write past either ends in ENOSPC or the memory
+    // bound, never in the host's memory.
+    let tmp_bytes = plan.bounds().max_memory.min(plan.bounds().max_disk);
+    let tmp_size = format!("mode=1777,size={tmp_bytes}");
     mount_fs(
         "tmpfs",
         &tmp,

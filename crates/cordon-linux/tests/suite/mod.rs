@@ -134,6 +134,7 @@ impl Case {
                 max_processes: 64,
                 max_cpu_seconds: 10,
                 max_wall_seconds: 20,
+                max_disk: 256 << 20,
             },
             argv: argv.iter().map(|s| s.to_string()).collect(),
             ids: Ids {

@@ -91,6 +91,11 @@ fn a_resource_ask_above_the_policy_is_refused_with_both_numbers() {
             wall_seconds: Some(601),
             ..ResourceAsk::default()
         },
+        // Above the built-in 1GiB `max_disk` (the test policy states none).
+        ResourceAsk {
+            disk: Some((1 << 30) + 1),
+            ..ResourceAsk::default()
+        },
     ] {
         let s = spec().with_resources(ask).unwrap();
         assert!(
@@ -114,10 +119,12 @@ fn asks_at_the_bound_pass_and_unstated_asks_take_the_bound() {
             processes: Some(8),
             cpu_seconds: None,
             wall_seconds: Some(600),
+            disk: Some(64 << 20),
         })
         .unwrap();
     let limits = router.ensure_policy_allows(&team_a(), &at).unwrap();
     assert_eq!(limits.memory_bytes, 512 << 20);
+    assert_eq!(limits.disk_bytes, 64 << 20);
     assert_eq!(limits.processes, 8);
     assert_eq!(limits.cpu_seconds, 60, "the policy's bound");
     assert_eq!(limits.wall_seconds, 600);
