@@ -57,7 +57,8 @@ pub const PROCESS: RungProfile = RungProfile {
     isolation: Isolation::Process,
     summary: "a separate process as a dedicated uid, Landlock, seccomp, cgroups, no network",
     filesystem: Filesystem::Host,
-    mode: Mode::NoMasks,
+    // Its own mount namespace holds masks over the host's tree.
+    mode: Mode::MasksAvailable,
     inside_id: None,
     warm: false,
     // An empty net namespace at this rung, and seccomp refuses every

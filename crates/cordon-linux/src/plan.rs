@@ -166,10 +166,6 @@ pub enum PlanError {
     #[error("mask `{0}` is not inside any granted tree")]
     MaskOutsideGrant(PathBuf),
     #[error(
-        "the process rung cannot mask `{0}` (a deny inside an allowed tree); it needs the container rung"
-    )]
-    MaskNeedsContainer(PathBuf),
-    #[error(
         "rule on `{0}`: /proc, /sys and /dev are provided by the launcher and cannot be granted"
     )]
     ReservedPath(PathBuf),
@@ -316,9 +312,6 @@ fn validate(spec: &PlanSpec) -> Result<(), PlanError> {
     }
     for mask in spec.mask_paths.iter().chain(&spec.mask_executables) {
         normal_absolute("mask", mask)?;
-        if spec.rung == Rung::Process {
-            return Err(PlanError::MaskNeedsContainer(mask.clone()));
-        }
         let granted = spec
             .fs
             .iter()
@@ -463,15 +456,12 @@ mod tests {
     }
 
     #[test]
-    fn masks_are_refused_at_the_process_rung_and_outside_grants() {
+    fn masks_are_held_at_both_rungs_inside_grants_only() {
         let mut s = spec();
         s.rung = Rung::Process;
         s.tmp_dir = Some("/tmp/t".into());
         s.mask_executables = vec!["/usr/bin/perl".into()];
-        assert!(matches!(
-            Plan::new(s),
-            Err(PlanError::MaskNeedsContainer(_))
-        ));
+        assert!(Plan::new(s).is_ok());
         let mut s = spec();
         s.mask_paths = vec!["/opt/secret".into()];
         assert!(matches!(Plan::new(s), Err(PlanError::MaskOutsideGrant(_))));

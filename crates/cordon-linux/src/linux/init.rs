@@ -480,6 +480,97 @@ fn process_namespaces() -> Result<(), Failure> {
     Ok(())
 }
 
+/// The plan's masks at the process rung, in its own mount namespace (see
+/// [`process_namespaces`]) while still host root: an empty mode-000 file
+/// bound over each masked file, an empty read-only mode-000 tmpfs over
+/// each masked directory — the same as the container rung's, on the
+/// host's tree, seen by this sandbox alone. The empty file comes from a
+/// scratch tmpfs mounted over the sandbox's temporary directory for the
+/// moment and detached after (the binds keep it). Masks are resolved
+/// without following any link (the translator gives resolved paths; a
+/// link there now means the host changed underneath: refused).
+fn process_masks(plan: &Plan) -> Result<(), Failure> {
+    use nix::mount::{mount, umount2, MntFlags, MsFlags};
+    use rustix::fs::{FileType, OFlags, ResolveFlags};
+    use std::os::fd::AsRawFd;
+    let masks: Vec<&std::path::PathBuf> = plan
+        .mask_paths()
+        .iter()
+        .chain(plan.mask_executables())
+        .collect();
+    if masks.is_empty() {
+        return Ok(());
+    }
+    let scratch = plan.tmp_dir().ok_or_else(|| Failure {
+        step: "masks",
+        error: "the process rung has no temporary directory to stage masks in".into(),
+    })?;
+    let hidden = MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC;
+    mount(
+        Some("tmpfs"),
+        scratch,
+        Some("tmpfs"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+        Some("mode=0700,size=4k"),
+    )
+    .map_err(fail("mount the masks' scratch tmpfs"))?;
+    let empty = scratch.join("empty");
+    std::fs::write(&empty, b"").map_err(fail("create the empty mask"))?;
+    std::fs::set_permissions(&empty, std::os::unix::fs::PermissionsExt::from_mode(0o000))
+        .map_err(fail("create the empty mask"))?;
+    let empty_fd = rustix::fs::open(&empty, OFlags::PATH | OFlags::CLOEXEC, rustix::fs::Mode::empty())
+        .map_err(fail("open the empty mask"))?;
+    let empty_src = format!("/proc/self/fd/{}", empty_fd.as_raw_fd());
+    for m in masks {
+        let fd = match rustix::fs::openat2(
+            rustix::fs::CWD,
+            m.as_path(),
+            OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            rustix::fs::Mode::empty(),
+            ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
+        ) {
+            Ok(fd) => fd,
+            // Nothing there to hide.
+            Err(rustix::io::Errno::NOENT) => continue,
+            Err(e) => {
+                return Err(Failure {
+                    step: "resolve mask",
+                    error: format!("`{}`: {e}", m.display()),
+                })
+            }
+        };
+        let kind = rustix::fs::fstat(&fd)
+            .map(|st| FileType::from_raw_mode(st.st_mode))
+            .map_err(fail("stat mask"))?;
+        let at = format!("/proc/self/fd/{}", fd.as_raw_fd());
+        if kind == FileType::Directory {
+            mount(Some("tmpfs"), at.as_str(), Some("tmpfs"), hidden, Some("mode=000,size=4k"))
+                .map_err(|e| Failure {
+                    step: "mask",
+                    error: format!("`{}`: {e}", m.display()),
+                })?;
+        } else {
+            mount(Some(empty_src.as_str()), at.as_str(), None::<&str>, MsFlags::MS_BIND, None::<&str>)
+                .and_then(|()| {
+                    mount(
+                        None::<&str>,
+                        at.as_str(),
+                        None::<&str>,
+                        MsFlags::MS_BIND | MsFlags::MS_REMOUNT | hidden,
+                        None::<&str>,
+                    )
+                })
+                .map_err(|e| Failure {
+                    step: "mask",
+                    error: format!("`{}`: {e}", m.display()),
+                })?;
+        }
+    }
+    drop(empty_fd);
+    umount2(scratch, MntFlags::MNT_DETACH).map_err(fail("detach the masks' scratch tmpfs"))?;
+    Ok(())
+}
+
 /// The process rung: host root until it becomes `host_uid`, then the
 /// workload itself (exec), so the owner waits on the workload directly.
 fn process(plan: &Plan, plan_in: &mut BufReader<File>, report: &mut File) -> Result<i32, Failure> {
@@ -494,6 +585,7 @@ fn process(plan: &Plan, plan_in: &mut BufReader<File>, report: &mut File) -> Res
     prctl::set_child_subreaper(true).map_err(fail("PR_SET_CHILD_SUBREAPER"))?;
     nix::unistd::setsid().map_err(fail("setsid"))?;
     process_namespaces()?;
+    process_masks(plan)?;
     nix::unistd::setgroups(&[]).map_err(fail("setgroups"))?;
     let ids = plan.ids();
     drop_privileges(ids.host_uid, ids.host_gid)?;
