@@ -518,8 +518,22 @@ fn process_masks(plan: &Plan) -> Result<(), Failure> {
     std::fs::write(&empty, b"").map_err(fail("create the empty mask"))?;
     std::fs::set_permissions(&empty, std::os::unix::fs::PermissionsExt::from_mode(0o000))
         .map_err(fail("create the empty mask"))?;
-    let empty_fd = rustix::fs::open(&empty, OFlags::PATH | OFlags::CLOEXEC, rustix::fs::Mode::empty())
-        .map_err(fail("open the empty mask"))?;
+    // Read-only before anything is bound from it: a bind takes its source
+    // mount's flags (the bind's own remount would name the file beneath).
+    mount(
+        None::<&str>,
+        scratch,
+        None::<&str>,
+        MsFlags::MS_REMOUNT | hidden,
+        None::<&str>,
+    )
+    .map_err(fail("make the masks' scratch tmpfs read-only"))?;
+    let empty_fd = rustix::fs::open(
+        &empty,
+        OFlags::PATH | OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    )
+    .map_err(fail("open the empty mask"))?;
     let empty_src = format!("/proc/self/fd/{}", empty_fd.as_raw_fd());
     for m in masks {
         let fd = match rustix::fs::openat2(
@@ -544,26 +558,29 @@ fn process_masks(plan: &Plan) -> Result<(), Failure> {
             .map_err(fail("stat mask"))?;
         let at = format!("/proc/self/fd/{}", fd.as_raw_fd());
         if kind == FileType::Directory {
-            mount(Some("tmpfs"), at.as_str(), Some("tmpfs"), hidden, Some("mode=000,size=4k"))
-                .map_err(|e| Failure {
-                    step: "mask",
-                    error: format!("`{}`: {e}", m.display()),
-                })?;
+            mount(
+                Some("tmpfs"),
+                at.as_str(),
+                Some("tmpfs"),
+                hidden,
+                Some("mode=000,size=4k"),
+            )
+            .map_err(|e| Failure {
+                step: "mask",
+                error: format!("`{}`: {e}", m.display()),
+            })?;
         } else {
-            mount(Some(empty_src.as_str()), at.as_str(), None::<&str>, MsFlags::MS_BIND, None::<&str>)
-                .and_then(|()| {
-                    mount(
-                        None::<&str>,
-                        at.as_str(),
-                        None::<&str>,
-                        MsFlags::MS_BIND | MsFlags::MS_REMOUNT | hidden,
-                        None::<&str>,
-                    )
-                })
-                .map_err(|e| Failure {
-                    step: "mask",
-                    error: format!("`{}`: {e}", m.display()),
-                })?;
+            mount(
+                Some(empty_src.as_str()),
+                at.as_str(),
+                None::<&str>,
+                MsFlags::MS_BIND,
+                None::<&str>,
+            )
+            .map_err(|e| Failure {
+                step: "mask",
+                error: format!("`{}`: {e}", m.display()),
+            })?;
         }
     }
     drop(empty_fd);
