@@ -4,6 +4,7 @@ mod escape;
 mod harden;
 mod image;
 mod ipc;
+mod masks;
 mod owner;
 mod proxy;
 mod pty;
