@@ -47,7 +47,7 @@ for t in "${targets[@]}"; do
     continue
   fi
   if [ "${FUZZ_MERGE:-1}" = 1 ] && [ -n "$(ls -A "$new")" ]; then
-    nice cargo fuzz run "${build[@]}" "$t" "corpus/$t" "$new" -- -merge=1 2>&1 \
+    nice cargo fuzz run "${build[@]}" "$t" "corpus/$t" "$new" -- -merge=1 -use_counters=0 2>&1 \
       | grep -E 'MERGE-OUTER: [0-9]+ new files' || true
   fi
 done
