@@ -9,6 +9,8 @@
 pub mod audit;
 pub mod child;
 pub mod classify;
+#[doc(hidden)]
+pub mod fuzz;
 mod host;
 mod proxy;
 pub mod resolve;

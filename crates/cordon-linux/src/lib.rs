@@ -43,6 +43,16 @@ mod linux;
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 pub mod volume;
 
+/// Fuzzing entries (`fuzz/`); not API.
+#[doc(hidden)]
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+pub mod fuzz {
+    /// The `init_wire` target: the frames between the owner and the init.
+    pub fn init_frames(data: &[u8]) {
+        crate::linux::proto::fuzz_frames(data)
+    }
+}
+
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 pub use enforcer::{
     platform_enforcer, InitProgram, LaunchError, LinuxEnforcer, Mechanisms, Running, SandboxStdio,

@@ -112,7 +112,12 @@ pub struct SourceMap<'a> {
 impl SourceMap<'_> {
     /// The 1-based line and column of a byte offset, and that line's text.
     pub fn locate(&self, offset: usize) -> (usize, usize, String) {
-        let offset = offset.min(self.text.len());
+        let mut offset = offset.min(self.text.len());
+        // Offsets come from parsers that count in bytes or in characters;
+        // one inside a character points at that character.
+        while !self.text.is_char_boundary(offset) {
+            offset -= 1;
+        }
         let before = &self.text[..offset];
         let line = before.matches('\n').count() + 1;
         let line_start = before.rfind('\n').map_or(0, |i| i + 1);

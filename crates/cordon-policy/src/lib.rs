@@ -26,6 +26,8 @@ pub mod decide;
 pub mod diag;
 pub mod explain;
 pub mod expr;
+#[doc(hidden)]
+pub mod fuzz;
 mod load;
 mod model;
 mod parse;

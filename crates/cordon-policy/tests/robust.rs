@@ -99,3 +99,23 @@ proptest! {
         let _ = cases::load_str("t.yaml", &t);
     }
 }
+
+/// Found by the `load_policy` fuzz target: a syntax error at a character of
+/// more than one byte (`қ` below) was positioned inside that character,
+/// and rendering the diagnostic panicked slicing the file there.
+#[test]
+fn a_syntax_error_at_a_wide_character_is_a_diagnostic() {
+    for rule in [
+        "identity.attested && hostқndsWith(\".example.com\")",
+        "host == \"ққ\" ]",
+        "қ",
+        "host.endsWith(\"é\") && é",
+    ] {
+        let text =
+            format!("policy:\n  egress:\n    allow:\n      - name: r\n        when: {rule}\n");
+        let diags = Policy::load_str("p.yaml", &text).expect_err(rule);
+        assert!(diags.has_errors(), "{rule}");
+        let shown = diags.render();
+        assert!(shown.contains("p.yaml:5:"), "{rule}: {shown}");
+    }
+}

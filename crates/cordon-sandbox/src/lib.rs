@@ -59,6 +59,8 @@ pub mod confined;
 pub mod egress;
 pub mod error;
 pub mod exec;
+#[doc(hidden)]
+pub mod fuzz;
 pub mod guard;
 pub mod isolation;
 pub mod key;

@@ -137,3 +137,85 @@ pub(crate) fn error_from_wire(kind: ErrorKind, message: String) -> SandboxError 
         },
     }
 }
+
+/// The body of the `keeper_wire` fuzz target (`fuzz/`), here so the corpus
+/// can also be replayed by `cargo test`. Not API.
+///
+/// Whatever the bytes, each frame the keeper reads (a client's [`Request`],
+/// its brief [`Launch`]) and each a client reads (a keeper's [`Reply`])
+/// either decodes or is refused; a decoded frame encodes to bytes that
+/// decode to the same frame, and a reply maps to its status or error.
+#[doc(hidden)]
+pub fn fuzz_frames(data: &[u8]) {
+    fn round_trip<T: Serialize + serde::de::DeserializeOwned>(data: &[u8]) -> Option<T> {
+        let msg: T = serde_json::from_slice(data).ok()?;
+        let once = match serde_json::to_vec(&msg) {
+            Ok(b) => b,
+            Err(e) => panic!("a decoded frame does not encode: {e}"),
+        };
+        let back: T = match serde_json::from_slice(&once) {
+            Ok(m) => m,
+            Err(e) => panic!(
+                "an encoded frame does not decode: {e}\n{}",
+                String::from_utf8_lossy(&once)
+            ),
+        };
+        let twice = serde_json::to_vec(&back).unwrap_or_default();
+        assert_eq!(once, twice, "a frame changed on its way round");
+        Some(msg)
+    }
+    let _ = round_trip::<Request>(data);
+    let _ = round_trip::<Launch>(data);
+    match round_trip::<Reply>(data) {
+        Some(Reply::Done(s)) => {
+            let _ = status_from_wire(s);
+        }
+        Some(Reply::Error { kind, message }) => {
+            let e = error_from_wire(kind, message);
+            let _ = error_to_wire(&e);
+        }
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod corpus {
+    /// Every input kept in `fuzz/corpus/keeper_wire` (the fuzzer's minimized
+    /// corpus, findings included) runs through the target's body here too.
+    #[test]
+    fn the_keeper_wire_corpus_replays() {
+        let dir =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus/keeper_wire");
+        let mut n = 0;
+        for entry in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
+            let path = entry.unwrap_or_else(|e| panic!("{e}")).path();
+            let data = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            super::fuzz_frames(&data);
+            n += 1;
+        }
+        assert!(n > 0, "no inputs in {}", dir.display());
+    }
+
+    /// The seeds are frames the keeper and its clients really exchange (a
+    /// seed that stopped decoding would seed nothing useful).
+    #[test]
+    fn every_seed_is_a_frame() {
+        let dir =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus/keeper_wire");
+        for entry in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
+            let path = entry.unwrap_or_else(|e| panic!("{e}")).path();
+            if !path
+                .file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("seed-"))
+            {
+                continue;
+            }
+            let data = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            let ok = serde_json::from_slice::<super::Request>(&data).is_ok()
+                || serde_json::from_slice::<super::Reply>(&data).is_ok();
+            if let (false, Err(e)) = (ok, serde_json::from_slice::<super::Launch>(&data)) {
+                panic!("{} is no frame ({e} as a brief)", path.display());
+            }
+        }
+    }
+}

@@ -96,3 +96,114 @@ pub(crate) enum Handover {
     /// namespace; the init kept no copy.
     ProxyListener { port: u16 },
 }
+
+/// The body of the `init_wire` fuzz target (`fuzz/`), through
+/// [`crate::fuzz::init_frames`]. Whatever the bytes, every frame between
+/// the owner and the init either decodes or is refused; a decoded frame
+/// encodes to a frame that decodes to the same bytes; and a warm exec
+/// request goes through the init's checks with the descriptor count the
+/// first byte names (as many as [`crate::fdpass::MAX_FDS`] can carry).
+pub(crate) fn fuzz_frames(data: &[u8]) {
+    fn again<T: Serialize + for<'de> Deserialize<'de>>(msg: &T) {
+        let once = match serde_json::to_vec(msg) {
+            Ok(b) => b,
+            Err(e) => panic!("a decoded frame does not encode: {e}"),
+        };
+        let back: T = match serde_json::from_slice(&once) {
+            Ok(m) => m,
+            Err(e) => panic!(
+                "an encoded frame does not decode: {e}\n{}",
+                String::from_utf8_lossy(&once)
+            ),
+        };
+        let twice = serde_json::to_vec(&back).unwrap_or_default();
+        assert_eq!(once, twice, "a frame changed on its way round");
+    }
+    // The pipes: lines, read the way the init and the owner read them.
+    let mut lines = data;
+    while let Ok(Some(c)) = recv::<Control>(&mut lines) {
+        if let Control::Plan(plan) = &c {
+            let back = crate::plan::Plan::new(plan.spec().clone());
+            assert_eq!(
+                back.as_ref().ok(),
+                Some(&**plan),
+                "a decoded plan is invalid"
+            );
+        }
+        again(&c);
+    }
+    let mut lines = data;
+    while let Ok(Some(r)) = recv::<Report>(&mut lines) {
+        again(&r);
+    }
+    // The sockets: one packet each.
+    let Some((&n, packet)) = data.split_first() else {
+        return;
+    };
+    let fds = usize::from(n) % (crate::fdpass::MAX_FDS + 1);
+    if let Ok(req) = serde_json::from_slice::<WarmRequest>(packet) {
+        again(&req);
+        let WarmRequest::Exec {
+            argv,
+            env,
+            joins,
+            tty,
+            ..
+        } = req;
+        let _ = super::warm_init::check_exec(&argv, &env, joins, tty, fds);
+    }
+    if let Ok(ev) = serde_json::from_slice::<WarmEvent>(packet) {
+        again(&ev);
+    }
+    if let Ok(h) = serde_json::from_slice::<Handover>(packet) {
+        again(&h);
+    }
+}
+
+#[cfg(test)]
+mod corpus {
+    /// Every input kept in `fuzz/corpus/init_wire` (the fuzzer's minimized
+    /// corpus, findings included) runs through the target's body here too.
+    #[test]
+    fn the_init_wire_corpus_replays() {
+        let dir =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus/init_wire");
+        let mut n = 0;
+        for entry in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
+            let path = entry.unwrap_or_else(|e| panic!("{e}")).path();
+            let data = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            super::fuzz_frames(&data);
+            n += 1;
+        }
+        assert!(n > 0, "no inputs in {}", dir.display());
+    }
+
+    /// The seeds are frames the owner and the init really exchange: a
+    /// `seed-` file is either lines of pipe messages or one socket packet
+    /// after its descriptor-count byte.
+    #[test]
+    fn every_seed_is_a_frame() {
+        use super::*;
+        let dir =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus/init_wire");
+        for entry in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
+            let path = entry.unwrap_or_else(|e| panic!("{e}")).path();
+            if !path
+                .file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("seed-"))
+            {
+                continue;
+            }
+            let data = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            let lines = |ok: fn(&str) -> bool| {
+                data.ends_with(b"\n") && std::str::from_utf8(&data).is_ok_and(|t| t.lines().all(ok))
+            };
+            let ok = lines(|l| serde_json::from_str::<Control>(l).is_ok())
+                || lines(|l| serde_json::from_str::<Report>(l).is_ok())
+                || serde_json::from_slice::<WarmRequest>(&data[1..]).is_ok()
+                || serde_json::from_slice::<WarmEvent>(&data[1..]).is_ok()
+                || serde_json::from_slice::<Handover>(&data[1..]).is_ok();
+            assert!(ok, "{} is no frame", path.display());
+        }
+    }
+}

@@ -204,6 +204,40 @@ struct ExecSetup {
     env: Vec<CString>,
 }
 
+/// The checks on an exec request before anything is built: the descriptor
+/// count it names (`joins` cgroup files after the stdio) matches the `fds`
+/// that came with it, the command is absolute, and every environment name
+/// is usable. Returns the number of stdio descriptors and the program.
+pub(crate) fn check_exec<'a>(
+    argv: &'a [String],
+    env: &std::collections::BTreeMap<String, String>,
+    joins: usize,
+    tty: Option<TtySize>,
+    fds: usize,
+) -> Result<(usize, &'a String), String> {
+    // A tty exec's stdio is its terminal: the owner sends none.
+    let n_stdio: usize = if tty.is_some() { 0 } else { 3 };
+    // `joins` comes off the wire: a count no message can carry is refused
+    // before any sum (an overflow here panicked PID 1).
+    let want = n_stdio
+        .checked_add(joins)
+        .filter(|&n| n <= crate::fdpass::MAX_FDS);
+    if want != Some(fds) {
+        return Err(format!(
+            "expected {n_stdio} descriptors for stdio and {joins} cgroup files (at most {} in all), got {fds}",
+            crate::fdpass::MAX_FDS
+        ));
+    }
+    let program = argv
+        .first()
+        .filter(|p| p.starts_with('/'))
+        .ok_or("the command must start with an absolute path")?;
+    if env.keys().any(|k| k.is_empty() || k.contains('=')) {
+        return Err("an environment variable has an empty name or one with `=`".into());
+    }
+    Ok((n_stdio, program))
+}
+
 /// Starts one exec; returns the pid of its first process (in the sandbox's
 /// pid namespace) and, for a tty exec, the terminal's master; or why it did
 /// not start.
@@ -230,22 +264,7 @@ fn spawn_exec(
     tty: Option<TtySize>,
     mut fds: Vec<OwnedFd>,
 ) -> Result<(i32, Option<OwnedFd>), String> {
-    // A tty exec's stdio is its terminal: the owner sends none.
-    let n_stdio = if tty.is_some() { 0 } else { 3 };
-    if fds.len() != n_stdio + joins {
-        return Err(format!(
-            "expected {} descriptors ({n_stdio} for stdio and {joins} cgroup files), got {}",
-            n_stdio + joins,
-            fds.len()
-        ));
-    }
-    let program = argv
-        .first()
-        .filter(|p| p.starts_with('/'))
-        .ok_or("the command must start with an absolute path")?;
-    if env.keys().any(|k| k.is_empty() || k.contains('=')) {
-        return Err("an environment variable has an empty name or one with `=`".into());
-    }
+    let (n_stdio, program) = check_exec(argv, env, joins, tty, fds.len())?;
     let cstr = |s: &str| {
         CString::new(s).map_err(|_| "the command or its environment holds a NUL byte".to_string())
     };
@@ -644,5 +663,34 @@ fn exec_init(mut setup: ExecSetup, status: OwnedFd) -> ! {
             std::process::exit(0)
         }
         Err(e) => refuse_exec(&setup, fail("fork")(e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check_exec;
+    use std::collections::BTreeMap;
+
+    // Found by the `init_wire` fuzz target's harness: a `joins` near
+    // usize::MAX overflowed `3 + joins` (a panic in the warm init, PID 1 of
+    // the sandbox; in a build without overflow checks the sum wrapped, the
+    // count matched and the later `drain(3..)` panicked instead).
+    #[test]
+    fn a_descriptor_count_no_message_can_carry_is_refused() {
+        let argv = vec!["/bin/true".to_string()];
+        let env = BTreeMap::new();
+        for (joins, fds) in [(usize::MAX, 2), (usize::MAX - 2, 1), (6, 9)] {
+            let err = check_exec(&argv, &env, joins, None, fds).expect_err("accepted");
+            assert!(err.contains("at most 8 in all"), "{err}");
+        }
+        assert!(check_exec(&argv, &env, 2, None, 5).is_ok());
+        assert!(check_exec(
+            &argv,
+            &env,
+            0,
+            Some(super::TtySize { rows: 24, cols: 80 }),
+            0
+        )
+        .is_ok());
     }
 }
