@@ -115,11 +115,17 @@ fn sandbox_uid(uid: u32) -> bool {
 }
 
 /// The keeper pid in the name of a directory `workdir::fresh_dir` made:
-/// `cordon-{work,tmp}-PID-N-STAMP`.
+/// `cordon-{work,tmp,volume,mapped}-PID-N-STAMP` (a volume's or a mapped
+/// `--work-dir`'s mount point among them).
 fn fresh_dir_maker(name: &str) -> Option<u32> {
-    let rest = name
-        .strip_prefix("cordon-work-")
-        .or_else(|| name.strip_prefix("cordon-tmp-"))?;
+    let rest = [
+        "cordon-work-",
+        "cordon-tmp-",
+        "cordon-volume-",
+        "cordon-mapped-",
+    ]
+    .iter()
+    .find_map(|p| name.strip_prefix(p))?;
     let parts: Vec<&str> = rest.split('-').collect();
     let digits = |p: &&str| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit());
     (parts.len() == 3 && parts.iter().all(digits))
@@ -179,7 +185,7 @@ fn vet_dir(d: &Path, keeper: u32, uid: Option<u32>, scratch: &Path) -> Result<()
         }
         None => {
             return Err(format!(
-                "`{}` is not named as cordon names the directories it makes (`cordon-work-…`, `cordon-tmp-…`)",
+                "`{}` is not named as cordon names the directories it makes (`cordon-work-…`, `cordon-tmp-…`, `cordon-volume-…`, `cordon-mapped-…`)",
                 d.display()
             ))
         }
@@ -382,6 +388,11 @@ mod vet_tests {
     fn names_are_read_as_cordon_writes_them() {
         assert_eq!(fresh_dir_maker("cordon-work-123-4-567"), Some(123));
         assert_eq!(fresh_dir_maker("cordon-tmp-9-0-1"), Some(9));
+        assert_eq!(
+            fresh_dir_maker("cordon-volume-14228-1-891969249"),
+            Some(14228)
+        );
+        assert_eq!(fresh_dir_maker("cordon-mapped-7-0-2"), Some(7));
         for bad in [
             "cordon-work-1-2",
             "cordon-home-1-2-3",

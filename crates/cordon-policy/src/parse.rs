@@ -52,6 +52,21 @@ pub(crate) fn parse_file(name: &Arc<str>, text: &str, diags: &mut Vec<Diagnostic
     let opts = marked_yaml::LoaderOptions::default()
         .error_on_duplicate_keys(true)
         .prevent_coercion(true);
+    if let Some((line, col)) = crate::canon::yaml_too_deep(text) {
+        let off = map.offset_of(line, col);
+        l.diags.push(map.at(
+            off,
+            off + 1,
+            None,
+            format!(
+                "collections nest deeper than {} levels here",
+                crate::canon::MAX_YAML_NESTING
+            ),
+            Some("flatten the file: a policy needs only a few levels".into()),
+        ));
+        diags.append(&mut l.diags);
+        return l.out;
+    }
     match marked_yaml::parse_yaml_with_options(0, text, opts) {
         Ok(root) => l.root(&root),
         Err(e) => {

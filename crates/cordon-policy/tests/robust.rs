@@ -119,3 +119,32 @@ fn a_syntax_error_at_a_wide_character_is_a_diagnostic() {
         assert!(shown.contains("p.yaml:5:"), "{rule}: {shown}");
     }
 }
+
+/// A rule nested deeper than the loader allows is a diagnostic, not a
+/// stack overflow (found by the load_policy fuzz target: 138 levels took a
+/// debug build's test thread down); string literals do not count.
+#[test]
+fn a_deeply_nested_rule_is_refused_with_the_limit() {
+    let deep = format!("{}true{}", "(".repeat(200), ")".repeat(200));
+    let yaml =
+        format!("policy:\n  egress:\n    allow:\n      - name: deep\n        when: '{deep}'\n");
+    let err = cordon_policy::Policy::load_str("deep.yaml", &yaml)
+        .err()
+        .expect("refused")
+        .render();
+    assert!(err.contains("the limit is 16"), "{err}");
+    let quoted = "policy:\n  egress:\n    allow:\n      - name: q\n        when: 'host == \"((((((((((((((((((((((((((((((((((((((((\"'\n";
+    assert!(cordon_policy::Policy::load_str("q.yaml", quoted).is_ok());
+}
+
+/// YAML flow collections nested past the limit are a positioned
+/// diagnostic, not a stack overflow in the YAML parser.
+#[test]
+fn deeply_nested_yaml_is_refused_with_the_limit() {
+    let yaml = format!("policy: {}{}\n", "{a: ".repeat(300), "}".repeat(300));
+    let err = cordon_policy::Policy::load_str("deep.yaml", &yaml)
+        .err()
+        .expect("refused")
+        .render();
+    assert!(err.contains("deeper than 64 levels"), "{err}");
+}

@@ -24,6 +24,17 @@ pub(crate) fn load<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, Fail
     let opts = marked_yaml::LoaderOptions::default()
         .error_on_duplicate_keys(true)
         .prevent_coercion(true);
+    if let Some((line, column)) = cordon_policy::canon::yaml_too_deep(text) {
+        return Err(Failure {
+            syntax: true,
+            line,
+            column,
+            message: format!(
+                "collections nest deeper than {} levels here; flatten the file",
+                cordon_policy::canon::MAX_YAML_NESTING
+            ),
+        });
+    }
     let node = marked_yaml::parse_yaml_with_options(0, text, opts).map_err(|e| syntax(&e))?;
     marked_yaml::from_node(&node).map_err(|e| {
         let (line, column) = e.start_mark().map_or((1, 1), |m| (m.line(), m.column()));

@@ -116,13 +116,19 @@ fn the_refusing_enforcer_refuses_every_rung() {
 }
 
 #[test]
-fn a_deny_inside_an_allowed_tree_is_refused_at_the_process_rung() {
-    let mut case = shell(Rung::Process, "true");
-    case.spec.mask_executables = vec!["/usr/bin/perl".into()];
-    assert!(Plan::new(case.spec.clone()).is_err());
-    case.spec.mask_executables.clear();
-    case.spec.mask_paths = vec!["/etc/ssh".into()];
-    assert!(Plan::new(case.spec.clone()).is_err());
+fn a_mask_outside_every_grant_is_refused_at_both_rungs() {
+    // Masks inside a granted tree are held at both rungs (`masks.rs`); one
+    // outside every grant names nothing the sandbox could reach.
+    for rung in [Rung::Process, Rung::Container] {
+        let mut case = shell(rung, "true");
+        case.spec.mask_executables = vec!["/usr/bin/perl".into()];
+        assert!(Plan::new(case.spec.clone()).is_ok(), "{rung}");
+        case.spec.mask_executables = vec!["/opt/cordon-nowhere/tool".into()];
+        assert!(Plan::new(case.spec.clone()).is_err(), "{rung}");
+        case.spec.mask_executables.clear();
+        case.spec.mask_paths = vec!["/opt/cordon-nowhere".into()];
+        assert!(Plan::new(case.spec.clone()).is_err(), "{rung}");
+    }
 }
 
 /// An init program built from other sources (here: one that reports a

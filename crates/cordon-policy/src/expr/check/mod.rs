@@ -10,6 +10,37 @@ use crate::vocab::{self, Fact, Surface, Ty};
 
 mod call;
 
+/// How deep `(`, `[` and `{` may nest in one rule body.
+const MAX_NESTING: usize = 16;
+
+/// The deepest bracket nesting of `source`, outside string literals.
+fn nesting(source: &str) -> usize {
+    let (mut depth, mut max, mut quote, mut escaped) = (0usize, 0usize, None, false);
+    for c in source.chars() {
+        match quote {
+            Some(q) => {
+                if escaped {
+                    escaped = false;
+                } else if c == '\\' {
+                    escaped = true;
+                } else if c == q {
+                    quote = None;
+                }
+            }
+            None => match c {
+                '"' | '\'' => quote = Some(c),
+                '(' | '[' | '{' => {
+                    depth += 1;
+                    max = max.max(depth);
+                }
+                ')' | ']' | '}' => depth = depth.saturating_sub(1),
+                _ => {}
+            },
+        }
+    }
+    max
+}
+
 /// Parses, checks and compiles one rule body for `surface`. Every error found
 /// is returned, not only the first.
 pub fn compile(surface: Surface, source: &str) -> Result<Compiled, Vec<CompileError>> {
@@ -22,6 +53,19 @@ pub fn compile(surface: Surface, source: &str) -> Result<Compiled, Vec<CompileEr
                 source.len()
             ),
             help: Some("split it into several rules".into()),
+        }]);
+    }
+    // The parser recurses once per level, deeper than its own depth limit
+    // counts: a bound here keeps a hostile or generated rule from taking
+    // the loader's stack (a debug build's 2 MiB test thread overflowed at
+    // 138 levels, found by the load_policy fuzz target).
+    let depth = nesting(source);
+    if depth > MAX_NESTING {
+        return Err(vec![CompileError {
+            start: 0,
+            end: 0,
+            message: format!("rule nests brackets {depth} deep; the limit is {MAX_NESTING}"),
+            help: Some("split it into several rules, or name the parts with `in` lists".into()),
         }]);
     }
     let parsed = cel::parser::Parser::new()
