@@ -477,6 +477,58 @@ pub fn size(raw: &str) -> Result<u64, CanonError> {
         .ok_or_else(|| bad("it overflows 64 bits"))
 }
 
+/// How deep flow collections (`[`, `{`) may nest in a YAML file cordon
+/// loads: the YAML parser recurses once per level, and a file nested
+/// deeper took a debug build's 2 MiB thread stack down (found by the
+/// load_policy fuzz target).
+pub const MAX_YAML_NESTING: usize = 64;
+
+/// Where `text`'s flow collections first nest deeper than
+/// [`MAX_YAML_NESTING`] (1-based line and column), outside quoted strings
+/// and comments; `None` when they do not.
+pub fn yaml_too_deep(text: &str) -> Option<(usize, usize)> {
+    let (mut depth, mut line, mut col) = (0usize, 1usize, 0usize);
+    let (mut quote, mut escaped, mut comment, mut prev) = (None, false, false, ' ');
+    for c in text.chars() {
+        col += 1;
+        if c == '\n' {
+            line += 1;
+            col = 0;
+            comment = false;
+            prev = c;
+            continue;
+        }
+        if comment {
+            continue;
+        }
+        match quote {
+            Some(q) => {
+                if escaped {
+                    escaped = false;
+                } else if c == '\\' && q == '"' {
+                    escaped = true;
+                } else if c == q {
+                    quote = None;
+                }
+            }
+            None => match c {
+                '#' if prev.is_whitespace() => comment = true,
+                '"' | '\'' => quote = Some(c),
+                '[' | '{' => {
+                    depth += 1;
+                    if depth > MAX_YAML_NESTING {
+                        return Some((line, col));
+                    }
+                }
+                ']' | '}' => depth = depth.saturating_sub(1),
+                _ => {}
+            },
+        }
+        prev = c;
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -772,56 +824,4 @@ mod tests {
             assert!(msg.contains(&format!("`{bad}`")), "{bad:?}: {msg}");
         }
     }
-}
-
-/// How deep flow collections (`[`, `{`) may nest in a YAML file cordon
-/// loads: the YAML parser recurses once per level, and a file nested
-/// deeper took a debug build's 2 MiB thread stack down (found by the
-/// load_policy fuzz target).
-pub const MAX_YAML_NESTING: usize = 64;
-
-/// Where `text`'s flow collections first nest deeper than
-/// [`MAX_YAML_NESTING`] (1-based line and column), outside quoted strings
-/// and comments; `None` when they do not.
-pub fn yaml_too_deep(text: &str) -> Option<(usize, usize)> {
-    let (mut depth, mut line, mut col) = (0usize, 1usize, 0usize);
-    let (mut quote, mut escaped, mut comment, mut prev) = (None, false, false, ' ');
-    for c in text.chars() {
-        col += 1;
-        if c == '\n' {
-            line += 1;
-            col = 0;
-            comment = false;
-            prev = c;
-            continue;
-        }
-        if comment {
-            continue;
-        }
-        match quote {
-            Some(q) => {
-                if escaped {
-                    escaped = false;
-                } else if c == '\\' && q == '"' {
-                    escaped = true;
-                } else if c == q {
-                    quote = None;
-                }
-            }
-            None => match c {
-                '#' if prev.is_whitespace() => comment = true,
-                '"' | '\'' => quote = Some(c),
-                '[' | '{' => {
-                    depth += 1;
-                    if depth > MAX_YAML_NESTING {
-                        return Some((line, col));
-                    }
-                }
-                ']' | '}' => depth = depth.saturating_sub(1),
-                _ => {}
-            },
-        }
-        prev = c;
-    }
-    None
 }
