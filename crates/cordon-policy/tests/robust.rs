@@ -129,8 +129,8 @@ fn a_deeply_nested_rule_is_refused_with_the_limit() {
     let yaml =
         format!("policy:\n  egress:\n    allow:\n      - name: deep\n        when: '{deep}'\n");
     let err = cordon_policy::Policy::load_str("deep.yaml", &yaml)
-        .err()
-        .expect("refused")
+        .map(|_| ())
+        .expect_err("refused")
         .render();
     assert!(err.contains("the limit is 16"), "{err}");
     let quoted = "policy:\n  egress:\n    allow:\n      - name: q\n        when: 'host == \"((((((((((((((((((((((((((((((((((((((((\"'\n";
@@ -143,8 +143,8 @@ fn a_deeply_nested_rule_is_refused_with_the_limit() {
 fn deeply_nested_yaml_is_refused_with_the_limit() {
     let yaml = format!("policy: {}{}\n", "{a: ".repeat(300), "}".repeat(300));
     let err = cordon_policy::Policy::load_str("deep.yaml", &yaml)
-        .err()
-        .expect("refused")
+        .map(|_| ())
+        .expect_err("refused")
         .render();
     assert!(err.contains("deeper than 64 levels"), "{err}");
 }
