@@ -37,8 +37,6 @@ pub struct Compiled {
     pub nodes: u32,
     /// The static cost bound (node visits in the worst case).
     pub cost: u64,
-    /// Byte offsets of each node in the source, by node id.
-    pub offsets: Vec<(u32, u32)>,
 }
 
 /// The longest expression source accepted.

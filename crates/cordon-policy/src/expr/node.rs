@@ -2,7 +2,7 @@
 
 use crate::vocab::Fact;
 
-/// A node of a compiled rule. `id` indexes the trace and the source offsets.
+/// A node of a compiled rule. `id` indexes the trace.
 #[derive(Debug, Clone)]
 pub struct Node {
     pub id: u32,

@@ -24,15 +24,15 @@ impl Checker<'_> {
                 } else {
                     Kind::Or(b(l), b(r))
                 };
-                return self.node(e, k, Ty::Bool);
+                return self.node(k, Ty::Bool);
             }
             (operators::LOGICAL_NOT, None, 1) => {
                 let a = self.expect_ty(&args[0], &Ty::Bool, "!")?;
-                return self.node(e, Kind::Not(b(a)), Ty::Bool);
+                return self.node(Kind::Not(b(a)), Ty::Bool);
             }
             (operators::NOT_STRICTLY_FALSE, None, 1) => {
                 let a = self.expect_ty(&args[0], &Ty::Bool, name)?;
-                return self.node(e, Kind::NotStrictlyFalse(b(a)), Ty::Bool);
+                return self.node(Kind::NotStrictlyFalse(b(a)), Ty::Bool);
             }
             (operators::CONDITIONAL, None, 3) => {
                 let c = self.expect_ty(&args[0], &Ty::Bool, "?:");
@@ -43,7 +43,7 @@ impl Checker<'_> {
                     return self.err(e, format!("the branches of `?:` are {tt} and {ft}"), None);
                 }
                 let ty = tt.unify(&ft);
-                return self.node(e, Kind::Cond(b(c), b(t), b(f)), ty);
+                return self.node(Kind::Cond(b(c), b(t), b(f)), ty);
             }
             _ => {}
         }
@@ -71,7 +71,7 @@ impl Checker<'_> {
                 } else {
                     Kind::Ne(b(l), b(r))
                 };
-                self.node(e, k, Ty::Bool)
+                self.node(k, Ty::Bool)
             }
             (
                 operators::LESS
@@ -100,7 +100,7 @@ impl Checker<'_> {
                     operators::GREATER => CmpOp::Gt,
                     _ => CmpOp::Ge,
                 };
-                self.node(e, Kind::Cmp(op, b(l), b(r)), Ty::Bool)
+                self.node(Kind::Cmp(op, b(l), b(r)), Ty::Bool)
             }
             (
                 operators::ADD
@@ -143,14 +143,14 @@ impl Checker<'_> {
                         )
                     }
                 };
-                self.node(e, Kind::Arith(op, b(l), b(r)), ty)
+                self.node(Kind::Arith(op, b(l), b(r)), ty)
             }
             (operators::NEGATE, None, 1) => {
                 let (a, t) = argv.remove(0);
                 if !matches!(t, Ty::Int | Ty::Double | Ty::Duration) {
                     return self.err(e, format!("cannot negate a {t}"), None);
                 }
-                self.node(e, Kind::Neg(b(a)), t)
+                self.node(Kind::Neg(b(a)), t)
             }
             (operators::INDEX, None, 2) => {
                 let (k, kt) = argv.remove(1);
@@ -160,7 +160,7 @@ impl Checker<'_> {
                     (Ty::Map(mk, v), k) if mk.compatible(k) => (**v).clone(),
                     _ => return self.err(e, format!("cannot index a {ct} with a {kt}"), None),
                 };
-                self.node(e, Kind::Index(b(c), b(k)), ty)
+                self.node(Kind::Index(b(c), b(k)), ty)
             }
             (operators::IN, None, 2) => {
                 let (c, ct) = argv.remove(1);
@@ -177,7 +177,7 @@ impl Checker<'_> {
                         None,
                     );
                 }
-                self.node(e, Kind::In(b(x), b(c)), Ty::Bool)
+                self.node(Kind::In(b(x), b(c)), Ty::Bool)
             }
             ("startsWith" | "endsWith" | "contains", Some((recv, Ty::String)), 1) => {
                 let (a, at) = argv.remove(0);
@@ -189,7 +189,7 @@ impl Checker<'_> {
                     "endsWith" => Kind::EndsWith(b(recv), b(a)),
                     _ => Kind::Contains(b(recv), b(a)),
                 };
-                self.node(e, k, Ty::Bool)
+                self.node(k, Ty::Bool)
             }
             ("matches", Some((recv, Ty::String)), 1) => {
                 let Some(pattern) = const_str(&argv[0].0) else {
@@ -203,7 +203,7 @@ impl Checker<'_> {
                     .size_limit(1 << 20)
                     .build()
                 {
-                    Ok(re) => self.node(e, Kind::Matches(b(recv), Box::new(re)), Ty::Bool),
+                    Ok(re) => self.node(Kind::Matches(b(recv), Box::new(re)), Ty::Bool),
                     Err(err) => self.err(e, format!("invalid regular expression: {err}"), None),
                 }
             }
@@ -212,7 +212,7 @@ impl Checker<'_> {
                     return self.err(e, "`inCidr` takes a literal range".into(), None);
                 };
                 match cidr.parse::<ipnet::IpNet>() {
-                    Ok(net) => self.node(e, Kind::InCidr(b(recv), net), Ty::Bool),
+                    Ok(net) => self.node(Kind::InCidr(b(recv), net), Ty::Bool),
                     Err(_) => self.err(
                         e,
                         format!("`{cidr}` is not an address range"),
@@ -221,20 +221,20 @@ impl Checker<'_> {
                 }
             }
             ("lowerAscii", Some((recv, Ty::String)), 0) => {
-                self.node(e, Kind::LowerAscii(b(recv)), Ty::String)
+                self.node(Kind::LowerAscii(b(recv)), Ty::String)
             }
             ("size", Some((recv, t)), 0) => {
                 if !matches!(t, Ty::String | Ty::List(_) | Ty::Map(_, _)) {
                     return self.err(e, format!("`size` is not defined on a {t}"), None);
                 }
-                self.node(e, Kind::Size(b(recv)), Ty::Int)
+                self.node(Kind::Size(b(recv)), Ty::Int)
             }
             ("size", None, 1) => {
                 let (a, t) = argv.remove(0);
                 if !matches!(t, Ty::String | Ty::List(_) | Ty::Map(_, _)) {
                     return self.err(e, format!("`size` is not defined on a {t}"), None);
                 }
-                self.node(e, Kind::Size(b(a)), Ty::Int)
+                self.node(Kind::Size(b(a)), Ty::Int)
             }
             ("int", None, 1) => {
                 let (a, t) = argv.remove(0);
@@ -244,11 +244,11 @@ impl Checker<'_> {
                 ) {
                     return self.err(e, format!("`int` is not defined on a {t}"), None);
                 }
-                self.node(e, Kind::ToInt(b(a)), Ty::Int)
+                self.node(Kind::ToInt(b(a)), Ty::Int)
             }
             ("string", None, 1) => {
                 let (a, _) = argv.remove(0);
-                self.node(e, Kind::ToString(b(a)), Ty::String)
+                self.node(Kind::ToString(b(a)), Ty::String)
             }
             ("timestamp" | "duration", None, 1) => {
                 let Some(s) = const_str(&argv[0].0) else {
@@ -256,7 +256,7 @@ impl Checker<'_> {
                 };
                 if name == "timestamp" {
                     match parse_timestamp(&s) {
-                        Some(t) => self.node(e, Kind::Const(Const::Timestamp(t)), Ty::Timestamp),
+                        Some(t) => self.node(Kind::Const(Const::Timestamp(t)), Ty::Timestamp),
                         None => self.err(
                             e,
                             format!("`{s}` is not a timestamp"),
@@ -265,7 +265,7 @@ impl Checker<'_> {
                     }
                 } else {
                     match parse_duration(&s) {
-                        Some(d) => self.node(e, Kind::Const(Const::Duration(d)), Ty::Duration),
+                        Some(d) => self.node(Kind::Const(Const::Duration(d)), Ty::Duration),
                         None => self.err(
                             e,
                             format!("`{s}` is not a duration"),
