@@ -343,6 +343,19 @@ fn gc_unmounts_the_volume_of_a_run_killed_before_it_could_dispose() {
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
     assert!(mounted(), "the run never mounted its volume");
+    // The volume as made: no cache flushes (its teardown must not fsync
+    // into the host's disk) and no mkfs `lost+found` at its root.
+    let info = std::fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
+    let line = info
+        .lines()
+        .find(|l| l.contains(&name))
+        .expect("the volume's line");
+    let root = line.split(' ').nth(4).expect("mount point");
+    assert!(line.contains("nobarrier"), "{line}");
+    assert!(
+        !std::path::Path::new(root).join("lost+found").exists(),
+        "{root} has a lost+found"
+    );
     child.kill().expect("kill");
     child.wait().expect("wait");
     assert!(mounted(), "killed, so nothing unmounted it");

@@ -140,31 +140,28 @@ fn make_and_mount(
     size: u64,
     owner: u32,
 ) -> Result<(), String> {
-    match template(mkfs, size) {
+    let from_template = match template(mkfs, size) {
         // One filesystem made once per size, copied (its few blocks of
         // metadata; the rest is a hole): 1-3 ms, where `mkfs.ext4` per
         // start cost 28-115 ms here.
-        Ok(t) => copy_sparse(&t, file, size)
-            .map_err(|e| format!("copying the volume template to `{}`: {e}", image.display()))?,
+        Ok(t) => {
+            copy_sparse(&t, file, size).map_err(|e| {
+                format!("copying the volume template to `{}`: {e}", image.display())
+            })?;
+            true
+        }
         Err(_) => {
             file.set_len(size)
                 .map_err(|e| format!("sizing `{}`: {e}", image.display()))?;
             mkfs_at(mkfs, image, size)?;
+            false
         }
+    };
+    mount_image(file, at)?;
+    if !from_template {
+        // A template has none; a filesystem made here has mkfs's.
+        let _ = std::fs::remove_dir(at.join("lost+found"));
     }
-    let dev = attach(file).map_err(|e| format!("attaching a loop device: {e}"))?;
-    let (loop_fd, dev_path) = dev;
-    let mounted = nix::mount::mount(
-        Some(dev_path.as_path()),
-        at,
-        Some("ext4"),
-        nix::mount::MsFlags::MS_NOSUID | nix::mount::MsFlags::MS_NODEV,
-        None::<&str>,
-    );
-    // With autoclear the device goes when the last mount of it does.
-    drop(loop_fd);
-    mounted.map_err(|e| format!("mounting the volume at `{}`: {e}", at.display()))?;
-    let _ = std::fs::remove_dir(at.join("lost+found"));
     let owned = std::os::unix::fs::chown(at, Some(owner), Some(owner))
         .and_then(|()| std::fs::set_permissions(at, std::fs::Permissions::from_mode(0o711)));
     if let Err(e) = owned {
@@ -174,11 +171,41 @@ fn make_and_mount(
     Ok(())
 }
 
+/// Attaches `file` to a loop device (autoclear) and mounts its ext4 at
+/// `at`, `nosuid,nodev`. `nobarrier`: a volume is thrown away with its
+/// sandbox, so nothing in it needs to survive a crash, and without cache
+/// flushes its teardown does not `fsync` the image into the host's disk
+/// (0.85 ms of every dispose here; the unlinked image's pages are dropped
+/// instead of written).
+fn mount_image(file: &File, at: &Path) -> Result<(), String> {
+    let (loop_fd, dev_path) = attach(file).map_err(|e| format!("attaching a loop device: {e}"))?;
+    let mounted = nix::mount::mount(
+        Some(dev_path.as_path()),
+        at,
+        Some("ext4"),
+        nix::mount::MsFlags::MS_NOSUID | nix::mount::MsFlags::MS_NODEV,
+        Some("nobarrier"),
+    );
+    // With autoclear the device goes when the last mount of it does.
+    drop(loop_fd);
+    mounted.map_err(|e| format!("mounting the volume at `{}`: {e}", at.display()))
+}
+
 /// `mkfs.ext4` over `image` (`size` bytes): no journal (the volume lives
-/// as long as its sandbox), no blocks reserved for root, no discard.
+/// as long as its sandbox), no room reserved to grow (it never does; this
+/// takes a template's data from 656 KiB to 144 KiB at 1 GiB), no blocks
+/// reserved for root, no discard.
 fn mkfs_at(mkfs: &Path, image: &Path, size: u64) -> Result<(), String> {
     let out = std::process::Command::new(mkfs)
-        .args(["-q", "-F", "-m", "0", "-O", "^has_journal", "-E"])
+        .args([
+            "-q",
+            "-F",
+            "-m",
+            "0",
+            "-O",
+            "^has_journal,^resize_inode",
+            "-E",
+        ])
         .arg("nodiscard,lazy_itable_init=1")
         .arg(image)
         .env_clear()
@@ -216,7 +243,9 @@ fn template(mkfs: &Path, size: u64) -> Result<File, String> {
     if !root_only(dir) || !root_only(Path::new("/run")) {
         return Err(format!("`{TEMPLATES}` is not root's alone"));
     }
-    let path = dir.join(format!("ext4-{size}.img"));
+    // `v2`: no resize inode and no `lost+found` (a template of an earlier
+    // cordon is left alone, and made anew under this name).
+    let path = dir.join(format!("ext4-v2-{size}.img"));
     if let Ok(f) = File::open(&path) {
         if root_only(&path) && f.metadata().is_ok_and(|m| m.is_file() && m.len() == size) {
             return Ok(f);
@@ -239,6 +268,7 @@ fn template(mkfs: &Path, size: u64) -> Result<File, String> {
         .and_then(|f| f.set_len(size))
         .map_err(|e| e.to_string())
         .and_then(|()| mkfs_at(mkfs, &tmp, size))
+        .and_then(|()| without_lost_found(&tmp))
         // Whoever renames last wins; both made the same thing.
         .and_then(|()| std::fs::rename(&tmp, &path).map_err(|e| e.to_string()));
     if made.is_err() {
@@ -246,6 +276,30 @@ fn template(mkfs: &Path, size: u64) -> Result<File, String> {
     }
     made?;
     File::open(&path).map_err(|e| e.to_string())
+}
+
+/// Removes mkfs's `lost+found` from the filesystem in `image`, once per
+/// template rather than once per volume (a workload never needs it, and
+/// its `rmdir` was a write on every start).
+fn without_lost_found(image: &Path) -> Result<(), String> {
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(image)
+        .map_err(|e| e.to_string())?;
+    let at = image.with_extension("mnt");
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&at)
+        .map_err(|e| format!("`{}`: {e}", at.display()))?;
+    let done = mount_image(&file, &at).and_then(|()| {
+        let removed = std::fs::remove_dir(at.join("lost+found"))
+            .map_err(|e| format!("removing the template's lost+found: {e}"));
+        let unmounted = unmount(&at).map_err(|e| format!("unmounting the template: {e}"));
+        removed.and(unmounted.map(|_| ()))
+    });
+    let _ = std::fs::remove_dir(&at);
+    done
 }
 
 /// Copies `src` into `dst` (both `size` bytes long), its data only: the
