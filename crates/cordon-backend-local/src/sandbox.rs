@@ -153,6 +153,12 @@ impl LocalSandbox {
             }
         }
         if let Some(m) = &self.mount {
+            if self.fresh {
+                // Our own volume, about to go whole: what the workload
+                // wrote need not be flushed on the way out. A failure
+                // only costs the flush.
+                let _ = cordon_linux::volume::discard(m);
+            }
             crate::workdir::remove_mount(m).map_err(|e| failed("dispose", e))?;
         }
         Ok(())

@@ -419,6 +419,66 @@ pub fn is_mount_point(p: &Path) -> io::Result<bool> {
     Err(io::Error::other("the kernel does not say where mounts are"))
 }
 
+/// What a volume must hold before [`discard`] shuts it down: below this,
+/// flushing it at unmount is cheaper than the shutdown (about 1 ms here).
+const DISCARD_ABOVE: u64 = 8 << 20;
+
+const EXT4_SUPER_MAGIC: i64 = 0xEF53;
+/// `EXT4_IOC_SHUTDOWN`, `_IOR('X', 125, __u32)`.
+const EXT4_IOC_SHUTDOWN: libc::c_ulong = 0x8004_587D;
+/// Shut down without flushing anything.
+const EXT4_GOING_FLAGS_NOLOGFLUSH: u32 = 2;
+const LOOP_MAJOR: u32 = 7;
+
+/// Before a volume cordon made is unmounted for good: when it holds more
+/// than a few MiB, shuts its filesystem down without flushing, so the
+/// unmount does not copy what the workload wrote through the loop device
+/// into an image that is about to be freed (64 MiB written: 34 ms of
+/// unmount against 7 ms here). Only for a volume this process made and
+/// nothing else (never an operator's directory mapped in, never anything
+/// `gc` found): and even then `at` must be the root of an ext4 mount on a
+/// loop device, or nothing is done. `Ok(true)`: shut down.
+#[expect(unsafe_code, reason = "the ext4 shutdown ioctl")]
+pub fn discard(at: &Path) -> io::Result<bool> {
+    let dir = rustix::fs::open(
+        at,
+        rustix::fs::OFlags::RDONLY
+            | rustix::fs::OFlags::DIRECTORY
+            | rustix::fs::OFlags::NOFOLLOW
+            | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    )?;
+    let st = rustix::fs::statx(
+        &dir,
+        "",
+        rustix::fs::AtFlags::EMPTY_PATH,
+        rustix::fs::StatxFlags::BASIC_STATS,
+    )?;
+    let mount_root = st
+        .stx_attributes_mask
+        .contains(rustix::fs::StatxAttributes::MOUNT_ROOT)
+        && st
+            .stx_attributes
+            .contains(rustix::fs::StatxAttributes::MOUNT_ROOT);
+    let fs = rustix::fs::fstatfs(&dir)?;
+    if !mount_root || st.stx_dev_major != LOOP_MAJOR || fs.f_type as i64 != EXT4_SUPER_MAGIC {
+        return Ok(false);
+    }
+    let used = (fs.f_blocks as u64).saturating_sub(fs.f_bfree as u64) * fs.f_bsize as u64;
+    if used <= DISCARD_ABOVE {
+        return Ok(false);
+    }
+    let flags: u32 = EXT4_GOING_FLAGS_NOLOGFLUSH;
+    // SAFETY: a valid descriptor and a u32 that outlives the call; the
+    // result is checked.
+    let r = unsafe { libc::ioctl(dir.as_raw_fd(), EXT4_IOC_SHUTDOWN as _, &flags) };
+    if r == 0 {
+        Ok(true)
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
 /// Unmounts `at` (lazily: a sandbox still holding it keeps it until it
 /// ends). `Ok(false)`: nothing was mounted there.
 pub fn unmount(at: &Path) -> io::Result<bool> {

@@ -9,6 +9,7 @@ mod owner;
 mod proxy;
 mod pty;
 mod refusal;
+mod volume;
 mod warm;
 mod workdir;
 
