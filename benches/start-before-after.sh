@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One-shot start, two builds of cordon in one run (issue 15's before/after
 # table): `cordon run -- /usr/bin/true` at each rung, under cordon:default
-# and under the bench policy, for BEFORE and AFTER (paths to `cordon`
+# and under the bench policy, and one that writes 64 MiB into its work dir
+# (process rung, cordon:default), for BEFORE and AFTER (paths to `cordon`
 # binaries; AFTER defaults to this tree's release build), against
 # `/usr/bin/env /bin/true` and `bwrap --unshare-all`. Needs root, bubblewrap
 # and hyperfine. RUNS scales the repetitions (default 100).
@@ -23,5 +24,11 @@ for which in BEFORE AFTER; do
     cmds+=("$bin run --min-isolation $rung --backend $rung -- /usr/bin/true")
     cmds+=("$bin run --min-isolation $rung --backend $rung --policy $policy -- /usr/bin/true")
   done
+  # A workload that leaves 64 MiB in its work dir: what its dispose costs.
+  cmds+=("$bin run --min-isolation process --backend process -- /bin/sh -c 'head -c 64M /dev/zero > f'")
 done
-hyperfine -N --warmup 10 --runs "$runs" --export-markdown /dev/stdout "${cmds[@]}" | grep '^|'
+# hyperfine rewrites its export after each command: print the last one.
+table="$(mktemp)"
+trap 'rm -f "$table"' EXIT
+hyperfine -N --warmup 10 --runs "$runs" --export-markdown "$table" "${cmds[@]}" >/dev/null
+cat "$table"
