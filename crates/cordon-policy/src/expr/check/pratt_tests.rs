@@ -20,12 +20,55 @@ fn shape(e: &IdedExpr) -> String {
 }
 
 const ATOMS: &[&str] = &[
-    "command", "path", "mode", "args", "host", "env.name", "identity.labels", "1", "2u", "1.5",
-    "\"a\"", "'b'", "\"/etc/os-release\"", "'x-y'", "\"a'b\"", "'a\"b'", "r\"raw\"", "b\"z\"",
-    "true", "false", "null", "x", "[1,2]", "[\"a\", \"b-c\"]", "{\"a\":1}", "{}", "[]", "0x1F",
-    "1e3", "a.b.c", "f(1,2)", "size(x)", "has(a.b)", "é", "\"é\"", ".a", "07", "1.", ".5",
-    "9223372036854775807", "18446744073709551615u", "x.all(y, y)", "x.map(y, y)",
-    "x.filter(y, y)", "x.exists_one(y, y)", "1 // note\n", "\t\n", "[1,2,]", "a[1]",
+    "command",
+    "path",
+    "mode",
+    "args",
+    "host",
+    "env.name",
+    "identity.labels",
+    "1",
+    "2u",
+    "1.5",
+    "\"a\"",
+    "'b'",
+    "\"/etc/os-release\"",
+    "'x-y'",
+    "\"a'b\"",
+    "'a\"b'",
+    "r\"raw\"",
+    "b\"z\"",
+    "true",
+    "false",
+    "null",
+    "x",
+    "[1,2]",
+    "[\"a\", \"b-c\"]",
+    "{\"a\":1}",
+    "{}",
+    "[]",
+    "0x1F",
+    "1e3",
+    "a.b.c",
+    "f(1,2)",
+    "size(x)",
+    "has(a.b)",
+    "é",
+    "\"é\"",
+    ".a",
+    "07",
+    "1.",
+    ".5",
+    "9223372036854775807",
+    "18446744073709551615u",
+    "x.all(y, y)",
+    "x.map(y, y)",
+    "x.filter(y, y)",
+    "x.exists_one(y, y)",
+    "1 // note\n",
+    "\t\n",
+    "[1,2,]",
+    "a[1]",
 ];
 const BINARY: &[&str] = &[
     "==", "!=", "<", "<=", ">", ">=", "&&", "||", "+", "-", "*", "/", "%", "in",
@@ -104,12 +147,22 @@ fn pratt_and_antlr_agree_where_the_fast_path_is_taken() {
         let Ok(antlr) = antlr else {
             panic!("the Pratt parser accepts what the reference refuses: {source:?}");
         };
-        assert_eq!(shape(&pratt), shape(&antlr), "the parsers differ on {source:?}");
+        assert_eq!(
+            shape(&pratt),
+            shape(&antlr),
+            "the parsers differ on {source:?}"
+        );
         both_parse += 1;
     }
     // Not vacuous: most sources take the fast path, and many parse.
-    assert!(fast * 2 > cases, "only {fast} of {cases} took the fast path");
-    assert!(both_parse * 5 > cases, "only {both_parse} of {cases} parsed");
+    assert!(
+        fast * 2 > cases,
+        "only {fast} of {cases} took the fast path"
+    );
+    assert!(
+        both_parse * 5 > cases,
+        "only {both_parse} of {cases} parsed"
+    );
 }
 
 #[test]
@@ -132,7 +185,10 @@ fn the_known_disagreements_take_the_reference_path() {
         "path in [\"/etc/os-release\", '/etc/x-y'] && mode == \"read\"",
         "!command.startsWith(\"/usr/\")",
     ] {
-        assert!(pratt_agrees(source), "{source:?} would not take the fast path");
+        assert!(
+            pratt_agrees(source),
+            "{source:?} would not take the fast path"
+        );
     }
 }
 
