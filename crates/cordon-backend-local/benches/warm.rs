@@ -649,7 +649,10 @@ mod bench {
             let h = cli_up(bin, scratch, "bench", "updown");
             let a = t.elapsed();
             let t = Instant::now();
-            assert_eq!(cordon(bin, &scratch.state, &["sandbox", "down", &h]), "1");
+            assert_eq!(
+                cordon(bin, &scratch.state, &["sandbox", "down", &h]),
+                "disposed 1 sandbox"
+            );
             let d = t.elapsed();
             up.s.push(a);
             down.s.push(d);

@@ -22,7 +22,13 @@ mod sandbox_cmd;
 
 /// cordon: a sandbox for code that AI agents write and run.
 #[derive(Parser)]
-#[command(name = "cordon", version, about = "cordon: a sandbox for code that AI agents write and run", long_about = None)]
+#[command(
+    name = "cordon",
+    version,
+    about = "cordon: a sandbox for code that AI agents write and run",
+    long_about = None,
+    after_help = EXIT_CODES
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -49,7 +55,7 @@ enum Command {
     /// Run one command in a sandbox under a policy (default `cordon:default`):
     /// checked before it starts, confined while it runs, disposed after.
     /// Exits with its status; 124 when a bound killed it, 125 when cordon
-    /// refused it.
+    /// refused it or could not run it (a usage error too).
     #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
     Run(run::RunArgs),
     /// Warm sandboxes that outlive one command: `up` once, `exec` many
@@ -81,6 +87,15 @@ pub enum Format {
 }
 
 pub use exit::{PROBLEMS as EXIT_PROBLEMS, USAGE as EXIT_USAGE};
+
+/// The exit-code rule, in `--help`.
+const EXIT_CODES: &str = "Exit codes:
+  run, sandbox exec  the workload's own status (128+N: signal N), except
+                     124  a bound (memory, CPU, processes, wall clock) killed it
+                     125  cordon refused it or could not run it, usage errors included;
+                          nothing of the workload ran
+  other commands     0 done, 1 problems found (check, test, kit, doctor),
+                     2 usage error, 3 a kit's backend cannot run here, 125 refused";
 
 /// The hidden first argument that makes this binary the sandbox init.
 pub const INIT_ARG: &str = "__sandbox-init";
@@ -144,7 +159,14 @@ fn main() -> ExitCode {
     if std::env::args_os().nth(1).as_deref() == Some(std::ffi::OsStr::new(EGRESS_ARG)) {
         cordon_egress::child_main(proxy_cmd::confine);
     }
-    let cli = Cli::parse();
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if exit::is_workload_command(&args) {
+        exit::passing_workload_status();
+    }
+    let cli = match Cli::try_parse_from(&args) {
+        Ok(cli) => cli,
+        Err(e) => return exit::parse_failed(&e),
+    };
     match cli.command {
         Command::Policy { command } => policy_cmd::run(command),
         Command::Doctor(args) => doctor::run(args),
@@ -159,5 +181,39 @@ fn main() -> ExitCode {
         Command::Sandbox { command } => sandbox_cmd::run(command),
         #[cfg(target_os = "linux")]
         Command::Image { command } => image_cmd::run(command),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    /// Every flag, argument and command says what it is for in `--help`.
+    #[test]
+    fn every_flag_and_argument_says_what_it_is_for() {
+        fn walk(cmd: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            for a in cmd.get_arguments() {
+                let id = a.get_id().as_str();
+                if a.is_hide_set() || id == "help" || id == "version" {
+                    continue;
+                }
+                if a.get_help().is_none() && a.get_long_help().is_none() {
+                    missing.push(format!("{path}: {id}"));
+                }
+            }
+            for sub in cmd.get_subcommands() {
+                if sub.get_name() == "help" {
+                    continue;
+                }
+                if sub.get_about().is_none() && sub.get_long_about().is_none() {
+                    missing.push(format!("{path} {}", sub.get_name()));
+                }
+                walk(sub, &format!("{path} {}", sub.get_name()), missing);
+            }
+        }
+        let mut missing = Vec::new();
+        walk(&Cli::command(), "cordon", &mut missing);
+        assert!(missing.is_empty(), "without a description: {missing:#?}");
     }
 }

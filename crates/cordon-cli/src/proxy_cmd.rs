@@ -77,7 +77,7 @@ pub fn run(a: ProxyArgs) -> ExitCode {
     let policy = match policy {
         Ok(p) => Arc::new(p),
         Err(d) => {
-            eprint!("{}", d.render());
+            eprintln!("{}", d.render());
             return usage("the policy does not load");
         }
     };

@@ -75,6 +75,10 @@ pub struct Selection {
     /// A host configuration file.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
+    /// Print no notices (the one that says a run is below the default
+    /// floor); errors and warnings are still printed.
+    #[arg(short, long)]
+    pub quiet: bool,
 }
 
 /// What a [`Selection`] resolved to: a router over the chosen backends.
@@ -394,7 +398,7 @@ pub fn prepare(args: &Selection, keep: Option<KeptConfig>) -> Result<Prepared, E
     let host = match Host::assemble(&setup, &crate::registry()) {
         Ok(h) => h,
         Err(HostError::Policy { diagnostics }) => {
-            eprint!("{diagnostics}");
+            eprintln!("{diagnostics}");
             return Err(usage("the policy does not load"));
         }
         Err(e) => return Err(fail(e)),
@@ -403,11 +407,11 @@ pub fn prepare(args: &Selection, keep: Option<KeptConfig>) -> Result<Prepared, E
         Ok(s) => s.to_string(),
         Err(e) => return Err(fail(e)),
     };
-    if Host::below_default_floor(&floor) {
-        let source = match &floor.source {
-            FloorSource::Default => "the default".to_string(),
-            s => s.to_string(),
-        };
+    // Said where the floor was lowered for this one command (`--min-isolation`);
+    // a floor from the environment or the configuration file is a
+    // deliberate, recorded choice, and is not repeated on every run.
+    if Host::below_default_floor(&floor) && floor.source == FloorSource::Flag && !args.quiet {
+        let source = floor.source.to_string();
         eprintln!(
             "cordon: running at the `{selected}` rung, below the default floor `{}`: the floor `{}` comes from {source}",
             Isolation::DEFAULT_FLOOR,

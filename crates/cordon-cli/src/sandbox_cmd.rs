@@ -19,8 +19,12 @@ pub enum SandboxCommand {
     /// Get or create the sandbox for a key and print its handle (the same
     /// key twice gives the same sandbox).
     Up(Box<UpArgs>),
-    /// Run a command in a sandbox; exits with its status (124 bound, 125 refused).
+    /// Run a command in a sandbox; exits with its status (124: a bound
+    /// killed it; 125: cordon refused or could not run it, a usage error
+    /// too).
     Exec {
+        /// The sandbox, by the handle `up` printed (e.g.
+        /// `container-1a2b3c4d5e6f-0001`); `cordon sandbox ls` lists them.
         handle: String,
         /// Seconds before the command is killed (default: the policy's bound).
         #[arg(long)]
@@ -30,12 +34,16 @@ pub enum SandboxCommand {
         /// size follows this one's, and everything it shows comes on stdout.
         #[arg(short = 't', long)]
         tty: bool,
+        /// The command and its arguments, after `--` (e.g. `-- python3
+        /// job.py`).
         #[arg(last = true, required = true, value_name = "CMD")]
         command: Vec<String>,
     },
     /// Copy a local file into the sandbox's work dir.
     Put {
+        /// The sandbox, by its handle.
         handle: String,
+        /// The file on this machine to copy in.
         local: PathBuf,
         /// The path inside the sandbox (relative paths are in the work dir).
         remote: String,
@@ -43,7 +51,10 @@ pub enum SandboxCommand {
     /// Collect the outputs the sandbox's spec declares into DIR (through a
     /// confined sink).
     Collect {
+        /// The sandbox, by its handle (made with `up --spec FILE`: the spec
+        /// declares the outputs).
         handle: String,
+        /// The directory on this machine the outputs land in.
         #[arg(long, value_name = "DIR")]
         to: PathBuf,
     },
@@ -51,9 +62,13 @@ pub enum SandboxCommand {
     Ls,
     /// Dispose of a sandbox by handle, or of every sandbox of a scope and thread.
     Down {
+        /// The sandbox, by its handle (or name `--scope` and `--thread`).
         handle: Option<String>,
+        /// With `--thread`: dispose of every sandbox of this scope and
+        /// thread (each agent dir's).
         #[arg(long, requires = "thread", conflicts_with = "handle")]
         scope: Option<String>,
+        /// With `--scope`: the thread whose sandboxes go.
         #[arg(long, requires = "scope")]
         thread: Option<String>,
     },
@@ -65,10 +80,17 @@ pub enum SandboxCommand {
 
 #[derive(clap::Args)]
 pub struct UpArgs {
+    /// Whom the sandbox belongs to: the tenant, team or session your host
+    /// keeps apart (e.g. `team-a`). Scope, thread and agent dir together
+    /// are the sandbox's key: the same three give the same sandbox.
     #[arg(long)]
     pub scope: String,
+    /// The conversation or job within the scope (e.g. your host's thread
+    /// id, `t-42`): each thread gets a sandbox of its own.
     #[arg(long)]
     pub thread: String,
+    /// Which agent's sandbox within the thread, when several agents of one
+    /// thread each need their own (e.g. `planner`).
     #[arg(long, default_value = "default")]
     pub agent_dir: String,
     /// Dispose after this many seconds without a request.
@@ -236,13 +258,13 @@ fn go(cmd: SandboxCommand) -> Result<ExitCode, ExitCode> {
                         eprintln!("warning: {f}");
                     }
                     lock.unlock_and_remove();
-                    println!("1");
+                    println!("{}", disposed(1));
                     Ok(ExitCode::SUCCESS)
                 }
                 (None, Some(s), Some(t)) => {
                     let n = keeper::dispose_scope(&st, &crate::registry(), None, &s, &t)
                         .map_err(refuse)?;
-                    println!("{n}");
+                    println!("{}", disposed(n));
                     Ok(ExitCode::SUCCESS)
                 }
                 _ => Err(usage("name a HANDLE, or both `--scope S --thread T`")),
@@ -299,4 +321,9 @@ fn up(a: UpArgs) -> Result<ExitCode, ExitCode> {
     log_provenance("created", &*s);
     println!("{}", s.id());
     Ok(ExitCode::SUCCESS)
+}
+
+/// What `down` prints: `disposed 1 sandbox`, `disposed 0 sandboxes`.
+fn disposed(n: usize) -> String {
+    format!("disposed {n} sandbox{}", if n == 1 { "" } else { "es" })
 }

@@ -942,3 +942,110 @@ fn run_uses_the_init_beside_it_only_when_nobody_else_can_write_it() {
         );
     }
 }
+
+// ---- exit codes and messages of the workload commands ----
+
+/// `run` and `sandbox exec` pass their workload's status through, so every
+/// failure of cordon's own is 125 there, a usage error too; elsewhere a
+/// usage error stays 2.
+#[test]
+fn a_workload_commands_own_failures_are_125_and_say_what_to_do() {
+    // A forgotten `--`: 125, with the form that works.
+    let (code, _, err) = cordon(&["run", "python3", "-V"]);
+    assert_eq!(code, 125, "{err}");
+    assert!(
+        err.contains("help: the command goes after `--`")
+            && err.contains("`cordon run [OPTIONS] -- python3 ...`"),
+        "{err}"
+    );
+    let (code, _, err) = cordon(&["sandbox", "exec", "h", "python3"]);
+    assert_eq!(code, 125, "{err}");
+    assert!(
+        err.contains("`cordon sandbox exec [OPTIONS] HANDLE -- python3 ...`"),
+        "{err}"
+    );
+    // An unknown flag, a misspelt rung, an empty handle.
+    let (code, _, err) = cordon(&["run", "--no-such-flag", "--", "/bin/true"]);
+    assert_eq!(code, 125, "{err}");
+    let (code, _, err) = cordon(&["run", "--min-isolation", "contaner", "--", "/bin/true"]);
+    assert_eq!(code, 125, "{err}");
+    assert!(err.contains("(did you mean `container`?)"), "{err}");
+    let (code, _, err) = cordon(&["sandbox", "exec", "", "--", "/bin/true"]);
+    assert_eq!(code, 125, "{err}");
+    assert!(
+        err.contains("error: an empty string is not a sandbox handle\nhelp: "),
+        "{err}"
+    );
+    // A policy that does not load: its diagnostics, then cordon's line on
+    // a line of its own.
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.yaml");
+    std::fs::write(
+        &bad,
+        "policy:\n  compute:\n    allow:\n      - name: x\n        when: command ==\n",
+    )
+    .unwrap();
+    let (code, _, err) = cordon(&["run", "--policy", bad.to_str().unwrap(), "--", "/bin/true"]);
+    assert_eq!(code, 125, "{err}");
+    assert!(
+        err.contains("\nerror: the policy does not load") && !err.contains("`error:"),
+        "{err}"
+    );
+    // Help is not an error.
+    let (code, out, _) = cordon(&["run", "--help"]);
+    assert_eq!(code, 0);
+    assert!(
+        out.contains("125 when cordon refused it or could not run it"),
+        "{out}"
+    );
+    let (code, out, _) = cordon(&["--help"]);
+    assert_eq!(code, 0);
+    assert!(
+        out.contains("Exit codes:") && out.contains("124  a bound"),
+        "{out}"
+    );
+    // The other commands run no workload: usage errors are 2.
+    let (code, _, err) = cordon(&["policy", "check", "--no-such-flag"]);
+    assert_eq!(code, 2, "{err}");
+    let (code, _, err) = cordon(&["sandbox", "down", ""]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("an empty string is not a sandbox handle"),
+        "{err}"
+    );
+    let (code, _, err) = cordon(&["doctor", "--min-isolation", "contaner"]);
+    assert_eq!(code, 2, "{err}");
+}
+
+/// The floor notice is said where one command lowered the floor, and not
+/// on every run where the environment or the configuration file records
+/// the choice, nor under `--quiet`.
+#[test]
+fn the_floor_notice_is_said_for_the_flag_only_and_not_under_quiet() {
+    if !can_sandbox("floor notice") {
+        return;
+    }
+    let p = process_policy();
+    let pol = p.path().display().to_string();
+    let notice = "below the default floor `microvm`";
+    let base = ["--backend", "process", "--policy", &pol];
+    let mut flag = vec!["run", "--min-isolation", "process"];
+    flag.extend_from_slice(&base);
+    flag.extend_from_slice(&["--", "/bin/true"]);
+    let (code, _, err) = cordon_env(&flag, &[]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains(notice) && err.contains("`--min-isolation`"),
+        "{err}"
+    );
+    let mut quiet = vec!["run", "--quiet", "--min-isolation", "process"];
+    quiet.extend_from_slice(&base);
+    quiet.extend_from_slice(&["--", "/bin/true"]);
+    let (code, _, err) = cordon_env(&quiet, &[]);
+    assert_eq!((code, err.as_str()), (0, ""), "--quiet");
+    let mut env = vec!["run"];
+    env.extend_from_slice(&base);
+    env.extend_from_slice(&["--", "/bin/true"]);
+    let (code, _, err) = cordon_env(&env, &[("CORDON_MIN_ISOLATION", "process")]);
+    assert_eq!((code, err.as_str()), (0, ""), "from the environment");
+}

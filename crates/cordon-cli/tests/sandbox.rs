@@ -190,7 +190,7 @@ fn a_sandbox_lives_across_invocations_and_down_leaves_nothing() {
         &state,
         &["sandbox", "down", "--scope", "s-life", "--thread", "t1"],
     );
-    assert_eq!((c, out.trim()), (0, "1"), "{err}");
+    assert_eq!((c, out.trim()), (0, "disposed 1 sandbox"), "{err}");
     assert!(!Path::new(&work).exists(), "work dir removed");
     assert!(
         cgroups.iter().all(|c| !Path::new(c).exists()),
@@ -221,7 +221,7 @@ fn two_processes_racing_for_one_key_get_one_sandbox() {
         .count();
     assert_eq!(records, 1);
     let (c, out, _) = cordon(&state, &["sandbox", "down", &a]);
-    assert_eq!((c, out.trim()), (0, "1"));
+    assert_eq!((c, out.trim()), (0, "disposed 1 sandbox"));
 }
 
 #[test]
@@ -613,7 +613,7 @@ fn dispose_scope_from_another_process_reclaims_after_the_keeper_is_killed() {
         &state,
         &["sandbox", "down", "--scope", "s-scope", "--thread", "t1"],
     );
-    assert_eq!((code, out.trim()), (0, "1"), "{err}");
+    assert_eq!((code, out.trim()), (0, "disposed 1 sandbox"), "{err}");
     let (_, out, _) = cordon(&state, &["sandbox", "ls"]);
     assert!(
         !out.contains(&a) && out.contains(&b) && out.contains(&c),
@@ -688,7 +688,7 @@ fn a_keeper_that_stops_answering_is_replaced_not_waited_on_forever() {
         }
     );
     let (c, out, _) = cordon(&state, &["sandbox", "down", &h2]);
-    assert_eq!((c, out.trim()), (0, "1"));
+    assert_eq!((c, out.trim()), (0, "disposed 1 sandbox"));
 }
 
 /// Runs cordon with `input` on its stdin (closed after it).

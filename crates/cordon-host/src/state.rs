@@ -32,6 +32,10 @@ pub enum StateError {
     },
     #[error("state directory `{path}`: {source}")]
     Io { path: PathBuf, source: io::Error },
+    /// What was given as a handle cannot be one (a handle becomes a file
+    /// name, so this is checked before anything is opened).
+    #[error("{} is not a sandbox handle\nhelp: handles look like `container-1a2b3c4d5e6f-0001` (lowercase letters, digits and `-`, at most 64); `cordon sandbox ls` lists them", shown_handle(.0))]
+    NotAHandle(String),
     #[error("another owner holds the lock on this sandbox key (`{0}`) for over {1:?}; try again, or run `cordon sandbox gc` if an owner crashed")]
     Busy(PathBuf, Duration),
 }
@@ -423,13 +427,25 @@ pub fn check_handle(handle: &str) -> Result<(), StateError> {
     if ok {
         Ok(())
     } else {
-        Err(StateError::Unsafe {
-            path: PathBuf::from(handle),
-            reason: "not a sandbox handle".into(),
-            help: "handles look like `container-1a2b3c4d5e6f-0001`; `cordon sandbox ls` lists them"
-                .into(),
-        })
+        Err(StateError::NotAHandle(handle.to_string()))
     }
+}
+
+/// A handle as an error shows it: quoted, its control characters escaped,
+/// long ones cut.
+fn shown_handle(handle: &str) -> String {
+    if handle.is_empty() {
+        return "an empty string".into();
+    }
+    let mut shown: String = handle
+        .chars()
+        .take(80)
+        .flat_map(char::escape_debug)
+        .collect();
+    if handle.chars().count() > 80 {
+        shown.push('…');
+    }
+    format!("`{shown}`")
 }
 
 #[cfg(test)]

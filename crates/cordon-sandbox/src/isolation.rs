@@ -80,10 +80,7 @@ impl fmt::Display for Isolation {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum IsolationError {
     /// A string that is not one of the seven spellings.
-    #[error(
-        "`{raw}` is not an isolation rung; write one of {valid} (weakest to strongest, exact spelling)",
-        valid = Isolation::spellings()
-    )]
+    #[error("{}", unknown_rung(raw))]
     Unknown { raw: String },
     /// A backend that cannot say which rung its weakest configuration on
     /// this machine provides.
@@ -91,6 +88,20 @@ pub enum IsolationError {
         "the rung cannot be named: {reason}; a backend declares the rung its weakest configuration on this machine actually provides"
     )]
     Unnamed { reason: String },
+}
+
+/// `` `contaner` is not an isolation rung; did you mean `container`? ... ``
+fn unknown_rung(raw: &str) -> String {
+    // A word too short to have been meant as one of them gets no guess.
+    let guess = (raw.chars().count() >= 3)
+        .then(|| cordon_policy::vocab::did_you_mean(raw, Isolation::ALL.iter().map(|i| i.as_str())))
+        .flatten()
+        .map(|g| format!(" (did you mean `{g}`?)"))
+        .unwrap_or_default();
+    format!(
+        "`{raw}` is not an isolation rung{guess}; write one of {} (weakest to strongest, exact spelling)",
+        Isolation::spellings()
+    )
 }
 
 impl FromStr for Isolation {
@@ -108,6 +119,24 @@ impl FromStr for Isolation {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_misspelt_rung_gets_a_suggestion_and_nonsense_does_not() {
+        for (raw, want) in [
+            ("contaner", "container"),
+            ("Container", "container"),
+            ("microVM", "microvm"),
+        ] {
+            let e = raw.parse::<Isolation>().expect_err(raw).to_string();
+            assert!(e.contains(&format!("did you mean `{want}`?")), "{e}");
+            assert!(e.contains("write one of `none`"), "{e}");
+        }
+        let e = "sandboxy"
+            .parse::<Isolation>()
+            .expect_err("nonsense")
+            .to_string();
+        assert!(!e.contains("did you mean"), "{e}");
+    }
 
     #[test]
     fn the_ladder_is_ordered_weakest_first() {
