@@ -19,6 +19,7 @@ mod proxy_cmd;
 mod run;
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 mod sandbox_cmd;
+mod spec_cmd;
 
 /// cordon: a sandbox for code that AI agents write and run.
 #[derive(Parser)]
@@ -40,6 +41,12 @@ enum Command {
     Policy {
         #[command(subcommand)]
         command: policy_cmd::PolicyCommand,
+    },
+    /// Work with sandbox specs: what a sandbox is for, what it may reach
+    /// and what it returns (`--spec FILE`; `docs/spec.md`).
+    Spec {
+        #[command(subcommand)]
+        command: spec_cmd::SpecCommand,
     },
     /// Show every backend cordon knows, its rung, egress and capabilities,
     /// whether this machine can run it, and whether the floor admits it.
@@ -169,6 +176,7 @@ fn main() -> ExitCode {
     };
     match cli.command {
         Command::Policy { command } => policy_cmd::run(command),
+        Command::Spec { command } => spec_cmd::run(command),
         Command::Doctor(args) => doctor::run(args),
         Command::Conformance(args) => conformance::run(args),
         #[cfg(all(target_os = "linux", target_arch = "x86_64"))]

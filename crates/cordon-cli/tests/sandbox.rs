@@ -1174,3 +1174,101 @@ impl Drop for RemoveDir {
         let _ = std::fs::remove_dir(&self.0);
     }
 }
+
+/// The example specs load, and the chart example runs as its comment says:
+/// the chart comes back through `collect` and lands on this machine.
+#[test]
+fn the_example_specs_check_and_the_chart_example_lands_its_chart() {
+    let root = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
+    let examples = root.join("examples/specs");
+    let mut specs: Vec<String> = std::fs::read_dir(&examples)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+        .map(|p| p.display().to_string())
+        .collect();
+    specs.sort();
+    assert!(specs.len() >= 3, "{specs:?}");
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let mut args = vec!["spec", "check"];
+    args.extend(specs.iter().map(String::as_str));
+    let (code, out, err) = cordon(&state, &args);
+    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(
+        out.lines().filter(|l| l.starts_with("ok ")).count(),
+        specs.len(),
+        "{out}"
+    );
+    if !can_sandbox("the chart example") {
+        return;
+    }
+    let chart = examples.join("chart.yaml");
+    let (code, h, err) = cordon(
+        &state,
+        &[
+            "sandbox",
+            "up",
+            "--scope",
+            "examples",
+            "--thread",
+            "chart",
+            "--min-isolation",
+            "container",
+            "--quiet",
+            "--spec",
+            chart.to_str().unwrap(),
+        ],
+    );
+    assert_eq!((code, err.as_str()), (0, ""), "up");
+    let h = h.trim().to_string();
+    let script = std::fs::read(examples.join("chart.py")).unwrap();
+    let (code, out, err) = cordon_with_stdin(
+        &state,
+        &["sandbox", "exec", &h, "--", "python3", "-"],
+        &script,
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    let landed = dir.path().join("landed");
+    std::fs::create_dir(&landed).unwrap();
+    let (code, out, err) = cordon(
+        &state,
+        &["sandbox", "collect", &h, "--to", landed.to_str().unwrap()],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    let png = std::fs::read(landed.join("out/chart.png")).expect("the chart landed");
+    assert!(
+        png.starts_with(b"\x89PNG\r\n\x1a\n") && png.len() > 100,
+        "{out}"
+    );
+    let (code, out, _) = cordon(&state, &["sandbox", "down", &h]);
+    assert_eq!((code, out.trim()), (0, "disposed 1 sandbox"));
+}
+
+/// A spec that does not load: the position, the line, a caret and exit 1.
+#[test]
+fn spec_check_positions_what_it_refuses() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.yaml");
+    std::fs::write(&bad, "kind: x\nimage: host\nresources:\n  memory: lots\n").unwrap();
+    let (code, out, err) = cordon(
+        &dir.path().join("state"),
+        &["spec", "check", bad.to_str().unwrap()],
+    );
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(
+        err.contains("bad.yaml:4:11: error: `resources.memory`")
+            && err.contains(" 4 |   memory: lots\n")
+            && err.contains("|           ^"),
+        "{err}"
+    );
+    let (code, out, _) = cordon(
+        &dir.path().join("state"),
+        &["spec", "check", "--format", "json", bad.to_str().unwrap()],
+    );
+    assert_eq!(code, 1);
+    let v: serde_json::Value = serde_json::from_str(&out).expect("one JSON document");
+    assert_eq!(v["ok"], false);
+    assert_eq!(v["diagnostics"][0]["line"], 4);
+}
