@@ -1049,3 +1049,25 @@ fn the_floor_notice_is_said_for_the_flag_only_and_not_under_quiet() {
     let (code, _, err) = cordon_env(&env, &[("CORDON_MIN_ISOLATION", "process")]);
     assert_eq!((code, err.as_str()), (0, ""), "from the environment");
 }
+
+/// The README shows what `cordon policy check` of the flagship example
+/// prints, warning included: run here, compared line by line.
+#[test]
+fn the_readme_shows_what_policy_check_of_the_example_prints() {
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+    let readme = std::fs::read_to_string(format!("{root}/README.md")).expect("README.md");
+    let prompt = "$ cordon policy check examples/policies/deployment.yaml\n";
+    let at = readme.find(prompt).expect("the README shows the check") + prompt.len();
+    let shown: Vec<&str> = readme[at..].lines().take_while(|l| !l.is_empty()).collect();
+    let (code, out, err) = cordon(&["policy", "check", "examples/policies/deployment.yaml"]);
+    assert_eq!(code, 0, "{err}");
+    let printed: Vec<&str> = err
+        .lines()
+        .chain(out.lines())
+        .filter(|l| !l.is_empty())
+        .collect();
+    assert_eq!(
+        shown, printed,
+        "README.md and what the command prints differ"
+    );
+}
