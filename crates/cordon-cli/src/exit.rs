@@ -114,23 +114,30 @@ impl Kinded for cordon_sandbox::SinkError {
     }
 }
 
+/// Prints `error: {msg}` (and, under `--format json`, the error line on
+/// stdout); gives `code`.
+fn report(code: u8, msg: &dyn Display) -> ExitCode {
+    eprintln!("error: {msg}");
+    if crate::json_out::on() {
+        crate::json_out::error(code, &msg.to_string());
+    }
+    ExitCode::from(code)
+}
+
 /// Prints `error: {e}` and gives the code for its kind.
 pub fn fail(e: impl Kinded) -> ExitCode {
-    eprintln!("error: {e}");
-    ExitCode::from(code_for(e.kind()))
+    report(code_for(e.kind()), &e)
 }
 
 /// Prints `error: {msg}`; cordon refused or could not do it (125).
 pub fn refuse(msg: impl Display) -> ExitCode {
-    eprintln!("error: {msg}");
-    ExitCode::from(REFUSED)
+    report(REFUSED, &msg)
 }
 
 /// Prints `error: {msg}`; the caller's input is wrong (2, or 125 where
 /// the exit code is a workload's).
 pub fn usage(msg: impl Display) -> ExitCode {
-    eprintln!("error: {msg}");
-    ExitCode::from(usage_code())
+    report(usage_code(), &msg)
 }
 
 /// `cordon run` / `cordon sandbox exec`, from the raw arguments: the

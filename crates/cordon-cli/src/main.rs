@@ -12,6 +12,7 @@ mod escape;
 mod exit;
 #[cfg(target_os = "linux")]
 mod image_cmd;
+mod json_out;
 mod policy_cmd;
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 mod proxy_cmd;
@@ -69,6 +70,10 @@ enum Command {
     /// times, `down` (or let `gc`, the idle timeout or the maximum age do it).
     #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
     Sandbox {
+        /// Output format: `json` prints one JSON document on stdout (NDJSON
+        /// events for `exec`; docs/cli-json.md).
+        #[arg(long, global = true, value_enum, default_value_t = Format::Human)]
+        format: Format,
         #[command(subcommand)]
         command: sandbox_cmd::SandboxCommand,
     },
@@ -186,7 +191,12 @@ fn main() -> ExitCode {
         #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
         Command::Proxy(args) => proxy_cmd::run(args),
         #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
-        Command::Sandbox { command } => sandbox_cmd::run(command),
+        Command::Sandbox { format, command } => {
+            if format == Format::Json {
+                json_out::enable();
+            }
+            sandbox_cmd::run(command)
+        }
         #[cfg(target_os = "linux")]
         Command::Image { command } => image_cmd::run(command),
     }

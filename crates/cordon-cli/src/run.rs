@@ -36,7 +36,11 @@ pub const MAX_OUTPUT_BYTES: u64 = 16 << 20;
 pub struct RunArgs {
     #[command(flatten)]
     pub sel: Selection,
-    /// The command and its arguments.
+    /// Output format: `json` prints NDJSON events on stdout (the sandbox,
+    /// the workload's output, how it ended; docs/cli-json.md).
+    #[arg(long, value_enum, default_value_t = crate::Format::Human)]
+    pub format: crate::Format,
+    /// The command and its arguments, after `--` (e.g. `-- python3 job.py`).
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<String>,
 }
@@ -88,6 +92,9 @@ pub struct Prepared {
     pub env: Deployment,
     pub identity: Identity,
     pub spec: SandboxSpec,
+    /// The backend the router picked for the spec, its rung, and the floor
+    /// it was held to (for `--format json`).
+    pub chosen: serde_json::Value,
 }
 
 pub use crate::exit::{fail, refuse, usage};
@@ -140,6 +147,9 @@ pub(crate) fn identity(args: &[String]) -> Result<Identity, String> {
 }
 
 pub fn run(args: RunArgs) -> ExitCode {
+    if args.format == crate::Format::Json {
+        crate::json_out::enable();
+    }
     // Each phase is a span: `CORDON_LOG=debug` prints how long each took.
     let phase = |name: &'static str| tracing::debug_span!("phase", name).entered();
     let prepared = {
@@ -156,6 +166,7 @@ pub fn run(args: RunArgs) -> ExitCode {
         env,
         identity,
         spec,
+        chosen,
     } = p;
     let id = identity.clone();
     let scope = format!("run-{}", std::process::id());
@@ -173,6 +184,12 @@ pub fn run(args: RunArgs) -> ExitCode {
         Ok(s) => s,
         Err(e) => return fail(e),
     };
+    if crate::json_out::on() {
+        let mut ev = chosen.clone();
+        ev["event"] = "sandbox".into();
+        ev["handle"] = sandbox.id().into();
+        crate::json_out::emit(&ev);
+    }
     let limits = policy.bounds_for(&identity, &env);
     let req = ExecRequest {
         argv: args.command.clone(),
@@ -309,6 +326,14 @@ impl Drop for RawMode {
 /// Shows a workload's output as it arrives.
 pub fn show(stream: Stream, bytes: &[u8]) {
     use std::io::Write;
+    if crate::json_out::on() {
+        let name = match stream {
+            Stream::Stdout => "stdout",
+            Stream::Stderr => "stderr",
+        };
+        crate::json_out::emit(&crate::json_out::output_event(name, bytes));
+        return;
+    }
     let _ = match stream {
         Stream::Stdout => {
             let mut o = std::io::stdout().lock();
@@ -320,26 +345,52 @@ pub fn show(stream: Stream, bytes: &[u8]) {
 
 /// The exit code for how a workload ended (and a note on cut output).
 pub fn exit_for(out: &cordon_sandbox::ExecOutput, cap: u64) -> ExitCode {
+    let json = crate::json_out::on();
     for (cut, which) in [
         (out.stdout_truncated, "stdout"),
         (out.stderr_truncated, "stderr"),
     ] {
-        if cut {
+        if cut && !json {
             eprintln!("cordon: the workload's {which} was cut at {cap} bytes");
         }
     }
-    match out.status {
-        ExitStatus::Code(c) => ExitCode::from(u8::try_from(c & 0xff).unwrap_or(1)),
-        ExitStatus::Signal(s) => ExitCode::from(u8::try_from((128 + s) & 0xff).unwrap_or(1)),
-        ExitStatus::TimedOut => {
-            eprintln!("cordon: the workload was killed at the `max_wall_seconds` bound");
-            ExitCode::from(EXIT_BOUND)
-        }
-        ExitStatus::Bound { bound } => {
-            eprintln!("cordon: the workload was killed at the `{bound}` bound");
-            ExitCode::from(EXIT_BOUND)
-        }
+    let (code, status, killed_by) = match out.status {
+        ExitStatus::Code(c) => (
+            u8::try_from(c & 0xff).unwrap_or(1),
+            serde_json::json!({"code": c}),
+            None,
+        ),
+        ExitStatus::Signal(s) => (
+            u8::try_from((128 + s) & 0xff).unwrap_or(1),
+            serde_json::json!({"signal": s}),
+            None,
+        ),
+        ExitStatus::TimedOut => (
+            EXIT_BOUND,
+            serde_json::json!({"killed": "max_wall_seconds"}),
+            Some("max_wall_seconds".to_string()),
+        ),
+        ExitStatus::Bound { bound } => (
+            EXIT_BOUND,
+            serde_json::json!({"killed": bound.to_string()}),
+            Some(bound.to_string()),
+        ),
+    };
+    if json {
+        crate::json_out::emit(&serde_json::json!({
+            "event": "exit",
+            "ok": true,
+            "exit_code": code,
+            "status": status,
+            "killed_by": killed_by,
+            "stdout_truncated": out.stdout_truncated,
+            "stderr_truncated": out.stderr_truncated,
+            "output_cap_bytes": cap,
+        }));
+    } else if let Some(bound) = &killed_by {
+        eprintln!("cordon: the workload was killed at the `{bound}` bound");
     }
+    ExitCode::from(code)
 }
 
 /// Resolves the floor, the policy, the spec and the identity, and builds a
@@ -407,10 +458,27 @@ pub fn prepare(args: &Selection, keep: Option<KeptConfig>) -> Result<Prepared, E
         Ok(s) => s.to_string(),
         Err(e) => return Err(fail(e)),
     };
+    let rung = host.router.selected_rung(&spec).map_err(fail)?;
+    let below = Host::below_default_floor(&floor);
+    let chosen = serde_json::json!({
+        "backend": selected,
+        "rung": rung.as_str(),
+        "floor": {
+            "rung": floor.rung.as_str(),
+            "source": match &floor.source {
+                FloorSource::Flag => "flag".to_string(),
+                FloorSource::Env => "env".to_string(),
+                FloorSource::Config { file } => format!("config:{file}"),
+                FloorSource::Default => "default".to_string(),
+            },
+            "below_default": below,
+        },
+    });
     // Said where the floor was lowered for this one command (`--min-isolation`);
     // a floor from the environment or the configuration file is a
-    // deliberate, recorded choice, and is not repeated on every run.
-    if Host::below_default_floor(&floor) && floor.source == FloorSource::Flag && !args.quiet {
+    // deliberate, recorded choice, and is not repeated on every run. Under
+    // `--format json` it is the `floor` field instead.
+    if below && floor.source == FloorSource::Flag && !args.quiet && !crate::json_out::on() {
         let source = floor.source.to_string();
         eprintln!(
             "cordon: running at the `{selected}` rung, below the default floor `{}`: the floor `{}` comes from {source}",
@@ -424,6 +492,7 @@ pub fn prepare(args: &Selection, keep: Option<KeptConfig>) -> Result<Prepared, E
         env: host.deployment,
         identity,
         spec,
+        chosen,
     })
 }
 

@@ -12,7 +12,9 @@ use cordon_host::state::{self, StateDir};
 use cordon_sandbox::{collect_outputs, CallerContext, ExecRequest, Sandbox, SelfCommand};
 
 use crate::exit::{fail, refuse, usage};
+use crate::json_out;
 use crate::run::{exit_for, prepare, Selection, MAX_OUTPUT_BYTES};
+use serde_json::json;
 
 #[derive(clap::Subcommand)]
 pub enum SandboxCommand {
@@ -158,6 +160,13 @@ fn go(cmd: SandboxCommand) -> Result<ExitCode, ExitCode> {
             command,
         } => {
             let s = attach(&handle)?;
+            if json_out::on() {
+                json_out::emit(&json!({
+                    "event": "sandbox",
+                    "handle": handle,
+                    "backend": s.record().backend,
+                }));
+            }
             let req = ExecRequest {
                 argv: command,
                 env: Default::default(),
@@ -187,6 +196,9 @@ fn go(cmd: SandboxCommand) -> Result<ExitCode, ExitCode> {
                 format!("{guest}/{remote}")
             };
             s.write_file(&remote, &bytes, 0o644).map_err(fail)?;
+            if json_out::on() {
+                json_out::emit(&json!({"ok": true, "path": remote, "bytes": bytes.len()}));
+            }
             Ok(ExitCode::SUCCESS)
         }
         SandboxCommand::Collect { handle, to } => {
@@ -200,6 +212,15 @@ fn go(cmd: SandboxCommand) -> Result<ExitCode, ExitCode> {
             }
             let sink = cordon_files::FsSink::new(&to).map_err(fail)?;
             let got = collect_outputs(&s, &s.provenance().spec, Some(&sink)).map_err(fail)?;
+            if json_out::on() {
+                let landed: Vec<_> = got
+                    .landed
+                    .iter()
+                    .map(|a| json!({"path": a.handle.reveal().to_string(), "display": a.display}))
+                    .collect();
+                json_out::emit(&json!({"ok": true, "landed": landed}));
+                return Ok(ExitCode::SUCCESS);
+            }
             // The operator is the host here: print where each landed.
             for a in &got.landed {
                 println!("{}  ({})", a.handle.reveal(), a.display);
@@ -213,18 +234,40 @@ fn go(cmd: SandboxCommand) -> Result<ExitCode, ExitCode> {
             let st = state()?;
             let (records, bad) = st.list().map_err(fail)?;
             let now = state::now();
-            println!(
-                "{:<44} {:<10} {:<8} {:>8}  SCOPE/THREAD",
-                "HANDLE", "BACKEND", "STATE", "AGE"
-            );
-            for r in records {
-                let st8 = if !r.keeper.alive() {
+            let state_of = |r: &state::Record| {
+                if !r.keeper.alive() {
                     "orphaned"
                 } else if r.orphaned_or_expired(now) {
                     "expired"
                 } else {
                     "live"
-                };
+                }
+            };
+            if json_out::on() {
+                let list: Vec<_> = records
+                    .iter()
+                    .map(|r| {
+                        json!({
+                            "handle": r.handle,
+                            "backend": r.backend,
+                            "state": state_of(r),
+                            "age_seconds": now.saturating_sub(r.created),
+                            "scope": r.key.scope,
+                            "thread": r.key.thread,
+                            "agent_dir": r.key.agent_dir,
+                        })
+                    })
+                    .collect();
+                let unreadable: Vec<_> = bad.iter().map(|b| b.display().to_string()).collect();
+                json_out::emit(&json!({"ok": true, "sandboxes": list, "unreadable": unreadable}));
+                return Ok(ExitCode::SUCCESS);
+            }
+            println!(
+                "{:<44} {:<10} {:<8} {:>8}  SCOPE/THREAD",
+                "HANDLE", "BACKEND", "STATE", "AGE"
+            );
+            for r in &records {
+                let st8 = state_of(r);
                 println!(
                     "{:<44} {:<10} {:<8} {:>7}s  {}/{}",
                     r.handle,
@@ -258,13 +301,13 @@ fn go(cmd: SandboxCommand) -> Result<ExitCode, ExitCode> {
                         eprintln!("warning: {f}");
                     }
                     lock.unlock_and_remove();
-                    println!("{}", disposed(1));
+                    print_disposed(1);
                     Ok(ExitCode::SUCCESS)
                 }
                 (None, Some(s), Some(t)) => {
                     let n = keeper::dispose_scope(&st, &crate::registry(), None, &s, &t)
                         .map_err(refuse)?;
-                    println!("{}", disposed(n));
+                    print_disposed(n);
                     Ok(ExitCode::SUCCESS)
                 }
                 _ => Err(usage("name a HANDLE, or both `--scope S --thread T`")),
@@ -286,7 +329,13 @@ fn go(cmd: SandboxCommand) -> Result<ExitCode, ExitCode> {
                     unrecorded.join(", ")
                 );
             }
-            println!("{n}");
+            if json_out::on() {
+                json_out::emit(
+                    &json!({"ok": true, "disposed": n, "unrecorded_cgroups": unrecorded}),
+                );
+            } else {
+                println!("{n}");
+            }
             Ok(ExitCode::SUCCESS)
         }
     }
@@ -319,11 +368,23 @@ fn up(a: UpArgs) -> Result<ExitCode, ExitCode> {
     );
     let s = p.router.acquire(&caller, &p.spec).map_err(fail)?;
     log_provenance("created", &*s);
-    println!("{}", s.id());
+    if json_out::on() {
+        let mut doc = p.chosen.clone();
+        doc["ok"] = true.into();
+        doc["handle"] = s.id().into();
+        json_out::emit(&doc);
+    } else {
+        println!("{}", s.id());
+    }
     Ok(ExitCode::SUCCESS)
 }
 
-/// What `down` prints: `disposed 1 sandbox`, `disposed 0 sandboxes`.
-fn disposed(n: usize) -> String {
-    format!("disposed {n} sandbox{}", if n == 1 { "" } else { "es" })
+/// What `down` prints: `disposed 1 sandbox`, `disposed 0 sandboxes` (or
+/// `{"ok": true, "disposed": N}`).
+fn print_disposed(n: usize) {
+    if json_out::on() {
+        json_out::emit(&json!({"ok": true, "disposed": n}));
+    } else {
+        println!("disposed {n} sandbox{}", if n == 1 { "" } else { "es" });
+    }
 }

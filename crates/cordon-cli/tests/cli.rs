@@ -1071,3 +1071,50 @@ fn the_readme_shows_what_policy_check_of_the_example_prints() {
         "README.md and what the command prints differ"
     );
 }
+
+/// `run --format json`: NDJSON events, the bound that killed the workload
+/// named, and a refusal as an error line with 125.
+#[test]
+fn run_in_json_names_the_bound_that_killed_it() {
+    let (code, out, _) = cordon(&[
+        "run",
+        "--format",
+        "json",
+        "--min-isolation",
+        "contaner",
+        "--",
+        "/bin/true",
+    ]);
+    assert_eq!(code, 125);
+    let e: serde_json::Value = serde_json::from_str(out.trim()).expect("one error line");
+    assert_eq!(
+        (e["event"].as_str(), e["exit_code"].as_u64()),
+        (Some("error"), Some(125))
+    );
+    if !can_sandbox("run --format json") {
+        return;
+    }
+    let policy = tempfile::Builder::new().suffix(".yaml").tempfile().unwrap();
+    std::fs::write(
+        policy.path(),
+        PROCESS_POLICY.replace("max_wall_seconds: 5", "max_wall_seconds: 1"),
+    )
+    .unwrap();
+    let pol = policy.path().display().to_string();
+    let (code, out, err) = run_at(
+        "process",
+        &["--format", "json", "--policy", &pol],
+        &["/bin/sleep", "5"],
+    );
+    assert_eq!(code, 124, "{out}{err}");
+    let ev: Vec<serde_json::Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect();
+    assert_eq!(ev[0]["event"], "sandbox");
+    assert_eq!(ev[0]["rung"], "process");
+    let last = ev.last().unwrap();
+    assert_eq!(last["event"], "exit");
+    assert_eq!(last["exit_code"], 124);
+    assert_eq!(last["killed_by"], "max_wall_seconds");
+}

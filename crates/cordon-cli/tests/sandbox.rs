@@ -1279,3 +1279,127 @@ fn spec_check_positions_what_it_refuses() {
     assert_eq!(v["ok"], false);
     assert_eq!(v["diagnostics"][0]["line"], 4);
 }
+
+/// Every line `--format json` prints parses, and carries what a program
+/// driving the CLI needs: handle, backend, rung and floor; the output as
+/// it came; the exit code; the error and its code.
+#[test]
+fn the_json_outputs_parse_and_carry_what_a_program_needs() {
+    if !can_sandbox("--format json") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let lines = |out: &str| -> Vec<serde_json::Value> {
+        out.lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+            .collect()
+    };
+    let (code, out, err) = cordon(
+        &state,
+        &[
+            "sandbox",
+            "up",
+            "--format",
+            "json",
+            "--scope",
+            "json",
+            "--thread",
+            "t1",
+            "--min-isolation",
+            "container",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    let up = &lines(&out)[0];
+    assert_eq!(up["ok"], true);
+    assert_eq!(up["backend"], "container");
+    assert_eq!(up["rung"], "container");
+    assert_eq!(up["floor"]["source"], "flag");
+    assert_eq!(up["floor"]["below_default"], true);
+    assert!(
+        !err.contains("below the default floor"),
+        "the notice is the field: {err}"
+    );
+    let h = up["handle"].as_str().expect("a handle").to_string();
+    let (code, out, _) = cordon(&state, &["sandbox", "--format", "json", "ls"]);
+    assert_eq!(code, 0);
+    let ls = &lines(&out)[0];
+    let me = ls["sandboxes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["handle"] == h.as_str())
+        .expect("listed");
+    assert_eq!(
+        (me["state"].as_str(), me["scope"].as_str()),
+        (Some("live"), Some("json"))
+    );
+    let (code, out, err) = cordon(
+        &state,
+        &[
+            "sandbox",
+            "exec",
+            "--format",
+            "json",
+            &h,
+            "--",
+            "sh",
+            "-c",
+            "echo out; echo err >&2; printf '\\377' >&2; exit 3",
+        ],
+    );
+    assert_eq!(code, 3, "{out}{err}");
+    let ev = lines(&out);
+    assert_eq!(ev[0]["event"], "sandbox");
+    // Chunks come as the pipe gives them: text, or base64 for a chunk that
+    // is not UTF-8. Together they are the bytes the workload wrote.
+    let bytes = |stream: &str| -> Vec<u8> {
+        use base64::Engine as _;
+        ev.iter()
+            .filter(|e| e["event"] == stream)
+            .flat_map(|e| match (e["data"].as_str(), e["data_base64"].as_str()) {
+                (Some(t), None) => t.as_bytes().to_vec(),
+                (None, Some(b)) => base64::engine::general_purpose::STANDARD
+                    .decode(b)
+                    .expect("base64"),
+                other => panic!("a chunk with neither or both: {other:?}"),
+            })
+            .collect()
+    };
+    assert_eq!(bytes("stdout"), b"out\n");
+    assert_eq!(bytes("stderr"), b"err\n\xff", "{out}");
+    assert!(
+        ev.iter().any(|e| e["data_base64"].is_string()),
+        "a chunk that is not UTF-8 comes as base64: {out}"
+    );
+    let last = ev.last().unwrap();
+    assert_eq!(
+        (last["event"].as_str(), last["exit_code"].as_u64()),
+        (Some("exit"), Some(3))
+    );
+    assert_eq!(last["status"]["code"], 3);
+    assert!(last["killed_by"].is_null());
+    // cordon's own failure: one error line, its code, the message.
+    let (code, out, _) = cordon(
+        &state,
+        &["sandbox", "exec", "--format", "json", "nope", "--", "true"],
+    );
+    assert_eq!(code, 125);
+    let e = &lines(&out)[0];
+    assert_eq!(
+        (e["event"].as_str(), e["ok"].as_bool()),
+        (Some("error"), Some(false))
+    );
+    assert_eq!(e["exit_code"], 125);
+    assert!(
+        e["error"].as_str().unwrap().contains("no sandbox `nope`"),
+        "{out}"
+    );
+    let (code, out, _) = cordon(&state, &["sandbox", "down", "--format", "json", &h]);
+    assert_eq!(code, 0);
+    assert_eq!(lines(&out)[0]["disposed"], 1);
+    let (code, out, _) = cordon(&state, &["sandbox", "gc", "--format", "json"]);
+    assert_eq!(code, 0);
+    assert_eq!(lines(&out)[0]["disposed"], 0);
+}

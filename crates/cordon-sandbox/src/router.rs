@@ -502,6 +502,11 @@ impl Router {
         self.select(spec).map(|a| a.name.as_str())
     }
 
+    /// The rung the backend [`Router::selected_backend`] names declares.
+    pub fn selected_rung(&self, spec: &SandboxSpec) -> Result<Isolation, RouterError> {
+        self.select(spec).map(|a| a.isolation)
+    }
+
     fn request(&self, identity: &Identity, facts: SurfaceFacts) -> Request {
         Request {
             identity: identity.clone(),
