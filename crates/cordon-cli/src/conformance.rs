@@ -40,18 +40,22 @@ pub struct ConformanceArgs {
     /// (default: the system's temporary directory).
     #[arg(long, value_name = "DIR", hide = true)]
     pub scratch: Option<PathBuf>,
+    /// Output format: `json` prints one document (every probe, passed or
+    /// not, and the counts; docs/cli-json.md).
+    #[arg(long, value_enum, default_value_t = crate::Format::Human)]
+    pub format: crate::Format,
 }
 
 pub fn run(args: ConformanceArgs) -> ExitCode {
+    if args.format == crate::Format::Json {
+        crate::json_out::enable();
+    }
     if args.backend == HOST_DIRECTORY {
         return host_directory(args.scratch);
     }
     let setup = match crate::run::backend_setup(String::new(), None) {
         Ok(s) => s,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return ExitCode::from(EXIT_UNAVAILABLE);
-        }
+        Err(e) => return kit_error(EXIT_UNAVAILABLE, &e),
     };
     match cordon_host::kits::conformance(&crate::registry(), &args.backend, &setup, args.scratch) {
         Ok(KitRun::Report {
@@ -59,22 +63,38 @@ pub fn run(args: ConformanceArgs) -> ExitCode {
             rung,
             report: r,
         }) => {
-            println!("conformance: `{backend}` (a real sandbox at the `{rung}` rung)");
-            report(&r)
+            if !crate::json_out::on() {
+                println!("conformance: `{backend}` (a real sandbox at the `{rung}` rung)");
+            }
+            report(Some((&backend, &rung)), &r)
         }
-        Ok(KitRun::Skipped(why)) => {
-            println!("skipped {why}");
-            ExitCode::SUCCESS
-        }
-        Err(KitError::Unknown(e)) => {
-            eprintln!("error: {e}; or `{HOST_DIRECTORY}` for the kit's own test subject");
-            ExitCode::from(EXIT_USAGE)
-        }
-        Err(KitError::Unavailable(e)) => {
-            eprintln!("error: {e}");
-            ExitCode::from(EXIT_UNAVAILABLE)
-        }
+        Ok(KitRun::Skipped(why)) => skipped(&why),
+        Err(KitError::Unknown(e)) => kit_error(
+            EXIT_USAGE,
+            &format!("{e}; or `{HOST_DIRECTORY}` for the kit's own test subject"),
+        ),
+        Err(KitError::Unavailable(e)) => kit_error(EXIT_UNAVAILABLE, &e),
     }
+}
+
+/// A kit that did not run: `error: ...` on stderr (and the JSON error
+/// document on stdout under `--format json`).
+pub fn kit_error(code: u8, msg: &dyn std::fmt::Display) -> ExitCode {
+    eprintln!("error: {msg}");
+    if crate::json_out::on() {
+        crate::json_out::error(code, &msg.to_string());
+    }
+    ExitCode::from(code)
+}
+
+/// A backend the kit does not attack, said by name.
+pub fn skipped(why: &str) -> ExitCode {
+    if crate::json_out::on() {
+        crate::json_out::emit(&serde_json::json!({"ok": true, "skipped": why}));
+    } else {
+        println!("skipped {why}");
+    }
+    ExitCode::SUCCESS
 }
 
 /// A fresh scratch directory under `scratch` (or the temporary directory).
@@ -105,9 +125,27 @@ fn remove_scratch(root: &std::path::Path) {
     }
 }
 
-/// Prints a report and maps it to the exit code.
-fn report(r: &cordon_kits::conformance::Report) -> ExitCode {
-    println!("{r}");
+/// Prints a report (one line per probe and the counts, or one JSON
+/// document) and maps it to the exit code; `at` is the backend and rung.
+pub fn report(at: Option<(&str, &str)>, r: &cordon_kits::conformance::Report) -> ExitCode {
+    if crate::json_out::on() {
+        let results: Vec<_> = r
+            .results
+            .iter()
+            .map(|p| serde_json::json!({"name": p.probe, "passed": p.passed, "detail": p.detail}))
+            .collect();
+        crate::json_out::emit(&serde_json::json!({
+            "ok": r.all_passed(),
+            "backend": at.map(|a| a.0),
+            "rung": at.map(|a| a.1),
+            "subject": r.subject,
+            "passed": r.passed(),
+            "failed": r.failed().len(),
+            "results": results,
+        }));
+    } else {
+        println!("{r}");
+    }
     if r.all_passed() {
         ExitCode::SUCCESS
     } else {
@@ -121,13 +159,18 @@ fn host_directory(scratch: Option<PathBuf>) -> ExitCode {
         Err(code) => return code,
     };
     let code = match host_directory_subject(&root, can_make_device_nodes()) {
-        Err(e) => {
-            eprintln!("error: cannot set up the host-directory subject: {e}");
-            ExitCode::from(EXIT_UNAVAILABLE)
-        }
+        Err(e) => kit_error(
+            EXIT_UNAVAILABLE,
+            &format!("cannot set up the host-directory subject: {e}"),
+        ),
         Ok(subject) => {
-            println!("conformance: `{HOST_DIRECTORY}` (the kit's test subject; no isolation)");
-            report(&run_files_out_conformance(Arc::new(subject)))
+            if !crate::json_out::on() {
+                println!("conformance: `{HOST_DIRECTORY}` (the kit's test subject; no isolation)");
+            }
+            report(
+                Some((HOST_DIRECTORY, "none")),
+                &run_files_out_conformance(Arc::new(subject)),
+            )
         }
     };
     remove_scratch(&root);

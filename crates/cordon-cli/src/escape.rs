@@ -41,9 +41,16 @@ pub struct EscapeArgs {
     /// Run only these cases (repeatable; default: every case).
     #[arg(long = "case", value_name = "CASE")]
     pub cases: Vec<String>,
+    /// Output format: `json` prints one document (every case, passed or
+    /// not, and the counts; docs/cli-json.md).
+    #[arg(long, value_enum, default_value_t = crate::Format::Human)]
+    pub format: crate::Format,
 }
 
 pub fn run(args: EscapeArgs) -> ExitCode {
+    if args.format == crate::Format::Json {
+        crate::json_out::enable();
+    }
     // `host-environment` needs the kit's marker in this process's
     // environment from its start; nothing here mutates the environment, so
     // run again with it passed explicitly.
@@ -53,10 +60,7 @@ pub fn run(args: EscapeArgs) -> ExitCode {
     }
     let setup = match crate::run::backend_setup(String::new(), None) {
         Ok(s) => s,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return ExitCode::from(EXIT_UNAVAILABLE);
-        }
+        Err(e) => return unavailable(e),
     };
     match cordon_host::kits::escape(
         &crate::registry(),
@@ -70,22 +74,13 @@ pub fn run(args: EscapeArgs) -> ExitCode {
             rung,
             report,
         }) => {
-            println!("escape: `{backend}` (real sandboxes at the `{rung}` rung)");
-            println!("{report}");
-            if report.all_passed() {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::from(EXIT_FAILED)
+            if !crate::json_out::on() {
+                println!("escape: `{backend}` (real sandboxes at the `{rung}` rung)");
             }
+            crate::conformance::report(Some((&backend, &rung)), &report)
         }
-        Ok(KitRun::Skipped(why)) => {
-            println!("skipped {why}");
-            ExitCode::SUCCESS
-        }
-        Err(KitError::Unknown(e)) => {
-            eprintln!("error: {e}");
-            ExitCode::from(EXIT_USAGE)
-        }
+        Ok(KitRun::Skipped(why)) => crate::conformance::skipped(&why),
+        Err(KitError::Unknown(e)) => crate::conformance::kit_error(EXIT_USAGE, &e),
         Err(KitError::Unavailable(e)) => unavailable(e),
     }
 }
@@ -111,6 +106,5 @@ fn again_with_marker() -> ExitCode {
 }
 
 fn unavailable(msg: impl std::fmt::Display) -> ExitCode {
-    eprintln!("error: {msg}");
-    ExitCode::from(EXIT_UNAVAILABLE)
+    crate::conformance::kit_error(EXIT_UNAVAILABLE, &msg)
 }

@@ -1118,3 +1118,61 @@ fn run_in_json_names_the_bound_that_killed_it() {
     assert_eq!(last["exit_code"], 124);
     assert_eq!(last["killed_by"], "max_wall_seconds");
 }
+
+/// The kits in JSON: one document with every probe or case and the counts;
+/// an unknown backend an error document with its code.
+#[test]
+fn the_kits_report_in_json() {
+    let (code, out, err) = cordon(&[
+        "conformance",
+        "--backend",
+        "host-directory",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let d: serde_json::Value = serde_json::from_str(out.trim()).expect("one document");
+    let results = d["results"].as_array().expect("results");
+    assert!(
+        d["ok"] == true && d["failed"] == 0 && !results.is_empty(),
+        "{out}"
+    );
+    assert_eq!(d["passed"].as_u64(), Some(results.len() as u64));
+    assert!(results
+        .iter()
+        .all(|r| r["name"].is_string() && r["passed"] == true));
+    let (code, out, _) = cordon(&["conformance", "--backend", "nope", "--format", "json"]);
+    assert_eq!(code, 2);
+    let e: serde_json::Value = serde_json::from_str(out.trim()).expect("one error document");
+    assert_eq!(
+        (e["ok"].as_bool(), e["exit_code"].as_u64()),
+        (Some(false), Some(2))
+    );
+    if !can_sandbox("escape --format json") {
+        return;
+    }
+    let (code, out, err) = cordon_env(
+        &[
+            "escape",
+            "--backend",
+            "process",
+            "--case",
+            "host-environment",
+            "--case",
+            "no-such-case",
+            "--format",
+            "json",
+        ],
+        &[],
+    );
+    assert_eq!(code, 1, "an unknown case fails: {err}");
+    let d: serde_json::Value = serde_json::from_str(out.trim()).expect("one document");
+    assert_eq!(
+        (d["ok"].as_bool(), d["rung"].as_str()),
+        (Some(false), Some("process"))
+    );
+    assert_eq!(
+        (d["passed"].as_u64(), d["failed"].as_u64()),
+        (Some(1), Some(1))
+    );
+}
