@@ -24,11 +24,22 @@ pub enum SpecCommand {
         #[arg(long, value_enum, default_value_t = Format::Human)]
         format: Format,
     },
+    /// Print the JSON Schema of a spec file (for editors; the same as
+    /// docs/spec.schema.json), generated from the types the loader reads.
+    Schema,
 }
 
 pub fn run(cmd: SpecCommand) -> ExitCode {
     match cmd {
         SpecCommand::Check { files, format } => check(&files, format),
+        SpecCommand::Schema => {
+            let schema = cordon_sandbox::spec_json_schema();
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&schema).unwrap_or_default()
+            );
+            ExitCode::SUCCESS
+        }
     }
 }
 

@@ -107,7 +107,7 @@ pub use router::{Refusal, Router, RouterBuilder, RouterError, Scoped, Warning};
 pub use schema::{Schema, SchemaError};
 pub use secrets::{DirectorySecrets, SecretError, SecretProvider, SecretValue};
 pub use sink::{Artifact, ArtifactHandle, LandedArtifact, OutputSink, SinkError};
-pub use spec::{ResourceAsk, SandboxSpec, SecretName, SpecError};
+pub use spec::{spec_json_schema, ResourceAsk, SandboxSpec, SecretName, SpecError};
 pub use tools::{
     HostTool, HostToolRegistry, RunLimits, Sink, Source, ToolDeclaration, ToolError, ToolIdentity,
     ToolRun, ToolSurface,

@@ -498,65 +498,186 @@ fn value_error(file: &str, at: (usize, usize), field: &'static str, reason: Stri
     }
 }
 
-#[derive(Deserialize)]
+// What the loader reads is this shape; the JSON Schema of it
+// (`spec_json_schema`) is generated from these types, so an editor checks
+// against what cordon reads.
+/// A cordon sandbox spec: what one sandbox is for, what it may reach, what
+/// it asks for and what comes back (docs/spec.md).
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(title = "cordon sandbox spec")]
 struct RawSpec {
+    /// What the sandbox is for (`run`, `chart`, `codeact`): 1-256 bytes of
+    /// `A-Z a-z 0-9 - _ . : / @ +`.
+    #[schemars(with = "String")]
     kind: Spanned<String>,
+    /// The root filesystem: `host`, or an image of cordon's store.
+    #[schemars(with = "String")]
     image: Spanned<String>,
+    /// Where the work dir appears inside the sandbox: an absolute canonical
+    /// path, not `/` (default `/workspace`).
     #[serde(default)]
+    #[schemars(with = "Option<String>")]
     work_dir: Option<Spanned<String>>,
+    /// Hosts the workload may reach through the egress proxy: `host[:port]`
+    /// or `*.domain[:port]` (port 443 by default); no IP addresses.
     #[serde(default)]
+    #[schemars(with = "Vec<String>")]
     egress_allow: Vec<Spanned<String>>,
+    /// Capabilities the backend must offer.
     #[serde(default)]
+    #[schemars(with = "Vec<CapabilityName>")]
     requires: Vec<Spanned<String>>,
+    /// The weakest rung accepted; raises the host's floor, never lowers it.
     #[serde(default)]
+    #[schemars(with = "Option<RungName>")]
     min_isolation: Option<Spanned<String>>,
+    /// Resources asked for; an unstated one gets the policy's bound, one
+    /// above it is refused.
     #[serde(default)]
     resources: Option<RawResources>,
+    /// Secrets asked for by name (a relative path, `team/db-password`).
     #[serde(default)]
+    #[schemars(with = "Vec<String>")]
     secrets: Vec<Spanned<String>>,
+    /// The files `collect` brings back.
     #[serde(default)]
     declared_outputs: Vec<RawOutput>,
+    /// Caps on what comes back; required with outputs.
     #[serde(default)]
     files_out: Option<RawLimits>,
+    /// The kind names its outputs per call instead of in the spec.
     #[serde(default)]
+    #[schemars(with = "Option<bool>")]
     outputs_named_at_call_time: Option<Spanned<bool>>,
 }
 
-#[derive(Deserialize)]
+/// A capability's name, for the schema.
+#[derive(schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+#[allow(dead_code, reason = "a schema-only type")]
+enum CapabilityName {
+    Exec,
+    RunCode,
+    HostTools,
+    FilesIn,
+    FilesOut,
+    FilesList,
+    Network,
+    Snapshot,
+    AttachedIdentity,
+}
+
+/// A rung's name, for the schema.
+#[derive(schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+#[allow(dead_code, reason = "a schema-only type")]
+enum RungName {
+    None,
+    Runtime,
+    Process,
+    Container,
+    HardenedContainer,
+    Microvm,
+    Vm,
+}
+
+/// Where an output goes, for the schema.
+#[derive(schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+#[allow(dead_code, reason = "a schema-only type")]
+enum DispositionName {
+    Land,
+    Consume,
+}
+
+/// A size: binary units (`512MiB`, `4KiB`, `1GiB`) or plain bytes.
+#[derive(schemars::JsonSchema)]
+#[serde(untagged)]
+#[allow(dead_code, reason = "a schema-only type")]
+enum Size {
+    Text(String),
+    Bytes(u64),
+}
+
+/// A whole number above 0 (YAML may write it bare or quoted).
+#[derive(schemars::JsonSchema)]
+#[serde(untagged)]
+#[allow(dead_code, reason = "a schema-only type")]
+enum Count {
+    Number(u64),
+    Text(String),
+}
+
+/// One declared output.
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct RawOutput {
+    /// Where the workload writes it, relative to the work dir; literal.
+    #[schemars(with = "String")]
     path: Spanned<String>,
+    /// What the host is told it is (`image/png`); never sniffed.
+    #[schemars(with = "String")]
     media_type: Spanned<String>,
+    /// Whether a missing file fails the collection (default true).
     #[serde(default)]
+    #[schemars(with = "Option<bool>")]
     required: Option<Spanned<bool>>,
+    /// The name it lands under (default: the path).
     #[serde(default)]
+    #[schemars(with = "Option<String>")]
     name: Option<Spanned<String>>,
+    /// `land` (to the host's sink, default) or `consume`.
     #[serde(default)]
+    #[schemars(with = "Option<DispositionName>")]
     disposition: Option<Spanned<String>>,
 }
 
-#[derive(Deserialize)]
+/// Caps on what comes back.
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct RawLimits {
+    /// The largest file.
+    #[schemars(with = "Size")]
     max_bytes_per_file: Spanned<String>,
+    /// All files together.
+    #[schemars(with = "Size")]
     max_total_bytes: Spanned<String>,
+    /// How many files.
+    #[schemars(with = "Count")]
     max_files: Spanned<String>,
 }
 
-#[derive(Deserialize)]
+/// Resources asked for.
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct RawResources {
+    /// Memory bound (a size).
     #[serde(default)]
+    #[schemars(with = "Option<Size>")]
     memory: Option<Spanned<String>>,
+    /// Processes and threads at once.
     #[serde(default)]
+    #[schemars(with = "Option<Count>")]
     processes: Option<Spanned<String>>,
+    /// CPU seconds before the workload is killed.
     #[serde(default)]
+    #[schemars(with = "Option<Count>")]
     cpu_seconds: Option<Spanned<String>>,
+    /// Wall-clock seconds before it is killed.
     #[serde(default)]
+    #[schemars(with = "Option<Count>")]
     wall_seconds: Option<Spanned<String>>,
+    /// Bytes it may write to each writable filesystem (a size).
     #[serde(default)]
+    #[schemars(with = "Option<Size>")]
     disk: Option<Spanned<String>>,
+}
+
+/// The JSON Schema (draft 2020-12) of a spec file, generated from the
+/// types the loader reads: `cordon spec schema` prints it.
+pub fn spec_json_schema() -> serde_json::Value {
+    serde_json::to_value(schemars::schema_for!(RawSpec)).unwrap_or_default()
 }
 
 impl RawSpec {

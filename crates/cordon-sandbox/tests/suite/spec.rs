@@ -232,3 +232,35 @@ fn every_output_refusal_is_positioned() {
     }
     insta::assert_snapshot!("spec_output_refusals", report);
 }
+
+/// docs/spec.schema.json is what `cordon spec schema` generates from the
+/// loader's own types, and it names exactly the fields the loader takes.
+#[test]
+fn the_committed_json_schema_is_the_generated_one() {
+    let schema = cordon_sandbox::spec_json_schema();
+    let file = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/spec.schema.json");
+    let committed = std::fs::read_to_string(file).expect("docs/spec.schema.json");
+    let generated = serde_json::to_string_pretty(&schema).expect("json") + "\n";
+    assert!(
+        committed == generated,
+        "docs/spec.schema.json is stale: run `cordon spec schema > docs/spec.schema.json`"
+    );
+    let mut fields: Vec<&str> = schema["properties"]
+        .as_object()
+        .expect("properties")
+        .keys()
+        .map(String::as_str)
+        .collect();
+    fields.sort_unstable();
+    let err = SandboxSpec::from_yaml("s.yaml", "kind: k\nimage: i\nnot_a_field: 1\n")
+        .expect_err("an unknown field")
+        .to_string();
+    for f in &fields {
+        assert!(
+            err.contains(&format!("`{f}`")),
+            "{f} is not in the loader's list: {err}"
+        );
+    }
+    assert_eq!(fields.len(), err.matches("`, `").count() + 1, "{err}");
+    assert_eq!(schema["additionalProperties"], false);
+}
