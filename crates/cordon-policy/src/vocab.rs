@@ -290,11 +290,20 @@ pub fn unknown_key_help(word: &str, known: &[&str], what: &str) -> String {
     }
 }
 
+/// The longest word [`did_you_mean`] looks at.
+const MAX_GUESSED: usize = 64;
+
 /// The closest candidate to `word` within a small edit distance.
 pub fn did_you_mean<'a>(
     word: &str,
     candidates: impl IntoIterator<Item = &'a str>,
 ) -> Option<&'a str> {
+    // No name cordon suggests is this long, and the distance table is
+    // word x candidate cells: a hostile megabyte-long value (a spec's
+    // `min_isolation`, a key) must not cost a 100 MB table per candidate.
+    if word.len() > MAX_GUESSED {
+        return None;
+    }
     candidates
         .into_iter()
         .map(|c| (edit_distance(word, c), c))
@@ -327,4 +336,25 @@ fn edit_distance(a: &str, b: &str) -> usize {
         }
     }
     d[a.len()][b.len()]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_guess_is_made_for_a_near_miss_and_never_for_a_huge_word() {
+        assert_eq!(
+            did_you_mean("idnetity", ["identity", "env"]),
+            Some("identity")
+        );
+        let huge = "identity".repeat(MAX_GUESSED);
+        assert_eq!(did_you_mean(&huge, ["identity"]), None);
+        let just_over = format!("{}x", "i".repeat(MAX_GUESSED));
+        assert_eq!(
+            did_you_mean(&just_over, [just_over.as_str()]),
+            None,
+            "not even itself"
+        );
+    }
 }
