@@ -394,13 +394,22 @@ fn acquire_exec_dispose_cycles_leave_nothing_behind() {
     // (the event threads' runtime, lazily opened files) is not a leak.
     cycle();
     // Dispose returns once the sandbox's cgroups are gone; its last
-    // processes may still be exiting: settle before counting too.
+    // processes may still be exiting, and the exec's reader threads (with
+    // their pipe ends) may still be ending: settle before counting too,
+    // until two counts 50 ms apart agree (a "before" taken while one of
+    // those threads lived made the "after" look one thread and one
+    // descriptor short).
     let settled = Instant::now() + Duration::from_secs(5);
+    let mut last: Option<Snapshot> = None;
     let before = loop {
         let s = Snapshot::take(parent.path());
-        if s.ours_processes.is_empty() || Instant::now() > settled {
+        let steady = last
+            .as_ref()
+            .is_some_and(|l| l.self_threads == s.self_threads && l.self_fds == s.self_fds);
+        if (s.ours_processes.is_empty() && steady) || Instant::now() > settled {
             break s;
         }
+        last = Some(s);
         std::thread::sleep(Duration::from_millis(50));
     };
     let started = Instant::now();
