@@ -113,11 +113,17 @@ pub fn compile(surface: Surface, source: &str) -> Result<Compiled, Vec<CompileEr
 /// Whether `source` lies where the Pratt parser and the ANTLR parser of
 /// `cel` 0.15 agree: no `-` outside a string literal (they disagree on
 /// mixed unary operators such as `-!x` and on negative literals followed by
-/// a selection or an index), and no escape, raw or triple-quoted literal
-/// that would make the quote tracking here uncertain. A differential test
+/// a selection or an index), and no escape, triple-quoted literal or
+/// comment that would make the quote tracking here uncertain. A differential test
 /// (`pratt_and_antlr_agree_where_the_fast_path_is_taken`) holds the claim.
 fn pratt_agrees(source: &str) -> bool {
-    if source.contains('\\') || source.contains("\"\"\"") || source.contains("'''") {
+    // A comment can hold a lone quote, and two of them would hide the code
+    // between them from the quote tracking below.
+    if source.contains('\\')
+        || source.contains("\"\"\"")
+        || source.contains("'''")
+        || source.contains("//")
+    {
         return false;
     }
     let mut quote = None;

@@ -177,6 +177,8 @@ fn the_known_disagreements_take_the_reference_path() {
         "r\"\\\" == path",
         "\"\"\"a\"\"\" == path",
         "path == \"unterminated",
+        // Two comments, a quote in each: the `-` between them is code.
+        "x // \"\n-!y // \"\n",
     ] {
         assert!(!pratt_agrees(source), "{source:?} would take the fast path");
     }
