@@ -210,6 +210,13 @@ fn go(cmd: SandboxCommand) -> Result<ExitCode, ExitCode> {
                     spec.kind()
                 )));
             }
+            if !to.is_dir() {
+                return Err(usage(format!(
+                    "`{}` is not a directory; make it first (`mkdir -p {}`): outputs land only in a directory that exists",
+                    to.display(),
+                    to.display()
+                )));
+            }
             let sink = cordon_files::FsSink::new(&to).map_err(fail)?;
             let got = collect_outputs(&s, &s.provenance().spec, Some(&sink)).map_err(fail)?;
             if json_out::on() {

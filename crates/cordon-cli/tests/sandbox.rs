@@ -1238,6 +1238,12 @@ fn the_example_specs_check_and_the_chart_example_lands_its_chart() {
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.starts_with("chart.png: "), "{out}");
     let landed = dir.path().join("landed");
+    let (code, _, err) = cordon(
+        &state,
+        &["sandbox", "collect", &h, "--to", landed.to_str().unwrap()],
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("make it first (`mkdir -p"), "{err}");
     std::fs::create_dir(&landed).unwrap();
     let (code, out, err) = cordon(
         &state,
