@@ -526,11 +526,11 @@ struct RawSpec {
     egress_allow: Vec<Spanned<String>>,
     /// Capabilities the backend must offer.
     #[serde(default)]
-    #[schemars(with = "Vec<CapabilityName>")]
+    #[schemars(schema_with = "capability_names")]
     requires: Vec<Spanned<String>>,
     /// The weakest rung accepted; raises the host's floor, never lowers it.
     #[serde(default)]
-    #[schemars(with = "Option<RungName>")]
+    #[schemars(schema_with = "rung_name")]
     min_isolation: Option<Spanned<String>>,
     /// Resources asked for; an unstated one gets the policy's bound, one
     /// above it is refused.
@@ -552,43 +552,34 @@ struct RawSpec {
     outputs_named_at_call_time: Option<Spanned<bool>>,
 }
 
-/// A capability's name, for the schema.
-#[derive(schemars::JsonSchema)]
-#[serde(rename_all = "snake_case")]
-#[allow(dead_code, reason = "a schema-only type")]
-enum CapabilityName {
-    Exec,
-    RunCode,
-    HostTools,
-    FilesIn,
-    FilesOut,
-    FilesList,
-    Network,
-    Snapshot,
-    AttachedIdentity,
+// The names a field takes, for the schema, from the types that read them
+// (never a second list that could drift).
+fn names_schema(names: Vec<&'static str>, list: bool) -> schemars::Schema {
+    let one = serde_json::json!({"type": "string", "enum": names});
+    let v = if list {
+        serde_json::json!({"type": "array", "items": one})
+    } else {
+        one
+    };
+    schemars::Schema::try_from(v).unwrap_or_default()
 }
 
-/// A rung's name, for the schema.
-#[derive(schemars::JsonSchema)]
-#[serde(rename_all = "snake_case")]
-#[allow(dead_code, reason = "a schema-only type")]
-enum RungName {
-    None,
-    Runtime,
-    Process,
-    Container,
-    HardenedContainer,
-    Microvm,
-    Vm,
+fn capability_names(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    names_schema(Capability::ALL.iter().map(|c| c.as_str()).collect(), true)
 }
 
-/// Where an output goes, for the schema.
-#[derive(schemars::JsonSchema)]
-#[serde(rename_all = "snake_case")]
-#[allow(dead_code, reason = "a schema-only type")]
-enum DispositionName {
-    Land,
-    Consume,
+fn rung_name(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    names_schema(Isolation::ALL.iter().map(|i| i.as_str()).collect(), false)
+}
+
+fn disposition_name(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    names_schema(
+        [Disposition::Land, Disposition::Consume]
+            .iter()
+            .map(|d| d.as_str())
+            .collect(),
+        false,
+    )
 }
 
 /// A size: binary units (`512MiB`, `4KiB`, `1GiB`) or plain bytes.
@@ -629,7 +620,7 @@ struct RawOutput {
     name: Option<Spanned<String>>,
     /// `land` (to the host's sink, default) or `consume`.
     #[serde(default)]
-    #[schemars(with = "Option<DispositionName>")]
+    #[schemars(schema_with = "disposition_name")]
     disposition: Option<Spanned<String>>,
 }
 
