@@ -20,6 +20,8 @@ mod proxy_cmd;
 mod run;
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 mod sandbox_cmd;
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+mod serve_cmd;
 mod spec_cmd;
 
 /// cordon: a sandbox for code that AI agents write and run.
@@ -82,6 +84,11 @@ enum Command {
     /// and dialled by checked address, every decision audited.
     #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
     Proxy(proxy_cmd::ProxyArgs),
+    /// Serve cordon over HTTP to agent hosts, each request's identity and
+    /// scope bound to its bearer token (first slice: `/healthz`,
+    /// `/v1/backends`; docs/serve.md).
+    #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+    Serve(serve_cmd::ServeArgs),
     #[cfg(target_os = "linux")]
     /// Manage the image store: the root trees a sandbox's `image` names
     /// (build with debootstrap, import, list, remove).
@@ -190,6 +197,8 @@ fn main() -> ExitCode {
         Command::Run(args) => run::run(args),
         #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
         Command::Proxy(args) => proxy_cmd::run(args),
+        #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+        Command::Serve(args) => serve_cmd::run(args),
         #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
         Command::Sandbox { format, command } => {
             if format == Format::Json {

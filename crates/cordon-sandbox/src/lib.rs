@@ -75,7 +75,7 @@ pub mod sink;
 pub mod spec;
 pub mod tools;
 pub mod wire;
-mod yaml;
+pub mod yaml;
 
 pub use backend::{
     AcquireRequest, Backend, BackendError, DirEntry, ExecOutput, ExecRequest, ExitStatus, FileKind,

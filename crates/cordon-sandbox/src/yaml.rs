@@ -6,7 +6,7 @@
 use marked_yaml::Spanned;
 
 /// Why a YAML document could not be read into its raw shape.
-pub(crate) struct Failure {
+pub struct Failure {
     /// True for a syntax error, false for a shape error (unknown, missing or
     /// mistyped field).
     pub syntax: bool,
@@ -16,11 +16,11 @@ pub(crate) struct Failure {
 }
 
 /// `(line, column)` of a node, 1-based; `(1, 1)` where the loader kept none.
-pub(crate) fn pos<T>(s: &Spanned<T>) -> (usize, usize) {
+pub fn pos<T>(s: &Spanned<T>) -> (usize, usize) {
     s.span().start().map_or((1, 1), |m| (m.line(), m.column()))
 }
 
-pub(crate) fn load<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, Failure> {
+pub fn load<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, Failure> {
     let opts = marked_yaml::LoaderOptions::default()
         .error_on_duplicate_keys(true)
         .prevent_coercion(true);

@@ -1,0 +1,99 @@
+//! `cordon serve --config FILE`: the HTTP API (crates/cordon-serve),
+//! over a host assembled here as `cordon run` assembles one. The server
+//! refuses to start when the policy does not load or no backend this
+//! machine can run meets the floor.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use cordon_host::{Host, HostError, HostSetup};
+use cordon_sandbox::{Floor, FloorSource, Isolation};
+use cordon_serve::{ServeConfig, Served};
+
+use crate::exit::{fail, refuse, usage};
+
+#[derive(clap::Args)]
+pub struct ServeArgs {
+    /// The server's configuration (YAML): listen address (loopback by
+    /// default), policy, floor and the credentials (docs/serve.md).
+    #[arg(long, value_name = "FILE")]
+    pub config: PathBuf,
+}
+
+pub fn run(args: ServeArgs) -> ExitCode {
+    let config = match ServeConfig::from_file(&args.config) {
+        Ok(c) => c,
+        Err(e) => return usage(e),
+    };
+    let floor = match config.min_isolation {
+        Some(rung) => Floor {
+            rung,
+            source: FloorSource::Config {
+                file: config.file.clone(),
+            },
+        },
+        None => Floor {
+            rung: Isolation::DEFAULT_FLOOR,
+            source: FloorSource::Default,
+        },
+    };
+    let policy_file = match config.policy.as_ref().map(|p| p.canonicalize()) {
+        None => None,
+        Some(Ok(p)) => Some(p),
+        Some(Err(e)) => {
+            return usage(format!(
+                "`policy` in `{}`: {e}; name a policy file that exists",
+                config.file
+            ))
+        }
+    };
+    let mut backends = match crate::run::backend_setup(String::new(), None) {
+        Ok(b) => b,
+        Err(e) => return refuse(e),
+    };
+    backends.egress.policy_file = policy_file.clone();
+    let setup = HostSetup {
+        floor: floor.clone(),
+        policy_file,
+        only: None,
+        backends,
+        keep: None,
+    };
+    let host = match Host::assemble(&setup, &crate::registry()) {
+        Ok(h) => h,
+        Err(HostError::Policy { diagnostics }) => {
+            eprintln!("{diagnostics}");
+            return usage("the policy does not load");
+        }
+        Err(e) => return fail(e),
+    };
+    let served = Arc::new(Served {
+        config,
+        backends: host.backends.clone(),
+        floor: floor.rung,
+    });
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => return refuse(format!("cannot start the server's runtime: {e}")),
+    };
+    let shutdown = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    let result = runtime.block_on(cordon_serve::serve(
+        served,
+        |addr| {
+            // The first line on stdout, for scripts and tests.
+            println!("listening on http://{addr}");
+        },
+        shutdown,
+    ));
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => refuse(format!("cannot serve: {e}")),
+    }
+}

@@ -1,0 +1,181 @@
+//! `cordon serve` as a client sees it: a live server on loopback, its
+//! configuration checked at start, every request's identity and scope
+//! from its bearer token.
+
+#![expect(
+    clippy::expect_used,
+    reason = "test helpers: a failed setup step is a failed test"
+)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::process::{Child, Command, Stdio};
+
+fn sha256_hex(s: &str) -> String {
+    let out = Command::new("sha256sum")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .and_then(|mut c| {
+            c.stdin.take().expect("stdin").write_all(s.as_bytes())?;
+            c.wait_with_output()
+        })
+        .expect("sha256sum");
+    String::from_utf8_lossy(&out.stdout)[..64].to_string()
+}
+
+fn config(dir: &std::path::Path, body: &str) -> std::path::PathBuf {
+    let p = dir.join("serve.yaml");
+    std::fs::write(&p, body).expect("config");
+    p
+}
+
+fn good_config() -> String {
+    format!(
+        "listen: 127.0.0.1:0\nmin_isolation: container\ncredentials:\n  - name: a\n    token_sha256: {}\n    scope: team-a\n    identity: {{namespace: team-a, name: agent, attested: true}}\n  - name: b\n    token_sha256: {}\n    scope: team-b\n    identity: {{namespace: team-b, name: agent}}\n",
+        sha256_hex("token-a"),
+        sha256_hex("token-b")
+    )
+}
+
+struct Server {
+    child: Child,
+    addr: String,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start(config: &std::path::Path) -> Server {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_cordon"))
+        .args(["serve", "--config", config.to_str().expect("utf-8")])
+        .env_remove("CORDON_MIN_ISOLATION")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("cordon serve");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("the first line");
+    let addr = line
+        .trim()
+        .strip_prefix("listening on http://")
+        .unwrap_or_else(|| panic!("not a listening line: {line:?}"))
+        .to_string();
+    Server { child, addr }
+}
+
+/// One HTTP/1.1 GET: the status and the body.
+fn get(addr: &str, path: &str, token: Option<&str>) -> (u16, String) {
+    let mut s = std::net::TcpStream::connect(addr).expect("connect");
+    let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: x\r\n{auth}Connection: close\r\n\r\n"
+    )
+    .expect("send");
+    let mut text = String::new();
+    s.read_to_string(&mut text).expect("read");
+    let status = text[9..12].parse().expect("a status");
+    let body = text
+        .split_once("\r\n\r\n")
+        .map_or("", |(_, b)| b)
+        .to_string();
+    (status, body)
+}
+
+fn root() -> bool {
+    let root = rustix::process::geteuid().is_root();
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        assert!(
+            root,
+            "CI=true and `cordon serve` needs root to run sandboxes"
+        );
+    } else if !root {
+        eprintln!("\n!!!!!!!! SKIPPED cordon serve: its backends need root !!!!!!!!\n");
+    }
+    root
+}
+
+#[test]
+fn a_token_is_its_one_identity_and_no_token_is_none() {
+    if !root() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("dir");
+    let server = start(&config(dir.path(), &good_config()));
+    assert_eq!(get(&server.addr, "/healthz", None), (200, "ok\n".into()));
+    for bad in [None, Some("token-c"), Some(""), Some("token-a ")] {
+        let (status, body) = get(&server.addr, "/v1/backends", bad);
+        if bad == Some("token-a ") {
+            // Surrounding space is not part of a token in a header value.
+            assert_eq!(status, 200, "{body}");
+            continue;
+        }
+        assert_eq!(status, 401, "{bad:?}: {body}");
+        assert!(body.contains("Authorization: Bearer TOKEN"), "{body}");
+    }
+    for (token, scope) in [("token-a", "team-a"), ("token-b", "team-b")] {
+        let (status, body) = get(&server.addr, "/v1/backends", Some(token));
+        assert_eq!(status, 200, "{body}");
+        let v: serde_json::Value = serde_json::from_str(&body).expect("json");
+        assert_eq!(v["scope"], scope, "{body}");
+        assert_eq!(v["identity"]["namespace"], scope, "{body}");
+        assert_eq!(v["floor"], "container");
+        assert!(
+            v["backends"]
+                .as_array()
+                .is_some_and(|b| b.iter().any(|n| n == "container")),
+            "{body}"
+        );
+    }
+}
+
+#[test]
+fn a_configuration_that_does_not_hold_is_refused_at_start_with_its_position() {
+    let dir = tempfile::tempdir().expect("dir");
+    let run = |body: &str| {
+        let out = Command::new(env!("CARGO_BIN_EXE_cordon"))
+            .args(["serve", "--config"])
+            .arg(config(dir.path(), body))
+            .output()
+            .expect("cordon serve");
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let good = good_config();
+    let (code, err) = run(&good.replace("listen:", "listne:"));
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("serve.yaml:1:1: unknown field `listne`"),
+        "{err}"
+    );
+    let (code, err) = run("credentials: []\n");
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("`credentials` is empty"), "{err}");
+    let (code, err) = run(&good.replace(&sha256_hex("token-b"), "not-hex"));
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains(":9:19: `token_sha256` must be 64 hexadecimal digits"),
+        "{err}"
+    );
+    let (code, err) = run(&good.replace(&sha256_hex("token-b"), &sha256_hex("token-a")));
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("given twice"), "{err}");
+    let (code, err) = run(&good.replace("127.0.0.1:0", "localhost"));
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("`listen`: `localhost` is not an address and port"),
+        "{err}"
+    );
+    // The default floor: nothing here meets `microvm`; refused, not served.
+    let (code, err) = run(&good.replace("min_isolation: container\n", ""));
+    assert_eq!(code, 125, "{err}");
+    assert!(err.contains("microvm"), "{err}");
+}

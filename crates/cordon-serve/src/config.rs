@@ -1,0 +1,212 @@
+//! `cordon serve --config FILE`: where it listens, which policy and floor,
+//! and the credentials. Every key is checked when the file loads; an
+//! unknown one is an error at its position.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use cordon_policy::Identity;
+use cordon_sandbox::yaml;
+use cordon_sandbox::Isolation;
+use marked_yaml::Spanned;
+use serde::Deserialize;
+
+/// The largest configuration file read.
+pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
+
+/// Where the server listens when the file does not say: loopback only.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:8787";
+
+/// A loaded, checked configuration.
+#[derive(Debug, Clone)]
+pub struct ServeConfig {
+    /// The file as named, for messages.
+    pub file: String,
+    pub listen: SocketAddr,
+    /// The policy file; `None`: `cordon:default`.
+    pub policy: Option<PathBuf>,
+    /// The weakest rung the server's sandboxes may run at (`None`: the
+    /// default floor, `microvm`).
+    pub min_isolation: Option<Isolation>,
+    pub credentials: Vec<Credential>,
+}
+
+/// One credential: the SHA-256 digest of a bearer token, and the identity
+/// and scope every request that presents it acts as.
+#[derive(Debug, Clone)]
+pub struct Credential {
+    pub name: String,
+    pub token_sha256: [u8; 32],
+    pub identity: Identity,
+    pub scope: String,
+    /// Sees every tenant's series in `/metrics` and lists every backend.
+    pub operator: bool,
+}
+
+/// A configuration that does not load, positioned where it can be.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read `{file}`: {reason}; name a regular file of at most 1 MiB")]
+    Read { file: String, reason: String },
+    #[error("{file}:{line}:{column}: {message}")]
+    At {
+        file: String,
+        line: usize,
+        column: usize,
+        message: String,
+    },
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawServe {
+    #[serde(default)]
+    listen: Option<Spanned<String>>,
+    #[serde(default)]
+    policy: Option<Spanned<String>>,
+    #[serde(default)]
+    min_isolation: Option<Spanned<String>>,
+    credentials: Vec<RawCredential>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCredential {
+    name: Spanned<String>,
+    token_sha256: Spanned<String>,
+    scope: Spanned<String>,
+    identity: RawIdentity,
+    #[serde(default)]
+    operator: Option<Spanned<bool>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawIdentity {
+    namespace: Spanned<String>,
+    name: Spanned<String>,
+    #[serde(default)]
+    attested: Option<Spanned<bool>>,
+    #[serde(default)]
+    labels: BTreeMap<String, Spanned<String>>,
+}
+
+impl ServeConfig {
+    pub fn from_file(path: &Path) -> Result<ServeConfig, ConfigError> {
+        let file = path.display().to_string();
+        let read = |reason: String| ConfigError::Read {
+            file: file.clone(),
+            reason,
+        };
+        let meta = std::fs::metadata(path).map_err(|e| read(e.to_string()))?;
+        if !meta.is_file() || meta.len() > MAX_CONFIG_BYTES {
+            return Err(read("it is not a regular file of at most 1 MiB".into()));
+        }
+        let text = std::fs::read_to_string(path).map_err(|e| read(e.to_string()))?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        ServeConfig::from_yaml(&file, &text, base)
+    }
+
+    /// Loads `text` (named `file`); a relative `policy` is relative to
+    /// `base` (the file's directory).
+    pub fn from_yaml(file: &str, text: &str, base: &Path) -> Result<ServeConfig, ConfigError> {
+        let at = |(line, column): (usize, usize), message: String| ConfigError::At {
+            file: file.to_string(),
+            line,
+            column,
+            message,
+        };
+        let raw: RawServe = yaml::load(text).map_err(|f| at((f.line, f.column), f.message))?;
+        let listen = match &raw.listen {
+            None => DEFAULT_LISTEN.parse().map_err(|_| at((1, 1), "bad default".into()))?,
+            Some(l) => l.parse::<SocketAddr>().map_err(|e| {
+                at(
+                    yaml::pos(l),
+                    format!("`listen`: `{}` is not an address and port ({e}); write it like `127.0.0.1:8787`", &**l),
+                )
+            })?,
+        };
+        let policy = raw.policy.as_ref().map(|p| base.join(&**p));
+        let min_isolation = match &raw.min_isolation {
+            None => None,
+            Some(m) => Some(
+                m.parse::<Isolation>()
+                    .map_err(|e| at(yaml::pos(m), format!("`min_isolation`: {e}")))?,
+            ),
+        };
+        if raw.credentials.is_empty() {
+            return Err(at(
+                (1, 1),
+                "`credentials` is empty: nothing could call the server; add one (see docs/serve.md)".into(),
+            ));
+        }
+        let mut credentials: Vec<Credential> = Vec::new();
+        for c in &raw.credentials {
+            let digest =
+                parse_digest(&c.token_sha256).map_err(|m| at(yaml::pos(&c.token_sha256), m))?;
+            if credentials.iter().any(|o| o.token_sha256 == digest) {
+                return Err(at(
+                    yaml::pos(&c.token_sha256),
+                    "this token digest is given twice; each credential needs a token of its own"
+                        .into(),
+                ));
+            }
+            if credentials.iter().any(|o| o.name == *c.name) {
+                return Err(at(
+                    yaml::pos(&c.name),
+                    format!("credential `{}` is named twice", &*c.name),
+                ));
+            }
+            if c.scope.is_empty() {
+                return Err(at(
+                    yaml::pos(&c.scope),
+                    "`scope` is empty; name the tenant".into(),
+                ));
+            }
+            credentials.push(Credential {
+                name: c.name.to_string(),
+                token_sha256: digest,
+                scope: c.scope.to_string(),
+                identity: Identity {
+                    namespace: c.identity.namespace.to_string(),
+                    name: c.identity.name.to_string(),
+                    attested: c.identity.attested.as_ref().is_some_and(|a| **a),
+                    labels: c
+                        .identity
+                        .labels
+                        .iter()
+                        .map(|(k, v)| (k.clone(), v.to_string()))
+                        .collect(),
+                },
+                operator: c.operator.as_ref().is_some_and(|o| **o),
+            });
+        }
+        Ok(ServeConfig {
+            file: file.to_string(),
+            listen,
+            policy,
+            min_isolation,
+            credentials,
+        })
+    }
+}
+
+/// 64 hexadecimal digits: a token's SHA-256 (`sha256sum` of the token).
+fn parse_digest(raw: &str) -> Result<[u8; 32], String> {
+    let bad = || {
+        format!(
+            "`token_sha256` must be 64 hexadecimal digits (the SHA-256 of the token: `printf %s TOKEN | sha256sum`), not `{}`",
+            raw.chars().take(80).collect::<String>()
+        )
+    };
+    if raw.len() != 64 {
+        return Err(bad());
+    }
+    let mut out = [0u8; 32];
+    for (i, byte) in out.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(raw.get(2 * i..2 * i + 2).ok_or_else(bad)?, 16)
+            .map_err(|_| bad())?;
+    }
+    Ok(out)
+}
