@@ -68,11 +68,12 @@ pub fn run(args: ServeArgs) -> ExitCode {
         }
         Err(e) => return fail(e),
     };
-    let served = Arc::new(Served {
+    let served = Arc::new(Served::new(
         config,
-        backends: host.backends.clone(),
-        floor: floor.rung,
-    });
+        host.backends.clone(),
+        floor.rung,
+        host.router,
+    ));
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

@@ -71,11 +71,42 @@ fn start(config: &std::path::Path) -> Server {
 
 /// One HTTP/1.1 GET: the status and the body.
 fn get(addr: &str, path: &str, token: Option<&str>) -> (u16, String) {
+    request(addr, "GET", path, token, None)
+}
+
+/// One HTTP/1.1 POST of a JSON body: the status and the JSON answer.
+fn post(
+    addr: &str,
+    path: &str,
+    token: Option<&str>,
+    body: serde_json::Value,
+) -> (u16, serde_json::Value) {
+    let (status, text) = request(addr, "POST", path, token, Some(&body.to_string()));
+    let v = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text:?}"));
+    (status, v)
+}
+
+/// One HTTP/1.1 request on its own connection: the status and the body
+/// (the server answers with a length, not chunks, for these).
+fn request(
+    addr: &str,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: Option<&str>,
+) -> (u16, String) {
     let mut s = std::net::TcpStream::connect(addr).expect("connect");
     let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
+    let head = body.map_or(String::new(), |b| {
+        format!(
+            "Content-Type: application/json\r\nContent-Length: {}\r\n",
+            b.len()
+        )
+    });
     write!(
         s,
-        "GET {path} HTTP/1.1\r\nHost: x\r\n{auth}Connection: close\r\n\r\n"
+        "{method} {path} HTTP/1.1\r\nHost: x\r\n{auth}{head}Connection: close\r\n\r\n{}",
+        body.unwrap_or("")
     )
     .expect("send");
     let mut text = String::new();
@@ -178,4 +209,63 @@ fn a_configuration_that_does_not_hold_is_refused_at_start_with_its_position() {
     let (code, err) = run(&good.replace("min_isolation: container\n", ""));
     assert_eq!(code, 125, "{err}");
     assert!(err.contains("microvm"), "{err}");
+}
+
+/// A credential reaches only the sandboxes of its own scope: another's
+/// thread of the same name is not found, not disposed, and not told apart
+/// from one that does not exist.
+#[test]
+fn a_credential_reaches_only_its_own_sandboxes() {
+    if !root() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("dir");
+    let server = start(&config(dir.path(), &good_config()));
+    let a = Some("token-a");
+    let b = Some("token-b");
+    let at = serde_json::json!({"thread": "t1"});
+    let (status, made) = post(&server.addr, "/v1/sandboxes", a, at.clone());
+    assert_eq!(status, 200, "{made}");
+    assert_eq!(
+        (made["backend"].as_str(), made["rung"].as_str()),
+        (Some("container"), Some("container"))
+    );
+    let run = serde_json::json!({"thread": "t1", "argv": ["sh", "-c", "echo hi; cat; exit 3"], "stdin": "in\n"});
+    let (status, out) = post(&server.addr, "/v1/sandboxes/exec", a, run.clone());
+    assert_eq!(status, 200, "{out}");
+    assert_eq!(out["stdout"], "hi\nin\n");
+    assert_eq!(out["status"]["code"], 3);
+    // B names the same thread: its own scope holds nothing there.
+    let (status, out) = post(&server.addr, "/v1/sandboxes/exec", b, run.clone());
+    assert_eq!(status, 404, "{out}");
+    let (status, never) = post(
+        &server.addr,
+        "/v1/sandboxes/exec",
+        b,
+        serde_json::json!({"thread": "never-made", "argv": ["true"]}),
+    );
+    assert_eq!(
+        (status, &never),
+        (404, &out),
+        "not told apart from a sandbox that does not exist"
+    );
+    let (status, gone) = post(&server.addr, "/v1/sandboxes/dispose", b, at.clone());
+    assert_eq!((status, gone["disposed"].as_u64()), (200, Some(0)));
+    // A request cannot name the scope or the identity.
+    let (status, out) = post(
+        &server.addr,
+        "/v1/sandboxes/exec",
+        b,
+        serde_json::json!({"thread": "t1", "scope": "team-a", "argv": ["true"]}),
+    );
+    assert_eq!(status, 400, "{out}");
+    let (status, out) = post(&server.addr, "/v1/sandboxes/exec", None, run.clone());
+    assert_eq!(status, 401, "{out}");
+    // A's sandbox is still there, and goes when A disposes of it.
+    let (status, _) = post(&server.addr, "/v1/sandboxes/exec", a, run.clone());
+    assert_eq!(status, 200);
+    let (status, gone) = post(&server.addr, "/v1/sandboxes/dispose", a, at);
+    assert_eq!((status, gone["disposed"].as_u64()), (200, Some(1)));
+    let (status, _) = post(&server.addr, "/v1/sandboxes/exec", a, run);
+    assert_eq!(status, 404);
 }
