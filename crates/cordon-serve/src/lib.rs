@@ -212,16 +212,16 @@ async fn create(
         Err(e) => return refused(ErrorKind::Invalid, e),
     };
     let served = s.clone();
-    let made = tokio::task::spawn_blocking(move || {
+    let made = tokio::task::spawn_blocking(move || -> Response {
         let caller = caller(&cred, &body.at);
-        let key = caller
-            .resolve()
-            .map_err(|e| refused(ErrorKind::Invalid, e))?
-            .key;
-        let sandbox = served
-            .router
-            .acquire(&caller, &spec)
-            .map_err(|e| refused(e.kind(), &e))?;
+        let key = match caller.resolve() {
+            Ok(c) => c.key,
+            Err(e) => return refused(ErrorKind::Invalid, e),
+        };
+        let sandbox = match served.router.acquire(&caller, &spec) {
+            Ok(s) => s,
+            Err(e) => return refused(e.kind(), &e),
+        };
         let rung = served
             .router
             .selected_rung(&spec)
@@ -238,20 +238,17 @@ async fn create(
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .insert(key, sandbox);
-        Ok::<_, Response>(Json(json!({
+        Json(json!({
             "handle": handle,
             "backend": backend,
             "rung": rung,
             "thread": body.at.thread,
             "agent_dir": body.at.agent_dir,
-        })))
+        }))
+        .into_response()
     })
     .await;
-    match made {
-        Ok(Ok(j)) => j.into_response(),
-        Ok(Err(r)) => r,
-        Err(e) => refused(ErrorKind::Failed, e),
-    }
+    made.unwrap_or_else(|e| refused(ErrorKind::Failed, e))
 }
 
 async fn exec(
@@ -325,28 +322,23 @@ async fn dispose(
         Err(e) => return refused(ErrorKind::Invalid, e.body_text()),
     };
     let served = s.clone();
-    let done = tokio::task::spawn_blocking(move || {
+    let done = tokio::task::spawn_blocking(move || -> Response {
         let caller = caller(&cred, &at);
-        let key = caller
-            .resolve()
-            .map_err(|e| refused(ErrorKind::Invalid, e))?
-            .key;
+        let key = match caller.resolve() {
+            Ok(c) => c.key,
+            Err(e) => return refused(ErrorKind::Invalid, e),
+        };
         let held = served
             .live
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(&key);
         drop(held);
-        let n = served
-            .router
-            .dispose(&caller)
-            .map_err(|e| refused(ErrorKind::Invalid, e))?;
-        Ok::<_, Response>(Json(json!({"disposed": n})))
+        match served.router.dispose(&caller) {
+            Ok(n) => Json(json!({"disposed": n})).into_response(),
+            Err(e) => refused(ErrorKind::Invalid, e),
+        }
     })
     .await;
-    match done {
-        Ok(Ok(j)) => j.into_response(),
-        Ok(Err(r)) => r,
-        Err(e) => refused(ErrorKind::Failed, e),
-    }
+    done.unwrap_or_else(|e| refused(ErrorKind::Failed, e))
 }
