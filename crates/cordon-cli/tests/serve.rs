@@ -269,3 +269,101 @@ fn a_credential_reaches_only_its_own_sandboxes() {
     let (status, _) = post(&server.addr, "/v1/sandboxes/exec", a, run);
     assert_eq!(status, 404);
 }
+
+/// A streamed exec: its lines arrive as the command writes them, `exit`
+/// last; a client that hangs up kills the command.
+#[test]
+fn a_streamed_exec_arrives_as_written_and_dies_with_its_client() {
+    if !root() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("dir");
+    let server = start(&config(dir.path(), &good_config()));
+    let a = Some("token-a");
+    let (status, _) = post(
+        &server.addr,
+        "/v1/sandboxes",
+        a,
+        serde_json::json!({"thread": "s"}),
+    );
+    assert_eq!(status, 200);
+    let send = |argv: serde_json::Value| {
+        let body = serde_json::json!({"thread": "s", "argv": argv, "stream": true}).to_string();
+        let mut s = std::net::TcpStream::connect(&server.addr).expect("connect");
+        write!(
+            s,
+            "POST /v1/sandboxes/exec HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer token-a\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        )
+        .expect("send");
+        BufReader::new(s)
+    };
+    // Each event is a line of its own between the chunk sizes.
+    let events = |r: &mut BufReader<std::net::TcpStream>, want: usize| {
+        let mut out = Vec::new();
+        let mut line = String::new();
+        while out.len() < want {
+            line.clear();
+            if r.read_line(&mut line).expect("read") == 0 {
+                break;
+            }
+            if line.starts_with('{') {
+                out.push(serde_json::from_str::<serde_json::Value>(line.trim()).expect("json"));
+            }
+        }
+        out
+    };
+    let mut r = send(serde_json::json!([
+        "sh",
+        "-c",
+        "echo one; sleep 1; echo two; exit 4"
+    ]));
+    let started = std::time::Instant::now();
+    let first = events(&mut r, 1);
+    assert_eq!(first[0]["data"], "one\n", "{first:?}");
+    assert!(
+        started.elapsed() < std::time::Duration::from_millis(900),
+        "not streamed: {:?}",
+        started.elapsed()
+    );
+    let rest = events(&mut r, 2);
+    assert_eq!(rest[0]["data"], "two\n");
+    assert_eq!(
+        (
+            rest[1]["event"].as_str(),
+            rest[1]["status"]["code"].as_i64()
+        ),
+        (Some("exit"), Some(4))
+    );
+    // Hang up on a long one: its `sleep` is gone within a second or two.
+    let marker = "31.25";
+    let mut r = send(serde_json::json!([
+        "sh",
+        "-c",
+        format!("echo go; exec sleep {marker}")
+    ]));
+    assert_eq!(events(&mut r, 1)[0]["data"], "go\n");
+    let sleeping = || {
+        std::fs::read_dir("/proc")
+            .expect("/proc")
+            .flatten()
+            .any(|e| {
+                std::fs::read(e.path().join("cmdline"))
+                    .is_ok_and(|c| c.split(|b| *b == 0).any(|a| a == marker.as_bytes()))
+            })
+    };
+    assert!(sleeping(), "the command is not running");
+    drop(r);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while sleeping() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(!sleeping(), "the command outlived its client");
+    let (status, _) = post(
+        &server.addr,
+        "/v1/sandboxes/dispose",
+        a,
+        serde_json::json!({"thread": "s"}),
+    );
+    assert_eq!(status, 200);
+}

@@ -144,6 +144,11 @@ struct ExecBody {
     stdin: String,
     #[serde(default)]
     timeout_seconds: Option<u64>,
+    /// Answer NDJSON events as the command writes (`stdout`/`stderr`
+    /// chunks, then `exit`) instead of one document at its end. A client
+    /// that hangs up kills the command.
+    #[serde(default)]
+    stream: bool,
 }
 
 /// The largest output kept of each stream of a buffered exec.
@@ -283,21 +288,16 @@ async fn exec(
         timeout: Duration::from_secs(body.timeout_seconds.unwrap_or(3600)),
         max_output_bytes: MAX_OUTPUT_BYTES,
     };
+    if body.stream {
+        return streamed(sandbox, req);
+    }
     let ran = tokio::task::spawn_blocking(move || sandbox.exec(&req)).await;
     let out = match ran {
         Ok(Ok(o)) => o,
         Ok(Err(e)) => return refused(e.kind(), &e),
         Err(e) => return refused(ErrorKind::Failed, e),
     };
-    let (status, killed_by) = match out.status {
-        ExitStatus::Code(c) => (json!({"code": c}), None),
-        ExitStatus::Signal(n) => (json!({"signal": n}), None),
-        ExitStatus::TimedOut => (
-            json!({"killed": "max_wall_seconds"}),
-            Some("max_wall_seconds"),
-        ),
-        ExitStatus::Bound { bound } => (json!({"killed": bound}), Some(bound)),
-    };
+    let (status, killed_by) = status_json(out.status);
     Json(json!({
         "status": status,
         "killed_by": killed_by,
@@ -341,4 +341,99 @@ async fn dispose(
     })
     .await;
     done.unwrap_or_else(|e| refused(ErrorKind::Failed, e))
+}
+
+/// How an exec ended, as the API says it: the status, and the bound that
+/// killed it if one did.
+fn status_json(status: ExitStatus) -> (serde_json::Value, Option<&'static str>) {
+    match status {
+        ExitStatus::Code(c) => (json!({"code": c}), None),
+        ExitStatus::Signal(n) => (json!({"signal": n}), None),
+        ExitStatus::TimedOut => (
+            json!({"killed": "max_wall_seconds"}),
+            Some("max_wall_seconds"),
+        ),
+        ExitStatus::Bound { bound } => (json!({"killed": bound}), Some(bound)),
+    }
+}
+
+/// A chunk of output: text when it is UTF-8, else base64.
+fn output_line(stream: cordon_sandbox::Stream, bytes: &[u8]) -> String {
+    use base64::Engine as _;
+    let name = match stream {
+        cordon_sandbox::Stream::Stdout => "stdout",
+        cordon_sandbox::Stream::Stderr => "stderr",
+    };
+    let v = match std::str::from_utf8(bytes) {
+        Ok(text) => json!({"event": name, "data": text}),
+        Err(_) => json!({
+            "event": name,
+            "data_base64": base64::engine::general_purpose::STANDARD.encode(bytes),
+        }),
+    };
+    format!("{v}\n")
+}
+
+/// A streamed exec: NDJSON lines as the command writes, `exit` last. The
+/// command is driven on a blocking thread; when the client goes away (the
+/// body is dropped) the exec is killed at once, not at its next output.
+fn streamed(sandbox: Arc<dyn Sandbox>, req: ExecRequest) -> Response {
+    let (tx, rx) = tokio::sync::mpsc::channel::<String>(cordon_sandbox::exec::EVENTS_IN_FLIGHT);
+    let mut handle = match sandbox.start_exec(&req, cordon_sandbox::Attach::streamed_stdin()) {
+        Ok(h) => h,
+        Err(e) => return refused(e.kind(), &e),
+    };
+    let killer = handle.killer();
+    let watcher = tx.clone();
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let ended = done.clone();
+    tokio::spawn(async move {
+        watcher.closed().await;
+        if !ended.load(std::sync::atomic::Ordering::SeqCst) {
+            killer.kill();
+        }
+    });
+    let stdin = req.stdin;
+    tokio::task::spawn_blocking(move || {
+        if let Some(mut input) = handle.take_stdin() {
+            use std::io::Write as _;
+            let _ = input.write_all(&stdin);
+        }
+        while let Some(ev) = handle.next_event() {
+            let line = match ev {
+                cordon_sandbox::ExecEvent::Output(stream, bytes) => output_line(stream, &bytes),
+                cordon_sandbox::ExecEvent::Exited(Ok(end)) => {
+                    done.store(true, std::sync::atomic::Ordering::SeqCst);
+                    let (status, killed_by) = status_json(end.status);
+                    format!(
+                        "{}\n",
+                        json!({
+                            "event": "exit",
+                            "status": status,
+                            "killed_by": killed_by,
+                            "stdout_truncated": end.stdout_truncated,
+                            "stderr_truncated": end.stderr_truncated,
+                        })
+                    )
+                }
+                cordon_sandbox::ExecEvent::Exited(Err(e)) => {
+                    done.store(true, std::sync::atomic::Ordering::SeqCst);
+                    format!("{}\n", json!({"event": "error", "error": e.to_string()}))
+                }
+            };
+            if tx.blocking_send(line).is_err() {
+                break; // the client went away; dropping the handle kills it
+            }
+        }
+    });
+    let body = futures_util::stream::unfold(rx, |mut rx| async move {
+        rx.recv()
+            .await
+            .map(|line| (Ok::<_, std::convert::Infallible>(line), rx))
+    });
+    (
+        [("content-type", "application/x-ndjson")],
+        axum::body::Body::from_stream(body),
+    )
+        .into_response()
 }
