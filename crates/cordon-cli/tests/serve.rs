@@ -367,3 +367,87 @@ fn a_streamed_exec_arrives_as_written_and_dies_with_its_client() {
     );
     assert_eq!(status, 200);
 }
+
+/// Files in, a thread disposed whole, and the three limits: each past its
+/// bound answers `413` or `429` at once, saying what to do.
+#[test]
+fn files_threads_and_limits() {
+    if !root() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("dir");
+    let body = good_config()
+        + "limits: {max_request_bytes: 2KiB, max_sandboxes: 2, requests_per_second: 20}\n";
+    let server = start(&config(dir.path(), &body));
+    let (a, b) = (Some("token-a"), Some("token-b"));
+    let j = |v: serde_json::Value| v;
+    for agent in ["one", "two"] {
+        let (status, out) = post(
+            &server.addr,
+            "/v1/sandboxes",
+            a,
+            j(serde_json::json!({"thread": "t", "agent_dir": agent})),
+        );
+        assert_eq!(status, 200, "{out}");
+    }
+    // The same key again is the same sandbox, not a third.
+    let (status, _) = post(
+        &server.addr,
+        "/v1/sandboxes",
+        a,
+        serde_json::json!({"thread": "t", "agent_dir": "one"}),
+    );
+    assert_eq!(status, 200);
+    let (status, out) = post(
+        &server.addr,
+        "/v1/sandboxes",
+        a,
+        serde_json::json!({"thread": "t", "agent_dir": "three"}),
+    );
+    assert_eq!(status, 429, "{out}");
+    assert!(
+        out["error"].as_str().unwrap().contains("its limit"),
+        "{out}"
+    );
+    // Files in: "hello" (base64) into the work dir, read back by a command.
+    let file = serde_json::json!({"thread": "t", "agent_dir": "one", "path": "in.txt", "content_base64": "aGVsbG8="});
+    let (status, out) = post(&server.addr, "/v1/sandboxes/files", a, file.clone());
+    assert_eq!((status, out["bytes"].as_u64()), (200, Some(5)), "{out}");
+    let (status, out) = post(
+        &server.addr,
+        "/v1/sandboxes/exec",
+        a,
+        serde_json::json!({"thread": "t", "agent_dir": "one", "argv": ["cat", "in.txt"]}),
+    );
+    assert_eq!(
+        (status, out["stdout"].as_str()),
+        (200, Some("hello")),
+        "{out}"
+    );
+    let (status, _) = post(&server.addr, "/v1/sandboxes/files", b, file);
+    assert_eq!(status, 404, "another credential cannot write into it");
+    // A body past max_request_bytes.
+    let big = serde_json::json!({"thread": "t", "agent_dir": "one", "path": "big", "content_base64": "A".repeat(4096)});
+    let (status, _) = request(
+        &server.addr,
+        "POST",
+        "/v1/sandboxes/files",
+        a,
+        Some(&big.to_string()),
+    );
+    assert_eq!(status, 413);
+    // The whole thread goes, each agent dir's sandbox.
+    let (status, out) = post(
+        &server.addr,
+        "/v1/threads/dispose",
+        a,
+        serde_json::json!({"thread": "t"}),
+    );
+    assert_eq!((status, out["disposed"].as_u64()), (200, Some(2)), "{out}");
+    // The rate: a burst of twice the rate passes, then 429 with Retry-After.
+    let statuses: Vec<u16> = (0..60)
+        .map(|_| get(&server.addr, "/v1/backends", b).0)
+        .collect();
+    assert!(statuses.iter().take(30).all(|s| *s == 200), "{statuses:?}");
+    assert!(statuses.contains(&429), "{statuses:?}");
+}

@@ -30,6 +30,29 @@ pub struct ServeConfig {
     /// default floor, `microvm`).
     pub min_isolation: Option<Isolation>,
     pub credentials: Vec<Credential>,
+    pub limits: Limits,
+}
+
+/// What one caller may ask of the server; past each, a clear `413` or
+/// `429`, never a queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// The largest request body (a file written in counts here).
+    pub max_request_bytes: usize,
+    /// Live sandboxes one credential may hold at once.
+    pub max_sandboxes: usize,
+    /// Requests a second one credential may make (a burst of twice that).
+    pub requests_per_second: u32,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            max_request_bytes: 16 << 20,
+            max_sandboxes: 16,
+            requests_per_second: 50,
+        }
+    }
 }
 
 /// One credential: the SHA-256 digest of a bearer token, and the identity
@@ -68,6 +91,19 @@ struct RawServe {
     #[serde(default)]
     min_isolation: Option<Spanned<String>>,
     credentials: Vec<RawCredential>,
+    #[serde(default)]
+    limits: Option<RawLimits>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLimits {
+    #[serde(default)]
+    max_request_bytes: Option<Spanned<String>>,
+    #[serde(default)]
+    max_sandboxes: Option<Spanned<String>>,
+    #[serde(default)]
+    requests_per_second: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -182,12 +218,38 @@ impl ServeConfig {
                 operator: c.operator.as_ref().is_some_and(|o| **o),
             });
         }
+        let mut limits = Limits::default();
+        if let Some(l) = &raw.limits {
+            let count = |v: &Spanned<String>, field: &str| -> Result<u64, ConfigError> {
+                match v.parse::<u64>() {
+                    Ok(n) if n > 0 => Ok(n),
+                    _ => Err(at(
+                        yaml::pos(v),
+                        format!("`limits.{field}`: `{}` is not a whole number above 0", &**v),
+                    )),
+                }
+            };
+            if let Some(v) = &l.max_request_bytes {
+                let n = cordon_policy::canon::size(v)
+                    .map_err(|e| at(yaml::pos(v), format!("`limits.max_request_bytes`: {e}")))?;
+                limits.max_request_bytes = usize::try_from(n).unwrap_or(usize::MAX).max(1);
+            }
+            if let Some(v) = &l.max_sandboxes {
+                limits.max_sandboxes =
+                    usize::try_from(count(v, "max_sandboxes")?).unwrap_or(usize::MAX);
+            }
+            if let Some(v) = &l.requests_per_second {
+                limits.requests_per_second =
+                    u32::try_from(count(v, "requests_per_second")?).unwrap_or(u32::MAX);
+            }
+        }
         Ok(ServeConfig {
             file: file.to_string(),
             listen,
             policy,
             min_isolation,
             credentials,
+            limits,
         })
     }
 }

@@ -40,6 +40,11 @@ pub struct Served {
     pub router: cordon_sandbox::Router,
     /// The sandboxes this server made, by key (scope from the credential).
     pub live: Mutex<BTreeMap<SandboxKey, Arc<dyn Sandbox>>>,
+    /// Creates in flight, by scope: counted against the sandbox cap with
+    /// the live ones, so two racing creates cannot both pass it.
+    pending: Mutex<BTreeMap<String, usize>>,
+    /// Each credential's request budget: tokens left, and when counted.
+    buckets: Mutex<BTreeMap<String, (f64, std::time::Instant)>>,
 }
 
 impl Served {
@@ -55,18 +60,42 @@ impl Served {
             floor,
             router,
             live: Mutex::new(BTreeMap::new()),
+            pending: Mutex::new(BTreeMap::new()),
+            buckets: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    /// Takes one request from `cred`'s budget (a token bucket refilled at
+    /// `requests_per_second`, holding twice that): `false` when empty.
+    fn take_token(&self, cred: &Credential) -> bool {
+        let rate = f64::from(self.config.limits.requests_per_second);
+        let burst = rate * 2.0;
+        let now = std::time::Instant::now();
+        let mut buckets = self.buckets.lock().unwrap_or_else(|p| p.into_inner());
+        let (tokens, last) = buckets.entry(cred.name.clone()).or_insert((burst, now));
+        *tokens = (*tokens + now.duration_since(*last).as_secs_f64() * rate).min(burst);
+        *last = now;
+        if *tokens >= 1.0 {
+            *tokens -= 1.0;
+            true
+        } else {
+            false
         }
     }
 }
 
 /// The routes.
 pub fn app(state: Arc<Served>) -> Router {
+    let max_body = state.config.limits.max_request_bytes;
     Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/v1/backends", get(backends))
         .route("/v1/sandboxes", post(create))
         .route("/v1/sandboxes/exec", post(exec))
         .route("/v1/sandboxes/dispose", post(dispose))
+        .route("/v1/sandboxes/files", post(write_file))
+        .route("/v1/threads/dispose", post(dispose_thread))
+        .layer(axum::extract::DefaultBodyLimit::max(max_body))
         .with_state(state)
 }
 
@@ -82,9 +111,9 @@ fn unauthorized() -> Response {
 }
 
 async fn backends(State(s): State<Arc<Served>>, headers: HeaderMap) -> Response {
-    let header = headers.get("authorization").and_then(|v| v.to_str().ok());
-    let Some(cred) = auth::authenticate(&s.config.credentials, header) else {
-        return unauthorized();
+    let cred = match who(&s, &headers) {
+        Ok(c) => c,
+        Err(r) => return r,
     };
     Json(json!({
         "backends": s.backends,
@@ -182,6 +211,23 @@ fn refused(kind: ErrorKind, message: impl std::fmt::Display) -> Response {
     (status, Json(json!({"error": message.to_string()}))).into_response()
 }
 
+/// A body that could not be read: too large (`413`, with the limit), or
+/// not JSON, or with a field the endpoint does not take (`400`).
+fn bad_body(e: &axum::extract::rejection::JsonRejection) -> Response {
+    if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+        return (
+            StatusCode::PAYLOAD_TOO_LARGE,
+            Json(json!({"error": "the request body is larger than this server's `limits.max_request_bytes`; send less (a file in parts, or fewer bytes)"})),
+        )
+            .into_response();
+    }
+    (
+        StatusCode::BAD_REQUEST,
+        Json(json!({"error": e.body_text()})),
+    )
+        .into_response()
+}
+
 /// The one answer for a sandbox this credential has not made: it does not
 /// say whether another credential's exists.
 fn no_such_sandbox() -> Response {
@@ -191,9 +237,25 @@ fn no_such_sandbox() -> Response {
     )
 }
 
-fn authed(s: &Served, headers: &HeaderMap) -> Option<Credential> {
+/// The request's credential, within its budget: else the `401` or `429`
+/// to answer.
+fn who(s: &Served, headers: &HeaderMap) -> Result<Credential, Response> {
     let header = headers.get("authorization").and_then(|v| v.to_str().ok());
-    auth::authenticate(&s.config.credentials, header).cloned()
+    let cred = auth::authenticate(&s.config.credentials, header)
+        .cloned()
+        .ok_or_else(unauthorized)?;
+    if !s.take_token(&cred) {
+        return Err((
+            StatusCode::TOO_MANY_REQUESTS,
+            [("retry-after", "1")],
+            Json(json!({"error": format!(
+                "more than {} requests a second from this credential; wait and retry",
+                s.config.limits.requests_per_second
+            )})),
+        )
+            .into_response());
+    }
+    Ok(cred)
 }
 
 async fn create(
@@ -201,12 +263,13 @@ async fn create(
     headers: HeaderMap,
     body: Result<Json<CreateBody>, axum::extract::rejection::JsonRejection>,
 ) -> Response {
-    let Some(cred) = authed(&s, &headers) else {
-        return unauthorized();
+    let cred = match who(&s, &headers) {
+        Ok(c) => c,
+        Err(r) => return r,
     };
     let Json(body) = match body {
         Ok(b) => b,
-        Err(e) => return refused(ErrorKind::Invalid, e.body_text()),
+        Err(e) => return bad_body(&e),
     };
     let spec = match &body.spec {
         Some(text) => SandboxSpec::from_yaml("spec", text),
@@ -223,7 +286,38 @@ async fn create(
             Ok(c) => c.key,
             Err(e) => return refused(ErrorKind::Invalid, e),
         };
-        let sandbox = match served.router.acquire(&caller, &spec) {
+        // A new sandbox counts against the credential's cap, with the
+        // creates in flight; getting an existing one does not.
+        let reserved = {
+            let live = served.live.lock().unwrap_or_else(|p| p.into_inner());
+            if live.contains_key(&key) {
+                false
+            } else {
+                let mut pending = served.pending.lock().unwrap_or_else(|p| p.into_inner());
+                let held = live.keys().filter(|k| k.scope() == cred.scope).count()
+                    + pending.get(&cred.scope).copied().unwrap_or(0);
+                let cap = served.config.limits.max_sandboxes;
+                if held >= cap {
+                    return (
+                        StatusCode::TOO_MANY_REQUESTS,
+                        Json(json!({"error": format!(
+                            "this credential holds {held} live sandboxes, its limit; dispose one (POST /v1/sandboxes/dispose) first"
+                        )})),
+                    )
+                        .into_response();
+                }
+                *pending.entry(cred.scope.clone()).or_default() += 1;
+                true
+            }
+        };
+        let acquired = served.router.acquire(&caller, &spec);
+        if reserved {
+            let mut pending = served.pending.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(n) = pending.get_mut(&cred.scope) {
+                *n = n.saturating_sub(1);
+            }
+        }
+        let sandbox = match acquired {
             Ok(s) => s,
             Err(e) => return refused(e.kind(), &e),
         };
@@ -261,12 +355,13 @@ async fn exec(
     headers: HeaderMap,
     body: Result<Json<ExecBody>, axum::extract::rejection::JsonRejection>,
 ) -> Response {
-    let Some(cred) = authed(&s, &headers) else {
-        return unauthorized();
+    let cred = match who(&s, &headers) {
+        Ok(c) => c,
+        Err(r) => return r,
     };
     let Json(body) = match body {
         Ok(b) => b,
-        Err(e) => return refused(ErrorKind::Invalid, e.body_text()),
+        Err(e) => return bad_body(&e),
     };
     let key = match caller(&cred, &body.at).resolve() {
         Ok(c) => c.key,
@@ -314,12 +409,13 @@ async fn dispose(
     headers: HeaderMap,
     body: Result<Json<Address>, axum::extract::rejection::JsonRejection>,
 ) -> Response {
-    let Some(cred) = authed(&s, &headers) else {
-        return unauthorized();
+    let cred = match who(&s, &headers) {
+        Ok(c) => c,
+        Err(r) => return r,
     };
     let Json(at) = match body {
         Ok(b) => b,
-        Err(e) => return refused(ErrorKind::Invalid, e.body_text()),
+        Err(e) => return bad_body(&e),
     };
     let served = s.clone();
     let done = tokio::task::spawn_blocking(move || -> Response {
@@ -436,4 +532,120 @@ fn streamed(sandbox: Arc<dyn Sandbox>, req: ExecRequest) -> Response {
         axum::body::Body::from_stream(body),
     )
         .into_response()
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileBody {
+    #[serde(flatten)]
+    at: Address,
+    /// Inside the sandbox; a relative path is in its work dir.
+    path: String,
+    content_base64: String,
+    #[serde(default = "default_mode")]
+    mode: u32,
+}
+
+fn default_mode() -> u32 {
+    0o644
+}
+
+/// Writes one file into a sandbox (files in), through the backend's
+/// confined write path; the request size limit bounds it.
+async fn write_file(
+    State(s): State<Arc<Served>>,
+    headers: HeaderMap,
+    body: Result<Json<FileBody>, axum::extract::rejection::JsonRejection>,
+) -> Response {
+    use base64::Engine as _;
+    let cred = match who(&s, &headers) {
+        Ok(c) => c,
+        Err(r) => return r,
+    };
+    let Json(body) = match body {
+        Ok(b) => b,
+        Err(e) => return bad_body(&e),
+    };
+    let bytes = match base64::engine::general_purpose::STANDARD.decode(&body.content_base64) {
+        Ok(b) => b,
+        Err(e) => return refused(ErrorKind::Invalid, format!("`content_base64`: {e}")),
+    };
+    if body.mode & !0o777 != 0 {
+        return refused(
+            ErrorKind::Invalid,
+            "`mode` takes permission bits only (at most 0o777, 511)",
+        );
+    }
+    let key = match caller(&cred, &body.at).resolve() {
+        Ok(c) => c.key,
+        Err(e) => return refused(ErrorKind::Invalid, e),
+    };
+    let sandbox = s
+        .live
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(&key)
+        .cloned();
+    let Some(sandbox) = sandbox else {
+        return no_such_sandbox();
+    };
+    let path = if body.path.starts_with('/') {
+        body.path
+    } else {
+        format!("{}/{}", sandbox.provenance().spec.work_dir(), body.path)
+    };
+    let n = bytes.len();
+    let mode = body.mode;
+    let shown = path.clone();
+    let wrote = tokio::task::spawn_blocking(move || sandbox.write_file(&path, &bytes, mode)).await;
+    match wrote {
+        Ok(Ok(())) => Json(json!({"path": shown, "bytes": n})).into_response(),
+        Ok(Err(e)) => refused(e.kind(), &e),
+        Err(e) => refused(ErrorKind::Failed, e),
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ThreadBody {
+    thread: String,
+}
+
+/// Disposes of every sandbox of the credential's scope and one thread
+/// (each agent dir's): the count.
+async fn dispose_thread(
+    State(s): State<Arc<Served>>,
+    headers: HeaderMap,
+    body: Result<Json<ThreadBody>, axum::extract::rejection::JsonRejection>,
+) -> Response {
+    let cred = match who(&s, &headers) {
+        Ok(c) => c,
+        Err(r) => return r,
+    };
+    let Json(body) = match body {
+        Ok(b) => b,
+        Err(e) => return bad_body(&e),
+    };
+    if body.thread.is_empty() {
+        return refused(ErrorKind::Invalid, "`thread` is empty");
+    }
+    let served = s.clone();
+    let done = tokio::task::spawn_blocking(move || {
+        let held: Vec<_> = {
+            let mut live = served.live.lock().unwrap_or_else(|p| p.into_inner());
+            let keys: Vec<SandboxKey> = live
+                .keys()
+                .filter(|k| k.scope() == cred.scope && k.thread_id() == body.thread)
+                .cloned()
+                .collect();
+            keys.iter().filter_map(|k| live.remove(k)).collect()
+        };
+        drop(held);
+        served.router.dispose_scope(&cred.scope, &body.thread)
+    })
+    .await;
+    match done {
+        Ok(n) => Json(json!({"disposed": n})).into_response(),
+        Err(e) => refused(ErrorKind::Failed, e),
+    }
 }
