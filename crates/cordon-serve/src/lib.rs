@@ -113,7 +113,7 @@ fn unauthorized() -> Response {
 async fn backends(State(s): State<Arc<Served>>, headers: HeaderMap) -> Response {
     let cred = match who(&s, &headers) {
         Ok(c) => c,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     Json(json!({
         "backends": s.backends,
@@ -239,21 +239,23 @@ fn no_such_sandbox() -> Response {
 
 /// The request's credential, within its budget: else the `401` or `429`
 /// to answer.
-fn who(s: &Served, headers: &HeaderMap) -> Result<Credential, Response> {
+fn who(s: &Served, headers: &HeaderMap) -> Result<Credential, Box<Response>> {
     let header = headers.get("authorization").and_then(|v| v.to_str().ok());
     let cred = auth::authenticate(&s.config.credentials, header)
         .cloned()
-        .ok_or_else(unauthorized)?;
+        .ok_or_else(|| Box::new(unauthorized()))?;
     if !s.take_token(&cred) {
-        return Err((
-            StatusCode::TOO_MANY_REQUESTS,
-            [("retry-after", "1")],
-            Json(json!({"error": format!(
-                "more than {} requests a second from this credential; wait and retry",
-                s.config.limits.requests_per_second
-            )})),
-        )
-            .into_response());
+        return Err(Box::new(
+            (
+                StatusCode::TOO_MANY_REQUESTS,
+                [("retry-after", "1")],
+                Json(json!({"error": format!(
+                    "more than {} requests a second from this credential; wait and retry",
+                    s.config.limits.requests_per_second
+                )})),
+            )
+                .into_response(),
+        ));
     }
     Ok(cred)
 }
@@ -265,7 +267,7 @@ async fn create(
 ) -> Response {
     let cred = match who(&s, &headers) {
         Ok(c) => c,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let Json(body) = match body {
         Ok(b) => b,
@@ -357,7 +359,7 @@ async fn exec(
 ) -> Response {
     let cred = match who(&s, &headers) {
         Ok(c) => c,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let Json(body) = match body {
         Ok(b) => b,
@@ -411,7 +413,7 @@ async fn dispose(
 ) -> Response {
     let cred = match who(&s, &headers) {
         Ok(c) => c,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let Json(at) = match body {
         Ok(b) => b,
@@ -560,7 +562,7 @@ async fn write_file(
     use base64::Engine as _;
     let cred = match who(&s, &headers) {
         Ok(c) => c,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let Json(body) = match body {
         Ok(b) => b,
@@ -620,7 +622,7 @@ async fn dispose_thread(
 ) -> Response {
     let cred = match who(&s, &headers) {
         Ok(c) => c,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let Json(body) = match body {
         Ok(b) => b,
