@@ -451,3 +451,40 @@ fn files_threads_and_limits() {
     assert!(statuses.iter().take(30).all(|s| *s == 200), "{statuses:?}");
     assert!(statuses.contains(&429), "{statuses:?}");
 }
+
+/// The OpenAPI document the server serves is the one in the repository,
+/// and every path and method in it is one the running server answers.
+#[test]
+fn the_openapi_document_is_served_and_matches_the_server() {
+    if !root() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("dir");
+    let server = start(&config(dir.path(), &good_config()));
+    let (status, served) = get(&server.addr, "/openapi.json", None);
+    assert_eq!(status, 200);
+    let file = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../cordon-serve/openapi/openapi.json"
+    );
+    assert_eq!(served, std::fs::read_to_string(file).expect("openapi.json"));
+    let doc: serde_json::Value = serde_json::from_str(&served).expect("JSON");
+    let paths = doc["paths"].as_object().expect("paths");
+    assert!(paths.len() >= 8, "{paths:?}");
+    for (path, methods) in paths {
+        for method in methods.as_object().expect("methods").keys() {
+            let body = (method == "post").then_some("{}");
+            let (status, text) = request(
+                &server.addr,
+                &method.to_uppercase(),
+                path,
+                Some("token-a"),
+                body,
+            );
+            assert!(
+                status != 404 && status != 405,
+                "{method} {path}: {status} {text}"
+            );
+        }
+    }
+}

@@ -84,11 +84,19 @@ impl Served {
     }
 }
 
+/// The API's OpenAPI document, served at `/openapi.json`; a test holds
+/// every path in it to the running server.
+pub const OPENAPI: &str = include_str!("../openapi/openapi.json");
+
 /// The routes.
 pub fn app(state: Arc<Served>) -> Router {
     let max_body = state.config.limits.max_request_bytes;
     Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
+        .route(
+            "/openapi.json",
+            get(|| async { ([("content-type", "application/json")], OPENAPI) }),
+        )
         .route("/v1/backends", get(backends))
         .route("/v1/sandboxes", post(create))
         .route("/v1/sandboxes/exec", post(exec))
