@@ -12,6 +12,7 @@ pub mod auth;
 pub mod config;
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -45,6 +46,11 @@ pub struct Served {
     pending: Mutex<BTreeMap<String, usize>>,
     /// Each credential's request budget: tokens left, and when counted.
     buckets: Mutex<BTreeMap<String, (f64, std::time::Instant)>>,
+    /// Where collected outputs land, one directory per collection.
+    artifacts: PathBuf,
+    /// Landed files by opaque handle: the scope that collected it, and
+    /// where it lies. A handle is for the host's code, never a model's.
+    landed: Mutex<BTreeMap<String, (String, PathBuf)>>,
 }
 
 impl Served {
@@ -62,6 +68,9 @@ impl Served {
             live: Mutex::new(BTreeMap::new()),
             pending: Mutex::new(BTreeMap::new()),
             buckets: Mutex::new(BTreeMap::new()),
+            artifacts: std::env::temp_dir()
+                .join(format!("cordon-serve-{}-artifacts", std::process::id())),
+            landed: Mutex::new(BTreeMap::new()),
         }
     }
 
@@ -103,6 +112,8 @@ pub fn app(state: Arc<Served>) -> Router {
         .route("/v1/sandboxes/dispose", post(dispose))
         .route("/v1/sandboxes/files", post(write_file))
         .route("/v1/threads/dispose", post(dispose_thread))
+        .route("/v1/sandboxes/outputs", post(outputs))
+        .route("/v1/artifacts/{handle}", get(artifact))
         .layer(axum::extract::DefaultBodyLimit::max(max_body))
         .with_state(state)
 }
@@ -141,9 +152,13 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     let listener = tokio::net::TcpListener::bind(state.config.listen).await?;
     on_bound(listener.local_addr()?);
-    axum::serve(listener, app(state))
+    let artifacts = state.artifacts.clone();
+    let served = axum::serve(listener, app(state))
         .with_graceful_shutdown(shutdown)
-        .await
+        .await;
+    // What was landed and not fetched goes with the server.
+    let _ = std::fs::remove_dir_all(artifacts);
+    served
 }
 
 /// The part of a sandbox's key a request names: its thread and agent dir.
@@ -657,5 +672,112 @@ async fn dispose_thread(
     match done {
         Ok(n) => Json(json!({"disposed": n})).into_response(),
         Err(e) => refused(ErrorKind::Failed, e),
+    }
+}
+
+/// 128 random bits as hex: an artifact's handle.
+fn random_handle() -> std::io::Result<String> {
+    use std::io::Read as _;
+    let mut b = [0u8; 16];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut b)?;
+    Ok(b.iter().map(|x| format!("{x:02x}")).collect())
+}
+
+/// Collects the caller's sandbox's declared outputs (files out) through a
+/// confined sink into a directory of the server's own: each landed file's
+/// `display` line (what a model may be shown) and a handle to fetch it
+/// with (`GET /v1/artifacts/HANDLE`, the same credential's scope only).
+async fn outputs(
+    State(s): State<Arc<Served>>,
+    headers: HeaderMap,
+    body: Result<Json<Address>, axum::extract::rejection::JsonRejection>,
+) -> Response {
+    let cred = match who(&s, &headers) {
+        Ok(c) => c,
+        Err(r) => return *r,
+    };
+    let Json(at) = match body {
+        Ok(b) => b,
+        Err(e) => return bad_body(&e),
+    };
+    let key = match caller(&cred, &at).resolve() {
+        Ok(c) => c.key,
+        Err(e) => return refused(ErrorKind::Invalid, e),
+    };
+    let sandbox = s
+        .live
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(&key)
+        .cloned();
+    let Some(sandbox) = sandbox else {
+        return no_such_sandbox();
+    };
+    let served = s.clone();
+    let done = tokio::task::spawn_blocking(move || -> Response {
+        let spec = sandbox.provenance().spec.clone();
+        if spec.declared_outputs().is_empty() {
+            return refused(
+                ErrorKind::Invalid,
+                "the sandbox's spec declares no outputs; create it with a spec naming `declared_outputs` and `files_out`",
+            );
+        }
+        let dir = match random_handle() {
+            Ok(h) => served.artifacts.join(h),
+            Err(e) => return refused(ErrorKind::Failed, e),
+        };
+        if let Err(e) = std::fs::create_dir_all(&dir) {
+            return refused(ErrorKind::Failed, format!("the artifacts directory: {e}"));
+        }
+        let sink = match cordon_files::FsSink::new(&dir) {
+            Ok(s) => s,
+            Err(e) => return refused(ErrorKind::Failed, e),
+        };
+        let got = match cordon_sandbox::collect_outputs(&*sandbox, &spec, Some(&sink)) {
+            Ok(g) => g,
+            Err(e) => return refused(ErrorKind::Failed, e),
+        };
+        let mut landed = Vec::new();
+        let mut table = served.landed.lock().unwrap_or_else(|p| p.into_inner());
+        for a in &got.landed {
+            let Ok(handle) = random_handle() else {
+                return refused(ErrorKind::Failed, "no randomness for a handle");
+            };
+            table.insert(
+                handle.clone(),
+                (cred.scope.clone(), PathBuf::from(a.handle.reveal())),
+            );
+            landed.push(json!({"display": a.display, "handle": handle}));
+        }
+        Json(json!({"landed": landed})).into_response()
+    })
+    .await;
+    done.unwrap_or_else(|e| refused(ErrorKind::Failed, e))
+}
+
+/// A landed file's bytes, for the credential whose scope collected it;
+/// any other handle, or another scope's, is the same `404`.
+async fn artifact(
+    State(s): State<Arc<Served>>,
+    headers: HeaderMap,
+    axum::extract::Path(handle): axum::extract::Path<String>,
+) -> Response {
+    let cred = match who(&s, &headers) {
+        Ok(c) => c,
+        Err(r) => return *r,
+    };
+    let found = s
+        .landed
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(&handle)
+        .filter(|(scope, _)| *scope == cred.scope)
+        .map(|(_, path)| path.clone());
+    let Some(path) = found else {
+        return refused(ErrorKind::NotFound, "no artifact by that handle");
+    };
+    match tokio::fs::read(&path).await {
+        Ok(bytes) => ([("content-type", "application/octet-stream")], bytes).into_response(),
+        Err(e) => refused(ErrorKind::Failed, format!("the artifact: {e}")),
     }
 }
