@@ -555,3 +555,65 @@ fn outputs_land_as_display_lines_and_handles_of_one_scope() {
     );
     assert_eq!(status, 404);
 }
+
+/// `/metrics` needs a credential: a tenant sees its own scope's series, an
+/// operator every scope's.
+#[test]
+fn metrics_show_a_tenant_its_own_series_and_an_operator_all() {
+    if !root() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("dir");
+    let body = good_config()
+        + &format!(
+            "  - name: ops\n    token_sha256: {}\n    scope: ops\n    operator: true\n    identity: {{namespace: ops, name: operator}}\n",
+            sha256_hex("token-ops")
+        );
+    let body = body.replace("limits:", "limits_unused:");
+    let server = start(&config(dir.path(), &body));
+    for (token, thread) in [("token-a", "m"), ("token-b", "m")] {
+        let (status, _) = post(
+            &server.addr,
+            "/v1/sandboxes",
+            Some(token),
+            serde_json::json!({"thread": thread}),
+        );
+        assert_eq!(status, 200);
+        let (status, _) = post(
+            &server.addr,
+            "/v1/sandboxes/exec",
+            Some(token),
+            serde_json::json!({"thread": thread, "argv": ["true"]}),
+        );
+        assert_eq!(status, 200);
+    }
+    let (status, _) = post(
+        &server.addr,
+        "/v1/sandboxes/exec",
+        Some("token-a"),
+        serde_json::json!({"thread": "none", "argv": ["true"]}),
+    );
+    assert_eq!(status, 404);
+    assert_eq!(get(&server.addr, "/metrics", None).0, 401);
+    let (status, a) = get(&server.addr, "/metrics", Some("token-a"));
+    assert_eq!(status, 200);
+    assert!(
+        a.contains("cordon_sandboxes_created_total{scope=\"team-a\",rung=\"container\"} 1"),
+        "{a}"
+    );
+    assert!(
+        a.contains("cordon_exec_seconds_count{scope=\"team-a\"} 1"),
+        "{a}"
+    );
+    assert!(
+        a.contains("cordon_requests_refused_total{scope=\"team-a\",status=\"404\"} 1"),
+        "{a}"
+    );
+    assert!(!a.contains("team-b"), "a tenant sees another's series: {a}");
+    let (status, ops) = get(&server.addr, "/metrics", Some("token-ops"));
+    assert_eq!(status, 200);
+    assert!(
+        ops.contains("scope=\"team-a\"") && ops.contains("scope=\"team-b\""),
+        "{ops}"
+    );
+}

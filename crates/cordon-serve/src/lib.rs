@@ -51,7 +51,25 @@ pub struct Served {
     /// Landed files by opaque handle: the scope that collected it, and
     /// where it lies. A handle is for the host's code, never a model's.
     landed: Mutex<BTreeMap<String, (String, PathBuf)>>,
+    /// Counters for `/metrics`, by scope.
+    metrics: Mutex<BTreeMap<String, ScopeMetrics>>,
 }
+
+/// What `/metrics` counts for one scope.
+#[derive(Default)]
+struct ScopeMetrics {
+    /// Sandboxes created, by rung.
+    created: BTreeMap<&'static str, u64>,
+    /// Execs answered, and how their latency fell into the buckets.
+    execs: u64,
+    exec_seconds_sum: f64,
+    exec_buckets: [u64; EXEC_BUCKETS.len()],
+    /// Requests refused, by HTTP status.
+    refused: BTreeMap<u16, u64>,
+}
+
+/// Upper bounds (seconds) of the exec latency histogram's buckets.
+const EXEC_BUCKETS: [f64; 8] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1.0, 10.0];
 
 impl Served {
     pub fn new(
@@ -71,7 +89,25 @@ impl Served {
             artifacts: std::env::temp_dir()
                 .join(format!("cordon-serve-{}-artifacts", std::process::id())),
             landed: Mutex::new(BTreeMap::new()),
+            metrics: Mutex::new(BTreeMap::new()),
         }
+    }
+
+    fn count(&self, scope: &str, f: impl FnOnce(&mut ScopeMetrics)) {
+        let mut m = self.metrics.lock().unwrap_or_else(|p| p.into_inner());
+        f(m.entry(scope.to_string()).or_default());
+    }
+
+    fn exec_took(&self, scope: &str, seconds: f64) {
+        self.count(scope, |m| {
+            m.execs += 1;
+            m.exec_seconds_sum += seconds;
+            for (i, le) in EXEC_BUCKETS.iter().enumerate() {
+                if seconds <= *le {
+                    m.exec_buckets[i] += 1;
+                }
+            }
+        });
     }
 
     /// Takes one request from `cred`'s budget (a token bucket refilled at
@@ -114,6 +150,11 @@ pub fn app(state: Arc<Served>) -> Router {
         .route("/v1/threads/dispose", post(dispose_thread))
         .route("/v1/sandboxes/outputs", post(outputs))
         .route("/v1/artifacts/{handle}", get(artifact))
+        .route("/metrics", get(metrics))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            count_refusals,
+        ))
         .layer(axum::extract::DefaultBodyLimit::max(max_body))
         .with_state(state)
 }
@@ -357,6 +398,7 @@ async fn create(
             .map(str::to_string)
             .unwrap_or_default();
         let handle = sandbox.id().to_string();
+        served.count(&cred.scope, |m| *m.created.entry(rung).or_default() += 1);
         served
             .live
             .lock()
@@ -411,7 +453,9 @@ async fn exec(
     if body.stream {
         return streamed(sandbox, req);
     }
+    let started = std::time::Instant::now();
     let ran = tokio::task::spawn_blocking(move || sandbox.exec(&req)).await;
+    s.exec_took(&cred.scope, started.elapsed().as_secs_f64());
     let out = match ran {
         Ok(Ok(o)) => o,
         Ok(Err(e)) => return refused(e.kind(), &e),
@@ -780,4 +824,82 @@ async fn artifact(
         Ok(bytes) => ([("content-type", "application/octet-stream")], bytes).into_response(),
         Err(e) => refused(ErrorKind::Failed, format!("the artifact: {e}")),
     }
+}
+
+/// Prometheus text: a tenant's credential sees its own scope's series, an
+/// operator's sees every scope's (the series name tenants).
+async fn metrics(State(s): State<Arc<Served>>, headers: HeaderMap) -> Response {
+    use std::fmt::Write as _;
+    let cred = match who(&s, &headers) {
+        Ok(c) => c,
+        Err(r) => return *r,
+    };
+    let m = s.metrics.lock().unwrap_or_else(|p| p.into_inner());
+    let mut out = String::new();
+    let shown = m
+        .iter()
+        .filter(|(scope, _)| cred.operator || **scope == cred.scope);
+    let _ = writeln!(out, "# TYPE cordon_sandboxes_created_total counter");
+    let _ = writeln!(out, "# TYPE cordon_exec_seconds histogram");
+    let _ = writeln!(out, "# TYPE cordon_requests_refused_total counter");
+    for (scope, v) in shown {
+        let scope = scope.replace(['\\', '"', '\n'], "_");
+        for (rung, n) in &v.created {
+            let _ = writeln!(
+                out,
+                "cordon_sandboxes_created_total{{scope=\"{scope}\",rung=\"{rung}\"}} {n}"
+            );
+        }
+        for (i, le) in EXEC_BUCKETS.iter().enumerate() {
+            let _ = writeln!(
+                out,
+                "cordon_exec_seconds_bucket{{scope=\"{scope}\",le=\"{le}\"}} {}",
+                v.exec_buckets[i]
+            );
+        }
+        let _ = writeln!(
+            out,
+            "cordon_exec_seconds_bucket{{scope=\"{scope}\",le=\"+Inf\"}} {}",
+            v.execs
+        );
+        let _ = writeln!(
+            out,
+            "cordon_exec_seconds_sum{{scope=\"{scope}\"}} {}",
+            v.exec_seconds_sum
+        );
+        let _ = writeln!(
+            out,
+            "cordon_exec_seconds_count{{scope=\"{scope}\"}} {}",
+            v.execs
+        );
+        for (status, n) in &v.refused {
+            let _ = writeln!(
+                out,
+                "cordon_requests_refused_total{{scope=\"{scope}\",status=\"{status}\"}} {n}"
+            );
+        }
+    }
+    ([("content-type", "text/plain; version=0.0.4")], out).into_response()
+}
+
+/// Counts each refused request (4xx, 5xx) under the scope of the credential
+/// it presented, for `/metrics`; a request without a valid one is counted
+/// nowhere (it names no tenant).
+async fn count_refusals(
+    State(s): State<Arc<Served>>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let scope = req
+        .headers()
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|h| auth::authenticate(&s.config.credentials, Some(h)))
+        .map(|c| c.scope.clone());
+    let response = next.run(req).await;
+    let status = response.status().as_u16();
+    if let (Some(scope), true) = (scope, status >= 400) {
+        s.count(&scope, |m| *m.refused.entry(status).or_default() += 1);
+    }
+    response
 }
