@@ -82,8 +82,21 @@ pub fn run(args: ServeArgs) -> ExitCode {
         Ok(r) => r,
         Err(e) => return refuse(format!("cannot start the server's runtime: {e}")),
     };
+    // SIGINT or SIGTERM: stop accepting, let running requests finish
+    // (up to cordon_serve::SHUTDOWN_GRACE), dispose of every sandbox.
     let shutdown = async {
-        let _ = tokio::signal::ctrl_c().await;
+        let term = async {
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(mut s) => {
+                    s.recv().await;
+                }
+                Err(_) => std::future::pending::<()>().await,
+            }
+        };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            () = term => {}
+        }
     };
     let result = runtime.block_on(cordon_serve::serve(
         served,

@@ -617,3 +617,72 @@ fn metrics_show_a_tenant_its_own_series_and_an_operator_all() {
         "{ops}"
     );
 }
+
+/// SIGTERM: the running exec finishes and is answered, then the server
+/// exits 0 having disposed of its sandboxes.
+#[test]
+fn a_terminated_server_finishes_what_runs_and_disposes_of_its_sandboxes() {
+    if !root() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("dir");
+    let mut server = start(&config(dir.path(), &good_config()));
+    let a = Some("token-a");
+    let (status, _) = post(
+        &server.addr,
+        "/v1/sandboxes",
+        a,
+        serde_json::json!({"thread": "g"}),
+    );
+    assert_eq!(status, 200);
+    let volume = format!("/cordon-volume-{}-", server.child.id());
+    let volume_mounted = || {
+        std::fs::read_to_string("/proc/self/mountinfo")
+            .expect("mountinfo")
+            .contains(&volume)
+    };
+    assert!(volume_mounted(), "the sandbox has no volume to check");
+    let addr = server.addr.clone();
+    let running = std::thread::spawn(move || {
+        post(
+            &addr,
+            "/v1/sandboxes/exec",
+            Some("token-a"),
+            serde_json::json!({"thread": "g", "argv": ["sh", "-c", "sleep 1; echo finished; exec sleep 0.0625"]}),
+        )
+    });
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(server.child.id()).expect("pid"));
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("SIGTERM");
+    let (status, out) = running.join().expect("the exec's client");
+    assert_eq!(
+        (status, out["stdout"].as_str()),
+        (200, Some("finished\n")),
+        "{out}"
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let code = loop {
+        if let Some(s) = server.child.try_wait().expect("wait") {
+            break s.code();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the server did not stop"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    assert_eq!(code, Some(0));
+    // Nothing of the sandbox is left: its work dir volume (named with the
+    // server's pid) is unmounted.
+    assert!(
+        !volume_mounted(),
+        "the sandbox's volume outlived the server"
+    );
+    assert!(std::fs::read_dir(std::env::temp_dir())
+        .expect("tmp")
+        .flatten()
+        .all(|e| !e
+            .file_name()
+            .to_string_lossy()
+            .starts_with(&format!("cordon-serve-{}-", server.child.id()))));
+}

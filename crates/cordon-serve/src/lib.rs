@@ -184,7 +184,13 @@ async fn backends(State(s): State<Arc<Served>>, headers: HeaderMap) -> Response 
     .into_response()
 }
 
-/// Binds the configured address and serves until `shutdown` resolves.
+/// How long running requests (execs among them) may go on after the
+/// shutdown signal before the server stops anyway.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
+
+/// Binds the configured address and serves until `shutdown` resolves;
+/// then stops accepting, lets running requests finish for up to
+/// [`SHUTDOWN_GRACE`], and disposes of every sandbox it made.
 /// `on_bound` is told the address actually bound (port 0 picks one).
 pub async fn serve(
     state: Arc<Served>,
@@ -193,13 +199,43 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     let listener = tokio::net::TcpListener::bind(state.config.listen).await?;
     on_bound(listener.local_addr()?);
-    let artifacts = state.artifacts.clone();
-    let served = axum::serve(listener, app(state))
-        .with_graceful_shutdown(shutdown)
-        .await;
+    let (signalled, told) = tokio::sync::oneshot::channel::<()>();
+    let signal = async move {
+        shutdown.await;
+        let _ = signalled.send(());
+    };
+    let server = axum::serve(listener, app(state.clone())).with_graceful_shutdown(signal);
+    let served = tokio::select! {
+        r = server => r,
+        () = async {
+            let _ = told.await;
+            tokio::time::sleep(SHUTDOWN_GRACE).await;
+        } => Ok(()),
+    };
+    let reclaim = state.clone();
+    let _ = tokio::task::spawn_blocking(move || reclaim.dispose_all()).await;
     // What was landed and not fetched goes with the server.
-    let _ = std::fs::remove_dir_all(artifacts);
+    let _ = std::fs::remove_dir_all(&state.artifacts);
     served
+}
+
+impl Served {
+    /// Disposes of every sandbox this server made (at shutdown: they
+    /// live and die with it until replicas share a state directory).
+    fn dispose_all(&self) {
+        let held: Vec<(SandboxKey, Arc<dyn Sandbox>)> = {
+            let mut live = self.live.lock().unwrap_or_else(|p| p.into_inner());
+            std::mem::take(&mut *live).into_iter().collect()
+        };
+        let threads: std::collections::BTreeSet<(String, String)> = held
+            .iter()
+            .map(|(k, _)| (k.scope().to_string(), k.thread_id().to_string()))
+            .collect();
+        drop(held);
+        for (scope, thread) in threads {
+            self.router.dispose_scope(&scope, &thread);
+        }
+    }
 }
 
 /// The part of a sandbox's key a request names: its thread and agent dir.
