@@ -43,7 +43,22 @@ struct Server {
 }
 
 impl Drop for Server {
+    /// SIGTERM, so the server disposes of its sandboxes; SIGKILL only if it
+    /// does not stop within ten seconds (a killed server leaves them).
     fn drop(&mut self) {
+        if let Ok(pid) = i32::try_from(self.child.id()) {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGTERM,
+            );
+        }
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while std::time::Instant::now() < deadline {
+            if matches!(self.child.try_wait(), Ok(Some(_))) {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -685,4 +700,29 @@ fn a_terminated_server_finishes_what_runs_and_disposes_of_its_sandboxes() {
             .file_name()
             .to_string_lossy()
             .starts_with(&format!("cordon-serve-{}-", server.child.id()))));
+}
+
+/// The Python client's own tests, against this live server.
+#[test]
+fn the_python_client_passes_its_tests_against_a_live_server() {
+    if !root() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("dir");
+    let server = start(&config(dir.path(), &good_config()));
+    let client = concat!(env!("CARGO_MANIFEST_DIR"), "/../../clients/python");
+    let out = Command::new("python3")
+        .args(["-m", "unittest", "discover", "-s", "tests", "-v"])
+        .current_dir(client)
+        .env("CORDON_URL", format!("http://{}", server.addr))
+        .env("CORDON_TOKEN_A", "token-a")
+        .env("CORDON_TOKEN_B", "token-b")
+        .output()
+        .expect("python3");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("Ran 4 tests") && !err.contains("skipped"),
+        "{err}"
+    );
 }

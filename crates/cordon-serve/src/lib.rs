@@ -584,16 +584,14 @@ fn streamed(sandbox: Arc<dyn Sandbox>, req: ExecRequest) -> Response {
         Ok(h) => h,
         Err(e) => return refused(e.kind(), &e),
     };
-    let killer = handle.killer();
-    let watcher = tx.clone();
     let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let ended = done.clone();
-    tokio::spawn(async move {
-        watcher.closed().await;
-        if !ended.load(std::sync::atomic::Ordering::SeqCst) {
-            killer.kill();
-        }
-    });
+    // Dropped with the response body: at its end, or when the client hangs
+    // up, whichever comes first; in the second case the exec is killed at
+    // once. (It holds no sender: the body ends when the exec's thread does.)
+    let guard = KillUnlessDone {
+        killer: handle.killer(),
+        done: done.clone(),
+    };
     let stdin = req.stdin;
     tokio::task::spawn_blocking(move || {
         if let Some(mut input) = handle.take_stdin() {
@@ -627,10 +625,10 @@ fn streamed(sandbox: Arc<dyn Sandbox>, req: ExecRequest) -> Response {
             }
         }
     });
-    let body = futures_util::stream::unfold(rx, |mut rx| async move {
+    let body = futures_util::stream::unfold((rx, guard), |(mut rx, guard)| async move {
         rx.recv()
             .await
-            .map(|line| (Ok::<_, std::convert::Infallible>(line), rx))
+            .map(|line| (Ok::<_, std::convert::Infallible>(line), (rx, guard)))
     });
     (
         [("content-type", "application/x-ndjson")],
@@ -938,4 +936,18 @@ async fn count_refusals(
         s.count(&scope, |m| *m.refused.entry(status).or_default() += 1);
     }
     response
+}
+
+/// Kills an exec when dropped before it ended.
+struct KillUnlessDone {
+    killer: cordon_sandbox::Killer,
+    done: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Drop for KillUnlessDone {
+    fn drop(&mut self) {
+        if !self.done.load(std::sync::atomic::Ordering::SeqCst) {
+            self.killer.kill();
+        }
+    }
 }

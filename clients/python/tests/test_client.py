@@ -1,0 +1,73 @@
+"""The client against a live `cordon serve` (started by cordon-cli's
+tests/serve.rs, which passes CORDON_URL, CORDON_TOKEN_A and CORDON_TOKEN_B)."""
+
+import os
+import sys
+import unittest
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+from cordon_client import Client, CordonError  # noqa: E402
+
+URL = os.environ.get("CORDON_URL")
+SPEC = """kind: report
+image: host
+declared_outputs:
+  - {path: out/result.txt, media_type: text/plain}
+files_out: {max_bytes_per_file: 1KiB, max_total_bytes: 1KiB, max_files: 1}
+"""
+
+
+@unittest.skipUnless(URL, "CORDON_URL names no live server (cordon-cli's tests/serve.rs runs these)")
+class LiveServer(unittest.TestCase):
+    def setUp(self) -> None:
+        self.a = Client(URL, os.environ["CORDON_TOKEN_A"])
+        self.b = Client(URL, os.environ["CORDON_TOKEN_B"])
+
+    def test_a_round_files_in_exec_outputs_out_and_disposal_on_exit(self) -> None:
+        with self.a.thread("py-1") as t:
+            made = t.create(spec=SPEC)
+            self.assertEqual(made["rung"], "container")
+            self.assertEqual(t.write_file("job.sh", b"mkdir -p out && echo 42 > out/result.txt\n"), 41)
+            r = t.exec(["sh", "job.sh"])
+            self.assertEqual((r.code, r.signal, r.killed_by), (0, None, None))
+            [artifact] = t.outputs()
+            self.assertIn("out/result.txt", artifact.display)
+            self.assertEqual(self.a.fetch(artifact), b"42\n")
+            with self.assertRaises(CordonError) as e:
+                self.b.fetch(artifact)
+            self.assertEqual(e.exception.status, 404)
+        # The block's end disposed of the thread.
+        with self.assertRaises(CordonError) as e:
+            self.a.thread("py-1").exec(["true"])
+        self.assertEqual(e.exception.status, 404)
+
+    def test_the_thread_is_disposed_when_the_block_raises(self) -> None:
+        with self.assertRaises(RuntimeError):
+            with self.a.thread("py-2") as t:
+                t.create()
+                raise RuntimeError("the agent loop failed")
+        self.assertEqual(self.a.dispose_thread("py-2"), 0)
+
+    def test_streamed_output_arrives_in_order_and_ends_with_exit(self) -> None:
+        with self.a.thread("py-3") as t:
+            t.create()
+            events = list(t.exec_stream(["sh", "-c", "echo one; echo two >&2; exit 5"]))
+            self.assertEqual(events[-1]["event"], "exit")
+            self.assertEqual(events[-1]["status"], {"code": 5})
+            out = "".join(e.get("data", "") for e in events if e["event"] == "stdout")
+            self.assertEqual(out, "one\n")
+
+    def test_another_credential_cannot_reach_it(self) -> None:
+        with self.a.thread("py-4") as t:
+            t.create()
+            with self.assertRaises(CordonError) as e:
+                self.b.thread("py-4").exec(["true"])
+            self.assertEqual(e.exception.status, 404)
+        with self.assertRaises(CordonError) as e:
+            Client(URL, "not-a-token").backends()
+        self.assertEqual(e.exception.status, 401)
+
+
+if __name__ == "__main__":
+    unittest.main()
