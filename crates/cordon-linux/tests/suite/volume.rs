@@ -8,9 +8,19 @@ use cordon_linux::volume;
 
 use super::*;
 
+/// A mounted volume, unmounted when dropped (a failed assertion too), so a
+/// test leaves no mount behind.
+struct Volume(tempfile::TempDir, std::path::PathBuf);
+
+impl Drop for Volume {
+    fn drop(&mut self) {
+        let _ = volume::unmount(&self.1);
+    }
+}
+
 /// A volume of `size` bytes mounted at a fresh directory, or `None` (with a
 /// loud skip) where this machine cannot make one.
-fn a_volume(size: u64) -> Option<(tempfile::TempDir, std::path::PathBuf)> {
+fn a_volume(size: u64) -> Option<Volume> {
     if let Err(missing) =
         volume::probe()
             .map(|_| ())
@@ -30,7 +40,7 @@ fn a_volume(size: u64) -> Option<(tempfile::TempDir, std::path::PathBuf)> {
     let at = dir.path().join("cordon-volume-test");
     std::fs::create_dir(&at).expect("mount point");
     volume::mount_volume(&at, dir.path(), size, 0).expect("mount a volume");
-    Some((dir, at))
+    Some(Volume(dir, at))
 }
 
 fn write_mib(at: &Path, name: &str, mib: usize) -> std::io::Result<()> {
@@ -44,9 +54,10 @@ fn write_mib(at: &Path, name: &str, mib: usize) -> std::io::Result<()> {
 
 #[test]
 fn a_large_volume_is_shut_down_before_unmount_and_a_small_one_is_not() {
-    let Some((_dir, at)) = a_volume(64 << 20) else {
+    let Some(v) = a_volume(64 << 20) else {
         return;
     };
+    let at = v.1.clone();
     write_mib(&at, "small", 2).expect("write");
     assert!(
         !volume::discard(&at).expect("discard"),
@@ -93,11 +104,12 @@ fn discard_leaves_anything_but_a_loop_ext4_mount_root_alone() {
     write_mib(tmp.path(), "after", 1).expect("the tmpfs still takes writes");
     let _ = nix::mount::umount2(tmp.path(), nix::mount::MntFlags::MNT_DETACH);
     // A link to a volume is not followed.
-    let Some((dir, at)) = a_volume(64 << 20) else {
+    let Some(v) = a_volume(64 << 20) else {
         return;
     };
+    let (dir, at) = (v.0.path().to_path_buf(), v.1.clone());
     write_mib(&at, "large", 12).expect("write");
-    let link = dir.path().join("link");
+    let link = dir.join("link");
     std::os::unix::fs::symlink(&at, &link).expect("symlink");
     assert!(volume::discard(&link).is_err(), "a link was followed");
     write_mib(&at, "after", 1).expect("still writable");
