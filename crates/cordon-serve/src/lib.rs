@@ -487,7 +487,7 @@ async fn exec(
         max_output_bytes: MAX_OUTPUT_BYTES,
     };
     if body.stream {
-        return streamed(sandbox, req);
+        return streamed(sandbox, req).await;
     }
     let started = std::time::Instant::now();
     let ran = tokio::task::spawn_blocking(move || sandbox.exec(&req)).await;
@@ -578,11 +578,21 @@ fn output_line(stream: cordon_sandbox::Stream, bytes: &[u8]) -> String {
 /// A streamed exec: NDJSON lines as the command writes, `exit` last. The
 /// command is driven on a blocking thread; when the client goes away (the
 /// body is dropped) the exec is killed at once, not at its next output.
-fn streamed(sandbox: Arc<dyn Sandbox>, req: ExecRequest) -> Response {
+async fn streamed(sandbox: Arc<dyn Sandbox>, req: ExecRequest) -> Response {
     let (tx, rx) = tokio::sync::mpsc::channel::<String>(cordon_sandbox::exec::EVENTS_IN_FLIGHT);
-    let mut handle = match sandbox.start_exec(&req, cordon_sandbox::Attach::streamed_stdin()) {
-        Ok(h) => h,
-        Err(e) => return refused(e.kind(), &e),
+    // Starting an exec blocks (a keeper's round trip, an init's fork): not
+    // on the async runtime's threads.
+    let started = {
+        let req = req.clone();
+        tokio::task::spawn_blocking(move || {
+            sandbox.start_exec(&req, cordon_sandbox::Attach::streamed_stdin())
+        })
+        .await
+    };
+    let mut handle = match started {
+        Ok(Ok(h)) => h,
+        Ok(Err(e)) => return refused(e.kind(), &e),
+        Err(e) => return refused(ErrorKind::Failed, e),
     };
     let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
     // Dropped with the response body: at its end, or when the client hangs
