@@ -416,11 +416,7 @@ impl SandboxSpec {
             file: file.clone(),
             reason,
         };
-        let meta = std::fs::metadata(path).map_err(|e| read(e.to_string()))?;
-        if !meta.is_file() || meta.len() > MAX_SPEC_BYTES {
-            return Err(read("it is not a regular file of at most 1 MiB".into()));
-        }
-        let text = std::fs::read_to_string(path).map_err(|e| read(e.to_string()))?;
+        let text = yaml::read_file(path, MAX_SPEC_BYTES).map_err(read)?;
         SandboxSpec::from_yaml(&file, &text)
     }
 

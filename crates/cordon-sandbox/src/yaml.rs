@@ -100,3 +100,63 @@ fn syntax(e: &marked_yaml::LoadError) -> Failure {
         message,
     }
 }
+
+/// Reads a YAML file of at most `max` bytes, refusing anything but a
+/// regular file: opened without blocking (a FIFO swapped in after a check
+/// cannot hang the reader), checked on the descriptor it reads from, and
+/// read with a bound (a file that grows after the check is cut, then
+/// refused).
+pub fn read_file(path: &std::path::Path, max: u64) -> Result<String, String> {
+    use std::io::Read as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let refused = || {
+        if max % (1 << 20) == 0 {
+            format!("it is not a regular file of at most {} MiB", max >> 20)
+        } else {
+            format!("it is not a regular file of at most {max} bytes")
+        }
+    };
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|e| e.to_string())?;
+    let meta = file.metadata().map_err(|e| e.to_string())?;
+    if !meta.is_file() || meta.len() > max {
+        return Err(refused());
+    }
+    let mut text = String::new();
+    file.take(max + 1)
+        .read_to_string(&mut text)
+        .map_err(|e| e.to_string())?;
+    if text.len() as u64 > max {
+        return Err(refused());
+    }
+    Ok(text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::read_file;
+
+    #[test]
+    fn only_a_regular_file_within_the_bound_is_read() {
+        let dir = tempfile::tempdir().expect("dir");
+        let ok = dir.path().join("ok.yaml");
+        std::fs::write(&ok, "kind: x\n").expect("write");
+        assert_eq!(read_file(&ok, 1 << 20).expect("read"), "kind: x\n");
+        let big = dir.path().join("big.yaml");
+        std::fs::write(&big, "x".repeat(2048)).expect("write");
+        assert!(read_file(&big, 1024).is_err(), "over the bound");
+        // A FIFO with no writer: refused at once, never a hang.
+        let fifo = dir.path().join("fifo.yaml");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .expect("mkfifo");
+        assert!(made.success());
+        let err = read_file(&fifo, 1 << 20).expect_err("a FIFO");
+        assert!(err.contains("not a regular file of at most 1 MiB"), "{err}");
+        assert!(read_file(dir.path(), 1 << 20).is_err(), "a directory");
+    }
+}

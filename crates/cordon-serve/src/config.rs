@@ -135,11 +135,7 @@ impl ServeConfig {
             file: file.clone(),
             reason,
         };
-        let meta = std::fs::metadata(path).map_err(|e| read(e.to_string()))?;
-        if !meta.is_file() || meta.len() > MAX_CONFIG_BYTES {
-            return Err(read("it is not a regular file of at most 1 MiB".into()));
-        }
-        let text = std::fs::read_to_string(path).map_err(|e| read(e.to_string()))?;
+        let text = yaml::read_file(path, MAX_CONFIG_BYTES).map_err(read)?;
         let base = path.parent().unwrap_or(Path::new("."));
         ServeConfig::from_yaml(&file, &text, base)
     }
