@@ -110,7 +110,7 @@ pub fn read_file(path: &std::path::Path, max: u64) -> Result<String, String> {
     use std::io::Read as _;
     use std::os::unix::fs::OpenOptionsExt as _;
     let refused = || {
-        if max % (1 << 20) == 0 {
+        if max.is_multiple_of(1 << 20) {
             format!("it is not a regular file of at most {} MiB", max >> 20)
         } else {
             format!("it is not a regular file of at most {max} bytes")
