@@ -454,11 +454,10 @@ pub fn prepare(args: &Selection, keep: Option<KeptConfig>) -> Result<Prepared, E
         }
         Err(e) => return Err(fail(e)),
     };
-    let selected = match host.router.selected_backend(&spec) {
-        Ok(s) => s.to_string(),
+    let (selected, rung) = match host.router.selected(&spec) {
+        Ok((name, rung)) => (name.to_string(), rung),
         Err(e) => return Err(fail(e)),
     };
-    let rung = host.router.selected_rung(&spec).map_err(fail)?;
     let below = Host::below_default_floor(&floor);
     let chosen = serde_json::json!({
         "backend": selected,

@@ -502,9 +502,10 @@ impl Router {
         self.select(spec).map(|a| a.name.as_str())
     }
 
-    /// The rung the backend [`Router::selected_backend`] names declares.
-    pub fn selected_rung(&self, spec: &SandboxSpec) -> Result<Isolation, RouterError> {
-        self.select(spec).map(|a| a.isolation)
+    /// The backend the router picks for `spec` and the rung it declares,
+    /// from one selection.
+    pub fn selected(&self, spec: &SandboxSpec) -> Result<(&str, Isolation), RouterError> {
+        self.select(spec).map(|a| (a.name.as_str(), a.isolation))
     }
 
     fn request(&self, identity: &Identity, facts: SurfaceFacts) -> Request {

@@ -328,6 +328,42 @@ fn bad_body(e: &axum::extract::rejection::JsonRejection) -> Response {
         .into_response()
 }
 
+/// A JSON body as axum hands it to a handler.
+type Body<T> = Result<Json<T>, axum::extract::rejection::JsonRejection>;
+
+/// The request's credential (within its budget) and its body, or the
+/// refusal to answer: every `/v1` handler's first step.
+fn authed<T>(
+    s: &Served,
+    headers: &HeaderMap,
+    body: Body<T>,
+) -> Result<(Credential, T), Box<Response>> {
+    let cred = who(s, headers)?;
+    match body {
+        Ok(Json(b)) => Ok((cred, b)),
+        Err(e) => Err(Box::new(bad_body(&e))),
+    }
+}
+
+/// The caller's live sandbox at `at` (its scope, that thread and agent
+/// dir), or the answer for one it has not made.
+fn live_sandbox(
+    s: &Served,
+    cred: &Credential,
+    at: &Address,
+) -> Result<Arc<dyn Sandbox>, Box<Response>> {
+    let key = caller(cred, at)
+        .resolve()
+        .map_err(|e| Box::new(refused(ErrorKind::Invalid, e)))?
+        .key;
+    s.live
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(&key)
+        .cloned()
+        .ok_or_else(|| Box::new(no_such_sandbox()))
+}
+
 /// The one answer for a sandbox this credential has not made: it does not
 /// say whether another credential's exists.
 fn no_such_sandbox() -> Response {
@@ -363,15 +399,11 @@ fn who(s: &Served, headers: &HeaderMap) -> Result<Credential, Box<Response>> {
 async fn create(
     State(s): State<Arc<Served>>,
     headers: HeaderMap,
-    body: Result<Json<CreateBody>, axum::extract::rejection::JsonRejection>,
+    body: Body<CreateBody>,
 ) -> Response {
-    let cred = match who(&s, &headers) {
-        Ok(c) => c,
+    let (cred, body) = match authed(&s, &headers, body) {
+        Ok(x) => x,
         Err(r) => return *r,
-    };
-    let Json(body) = match body {
-        Ok(b) => b,
-        Err(e) => return bad_body(&e),
     };
     let spec = match &body.spec {
         Some(text) => SandboxSpec::from_yaml("spec", text),
@@ -423,23 +455,20 @@ async fn create(
             Ok(s) => s,
             Err(e) => return refused(e.kind(), &e),
         };
-        let rung = served
-            .router
-            .selected_rung(&spec)
-            .map(|r| r.as_str())
-            .unwrap_or("unknown");
-        let backend = served
-            .router
-            .selected_backend(&spec)
-            .map(str::to_string)
-            .unwrap_or_default();
         let handle = sandbox.id().to_string();
-        served.count(&cred.scope, |m| *m.created.entry(rung).or_default() += 1);
+        // Held before anything else can fail: a sandbox acquired is always
+        // one the server can find again (and dispose of).
         served
             .live
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .insert(key, sandbox);
+        // The backend that just served the acquire (the same selection).
+        let (backend, rung) = match served.router.selected(&spec) {
+            Ok((name, rung)) => (name.to_string(), rung.as_str()),
+            Err(e) => return refused(e.kind(), &e),
+        };
+        served.count(&cred.scope, |m| *m.created.entry(rung).or_default() += 1);
         Json(json!({
             "handle": handle,
             "backend": backend,
@@ -453,31 +482,14 @@ async fn create(
     made.unwrap_or_else(|e| refused(ErrorKind::Failed, e))
 }
 
-async fn exec(
-    State(s): State<Arc<Served>>,
-    headers: HeaderMap,
-    body: Result<Json<ExecBody>, axum::extract::rejection::JsonRejection>,
-) -> Response {
-    let cred = match who(&s, &headers) {
-        Ok(c) => c,
+async fn exec(State(s): State<Arc<Served>>, headers: HeaderMap, body: Body<ExecBody>) -> Response {
+    let (cred, body) = match authed(&s, &headers, body) {
+        Ok(x) => x,
         Err(r) => return *r,
     };
-    let Json(body) = match body {
-        Ok(b) => b,
-        Err(e) => return bad_body(&e),
-    };
-    let key = match caller(&cred, &body.at).resolve() {
-        Ok(c) => c.key,
-        Err(e) => return refused(ErrorKind::Invalid, e),
-    };
-    let sandbox = s
-        .live
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .get(&key)
-        .cloned();
-    let Some(sandbox) = sandbox else {
-        return no_such_sandbox();
+    let sandbox = match live_sandbox(&s, &cred, &body.at) {
+        Ok(x) => x,
+        Err(r) => return *r,
     };
     let req = ExecRequest {
         argv: body.argv,
@@ -512,15 +524,11 @@ async fn exec(
 async fn dispose(
     State(s): State<Arc<Served>>,
     headers: HeaderMap,
-    body: Result<Json<Address>, axum::extract::rejection::JsonRejection>,
+    body: Body<Address>,
 ) -> Response {
-    let cred = match who(&s, &headers) {
-        Ok(c) => c,
+    let (cred, at) = match authed(&s, &headers, body) {
+        Ok(x) => x,
         Err(r) => return *r,
-    };
-    let Json(at) = match body {
-        Ok(b) => b,
-        Err(e) => return bad_body(&e),
     };
     let served = s.clone();
     let done = tokio::task::spawn_blocking(move || -> Response {
@@ -668,16 +676,12 @@ fn default_mode() -> u32 {
 async fn write_file(
     State(s): State<Arc<Served>>,
     headers: HeaderMap,
-    body: Result<Json<FileBody>, axum::extract::rejection::JsonRejection>,
+    body: Body<FileBody>,
 ) -> Response {
     use base64::Engine as _;
-    let cred = match who(&s, &headers) {
-        Ok(c) => c,
+    let (cred, body) = match authed(&s, &headers, body) {
+        Ok(x) => x,
         Err(r) => return *r,
-    };
-    let Json(body) = match body {
-        Ok(b) => b,
-        Err(e) => return bad_body(&e),
     };
     let bytes = match base64::engine::general_purpose::STANDARD.decode(&body.content_base64) {
         Ok(b) => b,
@@ -689,18 +693,9 @@ async fn write_file(
             "`mode` takes permission bits only (at most 0o777, 511)",
         );
     }
-    let key = match caller(&cred, &body.at).resolve() {
-        Ok(c) => c.key,
-        Err(e) => return refused(ErrorKind::Invalid, e),
-    };
-    let sandbox = s
-        .live
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .get(&key)
-        .cloned();
-    let Some(sandbox) = sandbox else {
-        return no_such_sandbox();
+    let sandbox = match live_sandbox(&s, &cred, &body.at) {
+        Ok(x) => x,
+        Err(r) => return *r,
     };
     let path = if body.path.starts_with('/') {
         body.path
@@ -729,15 +724,11 @@ struct ThreadBody {
 async fn dispose_thread(
     State(s): State<Arc<Served>>,
     headers: HeaderMap,
-    body: Result<Json<ThreadBody>, axum::extract::rejection::JsonRejection>,
+    body: Body<ThreadBody>,
 ) -> Response {
-    let cred = match who(&s, &headers) {
-        Ok(c) => c,
+    let (cred, body) = match authed(&s, &headers, body) {
+        Ok(x) => x,
         Err(r) => return *r,
-    };
-    let Json(body) = match body {
-        Ok(b) => b,
-        Err(e) => return bad_body(&e),
     };
     if body.thread.is_empty() {
         return refused(ErrorKind::Invalid, "`thread` is empty");
@@ -778,28 +769,15 @@ fn random_handle() -> std::io::Result<String> {
 async fn outputs(
     State(s): State<Arc<Served>>,
     headers: HeaderMap,
-    body: Result<Json<Address>, axum::extract::rejection::JsonRejection>,
+    body: Body<Address>,
 ) -> Response {
-    let cred = match who(&s, &headers) {
-        Ok(c) => c,
+    let (cred, at) = match authed(&s, &headers, body) {
+        Ok(x) => x,
         Err(r) => return *r,
     };
-    let Json(at) = match body {
-        Ok(b) => b,
-        Err(e) => return bad_body(&e),
-    };
-    let key = match caller(&cred, &at).resolve() {
-        Ok(c) => c.key,
-        Err(e) => return refused(ErrorKind::Invalid, e),
-    };
-    let sandbox = s
-        .live
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .get(&key)
-        .cloned();
-    let Some(sandbox) = sandbox else {
-        return no_such_sandbox();
+    let sandbox = match live_sandbox(&s, &cred, &at) {
+        Ok(x) => x,
+        Err(r) => return *r,
     };
     let served = s.clone();
     let done = tokio::task::spawn_blocking(move || -> Response {
