@@ -151,7 +151,7 @@ pub fn is_workload_command(args: &[std::ffi::OsString]) -> bool {
 /// A failed parse of the arguments: clap's message, a hint where a
 /// workload command's command was given without `--`, and the code (0 for
 /// `--help` and `--version`).
-pub fn parse_failed(e: &clap::Error) -> ExitCode {
+pub fn parse_failed(e: &clap::Error, args: &[std::ffi::OsString]) -> ExitCode {
     let _ = e.print();
     if e.exit_code() == 0 {
         return ExitCode::SUCCESS;
@@ -161,7 +161,9 @@ pub fn parse_failed(e: &clap::Error) -> ExitCode {
             e.get(clap::error::ContextKind::InvalidArg)
         {
             if !arg.starts_with('-') {
-                let form = if std::env::args().nth(1).as_deref() == Some("run") {
+                // From the arguments already read (std::env::args would panic
+                // on one that is not UTF-8).
+                let form = if args.get(1).and_then(|a| a.to_str()) == Some("run") {
                     "cordon run [OPTIONS] --"
                 } else {
                     "cordon sandbox exec [OPTIONS] HANDLE --"

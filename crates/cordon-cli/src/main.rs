@@ -184,7 +184,7 @@ fn main() -> ExitCode {
     }
     let cli = match Cli::try_parse_from(&args) {
         Ok(cli) => cli,
-        Err(e) => return exit::parse_failed(&e),
+        Err(e) => return exit::parse_failed(&e, &args),
     };
     match cli.command {
         Command::Policy { command } => policy_cmd::run(command),

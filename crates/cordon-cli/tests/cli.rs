@@ -1176,3 +1176,18 @@ fn the_kits_report_in_json() {
         (Some(1), Some(1))
     );
 }
+
+/// A usage error whose arguments are not UTF-8 is a usage error (125 for
+/// run), not a panic.
+#[test]
+fn a_non_utf8_argument_in_a_usage_error_is_not_a_panic() {
+    use std::os::unix::ffi::OsStrExt;
+    let out = Command::new(env!("CARGO_BIN_EXE_cordon"))
+        .arg("run")
+        .arg(std::ffi::OsStr::from_bytes(b"py\xffthon"))
+        .output()
+        .expect("run cordon");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}
