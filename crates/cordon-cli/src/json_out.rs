@@ -11,7 +11,6 @@
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use base64::Engine as _;
 use serde_json::{json, Value};
 
 static ON: AtomicBool = AtomicBool::new(false);
@@ -30,18 +29,6 @@ pub fn on() -> bool {
 pub fn emit(v: &Value) {
     let mut out = std::io::stdout().lock();
     let _ = writeln!(out, "{v}").and_then(|()| out.flush());
-}
-
-/// A chunk of a workload's output: `data` as text when it is UTF-8, else
-/// `data_base64`.
-pub fn output_event(stream: &str, bytes: &[u8]) -> Value {
-    match std::str::from_utf8(bytes) {
-        Ok(text) => json!({"event": stream, "data": text}),
-        Err(_) => json!({
-            "event": stream,
-            "data_base64": base64::engine::general_purpose::STANDARD.encode(bytes),
-        }),
-    }
 }
 
 /// A failure of cordon's own, as a program reads it.

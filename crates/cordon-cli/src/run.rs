@@ -327,11 +327,7 @@ impl Drop for RawMode {
 pub fn show(stream: Stream, bytes: &[u8]) {
     use std::io::Write;
     if crate::json_out::on() {
-        let name = match stream {
-            Stream::Stdout => "stdout",
-            Stream::Stderr => "stderr",
-        };
-        crate::json_out::emit(&crate::json_out::output_event(name, bytes));
+        crate::json_out::emit(&cordon_sandbox::exec_json::output_event(stream, bytes));
         return;
     }
     let _ = match stream {
@@ -354,27 +350,11 @@ pub fn exit_for(out: &cordon_sandbox::ExecOutput, cap: u64) -> ExitCode {
             eprintln!("cordon: the workload's {which} was cut at {cap} bytes");
         }
     }
-    let (code, status, killed_by) = match out.status {
-        ExitStatus::Code(c) => (
-            u8::try_from(c & 0xff).unwrap_or(1),
-            serde_json::json!({"code": c}),
-            None,
-        ),
-        ExitStatus::Signal(s) => (
-            u8::try_from((128 + s) & 0xff).unwrap_or(1),
-            serde_json::json!({"signal": s}),
-            None,
-        ),
-        ExitStatus::TimedOut => (
-            EXIT_BOUND,
-            serde_json::json!({"killed": "max_wall_seconds"}),
-            Some("max_wall_seconds".to_string()),
-        ),
-        ExitStatus::Bound { bound } => (
-            EXIT_BOUND,
-            serde_json::json!({"killed": bound.to_string()}),
-            Some(bound.to_string()),
-        ),
+    let (status, killed_by) = cordon_sandbox::exec_json::status(out.status);
+    let code = match out.status {
+        ExitStatus::Code(c) => u8::try_from(c & 0xff).unwrap_or(1),
+        ExitStatus::Signal(n) => u8::try_from((128 + n) & 0xff).unwrap_or(1),
+        ExitStatus::TimedOut | ExitStatus::Bound { .. } => EXIT_BOUND,
     };
     if json {
         crate::json_out::emit(&serde_json::json!({

@@ -59,6 +59,7 @@ pub mod confined;
 pub mod egress;
 pub mod error;
 pub mod exec;
+pub mod exec_json;
 #[doc(hidden)]
 pub mod fuzz;
 pub mod guard;

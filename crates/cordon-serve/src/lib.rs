@@ -21,9 +21,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use cordon_sandbox::{
-    CallerContext, ErrorKind, ExecRequest, ExitStatus, Sandbox, SandboxKey, SandboxSpec,
-};
+use cordon_sandbox::{CallerContext, ErrorKind, ExecRequest, Sandbox, SandboxKey, SandboxSpec};
 use serde::Deserialize;
 use serde_json::json;
 
@@ -509,7 +507,7 @@ async fn exec(State(s): State<Arc<Served>>, headers: HeaderMap, body: Body<ExecB
         Ok(Err(e)) => return refused(e.kind(), &e),
         Err(e) => return refused(ErrorKind::Failed, e),
     };
-    let (status, killed_by) = status_json(out.status);
+    let (status, killed_by) = cordon_sandbox::exec_json::status(out.status);
     Json(json!({
         "status": status,
         "killed_by": killed_by,
@@ -552,37 +550,6 @@ async fn dispose(
     done.unwrap_or_else(|e| refused(ErrorKind::Failed, e))
 }
 
-/// How an exec ended, as the API says it: the status, and the bound that
-/// killed it if one did.
-fn status_json(status: ExitStatus) -> (serde_json::Value, Option<&'static str>) {
-    match status {
-        ExitStatus::Code(c) => (json!({"code": c}), None),
-        ExitStatus::Signal(n) => (json!({"signal": n}), None),
-        ExitStatus::TimedOut => (
-            json!({"killed": "max_wall_seconds"}),
-            Some("max_wall_seconds"),
-        ),
-        ExitStatus::Bound { bound } => (json!({"killed": bound}), Some(bound)),
-    }
-}
-
-/// A chunk of output: text when it is UTF-8, else base64.
-fn output_line(stream: cordon_sandbox::Stream, bytes: &[u8]) -> String {
-    use base64::Engine as _;
-    let name = match stream {
-        cordon_sandbox::Stream::Stdout => "stdout",
-        cordon_sandbox::Stream::Stderr => "stderr",
-    };
-    let v = match std::str::from_utf8(bytes) {
-        Ok(text) => json!({"event": name, "data": text}),
-        Err(_) => json!({
-            "event": name,
-            "data_base64": base64::engine::general_purpose::STANDARD.encode(bytes),
-        }),
-    };
-    format!("{v}\n")
-}
-
 /// A streamed exec: NDJSON lines as the command writes, `exit` last. The
 /// command is driven on a blocking thread; when the client goes away (the
 /// body is dropped) the exec is killed at once, not at its next output.
@@ -618,10 +585,15 @@ async fn streamed(sandbox: Arc<dyn Sandbox>, req: ExecRequest) -> Response {
         }
         while let Some(ev) = handle.next_event() {
             let line = match ev {
-                cordon_sandbox::ExecEvent::Output(stream, bytes) => output_line(stream, &bytes),
+                cordon_sandbox::ExecEvent::Output(stream, bytes) => {
+                    format!(
+                        "{}\n",
+                        cordon_sandbox::exec_json::output_event(stream, &bytes)
+                    )
+                }
                 cordon_sandbox::ExecEvent::Exited(Ok(end)) => {
                     done.store(true, std::sync::atomic::Ordering::SeqCst);
-                    let (status, killed_by) = status_json(end.status);
+                    let (status, killed_by) = cordon_sandbox::exec_json::status(end.status);
                     format!(
                         "{}\n",
                         json!({
