@@ -13,6 +13,8 @@ mod exit;
 #[cfg(target_os = "linux")]
 mod image_cmd;
 mod json_out;
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+mod mcp_cmd;
 mod policy_cmd;
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 mod proxy_cmd;
@@ -84,11 +86,16 @@ enum Command {
     /// and dialled by checked address, every decision audited.
     #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
     Proxy(proxy_cmd::ProxyArgs),
-    /// Serve cordon over HTTP to agent hosts, each request's identity and
-    /// scope bound to its bearer token (first slice: `/healthz`,
-    /// `/v1/backends`; docs/serve.md).
+    /// Serve cordon over HTTP (and MCP at `/mcp`) to agent hosts, each
+    /// request's identity and scope bound to its bearer token
+    /// (docs/serve.md).
     #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
     Serve(serve_cmd::ServeArgs),
+    /// Serve one sandbox's tools (exec, run_code, files) to an MCP client
+    /// on stdio; the command line binds the sandbox, never a tool's
+    /// arguments. Disposed of when the client closes stdio.
+    #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+    Mcp(mcp_cmd::McpArgs),
     #[cfg(target_os = "linux")]
     /// Manage the image store: the root trees a sandbox's `image` names
     /// (build with debootstrap, import, list, remove).
@@ -199,6 +206,8 @@ fn main() -> ExitCode {
         Command::Proxy(args) => proxy_cmd::run(args),
         #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
         Command::Serve(args) => serve_cmd::run(args),
+        #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+        Command::Mcp(args) => mcp_cmd::run(args),
         #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
         Command::Sandbox { format, command } => {
             if format == Format::Json {

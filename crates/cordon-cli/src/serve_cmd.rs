@@ -68,11 +68,29 @@ pub fn run(args: ServeArgs) -> ExitCode {
         }
         Err(e) => return fail(e),
     };
+    // The spec of every sandbox made through `/mcp`, checked now: a spec
+    // that does not load, or that no backend here can hold, is refused at
+    // start, not at a model's first tool call.
+    let mcp_spec = match &config.mcp.spec {
+        Some(f) => cordon_sandbox::SandboxSpec::from_file(f),
+        None => cordon_serve::mcp::default_spec(),
+    };
+    let mcp_spec = match mcp_spec {
+        Ok(s) => s,
+        Err(e) => return usage(format!("`mcp.spec` in `{}`: {e}", config.file)),
+    };
+    if let Err(e) = host.router.selected(&mcp_spec) {
+        return refuse(format!(
+            "`mcp.spec` in `{}`: no backend here can serve it: {e}",
+            config.file
+        ));
+    }
     let served = Arc::new(Served::new(
         config,
         host.backends.clone(),
         floor.rung,
         host.router,
+        mcp_spec,
     ));
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -726,3 +726,274 @@ fn the_python_client_passes_its_tests_against_a_live_server() {
         "{err}"
     );
 }
+
+// ---- MCP ---------------------------------------------------------------
+
+/// The `mcp` package from PyPI (pinned), in a venv of its own kept across
+/// runs: a real MCP client that no one at cordon wrote. `None` (a loud
+/// skip) outside CI when it cannot be installed; in CI that is a failure.
+fn mcp_python() -> Option<std::path::PathBuf> {
+    const VERSION: &str = "2.3.0";
+    let venv = std::path::PathBuf::from(format!("/var/tmp/cordon-mcp-venv-{VERSION}"));
+    let python = venv.join("bin/python");
+    let ready = || {
+        Command::new(&python)
+            .args(["-c", "import mcp, httpx2"])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    if !ready() {
+        let made = Command::new("/usr/bin/python3")
+            .args(["-m", "venv"])
+            .arg(&venv)
+            .status()
+            .is_ok_and(|s| s.success())
+            && Command::new(venv.join("bin/pip"))
+                .args(["install", "-q", &format!("mcp=={VERSION}")])
+                .status()
+                .is_ok_and(|s| s.success());
+        if !made || !ready() {
+            assert!(
+                std::env::var("CI").is_err_and(|_| true)
+                    || std::env::var("CI").as_deref() != Ok("true"),
+                "CI=true and the `mcp` package could not be installed into {}",
+                venv.display()
+            );
+            eprintln!(
+                "\n!!!!!!!! SKIPPED MCP client tests: cannot install mcp=={VERSION} from PyPI into {} !!!!!!!!\n",
+                venv.display()
+            );
+            return None;
+        }
+    }
+    Some(python)
+}
+
+/// Runs tests/mcp/client.py: `calls` (tool name, arguments) in one session;
+/// the tools listed (name → input schema) and each call's (is_error, text).
+fn mcp_client(
+    python: &std::path::Path,
+    args: &[&str],
+    calls: serde_json::Value,
+) -> (serde_json::Value, Vec<(bool, String)>) {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/mcp/client.py");
+    let mut child = Command::new(python)
+        .arg(script)
+        .args(args)
+        .env_remove("CORDON_MIN_ISOLATION")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the MCP client");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(calls.to_string().as_bytes())
+        .expect("calls");
+    let out = child.wait_with_output().expect("the MCP client");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "the MCP client failed:\n{err}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)));
+    let results = v["calls"]
+        .as_array()
+        .expect("calls")
+        .iter()
+        .map(|c| {
+            (
+                c["is_error"].as_bool().expect("is_error"),
+                c["text"].as_str().expect("text").to_string(),
+            )
+        })
+        .collect();
+    (v["tools"].clone(), results)
+}
+
+fn tool_names(tools: &serde_json::Value) -> Vec<String> {
+    let mut n: Vec<String> = tools.as_object().expect("tools").keys().cloned().collect();
+    n.sort();
+    n
+}
+
+#[test]
+fn cordon_mcp_on_stdio_serves_one_sandbox_bound_by_its_command_line() {
+    if !root() {
+        return;
+    }
+    let Some(python) = mcp_python() else { return };
+    let cordon = env!("CARGO_BIN_EXE_cordon");
+    let (tools, r) = mcp_client(
+        &python,
+        &[
+            "stdio",
+            cordon,
+            "mcp",
+            "--scope",
+            "team-a",
+            "--thread",
+            "t-1",
+            "--min-isolation",
+            "container",
+            "--quiet",
+        ],
+        serde_json::json!([
+            ["exec", {"argv": ["sh", "-c", "echo hi; pwd"]}],
+            ["write_file", {"path": "notes/a.txt", "content": "hello"}],
+            ["read_file", {"path": "notes/a.txt"}],
+            ["run_code", {"language": "python", "source": "print(open('notes/a.txt').read() * 2)"}],
+            // What a model might try: name another sandbox, read the host.
+            ["exec", {"argv": ["true"], "thread": "t-2"}],
+            ["exec", {"argv": ["true"], "scope": "team-b"}],
+            ["read_file", {"path": "/etc/shadow"}],
+            ["read_file", {"path": "../../etc/passwd"}],
+            ["list_files", {}],
+            ["run_code", {"language": "perl", "source": "1"}],
+            ["exec", {"argv": ["sh", "-c", "exit 3"]}],
+        ]),
+    );
+    // The default MCP spec: what every local rung holds (no files_list).
+    assert_eq!(
+        tool_names(&tools),
+        ["exec", "read_file", "run_code", "write_file"]
+    );
+    for (name, schema) in tools.as_object().expect("tools") {
+        assert_eq!(schema["additionalProperties"], false, "{name}");
+    }
+    assert!(!r[0].0 && r[0].1.contains("hi\\n/workspace"), "{:?}", r[0]);
+    assert!(
+        !r[1].0 && r[1].1.contains("/workspace/notes/a.txt"),
+        "{:?}",
+        r[1]
+    );
+    assert!(
+        !r[2].0 && r[2].1.contains("\"text\": \"hello\""),
+        "{:?}",
+        r[2]
+    );
+    assert!(!r[3].0 && r[3].1.contains("hellohello"), "{:?}", r[3]);
+    assert!(
+        r[4].0 && r[4].1.contains("no argument `thread`"),
+        "{:?}",
+        r[4]
+    );
+    assert!(
+        r[5].0 && r[5].1.contains("no argument `scope`"),
+        "{:?}",
+        r[5]
+    );
+    assert!(
+        r[6].0 && r[6].1.contains("only under the working directory"),
+        "{:?}",
+        r[6]
+    );
+    assert!(r[7].0, "{:?}", r[7]);
+    assert!(
+        r[8].0 && r[8].1.contains("no tool `list_files`"),
+        "{:?}",
+        r[8]
+    );
+    assert!(
+        r[9].0 && r[9].1.contains("must be one of python"),
+        "{:?}",
+        r[9]
+    );
+    assert!(
+        !r[10].0 && r[10].1.contains("\"exit_code\": 3"),
+        "{:?}",
+        r[10]
+    );
+    // A second client of the same thread finds nothing: the first one's
+    // sandbox went when its client closed stdio.
+    let (_, again) = mcp_client(
+        &python,
+        &[
+            "stdio",
+            cordon,
+            "mcp",
+            "--scope",
+            "team-a",
+            "--thread",
+            "t-1",
+            "--min-isolation",
+            "container",
+            "--quiet",
+        ],
+        serde_json::json!([["read_file", {"path": "notes/a.txt"}]]),
+    );
+    assert!(
+        again[0].0 && again[0].1.contains("no file"),
+        "{:?}",
+        again[0]
+    );
+}
+
+#[test]
+fn mcp_over_http_binds_each_request_to_its_credential_and_thread_headers() {
+    if !root() {
+        return;
+    }
+    let Some(python) = mcp_python() else { return };
+    let dir = tempfile::tempdir().expect("dir");
+    // A spec with a declared output: collect_outputs is offered, and its
+    // result carries display lines, never the host's handles.
+    std::fs::write(
+        dir.path().join("mcp-spec.yaml"),
+        "kind: report\nimage: host\nrequires: [exec, run_code, files_in]\ndeclared_outputs:\n  - {path: out/report.txt, media_type: text/plain}\nfiles_out: {max_bytes_per_file: 1MiB, max_total_bytes: 1MiB, max_files: 1}\n",
+    )
+    .expect("spec");
+    let server = start(&config(
+        dir.path(),
+        &format!("{}mcp: {{spec: mcp-spec.yaml}}\n", good_config()),
+    ));
+    let url = format!("http://{}/mcp", server.addr);
+    let (tools, a) = mcp_client(
+        &python,
+        &["http", &url, "token-a", "t-1"],
+        serde_json::json!([
+            ["exec", {"argv": ["sh", "-c", "mkdir -p out; echo secret-of-a > out/report.txt; echo ok"]}],
+            ["collect_outputs", {}],
+        ]),
+    );
+    assert_eq!(
+        tool_names(&tools),
+        ["collect_outputs", "exec", "run_code", "write_file"]
+    );
+    assert!(!a[0].0 && a[0].1.contains("ok"), "{:?}", a[0]);
+    assert!(!a[1].0 && a[1].1.contains("report.txt"), "{:?}", a[1]);
+    assert!(
+        !a[1].1.contains("cordon-serve-") && !a[1].1.contains("handle"),
+        "a host handle reached the model: {:?}",
+        a[1]
+    );
+    let cat = serde_json::json!([["exec", {"argv": ["cat", "out/report.txt"]}]]);
+    // The same credential and thread: the same sandbox.
+    let (_, same) = mcp_client(&python, &["http", &url, "token-a", "t-1"], cat.clone());
+    assert!(same[0].1.contains("secret-of-a"), "{:?}", same[0]);
+    // Another thread of A, or B with A's thread: another sandbox each.
+    for (token, thread) in [("token-a", "t-2"), ("token-b", "t-1"), ("token-b", "")] {
+        let (_, other) = mcp_client(&python, &["http", &url, token, thread], cat.clone());
+        assert!(
+            !other[0].1.contains("secret-of-a") && other[0].1.contains("No such file"),
+            "{token}/{thread}: {:?}",
+            other[0]
+        );
+    }
+    // No credential, a wrong one, a browser's Origin: refused before MCP.
+    let init = r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#;
+    let (status, _) = request(&server.addr, "POST", "/mcp", None, Some(init));
+    assert_eq!(status, 401);
+    let (status, _) = request(&server.addr, "POST", "/mcp", Some("token-c"), Some(init));
+    assert_eq!(status, 401);
+    let mut s = std::net::TcpStream::connect(&server.addr).expect("connect");
+    write!(
+        s,
+        "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer token-a\r\nOrigin: http://evil.example\r\nAccept: application/json, text/event-stream\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{init}",
+        init.len()
+    )
+    .expect("send");
+    let mut text = String::new();
+    s.read_to_string(&mut text).expect("read");
+    assert!(text.starts_with("HTTP/1.1 403"), "{text}");
+}

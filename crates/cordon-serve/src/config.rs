@@ -31,6 +31,18 @@ pub struct ServeConfig {
     pub min_isolation: Option<Isolation>,
     pub credentials: Vec<Credential>,
     pub limits: Limits,
+    pub mcp: McpConfig,
+}
+
+/// The MCP endpoint (`/mcp`).
+#[derive(Debug, Clone, Default)]
+pub struct McpConfig {
+    /// The spec of every MCP sandbox (`None`: cordon's MCP spec,
+    /// `cordon_serve::mcp::default_spec`).
+    pub spec: Option<PathBuf>,
+    /// Browser origins allowed to call `/mcp` (`scheme://host:port`);
+    /// default none: a request carrying any `Origin` is refused.
+    pub allowed_origins: Vec<String>,
 }
 
 /// What one caller may ask of the server; past each, a clear `413` or
@@ -93,6 +105,17 @@ struct RawServe {
     credentials: Vec<RawCredential>,
     #[serde(default)]
     limits: Option<RawLimits>,
+    #[serde(default)]
+    mcp: Option<RawMcp>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawMcp {
+    #[serde(default)]
+    spec: Option<Spanned<String>>,
+    #[serde(default)]
+    allowed_origins: Vec<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -239,6 +262,24 @@ impl ServeConfig {
                     u32::try_from(count(v, "requests_per_second")?).unwrap_or(u32::MAX);
             }
         }
+        let mut mcp = McpConfig::default();
+        if let Some(m) = &raw.mcp {
+            mcp.spec = m.spec.as_ref().map(|p| base.join(&**p));
+            for o in &m.allowed_origins {
+                let ok = (o.starts_with("http://") || o.starts_with("https://"))
+                    && !o.ends_with('/')
+                    && o.split("://")
+                        .nth(1)
+                        .is_some_and(|h| !h.is_empty() && !h.contains('/'));
+                if !ok {
+                    return Err(at(
+                        yaml::pos(o),
+                        format!("`mcp.allowed_origins`: `{}` is not an origin; write `scheme://host:port`, e.g. `https://app.example.com:443`", &**o),
+                    ));
+                }
+                mcp.allowed_origins.push(o.to_string());
+            }
+        }
         Ok(ServeConfig {
             file: file.to_string(),
             listen,
@@ -246,6 +287,7 @@ impl ServeConfig {
             min_isolation,
             credentials,
             limits,
+            mcp,
         })
     }
 }

@@ -10,6 +10,7 @@
 
 pub mod auth;
 pub mod config;
+pub mod mcp;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -51,6 +52,8 @@ pub struct Served {
     landed: Mutex<BTreeMap<String, (String, PathBuf)>>,
     /// Counters for `/metrics`, by scope.
     metrics: Mutex<BTreeMap<String, ScopeMetrics>>,
+    /// The spec of every sandbox made through `/mcp`.
+    mcp_spec: SandboxSpec,
 }
 
 /// What `/metrics` counts for one scope.
@@ -75,8 +78,10 @@ impl Served {
         backends: Vec<String>,
         floor: cordon_sandbox::Isolation,
         router: cordon_sandbox::Router,
+        mcp_spec: SandboxSpec,
     ) -> Served {
         Served {
+            mcp_spec,
             config,
             backends,
             floor,
@@ -149,12 +154,137 @@ pub fn app(state: Arc<Served>) -> Router {
         .route("/v1/sandboxes/outputs", post(outputs))
         .route("/v1/artifacts/{handle}", get(artifact))
         .route("/metrics", get(metrics))
+        .merge(mcp_routes(state.clone()))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             count_refusals,
         ))
         .layer(axum::extract::DefaultBodyLimit::max(max_body))
         .with_state(state)
+}
+
+/// `/mcp`: the MCP server over streamable HTTP. Each request must carry a
+/// credential (checked here, before the protocol is read, and again when a
+/// tool resolves its sandbox) and no `Origin` but a configured one.
+fn mcp_routes(state: Arc<Served>) -> Router<Arc<Served>> {
+    use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+    use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
+    let mut hosts = vec![
+        "localhost".to_string(),
+        "127.0.0.1".to_string(),
+        "::1".to_string(),
+    ];
+    hosts.push(state.config.listen.ip().to_string());
+    let mut config = StreamableHttpServerConfig::default()
+        .with_allowed_hosts(hosts)
+        .with_allowed_origins(state.config.mcp.allowed_origins.clone())
+        .enforce_origin_validation()
+        .with_max_request_body_bytes(state.config.limits.max_request_bytes);
+    config.sse_keep_alive = Some(Duration::from_secs(15));
+    let host = Arc::new(HttpMcp {
+        served: state.clone(),
+    });
+    let service = StreamableHttpService::new(
+        move || Ok(mcp::CordonMcp::new(host.clone())),
+        Arc::new(LocalSessionManager::default()),
+        config,
+    );
+    Router::new()
+        .route_service("/mcp", service)
+        .route_layer(axum::middleware::from_fn_with_state(state, mcp_credential))
+}
+
+/// `/mcp` answers only a request with a credential (within its budget).
+async fn mcp_credential(
+    State(s): State<Arc<Served>>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    match who(&s, req.headers()) {
+        Ok(_) => next.run(req).await,
+        Err(r) => *r,
+    }
+}
+
+/// The header a host binds an MCP connection's thread with (default
+/// `mcp`: one sandbox per credential), and its agent dir's.
+pub const MCP_THREAD_HEADER: &str = "cordon-thread";
+pub const MCP_AGENT_DIR_HEADER: &str = "cordon-agent-dir";
+
+/// MCP over HTTP: each request's sandbox is the one its own credential and
+/// `cordon-thread`/`cordon-agent-dir` headers name; nothing a tool call
+/// carries reaches the key.
+struct HttpMcp {
+    served: Arc<Served>,
+}
+
+impl HttpMcp {
+    fn bound(
+        &self,
+        ctx: &rmcp::service::RequestContext<rmcp::service::RoleServer>,
+    ) -> Result<(Credential, Address), String> {
+        let parts = ctx
+            .extensions
+            .get::<axum::http::request::Parts>()
+            .ok_or("this request came without its HTTP headers; it is not served")?;
+        let header = parts
+            .headers
+            .get("authorization")
+            .and_then(|v| v.to_str().ok());
+        let cred = auth::authenticate(&self.served.config.credentials, header)
+            .cloned()
+            .ok_or("this request carries no credential this server holds")?;
+        let named = |h: &str, default: &str| -> Result<String, String> {
+            match parts.headers.get(h) {
+                None => Ok(default.to_string()),
+                Some(v) => v
+                    .to_str()
+                    .map(str::to_string)
+                    .map_err(|_| format!("the `{h}` header is not text")),
+            }
+        };
+        Ok((
+            cred,
+            Address {
+                thread: named(MCP_THREAD_HEADER, "mcp")?,
+                agent_dir: named(MCP_AGENT_DIR_HEADER, "default")?,
+            },
+        ))
+    }
+}
+
+impl mcp::McpHost for HttpMcp {
+    fn spec(&self) -> &SandboxSpec {
+        &self.served.mcp_spec
+    }
+
+    fn sandbox(
+        &self,
+        ctx: &rmcp::service::RequestContext<rmcp::service::RoleServer>,
+    ) -> Result<Arc<dyn Sandbox>, String> {
+        let (cred, at) = self.bound(ctx)?;
+        self.served
+            .get_or_create(&cred, &at, &self.served.mcp_spec)
+            .map(|m| m.sandbox)
+            .map_err(|r| r.message)
+    }
+
+    fn lands(&self) -> bool {
+        true
+    }
+
+    fn land(
+        &self,
+        ctx: &rmcp::service::RequestContext<rmcp::service::RoleServer>,
+        sandbox: &dyn Sandbox,
+    ) -> Result<Vec<String>, String> {
+        let (cred, _) = self.bound(ctx)?;
+        let landed = self
+            .served
+            .land_outputs(&cred, sandbox)
+            .map_err(|r| r.message)?;
+        Ok(landed.into_iter().map(|(display, _)| display).collect())
+    }
 }
 
 /// `401` with a body that says what to send; the same for a missing and a
@@ -299,14 +429,17 @@ fn caller(cred: &Credential, at: &Address) -> CallerContext {
 /// An error as the API answers it: a status from its kind and a message
 /// that says what to do.
 fn refused(kind: ErrorKind, message: impl std::fmt::Display) -> Response {
-    let status = match kind {
+    Refusal::of(kind, message).into_response()
+}
+
+fn status_of(kind: ErrorKind) -> StatusCode {
+    match kind {
         ErrorKind::Invalid => StatusCode::BAD_REQUEST,
         ErrorKind::Refused => StatusCode::FORBIDDEN,
         ErrorKind::NotFound => StatusCode::NOT_FOUND,
         ErrorKind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
         ErrorKind::Failed => StatusCode::INTERNAL_SERVER_ERROR,
-    };
-    (status, Json(json!({"error": message.to_string()}))).into_response()
+    }
 }
 
 /// A body that could not be read: too large (`413`, with the limit), or
@@ -413,71 +546,118 @@ async fn create(
     };
     let served = s.clone();
     let made = tokio::task::spawn_blocking(move || -> Response {
-        let caller = caller(&cred, &body.at);
-        let key = match caller.resolve() {
-            Ok(c) => c.key,
-            Err(e) => return refused(ErrorKind::Invalid, e),
-        };
+        match served.get_or_create(&cred, &body.at, &spec) {
+            Ok(made) => Json(json!({
+                "handle": made.sandbox.id(),
+                "backend": made.backend,
+                "rung": made.rung,
+                "thread": body.at.thread,
+                "agent_dir": body.at.agent_dir,
+            }))
+            .into_response(),
+            Err(r) => r.into_response(),
+        }
+    })
+    .await;
+    made.unwrap_or_else(|e| refused(ErrorKind::Failed, e))
+}
+
+/// A request the server answers with an error: its status and a message
+/// that says what to do.
+pub(crate) struct Refusal {
+    status: StatusCode,
+    message: String,
+}
+
+impl Refusal {
+    fn of(kind: ErrorKind, message: impl std::fmt::Display) -> Refusal {
+        Refusal {
+            status: status_of(kind),
+            message: message.to_string(),
+        }
+    }
+}
+
+impl IntoResponse for Refusal {
+    fn into_response(self) -> Response {
+        (self.status, Json(json!({"error": self.message}))).into_response()
+    }
+}
+
+/// A sandbox got or made for a request.
+pub(crate) struct Made {
+    sandbox: Arc<dyn Sandbox>,
+    backend: String,
+    rung: &'static str,
+}
+
+impl Served {
+    /// The sandbox of `cred`'s scope at `at`, made with `spec` when it does
+    /// not exist (counted against the credential's cap, with the creates in
+    /// flight); one made with another spec is refused by the router. Blocks.
+    pub(crate) fn get_or_create(
+        &self,
+        cred: &Credential,
+        at: &Address,
+        spec: &SandboxSpec,
+    ) -> Result<Made, Refusal> {
+        let caller = caller(cred, at);
+        let key = caller
+            .resolve()
+            .map_err(|e| Refusal::of(ErrorKind::Invalid, e))?
+            .key;
         // A new sandbox counts against the credential's cap, with the
         // creates in flight; getting an existing one does not.
         let reserved = {
-            let live = served.live.lock().unwrap_or_else(|p| p.into_inner());
+            let live = self.live.lock().unwrap_or_else(|p| p.into_inner());
             if live.contains_key(&key) {
                 false
             } else {
-                let mut pending = served.pending.lock().unwrap_or_else(|p| p.into_inner());
+                let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
                 let held = live.keys().filter(|k| k.scope() == cred.scope).count()
                     + pending.get(&cred.scope).copied().unwrap_or(0);
-                let cap = served.config.limits.max_sandboxes;
+                let cap = self.config.limits.max_sandboxes;
                 if held >= cap {
-                    return (
-                        StatusCode::TOO_MANY_REQUESTS,
-                        Json(json!({"error": format!(
+                    return Err(Refusal {
+                        status: StatusCode::TOO_MANY_REQUESTS,
+                        message: format!(
                             "this credential holds {held} live sandboxes, its limit; dispose one (POST /v1/sandboxes/dispose) first"
-                        )})),
-                    )
-                        .into_response();
+                        ),
+                    });
                 }
                 *pending.entry(cred.scope.clone()).or_default() += 1;
                 true
             }
         };
-        let acquired = served.router.acquire(&caller, &spec);
+        let acquired = self.router.acquire(&caller, spec);
         if reserved {
-            let mut pending = served.pending.lock().unwrap_or_else(|p| p.into_inner());
+            let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
             if let Some(n) = pending.get_mut(&cred.scope) {
                 *n = n.saturating_sub(1);
             }
         }
-        let sandbox = match acquired {
-            Ok(s) => s,
-            Err(e) => return refused(e.kind(), &e),
-        };
-        let handle = sandbox.id().to_string();
+        let sandbox = acquired.map_err(|e| Refusal::of(e.kind(), &e))?;
         // Held before anything else can fail: a sandbox acquired is always
         // one the server can find again (and dispose of).
-        served
-            .live
+        self.live
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(key, sandbox);
+            .insert(key, sandbox.clone());
         // The backend that just served the acquire (the same selection).
-        let (backend, rung) = match served.router.selected(&spec) {
-            Ok((name, rung)) => (name.to_string(), rung.as_str()),
-            Err(e) => return refused(e.kind(), &e),
-        };
-        served.count(&cred.scope, |m| *m.created.entry(rung).or_default() += 1);
-        Json(json!({
-            "handle": handle,
-            "backend": backend,
-            "rung": rung,
-            "thread": body.at.thread,
-            "agent_dir": body.at.agent_dir,
-        }))
-        .into_response()
-    })
-    .await;
-    made.unwrap_or_else(|e| refused(ErrorKind::Failed, e))
+        let (backend, rung) = self
+            .router
+            .selected(spec)
+            .map(|(name, rung)| (name.to_string(), rung.as_str()))
+            .map_err(|e| Refusal::of(e.kind(), &e))?;
+        if reserved {
+            self.count(&cred.scope, |m| *m.created.entry(rung).or_default() += 1);
+        }
+        Ok(Made {
+            sandbox,
+            backend,
+            rung,
+        })
+    }
 }
 
 async fn exec(State(s): State<Arc<Served>>, headers: HeaderMap, body: Body<ExecBody>) -> Response {
@@ -753,44 +933,60 @@ async fn outputs(
     };
     let served = s.clone();
     let done = tokio::task::spawn_blocking(move || -> Response {
+        match served.land_outputs(&cred, &*sandbox) {
+            Ok(landed) => {
+                let landed: Vec<_> = landed
+                    .into_iter()
+                    .map(|(display, handle)| json!({"display": display, "handle": handle}))
+                    .collect();
+                Json(json!({"landed": landed})).into_response()
+            }
+            Err(r) => r.into_response(),
+        }
+    })
+    .await;
+    done.unwrap_or_else(|e| refused(ErrorKind::Failed, e))
+}
+
+impl Served {
+    /// Collects `sandbox`'s declared outputs through a confined sink into a
+    /// directory of the server's own, each under a fresh handle only
+    /// `cred`'s scope can fetch: (display line, handle) per landed file.
+    /// Blocks.
+    pub(crate) fn land_outputs(
+        &self,
+        cred: &Credential,
+        sandbox: &dyn Sandbox,
+    ) -> Result<Vec<(String, String)>, Refusal> {
         let spec = sandbox.provenance().spec.clone();
         if spec.declared_outputs().is_empty() {
-            return refused(
+            return Err(Refusal::of(
                 ErrorKind::Invalid,
                 "the sandbox's spec declares no outputs; create it with a spec naming `declared_outputs` and `files_out`",
-            );
+            ));
         }
-        let dir = match random_handle() {
-            Ok(h) => served.artifacts.join(h),
-            Err(e) => return refused(ErrorKind::Failed, e),
-        };
-        if let Err(e) = std::fs::create_dir_all(&dir) {
-            return refused(ErrorKind::Failed, format!("the artifacts directory: {e}"));
-        }
-        let sink = match cordon_files::FsSink::new(&dir) {
-            Ok(s) => s,
-            Err(e) => return refused(ErrorKind::Failed, e),
-        };
-        let got = match cordon_sandbox::collect_outputs(&*sandbox, &spec, Some(&sink)) {
-            Ok(g) => g,
-            Err(e) => return refused(ErrorKind::Failed, e),
-        };
+        let failed = |e: String| Refusal::of(ErrorKind::Failed, e);
+        let dir = self
+            .artifacts
+            .join(random_handle().map_err(|e| failed(e.to_string()))?);
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| failed(format!("the artifacts directory: {e}")))?;
+        let sink = cordon_files::FsSink::new(&dir).map_err(|e| failed(e.to_string()))?;
+        let got = cordon_sandbox::collect_outputs(sandbox, &spec, Some(&sink))
+            .map_err(|e| failed(e.to_string()))?;
         let mut landed = Vec::new();
-        let mut table = served.landed.lock().unwrap_or_else(|p| p.into_inner());
+        let mut table = self.landed.lock().unwrap_or_else(|p| p.into_inner());
         for a in &got.landed {
-            let Ok(handle) = random_handle() else {
-                return refused(ErrorKind::Failed, "no randomness for a handle");
-            };
+            let handle =
+                random_handle().map_err(|_| failed("no randomness for a handle".into()))?;
             table.insert(
                 handle.clone(),
                 (cred.scope.clone(), PathBuf::from(a.handle.reveal())),
             );
-            landed.push(json!({"display": a.display, "handle": handle}));
+            landed.push((a.display.clone(), handle));
         }
-        Json(json!({"landed": landed})).into_response()
-    })
-    .await;
-    done.unwrap_or_else(|e| refused(ErrorKind::Failed, e))
+        Ok(landed)
+    }
 }
 
 /// A landed file's bytes, for the credential whose scope collected it;

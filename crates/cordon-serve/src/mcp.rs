@@ -1,0 +1,717 @@
+//! cordon's Model Context Protocol server: the tools a model calls to use
+//! one sandbox, over stdio (`cordon mcp`) or streamable HTTP (`/mcp` on
+//! `cordon serve`), on the official Rust SDK (`rmcp`).
+//!
+//! A model never names a sandbox. Every tool works on the one sandbox the
+//! *host* bound the connection to: `cordon mcp`'s flags, or on HTTP the
+//! bearer credential (scope, identity) and the `cordon-thread` /
+//! `cordon-agent-dir` headers of each request. No tool argument carries a
+//! key, scope, thread or identity (the schemas refuse unknown fields), and
+//! results carry `display` lines, never a host's artifact handle.
+//!
+//! A tool is offered only where the sandbox's spec requires the capability
+//! behind it, which the router guarantees the chosen backend offers:
+//! `exec` (exec), `run_code` (run_code), `write_file` (files_in),
+//! `list_files` (files_list), `read_file` (files_out with outputs named at
+//! call time: it reads through the confined files-out path under the
+//! spec's caps), `collect_outputs` (files_out with declared outputs, and a
+//! place to land them).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use cordon_sandbox::{
+    Capability, DeclaredOutput, ExecRequest, ExitStatus, FileKind, Sandbox, SandboxSpec,
+};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorData,
+    Implementation, JsonObject, ListToolsResult, PaginatedRequestParams, ServerCapabilities,
+    ServerConfig, Tool,
+};
+use rmcp::service::{MaybeSendFuture, RequestContext, RoleServer};
+use serde_json::{json, Value};
+
+/// The most bytes of each of stdout and stderr a tool result keeps (a
+/// model's context is the scarce thing; the result says when it was cut).
+pub const MAX_TOOL_OUTPUT_BYTES: u64 = 64 << 10;
+/// The longest a tool's command may run unless the call asks for less.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
+/// The most a call may ask for.
+pub const MAX_TIMEOUT_SECONDS: u64 = 3600;
+
+/// Languages `run_code` takes, and the argv that reads the source on stdin.
+pub const LANGUAGES: [(&str, &[&str]); 3] = [
+    ("python", &["python3", "-"]),
+    ("bash", &["bash", "-s"]),
+    ("sh", &["sh", "-s"]),
+];
+
+/// Where an MCP connection's sandbox comes from: the host's binding.
+pub trait McpHost: Send + Sync + 'static {
+    /// The spec every sandbox of this binding is made with (the tools
+    /// offered follow from it).
+    fn spec(&self) -> &SandboxSpec;
+    /// The sandbox the request is bound to (made on first use), or why
+    /// not, in words for the model.
+    fn sandbox(&self, request: &RequestContext<RoleServer>) -> Result<Arc<dyn Sandbox>, String>;
+    /// Lands collected outputs and returns their display lines; `None`
+    /// when this binding has no place to land them (no tool offered).
+    fn lands(&self) -> bool;
+    fn land(
+        &self,
+        request: &RequestContext<RoleServer>,
+        sandbox: &dyn Sandbox,
+    ) -> Result<Vec<String>, String>;
+}
+
+/// The MCP server over one [`McpHost`].
+pub struct CordonMcp<H: McpHost> {
+    host: Arc<H>,
+}
+
+impl<H: McpHost> Clone for CordonMcp<H> {
+    fn clone(&self) -> Self {
+        CordonMcp {
+            host: self.host.clone(),
+        }
+    }
+}
+
+impl<H: McpHost> CordonMcp<H> {
+    pub fn new(host: Arc<H>) -> CordonMcp<H> {
+        CordonMcp { host }
+    }
+}
+
+/// The spec `cordon mcp` and `/mcp` use when the host names none: an
+/// offline sandbox on the host image whose work dir a model may write and
+/// read back (1 MiB a file, 8 MiB in all, 64 files). It does not require
+/// `files_list` (the local rungs do not offer it; a model lists with
+/// `exec`), so `list_files` is offered only by a spec that asks for it.
+pub fn default_spec() -> Result<SandboxSpec, cordon_sandbox::SpecError> {
+    SandboxSpec::new("mcp", "host")?
+        .with_requires([Capability::Exec, Capability::RunCode, Capability::FilesIn])
+        .with_outputs_named_at_call_time(cordon_sandbox::TransferLimits::DEFAULT)
+}
+
+fn schema(v: Value) -> Arc<JsonObject> {
+    match v {
+        Value::Object(m) => Arc::new(m),
+        _ => unreachable!("a tool schema is an object"),
+    }
+}
+
+fn timeout_property() -> Value {
+    json!({
+        "type": "integer", "minimum": 1, "maximum": MAX_TIMEOUT_SECONDS,
+        "description": "Seconds before the command is killed (default 120). The sandbox's own wall-clock bound may be shorter."
+    })
+}
+
+/// Every tool cordon has, with what it needs of the spec.
+fn all_tools(spec: &SandboxSpec, lands: bool) -> Vec<Tool> {
+    let requires = spec.requires();
+    let work_dir = spec.work_dir();
+    let mut tools = Vec::new();
+    if requires.contains(Capability::Exec) {
+        tools.push(Tool::new(
+            "exec",
+            format!("Run a program in your sandbox (a Linux machine with no network unless its policy allows it) and get its exit status, stdout and stderr. The working directory is {work_dir}, which persists between calls. argv is run directly, not through a shell: use [\"sh\", \"-c\", \"...\"] for pipes and globs. Output past 64 KiB per stream is cut (the result says so)."),
+            schema(json!({
+                "type": "object",
+                "properties": {
+                    "argv": {"type": "array", "items": {"type": "string"}, "minItems": 1,
+                             "description": "The program and its arguments, e.g. [\"ls\", \"-l\"]."},
+                    "stdin": {"type": "string", "description": "Text given to the program on standard input."},
+                    "timeout_seconds": timeout_property(),
+                },
+                "required": ["argv"],
+                "additionalProperties": false,
+            })),
+        ));
+    }
+    if requires.contains(Capability::RunCode) {
+        let names: Vec<&str> = LANGUAGES.iter().map(|(n, _)| *n).collect();
+        tools.push(Tool::new(
+            "run_code",
+            format!("Run a snippet of source code in your sandbox and get its exit status, stdout and stderr. Files it writes under {work_dir} persist between calls. python runs python3; bash and sh run a shell script."),
+            schema(json!({
+                "type": "object",
+                "properties": {
+                    "language": {"type": "string", "enum": names},
+                    "source": {"type": "string", "description": "The program's source text."},
+                    "timeout_seconds": timeout_property(),
+                },
+                "required": ["language", "source"],
+                "additionalProperties": false,
+            })),
+        ));
+    }
+    if requires.contains(Capability::FilesIn) {
+        tools.push(Tool::new(
+            "write_file",
+            format!("Create or replace a text file in your sandbox (parent directories are made). A relative path is under {work_dir}."),
+            schema(json!({
+                "type": "object",
+                "properties": {
+                    "path": {"type": "string", "description": "Where to write, e.g. \"data/input.csv\"."},
+                    "content": {"type": "string", "description": "The file's text (UTF-8)."},
+                    "executable": {"type": "boolean", "description": "Make it executable (mode 0755 instead of 0644)."},
+                },
+                "required": ["path", "content"],
+                "additionalProperties": false,
+            })),
+        ));
+    }
+    if requires.contains(Capability::FilesList) {
+        tools.push(Tool::new(
+            "list_files",
+            format!("List a directory of your sandbox: each entry's name and whether it is a file, a directory or a link. Default: {work_dir}."),
+            schema(json!({
+                "type": "object",
+                "properties": {
+                    "path": {"type": "string", "description": "The directory; a relative path is under the working directory."},
+                },
+                "additionalProperties": false,
+            })),
+        ));
+    }
+    if let (Some(limits), true) = (spec.files_out(), spec.outputs_named_at_call_time()) {
+        tools.push(Tool::new(
+            "read_file",
+            format!("Read a regular file under {work_dir} (links are not followed), up to {} bytes. Text comes back as text; other bytes as base64.", limits.max_bytes_per_file),
+            schema(json!({
+                "type": "object",
+                "properties": {
+                    "path": {"type": "string", "description": "The file, relative to the working directory (or an absolute path beneath it)."},
+                },
+                "required": ["path"],
+                "additionalProperties": false,
+            })),
+        ));
+    }
+    if spec.files_out().is_some() && !spec.declared_outputs().is_empty() && lands {
+        let names: Vec<&str> = spec.declared_outputs().iter().map(|o| o.path()).collect();
+        tools.push(Tool::new(
+            "collect_outputs",
+            format!("Hand the task's declared outputs ({}) to the user once you have produced them; returns one line per file delivered.", names.join(", ")),
+            schema(json!({"type": "object", "properties": {}, "additionalProperties": false})),
+        ));
+    }
+    tools
+}
+
+/// A tool's refusal or failure, as the model reads it.
+fn tool_error(message: impl Into<String>) -> CallToolResult {
+    CallToolResult::error(vec![ContentBlock::text(message.into())])
+}
+
+fn text_result(v: Value) -> CallToolResult {
+    CallToolResult::success(vec![ContentBlock::text(
+        serde_json::to_string_pretty(&v).unwrap_or_default(),
+    )])
+}
+
+/// The arguments, checked against what the tool takes: an unknown field is
+/// refused (a model must not think it can pass a key or a thread).
+fn args_of(
+    params: &CallToolRequestParams,
+    allowed: &[&str],
+    required: &[&str],
+) -> Result<JsonObject, String> {
+    let args = params.arguments.clone().unwrap_or_default();
+    for k in args.keys() {
+        if !allowed.contains(&k.as_str()) {
+            return Err(format!(
+                "`{}` takes no argument `{k}`; it takes {}",
+                params.name,
+                allowed
+                    .iter()
+                    .map(|a| format!("`{a}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+    }
+    for r in required {
+        if !args.contains_key(*r) {
+            return Err(format!("`{}` needs `{r}`", params.name));
+        }
+    }
+    Ok(args)
+}
+
+fn string_arg(args: &JsonObject, name: &str) -> Result<Option<String>, String> {
+    match args.get(name) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s.clone())),
+        Some(_) => Err(format!("`{name}` must be a string")),
+    }
+}
+
+fn timeout_arg(args: &JsonObject) -> Result<Duration, String> {
+    match args.get("timeout_seconds") {
+        None | Some(Value::Null) => Ok(DEFAULT_TIMEOUT),
+        Some(v) => match v.as_u64() {
+            Some(n) if (1..=MAX_TIMEOUT_SECONDS).contains(&n) => Ok(Duration::from_secs(n)),
+            _ => Err(format!(
+                "`timeout_seconds` must be a whole number from 1 to {MAX_TIMEOUT_SECONDS}"
+            )),
+        },
+    }
+}
+
+/// A guest path for a model's `path`: relative ones are under the work dir.
+fn in_work_dir(spec: &SandboxSpec, path: &str) -> String {
+    if path.starts_with('/') {
+        path.to_string()
+    } else if path.is_empty() || path == "." {
+        spec.work_dir().to_string()
+    } else {
+        format!("{}/{}", spec.work_dir(), path.trim_start_matches("./"))
+    }
+}
+
+/// Runs a command to its end on a blocking thread; if the call is dropped
+/// first (the client went away, or cancelled), the command is killed.
+async fn run(sandbox: Arc<dyn Sandbox>, req: ExecRequest) -> CallToolResult {
+    let started = tokio::task::spawn_blocking(move || {
+        sandbox.start_exec(&req, cordon_sandbox::Attach::default())
+    })
+    .await;
+    let handle = match started {
+        Ok(Ok(h)) => h,
+        Ok(Err(e)) => return tool_error(e.to_string()),
+        Err(e) => return tool_error(format!("the exec did not start: {e}")),
+    };
+    let killer = handle.killer();
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let guard = KillOnDrop {
+        killer,
+        done: done.clone(),
+    };
+    let ended = tokio::task::spawn_blocking(move || handle.wait()).await;
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
+    drop(guard);
+    let out = match ended {
+        Ok(Ok(o)) => o,
+        Ok(Err(e)) => return tool_error(e.to_string()),
+        Err(e) => return tool_error(format!("the exec failed: {e}")),
+    };
+    let mut v = json!({
+        "stdout": String::from_utf8_lossy(&out.stdout),
+        "stderr": String::from_utf8_lossy(&out.stderr),
+    });
+    match out.status {
+        ExitStatus::Code(c) => v["exit_code"] = c.into(),
+        ExitStatus::Signal(n) => v["killed_by_signal"] = n.into(),
+        ExitStatus::TimedOut => v["killed"] = "it ran past its time limit".into(),
+        ExitStatus::Bound { bound } => {
+            v["killed"] = format!("it reached the sandbox's `{bound}` bound").into()
+        }
+    }
+    if out.stdout_truncated {
+        v["stdout_truncated"] = true.into();
+    }
+    if out.stderr_truncated {
+        v["stderr_truncated"] = true.into();
+    }
+    text_result(v)
+}
+
+struct KillOnDrop {
+    killer: cordon_sandbox::Killer,
+    done: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if !self.done.load(std::sync::atomic::Ordering::SeqCst) {
+            self.killer.kill();
+        }
+    }
+}
+
+impl<H: McpHost> CordonMcp<H> {
+    async fn call(
+        &self,
+        params: CallToolRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let spec = self.host.spec().clone();
+        let offered = all_tools(&spec, self.host.lands());
+        if !offered.iter().any(|t| t.name == params.name) {
+            return Ok(tool_error(format!(
+                "no tool `{}` here; the tools are {}",
+                params.name,
+                offered
+                    .iter()
+                    .map(|t| format!("`{}`", t.name))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )));
+        }
+        let host = self.host.clone();
+        let result = async move {
+            match params.name.as_ref() {
+                "exec" => {
+                    let args = args_of(&params, &["argv", "stdin", "timeout_seconds"], &["argv"])?;
+                    let argv: Vec<String> = match args.get("argv") {
+                        Some(Value::Array(a)) if !a.is_empty() => a
+                            .iter()
+                            .map(|x| x.as_str().map(str::to_string))
+                            .collect::<Option<_>>()
+                            .ok_or("`argv` must be a list of strings")?,
+                        _ => return Err("`argv` must be a non-empty list of strings".into()),
+                    };
+                    let req = ExecRequest {
+                        argv,
+                        env: Default::default(),
+                        stdin: string_arg(&args, "stdin")?.unwrap_or_default().into_bytes(),
+                        timeout: timeout_arg(&args)?,
+                        max_output_bytes: MAX_TOOL_OUTPUT_BYTES,
+                    };
+                    let sandbox = sandbox_of(&host, &ctx).await?;
+                    Ok(run(sandbox, req).await)
+                }
+                "run_code" => {
+                    let args = args_of(
+                        &params,
+                        &["language", "source", "timeout_seconds"],
+                        &["language", "source"],
+                    )?;
+                    let language = string_arg(&args, "language")?.unwrap_or_default();
+                    let Some((_, argv)) = LANGUAGES.iter().find(|(n, _)| *n == language) else {
+                        return Err(format!(
+                            "`language` must be one of {}",
+                            LANGUAGES.map(|(n, _)| n).join(", ")
+                        ));
+                    };
+                    let req = ExecRequest {
+                        argv: argv.iter().map(|s| s.to_string()).collect(),
+                        env: Default::default(),
+                        stdin: string_arg(&args, "source")?.unwrap_or_default().into_bytes(),
+                        timeout: timeout_arg(&args)?,
+                        max_output_bytes: MAX_TOOL_OUTPUT_BYTES,
+                    };
+                    let sandbox = sandbox_of(&host, &ctx).await?;
+                    Ok(run(sandbox, req).await)
+                }
+                "write_file" => {
+                    let args = args_of(
+                        &params,
+                        &["path", "content", "executable"],
+                        &["path", "content"],
+                    )?;
+                    let path = in_work_dir(&spec, &string_arg(&args, "path")?.unwrap_or_default());
+                    let content = string_arg(&args, "content")?.unwrap_or_default();
+                    let mode = match args.get("executable") {
+                        Some(Value::Bool(true)) => 0o755,
+                        None | Some(Value::Bool(false)) | Some(Value::Null) => 0o644,
+                        Some(_) => return Err("`executable` must be true or false".into()),
+                    };
+                    let sandbox = sandbox_of(&host, &ctx).await?;
+                    let shown = path.clone();
+                    let n = content.len();
+                    blocking(move || sandbox.write_file(&path, content.as_bytes(), mode))
+                        .await?
+                        .map_err(|e| e.to_string())?;
+                    Ok(text_result(json!({"wrote": shown, "bytes": n})))
+                }
+                "list_files" => {
+                    let args = args_of(&params, &["path"], &[])?;
+                    let path = in_work_dir(&spec, &string_arg(&args, "path")?.unwrap_or_default());
+                    let sandbox = sandbox_of(&host, &ctx).await?;
+                    let shown = path.clone();
+                    let entries = blocking(move || sandbox.list_dir(&path))
+                        .await?
+                        .map_err(|e| e.to_string())?;
+                    let listed: Vec<Value> = entries
+                        .iter()
+                        .map(|e| {
+                            let kind = match e.kind {
+                                FileKind::File => "file",
+                                FileKind::Dir => "dir",
+                                FileKind::Symlink => "link",
+                                FileKind::Other => "other",
+                            };
+                            json!({"name": e.name, "kind": kind})
+                        })
+                        .collect();
+                    Ok(text_result(json!({"path": shown, "entries": listed})))
+                }
+                "read_file" => {
+                    let args = args_of(&params, &["path"], &["path"])?;
+                    let raw = string_arg(&args, "path")?.unwrap_or_default();
+                    let prefix = format!("{}/", spec.work_dir());
+                    let rel = match raw.strip_prefix(&prefix) {
+                        Some(r) => r.to_string(),
+                        None if raw.starts_with('/') => {
+                            return Err(format!(
+                                "`read_file` reads only under the working directory {}",
+                                spec.work_dir()
+                            ))
+                        }
+                        None => raw.trim_start_matches("./").to_string(),
+                    };
+                    let wanted = DeclaredOutput::new(&rel, "application/octet-stream")
+                        .map_err(|e| e.to_string())?
+                        .optional()
+                        .consumed();
+                    let sandbox = sandbox_of(&host, &ctx).await?;
+                    let got = blocking(move || {
+                        cordon_sandbox::Collection::of(&spec)
+                            .named_at_call_time(&[wanted])
+                            .collect(&*sandbox, None)
+                    })
+                    .await?
+                    .map_err(|e| e.to_string())?;
+                    let Some(a) = got.consumed.into_iter().next() else {
+                        return Err(format!("there is no file `{rel}` in the working directory"));
+                    };
+                    Ok(match String::from_utf8(a.bytes) {
+                        Ok(text) => text_result(json!({"path": rel, "text": text})),
+                        Err(e) => {
+                            use base64::Engine as _;
+                            text_result(json!({
+                                "path": rel,
+                                "base64": base64::engine::general_purpose::STANDARD.encode(e.as_bytes()),
+                            }))
+                        }
+                    })
+                }
+                "collect_outputs" => {
+                    args_of(&params, &[], &[])?;
+                    let sandbox = sandbox_of(&host, &ctx).await?;
+                    let lines = blocking(move || host.land(&ctx, &*sandbox)).await??;
+                    Ok(text_result(json!({"delivered": lines})))
+                }
+                other => Err(format!("no tool `{other}`")),
+            }
+        }
+        .await;
+        Ok(result.unwrap_or_else(tool_error))
+    }
+}
+
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T, String> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| format!("the operation failed: {e}"))
+}
+
+async fn sandbox_of<H: McpHost>(
+    host: &Arc<H>,
+    ctx: &RequestContext<RoleServer>,
+) -> Result<Arc<dyn Sandbox>, String> {
+    let (host, ctx) = (host.clone(), ctx.clone());
+    blocking(move || host.sandbox(&ctx)).await?
+}
+
+impl<H: McpHost> rmcp::ServerHandler for CordonMcp<H> {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new("cordon", env!("CARGO_PKG_VERSION")))
+            .with_instructions(
+                "Tools that run code and handle files in one sandbox of your own: a Linux machine confined by cordon, kept between calls. It has no network unless its policy grants some.",
+            )
+    }
+
+    fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> impl std::future::Future<Output = Result<ListToolsResult, ErrorData>> + MaybeSendFuture + '_
+    {
+        std::future::ready(Ok(ListToolsResult::with_all_items(all_tools(
+            self.host.spec(),
+            self.host.lands(),
+        ))))
+    }
+
+    fn get_tool(&self, name: &str) -> Option<Tool> {
+        all_tools(self.host.spec(), self.host.lands())
+            .into_iter()
+            .find(|t| t.name == name)
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        self.call(request, context).await.map(Into::into)
+    }
+}
+
+/// `cordon mcp`: one sandbox, bound by the host's command line (scope,
+/// thread, agent dir, identity), made on first use and disposed of when
+/// the client closes stdio.
+pub struct StdioHost {
+    router: cordon_sandbox::Router,
+    caller: cordon_sandbox::CallerContext,
+    spec: SandboxSpec,
+    /// Where `collect_outputs` lands files (`None`: the tool is not offered).
+    outputs: Option<std::path::PathBuf>,
+    made: std::sync::Mutex<Option<Arc<dyn Sandbox>>>,
+}
+
+impl StdioHost {
+    pub fn new(
+        router: cordon_sandbox::Router,
+        caller: cordon_sandbox::CallerContext,
+        spec: SandboxSpec,
+        outputs: Option<std::path::PathBuf>,
+    ) -> StdioHost {
+        StdioHost {
+            router,
+            caller,
+            spec,
+            outputs,
+            made: std::sync::Mutex::new(None),
+        }
+    }
+
+    /// Disposes of the sandbox, if one was made: how many.
+    pub fn dispose(&self) -> usize {
+        let held = self.made.lock().unwrap_or_else(|p| p.into_inner()).take();
+        drop(held);
+        self.router.dispose(&self.caller).unwrap_or(0)
+    }
+}
+
+impl McpHost for StdioHost {
+    fn spec(&self) -> &SandboxSpec {
+        &self.spec
+    }
+
+    fn sandbox(&self, _: &RequestContext<RoleServer>) -> Result<Arc<dyn Sandbox>, String> {
+        let mut made = self.made.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(s) = made.as_ref() {
+            return Ok(s.clone());
+        }
+        let s = self
+            .router
+            .acquire(&self.caller, &self.spec)
+            .map_err(|e| e.to_string())?;
+        *made = Some(s.clone());
+        Ok(s)
+    }
+
+    fn lands(&self) -> bool {
+        self.outputs.is_some()
+    }
+
+    fn land(
+        &self,
+        _: &RequestContext<RoleServer>,
+        sandbox: &dyn Sandbox,
+    ) -> Result<Vec<String>, String> {
+        let dir = self
+            .outputs
+            .as_ref()
+            .ok_or("this server has no place to deliver outputs")?;
+        std::fs::create_dir_all(dir).map_err(|e| format!("the outputs directory: {e}"))?;
+        let sink = cordon_files::FsSink::new(dir).map_err(|e| e.to_string())?;
+        let got = cordon_sandbox::collect_outputs(sandbox, &self.spec, Some(&sink))
+            .map_err(|e| e.to_string())?;
+        Ok(got.landed.into_iter().map(|a| a.display).collect())
+    }
+}
+
+/// Serves MCP on this process's stdin and stdout until the client closes
+/// them; then disposes of the sandbox. Returns how many were disposed of.
+pub async fn serve_stdio(host: Arc<StdioHost>) -> Result<usize, String> {
+    use rmcp::ServiceExt as _;
+    let running = CordonMcp::new(host.clone())
+        .serve(rmcp::transport::stdio())
+        .await
+        .map_err(|e| format!("the MCP client did not start a session: {e}"))?;
+    let ended = running.waiting().await;
+    let disposed = tokio::task::spawn_blocking(move || host.dispose())
+        .await
+        .unwrap_or(0);
+    ended.map_err(|e| format!("the MCP session failed: {e}"))?;
+    Ok(disposed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_spec_offers_what_every_local_rung_holds() {
+        let names: Vec<String> = all_tools(&default_spec().unwrap(), true)
+            .into_iter()
+            .map(|t| t.name.to_string())
+            .collect();
+        assert_eq!(names, ["exec", "run_code", "write_file", "read_file"]);
+        let listing = default_spec()
+            .unwrap()
+            .with_requires([Capability::Exec, Capability::FilesList]);
+        assert!(all_tools(&listing, true)
+            .iter()
+            .any(|t| t.name == "list_files"));
+    }
+
+    #[test]
+    fn a_spec_without_capabilities_offers_nothing() {
+        let spec = SandboxSpec::new("run", "host").unwrap();
+        assert!(all_tools(&spec, true).is_empty());
+        let only_exec = spec.with_requires([Capability::Exec]);
+        let names: Vec<String> = all_tools(&only_exec, true)
+            .into_iter()
+            .map(|t| t.name.to_string())
+            .collect();
+        assert_eq!(names, ["exec"]);
+    }
+
+    #[test]
+    fn collect_is_offered_with_declared_outputs_and_a_place_to_land() {
+        let spec = SandboxSpec::new("chart", "host")
+            .unwrap()
+            .with_outputs(
+                cordon_sandbox::TransferLimits::DEFAULT,
+                [DeclaredOutput::new("out/chart.png", "image/png").unwrap()],
+            )
+            .unwrap();
+        let has = |lands| {
+            all_tools(&spec, lands)
+                .iter()
+                .any(|t| t.name == "collect_outputs")
+        };
+        assert!(has(true));
+        assert!(!has(false));
+    }
+
+    #[test]
+    fn every_schema_refuses_unknown_fields() {
+        let every = default_spec().unwrap().with_requires([
+            Capability::Exec,
+            Capability::RunCode,
+            Capability::FilesIn,
+            Capability::FilesList,
+        ]);
+        for t in all_tools(&every, true) {
+            assert_eq!(
+                t.input_schema.get("additionalProperties"),
+                Some(&Value::Bool(false)),
+                "{}",
+                t.name
+            );
+            let props = t.input_schema["properties"].as_object().unwrap();
+            for forbidden in ["scope", "thread", "key", "identity", "agent_dir", "handle"] {
+                assert!(!props.contains_key(forbidden), "{}: {forbidden}", t.name);
+            }
+        }
+    }
+
+    #[test]
+    fn relative_paths_are_under_the_work_dir() {
+        let spec = default_spec().unwrap();
+        assert_eq!(in_work_dir(&spec, "a/b"), "/workspace/a/b");
+        assert_eq!(in_work_dir(&spec, "./a"), "/workspace/a");
+        assert_eq!(in_work_dir(&spec, ""), "/workspace");
+        assert_eq!(in_work_dir(&spec, "/etc/x"), "/etc/x");
+    }
+}
