@@ -7,11 +7,20 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
+use std::time::Duration;
+
+use cordon_host::keeper::{KeptBackend, KeptConfig, KEEPER_ARG};
+use cordon_host::state::StateDir;
 use cordon_host::{Host, HostError, HostSetup};
+use cordon_sandbox::SelfCommand;
 use cordon_sandbox::{Floor, FloorSource, Isolation};
 use cordon_serve::{ServeConfig, Served};
 
 use crate::exit::{fail, refuse, usage};
+
+/// The owner name `cordon serve` records its sandboxes under (every
+/// replica the same: each serves what any made).
+pub const OWNER: &str = "cordon-serve";
 
 #[derive(clap::Args)]
 pub struct ServeArgs {
@@ -53,14 +62,54 @@ pub fn run(args: ServeArgs) -> ExitCode {
         Err(e) => return refuse(e),
     };
     backends.egress.policy_file = policy_file.clone();
+    // Sandboxes are kept (a keeper each) and recorded in the state
+    // directory: replicas sharing it serve and dispose of each other's, and
+    // a restarted server (after a crash, a kill -9) finds them again.
+    let state_path = match &config.sandboxes.state_dir {
+        Some(d) => match std::path::absolute(d) {
+            Ok(p) => p,
+            Err(e) => return usage(format!("`sandboxes.state_dir` in `{}`: {e}", config.file)),
+        },
+        None => StateDir::default_path(),
+    };
+    let state = match StateDir::open(&state_path) {
+        Ok(s) => s,
+        Err(e) => return refuse(format!("the state directory: {e}")),
+    };
+    let exe = match std::env::current_exe() {
+        Ok(p) => p,
+        Err(e) => return refuse(format!("cannot find the cordon binary: {e}")),
+    };
+    let kept = KeptConfig {
+        state: state.clone(),
+        keeper: SelfCommand {
+            path: exe,
+            args: vec![KEEPER_ARG.to_string()],
+        },
+        policy_file: policy_file.clone(),
+        idle_timeout: Duration::from_secs(config.sandboxes.idle_timeout),
+        max_age: Duration::from_secs(config.sandboxes.max_age),
+        owner: OWNER.to_string(),
+    };
+    let registry = crate::registry();
+    // What a crashed replica (or this server, before a restart) left whose
+    // keeper is gone too, or that is past its age, is reclaimed now; live
+    // ones are served again.
+    let (reclaimed, failures) = KeptBackend::gc(&state, &registry);
+    for f in failures {
+        tracing::warn!("reclaiming at start: {f}");
+    }
+    if reclaimed > 0 {
+        eprintln!("cordon serve: reclaimed {reclaimed} sandbox(es) whose keeper was gone");
+    }
     let setup = HostSetup {
         floor: floor.clone(),
         policy_file,
         only: None,
         backends,
-        keep: None,
+        keep: Some(kept),
     };
-    let host = match Host::assemble(&setup, &crate::registry()) {
+    let host = match Host::assemble(&setup, &registry) {
         Ok(h) => h,
         Err(HostError::Policy { diagnostics }) => {
             eprintln!("{diagnostics}");
@@ -85,13 +134,16 @@ pub fn run(args: ServeArgs) -> ExitCode {
             config.file
         ));
     }
-    let served = Arc::new(Served::new(
-        config,
-        host.backends.clone(),
-        floor.rung,
-        host.router,
-        mcp_spec,
-    ));
+    let served = Arc::new(
+        Served::new(
+            config,
+            host.backends.clone(),
+            floor.rung,
+            host.router,
+            mcp_spec,
+        )
+        .kept_in(state),
+    );
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

@@ -31,7 +31,7 @@ fn config(dir: &std::path::Path, body: &str) -> std::path::PathBuf {
 
 fn good_config() -> String {
     format!(
-        "listen: 127.0.0.1:0\nmin_isolation: container\ncredentials:\n  - name: a\n    token_sha256: {}\n    scope: team-a\n    identity: {{namespace: team-a, name: agent, attested: true}}\n  - name: b\n    token_sha256: {}\n    scope: team-b\n    identity: {{namespace: team-b, name: agent}}\n",
+        "listen: 127.0.0.1:0\nmin_isolation: container\nsandboxes: {{state_dir: state, dispose_on_shutdown: true}}\ncredentials:\n  - name: a\n    token_sha256: {}\n    scope: team-a\n    identity: {{namespace: team-a, name: agent, attested: true}}\n  - name: b\n    token_sha256: {}\n    scope: team-b\n    identity: {{namespace: team-b, name: agent}}\n",
         sha256_hex("token-a"),
         sha256_hex("token-b")
     )
@@ -134,6 +134,23 @@ fn request(
     (status, body)
 }
 
+/// The pid of the keeper process serving the sandbox `handle`.
+fn keeper_of(handle: &str) -> u32 {
+    let mark = format!("--handle={handle}");
+    std::fs::read_dir("/proc")
+        .expect("/proc")
+        .flatten()
+        .find_map(|e| {
+            let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+            let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
+            cmdline
+                .split(|b| *b == 0)
+                .any(|a| a == mark.as_bytes())
+                .then_some(pid)
+        })
+        .unwrap_or_else(|| panic!("no keeper serves `{handle}`"))
+}
+
 fn root() -> bool {
     let root = rustix::process::geteuid().is_root();
     if std::env::var("CI").is_ok_and(|v| v == "true") {
@@ -208,7 +225,7 @@ fn a_configuration_that_does_not_hold_is_refused_at_start_with_its_position() {
     let (code, err) = run(&good.replace(&sha256_hex("token-b"), "not-hex"));
     assert_eq!(code, 2, "{err}");
     assert!(
-        err.contains(":9:19: `token_sha256` must be 64 hexadecimal digits"),
+        err.contains(":10:19: `token_sha256` must be 64 hexadecimal digits"),
         "{err}"
     );
     let (code, err) = run(&good.replace(&sha256_hex("token-b"), &sha256_hex("token-a")));
@@ -367,6 +384,11 @@ fn a_streamed_exec_arrives_as_written_and_dies_with_its_client() {
                     .is_ok_and(|c| c.split(|b| *b == 0).any(|a| a == marker.as_bytes()))
             })
     };
+    // `exec sleep` follows the echo; give it a moment under load.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while !sleeping() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
     assert!(sleeping(), "the command is not running");
     drop(r);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
@@ -643,14 +665,16 @@ fn a_terminated_server_finishes_what_runs_and_disposes_of_its_sandboxes() {
     let dir = tempfile::tempdir().expect("dir");
     let mut server = start(&config(dir.path(), &good_config()));
     let a = Some("token-a");
-    let (status, _) = post(
+    let (status, made) = post(
         &server.addr,
         "/v1/sandboxes",
         a,
         serde_json::json!({"thread": "g"}),
     );
     assert_eq!(status, 200);
-    let volume = format!("/cordon-volume-{}-", server.child.id());
+    // The sandbox is kept: its volume is named with its keeper's pid.
+    let keeper = keeper_of(made["handle"].as_str().expect("handle"));
+    let volume = format!("/cordon-volume-{keeper}-");
     let volume_mounted = || {
         std::fs::read_to_string("/proc/self/mountinfo")
             .expect("mountinfo")
@@ -996,4 +1020,135 @@ fn mcp_over_http_binds_each_request_to_its_credential_and_thread_headers() {
     let mut text = String::new();
     s.read_to_string(&mut text).expect("read");
     assert!(text.starts_with("HTTP/1.1 403"), "{text}");
+}
+
+// ---- replicas and restarts ----------------------------------------------
+
+/// Servers sharing a state directory serve and dispose of each other's
+/// sandboxes; one killed with SIGKILL loses nothing (a restarted one serves
+/// what it made); a keeper killed with SIGKILL is reclaimed by the next
+/// server to start, volume and all.
+#[test]
+fn replicas_share_sandboxes_and_a_kill_9_leaks_nothing() {
+    if !root() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("dir");
+    let body = good_config().replace(
+        "sandboxes: {state_dir: state, dispose_on_shutdown: true}",
+        "sandboxes: {state_dir: state}",
+    );
+    assert!(body.contains("state_dir: state}"), "{body}");
+    let file = config(dir.path(), &body);
+    let mut one = start(&file);
+    let two = start(&file);
+    let a = Some("token-a");
+    let exec = |server: &Server, token, thread: &str, argv: serde_json::Value| {
+        post(
+            &server.addr,
+            "/v1/sandboxes/exec",
+            token,
+            serde_json::json!({"thread": thread, "argv": argv}),
+        )
+    };
+    let (status, made) = post(
+        &one.addr,
+        "/v1/sandboxes",
+        a,
+        serde_json::json!({"thread": "r"}),
+    );
+    assert_eq!(status, 200, "{made}");
+    let handle = made["handle"].as_str().expect("handle").to_string();
+    let (status, v) = exec(
+        &one,
+        a,
+        "r",
+        serde_json::json!(["sh", "-c", "echo kept > f"]),
+    );
+    assert_eq!(
+        (status, &v["status"]["code"]),
+        (200, &serde_json::json!(0)),
+        "{v}"
+    );
+    // The other replica finds it; another credential does not.
+    let (status, v) = exec(&two, a, "r", serde_json::json!(["cat", "f"]));
+    assert_eq!((status, v["stdout"].as_str()), (200, Some("kept\n")), "{v}");
+    let (status, v) = exec(&two, Some("token-b"), "r", serde_json::json!(["cat", "f"]));
+    assert_eq!(status, 404, "{v}");
+    // SIGKILL the replica that made it; a new one serves it.
+    one.child.kill().expect("kill -9");
+    one.child.wait().expect("reaped");
+    let three = start(&file);
+    let (status, v) = exec(&three, a, "r", serde_json::json!(["cat", "f"]));
+    assert_eq!((status, v["stdout"].as_str()), (200, Some("kept\n")), "{v}");
+    // A dispose at one replica reclaims it for all.
+    let keeper = keeper_of(&handle);
+    let volume = format!("/cordon-volume-{keeper}-");
+    let (status, v) = post(
+        &two.addr,
+        "/v1/sandboxes/dispose",
+        a,
+        serde_json::json!({"thread": "r"}),
+    );
+    assert_eq!(
+        (status, &v["disposed"]),
+        (200, &serde_json::json!(1)),
+        "{v}"
+    );
+    let (status, v) = exec(&three, a, "r", serde_json::json!(["true"]));
+    assert!(status == 404 || status >= 500, "{status}: {v}");
+    let (status, v) = exec(&three, a, "r", serde_json::json!(["true"]));
+    assert_eq!(status, 404, "{v}");
+    assert!(
+        std::path::Path::new(&format!("/proc/{keeper}"))
+            .exists()
+            .then(|| {
+                std::fs::read_to_string(format!("/proc/{keeper}/cmdline"))
+                    .is_ok_and(|c| c.contains(&handle))
+            })
+            != Some(true),
+        "the keeper outlived the dispose"
+    );
+    assert!(
+        !std::fs::read_to_string("/proc/self/mountinfo")
+            .expect("mountinfo")
+            .contains(&volume),
+        "the volume outlived the dispose"
+    );
+    // A keeper killed with SIGKILL: the next server to start reclaims
+    // what it held.
+    let (status, made) = post(
+        &three.addr,
+        "/v1/sandboxes",
+        a,
+        serde_json::json!({"thread": "k"}),
+    );
+    assert_eq!(status, 200, "{made}");
+    let keeper = keeper_of(made["handle"].as_str().expect("handle"));
+    let volume = format!("/cordon-volume-{keeper}-");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(i32::try_from(keeper).expect("pid")),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .expect("kill -9 the keeper");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while std::path::Path::new(&format!("/proc/{keeper}")).exists()
+        && std::time::Instant::now() < deadline
+    {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let four = start(&file);
+    let (status, v) = exec(&four, a, "k", serde_json::json!(["true"]));
+    assert_eq!(status, 404, "{v}");
+    assert!(
+        !std::fs::read_to_string("/proc/self/mountinfo")
+            .expect("mountinfo")
+            .contains(&volume),
+        "the killed keeper's volume was not reclaimed"
+    );
+    let records = std::fs::read_dir(dir.path().join("state/sandboxes"))
+        .map(|d| d.count())
+        .unwrap_or(0);
+    assert_eq!(records, 0, "records left in the state directory");
+    drop((two, three, four));
 }

@@ -32,6 +32,35 @@ pub struct ServeConfig {
     pub credentials: Vec<Credential>,
     pub limits: Limits,
     pub mcp: McpConfig,
+    pub sandboxes: Sandboxes,
+}
+
+/// Where the server's sandboxes are kept, and for how long.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sandboxes {
+    /// The state directory (`None`: cordon's default, `/run/cordon` for
+    /// root). Servers sharing one are replicas: each serves and disposes of
+    /// what another made; a restarted one serves what it made before.
+    pub state_dir: Option<PathBuf>,
+    /// Seconds without a request after which a sandbox is disposed of.
+    pub idle_timeout: u64,
+    /// Seconds after creation after which it is disposed of, busy or not.
+    pub max_age: u64,
+    /// Dispose of this server's sandboxes when it shuts down (default
+    /// `false`: they are left to the other replicas, a restarted server,
+    /// the idle timeout or `cordon sandbox gc`).
+    pub dispose_on_shutdown: bool,
+}
+
+impl Default for Sandboxes {
+    fn default() -> Sandboxes {
+        Sandboxes {
+            state_dir: None,
+            idle_timeout: 1800,
+            max_age: 86_400,
+            dispose_on_shutdown: false,
+        }
+    }
 }
 
 /// The MCP endpoint (`/mcp`).
@@ -107,6 +136,21 @@ struct RawServe {
     limits: Option<RawLimits>,
     #[serde(default)]
     mcp: Option<RawMcp>,
+    #[serde(default)]
+    sandboxes: Option<RawSandboxes>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSandboxes {
+    #[serde(default)]
+    state_dir: Option<Spanned<String>>,
+    #[serde(default)]
+    idle_timeout_seconds: Option<Spanned<String>>,
+    #[serde(default)]
+    max_age_seconds: Option<Spanned<String>>,
+    #[serde(default)]
+    dispose_on_shutdown: Option<Spanned<bool>>,
 }
 
 #[derive(Deserialize)]
@@ -280,6 +324,31 @@ impl ServeConfig {
                 mcp.allowed_origins.push(o.to_string());
             }
         }
+        let mut sandboxes = Sandboxes::default();
+        if let Some(r) = &raw.sandboxes {
+            let seconds = |v: &Spanned<String>, field: &str| -> Result<u64, ConfigError> {
+                match v.parse::<u64>() {
+                    Ok(n) if n > 0 => Ok(n),
+                    _ => Err(at(
+                        yaml::pos(v),
+                        format!(
+                            "`sandboxes.{field}`: `{}` is not a whole number of seconds above 0",
+                            &**v
+                        ),
+                    )),
+                }
+            };
+            if let Some(d) = &r.state_dir {
+                sandboxes.state_dir = Some(base.join(&**d));
+            }
+            if let Some(v) = &r.idle_timeout_seconds {
+                sandboxes.idle_timeout = seconds(v, "idle_timeout_seconds")?;
+            }
+            if let Some(v) = &r.max_age_seconds {
+                sandboxes.max_age = seconds(v, "max_age_seconds")?;
+            }
+            sandboxes.dispose_on_shutdown = r.dispose_on_shutdown.as_ref().is_some_and(|d| **d);
+        }
         Ok(ServeConfig {
             file: file.to_string(),
             listen,
@@ -288,6 +357,7 @@ impl ServeConfig {
             credentials,
             limits,
             mcp,
+            sandboxes,
         })
     }
 }

@@ -54,6 +54,9 @@ pub struct Served {
     metrics: Mutex<BTreeMap<String, ScopeMetrics>>,
     /// The spec of every sandbox made through `/mcp`.
     mcp_spec: SandboxSpec,
+    /// Where the router's kept sandboxes are recorded (shared by
+    /// replicas); `None`: sandboxes live and die with this server.
+    state: Option<cordon_host::state::StateDir>,
 }
 
 /// What `/metrics` counts for one scope.
@@ -82,6 +85,7 @@ impl Served {
     ) -> Served {
         Served {
             mcp_spec,
+            state: None,
             config,
             backends,
             floor,
@@ -94,6 +98,13 @@ impl Served {
             landed: Mutex::new(BTreeMap::new()),
             metrics: Mutex::new(BTreeMap::new()),
         }
+    }
+
+    /// Sandboxes are kept (by the router's kept backends) and recorded in
+    /// `state`: found there by any replica, and by this server restarted.
+    pub fn kept_in(mut self, state: cordon_host::state::StateDir) -> Served {
+        self.state = Some(state);
+        self
     }
 
     fn count(&self, scope: &str, f: impl FnOnce(&mut ScopeMetrics)) {
@@ -340,8 +351,12 @@ pub async fn serve(
             tokio::time::sleep(SHUTDOWN_GRACE).await;
         } => Ok(()),
     };
-    let reclaim = state.clone();
-    let _ = tokio::task::spawn_blocking(move || reclaim.dispose_all()).await;
+    // Kept sandboxes are left to the replicas, a restarted server, their
+    // idle timeout or `cordon sandbox gc`, unless the configuration says.
+    if state.state.is_none() || state.config.sandboxes.dispose_on_shutdown {
+        let reclaim = state.clone();
+        let _ = tokio::task::spawn_blocking(move || reclaim.dispose_all()).await;
+    }
     // What was landed and not fetched goes with the server.
     let _ = std::fs::remove_dir_all(&state.artifacts);
     served
@@ -368,7 +383,7 @@ impl Served {
 
 /// The part of a sandbox's key a request names: its thread and agent dir.
 /// The scope and the identity are the credential's.
-#[derive(Deserialize)]
+#[derive(Deserialize, Clone)]
 #[serde(deny_unknown_fields)]
 struct Address {
     thread: String,
@@ -478,8 +493,12 @@ fn authed<T>(
 
 /// The caller's live sandbox at `at` (its scope, that thread and agent
 /// dir), or the answer for one it has not made.
-fn live_sandbox(
-    s: &Served,
+///
+/// A sandbox another replica made, or this server made before a restart,
+/// is found in the shared state directory and attached again (through the
+/// router, which checks that it was made for this identity and policy).
+async fn live_sandbox(
+    s: &Arc<Served>,
     cred: &Credential,
     at: &Address,
 ) -> Result<Arc<dyn Sandbox>, Box<Response>> {
@@ -487,12 +506,79 @@ fn live_sandbox(
         .resolve()
         .map_err(|e| Box::new(refused(ErrorKind::Invalid, e)))?
         .key;
-    s.live
+    let held = s
+        .live
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .get(&key)
-        .cloned()
-        .ok_or_else(|| Box::new(no_such_sandbox()))
+        .cloned();
+    if let Some(h) = held {
+        return Ok(h);
+    }
+    let (served, cred, at) = (s.clone(), cred.clone(), at.clone());
+    let found = tokio::task::spawn_blocking(move || served.attach_recorded(&cred, &at)).await;
+    match found {
+        Ok(Ok(Some(sandbox))) => Ok(sandbox),
+        Ok(Ok(None)) => Err(Box::new(no_such_sandbox())),
+        Ok(Err(r)) => Err(Box::new(r.into_response())),
+        Err(e) => Err(Box::new(refused(ErrorKind::Failed, e))),
+    }
+}
+
+impl Served {
+    /// The recorded sandbox of `cred`'s scope at `at`, attached and held;
+    /// `None` when the state directory has none (or there is none). Blocks.
+    fn attach_recorded(
+        &self,
+        cred: &Credential,
+        at: &Address,
+    ) -> Result<Option<Arc<dyn Sandbox>>, Refusal> {
+        let Some(state) = &self.state else {
+            return Ok(None);
+        };
+        let key = cordon_host::state::KeyRecord {
+            scope: cred.scope.clone(),
+            thread: at.thread.clone(),
+            agent_dir: at.agent_dir.clone(),
+        };
+        let rec = match state.find(&key) {
+            Ok(Some(r)) => r,
+            Ok(None) => return Ok(None),
+            Err(e) => return Err(Refusal::of(ErrorKind::Failed, e)),
+        };
+        if rec.orphaned_or_expired(cordon_host::state::now()) {
+            return Ok(None);
+        }
+        self.get_or_create(cred, at, &rec.provenance.spec)
+            .map(|m| Some(m.sandbox))
+    }
+
+    /// Forgets a held sandbox that failed (its keeper gone, say): the next
+    /// request finds it again, or finds it gone.
+    fn forget(&self, cred: &Credential, at: &Address) {
+        if let Ok(c) = caller(cred, at).resolve() {
+            self.live
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&c.key);
+        }
+    }
+
+    /// How many sandboxes `scope` holds: every replica's, from the state
+    /// directory, when there is one; else this server's.
+    fn held(&self, scope: &str) -> usize {
+        if let Some(state) = &self.state {
+            if let Ok((records, _)) = state.list() {
+                let now = cordon_host::state::now();
+                return records
+                    .iter()
+                    .filter(|r| r.key.scope == scope && !r.orphaned_or_expired(now))
+                    .count();
+            }
+        }
+        let live = self.live.lock().unwrap_or_else(|p| p.into_inner());
+        live.keys().filter(|k| k.scope() == scope).count()
+    }
 }
 
 /// The one answer for a sandbox this credential has not made: it does not
@@ -608,14 +694,26 @@ impl Served {
             .key;
         // A new sandbox counts against the credential's cap, with the
         // creates in flight; getting an existing one does not.
+        let exists = self
+            .live
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains_key(&key)
+            || self.state.as_ref().is_some_and(|st| {
+                matches!(st.find(&cordon_host::state::KeyRecord {
+                    scope: cred.scope.clone(),
+                    thread: at.thread.clone(),
+                    agent_dir: at.agent_dir.clone(),
+                }), Ok(Some(r)) if !r.orphaned_or_expired(cordon_host::state::now()))
+            });
         let reserved = {
-            let live = self.live.lock().unwrap_or_else(|p| p.into_inner());
-            if live.contains_key(&key) {
+            if exists {
                 false
             } else {
+                // Held across the count, so two creates cannot both pass
+                // the cap (lock order: `pending`, then `live`).
                 let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
-                let held = live.keys().filter(|k| k.scope() == cred.scope).count()
-                    + pending.get(&cred.scope).copied().unwrap_or(0);
+                let held = self.held(&cred.scope) + pending.get(&cred.scope).copied().unwrap_or(0);
                 let cap = self.config.limits.max_sandboxes;
                 if held >= cap {
                     return Err(Refusal {
@@ -665,7 +763,7 @@ async fn exec(State(s): State<Arc<Served>>, headers: HeaderMap, body: Body<ExecB
         Ok(x) => x,
         Err(r) => return *r,
     };
-    let sandbox = match live_sandbox(&s, &cred, &body.at) {
+    let sandbox = match live_sandbox(&s, &cred, &body.at).await {
         Ok(x) => x,
         Err(r) => return *r,
     };
@@ -684,7 +782,12 @@ async fn exec(State(s): State<Arc<Served>>, headers: HeaderMap, body: Body<ExecB
     s.exec_took(&cred.scope, started.elapsed().as_secs_f64());
     let out = match ran {
         Ok(Ok(o)) => o,
-        Ok(Err(e)) => return refused(e.kind(), &e),
+        Ok(Err(e)) => {
+            // A kept sandbox whose keeper went (idle timeout, disposed by
+            // a replica) is looked up afresh next time.
+            s.forget(&cred, &body.at);
+            return refused(e.kind(), &e);
+        }
         Err(e) => return refused(ErrorKind::Failed, e),
     };
     let (status, killed_by) = cordon_sandbox::exec_json::status(out.status);
@@ -845,7 +948,7 @@ async fn write_file(
             "`mode` takes permission bits only (at most 0o777, 511)",
         );
     }
-    let sandbox = match live_sandbox(&s, &cred, &body.at) {
+    let sandbox = match live_sandbox(&s, &cred, &body.at).await {
         Ok(x) => x,
         Err(r) => return *r,
     };
@@ -927,7 +1030,7 @@ async fn outputs(
         Ok(x) => x,
         Err(r) => return *r,
     };
-    let sandbox = match live_sandbox(&s, &cred, &at) {
+    let sandbox = match live_sandbox(&s, &cred, &at).await {
         Ok(x) => x,
         Err(r) => return *r,
     };
