@@ -1152,3 +1152,127 @@ fn replicas_share_sandboxes_and_a_kill_9_leaks_nothing() {
     assert_eq!(records, 0, "records left in the state directory");
     drop((two, three, four));
 }
+
+// ---- docs ----------------------------------------------------------------
+
+/// docs/quickstart.md's sections 6 and 7 as a reader runs them from the
+/// clone's root: the shell block starts a server, each Python block runs
+/// against it, and each MCP client configuration is used as written.
+#[test]
+fn the_quickstart_http_python_and_mcp_sections_run_as_written() {
+    if !root() {
+        return;
+    }
+    let Some(python) = mcp_python() else { return };
+    let repo = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
+    let doc = std::fs::read_to_string(repo.join("docs/quickstart.md")).expect("quickstart");
+    let part = &doc[doc.find("## 6.").expect("section 6")..];
+    let mut blocks: Vec<(String, String)> = Vec::new();
+    let mut lines = part.lines();
+    while let Some(l) = lines.next() {
+        if let Some(lang) = l.strip_prefix("```") {
+            let body: Vec<&str> = lines.by_ref().take_while(|l| *l != "```").collect();
+            blocks.push((lang.to_string(), body.join("\n") + "\n"));
+        }
+    }
+    let of = |lang: &str| -> Vec<String> {
+        blocks
+            .iter()
+            .filter(|(l, _)| l == lang)
+            .map(|(_, b)| b.clone())
+            .collect()
+    };
+    let (sh, py, js) = (of("sh"), of("python"), of("json"));
+    assert_eq!((sh.len(), py.len(), js.len()), (1, 3, 2), "{blocks:?}");
+    // The reader's clone: its root, with the server's files written there.
+    let dir = tempfile::tempdir().expect("dir");
+    for d in ["clients", "examples"] {
+        std::os::unix::fs::symlink(
+            repo.join(d).canonicalize().expect("repo"),
+            dir.path().join(d),
+        )
+        .expect("link");
+    }
+    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_cordon"))
+        .parent()
+        .expect("bin dir");
+    let mut script = String::from("set -eu\n");
+    script.push_str(&sh[0]);
+    script.push_str(
+        "server=$!\ntrap 'curl -s -H \"Authorization: Bearer $CORDON_TOKEN\" -H content-type:application/json -d \"{\\\"thread\\\":\\\"t-45\\\"}\" http://127.0.0.1:8787/v1/threads/dispose >/dev/null; kill $server; wait $server' EXIT\n\
+         for _ in $(seq 200); do curl -sf http://127.0.0.1:8787/healthz >/dev/null && break; sleep 0.1; done\n",
+    );
+    for (i, block) in py.iter().enumerate() {
+        script.push_str(&format!(
+            "echo '== python {i}'\n\"$PYTHON\" - <<'PYTHON_BLOCK'\n{block}PYTHON_BLOCK\n"
+        ));
+    }
+    let out = Command::new("bash")
+        .arg("-c")
+        .arg(&script)
+        .current_dir(dir.path())
+        .env(
+            "PATH",
+            format!(
+                "{}:{}",
+                bin.display(),
+                std::env::var("PATH").unwrap_or_default()
+            ),
+        )
+        .env("PYTHON", &python)
+        .env_remove("CORDON_MIN_ISOLATION")
+        .output()
+        .expect("bash");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let section = |i: usize| {
+        let from = stdout.find(&format!("== python {i}")).expect("marker");
+        let to = stdout[from + 1..]
+            .find("== python")
+            .map_or(stdout.len(), |n| from + 1 + n);
+        stdout[from..to].to_string()
+    };
+    assert!(section(0).contains("chart.png"), "{stdout}");
+    assert!(
+        dir.path()
+            .join("chart.png")
+            .metadata()
+            .expect("the chart landed")
+            .len()
+            > 0
+    );
+    assert!(section(1).trim_end().ends_with("285"), "{stdout}");
+    assert!(
+        section(2).contains("run_code") && section(2).contains("\"exit_code\": 0"),
+        "{stdout}\n{stderr}"
+    );
+    // The stdio configuration, run as an MCP client would run it.
+    let stdio: serde_json::Value = serde_json::from_str(&js[0]).expect("json");
+    let server = &stdio["mcpServers"]["cordon"];
+    assert_eq!(server["command"], "cordon");
+    let mut args = vec![
+        "stdio".to_string(),
+        env!("CARGO_BIN_EXE_cordon").to_string(),
+    ];
+    args.extend(
+        server["args"]
+            .as_array()
+            .expect("args")
+            .iter()
+            .map(|a| a.as_str().expect("arg").to_string()),
+    );
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (_, r) = mcp_client(
+        &python,
+        &args,
+        serde_json::json!([["run_code", {"language": "python", "source": "print(6 * 7)"}]]),
+    );
+    assert!(!r[0].0 && r[0].1.contains("42"), "{:?}", r[0]);
+    // The HTTP one names the endpoint and headers section 6's server takes.
+    let http: serde_json::Value = serde_json::from_str(&js[1]).expect("json");
+    let server = &http["mcpServers"]["cordon"];
+    assert_eq!(server["url"], "http://127.0.0.1:8787/mcp");
+    assert_eq!(server["headers"]["Authorization"], "Bearer TOKEN");
+    assert!(server["headers"]["cordon-thread"].is_string());
+}
