@@ -76,6 +76,19 @@ pub fn run(args: ServeArgs) -> ExitCode {
         Ok(s) => s,
         Err(e) => return refuse(format!("the state directory: {e}")),
     };
+    // Every egress decision of the server's sandboxes lands in the state
+    // directory's audit log, which the server follows for `/metrics`.
+    if let Some(e) = &config.egress {
+        backends.egress.nameservers = e.nameservers.clone();
+        backends.egress.hosts_file = e.hosts_file.clone();
+        backends.egress.audit = e.audit.clone();
+    }
+    let audit = backends
+        .egress
+        .audit
+        .clone()
+        .unwrap_or_else(|| state_path.join(crate::run::EGRESS_AUDIT));
+    backends.egress.audit = Some(audit.clone());
     let exe = match std::env::current_exe() {
         Ok(p) => p,
         Err(e) => return refuse(format!("cannot find the cordon binary: {e}")),
@@ -142,7 +155,8 @@ pub fn run(args: ServeArgs) -> ExitCode {
             host.router,
             mcp_spec,
         )
-        .kept_in(state),
+        .kept_in(state)
+        .following_egress_audit(audit),
     );
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

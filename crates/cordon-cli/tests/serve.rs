@@ -1276,3 +1276,161 @@ fn the_quickstart_http_python_and_mcp_sections_run_as_written() {
     assert_eq!(server["headers"]["Authorization"], "Bearer TOKEN");
     assert!(server["headers"]["cordon-thread"].is_string());
 }
+
+// ---- metrics of the policy --------------------------------------------------
+
+/// `/metrics` counts policy denials by surface and rule (at create, at
+/// exec, at the egress proxy) and the bytes the proxy carried, by scope.
+#[test]
+fn metrics_count_denials_by_surface_and_rule_and_egress_bytes() {
+    if !root() {
+        return;
+    }
+    // An upstream that answers whatever comes with 1000 bytes and closes.
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = l.local_addr().expect("addr").port();
+    std::thread::spawn(move || {
+        for s in l.incoming() {
+            let Ok(mut s) = s else { continue };
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 4096];
+                let _ = s.read(&mut buf);
+                let _ = s.write_all(&[b'x'; 1000]);
+            });
+        }
+    });
+    let dir = tempfile::tempdir().expect("dir");
+    let p = dir.path();
+    std::fs::write(
+        p.join("policy.yaml"),
+        r#"
+policy:
+  compute:
+    allow:
+      - name: system-programs
+        when: command.startsWith("/usr/") || command.startsWith("/bin/")
+    deny:
+      - name: no-su
+        when: command == "/usr/bin/su"
+  storage:
+    allow:
+      - name: system
+        when: >-
+          (path.startsWith("/usr/") || path.startsWith("/lib/") ||
+          path.startsWith("/lib64/") || path.startsWith("/bin/") ||
+          path.startsWith("/sbin/")) && mode in ["read", "execute"]
+      - name: etc
+        when: path.startsWith("/etc/") && mode == "read"
+      - name: work
+        when: path.startsWith(work_dir + "/") && mode in ["read", "write"]
+      - name: tmp
+        when: path.startsWith("/tmp/") && mode in ["read", "write"]
+      - name: devices
+        when: path in ["/dev/null", "/dev/zero", "/dev/urandom"] && mode in ["read", "write"]
+  egress:
+    allow_ranges:
+      - cidr: 127.0.0.0/8
+        hosts: [ok.test, other.test]
+    allow:
+      - name: test-hosts
+        when: host == "ok.test" || host == "other.test"
+    deny:
+      - name: not-the-second-address
+        when: ip == "127.0.0.2"
+      - name: team-b-stays-home
+        when: identity.namespace == "team-b"
+"#,
+    )
+    .expect("policy");
+    std::fs::write(p.join("hosts"), "127.0.0.1 ok.test\n127.0.0.2 other.test\n").expect("hosts");
+    let body = good_config().replace(
+        "min_isolation: container\n",
+        &format!(
+            "min_isolation: container\npolicy: policy.yaml\negress: {{nameservers: [], hosts_file: {}}}\n",
+            p.join("hosts").display()
+        ),
+    );
+    let server = start(&config(p, &body));
+    let spec = format!(
+        "kind: fetch\nimage: host\nrequires: [exec]\negress_allow: [\"ok.test:{port}\", \"other.test:{port}\"]\n"
+    );
+    // team-b's egress is denied for certain: refused at create.
+    let (status, v) = post(
+        &server.addr,
+        "/v1/sandboxes",
+        Some("token-b"),
+        serde_json::json!({"thread": "m", "spec": spec}),
+    );
+    assert_eq!(status, 403, "{v}");
+    let a = Some("token-a");
+    let (status, v) = post(
+        &server.addr,
+        "/v1/sandboxes",
+        a,
+        serde_json::json!({"thread": "m", "spec": spec}),
+    );
+    assert_eq!(status, 200, "{v}");
+    // At exec: the compute guard.
+    let (status, v) = post(
+        &server.addr,
+        "/v1/sandboxes/exec",
+        a,
+        serde_json::json!({"thread": "m", "argv": ["/usr/bin/su"]}),
+    );
+    assert_eq!(status, 403, "{v}");
+    // At the proxy: one tunnel carried, one refused by its address.
+    let (status, v) = post(
+        &server.addr,
+        "/v1/sandboxes/exec",
+        a,
+        serde_json::json!({"thread": "m", "argv": ["sh", "-c", format!(
+            "curl -sk --max-time 5 https://ok.test:{port}/ ; curl -sk --max-time 5 https://other.test:{port}/ ; true"
+        )]}),
+    );
+    assert_eq!(status, 200, "{v}");
+    let metric = |token: &str, name: &str| -> Option<u64> {
+        get(&server.addr, "/metrics", Some(token))
+            .1
+            .lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let down = "cordon_egress_bytes_total{scope=\"team-a\",direction=\"down\"}";
+    while metric("token-a", down).is_none() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let (_, text) = get(&server.addr, "/metrics", Some("token-a"));
+    let rule_line = |surface: &str, rule_name: &str| {
+        // The rule's `file:line`: the line of its `when:`, after its name.
+        let policy = std::fs::read_to_string(p.join("policy.yaml")).expect("policy");
+        let line = policy
+            .lines()
+            .position(|l| l.contains(&format!("name: {rule_name}")))
+            .expect("rule")
+            + 2;
+        format!(
+            "cordon_policy_denials_total{{scope=\"{{SCOPE}}\",surface=\"{surface}\",rule=\"{}:{line}\"}} 1",
+            p.join("policy.yaml").canonicalize().expect("path").display()
+        )
+    };
+    for want in [
+        rule_line("compute", "no-su").replace("{SCOPE}", "team-a"),
+        rule_line("egress", "not-the-second-address").replace("{SCOPE}", "team-a"),
+    ] {
+        assert!(text.contains(&want), "no `{want}` in:\n{text}");
+    }
+    assert_eq!(metric("token-a", down), Some(1000), "{text}");
+    assert!(
+        metric(
+            "token-a",
+            "cordon_egress_bytes_total{scope=\"team-a\",direction=\"up\"}"
+        )
+        .is_some_and(|n| n > 100),
+        "{text}"
+    );
+    let (_, b) = get(&server.addr, "/metrics", Some("token-b"));
+    let want = rule_line("egress", "team-b-stays-home").replace("{SCOPE}", "team-b");
+    assert!(b.contains(&want), "no `{want}` in:\n{b}");
+    assert!(!b.contains("team-a"), "{b}");
+}

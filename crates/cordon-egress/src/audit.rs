@@ -43,6 +43,12 @@ pub struct AuditLine {
     pub reason: String,
     /// The facts as they stood at the decision that ended the request.
     pub facts: EgressFacts,
+    /// On a tunnel's `end` line: the bytes it carried from the sandbox
+    /// upstream, and back.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub bytes_up: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub bytes_down: Option<u64>,
 }
 
 impl AuditLine {

@@ -210,7 +210,32 @@ impl Proxy {
             unknown,
             reason: reason.to_string(),
             facts: r.facts.clone(),
+            bytes_up: None,
+            bytes_down: None,
         })
+    }
+
+    /// A tunnel's `end` line: why it ended and the bytes it carried.
+    fn record_end(&self, r: &Record<'_>, reason: &str, moved: &crate::splice::Moved) {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.cfg.audit.record(AuditLine {
+            time: rfc3339(r.now),
+            now: r.now,
+            sandbox: r.caller.sandbox.clone(),
+            identity: r.caller.identity.clone(),
+            env: self.cfg.env.name.clone(),
+            kind: r.kind.to_string(),
+            target: r.target.clone(),
+            ip: r.facts.ip.clone(),
+            verdict: "end".to_string(),
+            status: 200,
+            rules: Vec::new(),
+            unknown: Vec::new(),
+            reason: reason.to_string(),
+            facts: r.facts.clone(),
+            bytes_up: Some(moved.up.load(Relaxed)),
+            bytes_down: Some(moved.down.load(Relaxed)),
+        });
     }
 
     fn refuse(
@@ -578,21 +603,22 @@ impl Proxy {
             return;
         }
         let cap = self.cap(r.caller);
-        match crate::splice::tunnel(&client, &up, cap).await {
-            Ok(()) => {}
+        let moved = crate::splice::Moved::default();
+        // The hello went up before the splice.
+        moved
+            .up
+            .fetch_add(hello.len() as u64, std::sync::atomic::Ordering::Relaxed);
+        let reason = match crate::splice::tunnel(&client, &up, cap, &moved).await {
+            Ok(()) => "tunnel closed".to_string(),
             Err(crate::splice::SpliceEnd::CapExceeded) => {
-                self.record(
-                    &r,
-                    "end",
-                    200,
-                    &format!("response cap of {cap} bytes exceeded; the tunnel was closed"),
-                    None,
-                );
+                format!("response cap of {cap} bytes exceeded; the tunnel was closed")
             }
             Err(crate::splice::SpliceEnd::Io(e)) => {
-                tracing::debug!(target: "cordon::egress", "tunnel to {}: {e}", a)
+                tracing::debug!(target: "cordon::egress", "tunnel to {}: {e}", a);
+                format!("tunnel closed: {e}")
             }
-        }
+        };
+        self.record_end(&r, &reason, &moved);
     }
 
     // ---- plain HTTP ------------------------------------------------------

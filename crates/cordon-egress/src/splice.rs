@@ -27,17 +27,37 @@ impl From<io::Error> for SpliceEnd {
     }
 }
 
+/// The bytes a tunnel delivered each way, counted as they are delivered
+/// (so a tunnel that ends in an error still reports what it moved).
+#[derive(Debug, Default)]
+pub struct Moved {
+    /// Client to upstream.
+    pub up: std::sync::atomic::AtomicU64,
+    /// Upstream to client.
+    pub down: std::sync::atomic::AtomicU64,
+}
+
 /// Moves bytes both ways until both sides have ended, at most `cap` bytes
-/// from `upstream` to `client`. On the cap, returns at once (the caller
-/// drops both sockets, closing them).
-pub async fn tunnel(client: &TcpStream, upstream: &TcpStream, cap: u64) -> Result<(), SpliceEnd> {
-    let up = one_way(client, upstream, None);
-    let down = one_way(upstream, client, Some(cap));
+/// from `upstream` to `client`, counting them in `moved`. On the cap,
+/// returns at once (the caller drops both sockets, closing them).
+pub async fn tunnel(
+    client: &TcpStream,
+    upstream: &TcpStream,
+    cap: u64,
+    moved: &Moved,
+) -> Result<(), SpliceEnd> {
+    let up = one_way(client, upstream, None, &moved.up);
+    let down = one_way(upstream, client, Some(cap), &moved.down);
     tokio::try_join!(up, down).map(|_| ())
 }
 
 /// `from` → `to` until `from` ends; then `to`'s write side is shut down.
-async fn one_way(from: &TcpStream, to: &TcpStream, cap: Option<u64>) -> Result<u64, SpliceEnd> {
+async fn one_way(
+    from: &TcpStream,
+    to: &TcpStream,
+    cap: Option<u64>,
+    counted: &std::sync::atomic::AtomicU64,
+) -> Result<u64, SpliceEnd> {
     let (pipe_r, pipe_w) = rustix::pipe::pipe_with(PipeFlags::CLOEXEC | PipeFlags::NONBLOCK)
         .map_err(io::Error::from)?;
     // A larger pipe moves more per call; the default (64 KiB) still works.
@@ -82,6 +102,7 @@ async fn one_way(from: &TcpStream, to: &TcpStream, cap: Option<u64>) -> Result<u
                 Ok(m) => {
                     left -= m;
                     total += m as u64;
+                    counted.fetch_add(m as u64, std::sync::atomic::Ordering::Relaxed);
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
                 Err(e) => return Err(e.into()),

@@ -584,6 +584,17 @@ async fn the_response_cap_is_counted_on_the_transport() {
         "{:?}",
         s.audit.lines()
     );
+    // The tunnel's end line counts what it carried each way: the
+    // ClientHello up, and down exactly what reached the client.
+    let hello = client_hello(Some("big.test")).len() as u64;
+    let end = s
+        .audit
+        .lines()
+        .into_iter()
+        .find(|l| l.verdict == "end" && l.kind == "connect")
+        .expect("an end line");
+    assert_eq!(end.bytes_up, Some(hello), "{end:?}");
+    assert_eq!(end.bytes_down, Some(rest.len() as u64), "{end:?}");
 }
 
 #[tokio::test]

@@ -165,11 +165,36 @@ pub enum SandboxError {
     Unavailable { reason: String },
 }
 
+/// How the compute guard's refusal of an exec begins ([`crate::guard`]).
+pub const POLICY_REFUSES: &str = "the policy refuses `";
+
 fn rules_shown(rules: &[String]) -> String {
     rules.iter().map(|r| format!("\n  {r}")).collect()
 }
 
 impl SandboxError {
+    /// When the policy refused an exec (the compute guard): the deciding
+    /// rules, `file:line` (none when no allow rule matched). Read from the
+    /// refusal's lines too, as a kept sandbox's refusal crosses the keeper
+    /// wire as text. For counting denials by rule.
+    pub fn denied_rules(&self) -> Option<Vec<String>> {
+        let SandboxError::Refused { reason, rules } = self else {
+            return None;
+        };
+        if !reason.starts_with(POLICY_REFUSES) {
+            return None;
+        }
+        Some(
+            rules
+                .iter()
+                .map(String::as_str)
+                .chain(reason.lines())
+                .filter_map(|l| l.trim_start().strip_prefix("denied by: "))
+                .map(|place| place.split("  ").next().unwrap_or(place).to_string())
+                .collect(),
+        )
+    }
+
     pub fn kind(&self) -> ErrorKind {
         match self {
             SandboxError::Unsupported { .. } => ErrorKind::Invalid,

@@ -78,7 +78,9 @@ struct RawConfig {
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct RawEgress {
+/// An `egress:` section as a configuration file holds it (the host
+/// configuration's, `cordon serve`'s); [`egress_setup`] checks it.
+pub struct RawEgress {
     #[serde(default)]
     nameservers: Option<Vec<Spanned<String>>>,
     #[serde(default)]
@@ -141,7 +143,9 @@ impl HostConfig {
     }
 }
 
-fn egress_setup(file: &str, e: RawEgress) -> Result<crate::registry::EgressSetup, ConfigError> {
+/// Checks an `egress:` section of `file`: addresses parse, paths are
+/// absolute; each refusal positioned.
+pub fn egress_setup(file: &str, e: RawEgress) -> Result<crate::registry::EgressSetup, ConfigError> {
     let at = |s: &Spanned<String>, message: String| {
         let (line, column) = pos(s);
         ConfigError::Structure {

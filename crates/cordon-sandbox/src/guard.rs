@@ -91,7 +91,8 @@ impl Guarded {
             let explanation = self.policy.explain(&request);
             return Err(SandboxError::Refused {
                 reason: format!(
-                    "the policy refuses `{program}` (canonical `{}`{}) before it starts:",
+                    "{}{program}` (canonical `{}`{}) before it starts:",
+                    crate::backend::POLICY_REFUSES,
                     resolved.command,
                     if resolved.command_target != resolved.command {
                         format!(", target `{}`", resolved.command_target)

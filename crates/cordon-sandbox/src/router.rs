@@ -132,6 +132,8 @@ pub enum RouterError {
         entry: String,
         identity: String,
         why: String,
+        /// The deciding rules, `file:line` (none: no rule allowed it).
+        rules: Box<[String]>,
     },
     #[error("secret `{name}` of spec `{kind}` is refused by the policy for identity `{identity}`: {why}; drop it from the spec's `secrets`, or have the policy grant it")]
     SecretDenied {
@@ -139,6 +141,8 @@ pub enum RouterError {
         name: String,
         identity: String,
         why: String,
+        /// The deciding rules, `file:line` (none: no rule granted it).
+        rules: Box<[String]>,
     },
     #[error(transparent)]
     Secret { source: SecretError },
@@ -184,6 +188,21 @@ impl RouterError {
             RouterError::NoBackendQualifies { .. } => ErrorKind::Unavailable,
             RouterError::Secret { .. } | RouterError::Delivery { .. } => ErrorKind::Failed,
             RouterError::Backend { source, .. } => source.kind(),
+        }
+    }
+
+    /// When the policy refused: the surface (`egress`, `compute`,
+    /// `secret`) and the rules that decided (`file:line`; a bound's key for
+    /// a resource ask; none when no rule allowed it). For counting denials
+    /// by surface and rule.
+    pub fn denial(&self) -> Option<(&'static str, Vec<String>)> {
+        match self {
+            RouterError::AboveBound { bound, .. } => {
+                Some(("compute", vec![bound.key().to_string()]))
+            }
+            RouterError::EgressDenied { rules, .. } => Some(("egress", rules.to_vec())),
+            RouterError::SecretDenied { rules, .. } => Some(("secret", rules.to_vec())),
+            _ => None,
         }
     }
 }
@@ -517,6 +536,18 @@ impl Router {
         }
     }
 
+    /// Where a decision's deciding rules stand (`file:line`, as the egress
+    /// audit names them).
+    fn rule_names(&self, d: &Decision) -> Box<[String]> {
+        d.deciding
+            .iter()
+            .map(|id| {
+                let r = self.policy.rule(*id);
+                format!("{}:{}", r.file, r.line)
+            })
+            .collect()
+    }
+
     /// Why a decision did not allow, in words naming the rules.
     fn explain(&self, d: &Decision) -> String {
         let rules = |ids: &[cordon_policy::RuleId]| {
@@ -602,6 +633,7 @@ impl Router {
                     entry: entry.to_string(),
                     identity: who(identity),
                     why: self.explain(&d),
+                    rules: self.rule_names(&d),
                 });
             }
         }
@@ -620,6 +652,7 @@ impl Router {
                     name: name.to_string(),
                     identity: who(identity),
                     why: self.explain(&d),
+                    rules: self.rule_names(&d),
                 });
             }
         }

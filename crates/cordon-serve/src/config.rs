@@ -33,6 +33,10 @@ pub struct ServeConfig {
     pub limits: Limits,
     pub mcp: McpConfig,
     pub sandboxes: Sandboxes,
+    /// How the egress proxy resolves names and where it audits (as in the
+    /// host configuration); `None`: the system's resolver, the audit log
+    /// in the state directory.
+    pub egress: Option<cordon_sandbox::EgressSetup>,
 }
 
 /// Where the server's sandboxes are kept, and for how long.
@@ -138,6 +142,8 @@ struct RawServe {
     mcp: Option<RawMcp>,
     #[serde(default)]
     sandboxes: Option<RawSandboxes>,
+    #[serde(default)]
+    egress: Option<cordon_sandbox::config::RawEgress>,
 }
 
 #[derive(Deserialize)]
@@ -349,8 +355,23 @@ impl ServeConfig {
             }
             sandboxes.dispose_on_shutdown = r.dispose_on_shutdown.as_ref().is_some_and(|d| **d);
         }
+        let egress = match raw.egress {
+            None => None,
+            Some(e) => Some(cordon_sandbox::config::egress_setup(file, e).map_err(
+                |e| match e {
+                    cordon_sandbox::config::ConfigError::Structure {
+                        line,
+                        column,
+                        message,
+                        ..
+                    } => at((line, column), message),
+                    other => at((1, 1), other.to_string()),
+                },
+            )?),
+        };
         Ok(ServeConfig {
             file: file.to_string(),
+            egress,
             listen,
             policy,
             min_isolation,

@@ -57,6 +57,8 @@ pub struct Served {
     /// Where the router's kept sandboxes are recorded (shared by
     /// replicas); `None`: sandboxes live and die with this server.
     state: Option<cordon_host::state::StateDir>,
+    /// The egress proxies' audit log, followed for `/metrics`.
+    egress_audit: Option<PathBuf>,
 }
 
 /// What `/metrics` counts for one scope.
@@ -70,6 +72,12 @@ struct ScopeMetrics {
     exec_buckets: [u64; EXEC_BUCKETS.len()],
     /// Requests refused, by HTTP status.
     refused: BTreeMap<u16, u64>,
+    /// Policy denials, by surface and deciding rule (`file:line`, a
+    /// bound's key, or `none` when no allow rule matched).
+    denials: BTreeMap<(&'static str, String), u64>,
+    /// Bytes the egress proxy carried for this scope's sandboxes (tunnels,
+    /// from the audit's `end` lines): up, and down.
+    proxy_bytes: (u64, u64),
 }
 
 /// Upper bounds (seconds) of the exec latency histogram's buckets.
@@ -86,6 +94,7 @@ impl Served {
         Served {
             mcp_spec,
             state: None,
+            egress_audit: None,
             config,
             backends,
             floor,
@@ -107,9 +116,83 @@ impl Served {
         self
     }
 
+    /// Follows the egress proxies' audit log (from its end as the server
+    /// starts) for `/metrics`: denials by rule and bytes carried, by scope.
+    pub fn following_egress_audit(mut self, path: PathBuf) -> Served {
+        self.egress_audit = Some(path);
+        self
+    }
+
+    /// Counts one egress audit line under the scope of the sandbox it
+    /// names (`scope/thread/agent_dir`; the longest credential scope that
+    /// prefixes it, so a line names no tenant the configuration lacks).
+    fn audit_line(&self, line: &[u8]) {
+        let Ok(v) = serde_json::from_slice::<serde_json::Value>(line) else {
+            return;
+        };
+        let Some(sandbox) = v["sandbox"].as_str() else {
+            return;
+        };
+        let Some(scope) = self
+            .config
+            .credentials
+            .iter()
+            .map(|c| c.scope.as_str())
+            .filter(|sc| sandbox.strip_prefix(sc).is_some_and(|r| r.starts_with('/')))
+            .max_by_key(|sc| sc.len())
+        else {
+            return;
+        };
+        match v["verdict"].as_str() {
+            Some("deny") => {
+                let rules = v["rules"]
+                    .as_array()
+                    .map(|a| {
+                        a.iter()
+                            .filter_map(|r| r.as_str().map(str::to_string))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                self.denied(scope, "egress", rules);
+            }
+            Some("end") => {
+                let (up, down) = (v["bytes_up"].as_u64(), v["bytes_down"].as_u64());
+                if up.is_some() || down.is_some() {
+                    self.count(scope, |m| {
+                        m.proxy_bytes.0 += up.unwrap_or(0);
+                        m.proxy_bytes.1 += down.unwrap_or(0);
+                    });
+                }
+            }
+            _ => {}
+        }
+    }
+
     fn count(&self, scope: &str, f: impl FnOnce(&mut ScopeMetrics)) {
         let mut m = self.metrics.lock().unwrap_or_else(|p| p.into_inner());
         f(m.entry(scope.to_string()).or_default());
+    }
+
+    /// Counts a policy denial on `surface` by `rules` (none: no allow rule
+    /// matched).
+    fn denied(&self, scope: &str, surface: &'static str, rules: Vec<String>) {
+        let rules = if rules.is_empty() {
+            vec!["none".to_string()]
+        } else {
+            rules
+        };
+        self.count(scope, |m| {
+            for r in rules {
+                *m.denials.entry((surface, r)).or_default() += 1;
+            }
+        });
+    }
+
+    /// Counts an exec refused by the compute guard.
+    fn exec_refused(&self, scope: &str, e: &cordon_sandbox::SandboxError) {
+        if let Some(rules) = e.denied_rules() {
+            self.denied(scope, "compute", rules);
+        }
     }
 
     fn exec_took(&self, scope: &str, seconds: f64) {
@@ -296,6 +379,16 @@ impl mcp::McpHost for HttpMcp {
             .map_err(|r| r.message)?;
         Ok(landed.into_iter().map(|(display, _)| display).collect())
     }
+
+    fn exec_failed(
+        &self,
+        ctx: &rmcp::service::RequestContext<rmcp::service::RoleServer>,
+        error: &cordon_sandbox::SandboxError,
+    ) {
+        if let Ok((cred, _)) = self.bound(ctx) {
+            self.served.exec_refused(&cred.scope, error);
+        }
+    }
 }
 
 /// `401` with a body that says what to send; the same for a missing and a
@@ -337,6 +430,9 @@ pub async fn serve(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let listener = tokio::net::TcpListener::bind(state.config.listen).await?;
+    if let Some(path) = state.egress_audit.clone() {
+        tokio::spawn(follow_audit(state.clone(), path));
+    }
     on_bound(listener.local_addr()?);
     let (signalled, told) = tokio::sync::oneshot::channel::<()>();
     let signal = async move {
@@ -360,6 +456,50 @@ pub async fn serve(
     // What was landed and not fetched goes with the server.
     let _ = std::fs::remove_dir_all(&state.artifacts);
     served
+}
+
+/// How often the egress audit log is read for new lines.
+const AUDIT_POLL: Duration = Duration::from_millis(500);
+/// The most read of it at once, and the longest line kept.
+const AUDIT_CHUNK: u64 = 1 << 20;
+
+/// Reads the egress audit log's new lines as they are appended (from its
+/// end when the server starts; from its start again when it is truncated
+/// or replaced), for `/metrics`.
+async fn follow_audit(s: Arc<Served>, path: PathBuf) {
+    use tokio::io::{AsyncReadExt as _, AsyncSeekExt as _};
+    let mut offset = tokio::fs::metadata(&path).await.map_or(0, |m| m.len());
+    let mut partial: Vec<u8> = Vec::new();
+    loop {
+        tokio::time::sleep(AUDIT_POLL).await;
+        let Ok(mut f) = tokio::fs::File::open(&path).await else {
+            continue;
+        };
+        let len = f.metadata().await.map_or(0, |m| m.len());
+        if len < offset {
+            offset = 0;
+            partial.clear();
+        }
+        if len == offset {
+            continue;
+        }
+        if f.seek(std::io::SeekFrom::Start(offset)).await.is_err() {
+            continue;
+        }
+        let mut buf = Vec::new();
+        let Ok(n) = (&mut f).take(AUDIT_CHUNK).read_to_end(&mut buf).await else {
+            continue;
+        };
+        offset += n as u64;
+        partial.extend_from_slice(&buf);
+        while let Some(end) = partial.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = partial.drain(..=end).collect();
+            s.audit_line(&line);
+        }
+        if partial.len() as u64 > AUDIT_CHUNK {
+            partial.clear();
+        }
+    }
 }
 
 impl Served {
@@ -734,7 +874,12 @@ impl Served {
                 *n = n.saturating_sub(1);
             }
         }
-        let sandbox = acquired.map_err(|e| Refusal::of(e.kind(), &e))?;
+        let sandbox = acquired.map_err(|e| {
+            if let Some((surface, rules)) = e.denial() {
+                self.denied(&cred.scope, surface, rules);
+            }
+            Refusal::of(e.kind(), &e)
+        })?;
         // Held before anything else can fail: a sandbox acquired is always
         // one the server can find again (and dispose of).
         self.live
@@ -775,7 +920,7 @@ async fn exec(State(s): State<Arc<Served>>, headers: HeaderMap, body: Body<ExecB
         max_output_bytes: MAX_OUTPUT_BYTES,
     };
     if body.stream {
-        return streamed(sandbox, req).await;
+        return streamed(&s, &cred, sandbox, req).await;
     }
     let started = std::time::Instant::now();
     let ran = tokio::task::spawn_blocking(move || sandbox.exec(&req)).await;
@@ -783,6 +928,7 @@ async fn exec(State(s): State<Arc<Served>>, headers: HeaderMap, body: Body<ExecB
     let out = match ran {
         Ok(Ok(o)) => o,
         Ok(Err(e)) => {
+            s.exec_refused(&cred.scope, &e);
             // A kept sandbox whose keeper went (idle timeout, disposed by
             // a replica) is looked up afresh next time.
             s.forget(&cred, &body.at);
@@ -836,7 +982,12 @@ async fn dispose(
 /// A streamed exec: NDJSON lines as the command writes, `exit` last. The
 /// command is driven on a blocking thread; when the client goes away (the
 /// body is dropped) the exec is killed at once, not at its next output.
-async fn streamed(sandbox: Arc<dyn Sandbox>, req: ExecRequest) -> Response {
+async fn streamed(
+    s: &Served,
+    cred: &Credential,
+    sandbox: Arc<dyn Sandbox>,
+    req: ExecRequest,
+) -> Response {
     let (tx, rx) = tokio::sync::mpsc::channel::<String>(cordon_sandbox::exec::EVENTS_IN_FLIGHT);
     // Starting an exec blocks (a keeper's round trip, an init's fork): not
     // on the async runtime's threads.
@@ -849,7 +1000,10 @@ async fn streamed(sandbox: Arc<dyn Sandbox>, req: ExecRequest) -> Response {
     };
     let mut handle = match started {
         Ok(Ok(h)) => h,
-        Ok(Err(e)) => return refused(e.kind(), &e),
+        Ok(Err(e)) => {
+            s.exec_refused(&cred.scope, &e);
+            return refused(e.kind(), &e);
+        }
         Err(e) => return refused(ErrorKind::Failed, e),
     };
     let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -1135,6 +1289,8 @@ async fn metrics(State(s): State<Arc<Served>>, headers: HeaderMap) -> Response {
     let _ = writeln!(out, "# TYPE cordon_sandboxes_created_total counter");
     let _ = writeln!(out, "# TYPE cordon_exec_seconds histogram");
     let _ = writeln!(out, "# TYPE cordon_requests_refused_total counter");
+    let _ = writeln!(out, "# TYPE cordon_policy_denials_total counter");
+    let _ = writeln!(out, "# TYPE cordon_egress_bytes_total counter");
     for (scope, v) in shown {
         let scope = scope.replace(['\\', '"', '\n'], "_");
         for (rung, n) in &v.created {
@@ -1169,6 +1325,24 @@ async fn metrics(State(s): State<Arc<Served>>, headers: HeaderMap) -> Response {
             let _ = writeln!(
                 out,
                 "cordon_requests_refused_total{{scope=\"{scope}\",status=\"{status}\"}} {n}"
+            );
+        }
+        for ((surface, rule), n) in &v.denials {
+            let rule = rule.replace(['\\', '"', '\n'], "_");
+            let _ = writeln!(
+                out,
+                "cordon_policy_denials_total{{scope=\"{scope}\",surface=\"{surface}\",rule=\"{rule}\"}} {n}"
+            );
+        }
+        let (up, down) = v.proxy_bytes;
+        if up + down > 0 {
+            let _ = writeln!(
+                out,
+                "cordon_egress_bytes_total{{scope=\"{scope}\",direction=\"up\"}} {up}"
+            );
+            let _ = writeln!(
+                out,
+                "cordon_egress_bytes_total{{scope=\"{scope}\",direction=\"down\"}} {down}"
             );
         }
     }

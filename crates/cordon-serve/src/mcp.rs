@@ -21,7 +21,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cordon_sandbox::{
-    Capability, DeclaredOutput, ExecRequest, ExitStatus, FileKind, Sandbox, SandboxSpec,
+    Capability, DeclaredOutput, ExecRequest, ExitStatus, FileKind, Sandbox, SandboxError,
+    SandboxSpec,
 };
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorData,
@@ -62,6 +63,10 @@ pub trait McpHost: Send + Sync + 'static {
         request: &RequestContext<RoleServer>,
         sandbox: &dyn Sandbox,
     ) -> Result<Vec<String>, String>;
+    /// Told of an exec that did not start (for counting policy denials).
+    fn exec_failed(&self, request: &RequestContext<RoleServer>, error: &SandboxError) {
+        let _ = (request, error);
+    }
 }
 
 /// The MCP server over one [`McpHost`].
@@ -274,14 +279,22 @@ fn in_work_dir(spec: &SandboxSpec, path: &str) -> String {
 
 /// Runs a command to its end on a blocking thread; if the call is dropped
 /// first (the client went away, or cancelled), the command is killed.
-async fn run(sandbox: Arc<dyn Sandbox>, req: ExecRequest) -> CallToolResult {
+async fn run<H: McpHost>(
+    host: &Arc<H>,
+    ctx: &RequestContext<RoleServer>,
+    sandbox: Arc<dyn Sandbox>,
+    req: ExecRequest,
+) -> CallToolResult {
     let started = tokio::task::spawn_blocking(move || {
         sandbox.start_exec(&req, cordon_sandbox::Attach::default())
     })
     .await;
     let handle = match started {
         Ok(Ok(h)) => h,
-        Ok(Err(e)) => return tool_error(e.to_string()),
+        Ok(Err(e)) => {
+            host.exec_failed(ctx, &e);
+            return tool_error(e.to_string());
+        }
         Err(e) => return tool_error(format!("the exec did not start: {e}")),
     };
     let killer = handle.killer();
@@ -372,7 +385,7 @@ impl<H: McpHost> CordonMcp<H> {
                         max_output_bytes: MAX_TOOL_OUTPUT_BYTES,
                     };
                     let sandbox = sandbox_of(&host, &ctx).await?;
-                    Ok(run(sandbox, req).await)
+                    Ok(run(&host, &ctx, sandbox, req).await)
                 }
                 "run_code" => {
                     let args = args_of(
@@ -395,7 +408,7 @@ impl<H: McpHost> CordonMcp<H> {
                         max_output_bytes: MAX_TOOL_OUTPUT_BYTES,
                     };
                     let sandbox = sandbox_of(&host, &ctx).await?;
-                    Ok(run(sandbox, req).await)
+                    Ok(run(&host, &ctx, sandbox, req).await)
                 }
                 "write_file" => {
                     let args = args_of(
