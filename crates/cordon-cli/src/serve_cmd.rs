@@ -130,6 +130,26 @@ pub fn run(args: ServeArgs) -> ExitCode {
         }
         Err(e) => return fail(e),
     };
+    // The root layer the configuration requires: the policy may extend it
+    // (and so only narrow it), never replace it.
+    if let Some(want) = &config.policy_root {
+        let root = host.policy.layers.first().map(|l| l.origin.to_string());
+        let same = match (&root, want.strip_prefix("cordon:")) {
+            (Some(r), Some(_)) => r == want,
+            (Some(r), None) => {
+                let canon = |p: &str| std::path::Path::new(p).canonicalize().ok();
+                canon(r).is_some() && canon(r) == canon(want)
+            }
+            (None, _) => false,
+        };
+        if !same {
+            return usage(format!(
+                "`policy_root` in `{}`: the policy's root layer is `{}`, not `{want}`; make the policy extend `{want}` (its `extends:` chain must end there)",
+                config.file,
+                root.as_deref().unwrap_or("(none)")
+            ));
+        }
+    }
     // The spec of every sandbox made through `/mcp`, checked now: a spec
     // that does not load, or that no backend here can hold, is refused at
     // start, not at a model's first tool call.

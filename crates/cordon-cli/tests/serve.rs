@@ -219,6 +219,16 @@ fn a_configuration_that_does_not_hold_is_refused_at_start_with_its_position() {
         err.contains("serve.yaml:1:1: unknown field `listne`"),
         "{err}"
     );
+    // The policy (cordon:default) does not stand on the required root.
+    let (code, err) = run(&good.replace(
+        "min_isolation: container\n",
+        "min_isolation: container\npolicy_root: cordon:no-privilege\n",
+    ));
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("the policy's root layer is `cordon:default`, not `cordon:no-privilege`"),
+        "{err}"
+    );
     let (code, err) = run("credentials: []\n");
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("`credentials` is empty"), "{err}");

@@ -26,6 +26,9 @@ pub struct ServeConfig {
     pub listen: SocketAddr,
     /// The policy file; `None`: `cordon:default`.
     pub policy: Option<PathBuf>,
+    /// The root layer the policy must have (a file, or `cordon:NAME`):
+    /// whatever the policy file says, it can only narrow this one.
+    pub policy_root: Option<String>,
     /// The weakest rung the server's sandboxes may run at (`None`: the
     /// default floor, `microvm`).
     pub min_isolation: Option<Isolation>,
@@ -134,6 +137,8 @@ struct RawServe {
     #[serde(default)]
     policy: Option<Spanned<String>>,
     #[serde(default)]
+    policy_root: Option<Spanned<String>>,
+    #[serde(default)]
     min_isolation: Option<Spanned<String>>,
     credentials: Vec<RawCredential>,
     #[serde(default)]
@@ -233,6 +238,13 @@ impl ServeConfig {
             })?,
         };
         let policy = raw.policy.as_ref().map(|p| base.join(&**p));
+        let policy_root = raw.policy_root.as_ref().map(|r| {
+            if r.starts_with("cordon:") {
+                r.to_string()
+            } else {
+                base.join(&**r).display().to_string()
+            }
+        });
         let min_isolation = match &raw.min_isolation {
             None => None,
             Some(m) => Some(
@@ -374,6 +386,7 @@ impl ServeConfig {
             egress,
             listen,
             policy,
+            policy_root,
             min_isolation,
             credentials,
             limits,
