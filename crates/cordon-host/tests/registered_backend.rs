@@ -159,6 +159,7 @@ impl Sandbox for HostDir {
             host: self.dir.clone(),
             guest: self.dir.display().to_string(),
             owner: None,
+            secrets: None,
         })
     }
     fn residue(&self) -> serde_json::Value {
