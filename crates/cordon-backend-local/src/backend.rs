@@ -506,3 +506,28 @@ mod available_tests {
         );
     }
 }
+
+#[cfg(test)]
+mod secrets_tests {
+    use super::*;
+
+    /// Every `--work-dir` sandbox runs as the one shared uid: one of them
+    /// could read another's secrets through their host path, so none is
+    /// given any (the refusal says what to do instead).
+    #[test]
+    fn a_sandbox_on_the_shared_uid_gets_no_secrets_directory() {
+        let policy = Arc::new(cordon_policy::Policy::load_default().unwrap());
+        let parent = tempfile::tempdir().unwrap();
+        let b = LocalBackend::new(LocalConfig {
+            rung: Rung::Container,
+            policy,
+            env: cordon_policy::Deployment::default(),
+            work_dir: WorkDir::Given(parent.path().to_path_buf()),
+            init: InitProgram::new("/nonexistent/cordon"),
+            egress: cordon_sandbox::EgressSetup::default(),
+        });
+        let e = b.secrets_dir_for(WORK_DIR_ID, parent.path()).unwrap_err();
+        assert!(e.contains("omit `--work-dir`"), "{e}");
+        assert_eq!(std::fs::read_dir(parent.path()).unwrap().count(), 0);
+    }
+}

@@ -338,7 +338,48 @@ fn sweep() -> (Vec<String>, Vec<String>) {
             Err(e) => failures.push(e),
         }
     }
+    for d in orphaned_secrets(&std::env::temp_dir()) {
+        match std::fs::remove_dir_all(&d) {
+            Ok(()) => done.push(d.display().to_string()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => failures.push(format!("{}: {e}", d.display())),
+        }
+    }
     (done, failures)
+}
+
+/// Secrets directories in `scratch` whose making process is gone (an
+/// owner killed before it could dispose or record them): named
+/// `cordon-secrets-PID-…` by the process that made them, real directories
+/// of root's with a sandbox uid's group. A live process with that pid
+/// keeps them. No secret outlives its sandbox on the host for longer than
+/// the next gc.
+fn orphaned_secrets(scratch: &Path) -> Vec<PathBuf> {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(entries) = std::fs::read_dir(scratch) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(name) = name.to_str() else {
+            continue;
+        };
+        if !name.starts_with("cordon-secrets-") {
+            continue;
+        }
+        let Some(pid) = fresh_dir_maker(name) else {
+            continue;
+        };
+        if Path::new(&format!("/proc/{pid}")).exists() {
+            continue;
+        }
+        match e.path().symlink_metadata() {
+            Ok(m) if m.is_dir() && m.uid() == 0 && sandbox_uid(m.gid()) => out.push(e.path()),
+            _ => {}
+        }
+    }
+    out
 }
 
 /// Work dir mounts (volumes, operators' directories mapped) whose making

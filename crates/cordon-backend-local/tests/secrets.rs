@@ -92,7 +92,7 @@ fn fixture(rung: Rung, init: InitProgram) -> Fixture {
     // Traversable by the sandbox's init, which binds its directories as
     // the workload's uid.
     let parent = tempfile::Builder::new()
-        .prefix("cordon-secrets-test-")
+        .prefix("cordon-test-secrets-")
         .tempdir_in("/var/tmp")
         .unwrap();
     std::fs::set_permissions(parent.path(), std::fs::Permissions::from_mode(0o755)).unwrap();

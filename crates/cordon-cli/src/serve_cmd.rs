@@ -108,6 +108,7 @@ pub fn run(args: ServeArgs) -> ExitCode {
         only: None,
         backends,
         keep: Some(kept),
+        secrets: None,
     };
     let host = match Host::assemble(&setup, &registry) {
         Ok(h) => h,

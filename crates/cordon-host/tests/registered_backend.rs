@@ -298,6 +298,7 @@ fn the_router_serves_it() {
         only: Some(NAME.into()),
         backends: setup(d.path()),
         keep: None,
+        secrets: None,
     };
     let host = Host::assemble(&hs, &registry()).unwrap();
     assert_eq!(host.backends, [NAME]);
