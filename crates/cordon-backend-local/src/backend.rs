@@ -20,7 +20,7 @@ use cordon_egress::{Caller, EgressService};
 use crate::ids::lease_id;
 use crate::profile::RungProfile;
 use crate::sandbox::LocalSandbox;
-use crate::workdir::{fresh_volume, given_dir, remove_mount};
+use crate::workdir::{fresh_volume, given_dir, remove_mount, secrets_cover_point, secrets_dir};
 use crate::{failed, register, LocalConfig, WorkDir, NEXT, WORK_DIR_ID};
 
 /// The `process` or `container` backend.
@@ -235,6 +235,23 @@ impl LocalBackend {
         let mut made = Made {
             tmp: None,
             mount: Some(mount.clone()),
+            secrets: None,
+        };
+        let secrets = if req.provenance.spec.secrets().is_empty() {
+            None
+        } else {
+            let parent = match &self.config.work_dir {
+                WorkDir::Fresh { parent } => parent.clone(),
+                WorkDir::Given(_) => std::env::temp_dir(),
+            };
+            let dir = self
+                .secrets_dir_for(id, &parent)
+                .map_err(|e| made.fail(e))?;
+            made.secrets = Some(dir.clone());
+            Some(
+                cordon_files::host_dir::HostSecretsDir::new(&dir, id)
+                    .map_err(|e| made.fail(e.to_string()))?,
+            )
         };
         let host_str = host_work
             .to_str()
@@ -305,7 +322,9 @@ impl LocalBackend {
             base: std::sync::OnceLock::new(),
             proxy_port: None,
             egress: Mutex::new(None),
+            secrets,
         };
+        made.secrets = None;
         let allow = req.provenance.spec.egress_allow();
         let host = if self.profile.egress == Egress::Allowlist && !allow.is_empty() {
             // Started before the sandbox, so a proxy that cannot start
@@ -358,6 +377,23 @@ impl LocalBackend {
             }
         }
         Ok(sandbox)
+    }
+
+    /// A new secrets directory for a sandbox running as `id`, under
+    /// `parent`. Only for a uid of its own: sandboxes over an operator's
+    /// directory all run as [`WORK_DIR_ID`], and one of them could read
+    /// another's secrets through the host path wherever its policy lets it
+    /// read the directory they are in.
+    fn secrets_dir_for(&self, id: u32, parent: &std::path::Path) -> Result<PathBuf, String> {
+        if id == WORK_DIR_ID {
+            return Err(format!(
+                "secrets are delivered only to a sandbox with a uid of its own, and a sandbox over a directory given with `--work-dir` runs as the uid {WORK_DIR_ID} every such sandbox shares\nhelp: omit `--work-dir` (a fresh work dir comes with its own uid), or drop `secrets` from the spec"
+            ));
+        }
+        if self.profile.rung == Rung::Process {
+            secrets_cover_point().map_err(|e| e.to_string())?;
+        }
+        secrets_dir(parent, id).map_err(|e| e.to_string())
     }
 
     /// Whether the work dir can be shown where the spec asks (`spec_dir`)
@@ -414,6 +450,8 @@ impl LocalBackend {
 /// directory mapped), removed if it fails.
 struct Made {
     mount: Option<PathBuf>,
+    /// The secrets directory, removed whole.
+    secrets: Option<PathBuf>,
     /// A temporary directory made in the operator's directory (through
     /// the mount), removed before it is unmounted.
     tmp: Option<PathBuf>,
@@ -421,6 +459,9 @@ struct Made {
 
 impl Made {
     fn remove(&mut self) {
+        if let Some(s) = self.secrets.take() {
+            let _ = std::fs::remove_dir_all(s);
+        }
         if let Some(t) = self.tmp.take() {
             let _ = std::fs::remove_dir_all(t);
         }
@@ -463,5 +504,30 @@ mod available_tests {
             refused.contains("ABI 6") && refused.contains("warm"),
             "{refused}"
         );
+    }
+}
+
+#[cfg(test)]
+mod secrets_tests {
+    use super::*;
+
+    /// Every `--work-dir` sandbox runs as the one shared uid: one of them
+    /// could read another's secrets through their host path, so none is
+    /// given any (the refusal says what to do instead).
+    #[test]
+    fn a_sandbox_on_the_shared_uid_gets_no_secrets_directory() {
+        let policy = Arc::new(cordon_policy::Policy::load_default().unwrap());
+        let parent = tempfile::tempdir().unwrap();
+        let b = LocalBackend::new(LocalConfig {
+            rung: Rung::Container,
+            policy,
+            env: cordon_policy::Deployment::default(),
+            work_dir: WorkDir::Given(parent.path().to_path_buf()),
+            init: InitProgram::new("/nonexistent/cordon"),
+            egress: cordon_sandbox::EgressSetup::default(),
+        });
+        let e = b.secrets_dir_for(WORK_DIR_ID, parent.path()).unwrap_err();
+        assert!(e.contains("omit `--work-dir`"), "{e}");
+        assert_eq!(std::fs::read_dir(parent.path()).unwrap().count(), 0);
     }
 }

@@ -115,14 +115,15 @@ fn sandbox_uid(uid: u32) -> bool {
 }
 
 /// The keeper pid in the name of a directory `workdir::fresh_dir` made:
-/// `cordon-{work,tmp,volume,mapped}-PID-N-STAMP` (a volume's or a mapped
-/// `--work-dir`'s mount point among them).
+/// `cordon-{work,tmp,volume,mapped,secrets}-PID-N-STAMP` (a volume's or a
+/// mapped `--work-dir`'s mount point among them).
 fn fresh_dir_maker(name: &str) -> Option<u32> {
     let rest = [
         "cordon-work-",
         "cordon-tmp-",
         "cordon-volume-",
         "cordon-mapped-",
+        "cordon-secrets-",
     ]
     .iter()
     .find_map(|p| name.strip_prefix(p))?;
@@ -185,7 +186,7 @@ fn vet_dir(d: &Path, keeper: u32, uid: Option<u32>, scratch: &Path) -> Result<()
         }
         None => {
             return Err(format!(
-                "`{}` is not named as cordon names the directories it makes (`cordon-work-…`, `cordon-tmp-…`, `cordon-volume-…`, `cordon-mapped-…`)",
+                "`{}` is not named as cordon names the directories it makes (`cordon-work-…`, `cordon-tmp-…`, `cordon-volume-…`, `cordon-mapped-…`, `cordon-secrets-…`)",
                 d.display()
             ))
         }
@@ -197,8 +198,23 @@ fn vet_dir(d: &Path, keeper: u32, uid: Option<u32>, scratch: &Path) -> Result<()
             scratch.display()
         ));
     }
+    // A secrets directory is root's, with the sandbox's group.
+    let secrets = name.starts_with("cordon-secrets-");
     match std::fs::symlink_metadata(d) {
         Ok(m) if !m.is_dir() => Err(format!("`{}` is not a directory", d.display())),
+        Ok(m)
+            if secrets
+                && (m.uid() != 0 || uid.is_some_and(|u| u != m.gid()) || !sandbox_uid(m.gid())) =>
+        {
+            Err(format!(
+                "`{}` is owned by {}:{}, not by root with the sandbox's group{}",
+                d.display(),
+                m.uid(),
+                m.gid(),
+                uid.map(|u| format!(" {u}")).unwrap_or_default()
+            ))
+        }
+        Ok(_) if secrets => Ok(()),
         Ok(m) if uid.is_some_and(|u| u != m.uid()) || !sandbox_uid(m.uid()) => Err(format!(
             "`{}` is owned by uid {}, not by the sandbox's uid{}",
             d.display(),
@@ -322,7 +338,48 @@ fn sweep() -> (Vec<String>, Vec<String>) {
             Err(e) => failures.push(e),
         }
     }
+    for d in orphaned_secrets(&std::env::temp_dir()) {
+        match std::fs::remove_dir_all(&d) {
+            Ok(()) => done.push(d.display().to_string()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => failures.push(format!("{}: {e}", d.display())),
+        }
+    }
     (done, failures)
+}
+
+/// Secrets directories in `scratch` whose making process is gone (an
+/// owner killed before it could dispose or record them): named
+/// `cordon-secrets-PID-…` by the process that made them, real directories
+/// of root's with a sandbox uid's group. A live process with that pid
+/// keeps them. No secret outlives its sandbox on the host for longer than
+/// the next gc.
+fn orphaned_secrets(scratch: &Path) -> Vec<PathBuf> {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(entries) = std::fs::read_dir(scratch) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(name) = name.to_str() else {
+            continue;
+        };
+        if !name.starts_with("cordon-secrets-") {
+            continue;
+        }
+        let Some(pid) = fresh_dir_maker(name) else {
+            continue;
+        };
+        if Path::new(&format!("/proc/{pid}")).exists() {
+            continue;
+        }
+        match e.path().symlink_metadata() {
+            Ok(m) if m.is_dir() && m.uid() == 0 && sandbox_uid(m.gid()) => out.push(e.path()),
+            _ => {}
+        }
+    }
+    out
 }
 
 /// Work dir mounts (volumes, operators' directories mapped) whose making
@@ -393,6 +450,7 @@ mod vet_tests {
             Some(14228)
         );
         assert_eq!(fresh_dir_maker("cordon-mapped-7-0-2"), Some(7));
+        assert_eq!(fresh_dir_maker("cordon-secrets-7-0-2"), Some(7));
         for bad in [
             "cordon-work-1-2",
             "cordon-home-1-2-3",

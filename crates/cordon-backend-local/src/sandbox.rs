@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use cordon_confine::FsView;
-use cordon_files::host_dir::HostWorkDir;
+use cordon_files::host_dir::{HostSecretsDir, HostWorkDir};
 use cordon_linux::{
     Bound as LinuxBound, Bounds, ConfineError, Enforcer, FsRule, Ids, Plan, PlanSpec, SandboxStdio,
     Termination,
@@ -63,6 +63,10 @@ pub struct LocalSandbox {
     /// The proxy serving this sandbox's channel; dropped (and the channel
     /// with it) when the sandbox is.
     pub(crate) egress: Mutex<Option<Box<dyn std::any::Any + Send>>>,
+    /// A spec that names secrets: the host directory they are written to
+    /// (only through [`Sandbox::write_file`] at the secrets directory),
+    /// bound read-only there in the sandbox. Removed at dispose.
+    pub(crate) secrets: Option<HostSecretsDir>,
 }
 
 /// The policy (or what it asks for) cannot be held here: nothing ran.
@@ -140,6 +144,9 @@ impl LocalSandbox {
     }
 
     pub(crate) fn remove_dirs(&self) -> Result<(), BackendError> {
+        if let Some(s) = &self.secrets {
+            remove_secrets(s.host())?;
+        }
         if let (Some(tmp), false) = (&self.tmp, self.fresh) {
             // In the operator's directory (a fresh volume goes whole).
             // `remove_dir_all` does not follow links the workload planted.
@@ -243,6 +250,7 @@ impl LocalSandbox {
             image_root: self.image_root.clone(),
             tmp_dir: self.tmp.clone(),
             proxy_port: self.proxy_port,
+            secrets_dir: self.secrets.as_ref().map(|s| s.host().to_path_buf()),
             env,
             bounds: Bounds {
                 max_memory: self.limits.memory_bytes,
@@ -299,6 +307,26 @@ impl Drop for LocalSandbox {
         if let Some(m) = &self.mount {
             let _ = crate::workdir::remove_mount(m);
         }
+        // No secret stays on the host after its sandbox.
+        if let Some(s) = &self.secrets {
+            let _ = remove_secrets(s.host());
+        }
+    }
+}
+
+/// Removes a secrets directory (`remove_dir_all` follows no link; nothing
+/// in it is the workload's).
+pub(crate) fn remove_secrets(dir: &Path) -> Result<(), BackendError> {
+    match std::fs::remove_dir_all(dir) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(failed(
+            "dispose",
+            format!(
+                "cannot remove the secrets directory `{}`: {e}",
+                dir.display()
+            ),
+        )),
     }
 }
 
@@ -493,6 +521,16 @@ fn status_of(outcome: &cordon_linux::Outcome) -> ExitStatus {
 
 impl LocalSandbox {
     fn write_in(&self, path: &str, contents: &[u8], mode: u32) -> Result<(), SandboxError> {
+        // The secrets directory, and nothing else outside the work dir.
+        if HostSecretsDir::names(path) {
+            return match &self.secrets {
+                Some(s) => s.write_secret(path, contents, mode),
+                None => Err(SandboxError::PathRefused {
+                    path: path.to_string(),
+                    reason: "this sandbox's spec names no secrets, so it has no secrets directory; name the secret in the spec's `secrets`".into(),
+                }),
+            };
+        }
         // What cordon writes in belongs to the sandbox's uid (`owned_by`),
         // handed over through the new file's descriptor: a link a running
         // exec swaps in meanwhile is never chowned.
@@ -547,6 +585,13 @@ impl Sandbox for LocalSandbox {
             host: self.files.host().to_path_buf(),
             guest: self.guest_work_dir().to_string(),
             owner: Some(self.files.owner().map_or(self.host_id(), |o| o.0)),
+            secrets: self
+                .secrets
+                .as_ref()
+                .map(|s| cordon_sandbox::HostSecretsRecord {
+                    host: s.host().to_path_buf(),
+                    gid: self.host_id,
+                }),
         })
     }
 
@@ -558,6 +603,7 @@ impl Sandbox for LocalSandbox {
             dirs.extend(self.tmp_dir().map(Path::to_path_buf));
         }
         dirs.extend(self.mount.clone());
+        dirs.extend(self.secrets.as_ref().map(|s| s.host().to_path_buf()));
         serde_json::to_value(register::Residue {
             cgroups: self.cgroup_dirs(),
             dirs,

@@ -2,7 +2,7 @@
 //! directory through an idmapped mount. Both are held to `max_disk` by the
 //! kernel (see `cordon_linux::volume`).
 
-use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 
@@ -34,6 +34,55 @@ pub(crate) fn fresh_dir(parent: &Path, what: &str, id: u32) -> Result<PathBuf, B
         )
     })?;
     Ok(dir)
+}
+
+/// A sandbox's secrets directory: a new directory under `parent`, owned by
+/// root with the sandbox's group `gid`, mode 0750 — the workload (uid and
+/// gid `gid`) lists and reads it, owns nothing in it, and no other uid
+/// gets in. Bound read-only at the guest's secrets directory.
+pub(crate) fn secrets_dir(parent: &Path, gid: u32) -> Result<PathBuf, BackendError> {
+    let dir = fresh_dir(parent, "secrets", 0)?;
+    let handed = std::os::unix::fs::chown(&dir, Some(0), Some(gid))
+        .and_then(|()| std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o750)));
+    if let Err(e) = handed {
+        let _ = std::fs::remove_dir(&dir);
+        return Err(failed(
+            "acquire",
+            format!("cannot hand `{}` to gid {gid}: {e}", dir.display()),
+        ));
+    }
+    Ok(dir)
+}
+
+/// The process rung's secrets are bound at `/run/cordon/secrets` in the
+/// sandbox's own mount namespace, over a tmpfs there that covers the
+/// host's `/run/cordon`: which must then exist, a real directory of
+/// root's. Made mode 0700 when absent (as cordon's state directory is).
+pub(crate) fn secrets_cover_point() -> Result<(), BackendError> {
+    let at = Path::new(cordon_linux::SECRETS_AT)
+        .parent()
+        .unwrap_or(Path::new("/run/cordon"));
+    match std::fs::DirBuilder::new().mode(0o700).create(at) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => {
+            return Err(failed(
+                "acquire",
+                format!("cannot create `{}`: {e}", at.display()),
+            ))
+        }
+    }
+    match std::fs::symlink_metadata(at) {
+        Ok(m) if m.is_dir() && m.uid() == 0 => Ok(()),
+        Ok(_) => Err(failed(
+            "acquire",
+            format!(
+                "`{}` is not a directory of root's, so the secrets cannot be mounted beneath it\nhelp: remove it (cordon makes it again)",
+                at.display()
+            ),
+        )),
+        Err(e) => Err(failed("acquire", format!("`{}`: {e}", at.display()))),
+    }
 }
 
 /// A fresh volume of `size` bytes for `id`, mounted at a new directory

@@ -76,6 +76,13 @@ pub struct Selection {
     /// filesystem no larger than `max_disk`, which is what holds the bound.
     #[arg(long, value_name = "DIR")]
     pub work_dir: Option<PathBuf>,
+    /// Where the secrets a spec names are read from: the secret
+    /// `team-a/db-password` is the file `DIR/team-a/db-password` (links
+    /// refused, at most 1 MiB). Each secret the policy grants is handed to
+    /// the workload as a read-only file under /run/cordon/secrets, never
+    /// through the environment.
+    #[arg(long, value_name = "DIR")]
+    pub secrets_dir: Option<PathBuf>,
     /// A host configuration file.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
@@ -425,6 +432,7 @@ pub fn prepare(args: &Selection, keep: Option<KeptConfig>) -> Result<Prepared, E
             b
         },
         keep,
+        secrets: secrets_provider(args.secrets_dir.as_deref())?,
     };
     let host = match Host::assemble(&setup, &crate::registry()) {
         Ok(h) => h,
@@ -473,6 +481,31 @@ pub fn prepare(args: &Selection, keep: Option<KeptConfig>) -> Result<Prepared, E
         spec,
         chosen,
     })
+}
+
+/// The secret provider `--secrets-dir` names: a directory that exists (it
+/// is read at acquire, and only for secrets the policy grants). Without
+/// it, the router refuses a spec whose secret the policy grants, before
+/// any sandbox is made, saying to pass `--secrets-dir`.
+fn secrets_provider(
+    dir: Option<&std::path::Path>,
+) -> Result<Option<Arc<dyn cordon_sandbox::SecretProvider>>, ExitCode> {
+    let Some(dir) = dir else {
+        return Ok(None);
+    };
+    let real = dir.canonicalize().map_err(|e| {
+        usage(format!(
+            "`--secrets-dir {}`: {e}\nhelp: name a directory that holds each secret as a file",
+            dir.display()
+        ))
+    })?;
+    if !real.is_dir() {
+        return Err(usage(format!(
+            "`--secrets-dir {}` is not a directory\nhelp: name a directory that holds each secret as a file",
+            dir.display()
+        )));
+    }
+    Ok(Some(Arc::new(cordon_sandbox::DirectorySecrets::new(real))))
 }
 
 /// The egress proxy's setup: the host configuration's `egress:` section,

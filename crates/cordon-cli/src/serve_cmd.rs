@@ -121,6 +121,7 @@ pub fn run(args: ServeArgs) -> ExitCode {
         only: None,
         backends,
         keep: Some(kept),
+        secrets: None,
     };
     let host = match Host::assemble(&setup, &registry) {
         Ok(h) => h,

@@ -149,6 +149,54 @@ impl HostWorkDir {
     }
 }
 
+/// A sandbox's secrets directory on the host, which the workload sees
+/// read-only at [`cordon_sandbox::secrets::SECRETS_DIR`] (a backend binds
+/// it there). [`HostSecretsDir::write_secret`] is the only way in: the same
+/// confined write as the work dir's (no link followed, a temporary file
+/// renamed into place), each file and directory owned by root with the
+/// sandbox's group, so the workload reads its secrets through its group
+/// and owns nothing there (it can neither re-mode nor replace them, by any
+/// path).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostSecretsDir {
+    files: HostWorkDir,
+}
+
+impl HostSecretsDir {
+    /// `host`: the directory, made by the owner for this sandbox alone;
+    /// `gid`: the group the workload runs as.
+    pub fn new(host: impl Into<PathBuf>, gid: u32) -> Result<HostSecretsDir, SandboxError> {
+        Ok(HostSecretsDir {
+            files: HostWorkDir::new(host, cordon_sandbox::secrets::SECRETS_DIR)?.owned_by(0, gid),
+        })
+    }
+
+    pub fn host(&self) -> &Path {
+        self.files.host()
+    }
+
+    /// Whether `guest_path` names something under the secrets directory
+    /// (this type's to write, or nobody's).
+    pub fn names(guest_path: &str) -> bool {
+        guest_path
+            .strip_prefix(cordon_sandbox::secrets::SECRETS_DIR)
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+    }
+
+    /// Writes one secret. `mode`'s owner read bit is given to the group
+    /// (the workload's); no write or execute bit is ever set.
+    pub fn write_secret(
+        &self,
+        guest_path: &str,
+        contents: &[u8],
+        mode: u32,
+    ) -> Result<(), SandboxError> {
+        let read = mode & 0o400;
+        self.files
+            .write_file(guest_path, contents, read | (read >> 3))
+    }
+}
+
 /// A [`Sandbox`] over a host directory that runs commands on the host
 /// itself — no isolation. The conformance kit's test subject (see
 /// `cordon_kits::conformance`); never give it to a router.

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use cordon_policy::{Deployment, Policy};
 use cordon_sandbox::{
-    Backend, BackendRegistration, BackendSetup, Floor, Isolation, Registry, Router,
+    Backend, BackendRegistration, BackendSetup, Floor, Isolation, Registry, Router, SecretProvider,
 };
 
 use crate::keeper::{KeptBackend, KeptConfig};
@@ -30,6 +30,9 @@ pub struct HostSetup {
     /// Keep sandboxes beyond this process (a keeper each); `None`: they
     /// live and die with this process.
     pub keep: Option<KeptConfig>,
+    /// Where granted secrets are read from (`None`: a spec naming a
+    /// secret is refused at acquire, saying so).
+    pub secrets: Option<Arc<dyn SecretProvider>>,
 }
 
 /// The assembled host.
@@ -209,12 +212,15 @@ impl Host {
             }
             return Err(HostError::NoBackend(msg));
         }
-        let router = chosen
-            .into_iter()
-            .fold(
-                Router::builder(policy.clone(), deployment.clone()).min_isolation(floor.rung),
-                |b, x| b.backend(x),
-            )
+        let builder = chosen.into_iter().fold(
+            Router::builder(policy.clone(), deployment.clone()).min_isolation(floor.rung),
+            |b, x| b.backend(x),
+        );
+        let builder = match &setup.secrets {
+            Some(p) => builder.secrets(p.clone()),
+            None => builder,
+        };
+        let router = builder
             .build()
             .map_err(|e| HostError::Router(e.to_string()))?;
         Ok(Host {

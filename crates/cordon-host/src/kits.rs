@@ -156,6 +156,7 @@ fn host_for(
         only: Some(reg.name().to_string()),
         backends,
         keep: None,
+        secrets: None,
     };
     Host::assemble_with(&hs, registry, Arc::new(policy))
         .map_err(|e| KitError::Unavailable(e.to_string()))

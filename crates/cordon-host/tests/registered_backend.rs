@@ -159,6 +159,7 @@ impl Sandbox for HostDir {
             host: self.dir.clone(),
             guest: self.dir.display().to_string(),
             owner: None,
+            secrets: None,
         })
     }
     fn residue(&self) -> serde_json::Value {
@@ -297,6 +298,7 @@ fn the_router_serves_it() {
         only: Some(NAME.into()),
         backends: setup(d.path()),
         keep: None,
+        secrets: None,
     };
     let host = Host::assemble(&hs, &registry()).unwrap();
     assert_eq!(host.backends, [NAME]);

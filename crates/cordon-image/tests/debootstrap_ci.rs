@@ -118,6 +118,7 @@ mod run {
             image_root: Some(root),
             tmp_dir: None,
             proxy_port: None,
+            secrets_dir: None,
             env: BTreeMap::from([("PATH".to_string(), "/usr/bin:/bin".to_string())]),
             bounds: Bounds {
                 max_memory: 256 << 20,

@@ -134,7 +134,19 @@ pub struct PlanSpec {
     /// sandbox, so any port works; never 0.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub proxy_port: Option<u16>,
+    /// The host directory holding this sandbox's secrets, bound read-only
+    /// (never executable) at [`SECRETS_AT`] in the sandbox's own mount
+    /// namespace (process rung) or root (container rung), and readable
+    /// there (Landlock); nothing under it is writable by the workload. The
+    /// caller makes it for this sandbox alone. `None`: no secrets, and
+    /// nothing at [`SECRETS_AT`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secrets_dir: Option<PathBuf>,
 }
+
+/// Where a sandbox sees its secrets directory ([`PlanSpec::secrets_dir`]):
+/// the protocol's `cordon_sandbox::secrets::SECRETS_DIR`.
+pub const SECRETS_AT: &str = "/run/cordon/secrets";
 
 /// A plan that passed validation. Fields are read through accessors.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -183,6 +195,8 @@ pub enum PlanError {
     ProxyPortNeedsContainer,
     #[error("`proxy_port` must not be 0: name the port the sandbox's proxy listens on")]
     ProxyPortZero,
+    #[error("`{0}` overlaps the secrets directory `{SECRETS_AT}`, which is the launcher's alone and read-only")]
+    SecretsOverlap(PathBuf),
 }
 
 fn normal_absolute(what: &'static str, path: &Path) -> Result<(), PlanError> {
@@ -255,6 +269,10 @@ impl Plan {
     pub fn ids(&self) -> &Ids {
         &self.spec.ids
     }
+    /// The host directory bound read-only at [`SECRETS_AT`], if any.
+    pub fn secrets_dir(&self) -> Option<&Path> {
+        self.spec.secrets_dir.as_deref()
+    }
     /// The one TCP port the workload may connect to (container rung).
     pub fn proxy_port(&self) -> Option<u16> {
         self.spec.proxy_port
@@ -308,6 +326,19 @@ fn validate(spec: &PlanSpec) -> Result<(), PlanError> {
         normal_absolute("fs rule", &rule.path)?;
         if reserved(&rule.path) {
             return Err(PlanError::ReservedPath(rule.path.clone()));
+        }
+    }
+    if let Some(dir) = &spec.secrets_dir {
+        normal_absolute("secrets_dir", dir)?;
+        // Nothing the plan grants may be bound over the secrets, nor may
+        // the work dir (read-write) contain them.
+        let at = Path::new(SECRETS_AT);
+        let overlaps = |p: &Path| p.starts_with(at) || at.starts_with(p);
+        if overlaps(&spec.work_dir) {
+            return Err(PlanError::SecretsOverlap(spec.work_dir.clone()));
+        }
+        if let Some(r) = spec.fs.iter().find(|r| r.path.starts_with(at)) {
+            return Err(PlanError::SecretsOverlap(r.path.clone()));
         }
     }
     for mask in spec.mask_paths.iter().chain(&spec.mask_executables) {
@@ -402,6 +433,7 @@ mod tests {
                 host_gid: 100_000,
             },
             proxy_port: None,
+            secrets_dir: None,
         }
     }
 
@@ -452,6 +484,28 @@ mod tests {
         assert!(matches!(Plan::new(s), Err(PlanError::NotAbsolute { .. })));
         let mut s = spec();
         s.work_dir = "work".into();
+        assert!(matches!(Plan::new(s), Err(PlanError::NotAbsolute { .. })));
+    }
+
+    #[test]
+    fn nothing_the_plan_grants_lies_over_or_under_the_secrets() {
+        let mut s = spec();
+        s.secrets_dir = Some("/var/tmp/cordon-secrets-1-2-3".into());
+        assert!(Plan::new(s).is_ok());
+        let mut s = spec();
+        s.secrets_dir = Some("/var/tmp/cordon-secrets-1-2-3".into());
+        s.work_dir = SECRETS_AT.into();
+        assert!(matches!(Plan::new(s), Err(PlanError::SecretsOverlap(_))));
+        let mut s = spec();
+        s.secrets_dir = Some("/var/tmp/cordon-secrets-1-2-3".into());
+        s.work_dir = "/run".into();
+        assert!(matches!(Plan::new(s), Err(PlanError::SecretsOverlap(_))));
+        let mut s = spec();
+        s.secrets_dir = Some("/var/tmp/cordon-secrets-1-2-3".into());
+        s.fs[0].path = format!("{SECRETS_AT}/a").into();
+        assert!(matches!(Plan::new(s), Err(PlanError::SecretsOverlap(_))));
+        let mut s = spec();
+        s.secrets_dir = Some("relative".into());
         assert!(matches!(Plan::new(s), Err(PlanError::NotAbsolute { .. })));
     }
 

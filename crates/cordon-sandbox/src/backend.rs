@@ -470,6 +470,22 @@ pub struct HostWorkDirRecord {
     pub guest: String,
     /// The uid/gid files written in are given, when the backend wants one.
     pub owner: Option<u32>,
+    /// The sandbox's secrets directory on the host, when it was given
+    /// secrets: a client in another process writes them there (see
+    /// `cordon_files::host_dir::HostSecretsDir`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secrets: Option<HostSecretsRecord>,
+}
+
+/// A sandbox's secrets directory on the host (see [`HostWorkDirRecord`]).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HostSecretsRecord {
+    /// The directory on the host, seen read-only at
+    /// [`crate::secrets::SECRETS_DIR`] in the sandbox.
+    pub host: std::path::PathBuf,
+    /// The group the workload runs as: what reads the secrets.
+    pub gid: u32,
 }
 
 impl fmt::Debug for dyn Sandbox {

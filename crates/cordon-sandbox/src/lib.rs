@@ -80,8 +80,8 @@ pub mod yaml;
 
 pub use backend::{
     AcquireRequest, Backend, BackendError, DirEntry, ExecOutput, ExecRequest, ExitStatus, FileKind,
-    FileRead, FileStat, HostWorkDirRecord, Limits, Provenance, ResolvedCommand, Sandbox,
-    SandboxError, Stream,
+    FileRead, FileStat, HostSecretsRecord, HostWorkDirRecord, Limits, Provenance, ResolvedCommand,
+    Sandbox, SandboxError, Stream,
 };
 pub use calldir::CallDir;
 pub use capability::{Capability, CapabilitySet};

@@ -54,7 +54,7 @@ pub enum SecretError {
     Missing { name: String },
     #[error("secret `{name}` is refused by the store: {reason}")]
     Refused { name: String, reason: String },
-    #[error("no secret store is configured, so secret `{name}` cannot be delivered; give the router a secret provider")]
+    #[error("no secret store is configured, so secret `{name}` cannot be delivered\nhelp: give the host a secret store: `--secrets-dir DIR` (`cordon run`, `cordon sandbox up`), a directory holding each secret as a file (`DIR/{name}`); a library host passes a provider to `RouterBuilder::secrets`")]
     NoProvider { name: String },
 }
 

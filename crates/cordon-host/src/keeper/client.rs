@@ -6,7 +6,7 @@ use std::os::fd::AsFd;
 use std::sync::Arc;
 use std::time::Duration;
 
-use cordon_files::host_dir::HostWorkDir;
+use cordon_files::host_dir::{HostSecretsDir, HostWorkDir};
 use cordon_linux::fdpass;
 use cordon_sandbox::{
     Attach, Capability, ExecHandle, ExecRequest, FileRead, FileStat, Killer, Provenance, Sandbox,
@@ -23,6 +23,9 @@ pub struct KeptSandbox {
     record: Record,
     provenance: Provenance,
     files: Option<HostWorkDir>,
+    /// The secrets directory its keeper's sandbox binds read-only at the
+    /// guest's secrets directory (a spec that names secrets).
+    secrets: Option<HostSecretsDir>,
 }
 
 impl KeptSandbox {
@@ -38,11 +41,20 @@ impl KeptSandbox {
             }
             None => None,
         };
+        let secrets = match record
+            .host_work_dir
+            .as_ref()
+            .and_then(|d| d.secrets.as_ref())
+        {
+            Some(s) => Some(HostSecretsDir::new(&s.host, s.gid)?),
+            None => None,
+        };
         Ok(KeptSandbox {
             state,
             provenance: record.provenance.clone(),
             record,
             files,
+            secrets,
         })
     }
 
@@ -138,6 +150,17 @@ impl Sandbox for KeptSandbox {
         self.start_handle(req, attach)
     }
     fn write_file(&self, path: &str, contents: &[u8], mode: u32) -> Result<(), SandboxError> {
+        // The secrets directory, as the sandbox itself writes it; nothing
+        // else outside the work dir.
+        if HostSecretsDir::names(path) {
+            return match &self.secrets {
+                Some(s) => s.write_secret(path, contents, mode),
+                None => Err(SandboxError::PathRefused {
+                    path: path.to_string(),
+                    reason: "this sandbox has no secrets directory (its spec names no secrets, or its backend serves none from the host); name the secret in the spec's `secrets`".into(),
+                }),
+            };
+        }
         self.files(Capability::FilesIn)?
             .write_file(path, contents, mode)
     }

@@ -83,6 +83,16 @@ pub(crate) fn effective(plan: &Plan) -> Vec<Rule> {
             });
         }
     }
+    if plan.secrets_dir().is_some() {
+        // Read only: the bind is read-only too (the second layer).
+        rules.push(Rule {
+            path: PathBuf::from(crate::plan::SECRETS_AT),
+            read: true,
+            write: false,
+            execute: false,
+            device: false,
+        });
+    }
     rules.push(Rule {
         path: PathBuf::from("/proc"),
         read: true,

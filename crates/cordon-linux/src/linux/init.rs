@@ -480,6 +480,93 @@ fn process_namespaces() -> Result<(), Failure> {
     Ok(())
 }
 
+/// The sandbox's secrets directory at the process rung: bound read-only,
+/// never executable, at [`crate::plan::SECRETS_AT`] in its own mount
+/// namespace (a slave: nothing propagates back to the host, so no other
+/// sandbox sees it), while still host root. Its parent `/run/cordon` (on
+/// the host: root's own, mode 0700, the owner made it; often cordon's
+/// state directory) is covered first by a small tmpfs of this namespace
+/// holding only the mount point, so the workload can reach its secrets and
+/// sees nothing of the host's `/run/cordon`. Nothing is reached through a
+/// link.
+fn process_secrets(plan: &Plan) -> Result<(), Failure> {
+    use nix::mount::{mount, MsFlags};
+    use rustix::fs::{Mode, OFlags, ResolveFlags};
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::DirBuilderExt;
+    let Some(dir) = plan.secrets_dir() else {
+        return Ok(());
+    };
+    let open = |path: &std::path::Path| {
+        rustix::fs::openat2(
+            rustix::fs::CWD,
+            path,
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+            ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
+        )
+        .map_err(|e| Failure {
+            step: "secrets",
+            error: format!("`{}`: {e}", path.display()),
+        })
+    };
+    let src = open(dir)?;
+    let at = std::path::Path::new(crate::plan::SECRETS_AT);
+    let parent = at.parent().unwrap_or(at);
+    let cover = open(parent)?;
+    mount(
+        Some("tmpfs"),
+        format!("/proc/self/fd/{}", cover.as_raw_fd()).as_str(),
+        Some("tmpfs"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+        Some("mode=0755,size=16k"),
+    )
+    .map_err(fail("cover /run/cordon"))?;
+    drop(cover);
+    std::fs::DirBuilder::new()
+        .mode(0o755)
+        .create(at)
+        .map_err(fail("make the secrets mount point"))?;
+    let target = open(at)?;
+    let src_path = format!("/proc/self/fd/{}", src.as_raw_fd());
+    let target_path = format!("/proc/self/fd/{}", target.as_raw_fd());
+    mount(
+        Some(src_path.as_str()),
+        target_path.as_str(),
+        None::<&str>,
+        MsFlags::MS_BIND,
+        None::<&str>,
+    )
+    .map_err(fail("bind the secrets directory"))?;
+    drop((src, target));
+    mount(
+        None::<&str>,
+        at,
+        None::<&str>,
+        MsFlags::MS_BIND
+            | MsFlags::MS_REMOUNT
+            | MsFlags::MS_RDONLY
+            | MsFlags::MS_NOSUID
+            | MsFlags::MS_NODEV
+            | MsFlags::MS_NOEXEC,
+        None::<&str>,
+    )
+    .map_err(fail("make the secrets directory read-only"))?;
+    mount(
+        None::<&str>,
+        parent,
+        None::<&str>,
+        MsFlags::MS_REMOUNT
+            | MsFlags::MS_RDONLY
+            | MsFlags::MS_NOSUID
+            | MsFlags::MS_NODEV
+            | MsFlags::MS_NOEXEC,
+        None::<&str>,
+    )
+    .map_err(fail("make the cover of /run/cordon read-only"))?;
+    Ok(())
+}
+
 /// The plan's masks at the process rung, in its own mount namespace (see
 /// [`process_namespaces`]) while still host root: an empty mode-000 file
 /// bound over each masked file, an empty read-only mode-000 tmpfs over
@@ -602,6 +689,7 @@ fn process(plan: &Plan, plan_in: &mut BufReader<File>, report: &mut File) -> Res
     prctl::set_child_subreaper(true).map_err(fail("PR_SET_CHILD_SUBREAPER"))?;
     nix::unistd::setsid().map_err(fail("setsid"))?;
     process_namespaces()?;
+    process_secrets(plan)?;
     process_masks(plan)?;
     nix::unistd::setgroups(&[]).map_err(fail("setgroups"))?;
     let ids = plan.ids();

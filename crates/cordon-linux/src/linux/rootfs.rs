@@ -27,7 +27,7 @@ use nix::sys::stat::Mode;
 use nix::sys::statvfs::{statvfs, FsFlags};
 
 use super::fs_rules::{Rule, DEVICES};
-use crate::plan::Plan;
+use crate::plan::{Plan, SECRETS_AT};
 
 /// The built-in `host` image: the host's system directories, read-only.
 /// `/etc` is not bound whole (unless a rule grants all of it): the sandbox
@@ -228,6 +228,8 @@ fn host_image_sources(
         .filter(|r| !in_image(&r.path) || r.write)
         .filter(|r| !HOST_IMAGE.iter().any(|d| r.path == Path::new(d)))
         .filter(|r| !SYNTHESIZED.iter().any(|f| r.path == Path::new(f)))
+        // The secrets come from `Plan::secrets_dir` (see `secrets_bind`).
+        .filter(|r| r.path != Path::new(SECRETS_AT))
         // The work dir and what lies beneath it come from its source.
         .filter(|r| !r.path.starts_with(work))
         .collect();
@@ -461,6 +463,34 @@ fn work_dir_binds(plan: &Plan, rules: &[Rule]) -> Result<Vec<Bind>, RootfsError>
     Ok(out)
 }
 
+/// The sandbox's secrets directory, bound read-only, never executable, at
+/// [`SECRETS_AT`] (last: nothing the plan grants lies beneath it).
+fn secrets_bind(plan: &Plan) -> Result<Option<Bind>, RootfsError> {
+    let Some(dir) = plan.secrets_dir() else {
+        return Ok(None);
+    };
+    // No link anywhere on the way: the directory is the caller's own, made
+    // for this sandbox.
+    let src = rustix::fs::openat2(
+        rustix::fs::CWD,
+        dir,
+        rustix::fs::OFlags::PATH | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+        rustix::fs::ResolveFlags::NO_SYMLINKS | rustix::fs::ResolveFlags::NO_MAGICLINKS,
+    )
+    .map_err(|e| RootfsError {
+        step: "open secrets dir",
+        path: dir.to_path_buf(),
+        source: e.into(),
+    })?;
+    Ok(Some(Bind {
+        target: PathBuf::from(SECRETS_AT),
+        src,
+        is_dir: true,
+        flags: flags_for(true, false),
+    }))
+}
+
 /// A mount point for `target` (a path inside the sandbox) on the root being
 /// built, refusing to pass through a symlink of the image: a link there
 /// would resolve against the host's root before `pivot_root`.
@@ -600,6 +630,7 @@ pub(crate) fn enter(plan: &Plan, rules: &[Rule], terminals: bool) -> Result<(), 
         })
         .unwrap_or(binds.len());
     binds.splice(at..at, work);
+    binds.extend(secrets_bind(plan)?);
     let mut devices = Vec::new();
     for d in DEVICES {
         let path = Path::new("/dev").join(d);

@@ -152,6 +152,7 @@ impl Case {
                 host_gid: host,
             },
             proxy_port: None,
+            secrets_dir: None,
         };
         Case {
             spec,
