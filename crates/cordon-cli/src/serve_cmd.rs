@@ -121,7 +121,26 @@ pub fn run(args: ServeArgs) -> ExitCode {
         only: None,
         backends,
         keep: Some(kept),
-        secrets: None,
+        secrets: match &config.secrets {
+            None => None,
+            Some(cordon_serve::config::SecretStore::Dir(d)) => {
+                if !d.is_dir() {
+                    return usage(format!(
+                        "`secrets.dir` in `{}`: `{}` is not a directory; create it, or name the directory that holds the secrets",
+                        config.file,
+                        d.display()
+                    ));
+                }
+                Some(Arc::new(cordon_sandbox::DirectorySecrets::new(d.clone()))
+                    as Arc<dyn cordon_sandbox::SecretProvider>)
+            }
+            Some(cordon_serve::config::SecretStore::Command(argv)) => {
+                match cordon_sandbox::CommandSecrets::new(argv.clone()) {
+                    Ok(c) => Some(Arc::new(c) as Arc<dyn cordon_sandbox::SecretProvider>),
+                    Err(e) => return usage(format!("`secrets.command` in `{}`: {e}", config.file)),
+                }
+            }
+        },
     };
     let host = match Host::assemble(&setup, &registry) {
         Ok(h) => h,

@@ -1289,31 +1289,10 @@ fn the_quickstart_http_python_and_mcp_sections_run_as_written() {
 
 // ---- metrics of the policy --------------------------------------------------
 
-/// `/metrics` counts policy denials by surface and rule (at create, at
-/// exec, at the egress proxy) and the bytes the proxy carried, by scope.
-#[test]
-fn metrics_count_denials_by_surface_and_rule_and_egress_bytes() {
-    if !root() {
-        return;
-    }
-    // An upstream that answers whatever comes with 1000 bytes and closes.
-    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    let port = l.local_addr().expect("addr").port();
-    std::thread::spawn(move || {
-        for s in l.incoming() {
-            let Ok(mut s) = s else { continue };
-            std::thread::spawn(move || {
-                let mut buf = [0u8; 4096];
-                let _ = s.read(&mut buf);
-                let _ = s.write_all(&[b'x'; 1000]);
-            });
-        }
-    });
-    let dir = tempfile::tempdir().expect("dir");
-    let p = dir.path();
-    std::fs::write(
-        p.join("policy.yaml"),
-        r#"
+/// A root policy of the tests' own: system programs, the work dir, two
+/// test hosts on loopback (one address denied), su denied, team-b kept
+/// home, each tenant's own secrets.
+const OWN_POLICY: &str = r#"
 policy:
   compute:
     allow:
@@ -1349,9 +1328,35 @@ policy:
         when: ip == "127.0.0.2"
       - name: team-b-stays-home
         when: identity.namespace == "team-b"
-"#,
-    )
-    .expect("policy");
+  secret:
+    allow:
+      - name: own-tenant-secrets
+        when: secret.name.startsWith(identity.namespace + "/")
+"#;
+
+/// `/metrics` counts policy denials by surface and rule (at create, at
+/// exec, at the egress proxy) and the bytes the proxy carried, by scope.
+#[test]
+fn metrics_count_denials_by_surface_and_rule_and_egress_bytes() {
+    if !root() {
+        return;
+    }
+    // An upstream that answers whatever comes with 1000 bytes and closes.
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = l.local_addr().expect("addr").port();
+    std::thread::spawn(move || {
+        for s in l.incoming() {
+            let Ok(mut s) = s else { continue };
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 4096];
+                let _ = s.read(&mut buf);
+                let _ = s.write_all(&[b'x'; 1000]);
+            });
+        }
+    });
+    let dir = tempfile::tempdir().expect("dir");
+    let p = dir.path();
+    std::fs::write(p.join("policy.yaml"), OWN_POLICY).expect("policy");
     std::fs::write(p.join("hosts"), "127.0.0.1 ok.test\n127.0.0.2 other.test\n").expect("hosts");
     let body = good_config().replace(
         "min_isolation: container\n",
@@ -1443,4 +1448,61 @@ policy:
     let want = rule_line("egress", "team-b-stays-home").replace("{SCOPE}", "team-b");
     assert!(b.contains(&want), "no `{want}` in:\n{b}");
     assert!(!b.contains("team-a"), "{b}");
+}
+
+/// A granted secret comes from the configured store (a directory here, a
+/// command in cordon-sandbox's tests) into the sandbox, read-only.
+#[test]
+fn secrets_come_from_the_configured_store() {
+    if !root() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("dir");
+    let p = dir.path();
+    std::fs::write(p.join("policy.yaml"), OWN_POLICY).expect("policy");
+    std::fs::create_dir_all(p.join("secrets/team-a")).expect("store");
+    std::fs::write(p.join("secrets/team-a/token"), "s3cr3t").expect("secret");
+    let body = good_config().replace(
+        "min_isolation: container\n",
+        "min_isolation: container\npolicy: policy.yaml\nsecrets: {dir: secrets}\n",
+    );
+    let server = start(&config(p, &body));
+    let spec =
+        |name: &str| format!("kind: deploy\nimage: host\nrequires: [exec]\nsecrets: [{name}]\n");
+    let a = Some("token-a");
+    let (status, v) = post(
+        &server.addr,
+        "/v1/sandboxes",
+        a,
+        serde_json::json!({"thread": "s", "spec": spec("team-a/token")}),
+    );
+    assert_eq!(status, 200, "{v}");
+    let (status, v) = post(
+        &server.addr,
+        "/v1/sandboxes/exec",
+        a,
+        serde_json::json!({"thread": "s", "argv": ["sh", "-c", "cat /run/cordon/secrets/team-a/token; echo x > /run/cordon/secrets/team-a/token || echo refused"]}),
+    );
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["stdout"], "s3cr3trefused\n", "{v}");
+    // Another tenant's secret is refused by the policy, before anything runs.
+    let (status, v) = post(
+        &server.addr,
+        "/v1/sandboxes",
+        a,
+        serde_json::json!({"thread": "s2", "spec": spec("team-b/key")}),
+    );
+    assert_eq!(status, 403, "{v}");
+    // A configuration naming both stores, or neither, is refused.
+    let bad = good_config().replace(
+        "min_isolation: container\n",
+        "min_isolation: container\nsecrets: {dir: secrets, command: [/bin/true]}\n",
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_cordon"))
+        .args(["serve", "--config"])
+        .arg(config(&p.join("secrets"), &bad))
+        .output()
+        .expect("cordon serve");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("exactly one of `dir`"));
 }

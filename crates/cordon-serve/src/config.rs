@@ -40,6 +40,18 @@ pub struct ServeConfig {
     /// host configuration); `None`: the system's resolver, the audit log
     /// in the state directory.
     pub egress: Option<cordon_sandbox::EgressSetup>,
+    /// Where granted secrets come from (never the environment); `None`: a
+    /// spec naming one is refused with what to configure.
+    pub secrets: Option<SecretStore>,
+}
+
+/// A secret store: a directory of files, or a command.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SecretStore {
+    /// `DIR/NAME` holds secret `NAME`.
+    Dir(PathBuf),
+    /// `COMMAND... NAME` prints secret `NAME` (exit 2: no such secret).
+    Command(Vec<String>),
 }
 
 /// Where the server's sandboxes are kept, and for how long.
@@ -149,6 +161,17 @@ struct RawServe {
     sandboxes: Option<RawSandboxes>,
     #[serde(default)]
     egress: Option<cordon_sandbox::config::RawEgress>,
+    #[serde(default)]
+    secrets: Option<RawSecrets>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSecrets {
+    #[serde(default)]
+    dir: Option<Spanned<String>>,
+    #[serde(default)]
+    command: Option<Vec<Spanned<String>>>,
 }
 
 #[derive(Deserialize)]
@@ -381,9 +404,38 @@ impl ServeConfig {
                 },
             )?),
         };
+        let secrets = match &raw.secrets {
+            None => None,
+            Some(RawSecrets {
+                dir: Some(d),
+                command: None,
+            }) => Some(SecretStore::Dir(base.join(&**d))),
+            Some(RawSecrets {
+                dir: None,
+                command: Some(c),
+            }) => {
+                let argv: Vec<String> = c.iter().map(|a| a.to_string()).collect();
+                match argv.first() {
+                    Some(p) if Path::new(p).is_absolute() => Some(SecretStore::Command(argv)),
+                    _ => {
+                        return Err(at(
+                            c.first().map_or((1, 1), yaml::pos),
+                            "`secrets.command` must start with the program's absolute path, e.g. `[/usr/local/bin/get-secret]`".into(),
+                        ))
+                    }
+                }
+            }
+            Some(_) => {
+                return Err(at(
+                    (1, 1),
+                    "`secrets` takes exactly one of `dir` (a directory of files) or `command` (a program that prints a secret); secrets never come from the environment".into(),
+                ))
+            }
+        };
         Ok(ServeConfig {
             file: file.to_string(),
             egress,
+            secrets,
             listen,
             policy,
             policy_root,

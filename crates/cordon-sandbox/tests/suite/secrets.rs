@@ -156,3 +156,34 @@ fn a_linked_secret_is_refused_by_the_directory_store() {
         .read(&SecretName::parse("team-a/pypi-token").unwrap())
         .is_ok());
 }
+
+#[test]
+fn a_command_store_answers_by_its_exit_status_and_is_bounded() {
+    use cordon_sandbox::{CommandSecrets, SecretError, SecretProvider};
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("store");
+    std::fs::write(
+        &script,
+        "#!/bin/sh\ncase \"$1\" in\n  team-a/pypi-token) printf s3cr3t ;;\n  team-a/gone) exit 2 ;;\n  team-a/big) head -c 2000000 /dev/zero ;;\n  team-a/slow) exec sleep 60 ;;\n  *) echo \"no access to $1\" >&2; exit 1 ;;\nesac\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    assert!(CommandSecrets::new(vec!["store".into()]).is_err());
+    assert!(CommandSecrets::new(Vec::new()).is_err());
+    let p = CommandSecrets::new(vec![script.display().to_string()]).unwrap();
+    let read = |n: &str| p.read(&SecretName::parse(n).unwrap());
+    assert_eq!(read("team-a/pypi-token").unwrap().expose(), b"s3cr3t");
+    assert!(matches!(
+        read("team-a/gone"),
+        Err(SecretError::Missing { .. })
+    ));
+    let err = read("team-b/key").unwrap_err().to_string();
+    assert!(err.contains("no access to team-b/key"), "{err}");
+    let err = read("team-a/big").unwrap_err().to_string();
+    assert!(err.contains("larger than 1 MiB"), "{err}");
+    let started = std::time::Instant::now();
+    let err = read("team-a/slow").unwrap_err().to_string();
+    assert!(err.contains("did not answer within"), "{err}");
+    assert!(started.elapsed() < CommandSecrets::TIMEOUT + Duration::from_secs(5));
+}
