@@ -187,17 +187,27 @@ pub fn run(args: ServeArgs) -> ExitCode {
             config.file
         ));
     }
-    let served = Arc::new(
-        Served::new(
-            config,
-            host.backends.clone(),
-            floor.rung,
-            host.router,
-            mcp_spec,
-        )
-        .kept_in(state)
-        .following_egress_audit(audit),
-    );
+    let acceptor = match &config.tls {
+        None => None,
+        Some(t) => match cordon_serve::tls::acceptor(t) {
+            Ok(a) => Some(a),
+            Err(e) => return usage(format!("in `{}`: {e}", config.file)),
+        },
+    };
+    let scheme = if acceptor.is_some() { "https" } else { "http" };
+    let served = Served::new(
+        config,
+        host.backends.clone(),
+        floor.rung,
+        host.router,
+        mcp_spec,
+    )
+    .kept_in(state)
+    .following_egress_audit(audit);
+    let served = Arc::new(match acceptor {
+        Some(a) => served.with_tls(a),
+        None => served,
+    });
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -226,7 +236,7 @@ pub fn run(args: ServeArgs) -> ExitCode {
         served,
         |addr| {
             // The first line on stdout, for scripts and tests.
-            println!("listening on http://{addr}");
+            println!("listening on {scheme}://{addr}");
         },
         shutdown,
     ));

@@ -79,6 +79,7 @@ fn start(config: &std::path::Path) -> Server {
     let addr = line
         .trim()
         .strip_prefix("listening on http://")
+        .or_else(|| line.trim().strip_prefix("listening on https://"))
         .unwrap_or_else(|| panic!("not a listening line: {line:?}"))
         .to_string();
     Server { child, addr }
@@ -219,6 +220,13 @@ fn a_configuration_that_does_not_hold_is_refused_at_start_with_its_position() {
         err.contains("serve.yaml:1:1: unknown field `listne`"),
         "{err}"
     );
+    // A token bound to a client certificate needs mutual TLS.
+    let (code, err) = run(&good.replace(
+        "    scope: team-a\n",
+        &format!("    scope: team-a\n    client_cert_sha256: {}\n", sha256_hex("x")),
+    ));
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("needs mutual TLS: set `tls.client_ca`"), "{err}");
     // The policy (cordon:default) does not stand on the required root.
     let (code, err) = run(&good.replace(
         "min_isolation: container\n",
@@ -1505,4 +1513,88 @@ fn secrets_come_from_the_configured_store() {
         .expect("cordon serve");
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("exactly one of `dir`"));
+}
+
+// ---- TLS -----------------------------------------------------------------
+
+/// HTTPS with mutual TLS: no connection without a client certificate from
+/// the configured CA, and a credential bound to one certificate is refused
+/// with any other, its token notwithstanding.
+#[test]
+fn mutual_tls_requires_a_client_certificate_and_binds_a_token_to_one() {
+    if !root() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("dir");
+    let p = dir.path();
+    let script = r#"set -eu
+ca() { openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout "$1.key" -out "$1.pem" -days 2 -subj "/CN=$1" 2>/dev/null; }
+leaf() { # name ca ext
+  openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout "$1.key" -out "$1.csr" -subj "/CN=$1" 2>/dev/null
+  printf '%s\n' "$3" > "$1.ext"
+  openssl x509 -req -in "$1.csr" -CA "$2.pem" -CAkey "$2.key" -CAcreateserial -out "$1.pem" -days 2 -extfile "$1.ext" 2>/dev/null
+}
+ca ca; ca other-ca
+leaf server ca "subjectAltName=IP:127.0.0.1
+extendedKeyUsage=serverAuth"
+for c in client client2; do leaf $c ca "extendedKeyUsage=clientAuth"; done
+leaf stranger other-ca "extendedKeyUsage=clientAuth"
+openssl x509 -in client.pem -outform der | sha256sum | cut -c1-64 > client.sha256
+"#;
+    let made = Command::new("bash")
+        .args(["-c", script])
+        .current_dir(p)
+        .status()
+        .expect("openssl");
+    assert!(made.success());
+    let bound = std::fs::read_to_string(p.join("client.sha256")).expect("fingerprint");
+    let body = good_config()
+        .replace(
+            "min_isolation: container\n",
+            "min_isolation: container\ntls: {cert: server.pem, key: server.key, client_ca: ca.pem}\n",
+        )
+        .replace(
+            "    scope: team-a\n",
+            &format!("    scope: team-a\n    client_cert_sha256: {}\n", bound.trim()),
+        );
+    let server = start(&config(p, &body));
+    let curl = |cert: Option<&str>, token: &str| -> (i32, String) {
+        let mut c = Command::new("curl");
+        c.args(["-sS", "--max-time", "10", "--cacert"])
+            .arg(p.join("ca.pem"))
+            .args(["-H", &format!("Authorization: Bearer {token}")]);
+        if let Some(cert) = cert {
+            c.arg("--cert")
+                .arg(p.join(format!("{cert}.pem")))
+                .arg("--key")
+                .arg(p.join(format!("{cert}.key")));
+        }
+        c.args(["-w", "\n%{http_code}"])
+            .arg(format!("https://{}/v1/backends", server.addr));
+        let out = c.output().expect("curl");
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
+    };
+    // The bound token, with its certificate: served.
+    let (code, out) = curl(Some("client"), "token-a");
+    assert_eq!(code, 0, "{out}");
+    assert!(out.ends_with("\n200") && out.contains("team-a"), "{out}");
+    // An unbound token with any certificate of the CA: served.
+    let (code, out) = curl(Some("client2"), "token-b");
+    assert!(code == 0 && out.ends_with("\n200"), "{out}");
+    // The bound token with another certificate of the same CA: 401.
+    let (code, out) = curl(Some("client2"), "token-a");
+    assert!(code == 0 && out.ends_with("\n401"), "{out}");
+    // No client certificate, or one of another CA: no connection at all.
+    for cert in [None, Some("stranger")] {
+        let (code, out) = curl(cert, "token-b");
+        assert_ne!(code, 0, "{cert:?}: {out}");
+        assert!(!out.contains("team-b"), "{out}");
+    }
+    // Plain HTTP to the TLS port is not served.
+    let (status, _) = std::panic::catch_unwind(|| get(&server.addr, "/healthz", None))
+        .unwrap_or((0, String::new()));
+    assert_ne!(status, 200);
 }

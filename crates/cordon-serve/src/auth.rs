@@ -46,6 +46,7 @@ mod tests {
             },
             scope: name.into(),
             operator: false,
+            client_cert_sha256: None,
         }
     }
 

@@ -43,6 +43,21 @@ pub struct ServeConfig {
     /// Where granted secrets come from (never the environment); `None`: a
     /// spec naming one is refused with what to configure.
     pub secrets: Option<SecretStore>,
+    /// Serve HTTPS (and require client certificates when `client_ca` is
+    /// set); `None`: plain HTTP, for loopback.
+    pub tls: Option<Tls>,
+}
+
+/// The server's certificate, and the client CA for mutual TLS.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tls {
+    /// PEM: the server's certificate chain, leaf first.
+    pub cert: PathBuf,
+    /// PEM: its private key (PKCS#8, PKCS#1 or SEC1).
+    pub key: PathBuf,
+    /// PEM: the CA(s) a client certificate must chain to; set, every
+    /// connection must present one (mutual TLS).
+    pub client_ca: Option<PathBuf>,
 }
 
 /// A secret store: a directory of files, or a command.
@@ -125,6 +140,9 @@ pub struct Credential {
     pub scope: String,
     /// Sees every tenant's series in `/metrics` and lists every backend.
     pub operator: bool,
+    /// When set, the token is accepted only over a mutual-TLS connection
+    /// whose client certificate (its DER) has this SHA-256.
+    pub client_cert_sha256: Option<[u8; 32]>,
 }
 
 /// A configuration that does not load, positioned where it can be.
@@ -163,6 +181,17 @@ struct RawServe {
     egress: Option<cordon_sandbox::config::RawEgress>,
     #[serde(default)]
     secrets: Option<RawSecrets>,
+    #[serde(default)]
+    tls: Option<RawTls>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTls {
+    cert: Spanned<String>,
+    key: Spanned<String>,
+    #[serde(default)]
+    client_ca: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -216,6 +245,8 @@ struct RawCredential {
     identity: RawIdentity,
     #[serde(default)]
     operator: Option<Spanned<bool>>,
+    #[serde(default)]
+    client_cert_sha256: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -320,6 +351,26 @@ impl ServeConfig {
                         .collect(),
                 },
                 operator: c.operator.as_ref().is_some_and(|o| **o),
+                client_cert_sha256: match &c.client_cert_sha256 {
+                    None => None,
+                    Some(d) => {
+                        if raw.tls.as_ref().is_none_or(|t| t.client_ca.is_none()) {
+                            return Err(at(
+                                yaml::pos(d),
+                                "`client_cert_sha256` binds the token to a client certificate, which needs mutual TLS: set `tls.client_ca`".into(),
+                            ));
+                        }
+                        Some(parse_digest(d).map_err(|m| {
+                            at(
+                                yaml::pos(d),
+                                m.replace("`token_sha256`", "`client_cert_sha256`").replace(
+                                    "the SHA-256 of the token: `printf %s TOKEN | sha256sum`",
+                                    "the SHA-256 of the certificate's DER: `openssl x509 -in CERT -outform der | sha256sum`",
+                                ),
+                            )
+                        })?)
+                    }
+                },
             });
         }
         let mut limits = Limits::default();
@@ -432,10 +483,16 @@ impl ServeConfig {
                 ))
             }
         };
+        let tls = raw.tls.as_ref().map(|t| Tls {
+            cert: base.join(&*t.cert),
+            key: base.join(&*t.key),
+            client_ca: t.client_ca.as_ref().map(|c| base.join(&**c)),
+        });
         Ok(ServeConfig {
             file: file.to_string(),
             egress,
             secrets,
+            tls,
             listen,
             policy,
             policy_root,

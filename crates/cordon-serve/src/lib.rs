@@ -11,6 +11,7 @@
 pub mod auth;
 pub mod config;
 pub mod mcp;
+pub mod tls;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -59,6 +60,8 @@ pub struct Served {
     state: Option<cordon_host::state::StateDir>,
     /// The egress proxies' audit log, followed for `/metrics`.
     egress_audit: Option<PathBuf>,
+    /// HTTPS (and mutual TLS); `None`: plain HTTP.
+    tls: Option<tokio_rustls::TlsAcceptor>,
 }
 
 /// What `/metrics` counts for one scope.
@@ -95,6 +98,7 @@ impl Served {
             mcp_spec,
             state: None,
             egress_audit: None,
+            tls: None,
             config,
             backends,
             floor,
@@ -113,6 +117,12 @@ impl Served {
     /// `state`: found there by any replica, and by this server restarted.
     pub fn kept_in(mut self, state: cordon_host::state::StateDir) -> Served {
         self.state = Some(state);
+        self
+    }
+
+    /// Serves HTTPS with `acceptor` (see [`tls::acceptor`]).
+    pub fn with_tls(mut self, acceptor: tokio_rustls::TlsAcceptor) -> Served {
+        self.tls = Some(acceptor);
         self
     }
 
@@ -434,6 +444,10 @@ pub async fn serve(
         tokio::spawn(follow_audit(state.clone(), path));
     }
     on_bound(listener.local_addr()?);
+    if let Some(acceptor) = state.tls.clone() {
+        serve_tls(state.clone(), listener, acceptor, shutdown).await;
+        return finish(state).await;
+    }
     let (signalled, told) = tokio::sync::oneshot::channel::<()>();
     let signal = async move {
         shutdown.await;
@@ -447,6 +461,62 @@ pub async fn serve(
             tokio::time::sleep(SHUTDOWN_GRACE).await;
         } => Ok(()),
     };
+    finish(state).await?;
+    served
+}
+
+/// How long a client may take to finish its TLS handshake.
+const HANDSHAKE_WITHIN: Duration = Duration::from_secs(10);
+
+/// The HTTPS listener: each connection's handshake (a client certificate
+/// required when the acceptor was built with a client CA), then HTTP/1.1
+/// with the certificate's fingerprint in every request's extensions. On
+/// `shutdown`: stop accepting, let connections finish their requests for
+/// up to [`SHUTDOWN_GRACE`].
+async fn serve_tls(
+    state: Arc<Served>,
+    listener: tokio::net::TcpListener,
+    acceptor: tokio_rustls::TlsAcceptor,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) {
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let routes = app(state);
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => {
+                let Ok((tcp, _)) = accepted else { continue };
+                let (acceptor, routes, watcher) = (acceptor.clone(), routes.clone(), graceful.watcher());
+                tokio::spawn(async move {
+                    let Ok(Ok(stream)) =
+                        tokio::time::timeout(HANDSHAKE_WITHIN, acceptor.accept(tcp)).await
+                    else {
+                        return;
+                    };
+                    let peer = tls::PeerCert(
+                        stream.get_ref().1.peer_certificates().and_then(|c| c.first()).map(tls::fingerprint),
+                    );
+                    let service = hyper_util::service::TowerToHyperService::new(
+                        routes.layer(axum::Extension(peer)),
+                    );
+                    let conn = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+                    let _ = watcher.watch(conn).await;
+                });
+            }
+            () = &mut shutdown => break,
+        }
+    }
+    drop(listener);
+    tokio::select! {
+        () = graceful.shutdown() => {}
+        () = tokio::time::sleep(SHUTDOWN_GRACE) => {}
+    }
+}
+
+/// After serving: dispose of what the configuration says, remove landed
+/// artifacts.
+async fn finish(state: Arc<Served>) -> std::io::Result<()> {
     // Kept sandboxes are left to the replicas, a restarted server, their
     // idle timeout or `cordon sandbox gc`, unless the configuration says.
     if state.state.is_none() || state.config.sandboxes.dispose_on_shutdown {
@@ -455,7 +525,7 @@ pub async fn serve(
     }
     // What was landed and not fetched goes with the server.
     let _ = std::fs::remove_dir_all(&state.artifacts);
-    served
+    Ok(())
 }
 
 /// How often the egress audit log is read for new lines.
@@ -1357,12 +1427,22 @@ async fn count_refusals(
     req: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {
-    let scope = req
+    let cred = req
         .headers()
         .get("authorization")
         .and_then(|v| v.to_str().ok())
-        .and_then(|h| auth::authenticate(&s.config.credentials, Some(h)))
-        .map(|c| c.scope.clone());
+        .and_then(|h| auth::authenticate(&s.config.credentials, Some(h)));
+    // A token bound to a client certificate is good only over a mutual-TLS
+    // connection that presented that very certificate.
+    if let Some(bound) = cred.and_then(|c| c.client_cert_sha256) {
+        let presented = req.extensions().get::<tls::PeerCert>().and_then(|p| p.0);
+        let same = presented
+            .is_some_and(|p| bool::from(subtle::ConstantTimeEq::ct_eq(&p[..], &bound[..])));
+        if !same {
+            return unauthorized();
+        }
+    }
+    let scope = cred.map(|c| c.scope.clone());
     let response = next.run(req).await;
     let status = response.status().as_u16();
     if let (Some(scope), true) = (scope, status >= 400) {
