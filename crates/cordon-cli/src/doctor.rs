@@ -55,7 +55,7 @@ pub fn run(args: DoctorArgs) -> ExitCode {
 }
 
 /// Every registered backend, probed on this machine.
-fn report(floor: Isolation) -> DoctorReport {
+pub fn report(floor: Isolation) -> DoctorReport {
     let setup = crate::run::backend_setup(String::new(), None).unwrap_or_else(|_| {
         cordon_sandbox::BackendSetup {
             deployment: String::new(),
@@ -298,8 +298,11 @@ fn print_human(floor: &Floor, report: &DoctorReport) {
     }
 }
 
-fn print_json(floor: &Floor, report: &DoctorReport) {
-    let backends: Vec<serde_json::Value> = report
+/// Each registered backend as `--format json` and `cordon serve`'s
+/// `/v1/backends` show it: rung, egress, capabilities, whether the floor
+/// admits it and whether this machine can run it (and why not).
+pub fn backend_rows(report: &DoctorReport) -> Vec<serde_json::Value> {
+    report
         .rows
         .iter()
         .map(|r| {
@@ -314,7 +317,11 @@ fn print_json(floor: &Floor, report: &DoctorReport) {
                 "found": r.probe.found,
             })
         })
-        .collect();
+        .collect()
+}
+
+fn print_json(floor: &Floor, report: &DoctorReport) {
+    let backends = backend_rows(report);
     let out = serde_json::json!({
         "floor": floor.rung.as_str(),
         "floor_source": floor.source.to_string(),

@@ -422,6 +422,7 @@ pub fn prepare(args: &Selection, keep: Option<KeptConfig>) -> Result<Prepared, E
         floor: floor.clone(),
         policy_file: policy_file.clone(),
         only: args.backend.clone(),
+        order: None,
         backends: {
             let mut b = backend_setup(deployment, args.work_dir.clone()).map_err(refuse)?;
             b.egress = egress_setup(config.as_ref(), !spec.egress_allow().is_empty(), b.egress)

@@ -119,6 +119,7 @@ pub fn run(args: ServeArgs) -> ExitCode {
         floor: floor.clone(),
         policy_file,
         only: None,
+        order: config.backends.clone(),
         backends,
         keep: Some(kept),
         secrets: match &config.secrets {
@@ -203,7 +204,10 @@ pub fn run(args: ServeArgs) -> ExitCode {
         mcp_spec,
     )
     .kept_in(state)
-    .following_egress_audit(audit);
+    .following_egress_audit(audit)
+    .with_catalogue(crate::doctor::backend_rows(&crate::doctor::report(
+        floor.rung,
+    )));
     let served = Arc::new(match acceptor {
         Some(a) => served.with_tls(a),
         None => served,

@@ -196,7 +196,47 @@ fn a_token_is_its_one_identity_and_no_token_is_none() {
                 .is_some_and(|b| b.iter().any(|n| n == "container")),
             "{body}"
         );
+        // Every registered backend, as `cordon doctor` shows it.
+        let available = v["available"].as_array().expect("available");
+        let row = |name: &str| {
+            available
+                .iter()
+                .find(|r| r["name"] == name)
+                .unwrap_or_else(|| panic!("no `{name}` in {body}"))
+        };
+        assert_eq!(
+            (
+                &row("container")["rung"],
+                &row("container")["used"],
+                &row("container")["runnable"]
+            ),
+            (&"container".into(), &true.into(), &true.into()),
+            "{body}"
+        );
+        assert_eq!(row("process")["used"], false, "below the floor: {body}");
+        assert_eq!(row("process")["admitted"], false, "{body}");
     }
+    // The backends in the configuration's order of preference, and only those.
+    let dir = tempfile::tempdir().expect("dir");
+    let server = start(&config(
+        dir.path(),
+        &good_config().replace(
+            "min_isolation: container\n",
+            "min_isolation: process\nbackends: [process]\n",
+        ),
+    ));
+    let (status, body) = get(&server.addr, "/v1/backends", Some("token-a"));
+    assert_eq!(status, 200, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).expect("json");
+    assert_eq!(v["backends"], serde_json::json!(["process"]), "{body}");
+    let (status, made) = post(
+        &server.addr,
+        "/v1/sandboxes",
+        Some("token-a"),
+        serde_json::json!({"thread": "p"}),
+    );
+    assert_eq!((status, &made["rung"]), (200, &"process".into()), "{made}");
+    assert_eq!(made["warnings"], serde_json::json!([]), "{made}");
 }
 
 #[test]
@@ -220,13 +260,29 @@ fn a_configuration_that_does_not_hold_is_refused_at_start_with_its_position() {
         err.contains("serve.yaml:1:1: unknown field `listne`"),
         "{err}"
     );
+    // A backend cordon does not know.
+    let (code, err) = run(&good.replace(
+        "min_isolation: container\n",
+        "min_isolation: container\nbackends: [contianer]\n",
+    ));
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("backend `contianer` is not a backend cordon knows"),
+        "{err}"
+    );
     // A token bound to a client certificate needs mutual TLS.
     let (code, err) = run(&good.replace(
         "    scope: team-a\n",
-        &format!("    scope: team-a\n    client_cert_sha256: {}\n", sha256_hex("x")),
+        &format!(
+            "    scope: team-a\n    client_cert_sha256: {}\n",
+            sha256_hex("x")
+        ),
     ));
     assert_eq!(code, 2, "{err}");
-    assert!(err.contains("needs mutual TLS: set `tls.client_ca`"), "{err}");
+    assert!(
+        err.contains("needs mutual TLS: set `tls.client_ca`"),
+        "{err}"
+    );
     // The policy (cordon:default) does not stand on the required root.
     let (code, err) = run(&good.replace(
         "min_isolation: container\n",

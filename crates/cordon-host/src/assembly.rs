@@ -25,6 +25,10 @@ pub struct HostSetup {
     /// Only this backend (still held to the floor); `None`: every
     /// registered backend, strongest first.
     pub only: Option<String>,
+    /// These backends only, in this order of preference (the router takes
+    /// the first that passes every check); `None`: every registered one,
+    /// strongest first. Still held to the floor.
+    pub order: Option<Vec<String>>,
     /// What every backend is built from.
     pub backends: BackendSetup,
     /// Keep sandboxes beyond this process (a keeper each); `None`: they
@@ -146,7 +150,23 @@ impl Host {
         let mut chosen: Vec<Arc<dyn Backend>> = Vec::new();
         let mut names = Vec::new();
         let mut why_not: Vec<String> = Vec::new();
-        for reg in registry.iter() {
+        let regs: Vec<&BackendRegistration> = match &setup.order {
+            None => registry.iter().collect(),
+            Some(names) => {
+                let mut out = Vec::new();
+                for n in names {
+                    let Some(r) = registry.get(n) else {
+                        return Err(HostError::UnknownBackend(format!(
+                            "backend `{n}` is not a backend cordon knows; name some of {} (`cordon doctor` lists them)",
+                            registry.names()
+                        )));
+                    };
+                    out.push(r);
+                }
+                out
+            }
+        };
+        for reg in regs {
             let (name, iso) = (reg.name(), reg.info.isolation);
             if setup.only.as_deref().is_some_and(|b| b != name) {
                 continue;

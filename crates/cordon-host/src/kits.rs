@@ -154,6 +154,7 @@ fn host_for(
         },
         policy_file: None,
         only: Some(reg.name().to_string()),
+        order: None,
         backends,
         keep: None,
         secrets: None,

@@ -296,6 +296,7 @@ fn the_router_serves_it() {
         floor: floor_none(),
         policy_file: None,
         only: Some(NAME.into()),
+        order: None,
         backends: setup(d.path()),
         keep: None,
         secrets: None,
@@ -338,6 +339,7 @@ fn the_router_serves_it() {
     with_liar.register(liar()).unwrap();
     let hs = HostSetup {
         only: Some("test-liar".into()),
+        order: None,
         ..hs
     };
     let err = Host::assemble(&hs, &with_liar).err().unwrap().to_string();

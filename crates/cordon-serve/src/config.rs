@@ -32,6 +32,9 @@ pub struct ServeConfig {
     /// The weakest rung the server's sandboxes may run at (`None`: the
     /// default floor, `microvm`).
     pub min_isolation: Option<Isolation>,
+    /// The backends to route to, in order of preference (`None`: every
+    /// registered one, strongest first); still held to the floor.
+    pub backends: Option<Vec<String>>,
     pub credentials: Vec<Credential>,
     pub limits: Limits,
     pub mcp: McpConfig,
@@ -170,6 +173,8 @@ struct RawServe {
     policy_root: Option<Spanned<String>>,
     #[serde(default)]
     min_isolation: Option<Spanned<String>>,
+    #[serde(default)]
+    backends: Option<Vec<Spanned<String>>>,
     credentials: Vec<RawCredential>,
     #[serde(default)]
     limits: Option<RawLimits>,
@@ -488,8 +493,28 @@ impl ServeConfig {
             key: base.join(&*t.key),
             client_ca: t.client_ca.as_ref().map(|c| base.join(&**c)),
         });
+        let backends = match &raw.backends {
+            None => None,
+            Some(list) if list.is_empty() => {
+                return Err(at(
+                    (1, 1),
+                    "`backends` is empty: nothing could serve; name backends from `cordon doctor`, or leave the key out for every one".into(),
+                ))
+            }
+            Some(list) => {
+                let mut out: Vec<String> = Vec::new();
+                for b in list {
+                    if out.iter().any(|o| o == &**b) {
+                        return Err(at(yaml::pos(b), format!("backend `{}` is listed twice", &**b)));
+                    }
+                    out.push(b.to_string());
+                }
+                Some(out)
+            }
+        };
         Ok(ServeConfig {
             file: file.to_string(),
+            backends,
             egress,
             secrets,
             tls,

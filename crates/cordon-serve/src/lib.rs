@@ -62,6 +62,9 @@ pub struct Served {
     egress_audit: Option<PathBuf>,
     /// HTTPS (and mutual TLS); `None`: plain HTTP.
     tls: Option<tokio_rustls::TlsAcceptor>,
+    /// Every registered backend as this machine's probe found it at start
+    /// (what `cordon doctor` shows).
+    catalogue: Vec<serde_json::Value>,
 }
 
 /// What `/metrics` counts for one scope.
@@ -99,6 +102,7 @@ impl Served {
             state: None,
             egress_audit: None,
             tls: None,
+            catalogue: Vec::new(),
             config,
             backends,
             floor,
@@ -117,6 +121,12 @@ impl Served {
     /// `state`: found there by any replica, and by this server restarted.
     pub fn kept_in(mut self, state: cordon_host::state::StateDir) -> Served {
         self.state = Some(state);
+        self
+    }
+
+    /// What `/v1/backends` says of every registered backend (doctor's rows).
+    pub fn with_catalogue(mut self, rows: Vec<serde_json::Value>) -> Served {
+        self.catalogue = rows;
         self
     }
 
@@ -417,8 +427,21 @@ async fn backends(State(s): State<Arc<Served>>, headers: HeaderMap) -> Response 
         Ok(c) => c,
         Err(r) => return *r,
     };
+    let available: Vec<serde_json::Value> = s
+        .catalogue
+        .iter()
+        .map(|row| {
+            let mut row = row.clone();
+            let used = row["name"]
+                .as_str()
+                .is_some_and(|n| s.backends.iter().any(|b| b == n));
+            row["used"] = used.into();
+            row
+        })
+        .collect();
     Json(json!({
         "backends": s.backends,
+        "available": available,
         "floor": s.floor.as_str(),
         "identity": {"namespace": cred.identity.namespace, "name": cred.identity.name},
         "scope": cred.scope,
@@ -847,6 +870,7 @@ async fn create(
                 "handle": made.sandbox.id(),
                 "backend": made.backend,
                 "rung": made.rung,
+                "warnings": made.warnings,
                 "thread": body.at.thread,
                 "agent_dir": body.at.agent_dir,
             }))
@@ -885,6 +909,9 @@ pub(crate) struct Made {
     sandbox: Arc<dyn Sandbox>,
     backend: String,
     rung: &'static str,
+    /// What the host should know (a backend that confines more than the
+    /// spec asks, say).
+    warnings: Vec<String>,
 }
 
 impl Served {
@@ -965,10 +992,16 @@ impl Served {
         if reserved {
             self.count(&cred.scope, |m| *m.created.entry(rung).or_default() += 1);
         }
+        let warnings = self
+            .router
+            .ensure_can_serve(spec)
+            .map(|w| w.iter().map(ToString::to_string).collect())
+            .unwrap_or_default();
         Ok(Made {
             sandbox,
             backend,
             rung,
+            warnings,
         })
     }
 }
