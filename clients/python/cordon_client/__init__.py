@@ -17,14 +17,16 @@ thread and an agent dir.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
+import socket
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
-from typing import Any, Dict, Iterator, List, Optional, Union
+from typing import Any, AsyncIterator, Dict, Iterator, List, Optional, Union
 
-__all__ = ["Client", "Thread", "ExecResult", "Artifact", "CordonError"]
+__all__ = ["Client", "Thread", "AsyncThread", "ExecResult", "Artifact", "CordonError"]
 
 
 class CordonError(Exception):
@@ -98,6 +100,10 @@ class Client:
         """The caller's sandbox for one thread and agent dir."""
         return Thread(self, thread, agent_dir)
 
+    def athread(self, thread: str, agent_dir: str = "default") -> "AsyncThread":
+        """The same for asyncio hosts: `async with client.athread("t-42") as t:`."""
+        return AsyncThread(Thread(self, thread, agent_dir))
+
     def fetch(self, artifact: Union[Artifact, str]) -> bytes:
         """A landed output's bytes (this credential's scope only)."""
         handle = artifact.handle if isinstance(artifact, Artifact) else artifact
@@ -151,11 +157,14 @@ class Thread:
         """Runs a command, yielding its events as they come: `stdout`/`stderr`
         chunks (`data`, or `data_base64`), then `exit`. Closing the iterator
         early hangs up, which kills the command."""
-        body = dict(self.at, argv=argv, stdin=stdin, stream=True)
-        with self.client._request("POST", "/v1/sandboxes/exec", body) as r:
+        with self._stream(argv, stdin) as r:
             for line in r:
                 if line.strip():
                     yield json.loads(line)
+
+    def _stream(self, argv: List[str], stdin: str):
+        body = dict(self.at, argv=argv, stdin=stdin, stream=True)
+        return self.client._request("POST", "/v1/sandboxes/exec", body)
 
     def write_file(self, path: str, data: bytes, mode: int = 0o644) -> int:
         """Writes a file into the sandbox (relative paths are in its work dir)."""
@@ -170,3 +179,82 @@ class Thread:
     def dispose(self) -> int:
         """Disposes of this one sandbox."""
         return int(self.client._json("POST", "/v1/sandboxes/dispose", dict(self.at))["disposed"])
+
+
+class AsyncThread:
+    """A [`Thread`] for asyncio hosts: the same calls, awaited (each runs on a
+    worker thread, so the event loop never blocks on the server).
+
+    As an async context manager it disposes of the whole thread on exit,
+    whether the block returned, raised or was cancelled.
+    """
+
+    def __init__(self, thread: Thread) -> None:
+        self._t = thread
+        self.at = thread.at
+
+    async def __aenter__(self) -> "AsyncThread":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        # Shielded: a cancelled block still disposes of its sandboxes.
+        await asyncio.shield(asyncio.to_thread(self._t.client.dispose_thread, self.at["thread"]))
+
+    async def create(self, spec: Optional[str] = None) -> Dict[str, Any]:
+        return await asyncio.to_thread(self._t.create, spec)
+
+    async def exec(self, argv: List[str], stdin: str = "", timeout_seconds: Optional[int] = None) -> ExecResult:
+        return await asyncio.to_thread(self._t.exec, argv, stdin, timeout_seconds)
+
+    async def write_file(self, path: str, data: bytes, mode: int = 0o644) -> int:
+        return await asyncio.to_thread(self._t.write_file, path, data, mode)
+
+    async def outputs(self) -> List[Artifact]:
+        return await asyncio.to_thread(self._t.outputs)
+
+    async def dispose(self) -> int:
+        return await asyncio.to_thread(self._t.dispose)
+
+    async def exec_stream(self, argv: List[str], stdin: str = "") -> AsyncIterator[Dict[str, Any]]:
+        """Events as they come (see `Thread.exec_stream`). Leaving the loop
+        early (break, an exception, cancellation) hangs up, which kills the
+        command."""
+        loop = asyncio.get_running_loop()
+        queue: "asyncio.Queue[Any]" = asyncio.Queue()
+        held: Dict[str, Any] = {}
+        done = object()
+
+        def pump() -> None:
+            try:
+                with self._t._stream(argv, stdin) as r:
+                    held["response"] = r
+                    for line in r:
+                        if line.strip():
+                            loop.call_soon_threadsafe(queue.put_nowait, json.loads(line))
+            except Exception as e:  # handed to the consumer, raised there
+                loop.call_soon_threadsafe(queue.put_nowait, e)
+            finally:
+                loop.call_soon_threadsafe(queue.put_nowait, done)
+
+        pumping = loop.run_in_executor(None, pump)
+        try:
+            while True:
+                event = await queue.get()
+                if event is done:
+                    break
+                if isinstance(event, Exception):
+                    raise event
+                yield event
+        finally:
+            response = held.get("response")
+            if response is not None:
+                # Hang up now: shutting the socket down wakes the worker
+                # blocked reading it, and the server sees the client go.
+                sock = getattr(getattr(getattr(response, "fp", None), "raw", None), "_sock", None)
+                if sock is not None:
+                    try:
+                        sock.shutdown(socket.SHUT_RDWR)
+                    except OSError:
+                        pass
+                response.close()
+            await asyncio.shield(pumping)

@@ -1,8 +1,10 @@
 """The client against a live `cordon serve` (started by cordon-cli's
 tests/serve.rs, which passes CORDON_URL, CORDON_TOKEN_A and CORDON_TOKEN_B)."""
 
+import asyncio
 import os
 import sys
+import time
 import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
@@ -67,6 +69,47 @@ class LiveServer(unittest.TestCase):
         with self.assertRaises(CordonError) as e:
             Client(URL, "not-a-token").backends()
         self.assertEqual(e.exception.status, 401)
+
+    def test_the_async_thread_runs_streams_and_disposes_however_the_block_ends(self) -> None:
+        async def main() -> None:
+            async with self.a.athread("py-5") as t:
+                await t.create()
+                r = await t.exec(["sh", "-c", "echo async"])
+                self.assertEqual((r.code, r.stdout), (0, "async\n"))
+                self.assertEqual(await t.write_file("f.txt", b"abc"), 3)
+                seen = []
+                async for ev in t.exec_stream(["sh", "-c", "echo a; echo b; exit 3"]):
+                    seen.append(ev)
+                self.assertEqual(seen[-1]["status"], {"code": 3})
+                # Leaving a stream early hangs up: the command is killed.
+                async for ev in t.exec_stream(["sh", "-c", "echo go; exec sleep 41.5"]):
+                    self.assertEqual(ev.get("data"), "go\n")
+                    break
+                deadline = time.time() + 5
+                while time.time() < deadline and sleeping("41.5"):
+                    await asyncio.sleep(0.05)
+                self.assertFalse(sleeping("41.5"), "the command outlived its client")
+            with self.assertRaises(RuntimeError):
+                async with self.a.athread("py-6") as t:
+                    await t.create()
+                    raise RuntimeError("the agent loop failed")
+
+        asyncio.run(main())
+        self.assertEqual(self.a.dispose_thread("py-5"), 0)
+        self.assertEqual(self.a.dispose_thread("py-6"), 0)
+
+
+def sleeping(marker: str) -> bool:
+    """Whether a process with `marker` among its arguments runs (the tests
+    run as root on the server's machine, so its sandboxes' processes show)."""
+    for pid in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if marker.encode() in f.read().split(b"\0"):
+                    return True
+        except OSError:
+            continue
+    return False
 
 
 if __name__ == "__main__":
