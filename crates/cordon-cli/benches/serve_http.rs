@@ -2,8 +2,8 @@
 //! calling the library directly, in the same run, and execs per second
 //! through HTTP. Container rung throughout.
 //!
-//! - `latency`: `/bin/true` in a warm sandbox, round by round (order
-//!   rotated each round): (a) `Sandbox::exec` on a sandbox from a host
+//! - `latency`: `/bin/true` in a warm sandbox, round by round (each
+//!   round in an order of its own): (a) `Sandbox::exec` on a sandbox from a host
 //!   assembled in this process exactly as `cordon serve` assembles its own
 //!   (`cordon_host::Host::assemble`, `cordon:default`, the floor from the
 //!   config, no keeper, the release `cordon-init` as init), and (b) `POST
@@ -413,7 +413,7 @@ mod bench {
 
     fn latency(server: &Server, lib: &Library, rounds: usize) {
         println!(
-            "\n== latency: exec of /bin/true in a warm container-rung sandbox, {rounds} rounds, order rotated each round"
+            "\n== latency: exec of /bin/true in a warm container-rung sandbox, {rounds} rounds, each in an order of its own"
         );
         println!(
             "library init: {} {:?}",
@@ -439,9 +439,20 @@ mod bench {
             "HTTP GET /v1/backends (auth + JSON, no exec)",
         ];
         let mut t: [Vec<f64>; 4] = Default::default();
-        for r in 0..rounds {
-            for k in 0..4 {
-                let which = (r + k) % 4;
+        // Each round in an order of its own (xorshift; a fixed rotation
+        // put the same measure after an exec every time, and the first
+        // request after an exec pays the server's wake-up).
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        for _ in 0..rounds {
+            let mut order = [0usize, 1, 2, 3];
+            for i in (1..4usize).rev() {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let j = usize::try_from(x % (i as u64 + 1)).unwrap_or(0);
+                order.swap(i, j);
+            }
+            for which in order {
                 let started = Instant::now();
                 match which {
                     0 => exec_lib(sandbox.as_ref(), &req),
@@ -485,9 +496,29 @@ mod bench {
         drop(sandbox);
     }
 
+    /// CPU seconds (user + system, all threads) of a process so far.
+    fn cpu_seconds(pid: &str) -> f64 {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let f: Vec<f64> = stat
+            .rsplit_once(')')
+            .map_or("", |(_, r)| r)
+            .split_whitespace()
+            .map(|v| v.parse().unwrap_or(0.0))
+            .collect();
+        // utime and stime are fields 14 and 15 (indices 11 and 12 after the
+        // command), in clock ticks (100 per second here).
+        f.get(11)
+            .zip(f.get(12))
+            .map_or(0.0, |(u, s)| (u + s) / 100.0)
+    }
+
     /// `clients` threads, each on a sandbox of its own, each running `one`
-    /// back to back until `span` is over: execs per second.
-    fn rate(clients: usize, span: Duration, one: impl Fn(usize) -> Box<dyn FnMut() + Send>) -> f64 {
+    /// back to back until `span` is over: execs per second, and how many.
+    fn rate(
+        clients: usize,
+        span: Duration,
+        one: impl Fn(usize) -> Box<dyn FnMut() + Send>,
+    ) -> (f64, u64) {
         let stop = Arc::new(AtomicBool::new(false));
         let handles: Vec<_> = (0..clients)
             .map(|k| {
@@ -509,7 +540,7 @@ mod bench {
         let n: u64 = handles.into_iter().map(|h| h.join().unwrap()).sum();
         #[expect(clippy::cast_precision_loss, reason = "an exec count")]
         let r = n as f64 / started.elapsed().as_secs_f64();
-        r
+        (r, n)
     }
 
     fn throughput(server: &Server, lib: &Library, clients: &[usize], span: Duration) {
@@ -524,20 +555,33 @@ mod bench {
         }
         let sandboxes: Vec<Arc<dyn Sandbox>> =
             (0..most).map(|k| lib.acquire(&format!("tp{k}"))).collect();
-        println!("| clients | HTTP execs/s | library execs/s | HTTP / library (execs/s) |\n| --- | --- | --- | --- |");
+        println!("| clients | HTTP execs/s | library execs/s | HTTP / library (execs/s) | CPU per exec: server + client / library |\n| --- | --- | --- | --- | --- |");
+        let spid = server.child.id().to_string();
+        #[expect(clippy::cast_precision_loss, reason = "an exec count")]
+        let per = |cpu: f64, n: u64| ms(cpu / n.max(1) as f64);
         for &k in clients {
             let addr = server.addr.clone();
-            let http = rate(k, span, |i| {
+            let (s0, c0) = (cpu_seconds(&spid), cpu_seconds("self"));
+            let (http, hn) = rate(k, span, |i| {
                 let mut c = Conn::open(&addr);
                 let body = exec_body(&format!("tp{i}"));
                 Box::new(move || c.exec_true(&body))
             });
-            let library = rate(k, span, |i| {
+            let (s1, c1) = (cpu_seconds(&spid), cpu_seconds("self"));
+            let (library, ln) = rate(k, span, |i| {
                 let s = sandboxes[i].clone();
                 let req = true_request();
                 Box::new(move || exec_lib(s.as_ref(), &req))
             });
-            println!("| {k} | {http:.0} | {library:.0} | {:.2} |", http / library);
+            let c2 = cpu_seconds("self");
+            println!(
+                "| {k} | {http:.0} | {library:.0} | {:.2} | {} + {} / {} |",
+                http / library,
+                per(s1 - s0, hn),
+                per(c1 - c0, hn),
+                per(c2 - c1, ln),
+            );
         }
+        println!("(CPU of the server's and this process's own threads; the sandboxes' processes, in their own cgroups, are counted on neither side)");
     }
 }

@@ -677,7 +677,7 @@ fn many_sandboxes_and_concurrent_execs_each_answered_once_and_nothing_left() {
             let (gate, addr, id) = (gate.clone(), addr.clone(), id_of(i));
             std::thread::Builder::new()
                 .stack_size(256 << 10)
-                .spawn(move || -> Result<Duration, String> {
+                .spawn(move || -> Result<(Instant, Instant), String> {
                     let conn = Conn::open(&addr, deadline);
                     gate.wait();
                     let mut conn = conn?;
@@ -688,7 +688,7 @@ fn many_sandboxes_and_concurrent_execs_each_answered_once_and_nothing_left() {
                     });
                     let started = Instant::now();
                     let (status, out) = conn.post("/v1/sandboxes/exec", &body)?;
-                    let took = started.elapsed();
+                    let answered = Instant::now();
                     conn.nothing_more()?;
                     let want = format!("{id}\n");
                     if status == 200
@@ -696,7 +696,7 @@ fn many_sandboxes_and_concurrent_execs_each_answered_once_and_nothing_left() {
                         && out["stdout"] == want.as_str()
                         && out["stderr"] == ""
                     {
-                        Ok(took)
+                        Ok((started, answered))
                     } else {
                         Err(format!("{status} {out}"))
                     }
@@ -707,7 +707,7 @@ fn many_sandboxes_and_concurrent_execs_each_answered_once_and_nothing_left() {
     // Every connection is open (or failed) before the first request.
     gate.wait();
     let t_fired = Instant::now();
-    let ran: Vec<Result<Duration, String>> = clients
+    let ran: Vec<Result<(Instant, Instant), String>> = clients
         .into_iter()
         .map(|h| {
             h.join()
@@ -727,11 +727,24 @@ fn many_sandboxes_and_concurrent_execs_each_answered_once_and_nothing_left() {
         bad.len(),
         &bad[..bad.len().min(10)]
     );
-    let exec = Latencies::new(
-        &ran.iter()
-            .filter_map(|r| r.clone().ok())
-            .collect::<Vec<_>>(),
-    );
+    let spans: Vec<(Instant, Instant)> = ran.iter().filter_map(|r| r.clone().ok()).collect();
+    let exec = Latencies::new(&spans.iter().map(|(s, a)| *a - *s).collect::<Vec<_>>());
+    // How many were in flight at once (sent, not yet answered), as the
+    // clients saw it: the proof that the M were concurrent, not a queue
+    // the clients made.
+    let mut edges: Vec<(Instant, i64)> = spans
+        .iter()
+        .flat_map(|(s, a)| [(*s, 1), (*a, -1)])
+        .collect();
+    edges.sort();
+    let peak = edges
+        .iter()
+        .scan(0i64, |n, (_, d)| {
+            *n += d;
+            Some(*n)
+        })
+        .max()
+        .unwrap_or(0);
     late();
 
     // Each ran exactly once: its sandbox's ledger holds its id once.
@@ -821,7 +834,7 @@ fn many_sandboxes_and_concurrent_execs_each_answered_once_and_nothing_left() {
     #[expect(clippy::cast_precision_loss, reason = "a count of execs")]
     let rate = m as f64 / exec_wall.as_secs_f64();
     let report = format!(
-        "serve load: {n} sandboxes, {m} concurrent execs, container rung, {cpus} cpus, load average {}\n  create ({n} across 4 threads): {:.2} s; {}\n  connect ({m} connections): {:.2} s\n  exec ({m} at once): {:.2} s, {rate:.0} execs/s; {}\n  dispose: {:.2} s\n  whole test: {:.1} s",
+        "serve load: {n} sandboxes, {m} concurrent execs, container rung, {cpus} cpus, load average {}\n  create ({n} across 4 threads): {:.2} s; {}\n  connect ({m} connections): {:.2} s\n  exec ({m} at once, {peak} in flight at the peak): {:.2} s, {rate:.0} execs/s; {}\n  dispose: {:.2} s\n  whole test: {:.1} s",
         load.split_whitespace().take(3).collect::<Vec<_>>().join(" "),
         create_wall.as_secs_f64(),
         create.line(),
@@ -839,6 +852,7 @@ fn many_sandboxes_and_concurrent_execs_each_answered_once_and_nothing_left() {
             "create_seconds": create_wall.as_secs_f64(),
             "exec_seconds": exec_wall.as_secs_f64(),
             "execs_per_second": rate,
+            "peak_in_flight": peak,
             "dispose_seconds": dispose_wall.as_secs_f64(),
             "whole_seconds": whole.as_secs_f64(),
             "create_ms": create.json(),
