@@ -5,9 +5,11 @@
 //! with its own output and status 0, and ran exactly once (each appends its
 //! id to a ledger in its sandbox, read back at the end; the server's
 //! `cordon_exec_seconds_count` agrees). Then every sandbox is disposed of
-//! through the API and nothing of them is left: processes, cgroup
-//! directories, mounts, loop devices — counted while the server still
-//! runs, and again after it stops.
+//! through the API and nothing of them is left: keepers, processes, cgroup
+//! directories, mounts, loop devices, records in the state directory —
+//! counted while the server still runs, and again after it stops. The
+//! server keeps its sandboxes as `cordon serve` does by default (a keeper
+//! process each), in a state directory of the test's own.
 //!
 //! The latency of each exec (request written to answer read, so queueing
 //! behind the other M - 1 included) is printed as p50/p90/p99/max and, with
@@ -121,7 +123,7 @@ fn start(dir: &Path, sandboxes: usize) -> Server {
     // Limits well above the load: this test is about the server under
     // load, not its refusals (tests/serve.rs has those).
     let config = format!(
-        "listen: 127.0.0.1:0\nmin_isolation: container\ncredentials:\n  - name: load\n    token_sha256: {}\n    scope: {SCOPE}\n    identity: {{namespace: {SCOPE}, name: agent, attested: true}}\nlimits: {{max_sandboxes: {}, requests_per_second: 1000000}}\n",
+        "listen: 127.0.0.1:0\nmin_isolation: container\nsandboxes: {{state_dir: state, dispose_on_shutdown: true}}\ncredentials:\n  - name: load\n    token_sha256: {}\n    scope: {SCOPE}\n    identity: {{namespace: {SCOPE}, name: agent, attested: true}}\nlimits: {{max_sandboxes: {}, requests_per_second: 1000000}}\n",
         sha256_hex(TOKEN),
         sandboxes + 1
     );
@@ -368,18 +370,38 @@ fn loop_devices() -> Vec<(String, String)> {
         .collect()
 }
 
+/// Whether `pid` is a keeper (cordon's `__sandbox-keeper`), of `handle`
+/// when given (`--handle=HANDLE` on its command line).
+fn is_keeper(pid: u32, handle: Option<&str>) -> bool {
+    let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+        return false;
+    };
+    let mut args = cmdline.split(|b| *b == 0);
+    let keeper = args.clone().any(|a| a == b"__sandbox-keeper");
+    keeper && handle.is_none_or(|h| args.any(|a| a == format!("--handle={h}").as_bytes()))
+}
+
+/// The keeper of the sandbox `handle`: `(pid, uid, start time)`.
+fn keeper_of(handle: &str) -> Option<(u32, u32, u64)> {
+    pids()
+        .into_iter()
+        .find(|p| is_keeper(*p, Some(handle)))
+        .and_then(|p| stat_of(p).map(|(_, uid, start)| (p, uid, start)))
+}
+
 fn mountinfo() -> Vec<String> {
     std::fs::read_to_string("/proc/self/mountinfo")
         .map(|m| m.lines().map(String::from).collect())
         .unwrap_or_default()
 }
 
-/// What one server's sandboxes hold on this machine, found by the server's
-/// pid (its sandboxes' volumes, images and cgroups are named with it), and
-/// the machine-wide counts.
+/// What one server's sandboxes hold on this machine, found by their
+/// owners' pids: the server's and each sandbox's keeper's (a sandbox's
+/// volume, image and cgroups are named with the pid of the process that
+/// made them, its keeper).
 #[derive(Debug, Clone)]
 struct Held {
-    /// The server's descendants: `(pid, uid, start time)`.
+    /// The owners' descendants: `(pid, uid, start time)`.
     processes: BTreeSet<(u32, u32, u64)>,
     cgroup_dirs: BTreeSet<String>,
     mounts: Vec<String>,
@@ -389,6 +411,7 @@ struct Held {
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct MachineWide {
     processes_of_sandbox_uids: usize,
+    keepers: usize,
     cordon_cgroup_dirs: usize,
     mounts: usize,
     loop_devices: usize,
@@ -396,7 +419,7 @@ struct MachineWide {
 }
 
 impl Held {
-    fn take(server: u32) -> Held {
+    fn take(owners: &BTreeSet<u32>) -> Held {
         let all = pids();
         let mut stats = BTreeMap::new();
         for &p in &all {
@@ -409,7 +432,7 @@ impl Held {
             let mut q = p;
             for _ in 0..64 {
                 match stats.get(&q) {
-                    Some(&(pp, _, _)) if pp == server => {
+                    Some(&(pp, _, _)) if owners.contains(&pp) => {
                         processes.insert((p, uid, start));
                         break;
                     }
@@ -418,21 +441,18 @@ impl Held {
                 }
             }
         }
-        let volume = format!("cordon-volume-{server}-");
-        let mounts = mountinfo();
-        let loops = loop_devices();
+        let volumes: Vec<String> = owners
+            .iter()
+            .map(|p| format!("cordon-volume-{p}-"))
+            .collect();
+        let named = |s: &str| volumes.iter().any(|v| s.contains(v));
         Held {
             processes,
-            cgroup_dirs: cgroup_dirs(Some(server)),
-            mounts: mounts
-                .iter()
-                .filter(|m| m.contains(&volume))
-                .cloned()
-                .collect(),
-            loop_devices: loops
-                .iter()
-                .filter(|(_, b)| b.contains(&volume))
-                .cloned()
+            cgroup_dirs: owners.iter().flat_map(|p| cgroup_dirs(Some(*p))).collect(),
+            mounts: mountinfo().into_iter().filter(|m| named(m)).collect(),
+            loop_devices: loop_devices()
+                .into_iter()
+                .filter(|(_, b)| named(b))
                 .collect(),
         }
     }
@@ -442,14 +462,19 @@ impl Held {
     fn leftovers(&self, seen: &BTreeSet<(u32, u32, u64)>) -> Vec<String> {
         let mut out = Vec::new();
         if !self.processes.is_empty() {
-            out.push(format!("the server's descendants: {:?}", self.processes));
+            out.push(format!(
+                "the server's and the keepers' descendants: {:?}",
+                self.processes
+            ));
         }
         let alive: Vec<_> = seen
             .iter()
             .filter(|(p, _, start)| stat_of(*p).is_some_and(|(_, _, s)| s == *start))
             .collect();
         if !alive.is_empty() {
-            out.push(format!("sandbox processes still alive: {alive:?}"));
+            out.push(format!(
+                "keepers and sandbox processes still alive: {alive:?}"
+            ));
         }
         if !self.cgroup_dirs.is_empty() {
             out.push(format!("cgroup dirs: {:?}", self.cgroup_dirs));
@@ -483,6 +508,7 @@ impl MachineWide {
                 .values()
                 .filter(|(_, uid, _)| *uid >= FRESH_ID_BASE)
                 .count(),
+            keepers: stats.keys().filter(|p| is_keeper(**p, None)).count(),
             cordon_cgroup_dirs: cgroup_dirs(None).len(),
             mounts: mounts.len(),
             loop_devices: loops.len(),
@@ -504,6 +530,7 @@ impl MachineWide {
                 before.cordon_cgroup_dirs,
                 self.cordon_cgroup_dirs,
             ),
+            ("keeper processes", before.keepers, self.keepers),
             ("mounts", before.mounts, self.mounts),
             ("loop devices", before.loop_devices, self.loop_devices),
             ("uid leases", before.id_leases, self.id_leases),
@@ -591,7 +618,7 @@ fn many_sandboxes_and_concurrent_execs_each_answered_once_and_nothing_left() {
     // ends, and the test fails saying so rather than hanging.
     let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
     let watchdog = std::thread::spawn(move || {
-        if done_rx.recv_timeout(limit).is_err() {
+        if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = done_rx.recv_timeout(limit) {
             eprintln!("serve load: past the deadline of {limit:?}; stopping the server");
             if let Ok(pid) = i32::try_from(spid) {
                 let _ = nix::sys::signal::kill(
@@ -608,7 +635,7 @@ fn many_sandboxes_and_concurrent_execs_each_answered_once_and_nothing_left() {
         );
     };
 
-    // N sandboxes, made across four threads.
+    // N sandboxes, made across four threads; each has a keeper.
     let t = Instant::now();
     let made = across(&addr, n, 4.min(n), deadline, |c, i| {
         let started = Instant::now();
@@ -617,10 +644,9 @@ fn many_sandboxes_and_concurrent_execs_each_answered_once_and_nothing_left() {
             &serde_json::json!({"thread": thread_of(i)}),
         )?;
         let took = started.elapsed();
-        if status == 200 && out["rung"] == "container" {
-            Ok(took)
-        } else {
-            Err(format!("{status} {out}"))
+        match out["handle"].as_str() {
+            Some(h) if status == 200 && out["rung"] == "container" => Ok((took, h.to_string())),
+            _ => Err(format!("{status} {out}")),
         }
     });
     let create_wall = t.elapsed();
@@ -631,18 +657,20 @@ fn many_sandboxes_and_concurrent_execs_each_answered_once_and_nothing_left() {
         failed.len(),
         &failed[..failed.len().min(5)]
     );
-    let create = Latencies::new(
-        &made
-            .iter()
-            .filter_map(|(_, r)| r.clone().ok())
-            .collect::<Vec<_>>(),
-    );
+    let made: Vec<(Duration, String)> = made.into_iter().filter_map(|(_, r)| r.ok()).collect();
+    let create = Latencies::new(&made.iter().map(|(d, _)| *d).collect::<Vec<_>>());
+    let keepers: BTreeSet<(u32, u32, u64)> = made
+        .iter()
+        .map(|(_, h)| keeper_of(h).unwrap_or_else(|| panic!("no keeper serves `{h}`")))
+        .collect();
+    assert_eq!(keepers.len(), n, "a keeper each: {keepers:?}");
+    let owners: BTreeSet<u32> = keepers.iter().map(|(p, _, _)| *p).chain([spid]).collect();
     late();
 
     // While they live: the counts see each one (so a zero later means
     // gone, not unseen).
-    let live = Held::take(spid);
-    let inits: BTreeSet<_> = live.processes.clone();
+    let live = Held::take(&owners);
+    let seen: BTreeSet<_> = live.processes.iter().chain(&keepers).copied().collect();
     assert!(
         live.mounts.len() >= n && live.loop_devices.len() >= n && live.cgroup_dirs.len() >= n,
         "{n} sandboxes but {} volume mounts, {} loop devices, {} cgroup dirs",
@@ -651,12 +679,11 @@ fn many_sandboxes_and_concurrent_execs_each_answered_once_and_nothing_left() {
         live.cgroup_dirs.len()
     );
     assert!(
-        inits
-            .iter()
+        seen.iter()
             .filter(|(_, uid, _)| *uid >= FRESH_ID_BASE)
             .count()
             >= n,
-        "{n} sandboxes but these processes of sandbox uids: {inits:?}"
+        "{n} sandboxes but these processes of sandbox uids: {seen:?}"
     );
 
     // M execs at once, each on its own connection (opened first), fired
@@ -803,9 +830,26 @@ fn many_sandboxes_and_concurrent_execs_each_answered_once_and_nothing_left() {
     for (i, r) in &gone {
         assert!(r.is_ok(), "sandbox {i} not disposed of: {r:?}");
     }
+    // Nor any record of them in the state directory (a record, the
+    // keeper's socket and log per sandbox).
+    let records = dir.path().join("state/sandboxes");
+    let left_in_state = || -> Vec<String> {
+        std::fs::read_dir(&records).map_or_else(
+            |e| vec![format!("`{}`: {e}", records.display())],
+            |d| {
+                d.flatten()
+                    .map(|e| format!("in the state directory: {}", e.path().display()))
+                    .collect()
+            },
+        )
+    };
     settled(
         "after every sandbox was disposed of (server running)",
-        || Held::take(spid).leftovers(&inits),
+        || {
+            let mut l = Held::take(&owners).leftovers(&seen);
+            l.extend(left_in_state());
+            l
+        },
     );
     late();
 
@@ -816,7 +860,7 @@ fn many_sandboxes_and_concurrent_execs_each_answered_once_and_nothing_left() {
     let _ = watchdog.join();
     assert_eq!(code, Some(0), "the server's exit");
     settled("after the server stopped", || {
-        Held::take(spid).leftovers(&inits)
+        Held::take(&owners).leftovers(&seen)
     });
     let strict = in_ci() || std::env::var("CORDON_LOAD_STRICT").is_ok_and(|v| v == "1");
     let machine = || MachineWide::take().grew(&machine_before);
