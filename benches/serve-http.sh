@@ -2,8 +2,11 @@
 # The HTTP path (issue 17), measured in one run: exec of /bin/true in a warm
 # container-rung sandbox through `cordon serve` (POST /v1/sandboxes/exec on
 # loopback, keep-alive) against the library called directly on a host
-# assembled as the server assembles its own, and execs per second through
-# HTTP with 1, 2, 4 and 8 clients (the library's beside it).
+# assembled as the server assembles its own (sandboxes kept, a keeper each,
+# as `cordon serve` keeps them by default; the library without a keeper
+# beside them), and execs per second through HTTP with 1, 2, 4 and 8
+# clients (the kept library's beside it). State directories: fresh ones
+# under /run, removed after.
 # crates/cordon-cli/benches/serve_http.rs, driving the release `cordon`
 # built here. Needs root. ROUNDS (500), SECONDS (5) and CLIENTS (1,2,4,8)
 # scale it; extra arguments (`latency`, `throughput`) pick a part.

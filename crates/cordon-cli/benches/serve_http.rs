@@ -2,20 +2,30 @@
 //! calling the library directly, in the same run, and execs per second
 //! through HTTP. Container rung throughout.
 //!
-//! - `latency`: `/bin/true` in a warm sandbox, round by round (each
-//!   round in an order of its own): (a) `Sandbox::exec` on a sandbox from a host
-//!   assembled in this process exactly as `cordon serve` assembles its own
-//!   (`cordon_host::Host::assemble`, `cordon:default`, the floor from the
-//!   config, no keeper, the release `cordon-init` as init), and (b) `POST
-//!   /v1/sandboxes/exec` to a live `cordon serve` on loopback over one
-//!   keep-alive connection. With them, two HTTP requests that run nothing
-//!   (`GET /healthz`, `GET /v1/backends`: auth and JSON) and the server's
-//!   own time in the exec (`cordon_exec_seconds` from `/metrics`), which
-//!   split (b) into HTTP and exec.
+//! The server runs as a user gets it from a minimal configuration: its
+//! sandboxes kept, a keeper process each, in a state directory (the
+//! default since `sandboxes.state_dir`; here a fresh one under `/run`,
+//! a tmpfs as `/run/cordon` is). The library it is held against is the
+//! same: a host assembled in this process exactly as `cordon serve`
+//! assembles its own (`cordon_host::Host::assemble`, `cordon:default`, the
+//! floor from the config, `KeptConfig` with the release `cordon` as the
+//! keeper, its `cordon-init` as the init), in a state directory of its
+//! own. The library without a keeper (sandboxes in this process) is
+//! measured beside them, to show what the keeper costs.
+//!
+//! - `latency`: `/bin/true` in a warm sandbox, round by round (each round
+//!   in an order of its own): the kept library's `Sandbox::exec`, `POST
+//!   /v1/sandboxes/exec` to the live server on loopback over one
+//!   keep-alive connection, the in-process library's `Sandbox::exec`, and
+//!   two HTTP requests that run nothing (`GET /healthz`, `GET
+//!   /v1/backends`: auth and JSON); then the server's own time in the
+//!   exec (`cordon_exec_seconds` from `/metrics`), which splits the HTTP
+//!   exec into HTTP and exec.
 //! - `throughput`: K clients (`CLIENTS`, default 1,2,4,8), each with its own
 //!   sandbox, execs of `/bin/true` back to back for `SECONDS` (default 5):
-//!   through HTTP (a keep-alive connection each) and through the library
-//!   (a thread each), one after the other.
+//!   through HTTP (a keep-alive connection each) and through the kept
+//!   library (a thread each), one after the other; with the CPU each side
+//!   spent per exec (the server or this process, and their keepers).
 //!
 //! `benches/serve-http.sh` builds the release `cordon` and runs this with
 //! it; alone: `CORDON_BIN=target/release/cordon cargo bench -p cordon-cli
@@ -51,6 +61,8 @@ mod bench {
     use std::sync::Arc;
     use std::time::{Duration, Instant};
 
+    use cordon_host::keeper::{KeptConfig, KEEPER_ARG};
+    use cordon_host::state::StateDir;
     use cordon_host::{Host, HostSetup};
     use cordon_policy::Identity;
     use cordon_sandbox::{
@@ -92,11 +104,27 @@ mod bench {
             );
             return;
         };
-        let dir = tempfile::tempdir().unwrap();
+        // Under /run, a tmpfs, as cordon's default state directory is.
+        let dir = tempfile::Builder::new()
+            .prefix("cordon-serve-bench-")
+            .tempdir_in("/run")
+            .unwrap();
         let server = Server::start(&cordon, dir.path());
-        let lib = Library::new(&cordon, &server.config_file);
+        let kept = Library::new(
+            &cordon,
+            &server.config_file,
+            Some(&dir.path().join("library")),
+        );
+        let direct = Library::new(&cordon, &server.config_file, None);
+        println!(
+            "library: init {} {:?}; kept in {}, keeper {} {KEEPER_ARG}",
+            kept.init.path.display(),
+            kept.init.args,
+            dir.path().join("library").display(),
+            cordon.display()
+        );
         if want("latency") {
-            latency(&server, &lib, env_n("ROUNDS", 500));
+            latency(&server, &kept, &direct, env_n("ROUNDS", 500));
         }
         if want("throughput") {
             let clients: Vec<usize> = std::env::var("CLIENTS")
@@ -106,7 +134,8 @@ mod bench {
                 .collect();
             throughput(
                 &server,
-                &lib,
+                &kept,
+                &dir.path().join("library"),
                 &clients,
                 Duration::from_secs(env_n("SECONDS", 5) as u64),
             );
@@ -118,17 +147,23 @@ mod bench {
         child: Child,
         addr: String,
         config_file: PathBuf,
+        state: PathBuf,
     }
 
     impl Server {
         fn start(cordon: &Path, dir: &Path) -> Server {
             // What a user gets with a minimal configuration: default policy
-            // (`cordon:default`), default request size and sandbox cap;
-            // the floor opted down to the rung that runs here, and the
-            // request rate raised so the bench measures execs, not 429s
-            // (the bucket is checked the same way at any rate).
+            // (`cordon:default`), request size, sandbox cap, idle and age
+            // limits, sandboxes kept in a state directory; the floor opted
+            // down to the rung that runs here, the state directory a fresh
+            // one, its sandboxes disposed of when the bench stops it
+            // (`dispose_on_shutdown`, which changes nothing before), and
+            // the request rate raised so the bench measures execs, not
+            // 429s (the bucket is checked the same way at any rate).
+            let state = dir.join("server");
             let config = format!(
-                "listen: 127.0.0.1:0\nmin_isolation: container\ncredentials:\n  - name: bench\n    token_sha256: {}\n    scope: {SCOPE}\n    identity: {{namespace: {SCOPE}, name: agent, attested: true}}\nlimits: {{requests_per_second: 1000000}}\n",
+                "listen: 127.0.0.1:0\nmin_isolation: container\nsandboxes: {{state_dir: {}, dispose_on_shutdown: true}}\ncredentials:\n  - name: bench\n    token_sha256: {}\n    scope: {SCOPE}\n    identity: {{namespace: {SCOPE}, name: agent, attested: true}}\nlimits: {{requests_per_second: 1000000}}\n",
+                state.display(),
                 sha256_hex(TOKEN)
             );
             let config_file = dir.join("serve.yaml");
@@ -138,11 +173,12 @@ mod bench {
                 cordon.display()
             );
             print!("{config}");
-            println!("(unset: policy cordon:default, max_request_bytes 16MiB, max_sandboxes 16; no state directory: sandboxes live in the server process)");
+            println!("(unset: policy cordon:default, max_request_bytes 16MiB, max_sandboxes 16, idle_timeout_seconds 1800, max_age_seconds 86400)");
             let mut child = Command::new(cordon)
                 .args(["serve", "--config"])
                 .arg(&config_file)
                 .env_remove("CORDON_MIN_ISOLATION")
+                .env_remove("CORDON_STATE_DIR")
                 .env_remove("CORDON_LOG")
                 .stdout(Stdio::piped())
                 .stderr(Stdio::inherit())
@@ -161,6 +197,7 @@ mod bench {
                 child,
                 addr,
                 config_file,
+                state,
             }
         }
     }
@@ -286,7 +323,9 @@ mod bench {
     }
 
     impl Library {
-        fn new(cordon: &Path, config_file: &Path) -> Library {
+        /// Kept in `state` (a keeper per sandbox, as the server), or, with
+        /// `None`, in this process.
+        fn new(cordon: &Path, config_file: &Path, state: Option<&Path>) -> Library {
             // `cordon serve`'s init: the `cordon-init` beside it, else
             // itself with the init argument (crates/cordon-cli/src/run.rs).
             let sibling = cordon.with_file_name("cordon-init");
@@ -301,6 +340,18 @@ mod bench {
                     args: vec!["__sandbox-init".into()],
                 }
             };
+            let keep = state.map(|s| KeptConfig {
+                state: StateDir::open(s).unwrap(),
+                keeper: SelfCommand {
+                    path: cordon.to_path_buf(),
+                    args: vec![KEEPER_ARG.into()],
+                },
+                policy_file: None,
+                // cordon serve's defaults.
+                idle_timeout: Duration::from_secs(1800),
+                max_age: Duration::from_secs(86400),
+                owner: "cordon-serve-bench".into(),
+            });
             let setup = HostSetup {
                 floor: Floor {
                     rung: Isolation::Container,
@@ -323,7 +374,7 @@ mod bench {
                         ..Default::default()
                     },
                 },
-                keep: None,
+                keep,
             };
             let host = Host::assemble(&setup, &cordon_host::builtin_registry())
                 .unwrap_or_else(|e| panic!("the library host: {e}"));
@@ -356,6 +407,10 @@ mod bench {
                 "the library host picked another backend"
             );
             s
+        }
+
+        fn dispose(&self, thread: &str) {
+            self.router.dispose_scope(SCOPE, thread);
         }
     }
 
@@ -411,41 +466,39 @@ mod bench {
         );
     }
 
-    fn latency(server: &Server, lib: &Library, rounds: usize) {
+    fn latency(server: &Server, kept: &Library, direct: &Library, rounds: usize) {
         println!(
             "\n== latency: exec of /bin/true in a warm container-rung sandbox, {rounds} rounds, each in an order of its own"
         );
-        println!(
-            "library init: {} {:?}",
-            lib.init.path.display(),
-            lib.init.args
-        );
         machine_state();
-        let sandbox = lib.acquire("latency");
+        let lib = kept.acquire("latency");
+        let own = direct.acquire("latency-direct");
         let mut c = Conn::open(&server.addr);
         c.create("latency");
         let body = exec_body("latency");
         let req = true_request();
         for _ in 0..20 {
-            exec_lib(sandbox.as_ref(), &req);
+            exec_lib(lib.as_ref(), &req);
+            exec_lib(own.as_ref(), &req);
             c.exec_true(&body);
             c.call("GET", "/v1/backends", None);
         }
         let (sum0, n0) = c.exec_metrics();
         let names = [
-            "library Sandbox::exec",
+            "library, kept (a keeper, as the server): Sandbox::exec",
             "HTTP POST /v1/sandboxes/exec",
+            "library, in this process (no keeper): Sandbox::exec",
             "HTTP GET /healthz (no auth, no exec)",
             "HTTP GET /v1/backends (auth + JSON, no exec)",
         ];
-        let mut t: [Vec<f64>; 4] = Default::default();
+        let mut t: [Vec<f64>; 5] = Default::default();
         // Each round in an order of its own (xorshift; a fixed rotation
         // put the same measure after an exec every time, and the first
         // request after an exec pays the server's wake-up).
         let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
         for _ in 0..rounds {
-            let mut order = [0usize, 1, 2, 3];
-            for i in (1..4usize).rev() {
+            let mut order = [0usize, 1, 2, 3, 4];
+            for i in (1..5usize).rev() {
                 x ^= x << 13;
                 x ^= x >> 7;
                 x ^= x << 17;
@@ -455,9 +508,10 @@ mod bench {
             for which in order {
                 let started = Instant::now();
                 match which {
-                    0 => exec_lib(sandbox.as_ref(), &req),
+                    0 => exec_lib(lib.as_ref(), &req),
                     1 => c.exec_true(&body),
-                    2 => {
+                    2 => exec_lib(own.as_ref(), &req),
+                    3 => {
                         let (s, _) = c.call("GET", "/healthz", None);
                         assert_eq!(s, 200);
                     }
@@ -475,15 +529,27 @@ mod bench {
             let (p50, p90, mean) = stats(v);
             println!("| {name} | {} | {} | {} |", ms(p50), ms(p90), ms(mean));
         }
-        let paired: Vec<f64> = t[1].iter().zip(&t[0]).map(|(h, l)| h / l).collect();
-        let (pr, _, _) = stats(&paired);
-        let (lib50, _, lib_mean) = stats(&t[0]);
-        let (http50, _, http_mean) = stats(&t[1]);
+        let ratio = |a: usize, b: usize| {
+            let paired: Vec<f64> = t[a].iter().zip(&t[b]).map(|(x, y)| x / y).collect();
+            let (pr, _, _) = stats(&paired);
+            let (a50, _, a_mean) = stats(&t[a]);
+            let (b50, _, b_mean) = stats(&t[b]);
+            format!(
+                "p50 {:.2}x, mean {:.2}x, paired (median of per-round ratios) {pr:.2}x",
+                a50 / b50,
+                a_mean / b_mean
+            )
+        };
         println!(
-            "ratio HTTP / library: p50 {:.2}x, mean {:.2}x, paired (median of per-round ratios) {pr:.2}x; target <= 1.5x",
-            http50 / lib50,
-            http_mean / lib_mean
+            "ratio HTTP / kept library: {} (target <= 1.5x)",
+            ratio(1, 0)
         );
+        println!("ratio HTTP / library in this process: {}", ratio(1, 2));
+        println!(
+            "ratio kept library / library in this process (the keeper): {}",
+            ratio(0, 2)
+        );
+        let (_, _, http_mean) = stats(&t[1]);
         #[expect(clippy::cast_precision_loss, reason = "an exec count")]
         let server_mean = (sum1 - sum0) / (n1 - n0).max(1) as f64;
         println!(
@@ -493,7 +559,9 @@ mod bench {
             ms(http_mean),
             ms(http_mean - server_mean)
         );
-        drop(sandbox);
+        drop((lib, own));
+        kept.dispose("latency");
+        direct.dispose("latency-direct");
     }
 
     /// CPU seconds (user + system, all threads) of a process so far.
@@ -505,11 +573,45 @@ mod bench {
             .split_whitespace()
             .map(|v| v.parse().unwrap_or(0.0))
             .collect();
-        // utime and stime are fields 14 and 15 (indices 11 and 12 after the
-        // command), in clock ticks (100 per second here).
+        // utime and stime are fields 14 and 15 (indices 11 and 12 after
+        // the command), in clock ticks (100 per second here).
         f.get(11)
             .zip(f.get(12))
             .map_or(0.0, |(u, s)| (u + s) / 100.0)
+    }
+
+    /// The pids of the keepers of the sandboxes recorded in `state`.
+    fn keepers(state: &Path) -> Vec<String> {
+        let handles: Vec<String> = std::fs::read_dir(state.join("sandboxes"))
+            .map(|d| {
+                d.flatten()
+                    .filter_map(|e| {
+                        let n = e.file_name().to_string_lossy().into_owned();
+                        n.strip_suffix(".json").map(String::from)
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let Ok(procs) = std::fs::read_dir("/proc") else {
+            return Vec::new();
+        };
+        procs
+            .flatten()
+            .filter_map(|e| {
+                let pid = e.file_name().to_string_lossy().into_owned();
+                pid.parse::<u32>().ok()?;
+                let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
+                let arg = cmdline
+                    .split(|b| *b == 0)
+                    .find_map(|a| a.strip_prefix(b"--handle="))?;
+                handles.iter().any(|h| h.as_bytes() == arg).then_some(pid)
+            })
+            .collect()
+    }
+
+    /// CPU seconds of `owner` and of the keepers of `state`.
+    fn side_cpu(owner: &str, state: &Path) -> f64 {
+        cpu_seconds(owner) + keepers(state).iter().map(|p| cpu_seconds(p)).sum::<f64>()
     }
 
     /// `clients` threads, each on a sandbox of its own, each running `one`
@@ -543,7 +645,13 @@ mod bench {
         (r, n)
     }
 
-    fn throughput(server: &Server, lib: &Library, clients: &[usize], span: Duration) {
+    fn throughput(
+        server: &Server,
+        kept: &Library,
+        kept_state: &Path,
+        clients: &[usize],
+        span: Duration,
+    ) {
         println!(
             "\n== throughput: execs of /bin/true per second, K clients each on a warm container-rung sandbox of its own, {span:?} each"
         );
@@ -554,34 +662,39 @@ mod bench {
             c.create(&format!("tp{k}"));
         }
         let sandboxes: Vec<Arc<dyn Sandbox>> =
-            (0..most).map(|k| lib.acquire(&format!("tp{k}"))).collect();
-        println!("| clients | HTTP execs/s | library execs/s | HTTP / library (execs/s) | CPU per exec: server + client / library |\n| --- | --- | --- | --- | --- |");
+            (0..most).map(|k| kept.acquire(&format!("tp{k}"))).collect();
+        println!("| clients | HTTP execs/s | kept library execs/s | HTTP / library (execs/s) | CPU per exec: server and its keepers + HTTP client / library and its keepers |\n| --- | --- | --- | --- | --- |");
         let spid = server.child.id().to_string();
         #[expect(clippy::cast_precision_loss, reason = "an exec count")]
         let per = |cpu: f64, n: u64| ms(cpu / n.max(1) as f64);
         for &k in clients {
             let addr = server.addr.clone();
-            let (s0, c0) = (cpu_seconds(&spid), cpu_seconds("self"));
+            let (s0, c0) = (side_cpu(&spid, &server.state), cpu_seconds("self"));
             let (http, hn) = rate(k, span, |i| {
                 let mut c = Conn::open(&addr);
                 let body = exec_body(&format!("tp{i}"));
                 Box::new(move || c.exec_true(&body))
             });
-            let (s1, c1) = (cpu_seconds(&spid), cpu_seconds("self"));
+            let (s1, c1) = (side_cpu(&spid, &server.state), cpu_seconds("self"));
+            let l0 = side_cpu("self", kept_state);
             let (library, ln) = rate(k, span, |i| {
                 let s = sandboxes[i].clone();
                 let req = true_request();
                 Box::new(move || exec_lib(s.as_ref(), &req))
             });
-            let c2 = cpu_seconds("self");
+            let l1 = side_cpu("self", kept_state);
             println!(
                 "| {k} | {http:.0} | {library:.0} | {:.2} | {} + {} / {} |",
                 http / library,
                 per(s1 - s0, hn),
                 per(c1 - c0, hn),
-                per(c2 - c1, ln),
+                per(l1 - l0, ln),
             );
         }
-        println!("(CPU of the server's and this process's own threads; the sandboxes' processes, in their own cgroups, are counted on neither side)");
+        println!("(CPU of the server's, this process's and the keepers' own threads; the sandboxes' processes, in their own cgroups, are counted on neither side)");
+        drop(sandboxes);
+        for k in 0..most {
+            kept.dispose(&format!("tp{k}"));
+        }
     }
 }
