@@ -8,7 +8,7 @@
 # clients (the kept library's beside it). State directories: fresh ones
 # under /run, removed after.
 # crates/cordon-cli/benches/serve_http.rs, driving the release `cordon`
-# built here. Needs root. ROUNDS (500), SECONDS (5) and CLIENTS (1,2,4,8)
+# built here. Needs root. ROUNDS (500), SECONDS (3), REPEATS (3) and CLIENTS (1,2,4,8)
 # scale it; extra arguments (`latency`, `throughput`) pick a part.
 set -euo pipefail
 cd "$(dirname "$0")/.."

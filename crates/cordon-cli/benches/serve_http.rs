@@ -22,10 +22,11 @@
 //!   exec (`cordon_exec_seconds` from `/metrics`), which splits the HTTP
 //!   exec into HTTP and exec.
 //! - `throughput`: K clients (`CLIENTS`, default 1,2,4,8), each with its own
-//!   sandbox, execs of `/bin/true` back to back for `SECONDS` (default 5):
+//!   sandbox, execs of `/bin/true` back to back for `SECONDS` (default 3):
 //!   through HTTP (a keep-alive connection each) and through the kept
-//!   library (a thread each), one after the other; with the CPU each side
-//!   spent per exec (the server or this process, and their keepers).
+//!   library (a thread each), alternated `REPEATS` times (default 3); with
+//!   the CPU each side spent per exec (the server or this process, and
+//!   their keepers).
 //!
 //! `benches/serve-http.sh` builds the release `cordon` and runs this with
 //! it; alone: `CORDON_BIN=target/release/cordon cargo bench -p cordon-cli
@@ -137,7 +138,8 @@ mod bench {
                 &kept,
                 &dir.path().join("library"),
                 &clients,
-                Duration::from_secs(env_n("SECONDS", 5) as u64),
+                Duration::from_secs(env_n("SECONDS", 3) as u64),
+                env_n("REPEATS", 3).max(1),
             );
         }
     }
@@ -615,12 +617,8 @@ mod bench {
     }
 
     /// `clients` threads, each on a sandbox of its own, each running `one`
-    /// back to back until `span` is over: execs per second, and how many.
-    fn rate(
-        clients: usize,
-        span: Duration,
-        one: impl Fn(usize) -> Box<dyn FnMut() + Send>,
-    ) -> (f64, u64) {
+    /// back to back until `span` is over: how many ran.
+    fn rate(clients: usize, span: Duration, one: impl Fn(usize) -> Box<dyn FnMut() + Send>) -> u64 {
         let stop = Arc::new(AtomicBool::new(false));
         let handles: Vec<_> = (0..clients)
             .map(|k| {
@@ -636,13 +634,9 @@ mod bench {
                 })
             })
             .collect();
-        let started = Instant::now();
         std::thread::sleep(span);
         stop.store(true, Ordering::Relaxed);
-        let n: u64 = handles.into_iter().map(|h| h.join().unwrap()).sum();
-        #[expect(clippy::cast_precision_loss, reason = "an exec count")]
-        let r = n as f64 / started.elapsed().as_secs_f64();
-        (r, n)
+        handles.into_iter().map(|h| h.join().unwrap()).sum()
     }
 
     fn throughput(
@@ -651,9 +645,10 @@ mod bench {
         kept_state: &Path,
         clients: &[usize],
         span: Duration,
+        repeats: usize,
     ) {
         println!(
-            "\n== throughput: execs of /bin/true per second, K clients each on a warm container-rung sandbox of its own, {span:?} each"
+            "\n== throughput: execs of /bin/true per second, K clients each on a warm container-rung sandbox of its own; HTTP and library alternated {repeats} times, {span:?} each"
         );
         machine_state();
         let most = clients.iter().copied().max().unwrap_or(1);
@@ -669,26 +664,41 @@ mod bench {
         let per = |cpu: f64, n: u64| ms(cpu / n.max(1) as f64);
         for &k in clients {
             let addr = server.addr.clone();
-            let (s0, c0) = (side_cpu(&spid, &server.state), cpu_seconds("self"));
-            let (http, hn) = rate(k, span, |i| {
-                let mut c = Conn::open(&addr);
-                let body = exec_body(&format!("tp{i}"));
-                Box::new(move || c.exec_true(&body))
-            });
-            let (s1, c1) = (side_cpu(&spid, &server.state), cpu_seconds("self"));
-            let l0 = side_cpu("self", kept_state);
-            let (library, ln) = rate(k, span, |i| {
-                let s = sandboxes[i].clone();
-                let req = true_request();
-                Box::new(move || exec_lib(s.as_ref(), &req))
-            });
-            let l1 = side_cpu("self", kept_state);
+            // HTTP and library alternated `repeats` times: (execs, seconds,
+            // CPU of the serving side, CPU of the HTTP client).
+            let (mut h, mut l) = ((0, 0.0, 0.0, 0.0), (0, 0.0, 0.0));
+            for _ in 0..repeats {
+                let (s0, c0) = (side_cpu(&spid, &server.state), cpu_seconds("self"));
+                let started = Instant::now();
+                let n = rate(k, span, |i| {
+                    let mut c = Conn::open(&addr);
+                    let body = exec_body(&format!("tp{i}"));
+                    Box::new(move || c.exec_true(&body))
+                });
+                h.1 += started.elapsed().as_secs_f64();
+                h.0 += n;
+                let (s1, c1) = (side_cpu(&spid, &server.state), cpu_seconds("self"));
+                h.2 += s1 - s0;
+                h.3 += c1 - c0;
+                let l0 = side_cpu("self", kept_state);
+                let started = Instant::now();
+                let n = rate(k, span, |i| {
+                    let s = sandboxes[i].clone();
+                    let req = true_request();
+                    Box::new(move || exec_lib(s.as_ref(), &req))
+                });
+                l.1 += started.elapsed().as_secs_f64();
+                l.0 += n;
+                l.2 += side_cpu("self", kept_state) - l0;
+            }
+            #[expect(clippy::cast_precision_loss, reason = "an exec count")]
+            let (http, library) = (h.0 as f64 / h.1, l.0 as f64 / l.1);
             println!(
                 "| {k} | {http:.0} | {library:.0} | {:.2} | {} + {} / {} |",
                 http / library,
-                per(s1 - s0, hn),
-                per(c1 - c0, hn),
-                per(l1 - l0, ln),
+                per(h.2, h.0),
+                per(h.3, h.0),
+                per(l.2, l.0),
             );
         }
         println!("(CPU of the server's, this process's and the keepers' own threads; the sandboxes' processes, in their own cgroups, are counted on neither side)");
