@@ -373,10 +373,13 @@ mod bench {
                             path: cordon.to_path_buf(),
                             args: vec!["__egress-proxy".into()],
                         }),
+                        // As the server: its state directory's audit log.
+                        audit: state.map(|s| s.join("egress-audit.jsonl")),
                         ..Default::default()
                     },
                 },
                 keep,
+                secrets: None,
             };
             let host = Host::assemble(&setup, &cordon_host::builtin_registry())
                 .unwrap_or_else(|e| panic!("the library host: {e}"));
