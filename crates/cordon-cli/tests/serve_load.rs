@@ -594,6 +594,37 @@ fn across<T: Send + 'static>(
     out
 }
 
+/// On a failed run, the sandboxes are disposed of through the state
+/// directory (`cordon sandbox down`, as a replica would) before the server
+/// is stopped: kept sandboxes outlive a server that has to be killed, and
+/// the state directory goes with the test's temporary directory.
+struct DisposeOnFailure {
+    state: std::path::PathBuf,
+    n: usize,
+}
+
+impl Drop for DisposeOnFailure {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            return;
+        }
+        for i in 0..self.n {
+            let _ = Command::new(env!("CARGO_BIN_EXE_cordon"))
+                .args([
+                    "sandbox",
+                    "down",
+                    "--scope",
+                    SCOPE,
+                    "--thread",
+                    &thread_of(i),
+                ])
+                .env("CORDON_STATE_DIR", &self.state)
+                .stdout(Stdio::null())
+                .status();
+        }
+    }
+}
+
 fn thread_of(i: usize) -> String {
     format!("t{i}")
 }
@@ -611,6 +642,10 @@ fn many_sandboxes_and_concurrent_execs_each_answered_once_and_nothing_left() {
     let dir = tempfile::tempdir().expect("dir");
     let machine_before = MachineWide::take();
     let mut server = start(dir.path(), n);
+    let _cleanup = DisposeOnFailure {
+        state: dir.path().join("state"),
+        n,
+    };
     let spid = server.pid();
     let addr = server.addr.clone();
 
