@@ -363,6 +363,8 @@ mod bench {
                 },
                 policy_file: None,
                 only: None,
+                // The server's default (no `backends:` in its config).
+                order: None,
                 backends: BackendSetup {
                     deployment: String::new(),
                     init: Some(init.clone()),
