@@ -377,6 +377,19 @@ impl mcp::McpHost for HttpMcp {
         ctx: &rmcp::service::RequestContext<rmcp::service::RoleServer>,
     ) -> Result<Arc<dyn Sandbox>, String> {
         let (cred, at) = self.bound(ctx)?;
+        // Held already (made by an earlier call): no acquire per tool call.
+        if let Ok(c) = caller(&cred, &at).resolve() {
+            let held = self
+                .served
+                .live
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get(&c.key)
+                .cloned();
+            if let Some(h) = held {
+                return Ok(h);
+            }
+        }
         self.served
             .get_or_create(&cred, &at, &self.served.mcp_spec)
             .map(|m| m.sandbox)
@@ -405,8 +418,13 @@ impl mcp::McpHost for HttpMcp {
         ctx: &rmcp::service::RequestContext<rmcp::service::RoleServer>,
         error: &cordon_sandbox::SandboxError,
     ) {
-        if let Ok((cred, _)) = self.bound(ctx) {
+        if let Ok((cred, at)) = self.bound(ctx) {
             self.served.exec_refused(&cred.scope, error);
+            // A sandbox gone under this server (disposed at a replica, its
+            // keeper idled out) is looked up afresh by the next call.
+            if error.denied_rules().is_none() {
+                self.served.forget(&cred, &at);
+            }
         }
     }
 }
