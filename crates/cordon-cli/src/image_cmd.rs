@@ -5,7 +5,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
-use cordon_image::{format_time, DebootstrapOpts, ImageError, ImageInfo, ImageStore};
+use cordon_image::{
+    format_time, DebootstrapOpts, ImageConfig, ImageError, ImageInfo, ImageStore, ImportOpts,
+};
 use serde_json::json;
 
 use crate::{Format, EXIT_PROBLEMS, EXIT_USAGE};
@@ -15,15 +17,23 @@ pub enum ImageCommand {
     /// Build an image with `debootstrap --variant=minbase` (progress on
     /// stderr) and name it; prints its digest.
     Build(BuildArgs),
-    /// Import a directory or a `.tar`, `.tar.gz`/`.tgz` archive as an image
-    /// and name it; prints its digest. Symlinks are kept, never followed;
-    /// device nodes, fifos and sockets are skipped with a warning;
-    /// setuid/setgid and group/other write bits are cleared.
+    /// Import a root tree (a directory or a `.tar`, `.tar.gz`/`.tgz`
+    /// archive) or a container image (an OCI image layout, as a directory
+    /// or a tar archive, or a `docker save` archive) and name it; prints its
+    /// digest. An image's blobs are checked against their digests, its
+    /// layers applied in order with whiteouts honoured, and its env, user,
+    /// work dir, entrypoint and cmd kept. Symlinks are kept, never
+    /// followed; device nodes, fifos and sockets are skipped with a
+    /// warning; setuid/setgid and group/other write bits are cleared.
     Import {
         /// The image's name (a-z, 0-9, `.`, `_`, `-`).
         name: String,
         /// A directory, or a `.tar`, `.tar.gz` or `.tgz` file.
         source: PathBuf,
+        /// `OS/ARCH[/VARIANT]` to import from an OCI index with several
+        /// images (default: the only one, else linux/amd64).
+        #[arg(long)]
+        platform: Option<String>,
     },
     /// List the images: name, digest, size, created, source (`host` is
     /// built in).
@@ -101,8 +111,13 @@ pub fn run(command: ImageCommand) -> ExitCode {
                 Err(e) => fail(&e),
             }
         }
-        ImageCommand::Import { name, source } => {
-            match store.import(&name, &source, &mut |l: &str| progress(l)) {
+        ImageCommand::Import {
+            name,
+            source,
+            platform,
+        } => {
+            let opts = ImportOpts { platform };
+            match store.import_with(&name, &source, &opts, &mut |l: &str| progress(l)) {
                 Ok(info) => {
                     eprintln!("imported `{}` ({})", info.name, human_size(info.size));
                     println!("{}", info.digest);
@@ -159,6 +174,7 @@ fn print_list(list: &[ImageInfo], format: Format) {
                     "size": i.size,
                     "created": format_time(i.created),
                     "source": i.source,
+                    "config": i.config.as_ref().map(config_json),
                 })
             }));
             println!("{}", serde_json::Value::Array(rows));
@@ -182,7 +198,38 @@ fn print_list(list: &[ImageInfo], format: Format) {
                     format_time(i.created),
                     i.source
                 );
+                if let Some(c) = &i.config {
+                    println!("{:<20} {}", "", config_line(c));
+                }
             }
         }
     }
+}
+
+fn config_json(c: &ImageConfig) -> serde_json::Value {
+    json!({
+        "env": c.env,
+        "user": c.user,
+        "working_dir": c.working_dir,
+        "entrypoint": c.entrypoint,
+        "cmd": c.cmd,
+    })
+}
+
+/// The run config on one line under an image's row: what the image says
+/// to run, as whom, where, and how many environment variables it sets.
+fn config_line(c: &ImageConfig) -> String {
+    let list = |v: &Option<Vec<String>>| v.as_ref().map_or("-".to_string(), |v| format!("{v:?}"));
+    format!(
+        "user={} workdir={} entrypoint={} cmd={} env={}",
+        c.user.as_deref().unwrap_or("-"),
+        c.working_dir.as_deref().unwrap_or("-"),
+        list(&c.entrypoint),
+        list(&c.cmd),
+        if c.env.is_empty() {
+            "-".to_string()
+        } else {
+            c.env.join(",")
+        }
+    )
 }

@@ -3,8 +3,10 @@
 //! An [`ImageStore`] maps names to content-addressed root trees. `host` is
 //! built in ([`Resolved::Host`]: the host's system directories, read-only,
 //! which is what the container rung shows without an image); every other
-//! name is imported ([`ImageStore::import`], a directory or a `.tar`,
-//! `.tar.gz`/`.tgz`) or built ([`ImageStore::build_debootstrap`],
+//! name is imported ([`ImageStore::import`]: a directory or a `.tar`,
+//! `.tar.gz`/`.tgz`, or a container image — an OCI image layout or a
+//! `docker save` archive, flattened layer by layer in `oci`, its run config
+//! kept as [`ImageConfig`]) or built ([`ImageStore::build_debootstrap`],
 //! [`ImageStore::ensure_default`]) and resolves to a [`Resolved::Stored`]
 //! whose `root` a backend binds read-only.
 //!
@@ -16,7 +18,7 @@
 //!   blobs/sha256-<hex>/      0711; one per distinct tree
 //!     rootfs/                0755; the tree
 //!     links                  0644; its hard-link index (see [`link_index`])
-//!   names/<name>.json        name -> digest, size, created, source
+//!   names/<name>.json        name -> digest, size, created, source, config
 //!   tmp/<unique>/            0700; builds and imports in progress
 //! ```
 //!
@@ -77,10 +79,12 @@ use serde::{Deserialize, Serialize};
 
 mod debootstrap;
 mod links;
+mod oci;
 mod tree;
 
 pub use debootstrap::{configured_mirror, DebootstrapOpts, DEFAULT_SUITE, FALLBACK_MIRROR};
 pub use links::link_index;
+pub use oci::{ImageConfig, ImportOpts, DEFAULT_PLATFORM};
 
 /// The built-in image.
 pub const HOST: &str = "host";
@@ -118,6 +122,14 @@ pub enum ImageError {
         archive: PathBuf,
         entry: PathBuf,
         reason: String,
+    },
+    #[error("`{}` is refused as an image: {reason}", path.display())]
+    BadImage { path: PathBuf, reason: String },
+    #[error("`{}` does not match its digest (expected {want}, it hashes to {got}); the image is damaged or was altered: export it again", path.display())]
+    DigestMismatch {
+        path: PathBuf,
+        want: String,
+        got: String,
     },
     #[error("`{}` is neither a directory nor a `.tar`, `.tar.gz` or `.tgz` archive{hint}", path.display())]
     UnsupportedSource { path: PathBuf, hint: String },
@@ -189,6 +201,10 @@ pub struct ImageInfo {
     pub created: u64,
     /// How it was made (`debootstrap SUITE MIRROR [+pkgs]`, `import PATH`).
     pub source: String,
+    /// How the image says to run it (env, user, work dir, entrypoint,
+    /// cmd): kept from an imported OCI or `docker save` image's config.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config: Option<ImageConfig>,
 }
 
 /// What `gc` removed.
@@ -604,14 +620,22 @@ impl ImageStore {
         mut staging: Staging,
         name: &str,
         source: String,
+        config: Option<ImageConfig>,
         progress: &mut dyn FnMut(&str),
     ) -> Result<ImageInfo, ImageError> {
         self.step(BuildStep::Staged);
         let rootfs = staging.rootfs();
-        let removed = tree::prepare(&rootfs)?;
-        if removed > 0 {
+        let done = tree::prepare(&rootfs)?;
+        if done.special > 0 {
             progress(&format!(
-                "removed {removed} device nodes, fifos or sockets (the sandbox gets its own /dev)"
+                "removed {} device nodes, fifos or sockets (the sandbox gets its own /dev)",
+                done.special
+            ));
+        }
+        if done.setid > 0 {
+            progress(&format!(
+                "cleared the setuid/setgid bits of {} entries (images are mounted nosuid)",
+                done.setid
             ));
         }
         progress("computing the digest");
@@ -657,6 +681,7 @@ impl ImageStore {
             size: stats.size,
             created: now(),
             source,
+            config,
         };
         let previous = self.read_entry(name).ok();
         self.write_entry(&info)?;
@@ -770,14 +795,32 @@ impl ImageStore {
         }
     }
 
-    /// Imports `src` (a directory, or a `.tar`/`.tar.gz`/`.tgz` file) as
-    /// `name`, replacing an earlier image of that name. Symlinks are copied
-    /// as symlinks (never followed); device nodes, fifos and sockets are
-    /// skipped, each reported to `progress`.
+    /// Imports `src` as `name` with the default [`ImportOpts`]; see
+    /// [`ImageStore::import_with`].
     pub fn import(
         &self,
         name: &str,
         src: &Path,
+        progress: &mut dyn FnMut(&str),
+    ) -> Result<ImageInfo, ImageError> {
+        self.import_with(name, src, &ImportOpts::default(), progress)
+    }
+
+    /// Imports `src` as `name`, replacing an earlier image of that name.
+    /// `src` is a root tree (a directory, or a `.tar`/`.tar.gz`/`.tgz` file)
+    /// or a container image: an OCI image layout (a directory with
+    /// `oci-layout` and `index.json`, or such a directory in a tar archive)
+    /// or a `docker save` archive (`manifest.json`). An image's blobs are
+    /// checked against their digests before use, its layers applied in
+    /// order with whiteouts honoured, and its config's env, user, work dir,
+    /// entrypoint and cmd kept in [`ImageInfo::config`]. Symlinks are kept
+    /// as symlinks (never followed); device nodes, fifos and sockets are
+    /// skipped, each reported to `progress`.
+    pub fn import_with(
+        &self,
+        name: &str,
+        src: &Path,
+        opts: &ImportOpts,
         progress: &mut dyn FnMut(&str),
     ) -> Result<ImageInfo, ImageError> {
         if name == HOST {
@@ -787,9 +830,15 @@ impl ImageStore {
         let meta = fs::metadata(src).map_err(io_err("stat", src))?;
         let staging = self.stage()?;
         let rootfs = staging.rootfs();
+        let mut config = None;
         if meta.is_dir() {
-            progress(&format!("copying `{}`", src.display()));
-            tree::copy_dir(src, &rootfs, progress)?;
+            if let Some(kind) = oci::detect(src) {
+                progress(&format!("reading the image in `{}`", src.display()));
+                config = Some(self.flatten_into(src, kind, &rootfs, opts, progress)?);
+            } else {
+                progress(&format!("copying `{}`", src.display()));
+                tree::copy_dir(src, &rootfs, progress)?;
+            }
         } else if meta.is_file() {
             let lower = src.to_string_lossy().to_lowercase();
             let mut f = File::open(src).map_err(io_err("open", src))?;
@@ -808,14 +857,27 @@ impl ImageStore {
                     hint,
                 });
             }
-            let f = File::open(src).map_err(io_err("open", src))?;
-            progress(&format!("unpacking `{}`", src.display()));
-            if gz {
-                let mut r = flate2::read::GzDecoder::new(io::BufReader::new(f));
-                tree::unpack_tar(&mut r, src, &rootfs, progress)?;
+            let open_tar = || -> Result<Box<dyn Read>, ImageError> {
+                let f = io::BufReader::new(File::open(src).map_err(io_err("open", src))?);
+                Ok(if gz {
+                    Box::new(flate2::read::GzDecoder::new(f))
+                } else {
+                    Box::new(f)
+                })
+            };
+            let names = oci::tar_top_names(&mut open_tar()?, src)?;
+            if let Some(kind) = oci::detect_names(names.iter().map(String::as_str)) {
+                // The archive's own entries are unpacked like any tarball's
+                // (nothing outside the staging directory), then read as a
+                // layout directory.
+                let layout = staging.dir.join("layout");
+                progress(&format!("unpacking the image archive `{}`", src.display()));
+                tree::unpack_tar(&mut open_tar()?, src, &layout, progress)?;
+                config = Some(self.flatten_into(&layout, kind, &rootfs, opts, progress)?);
+                remove_tree(&layout)?;
             } else {
-                let mut r = io::BufReader::new(f);
-                tree::unpack_tar(&mut r, src, &rootfs, progress)?;
+                progress(&format!("unpacking `{}`", src.display()));
+                tree::unpack_tar(&mut open_tar()?, src, &rootfs, progress)?;
             }
         } else {
             return Err(ImageError::UnsupportedSource {
@@ -823,8 +885,30 @@ impl ImageStore {
                 hint: String::new(),
             });
         }
+        if config.is_none() && opts.platform.is_some() {
+            return Err(ImageError::BadImage {
+                path: src.to_path_buf(),
+                reason: "`--platform` chooses from an OCI image index; this is a plain root tree"
+                    .into(),
+            });
+        }
         let source = format!("import {}", src.display());
-        self.commit(staging, name, source, progress)
+        self.commit(staging, name, source, config, progress)
+    }
+
+    fn flatten_into(
+        &self,
+        layout: &Path,
+        kind: oci::Layout,
+        rootfs: &Path,
+        opts: &ImportOpts,
+        progress: &mut dyn FnMut(&str),
+    ) -> Result<ImageConfig, ImageError> {
+        fs::DirBuilder::new()
+            .mode(0o700)
+            .create(rootfs)
+            .map_err(io_err("mkdir", rootfs))?;
+        oci::flatten(layout, kind, rootfs, opts, progress)
     }
 
     /// Builds `name` with `debootstrap --variant=minbase [--include=..]
@@ -862,7 +946,7 @@ impl ImageStore {
         if !opts.include.is_empty() {
             source.push_str(&format!(" +{}", opts.include.join(",")));
         }
-        self.commit(staging, name, source, progress)
+        self.commit(staging, name, source, None, progress)
     }
 
     /// The store's `default` image (minimal Debian with `python3`): built

@@ -6,6 +6,7 @@
 //! must already be a real directory in the tree (so a tar entry cannot write
 //! through a link an earlier entry planted).
 
+use std::collections::HashSet;
 use std::fs::{self, File};
 use std::io::{self, Read, Write};
 use std::os::unix::ffi::OsStrExt;
@@ -136,27 +137,35 @@ pub(crate) fn hex(bytes: &[u8]) -> String {
 /// Makes a tree fit for the store, in place: removes device nodes, fifos
 /// and sockets (the sandbox gets its own `/dev`; the image is mounted
 /// `nodev`), keeps only [`KEPT_MODE`] bits, gives every entry the store's
-/// owner, and sets the root to [`ROOT_MODE`]. Returns how many special files
-/// it removed.
-pub(crate) fn prepare(root: &Path) -> Result<u64, ImageError> {
+/// owner, and sets the root to [`ROOT_MODE`]. Returns what it removed.
+pub(crate) fn prepare(root: &Path) -> Result<Prepared, ImageError> {
     let owner = (rustix::process::geteuid(), rustix::process::getegid());
-    let mut removed = 0;
-    prepare_entry(root, owner, &mut removed)?;
+    let mut done = Prepared::default();
+    prepare_entry(root, owner, &mut done)?;
     fs::set_permissions(root, fs::Permissions::from_mode(ROOT_MODE))
         .map_err(io_err("chmod", root))?;
-    Ok(removed)
+    Ok(done)
+}
+
+/// What [`prepare`] changed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Prepared {
+    /// Device nodes, fifos and sockets removed.
+    pub special: u64,
+    /// Files and directories whose setuid or setgid bit was cleared.
+    pub setid: u64,
 }
 
 fn prepare_entry(
     path: &Path,
     owner: (rustix::process::Uid, rustix::process::Gid),
-    removed: &mut u64,
+    done: &mut Prepared,
 ) -> Result<(), ImageError> {
     let meta = fs::symlink_metadata(path).map_err(io_err("stat", path))?;
     let ft = meta.file_type();
     if !(ft.is_dir() || ft.is_file() || ft.is_symlink()) {
         fs::remove_file(path).map_err(io_err("remove special file", path))?;
-        *removed += 1;
+        done.special += 1;
         return Ok(());
     }
     if meta.uid() != owner.0.as_raw() || meta.gid() != owner.1.as_raw() {
@@ -179,10 +188,13 @@ fn prepare_entry(
     }
     if ft.is_dir() {
         for e in sorted_entries(path)? {
-            prepare_entry(&e.path(), owner, removed)?;
+            prepare_entry(&e.path(), owner, done)?;
         }
     }
     let mode = meta.mode() & 0o7777;
+    if mode & 0o6000 != 0 {
+        done.setid += 1;
+    }
     if mode & KEPT_MODE != mode {
         fs::set_permissions(path, fs::Permissions::from_mode(mode & KEPT_MODE))
             .map_err(io_err("chmod", path))?;
@@ -318,103 +330,250 @@ pub(crate) fn unpack_tar(
         .mode(0o700)
         .create(dest)
         .map_err(io_err("mkdir", dest))?;
-    let mut ar = tar::Archive::new(input);
-    let bad_archive = |source: io::Error| ImageError::Io {
-        step: "read archive",
-        path: archive.to_path_buf(),
-        source,
-    };
-    let mut dir_modes: Vec<(PathBuf, u32)> = Vec::new();
-    for entry in ar.entries().map_err(bad_archive)? {
-        let mut entry = entry.map_err(bad_archive)?;
-        let kind = entry.header().entry_type();
-        if kind.is_pax_global_extensions()
-            || kind.is_pax_local_extensions()
-            || kind.is_gnu_longname()
-            || kind.is_gnu_longlink()
-        {
-            continue;
-        }
-        let raw = entry.path().map_err(bad_archive)?.into_owned();
-        let refuse = |reason: String| ImageError::UnsafeEntry {
-            archive: archive.to_path_buf(),
-            entry: raw.clone(),
-            reason,
-        };
-        let mode = entry.header().mode().map_err(bad_archive)?;
-        let Some(rel) = tar_relative(&raw).map_err(refuse)? else {
-            if kind.is_dir() {
-                continue; // the root: its mode is the store's
-            }
-            return Err(refuse("the archive's root is not a directory".into()));
-        };
-        if kind.is_character_special() || kind.is_block_special() || kind.is_fifo() {
-            warn(&format!(
-                "skipped `{}` in `{}`: device nodes and fifos are not stored (the sandbox gets its own /dev)",
-                raw.display(),
-                archive.display()
-            ));
-            continue;
-        }
-        real_parents(dest, &rel).map_err(refuse)?;
-        let to = dest.join(&rel);
-        let existing = fs::symlink_metadata(&to).ok();
-        match &existing {
-            Some(m) if m.is_dir() && kind.is_dir() => {}
-            Some(m) if m.is_dir() => {
-                return Err(refuse("it replaces a directory of the archive".into()))
-            }
-            Some(_) => fs::remove_file(&to).map_err(io_err("replace", &to))?,
-            None => {}
-        }
-        if kind.is_dir() {
-            if existing.is_none() {
-                fs::DirBuilder::new()
-                    .mode(0o700)
-                    .create(&to)
-                    .map_err(io_err("mkdir", &to))?;
-            }
-            dir_modes.retain(|(p, _)| p != &to);
-            dir_modes.push((to, mode));
-        } else if kind.is_symlink() {
-            let target = entry
-                .link_name()
-                .map_err(bad_archive)?
-                .ok_or_else(|| refuse("a symlink without a target".into()))?;
-            std::os::unix::fs::symlink(&target, &to).map_err(io_err("symlink", &to))?;
-        } else if kind.is_hard_link() {
-            let target = entry
-                .link_name()
-                .map_err(bad_archive)?
-                .ok_or_else(|| refuse("a hard link without a target".into()))?;
-            let target = tar_relative(&target)
-                .map_err(|r| refuse(format!("its link target is unsafe: {r}")))?
-                .ok_or_else(|| refuse("a hard link to the archive's root".into()))?;
-            real_parents(dest, &target).map_err(refuse)?;
-            let src = dest.join(&target);
-            match fs::symlink_metadata(&src) {
-                Ok(m) if m.is_file() => {}
-                _ => return Err(refuse(
-                    "a hard link to something that is not a regular file earlier in the archive"
-                        .into(),
-                )),
-            }
-            fs::hard_link(&src, &to).map_err(io_err("link", &to))?;
-        } else if kind.is_file() || kind.is_contiguous() {
-            write_file(&to, &mut entry, mode)?;
-        } else {
-            return Err(refuse(format!(
-                "entry type {:?} is not supported",
-                kind.as_byte() as char
-            )));
+    let mut u = Unpacker::new(dest, false);
+    u.apply(input, archive, warn)?;
+    u.finish()
+}
+
+/// The whiteout prefix of image layers: `.wh.NAME` deletes `NAME` of the
+/// layers below.
+const WHITEOUT: &str = ".wh.";
+/// A layer's marker that its directory hides everything below it.
+const OPAQUE: &str = ".wh..wh..opq";
+
+/// Applies tar streams onto one tree, in order: a plain archive (`layered`
+/// false) or the layers of an image (`layered` true: whiteouts honoured, an
+/// entry may replace what a lower layer left, even a directory).
+pub(crate) struct Unpacker {
+    dest: PathBuf,
+    layered: bool,
+    /// Directories and their archive modes, applied by [`Unpacker::finish`].
+    dir_modes: Vec<(PathBuf, u32)>,
+    /// Relative paths the current layer wrote, with their parents: a
+    /// whiteout or an opaque marker removes only what lower layers left.
+    this_layer: HashSet<PathBuf>,
+    /// Entries skipped (device nodes, fifos) over every stream.
+    pub(crate) skipped: u64,
+}
+
+impl Unpacker {
+    pub(crate) fn new(dest: &Path, layered: bool) -> Unpacker {
+        Unpacker {
+            dest: dest.to_path_buf(),
+            layered,
+            dir_modes: Vec::new(),
+            this_layer: HashSet::new(),
+            skipped: 0,
         }
     }
-    // Deepest first, so a directory without write permission is set after
-    // everything beneath it.
-    dir_modes.sort_by_key(|(p, _)| std::cmp::Reverse(p.components().count()));
-    for (p, mode) in dir_modes {
-        fs::set_permissions(&p, fs::Permissions::from_mode(mode & 0o7777))
-            .map_err(io_err("chmod", &p))?;
+
+    fn mark(&mut self, rel: &Path) {
+        let mut p = rel;
+        loop {
+            if !self.this_layer.insert(p.to_path_buf()) {
+                break;
+            }
+            match p.parent() {
+                Some(q) if !q.as_os_str().is_empty() => p = q,
+                _ => break,
+            }
+        }
+    }
+
+    /// Removes `rel` (a file, link or whole directory, never following a
+    /// link) and forgets the modes of directories that went with it.
+    fn remove(&mut self, rel: &Path) -> Result<(), ImageError> {
+        let at = self.dest.join(rel);
+        match fs::symlink_metadata(&at) {
+            Ok(m) if m.is_dir() => fs::remove_dir_all(&at).map_err(io_err("remove", &at))?,
+            Ok(_) => fs::remove_file(&at).map_err(io_err("remove", &at))?,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(io_err("stat", &at)(e)),
+        }
+        self.dir_modes.retain(|(p, _)| !p.starts_with(&at));
+        Ok(())
+    }
+
+    /// An opaque directory: what lower layers left beneath `dir` goes; what
+    /// this layer wrote stays.
+    fn make_opaque(&mut self, dir: &Path) -> Result<(), ImageError> {
+        for e in sorted_entries(&self.dest.join(dir))? {
+            let rel = dir.join(e.file_name());
+            if !self.this_layer.contains(&rel) {
+                self.remove(&rel)?;
+            } else if fs::symlink_metadata(e.path()).is_ok_and(|m| m.is_dir()) {
+                self.make_opaque(&rel)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Applies one tar stream. In layered mode, call once per layer, lowest
+    /// first.
+    pub(crate) fn apply(
+        &mut self,
+        input: &mut dyn Read,
+        archive: &Path,
+        warn: &mut dyn FnMut(&str),
+    ) -> Result<(), ImageError> {
+        self.this_layer.clear();
+        let dest = self.dest.clone();
+        let mut ar = tar::Archive::new(input);
+        let bad_archive = |source: io::Error| ImageError::Io {
+            step: "read archive",
+            path: archive.to_path_buf(),
+            source,
+        };
+        for entry in ar.entries().map_err(bad_archive)? {
+            let mut entry = entry.map_err(bad_archive)?;
+            let kind = entry.header().entry_type();
+            if kind.is_pax_global_extensions()
+                || kind.is_pax_local_extensions()
+                || kind.is_gnu_longname()
+                || kind.is_gnu_longlink()
+            {
+                continue;
+            }
+            let raw = entry.path().map_err(bad_archive)?.into_owned();
+            let refuse = |reason: String| ImageError::UnsafeEntry {
+                archive: archive.to_path_buf(),
+                entry: raw.clone(),
+                reason,
+            };
+            let mode = entry.header().mode().map_err(bad_archive)?;
+            let Some(rel) = tar_relative(&raw).map_err(refuse)? else {
+                if kind.is_dir() {
+                    continue; // the root: its mode is the store's
+                }
+                return Err(refuse("the archive's root is not a directory".into()));
+            };
+            if kind.is_character_special() || kind.is_block_special() || kind.is_fifo() {
+                self.skipped += 1;
+                warn(&format!(
+                    "skipped `{}` in `{}`: device nodes and fifos are not stored (the sandbox gets its own /dev)",
+                    raw.display(),
+                    archive.display()
+                ));
+                continue;
+            }
+            real_parents(&dest, &rel).map_err(refuse)?;
+            let file_name = rel
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            if self.layered && file_name.starts_with(WHITEOUT) {
+                let parent = rel.parent().unwrap_or(Path::new("")).to_path_buf();
+                self.mark(&parent);
+                if file_name == OPAQUE {
+                    self.make_opaque(&parent)?;
+                    continue;
+                }
+                let hidden = &file_name[WHITEOUT.len()..];
+                if hidden.is_empty() || hidden == "." || hidden == ".." {
+                    return Err(refuse("a whiteout that names no entry".into()));
+                }
+                if hidden.starts_with(WHITEOUT) {
+                    // Other `.wh..wh.` names are the layer tool's own
+                    // bookkeeping (aufs hard-link dirs), not content.
+                    continue;
+                }
+                let victim = parent.join(hidden);
+                if !self.this_layer.contains(&victim) {
+                    self.remove(&victim)?;
+                }
+                continue;
+            }
+            let to = dest.join(&rel);
+            let existing = fs::symlink_metadata(&to).ok();
+            let mut exists_as_dir = false;
+            match &existing {
+                Some(m) if m.is_dir() && kind.is_dir() => exists_as_dir = true,
+                Some(m) if m.is_dir() => {
+                    if !self.layered || self.this_layer.contains(&rel) {
+                        return Err(refuse("it replaces a directory of the archive".into()));
+                    }
+                    // A lower layer's directory replaced by this layer's
+                    // file or link.
+                    self.remove(&rel)?;
+                }
+                Some(_) => fs::remove_file(&to).map_err(io_err("replace", &to))?,
+                None => {}
+            }
+            self.mark(&rel);
+            if kind.is_dir() {
+                if !exists_as_dir {
+                    fs::DirBuilder::new()
+                        .mode(0o700)
+                        .create(&to)
+                        .map_err(io_err("mkdir", &to))?;
+                }
+                self.dir_modes.retain(|(p, _)| p != &to);
+                self.dir_modes.push((to, mode));
+            } else if kind.is_symlink() {
+                // The target is data: stored as written, never resolved here.
+                let target = entry
+                    .link_name()
+                    .map_err(bad_archive)?
+                    .ok_or_else(|| refuse("a symlink without a target".into()))?;
+                std::os::unix::fs::symlink(&target, &to).map_err(io_err("symlink", &to))?;
+            } else if kind.is_hard_link() {
+                let target = entry
+                    .link_name()
+                    .map_err(bad_archive)?
+                    .ok_or_else(|| refuse("a hard link without a target".into()))?;
+                let target = tar_relative(&target)
+                    .map_err(|r| refuse(format!("its link target is unsafe: {r}")))?
+                    .ok_or_else(|| refuse("a hard link to the archive's root".into()))?;
+                check_parents(&dest, &target).map_err(refuse)?;
+                let src = dest.join(&target);
+                match fs::symlink_metadata(&src) {
+                    Ok(m) if m.is_file() => {}
+                    _ => return Err(refuse(
+                        "a hard link to something that is not a regular file earlier in the archive"
+                            .into(),
+                    )),
+                }
+                fs::hard_link(&src, &to).map_err(io_err("link", &to))?;
+            } else if kind.is_file() || kind.is_contiguous() {
+                write_file(&to, &mut entry, mode)?;
+            } else {
+                return Err(refuse(format!(
+                    "entry type {:?} is not supported",
+                    kind.as_byte() as char
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Sets the directories' modes, deepest first, so a directory without
+    /// write permission is set after everything beneath it.
+    pub(crate) fn finish(mut self) -> Result<(), ImageError> {
+        self.dir_modes
+            .sort_by_key(|(p, _)| std::cmp::Reverse(p.components().count()));
+        for (p, mode) in self.dir_modes {
+            fs::set_permissions(&p, fs::Permissions::from_mode(mode & 0o7777))
+                .map_err(io_err("chmod", &p))?;
+        }
+        Ok(())
+    }
+}
+
+/// Every parent of `rel` below `root` must already be a real directory
+/// (nothing is created): for a hard link's target.
+fn check_parents(root: &Path, rel: &Path) -> Result<(), String> {
+    let mut at = root.to_path_buf();
+    for c in rel.parent().into_iter().flat_map(Path::components) {
+        at.push(c);
+        match fs::symlink_metadata(&at) {
+            Ok(m) if m.is_dir() => {}
+            _ => {
+                return Err(format!(
+                    "its link target's parent `{}` is not a directory unpacked before it",
+                    at.strip_prefix(root).unwrap_or(&at).display()
+                ))
+            }
+        }
     }
     Ok(())
 }
