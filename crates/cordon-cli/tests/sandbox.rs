@@ -1409,3 +1409,157 @@ fn the_json_outputs_parse_and_carry_what_a_program_needs() {
     assert_eq!(code, 0);
     assert_eq!(lines(&out)[0]["disposed"], 0);
 }
+
+/// An OCI image layout holding `/bin/true` and the libraries it loads,
+/// copied from this machine: one layer, and a config with a run config.
+fn tiny_oci_layout(at: &Path) {
+    use sha2::Digest;
+    fn sha(b: &[u8]) -> String {
+        sha2::Sha256::digest(b)
+            .iter()
+            .map(|x| format!("{x:02x}"))
+            .collect()
+    }
+    let mut data = Vec::new();
+    {
+        let mut b = tar::Builder::new(&mut data);
+        let mut add = |path: &str, content: &[u8], mode: u32, dir: bool| {
+            let mut h = tar::Header::new_gnu();
+            h.set_entry_type(if dir {
+                tar::EntryType::Directory
+            } else {
+                tar::EntryType::Regular
+            });
+            h.set_mode(mode);
+            h.set_size(content.len() as u64);
+            h.set_cksum();
+            b.append_data(&mut h, path, content).unwrap();
+        };
+        for d in ["bin", "lib", "lib/x86_64-linux-gnu", "lib64", "srv"] {
+            add(d, b"", 0o755, true);
+        }
+        let host = |p: &str| std::fs::read(p).unwrap();
+        add("bin/true", &host("/usr/bin/true"), 0o755, false);
+        add(
+            "lib/x86_64-linux-gnu/libc.so.6",
+            &host("/lib/x86_64-linux-gnu/libc.so.6"),
+            0o755,
+            false,
+        );
+        add(
+            "lib64/ld-linux-x86-64.so.2",
+            &host("/lib64/ld-linux-x86-64.so.2"),
+            0o755,
+            false,
+        );
+        b.finish().unwrap();
+    }
+    let blobs = at.join("blobs/sha256");
+    std::fs::create_dir_all(&blobs).unwrap();
+    let put = |b: &[u8]| {
+        let h = sha(b);
+        std::fs::write(blobs.join(&h), b).unwrap();
+        format!("sha256:{h}")
+    };
+    let config = serde_json::to_vec(&serde_json::json!({
+        "architecture": "amd64", "os": "linux",
+        "config": {"Env": ["PATH=/bin"], "User": "65534", "WorkingDir": "/srv", "Cmd": ["/bin/true"]},
+        "rootfs": {"type": "layers", "diff_ids": [format!("sha256:{}", sha(&data))]},
+    }))
+    .unwrap();
+    let manifest = serde_json::to_vec(&serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": put(&config), "size": config.len()},
+        "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar", "digest": put(&data), "size": data.len()}],
+    }))
+    .unwrap();
+    let index = serde_json::json!({"schemaVersion": 2, "manifests": [
+        {"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": put(&manifest), "size": manifest.len()}
+    ]});
+    std::fs::write(at.join("index.json"), index.to_string()).unwrap();
+    std::fs::write(at.join("oci-layout"), r#"{"imageLayoutVersion":"1.0.0"}"#).unwrap();
+}
+
+#[test]
+fn an_imported_oci_image_runs_at_the_container_rung() {
+    if !can_sandbox("oci image run") {
+        return;
+    }
+    if !Path::new("/lib64/ld-linux-x86-64.so.2").exists() {
+        eprintln!("SKIPPED oci image run: not an x86_64 glibc host");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    // The store's parents must be searchable by the sandbox's mapped uid.
+    std::fs::set_permissions(
+        dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let store = dir.path().join("store");
+    let layout = dir.path().join("layout");
+    tiny_oci_layout(&layout);
+    let cordon = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_cordon"))
+            .args(args)
+            .env("CORDON_IMAGE_STORE", &store)
+            .env("CORDON_STATE_DIR", dir.path().join("state"))
+            .env_remove("CORDON_MIN_ISOLATION")
+            .output()
+            .expect("run cordon");
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (c, _, err) = cordon(&["image", "import", "tiny", layout.to_str().unwrap()]);
+    assert_eq!(c, 0, "{err}");
+    let (c, out, err) = cordon(&["image", "ls", "--format", "json"]);
+    assert_eq!(c, 0, "{err}");
+    let rows: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let tiny = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["name"] == "tiny")
+        .unwrap();
+    assert_eq!(tiny["config"]["working_dir"], "/srv", "{out}");
+    assert_eq!(tiny["config"]["user"], "65534", "{out}");
+    assert_eq!(tiny["config"]["env"][0], "PATH=/bin", "{out}");
+
+    let spec = dir.path().join("spec.yaml");
+    std::fs::write(&spec, "kind: run\nimage: tiny\n").unwrap();
+    let spec = spec.to_str().unwrap();
+    let (c, _, err) = cordon(&[
+        "run",
+        "--min-isolation",
+        "container",
+        "--backend",
+        "container",
+        "--spec",
+        spec,
+        "--",
+        "/bin/true",
+    ]);
+    assert_eq!(c, 0, "/bin/true in the imported image: {err}");
+    // The image is what the sandbox sees: the host's shell is not in it.
+    let (c, _, err) = cordon(&[
+        "run",
+        "--min-isolation",
+        "container",
+        "--backend",
+        "container",
+        "--spec",
+        spec,
+        "--",
+        "/bin/sh",
+        "-c",
+        "true",
+    ]);
+    assert!(
+        c == 125 && err.contains("`/bin/sh` cannot be resolved"),
+        "/bin/sh ran in an image that has none ({c}): {err}"
+    );
+}
