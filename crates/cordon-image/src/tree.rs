@@ -456,12 +456,17 @@ impl Unpacker {
                 ));
                 continue;
             }
-            real_parents(&dest, &rel).map_err(refuse)?;
             let file_name = rel
                 .file_name()
                 .map(|n| n.to_string_lossy().into_owned())
                 .unwrap_or_default();
             if self.layered && file_name.starts_with(WHITEOUT) {
+                // A whiteout in a directory no layer made hides nothing
+                // (and makes no directory); one beneath a link is refused
+                // like any entry.
+                if !parents_exist(&dest, &rel).map_err(refuse)? {
+                    continue;
+                }
                 let parent = rel.parent().unwrap_or(Path::new("")).to_path_buf();
                 self.mark(&parent);
                 if file_name == OPAQUE {
@@ -483,6 +488,7 @@ impl Unpacker {
                 }
                 continue;
             }
+            real_parents(&dest, &rel).map_err(refuse)?;
             let to = dest.join(&rel);
             let existing = fs::symlink_metadata(&to).ok();
             let mut exists_as_dir = false;
@@ -557,6 +563,27 @@ impl Unpacker {
         }
         Ok(())
     }
+}
+
+/// Whether every parent of `rel` below `root` exists; each that does must
+/// be a real directory (nothing is created): for a whiteout.
+fn parents_exist(root: &Path, rel: &Path) -> Result<bool, String> {
+    let mut at = root.to_path_buf();
+    for c in rel.parent().into_iter().flat_map(Path::components) {
+        at.push(c);
+        match fs::symlink_metadata(&at) {
+            Ok(m) if m.is_dir() => {}
+            Ok(_) => {
+                return Err(format!(
+                    "its parent `{}` is not a directory in the archive (a link or file)",
+                    at.strip_prefix(root).unwrap_or(&at).display()
+                ))
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
+            Err(e) => return Err(format!("stat: {e}")),
+        }
+    }
+    Ok(true)
 }
 
 /// Every parent of `rel` below `root` must already be a real directory

@@ -224,6 +224,8 @@ fn two_layers() -> Vec<Vec<u8>> {
         e("opaque/.wh..wh..opq", Regular, b""),
         e("opaque/upper", Regular, b"from the top layer"),
         e("var/was-a-dir", Regular, b"now a file"),
+        // Hides nothing that exists, and makes no directory.
+        e("nowhere/.wh.thing", Regular, b""),
     ]);
     vec![base, top]
 }
@@ -235,6 +237,10 @@ fn check_two_layers(root: &Path) {
     );
     assert!(!root.join("etc/gone").exists(), "whiteout ignored");
     assert!(!root.join("etc/.wh.gone").exists(), "whiteout stored");
+    assert!(
+        !root.join("nowhere").exists(),
+        "a whiteout made a directory"
+    );
     let opaque: Vec<_> = fs::read_dir(root.join("opaque"))
         .unwrap()
         .map(|e| e.unwrap().file_name().into_string().unwrap())
