@@ -377,6 +377,12 @@ struct Manifest {
 #[derive(Deserialize, Default)]
 struct ConfigFile {
     #[serde(default)]
+    os: String,
+    #[serde(default)]
+    architecture: String,
+    #[serde(default)]
+    variant: Option<String>,
+    #[serde(default)]
     config: Option<RunConfig>,
     #[serde(default)]
     rootfs: Option<RootFs>,
@@ -595,6 +601,21 @@ fn oci_image(
     let crel = blob_rel(&ch);
     let config: ConfigFile =
         read_json(open_beneath(dir, layout, &crel)?, layout, &crel, Some(&ch))?;
+    // The config says what the image is built for: an index entry
+    // without a platform does not get past `--platform` unchecked.
+    if let Some(want) = &opts.platform {
+        let p = Platform {
+            os: config.os.clone(),
+            architecture: config.architecture.clone(),
+            variant: config.variant.clone(),
+        };
+        if !p.matches(want) {
+            return Err(bad(
+                layout,
+                format!("its image is for `{}`, not `{want}`", p.name()),
+            ));
+        }
+    }
     let diff_ids = config.diff_ids(layout)?;
     if !diff_ids.is_empty() && diff_ids.len() != manifest.layers.len() {
         return Err(bad(

@@ -91,12 +91,17 @@ fn sha(data: &[u8]) -> String {
 
 /// A config blob with a run config and the layers' diff ids.
 fn config(uncompressed_layers: &[Vec<u8>]) -> Vec<u8> {
+    config_for(uncompressed_layers, "amd64", None)
+}
+
+fn config_for(uncompressed_layers: &[Vec<u8>], arch: &str, variant: Option<&str>) -> Vec<u8> {
     let diff_ids: Vec<String> = uncompressed_layers
         .iter()
         .map(|l| format!("sha256:{}", sha(l)))
         .collect();
     serde_json::to_vec(&json!({
-        "architecture": "amd64",
+        "architecture": arch,
+        "variant": variant,
         "os": "linux",
         "config": {
             "Env": ["PATH=/usr/bin:/bin", "LANG=C.UTF-8"],
@@ -121,7 +126,16 @@ fn put_blob(layout: &Path, data: &[u8]) -> String {
 /// Writes an OCI image manifest (config + layers, the second and later
 /// layers gzipped) into `layout`; returns its descriptor.
 fn put_manifest(layout: &Path, layers: &[Vec<u8>]) -> serde_json::Value {
-    let cfg = config(layers);
+    put_manifest_for(layout, layers, "amd64", None)
+}
+
+fn put_manifest_for(
+    layout: &Path,
+    layers: &[Vec<u8>],
+    arch: &str,
+    variant: Option<&str>,
+) -> serde_json::Value {
+    let cfg = config_for(layers, arch, variant);
     let mut descs = Vec::new();
     for (i, l) in layers.iter().enumerate() {
         let (bytes, mt) = if i == 0 {
@@ -320,7 +334,7 @@ fn an_index_with_several_platforms_picks_amd64_and_says_so_or_the_one_asked_for(
     let arm = layer(&[e("arch", Regular, b"arm64")]);
     let mut m1 = put_manifest(&dir, &[amd]);
     m1["platform"] = json!({"os": "linux", "architecture": "amd64"});
-    let mut m2 = put_manifest(&dir, &[arm]);
+    let mut m2 = put_manifest_for(&dir, &[arm], "arm64", Some("v8"));
     m2["platform"] = json!({"os": "linux", "architecture": "arm64", "variant": "v8"});
     finish_layout(&dir, vec![m2, m1]);
 
@@ -355,6 +369,17 @@ fn an_index_with_several_platforms_picks_amd64_and_says_so_or_the_one_asked_for(
         .to_string();
     assert!(
         err.contains("linux/s390x") && err.contains("linux/arm64/v8") && err.contains("--platform"),
+        "{err}"
+    );
+    // One image without a platform in the index: its config says amd64.
+    let single = d.path().join("single");
+    oci_layout(&single, &[layer(&[e("arch", Regular, b"amd64")])]);
+    let err = s
+        .import_with("single-arm", &single, &arm_opts, &mut quiet())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("for `linux/amd64`, not `linux/arm64`"),
         "{err}"
     );
 }
