@@ -188,6 +188,28 @@ pub fn run(args: ServeArgs) -> ExitCode {
             config.file
         ));
     }
+    // One sandbox made and disposed of before serving: the backends and
+    // the enforcers this machine has can hold what the policy requires
+    // (its plan translated, its init confined), or the server does not
+    // start. Under the first credential's identity, with the MCP spec.
+    if let Some(first) = config.credentials.first() {
+        let id = first.identity.clone();
+        let thread = format!("startup-{}", std::process::id());
+        let caller = cordon_sandbox::CallerContext::new(
+            || "cordon-serve-check".to_string(),
+            move || thread.clone(),
+            || "default".to_string(),
+            move || id.clone(),
+        );
+        let made = host.router.acquire(&caller, &mcp_spec);
+        let _ = host.router.dispose(&caller);
+        if let Err(e) = made {
+            return refuse(format!(
+                "this machine cannot hold what the policy requires: a sandbox for `{}` could not be made: {e}\nhelp: `cordon doctor` says what each backend lacks here",
+                first.name
+            ));
+        }
+    }
     let acceptor = match &config.tls {
         None => None,
         Some(t) => match cordon_serve::tls::acceptor(t) {

@@ -152,6 +152,25 @@ fn keeper_of(handle: &str) -> u32 {
         .unwrap_or_else(|| panic!("no keeper serves `{handle}`"))
 }
 
+/// The server refuses to start under a policy this machine cannot hold.
+fn cannot_hold(run: &dyn Fn(&str) -> (i32, String), dir: &std::path::Path, good: &str) {
+    std::fs::write(
+        dir.join("huge.yaml"),
+        OWN_POLICY.replacen("  storage:\n", "    max_disk: 100TiB\n  storage:\n", 1),
+    )
+    .expect("policy");
+    let (code, err) = run(&good.replace(
+        "min_isolation: container\n",
+        "min_isolation: container\npolicy: huge.yaml\n",
+    ));
+    assert_eq!(code, 125, "{err}");
+    assert!(
+        err.contains("this machine cannot hold what the policy requires")
+            && err.contains("max_disk"),
+        "{err}"
+    );
+}
+
 fn root() -> bool {
     let root = rustix::process::geteuid().is_root();
     if std::env::var("CI").is_ok_and(|v| v == "true") {
@@ -260,6 +279,11 @@ fn a_configuration_that_does_not_hold_is_refused_at_start_with_its_position() {
         err.contains("serve.yaml:1:1: unknown field `listne`"),
         "{err}"
     );
+    // A policy this machine cannot hold (a disk bound larger than the
+    // filesystem under the scratch directory): refused before serving.
+    if root() {
+        cannot_hold(&run, dir.path(), &good);
+    }
     // A backend cordon does not know.
     let (code, err) = run(&good.replace(
         "min_isolation: container\n",
