@@ -78,6 +78,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 
 mod debootstrap;
+#[doc(hidden)]
+pub mod fuzz;
 mod links;
 mod oci;
 mod tree;
