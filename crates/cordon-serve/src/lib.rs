@@ -764,7 +764,16 @@ async fn live_sandbox(
         .get(&key)
         .cloned();
     if let Some(h) = held {
-        return Ok(h);
+        // A kept sandbox whose record is gone was disposed of (by a
+        // replica, its idle timeout): not handed out again.
+        let gone = s
+            .state
+            .as_ref()
+            .is_some_and(|st| !st.record_path(h.id()).exists());
+        if !gone {
+            return Ok(h);
+        }
+        s.forget(cred, at);
     }
     let (served, cred, at) = (s.clone(), cred.clone(), at.clone());
     let found = tokio::task::spawn_blocking(move || served.attach_recorded(&cred, &at)).await;
