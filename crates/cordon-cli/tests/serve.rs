@@ -1089,6 +1089,22 @@ fn mcp_over_http_binds_each_request_to_its_credential_and_thread_headers() {
         "a host handle reached the model: {:?}",
         a[1]
     );
+    // The host's code collects the same outputs with handles, for the
+    // thread it bound, and fetches the bytes.
+    let (status, landed) = post(
+        &server.addr,
+        "/v1/sandboxes/outputs",
+        Some("token-a"),
+        serde_json::json!({"thread": "t-1"}),
+    );
+    assert_eq!(status, 200, "{landed}");
+    let handle = landed["landed"][0]["handle"].as_str().expect("handle");
+    let (status, bytes) = get(
+        &server.addr,
+        &format!("/v1/artifacts/{handle}"),
+        Some("token-a"),
+    );
+    assert_eq!((status, bytes.as_str()), (200, "secret-of-a\n"));
     let cat = serde_json::json!([["exec", {"argv": ["cat", "out/report.txt"]}]]);
     // The same credential and thread: the same sandbox.
     let (_, same) = mcp_client(&python, &["http", &url, "token-a", "t-1"], cat.clone());
