@@ -429,6 +429,7 @@ fn registration(rung: Rung) -> BackendRegistration {
         work_dir_view: RungProfile::of(rung).work_dir_view(),
         work_dir_owner: Some(WORK_DIR_ID),
         workload_uid: Some(WORK_DIR_ID),
+        opt_in: false,
     }
 }
 

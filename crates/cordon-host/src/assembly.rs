@@ -178,6 +178,12 @@ impl Host {
                 ));
                 continue;
             }
+            if reg.opt_in && setup.order.is_none() && setup.only.is_none() && iso > floor.rung {
+                why_not.push(format!(
+                    "`{name}` ({iso}) is used only at a floor of `{iso}` or when named (`--backend {name}`)"
+                ));
+                continue;
+            }
             if reg.build.is_none() {
                 why_not.push(format!("`{name}` ({iso}) is not built in this version"));
                 continue;

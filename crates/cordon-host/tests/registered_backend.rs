@@ -222,6 +222,7 @@ fn registration() -> BackendRegistration {
         work_dir_view: WorkDirView::HostPath,
         work_dir_owner: None,
         workload_uid: None,
+        opt_in: false,
     }
 }
 

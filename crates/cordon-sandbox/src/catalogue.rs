@@ -7,8 +7,8 @@
 //! the floor admits ([`BackendInfo::admitted_by`]); `cordon doctor` shows
 //! the rest with the reason.
 //!
-//! `process` and `container` are built (`cordon-backend-local`) and
-//! register themselves from there; [`planned`] holds the others, which are
+//! `process` and `container` are built (`cordon-backend-local`), as is
+//! `gvisor` (`cordon-backend-gvisor`), and register themselves from there; [`planned`] holds the others, which are
 //! not built in this version: their probes say so, and report what the
 //! machine has that the backend will need. [`DoctorReport::from_registry`]
 //! probes whatever a host registered.
@@ -63,6 +63,7 @@ pub fn planned() -> Vec<BackendRegistration> {
         work_dir_view: WorkDirView::SpecPath,
         work_dir_owner: None,
         workload_uid: None,
+        opt_in: false,
     };
     vec![
         entry(
@@ -74,16 +75,6 @@ pub fn planned() -> Vec<BackendRegistration> {
                 summary: "a QEMU microvm guest under KVM, egress through cordon's proxy",
             },
             |_| not_built("microvm", &ThisMachine),
-        ),
-        entry(
-            BackendInfo {
-                name: "gvisor",
-                isolation: Isolation::HardenedContainer,
-                egress: Egress::Allowlist,
-                capabilities: full.clone(),
-                summary: "a gVisor (`runsc`) sandbox, egress through cordon's proxy",
-            },
-            |_| not_built("gvisor", &ThisMachine),
         ),
         entry(
             BackendInfo {
@@ -147,7 +138,6 @@ pub fn not_built(name: &str, m: &dyn Machine) -> Probe {
             have("`qemu-system-x86_64`", m.has_program("qemu-system-x86_64")),
             have("`/dev/kvm`", m.path_exists("/dev/kvm")),
         ],
-        "gvisor" => vec![have("`runsc`", m.has_program("runsc"))],
         "docker" => vec![
             have("`dockerd`", m.has_program("dockerd")),
             have(

@@ -129,6 +129,13 @@ pub struct BackendRegistration {
     /// processes as that uid (else as its own), so only the boundary can
     /// keep the workload from them.
     pub workload_uid: Option<u32>,
+    /// Used only when the floor is at its rung or above, or when named
+    /// (`--backend NAME`, a host's `backends:` list): a lower floor's
+    /// default order passes over it. For a backend that serves less than
+    /// the rungs below it would in that order (the first `gvisor` slice:
+    /// no secrets, terminals or egress), so that opting down to a lower
+    /// floor never lands a workload on it unasked.
+    pub opt_in: bool,
 }
 
 /// A reclaim for backends that leave nothing outside their keeper.

@@ -17,7 +17,7 @@ fn setup() -> BackendSetup {
 #[test]
 fn the_planned_backends_are_strongest_first_and_none_is_built() {
     let names: Vec<&str> = planned().iter().map(|b| b.name()).collect();
-    assert_eq!(names, ["microvm", "gvisor", "docker"]);
+    assert_eq!(names, ["microvm", "docker"]);
     let rungs: Vec<Isolation> = planned().iter().map(|b| b.info.isolation).collect();
     assert!(rungs.windows(2).all(|w| w[0] >= w[1]), "{rungs:?}");
     assert!(planned()
@@ -33,7 +33,7 @@ fn every_planned_probe_honestly_reports_not_built() {
         registry.register(r).unwrap();
     }
     let report = DoctorReport::from_registry(Isolation::Microvm, &registry, &setup());
-    assert_eq!(report.rows.len(), 3);
+    assert_eq!(report.rows.len(), 2);
     for row in &report.rows {
         assert!(!row.probe.runnable, "{}", row.backend.name);
         assert_eq!(
@@ -63,7 +63,7 @@ fn a_name_is_registered_once_and_order_is_by_rung() {
         registry.register(r).unwrap();
     }
     let names: Vec<&str> = registry.iter().map(|b| b.name()).collect();
-    assert_eq!(names, ["microvm", "gvisor", "docker"]);
+    assert_eq!(names, ["microvm", "docker"]);
     assert!(registry.register(docker).is_err());
     assert!(registry.require("nope").unwrap_err().contains("`microvm`"));
 }
@@ -89,7 +89,8 @@ fn probes_report_what_the_machine_has() {
         vm.found,
         ["`qemu-system-x86_64`: found", "`/dev/kvm`: found"]
     );
-    assert_eq!(not_built("gvisor", &Everything).found, ["`runsc`: found"]);
+    // gvisor is built (`cordon-backend-gvisor`): its probe runs runsc.
+    assert_eq!(not_built("gvisor", &Everything).found, Vec::<String>::new());
     let nothing = not_built("docker", &ThisMachine);
     assert!(!nothing.runnable, "{nothing:?}");
 }
@@ -98,7 +99,7 @@ fn probes_report_what_the_machine_has() {
 fn the_report_finds_the_floor_to_opt_down_to() {
     let mut infos: Vec<_> = planned().into_iter().map(|r| r.info).collect();
     // A stand-in for a built rung below the planned ones.
-    let mut process = infos[2].clone();
+    let mut process = infos[1].clone();
     process.name = "process";
     process.isolation = Isolation::Process;
     infos.push(process);

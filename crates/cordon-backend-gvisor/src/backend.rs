@@ -1,0 +1,157 @@
+//! [`GvisorBackend`]: the `gvisor` backend behind the sandbox protocol.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use cordon_policy::{Deployment, Policy};
+use cordon_sandbox::{
+    AcquireRequest, Backend, BackendError, Capability, CapabilitySet, Egress, Isolation,
+    IsolationError, Sandbox, SandboxKey,
+};
+
+use crate::failed;
+use crate::runsc::Runsc;
+use crate::sandbox::GvisorSandbox;
+
+/// How a gvisor backend is set up.
+#[derive(Clone)]
+pub struct GvisorConfig {
+    pub policy: Arc<Policy>,
+    /// The deployment the router decides in.
+    pub env: Deployment,
+    /// Where each sandbox's directory is made.
+    pub scratch: PathBuf,
+    /// runsc as the probe found it running.
+    pub runsc: Runsc,
+}
+
+/// The `gvisor` backend.
+pub struct GvisorBackend {
+    config: GvisorConfig,
+    // The sandboxes this process created (as the local backends keep
+    // theirs); a kept sandbox's are found from its record and residue.
+    sandboxes: Mutex<HashMap<SandboxKey, Arc<GvisorSandbox>>>,
+}
+
+/// What the backend serves: commands, code, files in and declared files
+/// out (from the work dir on the host). No network.
+pub fn capabilities() -> CapabilitySet {
+    [
+        Capability::Exec,
+        Capability::RunCode,
+        Capability::FilesIn,
+        Capability::FilesOut,
+    ]
+    .into_iter()
+    .collect()
+}
+
+impl GvisorBackend {
+    pub fn new(config: GvisorConfig) -> GvisorBackend {
+        GvisorBackend {
+            config,
+            sandboxes: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn registry(
+        &self,
+        operation: &'static str,
+    ) -> Result<std::sync::MutexGuard<'_, HashMap<SandboxKey, Arc<GvisorSandbox>>>, BackendError>
+    {
+        self.sandboxes
+            .lock()
+            .map_err(|_| failed(operation, "the sandbox registry is poisoned"))
+    }
+}
+
+impl Backend for GvisorBackend {
+    fn name(&self) -> &str {
+        crate::NAME
+    }
+
+    fn isolation(&self) -> Result<Isolation, IsolationError> {
+        Ok(Isolation::HardenedContainer)
+    }
+
+    fn egress(&self) -> Egress {
+        Egress::Closed
+    }
+
+    fn capabilities(&self) -> CapabilitySet {
+        capabilities()
+    }
+
+    fn materialises(&self, image: &str) -> Result<(), String> {
+        if image == "host" {
+            Ok(())
+        } else {
+            Err(format!(
+                "the gvisor backend runs only the `host` image in this version, not `{image}`; use `image: host`, or the container rung for images from cordon's store"
+            ))
+        }
+    }
+
+    fn acquire(&self, req: &AcquireRequest) -> Result<Arc<dyn Sandbox>, BackendError> {
+        if let Some(s) = self.registry("acquire")?.get(&req.key) {
+            return Ok(s.clone());
+        }
+        let spec = &req.provenance.spec;
+        if !spec.egress_allow().is_empty() {
+            return Err(BackendError::Refused {
+                operation: "acquire",
+                reason: "the gvisor backend's egress is `closed` in this version, but the spec names hosts in `egress_allow`; drop them, or run at the container rung, whose egress goes through cordon's proxy".into(),
+            });
+        }
+        if !spec.secrets().is_empty() {
+            return Err(BackendError::Refused {
+                operation: "acquire",
+                reason: "the gvisor backend does not serve secrets in this version; drop the spec's `secrets`, or run at the container rung".into(),
+            });
+        }
+        self.materialises(spec.image())
+            .map_err(|reason| BackendError::Refused {
+                operation: "acquire",
+                reason,
+            })?;
+        let made = Arc::new(GvisorSandbox::create(&self.config, req)?);
+        let mut all = self.registry("acquire")?;
+        // Another thread may have made one meanwhile: keep the first.
+        if let Some(s) = all.get(&req.key) {
+            let s = s.clone();
+            drop(all);
+            let _ = made.dispose();
+            return Ok(s);
+        }
+        all.insert(req.key.clone(), made.clone());
+        Ok(made)
+    }
+
+    fn dispose(&self, key: &SandboxKey) -> Result<bool, BackendError> {
+        let gone = self.registry("dispose")?.remove(key);
+        match gone {
+            Some(s) => {
+                s.dispose()?;
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    fn dispose_scope(&self, scope: &str, thread_id: &str) -> Result<usize, BackendError> {
+        let gone: Vec<Arc<GvisorSandbox>> = {
+            let mut all = self.registry("dispose_scope")?;
+            let keys: Vec<SandboxKey> = all
+                .keys()
+                .filter(|k| k.scope() == scope && k.thread_id() == thread_id)
+                .cloned()
+                .collect();
+            keys.iter().filter_map(|k| all.remove(k)).collect()
+        };
+        for s in &gone {
+            s.dispose()?;
+        }
+        Ok(gone.len())
+    }
+}

@@ -1,0 +1,87 @@
+//! cordon's `gvisor` backend: the `hardened_container` rung, a gVisor
+//! (`runsc`) sandbox per exec over an OCI bundle cordon builds itself.
+//!
+//! - [`runsc`] finds the binary, reads its version and probes — once per
+//!   process, by really running a trivial container on the `ptrace`
+//!   platform — whether this machine runs it ([`runsc::probe`]); it also
+//!   drives `run`, `kill`, `delete` and `list` under cordon's own state
+//!   root ([`STATE_ROOT`]).
+//! - [`oci`] writes a bundle's `config.json`: the process (argv, env,
+//!   cwd, a non-root uid, rlimits), the mounts (the `host` image's system
+//!   directories read-only, cordon's own `/etc`, the work dir and `/tmp`
+//!   read-write on one volume, masks) and the memory bound as a cgroup.
+//! - [`GvisorBackend`] (`backend.rs`) acquires a [`GvisorSandbox`]
+//!   (`sandbox.rs`): a directory holding the root, a volume of `max_disk`
+//!   for the work dir and `/tmp`, and one bundle per exec; every exec is
+//!   one `runsc run`, checked first against the compute surface (the
+//!   router's compute guard asks [`cordon_sandbox::Sandbox::resolve_command`]
+//!   here) and confined by the policy's storage plan, translated by
+//!   `cordon_confine::translate` into mounts and masks.
+//! - [`register::registration`] is what a host adds to its registry.
+//!
+//! Egress is `closed` in this version: every container has no network
+//! (`--network=none`, a loopback only), and a spec that names hosts is
+//! refused by the router before it reaches this backend.
+
+#![cfg(target_os = "linux")]
+
+mod backend;
+pub mod oci;
+pub mod register;
+pub mod runsc;
+mod sandbox;
+
+pub use backend::{GvisorBackend, GvisorConfig};
+pub use register::registration;
+pub use sandbox::GvisorSandbox;
+
+use std::path::Path;
+use std::sync::atomic::AtomicU32;
+
+use cordon_sandbox::BackendError;
+
+/// The backend's name.
+pub const NAME: &str = "gvisor";
+
+/// Where cordon keeps runsc's container state (`runsc --root`): its own,
+/// never another runtime's, so listing it finds only cordon's containers.
+pub const STATE_ROOT: &str = "/run/cordon/gvisor";
+
+/// The uid/gid the workload runs as inside the sandbox; files it makes in
+/// the work dir are owned by it on the host too. Unprivileged, above every
+/// ordinary account, and the uid an operator's files would be handed to.
+pub const WORKLOAD_ID: u32 = 1_999_999_998;
+
+/// Every name a sandbox of this backend leaves on the host begins so
+/// (its directory, its containers, their cgroups).
+pub const PREFIX: &str = "cordon-gvisor-";
+
+/// Makes names unique within this process.
+pub(crate) static NEXT: AtomicU32 = AtomicU32::new(0);
+
+fn failed(operation: &'static str, reason: impl Into<String>) -> BackendError {
+    BackendError::Failed {
+        operation,
+        reason: reason.into(),
+    }
+}
+
+/// The pid in a name this backend made: `cordon-gvisor-PID-N-…`.
+pub fn maker_of(name: &str) -> Option<u32> {
+    let rest = name.strip_prefix(PREFIX)?;
+    let mut parts = rest.split('-');
+    let pid = parts.next()?;
+    let n = parts.next()?;
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    (digits(pid) && digits(n))
+        .then(|| pid.parse().ok())
+        .flatten()
+}
+
+/// Whether `p`'s last component is a name this backend made.
+pub(crate) fn ours(p: &Path) -> bool {
+    p.file_name()
+        .and_then(|n| n.to_str())
+        .and_then(maker_of)
+        .is_some()
+}

@@ -1,0 +1,363 @@
+//! `runsc`: where it is, which version, whether it runs here, and the
+//! commands cordon gives it.
+//!
+//! Every command names cordon's own state root ([`crate::STATE_ROOT`]),
+//! the `ptrace` platform and `--network=none`. The platform is the one the
+//! probe saw run a container: `kvm` needs `/dev/kvm` and can hang where
+//! nested virtualisation is missing, so cordon does not try it in this
+//! version. The probe runs once per process and its answer is kept.
+
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// The platform cordon runs runsc on.
+pub const PLATFORM: &str = "ptrace";
+
+/// How long the probe's trivial container may take before the probe
+/// gives up on it (and kills it).
+const PROBE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How long a control command (`kill`, `delete`, `list`) may take.
+const CONTROL_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// runsc as this machine has it, proven to run a container.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Runsc {
+    pub bin: PathBuf,
+    pub version: String,
+    pub platform: &'static str,
+    /// How long the probe's `/bin/true` container took, start to end.
+    pub probe_millis: u128,
+}
+
+/// Why runsc cannot run here, and what was found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unrunnable {
+    pub reason: String,
+    pub found: Vec<String>,
+}
+
+/// The runsc binary: `runsc` on `PATH`, else `/usr/bin/runsc`.
+pub fn binary() -> Option<PathBuf> {
+    let on_path = std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|d| d.join("runsc"))
+            .find(|p| p.is_file())
+    });
+    on_path.or_else(|| {
+        let p = PathBuf::from("/usr/bin/runsc");
+        p.is_file().then_some(p)
+    })
+}
+
+/// The probe's answer, computed once per process.
+pub fn probe() -> &'static Result<Runsc, Unrunnable> {
+    static PROBED: OnceLock<Result<Runsc, Unrunnable>> = OnceLock::new();
+    PROBED.get_or_init(probe_now)
+}
+
+fn probe_now() -> Result<Runsc, Unrunnable> {
+    let Some(bin) = binary() else {
+        return Err(Unrunnable {
+            reason: "`runsc` (gVisor) is not installed".into(),
+            found: vec![
+                "`runsc`: not found on PATH nor at `/usr/bin/runsc` (install it: `apt-get install runsc` on Debian 12)".into(),
+            ],
+        });
+    };
+    let mut found = vec![format!("`runsc`: {}", bin.display())];
+    let version = match output(Command::new(&bin).arg("--version"), CONTROL_TIMEOUT) {
+        Ok((0, out, _)) => String::from_utf8_lossy(&out)
+            .lines()
+            .next()
+            .unwrap_or("")
+            .trim()
+            .to_string(),
+        Ok((code, _, err)) => {
+            return Err(Unrunnable {
+                reason: format!(
+                    "`{} --version` exited {code}: {}",
+                    bin.display(),
+                    String::from_utf8_lossy(&err).trim()
+                ),
+                found,
+            })
+        }
+        Err(e) => {
+            return Err(Unrunnable {
+                reason: format!("`{} --version`: {e}", bin.display()),
+                found,
+            })
+        }
+    };
+    found.push(format!("version: {version}"));
+    if !rustix::process::geteuid().is_root() {
+        return Err(Unrunnable {
+            reason:
+                "cordon drives runsc as root only in this version (its rootless mode is not used)"
+                    .into(),
+            found: {
+                found.push("this process: not root (run cordon as root)".into());
+                found
+            },
+        });
+    }
+    let started = Instant::now();
+    match trivial_container(&bin) {
+        Ok(()) => {
+            let probe_millis = started.elapsed().as_millis();
+            Ok(Runsc {
+                bin,
+                version,
+                platform: PLATFORM,
+                probe_millis,
+            })
+        }
+        Err(e) => {
+            found.push(format!("platform `{PLATFORM}`: {e}"));
+            Err(Unrunnable {
+                reason: format!(
+                    "runsc did not run a trivial container on the `{PLATFORM}` platform"
+                ),
+                found,
+            })
+        }
+    }
+}
+
+/// Makes the state root: root's own, mode 0700.
+pub fn state_root() -> Result<&'static Path, String> {
+    let root = Path::new(crate::STATE_ROOT);
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(root)
+        .map_err(|e| format!("cannot create runsc's state root `{}`: {e}", root.display()))?;
+    Ok(root)
+}
+
+/// Runs `/bin/true` in a container over the host's `/usr`, as a sandbox
+/// would, and checks it exited 0.
+fn trivial_container(bin: &Path) -> Result<(), String> {
+    state_root()?;
+    let dir = std::env::temp_dir().join(format!(
+        "{}{}-{}-probe",
+        crate::PREFIX,
+        std::process::id(),
+        crate::NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    ));
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&dir)
+        .map_err(|e| format!("cannot create `{}`: {e}", dir.display()))?;
+    let id = dir
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or("cordon-gvisor-probe")
+        .to_string();
+    let result = (|| {
+        let rootfs = dir.join("rootfs");
+        let layout = crate::oci::HostImage::prepare(&rootfs)?;
+        let config = crate::oci::Bundle {
+            root: &rootfs,
+            argv: vec!["/bin/true".into()],
+            env: Default::default(),
+            cwd: "/".into(),
+            uid: crate::WORKLOAD_ID,
+            gid: crate::WORKLOAD_ID,
+            mounts: layout.whole_image_read_only(),
+            memory_bytes: None,
+            processes: 64,
+            cpu_seconds: 10,
+            file_bytes: 1 << 20,
+            cgroup: format!("/{id}"),
+        }
+        .config();
+        std::fs::write(dir.join("config.json"), config.to_string())
+            .map_err(|e| format!("cannot write the probe's bundle: {e}"))?;
+        let mut cmd = command(bin, &dir.join("runsc.log"));
+        cmd.args(["run", "--bundle"]).arg(&dir).arg(&id);
+        match output(&mut cmd, PROBE_TIMEOUT) {
+            Ok((0, _, _)) => Ok(()),
+            Ok((code, _, err)) => Err(format!(
+                "`runsc run` exited {code}: {}",
+                String::from_utf8_lossy(&err).trim()
+            )),
+            Err(e) => Err(e),
+        }
+    })();
+    let _ = delete(bin, &id);
+    remove_cgroups(&id);
+    let _ = std::fs::remove_dir_all(&dir);
+    result
+}
+
+/// `runsc` with cordon's global flags: its state root, the platform, no
+/// network, and its own log (runsc's errors are also on its stderr).
+pub fn command(bin: &Path, log: &Path) -> Command {
+    let mut c = Command::new(bin);
+    c.arg("--root")
+        .arg(crate::STATE_ROOT)
+        .arg(format!("--platform={PLATFORM}"))
+        .arg("--network=none")
+        .arg("--log")
+        .arg(log)
+        .arg("--log-format=json");
+    c
+}
+
+fn control(bin: &Path) -> Command {
+    let mut c = Command::new(bin);
+    c.arg("--root").arg(crate::STATE_ROOT);
+    c
+}
+
+/// Kills every process of container `id` (it may already be gone).
+pub fn kill(bin: &Path, id: &str) {
+    let _ = output(
+        control(bin).args(["kill", "--all", id, "KILL"]),
+        CONTROL_TIMEOUT,
+    );
+}
+
+/// Deletes container `id`, killing it first; `Ok` when it is gone.
+pub fn delete(bin: &Path, id: &str) -> Result<(), String> {
+    match output(
+        control(bin).args(["delete", "--force", id]),
+        CONTROL_TIMEOUT,
+    ) {
+        Ok((0, _, _)) => Ok(()),
+        Ok((_, _, err)) => {
+            let err = String::from_utf8_lossy(&err);
+            if list(bin)?.iter().any(|c| c == id) {
+                Err(format!("`runsc delete {id}`: {}", err.trim()))
+            } else {
+                Ok(())
+            }
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// The containers under cordon's state root.
+pub fn list(bin: &Path) -> Result<Vec<String>, String> {
+    if !Path::new(crate::STATE_ROOT).exists() {
+        return Ok(Vec::new());
+    }
+    match output(control(bin).args(["list", "--quiet"]), CONTROL_TIMEOUT) {
+        Ok((0, out, _)) => Ok(String::from_utf8_lossy(&out)
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .map(String::from)
+            .collect()),
+        Ok((code, _, err)) => Err(format!(
+            "`runsc list` exited {code}: {}",
+            String::from_utf8_lossy(&err).trim()
+        )),
+        Err(e) => Err(e),
+    }
+}
+
+/// The cgroup directories of container `id` (runsc makes them at the
+/// config's `cgroupsPath`, `/ID`, in every hierarchy).
+pub fn cgroups_of(id: &str) -> Vec<PathBuf> {
+    let base = Path::new("/sys/fs/cgroup");
+    let mut out = Vec::new();
+    if base.join(id).is_dir() {
+        out.push(base.join(id));
+    }
+    if let Ok(entries) = std::fs::read_dir(base) {
+        for e in entries.flatten() {
+            let d = e.path().join(id);
+            if d.is_dir() {
+                out.push(d);
+            }
+        }
+    }
+    out
+}
+
+/// Removes what runsc left of container `id`'s cgroups (a start that
+/// failed leaves them). Only empty ones go: `rmdir` refuses the others.
+pub fn remove_cgroups(id: &str) {
+    for d in cgroups_of(id) {
+        let _ = std::fs::remove_dir(&d);
+    }
+}
+
+/// CPU time container `id`'s cgroup used, in nanoseconds, when it can be
+/// read (cgroup v1's `cpuacct.usage`, or v2's `cpu.stat`).
+pub fn cpu_nanos(id: &str) -> Option<u64> {
+    let v1 = Path::new("/sys/fs/cgroup/cpuacct")
+        .join(id)
+        .join("cpuacct.usage");
+    if let Ok(s) = std::fs::read_to_string(v1) {
+        return s.trim().parse().ok();
+    }
+    for v2 in [
+        Path::new("/sys/fs/cgroup").join(id).join("cpu.stat"),
+        Path::new("/sys/fs/cgroup/unified")
+            .join(id)
+            .join("cpu.stat"),
+    ] {
+        if let Ok(s) = std::fs::read_to_string(v2) {
+            return s
+                .lines()
+                .find_map(|l| l.strip_prefix("usage_usec "))
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .map(|us| us * 1000);
+        }
+    }
+    None
+}
+
+/// Runs `cmd` to its end (at most `timeout`; then it is killed), with no
+/// stdin: (exit code, stdout, stderr).
+pub fn output(cmd: &mut Command, timeout: Duration) -> Result<(i32, Vec<u8>, Vec<u8>), String> {
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| {
+            format!(
+                "cannot start `{}`: {e}",
+                cmd.get_program().to_string_lossy()
+            )
+        })?;
+    let read = |r: Option<Box<dyn std::io::Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            if let Some(mut r) = r {
+                let _ = r.read_to_end(&mut buf);
+            }
+            buf
+        })
+    };
+    let out = read(child.stdout.take().map(|r| Box::new(r) as _));
+    let err = read(child.stderr.take().map(|r| Box::new(r) as _));
+    let deadline = Instant::now() + timeout;
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(s)) => break s,
+            Ok(None) if Instant::now() >= deadline => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!(
+                    "`{}` did not finish in {}s and was killed",
+                    cmd.get_program().to_string_lossy(),
+                    timeout.as_secs()
+                ));
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(10)),
+            Err(e) => return Err(format!("waiting for runsc: {e}")),
+        }
+    };
+    let out = out.join().unwrap_or_default();
+    let err = err.join().unwrap_or_default();
+    Ok((status.code().unwrap_or(-1), out, err))
+}

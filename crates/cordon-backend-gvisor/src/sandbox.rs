@@ -1,0 +1,665 @@
+//! [`GvisorSandbox`]: one sandbox's directory (its root, its volume, a
+//! bundle per exec) and its execs, each one `runsc run`.
+//!
+//! The directory, `TMPDIR/cordon-gvisor-PID-N-STAMP/`, root's, mode 0700:
+//!
+//! - `rootfs/` — the read-only root ([`crate::oci::HostImage`]);
+//! - `volume/` — an ext4 volume of `max_disk`: `work/` (the work dir) and
+//!   `tmp/` (`/tmp`), owned by [`crate::WORKLOAD_ID`], so one bound holds
+//!   both, as at the local rungs;
+//! - `masks/` — an empty directory and an empty file, bound over what the
+//!   plan hides;
+//! - `exec-K/` — one exec's `config.json` and runsc's log, removed when it
+//!   ends. Its container is `cordon-gvisor-PID-N-STAMP-eK`, under
+//!   [`crate::STATE_ROOT`], with cgroups of the same name.
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use cordon_confine::{FsView, RootedFs};
+use cordon_files::host_dir::HostWorkDir;
+use cordon_policy::{Deployment, Policy};
+use cordon_sandbox::{
+    AcquireRequest, Attach, BackendError, ExecHandle, ExecRequest, ExitStatus, FileRead, FileStat,
+    Killer, Limits, Provenance, Sandbox, SandboxError, StdinFeed,
+};
+use serde::{Deserialize, Serialize};
+
+use crate::oci::{Bundle, HostImage, Mount, MountKind};
+use crate::runsc::Runsc;
+use crate::{failed, GvisorConfig, NEXT, WORKLOAD_ID};
+
+/// What a sandbox leaves if its holder dies: its directory (with the
+/// volume mounted in it) and the prefix of its containers' ids.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Residue {
+    pub dir: PathBuf,
+    pub containers: String,
+}
+
+/// One gvisor sandbox.
+pub struct GvisorSandbox {
+    /// The directory's name: every container id begins with it.
+    id: String,
+    dir: PathBuf,
+    image: HostImage,
+    volume: PathBuf,
+    guest_work: String,
+    provenance: Provenance,
+    limits: Limits,
+    policy: Arc<Policy>,
+    env: Deployment,
+    runsc: Runsc,
+    view: RootedFs,
+    files: HostWorkDir,
+    /// The mounts the policy's plan translates to, made at the first exec.
+    base: OnceLock<Result<Vec<Mount>, SandboxError>>,
+    disposed: AtomicBool,
+}
+
+fn refused(reason: String) -> SandboxError {
+    SandboxError::Refused {
+        reason,
+        rules: Vec::new(),
+    }
+}
+
+fn exec_failed(reason: String) -> SandboxError {
+    SandboxError::Failed {
+        operation: "exec",
+        reason,
+    }
+}
+
+fn private_dir(p: &Path) -> Result<(), String> {
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(p)
+        .map_err(|e| format!("cannot create `{}`: {e}", p.display()))
+}
+
+fn owned_dir(p: &Path) -> Result<(), String> {
+    private_dir(p)?;
+    std::os::unix::fs::chown(p, Some(WORKLOAD_ID), Some(WORKLOAD_ID))
+        .map_err(|e| format!("cannot hand `{}` to uid {WORKLOAD_ID}: {e}", p.display()))
+}
+
+/// Where the work dir may not be: inside the image's directories, cordon's
+/// `/etc`, or what the sandbox mounts itself.
+fn check_work_dir(guest: &str) -> Result<(), String> {
+    let p = Path::new(guest);
+    let reserved = crate::oci::HOST_IMAGE
+        .iter()
+        .copied()
+        .chain(["/etc", "/proc", "/dev", "/tmp", "/sys"]);
+    for r in reserved {
+        if p.starts_with(r) {
+            return Err(format!(
+                "the work dir `{guest}` is inside `{r}`, which the gvisor backend mounts itself; name a work dir outside it, like `/workspace`"
+            ));
+        }
+    }
+    if p == Path::new("/") {
+        return Err("the work dir cannot be `/`; name one like `/workspace`".into());
+    }
+    Ok(())
+}
+
+impl GvisorSandbox {
+    /// Makes the sandbox's directory, root and volume; nothing runs yet.
+    pub(crate) fn create(
+        config: &GvisorConfig,
+        req: &AcquireRequest,
+    ) -> Result<GvisorSandbox, BackendError> {
+        let spec = &req.provenance.spec;
+        let guest_work = spec.work_dir().to_string();
+        check_work_dir(&guest_work).map_err(|reason| BackendError::Refused {
+            operation: "acquire",
+            reason,
+        })?;
+        let stamp = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        let id = format!(
+            "{}{}-{}-{stamp}",
+            crate::PREFIX,
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        );
+        let scratch = config
+            .scratch
+            .canonicalize()
+            .map_err(|e| failed("acquire", format!("`{}`: {e}", config.scratch.display())))?;
+        let dir = scratch.join(&id);
+        private_dir(&dir).map_err(|e| failed("acquire", e))?;
+        let volume = dir.join("volume");
+        let made = (|| -> Result<(HostImage, RootedFs, HostWorkDir), String> {
+            let image = HostImage::prepare(&dir.join("rootfs"))?;
+            image.write_etc(WORKLOAD_ID, WORKLOAD_ID, &guest_work)?;
+            crate::oci::mkdir_in(&image.rootfs, Path::new(&guest_work))?;
+            let masks = dir.join("masks");
+            private_dir(&masks)?;
+            std::fs::DirBuilder::new()
+                .mode(0o555)
+                .create(masks.join("dir"))
+                .map_err(|e| format!("cannot create the mask directory: {e}"))?;
+            std::fs::write(masks.join("file"), b"")
+                .and_then(|()| {
+                    std::fs::set_permissions(
+                        masks.join("file"),
+                        std::os::unix::fs::PermissionsExt::from_mode(0o000),
+                    )
+                })
+                .map_err(|e| format!("cannot create the mask file: {e}"))?;
+            private_dir(&volume)?;
+            cordon_linux::volume::mount_volume(
+                &volume,
+                &scratch,
+                req.limits.disk_bytes,
+                WORKLOAD_ID,
+            )
+            .map_err(|e| format!("the work dir's volume: {e}"))?;
+            owned_dir(&volume.join("work"))?;
+            owned_dir(&volume.join("tmp"))?;
+            let view = image
+                .dirs
+                .iter()
+                .fold(RootedFs::new(&image.rootfs), |v, d| v.bind(d, d))
+                .bind("/tmp", volume.join("tmp"))
+                .bind(&guest_work, volume.join("work"));
+            let files = HostWorkDir::new(volume.join("work"), &guest_work)
+                .map_err(|e| e.to_string())?
+                .owned_by(WORKLOAD_ID, WORKLOAD_ID);
+            Ok((image, view, files))
+        })();
+        let (image, view, files) = match made {
+            Ok(m) => m,
+            Err(e) => {
+                let _ = remove_sandbox_dir(&dir);
+                return Err(failed("acquire", e));
+            }
+        };
+        Ok(GvisorSandbox {
+            id,
+            dir,
+            image,
+            volume,
+            guest_work,
+            provenance: req.provenance.clone(),
+            limits: req.limits,
+            policy: config.policy.clone(),
+            env: config.env.clone(),
+            runsc: config.runsc.clone(),
+            view,
+            files,
+            base: OnceLock::new(),
+            disposed: AtomicBool::new(false),
+        })
+    }
+
+    /// Stops every container of the sandbox and removes everything it made:
+    /// its containers' state and cgroups, its volume, its directory.
+    pub fn dispose(&self) -> Result<(), BackendError> {
+        if self.disposed.swap(true, Ordering::SeqCst) {
+            return Ok(());
+        }
+        let mut failures = remove_containers(&self.runsc.bin, &format!("{}-", self.id));
+        if let Err(e) = remove_sandbox_dir(&self.dir) {
+            failures.push(e);
+        }
+        if failures.is_empty() {
+            Ok(())
+        } else {
+            Err(failed("dispose", failures.join("; ")))
+        }
+    }
+
+    /// The sandbox's directory on the host.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The policy's storage plan as this sandbox's mounts (once).
+    fn base(&self) -> Result<Vec<Mount>, SandboxError> {
+        self.base.get_or_init(|| self.make_base()).clone()
+    }
+
+    fn make_base(&self) -> Result<Vec<Mount>, SandboxError> {
+        let work = self.guest_work.as_str();
+        let plan = self
+            .policy
+            .plan(
+                &self.provenance.identity,
+                &self.env,
+                cordon_sandbox::guard::now(),
+                work,
+            )
+            .map_err(|e| refused(e.to_string()))?;
+        let work_seen = self
+            .view
+            .canonical(Path::new(work))
+            .map_err(|e| exec_failed(format!("the work dir `{work}`: {e}")))?;
+        let tmp = PathBuf::from("/tmp");
+        let t = cordon_confine::translate(
+            &self.policy,
+            &plan,
+            &cordon_confine::Target {
+                rung: crate::NAME,
+                mode: cordon_confine::Mode::MasksAvailable,
+                tmp_shared: false,
+                work_dir: &work_seen,
+                tmp_dir: &tmp,
+                fs: &self.view,
+            },
+        )
+        .map_err(|e| refused(e.message))?;
+        Ok(mounts_of(
+            &t,
+            &self.image.dirs,
+            &self.view,
+            &work_seen,
+            &self.volume,
+            &self.dir.join("masks"),
+        ))
+    }
+
+    fn start(&self, req: &ExecRequest, attach: Attach) -> Result<ExecHandle, SandboxError> {
+        if attach.tty.is_some() {
+            return Err(SandboxError::Unavailable {
+                reason: "the gvisor backend gives no terminal in this version; run without one, or at `--min-isolation container`".into(),
+            });
+        }
+        let Some(argv0) = req.argv.first() else {
+            return Err(refused("the command is empty".into()));
+        };
+        let canonical = cordon_confine::command::resolve(&self.view, argv0)
+            .map_err(|e| refused(e.to_string()))?;
+        let mounts = self.base()?;
+        let mut argv = req.argv.clone();
+        argv[0] = canonical.command;
+        let mut env = BTreeMap::from([
+            (
+                "PATH".to_string(),
+                cordon_confine::command::IMAGE_PATH.to_string(),
+            ),
+            ("HOME".to_string(), self.guest_work.clone()),
+            ("LANG".to_string(), "C.UTF-8".to_string()),
+            ("TMPDIR".to_string(), "/tmp".to_string()),
+        ]);
+        env.extend(req.env.clone());
+        let k = NEXT.fetch_add(1, Ordering::Relaxed);
+        let cid = format!("{}-e{k}", self.id);
+        let exec_dir = self.dir.join(format!("exec-{k}"));
+        private_dir(&exec_dir).map_err(exec_failed)?;
+        let config = Bundle {
+            root: &self.image.rootfs,
+            argv,
+            env,
+            cwd: self.guest_work.clone(),
+            uid: WORKLOAD_ID,
+            gid: WORKLOAD_ID,
+            mounts,
+            memory_bytes: Some(self.limits.memory_bytes),
+            processes: self.limits.processes,
+            cpu_seconds: self.limits.cpu_seconds,
+            file_bytes: self.limits.disk_bytes,
+            cgroup: format!("/{cid}"),
+        }
+        .config();
+        let log = exec_dir.join("runsc.log");
+        let written = std::fs::write(exec_dir.join("config.json"), config.to_string());
+        if let Err(e) = written {
+            let _ = std::fs::remove_dir_all(&exec_dir);
+            return Err(exec_failed(format!("cannot write the bundle: {e}")));
+        }
+        let with_stdin = attach.stdin_stream || !req.stdin.is_empty();
+        let mut cmd: Command = crate::runsc::command(&self.runsc.bin, &log);
+        cmd.args(["run", "--bundle"])
+            .arg(&exec_dir)
+            .arg(&cid)
+            .stdin(if with_stdin {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = match cmd.spawn() {
+            Ok(c) => c,
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&exec_dir);
+                return Err(exec_failed(format!(
+                    "cannot start `{}`: {e}",
+                    self.runsc.bin.display()
+                )));
+            }
+        };
+        let stdin = match child.stdin.take() {
+            Some(w) if attach.stdin_stream => StdinFeed::Stream(Box::new(w)),
+            Some(w) => StdinFeed::Bytes(Box::new(w), req.stdin.clone()),
+            None => StdinFeed::None,
+        };
+        let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(exec_failed("runsc's output pipes are missing".into()));
+        };
+        let killed = Arc::new(AtomicBool::new(false));
+        let run = Running {
+            child,
+            cid: cid.clone(),
+            exec_dir,
+            log,
+            bin: self.runsc.bin.clone(),
+            wall: Duration::from_secs(self.limits.wall_seconds.min(req.timeout.as_secs().max(1))),
+            cpu_nanos: self.limits.cpu_seconds.saturating_mul(1_000_000_000),
+            killed: killed.clone(),
+        };
+        let bin = self.runsc.bin.clone();
+        Ok(ExecHandle::from_pipes(
+            stdin,
+            stdout,
+            stderr,
+            req.max_output_bytes,
+            move || run.wait(),
+            Killer::new(move || {
+                killed.store(true, Ordering::SeqCst);
+                crate::runsc::kill(&bin, &cid);
+            }),
+        ))
+    }
+}
+
+/// The mounts that hold a translated plan in this sandbox: each rule's
+/// reach into the image's directories, read-only (executable only where
+/// the rule says so), parents first; the work dir and `/tmp` from the
+/// volume, read-write and `noexec`; then every mask that falls inside
+/// something bound. A right the bundle cannot give (write outside the
+/// work dir and `/tmp`, anything outside the image) is left out: never
+/// wider than the plan.
+fn mounts_of(
+    t: &cordon_confine::Confinement,
+    image_dirs: &[PathBuf],
+    view: &RootedFs,
+    work: &Path,
+    volume: &Path,
+    masks: &Path,
+) -> Vec<Mount> {
+    let tmp = Path::new("/tmp");
+    let mut binds: BTreeMap<PathBuf, bool> = BTreeMap::new();
+    for r in &t.fs {
+        if !(r.read || r.execute) || r.path.starts_with(work) || r.path.starts_with(tmp) {
+            continue;
+        }
+        for d in image_dirs {
+            let at = if d.starts_with(&r.path) {
+                d.clone()
+            } else if r.path.starts_with(d) {
+                r.path.clone()
+            } else {
+                continue;
+            };
+            let exec = binds.entry(at).or_insert(false);
+            *exec |= r.execute;
+        }
+    }
+    let mut ro: Vec<(PathBuf, bool)> = binds
+        .into_iter()
+        // A rule on a path the host lacks binds nothing.
+        .filter(|(p, _)| std::fs::symlink_metadata(p).is_ok())
+        .collect();
+    ro.sort_by_key(|(p, _)| p.components().count());
+    let mut mounts: Vec<Mount> = ro
+        .into_iter()
+        .map(|(p, exec)| Mount {
+            source: p.clone(),
+            destination: p,
+            kind: MountKind::ReadOnly { exec },
+        })
+        .collect();
+    let bound: Vec<PathBuf> = mounts.iter().map(|m| m.destination.clone()).collect();
+    mounts.push(Mount {
+        destination: work.to_path_buf(),
+        source: volume.join("work"),
+        kind: MountKind::ReadWrite,
+    });
+    mounts.push(Mount {
+        destination: tmp.to_path_buf(),
+        source: volume.join("tmp"),
+        kind: MountKind::ReadWrite,
+    });
+    let inside = |p: &Path| {
+        p.starts_with(work) || p.starts_with(tmp) || bound.iter().any(|b| p.starts_with(b))
+    };
+    let mut hidden: Vec<&PathBuf> = t.mask_paths.iter().chain(&t.mask_executables).collect();
+    hidden.sort();
+    hidden.dedup();
+    for p in hidden {
+        if !inside(p) {
+            continue;
+        }
+        let source = match view.symlink_metadata(p) {
+            Ok(m) if m.is_dir() => masks.join("dir"),
+            Ok(_) => masks.join("file"),
+            Err(_) => continue,
+        };
+        mounts.push(Mount {
+            destination: p.clone(),
+            source,
+            kind: MountKind::ReadOnly { exec: false },
+        });
+    }
+    mounts
+}
+
+/// One `runsc run` under way.
+struct Running {
+    child: Child,
+    cid: String,
+    exec_dir: PathBuf,
+    log: PathBuf,
+    bin: PathBuf,
+    wall: Duration,
+    cpu_nanos: u64,
+    killed: Arc<AtomicBool>,
+}
+
+impl Running {
+    /// Waits for the container to end, holding the wall clock and the CPU
+    /// bound from the host; then removes what the exec made.
+    fn wait(mut self) -> Result<ExitStatus, SandboxError> {
+        let deadline = Instant::now() + self.wall;
+        let ended = loop {
+            match self.child.try_wait() {
+                Ok(Some(s)) => break Ok(s),
+                Ok(None) => {}
+                Err(e) => break Err(exec_failed(format!("waiting for runsc: {e}"))),
+            }
+            let over = if self.killed.load(Ordering::SeqCst) {
+                Some(ExitStatus::Signal(9))
+            } else if Instant::now() >= deadline {
+                Some(ExitStatus::TimedOut)
+            } else if crate::runsc::cpu_nanos(&self.cid).is_some_and(|n| n > self.cpu_nanos) {
+                Some(ExitStatus::Bound {
+                    bound: "max_cpu_seconds",
+                })
+            } else {
+                None
+            };
+            if let Some(status) = over {
+                self.stop();
+                return Ok(status);
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        let oom = oom_killed(&self.cid);
+        let error = runsc_error(&self.log);
+        self.clean();
+        let status = ended?;
+        match status.code() {
+            _ if oom => Ok(ExitStatus::Bound {
+                bound: "max_memory",
+            }),
+            Some(128) if error.is_some() => {
+                Err(exec_failed(format!("runsc: {}", error.unwrap_or_default())))
+            }
+            Some(c) => Ok(ExitStatus::Code(c)),
+            None => Ok(ExitStatus::Signal(
+                std::os::unix::process::ExitStatusExt::signal(&status).unwrap_or(9),
+            )),
+        }
+    }
+
+    /// Kills the container and runsc, then cleans up.
+    fn stop(&mut self) {
+        crate::runsc::kill(&self.bin, &self.cid);
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.clean();
+    }
+
+    fn clean(&self) {
+        let _ = crate::runsc::delete(&self.bin, &self.cid);
+        crate::runsc::remove_cgroups(&self.cid);
+        let _ = std::fs::remove_dir_all(&self.exec_dir);
+    }
+}
+
+/// Whether the memory cgroup of container `cid` killed something.
+fn oom_killed(cid: &str) -> bool {
+    let v1 = Path::new("/sys/fs/cgroup/memory")
+        .join(cid)
+        .join("memory.oom_control");
+    std::fs::read_to_string(v1).is_ok_and(|s| {
+        s.lines()
+            .find_map(|l| l.strip_prefix("oom_kill "))
+            .and_then(|n| n.trim().parse::<u64>().ok())
+            .is_some_and(|n| n > 0)
+    })
+}
+
+/// runsc's own error, from its JSON log, if it logged one.
+fn runsc_error(log: &Path) -> Option<String> {
+    let text = std::fs::read_to_string(log).ok()?;
+    text.lines().rev().find_map(|l| {
+        let v: serde_json::Value = serde_json::from_str(l).ok()?;
+        (v["level"] == "error" || v["level"] == "fatal")
+            .then(|| v["msg"].as_str().unwrap_or("").to_string())
+    })
+}
+
+/// Kills and deletes every container under cordon's state root whose id
+/// begins with `prefix`, and removes their cgroups. Returns what failed.
+pub(crate) fn remove_containers(bin: &Path, prefix: &str) -> Vec<String> {
+    let mut failures = Vec::new();
+    match crate::runsc::list(bin) {
+        Ok(ids) => {
+            for id in ids.iter().filter(|i| i.starts_with(prefix)) {
+                crate::runsc::kill(bin, id);
+                if let Err(e) = crate::runsc::delete(bin, id) {
+                    failures.push(e);
+                }
+                crate::runsc::remove_cgroups(id);
+            }
+        }
+        Err(e) => failures.push(e),
+    }
+    failures
+}
+
+/// Unmounts a sandbox directory's volume and removes the directory; never
+/// removes anything through a mount that is still there.
+pub(crate) fn remove_sandbox_dir(dir: &Path) -> Result<(), String> {
+    let volume = dir.join("volume");
+    if cordon_linux::volume::is_mount_point(&volume).unwrap_or(false) {
+        let _ = cordon_linux::volume::discard(&volume);
+        cordon_linux::volume::unmount(&volume)
+            .map_err(|e| format!("unmounting `{}`: {e}", volume.display()))?;
+    }
+    if cordon_linux::volume::is_mount_point(&volume).unwrap_or(false) {
+        return Err(format!(
+            "`{}` is still a mount point; left alone",
+            volume.display()
+        ));
+    }
+    match std::fs::remove_dir_all(dir) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(format!("cannot remove `{}`: {e}", dir.display())),
+    }
+}
+
+impl Drop for GvisorSandbox {
+    /// A sandbox dropped without [`GvisorSandbox::dispose`] still gives
+    /// back its containers, its volume and its directory.
+    fn drop(&mut self) {
+        let _ = self.dispose();
+    }
+}
+
+impl Sandbox for GvisorSandbox {
+    fn id(&self) -> &str {
+        &self.id
+    }
+
+    fn provenance(&self) -> &Provenance {
+        &self.provenance
+    }
+
+    fn start_exec(&self, req: &ExecRequest, attach: Attach) -> Result<ExecHandle, SandboxError> {
+        self.start(req, attach)
+    }
+
+    fn write_file(&self, path: &str, contents: &[u8], mode: u32) -> Result<(), SandboxError> {
+        if cordon_files::host_dir::HostSecretsDir::names(path) {
+            return Err(SandboxError::PathRefused {
+                path: path.to_string(),
+                reason: "the gvisor backend serves no secrets in this version; run at the container rung for secrets".into(),
+            });
+        }
+        self.files.write_file(path, contents, mode)
+    }
+
+    fn stat_no_follow(&self, path: &str) -> Result<Option<FileStat>, SandboxError> {
+        self.files.stat_no_follow(path)
+    }
+
+    fn read_file(&self, path: &str, max_bytes: u64) -> Result<FileRead, SandboxError> {
+        self.files.read_file(path, max_bytes)
+    }
+
+    fn resolve_command(
+        &self,
+        program: &str,
+    ) -> Result<cordon_sandbox::ResolvedCommand, SandboxError> {
+        let c = cordon_confine::command::resolve(&self.view, program)
+            .map_err(|e| refused(e.to_string()))?;
+        Ok(cordon_sandbox::ResolvedCommand {
+            command: c.command,
+            command_target: c.command_target,
+        })
+    }
+
+    fn host_work_dir(&self) -> Option<cordon_sandbox::HostWorkDirRecord> {
+        Some(cordon_sandbox::HostWorkDirRecord {
+            host: self.files.host().to_path_buf(),
+            guest: self.guest_work.clone(),
+            owner: Some(WORKLOAD_ID),
+            secrets: None,
+        })
+    }
+
+    fn residue(&self) -> serde_json::Value {
+        serde_json::to_value(Residue {
+            dir: self.dir.clone(),
+            containers: format!("{}-", self.id),
+        })
+        .unwrap_or_default()
+    }
+}

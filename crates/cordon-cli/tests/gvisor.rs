@@ -1,0 +1,291 @@
+//! The `gvisor` backend through the real binary and a real `runsc`:
+//! `cordon run --min-isolation hardened_container` lands on it, output and
+//! exit codes come back, the workload is not root, has no network but its
+//! loopback, writes only its work dir and `/tmp`, cannot run what the
+//! policy denies (refused before it starts, and masked inside), and leaves
+//! nothing behind. Without root or `runsc` these skip loudly; `CI=true`
+//! makes a missing `runsc` or root a failure (`.ci/run` installs runsc).
+#![allow(clippy::expect_used, clippy::unwrap_used)] // tests may panic on a broken fixture
+
+use std::path::Path;
+use std::process::Command;
+
+const STATE_ROOT: &str = "/run/cordon/gvisor";
+
+fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .map(|s| {
+            s.lines()
+                .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
+        })
+        .unwrap_or(false)
+}
+
+fn has_runsc() -> bool {
+    let on_path = std::env::var_os("PATH")
+        .is_some_and(|paths| std::env::split_paths(&paths).any(|d| d.join("runsc").is_file()));
+    on_path || Path::new("/usr/bin/runsc").is_file()
+}
+
+/// Whether this machine runs gVisor sandboxes; a loud skip if not.
+fn can_run(case: &str) -> bool {
+    let missing = match (is_root(), has_runsc()) {
+        (true, true) => return true,
+        (false, _) => "launching a gVisor sandbox needs root",
+        (true, false) => "`runsc` is not installed (`apt-get install runsc`)",
+    };
+    assert!(
+        !std::env::var("CI").is_ok_and(|v| v == "true"),
+        "CI=true and `{case}`: {missing}"
+    );
+    eprintln!("\n!!!!!!!! SKIPPED {case}: {missing} (CI=true makes this a failure) !!!!!!!!\n");
+    false
+}
+
+/// `cordon run --min-isolation hardened_container` in a scratch TMPDIR.
+fn run(tmp: &Path, args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_cordon"))
+        .args(["run", "--min-isolation", "hardened_container"])
+        .args(args)
+        .env("TMPDIR", tmp)
+        .output()
+        .expect("run cordon");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn sh(tmp: &Path, script: &str) -> (i32, String, String) {
+    run(tmp, &["--", "/bin/sh", "-c", script])
+}
+
+fn runsc_containers() -> Vec<String> {
+    if !Path::new(STATE_ROOT).exists() {
+        return Vec::new();
+    }
+    let out = Command::new("runsc")
+        .args(["--root", STATE_ROOT, "list", "--quiet"])
+        .output()
+        .expect("runsc list");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .map(String::from)
+        .collect()
+}
+
+fn leftovers(tmp: &Path) -> Vec<String> {
+    std::fs::read_dir(tmp)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("cordon-gvisor-"))
+        .collect()
+}
+
+fn scratch() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("gvisor-test-")
+        .tempdir_in("/var/tmp")
+        .unwrap()
+}
+
+#[test]
+fn echo_runs_at_the_hardened_container_rung_and_leaves_nothing() {
+    if !can_run("gvisor echo") {
+        return;
+    }
+    let tmp = scratch();
+    let (code, out, err) = run(tmp.path(), &["--", "/bin/echo", "hi"]);
+    assert_eq!((code, out.as_str()), (0, "hi\n"), "stderr: {err}");
+    assert!(err.contains("`gvisor` rung"), "{err}");
+    // Nothing of the sandbox is left: no directory, no container of its
+    // under cordon's state root, no runsc process of its.
+    assert_eq!(leftovers(tmp.path()), Vec::<String>::new());
+    let tag = tmp.path().display().to_string();
+    let ps = Command::new("ps").args(["-eo", "args"]).output().unwrap();
+    assert!(
+        !String::from_utf8_lossy(&ps.stdout).contains(&tag),
+        "a process of the sandbox is still running"
+    );
+    let mine: Vec<String> = runsc_containers()
+        .into_iter()
+        .filter(|c| c.starts_with("cordon-gvisor-"))
+        .filter(|c| {
+            let pid = c.split('-').nth(2).unwrap_or("");
+            !Path::new(&format!("/proc/{pid}")).exists()
+        })
+        .collect();
+    assert_eq!(mine, Vec::<String>::new(), "containers left by dead owners");
+}
+
+#[test]
+fn exit_codes_come_back() {
+    if !can_run("gvisor exit codes") {
+        return;
+    }
+    let tmp = scratch();
+    let (code, out, _) = sh(tmp.path(), "echo out; echo err >&2; exit 7");
+    assert_eq!((code, out.as_str()), (7, "out\n"));
+    let (code, _, _) = sh(tmp.path(), "exit 0");
+    assert_eq!(code, 0);
+}
+
+#[test]
+fn the_workload_is_not_root_and_has_no_network() {
+    if !can_run("gvisor uid and network") {
+        return;
+    }
+    let tmp = scratch();
+    let (code, out, err) = sh(tmp.path(), "id -u; id -g");
+    assert_eq!(code, 0, "{err}");
+    let ids: Vec<&str> = out.lines().collect();
+    assert_eq!(ids.len(), 2, "{out}");
+    assert!(ids.iter().all(|i| *i != "0"), "runs as root: {out}");
+    // Interfaces: the loopback only.
+    let (code, out, err) = sh(tmp.path(), "cat /proc/net/dev");
+    assert_eq!(code, 0, "{err}");
+    let ifaces: Vec<&str> = out
+        .lines()
+        .skip(2)
+        .filter_map(|l| l.split(':').next())
+        .map(str::trim)
+        .collect();
+    assert_eq!(ifaces, ["lo"], "{out}");
+    // A listener on the host's loopback cannot be reached.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (code, out, err) = run(
+        tmp.path(),
+        &[
+            "--",
+            "python3",
+            "-c",
+            &format!(
+                "import socket\ntry:\n    socket.create_connection(('127.0.0.1', {port}), timeout=3)\n    print('CONNECTED')\nexcept OSError as e:\n    print('refused', e)"
+            ),
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with("refused"), "{out}");
+    listener.set_nonblocking(true).unwrap();
+    assert!(
+        listener.accept().is_err(),
+        "the host's listener was reached"
+    );
+}
+
+#[test]
+fn only_the_work_dir_and_tmp_are_writable() {
+    if !can_run("gvisor writable") {
+        return;
+    }
+    let tmp = scratch();
+    let (code, out, err) = sh(
+        tmp.path(),
+        "pwd; echo a > f && cat f; echo b > /tmp/t && cat /tmp/t; \
+         for p in /usr/x /x /etc/x /bin/x; do if touch $p 2>/dev/null; then echo WROTE $p; fi; done",
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out, "/workspace\na\nb\n");
+    // The work dir holds no program that runs.
+    let (code, _, _) = sh(tmp.path(), "cp /bin/true ./t && ./t");
+    assert_ne!(code, 0, "a program in the work dir ran");
+}
+
+#[test]
+fn what_the_policy_denies_is_refused_before_it_starts_and_masked_inside() {
+    if !can_run("gvisor denied command") {
+        return;
+    }
+    let tmp = scratch();
+    let (code, out, err) = run(tmp.path(), &["--", "/usr/bin/su", "-c", "id"]);
+    assert_ne!(code, 0);
+    assert!(out.is_empty(), "{out}");
+    assert!(err.contains("the policy refuses `/usr/bin/su`"), "{err}");
+    assert!(err.contains("no-privilege-tools"), "{err}");
+    // Started from inside, the same file does not run.
+    let (code, out, err) = sh(tmp.path(), "/usr/bin/su -c id; echo rc=$?");
+    assert_eq!(code, 0, "{err}");
+    assert!(out.trim_end().ends_with("rc=126"), "{out} {err}");
+    assert_eq!(leftovers(tmp.path()), Vec::<String>::new());
+}
+
+#[test]
+fn the_wall_clock_bound_kills_the_container() {
+    if !can_run("gvisor timeout") {
+        return;
+    }
+    let tmp = scratch();
+    let spec = tmp.path().join("spec.yaml");
+    std::fs::write(
+        &spec,
+        "kind: run\nimage: host\nresources: {wall_seconds: 2}\n",
+    )
+    .unwrap();
+    let started = std::time::Instant::now();
+    let (code, _, err) = run(
+        tmp.path(),
+        &["--spec", spec.to_str().unwrap(), "--", "/bin/sleep", "30"],
+    );
+    assert_ne!(code, 0);
+    assert!(started.elapsed().as_secs() < 20, "{err}");
+    assert!(err.contains("`max_wall_seconds` bound"), "{err}");
+    assert_eq!(leftovers(tmp.path()), Vec::<String>::new());
+}
+
+#[test]
+fn doctor_reports_gvisor_with_its_platform() {
+    if !can_run("gvisor doctor") {
+        return;
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_cordon"))
+        .args(["doctor", "--min-isolation", "hardened_container"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let row = text
+        .lines()
+        .find(|l| l.starts_with("gvisor "))
+        .unwrap_or_else(|| panic!("no gvisor row:\n{text}"));
+    assert!(row.contains("can run"), "{row}");
+    assert!(row.contains("platform: ptrace"), "{row}");
+}
+
+/// gVisor is opt-in: a `container` floor's default order passes over it
+/// (it serves no secrets, terminals or egress yet); naming it uses it.
+#[test]
+fn a_container_floor_lands_on_the_container_rung_unless_gvisor_is_named() {
+    if !can_run("gvisor opt-in") {
+        return;
+    }
+    let tmp = scratch();
+    let cordon = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_cordon"))
+            .args(args)
+            .env("TMPDIR", tmp.path())
+            .output()
+            .unwrap();
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, err) = cordon(&["run", "--min-isolation", "container", "--", "/bin/true"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("`container` rung"), "{err}");
+    let (code, err) = cordon(&[
+        "run",
+        "--min-isolation",
+        "container",
+        "--backend",
+        "gvisor",
+        "--",
+        "/bin/true",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("`gvisor` rung"), "{err}");
+}
