@@ -22,6 +22,9 @@ pub struct GvisorConfig {
     pub env: Deployment,
     /// Where each sandbox's directory is made.
     pub scratch: PathBuf,
+    /// The operator's work dir (`--work-dir`), owned by
+    /// [`crate::WORKLOAD_ID`]; `None`: a fresh one per sandbox.
+    pub work_dir: Option<PathBuf>,
     /// runsc as the probe found it running.
     pub runsc: Runsc,
 }

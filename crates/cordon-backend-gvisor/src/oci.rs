@@ -20,6 +20,22 @@ use serde_json::{json, Value};
 /// `/etc`, which is cordon's own here.
 pub const HOST_IMAGE: &[&str] = &["/usr", "/lib", "/lib64", "/bin", "/sbin"];
 
+/// Files of `/etc` that are cordon's own (see [`HostImage::write_etc`])
+/// or never shown (the container rung's image masks), whatever the plan
+/// grants.
+pub const ETC_KEPT: &[&str] = &[
+    "/etc/passwd",
+    "/etc/group",
+    "/etc/hostname",
+    "/etc/hosts",
+    "/etc/shadow",
+    "/etc/shadow-",
+    "/etc/gshadow",
+    "/etc/gshadow-",
+    "/etc/sudoers",
+    "/etc/sudoers.d",
+];
+
 /// The sandbox's host name, as at the container rung.
 pub const HOSTNAME: &str = "cordon";
 
@@ -50,8 +66,9 @@ pub struct Mount {
 pub enum MountKind {
     /// A bind, read-only; `exec`: programs beneath may run.
     ReadOnly { exec: bool },
-    /// A bind, read-write, never executable.
-    ReadWrite,
+    /// A bind, read-write; `exec`: programs beneath may run (never the
+    /// work dir or `/tmp`).
+    ReadWrite { exec: bool },
 }
 
 /// The root directory of a sandbox's bundle and which image directories
@@ -192,9 +209,11 @@ fn mount_json(m: &Mount) -> Value {
                 options.push("noexec");
             }
         }
-        MountKind::ReadWrite => {
+        MountKind::ReadWrite { exec } => {
             options.push("rw");
-            options.push("noexec");
+            if !exec {
+                options.push("noexec");
+            }
         }
     }
     json!({

@@ -44,11 +44,6 @@ fn probe(_: &BackendSetup) -> Probe {
 }
 
 fn build(setup: &BackendSetup, policy: Arc<Policy>) -> Result<Arc<dyn Backend>, String> {
-    if setup.work_dir.is_some() {
-        return Err(
-            "the gvisor backend makes its own work dir in this version; drop `--work-dir`, or run at the container rung".into(),
-        );
-    }
     let runsc = crate::runsc::probe()
         .as_ref()
         .map_err(|u| format!("{} ({})", u.reason, u.found.join("; ")))?
@@ -59,6 +54,7 @@ fn build(setup: &BackendSetup, policy: Arc<Policy>) -> Result<Arc<dyn Backend>, 
             name: setup.deployment.clone(),
         },
         scratch: setup.scratch.clone(),
+        work_dir: setup.work_dir.clone(),
         runsc,
     })))
 }
@@ -201,8 +197,8 @@ fn sweep() -> (Vec<String>, Vec<String>) {
 /// The `gvisor` backend, as a host registers it. It is used where the
 /// floor is `hardened_container` or above, or when named (`--backend
 /// gvisor`); a lower floor's default order passes over it
-/// ([`BackendRegistration::opt_in`]) while it lacks secrets, terminals,
-/// egress and an operator's work dir.
+/// ([`BackendRegistration::opt_in`]) while it lacks secrets, terminals
+/// and egress.
 pub fn registration() -> BackendRegistration {
     BackendRegistration {
         info: info(),

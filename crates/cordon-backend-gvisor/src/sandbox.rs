@@ -90,6 +90,38 @@ fn owned_dir(p: &Path) -> Result<(), String> {
         .map_err(|e| format!("cannot hand `{}` to uid {WORKLOAD_ID}: {e}", p.display()))
 }
 
+/// An operator's work dir, checked: a directory owned by
+/// [`WORKLOAD_ID`] (what the workload writes as; cordon never chowns an
+/// operator's files), on a filesystem no larger than `max_disk`, which is
+/// what holds the bound there. Returns it canonical.
+fn given_work_dir(d: &Path, max_disk: u64) -> Result<PathBuf, String> {
+    use std::os::unix::fs::MetadataExt;
+    let real = d
+        .canonicalize()
+        .map_err(|e| format!("work dir `{}`: {e}", d.display()))?;
+    let meta =
+        std::fs::metadata(&real).map_err(|e| format!("work dir `{}`: {e}", real.display()))?;
+    let dir = real.display();
+    if !meta.is_dir() {
+        return Err(format!("work dir `{dir}` is not a directory"));
+    }
+    if meta.uid() != WORKLOAD_ID || meta.gid() != WORKLOAD_ID {
+        return Err(format!(
+            "work dir `{dir}` is owned by {}:{}, but the gvisor backend's workload writes as {WORKLOAD_ID}:{WORKLOAD_ID} and cordon never chowns an operator's files\nhelp: give a directory owned by {WORKLOAD_ID}:{WORKLOAD_ID}, or omit `--work-dir` to get a fresh one",
+            meta.uid(),
+            meta.gid()
+        ));
+    }
+    let size = cordon_linux::volume::filesystem_bytes(&real)
+        .map_err(|e| format!("work dir `{dir}`: {e}"))?;
+    if size == 0 || size > max_disk {
+        return Err(format!(
+            "work dir `{dir}` is on a filesystem of {size} bytes, not one of at most max_disk ({max_disk} bytes), and nothing else would hold the bound there\nhelp: omit `--work-dir` (a fresh work dir is a volume of exactly max_disk), or put the directory on a filesystem of its own no larger than max_disk"
+        ));
+    }
+    Ok(real)
+}
+
 /// Where the work dir may not be: inside the image's directories, cordon's
 /// `/etc`, or what the sandbox mounts itself.
 fn check_work_dir(guest: &str) -> Result<(), String> {
@@ -165,15 +197,21 @@ impl GvisorSandbox {
                 WORKLOAD_ID,
             )
             .map_err(|e| format!("the work dir's volume: {e}"))?;
-            owned_dir(&volume.join("work"))?;
+            let work_host = match &config.work_dir {
+                Some(d) => given_work_dir(d, req.limits.disk_bytes)?,
+                None => {
+                    owned_dir(&volume.join("work"))?;
+                    volume.join("work")
+                }
+            };
             owned_dir(&volume.join("tmp"))?;
-            let view = image
-                .dirs
-                .iter()
-                .fold(RootedFs::new(&image.rootfs), |v, d| v.bind(d, d))
+            // The host's own tree, as the container rung sees the `host`
+            // image: the plan is translated (and commands resolved) in it;
+            // the bundle then shows only what the translated rules reach.
+            let view = RootedFs::new("/")
                 .bind("/tmp", volume.join("tmp"))
-                .bind(&guest_work, volume.join("work"));
-            let files = HostWorkDir::new(volume.join("work"), &guest_work)
+                .bind(&guest_work, &work_host);
+            let files = HostWorkDir::new(&work_host, &guest_work)
                 .map_err(|e| e.to_string())?
                 .owned_by(WORKLOAD_ID, WORKLOAD_ID);
             Ok((image, view, files))
@@ -259,14 +297,14 @@ impl GvisorSandbox {
             },
         )
         .map_err(|e| refused(e.message))?;
-        Ok(mounts_of(
+        mounts_of(
             &t,
             &self.image.dirs,
             &self.view,
-            &work_seen,
-            &self.volume,
-            &self.dir.join("masks"),
-        ))
+            (&work_seen, self.files.host()),
+            (&self.image.rootfs, &self.volume, &self.dir.join("masks")),
+        )
+        .map_err(exec_failed)
     }
 
     fn start(&self, req: &ExecRequest, attach: Attach) -> Result<ExecHandle, SandboxError> {
@@ -376,63 +414,117 @@ impl GvisorSandbox {
     }
 }
 
+/// Whether the plan's rule on `p` may be bound at its own path: not the
+/// root or an ancestor of an image directory (those are reached through
+/// the image's directories), nothing the sandbox mounts itself, not `/etc`
+/// whole nor its files that are cordon's own.
+fn bindable_outside(p: &Path, image_dirs: &[PathBuf]) -> bool {
+    let own = ["/proc", "/dev", "/sys", "/tmp"];
+    !image_dirs
+        .iter()
+        .any(|d| d.starts_with(p) || p.starts_with(d))
+        && !crate::oci::HOST_IMAGE.iter().any(|d| p.starts_with(d))
+        && !own.iter().any(|o| p.starts_with(o))
+        && p != Path::new("/etc")
+        && !crate::oci::ETC_KEPT.iter().any(|k| p.starts_with(k))
+}
+
 /// The mounts that hold a translated plan in this sandbox: each rule's
-/// reach into the image's directories, read-only (executable only where
-/// the rule says so), parents first; the work dir and `/tmp` from the
-/// volume, read-write and `noexec`; then every mask that falls inside
-/// something bound. A right the bundle cannot give (write outside the
-/// work dir and `/tmp`, anything outside the image) is left out: never
-/// wider than the plan.
+/// reach into the image's directories, read-only (executable only where a
+/// rule says so), and each rule outside the image at its own path, with
+/// its rights, parents first; the work dir and `/tmp`, read-write and
+/// `noexec`; then every mask that falls inside something bound. Rights
+/// are the union of the rules on a path and above it, as Landlock reads
+/// them. What the bundle cannot give (write inside the image) is left
+/// out: never wider than the plan. Mount points outside the image are
+/// made in `rootfs`.
 fn mounts_of(
     t: &cordon_confine::Confinement,
     image_dirs: &[PathBuf],
     view: &RootedFs,
-    work: &Path,
-    volume: &Path,
-    masks: &Path,
-) -> Vec<Mount> {
+    (work, work_host): (&Path, &Path),
+    (rootfs, volume, masks): (&Path, &Path, &Path),
+) -> Result<Vec<Mount>, String> {
     let tmp = Path::new("/tmp");
-    let mut binds: BTreeMap<PathBuf, bool> = BTreeMap::new();
-    for r in &t.fs {
-        if !(r.read || r.execute) || r.path.starts_with(work) || r.path.starts_with(tmp) {
-            continue;
-        }
+    let rules: Vec<&cordon_confine::PathRule> =
+        t.fs.iter()
+            .filter(|r| r.read || r.write || r.execute)
+            .filter(|r| !r.path.starts_with(work) && !r.path.starts_with(tmp))
+            .collect();
+    let mut at: Vec<PathBuf> = Vec::new();
+    for r in &rules {
         for d in image_dirs {
-            let at = if d.starts_with(&r.path) {
-                d.clone()
+            if d.starts_with(&r.path) {
+                at.push(d.clone());
             } else if r.path.starts_with(d) {
-                r.path.clone()
-            } else {
-                continue;
-            };
-            let exec = binds.entry(at).or_insert(false);
-            *exec |= r.execute;
+                at.push(r.path.clone());
+            }
+        }
+        if bindable_outside(&r.path, image_dirs) {
+            at.push(r.path.clone());
         }
     }
-    let mut ro: Vec<(PathBuf, bool)> = binds
-        .into_iter()
+    at.sort_by_key(|p| (p.components().count(), p.clone()));
+    at.dedup();
+    let in_image = |p: &Path| image_dirs.iter().any(|d| p.starts_with(d));
+    let exec_at = |p: &Path| rules.iter().any(|r| r.execute && p.starts_with(&r.path));
+    let write_at =
+        |p: &Path| !in_image(p) && rules.iter().any(|r| r.write && p.starts_with(&r.path));
+    let mut binds: Vec<(PathBuf, MountKind)> = Vec::new();
+    for p in at {
         // A rule on a path the host lacks binds nothing.
-        .filter(|(p, _)| std::fs::symlink_metadata(p).is_ok())
-        .collect();
-    ro.sort_by_key(|(p, _)| p.components().count());
-    let mut mounts: Vec<Mount> = ro
+        let Ok(meta) = std::fs::symlink_metadata(&p) else {
+            continue;
+        };
+        let kind = if write_at(&p) {
+            MountKind::ReadWrite { exec: exec_at(&p) }
+        } else {
+            MountKind::ReadOnly { exec: exec_at(&p) }
+        };
+        let parent = binds
+            .iter()
+            .filter(|(q, _)| p.starts_with(q))
+            .max_by_key(|(q, _)| q.components().count());
+        if parent.is_some_and(|(_, k)| *k == kind) {
+            continue;
+        }
+        if parent.is_none() && !in_image(&p) {
+            // Its mount point, in the root cordon made.
+            let point = crate::oci::under(rootfs, &p);
+            if meta.is_dir() {
+                crate::oci::mkdir_in(rootfs, &p)?;
+            } else if !meta.file_type().is_symlink() {
+                if let Some(parent) = p.parent() {
+                    crate::oci::mkdir_in(rootfs, parent)?;
+                }
+                if std::fs::symlink_metadata(&point).is_err() {
+                    std::fs::write(&point, b"")
+                        .map_err(|e| format!("cannot make `{}`: {e}", point.display()))?;
+                }
+            } else {
+                continue;
+            }
+        }
+        binds.push((p, kind));
+    }
+    let mut mounts: Vec<Mount> = binds
         .into_iter()
-        .map(|(p, exec)| Mount {
+        .map(|(p, kind)| Mount {
             source: p.clone(),
             destination: p,
-            kind: MountKind::ReadOnly { exec },
+            kind,
         })
         .collect();
     let bound: Vec<PathBuf> = mounts.iter().map(|m| m.destination.clone()).collect();
     mounts.push(Mount {
         destination: work.to_path_buf(),
-        source: volume.join("work"),
-        kind: MountKind::ReadWrite,
+        source: work_host.to_path_buf(),
+        kind: MountKind::ReadWrite { exec: false },
     });
     mounts.push(Mount {
         destination: tmp.to_path_buf(),
         source: volume.join("tmp"),
-        kind: MountKind::ReadWrite,
+        kind: MountKind::ReadWrite { exec: false },
     });
     let inside = |p: &Path| {
         p.starts_with(work) || p.starts_with(tmp) || bound.iter().any(|b| p.starts_with(b))
@@ -455,7 +547,7 @@ fn mounts_of(
             kind: MountKind::ReadOnly { exec: false },
         });
     }
-    mounts
+    Ok(mounts)
 }
 
 /// One `runsc run` under way.
@@ -498,10 +590,16 @@ impl Running {
             }
             std::thread::sleep(Duration::from_millis(10));
         };
-        let oom = oom_killed(&self.cid);
+        let status = match ended {
+            Ok(s) => s,
+            Err(e) => {
+                self.stop();
+                return Err(e);
+            }
+        };
+        let oom = oom_killed(&self.cid, status.code());
         let error = runsc_error(&self.log);
         self.clean();
-        let status = ended?;
         match status.code() {
             _ if oom => Ok(ExitStatus::Bound {
                 bound: "max_memory",
@@ -531,17 +629,24 @@ impl Running {
     }
 }
 
-/// Whether the memory cgroup of container `cid` killed something.
-fn oom_killed(cid: &str) -> bool {
-    let v1 = Path::new("/sys/fs/cgroup/memory")
-        .join(cid)
-        .join("memory.oom_control");
-    std::fs::read_to_string(v1).is_ok_and(|s| {
-        s.lines()
-            .find_map(|l| l.strip_prefix("oom_kill "))
-            .and_then(|n| n.trim().parse::<u64>().ok())
-            .is_some_and(|n| n > 0)
-    })
+/// Whether the memory cgroup of container `cid` killed something, or
+/// refused memory at its limit (gVisor then kills the workload itself,
+/// which ends with `SIGKILL`'s 137).
+fn oom_killed(cid: &str, code: Option<i32>) -> bool {
+    let dir = Path::new("/sys/fs/cgroup/memory").join(cid);
+    let count = |file: &str, key: Option<&str>| {
+        std::fs::read_to_string(dir.join(file))
+            .ok()
+            .and_then(|s| match key {
+                Some(k) => s
+                    .lines()
+                    .find_map(|l| l.strip_prefix(k))
+                    .and_then(|n| n.trim().parse::<u64>().ok()),
+                None => s.trim().parse::<u64>().ok(),
+            })
+    };
+    count("memory.oom_control", Some("oom_kill ")).is_some_and(|n| n > 0)
+        || (code == Some(137) && count("memory.failcnt", None).is_some_and(|n| n > 0))
 }
 
 /// runsc's own error, from its JSON log, if it logged one.

@@ -289,3 +289,24 @@ fn a_container_floor_lands_on_the_container_rung_unless_gvisor_is_named() {
     assert_eq!(code, 0, "{err}");
     assert!(err.contains("`gvisor` rung"), "{err}");
 }
+
+/// The files-out conformance kit passes whole against a real gVisor
+/// sandbox (over an operator's work dir, as the kit gives one).
+#[test]
+fn the_files_out_conformance_kit_passes() {
+    if !can_run("gvisor conformance") {
+        return;
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_cordon"))
+        .args(["conformance", "--backend", "gvisor"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains(" passed, 0 failed"), "{text}");
+}
