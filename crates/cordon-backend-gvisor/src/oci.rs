@@ -200,6 +200,53 @@ pub struct Bundle<'a> {
     pub cgroup: String,
 }
 
+/// The container rung's syscall denials as an OCI `linux.seccomp`, which
+/// runsc (`--oci-seccomp`) loads inside its sandbox: allow by default,
+/// deny each entry with its errno. A 32-bit comparison masks the low half;
+/// "none of" is one rule of `!=` comparisons, which compare all 64 bits:
+/// a value whose high half is set is denied, never wider than the table.
+pub fn seccomp() -> Value {
+    use cordon_linux::DeniedWhen;
+    let mut rules = Vec::new();
+    for d in cordon_linux::container_denials() {
+        let rule = |args: Vec<Value>| {
+            let mut r = json!({
+                "names": [d.name],
+                "action": "SCMP_ACT_ERRNO",
+                "errnoRet": d.errno,
+            });
+            if !args.is_empty() {
+                r["args"] = Value::Array(args);
+            }
+            r
+        };
+        match d.when {
+            DeniedWhen::Always => rules.push(rule(vec![])),
+            DeniedWhen::AnyBit { arg, bits } => {
+                for &bit in bits {
+                    rules.push(rule(vec![json!({
+                        "index": arg, "value": bit, "valueTwo": bit, "op": "SCMP_CMP_MASKED_EQ"
+                    })]));
+                }
+            }
+            DeniedWhen::Eq32 { arg, value } => rules.push(rule(vec![json!({
+                "index": arg, "value": 0xffff_ffff_u64, "valueTwo": value, "op": "SCMP_CMP_MASKED_EQ"
+            })])),
+            DeniedWhen::NotIn32 { arg, values } => rules.push(rule(
+                values
+                    .iter()
+                    .map(|&v| json!({"index": arg, "value": v, "op": "SCMP_CMP_NE"}))
+                    .collect(),
+            )),
+        }
+    }
+    json!({
+        "defaultAction": "SCMP_ACT_ALLOW",
+        "architectures": ["SCMP_ARCH_X86_64"],
+        "syscalls": rules,
+    })
+}
+
 fn mount_json(m: &Mount) -> Value {
     let mut options = vec!["rbind", "nosuid", "nodev"];
     match m.kind {
@@ -271,9 +318,31 @@ impl Bundle<'_> {
                 ],
                 "resources": resources,
                 "cgroupsPath": self.cgroup,
+                "seccomp": seccomp(),
                 "maskedPaths": MASKED_PROC,
                 "readonlyPaths": ["/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"]
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_container_denial_is_in_the_bundles_filter() {
+        let filter = seccomp();
+        assert_eq!(filter["defaultAction"], "SCMP_ACT_ALLOW");
+        let rules = filter["syscalls"].as_array().unwrap();
+        for d in cordon_linux::container_denials() {
+            assert!(
+                rules.iter().any(|r| r["names"][0] == d.name
+                    && r["action"] == "SCMP_ACT_ERRNO"
+                    && r["errnoRet"] == d.errno),
+                "`{}` is not denied",
+                d.name
+            );
+        }
     }
 }

@@ -196,13 +196,16 @@ fn trivial_container(bin: &Path) -> Result<(), String> {
 }
 
 /// `runsc` with cordon's global flags: its state root, the platform, no
-/// network, and its own log (runsc's errors are also on its stderr).
+/// network, the bundle's seccomp filter loaded inside the sandbox
+/// (`--oci-seccomp`; a runsc without the flag refuses to run), and its own
+/// log (runsc's errors are also on its stderr).
 pub fn command(bin: &Path, log: &Path) -> Command {
     let mut c = Command::new(bin);
     c.arg("--root")
         .arg(crate::STATE_ROOT)
         .arg(format!("--platform={PLATFORM}"))
         .arg("--network=none")
+        .arg("--oci-seccomp")
         .arg("--log")
         .arg(log)
         .arg("--log-format=json");

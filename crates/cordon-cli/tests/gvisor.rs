@@ -310,3 +310,26 @@ fn the_files_out_conformance_kit_passes() {
     );
     assert!(text.contains(" passed, 0 failed"), "{text}");
 }
+
+/// The container rung's syscall denials hold inside the gVisor sandbox
+/// too (an OCI `linux.seccomp` runsc loads with `--oci-seccomp`): no
+/// `ptrace`, no new user namespace, no netlink socket.
+#[test]
+fn the_seccomp_denials_hold_inside() {
+    if !can_run("gvisor seccomp") {
+        return;
+    }
+    let tmp = scratch();
+    let script = "import ctypes, socket\n\
+                  libc = ctypes.CDLL(None, use_errno=True)\n\
+                  print('traceme', libc.ptrace(0, 0, 0, 0))\n\
+                  print('unshare_user', libc.unshare(0x10000000))\n\
+                  try:\n    socket.socket(16, socket.SOCK_RAW, 0)\n    print('netlink OPENED')\n\
+                  except OSError:\n    print('netlink refused')\n";
+    let (code, out, err) = run(tmp.path(), &["--", "python3", "-c", script]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        out, "traceme -1\nunshare_user -1\nnetlink refused\n",
+        "{err}"
+    );
+}

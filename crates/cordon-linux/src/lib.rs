@@ -88,6 +88,7 @@ pub fn reclaim_cgroups(dirs: &[std::path::PathBuf]) -> std::io::Result<()> {
 }
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 pub use linux::seccomp::deny_list as seccomp_deny_list;
+pub use linux::seccomp::{container_denials, DeniedCall, DeniedWhen};
 /// Removes the System V IPC objects of the caller's namespace that `uid`
 /// owns or created (see `linux::sysv`): (how many, what failed).
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]

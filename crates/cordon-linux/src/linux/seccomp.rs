@@ -327,6 +327,54 @@ pub fn deny_list() -> Vec<(&'static str, &'static str)> {
     DENY.iter().map(|d| (d.name, d.why)).collect()
 }
 
+/// One denial of the container rung's filter, for an enforcer that holds
+/// it itself (the `gvisor` backend writes it as an OCI `linux.seccomp`,
+/// which runsc loads inside its sandbox).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeniedCall {
+    pub name: &'static str,
+    pub errno: i32,
+    pub when: DeniedWhen,
+}
+
+/// When a [`DeniedCall`] applies (the table's `When`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeniedWhen {
+    Always,
+    /// Any of these bits set in the 64-bit argument `arg`.
+    AnyBit {
+        arg: u8,
+        bits: &'static [u64],
+    },
+    /// The low 32 bits of argument `arg` equal `value`.
+    Eq32 {
+        arg: u8,
+        value: u64,
+    },
+    /// The low 32 bits of argument `arg` are none of `values`.
+    NotIn32 {
+        arg: u8,
+        values: &'static [u64],
+    },
+}
+
+/// The container rung's denials, as data.
+pub fn container_denials() -> Vec<DeniedCall> {
+    DENY.iter()
+        .filter(|d| d.rungs == Rungs::Both)
+        .map(|d| DeniedCall {
+            name: d.name,
+            errno: d.errno,
+            when: match d.when {
+                When::Always => DeniedWhen::Always,
+                When::AnyBit { arg, bits } => DeniedWhen::AnyBit { arg, bits },
+                When::Eq32 { arg, value } => DeniedWhen::Eq32 { arg, value },
+                When::NotIn32 { arg, values } => DeniedWhen::NotIn32 { arg, values },
+            },
+        })
+        .collect()
+}
+
 /// Errors building the filter.
 #[derive(Debug, thiserror::Error)]
 pub enum SeccompError {
