@@ -120,6 +120,19 @@ fn echo_runs_at_the_hardened_container_rung_and_leaves_nothing() {
         })
         .collect();
     assert_eq!(mine, Vec::<String>::new(), "containers left by dead owners");
+    // Nor a cgroup of a container whose owner is gone.
+    let dead_cgroups: Vec<String> = std::fs::read_dir("/sys/fs/cgroup")
+        .unwrap()
+        .flatten()
+        .flat_map(|h| std::fs::read_dir(h.path()).into_iter().flatten().flatten())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("cordon-gvisor-"))
+        .filter(|n| {
+            let pid = n.split('-').nth(2).unwrap_or("");
+            !Path::new(&format!("/proc/{pid}")).exists()
+        })
+        .collect();
+    assert_eq!(dead_cgroups, Vec::<String>::new(), "cgroups left behind");
 }
 
 #[test]
