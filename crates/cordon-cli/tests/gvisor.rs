@@ -346,3 +346,73 @@ fn the_seccomp_denials_hold_inside() {
         "{err}"
     );
 }
+
+/// A kept gVisor sandbox serves several execs over one work dir; when its
+/// keeper is killed, `sandbox gc` reclaims its directory, volume and
+/// containers from the record.
+#[test]
+fn a_kept_sandbox_whose_keeper_died_is_reclaimed_by_gc() {
+    if !can_run("gvisor kept and gc") {
+        return;
+    }
+    let tmp = scratch();
+    let cordon = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_cordon"))
+            .args(args)
+            .env("TMPDIR", tmp.path())
+            .output()
+            .unwrap();
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, handle, err) = cordon(&[
+        "sandbox",
+        "up",
+        "--scope",
+        "gvisor-test",
+        "--thread",
+        &format!("t{}", std::process::id()),
+        "--min-isolation",
+        "hardened_container",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let handle = handle.trim().to_string();
+    let (code, _, err) = cordon(&[
+        "sandbox",
+        "exec",
+        &handle,
+        "--",
+        "/bin/sh",
+        "-c",
+        "echo kept > k",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let (code, out, err) = cordon(&["sandbox", "exec", &handle, "--", "/bin/cat", "k"]);
+    assert_eq!((code, out.as_str()), (0, "kept\n"), "{err}");
+    let dirs = leftovers(tmp.path());
+    assert_eq!(dirs.len(), 1, "{dirs:?}");
+    let keeper: i32 = dirs[0].split('-').nth(2).unwrap().parse().unwrap();
+    let killed = Command::new("kill")
+        .args(["-9", &keeper.to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    for _ in 0..100 {
+        if !Path::new(&format!("/proc/{keeper}")).exists() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let (code, _, err) = cordon(&["sandbox", "gc"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(leftovers(tmp.path()), Vec::<String>::new(), "{err}");
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(!mounts.contains(&dirs[0]), "the volume is still mounted");
+    assert!(
+        !runsc_containers().iter().any(|c| c.starts_with(&dirs[0])),
+        "a container of the sandbox is left"
+    );
+}
