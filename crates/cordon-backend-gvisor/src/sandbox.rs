@@ -550,6 +550,9 @@ fn mounts_of(
     Ok(mounts)
 }
 
+/// How long a started container's CPU time may stay unreadable.
+const CPU_GRACE: Duration = Duration::from_secs(5);
+
 /// One `runsc run` under way.
 struct Running {
     child: Child,
@@ -566,18 +569,33 @@ impl Running {
     /// Waits for the container to end, holding the wall clock and the CPU
     /// bound from the host; then removes what the exec made.
     fn wait(mut self) -> Result<ExitStatus, SandboxError> {
-        let deadline = Instant::now() + self.wall;
+        let started = Instant::now();
+        let deadline = started + self.wall;
+        // The CPU bound is held only while the sandbox's CPU time can be
+        // read: a sandbox whose cgroup never shows it is stopped, never
+        // run unbounded.
+        let mut cpu_seen = false;
         let ended = loop {
             match self.child.try_wait() {
                 Ok(Some(s)) => break Ok(s),
                 Ok(None) => {}
                 Err(e) => break Err(exec_failed(format!("waiting for runsc: {e}"))),
             }
+            let cpu = crate::runsc::cpu_nanos(&self.cid);
+            cpu_seen |= cpu.is_some();
+            if !cpu_seen && started.elapsed() > CPU_GRACE {
+                self.stop();
+                return Err(exec_failed(format!(
+                    "the sandbox's CPU time did not show in its cgroup (`{}`) within {}s, so `max_cpu_seconds` cannot be held and cordon stopped it; mount the cpuacct (cgroup v1) or cpu (v2) controller",
+                    self.cid,
+                    CPU_GRACE.as_secs()
+                )));
+            }
             let over = if self.killed.load(Ordering::SeqCst) {
                 Some(ExitStatus::Signal(9))
             } else if Instant::now() >= deadline {
                 Some(ExitStatus::TimedOut)
-            } else if crate::runsc::cpu_nanos(&self.cid).is_some_and(|n| n > self.cpu_nanos) {
+            } else if cpu.is_some_and(|n| n > self.cpu_nanos) {
                 Some(ExitStatus::Bound {
                     bound: "max_cpu_seconds",
                 })

@@ -416,3 +416,35 @@ fn a_kept_sandbox_whose_keeper_died_is_reclaimed_by_gc() {
         "a container of the sandbox is left"
     );
 }
+
+/// `max_cpu_seconds` is held from the host (gVisor ignores `RLIMIT_CPU`):
+/// a busy loop is killed at the bound and reported as such.
+#[test]
+fn the_cpu_bound_kills_a_busy_loop() {
+    if !can_run("gvisor cpu bound") {
+        return;
+    }
+    let tmp = scratch();
+    let spec = tmp.path().join("spec.yaml");
+    std::fs::write(
+        &spec,
+        "kind: run\nimage: host\nresources: {cpu_seconds: 1, wall_seconds: 30}\n",
+    )
+    .unwrap();
+    let started = std::time::Instant::now();
+    let (code, _, err) = run(
+        tmp.path(),
+        &[
+            "--spec",
+            spec.to_str().unwrap(),
+            "--",
+            "/bin/sh",
+            "-c",
+            "while :; do :; done",
+        ],
+    );
+    assert_ne!(code, 0);
+    assert!(started.elapsed().as_secs() < 20, "{err}");
+    assert!(err.contains("`max_cpu_seconds` bound"), "{err}");
+    assert_eq!(leftovers(tmp.path()), Vec::<String>::new());
+}
