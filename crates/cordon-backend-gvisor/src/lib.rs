@@ -17,11 +17,15 @@
 //!   router's compute guard asks [`cordon_sandbox::Sandbox::resolve_command`]
 //!   here) and confined by the policy's storage plan, translated by
 //!   `cordon_confine::translate` into mounts and masks.
+//! - The container rung's syscall deny table goes into every bundle as
+//!   `linux.seccomp`, which runsc loads inside its sandbox
+//!   (`--oci-seccomp`).
 //! - [`register::registration`] is what a host adds to its registry.
 //!
 //! Egress is `closed` in this version: every container has no network
-//! (`--network=none`, a loopback only), and a spec that names hosts is
-//! refused by the router before it reaches this backend.
+//! (`--network=none`, a loopback only); a spec that names hosts runs
+//! without them (the router's rule: `closed` confines more, with a
+//! warning), and one that requires `network` is never routed here.
 
 #![cfg(target_os = "linux")]
 
