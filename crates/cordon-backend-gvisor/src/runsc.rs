@@ -5,7 +5,12 @@
 //! the `ptrace` platform and `--network=none`. The platform is the one the
 //! probe saw run a container: `kvm` needs `/dev/kvm` and can hang where
 //! nested virtualisation is missing, so cordon does not try it in this
-//! version. The probe runs once per process and its answer is kept.
+//! version. The probe runs once per process and its answer is kept; a
+//! success is also recorded in the state root ([`PROBE_RECORD`]) for the
+//! same binary (device, inode, size, modification time) and the same boot,
+//! so the next process skips the trivial container. A failure is never
+//! recorded (a fixed machine is seen at once), and a recorded success only
+//! routes: a container that then fails to run is still refused.
 
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
@@ -59,6 +64,76 @@ pub fn probe() -> &'static Result<Runsc, Unrunnable> {
     PROBED.get_or_init(probe_now)
 }
 
+/// Where a successful probe is recorded, in the state root (root's, 0700).
+pub const PROBE_RECORD: &str = "probe.json";
+
+/// What a recorded probe is valid for: this binary as it is now, this boot.
+fn probe_key(bin: &Path) -> Option<String> {
+    use std::os::unix::fs::MetadataExt as _;
+    let m = std::fs::metadata(bin).ok()?;
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
+    Some(format!(
+        "{}:{}:{}:{}:{}.{}:{}:{PLATFORM}",
+        bin.display(),
+        m.dev(),
+        m.ino(),
+        m.size(),
+        m.mtime(),
+        m.mtime_nsec(),
+        boot.trim()
+    ))
+}
+
+/// A success recorded by an earlier process for this very binary and boot.
+fn recorded(bin: &Path, key: &str) -> Option<Runsc> {
+    recorded_in(Path::new(crate::STATE_ROOT), bin, key)
+}
+
+fn recorded_in(root: &Path, bin: &Path, key: &str) -> Option<Runsc> {
+    use std::os::unix::fs::MetadataExt as _;
+    let path = root.join(PROBE_RECORD);
+    let meta = std::fs::symlink_metadata(&path).ok()?;
+    // Only root's own regular file, writable by nobody else, is believed.
+    if !meta.file_type().is_file() || meta.uid() != 0 || meta.mode() & 0o022 != 0 {
+        return None;
+    }
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).ok()?).ok()?;
+    (v["key"].as_str() == Some(key)).then(|| Runsc {
+        bin: bin.to_path_buf(),
+        version: v["version"].as_str().unwrap_or_default().to_string(),
+        platform: PLATFORM,
+        probe_millis: v["probe_millis"].as_u64().map_or(0, u128::from),
+    })
+}
+
+/// Records a success (best effort: a record that cannot be written only
+/// costs the next process a probe).
+fn record(key: &str, r: &Runsc) {
+    if let Ok(root) = state_root() {
+        record_in(root, key, r);
+    }
+}
+
+fn record_in(root: &Path, key: &str, r: &Runsc) {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let tmp = root.join(format!("{PROBE_RECORD}.{}", std::process::id()));
+    let doc = serde_json::json!({
+        "key": key,
+        "version": r.version,
+        "probe_millis": u64::try_from(r.probe_millis).unwrap_or(u64::MAX),
+    });
+    let written = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&tmp)
+        .and_then(|mut f| f.write_all(doc.to_string().as_bytes()));
+    if written.is_err() || std::fs::rename(&tmp, root.join(PROBE_RECORD)).is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+}
+
 fn probe_now() -> Result<Runsc, Unrunnable> {
     let Some(bin) = binary() else {
         return Err(Unrunnable {
@@ -68,6 +143,14 @@ fn probe_now() -> Result<Runsc, Unrunnable> {
             ],
         });
     };
+    // Recorded by an earlier process for this binary and boot: no
+    // `--version`, no trivial container (only root reads the record).
+    let key = probe_key(&bin);
+    if rustix::process::geteuid().is_root() {
+        if let Some(r) = key.as_deref().and_then(|k| recorded(&bin, k)) {
+            return Ok(r);
+        }
+    }
     let mut found = vec![format!("`runsc`: {}", bin.display())];
     let version = match output(Command::new(&bin).arg("--version"), CONTROL_TIMEOUT) {
         Ok((0, out, _)) => String::from_utf8_lossy(&out)
@@ -105,16 +188,21 @@ fn probe_now() -> Result<Runsc, Unrunnable> {
             },
         });
     }
+    let key = probe_key(&bin);
     let started = Instant::now();
     match trivial_container(&bin) {
         Ok(()) => {
             let probe_millis = started.elapsed().as_millis();
-            Ok(Runsc {
+            let r = Runsc {
                 bin,
                 version,
                 platform: PLATFORM,
                 probe_millis,
-            })
+            };
+            if let Some(k) = &key {
+                record(k, &r);
+            }
+            Ok(r)
         }
         Err(e) => {
             found.push(format!("platform `{PLATFORM}`: {e}"));
@@ -363,4 +451,66 @@ pub fn output(cmd: &mut Command, timeout: Duration) -> Result<(i32, Vec<u8>, Vec
     let out = out.join().unwrap_or_default();
     let err = err.join().unwrap_or_default();
     Ok((status.code().unwrap_or(-1), out, err))
+}
+
+#[cfg(test)]
+mod probe_record_tests {
+    use super::*;
+
+    fn runsc() -> Runsc {
+        Runsc {
+            bin: PathBuf::from("/usr/bin/runsc"),
+            version: "runsc version test".into(),
+            platform: PLATFORM,
+            probe_millis: 180,
+        }
+    }
+
+    #[test]
+    fn a_record_is_believed_only_for_its_key_and_only_as_root_s_private_file() {
+        if !rustix::process::geteuid().is_root() {
+            eprintln!("SKIPPED probe record test: the record is believed only when owned by root");
+            return;
+        }
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let bin = Path::new("/usr/bin/runsc");
+        assert_eq!(recorded_in(dir.path(), bin, "k1"), None, "no record yet");
+        record_in(dir.path(), "k1", &runsc());
+        assert_eq!(recorded_in(dir.path(), bin, "k1"), Some(runsc()));
+        // Another binary, or another boot: another key, not believed.
+        assert_eq!(recorded_in(dir.path(), bin, "k2"), None);
+        // Writable by the group: not believed.
+        let path = dir.path().join(PROBE_RECORD);
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o620))
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(recorded_in(dir.path(), bin, "k1"), None);
+        // A link in its place: not followed.
+        std::fs::remove_file(&path).unwrap_or_else(|e| panic!("{e}"));
+        let elsewhere = dir.path().join("elsewhere");
+        record_in(&elsewhere_dir(&elsewhere), "k1", &runsc());
+        std::os::unix::fs::symlink(elsewhere.join(PROBE_RECORD), &path)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(recorded_in(dir.path(), bin, "k1"), None);
+    }
+
+    fn elsewhere_dir(p: &Path) -> PathBuf {
+        std::fs::create_dir_all(p).unwrap_or_else(|e| panic!("{e}"));
+        p.to_path_buf()
+    }
+
+    #[test]
+    fn the_key_names_the_binary_as_it_is_and_the_boot() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let bin = dir.path().join("runsc");
+        std::fs::write(&bin, b"one").unwrap_or_else(|e| panic!("{e}"));
+        let first = probe_key(&bin).unwrap_or_else(|| panic!("a key"));
+        assert!(first.contains(PLATFORM));
+        std::fs::write(&bin, b"another binary").unwrap_or_else(|e| panic!("{e}"));
+        assert_ne!(
+            probe_key(&bin),
+            Some(first),
+            "a replaced binary has another key"
+        );
+    }
 }
