@@ -512,7 +512,7 @@ impl MachineWide {
             cordon_cgroup_dirs: cgroup_dirs(None).len(),
             mounts: mounts.len(),
             loop_devices: loops.len(),
-            id_leases: std::fs::read_dir("/run/cordon-ids").map_or(0, Iterator::count),
+            id_leases: held_id_leases(),
         }
     }
 
@@ -719,6 +719,11 @@ fn many_sandboxes_and_concurrent_execs_each_answered_once_and_nothing_left() {
             .count()
             >= n,
         "{n} sandboxes but these processes of sandbox uids: {seen:?}"
+    );
+    let leases = held_id_leases();
+    assert!(
+        leases >= n,
+        "{n} sandboxes but {leases} held uid leases in /run/cordon-ids"
     );
 
     // M execs at once, each on its own connection (opened first), fired
@@ -940,4 +945,32 @@ fn many_sandboxes_and_concurrent_execs_each_answered_once_and_nothing_left() {
         });
         std::fs::write(&file, format!("{json:#}\n")).expect("CORDON_LOAD_REPORT");
     }
+}
+
+/// Sandbox uid leases held now: files of `/run/cordon-ids` some process
+/// holds a `flock` on (`/proc/locks`, read without taking a lock). A file
+/// whose holder was killed stays until `cordon sandbox gc` sweeps it; it
+/// leases no uid, and another test's killed keeper may leave one while
+/// this test runs, so only held ones are counted.
+fn held_id_leases() -> usize {
+    use std::os::unix::fs::MetadataExt as _;
+    let inodes: BTreeSet<u64> = std::fs::read_dir("/run/cordon-ids")
+        .map(|d| {
+            d.flatten()
+                .filter_map(|e| e.metadata().ok().map(|m| m.ino()))
+                .collect()
+        })
+        .unwrap_or_default();
+    let locks = std::fs::read_to_string("/proc/locks").unwrap_or_default();
+    let locked: BTreeSet<u64> = locks
+        .lines()
+        .filter(|l| l.contains("FLOCK"))
+        .filter_map(|l| {
+            // `N: FLOCK ADVISORY WRITE PID MAJ:MIN:INODE START END`
+            l.split_whitespace()
+                .find(|f| f.matches(':').count() == 2)
+                .and_then(|dev| dev.rsplit(':').next()?.parse().ok())
+        })
+        .collect();
+    inodes.intersection(&locked).count()
 }
