@@ -76,7 +76,11 @@ pub fn run(args: McpArgs) -> ExitCode {
         Ok(r) => r,
         Err(e) => return refuse(format!("cannot start the MCP server's runtime: {e}")),
     };
-    match runtime.block_on(mcp::serve_stdio(host)) {
+    let served = runtime.block_on(mcp::serve_stdio(host));
+    // The stdin reader may still be blocked in a read (a client that
+    // signalled rather than closed): not waited for.
+    runtime.shutdown_background();
+    match served {
         Ok(_) => ExitCode::SUCCESS,
         Err(e) => refuse(e),
     }

@@ -1693,3 +1693,75 @@ openssl x509 -in client.pem -outform der | sha256sum | cut -c1-64 > client.sha25
         .unwrap_or((0, String::new()));
     assert_ne!(status, 200);
 }
+
+/// `cordon mcp` signalled (as MCP's stdio shutdown does when the server
+/// has not exited two seconds after stdin closed) still disposes of its
+/// sandbox and exits 0, even with stdin left open.
+#[test]
+fn cordon_mcp_disposes_when_signalled() {
+    if !root() {
+        return;
+    }
+    let mut child = Command::new(env!("CARGO_BIN_EXE_cordon"))
+        .args([
+            "mcp",
+            "--scope",
+            "team-a",
+            "--thread",
+            "term",
+            "--min-isolation",
+            "container",
+            "--quiet",
+        ])
+        .env_remove("CORDON_MIN_ISOLATION")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("cordon mcp");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let mut out = BufReader::new(child.stdout.take().expect("stdout"));
+    let mut send = |v: serde_json::Value| {
+        writeln!(stdin, "{v}").expect("send");
+    };
+    let mut line = String::new();
+    send(
+        serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}),
+    );
+    out.read_line(&mut line).expect("initialized");
+    send(serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    send(
+        serde_json::json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+        "name": "exec", "arguments": {"argv": ["true"]}}}),
+    );
+    line.clear();
+    out.read_line(&mut line).expect("the call");
+    assert!(line.contains("\"exit_code\\\": 0"), "{line}");
+    let volume = format!("/cordon-volume-{}-", child.id());
+    let mounted = || {
+        std::fs::read_to_string("/proc/self/mountinfo")
+            .expect("mountinfo")
+            .contains(&volume)
+    };
+    assert!(mounted(), "the sandbox has no volume to check");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(i32::try_from(child.id()).expect("pid")),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .expect("SIGTERM");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("wait") {
+            break s;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "cordon mcp did not exit within 10 s of SIGTERM"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    drop(stdin);
+    assert!(status.success(), "{status}");
+    assert!(!mounted(), "the sandbox's volume outlived cordon mcp");
+}

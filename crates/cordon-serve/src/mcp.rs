@@ -633,14 +633,26 @@ impl McpHost for StdioHost {
 }
 
 /// Serves MCP on this process's stdin and stdout until the client closes
-/// them; then disposes of the sandbox. Returns how many were disposed of.
+/// them, or SIGTERM or SIGINT arrives; then disposes of the sandbox. The
+/// signals are handled from the start, so a client that closes stdin and
+/// then signals (as MCP's stdio shutdown does after two seconds) does not
+/// kill the process halfway through the dispose. Returns how many were
+/// disposed of.
 pub async fn serve_stdio(host: Arc<StdioHost>) -> Result<usize, String> {
     use rmcp::ServiceExt as _;
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).map_err(|e| format!("SIGTERM: {e}"))?;
+    let mut int = signal(SignalKind::interrupt()).map_err(|e| format!("SIGINT: {e}"))?;
     let running = CordonMcp::new(host.clone())
         .serve(rmcp::transport::stdio())
         .await
         .map_err(|e| format!("the MCP client did not start a session: {e}"))?;
-    let ended = running.waiting().await;
+    let stop = running.cancellation_token();
+    let ended = tokio::select! {
+        ended = running.waiting() => ended,
+        _ = term.recv() => { stop.cancel(); Ok(rmcp::service::QuitReason::Cancelled) }
+        _ = int.recv() => { stop.cancel(); Ok(rmcp::service::QuitReason::Cancelled) }
+    };
     let disposed = tokio::task::spawn_blocking(move || host.dispose())
         .await
         .unwrap_or(0);
