@@ -826,18 +826,24 @@ impl Served {
 
     /// How many sandboxes `scope` holds: every replica's, from the state
     /// directory, when there is one; else this server's.
-    fn held(&self, scope: &str) -> usize {
+    /// A state directory that cannot be listed is a refusal, not a count
+    /// of this server's own: the cap would fail open across replicas.
+    fn held(&self, scope: &str) -> Result<usize, Refusal> {
         if let Some(state) = &self.state {
-            if let Ok((records, _)) = state.list() {
-                let now = cordon_host::state::now();
-                return records
-                    .iter()
-                    .filter(|r| r.key.scope == scope && !r.orphaned_or_expired(now))
-                    .count();
-            }
+            let (records, _) = state.list().map_err(|e| {
+                Refusal::of(
+                    ErrorKind::Unavailable,
+                    format!("cannot count this credential's sandboxes: {e}"),
+                )
+            })?;
+            let now = cordon_host::state::now();
+            return Ok(records
+                .iter()
+                .filter(|r| r.key.scope == scope && !r.orphaned_or_expired(now))
+                .count());
         }
         let live = self.live.lock().unwrap_or_else(|p| p.into_inner());
-        live.keys().filter(|k| k.scope() == scope).count()
+        Ok(live.keys().filter(|k| k.scope() == scope).count())
     }
 }
 
@@ -977,7 +983,7 @@ impl Served {
                 // Held across the count, so two creates cannot both pass
                 // the cap (lock order: `pending`, then `live`).
                 let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
-                let held = self.held(&cred.scope) + pending.get(&cred.scope).copied().unwrap_or(0);
+                let held = self.held(&cred.scope)? + pending.get(&cred.scope).copied().unwrap_or(0);
                 let cap = self.config.limits.max_sandboxes;
                 if held >= cap {
                     return Err(Refusal {
