@@ -30,9 +30,10 @@
 #![cfg(target_os = "linux")]
 
 mod backend;
-pub mod oci;
 pub mod register;
 pub mod runsc;
+/// The OCI pieces, shared with every OCI-shaped backend.
+pub use cordon_confine::oci;
 mod sandbox;
 
 pub use backend::{GvisorBackend, GvisorConfig};

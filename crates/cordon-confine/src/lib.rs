@@ -20,8 +20,14 @@
 //! What a backend can hold beyond rules is its [`Mode`]: with masks, a
 //! denied path inside a granted tree is hidden; without them it is left out
 //! of the rules around it, or refused.
+//!
+//! [`oci`] writes what an engine that takes OCI-shaped configuration needs
+//! (gVisor's bundle, Docker's container and seccomp profile): the `host`
+//! image's root, mounts and masks, rlimits, and the container rung's
+//! syscall denials as a seccomp profile.
 
 pub mod command;
+pub mod oci;
 mod translate;
 mod view;
 

@@ -1,4 +1,5 @@
-//! The OCI bundle cordon hands runsc: a root directory it prepares
+//! OCI-shaped confinement, for engines that take it (runsc's bundle,
+//! Docker's container): a root directory cordon prepares
 //! ([`HostImage`]) and a `config.json` ([`Bundle::config`]).
 //!
 //! The root is read-only and nearly empty: mount points for the `host`
