@@ -248,6 +248,15 @@ pub fn seccomp() -> Value {
     })
 }
 
+/// The same denials as a Docker seccomp profile (`--security-opt
+/// seccomp=…`, inlined in the Engine API's `SecurityOpt`): Docker's
+/// profile has the OCI section's shape (`defaultAction`, `architectures`,
+/// `syscalls[{names, action, errnoRet, args}]`; its decoder matches keys
+/// without regard to case), so this is that section as text.
+pub fn docker_seccomp_profile() -> String {
+    seccomp().to_string()
+}
+
 fn mount_json(m: &Mount) -> Value {
     let mut options = vec!["rbind", "nosuid", "nodev"];
     match m.kind {
@@ -325,6 +334,199 @@ impl Bundle<'_> {
             }
         })
     }
+}
+
+// The mounts that hold a translated plan in an OCI-shaped sandbox, and the
+// work dir's checks, shared by the gvisor and docker backends.
+
+/// Whether the plan's rule on `p` may be bound at its own path: not the
+/// root or an ancestor of an image directory (those are reached through
+/// the image's directories), nothing the sandbox mounts itself, not `/etc`
+/// whole nor its files that are cordon's own.
+pub fn bindable_outside(p: &Path, image_dirs: &[PathBuf]) -> bool {
+    let own = ["/proc", "/dev", "/sys", "/tmp"];
+    !image_dirs
+        .iter()
+        .any(|d| d.starts_with(p) || p.starts_with(d))
+        && !HOST_IMAGE.iter().any(|d| p.starts_with(d))
+        && !own.iter().any(|o| p.starts_with(o))
+        && p != Path::new("/etc")
+        && !ETC_KEPT.iter().any(|k| p.starts_with(k))
+}
+
+/// The mounts that hold a translated plan in this sandbox: each rule's
+/// reach into the image's directories, read-only (executable only where a
+/// rule says so), and each rule outside the image at its own path, with
+/// its rights, parents first; the work dir and `/tmp`, read-write and
+/// `noexec`; then every mask that falls inside something bound. Rights
+/// are the union of the rules on a path and above it, as Landlock reads
+/// them. What the bundle cannot give (write inside the image) is left
+/// out: never wider than the plan. Mount points outside the image are
+/// made in `rootfs`.
+pub fn plan_mounts(
+    t: &crate::Confinement,
+    image_dirs: &[PathBuf],
+    view: &crate::RootedFs,
+    (work, work_host): (&Path, &Path),
+    (rootfs, volume, masks): (&Path, &Path, &Path),
+) -> Result<Vec<Mount>, String> {
+    use crate::FsView;
+    let tmp = Path::new("/tmp");
+    let rules: Vec<&crate::PathRule> =
+        t.fs.iter()
+            .filter(|r| r.read || r.write || r.execute)
+            .filter(|r| !r.path.starts_with(work) && !r.path.starts_with(tmp))
+            .collect();
+    let mut at: Vec<PathBuf> = Vec::new();
+    for r in &rules {
+        for d in image_dirs {
+            if d.starts_with(&r.path) {
+                at.push(d.clone());
+            } else if r.path.starts_with(d) {
+                at.push(r.path.clone());
+            }
+        }
+        if bindable_outside(&r.path, image_dirs) {
+            at.push(r.path.clone());
+        }
+    }
+    at.sort_by_key(|p| (p.components().count(), p.clone()));
+    at.dedup();
+    let in_image = |p: &Path| image_dirs.iter().any(|d| p.starts_with(d));
+    let exec_at = |p: &Path| rules.iter().any(|r| r.execute && p.starts_with(&r.path));
+    let write_at =
+        |p: &Path| !in_image(p) && rules.iter().any(|r| r.write && p.starts_with(&r.path));
+    let mut binds: Vec<(PathBuf, MountKind)> = Vec::new();
+    for p in at {
+        // A rule on a path the host lacks binds nothing.
+        let Ok(meta) = std::fs::symlink_metadata(&p) else {
+            continue;
+        };
+        let kind = if write_at(&p) {
+            MountKind::ReadWrite { exec: exec_at(&p) }
+        } else {
+            MountKind::ReadOnly { exec: exec_at(&p) }
+        };
+        let parent = binds
+            .iter()
+            .filter(|(q, _)| p.starts_with(q))
+            .max_by_key(|(q, _)| q.components().count());
+        if parent.is_some_and(|(_, k)| *k == kind) {
+            continue;
+        }
+        if parent.is_none() && !in_image(&p) {
+            // Its mount point, in the root cordon made.
+            let point = under(rootfs, &p);
+            if meta.is_dir() {
+                mkdir_in(rootfs, &p)?;
+            } else if !meta.file_type().is_symlink() {
+                if let Some(parent) = p.parent() {
+                    mkdir_in(rootfs, parent)?;
+                }
+                if std::fs::symlink_metadata(&point).is_err() {
+                    std::fs::write(&point, b"")
+                        .map_err(|e| format!("cannot make `{}`: {e}", point.display()))?;
+                }
+            } else {
+                continue;
+            }
+        }
+        binds.push((p, kind));
+    }
+    let mut mounts: Vec<Mount> = binds
+        .into_iter()
+        .map(|(p, kind)| Mount {
+            source: p.clone(),
+            destination: p,
+            kind,
+        })
+        .collect();
+    let bound: Vec<PathBuf> = mounts.iter().map(|m| m.destination.clone()).collect();
+    mounts.push(Mount {
+        destination: work.to_path_buf(),
+        source: work_host.to_path_buf(),
+        kind: MountKind::ReadWrite { exec: false },
+    });
+    mounts.push(Mount {
+        destination: tmp.to_path_buf(),
+        source: volume.join("tmp"),
+        kind: MountKind::ReadWrite { exec: false },
+    });
+    let inside = |p: &Path| {
+        p.starts_with(work) || p.starts_with(tmp) || bound.iter().any(|b| p.starts_with(b))
+    };
+    let mut hidden: Vec<&PathBuf> = t.mask_paths.iter().chain(&t.mask_executables).collect();
+    hidden.sort();
+    hidden.dedup();
+    for p in hidden {
+        if !inside(p) {
+            continue;
+        }
+        let source = match view.symlink_metadata(p) {
+            Ok(m) if m.is_dir() => masks.join("dir"),
+            Ok(_) => masks.join("file"),
+            Err(_) => continue,
+        };
+        mounts.push(Mount {
+            destination: p.clone(),
+            source,
+            kind: MountKind::ReadOnly { exec: false },
+        });
+    }
+    Ok(mounts)
+}
+
+/// An operator's work dir, checked: a directory owned by
+/// `owner` (what the workload writes as; cordon never chowns an
+/// operator's files), on a filesystem no larger than `max_disk`, which is
+/// what holds the bound there. Returns it canonical.
+pub fn given_work_dir(d: &Path, max_disk: u64, owner: u32, rung: &str) -> Result<PathBuf, String> {
+    use std::os::unix::fs::MetadataExt;
+    let real = d
+        .canonicalize()
+        .map_err(|e| format!("work dir `{}`: {e}", d.display()))?;
+    let meta =
+        std::fs::metadata(&real).map_err(|e| format!("work dir `{}`: {e}", real.display()))?;
+    let dir = real.display();
+    if !meta.is_dir() {
+        return Err(format!("work dir `{dir}` is not a directory"));
+    }
+    if meta.uid() != owner || meta.gid() != owner {
+        return Err(format!(
+            "work dir `{dir}` is owned by {}:{}, but the {rung} backend's workload writes as {owner}:{owner} and cordon never chowns an operator's files\nhelp: give a directory owned by {owner}:{owner}, or omit `--work-dir` to get a fresh one",
+            meta.uid(),
+            meta.gid()
+        ));
+    }
+    let size = cordon_linux::volume::filesystem_bytes(&real)
+        .map_err(|e| format!("work dir `{dir}`: {e}"))?;
+    if size == 0 || size > max_disk {
+        return Err(format!(
+            "work dir `{dir}` is on a filesystem of {size} bytes, not one of at most max_disk ({max_disk} bytes), and nothing else would hold the bound there\nhelp: omit `--work-dir` (a fresh work dir is a volume of exactly max_disk), or put the directory on a filesystem of its own no larger than max_disk"
+        ));
+    }
+    Ok(real)
+}
+
+/// Where the work dir may not be: inside the image's directories, cordon's
+/// `/etc`, or what the sandbox mounts itself.
+pub fn check_work_dir(guest: &str, rung: &str) -> Result<(), String> {
+    let p = Path::new(guest);
+    let reserved = HOST_IMAGE
+        .iter()
+        .copied()
+        .chain(["/etc", "/proc", "/dev", "/tmp", "/sys"]);
+    for r in reserved {
+        if p.starts_with(r) {
+            return Err(format!(
+                "the work dir `{guest}` is inside `{r}`, which the {rung} backend mounts itself; name a work dir outside it, like `/workspace`"
+            ));
+        }
+    }
+    if p == Path::new("/") {
+        return Err("the work dir cannot be `/`; name one like `/workspace`".into());
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -1,0 +1,195 @@
+//! [`DockerBackend`]: the `docker` backend behind the sandbox protocol.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use cordon_policy::{Deployment, Policy};
+use cordon_sandbox::{
+    AcquireRequest, Backend, BackendError, Capability, CapabilitySet, Egress, Isolation,
+    IsolationError, Sandbox, SandboxKey,
+};
+
+use crate::engine::Engine;
+use crate::failed;
+use crate::sandbox::DockerSandbox;
+
+/// How a docker backend is set up.
+#[derive(Clone)]
+pub struct DockerConfig {
+    pub policy: Arc<Policy>,
+    /// The deployment the router decides in.
+    pub env: Deployment,
+    /// Where each sandbox's directory is made.
+    pub scratch: PathBuf,
+    /// The operator's work dir (`--work-dir`), owned by
+    /// [`crate::WORKLOAD_ID`]; `None`: a fresh one per sandbox.
+    pub work_dir: Option<PathBuf>,
+    /// The engine, as the probe found it answering.
+    pub engine: Engine,
+}
+
+/// The `docker` backend.
+pub struct DockerBackend {
+    config: DockerConfig,
+    // The sandboxes this process created (as the local backends keep
+    // theirs); a kept sandbox's are found from its record and residue.
+    sandboxes: Mutex<HashMap<SandboxKey, Arc<DockerSandbox>>>,
+}
+
+/// What the backend serves: commands, code, files in and declared files
+/// out (from the work dir on the host). No network.
+pub fn capabilities() -> CapabilitySet {
+    [
+        Capability::Exec,
+        Capability::RunCode,
+        Capability::FilesIn,
+        Capability::FilesOut,
+    ]
+    .into_iter()
+    .collect()
+}
+
+impl DockerBackend {
+    pub fn new(config: DockerConfig) -> DockerBackend {
+        DockerBackend {
+            config,
+            sandboxes: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn registry(
+        &self,
+        operation: &'static str,
+    ) -> Result<std::sync::MutexGuard<'_, HashMap<SandboxKey, Arc<DockerSandbox>>>, BackendError>
+    {
+        self.sandboxes
+            .lock()
+            .map_err(|_| failed(operation, "the sandbox registry is poisoned"))
+    }
+}
+
+impl Backend for DockerBackend {
+    fn name(&self) -> &str {
+        crate::NAME
+    }
+
+    fn isolation(&self) -> Result<Isolation, IsolationError> {
+        Ok(Isolation::Container)
+    }
+
+    fn egress(&self) -> Egress {
+        Egress::Closed
+    }
+
+    fn capabilities(&self) -> CapabilitySet {
+        capabilities()
+    }
+
+    fn materialises(&self, image: &str) -> Result<(), String> {
+        if image == "host" {
+            Ok(())
+        } else {
+            Err(format!(
+                "the docker backend runs only the `host` image in this version, not `{image}`; use `image: host`, or the native container rung (`--backend container`) for images from cordon's store"
+            ))
+        }
+    }
+
+    fn acquire(&self, req: &AcquireRequest) -> Result<Arc<dyn Sandbox>, BackendError> {
+        if let Some(s) = self.registry("acquire")?.get(&req.key) {
+            return Ok(s.clone());
+        }
+        let spec = &req.provenance.spec;
+        // A spec that names hosts runs with no network: egress `closed`
+        // confines more than it asks, which the router allows and warns
+        // of (as at the process rung); a spec that `requires: [network]`
+        // never reaches this backend, which does not declare it.
+        if !spec.secrets().is_empty() {
+            return Err(BackendError::Refused {
+                operation: "acquire",
+                reason: "the docker backend does not serve secrets in this version; drop the spec's `secrets`, or run on the native container rung (`--backend container`)".into(),
+            });
+        }
+        self.materialises(spec.image())
+            .map_err(|reason| BackendError::Refused {
+                operation: "acquire",
+                reason,
+            })?;
+        let made = Arc::new(DockerSandbox::create(&self.config, req)?);
+        let mut all = self.registry("acquire")?;
+        // Another thread may have made one meanwhile: keep the first.
+        if let Some(s) = all.get(&req.key) {
+            let s = s.clone();
+            drop(all);
+            let _ = made.dispose();
+            return Ok(s);
+        }
+        all.insert(req.key.clone(), made.clone());
+        Ok(made)
+    }
+
+    fn dispose(&self, key: &SandboxKey) -> Result<bool, BackendError> {
+        let gone = self.registry("dispose")?.remove(key);
+        match gone {
+            Some(s) => {
+                s.dispose()?;
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    fn dispose_scope(&self, scope: &str, thread_id: &str) -> Result<usize, BackendError> {
+        let mine: Vec<Arc<DockerSandbox>> = {
+            let mut all = self.registry("dispose_scope")?;
+            let keys: Vec<SandboxKey> = all
+                .keys()
+                .filter(|k| k.scope() == scope && k.thread_id() == thread_id)
+                .cloned()
+                .collect();
+            keys.iter().filter_map(|k| all.remove(k)).collect()
+        };
+        let mut n = mine.len();
+        let mut failures = Vec::new();
+        for s in &mine {
+            if let Err(e) = s.dispose() {
+                failures.push(e.to_string());
+            }
+        }
+        // Those another cordon process made (or one that restarted): found
+        // by their labels on the engine.
+        let others = self
+            .config
+            .engine
+            .containers(&[
+                (crate::LABEL_OWNER, crate::OWNER),
+                (crate::LABEL_ROLE, "anchor"),
+                (crate::LABEL_SCOPE, scope),
+                (crate::LABEL_THREAD, thread_id),
+            ])
+            .map_err(|e| failed("dispose_scope", e))?;
+        for (_, labels) in others {
+            let (Some(id), Some(dir)) = (
+                labels.get(crate::LABEL_SANDBOX),
+                labels.get(crate::LABEL_DIR),
+            ) else {
+                continue;
+            };
+            let residue = serde_json::json!({"dir": dir, "sandbox": id});
+            let keeper = crate::maker_of(id).unwrap_or(0);
+            match crate::register::vet_residue(&residue, keeper) {
+                Ok(()) => {
+                    failures.extend(crate::register::reclaim_residue(&residue));
+                    n += 1;
+                }
+                Err(e) => failures.push(format!("sandbox `{id}` left alone: {e}")),
+            }
+        }
+        if failures.is_empty() {
+            Ok(n)
+        } else {
+            Err(failed("dispose_scope", failures.join("; ")))
+        }
+    }
+}
