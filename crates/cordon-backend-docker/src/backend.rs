@@ -176,7 +176,8 @@ impl Backend for DockerBackend {
             ) else {
                 continue;
             };
-            let residue = serde_json::json!({"dir": dir, "sandbox": id});
+            let engine = self.config.engine.endpoint.to_string();
+            let residue = serde_json::json!({"dir": dir, "sandbox": id, "engine": engine});
             let keeper = crate::maker_of(id).unwrap_or(0);
             match crate::register::vet_residue(&residue, keeper) {
                 Ok(()) => {

@@ -223,10 +223,7 @@ impl Engine {
 
     /// The ids (and labels) of every container, running or not, whose
     /// labels include all of `labels`.
-    pub fn containers(
-        &self,
-        labels: &[(&str, &str)],
-    ) -> Result<Vec<Listed>, String> {
+    pub fn containers(&self, labels: &[(&str, &str)]) -> Result<Vec<Listed>, String> {
         let d = self.docker();
         let filter: Vec<String> = labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
         call(async move {
@@ -358,7 +355,12 @@ pub fn probe() -> &'static Result<Probed, (String, Vec<String>)> {
                 .collect::<Vec<_>>()
                 .join(", ")
         ));
-        let engine = local().map_err(|e| (e, found.clone()))?;
+        let unrunnable = |e: String, found: &Vec<String>| {
+            let mut found = found.clone();
+            found.push(e.clone());
+            (e, found)
+        };
+        let engine = local().map_err(|e| unrunnable(e, &found))?;
         found.push(format!(
             "engine: Docker {} (API {}, negotiated down from {}.{})",
             engine.version,
@@ -368,9 +370,9 @@ pub fn probe() -> &'static Result<Probed, (String, Vec<String>)> {
         ));
         let started = std::time::Instant::now();
         crate::sandbox::trivial(&engine).map_err(|e| {
-            (
+            unrunnable(
                 format!("a trivial container did not run on the engine: {e}"),
-                found.clone(),
+                &found,
             )
         })?;
         found.push(format!(

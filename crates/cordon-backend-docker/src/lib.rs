@@ -66,6 +66,8 @@ pub const LABEL_AGENT_DIR: &str = "dev.cordon.agent-dir";
 pub const LABEL_MAKER: &str = "dev.cordon.maker";
 /// The sandbox's directory on the engine's host.
 pub const LABEL_DIR: &str = "dev.cordon.dir";
+/// The engine endpoint the sandbox was placed on, as cordon reaches it.
+pub const LABEL_ENGINE: &str = "dev.cordon.engine";
 
 /// Makes names unique within this process.
 pub(crate) static NEXT: AtomicU32 = AtomicU32::new(0);

@@ -95,6 +95,7 @@ pub(crate) fn vet_residue(residue: &serde_json::Value, keeper: u32) -> Result<()
             ))
         }
     }
+    crate::engine::Endpoint::parse(&r.engine)?;
     if r.sandbox != name {
         return Err(format!(
             "the recorded sandbox `{}` is not the directory `{name}`'s",
@@ -136,7 +137,9 @@ pub(crate) fn reclaim_residue(residue: &serde_json::Value) -> Vec<String> {
             )]
         }
     };
-    let mut failures = match crate::engine::local() {
+    let engine = crate::engine::Endpoint::parse(&r.engine)
+        .and_then(|ep| crate::engine::Engine::connect(&ep));
+    let mut failures = match engine {
         Ok(engine) => engine.remove_labelled(crate::LABEL_SANDBOX, &r.sandbox),
         Err(e) => vec![format!(
             "the containers of `{}` were not removed: {e}",
@@ -257,14 +260,19 @@ mod tests {
         let scratch = std::env::temp_dir().canonicalize().unwrap();
         let name = format!("cordon-docker-{keeper}-0-1");
         let dir = scratch.join(&name);
-        let ok = serde_json::json!({"dir": dir, "sandbox": name});
+        let engine = "unix:///run/docker.sock";
+        let ok = serde_json::json!({"dir": dir, "sandbox": name, "engine": engine});
         assert_eq!(vet(&ok, keeper), Ok(()));
         assert!(vet(&ok, keeper + 1).unwrap_err().contains("keeper"));
-        let other = serde_json::json!({"dir": dir, "sandbox": "cordon-docker-1-0-1"});
+        let other =
+            serde_json::json!({"dir": dir, "sandbox": "cordon-docker-1-0-1", "engine": engine});
         assert!(vet(&other, keeper).unwrap_err().contains("sandbox"));
+        let tcp = serde_json::json!({"dir": dir, "sandbox": name, "engine": "tcp://h:1"});
+        assert!(vet(&tcp, keeper).is_err());
         let elsewhere = serde_json::json!({
             "dir": format!("/var/{name}"),
             "sandbox": name,
+            "engine": engine,
         });
         assert!(vet(&elsewhere, keeper).unwrap_err().contains("TMPDIR"));
         assert!(vet(&serde_json::json!({"dirs": []}), keeper).is_err());

@@ -52,6 +52,8 @@ use crate::{failed, DockerConfig, NEXT, WORKLOAD_ID};
 pub struct Residue {
     pub dir: PathBuf,
     pub sandbox: String,
+    /// The engine its containers are on (`unix:///…`).
+    pub engine: String,
 }
 
 /// One docker sandbox.
@@ -170,10 +172,10 @@ fn bind(source: &Path, target: &Path, read_only: bool) -> DMount {
 /// What every container of cordon's runs with, whatever it runs.
 fn host_config(mounts: Vec<DMount>, limits: &Limits) -> HostConfig {
     let bytes = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
-    let ulimit = |name: &str, n: u64| ResourcesUlimits {
+    let ulimit = |name: &str, soft: u64, hard: u64| ResourcesUlimits {
         name: Some(name.to_string()),
-        soft: Some(bytes(n)),
-        hard: Some(bytes(n)),
+        soft: Some(bytes(soft)),
+        hard: Some(bytes(hard)),
     };
     HostConfig {
         network_mode: Some("none".into()),
@@ -190,10 +192,18 @@ fn host_config(mounts: Vec<DMount>, limits: &Limits) -> HostConfig {
         memory_swap: Some(bytes(limits.memory_bytes)),
         pids_limit: Some(bytes(limits.processes)),
         ulimits: Some(vec![
-            ulimit("cpu", limits.cpu_seconds),
-            ulimit("fsize", limits.disk_bytes),
-            ulimit("nofile", 1024),
-            ulimit("core", 0),
+            // A second layer under the cgroup's CPU time, which cordon
+            // watches and kills at first (its sum is at least any one
+            // process's): one second later, so the bound is reported as
+            // the bound, not as a signal.
+            ulimit(
+                "cpu",
+                limits.cpu_seconds.saturating_add(1),
+                limits.cpu_seconds.saturating_add(2),
+            ),
+            ulimit("fsize", limits.disk_bytes, limits.disk_bytes),
+            ulimit("nofile", 1024, 1024),
+            ulimit("core", 0, 0),
         ]),
         mounts: Some(mounts),
         ..Default::default()
@@ -329,6 +339,10 @@ impl DockerSandbox {
                 std::process::id().to_string(),
             ),
             (crate::LABEL_DIR.to_string(), dir.display().to_string()),
+            (
+                crate::LABEL_ENGINE.to_string(),
+                config.engine.endpoint.to_string(),
+            ),
         ]);
         let made = (|| -> Result<(HostImage, RootedFs, HostWorkDir), String> {
             let root = HostImage::prepare(&dir.join("rootfs"))?;
@@ -812,6 +826,11 @@ impl Running {
             _ if oom => Ok(ExitStatus::Bound {
                 bound: "max_memory",
             }),
+            // `RLIMIT_CPU`'s signals (SIGXCPU, then SIGKILL at the hard
+            // limit), should the cgroup's time not have been seen first.
+            Ok(152) => Ok(ExitStatus::Bound {
+                bound: "max_cpu_seconds",
+            }),
             Ok(code) => Ok(ExitStatus::Code(i32::try_from(code).unwrap_or(-1))),
             Err(e) => Err(exec_failed(e)),
         }
@@ -947,6 +966,7 @@ impl Sandbox for DockerSandbox {
         serde_json::to_value(Residue {
             dir: self.dir.clone(),
             sandbox: self.id.clone(),
+            engine: self.engine.endpoint.to_string(),
         })
         .unwrap_or_default()
     }
