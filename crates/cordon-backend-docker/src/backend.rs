@@ -50,6 +50,22 @@ pub fn capabilities() -> CapabilitySet {
     .collect()
 }
 
+/// Where the image `image` names is on this host: `/` for the built-in
+/// `host` image, the stored root for an image of cordon's store. The
+/// engine is local, so it binds from there (a remote engine would need
+/// the image imported whole, which this version does not do).
+pub(crate) fn stored_root(image: &str) -> Result<PathBuf, String> {
+    if image == "host" {
+        return Ok(PathBuf::from("/"));
+    }
+    let store = cordon_image::ImageStore::open(&cordon_image::ImageStore::default_root())
+        .map_err(|e| format!("image `{image}`: {e}"))?;
+    match store.resolve(image).map_err(|e| e.to_string())? {
+        cordon_image::Resolved::Host => Ok(PathBuf::from("/")),
+        cordon_image::Resolved::Stored { root, .. } => Ok(root),
+    }
+}
+
 impl DockerBackend {
     pub fn new(config: DockerConfig) -> DockerBackend {
         DockerBackend {
@@ -87,13 +103,7 @@ impl Backend for DockerBackend {
     }
 
     fn materialises(&self, image: &str) -> Result<(), String> {
-        if image == "host" {
-            Ok(())
-        } else {
-            Err(format!(
-                "the docker backend runs only the `host` image in this version, not `{image}`; use `image: host`, or the native container rung (`--backend container`) for images from cordon's store"
-            ))
-        }
+        stored_root(image).map(drop)
     }
 
     fn acquire(&self, req: &AcquireRequest) -> Result<Arc<dyn Sandbox>, BackendError> {

@@ -61,7 +61,12 @@ pub struct DockerSandbox {
     id: String,
     dir: PathBuf,
     engine: Engine,
-    image: HostImage,
+    /// The image's skeleton on the engine (its tag).
+    image: String,
+    /// Where the image's tree is on the host (`/` for `host`).
+    image_root: PathBuf,
+    /// Its directories, bound from there as the plan grants.
+    image_dirs: Vec<PathBuf>,
     volume: PathBuf,
     guest_work: String,
     provenance: Provenance,
@@ -103,56 +108,77 @@ fn owned_dir(p: &Path) -> Result<(), String> {
         .map_err(|e| format!("cannot hand `{}` to uid {WORKLOAD_ID}: {e}", p.display()))
 }
 
-/// The `host` image on the engine: an empty root with the host's
-/// top-level links (`/bin` → `usr/bin` on a merged-`/usr` system) and
-/// mount points, imported once per engine. Its tag names the layout, so a
-/// host whose links differ gets its own.
-pub(crate) fn host_image(engine: &Engine) -> Result<String, String> {
+/// An image's skeleton on the engine: its top-level links (`/bin` →
+/// `usr/bin` on a merged-`/usr` host) and empty mount points, nothing
+/// else, imported once per engine. The image's directories are bound into
+/// it as the policy's plan grants, from `root` on the host (`/` for the
+/// `host` image, whose directories are [`cordon_confine::oci::HOST_IMAGE`];
+/// a stored image's root for one of cordon's store). Its tag names the
+/// layout. Returns the tag and the directories to bind from.
+pub(crate) fn skeleton(engine: &Engine, root: &Path) -> Result<(String, Vec<PathBuf>), String> {
+    let names: Vec<String> = if root == Path::new("/") {
+        cordon_confine::oci::HOST_IMAGE
+            .iter()
+            .map(|d| d.trim_start_matches('/').to_string())
+            .collect()
+    } else {
+        let mut n: Vec<String> = std::fs::read_dir(root)
+            .map_err(|e| format!("the image's root `{}`: {e}", root.display()))?
+            .flatten()
+            .filter_map(|e| e.file_name().to_str().map(String::from))
+            .collect();
+        n.sort();
+        n
+    };
     let mut tar = tar::Builder::new(Vec::new());
     let mut layout = String::new();
+    let mut dirs = Vec::new();
     let dir = |tar: &mut tar::Builder<Vec<u8>>, name: &str| {
         let mut h = tar::Header::new_gnu();
         h.set_entry_type(tar::EntryType::Directory);
         h.set_mode(0o755);
         h.set_size(0);
         tar.append_data(&mut h, format!("{name}/"), std::io::empty())
-            .map_err(|e| format!("building the `host` image: {e}"))
+            .map_err(|e| format!("building the image's skeleton: {e}"))
     };
-    for d in cordon_confine::oci::HOST_IMAGE {
-        let host = Path::new(d);
-        let name = d.trim_start_matches('/');
-        match std::fs::symlink_metadata(host) {
+    // Given by the engine, or cordon's own (`/etc` is cordon's files plus
+    // what the plan grants of the image's, file by file).
+    let own = ["etc", "proc", "dev", "sys", "tmp"];
+    for name in &names {
+        let at = root.join(name);
+        match std::fs::symlink_metadata(&at) {
             Ok(m) if m.file_type().is_symlink() => {
-                let to = std::fs::read_link(host)
-                    .map_err(|e| format!("cannot read the link `{d}`: {e}"))?;
+                let to = std::fs::read_link(&at)
+                    .map_err(|e| format!("cannot read the link `{}`: {e}", at.display()))?;
                 let mut h = tar::Header::new_gnu();
                 h.set_entry_type(tar::EntryType::Symlink);
                 h.set_mode(0o777);
                 h.set_size(0);
                 tar.append_link(&mut h, name, &to)
-                    .map_err(|e| format!("building the `host` image: {e}"))?;
+                    .map_err(|e| format!("building the image's skeleton: {e}"))?;
                 layout.push_str(&format!("{name}>{};", to.display()));
             }
-            Ok(m) if m.is_dir() => {
+            Ok(m) if m.is_dir() && !own.contains(&name.as_str()) => {
                 dir(&mut tar, name)?;
                 layout.push_str(&format!("{name}/;"));
+                dirs.push(Path::new("/").join(name));
             }
             _ => {}
         }
     }
-    for d in ["etc", "proc", "dev", "sys", "tmp"] {
+    for d in own {
         dir(&mut tar, d)?;
     }
     let bytes = tar
         .into_inner()
-        .map_err(|e| format!("building the `host` image: {e}"))?;
+        .map_err(|e| format!("building the image's skeleton: {e}"))?;
     // FNV-1a: a name for the layout, not a security boundary.
     let hash = layout.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
         (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
     });
     let tag = format!("1-{hash:016x}");
-    engine.import("cordon/host", &tag, bytes)?;
-    Ok(format!("cordon/host:{tag}"))
+    engine.import("cordon/skeleton", &tag, bytes)?;
+    Ok((format!("cordon/skeleton:{tag}"), dirs))
 }
 
 fn bind(source: &Path, target: &Path, read_only: bool) -> DMount {
@@ -214,7 +240,7 @@ fn host_config(mounts: Vec<DMount>, limits: &Limits) -> HostConfig {
 /// directories bound read-only and cordon's confinement: the probe's
 /// proof that the engine runs what cordon asks of it.
 pub(crate) fn trivial(engine: &Engine) -> Result<(), String> {
-    let image = host_image(engine)?;
+    let (image, _) = skeleton(engine, Path::new("/"))?;
     let tmp = std::env::temp_dir().join(format!(
         "{}{}-{}-probe",
         crate::PREFIX,
@@ -305,7 +331,17 @@ impl DockerSandbox {
                 reason,
             }
         })?;
-        let image = host_image(&config.engine).map_err(|e| failed("acquire", e))?;
+        let image_root = match crate::backend::stored_root(spec.image()) {
+            Ok(r) => r,
+            Err(reason) => {
+                return Err(BackendError::Refused {
+                    operation: "acquire",
+                    reason,
+                })
+            }
+        };
+        let (image, image_dirs) =
+            skeleton(&config.engine, &image_root).map_err(|e| failed("acquire", e))?;
         let stamp = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.subsec_nanos());
@@ -387,7 +423,7 @@ impl DockerSandbox {
                 }
             };
             owned_dir(&volume.join("tmp"))?;
-            let view = RootedFs::new("/")
+            let view = RootedFs::new(&image_root)
                 .bind("/tmp", volume.join("tmp"))
                 .bind(&guest_work, &work_host);
             let files = HostWorkDir::new(&work_host, &guest_work)
@@ -424,7 +460,7 @@ impl DockerSandbox {
             })??;
             Ok((root, view, files))
         })();
-        let (root, view, files) = match made {
+        let (_, view, files) = match made {
             Ok(m) => m,
             Err(e) => {
                 let _ = config.engine.remove(&id);
@@ -436,10 +472,9 @@ impl DockerSandbox {
             id,
             dir,
             engine: config.engine.clone(),
-            image: HostImage {
-                rootfs: PathBuf::from(image),
-                dirs: root.dirs,
-            },
+            image,
+            image_root,
+            image_dirs,
             volume,
             guest_work,
             provenance: req.provenance.clone(),
@@ -515,7 +550,8 @@ impl DockerSandbox {
         let masks = self.dir.join("masks");
         let mounts = cordon_confine::oci::plan_mounts(
             &t,
-            &self.image.dirs,
+            &self.image_root,
+            &self.image_dirs,
             &self.view,
             (&work_seen, self.files.host()),
             (&scratch_root, &self.volume, &masks),
@@ -601,7 +637,7 @@ impl DockerSandbox {
         let mut labels = self.labels.clone();
         labels.insert(crate::LABEL_ROLE.to_string(), "exec".to_string());
         let body = ContainerCreateBody {
-            image: Some(self.image.rootfs.display().to_string()),
+            image: Some(self.image.clone()),
             cmd: Some(argv),
             // The image has none; an empty one keeps it so.
             entrypoint: Some(Vec::new()),

@@ -459,3 +459,85 @@ fn doctor_reports_the_engine_and_a_missing_one_is_refused_with_the_fix() {
     assert!(row.contains("API 1.4"), "{row}");
     assert!(row.contains("a trivial container ran"), "{row}");
 }
+
+/// An image of cordon's store runs: its directories are bound from the
+/// store as the policy's plan grants (so a directory the plan does not
+/// reach, like the image's `/root`, is empty), and a name the store lacks
+/// is refused with the fix.
+#[test]
+fn an_image_from_cordons_store_runs_as_the_plan_grants() {
+    let Some(engine) = Dockerd::start("docker stored image") else {
+        return;
+    };
+    let tmp = scratch();
+    let root = tmp.path().join("mini-root");
+    let made = Command::new("/bin/sh")
+        .arg("-c")
+        .arg(
+            r#"set -e; R="$1"; mkdir -p "$R/usr/bin" "$R/usr/lib" "$R/usr/lib64" "$R/etc" "$R/root"
+            ln -s usr/bin "$R/bin"; ln -s usr/lib "$R/lib"; ln -s usr/lib64 "$R/lib64"
+            for b in dash cat id; do cp /usr/bin/$b "$R/usr/bin/"
+              for l in $(ldd /usr/bin/$b | grep -o '/[^ ]*'); do
+                d="$R/usr$(dirname "${l#/usr}")"; mkdir -p "$d"; cp -L "$l" "$d/"; done; done
+            ln -s dash "$R/usr/bin/sh"; echo mini > "$R/usr/lib/marker"; echo secret > "$R/root/secret""#,
+        )
+        .arg("sh")
+        .arg(&root)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let store = tmp.path().join("store");
+    std::fs::create_dir(&store).unwrap();
+    let cordon_store = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_cordon"))
+            .args(args)
+            .env("CORDON_DOCKER_HOST", engine.host())
+            .env("CORDON_IMAGE_STORE", &store)
+            .env("TMPDIR", tmp.path())
+            .output()
+            .unwrap();
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, _, err) = cordon_store(&["image", "import", "mini", root.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let spec = tmp.path().join("mini.yaml");
+    std::fs::write(&spec, "kind: run\nimage: mini\n").unwrap();
+    let (code, out, err) = cordon_store(&[
+        "run",
+        "--backend",
+        "docker",
+        "--min-isolation",
+        "container",
+        "--spec",
+        spec.to_str().unwrap(),
+        "--",
+        "/bin/sh",
+        "-c",
+        "cat /usr/lib/marker; id -u; cat /root/secret 2>/dev/null || echo unseen",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 3, "{out}");
+    assert_eq!(lines[0], "mini");
+    assert_ne!(lines[1], "0");
+    assert_eq!(lines[2], "unseen");
+    std::fs::write(&spec, "kind: run\nimage: absent\n").unwrap();
+    let (code, _, err) = cordon_store(&[
+        "run",
+        "--backend",
+        "docker",
+        "--min-isolation",
+        "container",
+        "--spec",
+        spec.to_str().unwrap(),
+        "--",
+        "/bin/true",
+    ]);
+    assert_ne!(code, 0);
+    assert!(err.contains("absent"), "{err}");
+    assert_eq!(leftovers(&engine, tmp.path()), Vec::<String>::new());
+}

@@ -362,9 +362,12 @@ pub fn bindable_outside(p: &Path, image_dirs: &[PathBuf]) -> bool {
 /// are the union of the rules on a path and above it, as Landlock reads
 /// them. What the bundle cannot give (write inside the image) is left
 /// out: never wider than the plan. Mount points outside the image are
-/// made in `rootfs`.
+/// made in `rootfs`. `image_root` is where the image's tree is on the
+/// host (`/` for the `host` image, a stored image's root otherwise): a
+/// rule's path is looked for, and bound from, beneath it.
 pub fn plan_mounts(
     t: &crate::Confinement,
+    image_root: &Path,
     image_dirs: &[PathBuf],
     view: &crate::RootedFs,
     (work, work_host): (&Path, &Path),
@@ -399,7 +402,7 @@ pub fn plan_mounts(
     let mut binds: Vec<(PathBuf, MountKind)> = Vec::new();
     for p in at {
         // A rule on a path the host lacks binds nothing.
-        let Ok(meta) = std::fs::symlink_metadata(&p) else {
+        let Ok(meta) = std::fs::symlink_metadata(under(image_root, &p)) else {
             continue;
         };
         let kind = if write_at(&p) {
@@ -436,7 +439,7 @@ pub fn plan_mounts(
     let mut mounts: Vec<Mount> = binds
         .into_iter()
         .map(|(p, kind)| Mount {
-            source: p.clone(),
+            source: under(image_root, &p),
             destination: p,
             kind,
         })
