@@ -27,6 +27,8 @@ pub struct DockerConfig {
     pub work_dir: Option<PathBuf>,
     /// The engine, as the probe found it answering.
     pub engine: Engine,
+    /// How the egress proxy resolves names and where it audits.
+    pub egress: cordon_sandbox::EgressSetup,
 }
 
 /// The `docker` backend.
@@ -35,16 +37,20 @@ pub struct DockerBackend {
     // The sandboxes this process created (as the local backends keep
     // theirs); a kept sandbox's are found from its record and residue.
     sandboxes: Mutex<HashMap<SandboxKey, Arc<DockerSandbox>>>,
+    /// The egress proxy, started on first use by a spec that names hosts.
+    egress: std::sync::OnceLock<Result<Arc<dyn cordon_egress::EgressService>, String>>,
 }
 
 /// What the backend serves: commands, code, files in and declared files
-/// out (from the work dir on the host). No network.
+/// out (from the work dir on the host), and the network through cordon's
+/// egress proxy, the one route out of a sandbox whose spec names hosts.
 pub fn capabilities() -> CapabilitySet {
     [
         Capability::Exec,
         Capability::RunCode,
         Capability::FilesIn,
         Capability::FilesOut,
+        Capability::Network,
     ]
     .into_iter()
     .collect()
@@ -71,7 +77,22 @@ impl DockerBackend {
         DockerBackend {
             config,
             sandboxes: Mutex::new(HashMap::new()),
+            egress: std::sync::OnceLock::new(),
         }
+    }
+
+    /// The egress proxy, started on first use: in a confined process of
+    /// its own when the setup names one (the `cordon` binary always does).
+    fn egress_host(&self) -> Result<Arc<dyn cordon_egress::EgressService>, String> {
+        self.egress
+            .get_or_init(|| {
+                cordon_egress::start_service(
+                    &self.config.egress,
+                    self.config.policy.clone(),
+                    self.config.env.clone(),
+                )
+            })
+            .clone()
     }
 
     fn registry(
@@ -95,7 +116,7 @@ impl Backend for DockerBackend {
     }
 
     fn egress(&self) -> Egress {
-        Egress::Closed
+        Egress::Allowlist
     }
 
     fn capabilities(&self) -> CapabilitySet {
@@ -111,10 +132,6 @@ impl Backend for DockerBackend {
             return Ok(s.clone());
         }
         let spec = &req.provenance.spec;
-        // A spec that names hosts runs with no network: egress `closed`
-        // confines more than it asks, which the router allows and warns
-        // of (as at the process rung); a spec that `requires: [network]`
-        // never reaches this backend, which does not declare it.
         if !spec.secrets().is_empty() {
             return Err(BackendError::Refused {
                 operation: "acquire",
@@ -126,7 +143,15 @@ impl Backend for DockerBackend {
                 operation: "acquire",
                 reason,
             })?;
-        let made = Arc::new(DockerSandbox::create(&self.config, req)?);
+        let allow = spec.egress_allow();
+        // Started before the sandbox, so a proxy that cannot start refuses
+        // the sandbox rather than leave it without its route.
+        let egress = if allow.is_empty() {
+            None
+        } else {
+            Some(self.egress_host().map_err(|e| failed("acquire", e))?)
+        };
+        let made = Arc::new(DockerSandbox::create(&self.config, req, egress)?);
         let mut all = self.registry("acquire")?;
         // Another thread may have made one meanwhile: keep the first.
         if let Some(s) = all.get(&req.key) {

@@ -16,9 +16,9 @@ pub fn info() -> BackendInfo {
     BackendInfo {
         name: crate::NAME,
         isolation: Isolation::Container,
-        egress: Egress::Closed,
+        egress: Egress::Allowlist,
         capabilities: crate::backend::capabilities(),
-        summary: "a Docker Engine container per exec, through the Engine API, no network",
+        summary: "a Docker Engine container per exec, through the Engine API, egress through cordon's proxy",
     }
 }
 
@@ -49,6 +49,7 @@ fn build(setup: &BackendSetup, policy: Arc<Policy>) -> Result<Arc<dyn Backend>, 
         scratch: setup.scratch.clone(),
         work_dir: setup.work_dir.clone(),
         engine: probed.engine.clone(),
+        egress: setup.egress.clone(),
     })))
 }
 

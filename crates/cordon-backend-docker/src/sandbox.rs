@@ -29,7 +29,7 @@ use bollard::models::{
     ContainerCreateBody, HostConfig, HostConfigCgroupnsModeEnum, Mount as DMount, MountBindOptions,
     MountBindOptionsPropagationEnum, MountType, ResourcesUlimits,
 };
-use cordon_confine::oci::{HostImage, Mount, MountKind};
+use cordon_confine::oci::{DockerNet, HostImage, Mount, MountKind};
 use cordon_confine::{FsView, RootedFs};
 use cordon_files::host_dir::HostWorkDir;
 use cordon_policy::{Deployment, Policy};
@@ -78,6 +78,11 @@ pub struct DockerSandbox {
     files: HostWorkDir,
     /// The mounts the policy's plan translates to, made at the first exec.
     base: OnceLock<Result<Vec<DMount>, SandboxError>>,
+    /// The port of the egress proxy's listener in the anchor's network
+    /// namespace, which every exec joins; `None`: no network at all.
+    proxy_port: Option<u16>,
+    /// What serves that listener; dropped at dispose, which ends it.
+    egress: std::sync::Mutex<Option<Box<dyn std::any::Any + Send>>>,
     disposed: AtomicBool,
 }
 
@@ -195,21 +200,25 @@ fn bind(source: &Path, target: &Path, read_only: bool) -> DMount {
     }
 }
 
-/// What every container of cordon's runs with, whatever it runs.
-fn host_config(mounts: Vec<DMount>, limits: &Limits) -> HostConfig {
+/// What every container of cordon's runs with, whatever it runs. An
+/// error when the seccomp profile cannot be written (never a container
+/// without it).
+fn host_config(mounts: Vec<DMount>, limits: &Limits, net: DockerNet) -> Result<HostConfig, String> {
+    let seccomp = cordon_confine::oci::docker_seccomp_profile(net)
+        .map_err(|e| format!("the seccomp profile for Docker: {e}"))?;
     let bytes = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
     let ulimit = |name: &str, soft: u64, hard: u64| ResourcesUlimits {
         name: Some(name.to_string()),
         soft: Some(bytes(soft)),
         hard: Some(bytes(hard)),
     };
-    HostConfig {
+    Ok(HostConfig {
         network_mode: Some("none".into()),
         readonly_rootfs: Some(true),
         cap_drop: Some(vec!["ALL".into()]),
         security_opt: Some(vec![
             "no-new-privileges".into(),
-            format!("seccomp={}", cordon_confine::oci::docker_seccomp_profile()),
+            format!("seccomp={seccomp}"),
         ]),
         ipc_mode: Some("private".into()),
         cgroupns_mode: Some(HostConfigCgroupnsModeEnum::PRIVATE),
@@ -233,7 +242,7 @@ fn host_config(mounts: Vec<DMount>, limits: &Limits) -> HostConfig {
         ]),
         mounts: Some(mounts),
         ..Default::default()
-    }
+    })
 }
 
 /// Runs `/bin/true` in a container of the `host` image with its system
@@ -283,7 +292,7 @@ pub(crate) fn trivial(engine: &Engine) -> Result<(), String> {
                 std::process::id().to_string(),
             ),
         ])),
-        host_config: Some(host_config(mounts, &limits)),
+        host_config: Some(host_config(mounts, &limits, DockerNet::None)?),
         ..Default::default()
     };
     let n = name.clone();
@@ -322,6 +331,7 @@ impl DockerSandbox {
     pub(crate) fn create(
         config: &DockerConfig,
         req: &AcquireRequest,
+        egress: Option<Arc<dyn cordon_egress::EgressService>>,
     ) -> Result<DockerSandbox, BackendError> {
         let spec = &req.provenance.spec;
         let guest_work = spec.work_dir().to_string();
@@ -429,44 +439,49 @@ impl DockerSandbox {
             let files = HostWorkDir::new(&work_host, &guest_work)
                 .map_err(|e| e.to_string())?
                 .owned_by(WORKLOAD_ID, WORKLOAD_ID);
-            // The anchor: made, never started; the sandbox's labels on
-            // the engine, which `dispose_scope` and `gc` list.
-            let d = config.engine.docker();
-            let body = ContainerCreateBody {
-                image: Some(image.clone()),
-                cmd: Some(vec!["/nonexistent".into()]),
-                labels: Some(
-                    labels
-                        .iter()
-                        .map(|(k, v)| (k.clone(), v.clone()))
-                        .chain([(crate::LABEL_ROLE.to_string(), "anchor".to_string())])
-                        .collect(),
-                ),
-                host_config: Some(HostConfig {
-                    network_mode: Some("none".into()),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            };
-            let n = id.clone();
-            call(async move {
-                let opts = bollard::query_parameters::CreateContainerOptionsBuilder::default()
-                    .name(&n)
-                    .build();
-                d.create_container(Some(opts), body)
-                    .await
-                    .map(|_| ())
-                    .map_err(|e| format!("creating the anchor container `{n}`: {e}"))
-            })??;
+            // The anchor: the sandbox's labels on the engine, which
+            // `dispose_scope` and `gc` list. Made and never started,
+            // unless the sandbox has an egress route: then it holds the
+            // network namespace every exec joins, where the proxy's
+            // listener is.
+            let anchor_labels: HashMap<String, String> = labels
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .chain([(crate::LABEL_ROLE.to_string(), "anchor".to_string())])
+                .collect();
+            match &egress {
+                None => make_anchor(&config.engine, &id, &image, anchor_labels)?,
+                Some(_) => start_holder(&config.engine, &id, anchor_labels)?,
+            }
             Ok((root, view, files))
         })();
-        let (_, view, files) = match made {
+        let routed = made.and_then(|(root, view, files)| {
+            let Some(service) = &egress else {
+                return Ok((root, view, files, None));
+            };
+            let port = proxy_port();
+            let listener = listen_in(&config.engine, &id, port)?;
+            let serving = service.serve(
+                listener,
+                cordon_egress::Caller {
+                    sandbox: req.key.to_string(),
+                    identity: req.provenance.identity.clone(),
+                    allow: Some(spec.egress_allow().to_vec()),
+                },
+            )?;
+            Ok((root, view, files, Some((port, serving))))
+        });
+        let (_, view, files, route) = match routed {
             Ok(m) => m,
             Err(e) => {
                 let _ = config.engine.remove(&id);
                 let _ = remove_sandbox_dir(&dir);
                 return Err(failed("acquire", e));
             }
+        };
+        let (proxy_port, serving) = match route {
+            Some((p, s)) => (Some(p), Some(s)),
+            None => (None, None),
         };
         Ok(DockerSandbox {
             id,
@@ -485,6 +500,8 @@ impl DockerSandbox {
             view,
             files,
             base: OnceLock::new(),
+            proxy_port,
+            egress: std::sync::Mutex::new(serving),
             disposed: AtomicBool::new(false),
         })
     }
@@ -495,6 +512,12 @@ impl DockerSandbox {
         if self.disposed.swap(true, Ordering::SeqCst) {
             return Ok(());
         }
+        drop(
+            self.egress
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .take(),
+        );
         let mut failures = self.engine.remove_labelled(crate::LABEL_SANDBOX, &self.id);
         if let Err(e) = remove_sandbox_dir(&self.dir) {
             failures.push(e);
@@ -567,6 +590,11 @@ impl DockerSandbox {
                 )
             })
             .collect();
+        // No `/sys`, as at the native container rung: Docker's read-only
+        // sysfs would show the host's devices (and other sandboxes' volume
+        // images, by their loop devices' backing files). An empty
+        // directory over it hides it and the cgroup mounts beneath.
+        out.push(bind(&masks.join("dir"), Path::new("/sys"), true));
         for (k, m) in mounts.iter().enumerate() {
             out.push(self.docker_mount(k, m).map_err(exec_failed)?);
         }
@@ -630,6 +658,14 @@ impl DockerSandbox {
             ("LANG".to_string(), "C.UTF-8".to_string()),
             ("TMPDIR".to_string(), "/tmp".to_string()),
         ]);
+        if let Some(port) = self.proxy_port {
+            // For the workload's convenience only: the boundary is the
+            // network namespace, whose one route is the proxy's listener.
+            let url = format!("http://127.0.0.1:{port}");
+            for k in ["HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"] {
+                env.insert(k.into(), url.clone());
+            }
+        }
         env.extend(req.env.clone());
         let k = NEXT.fetch_add(1, Ordering::Relaxed);
         let name = format!("{}-e{k}", self.id);
@@ -644,7 +680,11 @@ impl DockerSandbox {
             env: Some(env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
             working_dir: Some(self.guest_work.clone()),
             user: Some(format!("{WORKLOAD_ID}:{WORKLOAD_ID}")),
-            hostname: Some(cordon_confine::oci::HOSTNAME.to_string()),
+            // A container in another's network namespace takes its name.
+            hostname: self
+                .proxy_port
+                .is_none()
+                .then(|| cordon_confine::oci::HOSTNAME.to_string()),
             attach_stdin: Some(with_stdin),
             open_stdin: Some(with_stdin),
             stdin_once: Some(with_stdin),
@@ -652,7 +692,21 @@ impl DockerSandbox {
             attach_stderr: Some(true),
             tty: Some(false),
             labels: Some(labels),
-            host_config: Some(host_config(mounts, &self.limits)),
+            host_config: Some(HostConfig {
+                network_mode: Some(match self.proxy_port {
+                    Some(_) => format!("container:{}", self.id),
+                    None => "none".into(),
+                }),
+                ..host_config(
+                    mounts,
+                    &self.limits,
+                    match self.proxy_port {
+                        Some(_) => DockerNet::ProxyRoute,
+                        None => DockerNet::None,
+                    },
+                )
+                .map_err(refused)?
+            }),
             ..Default::default()
         };
         let pipe = || -> Result<(OwnedFd, OwnedFd), SandboxError> {
@@ -791,6 +845,121 @@ impl DockerSandbox {
             }),
         ))
     }
+}
+
+/// Makes the anchor container `id` (never started): it holds the labels.
+fn make_anchor(
+    engine: &Engine,
+    id: &str,
+    image: &str,
+    labels: HashMap<String, String>,
+) -> Result<(), String> {
+    let body = ContainerCreateBody {
+        image: Some(image.to_string()),
+        cmd: Some(vec!["/nonexistent".into()]),
+        labels: Some(labels),
+        host_config: Some(HostConfig {
+            network_mode: Some("none".into()),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    create(engine, id, body, false)
+}
+
+/// Makes and starts the anchor container `id` of a sandbox with an egress
+/// route: `/bin/sleep infinity` from the host's system directories, bound
+/// read-only, under the same confinement as an exec, with no network but
+/// its loopback. Its network namespace is the sandbox's.
+fn start_holder(engine: &Engine, id: &str, labels: HashMap<String, String>) -> Result<(), String> {
+    let (image, dirs) = skeleton(engine, Path::new("/"))?;
+    let mounts = dirs.iter().map(|d| bind(d, d, true)).collect();
+    let limits = Limits {
+        memory_bytes: 16 << 20,
+        processes: 4,
+        cpu_seconds: 1,
+        disk_bytes: 0,
+        wall_seconds: 0,
+    };
+    let body = ContainerCreateBody {
+        image: Some(image),
+        cmd: Some(vec!["/bin/sleep".into(), "infinity".into()]),
+        entrypoint: Some(Vec::new()),
+        user: Some(format!("{WORKLOAD_ID}:{WORKLOAD_ID}")),
+        hostname: Some(cordon_confine::oci::HOSTNAME.to_string()),
+        labels: Some(labels),
+        host_config: Some(host_config(mounts, &limits, DockerNet::None)?),
+        ..Default::default()
+    };
+    create(engine, id, body, true)
+}
+
+fn create(engine: &Engine, id: &str, body: ContainerCreateBody, start: bool) -> Result<(), String> {
+    let d = engine.docker();
+    let n = id.to_string();
+    call(async move {
+        let opts = bollard::query_parameters::CreateContainerOptionsBuilder::default()
+            .name(&n)
+            .build();
+        d.create_container(Some(opts), body)
+            .await
+            .map_err(|e| format!("creating the anchor container `{n}`: {e}"))?;
+        if start {
+            d.start_container(&n, None::<bollard::query_parameters::StartContainerOptions>)
+                .await
+                .map_err(|e| format!("starting the anchor container `{n}`: {e}"))?;
+        }
+        Ok(())
+    })?
+}
+
+/// A port for the proxy's listener: random, so a workload cannot count on
+/// one (the namespace is the sandbox's own, so any port is free).
+fn proxy_port() -> u16 {
+    let mut b = [0u8; 2];
+    let read = std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut b));
+    if read.is_err() {
+        b = (std::process::id() as u16 ^ 0x5a5a).to_le_bytes();
+    }
+    20_000 + u16::from_le_bytes(b) % 40_000
+}
+
+/// Listens on `127.0.0.1:port` inside the network namespace of the running
+/// container `id`: a short-lived thread enters it (`setns`), binds, and
+/// ends; the socket stays in that namespace.
+fn listen_in(engine: &Engine, id: &str, port: u16) -> Result<std::net::TcpListener, String> {
+    let d = engine.docker();
+    let n = id.to_string();
+    let pid = call(async move {
+        d.inspect_container(
+            &n,
+            None::<bollard::query_parameters::InspectContainerOptions>,
+        )
+        .await
+        .ok()
+        .and_then(|c| c.state?.pid)
+        .unwrap_or(0)
+    })?;
+    if pid <= 0 {
+        return Err(format!(
+            "the anchor container `{id}` is not running, so the sandbox has no network namespace for its egress route"
+        ));
+    }
+    let ns = std::fs::File::open(format!("/proc/{pid}/ns/net"))
+        .map_err(|e| format!("the anchor's network namespace: {e}"))?;
+    std::thread::spawn(move || {
+        use std::os::fd::AsFd;
+        rustix::thread::move_into_link_name_space(
+            ns.as_fd(),
+            Some(rustix::thread::LinkNameSpaceType::Network),
+        )
+        .map_err(|e| format!("entering the anchor's network namespace: {e}"))?;
+        std::net::TcpListener::bind(("127.0.0.1", port))
+            .map_err(|e| format!("listening on 127.0.0.1:{port} in the sandbox: {e}"))
+    })
+    .join()
+    .map_err(|_| "the thread binding the egress channel panicked".to_string())?
 }
 
 /// How long a started container's CPU time may stay unreadable.

@@ -79,20 +79,26 @@ fn leftovers(engine: &Dockerd, tmp: &Path) -> Vec<String> {
             .filter(|(_, labels)| labels["dev.cordon.owner"] == "cordon")
             .map(|(name, _)| format!("container {name}")),
     );
+    left.extend(loop_devices_of(tmp));
     left
 }
 
-fn loop_devices() -> usize {
+/// Loop devices whose backing file was in `tmp` (a volume's image, unlinked
+/// once attached: the kernel still names it).
+fn loop_devices_of(tmp: &Path) -> Vec<String> {
+    let tag = tmp.display().to_string();
     std::fs::read_dir("/sys/block")
         .map(|d| {
             d.flatten()
                 .filter(|e| e.file_name().to_string_lossy().starts_with("loop"))
                 .filter(|e| {
-                    std::fs::read_to_string(e.path().join("size")).is_ok_and(|s| s.trim() != "0")
+                    std::fs::read_to_string(e.path().join("loop/backing_file"))
+                        .is_ok_and(|f| f.starts_with(&tag))
                 })
-                .count()
+                .map(|e| format!("loop device {}", e.file_name().to_string_lossy()))
+                .collect()
         })
-        .unwrap_or(0)
+        .unwrap_or_default()
 }
 
 #[test]
@@ -179,6 +185,16 @@ fn a_command_runs_confined_and_leaves_nothing() {
     let (code, out, err) = sh(&engine, tmp.path(), "/usr/bin/su -c id; echo rc=$?");
     assert_eq!(code, 0, "{err}");
     assert!(out.trim_end().ends_with("rc=126"), "{out} {err}");
+    // Nothing of the host's `/sys` (its devices, other sandboxes' loop
+    // devices), as at the native container rung.
+    let (code, out, _) = sh(
+        &engine,
+        tmp.path(),
+        "ls -A /sys; ls /sys/block /sys/fs/cgroup 2>&1 | head -1",
+    );
+    assert_eq!(code, 0);
+    assert!(out.contains("No such file or directory"), "{out}");
+    assert!(!out.contains("loop"), "{out}");
     // No capability, no new privileges.
     let (code, out, _) = sh(
         &engine,
@@ -382,7 +398,6 @@ fn up_exec_down_cycles_leave_nothing() {
         .and_then(|n| n.parse().ok())
         .unwrap_or(5);
     let tmp = scratch();
-    let loops = loop_devices();
     for i in 0..cycles {
         let (code, handle, err) = cordon(
             &engine,
@@ -416,7 +431,6 @@ fn up_exec_down_cycles_leave_nothing() {
             "cycle {i}"
         );
     }
-    assert!(loop_devices() <= loops, "loop devices accumulated");
 }
 
 #[test]
@@ -540,4 +554,143 @@ fn an_image_from_cordons_store_runs_as_the_plan_grants() {
     assert_ne!(code, 0);
     assert!(err.contains("absent"), "{err}");
     assert_eq!(leftovers(&engine, tmp.path()), Vec::<String>::new());
+}
+
+/// A spec that names hosts gets one route out: cordon's egress proxy,
+/// listening in the sandbox's network namespace (the anchor's, which every
+/// exec joins). A named host is reached through it, another is refused
+/// (403), nothing is reached without it, the audit names who asked, and
+/// nothing listens inside.
+#[test]
+fn a_spec_with_an_allowlist_reaches_it_through_the_proxy_and_nothing_else() {
+    let Some(engine) = Dockerd::start("docker egress") else {
+        return;
+    };
+    let tmp = scratch();
+    let upstream = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = upstream.local_addr().unwrap().port();
+    let hits = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let h = hits.clone();
+    std::thread::spawn(move || {
+        use std::io::{Read, Write};
+        for s in upstream.incoming() {
+            let Ok(mut s) = s else { continue };
+            h.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let mut seen = Vec::new();
+            let mut buf = [0u8; 4096];
+            while !seen.windows(4).any(|w| w == b"\r\n\r\n") {
+                match s.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => seen.extend_from_slice(&buf[..n]),
+                }
+            }
+            let _ = s.write_all(
+                b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello",
+            );
+        }
+    });
+    let p = tmp.path();
+    std::fs::write(
+        p.join("policy.yaml"),
+        r#"
+policy:
+  compute:
+    allow:
+      - name: system-programs
+        when: command.startsWith("/usr/") || command.startsWith("/bin/")
+  storage:
+    allow:
+      - name: system
+        when: >-
+          (path.startsWith("/usr/") || path.startsWith("/lib/") ||
+          path.startsWith("/lib64/") || path.startsWith("/bin/") ||
+          path.startsWith("/sbin/")) && mode in ["read", "execute"]
+      - name: etc
+        when: path.startsWith("/etc/") && mode == "read"
+      - name: work
+        when: path.startsWith(work_dir + "/") && mode in ["read", "write"]
+      - name: tmp
+        when: path.startsWith("/tmp/") && mode in ["read", "write"]
+      - name: devices
+        when: path in ["/dev/null", "/dev/zero", "/dev/urandom"] && mode in ["read", "write"]
+  egress:
+    allow_ranges:
+      - cidr: 127.0.0.0/8
+        hosts: [ok.test, other.test]
+    allow:
+      - name: test-hosts
+        when: host == "ok.test" || host == "other.test"
+"#,
+    )
+    .unwrap();
+    std::fs::write(p.join("hosts"), "127.0.0.1 ok.test other.test\n").unwrap();
+    std::fs::write(
+        p.join("spec.yaml"),
+        format!("kind: egress-test\nimage: host\negress_allow:\n  - \"ok.test:{port}\"\n"),
+    )
+    .unwrap();
+    std::fs::write(
+        p.join("config.yaml"),
+        format!(
+            "egress:\n  nameservers: []\n  hosts_file: {}\n  audit: {}\n",
+            p.join("hosts").display(),
+            p.join("audit.jsonl").display()
+        ),
+    )
+    .unwrap();
+    let with = |cmd: &[&str]| {
+        let mut args = vec![
+            "--policy".to_string(),
+            p.join("policy.yaml").display().to_string(),
+            "--spec".into(),
+            p.join("spec.yaml").display().to_string(),
+            "--config".into(),
+            p.join("config.yaml").display().to_string(),
+            "--identity".into(),
+            "namespace=team-a".into(),
+            "--".into(),
+        ];
+        args.extend(cmd.iter().map(|s| s.to_string()));
+        let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+        run(&engine, p, &argv)
+    };
+    let ok = format!("http://ok.test:{port}/x");
+    let (code, out, err) = with(&["/usr/bin/curl", "-sS", "-f", "--max-time", "10", &ok]);
+    assert_eq!((code, out.as_str()), (0, "hello"), "{err}");
+    assert_eq!(hits.load(std::sync::atomic::Ordering::SeqCst), 1);
+    let other = format!("http://other.test:{port}/x");
+    let (code, _, err) = with(&["/usr/bin/curl", "-sS", "-f", "--max-time", "10", &other]);
+    assert_eq!(code, 22, "{err}");
+    let direct = format!("http://127.0.0.1:{port}/x");
+    let (code, _, _) = with(&[
+        "/usr/bin/env",
+        "-u",
+        "http_proxy",
+        "-u",
+        "HTTP_PROXY",
+        "/usr/bin/curl",
+        "-sS",
+        "--max-time",
+        "5",
+        &direct,
+    ]);
+    assert_ne!(code, 0);
+    assert_eq!(hits.load(std::sync::atomic::Ordering::SeqCst), 1);
+    // Nothing listens inside a sandbox with a route.
+    let (code, out, err) = with(&[
+        "/usr/bin/python3",
+        "-c",
+        "import socket\ns=socket.socket()\ns.bind(('127.0.0.1',0))\ntry:\n    s.listen(); print('LISTENING')\nexcept OSError as e: print('refused', e.errno)",
+    ]);
+    assert_eq!((code, out.as_str()), (0, "refused 1\n"), "{err}");
+    let audit = std::fs::read_to_string(p.join("audit.jsonl")).unwrap();
+    let lines: Vec<serde_json::Value> = audit
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 2, "{audit}");
+    assert_eq!(lines[0]["verdict"], "allow");
+    assert_eq!(lines[1]["verdict"], "deny");
+    assert!(lines.iter().all(|l| l["identity"]["namespace"] == "team-a"));
+    assert_eq!(leftovers(&engine, p), Vec::<String>::new());
 }

@@ -249,12 +249,105 @@ pub fn seccomp() -> Value {
 }
 
 /// The same denials as a Docker seccomp profile (`--security-opt
-/// seccomp=…`, inlined in the Engine API's `SecurityOpt`): Docker's
+/// seccomp=…`, inlined in the Engine API's `SecurityOpt`). Docker's
 /// profile has the OCI section's shape (`defaultAction`, `architectures`,
 /// `syscalls[{names, action, errnoRet, args}]`; its decoder matches keys
-/// without regard to case), so this is that section as text.
-pub fn docker_seccomp_profile() -> String {
-    seccomp().to_string()
+/// without regard to case), with one difference that matters: runc splits
+/// the conditions a rule puts on one argument into separate rules (any of
+/// them denies), so "none of these values" cannot be one rule of `!=`
+/// comparisons — it would deny every value. Here each such denial is its
+/// complement as rules of one comparison each ([`none_of`]); a set that
+/// cannot be written so is an error, never a wider filter.
+///
+/// `net` narrows the table for what a Docker container's network namespace
+/// cannot hold the way the native rung's Landlock does (no TCP bind):
+/// without an egress route no inet socket is made at all; with one, inet
+/// sockets are made (to reach the proxy) but nothing listens.
+pub fn docker_seccomp_profile(net: DockerNet) -> Result<String, String> {
+    use cordon_linux::DeniedWhen;
+    let mut profile = seccomp();
+    let mut rules = Vec::new();
+    const UNIX_ONLY: &[u64] = &[1]; // AF_UNIX
+    for d in cordon_linux::container_denials() {
+        let DeniedWhen::NotIn32 { arg, values } = d.when else {
+            continue;
+        };
+        let values = match (d.name, net) {
+            ("socket", DockerNet::None) => UNIX_ONLY,
+            _ => values,
+        };
+        for cmp in none_of(arg, values).map_err(|e| format!("`{}`: {e}", d.name))? {
+            rules.push(json!({
+                "names": [d.name],
+                "action": "SCMP_ACT_ERRNO",
+                "errnoRet": d.errno,
+                "args": [cmp],
+            }));
+        }
+    }
+    if let Some(all) = profile["syscalls"].as_array_mut() {
+        // The OCI form of "none of" (one rule of `!=`) is replaced.
+        all.retain(|r| {
+            !r["args"]
+                .as_array()
+                .is_some_and(|a| a.iter().any(|c| c["op"] == "SCMP_CMP_NE"))
+        });
+        all.extend(rules);
+        if net == DockerNet::ProxyRoute {
+            all.push(json!({
+                "names": ["listen"],
+                "action": "SCMP_ACT_ERRNO",
+                "errnoRet": 1, // EPERM
+            }));
+        }
+    }
+    Ok(profile.to_string())
+}
+
+/// What a Docker container's network namespace holds (see
+/// [`docker_seccomp_profile`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DockerNet {
+    /// A loopback only: unix sockets, no inet socket.
+    None,
+    /// The egress proxy's listener: inet sockets to reach it, no `listen`.
+    ProxyRoute,
+}
+
+/// Comparisons on argument `arg`, any one of which holds exactly when its
+/// low 32 bits are none of `values`:
+///
+/// - a small set (largest value at most 64): each value below the largest
+///   that is not in the set (low 32 bits equal), and every value above it
+///   (all 64 bits compared, so a value whose high half is set is denied
+///   too: narrower, never wider);
+/// - `{0, 0xffffffff}` (all bits clear, all set): some bit set and another
+///   clear, as pairs with bit 0 — 62 comparisons of two masked bits.
+fn none_of(arg: u8, values: &[u64]) -> Result<Vec<Value>, String> {
+    let masked = |mask: u64, value: u64| json!({"index": arg, "value": mask, "valueTwo": value, "op": "SCMP_CMP_MASKED_EQ"});
+    let top = values.iter().copied().max().unwrap_or(0);
+    if top <= 64 {
+        let mut out: Vec<Value> = (0..top)
+            .filter(|v| !values.contains(v))
+            .map(|v| masked(0xffff_ffff, v))
+            .collect();
+        out.push(json!({"index": arg, "value": top, "op": "SCMP_CMP_GT"}));
+        return Ok(out);
+    }
+    let mut sorted = values.to_vec();
+    sorted.sort_unstable();
+    if sorted == [0, 0xffff_ffff] {
+        let mut out = Vec::new();
+        for j in 1..32 {
+            let pair = 1 | (1_u64 << j);
+            out.push(masked(pair, 1));
+            out.push(masked(pair, 1 << j));
+        }
+        return Ok(out);
+    }
+    Err(format!(
+        "the allowed values {values:?} cannot be written as Docker seccomp rules of one comparison each"
+    ))
 }
 
 fn mount_json(m: &Mount) -> Value {
@@ -535,6 +628,73 @@ pub fn check_work_dir(guest: &str, rung: &str) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_docker_profile_denies_the_complement_of_an_allowed_set_rule_by_rule() {
+        let p: Value =
+            serde_json::from_str(&docker_seccomp_profile(DockerNet::ProxyRoute).unwrap()).unwrap();
+        let rules = p["syscalls"].as_array().unwrap();
+        // No rule puts two conditions on one argument (runc would OR them).
+        for r in rules {
+            let args = r["args"].as_array().map_or(0, Vec::len);
+            assert!(args <= 1, "{r}");
+        }
+        let socket: Vec<&Value> = rules.iter().filter(|r| r["names"][0] == "socket").collect();
+        let eq: Vec<u64> = socket
+            .iter()
+            .filter(|r| r["args"][0]["op"] == "SCMP_CMP_MASKED_EQ")
+            .map(|r| r["args"][0]["valueTwo"].as_u64().unwrap())
+            .collect();
+        // unix (1), inet (2) and inet6 (10) are allowed; the rest is denied.
+        assert_eq!(eq, [0, 3, 4, 5, 6, 7, 8, 9]);
+        assert!(socket
+            .iter()
+            .any(|r| r["args"][0]["op"] == "SCMP_CMP_GT" && r["args"][0]["value"] == 10));
+        assert!(rules.iter().any(|r| r["names"][0] == "listen"));
+        // With no route, no inet socket at all, and unix sockets listen.
+        let p: Value =
+            serde_json::from_str(&docker_seccomp_profile(DockerNet::None).unwrap()).unwrap();
+        let rules = p["syscalls"].as_array().unwrap();
+        assert!(rules.iter().any(|r| r["names"][0] == "socket"
+            && r["args"][0]["op"] == "SCMP_CMP_GT"
+            && r["args"][0]["value"] == 1));
+        assert!(!rules.iter().any(|r| r["names"][0] == "listen"));
+    }
+
+    /// The rules of [`none_of`] hold exactly off the allowed set.
+    #[test]
+    fn none_of_denies_exactly_what_is_not_allowed() {
+        let holds = |rules: &[Value], v: u64| {
+            rules.iter().any(|c| {
+                let a = c["value"].as_u64().unwrap();
+                match c["op"].as_str().unwrap() {
+                    "SCMP_CMP_MASKED_EQ" => v & a == c["valueTwo"].as_u64().unwrap(),
+                    "SCMP_CMP_GT" => v > a,
+                    op => panic!("{op}"),
+                }
+            })
+        };
+        let socket = none_of(0, &[1, 2, 10]).unwrap();
+        for v in 0..200_u64 {
+            assert_eq!(holds(&socket, v), ![1, 2, 10].contains(&v), "{v}");
+        }
+        assert!(holds(&socket, (1 << 32) | 2));
+        let persona = none_of(0, &[0, 0xffff_ffff]).unwrap();
+        assert!(!holds(&persona, 0) && !holds(&persona, 0xffff_ffff));
+        for v in [
+            1,
+            2,
+            8,
+            0x0040_0000,
+            0x0004_0000,
+            0xffff_fffe,
+            0x7fff_ffff,
+            0x8000_0000,
+        ] {
+            assert!(holds(&persona, v), "{v:#x}");
+        }
+        assert!(none_of(0, &[0, 100, 1000]).is_err());
+    }
 
     #[test]
     fn every_container_denial_is_in_the_bundles_filter() {
