@@ -502,7 +502,7 @@ fn conformance_passes_against_the_local_backends() {
 
 #[test]
 fn conformance_refuses_a_backend_it_cannot_run_or_does_not_know() {
-    let (code, out, err) = cordon(&["conformance", "--backend", "docker"]);
+    let (code, out, err) = cordon(&["conformance", "--backend", "microvm"]);
     assert_eq!(code, 3, "{out}{err}");
     assert!(
         format!("{out}{err}").contains("not built in this version"),

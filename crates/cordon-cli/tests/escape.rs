@@ -123,7 +123,7 @@ fn escape_refuses_a_backend_it_does_not_know_or_cannot_build() {
         err.contains("`nope` is not a backend cordon knows"),
         "{err}"
     );
-    let (code, _, err) = escape("docker");
+    let (code, _, err) = escape("microvm");
     assert_eq!(code, 3, "{err}");
     assert!(err.contains("not built in this version"), "{err}");
 }

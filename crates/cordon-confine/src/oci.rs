@@ -248,6 +248,108 @@ pub fn seccomp() -> Value {
     })
 }
 
+/// The same denials as a Docker seccomp profile (`--security-opt
+/// seccomp=…`, inlined in the Engine API's `SecurityOpt`). Docker's
+/// profile has the OCI section's shape (`defaultAction`, `architectures`,
+/// `syscalls[{names, action, errnoRet, args}]`; its decoder matches keys
+/// without regard to case), with one difference that matters: runc splits
+/// the conditions a rule puts on one argument into separate rules (any of
+/// them denies), so "none of these values" cannot be one rule of `!=`
+/// comparisons — it would deny every value. Here each such denial is its
+/// complement as rules of one comparison each ([`none_of`]); a set that
+/// cannot be written so is an error, never a wider filter.
+///
+/// `net` narrows the table for what a Docker container's network namespace
+/// cannot hold the way the native rung's Landlock does (no TCP bind):
+/// without an egress route no inet socket is made at all; with one, inet
+/// sockets are made (to reach the proxy) but nothing listens.
+pub fn docker_seccomp_profile(net: DockerNet) -> Result<String, String> {
+    use cordon_linux::DeniedWhen;
+    let mut profile = seccomp();
+    let mut rules = Vec::new();
+    const UNIX_ONLY: &[u64] = &[1]; // AF_UNIX
+    for d in cordon_linux::container_denials() {
+        let DeniedWhen::NotIn32 { arg, values } = d.when else {
+            continue;
+        };
+        let values = match (d.name, net) {
+            ("socket", DockerNet::None) => UNIX_ONLY,
+            _ => values,
+        };
+        for cmp in none_of(arg, values).map_err(|e| format!("`{}`: {e}", d.name))? {
+            rules.push(json!({
+                "names": [d.name],
+                "action": "SCMP_ACT_ERRNO",
+                "errnoRet": d.errno,
+                "args": [cmp],
+            }));
+        }
+    }
+    if let Some(all) = profile["syscalls"].as_array_mut() {
+        // The OCI form of "none of" (one rule of `!=`) is replaced.
+        all.retain(|r| {
+            !r["args"]
+                .as_array()
+                .is_some_and(|a| a.iter().any(|c| c["op"] == "SCMP_CMP_NE"))
+        });
+        all.extend(rules);
+        if net == DockerNet::ProxyRoute {
+            all.push(json!({
+                "names": ["listen"],
+                "action": "SCMP_ACT_ERRNO",
+                "errnoRet": 1, // EPERM
+            }));
+        }
+    }
+    Ok(profile.to_string())
+}
+
+/// What a Docker container's network namespace holds (see
+/// [`docker_seccomp_profile`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DockerNet {
+    /// A loopback only: unix sockets, no inet socket.
+    None,
+    /// The egress proxy's listener: inet sockets to reach it, no `listen`.
+    ProxyRoute,
+}
+
+/// Comparisons on argument `arg`, any one of which holds exactly when its
+/// low 32 bits are none of `values`:
+///
+/// - a small set (largest value at most 64): each value below the largest
+///   that is not in the set (low 32 bits equal), and every value above it
+///   (all 64 bits compared, so a value whose high half is set is denied
+///   too: narrower, never wider);
+/// - `{0, 0xffffffff}` (all bits clear, all set): some bit set and another
+///   clear, as pairs with bit 0 — 62 comparisons of two masked bits.
+fn none_of(arg: u8, values: &[u64]) -> Result<Vec<Value>, String> {
+    let masked = |mask: u64, value: u64| json!({"index": arg, "value": mask, "valueTwo": value, "op": "SCMP_CMP_MASKED_EQ"});
+    let top = values.iter().copied().max().unwrap_or(0);
+    if top <= 64 {
+        let mut out: Vec<Value> = (0..top)
+            .filter(|v| !values.contains(v))
+            .map(|v| masked(0xffff_ffff, v))
+            .collect();
+        out.push(json!({"index": arg, "value": top, "op": "SCMP_CMP_GT"}));
+        return Ok(out);
+    }
+    let mut sorted = values.to_vec();
+    sorted.sort_unstable();
+    if sorted == [0, 0xffff_ffff] {
+        let mut out = Vec::new();
+        for j in 1..32 {
+            let pair = 1 | (1_u64 << j);
+            out.push(masked(pair, 1));
+            out.push(masked(pair, 1 << j));
+        }
+        return Ok(out);
+    }
+    Err(format!(
+        "the allowed values {values:?} cannot be written as Docker seccomp rules of one comparison each"
+    ))
+}
+
 fn mount_json(m: &Mount) -> Value {
     let mut options = vec!["rbind", "nosuid", "nodev"];
     match m.kind {
@@ -327,9 +429,272 @@ impl Bundle<'_> {
     }
 }
 
+// The mounts that hold a translated plan in an OCI-shaped sandbox, and the
+// work dir's checks, shared by the gvisor and docker backends.
+
+/// Whether the plan's rule on `p` may be bound at its own path: not the
+/// root or an ancestor of an image directory (those are reached through
+/// the image's directories), nothing the sandbox mounts itself, not `/etc`
+/// whole nor its files that are cordon's own.
+pub fn bindable_outside(p: &Path, image_dirs: &[PathBuf]) -> bool {
+    let own = ["/proc", "/dev", "/sys", "/tmp"];
+    !image_dirs
+        .iter()
+        .any(|d| d.starts_with(p) || p.starts_with(d))
+        && !HOST_IMAGE.iter().any(|d| p.starts_with(d))
+        && !own.iter().any(|o| p.starts_with(o))
+        && p != Path::new("/etc")
+        && !ETC_KEPT.iter().any(|k| p.starts_with(k))
+}
+
+/// The mounts that hold a translated plan in this sandbox: each rule's
+/// reach into the image's directories, read-only (executable only where a
+/// rule says so), and each rule outside the image at its own path, with
+/// its rights, parents first; the work dir and `/tmp`, read-write and
+/// `noexec`; then every mask that falls inside something bound. Rights
+/// are the union of the rules on a path and above it, as Landlock reads
+/// them. What the bundle cannot give (write inside the image) is left
+/// out: never wider than the plan. Mount points outside the image are
+/// made in `rootfs`. `image_root` is where the image's tree is on the
+/// host (`/` for the `host` image, a stored image's root otherwise): a
+/// rule's path is looked for, and bound from, beneath it.
+pub fn plan_mounts(
+    t: &crate::Confinement,
+    image_root: &Path,
+    image_dirs: &[PathBuf],
+    view: &crate::RootedFs,
+    (work, work_host): (&Path, &Path),
+    (rootfs, volume, masks): (&Path, &Path, &Path),
+) -> Result<Vec<Mount>, String> {
+    use crate::FsView;
+    let tmp = Path::new("/tmp");
+    let rules: Vec<&crate::PathRule> =
+        t.fs.iter()
+            .filter(|r| r.read || r.write || r.execute)
+            .filter(|r| !r.path.starts_with(work) && !r.path.starts_with(tmp))
+            .collect();
+    let mut at: Vec<PathBuf> = Vec::new();
+    for r in &rules {
+        for d in image_dirs {
+            if d.starts_with(&r.path) {
+                at.push(d.clone());
+            } else if r.path.starts_with(d) {
+                at.push(r.path.clone());
+            }
+        }
+        if bindable_outside(&r.path, image_dirs) {
+            at.push(r.path.clone());
+        }
+    }
+    at.sort_by_key(|p| (p.components().count(), p.clone()));
+    at.dedup();
+    let in_image = |p: &Path| image_dirs.iter().any(|d| p.starts_with(d));
+    let exec_at = |p: &Path| rules.iter().any(|r| r.execute && p.starts_with(&r.path));
+    let write_at =
+        |p: &Path| !in_image(p) && rules.iter().any(|r| r.write && p.starts_with(&r.path));
+    let mut binds: Vec<(PathBuf, MountKind)> = Vec::new();
+    for p in at {
+        // A rule on a path the host lacks binds nothing.
+        let Ok(meta) = std::fs::symlink_metadata(under(image_root, &p)) else {
+            continue;
+        };
+        let kind = if write_at(&p) {
+            MountKind::ReadWrite { exec: exec_at(&p) }
+        } else {
+            MountKind::ReadOnly { exec: exec_at(&p) }
+        };
+        let parent = binds
+            .iter()
+            .filter(|(q, _)| p.starts_with(q))
+            .max_by_key(|(q, _)| q.components().count());
+        if parent.is_some_and(|(_, k)| *k == kind) {
+            continue;
+        }
+        if parent.is_none() && !in_image(&p) {
+            // Its mount point, in the root cordon made.
+            let point = under(rootfs, &p);
+            if meta.is_dir() {
+                mkdir_in(rootfs, &p)?;
+            } else if !meta.file_type().is_symlink() {
+                if let Some(parent) = p.parent() {
+                    mkdir_in(rootfs, parent)?;
+                }
+                if std::fs::symlink_metadata(&point).is_err() {
+                    std::fs::write(&point, b"")
+                        .map_err(|e| format!("cannot make `{}`: {e}", point.display()))?;
+                }
+            } else {
+                continue;
+            }
+        }
+        binds.push((p, kind));
+    }
+    let mut mounts: Vec<Mount> = binds
+        .into_iter()
+        .map(|(p, kind)| Mount {
+            source: under(image_root, &p),
+            destination: p,
+            kind,
+        })
+        .collect();
+    let bound: Vec<PathBuf> = mounts.iter().map(|m| m.destination.clone()).collect();
+    mounts.push(Mount {
+        destination: work.to_path_buf(),
+        source: work_host.to_path_buf(),
+        kind: MountKind::ReadWrite { exec: false },
+    });
+    mounts.push(Mount {
+        destination: tmp.to_path_buf(),
+        source: volume.join("tmp"),
+        kind: MountKind::ReadWrite { exec: false },
+    });
+    let inside = |p: &Path| {
+        p.starts_with(work) || p.starts_with(tmp) || bound.iter().any(|b| p.starts_with(b))
+    };
+    let mut hidden: Vec<&PathBuf> = t.mask_paths.iter().chain(&t.mask_executables).collect();
+    hidden.sort();
+    hidden.dedup();
+    for p in hidden {
+        if !inside(p) {
+            continue;
+        }
+        let source = match view.symlink_metadata(p) {
+            Ok(m) if m.is_dir() => masks.join("dir"),
+            Ok(_) => masks.join("file"),
+            Err(_) => continue,
+        };
+        mounts.push(Mount {
+            destination: p.clone(),
+            source,
+            kind: MountKind::ReadOnly { exec: false },
+        });
+    }
+    Ok(mounts)
+}
+
+/// An operator's work dir, checked: a directory owned by
+/// `owner` (what the workload writes as; cordon never chowns an
+/// operator's files), on a filesystem no larger than `max_disk`, which is
+/// what holds the bound there. Returns it canonical.
+pub fn given_work_dir(d: &Path, max_disk: u64, owner: u32, rung: &str) -> Result<PathBuf, String> {
+    use std::os::unix::fs::MetadataExt;
+    let real = d
+        .canonicalize()
+        .map_err(|e| format!("work dir `{}`: {e}", d.display()))?;
+    let meta =
+        std::fs::metadata(&real).map_err(|e| format!("work dir `{}`: {e}", real.display()))?;
+    let dir = real.display();
+    if !meta.is_dir() {
+        return Err(format!("work dir `{dir}` is not a directory"));
+    }
+    if meta.uid() != owner || meta.gid() != owner {
+        return Err(format!(
+            "work dir `{dir}` is owned by {}:{}, but the {rung} backend's workload writes as {owner}:{owner} and cordon never chowns an operator's files\nhelp: give a directory owned by {owner}:{owner}, or omit `--work-dir` to get a fresh one",
+            meta.uid(),
+            meta.gid()
+        ));
+    }
+    let size = cordon_linux::volume::filesystem_bytes(&real)
+        .map_err(|e| format!("work dir `{dir}`: {e}"))?;
+    if size == 0 || size > max_disk {
+        return Err(format!(
+            "work dir `{dir}` is on a filesystem of {size} bytes, not one of at most max_disk ({max_disk} bytes), and nothing else would hold the bound there\nhelp: omit `--work-dir` (a fresh work dir is a volume of exactly max_disk), or put the directory on a filesystem of its own no larger than max_disk"
+        ));
+    }
+    Ok(real)
+}
+
+/// Where the work dir may not be: inside the image's directories, cordon's
+/// `/etc`, or what the sandbox mounts itself.
+pub fn check_work_dir(guest: &str, rung: &str) -> Result<(), String> {
+    let p = Path::new(guest);
+    let reserved = HOST_IMAGE
+        .iter()
+        .copied()
+        .chain(["/etc", "/proc", "/dev", "/tmp", "/sys"]);
+    for r in reserved {
+        if p.starts_with(r) {
+            return Err(format!(
+                "the work dir `{guest}` is inside `{r}`, which the {rung} backend mounts itself; name a work dir outside it, like `/workspace`"
+            ));
+        }
+    }
+    if p == Path::new("/") {
+        return Err("the work dir cannot be `/`; name one like `/workspace`".into());
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_docker_profile_denies_the_complement_of_an_allowed_set_rule_by_rule() {
+        let p: Value =
+            serde_json::from_str(&docker_seccomp_profile(DockerNet::ProxyRoute).unwrap()).unwrap();
+        let rules = p["syscalls"].as_array().unwrap();
+        // No rule puts two conditions on one argument (runc would OR them).
+        for r in rules {
+            let args = r["args"].as_array().map_or(0, Vec::len);
+            assert!(args <= 1, "{r}");
+        }
+        let socket: Vec<&Value> = rules.iter().filter(|r| r["names"][0] == "socket").collect();
+        let eq: Vec<u64> = socket
+            .iter()
+            .filter(|r| r["args"][0]["op"] == "SCMP_CMP_MASKED_EQ")
+            .map(|r| r["args"][0]["valueTwo"].as_u64().unwrap())
+            .collect();
+        // unix (1), inet (2) and inet6 (10) are allowed; the rest is denied.
+        assert_eq!(eq, [0, 3, 4, 5, 6, 7, 8, 9]);
+        assert!(socket
+            .iter()
+            .any(|r| r["args"][0]["op"] == "SCMP_CMP_GT" && r["args"][0]["value"] == 10));
+        assert!(rules.iter().any(|r| r["names"][0] == "listen"));
+        // With no route, no inet socket at all, and unix sockets listen.
+        let p: Value =
+            serde_json::from_str(&docker_seccomp_profile(DockerNet::None).unwrap()).unwrap();
+        let rules = p["syscalls"].as_array().unwrap();
+        assert!(rules.iter().any(|r| r["names"][0] == "socket"
+            && r["args"][0]["op"] == "SCMP_CMP_GT"
+            && r["args"][0]["value"] == 1));
+        assert!(!rules.iter().any(|r| r["names"][0] == "listen"));
+    }
+
+    /// The rules of [`none_of`] hold exactly off the allowed set.
+    #[test]
+    fn none_of_denies_exactly_what_is_not_allowed() {
+        let holds = |rules: &[Value], v: u64| {
+            rules.iter().any(|c| {
+                let a = c["value"].as_u64().unwrap();
+                match c["op"].as_str().unwrap() {
+                    "SCMP_CMP_MASKED_EQ" => v & a == c["valueTwo"].as_u64().unwrap(),
+                    "SCMP_CMP_GT" => v > a,
+                    op => panic!("{op}"),
+                }
+            })
+        };
+        let socket = none_of(0, &[1, 2, 10]).unwrap();
+        for v in 0..200_u64 {
+            assert_eq!(holds(&socket, v), ![1, 2, 10].contains(&v), "{v}");
+        }
+        assert!(holds(&socket, (1 << 32) | 2));
+        let persona = none_of(0, &[0, 0xffff_ffff]).unwrap();
+        assert!(!holds(&persona, 0) && !holds(&persona, 0xffff_ffff));
+        for v in [
+            1,
+            2,
+            8,
+            0x0040_0000,
+            0x0004_0000,
+            0xffff_fffe,
+            0x7fff_ffff,
+            0x8000_0000,
+        ] {
+            assert!(holds(&persona, v), "{v:#x}");
+        }
+        assert!(none_of(0, &[0, 100, 1000]).is_err());
+    }
 
     #[test]
     fn every_container_denial_is_in_the_bundles_filter() {

@@ -1,7 +1,8 @@
 //! cordon's host layer: what the CLI uses now and a server will use next.
 //!
 //! - [`builtin_registry`] — every backend this build knows: the ones it
-//!   runs (`cordon-backend-gvisor`'s and `cordon-backend-local`'s
+//!   runs (`cordon-backend-gvisor`'s, `cordon-backend-docker`'s and
+//!   `cordon-backend-local`'s
 //!   registrations) and the ones it plans
 //!   ([`cordon_sandbox::catalogue::planned`]). A host may register more.
 //! - [`assembly`] — from a host setup (floor, policy, backend preference,
@@ -29,7 +30,10 @@ pub fn builtin_registry() -> Registry {
     let mut r = Registry::new();
     for reg in cordon_sandbox::catalogue::planned()
         .into_iter()
-        .chain([cordon_backend_gvisor::registration()])
+        .chain([
+            cordon_backend_gvisor::registration(),
+            cordon_backend_docker::registration(),
+        ])
         .chain(cordon_backend_local::registrations())
     {
         // INVARIANT: the built-in names are distinct (a test checks).
@@ -58,6 +62,6 @@ mod tests {
             .filter(|b| b.build.is_some())
             .map(|b| b.name())
             .collect();
-        assert_eq!(built, ["gvisor", "container", "process"]);
+        assert_eq!(built, ["gvisor", "docker", "container", "process"]);
     }
 }

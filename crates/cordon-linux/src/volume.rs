@@ -489,6 +489,44 @@ pub fn unmount(at: &Path) -> io::Result<bool> {
     }
 }
 
+/// Binds `src` at `at` (an existing empty directory, or an empty file for
+/// a file) with exactly these rights: `nosuid`, `nodev`, read-only unless
+/// `write`, `noexec` unless `exec`; not recursive (mounts beneath `src`
+/// are not carried), private. For engines that cannot set `noexec` on a
+/// bind themselves (Docker's binds): they are handed this mount, which a
+/// bind of it keeps. Undone with [`unmount`].
+pub fn restricted_bind(src: &Path, at: &Path, write: bool, exec: bool) -> Result<(), String> {
+    use nix::mount::MsFlags;
+    nix::mount::mount(Some(src), at, None::<&str>, MsFlags::MS_BIND, None::<&str>)
+        .map_err(|e| format!("binding `{}` at `{}`: {e}", src.display(), at.display()))?;
+    let mut flags = MsFlags::MS_BIND | MsFlags::MS_REMOUNT | MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
+    if !write {
+        flags |= MsFlags::MS_RDONLY;
+    }
+    if !exec {
+        flags |= MsFlags::MS_NOEXEC;
+    }
+    let held =
+        nix::mount::mount(None::<&str>, at, None::<&str>, flags, None::<&str>).and_then(|()| {
+            nix::mount::mount(
+                None::<&str>,
+                at,
+                None::<&str>,
+                MsFlags::MS_PRIVATE,
+                None::<&str>,
+            )
+        });
+    if let Err(e) = held {
+        let _ = unmount(at);
+        return Err(format!(
+            "restricting the bind of `{}` at `{}`: {e}",
+            src.display(),
+            at.display()
+        ));
+    }
+    Ok(())
+}
+
 /// A user namespace whose only mapping is `from` (uid and gid `from_gid`)
 /// to host id `to`: the mapping an idmapped mount applies.
 #[expect(

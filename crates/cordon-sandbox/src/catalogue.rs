@@ -8,7 +8,8 @@
 //! the rest with the reason.
 //!
 //! `process` and `container` are built (`cordon-backend-local`), as is
-//! `gvisor` (`cordon-backend-gvisor`), and register themselves from there; [`planned`] holds the others, which are
+//! `gvisor` (`cordon-backend-gvisor`) and `docker` (`cordon-backend-docker`),
+//! and register themselves from there; [`planned`] holds the others, which are
 //! not built in this version: their probes say so, and report what the
 //! machine has that the backend will need. [`DoctorReport::from_registry`]
 //! probes whatever a host registered.
@@ -65,28 +66,16 @@ pub fn planned() -> Vec<BackendRegistration> {
         workload_uid: None,
         opt_in: false,
     };
-    vec![
-        entry(
-            BackendInfo {
-                name: "microvm",
-                isolation: Isolation::Microvm,
-                egress: Egress::Allowlist,
-                capabilities: full.clone(),
-                summary: "a QEMU microvm guest under KVM, egress through cordon's proxy",
-            },
-            |_| not_built("microvm", &ThisMachine),
-        ),
-        entry(
-            BackendInfo {
-                name: "docker",
-                isolation: Isolation::Container,
-                egress: Egress::Allowlist,
-                capabilities: full,
-                summary: "a Docker container on an internal network, egress through cordon's proxy",
-            },
-            |_| not_built("docker", &ThisMachine),
-        ),
-    ]
+    vec![entry(
+        BackendInfo {
+            name: "microvm",
+            isolation: Isolation::Microvm,
+            egress: Egress::Allowlist,
+            capabilities: full.clone(),
+            summary: "a QEMU microvm guest under KVM, egress through cordon's proxy",
+        },
+        |_| not_built("microvm", &ThisMachine),
+    )]
 }
 
 /// What a probe of this machine found.
@@ -137,13 +126,6 @@ pub fn not_built(name: &str, m: &dyn Machine) -> Probe {
         "microvm" => vec![
             have("`qemu-system-x86_64`", m.has_program("qemu-system-x86_64")),
             have("`/dev/kvm`", m.path_exists("/dev/kvm")),
-        ],
-        "docker" => vec![
-            have("`dockerd`", m.has_program("dockerd")),
-            have(
-                "`/var/run/docker.sock`",
-                m.path_exists("/var/run/docker.sock"),
-            ),
         ],
         _ => Vec::new(),
     };

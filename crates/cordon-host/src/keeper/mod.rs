@@ -277,6 +277,8 @@ pub fn spawn(keeper: &SelfCommand, launch: &Launch, state: &StateDir) -> Result<
         .env_clear()
         .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
         .envs(std::env::var_os("CORDON_IMAGE_STORE").map(|v| ("CORDON_IMAGE_STORE", v)))
+        // The Docker Engine the docker backend drives.
+        .envs(std::env::var_os("CORDON_DOCKER_HOST").map(|v| ("CORDON_DOCKER_HOST", v)))
         .envs(std::env::var_os("CORDON_LOG").map(|v| ("CORDON_LOG", v)))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())

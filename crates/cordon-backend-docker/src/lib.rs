@@ -1,0 +1,97 @@
+//! cordon's `docker` backend: the `container` rung on a Docker Engine,
+//! driven through the Engine API (never the `docker` CLI).
+//!
+//! - [`engine`] reaches the engine over its unix socket with `bollard`,
+//!   negotiating the API version down to the engine's (Debian's 20.10
+//!   speaks 1.41, older than the crate's default) and refusing one older
+//!   than [`engine::MIN_API`]; it owns a small tokio runtime, so the
+//!   synchronous backend traits work from any caller, inside a runtime or
+//!   not. The engine is `CORDON_DOCKER_HOST` (`unix:///…`), else
+//!   `/var/run/docker.sock`.
+//! - [`DockerBackend`] (`backend.rs`) acquires a [`DockerSandbox`]
+//!   (`sandbox.rs`): a directory on the host holding cordon's `/etc`
+//!   files, a volume of `max_disk` for the work dir and `/tmp`, and the
+//!   binds the policy's plan translates to; an *anchor* container (made,
+//!   never started) carries the sandbox's labels on the engine, so any
+//!   cordon process finds it by scope and thread.
+//! - Every exec is one container of the `host` image (an empty image
+//!   cordon imports once per engine, with the host's system directories
+//!   bound read-only): no network, a read-only root, every capability
+//!   dropped, `no-new-privileges`, the container rung's seccomp denials,
+//!   memory and pids bounds, a non-root user. Its CPU time is read from
+//!   its cgroup and the container is killed at `max_cpu_seconds`; the
+//!   wall clock likewise. A container per exec is what makes "nothing an
+//!   exec starts outlives it" hold: when its first process ends, the
+//!   engine kills everything in its pid namespace.
+//! - [`register::registration`] is what a host adds to its registry.
+//!
+//! Egress is `closed` in this version (network mode `none`).
+
+#![cfg(target_os = "linux")]
+
+mod backend;
+pub mod engine;
+pub mod register;
+mod sandbox;
+
+pub use backend::{DockerBackend, DockerConfig};
+pub use register::registration;
+pub use sandbox::DockerSandbox;
+
+use std::sync::atomic::AtomicU32;
+
+use cordon_sandbox::BackendError;
+
+/// The backend's name.
+pub const NAME: &str = "docker";
+
+/// The uid/gid the workload runs as (the same unprivileged id as the
+/// gvisor backend's).
+pub const WORKLOAD_ID: u32 = 1_999_999_998;
+
+/// Every name this backend leaves on the host or the engine begins so.
+pub const PREFIX: &str = "cordon-docker-";
+
+/// The label every container of cordon's carries, and its value.
+pub const LABEL_OWNER: &str = "dev.cordon.owner";
+pub const OWNER: &str = "cordon";
+/// The sandbox (its id: `cordon-docker-PID-N-STAMP`).
+pub const LABEL_SANDBOX: &str = "dev.cordon.sandbox";
+/// What the container is: `anchor` (the sandbox's labels) or `exec`.
+pub const LABEL_ROLE: &str = "dev.cordon.role";
+pub const LABEL_SCOPE: &str = "dev.cordon.scope";
+pub const LABEL_THREAD: &str = "dev.cordon.thread";
+pub const LABEL_AGENT_DIR: &str = "dev.cordon.agent-dir";
+/// The pid of the process that made it (a keeper, for a kept sandbox).
+pub const LABEL_MAKER: &str = "dev.cordon.maker";
+/// The sandbox's directory on the engine's host.
+pub const LABEL_DIR: &str = "dev.cordon.dir";
+/// The engine endpoint the sandbox was placed on, as cordon reaches it.
+pub const LABEL_ENGINE: &str = "dev.cordon.engine";
+
+/// Makes names unique within this process.
+pub(crate) static NEXT: AtomicU32 = AtomicU32::new(0);
+
+fn failed(operation: &'static str, reason: impl Into<String>) -> BackendError {
+    BackendError::Failed {
+        operation,
+        reason: reason.into(),
+    }
+}
+
+/// The pid in a name this backend made: `cordon-docker-PID-N-…`.
+pub fn maker_of(name: &str) -> Option<u32> {
+    let rest = name.strip_prefix(PREFIX)?;
+    let mut parts = rest.split('-');
+    let pid = parts.next()?;
+    let n = parts.next()?;
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    (digits(pid) && digits(n))
+        .then(|| pid.parse().ok())
+        .flatten()
+}
+
+/// Whether process `pid` is gone.
+pub(crate) fn gone(pid: u32) -> bool {
+    !std::path::Path::new(&format!("/proc/{pid}")).exists()
+}

@@ -1,0 +1,293 @@
+//! The `docker` backend's registration: how a host finds, probes, builds
+//! and cleans up after it.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use cordon_policy::{Deployment, Policy};
+use cordon_sandbox::catalogue::{BackendInfo, Probe};
+use cordon_sandbox::{Backend, BackendRegistration, BackendSetup, Egress, Isolation, WorkDirView};
+
+use crate::sandbox::{remove_sandbox_dir, Residue};
+use crate::{DockerBackend, DockerConfig, WORKLOAD_ID};
+
+/// What the backend claims (its built backend declares the same).
+pub fn info() -> BackendInfo {
+    BackendInfo {
+        name: crate::NAME,
+        isolation: Isolation::Container,
+        egress: Egress::Allowlist,
+        capabilities: crate::backend::capabilities(),
+        summary: "a Docker Engine container per exec, through the Engine API, egress through cordon's proxy",
+    }
+}
+
+fn probe(_: &BackendSetup) -> Probe {
+    match crate::engine::probe() {
+        Ok(p) => Probe {
+            runnable: true,
+            reason: None,
+            found: p.found.clone(),
+        },
+        Err((reason, found)) => Probe {
+            runnable: false,
+            reason: Some(reason.clone()),
+            found: found.clone(),
+        },
+    }
+}
+
+fn build(setup: &BackendSetup, policy: Arc<Policy>) -> Result<Arc<dyn Backend>, String> {
+    let probed = crate::engine::probe()
+        .as_ref()
+        .map_err(|(reason, found)| format!("{reason} ({})", found.join("; ")))?;
+    Ok(Arc::new(DockerBackend::new(DockerConfig {
+        policy,
+        env: Deployment {
+            name: setup.deployment.clone(),
+        },
+        scratch: setup.scratch.clone(),
+        work_dir: setup.work_dir.clone(),
+        engine: probed.engine.clone(),
+        egress: setup.egress.clone(),
+    })))
+}
+
+/// A path with nothing to resolve: absolute, no `.`/`..`, its own
+/// canonical form when it exists.
+fn plain(path: &Path) -> Result<(), String> {
+    use std::path::Component;
+    if !path.is_absolute()
+        || path
+            .components()
+            .any(|c| matches!(c, Component::CurDir | Component::ParentDir))
+    {
+        return Err(format!("`{}` is not a plain absolute path", path.display()));
+    }
+    match path.canonicalize() {
+        Ok(real) if real == path => Ok(()),
+        Ok(real) => Err(format!(
+            "`{}` leads through a link (to `{}`)",
+            path.display(),
+            real.display()
+        )),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(format!("`{}`: {e}", path.display())),
+    }
+}
+
+/// Checks that a residue names only what a docker sandbox of the process
+/// `keeper` makes: a directory `cordon-docker-KEEPER-…` of root's in this
+/// cordon's scratch directory (TMPDIR), and the sandbox id that is its
+/// name (which its containers carry as a label).
+pub(crate) fn vet_residue(residue: &serde_json::Value, keeper: u32) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
+    let r: Residue = serde_json::from_value(residue.clone())
+        .map_err(|e| format!("the recorded residue is not a docker one ({e})"))?;
+    plain(&r.dir)?;
+    let name = r.dir.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    match crate::maker_of(name) {
+        Some(pid) if pid == keeper => {}
+        _ => {
+            return Err(format!(
+                "`{}` is not the directory of a docker sandbox the record's keeper ({keeper}) made (`{}{keeper}-…`)",
+                r.dir.display(),
+                crate::PREFIX
+            ))
+        }
+    }
+    crate::engine::Endpoint::parse(&r.engine)?;
+    if r.sandbox != name {
+        return Err(format!(
+            "the recorded sandbox `{}` is not the directory `{name}`'s",
+            r.sandbox
+        ));
+    }
+    let scratch = std::env::temp_dir();
+    let scratch = scratch.canonicalize().unwrap_or(scratch);
+    if r.dir.parent() != Some(scratch.as_path()) {
+        return Err(format!(
+            "`{}` is not in `{}`, where this cordon makes sandbox directories (TMPDIR); run gc with TMPDIR set to its parent",
+            r.dir.display(),
+            scratch.display()
+        ));
+    }
+    match std::fs::symlink_metadata(&r.dir) {
+        Ok(m) if !m.is_dir() || m.uid() != 0 => Err(format!(
+            "`{}` is not a directory of root's",
+            r.dir.display()
+        )),
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(format!("`{}`: {e}", r.dir.display())),
+    }
+}
+
+fn vet(residue: &serde_json::Value, keeper: u32) -> Result<(), String> {
+    vet_residue(residue, keeper)
+}
+
+/// Removes a vetted residue: the sandbox's containers on the engine (by
+/// label), its binds, volume and directory. Returns what failed.
+pub(crate) fn reclaim_residue(residue: &serde_json::Value) -> Vec<String> {
+    let r: Residue = match serde_json::from_value(residue.clone()) {
+        Ok(r) => r,
+        Err(e) => {
+            return vec![format!(
+                "the recorded residue is not a docker one ({e}); left alone"
+            )]
+        }
+    };
+    let engine = crate::engine::Endpoint::parse(&r.engine)
+        .and_then(|ep| crate::engine::Engine::connect(&ep));
+    let mut failures = match engine {
+        Ok(engine) => engine.remove_labelled(crate::LABEL_SANDBOX, &r.sandbox),
+        Err(e) => vec![format!(
+            "the containers of `{}` were not removed: {e}",
+            r.sandbox
+        )],
+    };
+    if let Err(e) = remove_sandbox_dir(&r.dir) {
+        failures.push(e);
+    }
+    failures
+}
+
+fn reclaim(residue: &serde_json::Value) -> Vec<String> {
+    reclaim_residue(residue)
+}
+
+/// Containers and sandbox directories whose making process is gone (an
+/// owner killed before it could dispose of them or record them).
+fn sweep() -> (Vec<String>, Vec<String>) {
+    let mut done = Vec::new();
+    let mut failures = Vec::new();
+    // Only an engine that answers is swept; one that does not is
+    // reported, its containers never silently forgotten.
+    match crate::engine::local() {
+        Ok(engine) => match engine.containers(&[(crate::LABEL_OWNER, crate::OWNER)]) {
+            Ok(cs) => {
+                for (id, labels) in cs {
+                    let maker = labels
+                        .get(crate::LABEL_MAKER)
+                        .and_then(|p| p.parse::<u32>().ok());
+                    if maker.is_some_and(crate::gone) {
+                        match engine.remove(&id) {
+                            Ok(()) => done.push(format!(
+                                "docker container `{}`",
+                                labels
+                                    .get(crate::LABEL_SANDBOX)
+                                    .map_or(id.as_str(), String::as_str)
+                            )),
+                            Err(e) => failures.push(e),
+                        }
+                    }
+                }
+            }
+            Err(e) => failures.push(e),
+        },
+        Err(e) if std::env::var_os(crate::engine::HOST_VAR).is_some() => {
+            failures.push(format!("the docker engine was not swept: {e}"));
+        }
+        // No engine configured and none at the default socket: nothing of
+        // this backend's can be there.
+        Err(_) => {}
+    }
+    let scratch = std::env::temp_dir();
+    if let Ok(entries) = std::fs::read_dir(&scratch) {
+        let dirs: Vec<PathBuf> = entries
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| {
+                p.file_name()
+                    .and_then(|n| n.to_str())
+                    .and_then(crate::maker_of)
+                    .is_some_and(crate::gone)
+            })
+            .filter(|p| {
+                use std::os::unix::fs::MetadataExt;
+                std::fs::symlink_metadata(p).is_ok_and(|m| m.is_dir() && m.uid() == 0)
+            })
+            .collect();
+        for d in dirs {
+            match remove_sandbox_dir(&d) {
+                Ok(()) => done.push(d.display().to_string()),
+                Err(e) => failures.push(e),
+            }
+        }
+    }
+    (done, failures)
+}
+
+/// The `docker` backend, as a host registers it. Opt-in: used when named
+/// (`--backend docker`). It sits on the `container` rung beside the native
+/// one, which serves more (secrets, terminals, egress) without a daemon;
+/// an operator who runs Docker chooses it.
+pub fn registration() -> BackendRegistration {
+    BackendRegistration {
+        info: info(),
+        probe,
+        build: Some(build),
+        vet,
+        reclaim,
+        sweep,
+        work_dir_view: WorkDirView::SpecPath,
+        work_dir_owner: Some(WORKLOAD_ID),
+        workload_uid: Some(WORKLOAD_ID),
+        opt_in: true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_read_as_the_backend_writes_them() {
+        assert_eq!(crate::maker_of("cordon-docker-12-3-456"), Some(12));
+        assert_eq!(crate::maker_of("cordon-docker-12-3-456-e7"), Some(12));
+        for bad in [
+            "cordon-docker-x-3",
+            "cordon-gvisor-1-2-3",
+            "cordon-docker-12",
+        ] {
+            assert_eq!(crate::maker_of(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_residue_names_only_what_its_keeper_made() {
+        let keeper = 4_000_000; // above any pid_max: never a live process
+        let scratch = std::env::temp_dir().canonicalize().unwrap();
+        let name = format!("cordon-docker-{keeper}-0-1");
+        let dir = scratch.join(&name);
+        let engine = "unix:///run/docker.sock";
+        let ok = serde_json::json!({"dir": dir, "sandbox": name, "engine": engine});
+        assert_eq!(vet(&ok, keeper), Ok(()));
+        assert!(vet(&ok, keeper + 1).unwrap_err().contains("keeper"));
+        let other =
+            serde_json::json!({"dir": dir, "sandbox": "cordon-docker-1-0-1", "engine": engine});
+        assert!(vet(&other, keeper).unwrap_err().contains("sandbox"));
+        let tcp = serde_json::json!({"dir": dir, "sandbox": name, "engine": "tcp://h:1"});
+        assert!(vet(&tcp, keeper).is_err());
+        let elsewhere = serde_json::json!({
+            "dir": format!("/var/{name}"),
+            "sandbox": name,
+            "engine": engine,
+        });
+        assert!(vet(&elsewhere, keeper).unwrap_err().contains("TMPDIR"));
+        assert!(vet(&serde_json::json!({"dirs": []}), keeper).is_err());
+    }
+
+    #[test]
+    fn endpoints_are_unix_sockets_or_refused() {
+        assert_eq!(
+            crate::engine::Endpoint::parse("unix:///run/d.sock")
+                .unwrap()
+                .socket,
+            PathBuf::from("/run/d.sock")
+        );
+        let e = crate::engine::Endpoint::parse("tcp://1.2.3.4:2375").unwrap_err();
+        assert!(e.contains("CORDON_DOCKER_HOST"), "{e}");
+    }
+}

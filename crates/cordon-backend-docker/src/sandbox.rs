@@ -1,0 +1,1178 @@
+//! [`DockerSandbox`]: one sandbox's directory on the host, its anchor
+//! container on the engine, and its execs, each one container.
+//!
+//! The directory, `TMPDIR/cordon-docker-PID-N-STAMP/`, root's, mode 0700:
+//!
+//! - `rootfs/etc/` — cordon's own `/etc` files, bound read-only;
+//! - `volume/` — an ext4 volume of `max_disk`: `work/` and `tmp/`, owned by
+//!   [`crate::WORKLOAD_ID`];
+//! - `masks/` — an empty directory and an empty file, bound over what the
+//!   plan hides;
+//! - `binds/K` — a bind made on the host with the rights Docker cannot set
+//!   on a bind itself (`noexec`, and read-only under it): Docker binds it
+//!   read-write, which keeps the flags it has. Unmounted at dispose.
+//!
+//! On the engine: the anchor container `cordon-docker-PID-N-STAMP` (made,
+//! never started: it holds the labels) and one container per exec,
+//! `…-eK`, removed when the exec ends.
+
+use std::collections::HashMap;
+use std::os::fd::OwnedFd;
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, TryRecvError};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use bollard::models::{
+    ContainerCreateBody, HostConfig, HostConfigCgroupnsModeEnum, Mount as DMount, MountBindOptions,
+    MountBindOptionsPropagationEnum, MountType, ResourcesUlimits,
+};
+use cordon_confine::oci::{DockerNet, HostImage, Mount, MountKind};
+use cordon_confine::{FsView, RootedFs};
+use cordon_files::host_dir::HostWorkDir;
+use cordon_policy::{Deployment, Policy};
+use cordon_sandbox::{
+    AcquireRequest, Attach, BackendError, ExecHandle, ExecRequest, ExitStatus, FileRead, FileStat,
+    Killer, Limits, Provenance, Sandbox, SandboxError, StdinFeed,
+};
+use futures_util::StreamExt;
+use serde::{Deserialize, Serialize};
+use tokio::io::AsyncWriteExt;
+
+use crate::engine::{call, Engine};
+use crate::{failed, DockerConfig, NEXT, WORKLOAD_ID};
+
+/// What a sandbox leaves if its holder dies: its directory (the volume and
+/// binds mounted in it) and its id, which its containers carry as
+/// [`crate::LABEL_SANDBOX`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Residue {
+    pub dir: PathBuf,
+    pub sandbox: String,
+    /// The engine its containers are on (`unix:///…`).
+    pub engine: String,
+}
+
+/// One docker sandbox.
+pub struct DockerSandbox {
+    id: String,
+    dir: PathBuf,
+    engine: Engine,
+    /// The image's skeleton on the engine (its tag).
+    image: String,
+    /// Where the image's tree is on the host (`/` for `host`).
+    image_root: PathBuf,
+    /// Its directories, bound from there as the plan grants.
+    image_dirs: Vec<PathBuf>,
+    volume: PathBuf,
+    guest_work: String,
+    provenance: Provenance,
+    labels: HashMap<String, String>,
+    limits: Limits,
+    policy: Arc<Policy>,
+    env: Deployment,
+    view: RootedFs,
+    files: HostWorkDir,
+    /// The mounts the policy's plan translates to, made at the first exec.
+    base: OnceLock<Result<Vec<DMount>, SandboxError>>,
+    /// The port of the egress proxy's listener in the anchor's network
+    /// namespace, which every exec joins; `None`: no network at all.
+    proxy_port: Option<u16>,
+    /// What serves that listener; dropped at dispose, which ends it.
+    egress: std::sync::Mutex<Option<Box<dyn std::any::Any + Send>>>,
+    disposed: AtomicBool,
+}
+
+fn refused(reason: String) -> SandboxError {
+    SandboxError::Refused {
+        reason,
+        rules: Vec::new(),
+    }
+}
+
+fn exec_failed(reason: String) -> SandboxError {
+    SandboxError::Failed {
+        operation: "exec",
+        reason,
+    }
+}
+
+fn private_dir(p: &Path) -> Result<(), String> {
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(p)
+        .map_err(|e| format!("cannot create `{}`: {e}", p.display()))
+}
+
+fn owned_dir(p: &Path) -> Result<(), String> {
+    private_dir(p)?;
+    std::os::unix::fs::chown(p, Some(WORKLOAD_ID), Some(WORKLOAD_ID))
+        .map_err(|e| format!("cannot hand `{}` to uid {WORKLOAD_ID}: {e}", p.display()))
+}
+
+/// An image's skeleton on the engine: its top-level links (`/bin` →
+/// `usr/bin` on a merged-`/usr` host) and empty mount points, nothing
+/// else, imported once per engine. The image's directories are bound into
+/// it as the policy's plan grants, from `root` on the host (`/` for the
+/// `host` image, whose directories are [`cordon_confine::oci::HOST_IMAGE`];
+/// a stored image's root for one of cordon's store). Its tag names the
+/// layout. Returns the tag and the directories to bind from.
+pub(crate) fn skeleton(engine: &Engine, root: &Path) -> Result<(String, Vec<PathBuf>), String> {
+    let names: Vec<String> = if root == Path::new("/") {
+        cordon_confine::oci::HOST_IMAGE
+            .iter()
+            .map(|d| d.trim_start_matches('/').to_string())
+            .collect()
+    } else {
+        let mut n: Vec<String> = std::fs::read_dir(root)
+            .map_err(|e| format!("the image's root `{}`: {e}", root.display()))?
+            .flatten()
+            .filter_map(|e| e.file_name().to_str().map(String::from))
+            .collect();
+        n.sort();
+        n
+    };
+    let mut tar = tar::Builder::new(Vec::new());
+    let mut layout = String::new();
+    let mut dirs = Vec::new();
+    let dir = |tar: &mut tar::Builder<Vec<u8>>, name: &str| {
+        let mut h = tar::Header::new_gnu();
+        h.set_entry_type(tar::EntryType::Directory);
+        h.set_mode(0o755);
+        h.set_size(0);
+        tar.append_data(&mut h, format!("{name}/"), std::io::empty())
+            .map_err(|e| format!("building the image's skeleton: {e}"))
+    };
+    // Given by the engine, or cordon's own (`/etc` is cordon's files plus
+    // what the plan grants of the image's, file by file).
+    let own = ["etc", "proc", "dev", "sys", "tmp"];
+    for name in &names {
+        let at = root.join(name);
+        match std::fs::symlink_metadata(&at) {
+            Ok(m) if m.file_type().is_symlink() => {
+                let to = std::fs::read_link(&at)
+                    .map_err(|e| format!("cannot read the link `{}`: {e}", at.display()))?;
+                let mut h = tar::Header::new_gnu();
+                h.set_entry_type(tar::EntryType::Symlink);
+                h.set_mode(0o777);
+                h.set_size(0);
+                tar.append_link(&mut h, name, &to)
+                    .map_err(|e| format!("building the image's skeleton: {e}"))?;
+                layout.push_str(&format!("{name}>{};", to.display()));
+            }
+            Ok(m) if m.is_dir() && !own.contains(&name.as_str()) => {
+                dir(&mut tar, name)?;
+                layout.push_str(&format!("{name}/;"));
+                dirs.push(Path::new("/").join(name));
+            }
+            _ => {}
+        }
+    }
+    for d in own {
+        dir(&mut tar, d)?;
+    }
+    let bytes = tar
+        .into_inner()
+        .map_err(|e| format!("building the image's skeleton: {e}"))?;
+    // FNV-1a: a name for the layout, not a security boundary.
+    let hash = layout.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    let tag = format!("1-{hash:016x}");
+    engine.import("cordon/skeleton", &tag, bytes)?;
+    Ok((format!("cordon/skeleton:{tag}"), dirs))
+}
+
+fn bind(source: &Path, target: &Path, read_only: bool) -> DMount {
+    DMount {
+        target: Some(target.display().to_string()),
+        source: Some(source.display().to_string()),
+        typ: Some(MountType::BIND),
+        read_only: Some(read_only),
+        bind_options: Some(MountBindOptions {
+            propagation: Some(MountBindOptionsPropagationEnum::RPRIVATE),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// What every container of cordon's runs with, whatever it runs. An
+/// error when the seccomp profile cannot be written (never a container
+/// without it).
+fn host_config(mounts: Vec<DMount>, limits: &Limits, net: DockerNet) -> Result<HostConfig, String> {
+    let seccomp = cordon_confine::oci::docker_seccomp_profile(net)
+        .map_err(|e| format!("the seccomp profile for Docker: {e}"))?;
+    let bytes = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+    let ulimit = |name: &str, soft: u64, hard: u64| ResourcesUlimits {
+        name: Some(name.to_string()),
+        soft: Some(bytes(soft)),
+        hard: Some(bytes(hard)),
+    };
+    Ok(HostConfig {
+        network_mode: Some("none".into()),
+        readonly_rootfs: Some(true),
+        cap_drop: Some(vec!["ALL".into()]),
+        security_opt: Some(vec![
+            "no-new-privileges".into(),
+            format!("seccomp={seccomp}"),
+        ]),
+        ipc_mode: Some("private".into()),
+        cgroupns_mode: Some(HostConfigCgroupnsModeEnum::PRIVATE),
+        memory: Some(bytes(limits.memory_bytes)),
+        // No swap: the memory bound is the bound.
+        memory_swap: Some(bytes(limits.memory_bytes)),
+        pids_limit: Some(bytes(limits.processes)),
+        ulimits: Some(vec![
+            // A second layer under the cgroup's CPU time, which cordon
+            // watches and kills at first (its sum is at least any one
+            // process's): one second later, so the bound is reported as
+            // the bound, not as a signal.
+            ulimit(
+                "cpu",
+                limits.cpu_seconds.saturating_add(1),
+                limits.cpu_seconds.saturating_add(2),
+            ),
+            ulimit("fsize", limits.disk_bytes, limits.disk_bytes),
+            ulimit("nofile", 1024, 1024),
+            ulimit("core", 0, 0),
+        ]),
+        mounts: Some(mounts),
+        ..Default::default()
+    })
+}
+
+/// Runs `/bin/true` in a container of the `host` image with its system
+/// directories bound read-only and cordon's confinement: the probe's
+/// proof that the engine runs what cordon asks of it.
+pub(crate) fn trivial(engine: &Engine) -> Result<(), String> {
+    let (image, _) = skeleton(engine, Path::new("/"))?;
+    let tmp = std::env::temp_dir().join(format!(
+        "{}{}-{}-probe",
+        crate::PREFIX,
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    ));
+    private_dir(&tmp)?;
+    let root = HostImage::prepare(&tmp.join("rootfs"));
+    let _ = std::fs::remove_dir_all(&tmp);
+    let root = root?;
+    let mounts = root
+        .whole_image_read_only()
+        .iter()
+        .map(|m| bind(&m.source, &m.destination, true))
+        .collect();
+    let limits = Limits {
+        memory_bytes: 64 << 20,
+        processes: 16,
+        cpu_seconds: 10,
+        disk_bytes: 1 << 20,
+        wall_seconds: 30,
+    };
+    let d = engine.docker();
+    let name = format!(
+        "{}{}-{}-probe",
+        crate::PREFIX,
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    );
+    let body = ContainerCreateBody {
+        image: Some(image),
+        cmd: Some(vec!["/bin/true".into()]),
+        user: Some(format!("{WORKLOAD_ID}:{WORKLOAD_ID}")),
+        labels: Some(HashMap::from([
+            (crate::LABEL_OWNER.to_string(), crate::OWNER.to_string()),
+            (crate::LABEL_SANDBOX.to_string(), name.clone()),
+            (crate::LABEL_ROLE.to_string(), "probe".to_string()),
+            (
+                crate::LABEL_MAKER.to_string(),
+                std::process::id().to_string(),
+            ),
+        ])),
+        host_config: Some(host_config(mounts, &limits, DockerNet::None)?),
+        ..Default::default()
+    };
+    let n = name.clone();
+    let ran = call(async move {
+        let opts = bollard::query_parameters::CreateContainerOptionsBuilder::default()
+            .name(&n)
+            .build();
+        d.create_container(Some(opts), body)
+            .await
+            .map_err(|e| e.to_string())?;
+        d.start_container(&n, None::<bollard::query_parameters::StartContainerOptions>)
+            .await
+            .map_err(|e| e.to_string())?;
+        match d
+            .wait_container(&n, None::<bollard::query_parameters::WaitContainerOptions>)
+            .next()
+            .await
+        {
+            Some(Ok(r)) if r.status_code == 0 => Ok(()),
+            Some(Ok(r)) => Err(format!("`/bin/true` exited {}", r.status_code)),
+            Some(Err(bollard::errors::Error::DockerContainerWaitError { code, error })) => {
+                Err(format!("`/bin/true` exited {code} {error}"))
+            }
+            Some(Err(e)) => Err(e.to_string()),
+            None => Err("the engine did not say how it ended".into()),
+        }
+    });
+    let removed = engine.remove(&name);
+    ran??;
+    removed
+}
+
+impl DockerSandbox {
+    /// Makes the sandbox's directory and volume, imports the `host` image
+    /// if the engine lacks it, and makes the anchor container.
+    pub(crate) fn create(
+        config: &DockerConfig,
+        req: &AcquireRequest,
+        egress: Option<Arc<dyn cordon_egress::EgressService>>,
+    ) -> Result<DockerSandbox, BackendError> {
+        let spec = &req.provenance.spec;
+        let guest_work = spec.work_dir().to_string();
+        cordon_confine::oci::check_work_dir(&guest_work, crate::NAME).map_err(|reason| {
+            BackendError::Refused {
+                operation: "acquire",
+                reason,
+            }
+        })?;
+        let image_root = match crate::backend::stored_root(spec.image()) {
+            Ok(r) => r,
+            Err(reason) => {
+                return Err(BackendError::Refused {
+                    operation: "acquire",
+                    reason,
+                })
+            }
+        };
+        let (image, image_dirs) =
+            skeleton(&config.engine, &image_root).map_err(|e| failed("acquire", e))?;
+        let stamp = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        let id = format!(
+            "{}{}-{}-{stamp}",
+            crate::PREFIX,
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        );
+        let scratch = config
+            .scratch
+            .canonicalize()
+            .map_err(|e| failed("acquire", format!("`{}`: {e}", config.scratch.display())))?;
+        let dir = scratch.join(&id);
+        private_dir(&dir).map_err(|e| failed("acquire", e))?;
+        let volume = dir.join("volume");
+        let labels = HashMap::from([
+            (crate::LABEL_OWNER.to_string(), crate::OWNER.to_string()),
+            (crate::LABEL_SANDBOX.to_string(), id.clone()),
+            (crate::LABEL_SCOPE.to_string(), req.key.scope().to_string()),
+            (
+                crate::LABEL_THREAD.to_string(),
+                req.key.thread_id().to_string(),
+            ),
+            (
+                crate::LABEL_AGENT_DIR.to_string(),
+                req.key.agent_dir().to_string(),
+            ),
+            (
+                crate::LABEL_MAKER.to_string(),
+                std::process::id().to_string(),
+            ),
+            (crate::LABEL_DIR.to_string(), dir.display().to_string()),
+            (
+                crate::LABEL_ENGINE.to_string(),
+                config.engine.endpoint.to_string(),
+            ),
+        ]);
+        let made = (|| -> Result<(HostImage, RootedFs, HostWorkDir), String> {
+            let root = HostImage::prepare(&dir.join("rootfs"))?;
+            root.write_etc(WORKLOAD_ID, WORKLOAD_ID, &guest_work)?;
+            // Docker binds the host's resolver configuration unless one
+            // is bound: cordon's is empty (no network, nothing to ask).
+            std::fs::write(root.rootfs.join("etc/resolv.conf"), b"")
+                .map_err(|e| format!("cannot write `/etc/resolv.conf` of the root: {e}"))?;
+            let masks = dir.join("masks");
+            private_dir(&masks)?;
+            std::fs::DirBuilder::new()
+                .mode(0o555)
+                .create(masks.join("dir"))
+                .map_err(|e| format!("cannot create the mask directory: {e}"))?;
+            std::fs::write(masks.join("file"), b"")
+                .and_then(|()| {
+                    std::fs::set_permissions(
+                        masks.join("file"),
+                        std::os::unix::fs::PermissionsExt::from_mode(0o000),
+                    )
+                })
+                .map_err(|e| format!("cannot create the mask file: {e}"))?;
+            private_dir(&dir.join("binds"))?;
+            private_dir(&volume)?;
+            cordon_linux::volume::mount_volume(
+                &volume,
+                &scratch,
+                req.limits.disk_bytes,
+                WORKLOAD_ID,
+            )
+            .map_err(|e| format!("the work dir's volume: {e}"))?;
+            let work_host = match &config.work_dir {
+                Some(d) => cordon_confine::oci::given_work_dir(
+                    d,
+                    req.limits.disk_bytes,
+                    WORKLOAD_ID,
+                    crate::NAME,
+                )?,
+                None => {
+                    owned_dir(&volume.join("work"))?;
+                    volume.join("work")
+                }
+            };
+            owned_dir(&volume.join("tmp"))?;
+            let view = RootedFs::new(&image_root)
+                .bind("/tmp", volume.join("tmp"))
+                .bind(&guest_work, &work_host);
+            let files = HostWorkDir::new(&work_host, &guest_work)
+                .map_err(|e| e.to_string())?
+                .owned_by(WORKLOAD_ID, WORKLOAD_ID);
+            // The anchor: the sandbox's labels on the engine, which
+            // `dispose_scope` and `gc` list. Made and never started,
+            // unless the sandbox has an egress route: then it holds the
+            // network namespace every exec joins, where the proxy's
+            // listener is.
+            let anchor_labels: HashMap<String, String> = labels
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .chain([(crate::LABEL_ROLE.to_string(), "anchor".to_string())])
+                .collect();
+            match &egress {
+                None => make_anchor(&config.engine, &id, &image, anchor_labels)?,
+                Some(_) => start_holder(&config.engine, &id, anchor_labels)?,
+            }
+            Ok((root, view, files))
+        })();
+        let routed = made.and_then(|(root, view, files)| {
+            let Some(service) = &egress else {
+                return Ok((root, view, files, None));
+            };
+            let port = proxy_port();
+            let listener = listen_in(&config.engine, &id, port)?;
+            let serving = service.serve(
+                listener,
+                cordon_egress::Caller {
+                    sandbox: req.key.to_string(),
+                    identity: req.provenance.identity.clone(),
+                    allow: Some(spec.egress_allow().to_vec()),
+                },
+            )?;
+            Ok((root, view, files, Some((port, serving))))
+        });
+        let (_, view, files, route) = match routed {
+            Ok(m) => m,
+            Err(e) => {
+                let _ = config.engine.remove(&id);
+                let _ = remove_sandbox_dir(&dir);
+                return Err(failed("acquire", e));
+            }
+        };
+        let (proxy_port, serving) = match route {
+            Some((p, s)) => (Some(p), Some(s)),
+            None => (None, None),
+        };
+        Ok(DockerSandbox {
+            id,
+            dir,
+            engine: config.engine.clone(),
+            image,
+            image_root,
+            image_dirs,
+            volume,
+            guest_work,
+            provenance: req.provenance.clone(),
+            labels,
+            limits: req.limits,
+            policy: config.policy.clone(),
+            env: config.env.clone(),
+            view,
+            files,
+            base: OnceLock::new(),
+            proxy_port,
+            egress: std::sync::Mutex::new(serving),
+            disposed: AtomicBool::new(false),
+        })
+    }
+
+    /// Removes the sandbox's containers (anchor and any exec still there),
+    /// its binds, volume and directory.
+    pub fn dispose(&self) -> Result<(), BackendError> {
+        if self.disposed.swap(true, Ordering::SeqCst) {
+            return Ok(());
+        }
+        drop(
+            self.egress
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .take(),
+        );
+        let mut failures = self.engine.remove_labelled(crate::LABEL_SANDBOX, &self.id);
+        if let Err(e) = remove_sandbox_dir(&self.dir) {
+            failures.push(e);
+        }
+        if failures.is_empty() {
+            Ok(())
+        } else {
+            Err(failed("dispose", failures.join("; ")))
+        }
+    }
+
+    /// The sandbox's id (its containers' label and name prefix).
+    pub fn sandbox_id(&self) -> &str {
+        &self.id
+    }
+
+    fn base(&self) -> Result<Vec<DMount>, SandboxError> {
+        self.base.get_or_init(|| self.make_base()).clone()
+    }
+
+    fn make_base(&self) -> Result<Vec<DMount>, SandboxError> {
+        let work = self.guest_work.as_str();
+        let plan = self
+            .policy
+            .plan(
+                &self.provenance.identity,
+                &self.env,
+                cordon_sandbox::guard::now(),
+                work,
+            )
+            .map_err(|e| refused(e.to_string()))?;
+        let work_seen = self
+            .view
+            .canonical(Path::new(work))
+            .map_err(|e| exec_failed(format!("the work dir `{work}`: {e}")))?;
+        let tmp = PathBuf::from("/tmp");
+        let t = cordon_confine::translate(
+            &self.policy,
+            &plan,
+            &cordon_confine::Target {
+                rung: crate::NAME,
+                mode: cordon_confine::Mode::MasksAvailable,
+                tmp_shared: false,
+                work_dir: &work_seen,
+                tmp_dir: &tmp,
+                fs: &self.view,
+            },
+        )
+        .map_err(|e| refused(e.message))?;
+        // Mount points outside the image are made by the engine in the
+        // container's root; the scratch root only feeds the translation.
+        let scratch_root = self.dir.join("rootfs");
+        let masks = self.dir.join("masks");
+        let mounts = cordon_confine::oci::plan_mounts(
+            &t,
+            &self.image_root,
+            &self.image_dirs,
+            &self.view,
+            (&work_seen, self.files.host()),
+            (&scratch_root, &self.volume, &masks),
+        )
+        .map_err(exec_failed)?;
+        let mut out: Vec<DMount> = ["passwd", "group", "hostname", "hosts", "resolv.conf"]
+            .iter()
+            .map(|f| {
+                bind(
+                    &scratch_root.join("etc").join(f),
+                    &Path::new("/etc").join(f),
+                    true,
+                )
+            })
+            .collect();
+        // No `/sys`, as at the native container rung: Docker's read-only
+        // sysfs would show the host's devices (and other sandboxes' volume
+        // images, by their loop devices' backing files). An empty
+        // directory over it hides it and the cgroup mounts beneath.
+        out.push(bind(&masks.join("dir"), Path::new("/sys"), true));
+        for (k, m) in mounts.iter().enumerate() {
+            out.push(self.docker_mount(k, m).map_err(exec_failed)?);
+        }
+        Ok(out)
+    }
+
+    /// One planned mount as Docker takes it. A bind Docker can give as
+    /// planned (read-only and executable, or read-write and executable)
+    /// is handed over; one that must be `noexec` is first bound on the
+    /// host with its rights (`binds/K`), and that bind handed over
+    /// read-write, which Docker binds without a remount, so its flags
+    /// hold. Masks are empty and read-only, so `exec` says nothing there.
+    fn docker_mount(&self, k: usize, m: &Mount) -> Result<DMount, String> {
+        let mask = m.source.starts_with(self.dir.join("masks"));
+        match m.kind {
+            MountKind::ReadOnly { exec: true } => Ok(bind(&m.source, &m.destination, true)),
+            MountKind::ReadOnly { exec: false } if mask => {
+                Ok(bind(&m.source, &m.destination, true))
+            }
+            MountKind::ReadWrite { exec: true } => Ok(bind(&m.source, &m.destination, false)),
+            MountKind::ReadOnly { exec: false } | MountKind::ReadWrite { exec: false } => {
+                let write = matches!(m.kind, MountKind::ReadWrite { .. });
+                let at = self.dir.join("binds").join(k.to_string());
+                let meta = std::fs::metadata(&m.source)
+                    .map_err(|e| format!("`{}`: {e}", m.source.display()))?;
+                if meta.is_dir() {
+                    private_dir(&at)?;
+                } else {
+                    std::fs::write(&at, b"")
+                        .map_err(|e| format!("cannot make `{}`: {e}", at.display()))?;
+                }
+                cordon_linux::volume::restricted_bind(&m.source, &at, write, false)?;
+                Ok(bind(&at, &m.destination, false))
+            }
+        }
+    }
+
+    fn start(&self, req: &ExecRequest, attach: Attach) -> Result<ExecHandle, SandboxError> {
+        if self.disposed.load(Ordering::SeqCst) {
+            return Err(exec_failed("the sandbox was disposed of".into()));
+        }
+        if attach.tty.is_some() {
+            return Err(SandboxError::Unavailable {
+                reason: "the docker backend gives no terminal in this version; run without one, or at the native container rung (`--backend container`)".into(),
+            });
+        }
+        let Some(argv0) = req.argv.first() else {
+            return Err(refused("the command is empty".into()));
+        };
+        let canonical = cordon_confine::command::resolve(&self.view, argv0)
+            .map_err(|e| refused(e.to_string()))?;
+        let mounts = self.base()?;
+        let mut argv = req.argv.clone();
+        argv[0] = canonical.command;
+        let mut env = std::collections::BTreeMap::from([
+            (
+                "PATH".to_string(),
+                cordon_confine::command::IMAGE_PATH.to_string(),
+            ),
+            ("HOME".to_string(), self.guest_work.clone()),
+            ("LANG".to_string(), "C.UTF-8".to_string()),
+            ("TMPDIR".to_string(), "/tmp".to_string()),
+        ]);
+        if let Some(port) = self.proxy_port {
+            // For the workload's convenience only: the boundary is the
+            // network namespace, whose one route is the proxy's listener.
+            let url = format!("http://127.0.0.1:{port}");
+            for k in ["HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"] {
+                env.insert(k.into(), url.clone());
+            }
+        }
+        env.extend(req.env.clone());
+        let k = NEXT.fetch_add(1, Ordering::Relaxed);
+        let name = format!("{}-e{k}", self.id);
+        let with_stdin = attach.stdin_stream || !req.stdin.is_empty();
+        let mut labels = self.labels.clone();
+        labels.insert(crate::LABEL_ROLE.to_string(), "exec".to_string());
+        let body = ContainerCreateBody {
+            image: Some(self.image.clone()),
+            cmd: Some(argv),
+            // The image has none; an empty one keeps it so.
+            entrypoint: Some(Vec::new()),
+            env: Some(env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
+            working_dir: Some(self.guest_work.clone()),
+            user: Some(format!("{WORKLOAD_ID}:{WORKLOAD_ID}")),
+            // A container in another's network namespace takes its name.
+            hostname: self
+                .proxy_port
+                .is_none()
+                .then(|| cordon_confine::oci::HOSTNAME.to_string()),
+            attach_stdin: Some(with_stdin),
+            open_stdin: Some(with_stdin),
+            stdin_once: Some(with_stdin),
+            attach_stdout: Some(true),
+            attach_stderr: Some(true),
+            tty: Some(false),
+            labels: Some(labels),
+            host_config: Some(HostConfig {
+                network_mode: Some(match self.proxy_port {
+                    Some(_) => format!("container:{}", self.id),
+                    None => "none".into(),
+                }),
+                ..host_config(
+                    mounts,
+                    &self.limits,
+                    match self.proxy_port {
+                        Some(_) => DockerNet::ProxyRoute,
+                        None => DockerNet::None,
+                    },
+                )
+                .map_err(refused)?
+            }),
+            ..Default::default()
+        };
+        let pipe = || -> Result<(OwnedFd, OwnedFd), SandboxError> {
+            rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
+                .map_err(|e| exec_failed(format!("cannot make a pipe: {e}")))
+        };
+        let (out_r, out_w) = pipe()?;
+        let (err_r, err_w) = pipe()?;
+        let stdin_pipe = if with_stdin { Some(pipe()?) } else { None };
+        let (stdin_r, stdin_w) = match stdin_pipe {
+            Some((r, w)) => (Some(r), Some(w)),
+            None => (None, None),
+        };
+        let d = self.engine.docker();
+        let n = name.clone();
+        let (done_tx, done_rx) = std::sync::mpsc::sync_channel::<Result<i64, String>>(1);
+        // Create, attach, start; then forward the streams and wait, all
+        // on the engine's runtime. What this call returns is the start.
+        let started = call(async move {
+            let opts = bollard::query_parameters::CreateContainerOptionsBuilder::default()
+                .name(&n)
+                .build();
+            let cid = d
+                .create_container(Some(opts), body)
+                .await
+                .map_err(|e| format!("creating the exec's container: {e}"))?
+                .id;
+            let aopts = bollard::query_parameters::AttachContainerOptionsBuilder::default()
+                .stream(true)
+                .stdin(with_stdin)
+                .stdout(true)
+                .stderr(true)
+                .build();
+            let attached = d
+                .attach_container(&n, Some(aopts))
+                .await
+                .map_err(|e| format!("attaching to the exec's container: {e}"))?;
+            d.start_container(&n, None::<bollard::query_parameters::StartContainerOptions>)
+                .await
+                .map_err(|e| format!("starting the exec's container: {e}"))?;
+            let pid = d
+                .inspect_container(
+                    &n,
+                    None::<bollard::query_parameters::InspectContainerOptions>,
+                )
+                .await
+                .ok()
+                .and_then(|c| c.state?.pid)
+                .unwrap_or(0);
+            let bollard::container::AttachContainerResults { mut output, input } = attached;
+            if let Some(r) = stdin_r {
+                tokio::spawn(async move {
+                    let Ok(mut from) = tokio::net::unix::pipe::Receiver::from_owned_fd(r) else {
+                        return;
+                    };
+                    let mut input = input;
+                    let _ = tokio::io::copy(&mut from, &mut input).await;
+                    let _ = input.shutdown().await;
+                });
+            }
+            let forward = tokio::spawn(async move {
+                let (Ok(mut out), Ok(mut err)) = (
+                    tokio::net::unix::pipe::Sender::from_owned_fd(out_w),
+                    tokio::net::unix::pipe::Sender::from_owned_fd(err_w),
+                ) else {
+                    return;
+                };
+                while let Some(Ok(chunk)) = output.next().await {
+                    let _ = match chunk {
+                        bollard::container::LogOutput::StdErr { message } => {
+                            err.write_all(&message).await
+                        }
+                        bollard::container::LogOutput::StdOut { message }
+                        | bollard::container::LogOutput::Console { message } => {
+                            out.write_all(&message).await
+                        }
+                        bollard::container::LogOutput::StdIn { .. } => Ok(()),
+                    };
+                }
+            });
+            let w = d.clone();
+            let wn = n.clone();
+            tokio::spawn(async move {
+                let code = match w
+                    .wait_container(&wn, None::<bollard::query_parameters::WaitContainerOptions>)
+                    .next()
+                    .await
+                {
+                    Some(Ok(r)) => Ok(r.status_code),
+                    Some(Err(bollard::errors::Error::DockerContainerWaitError {
+                        code, ..
+                    })) => Ok(code),
+                    Some(Err(e)) => Err(e.to_string()),
+                    None => Err("the engine did not say how the exec ended".into()),
+                };
+                // The streams end with the container; every byte is
+                // forwarded before the end is reported.
+                let _ = forward.await;
+                let _ = done_tx.send(code);
+            });
+            Ok::<(i64, String), String>((pid, cid))
+        });
+        let (pid, cid) = match started {
+            Ok(Ok(started)) => started,
+            Ok(Err(e)) | Err(e) => {
+                let _ = self.engine.remove(&name);
+                return Err(exec_failed(e));
+            }
+        };
+        let stdin = match stdin_w {
+            Some(w) if attach.stdin_stream => StdinFeed::Stream(Box::new(std::fs::File::from(w))),
+            Some(w) => StdinFeed::Bytes(Box::new(std::fs::File::from(w)), req.stdin.clone()),
+            None => StdinFeed::None,
+        };
+        let killed = Arc::new(AtomicBool::new(false));
+        let run = Running {
+            engine: self.engine.clone(),
+            name: name.clone(),
+            pid,
+            cid,
+            done: done_rx,
+            wall: Duration::from_secs(self.limits.wall_seconds.min(req.timeout.as_secs().max(1))),
+            cpu_nanos: self.limits.cpu_seconds.saturating_mul(1_000_000_000),
+            killed: killed.clone(),
+        };
+        let engine = self.engine.clone();
+        Ok(ExecHandle::from_pipes(
+            stdin,
+            std::fs::File::from(out_r),
+            std::fs::File::from(err_r),
+            req.max_output_bytes,
+            move || run.wait(),
+            Killer::new(move || {
+                killed.store(true, Ordering::SeqCst);
+                engine.kill(&name);
+            }),
+        ))
+    }
+}
+
+/// Makes the anchor container `id` (never started): it holds the labels.
+fn make_anchor(
+    engine: &Engine,
+    id: &str,
+    image: &str,
+    labels: HashMap<String, String>,
+) -> Result<(), String> {
+    let body = ContainerCreateBody {
+        image: Some(image.to_string()),
+        cmd: Some(vec!["/nonexistent".into()]),
+        labels: Some(labels),
+        host_config: Some(HostConfig {
+            network_mode: Some("none".into()),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    create(engine, id, body, false)
+}
+
+/// Makes and starts the anchor container `id` of a sandbox with an egress
+/// route: `/bin/sleep infinity` from the host's system directories, bound
+/// read-only, under the same confinement as an exec, with no network but
+/// its loopback. Its network namespace is the sandbox's.
+fn start_holder(engine: &Engine, id: &str, labels: HashMap<String, String>) -> Result<(), String> {
+    let (image, dirs) = skeleton(engine, Path::new("/"))?;
+    let mounts = dirs.iter().map(|d| bind(d, d, true)).collect();
+    let limits = Limits {
+        memory_bytes: 16 << 20,
+        processes: 4,
+        cpu_seconds: 1,
+        disk_bytes: 0,
+        wall_seconds: 0,
+    };
+    let body = ContainerCreateBody {
+        image: Some(image),
+        cmd: Some(vec!["/bin/sleep".into(), "infinity".into()]),
+        entrypoint: Some(Vec::new()),
+        user: Some(format!("{WORKLOAD_ID}:{WORKLOAD_ID}")),
+        hostname: Some(cordon_confine::oci::HOSTNAME.to_string()),
+        labels: Some(labels),
+        host_config: Some(host_config(mounts, &limits, DockerNet::None)?),
+        ..Default::default()
+    };
+    create(engine, id, body, true)
+}
+
+fn create(engine: &Engine, id: &str, body: ContainerCreateBody, start: bool) -> Result<(), String> {
+    let d = engine.docker();
+    let n = id.to_string();
+    call(async move {
+        let opts = bollard::query_parameters::CreateContainerOptionsBuilder::default()
+            .name(&n)
+            .build();
+        d.create_container(Some(opts), body)
+            .await
+            .map_err(|e| format!("creating the anchor container `{n}`: {e}"))?;
+        if start {
+            d.start_container(&n, None::<bollard::query_parameters::StartContainerOptions>)
+                .await
+                .map_err(|e| format!("starting the anchor container `{n}`: {e}"))?;
+        }
+        Ok(())
+    })?
+}
+
+/// A port for the proxy's listener: random, so a workload cannot count on
+/// one (the namespace is the sandbox's own, so any port is free).
+fn proxy_port() -> u16 {
+    let mut b = [0u8; 2];
+    let read = std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut b));
+    if read.is_err() {
+        b = (std::process::id() as u16 ^ 0x5a5a).to_le_bytes();
+    }
+    20_000 + u16::from_le_bytes(b) % 40_000
+}
+
+/// Listens on `127.0.0.1:port` inside the network namespace of the running
+/// container `id`: a short-lived thread enters it (`setns`), binds, and
+/// ends; the socket stays in that namespace.
+fn listen_in(engine: &Engine, id: &str, port: u16) -> Result<std::net::TcpListener, String> {
+    let d = engine.docker();
+    let n = id.to_string();
+    let pid = call(async move {
+        d.inspect_container(
+            &n,
+            None::<bollard::query_parameters::InspectContainerOptions>,
+        )
+        .await
+        .ok()
+        .and_then(|c| c.state?.pid)
+        .unwrap_or(0)
+    })?;
+    if pid <= 0 {
+        return Err(format!(
+            "the anchor container `{id}` is not running, so the sandbox has no network namespace for its egress route"
+        ));
+    }
+    let ns = std::fs::File::open(format!("/proc/{pid}/ns/net"))
+        .map_err(|e| format!("the anchor's network namespace: {e}"))?;
+    std::thread::spawn(move || {
+        use std::os::fd::AsFd;
+        rustix::thread::move_into_link_name_space(
+            ns.as_fd(),
+            Some(rustix::thread::LinkNameSpaceType::Network),
+        )
+        .map_err(|e| format!("entering the anchor's network namespace: {e}"))?;
+        std::net::TcpListener::bind(("127.0.0.1", port))
+            .map_err(|e| format!("listening on 127.0.0.1:{port} in the sandbox: {e}"))
+    })
+    .join()
+    .map_err(|_| "the thread binding the egress channel panicked".to_string())?
+}
+
+/// How long a started container's CPU time may stay unreadable.
+const CPU_GRACE: Duration = Duration::from_secs(5);
+
+/// One exec's container under way.
+struct Running {
+    engine: Engine,
+    name: String,
+    /// Its first process on the host (0: it ended before it was seen).
+    pid: i64,
+    /// Its full id, which its cgroup's path holds.
+    cid: String,
+    done: Receiver<Result<i64, String>>,
+    wall: Duration,
+    cpu_nanos: u64,
+    killed: Arc<AtomicBool>,
+}
+
+impl Running {
+    /// Waits for the container to end, holding the wall clock and the CPU
+    /// bound from the host; then removes it.
+    fn wait(self) -> Result<ExitStatus, SandboxError> {
+        let started = Instant::now();
+        let deadline = started + self.wall;
+        let mut cpu_seen = self.pid == 0;
+        let mut cpu_file: Option<PathBuf> = None;
+        let ended = loop {
+            match self.done.try_recv() {
+                Ok(r) => break r,
+                Err(TryRecvError::Disconnected) => {
+                    break Err("the engine's wait for the exec was lost".into())
+                }
+                Err(TryRecvError::Empty) => {}
+            }
+            if cpu_file.is_none() && self.pid > 0 {
+                cpu_file = crate::engine::cpu_file_of(self.pid, &self.cid);
+            }
+            let cpu = cpu_file.as_deref().and_then(crate::engine::cpu_nanos_in);
+            cpu_seen |= cpu.is_some();
+            if !cpu_seen && started.elapsed() > CPU_GRACE {
+                self.stop();
+                return Err(exec_failed(format!(
+                    "the exec's CPU time did not show in its cgroup (`{}`) within {}s, so `max_cpu_seconds` cannot be held and cordon stopped it; mount the cpuacct (cgroup v1) or cpu (v2) controller",
+                    self.name,
+                    CPU_GRACE.as_secs()
+                )));
+            }
+            let over = if self.killed.load(Ordering::SeqCst) {
+                Some(ExitStatus::Signal(9))
+            } else if Instant::now() >= deadline {
+                Some(ExitStatus::TimedOut)
+            } else if cpu.is_some_and(|n| n > self.cpu_nanos) {
+                Some(ExitStatus::Bound {
+                    bound: "max_cpu_seconds",
+                })
+            } else {
+                None
+            };
+            if let Some(status) = over {
+                self.stop();
+                return Ok(status);
+            }
+            std::thread::sleep(crate::engine::POLL);
+        };
+        let oom = self.oom_killed();
+        let _ = self.engine.remove(&self.name);
+        match ended {
+            _ if oom => Ok(ExitStatus::Bound {
+                bound: "max_memory",
+            }),
+            // `RLIMIT_CPU`'s signals (SIGXCPU, then SIGKILL at the hard
+            // limit), should the cgroup's time not have been seen first.
+            Ok(152) => Ok(ExitStatus::Bound {
+                bound: "max_cpu_seconds",
+            }),
+            Ok(code) => Ok(ExitStatus::Code(i32::try_from(code).unwrap_or(-1))),
+            Err(e) => Err(exec_failed(e)),
+        }
+    }
+
+    fn oom_killed(&self) -> bool {
+        let d = self.engine.docker();
+        let n = self.name.clone();
+        call(async move {
+            d.inspect_container(
+                &n,
+                None::<bollard::query_parameters::InspectContainerOptions>,
+            )
+            .await
+            .ok()
+            .and_then(|c| c.state?.oom_killed)
+            .unwrap_or(false)
+        })
+        .unwrap_or(false)
+    }
+
+    fn stop(&self) {
+        self.engine.kill(&self.name);
+        let _ = self.engine.remove(&self.name);
+    }
+}
+
+/// Unmounts a sandbox directory's binds and volume and removes the
+/// directory; never removes anything through a mount that is still there
+/// (a bind's source is the host's own).
+pub(crate) fn remove_sandbox_dir(dir: &Path) -> Result<(), String> {
+    let binds = dir.join("binds");
+    if let Ok(entries) = std::fs::read_dir(&binds) {
+        for e in entries.flatten() {
+            let p = e.path();
+            if cordon_linux::volume::is_mount_point(&p).unwrap_or(true) {
+                cordon_linux::volume::unmount(&p)
+                    .map_err(|e| format!("unmounting `{}`: {e}", p.display()))?;
+            }
+            if cordon_linux::volume::is_mount_point(&p).unwrap_or(true) {
+                return Err(format!(
+                    "`{}` is still a mount point; left alone",
+                    p.display()
+                ));
+            }
+            // Never recursive: a bind that is somehow still there fails.
+            let removed = if p.is_dir() {
+                std::fs::remove_dir(&p)
+            } else {
+                std::fs::remove_file(&p)
+            };
+            removed.map_err(|e| format!("cannot remove `{}`: {e}; left alone", p.display()))?;
+        }
+    }
+    let volume = dir.join("volume");
+    if cordon_linux::volume::is_mount_point(&volume).unwrap_or(false) {
+        let _ = cordon_linux::volume::discard(&volume);
+        cordon_linux::volume::unmount(&volume)
+            .map_err(|e| format!("unmounting `{}`: {e}", volume.display()))?;
+    }
+    if cordon_linux::volume::is_mount_point(&volume).unwrap_or(false) {
+        return Err(format!(
+            "`{}` is still a mount point; left alone",
+            volume.display()
+        ));
+    }
+    match std::fs::remove_dir_all(dir) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(format!("cannot remove `{}`: {e}", dir.display())),
+    }
+}
+
+impl Drop for DockerSandbox {
+    fn drop(&mut self) {
+        let _ = self.dispose();
+    }
+}
+
+impl Sandbox for DockerSandbox {
+    fn id(&self) -> &str {
+        &self.id
+    }
+
+    fn provenance(&self) -> &Provenance {
+        &self.provenance
+    }
+
+    fn start_exec(&self, req: &ExecRequest, attach: Attach) -> Result<ExecHandle, SandboxError> {
+        self.start(req, attach)
+    }
+
+    fn write_file(&self, path: &str, contents: &[u8], mode: u32) -> Result<(), SandboxError> {
+        if cordon_files::host_dir::HostSecretsDir::names(path) {
+            return Err(SandboxError::PathRefused {
+                path: path.to_string(),
+                reason: "the docker backend serves no secrets in this version; run at the native container rung for secrets".into(),
+            });
+        }
+        self.files.write_file(path, contents, mode)
+    }
+
+    fn stat_no_follow(&self, path: &str) -> Result<Option<FileStat>, SandboxError> {
+        self.files.stat_no_follow(path)
+    }
+
+    fn read_file(&self, path: &str, max_bytes: u64) -> Result<FileRead, SandboxError> {
+        self.files.read_file(path, max_bytes)
+    }
+
+    fn resolve_command(
+        &self,
+        program: &str,
+    ) -> Result<cordon_sandbox::ResolvedCommand, SandboxError> {
+        let c = cordon_confine::command::resolve(&self.view, program)
+            .map_err(|e| refused(e.to_string()))?;
+        Ok(cordon_sandbox::ResolvedCommand {
+            command: c.command,
+            command_target: c.command_target,
+        })
+    }
+
+    fn host_work_dir(&self) -> Option<cordon_sandbox::HostWorkDirRecord> {
+        Some(cordon_sandbox::HostWorkDirRecord {
+            host: self.files.host().to_path_buf(),
+            guest: self.guest_work.clone(),
+            owner: Some(WORKLOAD_ID),
+            secrets: None,
+        })
+    }
+
+    fn residue(&self) -> serde_json::Value {
+        serde_json::to_value(Residue {
+            dir: self.dir.clone(),
+            sandbox: self.id.clone(),
+            engine: self.engine.endpoint.to_string(),
+        })
+        .unwrap_or_default()
+    }
+}

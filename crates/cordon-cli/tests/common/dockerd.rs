@@ -1,0 +1,170 @@
+//! A private Docker Engine for a test: Debian's `dockerd` with its own
+//! data root, exec root, pid file and socket, no bridge and no iptables
+//! rules, its own containerd (in its own namespace), stopped when the
+//! [`Dockerd`] is dropped — on a panic too — with nothing left mounted.
+//!
+//! Without root or `dockerd` a test skips loudly; with `CI=true` that is a
+//! failure (`.ci/run` installs `docker.io`).
+
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .map(|s| {
+            s.lines()
+                .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
+        })
+        .unwrap_or(false)
+}
+
+fn dockerd_bin() -> Option<PathBuf> {
+    // Debian's engine; never a newer one elsewhere on PATH.
+    let debian = Path::new("/usr/sbin/dockerd");
+    debian.is_file().then(|| debian.to_path_buf())
+}
+
+/// One running engine of the test's own.
+pub struct Dockerd {
+    pub dir: tempfile::TempDir,
+    child: Child,
+}
+
+impl Dockerd {
+    /// Starts an engine for `case`, or says loudly why not (`None`).
+    pub fn start(case: &str) -> Option<Dockerd> {
+        let missing = match (is_root(), dockerd_bin()) {
+            (true, Some(bin)) => return Some(Dockerd::spawn(&bin)),
+            (false, _) => "a Docker Engine of the test's own needs root",
+            (true, None) => "`/usr/sbin/dockerd` is not installed (`apt-get install docker.io`)",
+        };
+        assert!(
+            !std::env::var("CI").is_ok_and(|v| v == "true"),
+            "CI=true and `{case}`: {missing}"
+        );
+        eprintln!("\n!!!!!!!! SKIPPED {case}: {missing} (CI=true makes this a failure) !!!!!!!!\n");
+        None
+    }
+
+    fn spawn(bin: &Path) -> Dockerd {
+        let dir = tempfile::Builder::new()
+            .prefix("cordon-dockerd-")
+            .tempdir_in("/var/tmp")
+            .expect("a directory for dockerd");
+        let d = dir.path();
+        let ns = format!(
+            "cordon-test-{}",
+            d.file_name().unwrap().to_string_lossy().replace('.', "")
+        );
+        let log = std::fs::File::create(d.join("dockerd.log")).expect("dockerd's log");
+        let child = Command::new(bin)
+            .arg("--data-root")
+            .arg(d.join("data"))
+            .arg("--exec-root")
+            .arg(d.join("exec"))
+            .arg("--pidfile")
+            .arg(d.join("dockerd.pid"))
+            .arg("-H")
+            .arg(format!("unix://{}", d.join("docker.sock").display()))
+            .args(["--bridge=none", "--iptables=false", "--ip6tables=false"])
+            .args(["--containerd-namespace", &ns])
+            .args(["--containerd-plugins-namespace", &format!("{ns}-plugins")])
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log"))
+            .stderr(log)
+            .spawn()
+            .expect("start dockerd");
+        let engine = Dockerd { dir, child };
+        let started = Instant::now();
+        while engine.get("/_ping").as_deref() != Some("OK") {
+            assert!(
+                started.elapsed() < Duration::from_secs(60),
+                "dockerd did not answer within 60 s:\n{}",
+                std::fs::read_to_string(engine.dir.path().join("dockerd.log")).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        engine
+    }
+
+    pub fn socket(&self) -> PathBuf {
+        self.dir.path().join("docker.sock")
+    }
+
+    /// What cordon is pointed at (`CORDON_DOCKER_HOST`).
+    pub fn host(&self) -> String {
+        format!("unix://{}", self.socket().display())
+    }
+
+    /// A GET on the Engine API; the body, if it answered 200.
+    pub fn get(&self, path: &str) -> Option<String> {
+        let mut s = UnixStream::connect(self.socket()).ok()?;
+        s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+        write!(s, "GET {path} HTTP/1.0\r\nHost: docker\r\n\r\n").ok()?;
+        let mut text = String::new();
+        s.read_to_string(&mut text).ok()?;
+        let (head, body) = text.split_once("\r\n\r\n")?;
+        head.starts_with("HTTP/1.0 200").then(|| body.to_string())
+    }
+
+    /// Every container on the engine, running or not: (name, labels).
+    pub fn containers(&self) -> Vec<(String, serde_json::Value)> {
+        let body = self
+            .get("/containers/json?all=1")
+            .expect("the engine lists its containers");
+        let list: serde_json::Value = serde_json::from_str(&body).expect("a JSON list");
+        list.as_array()
+            .expect("a JSON list")
+            .iter()
+            .map(|c| {
+                (
+                    c["Names"][0].as_str().unwrap_or("").to_string(),
+                    c["Labels"].clone(),
+                )
+            })
+            .collect()
+    }
+}
+
+impl Drop for Dockerd {
+    fn drop(&mut self) {
+        let pid = self.child.id().to_string();
+        let _ = Command::new("kill").args(["-TERM", &pid]).status();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                break;
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        // Its containerd, if it outlived it.
+        let cpid = self.dir.path().join("exec/containerd/containerd.pid");
+        if let Ok(p) = std::fs::read_to_string(cpid) {
+            let p = p.trim();
+            if !p.is_empty() && Path::new(&format!("/proc/{p}")).exists() {
+                let _ = Command::new("kill").args(["-KILL", p]).status();
+            }
+        }
+        // Nothing of it stays mounted (deepest first), so the directory
+        // goes and no mount points into a removed tree.
+        let root = self.dir.path().display().to_string();
+        let mut mounts: Vec<String> = std::fs::read_to_string("/proc/self/mountinfo")
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.split(' ').nth(4).map(String::from))
+            .filter(|m| m.starts_with(&root))
+            .collect();
+        mounts.sort_by_key(|m| std::cmp::Reverse(m.len()));
+        for m in mounts {
+            let _ = Command::new("umount").args(["-l", &m]).status();
+        }
+    }
+}

@@ -1,0 +1,696 @@
+//! The `docker` backend through the real binary and a real Docker Engine
+//! (Debian's `dockerd`, started by each test with a private data root and
+//! socket, see `common/dockerd.rs`): `cordon run --backend docker
+//! --min-isolation container` works, output and exit codes come back, the
+//! workload is not root, has no network, writes only its work dir and
+//! `/tmp`, cannot run what the policy denies, is held to its wall, CPU and
+//! memory bounds; the conformance and escape kits pass whole; a kept
+//! sandbox works and is reclaimed when its keeper dies; and nothing is
+//! left on the engine or the host. Without root or `dockerd` these skip
+//! loudly; `CI=true` makes that a failure.
+#![allow(clippy::expect_used, clippy::unwrap_used)] // tests may panic on a broken fixture
+
+mod common {
+    pub mod dockerd;
+}
+
+use std::path::Path;
+use std::process::Command;
+
+use common::dockerd::Dockerd;
+
+fn scratch() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("docker-test-")
+        .tempdir_in("/var/tmp")
+        .unwrap()
+}
+
+/// `cordon ARGS` pointed at `engine`, with `tmp` as TMPDIR and its state
+/// directory.
+fn cordon(engine: &Dockerd, tmp: &Path, args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_cordon"))
+        .args(args)
+        .env("CORDON_DOCKER_HOST", engine.host())
+        .env("TMPDIR", tmp)
+        .env("CORDON_STATE_DIR", tmp.join("state"))
+        .env_remove("CORDON_MIN_ISOLATION")
+        .output()
+        .expect("run cordon");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn run(engine: &Dockerd, tmp: &Path, args: &[&str]) -> (i32, String, String) {
+    let mut all = vec!["run", "--backend", "docker", "--min-isolation", "container"];
+    all.extend_from_slice(args);
+    cordon(engine, tmp, &all)
+}
+
+fn sh(engine: &Dockerd, tmp: &Path, script: &str) -> (i32, String, String) {
+    run(engine, tmp, &["--", "/bin/sh", "-c", script])
+}
+
+/// What a sandbox could leave on the host: its directories in TMPDIR,
+/// mounts of them, and (on the engine) containers of cordon's.
+fn leftovers(engine: &Dockerd, tmp: &Path) -> Vec<String> {
+    let mut left: Vec<String> = std::fs::read_dir(tmp)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("cordon-docker-") || n.starts_with(".cordon-volume-"))
+        .collect();
+    let tag = tmp.display().to_string();
+    left.extend(
+        std::fs::read_to_string("/proc/self/mountinfo")
+            .unwrap()
+            .lines()
+            .filter_map(|l| l.split(' ').nth(4))
+            .filter(|m| m.starts_with(&tag))
+            .map(|m| format!("mount {m}")),
+    );
+    left.extend(
+        engine
+            .containers()
+            .into_iter()
+            .filter(|(_, labels)| labels["dev.cordon.owner"] == "cordon")
+            .map(|(name, _)| format!("container {name}")),
+    );
+    left.extend(loop_devices_of(tmp));
+    left
+}
+
+/// Loop devices whose backing file was in `tmp` (a volume's image, unlinked
+/// once attached: the kernel still names it).
+fn loop_devices_of(tmp: &Path) -> Vec<String> {
+    let tag = tmp.display().to_string();
+    std::fs::read_dir("/sys/block")
+        .map(|d| {
+            d.flatten()
+                .filter(|e| e.file_name().to_string_lossy().starts_with("loop"))
+                .filter(|e| {
+                    std::fs::read_to_string(e.path().join("loop/backing_file"))
+                        .is_ok_and(|f| f.starts_with(&tag))
+                })
+                .map(|e| format!("loop device {}", e.file_name().to_string_lossy()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn a_command_runs_confined_and_leaves_nothing() {
+    let Some(engine) = Dockerd::start("docker run") else {
+        return;
+    };
+    let tmp = scratch();
+    let (code, out, err) = sh(&engine, tmp.path(), "id; echo hi");
+    assert_eq!(code, 0, "{err}");
+    assert!(out.ends_with("hi\n"), "{out}");
+    assert!(err.contains("`docker` rung"), "{err}");
+    // Not root.
+    let (code, out, err) = sh(&engine, tmp.path(), "id -u; id -g");
+    assert_eq!(code, 0, "{err}");
+    assert!(out.lines().all(|i| i != "0"), "runs as root: {out}");
+    // Exit codes and both streams come back; stdin goes in.
+    let (code, out, err) = sh(&engine, tmp.path(), "echo out; echo err >&2; exit 7");
+    assert_eq!((code, out.as_str()), (7, "out\n"));
+    assert!(err.contains("err\n"), "{err}");
+    let out = Command::new(env!("CARGO_BIN_EXE_cordon"))
+        .args(["run", "--backend", "docker", "--min-isolation", "container"])
+        .args(["--", "/bin/cat"])
+        .env("CORDON_DOCKER_HOST", engine.host())
+        .env("TMPDIR", tmp.path())
+        .stdin(std::fs::File::open("/etc/hostname").unwrap())
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        std::fs::read_to_string("/etc/hostname").unwrap()
+    );
+    // No network: the loopback only, and the host's loopback unreached.
+    let (code, out, err) = sh(&engine, tmp.path(), "cat /proc/net/dev");
+    assert_eq!(code, 0, "{err}");
+    let ifaces: Vec<&str> = out
+        .lines()
+        .skip(2)
+        .filter_map(|l| l.split(':').next())
+        .map(str::trim)
+        .collect();
+    assert_eq!(ifaces, ["lo"], "{out}");
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (code, out, err) = run(
+        &engine,
+        tmp.path(),
+        &[
+            "--",
+            "python3",
+            "-c",
+            &format!(
+                "import socket\ntry:\n    socket.create_connection(('127.0.0.1', {port}), timeout=3)\n    print('CONNECTED')\nexcept OSError as e:\n    print('refused', e)"
+            ),
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with("refused"), "{out}");
+    listener.set_nonblocking(true).unwrap();
+    assert!(
+        listener.accept().is_err(),
+        "the host's listener was reached"
+    );
+    // Only the work dir and /tmp are writable, and neither runs programs.
+    let (code, out, err) = sh(
+        &engine,
+        tmp.path(),
+        "pwd; echo a > f && cat f; echo b > /tmp/t && cat /tmp/t; \
+         for p in /usr/x /x /etc/x /bin/x /etc/passwd; do if touch $p 2>/dev/null; then echo WROTE $p; fi; done",
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out, "/workspace\na\nb\n");
+    let (code, out, _) = sh(
+        &engine,
+        tmp.path(),
+        "cp /bin/true ./t; ./t; echo work=$?; cp /bin/true /tmp/t; /tmp/t; echo tmp=$?",
+    );
+    assert_eq!((code, out.as_str()), (0, "work=126\ntmp=126\n"));
+    // What the policy denies is refused before it starts, and masked.
+    let (code, out, err) = run(&engine, tmp.path(), &["--", "/usr/bin/su", "-c", "id"]);
+    assert_ne!(code, 0);
+    assert!(out.is_empty(), "{out}");
+    assert!(err.contains("the policy refuses `/usr/bin/su`"), "{err}");
+    let (code, out, err) = sh(&engine, tmp.path(), "/usr/bin/su -c id; echo rc=$?");
+    assert_eq!(code, 0, "{err}");
+    assert!(out.trim_end().ends_with("rc=126"), "{out} {err}");
+    // Nothing of the host's `/sys` (its devices, other sandboxes' loop
+    // devices), as at the native container rung.
+    let (code, out, _) = sh(
+        &engine,
+        tmp.path(),
+        "ls -A /sys; ls /sys/block /sys/fs/cgroup 2>&1 | head -1",
+    );
+    assert_eq!(code, 0);
+    assert!(out.contains("No such file or directory"), "{out}");
+    assert!(!out.contains("loop"), "{out}");
+    // No capability, no new privileges.
+    let (code, out, _) = sh(
+        &engine,
+        tmp.path(),
+        "grep -E '^(CapEff|CapBnd|NoNewPrivs)' /proc/self/status",
+    );
+    assert_eq!(code, 0);
+    assert_eq!(
+        out,
+        "CapEff:\t0000000000000000\nCapBnd:\t0000000000000000\nNoNewPrivs:\t1\n"
+    );
+    assert_eq!(leftovers(&engine, tmp.path()), Vec::<String>::new());
+}
+
+#[test]
+fn wall_cpu_and_memory_bounds_kill_and_are_reported() {
+    let Some(engine) = Dockerd::start("docker bounds") else {
+        return;
+    };
+    let tmp = scratch();
+    let spec = |name: &str, resources: &str| {
+        let p = tmp.path().join(name);
+        std::fs::write(
+            &p,
+            format!("kind: run\nimage: host\nresources: {resources}\n"),
+        )
+        .unwrap();
+        p.display().to_string()
+    };
+    let wall = spec("wall.yaml", "{wall_seconds: 2}");
+    let started = std::time::Instant::now();
+    let (code, _, err) = run(
+        &engine,
+        tmp.path(),
+        &["--spec", &wall, "--", "/bin/sleep", "30"],
+    );
+    assert_ne!(code, 0);
+    assert!(started.elapsed().as_secs() < 20, "{err}");
+    assert!(err.contains("`max_wall_seconds` bound"), "{err}");
+    let cpu = spec("cpu.yaml", "{cpu_seconds: 1, wall_seconds: 30}");
+    let started = std::time::Instant::now();
+    let (code, _, err) = run(
+        &engine,
+        tmp.path(),
+        &["--spec", &cpu, "--", "/bin/sh", "-c", "while :; do :; done"],
+    );
+    assert_ne!(code, 0);
+    assert!(started.elapsed().as_secs() < 20, "{err}");
+    assert!(err.contains("`max_cpu_seconds` bound"), "{err}");
+    let mem = spec("mem.yaml", "{memory: 64MiB, wall_seconds: 30}");
+    let (code, _, err) = run(
+        &engine,
+        tmp.path(),
+        &[
+            "--spec",
+            &mem,
+            "--",
+            "python3",
+            "-c",
+            "b = bytearray(512 << 20); print(len(b))",
+        ],
+    );
+    assert_ne!(code, 0);
+    assert!(err.contains("`max_memory` bound"), "{err}");
+    assert_eq!(leftovers(&engine, tmp.path()), Vec::<String>::new());
+}
+
+#[test]
+fn the_conformance_and_escape_kits_pass_whole() {
+    let Some(engine) = Dockerd::start("docker kits") else {
+        return;
+    };
+    let tmp = scratch();
+    let (code, out, err) = cordon(&engine, tmp.path(), &["conformance", "--backend", "docker"]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(out.contains(" passed, 0 failed"), "{out}");
+    let (code, out, err) = cordon(&engine, tmp.path(), &["escape", "--backend", "docker"]);
+    eprintln!("{out}");
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(out.contains(" passed, 0 failed"), "{out}");
+    for case in [
+        "background-outlives-exec",
+        "concurrent-exec-tampering",
+        "concurrent-exec-proc-info",
+        "exec-denied-binary",
+    ] {
+        assert!(
+            out.lines().any(|l| l.starts_with(&format!("pass {case}:"))),
+            "{case}: {out}"
+        );
+    }
+    assert_eq!(leftovers(&engine, tmp.path()), Vec::<String>::new());
+}
+
+#[test]
+fn a_kept_sandbox_works_and_gc_reclaims_one_whose_keeper_died() {
+    let Some(engine) = Dockerd::start("docker kept") else {
+        return;
+    };
+    let tmp = scratch();
+    let up = |thread: &str| {
+        let (code, handle, err) = cordon(
+            &engine,
+            tmp.path(),
+            &[
+                "sandbox",
+                "up",
+                "--scope",
+                "docker-test",
+                "--thread",
+                thread,
+                "--backend",
+                "docker",
+                "--min-isolation",
+                "container",
+            ],
+        );
+        assert_eq!(code, 0, "{err}");
+        handle.trim().to_string()
+    };
+    let handle = up("a");
+    let (code, _, err) = cordon(
+        &engine,
+        tmp.path(),
+        &[
+            "sandbox",
+            "exec",
+            &handle,
+            "--",
+            "/bin/sh",
+            "-c",
+            "echo kept > k",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    let (code, out, err) = cordon(
+        &engine,
+        tmp.path(),
+        &["sandbox", "exec", &handle, "--", "/bin/cat", "k"],
+    );
+    assert_eq!((code, out.as_str()), (0, "kept\n"), "{err}");
+    // Its anchor is on the engine, labelled with its scope and thread.
+    let anchors: Vec<serde_json::Value> = engine
+        .containers()
+        .into_iter()
+        .map(|(_, l)| l)
+        .filter(|l| l["dev.cordon.role"] == "anchor")
+        .collect();
+    assert_eq!(anchors.len(), 1, "{anchors:?}");
+    assert_eq!(anchors[0]["dev.cordon.scope"], "docker-test");
+    assert_eq!(anchors[0]["dev.cordon.thread"], "a");
+    let (code, _, err) = cordon(&engine, tmp.path(), &["sandbox", "down", &handle]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(leftovers(&engine, tmp.path()), Vec::<String>::new());
+
+    // A keeper killed: gc reclaims its directory, volume and containers.
+    let handle = up("b");
+    let (code, _, err) = cordon(
+        &engine,
+        tmp.path(),
+        &["sandbox", "exec", &handle, "--", "/bin/true"],
+    );
+    assert_eq!(code, 0, "{err}");
+    let dirs: Vec<String> = std::fs::read_dir(tmp.path())
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("cordon-docker-"))
+        .collect();
+    assert_eq!(dirs.len(), 1, "{dirs:?}");
+    let keeper: u32 = dirs[0].split('-').nth(2).unwrap().parse().unwrap();
+    assert!(Command::new("kill")
+        .args(["-9", &keeper.to_string()])
+        .status()
+        .unwrap()
+        .success());
+    for _ in 0..100 {
+        if !Path::new(&format!("/proc/{keeper}")).exists() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let (code, _, err) = cordon(&engine, tmp.path(), &["sandbox", "gc"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        leftovers(&engine, tmp.path()),
+        Vec::<String>::new(),
+        "{err}"
+    );
+}
+
+/// Up, exec, down, `CORDON_DOCKER_CYCLES` times (default 5; CI sets more):
+/// nothing accumulates on the engine or the host.
+#[test]
+fn up_exec_down_cycles_leave_nothing() {
+    let Some(engine) = Dockerd::start("docker leak cycles") else {
+        return;
+    };
+    let cycles: usize = std::env::var("CORDON_DOCKER_CYCLES")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(5);
+    let tmp = scratch();
+    for i in 0..cycles {
+        let (code, handle, err) = cordon(
+            &engine,
+            tmp.path(),
+            &[
+                "sandbox",
+                "up",
+                "--scope",
+                "cycles",
+                "--thread",
+                &format!("t{i}"),
+                "--backend",
+                "docker",
+                "--min-isolation",
+                "container",
+            ],
+        );
+        assert_eq!(code, 0, "cycle {i}: {err}");
+        let handle = handle.trim();
+        let (code, out, err) = cordon(
+            &engine,
+            tmp.path(),
+            &["sandbox", "exec", handle, "--", "/bin/echo", "cycle"],
+        );
+        assert_eq!((code, out.as_str()), (0, "cycle\n"), "cycle {i}: {err}");
+        let (code, _, err) = cordon(&engine, tmp.path(), &["sandbox", "down", handle]);
+        assert_eq!(code, 0, "cycle {i}: {err}");
+        assert_eq!(
+            leftovers(&engine, tmp.path()),
+            Vec::<String>::new(),
+            "cycle {i}"
+        );
+    }
+}
+
+#[test]
+fn doctor_reports_the_engine_and_a_missing_one_is_refused_with_the_fix() {
+    let tmp = scratch();
+    let out = Command::new(env!("CARGO_BIN_EXE_cordon"))
+        .args([
+            "run",
+            "--backend",
+            "docker",
+            "--min-isolation",
+            "container",
+            "--",
+            "/bin/true",
+        ])
+        .env(
+            "CORDON_DOCKER_HOST",
+            format!("unix://{}/none.sock", tmp.path().display()),
+        )
+        .env("TMPDIR", tmp.path())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_ne!(out.status.code(), Some(0));
+    assert!(err.contains("no Docker Engine socket"), "{err}");
+    assert!(err.contains("CORDON_DOCKER_HOST"), "{err}");
+    let Some(engine) = Dockerd::start("docker doctor") else {
+        return;
+    };
+    let (_, out, _) = cordon(
+        &engine,
+        tmp.path(),
+        &["doctor", "--min-isolation", "container"],
+    );
+    let row = out
+        .lines()
+        .find(|l| l.starts_with("docker "))
+        .unwrap_or_else(|| panic!("no docker row:\n{out}"));
+    assert!(row.contains("can run"), "{row}");
+    assert!(row.contains("API 1.4"), "{row}");
+    assert!(row.contains("a trivial container ran"), "{row}");
+}
+
+/// An image of cordon's store runs: its directories are bound from the
+/// store as the policy's plan grants (so a directory the plan does not
+/// reach, like the image's `/root`, is empty), and a name the store lacks
+/// is refused with the fix.
+#[test]
+fn an_image_from_cordons_store_runs_as_the_plan_grants() {
+    let Some(engine) = Dockerd::start("docker stored image") else {
+        return;
+    };
+    let tmp = scratch();
+    let root = tmp.path().join("mini-root");
+    let made = Command::new("/bin/sh")
+        .arg("-c")
+        .arg(
+            r#"set -e; R="$1"; mkdir -p "$R/usr/bin" "$R/usr/lib" "$R/usr/lib64" "$R/etc" "$R/root"
+            ln -s usr/bin "$R/bin"; ln -s usr/lib "$R/lib"; ln -s usr/lib64 "$R/lib64"
+            for b in dash cat id; do cp /usr/bin/$b "$R/usr/bin/"
+              for l in $(ldd /usr/bin/$b | grep -o '/[^ ]*'); do
+                d="$R/usr$(dirname "${l#/usr}")"; mkdir -p "$d"; cp -L "$l" "$d/"; done; done
+            ln -s dash "$R/usr/bin/sh"; echo mini > "$R/usr/lib/marker"; echo secret > "$R/root/secret""#,
+        )
+        .arg("sh")
+        .arg(&root)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let store = tmp.path().join("store");
+    std::fs::create_dir(&store).unwrap();
+    let cordon_store = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_cordon"))
+            .args(args)
+            .env("CORDON_DOCKER_HOST", engine.host())
+            .env("CORDON_IMAGE_STORE", &store)
+            .env("TMPDIR", tmp.path())
+            .output()
+            .unwrap();
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, _, err) = cordon_store(&["image", "import", "mini", root.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let spec = tmp.path().join("mini.yaml");
+    std::fs::write(&spec, "kind: run\nimage: mini\n").unwrap();
+    let (code, out, err) = cordon_store(&[
+        "run",
+        "--backend",
+        "docker",
+        "--min-isolation",
+        "container",
+        "--spec",
+        spec.to_str().unwrap(),
+        "--",
+        "/bin/sh",
+        "-c",
+        "cat /usr/lib/marker; id -u; cat /root/secret 2>/dev/null || echo unseen",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 3, "{out}");
+    assert_eq!(lines[0], "mini");
+    assert_ne!(lines[1], "0");
+    assert_eq!(lines[2], "unseen");
+    std::fs::write(&spec, "kind: run\nimage: absent\n").unwrap();
+    let (code, _, err) = cordon_store(&[
+        "run",
+        "--backend",
+        "docker",
+        "--min-isolation",
+        "container",
+        "--spec",
+        spec.to_str().unwrap(),
+        "--",
+        "/bin/true",
+    ]);
+    assert_ne!(code, 0);
+    assert!(err.contains("absent"), "{err}");
+    assert_eq!(leftovers(&engine, tmp.path()), Vec::<String>::new());
+}
+
+/// A spec that names hosts gets one route out: cordon's egress proxy,
+/// listening in the sandbox's network namespace (the anchor's, which every
+/// exec joins). A named host is reached through it, another is refused
+/// (403), nothing is reached without it, the audit names who asked, and
+/// nothing listens inside.
+#[test]
+fn a_spec_with_an_allowlist_reaches_it_through_the_proxy_and_nothing_else() {
+    let Some(engine) = Dockerd::start("docker egress") else {
+        return;
+    };
+    let tmp = scratch();
+    let upstream = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = upstream.local_addr().unwrap().port();
+    let hits = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let h = hits.clone();
+    std::thread::spawn(move || {
+        use std::io::{Read, Write};
+        for s in upstream.incoming() {
+            let Ok(mut s) = s else { continue };
+            h.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let mut seen = Vec::new();
+            let mut buf = [0u8; 4096];
+            while !seen.windows(4).any(|w| w == b"\r\n\r\n") {
+                match s.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => seen.extend_from_slice(&buf[..n]),
+                }
+            }
+            let _ = s.write_all(
+                b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello",
+            );
+        }
+    });
+    let p = tmp.path();
+    std::fs::write(
+        p.join("policy.yaml"),
+        r#"
+policy:
+  compute:
+    allow:
+      - name: system-programs
+        when: command.startsWith("/usr/") || command.startsWith("/bin/")
+  storage:
+    allow:
+      - name: system
+        when: >-
+          (path.startsWith("/usr/") || path.startsWith("/lib/") ||
+          path.startsWith("/lib64/") || path.startsWith("/bin/") ||
+          path.startsWith("/sbin/")) && mode in ["read", "execute"]
+      - name: etc
+        when: path.startsWith("/etc/") && mode == "read"
+      - name: work
+        when: path.startsWith(work_dir + "/") && mode in ["read", "write"]
+      - name: tmp
+        when: path.startsWith("/tmp/") && mode in ["read", "write"]
+      - name: devices
+        when: path in ["/dev/null", "/dev/zero", "/dev/urandom"] && mode in ["read", "write"]
+  egress:
+    allow_ranges:
+      - cidr: 127.0.0.0/8
+        hosts: [ok.test, other.test]
+    allow:
+      - name: test-hosts
+        when: host == "ok.test" || host == "other.test"
+"#,
+    )
+    .unwrap();
+    std::fs::write(p.join("hosts"), "127.0.0.1 ok.test other.test\n").unwrap();
+    std::fs::write(
+        p.join("spec.yaml"),
+        format!("kind: egress-test\nimage: host\negress_allow:\n  - \"ok.test:{port}\"\n"),
+    )
+    .unwrap();
+    std::fs::write(
+        p.join("config.yaml"),
+        format!(
+            "egress:\n  nameservers: []\n  hosts_file: {}\n  audit: {}\n",
+            p.join("hosts").display(),
+            p.join("audit.jsonl").display()
+        ),
+    )
+    .unwrap();
+    let with = |cmd: &[&str]| {
+        let mut args = vec![
+            "--policy".to_string(),
+            p.join("policy.yaml").display().to_string(),
+            "--spec".into(),
+            p.join("spec.yaml").display().to_string(),
+            "--config".into(),
+            p.join("config.yaml").display().to_string(),
+            "--identity".into(),
+            "namespace=team-a".into(),
+            "--".into(),
+        ];
+        args.extend(cmd.iter().map(|s| s.to_string()));
+        let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+        run(&engine, p, &argv)
+    };
+    let ok = format!("http://ok.test:{port}/x");
+    let (code, out, err) = with(&["/usr/bin/curl", "-sS", "-f", "--max-time", "10", &ok]);
+    assert_eq!((code, out.as_str()), (0, "hello"), "{err}");
+    assert_eq!(hits.load(std::sync::atomic::Ordering::SeqCst), 1);
+    let other = format!("http://other.test:{port}/x");
+    let (code, _, err) = with(&["/usr/bin/curl", "-sS", "-f", "--max-time", "10", &other]);
+    assert_eq!(code, 22, "{err}");
+    let direct = format!("http://127.0.0.1:{port}/x");
+    let (code, _, _) = with(&[
+        "/usr/bin/env",
+        "-u",
+        "http_proxy",
+        "-u",
+        "HTTP_PROXY",
+        "/usr/bin/curl",
+        "-sS",
+        "--max-time",
+        "5",
+        &direct,
+    ]);
+    assert_ne!(code, 0);
+    assert_eq!(hits.load(std::sync::atomic::Ordering::SeqCst), 1);
+    // Nothing listens inside a sandbox with a route.
+    let (code, out, err) = with(&[
+        "/usr/bin/python3",
+        "-c",
+        "import socket\ns=socket.socket()\ns.bind(('127.0.0.1',0))\ntry:\n    s.listen(); print('LISTENING')\nexcept OSError as e: print('refused', e.errno)",
+    ]);
+    assert_eq!((code, out.as_str()), (0, "refused 1\n"), "{err}");
+    let audit = std::fs::read_to_string(p.join("audit.jsonl")).unwrap();
+    let lines: Vec<serde_json::Value> = audit
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 2, "{audit}");
+    assert_eq!(lines[0]["verdict"], "allow");
+    assert_eq!(lines[1]["verdict"], "deny");
+    assert!(lines.iter().all(|l| l["identity"]["namespace"] == "team-a"));
+    assert_eq!(leftovers(&engine, p), Vec::<String>::new());
+}
