@@ -19,6 +19,12 @@ use std::process::Command;
 
 use common::dockerd::Dockerd;
 
+/// The escape kit's `mount` case compares the host's mount table before
+/// and after; every other test here starts containers (whose root
+/// filesystems the engine mounts in the host's namespace) and volumes.
+/// The kits run alone (write), the rest beside each other (read).
+static KITS_ALONE: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
 fn scratch() -> tempfile::TempDir {
     tempfile::Builder::new()
         .prefix("docker-test-")
@@ -103,6 +109,7 @@ fn loop_devices_of(tmp: &Path) -> Vec<String> {
 
 #[test]
 fn a_command_runs_confined_and_leaves_nothing() {
+    let _alone = KITS_ALONE.read().unwrap_or_else(|e| e.into_inner());
     let Some(engine) = Dockerd::start("docker run") else {
         return;
     };
@@ -211,6 +218,7 @@ fn a_command_runs_confined_and_leaves_nothing() {
 
 #[test]
 fn wall_cpu_and_memory_bounds_kill_and_are_reported() {
+    let _alone = KITS_ALONE.read().unwrap_or_else(|e| e.into_inner());
     let Some(engine) = Dockerd::start("docker bounds") else {
         return;
     };
@@ -264,6 +272,7 @@ fn wall_cpu_and_memory_bounds_kill_and_are_reported() {
 
 #[test]
 fn the_conformance_and_escape_kits_pass_whole() {
+    let _alone = KITS_ALONE.write().unwrap_or_else(|e| e.into_inner());
     let Some(engine) = Dockerd::start("docker kits") else {
         return;
     };
@@ -291,6 +300,7 @@ fn the_conformance_and_escape_kits_pass_whole() {
 
 #[test]
 fn a_kept_sandbox_works_and_gc_reclaims_one_whose_keeper_died() {
+    let _alone = KITS_ALONE.read().unwrap_or_else(|e| e.into_inner());
     let Some(engine) = Dockerd::start("docker kept") else {
         return;
     };
@@ -390,6 +400,7 @@ fn a_kept_sandbox_works_and_gc_reclaims_one_whose_keeper_died() {
 /// nothing accumulates on the engine or the host.
 #[test]
 fn up_exec_down_cycles_leave_nothing() {
+    let _alone = KITS_ALONE.read().unwrap_or_else(|e| e.into_inner());
     let Some(engine) = Dockerd::start("docker leak cycles") else {
         return;
     };
@@ -457,6 +468,7 @@ fn doctor_reports_the_engine_and_a_missing_one_is_refused_with_the_fix() {
     assert_ne!(out.status.code(), Some(0));
     assert!(err.contains("no Docker Engine socket"), "{err}");
     assert!(err.contains("CORDON_DOCKER_HOST"), "{err}");
+    let _alone = KITS_ALONE.read().unwrap_or_else(|e| e.into_inner());
     let Some(engine) = Dockerd::start("docker doctor") else {
         return;
     };
@@ -480,6 +492,7 @@ fn doctor_reports_the_engine_and_a_missing_one_is_refused_with_the_fix() {
 /// is refused with the fix.
 #[test]
 fn an_image_from_cordons_store_runs_as_the_plan_grants() {
+    let _alone = KITS_ALONE.read().unwrap_or_else(|e| e.into_inner());
     let Some(engine) = Dockerd::start("docker stored image") else {
         return;
     };
@@ -563,6 +576,7 @@ fn an_image_from_cordons_store_runs_as_the_plan_grants() {
 /// nothing listens inside.
 #[test]
 fn a_spec_with_an_allowlist_reaches_it_through_the_proxy_and_nothing_else() {
+    let _alone = KITS_ALONE.read().unwrap_or_else(|e| e.into_inner());
     let Some(engine) = Dockerd::start("docker egress") else {
         return;
     };
