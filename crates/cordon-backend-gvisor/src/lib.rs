@@ -17,6 +17,10 @@
 //!   router's compute guard asks [`cordon_sandbox::Sandbox::resolve_command`]
 //!   here) and confined by the policy's storage plan, translated by
 //!   `cordon_confine::translate` into mounts and masks.
+//! - [`cgroup`] makes the memory cgroup that holds `max_memory` above the
+//!   one runsc makes, so a kill at the bound is still counted after runsc
+//!   removed its own; the sandbox's root preloads a stat shim
+//!   (`shim/noautomount.c`) for a gap of this runsc (see `sandbox.rs`).
 //! - The container rung's syscall deny table goes into every bundle as
 //!   `linux.seccomp`, which runsc loads inside its sandbox
 //!   (`--oci-seccomp`).
@@ -30,6 +34,7 @@
 #![cfg(target_os = "linux")]
 
 mod backend;
+pub mod cgroup;
 pub mod register;
 pub mod runsc;
 /// The OCI pieces, shared with every OCI-shaped backend.

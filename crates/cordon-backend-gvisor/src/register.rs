@@ -167,6 +167,16 @@ fn sweep() -> (Vec<String>, Vec<String>) {
             }
         }
     }
+    // Cgroups whose container is gone (cordon's memory parent outlives
+    // its container by design; an owner killed mid-exec leaves it).
+    for name in crate::runsc::all_cgroup_names() {
+        if crate::maker_of(&name).is_some_and(gone) {
+            crate::runsc::remove_cgroups(&name);
+            if crate::runsc::cgroups_of(&name).is_empty() {
+                done.push(format!("cgroup `{name}`"));
+            }
+        }
+    }
     let scratch = std::env::temp_dir();
     if let Ok(entries) = std::fs::read_dir(&scratch) {
         let dirs: Vec<PathBuf> = entries

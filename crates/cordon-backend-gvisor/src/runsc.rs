@@ -372,12 +372,46 @@ pub fn cgroups_of(id: &str) -> Vec<PathBuf> {
     out
 }
 
-/// Removes what runsc left of container `id`'s cgroups (a start that
-/// failed leaves them). Only empty ones go: `rmdir` refuses the others.
+/// Removes what runsc and cordon left of container `id`'s cgroups (a
+/// start that failed leaves them; cordon's own memory parent outlives the
+/// container by design, see [`crate::cgroup`]): the leaf runsc made under
+/// cordon's parent first, then the directory itself. Only empty ones go:
+/// `rmdir` refuses the others.
 pub fn remove_cgroups(id: &str) {
     for d in cgroups_of(id) {
+        let _ = std::fs::remove_dir(d.join(crate::cgroup::LEAF));
         let _ = std::fs::remove_dir(&d);
     }
+}
+
+/// Every cgroup directory named like a container of this backend, in
+/// every hierarchy (for the sweep of dead owners').
+pub fn all_cgroup_names() -> Vec<String> {
+    let mut names = Vec::new();
+    let Ok(entries) = std::fs::read_dir("/sys/fs/cgroup") else {
+        return names;
+    };
+    for h in entries.flatten() {
+        let p = h.path();
+        let in_dir = |d: &Path| -> Vec<String> {
+            std::fs::read_dir(d)
+                .into_iter()
+                .flatten()
+                .flatten()
+                .filter(|e| e.path().is_dir())
+                .filter_map(|e| e.file_name().to_str().map(String::from))
+                .filter(|n| crate::maker_of(n).is_some())
+                .collect()
+        };
+        if crate::maker_of(&h.file_name().to_string_lossy()).is_some() {
+            names.push(h.file_name().to_string_lossy().into_owned());
+        } else {
+            names.extend(in_dir(&p));
+        }
+    }
+    names.sort();
+    names.dedup();
+    names
 }
 
 /// CPU time container `id`'s cgroup used, in nanoseconds, when it can be

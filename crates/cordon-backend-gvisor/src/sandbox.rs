@@ -30,6 +30,7 @@ use cordon_sandbox::{
 };
 use serde::{Deserialize, Serialize};
 
+use crate::cgroup::MemoryBound;
 use crate::oci::{Bundle, HostImage, Mount, MountKind};
 use crate::runsc::Runsc;
 use crate::{failed, GvisorConfig, NEXT, WORKLOAD_ID};
@@ -88,6 +89,33 @@ fn owned_dir(p: &Path) -> Result<(), String> {
     private_dir(p)?;
     std::os::unix::fs::chown(p, Some(WORKLOAD_ID), Some(WORKLOAD_ID))
         .map_err(|e| format!("cannot hand `{}` to uid {WORKLOAD_ID}: {e}", p.display()))
+}
+
+/// The compatibility shim (`shim/noautomount.c`: this runsc refuses
+/// `AT_NO_AUTOMOUNT`, which coreutils passes on every stat), built with
+/// the crate.
+const SHIM: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/noautomount.so"));
+
+/// Where the shim is in the sandbox's root.
+pub const SHIM_PATH: &str = "/.cordon/noautomount.so";
+
+/// Puts the shim in `rootfs` (root's, read-only for everyone else: the
+/// root is mounted read-only anyway) and names it in the root's own
+/// `/etc/ld.so.preload`, so every dynamically linked program loads it.
+fn install_shim(rootfs: &Path) -> Result<(), String> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let path = crate::oci::under(rootfs, Path::new(SHIM_PATH));
+    if let Some(parent) = path.parent() {
+        std::fs::DirBuilder::new()
+            .mode(0o755)
+            .create(parent)
+            .map_err(|e| format!("cannot create `{}`: {e}", parent.display()))?;
+    }
+    std::fs::write(&path, SHIM)
+        .and_then(|()| std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o444)))
+        .map_err(|e| format!("cannot write the shim `{}`: {e}", path.display()))?;
+    std::fs::write(rootfs.join("etc/ld.so.preload"), format!("{SHIM_PATH}\n"))
+        .map_err(|e| format!("cannot write the root's `/etc/ld.so.preload`: {e}"))
 }
 
 /// An operator's work dir, checked: a directory owned by
@@ -174,6 +202,7 @@ impl GvisorSandbox {
         let made = (|| -> Result<(HostImage, RootedFs, HostWorkDir), String> {
             let image = HostImage::prepare(&dir.join("rootfs"))?;
             image.write_etc(WORKLOAD_ID, WORKLOAD_ID, &guest_work)?;
+            install_shim(&image.rootfs)?;
             crate::oci::mkdir_in(&image.rootfs, Path::new(&guest_work))?;
             let masks = dir.join("masks");
             private_dir(&masks)?;
@@ -335,6 +364,15 @@ impl GvisorSandbox {
         let cid = format!("{}-e{k}", self.id);
         let exec_dir = self.dir.join(format!("exec-{k}"));
         private_dir(&exec_dir).map_err(exec_failed)?;
+        // The memory bound, on a parent cgroup of cordon's that outlives
+        // the container (see `crate::cgroup`): no bound, no exec.
+        let memory = match MemoryBound::make(&cid, self.limits.memory_bytes) {
+            Ok(m) => m,
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&exec_dir);
+                return Err(exec_failed(e));
+            }
+        };
         let config = Bundle {
             root: &self.image.rootfs,
             argv,
@@ -343,11 +381,12 @@ impl GvisorSandbox {
             uid: WORKLOAD_ID,
             gid: WORKLOAD_ID,
             mounts,
-            memory_bytes: Some(self.limits.memory_bytes),
+            // Held by cordon's parent cgroup, not the leaf runsc makes.
+            memory_bytes: None,
             processes: self.limits.processes,
             cpu_seconds: self.limits.cpu_seconds,
             file_bytes: self.limits.disk_bytes,
-            cgroup: format!("/{cid}"),
+            cgroup: format!("/{cid}/{}", crate::cgroup::LEAF),
         }
         .config();
         let log = exec_dir.join("runsc.log");
@@ -398,6 +437,7 @@ impl GvisorSandbox {
             wall: Duration::from_secs(self.limits.wall_seconds.min(req.timeout.as_secs().max(1))),
             cpu_nanos: self.limits.cpu_seconds.saturating_mul(1_000_000_000),
             killed: killed.clone(),
+            memory,
         };
         let bin = self.runsc.bin.clone();
         Ok(ExecHandle::from_pipes(
@@ -563,6 +603,7 @@ struct Running {
     wall: Duration,
     cpu_nanos: u64,
     killed: Arc<AtomicBool>,
+    memory: MemoryBound,
 }
 
 impl Running {
@@ -615,7 +656,10 @@ impl Running {
                 return Err(e);
             }
         };
-        let oom = oom_killed(&self.cid, status.code());
+        // The bound killed something, or refused memory and gVisor then
+        // killed the workload itself (`SIGKILL`'s 137).
+        let oom = self.memory.oom_kills().is_some_and(|n| n > 0)
+            || (status.code() == Some(137) && self.memory.refused());
         let error = runsc_error(&self.log);
         self.clean();
         match status.code() {
@@ -645,26 +689,6 @@ impl Running {
         crate::runsc::remove_cgroups(&self.cid);
         let _ = std::fs::remove_dir_all(&self.exec_dir);
     }
-}
-
-/// Whether the memory cgroup of container `cid` killed something, or
-/// refused memory at its limit (gVisor then kills the workload itself,
-/// which ends with `SIGKILL`'s 137).
-fn oom_killed(cid: &str, code: Option<i32>) -> bool {
-    let dir = Path::new("/sys/fs/cgroup/memory").join(cid);
-    let count = |file: &str, key: Option<&str>| {
-        std::fs::read_to_string(dir.join(file))
-            .ok()
-            .and_then(|s| match key {
-                Some(k) => s
-                    .lines()
-                    .find_map(|l| l.strip_prefix(k))
-                    .and_then(|n| n.trim().parse::<u64>().ok()),
-                None => s.trim().parse::<u64>().ok(),
-            })
-    };
-    count("memory.oom_control", Some("oom_kill ")).is_some_and(|n| n > 0)
-        || (code == Some(137) && count("memory.failcnt", None).is_some_and(|n| n > 0))
 }
 
 /// runsc's own error, from its JSON log, if it logged one.

@@ -448,3 +448,68 @@ fn the_cpu_bound_kills_a_busy_loop() {
     assert!(err.contains("`max_cpu_seconds` bound"), "{err}");
     assert_eq!(leftovers(tmp.path()), Vec::<String>::new());
 }
+
+/// Debian's runsc refuses `AT_NO_AUTOMOUNT` in `statx`/`newfstatat`
+/// (EINVAL), which coreutils passes on every stat; the sandbox preloads
+/// cordon's shim that clears it, so `ls -l` and `stat` work.
+#[test]
+fn coreutils_stat_works_inside() {
+    if !can_run("gvisor stat") {
+        return;
+    }
+    let tmp = scratch();
+    let (code, out, err) = sh(
+        tmp.path(),
+        "ls -d /; stat -c '%U %a' /tmp; ls -l /usr >/dev/null && echo listed",
+    );
+    assert_eq!(
+        (code, out.as_str()),
+        (0, "/\ncordon 700\nlisted\n"),
+        "{err}"
+    );
+}
+
+/// A workload that allocates past `max_memory` is killed and reported as
+/// killed at that bound (cordon's own parent cgroup holds the bound and
+/// its kill count outlives the container), and no cgroup is left.
+#[test]
+fn the_memory_bound_kills_and_is_reported() {
+    if !can_run("gvisor memory bound") {
+        return;
+    }
+    let tmp = scratch();
+    let spec = tmp.path().join("spec.yaml");
+    std::fs::write(
+        &spec,
+        "kind: run\nimage: host\nresources: {memory: 64MiB}\n",
+    )
+    .unwrap();
+    let (code, out, err) = run(
+        tmp.path(),
+        &[
+            "--spec",
+            spec.to_str().unwrap(),
+            "--",
+            "python3",
+            "-c",
+            "x=[]\nfor i in range(64): x.append(b'1'*(8<<20))\nprint('ALLOCATED')",
+        ],
+    );
+    assert_ne!(code, 0);
+    assert!(!out.contains("ALLOCATED"), "{out}");
+    assert!(err.contains("`max_memory` bound"), "{err}");
+    // Under the bound, the same workload runs.
+    let (code, out, err) = run(
+        tmp.path(),
+        &[
+            "--spec",
+            spec.to_str().unwrap(),
+            "--",
+            "python3",
+            "-c",
+            "x=b'1'*(16<<20)\nprint('fits')",
+        ],
+    );
+    assert_eq!((code, out.as_str()), (0, "fits\n"), "{err}");
+    assert_eq!(leftovers(tmp.path()), Vec::<String>::new());
+}
