@@ -1,4 +1,4 @@
-//! The memory cgroup cordon makes itself for each gVisor container.
+//! The memory cgroup cordon makes itself for each runsc sandbox.
 //!
 //! runsc makes a container's cgroups at the bundle's `cgroupsPath` and
 //! removes them the moment the container ends, so a bound it held and the
@@ -80,9 +80,9 @@ impl MemoryBound {
             .and_then(|n| n.trim().parse().ok())
     }
 
-    /// Whether the bound refused memory at least once (v1's `failcnt`,
-    /// v2's `max` events).
-    pub fn refused(&self) -> bool {
+    /// How often the bound refused memory (v1's `failcnt`, v2's `max`
+    /// events; 0 when unreadable).
+    pub fn refusals(&self) -> u64 {
         let n = if self.v2 {
             std::fs::read_to_string(self.dir.join("memory.events"))
                 .ok()
@@ -96,7 +96,7 @@ impl MemoryBound {
                 .ok()
                 .and_then(|s| s.trim().parse::<u64>().ok())
         };
-        n.is_some_and(|n| n > 0)
+        n.unwrap_or(0)
     }
 }
 

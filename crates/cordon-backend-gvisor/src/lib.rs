@@ -35,6 +35,7 @@
 
 mod backend;
 pub mod cgroup;
+pub mod pod;
 pub mod register;
 pub mod runsc;
 /// The OCI pieces, shared with every OCI-shaped backend.

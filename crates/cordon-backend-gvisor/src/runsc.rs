@@ -353,6 +353,44 @@ pub fn list(bin: &Path) -> Result<Vec<String>, String> {
     }
 }
 
+/// The containers under cordon's state root with their annotations
+/// (`runsc list --format=json`).
+pub fn list_json(bin: &Path) -> Result<Vec<crate::pod::Listed>, String> {
+    if !Path::new(crate::STATE_ROOT).exists() {
+        return Ok(Vec::new());
+    }
+    match output(
+        control(bin).args(["list", "--format=json"]),
+        CONTROL_TIMEOUT,
+    ) {
+        Ok((0, out, _)) => {
+            let v: serde_json::Value = serde_json::from_slice(&out)
+                .map_err(|e| format!("`runsc list --format=json` is not JSON: {e}"))?;
+            Ok(v.as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|c| {
+                    let id = c["id"].as_str()?.to_string();
+                    let annotations = c["annotations"]
+                        .as_object()
+                        .map(|m| {
+                            m.iter()
+                                .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+                                .collect()
+                        })
+                        .unwrap_or_default();
+                    Some(crate::pod::Listed { id, annotations })
+                })
+                .collect())
+        }
+        Ok((code, _, err)) => Err(format!(
+            "`runsc list` exited {code}: {}",
+            String::from_utf8_lossy(&err).trim()
+        )),
+        Err(e) => Err(e),
+    }
+}
+
 /// The cgroup directories of container `id` (runsc makes them at the
 /// config's `cgroupsPath`, `/ID`, in every hierarchy).
 pub fn cgroups_of(id: &str) -> Vec<PathBuf> {

@@ -18,7 +18,7 @@ use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use cordon_confine::{FsView, RootedFs};
@@ -26,12 +26,13 @@ use cordon_files::host_dir::HostWorkDir;
 use cordon_policy::{Deployment, Policy};
 use cordon_sandbox::{
     AcquireRequest, Attach, BackendError, ExecHandle, ExecRequest, ExitStatus, FileRead, FileStat,
-    Killer, Limits, Provenance, Sandbox, SandboxError, StdinFeed,
+    Killer, Limits, Provenance, Sandbox, SandboxError, SandboxKey, StdinFeed,
 };
 use serde::{Deserialize, Serialize};
 
 use crate::cgroup::MemoryBound;
 use crate::oci::{Bundle, HostImage, Mount, MountKind};
+use crate::pod::{Pod, PodSpec};
 use crate::runsc::Runsc;
 use crate::{failed, GvisorConfig, NEXT, WORKLOAD_ID};
 
@@ -61,6 +62,11 @@ pub struct GvisorSandbox {
     files: HostWorkDir,
     /// The mounts the policy's plan translates to, made at the first exec.
     base: OnceLock<Result<Vec<Mount>, SandboxError>>,
+    /// The runsc sandbox every exec is a container in (`crate::pod`).
+    pod: Mutex<Option<Arc<Pod>>>,
+    /// Execs started so far (the first runs in a runsc sandbox of its own).
+    execs: std::sync::atomic::AtomicU64,
+    key: SandboxKey,
     disposed: AtomicBool,
 }
 
@@ -252,7 +258,7 @@ impl GvisorSandbox {
                 return Err(failed("acquire", e));
             }
         };
-        Ok(GvisorSandbox {
+        let sandbox = GvisorSandbox {
             id,
             dir,
             image,
@@ -266,8 +272,62 @@ impl GvisorSandbox {
             view,
             files,
             base: OnceLock::new(),
+            pod: Mutex::new(None),
+            execs: std::sync::atomic::AtomicU64::new(0),
+            key: req.key.clone(),
             disposed: AtomicBool::new(false),
+        };
+        Ok(sandbox)
+    }
+
+    /// The running runsc sandbox, started (again) when there is none or
+    /// the last one ended.
+    fn pod(&self) -> Result<Arc<Pod>, SandboxError> {
+        let mut slot = self
+            .pod
+            .lock()
+            .map_err(|_| exec_failed("the sandbox's pod lock is poisoned".into()))?;
+        if let Some(p) = slot.as_ref() {
+            if !p.dead.load(Ordering::SeqCst) {
+                return Ok(p.clone());
+            }
+            // Its kernel ended (a kill at the memory bound): clear what is
+            // left of it before the next.
+            let _ = p.stop(&self.runsc.bin);
+            *slot = None;
+        }
+        if self.disposed.load(Ordering::SeqCst) {
+            return Err(exec_failed("the sandbox was disposed of".into()));
+        }
+        let k = NEXT.fetch_add(1, Ordering::Relaxed);
+        let id = format!("{}-p{k}", self.id);
+        let pod_dir = self.dir.join(format!("pod-{k}"));
+        private_dir(&pod_dir).map_err(exec_failed)?;
+        let annotations = BTreeMap::from([
+            (crate::pod::SCOPE.to_string(), self.key.scope().to_string()),
+            (
+                crate::pod::THREAD.to_string(),
+                self.key.thread_id().to_string(),
+            ),
+            (
+                crate::pod::AGENT_DIR.to_string(),
+                self.key.agent_dir().to_string(),
+            ),
+            (crate::pod::DIR.to_string(), self.dir.display().to_string()),
+        ]);
+        let pod = Pod::start(PodSpec {
+            id,
+            dir: &pod_dir,
+            image: &self.image,
+            bin: &self.runsc.bin,
+            uid: WORKLOAD_ID,
+            memory_bytes: self.limits.memory_bytes,
+            annotations,
         })
+        .map_err(exec_failed)?;
+        let pod = Arc::new(pod);
+        *slot = Some(pod.clone());
+        Ok(pod)
     }
 
     /// Stops every container of the sandbox and removes everything it made:
@@ -275,6 +335,11 @@ impl GvisorSandbox {
     pub fn dispose(&self) -> Result<(), BackendError> {
         if self.disposed.swap(true, Ordering::SeqCst) {
             return Ok(());
+        }
+        if let Ok(mut slot) = self.pod.lock() {
+            if let Some(p) = slot.take() {
+                p.dead.store(true, Ordering::SeqCst);
+            }
         }
         let mut failures = remove_containers(&self.runsc.bin, &format!("{}-", self.id));
         if let Err(e) = remove_sandbox_dir(&self.dir) {
@@ -364,10 +429,17 @@ impl GvisorSandbox {
         let cid = format!("{}-e{k}", self.id);
         let exec_dir = self.dir.join(format!("exec-{k}"));
         private_dir(&exec_dir).map_err(exec_failed)?;
-        // The memory bound, on a parent cgroup of cordon's that outlives
-        // the container (see `crate::cgroup`): no bound, no exec.
-        let memory = match MemoryBound::make(&cid, self.limits.memory_bytes) {
-            Ok(m) => m,
+        // The first exec is a runsc sandbox of its own (a one-shot `cordon
+        // run` never pays for a pod, whose teardown alone costs runsc
+        // 1-2 s); every later one is a container in the sandbox's pod.
+        let first = self.execs.fetch_add(1, Ordering::SeqCst) == 0;
+        let held = if first {
+            MemoryBound::make(&cid, self.limits.memory_bytes).map(Held::Own)
+        } else {
+            self.pod().map(Held::Pod).map_err(|e| e.to_string())
+        };
+        let held = match held {
+            Ok(h) => h,
             Err(e) => {
                 let _ = std::fs::remove_dir_all(&exec_dir);
                 return Err(exec_failed(e));
@@ -381,14 +453,24 @@ impl GvisorSandbox {
             uid: WORKLOAD_ID,
             gid: WORKLOAD_ID,
             mounts,
-            // Held by cordon's parent cgroup, not the leaf runsc makes.
+            // Held by the runsc sandbox's cgroup (`crate::pod`).
             memory_bytes: None,
             processes: self.limits.processes,
             cpu_seconds: self.limits.cpu_seconds,
             file_bytes: self.limits.disk_bytes,
-            cgroup: format!("/{cid}/{}", crate::cgroup::LEAF),
+            cgroup: match &held {
+                Held::Own(_) => format!("/{cid}/{}", crate::cgroup::LEAF),
+                Held::Pod(_) => format!("/{cid}"),
+            },
         }
         .config();
+        let mut config = config;
+        if let Held::Pod(pod) = &held {
+            config["annotations"] = serde_json::json!({
+                crate::pod::CONTAINER_TYPE: "container",
+                crate::pod::SANDBOX_ID: pod.id,
+            });
+        }
         let log = exec_dir.join("runsc.log");
         let written = std::fs::write(exec_dir.join("config.json"), config.to_string());
         if let Err(e) = written {
@@ -404,10 +486,27 @@ impl GvisorSandbox {
                 Stdio::piped()
             } else {
                 Stdio::null()
-            })
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        let mut child = match cmd.spawn() {
+            });
+        // runsc hands a container's stdio to the sentry, which keeps it
+        // when the container's process never started (a masked program):
+        // a plain pipe would then never end. The output comes through
+        // relays that end once the exec has (see `Relayed`).
+        let relay_done = Arc::new(AtomicBool::new(false));
+        let relays = Relayed::pipe(&relay_done).and_then(|(out, out_w)| {
+            Relayed::pipe(&relay_done).map(|(err, err_w)| (out, out_w, err, err_w))
+        });
+        let (stdout, out_w, stderr, err_w) = match relays {
+            Ok(r) => r,
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&exec_dir);
+                return Err(exec_failed(format!("cannot make the output pipes: {e}")));
+            }
+        };
+        cmd.stdout(Stdio::from(out_w)).stderr(Stdio::from(err_w));
+        let spawned = cmd.spawn();
+        // Our copies of the write ends go with the command.
+        drop(cmd);
+        let mut child = match spawned {
             Ok(c) => c,
             Err(e) => {
                 let _ = std::fs::remove_dir_all(&exec_dir);
@@ -422,11 +521,6 @@ impl GvisorSandbox {
             Some(w) => StdinFeed::Bytes(Box::new(w), req.stdin.clone()),
             None => StdinFeed::None,
         };
-        let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Err(exec_failed("runsc's output pipes are missing".into()));
-        };
         let killed = Arc::new(AtomicBool::new(false));
         let run = Running {
             child,
@@ -437,7 +531,13 @@ impl GvisorSandbox {
             wall: Duration::from_secs(self.limits.wall_seconds.min(req.timeout.as_secs().max(1))),
             cpu_nanos: self.limits.cpu_seconds.saturating_mul(1_000_000_000),
             killed: killed.clone(),
-            memory,
+            // Before its container exists an exec's own cgroup reads
+            // nothing: 0, and a pod's unreadable count charges everything.
+            cpu_at_start: crate::runsc::cpu_nanos(held.cgroup(&cid)).unwrap_or(0),
+            kills_at_start: held.memory().oom_kills().unwrap_or(0),
+            refusals_at_start: held.memory().refusals(),
+            held,
+            relay_done,
         };
         let bin = self.runsc.bin.clone();
         Ok(ExecHandle::from_pipes(
@@ -603,7 +703,84 @@ struct Running {
     wall: Duration,
     cpu_nanos: u64,
     killed: Arc<AtomicBool>,
-    memory: MemoryBound,
+    /// The runsc sandbox's CPU time, kill and refusal counts when the exec
+    /// started: the exec is charged the growth.
+    cpu_at_start: u64,
+    kills_at_start: u64,
+    refusals_at_start: u64,
+    held: Held,
+    /// Set when the exec's container is gone: the relays then end.
+    relay_done: Arc<AtomicBool>,
+}
+
+/// The read end of an output pipe whose write end runsc holds, read
+/// without blocking: it ends at the pipe's end, or once the exec's
+/// container is gone (`done`) and what was written is read. Everything
+/// the container wrote is in the pipe by then: gVisor writes to a host
+/// file descriptor synchronously, and the container was deleted.
+struct Relayed {
+    file: std::fs::File,
+    done: Arc<AtomicBool>,
+}
+
+impl Relayed {
+    fn pipe(done: &Arc<AtomicBool>) -> Result<(Relayed, std::os::fd::OwnedFd), String> {
+        let (r, w) =
+            rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(|e| e.to_string())?;
+        rustix::fs::fcntl_setfl(&r, rustix::fs::OFlags::NONBLOCK).map_err(|e| e.to_string())?;
+        Ok((
+            Relayed {
+                file: std::fs::File::from(r),
+                done: done.clone(),
+            },
+            w,
+        ))
+    }
+}
+
+impl std::io::Read for Relayed {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        loop {
+            // Read `done` before trying: a read that finds nothing after
+            // it was set has drained the pipe.
+            let done = self.done.load(Ordering::SeqCst);
+            match self.file.read(buf) {
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    if done {
+                        return Ok(0);
+                    }
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                other => return other,
+            }
+        }
+    }
+}
+
+/// Where an exec's memory bound and CPU time are held.
+enum Held {
+    /// A runsc sandbox of its own, under a memory cgroup of its own.
+    Own(MemoryBound),
+    /// The sandbox's pod (shared with the execs running beside it).
+    Pod(Arc<Pod>),
+}
+
+impl Held {
+    fn memory(&self) -> &MemoryBound {
+        match self {
+            Held::Own(m) => m,
+            Held::Pod(p) => &p.memory,
+        }
+    }
+
+    /// The cgroup (by name) whose CPU time the exec is charged.
+    fn cgroup<'a>(&'a self, cid: &'a str) -> &'a str {
+        match self {
+            Held::Own(_) => cid,
+            Held::Pod(p) => &p.id,
+        }
+    }
 }
 
 impl Running {
@@ -622,13 +799,14 @@ impl Running {
                 Ok(None) => {}
                 Err(e) => break Err(exec_failed(format!("waiting for runsc: {e}"))),
             }
-            let cpu = crate::runsc::cpu_nanos(&self.cid);
+            let cpu = crate::runsc::cpu_nanos(self.held.cgroup(&self.cid))
+                .map(|n| n.saturating_sub(self.cpu_at_start));
             cpu_seen |= cpu.is_some();
             if !cpu_seen && started.elapsed() > CPU_GRACE {
                 self.stop();
                 return Err(exec_failed(format!(
                     "the sandbox's CPU time did not show in its cgroup (`{}`) within {}s, so `max_cpu_seconds` cannot be held and cordon stopped it; mount the cpuacct (cgroup v1) or cpu (v2) controller",
-                    self.cid,
+                    self.held.cgroup(&self.cid),
                     CPU_GRACE.as_secs()
                 )));
             }
@@ -658,8 +836,13 @@ impl Running {
         };
         // The bound killed something, or refused memory and gVisor then
         // killed the workload itself (`SIGKILL`'s 137).
-        let oom = self.memory.oom_kills().is_some_and(|n| n > 0)
-            || (status.code() == Some(137) && self.memory.refused());
+        let memory = self.held.memory();
+        let oom = memory.oom_kills().unwrap_or(0) > self.kills_at_start
+            || (status.code() == Some(137) && memory.refusals() > self.refusals_at_start);
+        if let (true, Held::Pod(pod)) = (oom, &self.held) {
+            // The kill at the bound ended the whole runsc sandbox.
+            pod.dead.store(true, Ordering::SeqCst);
+        }
         let error = runsc_error(&self.log);
         self.clean();
         match status.code() {
@@ -688,17 +871,35 @@ impl Running {
         let _ = crate::runsc::delete(&self.bin, &self.cid);
         crate::runsc::remove_cgroups(&self.cid);
         let _ = std::fs::remove_dir_all(&self.exec_dir);
+        self.relay_done.store(true, Ordering::SeqCst);
     }
 }
 
 /// runsc's own error, from its JSON log, if it logged one.
-fn runsc_error(log: &Path) -> Option<String> {
+pub(crate) fn runsc_error(log: &Path) -> Option<String> {
     let text = std::fs::read_to_string(log).ok()?;
     text.lines().rev().find_map(|l| {
         let v: serde_json::Value = serde_json::from_str(l).ok()?;
         (v["level"] == "error" || v["level"] == "fatal")
-            .then(|| v["msg"].as_str().unwrap_or("").to_string())
+            .then(|| without_argv(v["msg"].as_str().unwrap_or("")))
     })
+}
+
+/// runsc's message without the workload's argv, which it quotes when a
+/// sub-container does not start (`starting sub-container [ARGV]: …`): the
+/// workload's words are never reported as cordon's.
+fn without_argv(msg: &str) -> String {
+    const AT: &str = "starting sub-container [";
+    match msg.find(AT) {
+        Some(i) => {
+            let rest = &msg[i + AT.len()..];
+            match rest.find("]: ") {
+                Some(j) => format!("{}starting sub-container: {}", &msg[..i], &rest[j + 3..]),
+                None => format!("{}starting sub-container", &msg[..i]),
+            }
+        }
+        None => msg.to_string(),
+    }
 }
 
 /// Kills and deletes every container under cordon's state root whose id
@@ -707,7 +908,10 @@ pub(crate) fn remove_containers(bin: &Path, prefix: &str) -> Vec<String> {
     let mut failures = Vec::new();
     match crate::runsc::list(bin) {
         Ok(ids) => {
-            for id in ids.iter().filter(|i| i.starts_with(prefix)) {
+            let mut ids: Vec<&String> = ids.iter().filter(|i| i.starts_with(prefix)).collect();
+            // Execs first, then the pause container that holds their kernel.
+            ids.sort_by_key(|i| crate::pod::is_pause(i));
+            for id in ids {
                 crate::runsc::kill(bin, id);
                 if let Err(e) = crate::runsc::delete(bin, id) {
                     failures.push(e);
@@ -808,5 +1012,19 @@ impl Sandbox for GvisorSandbox {
             containers: format!("{}-", self.id),
         })
         .unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::without_argv;
+
+    #[test]
+    fn runsc_errors_never_carry_the_workloads_argv() {
+        assert_eq!(
+            without_argv("running container: starting container: starting sub-container [/usr/bin/perl -e print qq(X)]: creating process: failed to load /usr/bin/perl: permission denied"),
+            "running container: starting container: starting sub-container: creating process: failed to load /usr/bin/perl: permission denied"
+        );
+        assert_eq!(without_argv("plain"), "plain");
     }
 }

@@ -394,6 +394,24 @@ fn a_kept_sandbox_whose_keeper_died_is_reclaimed_by_gc() {
     assert_eq!((code, out.as_str()), (0, "kept\n"), "{err}");
     let dirs = leftovers(tmp.path());
     assert_eq!(dirs.len(), 1, "{dirs:?}");
+    // The second exec ran in the sandbox's running runsc sandbox (its
+    // pause container), which runsc's listing shows with cordon's
+    // annotations while the sandbox lives.
+    let listed = Command::new("runsc")
+        .args(["--root", STATE_ROOT, "list", "--format=json"])
+        .output()
+        .unwrap();
+    let listed = String::from_utf8_lossy(&listed.stdout).into_owned();
+    let pod = format!("\"id\":\"{}-p", dirs[0]);
+    assert!(
+        listed.contains(&pod),
+        "no pause container of `{}`: {listed}",
+        dirs[0]
+    );
+    assert!(
+        listed.contains("\"dev.cordon.scope\":\"gvisor-test\""),
+        "{listed}"
+    );
     let keeper: i32 = dirs[0].split('-').nth(2).unwrap().parse().unwrap();
     let killed = Command::new("kill")
         .args(["-9", &keeper.to_string()])
@@ -511,5 +529,73 @@ fn the_memory_bound_kills_and_is_reported() {
         ],
     );
     assert_eq!((code, out.as_str()), (0, "fits\n"), "{err}");
+    assert_eq!(leftovers(tmp.path()), Vec::<String>::new());
+}
+
+/// A kept sandbox's execs after the first are containers in one running
+/// runsc sandbox: each has a pid namespace of its own (it is PID 1's
+/// child there, and sees no other exec), state in the work dir carries
+/// over, and what an exec leaves running is gone when it ends.
+#[test]
+fn warm_execs_are_containers_of_one_runsc_sandbox() {
+    if !can_run("gvisor warm execs") {
+        return;
+    }
+    let tmp = scratch();
+    let cordon = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_cordon"))
+            .args(args)
+            .env("TMPDIR", tmp.path())
+            .output()
+            .unwrap();
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let thread = format!("w{}", std::process::id());
+    let (code, handle, err) = cordon(&[
+        "sandbox",
+        "up",
+        "--scope",
+        "gvisor-warm",
+        "--thread",
+        &thread,
+        "--min-isolation",
+        "hardened_container",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let handle = handle.trim().to_string();
+    for round in 0..3 {
+        let (code, out, err) = cordon(&[
+            "sandbox",
+            "exec",
+            &handle,
+            "--",
+            "/bin/sh",
+            "-c",
+            "echo $$; ls /proc | grep -c '^[0-9]'; echo x >> rounds; wc -l < rounds; sleep 60 &",
+        ]);
+        assert_eq!(code, 0, "{err}");
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(
+            lines[0], "1",
+            "the exec is not PID 1 of its own namespace: {out}"
+        );
+        // Itself and `ls` (and `grep`): nothing of the earlier rounds.
+        let seen: u32 = lines[1].parse().unwrap();
+        assert!(seen <= 4, "an exec sees {seen} processes: {out}");
+        assert_eq!(lines[2], (round + 1).to_string(), "{out}");
+    }
+    let (code, _, err) = cordon(&[
+        "sandbox",
+        "down",
+        "--scope",
+        "gvisor-warm",
+        "--thread",
+        &thread,
+    ]);
+    assert_eq!(code, 0, "{err}");
     assert_eq!(leftovers(tmp.path()), Vec::<String>::new());
 }
