@@ -105,12 +105,6 @@ impl Backend for GvisorBackend {
         // confines more than it asks, which the router allows and warns
         // of (as at the process rung); a spec that `requires: [network]`
         // never reaches this backend, which does not declare it.
-        if !spec.secrets().is_empty() {
-            return Err(BackendError::Refused {
-                operation: "acquire",
-                reason: "the gvisor backend does not serve secrets in this version; drop the spec's `secrets`, or run at the container rung".into(),
-            });
-        }
         self.materialises(spec.image())
             .map_err(|reason| BackendError::Refused {
                 operation: "acquire",

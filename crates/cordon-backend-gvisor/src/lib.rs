@@ -1,5 +1,7 @@
-//! cordon's `gvisor` backend: the `hardened_container` rung, a gVisor
-//! (`runsc`) sandbox per exec over an OCI bundle cordon builds itself.
+//! cordon's `gvisor` backend: the `hardened_container` rung, gVisor
+//! (`runsc`) over OCI bundles cordon builds itself: a sandbox's first exec
+//! is a runsc sandbox of its own, every later one a container in the
+//! sandbox's running runsc sandbox ([`pod`]).
 //!
 //! - [`runsc`] finds the binary, reads its version and probes — once per
 //!   process, by really running a trivial container on the `ptrace`

@@ -22,7 +22,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use cordon_confine::{FsView, RootedFs};
-use cordon_files::host_dir::HostWorkDir;
+use cordon_files::host_dir::{HostSecretsDir, HostWorkDir};
 use cordon_policy::{Deployment, Policy};
 use cordon_sandbox::{
     AcquireRequest, Attach, BackendError, ExecHandle, ExecRequest, ExitStatus, FileRead, FileStat,
@@ -60,6 +60,10 @@ pub struct GvisorSandbox {
     runsc: Runsc,
     view: RootedFs,
     files: HostWorkDir,
+    /// A spec that names secrets: the directory they are written to
+    /// (`dir/secrets`, root's, the workload's group reads), bound
+    /// read-only at `/run/cordon/secrets` in every exec.
+    secrets: Option<HostSecretsDir>,
     /// The mounts the policy's plan translates to, made at the first exec.
     base: OnceLock<Result<Vec<Mount>, SandboxError>>,
     /// The runsc sandbox every exec is a container in (`crate::pod`).
@@ -205,53 +209,78 @@ impl GvisorSandbox {
         let dir = scratch.join(&id);
         private_dir(&dir).map_err(|e| failed("acquire", e))?;
         let volume = dir.join("volume");
-        let made = (|| -> Result<(HostImage, RootedFs, HostWorkDir), String> {
-            let image = HostImage::prepare(&dir.join("rootfs"))?;
-            image.write_etc(WORKLOAD_ID, WORKLOAD_ID, &guest_work)?;
-            install_shim(&image.rootfs)?;
-            crate::oci::mkdir_in(&image.rootfs, Path::new(&guest_work))?;
-            let masks = dir.join("masks");
-            private_dir(&masks)?;
-            std::fs::DirBuilder::new()
-                .mode(0o555)
-                .create(masks.join("dir"))
-                .map_err(|e| format!("cannot create the mask directory: {e}"))?;
-            std::fs::write(masks.join("file"), b"")
-                .and_then(|()| {
-                    std::fs::set_permissions(
-                        masks.join("file"),
-                        std::os::unix::fs::PermissionsExt::from_mode(0o000),
-                    )
-                })
-                .map_err(|e| format!("cannot create the mask file: {e}"))?;
-            private_dir(&volume)?;
-            cordon_linux::volume::mount_volume(
-                &volume,
-                &scratch,
-                req.limits.disk_bytes,
-                WORKLOAD_ID,
-            )
-            .map_err(|e| format!("the work dir's volume: {e}"))?;
-            let work_host = match &config.work_dir {
-                Some(d) => given_work_dir(d, req.limits.disk_bytes)?,
-                None => {
-                    owned_dir(&volume.join("work"))?;
-                    volume.join("work")
-                }
-            };
-            owned_dir(&volume.join("tmp"))?;
-            // The host's own tree, as the container rung sees the `host`
-            // image: the plan is translated (and commands resolved) in it;
-            // the bundle then shows only what the translated rules reach.
-            let view = RootedFs::new("/")
-                .bind("/tmp", volume.join("tmp"))
-                .bind(&guest_work, &work_host);
-            let files = HostWorkDir::new(&work_host, &guest_work)
-                .map_err(|e| e.to_string())?
-                .owned_by(WORKLOAD_ID, WORKLOAD_ID);
-            Ok((image, view, files))
-        })();
-        let (image, view, files) = match made {
+        let wants_secrets = !spec.secrets().is_empty();
+        let made =
+            (|| -> Result<(HostImage, RootedFs, HostWorkDir, Option<HostSecretsDir>), String> {
+                let image = HostImage::prepare(&dir.join("rootfs"))?;
+                image.write_etc(WORKLOAD_ID, WORKLOAD_ID, &guest_work)?;
+                install_shim(&image.rootfs)?;
+                crate::oci::mkdir_in(&image.rootfs, Path::new(&guest_work))?;
+                let masks = dir.join("masks");
+                private_dir(&masks)?;
+                std::fs::DirBuilder::new()
+                    .mode(0o555)
+                    .create(masks.join("dir"))
+                    .map_err(|e| format!("cannot create the mask directory: {e}"))?;
+                std::fs::write(masks.join("file"), b"")
+                    .and_then(|()| {
+                        std::fs::set_permissions(
+                            masks.join("file"),
+                            std::os::unix::fs::PermissionsExt::from_mode(0o000),
+                        )
+                    })
+                    .map_err(|e| format!("cannot create the mask file: {e}"))?;
+                private_dir(&volume)?;
+                cordon_linux::volume::mount_volume(
+                    &volume,
+                    &scratch,
+                    req.limits.disk_bytes,
+                    WORKLOAD_ID,
+                )
+                .map_err(|e| format!("the work dir's volume: {e}"))?;
+                let work_host = match &config.work_dir {
+                    Some(d) => given_work_dir(d, req.limits.disk_bytes)?,
+                    None => {
+                        owned_dir(&volume.join("work"))?;
+                        volume.join("work")
+                    }
+                };
+                owned_dir(&volume.join("tmp"))?;
+                // The host's own tree, as the container rung sees the `host`
+                // image: the plan is translated (and commands resolved) in it;
+                // the bundle then shows only what the translated rules reach.
+                let view = RootedFs::new("/")
+                    .bind("/tmp", volume.join("tmp"))
+                    .bind(&guest_work, &work_host);
+                let files = HostWorkDir::new(&work_host, &guest_work)
+                    .map_err(|e| e.to_string())?
+                    .owned_by(WORKLOAD_ID, WORKLOAD_ID);
+                // Inside the sandbox's directory (root's, 0700): no other
+                // sandbox's workload, though the same uid, can reach it.
+                let secrets = if wants_secrets {
+                    let host = dir.join("secrets");
+                    std::fs::DirBuilder::new()
+                        .mode(0o750)
+                        .create(&host)
+                        .and_then(|()| std::os::unix::fs::chown(&host, Some(0), Some(WORKLOAD_ID)))
+                        .and_then(|()| {
+                            std::fs::set_permissions(
+                                &host,
+                                std::os::unix::fs::PermissionsExt::from_mode(0o750),
+                            )
+                        })
+                        .map_err(|e| format!("the secrets directory `{}`: {e}", host.display()))?;
+                    crate::oci::mkdir_in(
+                        &image.rootfs,
+                        Path::new(cordon_sandbox::secrets::SECRETS_DIR),
+                    )?;
+                    Some(HostSecretsDir::new(host, WORKLOAD_ID).map_err(|e| e.to_string())?)
+                } else {
+                    None
+                };
+                Ok((image, view, files, secrets))
+            })();
+        let (image, view, files, secrets) = match made {
             Ok(m) => m,
             Err(e) => {
                 let _ = remove_sandbox_dir(&dir);
@@ -271,6 +300,7 @@ impl GvisorSandbox {
             runsc: config.runsc.clone(),
             view,
             files,
+            secrets,
             base: OnceLock::new(),
             pod: Mutex::new(None),
             execs: std::sync::atomic::AtomicU64::new(0),
@@ -412,7 +442,14 @@ impl GvisorSandbox {
         };
         let canonical = cordon_confine::command::resolve(&self.view, argv0)
             .map_err(|e| refused(e.to_string()))?;
-        let mounts = self.base()?;
+        let mut mounts = self.base()?;
+        if let Some(secrets) = &self.secrets {
+            mounts.push(Mount {
+                destination: PathBuf::from(cordon_sandbox::secrets::SECRETS_DIR),
+                source: secrets.host().to_path_buf(),
+                kind: MountKind::ReadOnly { exec: false },
+            });
+        }
         let mut argv = req.argv.clone();
         argv[0] = canonical.command;
         let mut env = BTreeMap::from([
@@ -968,11 +1005,15 @@ impl Sandbox for GvisorSandbox {
     }
 
     fn write_file(&self, path: &str, contents: &[u8], mode: u32) -> Result<(), SandboxError> {
-        if cordon_files::host_dir::HostSecretsDir::names(path) {
-            return Err(SandboxError::PathRefused {
-                path: path.to_string(),
-                reason: "the gvisor backend serves no secrets in this version; run at the container rung for secrets".into(),
-            });
+        // The secrets directory, and nothing else outside the work dir.
+        if HostSecretsDir::names(path) {
+            return match &self.secrets {
+                Some(s) => s.write_secret(path, contents, mode),
+                None => Err(SandboxError::PathRefused {
+                    path: path.to_string(),
+                    reason: "this sandbox's spec names no secrets, so it has no secrets directory; name the secret in the spec's `secrets`".into(),
+                }),
+            };
         }
         self.files.write_file(path, contents, mode)
     }
@@ -1002,7 +1043,13 @@ impl Sandbox for GvisorSandbox {
             host: self.files.host().to_path_buf(),
             guest: self.guest_work.clone(),
             owner: Some(WORKLOAD_ID),
-            secrets: None,
+            secrets: self
+                .secrets
+                .as_ref()
+                .map(|s| cordon_sandbox::HostSecretsRecord {
+                    host: s.host().to_path_buf(),
+                    gid: WORKLOAD_ID,
+                }),
         })
     }
 

@@ -269,7 +269,7 @@ fn doctor_reports_gvisor_with_its_platform() {
 }
 
 /// gVisor is opt-in: a `container` floor's default order passes over it
-/// (it serves no secrets, terminals or egress yet); naming it uses it.
+/// (it serves no terminals, egress or stored images yet); naming it uses it.
 #[test]
 fn a_container_floor_lands_on_the_container_rung_unless_gvisor_is_named() {
     if !can_run("gvisor opt-in") {
