@@ -66,6 +66,8 @@ pub struct Pod {
     /// Set when an exec saw the runsc sandbox end (a kill at the memory
     /// bound ends it whole): the next exec starts another.
     pub dead: AtomicBool,
+    /// The runsc sandbox's host process (`runsc state`), when known.
+    pub pid: Option<i32>,
 }
 
 /// What a pause container is started with.
@@ -158,16 +160,34 @@ impl Pod {
             Ok(())
         })();
         match started {
-            Ok(()) => Ok(Pod {
-                id: spec.id,
-                memory,
-                dead: AtomicBool::new(false),
-            }),
+            Ok(()) => {
+                let pid = crate::runsc::state_pid(spec.bin, &spec.id);
+                Ok(Pod {
+                    id: spec.id,
+                    memory,
+                    dead: AtomicBool::new(false),
+                    pid,
+                })
+            }
             Err(e) => {
                 let _ = crate::runsc::delete(spec.bin, &spec.id);
                 crate::runsc::remove_cgroups(&spec.id);
                 Err(e)
             }
+        }
+    }
+
+    /// Whether the runsc sandbox can take another exec: not seen to end,
+    /// and its host process (a `runsc-sandbox`) still there — one killed
+    /// from outside is noticed here, and the next exec starts another.
+    pub fn alive(&self) -> bool {
+        if self.dead.load(Ordering::SeqCst) {
+            return false;
+        }
+        match self.pid {
+            Some(pid) => std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| c.starts_with(b"runsc-sandbox")),
+            None => true,
         }
     }
 

@@ -391,6 +391,20 @@ pub fn list_json(bin: &Path) -> Result<Vec<crate::pod::Listed>, String> {
     }
 }
 
+/// The host pid `runsc state` reports for container `id` (its sandbox's
+/// process), when it reports one.
+pub fn state_pid(bin: &Path, id: &str) -> Option<i32> {
+    match output(control(bin).args(["state", id]), CONTROL_TIMEOUT) {
+        Ok((0, out, _)) => serde_json::from_slice::<serde_json::Value>(&out)
+            .ok()?
+            .get("pid")?
+            .as_i64()
+            .and_then(|p| i32::try_from(p).ok())
+            .filter(|p| *p > 0),
+        _ => None,
+    }
+}
+
 /// The cgroup directories of container `id` (runsc makes them at the
 /// config's `cgroupsPath`, `/ID`, in every hierarchy).
 pub fn cgroups_of(id: &str) -> Vec<PathBuf> {

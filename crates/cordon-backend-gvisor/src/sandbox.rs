@@ -318,11 +318,11 @@ impl GvisorSandbox {
             .lock()
             .map_err(|_| exec_failed("the sandbox's pod lock is poisoned".into()))?;
         if let Some(p) = slot.as_ref() {
-            if !p.dead.load(Ordering::SeqCst) {
+            if p.alive() {
                 return Ok(p.clone());
             }
-            // Its kernel ended (a kill at the memory bound): clear what is
-            // left of it before the next.
+            // Its kernel ended (a kill at the memory bound, or killed from
+            // outside): clear what is left of it before the next.
             let _ = p.stop(&self.runsc.bin);
             *slot = None;
         }
@@ -874,8 +874,12 @@ impl Running {
         // The bound killed something, or refused memory and gVisor then
         // killed the workload itself (`SIGKILL`'s 137).
         let memory = self.held.memory();
+        // A sub-container whose runsc sandbox ended under it comes back
+        // as runsc's own failure (128: its `Wait` lost the sandbox).
+        let ended_under = matches!(self.held, Held::Pod(_)) && status.code() == Some(128);
         let oom = memory.oom_kills().unwrap_or(0) > self.kills_at_start
-            || (status.code() == Some(137) && memory.refusals() > self.refusals_at_start);
+            || ((status.code() == Some(137) || ended_under)
+                && memory.refusals() > self.refusals_at_start);
         if let (true, Held::Pod(pod)) = (oom, &self.held) {
             // The kill at the bound ended the whole runsc sandbox.
             pod.dead.store(true, Ordering::SeqCst);

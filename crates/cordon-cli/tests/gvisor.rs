@@ -599,3 +599,106 @@ fn warm_execs_are_containers_of_one_runsc_sandbox() {
     assert_eq!(code, 0, "{err}");
     assert_eq!(leftovers(tmp.path()), Vec::<String>::new());
 }
+
+/// A kept sandbox's runsc sandbox that ends — killed at the memory bound
+/// by a warm exec, or killed from outside — is replaced at the next exec,
+/// over the same work dir.
+#[test]
+fn a_warm_sandbox_survives_the_end_of_its_runsc_sandbox() {
+    if !can_run("gvisor pod restart") {
+        return;
+    }
+    let tmp = scratch();
+    let spec = tmp.path().join("spec.yaml");
+    std::fs::write(
+        &spec,
+        "kind: run\nimage: host\nresources: {memory: 96MiB}\n",
+    )
+    .unwrap();
+    let cordon = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_cordon"))
+            .args(args)
+            .env("TMPDIR", tmp.path())
+            .output()
+            .unwrap();
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let thread = format!("r{}", std::process::id());
+    let (code, handle, err) = cordon(&[
+        "sandbox",
+        "up",
+        "--scope",
+        "gvisor-restart",
+        "--thread",
+        &thread,
+        "--min-isolation",
+        "hardened_container",
+        "--spec",
+        spec.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let handle = handle.trim().to_string();
+    let exec = |script: &str| cordon(&["sandbox", "exec", &handle, "--", "/bin/sh", "-c", script]);
+    assert_eq!(exec("echo one > f").0, 0);
+    assert_eq!(exec("echo two >> f").0, 0); // in the pod
+                                            // Killed at the memory bound inside the pod: reported so.
+    let (code, out, err) = cordon(&[
+        "sandbox",
+        "exec",
+        &handle,
+        "--",
+        "python3",
+        "-c",
+        "x=[]\nfor i in range(64): x.append(b'1'*(8<<20))\nprint('ALLOCATED')",
+    ]);
+    assert_ne!(code, 0, "{out}");
+    assert!(!out.contains("ALLOCATED"), "{out}");
+    assert!(err.contains("`max_memory` bound"), "{err}");
+    let (code, out, err) = exec("cat f");
+    assert_eq!((code, out.as_str()), (0, "one\ntwo\n"), "{err}");
+    // Its runsc sandbox killed from outside: the next exec gets another.
+    let dirs = leftovers(tmp.path());
+    assert_eq!(dirs.len(), 1, "{dirs:?}");
+    let pods: Vec<String> = runsc_containers()
+        .into_iter()
+        .filter(|c| c.starts_with(&format!("{}-p", dirs[0])))
+        .collect();
+    assert_eq!(pods.len(), 1, "{pods:?}");
+    let state = Command::new("runsc")
+        .args(["--root", STATE_ROOT, "state", &pods[0]])
+        .output()
+        .unwrap();
+    let state: serde_json::Value = serde_json::from_slice(&state.stdout).unwrap();
+    let pid = state["pid"].as_i64().unwrap();
+    assert!(Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status()
+        .unwrap()
+        .success());
+    for _ in 0..100 {
+        if !Path::new(&format!("/proc/{pid}")).exists() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let (code, out, err) = exec("cat f");
+    assert_eq!((code, out.as_str()), (0, "one\ntwo\n"), "{err}");
+    let (code, _, err) = cordon(&[
+        "sandbox",
+        "down",
+        "--scope",
+        "gvisor-restart",
+        "--thread",
+        &thread,
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(leftovers(tmp.path()), Vec::<String>::new());
+    assert!(
+        !runsc_containers().iter().any(|c| c.starts_with(&dirs[0])),
+        "a container of the sandbox is left"
+    );
+}
