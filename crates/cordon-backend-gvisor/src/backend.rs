@@ -105,12 +105,6 @@ impl Backend for GvisorBackend {
         // confines more than it asks, which the router allows and warns
         // of (as at the process rung); a spec that `requires: [network]`
         // never reaches this backend, which does not declare it.
-        if !spec.secrets().is_empty() {
-            return Err(BackendError::Refused {
-                operation: "acquire",
-                reason: "the gvisor backend does not serve secrets in this version; drop the spec's `secrets`, or run at the container rung".into(),
-            });
-        }
         self.materialises(spec.image())
             .map_err(|reason| BackendError::Refused {
                 operation: "acquire",
@@ -136,7 +130,13 @@ impl Backend for GvisorBackend {
                 s.dispose()?;
                 Ok(true)
             }
-            None => Ok(false),
+            // Not this process's: another's (or a restarted one's), found
+            // in runsc's own listing.
+            None => Ok(self.dispose_listed(|l| {
+                l.get(crate::pod::SCOPE) == key.scope()
+                    && l.get(crate::pod::THREAD) == key.thread_id()
+                    && l.get(crate::pod::AGENT_DIR) == key.agent_dir()
+            })? > 0),
         }
     }
 
@@ -153,6 +153,60 @@ impl Backend for GvisorBackend {
         for s in &gone {
             s.dispose()?;
         }
-        Ok(gone.len())
+        let listed = self.dispose_listed(|l| {
+            l.get(crate::pod::SCOPE) == scope && l.get(crate::pod::THREAD) == thread_id
+        })?;
+        Ok(gone.len() + listed)
+    }
+}
+
+impl GvisorBackend {
+    /// Disposes of the sandboxes runsc's listing shows (by their pause
+    /// container's annotations) that `matches` picks: kills and deletes
+    /// every container of each, removes its directory and volume. A
+    /// listed directory is believed only when it is what this backend
+    /// makes (`TMPDIR/cordon-gvisor-…`, named as the container, root's).
+    fn dispose_listed(
+        &self,
+        matches: impl Fn(&crate::pod::Listed) -> bool,
+    ) -> Result<usize, BackendError> {
+        let bin = &self.config.runsc.bin;
+        let listed = crate::pod::listed(bin).map_err(|e| failed("dispose", e))?;
+        let scratch = self
+            .config
+            .scratch
+            .canonicalize()
+            .unwrap_or_else(|_| self.config.scratch.clone());
+        let mut n = 0;
+        let mut failures = Vec::new();
+        for l in listed.iter().filter(|l| matches(l)) {
+            let Some(sandbox) = crate::pod::sandbox_of(&l.id) else {
+                continue;
+            };
+            let dir = l.dir();
+            let named = dir.file_name().and_then(|n| n.to_str()) == Some(sandbox);
+            failures.extend(crate::sandbox::remove_containers(
+                bin,
+                &format!("{sandbox}-"),
+            ));
+            if named && dir.parent() == Some(scratch.as_path()) && crate::ours(&dir) {
+                if let Err(e) = crate::sandbox::remove_sandbox_dir(&dir) {
+                    failures.push(e);
+                }
+            } else {
+                failures.push(format!(
+                    "`{}` (listed for `{}`) is not a sandbox directory of this backend in `{}`; its containers are gone, the directory is left alone",
+                    dir.display(),
+                    l.id,
+                    scratch.display()
+                ));
+            }
+            n += 1;
+        }
+        if failures.is_empty() {
+            Ok(n)
+        } else {
+            Err(failed("dispose", failures.join("; ")))
+        }
     }
 }

@@ -1,5 +1,7 @@
-//! cordon's `gvisor` backend: the `hardened_container` rung, a gVisor
-//! (`runsc`) sandbox per exec over an OCI bundle cordon builds itself.
+//! cordon's `gvisor` backend: the `hardened_container` rung, gVisor
+//! (`runsc`) over OCI bundles cordon builds itself: a sandbox's first exec
+//! is a runsc sandbox of its own, every later one a container in the
+//! sandbox's running runsc sandbox ([`pod`]).
 //!
 //! - [`runsc`] finds the binary, reads its version and probes — once per
 //!   process, by really running a trivial container on the `ptrace`
@@ -17,6 +19,10 @@
 //!   router's compute guard asks [`cordon_sandbox::Sandbox::resolve_command`]
 //!   here) and confined by the policy's storage plan, translated by
 //!   `cordon_confine::translate` into mounts and masks.
+//! - [`cgroup`] makes the memory cgroup that holds `max_memory` above the
+//!   one runsc makes, so a kill at the bound is still counted after runsc
+//!   removed its own; the sandbox's root preloads a stat shim
+//!   (`shim/noautomount.c`) for a gap of this runsc (see `sandbox.rs`).
 //! - The container rung's syscall deny table goes into every bundle as
 //!   `linux.seccomp`, which runsc loads inside its sandbox
 //!   (`--oci-seccomp`).
@@ -30,6 +36,8 @@
 #![cfg(target_os = "linux")]
 
 mod backend;
+pub mod cgroup;
+pub mod pod;
 pub mod register;
 pub mod runsc;
 /// The OCI pieces, shared with every OCI-shaped backend.

@@ -18,7 +18,7 @@ pub fn info() -> BackendInfo {
         isolation: Isolation::HardenedContainer,
         egress: Egress::Closed,
         capabilities: crate::backend::capabilities(),
-        summary: "a gVisor (`runsc`) sandbox per exec, no network",
+        summary: "a gVisor (`runsc`) sandbox, each exec a container in it; no network",
     }
 }
 
@@ -167,6 +167,16 @@ fn sweep() -> (Vec<String>, Vec<String>) {
             }
         }
     }
+    // Cgroups whose container is gone (cordon's memory parent outlives
+    // its container by design; an owner killed mid-exec leaves it).
+    for name in crate::runsc::all_cgroup_names() {
+        if crate::maker_of(&name).is_some_and(gone) {
+            crate::runsc::remove_cgroups(&name);
+            if crate::runsc::cgroups_of(&name).is_empty() {
+                done.push(format!("cgroup `{name}`"));
+            }
+        }
+    }
     let scratch = std::env::temp_dir();
     if let Ok(entries) = std::fs::read_dir(&scratch) {
         let dirs: Vec<PathBuf> = entries
@@ -197,8 +207,8 @@ fn sweep() -> (Vec<String>, Vec<String>) {
 /// The `gvisor` backend, as a host registers it. It is used where the
 /// floor is `hardened_container` or above, or when named (`--backend
 /// gvisor`); a lower floor's default order passes over it
-/// ([`BackendRegistration::opt_in`]) while it lacks secrets, terminals
-/// and egress.
+/// ([`BackendRegistration::opt_in`]) while it lacks terminals, egress
+/// and images from cordon's store (it serves secrets).
 pub fn registration() -> BackendRegistration {
     BackendRegistration {
         info: info(),

@@ -353,6 +353,58 @@ pub fn list(bin: &Path) -> Result<Vec<String>, String> {
     }
 }
 
+/// The containers under cordon's state root with their annotations
+/// (`runsc list --format=json`).
+pub fn list_json(bin: &Path) -> Result<Vec<crate::pod::Listed>, String> {
+    if !Path::new(crate::STATE_ROOT).exists() {
+        return Ok(Vec::new());
+    }
+    match output(
+        control(bin).args(["list", "--format=json"]),
+        CONTROL_TIMEOUT,
+    ) {
+        Ok((0, out, _)) => {
+            let v: serde_json::Value = serde_json::from_slice(&out)
+                .map_err(|e| format!("`runsc list --format=json` is not JSON: {e}"))?;
+            Ok(v.as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|c| {
+                    let id = c["id"].as_str()?.to_string();
+                    let annotations = c["annotations"]
+                        .as_object()
+                        .map(|m| {
+                            m.iter()
+                                .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+                                .collect()
+                        })
+                        .unwrap_or_default();
+                    Some(crate::pod::Listed { id, annotations })
+                })
+                .collect())
+        }
+        Ok((code, _, err)) => Err(format!(
+            "`runsc list` exited {code}: {}",
+            String::from_utf8_lossy(&err).trim()
+        )),
+        Err(e) => Err(e),
+    }
+}
+
+/// The host pid `runsc state` reports for container `id` (its sandbox's
+/// process), when it reports one.
+pub fn state_pid(bin: &Path, id: &str) -> Option<i32> {
+    match output(control(bin).args(["state", id]), CONTROL_TIMEOUT) {
+        Ok((0, out, _)) => serde_json::from_slice::<serde_json::Value>(&out)
+            .ok()?
+            .get("pid")?
+            .as_i64()
+            .and_then(|p| i32::try_from(p).ok())
+            .filter(|p| *p > 0),
+        _ => None,
+    }
+}
+
 /// The cgroup directories of container `id` (runsc makes them at the
 /// config's `cgroupsPath`, `/ID`, in every hierarchy).
 pub fn cgroups_of(id: &str) -> Vec<PathBuf> {
@@ -372,12 +424,46 @@ pub fn cgroups_of(id: &str) -> Vec<PathBuf> {
     out
 }
 
-/// Removes what runsc left of container `id`'s cgroups (a start that
-/// failed leaves them). Only empty ones go: `rmdir` refuses the others.
+/// Removes what runsc and cordon left of container `id`'s cgroups (a
+/// start that failed leaves them; cordon's own memory parent outlives the
+/// container by design, see [`crate::cgroup`]): the leaf runsc made under
+/// cordon's parent first, then the directory itself. Only empty ones go:
+/// `rmdir` refuses the others.
 pub fn remove_cgroups(id: &str) {
     for d in cgroups_of(id) {
+        let _ = std::fs::remove_dir(d.join(crate::cgroup::LEAF));
         let _ = std::fs::remove_dir(&d);
     }
+}
+
+/// Every cgroup directory named like a container of this backend, in
+/// every hierarchy (for the sweep of dead owners').
+pub fn all_cgroup_names() -> Vec<String> {
+    let mut names = Vec::new();
+    let Ok(entries) = std::fs::read_dir("/sys/fs/cgroup") else {
+        return names;
+    };
+    for h in entries.flatten() {
+        let p = h.path();
+        let in_dir = |d: &Path| -> Vec<String> {
+            std::fs::read_dir(d)
+                .into_iter()
+                .flatten()
+                .flatten()
+                .filter(|e| e.path().is_dir())
+                .filter_map(|e| e.file_name().to_str().map(String::from))
+                .filter(|n| crate::maker_of(n).is_some())
+                .collect()
+        };
+        if crate::maker_of(&h.file_name().to_string_lossy()).is_some() {
+            names.push(h.file_name().to_string_lossy().into_owned());
+        } else {
+            names.extend(in_dir(&p));
+        }
+    }
+    names.sort();
+    names.dedup();
+    names
 }
 
 /// CPU time container `id`'s cgroup used, in nanoseconds, when it can be

@@ -18,19 +18,21 @@ use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use cordon_confine::{FsView, RootedFs};
-use cordon_files::host_dir::HostWorkDir;
+use cordon_files::host_dir::{HostSecretsDir, HostWorkDir};
 use cordon_policy::{Deployment, Policy};
 use cordon_sandbox::{
     AcquireRequest, Attach, BackendError, ExecHandle, ExecRequest, ExitStatus, FileRead, FileStat,
-    Killer, Limits, Provenance, Sandbox, SandboxError, StdinFeed,
+    Killer, Limits, Provenance, Sandbox, SandboxError, SandboxKey, StdinFeed,
 };
 use serde::{Deserialize, Serialize};
 
+use crate::cgroup::MemoryBound;
 use crate::oci::{Bundle, HostImage, Mount, MountKind};
+use crate::pod::{Pod, PodSpec};
 use crate::runsc::Runsc;
 use crate::{failed, GvisorConfig, NEXT, WORKLOAD_ID};
 
@@ -58,8 +60,17 @@ pub struct GvisorSandbox {
     runsc: Runsc,
     view: RootedFs,
     files: HostWorkDir,
+    /// A spec that names secrets: the directory they are written to
+    /// (`dir/secrets`, root's, the workload's group reads), bound
+    /// read-only at `/run/cordon/secrets` in every exec.
+    secrets: Option<HostSecretsDir>,
     /// The mounts the policy's plan translates to, made at the first exec.
     base: OnceLock<Result<Vec<Mount>, SandboxError>>,
+    /// The runsc sandbox every exec is a container in (`crate::pod`).
+    pod: Mutex<Option<Arc<Pod>>>,
+    /// Execs started so far (the first runs in a runsc sandbox of its own).
+    execs: std::sync::atomic::AtomicU64,
+    key: SandboxKey,
     disposed: AtomicBool,
 }
 
@@ -88,6 +99,33 @@ fn owned_dir(p: &Path) -> Result<(), String> {
     private_dir(p)?;
     std::os::unix::fs::chown(p, Some(WORKLOAD_ID), Some(WORKLOAD_ID))
         .map_err(|e| format!("cannot hand `{}` to uid {WORKLOAD_ID}: {e}", p.display()))
+}
+
+/// The compatibility shim (`shim/noautomount.c`: this runsc refuses
+/// `AT_NO_AUTOMOUNT`, which coreutils passes on every stat), built with
+/// the crate.
+const SHIM: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/noautomount.so"));
+
+/// Where the shim is in the sandbox's root.
+pub const SHIM_PATH: &str = "/.cordon/noautomount.so";
+
+/// Puts the shim in `rootfs` (root's, read-only for everyone else: the
+/// root is mounted read-only anyway) and names it in the root's own
+/// `/etc/ld.so.preload`, so every dynamically linked program loads it.
+fn install_shim(rootfs: &Path) -> Result<(), String> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let path = crate::oci::under(rootfs, Path::new(SHIM_PATH));
+    if let Some(parent) = path.parent() {
+        std::fs::DirBuilder::new()
+            .mode(0o755)
+            .create(parent)
+            .map_err(|e| format!("cannot create `{}`: {e}", parent.display()))?;
+    }
+    std::fs::write(&path, SHIM)
+        .and_then(|()| std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o444)))
+        .map_err(|e| format!("cannot write the shim `{}`: {e}", path.display()))?;
+    std::fs::write(rootfs.join("etc/ld.so.preload"), format!("{SHIM_PATH}\n"))
+        .map_err(|e| format!("cannot write the root's `/etc/ld.so.preload`: {e}"))
 }
 
 /// An operator's work dir, checked: a directory owned by
@@ -171,59 +209,85 @@ impl GvisorSandbox {
         let dir = scratch.join(&id);
         private_dir(&dir).map_err(|e| failed("acquire", e))?;
         let volume = dir.join("volume");
-        let made = (|| -> Result<(HostImage, RootedFs, HostWorkDir), String> {
-            let image = HostImage::prepare(&dir.join("rootfs"))?;
-            image.write_etc(WORKLOAD_ID, WORKLOAD_ID, &guest_work)?;
-            crate::oci::mkdir_in(&image.rootfs, Path::new(&guest_work))?;
-            let masks = dir.join("masks");
-            private_dir(&masks)?;
-            std::fs::DirBuilder::new()
-                .mode(0o555)
-                .create(masks.join("dir"))
-                .map_err(|e| format!("cannot create the mask directory: {e}"))?;
-            std::fs::write(masks.join("file"), b"")
-                .and_then(|()| {
-                    std::fs::set_permissions(
-                        masks.join("file"),
-                        std::os::unix::fs::PermissionsExt::from_mode(0o000),
-                    )
-                })
-                .map_err(|e| format!("cannot create the mask file: {e}"))?;
-            private_dir(&volume)?;
-            cordon_linux::volume::mount_volume(
-                &volume,
-                &scratch,
-                req.limits.disk_bytes,
-                WORKLOAD_ID,
-            )
-            .map_err(|e| format!("the work dir's volume: {e}"))?;
-            let work_host = match &config.work_dir {
-                Some(d) => given_work_dir(d, req.limits.disk_bytes)?,
-                None => {
-                    owned_dir(&volume.join("work"))?;
-                    volume.join("work")
-                }
-            };
-            owned_dir(&volume.join("tmp"))?;
-            // The host's own tree, as the container rung sees the `host`
-            // image: the plan is translated (and commands resolved) in it;
-            // the bundle then shows only what the translated rules reach.
-            let view = RootedFs::new("/")
-                .bind("/tmp", volume.join("tmp"))
-                .bind(&guest_work, &work_host);
-            let files = HostWorkDir::new(&work_host, &guest_work)
-                .map_err(|e| e.to_string())?
-                .owned_by(WORKLOAD_ID, WORKLOAD_ID);
-            Ok((image, view, files))
-        })();
-        let (image, view, files) = match made {
+        let wants_secrets = !spec.secrets().is_empty();
+        let made =
+            (|| -> Result<(HostImage, RootedFs, HostWorkDir, Option<HostSecretsDir>), String> {
+                let image = HostImage::prepare(&dir.join("rootfs"))?;
+                image.write_etc(WORKLOAD_ID, WORKLOAD_ID, &guest_work)?;
+                install_shim(&image.rootfs)?;
+                crate::oci::mkdir_in(&image.rootfs, Path::new(&guest_work))?;
+                let masks = dir.join("masks");
+                private_dir(&masks)?;
+                std::fs::DirBuilder::new()
+                    .mode(0o555)
+                    .create(masks.join("dir"))
+                    .map_err(|e| format!("cannot create the mask directory: {e}"))?;
+                std::fs::write(masks.join("file"), b"")
+                    .and_then(|()| {
+                        std::fs::set_permissions(
+                            masks.join("file"),
+                            std::os::unix::fs::PermissionsExt::from_mode(0o000),
+                        )
+                    })
+                    .map_err(|e| format!("cannot create the mask file: {e}"))?;
+                private_dir(&volume)?;
+                cordon_linux::volume::mount_volume(
+                    &volume,
+                    &scratch,
+                    req.limits.disk_bytes,
+                    WORKLOAD_ID,
+                )
+                .map_err(|e| format!("the work dir's volume: {e}"))?;
+                let work_host = match &config.work_dir {
+                    Some(d) => given_work_dir(d, req.limits.disk_bytes)?,
+                    None => {
+                        owned_dir(&volume.join("work"))?;
+                        volume.join("work")
+                    }
+                };
+                owned_dir(&volume.join("tmp"))?;
+                // The host's own tree, as the container rung sees the `host`
+                // image: the plan is translated (and commands resolved) in it;
+                // the bundle then shows only what the translated rules reach.
+                let view = RootedFs::new("/")
+                    .bind("/tmp", volume.join("tmp"))
+                    .bind(&guest_work, &work_host);
+                let files = HostWorkDir::new(&work_host, &guest_work)
+                    .map_err(|e| e.to_string())?
+                    .owned_by(WORKLOAD_ID, WORKLOAD_ID);
+                // Inside the sandbox's directory (root's, 0700): no other
+                // sandbox's workload, though the same uid, can reach it.
+                let secrets = if wants_secrets {
+                    let host = dir.join("secrets");
+                    std::fs::DirBuilder::new()
+                        .mode(0o750)
+                        .create(&host)
+                        .and_then(|()| std::os::unix::fs::chown(&host, Some(0), Some(WORKLOAD_ID)))
+                        .and_then(|()| {
+                            std::fs::set_permissions(
+                                &host,
+                                std::os::unix::fs::PermissionsExt::from_mode(0o750),
+                            )
+                        })
+                        .map_err(|e| format!("the secrets directory `{}`: {e}", host.display()))?;
+                    crate::oci::mkdir_in(
+                        &image.rootfs,
+                        Path::new(cordon_sandbox::secrets::SECRETS_DIR),
+                    )?;
+                    Some(HostSecretsDir::new(host, WORKLOAD_ID).map_err(|e| e.to_string())?)
+                } else {
+                    None
+                };
+                Ok((image, view, files, secrets))
+            })();
+        let (image, view, files, secrets) = match made {
             Ok(m) => m,
             Err(e) => {
                 let _ = remove_sandbox_dir(&dir);
                 return Err(failed("acquire", e));
             }
         };
-        Ok(GvisorSandbox {
+        let sandbox = GvisorSandbox {
             id,
             dir,
             image,
@@ -236,9 +300,64 @@ impl GvisorSandbox {
             runsc: config.runsc.clone(),
             view,
             files,
+            secrets,
             base: OnceLock::new(),
+            pod: Mutex::new(None),
+            execs: std::sync::atomic::AtomicU64::new(0),
+            key: req.key.clone(),
             disposed: AtomicBool::new(false),
+        };
+        Ok(sandbox)
+    }
+
+    /// The running runsc sandbox, started (again) when there is none or
+    /// the last one ended.
+    fn pod(&self) -> Result<Arc<Pod>, SandboxError> {
+        let mut slot = self
+            .pod
+            .lock()
+            .map_err(|_| exec_failed("the sandbox's pod lock is poisoned".into()))?;
+        if let Some(p) = slot.as_ref() {
+            if p.alive() {
+                return Ok(p.clone());
+            }
+            // Its kernel ended (a kill at the memory bound, or killed from
+            // outside): clear what is left of it before the next.
+            let _ = p.stop(&self.runsc.bin);
+            *slot = None;
+        }
+        if self.disposed.load(Ordering::SeqCst) {
+            return Err(exec_failed("the sandbox was disposed of".into()));
+        }
+        let k = NEXT.fetch_add(1, Ordering::Relaxed);
+        let id = format!("{}-p{k}", self.id);
+        let pod_dir = self.dir.join(format!("pod-{k}"));
+        private_dir(&pod_dir).map_err(exec_failed)?;
+        let annotations = BTreeMap::from([
+            (crate::pod::SCOPE.to_string(), self.key.scope().to_string()),
+            (
+                crate::pod::THREAD.to_string(),
+                self.key.thread_id().to_string(),
+            ),
+            (
+                crate::pod::AGENT_DIR.to_string(),
+                self.key.agent_dir().to_string(),
+            ),
+            (crate::pod::DIR.to_string(), self.dir.display().to_string()),
+        ]);
+        let pod = Pod::start(PodSpec {
+            id,
+            dir: &pod_dir,
+            image: &self.image,
+            bin: &self.runsc.bin,
+            uid: WORKLOAD_ID,
+            memory_bytes: self.limits.memory_bytes,
+            annotations,
         })
+        .map_err(exec_failed)?;
+        let pod = Arc::new(pod);
+        *slot = Some(pod.clone());
+        Ok(pod)
     }
 
     /// Stops every container of the sandbox and removes everything it made:
@@ -246,6 +365,11 @@ impl GvisorSandbox {
     pub fn dispose(&self) -> Result<(), BackendError> {
         if self.disposed.swap(true, Ordering::SeqCst) {
             return Ok(());
+        }
+        if let Ok(mut slot) = self.pod.lock() {
+            if let Some(p) = slot.take() {
+                p.dead.store(true, Ordering::SeqCst);
+            }
         }
         let mut failures = remove_containers(&self.runsc.bin, &format!("{}-", self.id));
         if let Err(e) = remove_sandbox_dir(&self.dir) {
@@ -318,7 +442,14 @@ impl GvisorSandbox {
         };
         let canonical = cordon_confine::command::resolve(&self.view, argv0)
             .map_err(|e| refused(e.to_string()))?;
-        let mounts = self.base()?;
+        let mut mounts = self.base()?;
+        if let Some(secrets) = &self.secrets {
+            mounts.push(Mount {
+                destination: PathBuf::from(cordon_sandbox::secrets::SECRETS_DIR),
+                source: secrets.host().to_path_buf(),
+                kind: MountKind::ReadOnly { exec: false },
+            });
+        }
         let mut argv = req.argv.clone();
         argv[0] = canonical.command;
         let mut env = BTreeMap::from([
@@ -335,6 +466,22 @@ impl GvisorSandbox {
         let cid = format!("{}-e{k}", self.id);
         let exec_dir = self.dir.join(format!("exec-{k}"));
         private_dir(&exec_dir).map_err(exec_failed)?;
+        // The first exec is a runsc sandbox of its own (a one-shot `cordon
+        // run` never pays for a pod, whose teardown alone costs runsc
+        // 1-2 s); every later one is a container in the sandbox's pod.
+        let first = self.execs.fetch_add(1, Ordering::SeqCst) == 0;
+        let held = if first {
+            MemoryBound::make(&cid, self.limits.memory_bytes).map(Held::Own)
+        } else {
+            self.pod().map(Held::Pod).map_err(|e| e.to_string())
+        };
+        let held = match held {
+            Ok(h) => h,
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&exec_dir);
+                return Err(exec_failed(e));
+            }
+        };
         let config = Bundle {
             root: &self.image.rootfs,
             argv,
@@ -343,13 +490,24 @@ impl GvisorSandbox {
             uid: WORKLOAD_ID,
             gid: WORKLOAD_ID,
             mounts,
-            memory_bytes: Some(self.limits.memory_bytes),
+            // Held by the runsc sandbox's cgroup (`crate::pod`).
+            memory_bytes: None,
             processes: self.limits.processes,
             cpu_seconds: self.limits.cpu_seconds,
             file_bytes: self.limits.disk_bytes,
-            cgroup: format!("/{cid}"),
+            cgroup: match &held {
+                Held::Own(_) => format!("/{cid}/{}", crate::cgroup::LEAF),
+                Held::Pod(_) => format!("/{cid}"),
+            },
         }
         .config();
+        let mut config = config;
+        if let Held::Pod(pod) = &held {
+            config["annotations"] = serde_json::json!({
+                crate::pod::CONTAINER_TYPE: "container",
+                crate::pod::SANDBOX_ID: pod.id,
+            });
+        }
         let log = exec_dir.join("runsc.log");
         let written = std::fs::write(exec_dir.join("config.json"), config.to_string());
         if let Err(e) = written {
@@ -365,10 +523,27 @@ impl GvisorSandbox {
                 Stdio::piped()
             } else {
                 Stdio::null()
-            })
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        let mut child = match cmd.spawn() {
+            });
+        // runsc hands a container's stdio to the sentry, which keeps it
+        // when the container's process never started (a masked program):
+        // a plain pipe would then never end. The output comes through
+        // relays that end once the exec has (see `Relayed`).
+        let relay_done = Arc::new(AtomicBool::new(false));
+        let relays = Relayed::pipe(&relay_done).and_then(|(out, out_w)| {
+            Relayed::pipe(&relay_done).map(|(err, err_w)| (out, out_w, err, err_w))
+        });
+        let (stdout, out_w, stderr, err_w) = match relays {
+            Ok(r) => r,
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&exec_dir);
+                return Err(exec_failed(format!("cannot make the output pipes: {e}")));
+            }
+        };
+        cmd.stdout(Stdio::from(out_w)).stderr(Stdio::from(err_w));
+        let spawned = cmd.spawn();
+        // Our copies of the write ends go with the command.
+        drop(cmd);
+        let mut child = match spawned {
             Ok(c) => c,
             Err(e) => {
                 let _ = std::fs::remove_dir_all(&exec_dir);
@@ -383,11 +558,6 @@ impl GvisorSandbox {
             Some(w) => StdinFeed::Bytes(Box::new(w), req.stdin.clone()),
             None => StdinFeed::None,
         };
-        let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Err(exec_failed("runsc's output pipes are missing".into()));
-        };
         let killed = Arc::new(AtomicBool::new(false));
         let run = Running {
             child,
@@ -398,6 +568,13 @@ impl GvisorSandbox {
             wall: Duration::from_secs(self.limits.wall_seconds.min(req.timeout.as_secs().max(1))),
             cpu_nanos: self.limits.cpu_seconds.saturating_mul(1_000_000_000),
             killed: killed.clone(),
+            // Before its container exists an exec's own cgroup reads
+            // nothing: 0, and a pod's unreadable count charges everything.
+            cpu_at_start: crate::runsc::cpu_nanos(held.cgroup(&cid)).unwrap_or(0),
+            kills_at_start: held.memory().oom_kills().unwrap_or(0),
+            refusals_at_start: held.memory().refusals(),
+            held,
+            relay_done,
         };
         let bin = self.runsc.bin.clone();
         Ok(ExecHandle::from_pipes(
@@ -563,6 +740,84 @@ struct Running {
     wall: Duration,
     cpu_nanos: u64,
     killed: Arc<AtomicBool>,
+    /// The runsc sandbox's CPU time, kill and refusal counts when the exec
+    /// started: the exec is charged the growth.
+    cpu_at_start: u64,
+    kills_at_start: u64,
+    refusals_at_start: u64,
+    held: Held,
+    /// Set when the exec's container is gone: the relays then end.
+    relay_done: Arc<AtomicBool>,
+}
+
+/// The read end of an output pipe whose write end runsc holds, read
+/// without blocking: it ends at the pipe's end, or once the exec's
+/// container is gone (`done`) and what was written is read. Everything
+/// the container wrote is in the pipe by then: gVisor writes to a host
+/// file descriptor synchronously, and the container was deleted.
+struct Relayed {
+    file: std::fs::File,
+    done: Arc<AtomicBool>,
+}
+
+impl Relayed {
+    fn pipe(done: &Arc<AtomicBool>) -> Result<(Relayed, std::os::fd::OwnedFd), String> {
+        let (r, w) =
+            rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(|e| e.to_string())?;
+        rustix::fs::fcntl_setfl(&r, rustix::fs::OFlags::NONBLOCK).map_err(|e| e.to_string())?;
+        Ok((
+            Relayed {
+                file: std::fs::File::from(r),
+                done: done.clone(),
+            },
+            w,
+        ))
+    }
+}
+
+impl std::io::Read for Relayed {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        loop {
+            // Read `done` before trying: a read that finds nothing after
+            // it was set has drained the pipe.
+            let done = self.done.load(Ordering::SeqCst);
+            match self.file.read(buf) {
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    if done {
+                        return Ok(0);
+                    }
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                other => return other,
+            }
+        }
+    }
+}
+
+/// Where an exec's memory bound and CPU time are held.
+enum Held {
+    /// A runsc sandbox of its own, under a memory cgroup of its own.
+    Own(MemoryBound),
+    /// The sandbox's pod (shared with the execs running beside it).
+    Pod(Arc<Pod>),
+}
+
+impl Held {
+    fn memory(&self) -> &MemoryBound {
+        match self {
+            Held::Own(m) => m,
+            Held::Pod(p) => &p.memory,
+        }
+    }
+
+    /// The cgroup (by name) whose CPU time the exec is charged.
+    fn cgroup<'a>(&'a self, cid: &'a str) -> &'a str {
+        match self {
+            Held::Own(_) => cid,
+            Held::Pod(p) => &p.id,
+        }
+    }
 }
 
 impl Running {
@@ -581,13 +836,14 @@ impl Running {
                 Ok(None) => {}
                 Err(e) => break Err(exec_failed(format!("waiting for runsc: {e}"))),
             }
-            let cpu = crate::runsc::cpu_nanos(&self.cid);
+            let cpu = crate::runsc::cpu_nanos(self.held.cgroup(&self.cid))
+                .map(|n| n.saturating_sub(self.cpu_at_start));
             cpu_seen |= cpu.is_some();
             if !cpu_seen && started.elapsed() > CPU_GRACE {
                 self.stop();
                 return Err(exec_failed(format!(
                     "the sandbox's CPU time did not show in its cgroup (`{}`) within {}s, so `max_cpu_seconds` cannot be held and cordon stopped it; mount the cpuacct (cgroup v1) or cpu (v2) controller",
-                    self.cid,
+                    self.held.cgroup(&self.cid),
                     CPU_GRACE.as_secs()
                 )));
             }
@@ -615,7 +871,19 @@ impl Running {
                 return Err(e);
             }
         };
-        let oom = oom_killed(&self.cid, status.code());
+        // The bound killed something, or refused memory and gVisor then
+        // killed the workload itself (`SIGKILL`'s 137).
+        let memory = self.held.memory();
+        // A sub-container whose runsc sandbox ended under it comes back
+        // as runsc's own failure (128: its `Wait` lost the sandbox).
+        let ended_under = matches!(self.held, Held::Pod(_)) && status.code() == Some(128);
+        let oom = memory.oom_kills().unwrap_or(0) > self.kills_at_start
+            || ((status.code() == Some(137) || ended_under)
+                && memory.refusals() > self.refusals_at_start);
+        if let (true, Held::Pod(pod)) = (oom, &self.held) {
+            // The kill at the bound ended the whole runsc sandbox.
+            pod.dead.store(true, Ordering::SeqCst);
+        }
         let error = runsc_error(&self.log);
         self.clean();
         match status.code() {
@@ -644,37 +912,35 @@ impl Running {
         let _ = crate::runsc::delete(&self.bin, &self.cid);
         crate::runsc::remove_cgroups(&self.cid);
         let _ = std::fs::remove_dir_all(&self.exec_dir);
+        self.relay_done.store(true, Ordering::SeqCst);
     }
 }
 
-/// Whether the memory cgroup of container `cid` killed something, or
-/// refused memory at its limit (gVisor then kills the workload itself,
-/// which ends with `SIGKILL`'s 137).
-fn oom_killed(cid: &str, code: Option<i32>) -> bool {
-    let dir = Path::new("/sys/fs/cgroup/memory").join(cid);
-    let count = |file: &str, key: Option<&str>| {
-        std::fs::read_to_string(dir.join(file))
-            .ok()
-            .and_then(|s| match key {
-                Some(k) => s
-                    .lines()
-                    .find_map(|l| l.strip_prefix(k))
-                    .and_then(|n| n.trim().parse::<u64>().ok()),
-                None => s.trim().parse::<u64>().ok(),
-            })
-    };
-    count("memory.oom_control", Some("oom_kill ")).is_some_and(|n| n > 0)
-        || (code == Some(137) && count("memory.failcnt", None).is_some_and(|n| n > 0))
-}
-
 /// runsc's own error, from its JSON log, if it logged one.
-fn runsc_error(log: &Path) -> Option<String> {
+pub(crate) fn runsc_error(log: &Path) -> Option<String> {
     let text = std::fs::read_to_string(log).ok()?;
     text.lines().rev().find_map(|l| {
         let v: serde_json::Value = serde_json::from_str(l).ok()?;
         (v["level"] == "error" || v["level"] == "fatal")
-            .then(|| v["msg"].as_str().unwrap_or("").to_string())
+            .then(|| without_argv(v["msg"].as_str().unwrap_or("")))
     })
+}
+
+/// runsc's message without the workload's argv, which it quotes when a
+/// sub-container does not start (`starting sub-container [ARGV]: …`): the
+/// workload's words are never reported as cordon's.
+fn without_argv(msg: &str) -> String {
+    const AT: &str = "starting sub-container [";
+    match msg.find(AT) {
+        Some(i) => {
+            let rest = &msg[i + AT.len()..];
+            match rest.find("]: ") {
+                Some(j) => format!("{}starting sub-container: {}", &msg[..i], &rest[j + 3..]),
+                None => format!("{}starting sub-container", &msg[..i]),
+            }
+        }
+        None => msg.to_string(),
+    }
 }
 
 /// Kills and deletes every container under cordon's state root whose id
@@ -683,7 +949,10 @@ pub(crate) fn remove_containers(bin: &Path, prefix: &str) -> Vec<String> {
     let mut failures = Vec::new();
     match crate::runsc::list(bin) {
         Ok(ids) => {
-            for id in ids.iter().filter(|i| i.starts_with(prefix)) {
+            let mut ids: Vec<&String> = ids.iter().filter(|i| i.starts_with(prefix)).collect();
+            // Execs first, then the pause container that holds their kernel.
+            ids.sort_by_key(|i| crate::pod::is_pause(i));
+            for id in ids {
                 crate::runsc::kill(bin, id);
                 if let Err(e) = crate::runsc::delete(bin, id) {
                     failures.push(e);
@@ -740,11 +1009,15 @@ impl Sandbox for GvisorSandbox {
     }
 
     fn write_file(&self, path: &str, contents: &[u8], mode: u32) -> Result<(), SandboxError> {
-        if cordon_files::host_dir::HostSecretsDir::names(path) {
-            return Err(SandboxError::PathRefused {
-                path: path.to_string(),
-                reason: "the gvisor backend serves no secrets in this version; run at the container rung for secrets".into(),
-            });
+        // The secrets directory, and nothing else outside the work dir.
+        if HostSecretsDir::names(path) {
+            return match &self.secrets {
+                Some(s) => s.write_secret(path, contents, mode),
+                None => Err(SandboxError::PathRefused {
+                    path: path.to_string(),
+                    reason: "this sandbox's spec names no secrets, so it has no secrets directory; name the secret in the spec's `secrets`".into(),
+                }),
+            };
         }
         self.files.write_file(path, contents, mode)
     }
@@ -774,7 +1047,13 @@ impl Sandbox for GvisorSandbox {
             host: self.files.host().to_path_buf(),
             guest: self.guest_work.clone(),
             owner: Some(WORKLOAD_ID),
-            secrets: None,
+            secrets: self
+                .secrets
+                .as_ref()
+                .map(|s| cordon_sandbox::HostSecretsRecord {
+                    host: s.host().to_path_buf(),
+                    gid: WORKLOAD_ID,
+                }),
         })
     }
 
@@ -784,5 +1063,19 @@ impl Sandbox for GvisorSandbox {
             containers: format!("{}-", self.id),
         })
         .unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::without_argv;
+
+    #[test]
+    fn runsc_errors_never_carry_the_workloads_argv() {
+        assert_eq!(
+            without_argv("running container: starting container: starting sub-container [/usr/bin/perl -e print qq(X)]: creating process: failed to load /usr/bin/perl: permission denied"),
+            "running container: starting container: starting sub-container: creating process: failed to load /usr/bin/perl: permission denied"
+        );
+        assert_eq!(without_argv("plain"), "plain");
     }
 }

@@ -1,4 +1,4 @@
-//! The escape kit against both local backends, through the real binary
+//! The escape kit against the local backends and gVisor, through the real binary
 //! (`cordon escape --backend NAME`). CI runs as root and runs it; elsewhere
 //! it skips loudly, and `CI=true` without root is a failure.
 #![allow(clippy::expect_used, clippy::unwrap_used)] // tests may panic on a broken fixture
@@ -44,8 +44,26 @@ fn escape(backend: &str) -> (i32, String, String) {
 /// uid, whose process count (`RLIMIT_NPROC`) the bounds cases measure.
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
+fn has_runsc() -> bool {
+    let on_path = std::env::var_os("PATH")
+        .is_some_and(|paths| std::env::split_paths(&paths).any(|d| d.join("runsc").is_file()));
+    on_path || std::path::Path::new("/usr/bin/runsc").is_file()
+}
+
 fn run_against(backend: &str) {
     let _guard = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    if backend == "gvisor" && !has_runsc() {
+        assert!(
+            !in_ci(),
+            "CI=true and the escape kit against `gvisor` needs `runsc` (`apt-get install runsc`)"
+        );
+        use std::io::Write;
+        let _ = writeln!(
+            std::io::stderr().lock(),
+            "\n!!!!!!!! SKIPPED the escape kit against `gvisor`: `runsc` is not installed (`apt-get install runsc`; CI=true makes this a failure) !!!!!!!!\n"
+        );
+        return;
+    }
     if !is_root() {
         assert!(
             !in_ci(),
@@ -113,6 +131,11 @@ fn the_escape_kit_passes_against_the_process_backend() {
 #[test]
 fn the_escape_kit_passes_against_the_container_backend() {
     run_against("container");
+}
+
+#[test]
+fn the_escape_kit_passes_against_the_gvisor_backend() {
+    run_against("gvisor");
 }
 
 #[test]

@@ -269,7 +269,7 @@ fn doctor_reports_gvisor_with_its_platform() {
 }
 
 /// gVisor is opt-in: a `container` floor's default order passes over it
-/// (it serves no secrets, terminals or egress yet); naming it uses it.
+/// (it serves no terminals, egress or stored images yet); naming it uses it.
 #[test]
 fn a_container_floor_lands_on_the_container_rung_unless_gvisor_is_named() {
     if !can_run("gvisor opt-in") {
@@ -394,6 +394,24 @@ fn a_kept_sandbox_whose_keeper_died_is_reclaimed_by_gc() {
     assert_eq!((code, out.as_str()), (0, "kept\n"), "{err}");
     let dirs = leftovers(tmp.path());
     assert_eq!(dirs.len(), 1, "{dirs:?}");
+    // The second exec ran in the sandbox's running runsc sandbox (its
+    // pause container), which runsc's listing shows with cordon's
+    // annotations while the sandbox lives.
+    let listed = Command::new("runsc")
+        .args(["--root", STATE_ROOT, "list", "--format=json"])
+        .output()
+        .unwrap();
+    let listed = String::from_utf8_lossy(&listed.stdout).into_owned();
+    let pod = format!("\"id\":\"{}-p", dirs[0]);
+    assert!(
+        listed.contains(&pod),
+        "no pause container of `{}`: {listed}",
+        dirs[0]
+    );
+    assert!(
+        listed.contains("\"dev.cordon.scope\":\"gvisor-test\""),
+        "{listed}"
+    );
     let keeper: i32 = dirs[0].split('-').nth(2).unwrap().parse().unwrap();
     let killed = Command::new("kill")
         .args(["-9", &keeper.to_string()])
@@ -447,4 +465,240 @@ fn the_cpu_bound_kills_a_busy_loop() {
     assert!(started.elapsed().as_secs() < 20, "{err}");
     assert!(err.contains("`max_cpu_seconds` bound"), "{err}");
     assert_eq!(leftovers(tmp.path()), Vec::<String>::new());
+}
+
+/// Debian's runsc refuses `AT_NO_AUTOMOUNT` in `statx`/`newfstatat`
+/// (EINVAL), which coreutils passes on every stat; the sandbox preloads
+/// cordon's shim that clears it, so `ls -l` and `stat` work.
+#[test]
+fn coreutils_stat_works_inside() {
+    if !can_run("gvisor stat") {
+        return;
+    }
+    let tmp = scratch();
+    let (code, out, err) = sh(
+        tmp.path(),
+        "ls -d /; stat -c '%U %a' /tmp; ls -l /usr >/dev/null && echo listed",
+    );
+    assert_eq!(
+        (code, out.as_str()),
+        (0, "/\ncordon 700\nlisted\n"),
+        "{err}"
+    );
+}
+
+/// A workload that allocates past `max_memory` is killed and reported as
+/// killed at that bound (cordon's own parent cgroup holds the bound and
+/// its kill count outlives the container), and no cgroup is left.
+#[test]
+fn the_memory_bound_kills_and_is_reported() {
+    if !can_run("gvisor memory bound") {
+        return;
+    }
+    let tmp = scratch();
+    let spec = tmp.path().join("spec.yaml");
+    std::fs::write(
+        &spec,
+        "kind: run\nimage: host\nresources: {memory: 64MiB}\n",
+    )
+    .unwrap();
+    let (code, out, err) = run(
+        tmp.path(),
+        &[
+            "--spec",
+            spec.to_str().unwrap(),
+            "--",
+            "python3",
+            "-c",
+            "x=[]\nfor i in range(64): x.append(b'1'*(8<<20))\nprint('ALLOCATED')",
+        ],
+    );
+    assert_ne!(code, 0);
+    assert!(!out.contains("ALLOCATED"), "{out}");
+    assert!(err.contains("`max_memory` bound"), "{err}");
+    // Under the bound, the same workload runs.
+    let (code, out, err) = run(
+        tmp.path(),
+        &[
+            "--spec",
+            spec.to_str().unwrap(),
+            "--",
+            "python3",
+            "-c",
+            "x=b'1'*(16<<20)\nprint('fits')",
+        ],
+    );
+    assert_eq!((code, out.as_str()), (0, "fits\n"), "{err}");
+    assert_eq!(leftovers(tmp.path()), Vec::<String>::new());
+}
+
+/// A kept sandbox's execs after the first are containers in one running
+/// runsc sandbox: each has a pid namespace of its own (it is PID 1's
+/// child there, and sees no other exec), state in the work dir carries
+/// over, and what an exec leaves running is gone when it ends.
+#[test]
+fn warm_execs_are_containers_of_one_runsc_sandbox() {
+    if !can_run("gvisor warm execs") {
+        return;
+    }
+    let tmp = scratch();
+    let cordon = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_cordon"))
+            .args(args)
+            .env("TMPDIR", tmp.path())
+            .output()
+            .unwrap();
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let thread = format!("w{}", std::process::id());
+    let (code, handle, err) = cordon(&[
+        "sandbox",
+        "up",
+        "--scope",
+        "gvisor-warm",
+        "--thread",
+        &thread,
+        "--min-isolation",
+        "hardened_container",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let handle = handle.trim().to_string();
+    for round in 0..3 {
+        let (code, out, err) = cordon(&[
+            "sandbox",
+            "exec",
+            &handle,
+            "--",
+            "/bin/sh",
+            "-c",
+            "echo $$; ls /proc | grep -c '^[0-9]'; echo x >> rounds; wc -l < rounds; sleep 60 &",
+        ]);
+        assert_eq!(code, 0, "{err}");
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(
+            lines[0], "1",
+            "the exec is not PID 1 of its own namespace: {out}"
+        );
+        // Itself and `ls` (and `grep`): nothing of the earlier rounds.
+        let seen: u32 = lines[1].parse().unwrap();
+        assert!(seen <= 4, "an exec sees {seen} processes: {out}");
+        assert_eq!(lines[2], (round + 1).to_string(), "{out}");
+    }
+    let (code, _, err) = cordon(&[
+        "sandbox",
+        "down",
+        "--scope",
+        "gvisor-warm",
+        "--thread",
+        &thread,
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(leftovers(tmp.path()), Vec::<String>::new());
+}
+
+/// A kept sandbox's runsc sandbox that ends — killed at the memory bound
+/// by a warm exec, or killed from outside — is replaced at the next exec,
+/// over the same work dir.
+#[test]
+fn a_warm_sandbox_survives_the_end_of_its_runsc_sandbox() {
+    if !can_run("gvisor pod restart") {
+        return;
+    }
+    let tmp = scratch();
+    let spec = tmp.path().join("spec.yaml");
+    std::fs::write(
+        &spec,
+        "kind: run\nimage: host\nresources: {memory: 96MiB}\n",
+    )
+    .unwrap();
+    let cordon = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_cordon"))
+            .args(args)
+            .env("TMPDIR", tmp.path())
+            .output()
+            .unwrap();
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let thread = format!("r{}", std::process::id());
+    let (code, handle, err) = cordon(&[
+        "sandbox",
+        "up",
+        "--scope",
+        "gvisor-restart",
+        "--thread",
+        &thread,
+        "--min-isolation",
+        "hardened_container",
+        "--spec",
+        spec.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let handle = handle.trim().to_string();
+    let exec = |script: &str| cordon(&["sandbox", "exec", &handle, "--", "/bin/sh", "-c", script]);
+    assert_eq!(exec("echo one > f").0, 0);
+    assert_eq!(exec("echo two >> f").0, 0); // in the pod
+                                            // Killed at the memory bound inside the pod: reported so.
+    let (code, out, err) = cordon(&[
+        "sandbox",
+        "exec",
+        &handle,
+        "--",
+        "python3",
+        "-c",
+        "x=[]\nfor i in range(64): x.append(b'1'*(8<<20))\nprint('ALLOCATED')",
+    ]);
+    assert_ne!(code, 0, "{out}");
+    assert!(!out.contains("ALLOCATED"), "{out}");
+    assert!(err.contains("`max_memory` bound"), "{err}");
+    let (code, out, err) = exec("cat f");
+    assert_eq!((code, out.as_str()), (0, "one\ntwo\n"), "{err}");
+    // Its runsc sandbox killed from outside: the next exec gets another.
+    let dirs = leftovers(tmp.path());
+    assert_eq!(dirs.len(), 1, "{dirs:?}");
+    let pods: Vec<String> = runsc_containers()
+        .into_iter()
+        .filter(|c| c.starts_with(&format!("{}-p", dirs[0])))
+        .collect();
+    assert_eq!(pods.len(), 1, "{pods:?}");
+    let state = Command::new("runsc")
+        .args(["--root", STATE_ROOT, "state", &pods[0]])
+        .output()
+        .unwrap();
+    let state: serde_json::Value = serde_json::from_slice(&state.stdout).unwrap();
+    let pid = state["pid"].as_i64().unwrap();
+    assert!(Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status()
+        .unwrap()
+        .success());
+    for _ in 0..100 {
+        if !Path::new(&format!("/proc/{pid}")).exists() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let (code, out, err) = exec("cat f");
+    assert_eq!((code, out.as_str()), (0, "one\ntwo\n"), "{err}");
+    let (code, _, err) = cordon(&[
+        "sandbox",
+        "down",
+        "--scope",
+        "gvisor-restart",
+        "--thread",
+        &thread,
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(leftovers(tmp.path()), Vec::<String>::new());
+    assert!(
+        !runsc_containers().iter().any(|c| c.starts_with(&dirs[0])),
+        "a container of the sandbox is left"
+    );
 }

@@ -382,3 +382,92 @@ fn gc_removes_the_secrets_of_a_run_killed_before_it_could_dispose() {
         );
     }
 }
+
+/// The gvisor backend (`hardened_container`) delivers secrets as the local
+/// rungs do: a granted secret is a read-only file at
+/// `/run/cordon/secrets/NAME` the workload reads and cannot change, never
+/// in its environment, gone with the sandbox.
+#[test]
+fn run_hands_a_granted_secret_to_a_gvisor_workload_read_only() {
+    if !can_sandbox("gvisor run with a secret") {
+        return;
+    }
+    let has_runsc = std::env::var_os("PATH")
+        .is_some_and(|paths| std::env::split_paths(&paths).any(|d| d.join("runsc").is_file()))
+        || Path::new("/usr/bin/runsc").is_file();
+    if !has_runsc {
+        assert!(
+            !std::env::var("CI").is_ok_and(|v| v == "true"),
+            "CI=true and the gvisor secrets test needs `runsc`"
+        );
+        eprintln!("\n!!!!!!!! SKIPPED gvisor run with a secret: `runsc` is not installed (CI=true makes this a failure) !!!!!!!!\n");
+        return;
+    }
+    let f = Files::new();
+    let spec = f.spec(&["granted/token"]);
+    let policy = f.path("policy.yaml");
+    let store = f.path("store");
+    let (code, out, err) = f.cordon(&[
+        "run",
+        "--min-isolation",
+        "hardened_container",
+        "--backend",
+        "gvisor",
+        "--policy",
+        policy.to_str().unwrap(),
+        "--spec",
+        spec.to_str().unwrap(),
+        "--secrets-dir",
+        store.to_str().unwrap(),
+        "--",
+        "/bin/sh",
+        "-c",
+        "cat /run/cordon/secrets/granted/token; echo; \
+         (echo x > /run/cordon/secrets/granted/token) 2>&1 && echo WROTE; \
+         rm -f /run/cordon/secrets/granted/token 2>&1 && echo REMOVED; \
+         chmod 0666 /run/cordon/secrets/granted/token 2>&1 && echo CHMODDED; \
+         cat /run/cordon/secrets/granted/token; echo; env",
+    ]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(err.contains("`gvisor` rung"), "{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.first(), Some(&"s3cr3t-token"), "{out}\n{err}");
+    for done in ["WROTE", "REMOVED", "CHMODDED"] {
+        assert!(
+            !out.contains(done),
+            "the workload changed its secret ({done}): {out}"
+        );
+    }
+    assert_eq!(out.matches("s3cr3t-token").count(), 2, "{out}");
+    let left: Vec<_> = std::fs::read_dir(f.path("scratch"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("cordon-gvisor-") || n.starts_with("cordon-secrets-"))
+        .collect();
+    assert!(left.is_empty(), "the secrets outlived the run: {left:?}");
+    // An ungranted one is refused before anything runs.
+    let spec = f.spec(&["granted/token", "other/x"]);
+    let (code, out, err) = f.cordon(&[
+        "run",
+        "--min-isolation",
+        "hardened_container",
+        "--backend",
+        "gvisor",
+        "--policy",
+        policy.to_str().unwrap(),
+        "--spec",
+        spec.to_str().unwrap(),
+        "--secrets-dir",
+        store.to_str().unwrap(),
+        "--",
+        "/bin/echo",
+        "RAN",
+    ]);
+    assert_ne!(code, 0, "{out}");
+    assert!(!out.contains("RAN"), "{out}");
+    assert!(
+        err.contains("`other/x`") && err.contains("refused by the policy"),
+        "{err}"
+    );
+}
