@@ -325,6 +325,31 @@ pub(crate) fn trivial(engine: &Engine) -> Result<(), String> {
     removed
 }
 
+/// The name of the record that a trivial container ran on `engine`: the
+/// engine's version and API, the `host` skeleton and the seccomp profile,
+/// hashed.
+pub(crate) fn probe_record(engine: &Engine) -> Result<String, String> {
+    let (image, _) = skeleton(engine, Path::new("/"))?;
+    let profile = cordon_confine::oci::docker_seccomp_profile(DockerNet::None)?;
+    let what = format!("{}|{}|{image}|{profile}", engine.version, engine.api);
+    let hash = what.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    Ok(format!("cordon-docker-probed-{hash:016x}"))
+}
+
+/// Records that a trivial container ran: a container named `record`,
+/// made and never started, labelled `probed` (no maker: `gc` keeps it).
+pub(crate) fn record_probe(engine: &Engine, record: &str) -> Result<(), String> {
+    let (image, _) = skeleton(engine, Path::new("/"))?;
+    let labels = HashMap::from([
+        (crate::LABEL_OWNER.to_string(), crate::OWNER.to_string()),
+        (crate::LABEL_ROLE.to_string(), "probed".to_string()),
+        (crate::LABEL_SANDBOX.to_string(), record.to_string()),
+    ]);
+    make_anchor(engine, record, &image, labels)
+}
+
 impl DockerSandbox {
     /// Makes the sandbox's directory and volume, imports the `host` image
     /// if the engine lacks it, and makes the anchor container.

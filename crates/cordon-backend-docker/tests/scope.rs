@@ -44,7 +44,7 @@ fn ours_left(engine: &dockerd::Dockerd) -> Vec<String> {
         engine
             .containers()
             .into_iter()
-            .filter(|(_, l)| l["dev.cordon.owner"] == "cordon")
+            .filter(|(_, l)| l["dev.cordon.owner"] == "cordon" && l["dev.cordon.role"] != "probed")
             .map(|(n, _)| n),
     );
     left

@@ -77,6 +77,8 @@ fn leftovers(engine: &Dockerd, tmp: &Path) -> Vec<String> {
             .containers()
             .into_iter()
             .filter(|(_, labels)| labels["dev.cordon.owner"] == "cordon")
+            // The record that the probe's trivial container ran stays.
+            .filter(|(_, labels)| labels["dev.cordon.role"] != "probed")
             .map(|(name, _)| format!("container {name}")),
     );
     left.extend(loop_devices_of(tmp));
@@ -472,6 +474,14 @@ fn doctor_reports_the_engine_and_a_missing_one_is_refused_with_the_fix() {
     assert!(row.contains("can run"), "{row}");
     assert!(row.contains("API 1.4"), "{row}");
     assert!(row.contains("a trivial container ran"), "{row}");
+    // Recorded on the engine: the next process asks instead of running it.
+    let (_, out, _) = cordon(
+        &engine,
+        tmp.path(),
+        &["doctor", "--min-isolation", "container"],
+    );
+    let row = out.lines().find(|l| l.starts_with("docker ")).unwrap();
+    assert!(row.contains("recorded as `cordon-docker-probed-"), "{row}");
 }
 
 /// An image of cordon's store runs: its directories are bound from the
