@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use bollard::Docker;
@@ -286,14 +286,19 @@ impl Engine {
     }
 }
 
-/// The engine this process uses, connected once (its first endpoint; see
-/// [`endpoints`]).
+/// The engine this process uses (the one endpoint [`endpoints`] names;
+/// several are refused until placement over them is built).
 pub fn local() -> Result<Engine, String> {
     let eps = endpoints()?;
-    let Some(first) = eps.first() else {
-        return Err(format!("`{HOST_VAR}` names no engine"));
-    };
-    Engine::connect(first)
+    match eps.as_slice() {
+        [one] => Engine::connect(one),
+        [] => Err(format!("`{HOST_VAR}` names no engine")),
+        // Never one used and the others forgotten.
+        _ => Err(format!(
+            "`{HOST_VAR}` names {} engines, and placement over several is not in this version; name one",
+            eps.len()
+        )),
+    }
 }
 
 /// Where the CPU time of the cgroup that process `pid` is in can be read
@@ -360,6 +365,12 @@ pub fn probe() -> &'static Result<Probed, (String, Vec<String>)> {
             found.push(e.clone());
             (e, found)
         };
+        if !rustix::process::geteuid().is_root() {
+            return Err(unrunnable(
+                "the docker backend makes each sandbox's work dir volume and binds on the host, which needs root; run cordon as root".into(),
+                &found,
+            ));
+        }
         let engine = local().map_err(|e| unrunnable(e, &found))?;
         found.push(format!(
             "engine: Docker {} (API {}, negotiated down from {}.{})",
@@ -406,6 +417,3 @@ pub fn probe() -> &'static Result<Probed, (String, Vec<String>)> {
 
 /// The pause between two looks at a running container.
 pub const POLL: Duration = Duration::from_millis(10);
-
-/// The engine's handle for [`Arc`]-shared use.
-pub type Shared = Arc<Engine>;
