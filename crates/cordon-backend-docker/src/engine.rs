@@ -67,6 +67,35 @@ impl std::fmt::Display for Endpoint {
     }
 }
 
+/// Checks that the engine behind `socket` sees this process's mounts: the
+/// work dir's volume and the binds cordon makes for a sandbox are mounts
+/// in this mount namespace, and an engine in another would bind the
+/// directories beneath them instead (on the host's disk, without
+/// `max_disk` or `noexec`). The engine is the socket's peer
+/// (`SO_PEERCRED`).
+fn same_mounts(socket: &Path) -> Result<(), String> {
+    let stream = std::os::unix::net::UnixStream::connect(socket).map_err(|e| {
+        format!(
+            "cannot connect to `{}`: {e}; is `dockerd` running?",
+            socket.display()
+        )
+    })?;
+    let peer = rustix::net::sockopt::socket_peercred(&stream)
+        .map_err(|e| format!("who serves `{}`: {e}", socket.display()))?;
+    let pid = peer.pid.as_raw_nonzero().get();
+    let ns = |p: String| std::fs::read_link(&p).map_err(|e| format!("`{p}`: {e}"));
+    let theirs = ns(format!("/proc/{pid}/ns/mnt"))?;
+    let ours = ns("/proc/self/ns/mnt".to_string())?;
+    if theirs == ours {
+        Ok(())
+    } else {
+        Err(format!(
+            "the engine at `{}` (pid {pid}) runs in another mount namespace, so the volumes and binds cordon makes for a sandbox would not be what its containers see; run cordon in the engine's mount namespace (`nsenter -t {pid} -m`), or the engine in cordon's",
+            socket.display()
+        ))
+    }
+}
+
 /// The backend's runtime: two worker threads, made once per process.
 fn runtime() -> Result<&'static tokio::runtime::Runtime, String> {
     static RT: OnceLock<Result<tokio::runtime::Runtime, String>> = OnceLock::new();
@@ -132,6 +161,7 @@ impl Engine {
                 socket.display()
             ));
         }
+        same_mounts(socket)?;
         let path = socket.display().to_string();
         let docker = Docker::connect_with_unix(&path, TIMEOUT_SECS, bollard::API_DEFAULT_VERSION)
             .map_err(|e| format!("cannot reach the engine at `{endpoint}`: {e}"))?;

@@ -474,6 +474,27 @@ fn doctor_reports_the_engine_and_a_missing_one_is_refused_with_the_fix() {
     assert!(row.contains("can run"), "{row}");
     assert!(row.contains("API 1.4"), "{row}");
     assert!(row.contains("a trivial container ran"), "{row}");
+    // An engine that would not see cordon's mounts (another mount
+    // namespace) is refused: it would bind the directories beneath them.
+    let out = Command::new("unshare")
+        .args(["-m", "--propagation", "private", "--"])
+        .arg(env!("CARGO_BIN_EXE_cordon"))
+        .args([
+            "run",
+            "--backend",
+            "docker",
+            "--min-isolation",
+            "container",
+            "--",
+            "/bin/true",
+        ])
+        .env("CORDON_DOCKER_HOST", engine.host())
+        .env("TMPDIR", tmp.path())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_ne!(out.status.code(), Some(0), "{err}");
+    assert!(err.contains("another mount namespace"), "{err}");
     // Recorded on the engine: the next process asks instead of running it.
     let (_, out, _) = cordon(
         &engine,
