@@ -249,22 +249,8 @@ fn host_config(mounts: Vec<DMount>, limits: &Limits, net: DockerNet) -> Result<H
 /// directories bound read-only and cordon's confinement: the probe's
 /// proof that the engine runs what cordon asks of it.
 pub(crate) fn trivial(engine: &Engine) -> Result<(), String> {
-    let (image, _) = skeleton(engine, Path::new("/"))?;
-    let tmp = std::env::temp_dir().join(format!(
-        "{}{}-{}-probe",
-        crate::PREFIX,
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    ));
-    private_dir(&tmp)?;
-    let root = HostImage::prepare(&tmp.join("rootfs"));
-    let _ = std::fs::remove_dir_all(&tmp);
-    let root = root?;
-    let mounts = root
-        .whole_image_read_only()
-        .iter()
-        .map(|m| bind(&m.source, &m.destination, true))
-        .collect();
+    let (image, dirs) = skeleton(engine, Path::new("/"))?;
+    let mounts = dirs.iter().map(|d| bind(d, d, true)).collect();
     let limits = Limits {
         memory_bytes: 64 << 20,
         processes: 16,
