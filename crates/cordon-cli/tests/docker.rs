@@ -725,3 +725,47 @@ policy:
     assert!(lines.iter().all(|l| l["identity"]["namespace"] == "team-a"));
     assert_eq!(leftovers(&engine, p), Vec::<String>::new());
 }
+
+/// A `cordon run` killed mid-exec leaves its anchor, its exec's container
+/// (still running) and its directory with the volume; `cordon sandbox gc`
+/// sweeps them, since their maker is gone.
+#[test]
+fn gc_sweeps_what_a_killed_run_left() {
+    let Some(engine) = Dockerd::start("docker sweep") else {
+        return;
+    };
+    let tmp = scratch();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_cordon"))
+        .args(["run", "--backend", "docker", "--min-isolation", "container"])
+        .args(["--", "/bin/sleep", "60"])
+        .env("CORDON_DOCKER_HOST", engine.host())
+        .env("TMPDIR", tmp.path())
+        .env("CORDON_STATE_DIR", tmp.path().join("state"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Until its exec's container runs.
+    let started = std::time::Instant::now();
+    while !engine
+        .containers()
+        .iter()
+        .any(|(_, l)| l["dev.cordon.role"] == "exec")
+    {
+        assert!(started.elapsed().as_secs() < 60, "the exec never started");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(
+        !leftovers(&engine, tmp.path()).is_empty(),
+        "a killed run left nothing to sweep"
+    );
+    let (code, _, err) = cordon(&engine, tmp.path(), &["sandbox", "gc"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        leftovers(&engine, tmp.path()),
+        Vec::<String>::new(),
+        "{err}"
+    );
+}
