@@ -4,6 +4,10 @@
 //! with the audit log naming who asked. Nothing leaves loopback: names
 //! resolve only through the test's hosts file (`nameservers: []`), and only
 //! the test policy's `allow_ranges` opens loopback.
+//!
+//! The sandbox cases run against every backend whose egress is the proxy,
+//! by the same code: each is a function of a [`Target`], and
+//! `against_every_backend!` makes one test per target (`container::…`).
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -157,8 +161,13 @@ impl Fixture {
     }
 
     fn cordon(&self, args: &[&str]) -> (i32, String, String) {
+        self.cordon_env(args, &[])
+    }
+
+    fn cordon_env(&self, args: &[&str], env: &[(String, String)]) -> (i32, String, String) {
         let out = Command::new(env!("CARGO_BIN_EXE_cordon"))
             .args(args)
+            .envs(env.iter().map(|(k, v)| (k, v)))
             .env("CORDON_STATE_DIR", self.path("state"))
             .env_remove("CORDON_MIN_ISOLATION")
             .stdin(Stdio::null())
@@ -171,22 +180,68 @@ impl Fixture {
         )
     }
 
-    fn selection(&self) -> Vec<String> {
-        vec![
+    fn selection(&self, target: &Target) -> Vec<String> {
+        let mut args: Vec<String> = vec![
             "--policy".into(),
             self.path("policy.yaml").display().to_string(),
             "--spec".into(),
             self.path("spec.yaml").display().to_string(),
             "--config".into(),
             self.path("config.yaml").display().to_string(),
-            "--min-isolation".into(),
-            "container".into(),
             "--identity".into(),
             "namespace=team-a".into(),
             "--identity".into(),
             "name=agent-7".into(),
-        ]
+        ];
+        args.extend(target.args.iter().map(|a| a.to_string()));
+        args
     }
+}
+
+/// A backend the sandbox cases run against: the arguments that land a
+/// workload on it, whether this machine can run it (a loud skip if not,
+/// a failure with `CI=true`), and what its cordon commands need in their
+/// environment (an engine's address).
+struct Target {
+    args: &'static [&'static str],
+    ready: fn(&str) -> bool,
+    env: fn() -> Vec<(String, String)>,
+}
+
+fn no_env() -> Vec<(String, String)> {
+    Vec::new()
+}
+
+/// The native container rung.
+const CONTAINER: Target = Target {
+    args: &["--min-isolation", "container"],
+    ready: can_sandbox,
+    env: no_env,
+};
+
+/// One `#[test]` per target for each sandbox case, in a module named for
+/// the target.
+macro_rules! against_every_backend {
+    ($($target:ident = $t:expr;)*) => {$(
+        mod $target {
+            #[test]
+            fn run_with_a_spec_reaches_its_allowlist_and_nothing_else() {
+                super::run_with_a_spec_reaches_its_allowlist_and_nothing_else(&$t)
+            }
+            #[test]
+            fn a_spec_entry_the_policy_denies_is_refused_before_anything_starts() {
+                super::a_spec_entry_the_policy_denies_is_refused_before_anything_starts(&$t)
+            }
+            #[test]
+            fn a_kept_sandbox_has_its_route_through_its_keeper() {
+                super::a_kept_sandbox_has_its_route_through_its_keeper(&$t)
+            }
+        }
+    )*};
+}
+
+against_every_backend! {
+    container = super::CONTAINER;
 }
 
 /// The pids of egress proxy processes (`cordon __egress-proxy`) holding
@@ -356,36 +411,36 @@ fn the_proxy_alone_refuses_a_bad_allow_entry_and_a_missing_hosts_file() {
     assert!(err.contains("hosts file"), "{err}");
 }
 
-#[test]
-fn run_with_a_spec_reaches_its_allowlist_and_nothing_else() {
-    if !can_sandbox("run_with_a_spec_reaches_its_allowlist_and_nothing_else") {
+fn run_with_a_spec_reaches_its_allowlist_and_nothing_else(t: &Target) {
+    if !(t.ready)("run_with_a_spec_reaches_its_allowlist_and_nothing_else") {
         return;
     }
+    let env = (t.env)();
     let (port, hits) = upstream("hello-sandbox");
     let f = Fixture::new(&[format!("ok.test:{port}")]);
     let mut args: Vec<String> = vec!["run".into()];
-    args.extend(f.selection());
+    args.extend(f.selection(t));
     args.push("--".into());
     args.extend(curl(&format!("http://ok.test:{port}/x")));
     let argv: Vec<&str> = args.iter().map(String::as_str).collect();
-    let (code, out, err) = f.cordon(&argv);
+    let (code, out, err) = f.cordon_env(&argv, &env);
     assert_eq!(code, 0, "{err}");
     assert_eq!(out, "hello-sandbox");
     assert_eq!(hits.load(Ordering::SeqCst), 1);
 
     // A host the spec does not name: 403 from the proxy (curl -f exits 22).
     let mut args: Vec<String> = vec!["run".into()];
-    args.extend(f.selection());
+    args.extend(f.selection(t));
     args.push("--".into());
     args.extend(curl(&format!("http://other.test:{port}/x")));
     let argv: Vec<&str> = args.iter().map(String::as_str).collect();
-    let (code, _, err) = f.cordon(&argv);
+    let (code, _, err) = f.cordon_env(&argv, &env);
     assert_eq!(code, 22, "{err}");
     assert_eq!(hits.load(Ordering::SeqCst), 1);
 
     // Without the proxy variables, nothing at all.
     let mut args: Vec<String> = vec!["run".into()];
-    args.extend(f.selection());
+    args.extend(f.selection(t));
     args.push("--".into());
     args.extend(
         [
@@ -403,7 +458,7 @@ fn run_with_a_spec_reaches_its_allowlist_and_nothing_else() {
     );
     args.push(format!("http://127.0.0.1:{port}/x"));
     let argv: Vec<&str> = args.iter().map(String::as_str).collect();
-    let (code, _, _) = f.cordon(&argv);
+    let (code, _, _) = f.cordon_env(&argv, &env);
     assert_ne!(code, 0);
     assert_eq!(hits.load(Ordering::SeqCst), 1);
 
@@ -419,37 +474,37 @@ fn run_with_a_spec_reaches_its_allowlist_and_nothing_else() {
     assert!(lines[1]["reason"].as_str().unwrap().contains("allowlist"));
 }
 
-#[test]
-fn a_spec_entry_the_policy_denies_is_refused_before_anything_starts() {
-    if !can_sandbox("a_spec_entry_the_policy_denies_is_refused_before_anything_starts") {
+fn a_spec_entry_the_policy_denies_is_refused_before_anything_starts(t: &Target) {
+    if !(t.ready)("a_spec_entry_the_policy_denies_is_refused_before_anything_starts") {
         return;
     }
+    let env = (t.env)();
     let f = Fixture::new(&["ok.test:8080".to_string()]);
     let mut args: Vec<String> = vec!["run".into()];
-    args.extend(f.selection());
+    args.extend(f.selection(t));
     // team-b is denied every egress by the policy.
     let i = args.iter().position(|a| a == "namespace=team-a").unwrap();
     args[i] = "namespace=team-b".into();
     args.extend(["--".into(), "/bin/true".into()]);
     let argv: Vec<&str> = args.iter().map(String::as_str).collect();
-    let (code, _, err) = f.cordon(&argv);
+    let (code, _, err) = f.cordon_env(&argv, &env);
     assert_eq!(code, 125, "{err}");
     assert!(err.contains("ok.test:8080"), "{err}");
 }
 
-#[test]
-fn a_kept_sandbox_has_its_route_through_its_keeper() {
-    if !can_sandbox("a_kept_sandbox_has_its_route_through_its_keeper") {
+fn a_kept_sandbox_has_its_route_through_its_keeper(t: &Target) {
+    if !(t.ready)("a_kept_sandbox_has_its_route_through_its_keeper") {
         return;
     }
+    let env = (t.env)();
     let (port, hits) = upstream("hello-kept");
     let f = Fixture::new(&[format!("ok.test:{port}")]);
     let mut args: Vec<String> = ["sandbox", "up", "--scope", "egress-test", "--thread", "t1"]
         .map(String::from)
         .to_vec();
-    args.extend(f.selection());
+    args.extend(f.selection(t));
     let argv: Vec<&str> = args.iter().map(String::as_str).collect();
-    let (code, out, err) = f.cordon(&argv);
+    let (code, out, err) = f.cordon_env(&argv, &env);
     assert_eq!(code, 0, "up: {err}");
     let handle = out.trim().to_string();
     let exec = |url: &str| {
@@ -457,7 +512,7 @@ fn a_kept_sandbox_has_its_route_through_its_keeper() {
             vec!["sandbox".into(), "exec".into(), handle.clone(), "--".into()];
         args.extend(curl(url));
         let argv: Vec<&str> = args.iter().map(String::as_str).collect();
-        f.cordon(&argv)
+        f.cordon_env(&argv, &env)
     };
     for _ in 0..2 {
         let (code, out, err) = exec(&format!("http://ok.test:{port}/x"));
@@ -493,7 +548,7 @@ fn a_kept_sandbox_has_its_route_through_its_keeper() {
         }
     }
     assert_eq!(hits.load(Ordering::SeqCst), 2);
-    let (code, _, err) = f.cordon(&["sandbox", "down", &handle]);
+    let (code, _, err) = f.cordon_env(&["sandbox", "down", &handle], &env);
     assert_eq!(code, 0, "down: {err}");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(3);
     while !egress_processes(&f.path("audit.jsonl")).is_empty() {

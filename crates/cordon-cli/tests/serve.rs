@@ -585,6 +585,51 @@ fn files_threads_and_limits() {
         .collect();
     assert!(statuses.iter().take(30).all(|s| *s == 200), "{statuses:?}");
     assert!(statuses.contains(&429), "{statuses:?}");
+    // `/mcp` draws on the same budget: a client that speaks MCP cannot
+    // get past the rate by changing doors. (Whatever the protocol answers
+    // a bare POST, the budget answers first once it is spent.)
+    let mcp: Vec<u16> = (0..100)
+        .map(|_| request(&server.addr, "POST", "/mcp", a, Some("{}")).0)
+        .collect();
+    assert!(mcp.contains(&429), "{mcp:?}");
+    assert!(mcp.iter().take(20).all(|s| *s != 429), "{mcp:?}");
+}
+
+/// The per-credential cap counts every replica's sandboxes from the state
+/// directory; when that cannot be listed, a create is refused (`503`,
+/// saying why), never counted against this server's own alone, which
+/// would let the cap fail open across replicas.
+#[test]
+fn a_state_directory_that_cannot_be_listed_refuses_new_sandboxes() {
+    if !root() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("dir");
+    let body = good_config() + "limits: {max_sandboxes: 2}\n";
+    let server = start(&config(dir.path(), &body));
+    let at = |agent: &str| serde_json::json!({"thread": "t", "agent_dir": agent});
+    let (status, out) = post(&server.addr, "/v1/sandboxes", Some("token-a"), at("one"));
+    assert_eq!(status, 200, "{out}");
+    let records = dir.path().join("state/sandboxes");
+    let moved = dir.path().join("state/sandboxes.moved");
+    std::fs::rename(&records, &moved).expect("move the records aside");
+    std::fs::write(&records, "not a directory").expect("a file in its place");
+    let (status, out) = post(&server.addr, "/v1/sandboxes", Some("token-a"), at("two"));
+    std::fs::remove_file(&records).expect("remove the file");
+    std::fs::rename(&moved, &records).expect("put the records back");
+    assert_eq!(status, 503, "{out}");
+    assert!(
+        out["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("cannot count this credential's sandboxes"),
+        "{out}"
+    );
+    // Listed again, the cap counts again: one held, one more may be made.
+    let (status, out) = post(&server.addr, "/v1/sandboxes", Some("token-a"), at("two"));
+    assert_eq!(status, 200, "{out}");
+    let (status, out) = post(&server.addr, "/v1/sandboxes", Some("token-a"), at("three"));
+    assert_eq!(status, 429, "{out}");
 }
 
 /// The OpenAPI document the server serves is the one in the repository,

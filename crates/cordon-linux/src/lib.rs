@@ -41,6 +41,8 @@ pub mod harden;
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 mod linux;
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+pub mod netns;
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 pub mod volume;
 
 /// Fuzzing entries (`fuzz/`); not API.

@@ -174,9 +174,9 @@ fn rules_shown(rules: &[String]) -> String {
 
 impl SandboxError {
     /// When the policy refused an exec (the compute guard): the deciding
-    /// rules, `file:line` (none when no allow rule matched). Read from the
-    /// refusal's lines too, as a kept sandbox's refusal crosses the keeper
-    /// wire as text. For counting denials by rule.
+    /// rules, `file:line` (none when no allow rule matched), read from the
+    /// refusal's `rules` (a kept sandbox's keeper sends them apart from the
+    /// message). For counting denials by rule.
     pub fn denied_rules(&self) -> Option<Vec<String>> {
         let SandboxError::Refused { reason, rules } = self else {
             return None;
@@ -188,7 +188,6 @@ impl SandboxError {
             rules
                 .iter()
                 .map(String::as_str)
-                .chain(reason.lines())
                 .filter_map(|l| l.trim_start().strip_prefix("denied by: "))
                 .map(|place| place.split("  ").next().unwrap_or(place).to_string())
                 .collect(),

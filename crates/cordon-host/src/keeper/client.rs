@@ -123,9 +123,14 @@ impl KeptSandbox {
             req.max_output_bytes,
             move || match fdpass::recv::<Reply>(&sock) {
                 Ok(Some((Reply::Done(s), _))) => Ok(status_from_wire(s)),
-                Ok(Some((Reply::Error { kind, message }, _))) => {
-                    Err(error_from_wire(kind, message))
-                }
+                Ok(Some((
+                    Reply::Error {
+                        kind,
+                        message,
+                        rules,
+                    },
+                    _,
+                ))) => Err(error_from_wire(kind, message, rules)),
                 Ok(None) => Err(failed("the exec was killed: its client hung up".into())),
                 Ok(other) => Err(failed(format!("the keeper answered {other:?}"))),
                 Err(e) => Err(failed(format!("the keeper's answer: {e}"))),

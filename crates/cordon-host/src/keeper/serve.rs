@@ -229,6 +229,7 @@ fn serve_sandbox(
                 Request::Resize { .. } => Reply::Error {
                     kind: cordon_sandbox::ErrorKind::Invalid,
                     message: "a resize belongs on an exec's connection".into(),
+                    rules: Vec::new(),
                 },
                 Request::Dispose => {
                     stop.store(true, Ordering::SeqCst);
@@ -281,6 +282,7 @@ fn exec_for_client(
         return Reply::Error {
             kind: cordon_sandbox::ErrorKind::Invalid,
             message: "an exec carries exactly three descriptors: stdin, stdout, stderr".into(),
+            rules: Vec::new(),
         };
     };
     let req = ExecRequest {
@@ -310,6 +312,7 @@ fn exec_for_client(
         return Reply::Error {
             kind: cordon_sandbox::ErrorKind::Failed,
             message: "the keeper could not make a pipe to watch its client".into(),
+            rules: Vec::new(),
         };
     };
     let (mut out, mut err) = (std::fs::File::from(stdout), std::fs::File::from(stderr));

@@ -81,10 +81,14 @@ pub(crate) enum Reply {
     },
     Done(Status),
     /// The exec did not run (or did not run to its end): what kind of
-    /// failure, and the whole message (a refusal's rules included).
+    /// failure, and the message; a refusal's deciding rules (`file:line`
+    /// and what they say) travel apart from it in `rules`, as they are
+    /// held, so a client counts denials by rule without parsing text.
     Error {
         kind: ErrorKind,
         message: String,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        rules: Vec<String>,
     },
     Disposed,
 }
@@ -116,19 +120,31 @@ pub(crate) fn status_from_wire(s: Status) -> ExitStatus {
 }
 
 pub(crate) fn error_to_wire(e: &SandboxError) -> Reply {
-    Reply::Error {
-        kind: e.kind(),
-        message: e.to_string(),
+    match e {
+        SandboxError::Refused { reason, rules } => Reply::Error {
+            kind: e.kind(),
+            message: reason.clone(),
+            rules: rules.clone(),
+        },
+        _ => Reply::Error {
+            kind: e.kind(),
+            message: e.to_string(),
+            rules: Vec::new(),
+        },
     }
 }
 
 /// The error a client reports for a keeper's [`Reply::Error`], of the same
 /// kind.
-pub(crate) fn error_from_wire(kind: ErrorKind, message: String) -> SandboxError {
+pub(crate) fn error_from_wire(
+    kind: ErrorKind,
+    message: String,
+    rules: Vec<String>,
+) -> SandboxError {
     match kind {
         ErrorKind::Refused => SandboxError::Refused {
             reason: message,
-            rules: Vec::new(),
+            rules,
         },
         ErrorKind::Unavailable => SandboxError::Unavailable { reason: message },
         ErrorKind::Invalid | ErrorKind::NotFound | ErrorKind::Failed => SandboxError::Failed {
@@ -170,8 +186,12 @@ pub fn fuzz_frames(data: &[u8]) {
         Some(Reply::Done(s)) => {
             let _ = status_from_wire(s);
         }
-        Some(Reply::Error { kind, message }) => {
-            let e = error_from_wire(kind, message);
+        Some(Reply::Error {
+            kind,
+            message,
+            rules,
+        }) => {
+            let e = error_from_wire(kind, message, rules);
             let _ = error_to_wire(&e);
         }
         _ => {}
@@ -217,5 +237,40 @@ mod corpus {
                 panic!("{} is no frame ({e} as a brief)", path.display());
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refusal_crosses_the_wire_with_its_rules_apart_from_its_message() {
+        let e = SandboxError::Refused {
+            reason: format!("{}/usr/bin/perl`", cordon_sandbox::backend::POLICY_REFUSES),
+            rules: vec!["denied by: p.yaml:7  true  (no-perl)".into()],
+        };
+        let bytes = serde_json::to_vec(&error_to_wire(&e)).unwrap_or_default();
+        let Ok(Reply::Error {
+            kind,
+            message,
+            rules,
+        }) = serde_json::from_slice::<Reply>(&bytes)
+        else {
+            panic!("not an error reply: {}", String::from_utf8_lossy(&bytes));
+        };
+        assert!(!message.contains("denied by"), "{message}");
+        let back = error_from_wire(kind, message, rules);
+        assert_eq!(back.to_string(), e.to_string());
+        assert_eq!(back.denied_rules(), Some(vec!["p.yaml:7".to_string()]));
+        // Any other error: the whole message, no rules.
+        let other = SandboxError::Unavailable {
+            reason: "gone".into(),
+        };
+        let Reply::Error { rules, message, .. } = error_to_wire(&other) else {
+            panic!("not an error reply");
+        };
+        assert!(rules.is_empty());
+        assert_eq!(message, "gone");
     }
 }

@@ -86,11 +86,18 @@ pub(crate) fn loopback_up() -> io::Result<()> {
 /// `connect` on an unbound socket binds an ephemeral port without one; so
 /// that can never land on the proxy port (say once the owner has closed the
 /// listener), the port is reserved (IPv4 and IPv6, TCP and UDP).
+/// Reservations already made in the namespace are kept (a joined one may
+/// hold some).
 fn reserve(port: u16) -> io::Result<()> {
-    std::fs::write(
-        "/proc/sys/net/ipv4/ip_local_reserved_ports",
-        port.to_string(),
-    )
+    const FILE: &str = "/proc/sys/net/ipv4/ip_local_reserved_ports";
+    let held = std::fs::read_to_string(FILE)?;
+    let held = held.trim();
+    let all = if held.is_empty() {
+        port.to_string()
+    } else {
+        format!("{held},{port}")
+    };
+    std::fs::write(FILE, all)
 }
 
 /// Brings `lo` up, reserves `port` and listens on `127.0.0.1:port`

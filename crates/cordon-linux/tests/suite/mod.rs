@@ -5,6 +5,7 @@ mod harden;
 mod image;
 mod ipc;
 mod masks;
+mod netns;
 mod owner;
 mod proxy;
 mod pty;

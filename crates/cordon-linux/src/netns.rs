@@ -1,0 +1,83 @@
+//! The egress proxy's channel for sandboxes whose network namespace cordon
+//! does not make from inside its own init: an engine's container (Docker
+//! makes the namespace; cordon joins it from outside) or a runtime that is
+//! handed a namespace to run in (runsc). The listener is bound *in* that
+//! namespace — a socket belongs to the namespace it was made in — so the
+//! workload reaches it at `127.0.0.1:port` while the owner accepts on it
+//! from here, exactly as at the container rung (`linux/proxy.rs`).
+//!
+//! Each function does its namespace work on a thread of its own that ends
+//! when it is done: a network namespace is a per-thread attribute, so the
+//! caller's threads never change namespace.
+
+use std::io;
+use std::net::TcpListener;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+
+use nix::sched::CloneFlags;
+
+/// A network namespace cordon made for one sandbox, with `lo` up and
+/// nothing else: no other interface, no route. Held open by `ns`; it ends
+/// when the last holder (this, a process in it, a socket of it) is gone.
+pub struct PrivateNetns {
+    pub ns: OwnedFd,
+    /// `127.0.0.1:port` in it, listening.
+    pub listener: TcpListener,
+}
+
+/// On a thread of its own: `work` in the namespace `target` gives, or in a
+/// new one (`None`), returning what it made and that namespace.
+fn in_namespace<T: Send>(
+    target: Option<BorrowedFd<'_>>,
+    work: impl FnOnce() -> io::Result<T> + Send,
+) -> io::Result<(OwnedFd, T)> {
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            match target {
+                Some(fd) => nix::sched::setns(fd, CloneFlags::CLONE_NEWNET)
+                    .map_err(|e| io::Error::other(format!("joining the network namespace: {e}")))?,
+                None => nix::sched::unshare(CloneFlags::CLONE_NEWNET)
+                    .map_err(|e| io::Error::other(format!("making a network namespace: {e}")))?,
+            }
+            let ns = std::fs::File::open("/proc/thread-self/ns/net")
+                .map_err(|e| io::Error::new(e.kind(), format!("opening the namespace: {e}")))?;
+            let made = work()?;
+            Ok((OwnedFd::from(ns), made))
+        })
+        .join()
+        .map_err(|_| io::Error::other("the namespace thread panicked"))?
+    })
+}
+
+/// Listens on `127.0.0.1:port` inside the network namespace `netns` (a
+/// container's, as `/proc/PID/ns/net` opens it), bringing its `lo` up and
+/// reserving `port` from its automatic port choice first. Needs
+/// `CAP_SYS_ADMIN` and `CAP_NET_ADMIN` (root).
+pub fn listen_in(netns: BorrowedFd<'_>, port: u16) -> io::Result<TcpListener> {
+    let (_, fd) = in_namespace(Some(netns), || crate::linux::proxy::listen(port))?;
+    Ok(TcpListener::from(fd))
+}
+
+/// A new network namespace holding only `lo` (up) and a listener on
+/// `127.0.0.1:port`. A runtime started in it (runsc's spec names it)
+/// reaches nothing but the listener.
+pub fn private_with_listener(port: u16) -> io::Result<PrivateNetns> {
+    let (ns, fd) = in_namespace(None, || crate::linux::proxy::listen(port))?;
+    Ok(PrivateNetns {
+        ns,
+        listener: TcpListener::from(fd),
+    })
+}
+
+/// Whether `a` and `b` are the same network namespace (for tests and
+/// checks: a listener must never be bound in the host's).
+pub fn same(a: BorrowedFd<'_>, b: BorrowedFd<'_>) -> io::Result<bool> {
+    let (x, y) = (rustix::fs::fstat(a)?, rustix::fs::fstat(b)?);
+    Ok(x.st_dev == y.st_dev && x.st_ino == y.st_ino)
+}
+
+impl AsFd for PrivateNetns {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.ns.as_fd()
+    }
+}
