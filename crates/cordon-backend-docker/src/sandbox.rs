@@ -937,8 +937,8 @@ fn proxy_port() -> u16 {
 }
 
 /// Listens on `127.0.0.1:port` inside the network namespace of the running
-/// container `id`: a short-lived thread enters it (`setns`), binds, and
-/// ends; the socket stays in that namespace.
+/// container `id` (`cordon_linux::netns::listen_in`: a short-lived thread
+/// enters it, binds, and ends; the socket stays in that namespace).
 fn listen_in(engine: &Engine, id: &str, port: u16) -> Result<std::net::TcpListener, String> {
     let d = engine.docker();
     let n = id.to_string();
@@ -959,18 +959,9 @@ fn listen_in(engine: &Engine, id: &str, port: u16) -> Result<std::net::TcpListen
     }
     let ns = std::fs::File::open(format!("/proc/{pid}/ns/net"))
         .map_err(|e| format!("the anchor's network namespace: {e}"))?;
-    std::thread::spawn(move || {
-        use std::os::fd::AsFd;
-        rustix::thread::move_into_link_name_space(
-            ns.as_fd(),
-            Some(rustix::thread::LinkNameSpaceType::Network),
-        )
-        .map_err(|e| format!("entering the anchor's network namespace: {e}"))?;
-        std::net::TcpListener::bind(("127.0.0.1", port))
-            .map_err(|e| format!("listening on 127.0.0.1:{port} in the sandbox: {e}"))
-    })
-    .join()
-    .map_err(|_| "the thread binding the egress channel panicked".to_string())?
+    use std::os::fd::AsFd;
+    cordon_linux::netns::listen_in(ns.as_fd(), port)
+        .map_err(|e| format!("listening on 127.0.0.1:{port} in the sandbox: {e}"))
 }
 
 /// How long a started container's CPU time may stay unreadable.
