@@ -245,7 +245,12 @@ fn host_config(mounts: Vec<DMount>, limits: &Limits, net: DockerNet) -> Result<H
     })
 }
 
-/// Runs `/bin/true` in a container of the `host` image with its system
+/// What the probe's container checks of itself: a seccomp filter,
+/// no-new-privileges, no capability (an engine that took the request but
+/// did not apply it fails here).
+const PROBE_CHECK: &str = "s=/proc/self/status; grep -q '^Seccomp:[[:space:]]*2' $s && grep -q '^NoNewPrivs:[[:space:]]*1' $s && grep -q '^CapEff:[[:space:]]*0000000000000000' $s && grep -q '^CapBnd:[[:space:]]*0000000000000000' $s";
+
+/// Runs a check in a container of the `host` image with its system
 /// directories bound read-only and cordon's confinement: the probe's
 /// proof that the engine runs what cordon asks of it.
 pub(crate) fn trivial(engine: &Engine) -> Result<(), String> {
@@ -267,7 +272,7 @@ pub(crate) fn trivial(engine: &Engine) -> Result<(), String> {
     );
     let body = ContainerCreateBody {
         image: Some(image),
-        cmd: Some(vec!["/bin/true".into()]),
+        cmd: Some(vec!["/bin/sh".into(), "-c".into(), PROBE_CHECK.into()]),
         user: Some(format!("{WORKLOAD_ID}:{WORKLOAD_ID}")),
         labels: Some(HashMap::from([
             (crate::LABEL_OWNER.to_string(), crate::OWNER.to_string()),
@@ -298,9 +303,14 @@ pub(crate) fn trivial(engine: &Engine) -> Result<(), String> {
             .await
         {
             Some(Ok(r)) if r.status_code == 0 => Ok(()),
-            Some(Ok(r)) => Err(format!("`/bin/true` exited {}", r.status_code)),
+            Some(Ok(r)) => Err(format!(
+                "the check inside exited {}: the container's seccomp filter, no-new-privileges or capabilities are not what cordon asked for",
+                r.status_code
+            )),
             Some(Err(bollard::errors::Error::DockerContainerWaitError { code, error })) => {
-                Err(format!("`/bin/true` exited {code} {error}"))
+                Err(format!(
+                    "the check inside exited {code} {error}: the container's seccomp filter, no-new-privileges or capabilities are not what cordon asked for"
+                ))
             }
             Some(Err(e)) => Err(e.to_string()),
             None => Err("the engine did not say how it ended".into()),
@@ -317,7 +327,10 @@ pub(crate) fn trivial(engine: &Engine) -> Result<(), String> {
 pub(crate) fn probe_record(engine: &Engine) -> Result<String, String> {
     let (image, _) = skeleton(engine, Path::new("/"))?;
     let profile = cordon_confine::oci::docker_seccomp_profile(DockerNet::None)?;
-    let what = format!("{}|{}|{image}|{profile}", engine.version, engine.api);
+    let what = format!(
+        "{}|{}|{image}|{profile}|{PROBE_CHECK}",
+        engine.version, engine.api
+    );
     let hash = what.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
         (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
     });
