@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use bollard::Docker;
@@ -64,6 +64,35 @@ impl Endpoint {
 impl std::fmt::Display for Endpoint {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "unix://{}", self.socket.display())
+    }
+}
+
+/// Checks that the engine behind `socket` sees this process's mounts: the
+/// work dir's volume and the binds cordon makes for a sandbox are mounts
+/// in this mount namespace, and an engine in another would bind the
+/// directories beneath them instead (on the host's disk, without
+/// `max_disk` or `noexec`). The engine is the socket's peer
+/// (`SO_PEERCRED`).
+fn same_mounts(socket: &Path) -> Result<(), String> {
+    let stream = std::os::unix::net::UnixStream::connect(socket).map_err(|e| {
+        format!(
+            "cannot connect to `{}`: {e}; is `dockerd` running?",
+            socket.display()
+        )
+    })?;
+    let peer = rustix::net::sockopt::socket_peercred(&stream)
+        .map_err(|e| format!("who serves `{}`: {e}", socket.display()))?;
+    let pid = peer.pid.as_raw_nonzero().get();
+    let ns = |p: String| std::fs::read_link(&p).map_err(|e| format!("`{p}`: {e}"));
+    let theirs = ns(format!("/proc/{pid}/ns/mnt"))?;
+    let ours = ns("/proc/self/ns/mnt".to_string())?;
+    if theirs == ours {
+        Ok(())
+    } else {
+        Err(format!(
+            "the engine at `{}` (pid {pid}) runs in another mount namespace, so the volumes and binds cordon makes for a sandbox would not be what its containers see; run cordon in the engine's mount namespace (`nsenter -t {pid} -m`), or the engine in cordon's",
+            socket.display()
+        ))
     }
 }
 
@@ -132,6 +161,7 @@ impl Engine {
                 socket.display()
             ));
         }
+        same_mounts(socket)?;
         let path = socket.display().to_string();
         let docker = Docker::connect_with_unix(&path, TIMEOUT_SECS, bollard::API_DEFAULT_VERSION)
             .map_err(|e| format!("cannot reach the engine at `{endpoint}`: {e}"))?;
@@ -286,14 +316,19 @@ impl Engine {
     }
 }
 
-/// The engine this process uses, connected once (its first endpoint; see
-/// [`endpoints`]).
+/// The engine this process uses (the one endpoint [`endpoints`] names;
+/// several are refused until placement over them is built).
 pub fn local() -> Result<Engine, String> {
     let eps = endpoints()?;
-    let Some(first) = eps.first() else {
-        return Err(format!("`{HOST_VAR}` names no engine"));
-    };
-    Engine::connect(first)
+    match eps.as_slice() {
+        [one] => Engine::connect(one),
+        [] => Err(format!("`{HOST_VAR}` names no engine")),
+        // Never one used and the others forgotten.
+        _ => Err(format!(
+            "`{HOST_VAR}` names {} engines, and placement over several is not in this version; name one",
+            eps.len()
+        )),
+    }
 }
 
 /// Where the CPU time of the cgroup that process `pid` is in can be read
@@ -360,6 +395,12 @@ pub fn probe() -> &'static Result<Probed, (String, Vec<String>)> {
             found.push(e.clone());
             (e, found)
         };
+        if !rustix::process::geteuid().is_root() {
+            return Err(unrunnable(
+                "the docker backend makes each sandbox's work dir volume and binds on the host, which needs root; run cordon as root".into(),
+                &found,
+            ));
+        }
         let engine = local().map_err(|e| unrunnable(e, &found))?;
         found.push(format!(
             "engine: Docker {} (API {}, negotiated down from {}.{})",
@@ -368,23 +409,41 @@ pub fn probe() -> &'static Result<Probed, (String, Vec<String>)> {
             bollard::API_DEFAULT_VERSION.major_version,
             bollard::API_DEFAULT_VERSION.minor_version
         ));
-        let started = std::time::Instant::now();
-        crate::sandbox::trivial(&engine).map_err(|e| {
-            unrunnable(
-                format!("a trivial container did not run on the engine: {e}"),
-                &found,
-            )
-        })?;
-        found.push(format!(
-            "a trivial container ran in {} ms",
-            started.elapsed().as_millis()
-        ));
+        // A trivial container that ran is recorded on the engine (a
+        // container made and never started, named for the engine's version
+        // and what cordon asks of it), so later processes ask the engine
+        // one question instead of running one: a changed engine or a
+        // changed confinement has another name and runs it again.
+        let record = crate::sandbox::probe_record(&engine).map_err(|e| unrunnable(e, &found))?;
+        let recorded = engine
+            .containers(&[
+                (crate::LABEL_OWNER, crate::OWNER),
+                (crate::LABEL_ROLE, "probed"),
+                (crate::LABEL_SANDBOX, &record),
+            ])
+            .map_err(|e| unrunnable(e, &found))?;
+        if recorded.is_empty() {
+            let started = std::time::Instant::now();
+            crate::sandbox::trivial(&engine).map_err(|e| {
+                unrunnable(
+                    format!("a trivial container did not run on the engine: {e}"),
+                    &found,
+                )
+            })?;
+            found.push(format!(
+                "a trivial container ran in {} ms",
+                started.elapsed().as_millis()
+            ));
+            // Best effort: without the record the next process runs it again.
+            let _ = crate::sandbox::record_probe(&engine, &record);
+        } else {
+            found.push(format!(
+                "a trivial container ran on this engine (recorded as `{record}`)"
+            ));
+        }
         Ok(Probed { engine, found })
     })
 }
 
 /// The pause between two looks at a running container.
 pub const POLL: Duration = Duration::from_millis(10);
-
-/// The engine's handle for [`Arc`]-shared use.
-pub type Shared = Arc<Engine>;

@@ -289,5 +289,6 @@ mod tests {
         );
         let e = crate::engine::Endpoint::parse("tcp://1.2.3.4:2375").unwrap_err();
         assert!(e.contains("CORDON_DOCKER_HOST"), "{e}");
+        assert!(crate::engine::Endpoint::parse("unix://relative.sock").is_err());
     }
 }

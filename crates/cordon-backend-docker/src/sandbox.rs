@@ -245,26 +245,17 @@ fn host_config(mounts: Vec<DMount>, limits: &Limits, net: DockerNet) -> Result<H
     })
 }
 
-/// Runs `/bin/true` in a container of the `host` image with its system
+/// What the probe's container checks of itself: a seccomp filter,
+/// no-new-privileges, no capability (an engine that took the request but
+/// did not apply it fails here).
+const PROBE_CHECK: &str = "s=/proc/self/status; grep -q '^Seccomp:[[:space:]]*2' $s && grep -q '^NoNewPrivs:[[:space:]]*1' $s && grep -q '^CapEff:[[:space:]]*0000000000000000' $s && grep -q '^CapBnd:[[:space:]]*0000000000000000' $s";
+
+/// Runs a check in a container of the `host` image with its system
 /// directories bound read-only and cordon's confinement: the probe's
 /// proof that the engine runs what cordon asks of it.
 pub(crate) fn trivial(engine: &Engine) -> Result<(), String> {
-    let (image, _) = skeleton(engine, Path::new("/"))?;
-    let tmp = std::env::temp_dir().join(format!(
-        "{}{}-{}-probe",
-        crate::PREFIX,
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    ));
-    private_dir(&tmp)?;
-    let root = HostImage::prepare(&tmp.join("rootfs"));
-    let _ = std::fs::remove_dir_all(&tmp);
-    let root = root?;
-    let mounts = root
-        .whole_image_read_only()
-        .iter()
-        .map(|m| bind(&m.source, &m.destination, true))
-        .collect();
+    let (image, dirs) = skeleton(engine, Path::new("/"))?;
+    let mounts = dirs.iter().map(|d| bind(d, d, true)).collect();
     let limits = Limits {
         memory_bytes: 64 << 20,
         processes: 16,
@@ -281,7 +272,7 @@ pub(crate) fn trivial(engine: &Engine) -> Result<(), String> {
     );
     let body = ContainerCreateBody {
         image: Some(image),
-        cmd: Some(vec!["/bin/true".into()]),
+        cmd: Some(vec!["/bin/sh".into(), "-c".into(), PROBE_CHECK.into()]),
         user: Some(format!("{WORKLOAD_ID}:{WORKLOAD_ID}")),
         labels: Some(HashMap::from([
             (crate::LABEL_OWNER.to_string(), crate::OWNER.to_string()),
@@ -312,9 +303,14 @@ pub(crate) fn trivial(engine: &Engine) -> Result<(), String> {
             .await
         {
             Some(Ok(r)) if r.status_code == 0 => Ok(()),
-            Some(Ok(r)) => Err(format!("`/bin/true` exited {}", r.status_code)),
+            Some(Ok(r)) => Err(format!(
+                "the check inside exited {}: the container's seccomp filter, no-new-privileges or capabilities are not what cordon asked for",
+                r.status_code
+            )),
             Some(Err(bollard::errors::Error::DockerContainerWaitError { code, error })) => {
-                Err(format!("`/bin/true` exited {code} {error}"))
+                Err(format!(
+                    "the check inside exited {code} {error}: the container's seccomp filter, no-new-privileges or capabilities are not what cordon asked for"
+                ))
             }
             Some(Err(e)) => Err(e.to_string()),
             None => Err("the engine did not say how it ended".into()),
@@ -323,6 +319,34 @@ pub(crate) fn trivial(engine: &Engine) -> Result<(), String> {
     let removed = engine.remove(&name);
     ran??;
     removed
+}
+
+/// The name of the record that a trivial container ran on `engine`: the
+/// engine's version and API, the `host` skeleton and the seccomp profile,
+/// hashed.
+pub(crate) fn probe_record(engine: &Engine) -> Result<String, String> {
+    let (image, _) = skeleton(engine, Path::new("/"))?;
+    let profile = cordon_confine::oci::docker_seccomp_profile(DockerNet::None)?;
+    let what = format!(
+        "{}|{}|{image}|{profile}|{PROBE_CHECK}",
+        engine.version, engine.api
+    );
+    let hash = what.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    Ok(format!("cordon-docker-probed-{hash:016x}"))
+}
+
+/// Records that a trivial container ran: a container named `record`,
+/// made and never started, labelled `probed` (no maker: `gc` keeps it).
+pub(crate) fn record_probe(engine: &Engine, record: &str) -> Result<(), String> {
+    let (image, _) = skeleton(engine, Path::new("/"))?;
+    let labels = HashMap::from([
+        (crate::LABEL_OWNER.to_string(), crate::OWNER.to_string()),
+        (crate::LABEL_ROLE.to_string(), "probed".to_string()),
+        (crate::LABEL_SANDBOX.to_string(), record.to_string()),
+    ]);
+    make_anchor(engine, record, &image, labels)
 }
 
 impl DockerSandbox {
@@ -926,8 +950,8 @@ fn proxy_port() -> u16 {
 }
 
 /// Listens on `127.0.0.1:port` inside the network namespace of the running
-/// container `id`: a short-lived thread enters it (`setns`), binds, and
-/// ends; the socket stays in that namespace.
+/// container `id` (`cordon_linux::netns::listen_in`: a short-lived thread
+/// enters it, binds, and ends; the socket stays in that namespace).
 fn listen_in(engine: &Engine, id: &str, port: u16) -> Result<std::net::TcpListener, String> {
     let d = engine.docker();
     let n = id.to_string();
@@ -948,18 +972,9 @@ fn listen_in(engine: &Engine, id: &str, port: u16) -> Result<std::net::TcpListen
     }
     let ns = std::fs::File::open(format!("/proc/{pid}/ns/net"))
         .map_err(|e| format!("the anchor's network namespace: {e}"))?;
-    std::thread::spawn(move || {
-        use std::os::fd::AsFd;
-        rustix::thread::move_into_link_name_space(
-            ns.as_fd(),
-            Some(rustix::thread::LinkNameSpaceType::Network),
-        )
-        .map_err(|e| format!("entering the anchor's network namespace: {e}"))?;
-        std::net::TcpListener::bind(("127.0.0.1", port))
-            .map_err(|e| format!("listening on 127.0.0.1:{port} in the sandbox: {e}"))
-    })
-    .join()
-    .map_err(|_| "the thread binding the egress channel panicked".to_string())?
+    use std::os::fd::AsFd;
+    cordon_linux::netns::listen_in(ns.as_fd(), port)
+        .map_err(|e| format!("listening on 127.0.0.1:{port} in the sandbox: {e}"))
 }
 
 /// How long a started container's CPU time may stay unreadable.

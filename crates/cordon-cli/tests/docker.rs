@@ -83,6 +83,8 @@ fn leftovers(engine: &Dockerd, tmp: &Path) -> Vec<String> {
             .containers()
             .into_iter()
             .filter(|(_, labels)| labels["dev.cordon.owner"] == "cordon")
+            // The record that the probe's trivial container ran stays.
+            .filter(|(_, labels)| labels["dev.cordon.role"] != "probed")
             .map(|(name, _)| format!("container {name}")),
     );
     left.extend(loop_devices_of(tmp));
@@ -484,6 +486,35 @@ fn doctor_reports_the_engine_and_a_missing_one_is_refused_with_the_fix() {
     assert!(row.contains("can run"), "{row}");
     assert!(row.contains("API 1.4"), "{row}");
     assert!(row.contains("a trivial container ran"), "{row}");
+    // An engine that would not see cordon's mounts (another mount
+    // namespace) is refused: it would bind the directories beneath them.
+    let out = Command::new("unshare")
+        .args(["-m", "--propagation", "private", "--"])
+        .arg(env!("CARGO_BIN_EXE_cordon"))
+        .args([
+            "run",
+            "--backend",
+            "docker",
+            "--min-isolation",
+            "container",
+            "--",
+            "/bin/true",
+        ])
+        .env("CORDON_DOCKER_HOST", engine.host())
+        .env("TMPDIR", tmp.path())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_ne!(out.status.code(), Some(0), "{err}");
+    assert!(err.contains("another mount namespace"), "{err}");
+    // Recorded on the engine: the next process asks instead of running it.
+    let (_, out, _) = cordon(
+        &engine,
+        tmp.path(),
+        &["doctor", "--min-isolation", "container"],
+    );
+    let row = out.lines().find(|l| l.starts_with("docker ")).unwrap();
+    assert!(row.contains("recorded as `cordon-docker-probed-"), "{row}");
 }
 
 /// An image of cordon's store runs: its directories are bound from the
@@ -707,4 +738,48 @@ policy:
     assert_eq!(lines[1]["verdict"], "deny");
     assert!(lines.iter().all(|l| l["identity"]["namespace"] == "team-a"));
     assert_eq!(leftovers(&engine, p), Vec::<String>::new());
+}
+
+/// A `cordon run` killed mid-exec leaves its anchor, its exec's container
+/// (still running) and its directory with the volume; `cordon sandbox gc`
+/// sweeps them, since their maker is gone.
+#[test]
+fn gc_sweeps_what_a_killed_run_left() {
+    let Some(engine) = Dockerd::start("docker sweep") else {
+        return;
+    };
+    let tmp = scratch();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_cordon"))
+        .args(["run", "--backend", "docker", "--min-isolation", "container"])
+        .args(["--", "/bin/sleep", "60"])
+        .env("CORDON_DOCKER_HOST", engine.host())
+        .env("TMPDIR", tmp.path())
+        .env("CORDON_STATE_DIR", tmp.path().join("state"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Until its exec's container runs.
+    let started = std::time::Instant::now();
+    while !engine
+        .containers()
+        .iter()
+        .any(|(_, l)| l["dev.cordon.role"] == "exec")
+    {
+        assert!(started.elapsed().as_secs() < 60, "the exec never started");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(
+        !leftovers(&engine, tmp.path()).is_empty(),
+        "a killed run left nothing to sweep"
+    );
+    let (code, _, err) = cordon(&engine, tmp.path(), &["sandbox", "gc"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        leftovers(&engine, tmp.path()),
+        Vec::<String>::new(),
+        "{err}"
+    );
 }

@@ -7,7 +7,8 @@
 //!
 //! The sandbox cases run against every backend whose egress is the proxy,
 //! by the same code: each is a function of a [`Target`], and
-//! `against_every_backend!` makes one test per target (`container::…`).
+//! `against_every_backend!` makes one test per target (`container::…`,
+//! `docker::…`, each on a `dockerd` of its own).
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -204,19 +205,41 @@ impl Fixture {
 /// environment (an engine's address).
 struct Target {
     args: &'static [&'static str],
-    ready: fn(&str) -> bool,
-    env: fn() -> Vec<(String, String)>,
+    ready: fn(&str) -> Option<Ready>,
 }
 
-fn no_env() -> Vec<(String, String)> {
-    Vec::new()
+/// A target ready for one case: what its cordon commands need in their
+/// environment, and what must live as long as the case (an engine).
+struct Ready {
+    env: Vec<(String, String)>,
+    _engine: Option<common::dockerd::Dockerd>,
+}
+
+mod common {
+    pub mod dockerd;
 }
 
 /// The native container rung.
 const CONTAINER: Target = Target {
     args: &["--min-isolation", "container"],
-    ready: can_sandbox,
-    env: no_env,
+    ready: |case| {
+        can_sandbox(case).then(|| Ready {
+            env: Vec::new(),
+            _engine: None,
+        })
+    },
+};
+
+/// The docker backend, on an engine of the case's own.
+const DOCKER: Target = Target {
+    args: &["--min-isolation", "container", "--backend", "docker"],
+    ready: |case| {
+        let engine = common::dockerd::Dockerd::start(case)?;
+        Some(Ready {
+            env: vec![("CORDON_DOCKER_HOST".into(), engine.host())],
+            _engine: Some(engine),
+        })
+    },
 };
 
 /// One `#[test]` per target for each sandbox case, in a module named for
@@ -242,6 +265,7 @@ macro_rules! against_every_backend {
 
 against_every_backend! {
     container = super::CONTAINER;
+    docker = super::DOCKER;
 }
 
 /// The pids of egress proxy processes (`cordon __egress-proxy`) holding
@@ -412,10 +436,10 @@ fn the_proxy_alone_refuses_a_bad_allow_entry_and_a_missing_hosts_file() {
 }
 
 fn run_with_a_spec_reaches_its_allowlist_and_nothing_else(t: &Target) {
-    if !(t.ready)("run_with_a_spec_reaches_its_allowlist_and_nothing_else") {
+    let Some(ready) = (t.ready)("run_with_a_spec_reaches_its_allowlist_and_nothing_else") else {
         return;
-    }
-    let env = (t.env)();
+    };
+    let env = ready.env.clone();
     let (port, hits) = upstream("hello-sandbox");
     let f = Fixture::new(&[format!("ok.test:{port}")]);
     let mut args: Vec<String> = vec!["run".into()];
@@ -475,10 +499,11 @@ fn run_with_a_spec_reaches_its_allowlist_and_nothing_else(t: &Target) {
 }
 
 fn a_spec_entry_the_policy_denies_is_refused_before_anything_starts(t: &Target) {
-    if !(t.ready)("a_spec_entry_the_policy_denies_is_refused_before_anything_starts") {
+    let Some(ready) = (t.ready)("a_spec_entry_the_policy_denies_is_refused_before_anything_starts")
+    else {
         return;
-    }
-    let env = (t.env)();
+    };
+    let env = ready.env.clone();
     let f = Fixture::new(&["ok.test:8080".to_string()]);
     let mut args: Vec<String> = vec!["run".into()];
     args.extend(f.selection(t));
@@ -493,10 +518,10 @@ fn a_spec_entry_the_policy_denies_is_refused_before_anything_starts(t: &Target) 
 }
 
 fn a_kept_sandbox_has_its_route_through_its_keeper(t: &Target) {
-    if !(t.ready)("a_kept_sandbox_has_its_route_through_its_keeper") {
+    let Some(ready) = (t.ready)("a_kept_sandbox_has_its_route_through_its_keeper") else {
         return;
-    }
-    let env = (t.env)();
+    };
+    let env = ready.env.clone();
     let (port, hits) = upstream("hello-kept");
     let f = Fixture::new(&[format!("ok.test:{port}")]);
     let mut args: Vec<String> = ["sandbox", "up", "--scope", "egress-test", "--thread", "t1"]

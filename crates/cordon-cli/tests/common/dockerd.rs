@@ -5,6 +5,9 @@
 //!
 //! Without root or `dockerd` a test skips loudly; with `CI=true` that is a
 //! failure (`.ci/run` installs `docker.io`).
+// Included by several test crates, each using part of it (`expect` would
+// fail in the ones that use all of it).
+#![allow(dead_code)]
 
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
