@@ -702,3 +702,104 @@ fn a_warm_sandbox_survives_the_end_of_its_runsc_sandbox() {
         "a container of the sandbox is left"
     );
 }
+
+/// Up, two execs (the second starts the sandbox's runsc sandbox, its
+/// pod), down, `CORDON_GVISOR_CYCLES` times (default 3; `.ci/run` sets
+/// more): nothing accumulates — no sandbox directory, no container under
+/// cordon's runsc root, no mount, no cgroup named for a sandbox, no runsc
+/// process of one.
+#[test]
+fn up_exec_down_cycles_leave_nothing() {
+    if !can_run("gvisor leak cycles") {
+        return;
+    }
+    let cycles: usize = std::env::var("CORDON_GVISOR_CYCLES")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(3);
+    let tmp = scratch();
+    let cordon = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_cordon"))
+            .args(args)
+            .env("TMPDIR", tmp.path())
+            .env("CORDON_STATE_DIR", tmp.path().join("state"))
+            .output()
+            .unwrap();
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let cgroups = |name: &str| -> Vec<String> {
+        let mut found = Vec::new();
+        for root in [
+            "/sys/fs/cgroup/memory",
+            "/sys/fs/cgroup/cpuacct",
+            "/sys/fs/cgroup/pids",
+        ] {
+            let walk = Command::new("find")
+                .args([root, "-maxdepth", "3", "-type", "d", "-name"])
+                .arg(format!("{name}*"))
+                .output()
+                .unwrap();
+            found.extend(
+                String::from_utf8_lossy(&walk.stdout)
+                    .lines()
+                    .map(String::from),
+            );
+        }
+        found
+    };
+    for i in 0..cycles {
+        let (code, handle, err) = cordon(&[
+            "sandbox",
+            "up",
+            "--scope",
+            "gvisor-cycles",
+            "--thread",
+            &format!("t{i}"),
+            "--min-isolation",
+            "hardened_container",
+        ]);
+        assert_eq!(code, 0, "cycle {i}: {err}");
+        let handle = handle.trim().to_string();
+        for n in 0..2 {
+            let (code, out, err) =
+                cordon(&["sandbox", "exec", &handle, "--", "/bin/echo", "cycle"]);
+            assert_eq!(
+                (code, out.as_str()),
+                (0, "cycle\n"),
+                "cycle {i} exec {n}: {err}"
+            );
+        }
+        let dirs = leftovers(tmp.path());
+        assert_eq!(dirs.len(), 1, "cycle {i}: {dirs:?}");
+        let name = dirs[0].clone();
+        let (code, _, err) = cordon(&["sandbox", "down", &handle]);
+        assert_eq!(code, 0, "cycle {i}: {err}");
+        // The keeper disposes of it and answers; the client never has to
+        // reclaim after it.
+        assert!(!err.contains("did not dispose"), "cycle {i}: {err}");
+        assert_eq!(leftovers(tmp.path()), Vec::<String>::new(), "cycle {i}");
+        let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+        assert!(
+            !mounts.contains(&name),
+            "cycle {i}: a mount of `{name}` is left"
+        );
+        assert_eq!(
+            runsc_containers()
+                .into_iter()
+                .filter(|c| c.starts_with(&name))
+                .collect::<Vec<_>>(),
+            Vec::<String>::new(),
+            "cycle {i}: a container of `{name}` is left"
+        );
+        assert_eq!(cgroups(&name), Vec::<String>::new(), "cycle {i}");
+        let ps = Command::new("ps").args(["-eo", "args"]).output().unwrap();
+        assert!(
+            !String::from_utf8_lossy(&ps.stdout).contains(&name),
+            "cycle {i}: a process of `{name}` is still running"
+        );
+    }
+}

@@ -231,8 +231,11 @@ fn serve_sandbox(
                     message: "a resize belongs on an exec's connection".into(),
                     rules: Vec::new(),
                 },
+                // The loop is stopped only once the sandbox is gone and the
+                // client has its answer: stopping first let the keeper exit
+                // mid-dispose (a slow backend's, gVisor's pod takes seconds)
+                // and the client found the connection closed unanswered.
                 Request::Dispose => {
-                    stop.store(true, Ordering::SeqCst);
                     let _ = backend.dispose(&key);
                     Reply::Disposed
                 }
@@ -257,6 +260,7 @@ fn serve_sandbox(
             let disposed = matches!(reply, Reply::Disposed);
             let _ = fdpass::send(&conn, &reply, &[]);
             if disposed {
+                stop.store(true, Ordering::SeqCst);
                 let _ = rustix::io::write(&*wake, b"x");
             }
         });
