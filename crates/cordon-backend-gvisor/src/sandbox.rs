@@ -71,7 +71,52 @@ pub struct GvisorSandbox {
     /// Execs started so far (the first runs in a runsc sandbox of its own).
     execs: std::sync::atomic::AtomicU64,
     key: SandboxKey,
+    /// The egress proxy's channel, when the spec names hosts.
+    route: Option<Route>,
     disposed: AtomicBool,
+}
+
+/// A sandbox's one route out: a network namespace cordon made holding
+/// only `lo` and the proxy's listener on `127.0.0.1:port`, which every
+/// runsc sandbox of it runs in (`--network=host` there), and the egress
+/// service serving that listener. Both are held for the sandbox's life;
+/// dropping them closes the namespace and ends the serving.
+struct Route {
+    port: u16,
+    ns: std::os::fd::OwnedFd,
+    serving: Mutex<Option<Box<dyn std::any::Any + Send>>>,
+}
+
+impl Route {
+    /// The namespace as runsc opens it: through this process's descriptor.
+    fn path(&self) -> String {
+        use std::os::fd::AsRawFd;
+        format!("/proc/{}/fd/{}", std::process::id(), self.ns.as_raw_fd())
+    }
+}
+
+/// Makes the route for `req`'s sandbox: its namespace and listener, served.
+fn route(
+    service: &Arc<dyn cordon_egress::EgressService>,
+    req: &AcquireRequest,
+) -> Result<Route, String> {
+    let port = cordon_linux::netns::random_port();
+    let made = cordon_linux::netns::private_with_listener(port).map_err(|e| {
+        format!("making the sandbox's network namespace with the egress proxy's listener: {e}")
+    })?;
+    let serving = service.serve(
+        made.listener,
+        cordon_egress::Caller {
+            sandbox: req.key.to_string(),
+            identity: req.provenance.identity.clone(),
+            allow: Some(req.provenance.spec.egress_allow().to_vec()),
+        },
+    )?;
+    Ok(Route {
+        port,
+        ns: made.ns,
+        serving: Mutex::new(Some(serving)),
+    })
 }
 
 fn refused(reason: String) -> SandboxError {
@@ -186,6 +231,7 @@ impl GvisorSandbox {
     pub(crate) fn create(
         config: &GvisorConfig,
         req: &AcquireRequest,
+        egress: Option<Arc<dyn cordon_egress::EgressService>>,
     ) -> Result<GvisorSandbox, BackendError> {
         let spec = &req.provenance.spec;
         let guest_work = spec.work_dir().to_string();
@@ -280,7 +326,11 @@ impl GvisorSandbox {
                 };
                 Ok((image, view, files, secrets))
             })();
-        let (image, view, files, secrets) = match made {
+        let made = made.and_then(|m| match &egress {
+            Some(service) => route(service, req).map(|r| (m, Some(r))),
+            None => Ok((m, None)),
+        });
+        let ((image, view, files, secrets), route) = match made {
             Ok(m) => m,
             Err(e) => {
                 let _ = remove_sandbox_dir(&dir);
@@ -305,6 +355,7 @@ impl GvisorSandbox {
             pod: Mutex::new(None),
             execs: std::sync::atomic::AtomicU64::new(0),
             key: req.key.clone(),
+            route,
             disposed: AtomicBool::new(false),
         };
         Ok(sandbox)
@@ -353,6 +404,7 @@ impl GvisorSandbox {
             uid: WORKLOAD_ID,
             memory_bytes: self.limits.memory_bytes,
             annotations,
+            netns: self.route.as_ref().map(Route::path),
         })
         .map_err(exec_failed)?;
         let pod = Arc::new(pod);
@@ -372,6 +424,16 @@ impl GvisorSandbox {
             }
         }
         let mut failures = remove_containers(&self.runsc.bin, &format!("{}-", self.id));
+        // Its runsc sandboxes are gone: the serving ends and the
+        // namespace closes when the sandbox is dropped.
+        if let Some(r) = &self.route {
+            drop(
+                r.serving
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .take(),
+            );
+        }
         if let Err(e) = remove_sandbox_dir(&self.dir) {
             failures.push(e);
         }
@@ -461,6 +523,12 @@ impl GvisorSandbox {
             ("LANG".to_string(), "C.UTF-8".to_string()),
             ("TMPDIR".to_string(), "/tmp".to_string()),
         ]);
+        if let Some(r) = &self.route {
+            let url = format!("http://127.0.0.1:{}", r.port);
+            for k in ["HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"] {
+                env.insert(k.to_string(), url.clone());
+            }
+        }
         env.extend(req.env.clone());
         let k = NEXT.fetch_add(1, Ordering::Relaxed);
         let cid = format!("{}-e{k}", self.id);
@@ -502,6 +570,14 @@ impl GvisorSandbox {
         }
         .config();
         let mut config = config;
+        if let Some(r) = &self.route {
+            // A sub-container shares its runsc sandbox's network; the
+            // namespace is named all the same, and the table narrowed.
+            if let Err(e) = crate::runsc::join_netns(&mut config, &r.path()) {
+                let _ = std::fs::remove_dir_all(&exec_dir);
+                return Err(exec_failed(e));
+            }
+        }
         if let Held::Pod(pod) = &held {
             config["annotations"] = serde_json::json!({
                 crate::pod::CONTAINER_TYPE: "container",
@@ -515,7 +591,11 @@ impl GvisorSandbox {
             return Err(exec_failed(format!("cannot write the bundle: {e}")));
         }
         let with_stdin = attach.stdin_stream || !req.stdin.is_empty();
-        let mut cmd: Command = crate::runsc::command(&self.runsc.bin, &log);
+        let net = match self.route {
+            Some(_) => crate::runsc::Network::ProxyRoute,
+            None => crate::runsc::Network::None,
+        };
+        let mut cmd: Command = crate::runsc::command(&self.runsc.bin, &log, net);
         cmd.args(["run", "--bundle"])
             .arg(&exec_dir)
             .arg(&cid)

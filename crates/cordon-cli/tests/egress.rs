@@ -219,6 +219,32 @@ const CONTAINER: Target = Target {
     env: no_env,
 };
 
+fn has_runsc() -> bool {
+    let on_path = std::env::var_os("PATH")
+        .is_some_and(|paths| std::env::split_paths(&paths).any(|d| d.join("runsc").is_file()));
+    on_path || std::path::Path::new("/usr/bin/runsc").is_file()
+}
+
+/// Whether this machine runs gVisor sandboxes (root and `runsc`); a loud
+/// skip if not, a failure with `CI=true`.
+fn can_run_gvisor(case: &str) -> bool {
+    let missing = match (is_root(), has_runsc()) {
+        (true, true) => return true,
+        (false, _) => "launching a gVisor sandbox needs root",
+        (true, false) => "`runsc` is not installed (`apt-get install runsc`)",
+    };
+    assert!(!in_ci(), "CI=true and `{case}`: {missing}");
+    eprintln!("\n!!!!!!!! SKIPPED {case}: {missing} (CI=true makes this a failure) !!!!!!!!\n");
+    false
+}
+
+/// The `gvisor` backend (`hardened_container`).
+const GVISOR: Target = Target {
+    args: &["--min-isolation", "hardened_container"],
+    ready: can_run_gvisor,
+    env: no_env,
+};
+
 /// One `#[test]` per target for each sandbox case, in a module named for
 /// the target.
 macro_rules! against_every_backend {
@@ -242,6 +268,7 @@ macro_rules! against_every_backend {
 
 against_every_backend! {
     container = super::CONTAINER;
+    gvisor = super::GVISOR;
 }
 
 /// The pids of egress proxy processes (`cordon __egress-proxy`) holding
