@@ -28,10 +28,12 @@
 //!   (`--oci-seccomp`).
 //! - [`register::registration`] is what a host adds to its registry.
 //!
-//! Egress is `closed` in this version: every container has no network
-//! (`--network=none`, a loopback only); a spec that names hosts runs
-//! without them (the router's rule: `closed` confines more, with a
-//! warning), and one that requires `network` is never routed here.
+//! Egress is the `allowlist` kind: a spec that names no hosts runs with no
+//! network (`--network=none`, gVisor's own loopback only); one that names
+//! hosts runs with `--network=host` inside a network namespace cordon
+//! makes holding only `lo` and the egress proxy's listener (see
+//! `sandbox.rs`, `Route`, and `docs/security.md` for what that costs: the
+//! workload's sockets are then the host kernel's, in that namespace).
 
 #![cfg(target_os = "linux")]
 

@@ -589,3 +589,132 @@ fn a_kept_sandbox_has_its_route_through_its_keeper(t: &Target) {
     assert_eq!(lines.len(), 3, "{lines:?}");
     assert!(lines.iter().all(|l| l["identity"]["name"] == "agent-7"));
 }
+
+/// The network namespaces (`net:[N]`) process `pid` holds open as files.
+fn held_netns(pid: u32) -> Vec<String> {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| {
+            d.flatten()
+                .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+                .map(|t| t.display().to_string())
+                .filter(|t| t.starts_with("net:["))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Whether any process is in, or holds open, the network namespace `ns`.
+fn netns_in_use(ns: &str) -> Vec<u32> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let inside = std::fs::read_link(format!("/proc/{pid}/ns/net"))
+            .is_ok_and(|t| t.display().to_string() == ns);
+        if inside || held_netns(pid).iter().any(|h| h == ns) {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+/// The keeper process of the kept sandbox `handle`.
+fn keeper_of(handle: &str) -> Option<u32> {
+    let flag = format!("--handle={handle}");
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+        let pid = e.file_name().to_string_lossy().parse::<u32>().ok()?;
+        let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+        let args: Vec<&[u8]> = cmd.split(|b| *b == 0).collect();
+        (args.contains(&&b"__sandbox-keeper"[..]) && args.contains(&flag.as_bytes())).then_some(pid)
+    })
+}
+
+/// A gvisor sandbox with a route out leaves nothing once disposed of —
+/// no proxy process, no process in or holding its network namespace, no
+/// runsc container or directory — and neither does one whose keeper is
+/// killed with SIGKILL, once `cordon sandbox gc` has run.
+#[test]
+fn gvisor_routes_leave_nothing_after_down_or_a_killed_keeper_and_gc() {
+    let t = &GVISOR;
+    if !(t.ready)("gvisor_routes_leave_nothing_after_down_or_a_killed_keeper_and_gc") {
+        return;
+    }
+    let (port, hits) = upstream("hello-gc");
+    let f = Fixture::new(&[format!("ok.test:{port}")]);
+    for kill in [false, true] {
+        let thread = if kill { "killed" } else { "down" };
+        let mut args: Vec<String> = ["sandbox", "up", "--scope", "egress-gc", "--thread", thread]
+            .map(String::from)
+            .to_vec();
+        args.extend(f.selection(t));
+        let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+        let (code, out, err) = f.cordon(&argv);
+        assert_eq!(code, 0, "up: {err}");
+        let handle = out.trim().to_string();
+        // Two execs: the first a runsc sandbox of its own, the second a
+        // container in the sandbox's pod.
+        for _ in 0..2 {
+            let mut args: Vec<String> =
+                vec!["sandbox".into(), "exec".into(), handle.clone(), "--".into()];
+            args.extend(curl(&format!("http://ok.test:{port}/x")));
+            let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+            let (code, out, err) = f.cordon(&argv);
+            assert_eq!(code, 0, "exec: {err}");
+            assert_eq!(out, "hello-gc");
+        }
+        let keeper = keeper_of(&handle).expect("the sandbox's keeper");
+        let namespaces = held_netns(keeper);
+        assert_eq!(namespaces.len(), 1, "the keeper's route: {namespaces:?}");
+        let ns = &namespaces[0];
+        if kill {
+            // The keeper this test started, by its pid.
+            let killed = Command::new("kill")
+                .args(["-9", &keeper.to_string()])
+                .status()
+                .unwrap();
+            assert!(killed.success());
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+            while std::path::Path::new(&format!("/proc/{keeper}")).exists() {
+                assert!(std::time::Instant::now() < deadline, "the keeper lived on");
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            let (code, _, err) = f.cordon(&["sandbox", "gc"]);
+            assert_eq!(code, 0, "gc: {err}");
+        } else {
+            let (code, _, err) = f.cordon(&["sandbox", "down", &handle]);
+            assert_eq!(code, 0, "down: {err}");
+        }
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        loop {
+            let proxies = egress_processes(&f.path("audit.jsonl"));
+            let users = netns_in_use(ns);
+            if proxies.is_empty() && users.is_empty() {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "after {thread}: egress proxies {proxies:?}, processes in or holding {ns}: {users:?}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        let prefix = format!("cordon-gvisor-{keeper}-");
+        let listed = Command::new("runsc")
+            .args(["--root", "/run/cordon/gvisor", "list", "-quiet"])
+            .output()
+            .unwrap();
+        let listed = String::from_utf8_lossy(&listed.stdout);
+        assert!(
+            !listed.lines().any(|l| l.starts_with(&prefix)),
+            "after {thread}: runsc still lists {listed}"
+        );
+        let dirs: Vec<_> = std::fs::read_dir(std::env::temp_dir())
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+            .map(|e| e.path())
+            .collect();
+        assert!(dirs.is_empty(), "after {thread}: left {dirs:?}");
+    }
+    assert_eq!(hits.load(Ordering::SeqCst), 4);
+}
