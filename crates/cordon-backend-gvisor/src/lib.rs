@@ -9,8 +9,9 @@
 //!   drives `run`, `kill`, `delete` and `list` under cordon's own state
 //!   root ([`STATE_ROOT`]).
 //! - [`oci`] writes a bundle's `config.json`: the process (argv, env,
-//!   cwd, a non-root uid, rlimits), the mounts (the `host` image's system
-//!   directories read-only, cordon's own `/etc`, the work dir and `/tmp`
+//!   cwd, a non-root uid, rlimits), the mounts (the image's directories
+//!   read-only — the `host` image's, or a stored image's from cordon's
+//!   store — cordon's own `/etc`, the work dir and `/tmp`
 //!   read-write on one volume, masks) and the memory bound as a cgroup.
 //! - [`GvisorBackend`] (`backend.rs`) acquires a [`GvisorSandbox`]
 //!   (`sandbox.rs`): a directory holding the root, a volume of `max_disk`

@@ -208,8 +208,8 @@ fn sweep() -> (Vec<String>, Vec<String>) {
 /// The `gvisor` backend, as a host registers it. It is used where the
 /// floor is `hardened_container` or above, or when named (`--backend
 /// gvisor`); a lower floor's default order passes over it
-/// ([`BackendRegistration::opt_in`]) while it lacks terminals and images
-/// from cordon's store (it serves secrets and egress).
+/// ([`BackendRegistration::opt_in`]) while it lacks terminals (it serves
+/// secrets, egress and images from cordon's store).
 pub fn registration() -> BackendRegistration {
     BackendRegistration {
         info: info(),
