@@ -33,6 +33,7 @@ fn probe(_: &BackendSetup) -> Probe {
                     "platform: {} (a trivial container ran in {} ms)",
                     r.platform, r.probe_millis
                 ),
+                "egress: a spec that names hosts runs with `--network=host` in a namespace holding only the proxy's listener, so its sockets are the host kernel's (hostinet), not gVisor's stack".to_string(),
             ],
         },
         Err(u) => Probe {

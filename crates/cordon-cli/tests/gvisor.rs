@@ -266,6 +266,9 @@ fn doctor_reports_gvisor_with_its_platform() {
         .unwrap_or_else(|| panic!("no gvisor row:\n{text}"));
     assert!(row.contains("can run"), "{row}");
     assert!(row.contains("platform: ptrace"), "{row}");
+    // The egress route's wider kernel surface is said where it is chosen.
+    assert!(row.contains("allowlist"), "{row}");
+    assert!(row.contains("hostinet"), "{row}");
 }
 
 /// gVisor is opt-in: a `container` floor's default order passes over it
