@@ -643,3 +643,56 @@ mod probe_record_tests {
         );
     }
 }
+
+#[cfg(test)]
+mod route_tests {
+    use super::*;
+
+    fn bundle() -> serde_json::Value {
+        crate::oci::Bundle {
+            root: Path::new("/r"),
+            argv: vec!["/bin/true".into()],
+            env: Default::default(),
+            cwd: "/".into(),
+            uid: 1,
+            gid: 1,
+            mounts: Vec::new(),
+            memory_bytes: None,
+            processes: 1,
+            cpu_seconds: 1,
+            file_bytes: 1,
+            cgroup: "/x".into(),
+        }
+        .config()
+    }
+
+    #[test]
+    fn a_route_names_its_namespace_once_refuses_listen_and_states_each_socket_rule_alone() {
+        let mut c = bundle();
+        join_netns(&mut c, "/proc/1/fd/5").unwrap();
+        let ns = c["linux"]["namespaces"].as_array().unwrap();
+        let net: Vec<_> = ns.iter().filter(|n| n["type"] == "network").collect();
+        assert_eq!(net.len(), 1);
+        assert_eq!(net[0]["path"], "/proc/1/fd/5");
+        // The others stay.
+        for kind in ["pid", "ipc", "uts", "mount"] {
+            assert!(ns.iter().any(|n| n["type"] == kind), "{kind}");
+        }
+        let rules = c["linux"]["seccomp"]["syscalls"].as_array().unwrap();
+        assert!(rules.iter().any(|r| r["names"][0] == "listen"
+            && r["action"] == "SCMP_ACT_ERRNO"
+            && r["args"].is_null()));
+        // This runsc reads several conditions on one argument as "any of":
+        // no rule may carry more than one.
+        for r in rules {
+            assert!(r["args"].as_array().map_or(0, Vec::len) <= 1, "{r}");
+        }
+        // Without a route, the table is the plain one (no `listen` rule).
+        let plain = bundle();
+        assert!(!plain["linux"]["seccomp"]["syscalls"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["names"][0] == "listen"));
+    }
+}

@@ -718,3 +718,64 @@ fn gvisor_routes_leave_nothing_after_down_or_a_killed_keeper_and_gc() {
     }
     assert_eq!(hits.load(Ordering::SeqCst), 4);
 }
+
+/// With a route out, a gVisor workload's sockets are the host kernel's
+/// (hostinet) in a namespace cordon made: it must reach the proxy's port
+/// and nothing else — not a listener on the host's loopback, not the
+/// host's own address, not an outside one (TCP or UDP) — and may not
+/// listen, nor open raw, packet or netlink sockets.
+#[test]
+fn a_gvisor_route_reaches_the_proxy_and_nothing_else() {
+    let t = &GVISOR;
+    if !(t.ready)("a_gvisor_route_reaches_the_proxy_and_nothing_else") {
+        return;
+    }
+    let (port, hits) = upstream("never");
+    let f = Fixture::new(&["ok.test:443".to_string()]);
+    // The host's first address that is not loopback, if it has one.
+    let host_ip = std::net::UdpSocket::bind("0.0.0.0:0")
+        .and_then(|s| s.connect("192.0.2.1:9").map(|()| s))
+        .and_then(|s| s.local_addr())
+        .map(|a| a.ip().to_string())
+        .unwrap_or_else(|_| "127.0.0.1".into());
+    let probe = format!(
+        r#"import socket,os
+p=int(os.environ["HTTP_PROXY"].rsplit(":",1)[1])
+def t(name,fam,typ,addr):
+  try:
+    s=socket.socket(fam,typ); s.settimeout(3)
+    if typ==socket.SOCK_DGRAM: s.sendto(b"x",addr); s.recv(1); print(name,"REACHED")
+    else: s.connect(addr); print(name,"REACHED")
+  except OSError as e: print(name,"refused",e.errno)
+t("proxy",socket.AF_INET,socket.SOCK_STREAM,("127.0.0.1",p))
+t("host-loopback",socket.AF_INET,socket.SOCK_STREAM,("127.0.0.1",{port}))
+t("host-address",socket.AF_INET,socket.SOCK_STREAM,("{host_ip}",{port}))
+t("outside",socket.AF_INET,socket.SOCK_STREAM,("192.0.2.1",80))
+t("outside-udp",socket.AF_INET,socket.SOCK_DGRAM,("192.0.2.1",53))
+t("v6-loopback",socket.AF_INET6,socket.SOCK_STREAM,("::1",{port}))
+for n,fam,typ,proto in [("raw",socket.AF_INET,socket.SOCK_RAW,1),("packet",17,socket.SOCK_RAW,0),("netlink",16,socket.SOCK_RAW,0)]:
+  try: socket.socket(fam,typ,proto); print(n,"REACHED")
+  except OSError as e: print(n,"refused",e.errno)
+try:
+  s=socket.socket(); s.bind(("127.0.0.1",0)); s.listen(); print("listen REACHED")
+except OSError as e: print("listen refused",e.errno)
+"#
+    );
+    let mut args: Vec<String> = vec!["run".into()];
+    args.extend(f.selection(t));
+    args.extend(["--".into(), "/usr/bin/python3".into(), "-c".into(), probe]);
+    let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (code, out, err) = f.cordon(&argv);
+    assert_eq!(code, 0, "{err}\n{out}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 10, "{out}");
+    assert_eq!(lines[0], "proxy REACHED", "{out}");
+    for l in &lines[1..] {
+        assert!(l.contains(" refused "), "a breach: `{l}`\n{out}");
+    }
+    assert_eq!(
+        hits.load(Ordering::SeqCst),
+        0,
+        "the host's listener was reached"
+    );
+}
