@@ -27,6 +27,8 @@ pub struct GvisorConfig {
     pub work_dir: Option<PathBuf>,
     /// runsc as the probe found it running.
     pub runsc: Runsc,
+    /// How the egress proxy resolves names and where it audits.
+    pub egress: cordon_sandbox::EgressSetup,
 }
 
 /// The `gvisor` backend.
@@ -35,19 +37,38 @@ pub struct GvisorBackend {
     // The sandboxes this process created (as the local backends keep
     // theirs); a kept sandbox's are found from its record and residue.
     sandboxes: Mutex<HashMap<SandboxKey, Arc<GvisorSandbox>>>,
+    /// The egress proxy, started on first use by a spec that names hosts.
+    egress: std::sync::OnceLock<Result<Arc<dyn cordon_egress::EgressService>, String>>,
 }
 
 /// What the backend serves: commands, code, files in and declared files
-/// out (from the work dir on the host). No network.
+/// out (from the work dir on the host), and the network through cordon's
+/// egress proxy, the one route out of a sandbox whose spec names hosts.
 pub fn capabilities() -> CapabilitySet {
     [
         Capability::Exec,
         Capability::RunCode,
         Capability::FilesIn,
         Capability::FilesOut,
+        Capability::Network,
     ]
     .into_iter()
     .collect()
+}
+
+/// Where the image `image` names is on this host: `/` for the built-in
+/// `host` image, the stored root for an image of cordon's store (a name
+/// the store lacks is refused with the store's own fix).
+pub(crate) fn stored_root(image: &str) -> Result<PathBuf, String> {
+    if image == "host" {
+        return Ok(PathBuf::from("/"));
+    }
+    let store = cordon_image::ImageStore::open(&cordon_image::ImageStore::default_root())
+        .map_err(|e| format!("image `{image}`: {e}"))?;
+    match store.resolve(image).map_err(|e| e.to_string())? {
+        cordon_image::Resolved::Host => Ok(PathBuf::from("/")),
+        cordon_image::Resolved::Stored { root, .. } => Ok(root),
+    }
 }
 
 impl GvisorBackend {
@@ -55,7 +76,22 @@ impl GvisorBackend {
         GvisorBackend {
             config,
             sandboxes: Mutex::new(HashMap::new()),
+            egress: std::sync::OnceLock::new(),
         }
+    }
+
+    /// The egress proxy, started on first use: in a confined process of
+    /// its own when the setup names one (the `cordon` binary always does).
+    fn egress_host(&self) -> Result<Arc<dyn cordon_egress::EgressService>, String> {
+        self.egress
+            .get_or_init(|| {
+                cordon_egress::start_service(
+                    &self.config.egress,
+                    self.config.policy.clone(),
+                    self.config.env.clone(),
+                )
+            })
+            .clone()
     }
 
     fn registry(
@@ -79,7 +115,7 @@ impl Backend for GvisorBackend {
     }
 
     fn egress(&self) -> Egress {
-        Egress::Closed
+        Egress::Allowlist
     }
 
     fn capabilities(&self) -> CapabilitySet {
@@ -87,13 +123,7 @@ impl Backend for GvisorBackend {
     }
 
     fn materialises(&self, image: &str) -> Result<(), String> {
-        if image == "host" {
-            Ok(())
-        } else {
-            Err(format!(
-                "the gvisor backend runs only the `host` image in this version, not `{image}`; use `image: host`, or the container rung for images from cordon's store"
-            ))
-        }
+        stored_root(image).map(drop)
     }
 
     fn acquire(&self, req: &AcquireRequest) -> Result<Arc<dyn Sandbox>, BackendError> {
@@ -101,16 +131,20 @@ impl Backend for GvisorBackend {
             return Ok(s.clone());
         }
         let spec = &req.provenance.spec;
-        // A spec that names hosts runs with no network: egress `closed`
-        // confines more than it asks, which the router allows and warns
-        // of (as at the process rung); a spec that `requires: [network]`
-        // never reaches this backend, which does not declare it.
         self.materialises(spec.image())
             .map_err(|reason| BackendError::Refused {
                 operation: "acquire",
                 reason,
             })?;
-        let made = Arc::new(GvisorSandbox::create(&self.config, req)?);
+        // Started before the sandbox, so a proxy that cannot start refuses
+        // the sandbox rather than leave it without its route; a spec that
+        // names no hosts runs with no network at all.
+        let egress = if spec.egress_allow().is_empty() {
+            None
+        } else {
+            Some(self.egress_host().map_err(|e| failed("acquire", e))?)
+        };
+        let made = Arc::new(GvisorSandbox::create(&self.config, req, egress)?);
         let mut all = self.registry("acquire")?;
         // Another thread may have made one meanwhile: keep the first.
         if let Some(s) = all.get(&req.key) {

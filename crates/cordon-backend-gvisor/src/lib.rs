@@ -9,8 +9,9 @@
 //!   drives `run`, `kill`, `delete` and `list` under cordon's own state
 //!   root ([`STATE_ROOT`]).
 //! - [`oci`] writes a bundle's `config.json`: the process (argv, env,
-//!   cwd, a non-root uid, rlimits), the mounts (the `host` image's system
-//!   directories read-only, cordon's own `/etc`, the work dir and `/tmp`
+//!   cwd, a non-root uid, rlimits), the mounts (the image's directories
+//!   read-only — the `host` image's, or a stored image's from cordon's
+//!   store — cordon's own `/etc`, the work dir and `/tmp`
 //!   read-write on one volume, masks) and the memory bound as a cgroup.
 //! - [`GvisorBackend`] (`backend.rs`) acquires a [`GvisorSandbox`]
 //!   (`sandbox.rs`): a directory holding the root, a volume of `max_disk`
@@ -28,10 +29,12 @@
 //!   (`--oci-seccomp`).
 //! - [`register::registration`] is what a host adds to its registry.
 //!
-//! Egress is `closed` in this version: every container has no network
-//! (`--network=none`, a loopback only); a spec that names hosts runs
-//! without them (the router's rule: `closed` confines more, with a
-//! warning), and one that requires `network` is never routed here.
+//! Egress is the `allowlist` kind: a spec that names no hosts runs with no
+//! network (`--network=none`, gVisor's own loopback only); one that names
+//! hosts runs with `--network=host` inside a network namespace cordon
+//! makes holding only `lo` and the egress proxy's listener (see
+//! `sandbox.rs`, `Route`, and `docs/security.md` for what that costs: the
+//! workload's sockets are then the host kernel's, in that namespace).
 
 #![cfg(target_os = "linux")]
 

@@ -79,6 +79,10 @@ pub struct PodSpec<'a> {
     pub uid: u32,
     pub memory_bytes: u64,
     pub annotations: BTreeMap<String, String>,
+    /// The network namespace (`/proc/PID/fd/N`) holding the egress
+    /// proxy's listener, when the sandbox has a route out; every
+    /// container in the runsc sandbox shares it.
+    pub netns: Option<String>,
 }
 
 /// Runs `cmd` with no stdio (a sandbox runsc starts must not hold a pipe
@@ -137,11 +141,18 @@ impl Pod {
             let mut annotations = spec.annotations.clone();
             annotations.insert(CONTAINER_TYPE.into(), "sandbox".into());
             config["annotations"] = json!(annotations);
+            if let Some(path) = &spec.netns {
+                crate::runsc::join_netns(&mut config, path)?;
+            }
             std::fs::write(spec.dir.join("config.json"), config.to_string())
                 .map_err(|e| format!("cannot write the pause container's bundle: {e}"))?;
             let log = spec.dir.join("runsc.log");
             for step in ["create", "start"] {
-                let mut cmd = crate::runsc::command(spec.bin, &log);
+                let net = match spec.netns {
+                    Some(_) => crate::runsc::Network::ProxyRoute,
+                    None => crate::runsc::Network::None,
+                };
+                let mut cmd = crate::runsc::command(spec.bin, &log, net);
                 cmd.arg(step);
                 if step == "create" {
                     cmd.arg("--bundle").arg(spec.dir);

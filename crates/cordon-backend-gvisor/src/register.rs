@@ -16,9 +16,9 @@ pub fn info() -> BackendInfo {
     BackendInfo {
         name: crate::NAME,
         isolation: Isolation::HardenedContainer,
-        egress: Egress::Closed,
+        egress: Egress::Allowlist,
         capabilities: crate::backend::capabilities(),
-        summary: "a gVisor (`runsc`) sandbox, each exec a container in it; no network",
+        summary: "a gVisor (`runsc`) sandbox, each exec a container in it; egress through cordon's proxy (the workload's sockets then reach the host kernel, in a namespace holding only the proxy)",
     }
 }
 
@@ -33,6 +33,7 @@ fn probe(_: &BackendSetup) -> Probe {
                     "platform: {} (a trivial container ran in {} ms)",
                     r.platform, r.probe_millis
                 ),
+                "egress: a spec that names hosts runs with `--network=host` in a namespace holding only the proxy's listener, so its sockets are the host kernel's (hostinet), not gVisor's stack".to_string(),
             ],
         },
         Err(u) => Probe {
@@ -56,6 +57,7 @@ fn build(setup: &BackendSetup, policy: Arc<Policy>) -> Result<Arc<dyn Backend>, 
         scratch: setup.scratch.clone(),
         work_dir: setup.work_dir.clone(),
         runsc,
+        egress: setup.egress.clone(),
     })))
 }
 
@@ -207,8 +209,8 @@ fn sweep() -> (Vec<String>, Vec<String>) {
 /// The `gvisor` backend, as a host registers it. It is used where the
 /// floor is `hardened_container` or above, or when named (`--backend
 /// gvisor`); a lower floor's default order passes over it
-/// ([`BackendRegistration::opt_in`]) while it lacks terminals, egress
-/// and images from cordon's store (it serves secrets).
+/// ([`BackendRegistration::opt_in`]) while it lacks terminals (it serves
+/// secrets, egress and images from cordon's store).
 pub fn registration() -> BackendRegistration {
     BackendRegistration {
         info: info(),

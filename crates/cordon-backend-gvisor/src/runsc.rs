@@ -266,7 +266,7 @@ fn trivial_container(bin: &Path) -> Result<(), String> {
         .config();
         std::fs::write(dir.join("config.json"), config.to_string())
             .map_err(|e| format!("cannot write the probe's bundle: {e}"))?;
-        let mut cmd = command(bin, &dir.join("runsc.log"));
+        let mut cmd = command(bin, &dir.join("runsc.log"), Network::None);
         cmd.args(["run", "--bundle"]).arg(&dir).arg(&id);
         match output(&mut cmd, PROBE_TIMEOUT) {
             Ok((0, _, _)) => Ok(()),
@@ -283,21 +283,64 @@ fn trivial_container(bin: &Path) -> Result<(), String> {
     result
 }
 
-/// `runsc` with cordon's global flags: its state root, the platform, no
+/// What network a runsc sandbox has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Network {
+    /// `--network=none`: gVisor's own stack with a loopback only.
+    None,
+    /// `--network=host` in the network namespace the bundle names
+    /// (`linux.namespaces`), which cordon made holding only `lo` and the
+    /// egress proxy's listener ([`join_netns`]). gVisor then passes the
+    /// workload's socket calls to the host kernel (hostinet) in that
+    /// namespace: the one way this runsc reaches a listener (its
+    /// `--network=sandbox` misfires on this kernel), at the price of a
+    /// wider kernel surface than its own stack.
+    ProxyRoute,
+}
+
+/// `runsc` with cordon's global flags: its state root, the platform, the
 /// network, the bundle's seccomp filter loaded inside the sandbox
 /// (`--oci-seccomp`; a runsc without the flag refuses to run), and its own
 /// log (runsc's errors are also on its stderr).
-pub fn command(bin: &Path, log: &Path) -> Command {
+pub fn command(bin: &Path, log: &Path, net: Network) -> Command {
     let mut c = Command::new(bin);
     c.arg("--root")
         .arg(crate::STATE_ROOT)
         .arg(format!("--platform={PLATFORM}"))
-        .arg("--network=none")
+        .arg(match net {
+            Network::None => "--network=none",
+            Network::ProxyRoute => "--network=host",
+        })
         .arg("--oci-seccomp")
         .arg("--log")
         .arg(log)
         .arg("--log-format=json");
     c
+}
+
+/// Makes a bundle's `config.json` run in the network namespace `path`
+/// (`/proc/PID/fd/N` of the process holding it open), with the syscall
+/// table narrowed for it. The workload's sockets are then the host
+/// kernel's, so `listen` is refused (`EPERM`): the namespace is the
+/// proxy's, and nothing in it is for the workload to serve on.
+///
+/// This runsc reads the conditions a rule puts on one argument as "any
+/// of" (as runc does), so the table's "none of these families" rule for
+/// `socket` denies every family there (which is why a sandbox without a
+/// route makes no socket at all). With a route the workload needs inet
+/// sockets to reach the proxy: the table goes in the form that states
+/// each such rule as its complement (the one written for Docker's
+/// profile, which has the same reading), never wider than the table.
+pub fn join_netns(config: &mut serde_json::Value, path: &str) -> Result<(), String> {
+    let narrowed = crate::oci::docker_seccomp_profile(crate::oci::DockerNet::ProxyRoute)?;
+    config["linux"]["seccomp"] = serde_json::from_str(&narrowed)
+        .map_err(|e| format!("the syscall table for the egress route: {e}"))?;
+    let Some(all) = config["linux"]["namespaces"].as_array_mut() else {
+        return Err("the bundle names no namespaces".into());
+    };
+    all.retain(|n| n["type"] != "network");
+    all.push(serde_json::json!({"type": "network", "path": path}));
+    Ok(())
 }
 
 fn control(bin: &Path) -> Command {
@@ -598,5 +641,58 @@ mod probe_record_tests {
             Some(first),
             "a replaced binary has another key"
         );
+    }
+}
+
+#[cfg(test)]
+mod route_tests {
+    use super::*;
+
+    fn bundle() -> serde_json::Value {
+        crate::oci::Bundle {
+            root: Path::new("/r"),
+            argv: vec!["/bin/true".into()],
+            env: Default::default(),
+            cwd: "/".into(),
+            uid: 1,
+            gid: 1,
+            mounts: Vec::new(),
+            memory_bytes: None,
+            processes: 1,
+            cpu_seconds: 1,
+            file_bytes: 1,
+            cgroup: "/x".into(),
+        }
+        .config()
+    }
+
+    #[test]
+    fn a_route_names_its_namespace_once_refuses_listen_and_states_each_socket_rule_alone() {
+        let mut c = bundle();
+        join_netns(&mut c, "/proc/1/fd/5").unwrap();
+        let ns = c["linux"]["namespaces"].as_array().unwrap();
+        let net: Vec<_> = ns.iter().filter(|n| n["type"] == "network").collect();
+        assert_eq!(net.len(), 1);
+        assert_eq!(net[0]["path"], "/proc/1/fd/5");
+        // The others stay.
+        for kind in ["pid", "ipc", "uts", "mount"] {
+            assert!(ns.iter().any(|n| n["type"] == kind), "{kind}");
+        }
+        let rules = c["linux"]["seccomp"]["syscalls"].as_array().unwrap();
+        assert!(rules.iter().any(|r| r["names"][0] == "listen"
+            && r["action"] == "SCMP_ACT_ERRNO"
+            && r["args"].is_null()));
+        // This runsc reads several conditions on one argument as "any of":
+        // no rule may carry more than one.
+        for r in rules {
+            assert!(r["args"].as_array().map_or(0, Vec::len) <= 1, "{r}");
+        }
+        // Without a route, the table is the plain one (no `listen` rule).
+        let plain = bundle();
+        assert!(!plain["linux"]["seccomp"]["syscalls"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["names"][0] == "listen"));
     }
 }

@@ -3,7 +3,11 @@
 //!
 //! The directory, `TMPDIR/cordon-gvisor-PID-N-STAMP/`, root's, mode 0700:
 //!
-//! - `rootfs/` — the read-only root ([`crate::oci::HostImage`]);
+//! - `rootfs/` — the read-only root ([`crate::oci::HostImage`]): the
+//!   `host` image's mount points, or a stored image's skeleton (its
+//!   directories bound from cordon's store as the plan grants);
+//! - `pause-root/` — for a stored image, the pause container's root (the
+//!   host's system directories: it runs cordon's `sleep`);
 //! - `volume/` — an ext4 volume of `max_disk`: `work/` (the work dir) and
 //!   `tmp/` (`/tmp`), owned by [`crate::WORKLOAD_ID`], so one bound holds
 //!   both, as at the local rungs;
@@ -51,6 +55,13 @@ pub struct GvisorSandbox {
     id: String,
     dir: PathBuf,
     image: HostImage,
+    /// Where the image's tree is on the host: `/` for the `host` image, a
+    /// stored image's root in cordon's store otherwise.
+    image_root: PathBuf,
+    /// The pause container's root when the image is not `host`: the
+    /// host's system directories (the pause container runs cordon's
+    /// `sleep`, never the workload's).
+    pause_image: Option<HostImage>,
     volume: PathBuf,
     guest_work: String,
     provenance: Provenance,
@@ -71,7 +82,52 @@ pub struct GvisorSandbox {
     /// Execs started so far (the first runs in a runsc sandbox of its own).
     execs: std::sync::atomic::AtomicU64,
     key: SandboxKey,
+    /// The egress proxy's channel, when the spec names hosts.
+    route: Option<Route>,
     disposed: AtomicBool,
+}
+
+/// A sandbox's one route out: a network namespace cordon made holding
+/// only `lo` and the proxy's listener on `127.0.0.1:port`, which every
+/// runsc sandbox of it runs in (`--network=host` there), and the egress
+/// service serving that listener. Both are held for the sandbox's life;
+/// dropping them closes the namespace and ends the serving.
+struct Route {
+    port: u16,
+    ns: std::os::fd::OwnedFd,
+    serving: Mutex<Option<Box<dyn std::any::Any + Send>>>,
+}
+
+impl Route {
+    /// The namespace as runsc opens it: through this process's descriptor.
+    fn path(&self) -> String {
+        use std::os::fd::AsRawFd;
+        format!("/proc/{}/fd/{}", std::process::id(), self.ns.as_raw_fd())
+    }
+}
+
+/// Makes the route for `req`'s sandbox: its namespace and listener, served.
+fn route(
+    service: &Arc<dyn cordon_egress::EgressService>,
+    req: &AcquireRequest,
+) -> Result<Route, String> {
+    let port = cordon_linux::netns::random_port();
+    let made = cordon_linux::netns::private_with_listener(port).map_err(|e| {
+        format!("making the sandbox's network namespace with the egress proxy's listener: {e}")
+    })?;
+    let serving = service.serve(
+        made.listener,
+        cordon_egress::Caller {
+            sandbox: req.key.to_string(),
+            identity: req.provenance.identity.clone(),
+            allow: Some(req.provenance.spec.egress_allow().to_vec()),
+        },
+    )?;
+    Ok(Route {
+        port,
+        ns: made.ns,
+        serving: Mutex::new(Some(serving)),
+    })
 }
 
 fn refused(reason: String) -> SandboxError {
@@ -181,11 +237,56 @@ fn check_work_dir(guest: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// The bundle's root for a stored image at `image_root`: its top-level
+/// links as they are, an empty mount point for each of its top-level
+/// directories (bound from the store as the plan grants, by
+/// [`crate::oci::plan_mounts`]), and cordon's own `/etc`, `/proc`, `/dev`
+/// and `/tmp`. Nothing of the image is copied.
+fn stored_skeleton(rootfs: &Path, image_root: &Path) -> Result<HostImage, String> {
+    let own = ["etc", "proc", "dev", "sys", "tmp"];
+    std::fs::DirBuilder::new()
+        .mode(0o755)
+        .create(rootfs)
+        .map_err(|e| format!("cannot create `{}`: {e}", rootfs.display()))?;
+    let mut names: Vec<std::ffi::OsString> = std::fs::read_dir(image_root)
+        .map_err(|e| format!("the image's root `{}`: {e}", image_root.display()))?
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    names.sort();
+    let mut dirs = Vec::new();
+    for name in names {
+        let at = image_root.join(&name);
+        let meta = std::fs::symlink_metadata(&at)
+            .map_err(|e| format!("the image's `{}`: {e}", at.display()))?;
+        if own.iter().any(|o| name == *o) {
+            continue;
+        }
+        if meta.file_type().is_symlink() {
+            let to = std::fs::read_link(&at)
+                .map_err(|e| format!("cannot read the link `{}`: {e}", at.display()))?;
+            std::os::unix::fs::symlink(&to, rootfs.join(&name))
+                .map_err(|e| format!("cannot link `{}` in the root: {e}", at.display()))?;
+        } else if meta.is_dir() {
+            crate::oci::mkdir_in(rootfs, &Path::new("/").join(&name))?;
+            dirs.push(Path::new("/").join(&name));
+        }
+    }
+    for d in own.iter().filter(|d| **d != "sys") {
+        crate::oci::mkdir_in(rootfs, &Path::new("/").join(d))?;
+    }
+    Ok(HostImage {
+        rootfs: rootfs.to_path_buf(),
+        dirs,
+    })
+}
+
 impl GvisorSandbox {
     /// Makes the sandbox's directory, root and volume; nothing runs yet.
     pub(crate) fn create(
         config: &GvisorConfig,
         req: &AcquireRequest,
+        egress: Option<Arc<dyn cordon_egress::EgressService>>,
     ) -> Result<GvisorSandbox, BackendError> {
         let spec = &req.provenance.spec;
         let guest_work = spec.work_dir().to_string();
@@ -210,9 +311,33 @@ impl GvisorSandbox {
         private_dir(&dir).map_err(|e| failed("acquire", e))?;
         let volume = dir.join("volume");
         let wants_secrets = !spec.secrets().is_empty();
+        let image_root = match crate::backend::stored_root(spec.image()) {
+            Ok(r) => r,
+            Err(reason) => {
+                let _ = remove_sandbox_dir(&dir);
+                return Err(BackendError::Refused {
+                    operation: "acquire",
+                    reason,
+                });
+            }
+        };
         let made =
             (|| -> Result<(HostImage, RootedFs, HostWorkDir, Option<HostSecretsDir>), String> {
-                let image = HostImage::prepare(&dir.join("rootfs"))?;
+                let image = if image_root == Path::new("/") {
+                    HostImage::prepare(&dir.join("rootfs"))?
+                } else {
+                    stored_skeleton(&dir.join("rootfs"), &image_root)?
+                };
+                if let Some(d) = image
+                    .dirs
+                    .iter()
+                    .find(|d| Path::new(&guest_work).starts_with(d))
+                {
+                    return Err(format!(
+                        "the work dir `{guest_work}` is inside the image's `{}`, which the gvisor backend binds from the image; name a work dir outside it, like `/workspace`",
+                        d.display()
+                    ));
+                }
                 image.write_etc(WORKLOAD_ID, WORKLOAD_ID, &guest_work)?;
                 install_shim(&image.rootfs)?;
                 crate::oci::mkdir_in(&image.rootfs, Path::new(&guest_work))?;
@@ -249,7 +374,7 @@ impl GvisorSandbox {
                 // The host's own tree, as the container rung sees the `host`
                 // image: the plan is translated (and commands resolved) in it;
                 // the bundle then shows only what the translated rules reach.
-                let view = RootedFs::new("/")
+                let view = RootedFs::new(&image_root)
                     .bind("/tmp", volume.join("tmp"))
                     .bind(&guest_work, &work_host);
                 let files = HostWorkDir::new(&work_host, &guest_work)
@@ -280,17 +405,34 @@ impl GvisorSandbox {
                 };
                 Ok((image, view, files, secrets))
             })();
-        let (image, view, files, secrets) = match made {
+        let made = made.and_then(|m| match &egress {
+            Some(service) => route(service, req).map(|r| (m, Some(r))),
+            None => Ok((m, None)),
+        });
+        let ((image, view, files, secrets), route) = match made {
             Ok(m) => m,
             Err(e) => {
                 let _ = remove_sandbox_dir(&dir);
                 return Err(failed("acquire", e));
             }
         };
+        let pause_image = if image_root == Path::new("/") {
+            None
+        } else {
+            match HostImage::prepare(&dir.join("pause-root")) {
+                Ok(i) => Some(i),
+                Err(e) => {
+                    let _ = remove_sandbox_dir(&dir);
+                    return Err(failed("acquire", e));
+                }
+            }
+        };
         let sandbox = GvisorSandbox {
             id,
             dir,
             image,
+            image_root,
+            pause_image,
             volume,
             guest_work,
             provenance: req.provenance.clone(),
@@ -305,6 +447,7 @@ impl GvisorSandbox {
             pod: Mutex::new(None),
             execs: std::sync::atomic::AtomicU64::new(0),
             key: req.key.clone(),
+            route,
             disposed: AtomicBool::new(false),
         };
         Ok(sandbox)
@@ -348,11 +491,12 @@ impl GvisorSandbox {
         let pod = Pod::start(PodSpec {
             id,
             dir: &pod_dir,
-            image: &self.image,
+            image: self.pause_image.as_ref().unwrap_or(&self.image),
             bin: &self.runsc.bin,
             uid: WORKLOAD_ID,
             memory_bytes: self.limits.memory_bytes,
             annotations,
+            netns: self.route.as_ref().map(Route::path),
         })
         .map_err(exec_failed)?;
         let pod = Arc::new(pod);
@@ -372,6 +516,16 @@ impl GvisorSandbox {
             }
         }
         let mut failures = remove_containers(&self.runsc.bin, &format!("{}-", self.id));
+        // Its runsc sandboxes are gone: the serving ends and the
+        // namespace closes when the sandbox is dropped.
+        if let Some(r) = &self.route {
+            drop(
+                r.serving
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .take(),
+            );
+        }
         if let Err(e) = remove_sandbox_dir(&self.dir) {
             failures.push(e);
         }
@@ -421,8 +575,9 @@ impl GvisorSandbox {
             },
         )
         .map_err(|e| refused(e.message))?;
-        mounts_of(
+        crate::oci::plan_mounts(
             &t,
+            &self.image_root,
             &self.image.dirs,
             &self.view,
             (&work_seen, self.files.host()),
@@ -461,6 +616,12 @@ impl GvisorSandbox {
             ("LANG".to_string(), "C.UTF-8".to_string()),
             ("TMPDIR".to_string(), "/tmp".to_string()),
         ]);
+        if let Some(r) = &self.route {
+            let url = format!("http://127.0.0.1:{}", r.port);
+            for k in ["HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"] {
+                env.insert(k.to_string(), url.clone());
+            }
+        }
         env.extend(req.env.clone());
         let k = NEXT.fetch_add(1, Ordering::Relaxed);
         let cid = format!("{}-e{k}", self.id);
@@ -502,6 +663,14 @@ impl GvisorSandbox {
         }
         .config();
         let mut config = config;
+        if let Some(r) = &self.route {
+            // A sub-container shares its runsc sandbox's network; the
+            // namespace is named all the same, and the table narrowed.
+            if let Err(e) = crate::runsc::join_netns(&mut config, &r.path()) {
+                let _ = std::fs::remove_dir_all(&exec_dir);
+                return Err(exec_failed(e));
+            }
+        }
         if let Held::Pod(pod) = &held {
             config["annotations"] = serde_json::json!({
                 crate::pod::CONTAINER_TYPE: "container",
@@ -515,7 +684,11 @@ impl GvisorSandbox {
             return Err(exec_failed(format!("cannot write the bundle: {e}")));
         }
         let with_stdin = attach.stdin_stream || !req.stdin.is_empty();
-        let mut cmd: Command = crate::runsc::command(&self.runsc.bin, &log);
+        let net = match self.route {
+            Some(_) => crate::runsc::Network::ProxyRoute,
+            None => crate::runsc::Network::None,
+        };
+        let mut cmd: Command = crate::runsc::command(&self.runsc.bin, &log, net);
         cmd.args(["run", "--bundle"])
             .arg(&exec_dir)
             .arg(&cid)
@@ -589,142 +762,6 @@ impl GvisorSandbox {
             }),
         ))
     }
-}
-
-/// Whether the plan's rule on `p` may be bound at its own path: not the
-/// root or an ancestor of an image directory (those are reached through
-/// the image's directories), nothing the sandbox mounts itself, not `/etc`
-/// whole nor its files that are cordon's own.
-fn bindable_outside(p: &Path, image_dirs: &[PathBuf]) -> bool {
-    let own = ["/proc", "/dev", "/sys", "/tmp"];
-    !image_dirs
-        .iter()
-        .any(|d| d.starts_with(p) || p.starts_with(d))
-        && !crate::oci::HOST_IMAGE.iter().any(|d| p.starts_with(d))
-        && !own.iter().any(|o| p.starts_with(o))
-        && p != Path::new("/etc")
-        && !crate::oci::ETC_KEPT.iter().any(|k| p.starts_with(k))
-}
-
-/// The mounts that hold a translated plan in this sandbox: each rule's
-/// reach into the image's directories, read-only (executable only where a
-/// rule says so), and each rule outside the image at its own path, with
-/// its rights, parents first; the work dir and `/tmp`, read-write and
-/// `noexec`; then every mask that falls inside something bound. Rights
-/// are the union of the rules on a path and above it, as Landlock reads
-/// them. What the bundle cannot give (write inside the image) is left
-/// out: never wider than the plan. Mount points outside the image are
-/// made in `rootfs`.
-fn mounts_of(
-    t: &cordon_confine::Confinement,
-    image_dirs: &[PathBuf],
-    view: &RootedFs,
-    (work, work_host): (&Path, &Path),
-    (rootfs, volume, masks): (&Path, &Path, &Path),
-) -> Result<Vec<Mount>, String> {
-    let tmp = Path::new("/tmp");
-    let rules: Vec<&cordon_confine::PathRule> =
-        t.fs.iter()
-            .filter(|r| r.read || r.write || r.execute)
-            .filter(|r| !r.path.starts_with(work) && !r.path.starts_with(tmp))
-            .collect();
-    let mut at: Vec<PathBuf> = Vec::new();
-    for r in &rules {
-        for d in image_dirs {
-            if d.starts_with(&r.path) {
-                at.push(d.clone());
-            } else if r.path.starts_with(d) {
-                at.push(r.path.clone());
-            }
-        }
-        if bindable_outside(&r.path, image_dirs) {
-            at.push(r.path.clone());
-        }
-    }
-    at.sort_by_key(|p| (p.components().count(), p.clone()));
-    at.dedup();
-    let in_image = |p: &Path| image_dirs.iter().any(|d| p.starts_with(d));
-    let exec_at = |p: &Path| rules.iter().any(|r| r.execute && p.starts_with(&r.path));
-    let write_at =
-        |p: &Path| !in_image(p) && rules.iter().any(|r| r.write && p.starts_with(&r.path));
-    let mut binds: Vec<(PathBuf, MountKind)> = Vec::new();
-    for p in at {
-        // A rule on a path the host lacks binds nothing.
-        let Ok(meta) = std::fs::symlink_metadata(&p) else {
-            continue;
-        };
-        let kind = if write_at(&p) {
-            MountKind::ReadWrite { exec: exec_at(&p) }
-        } else {
-            MountKind::ReadOnly { exec: exec_at(&p) }
-        };
-        let parent = binds
-            .iter()
-            .filter(|(q, _)| p.starts_with(q))
-            .max_by_key(|(q, _)| q.components().count());
-        if parent.is_some_and(|(_, k)| *k == kind) {
-            continue;
-        }
-        if parent.is_none() && !in_image(&p) {
-            // Its mount point, in the root cordon made.
-            let point = crate::oci::under(rootfs, &p);
-            if meta.is_dir() {
-                crate::oci::mkdir_in(rootfs, &p)?;
-            } else if !meta.file_type().is_symlink() {
-                if let Some(parent) = p.parent() {
-                    crate::oci::mkdir_in(rootfs, parent)?;
-                }
-                if std::fs::symlink_metadata(&point).is_err() {
-                    std::fs::write(&point, b"")
-                        .map_err(|e| format!("cannot make `{}`: {e}", point.display()))?;
-                }
-            } else {
-                continue;
-            }
-        }
-        binds.push((p, kind));
-    }
-    let mut mounts: Vec<Mount> = binds
-        .into_iter()
-        .map(|(p, kind)| Mount {
-            source: p.clone(),
-            destination: p,
-            kind,
-        })
-        .collect();
-    let bound: Vec<PathBuf> = mounts.iter().map(|m| m.destination.clone()).collect();
-    mounts.push(Mount {
-        destination: work.to_path_buf(),
-        source: work_host.to_path_buf(),
-        kind: MountKind::ReadWrite { exec: false },
-    });
-    mounts.push(Mount {
-        destination: tmp.to_path_buf(),
-        source: volume.join("tmp"),
-        kind: MountKind::ReadWrite { exec: false },
-    });
-    let inside = |p: &Path| {
-        p.starts_with(work) || p.starts_with(tmp) || bound.iter().any(|b| p.starts_with(b))
-    };
-    let mut hidden: Vec<&PathBuf> = t.mask_paths.iter().chain(&t.mask_executables).collect();
-    hidden.sort();
-    hidden.dedup();
-    for p in hidden {
-        if !inside(p) {
-            continue;
-        }
-        let source = match view.symlink_metadata(p) {
-            Ok(m) if m.is_dir() => masks.join("dir"),
-            Ok(_) => masks.join("file"),
-            Err(_) => continue,
-        };
-        mounts.push(Mount {
-            destination: p.clone(),
-            source,
-            kind: MountKind::ReadOnly { exec: false },
-        });
-    }
-    Ok(mounts)
 }
 
 /// How long a started container's CPU time may stay unreadable.

@@ -41,6 +41,7 @@ fn backend(
         scratch: scratch.to_path_buf(),
         work_dir: None,
         runsc: runsc.clone(),
+        egress: Default::default(),
     })
 }
 

@@ -39,23 +39,10 @@ pub struct LocalBackend {
     egress: std::sync::OnceLock<Result<Arc<dyn EgressService>, String>>,
 }
 
-/// A port for a sandbox's proxy channel, inside its own net namespace: any
-/// port works there; a random one per sandbox means one sandbox's port
-/// names nothing in another's (Landlock refuses a connect to any other).
+/// A port for a sandbox's proxy channel, inside its own net namespace
+/// (Landlock refuses a connect to any other port).
 fn proxy_port() -> u16 {
-    let mut b = [0u8; 2];
-    if std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut b))
-        .is_err()
-    {
-        let t = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.subsec_nanos())
-            .unwrap_or(0);
-        b = (t as u16 ^ std::process::id() as u16).to_le_bytes();
-    }
-    // 20000..=59999: clear of the well-known and the usual ephemeral ports.
-    20_000 + u16::from_le_bytes(b) % 40_000
+    cordon_linux::netns::random_port()
 }
 
 /// What `cordon doctor` shows for `rung`: runnable, or what this machine

@@ -242,6 +242,32 @@ const DOCKER: Target = Target {
     },
 };
 
+fn has_runsc() -> bool {
+    let on_path = std::env::var_os("PATH")
+        .is_some_and(|paths| std::env::split_paths(&paths).any(|d| d.join("runsc").is_file()));
+    on_path || std::path::Path::new("/usr/bin/runsc").is_file()
+}
+
+/// Whether this machine runs gVisor sandboxes (root and `runsc`); a loud
+/// skip if not, a failure with `CI=true`.
+fn can_run_gvisor(case: &str) -> bool {
+    let missing = match (is_root(), has_runsc()) {
+        (true, true) => return true,
+        (false, _) => "launching a gVisor sandbox needs root",
+        (true, false) => "`runsc` is not installed (`apt-get install runsc`)",
+    };
+    assert!(!in_ci(), "CI=true and `{case}`: {missing}");
+    eprintln!("\n!!!!!!!! SKIPPED {case}: {missing} (CI=true makes this a failure) !!!!!!!!\n");
+    false
+}
+
+/// The `gvisor` backend (`hardened_container`).
+const GVISOR: Target = Target {
+    args: &["--min-isolation", "hardened_container"],
+    ready: can_run_gvisor,
+    env: no_env,
+};
+
 /// One `#[test]` per target for each sandbox case, in a module named for
 /// the target.
 macro_rules! against_every_backend {
@@ -265,7 +291,11 @@ macro_rules! against_every_backend {
 
 against_every_backend! {
     container = super::CONTAINER;
+<<<<<<< HEAD
     docker = super::DOCKER;
+=======
+    gvisor = super::GVISOR;
+>>>>>>> gvisor2
 }
 
 /// The pids of egress proxy processes (`cordon __egress-proxy`) holding
@@ -586,4 +616,194 @@ fn a_kept_sandbox_has_its_route_through_its_keeper(t: &Target) {
     let lines = f.audit();
     assert_eq!(lines.len(), 3, "{lines:?}");
     assert!(lines.iter().all(|l| l["identity"]["name"] == "agent-7"));
+}
+
+/// The network namespaces (`net:[N]`) process `pid` holds open as files.
+fn held_netns(pid: u32) -> Vec<String> {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| {
+            d.flatten()
+                .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+                .map(|t| t.display().to_string())
+                .filter(|t| t.starts_with("net:["))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Whether any process is in, or holds open, the network namespace `ns`.
+fn netns_in_use(ns: &str) -> Vec<u32> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let inside = std::fs::read_link(format!("/proc/{pid}/ns/net"))
+            .is_ok_and(|t| t.display().to_string() == ns);
+        if inside || held_netns(pid).iter().any(|h| h == ns) {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+/// The keeper process of the kept sandbox `handle`.
+fn keeper_of(handle: &str) -> Option<u32> {
+    let flag = format!("--handle={handle}");
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+        let pid = e.file_name().to_string_lossy().parse::<u32>().ok()?;
+        let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+        let args: Vec<&[u8]> = cmd.split(|b| *b == 0).collect();
+        (args.contains(&&b"__sandbox-keeper"[..]) && args.contains(&flag.as_bytes())).then_some(pid)
+    })
+}
+
+/// A gvisor sandbox with a route out leaves nothing once disposed of —
+/// no proxy process, no process in or holding its network namespace, no
+/// runsc container or directory — and neither does one whose keeper is
+/// killed with SIGKILL, once `cordon sandbox gc` has run.
+#[test]
+fn gvisor_routes_leave_nothing_after_down_or_a_killed_keeper_and_gc() {
+    let t = &GVISOR;
+    if !(t.ready)("gvisor_routes_leave_nothing_after_down_or_a_killed_keeper_and_gc") {
+        return;
+    }
+    let (port, hits) = upstream("hello-gc");
+    let f = Fixture::new(&[format!("ok.test:{port}")]);
+    for kill in [false, true] {
+        let thread = if kill { "killed" } else { "down" };
+        let mut args: Vec<String> = ["sandbox", "up", "--scope", "egress-gc", "--thread", thread]
+            .map(String::from)
+            .to_vec();
+        args.extend(f.selection(t));
+        let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+        let (code, out, err) = f.cordon(&argv);
+        assert_eq!(code, 0, "up: {err}");
+        let handle = out.trim().to_string();
+        // Two execs: the first a runsc sandbox of its own, the second a
+        // container in the sandbox's pod.
+        for _ in 0..2 {
+            let mut args: Vec<String> =
+                vec!["sandbox".into(), "exec".into(), handle.clone(), "--".into()];
+            args.extend(curl(&format!("http://ok.test:{port}/x")));
+            let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+            let (code, out, err) = f.cordon(&argv);
+            assert_eq!(code, 0, "exec: {err}");
+            assert_eq!(out, "hello-gc");
+        }
+        let keeper = keeper_of(&handle).expect("the sandbox's keeper");
+        let namespaces = held_netns(keeper);
+        assert_eq!(namespaces.len(), 1, "the keeper's route: {namespaces:?}");
+        let ns = &namespaces[0];
+        if kill {
+            // The keeper this test started, by its pid.
+            let killed = Command::new("kill")
+                .args(["-9", &keeper.to_string()])
+                .status()
+                .unwrap();
+            assert!(killed.success());
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+            while std::path::Path::new(&format!("/proc/{keeper}")).exists() {
+                assert!(std::time::Instant::now() < deadline, "the keeper lived on");
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            let (code, _, err) = f.cordon(&["sandbox", "gc"]);
+            assert_eq!(code, 0, "gc: {err}");
+        } else {
+            let (code, _, err) = f.cordon(&["sandbox", "down", &handle]);
+            assert_eq!(code, 0, "down: {err}");
+        }
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        loop {
+            let proxies = egress_processes(&f.path("audit.jsonl"));
+            let users = netns_in_use(ns);
+            if proxies.is_empty() && users.is_empty() {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "after {thread}: egress proxies {proxies:?}, processes in or holding {ns}: {users:?}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        let prefix = format!("cordon-gvisor-{keeper}-");
+        let listed = Command::new("runsc")
+            .args(["--root", "/run/cordon/gvisor", "list", "-quiet"])
+            .output()
+            .unwrap();
+        let listed = String::from_utf8_lossy(&listed.stdout);
+        assert!(
+            !listed.lines().any(|l| l.starts_with(&prefix)),
+            "after {thread}: runsc still lists {listed}"
+        );
+        let dirs: Vec<_> = std::fs::read_dir(std::env::temp_dir())
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+            .map(|e| e.path())
+            .collect();
+        assert!(dirs.is_empty(), "after {thread}: left {dirs:?}");
+    }
+    assert_eq!(hits.load(Ordering::SeqCst), 4);
+}
+
+/// With a route out, a gVisor workload's sockets are the host kernel's
+/// (hostinet) in a namespace cordon made: it must reach the proxy's port
+/// and nothing else — not a listener on the host's loopback, not the
+/// host's own address, not an outside one (TCP or UDP) — and may not
+/// listen, nor open raw, packet or netlink sockets.
+#[test]
+fn a_gvisor_route_reaches_the_proxy_and_nothing_else() {
+    let t = &GVISOR;
+    if !(t.ready)("a_gvisor_route_reaches_the_proxy_and_nothing_else") {
+        return;
+    }
+    let (port, hits) = upstream("never");
+    let f = Fixture::new(&["ok.test:443".to_string()]);
+    // The host's first address that is not loopback, if it has one.
+    let host_ip = std::net::UdpSocket::bind("0.0.0.0:0")
+        .and_then(|s| s.connect("192.0.2.1:9").map(|()| s))
+        .and_then(|s| s.local_addr())
+        .map(|a| a.ip().to_string())
+        .unwrap_or_else(|_| "127.0.0.1".into());
+    let probe = format!(
+        r#"import socket,os
+p=int(os.environ["HTTP_PROXY"].rsplit(":",1)[1])
+def t(name,fam,typ,addr):
+  try:
+    s=socket.socket(fam,typ); s.settimeout(3)
+    if typ==socket.SOCK_DGRAM: s.sendto(b"x",addr); s.recv(1); print(name,"REACHED")
+    else: s.connect(addr); print(name,"REACHED")
+  except OSError as e: print(name,"refused",e.errno)
+t("proxy",socket.AF_INET,socket.SOCK_STREAM,("127.0.0.1",p))
+t("host-loopback",socket.AF_INET,socket.SOCK_STREAM,("127.0.0.1",{port}))
+t("host-address",socket.AF_INET,socket.SOCK_STREAM,("{host_ip}",{port}))
+t("outside",socket.AF_INET,socket.SOCK_STREAM,("192.0.2.1",80))
+t("outside-udp",socket.AF_INET,socket.SOCK_DGRAM,("192.0.2.1",53))
+t("v6-loopback",socket.AF_INET6,socket.SOCK_STREAM,("::1",{port}))
+for n,fam,typ,proto in [("raw",socket.AF_INET,socket.SOCK_RAW,1),("packet",17,socket.SOCK_RAW,0),("netlink",16,socket.SOCK_RAW,0)]:
+  try: socket.socket(fam,typ,proto); print(n,"REACHED")
+  except OSError as e: print(n,"refused",e.errno)
+try:
+  s=socket.socket(); s.bind(("127.0.0.1",0)); s.listen(); print("listen REACHED")
+except OSError as e: print("listen refused",e.errno)
+"#
+    );
+    let mut args: Vec<String> = vec!["run".into()];
+    args.extend(f.selection(t));
+    args.extend(["--".into(), "/usr/bin/python3".into(), "-c".into(), probe]);
+    let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (code, out, err) = f.cordon(&argv);
+    assert_eq!(code, 0, "{err}\n{out}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 10, "{out}");
+    assert_eq!(lines[0], "proxy REACHED", "{out}");
+    for l in &lines[1..] {
+        assert!(l.contains(" refused "), "a breach: `{l}`\n{out}");
+    }
+    assert_eq!(
+        hits.load(Ordering::SeqCst),
+        0,
+        "the host's listener was reached"
+    );
 }

@@ -266,6 +266,9 @@ fn doctor_reports_gvisor_with_its_platform() {
         .unwrap_or_else(|| panic!("no gvisor row:\n{text}"));
     assert!(row.contains("can run"), "{row}");
     assert!(row.contains("platform: ptrace"), "{row}");
+    // The egress route's wider kernel surface is said where it is chosen.
+    assert!(row.contains("allowlist"), "{row}");
+    assert!(row.contains("hostinet"), "{row}");
 }
 
 /// gVisor is opt-in: a `container` floor's default order passes over it
@@ -701,6 +704,119 @@ fn a_warm_sandbox_survives_the_end_of_its_runsc_sandbox() {
         !runsc_containers().iter().any(|c| c.starts_with(&dirs[0])),
         "a container of the sandbox is left"
     );
+}
+
+/// An image of cordon's store runs: its directories are bound from the
+/// store as the policy's plan grants (a directory the plan does not reach,
+/// like the image's `/root`, is empty), `/etc` is cordon's own, the first
+/// exec and a warm one (a container in the sandbox's pod, whose pause
+/// container is cordon's) both run the image's programs; a name the store
+/// lacks is refused with the store's message; nothing is left behind.
+#[test]
+fn an_image_from_cordons_store_runs_as_the_plan_grants() {
+    if !can_run("gvisor stored image") {
+        return;
+    }
+    let tmp = scratch();
+    let root = tmp.path().join("mini-root");
+    let made = Command::new("/bin/sh")
+        .arg("-c")
+        .arg(
+            r#"set -e; R="$1"; mkdir -p "$R/usr/bin" "$R/usr/lib" "$R/usr/lib64" "$R/etc" "$R/root"
+            ln -s usr/bin "$R/bin"; ln -s usr/lib "$R/lib"; ln -s usr/lib64 "$R/lib64"
+            for b in dash cat id; do cp /usr/bin/$b "$R/usr/bin/"
+              for l in $(ldd /usr/bin/$b | grep -o '/[^ ]*'); do
+                d="$R/usr$(dirname "${l#/usr}")"; mkdir -p "$d"; cp -L "$l" "$d/"; done; done
+            ln -s dash "$R/usr/bin/sh"; echo mini > "$R/usr/lib/marker"; echo secret > "$R/root/secret"
+            echo image-passwd > "$R/etc/passwd""#,
+        )
+        .arg("sh")
+        .arg(&root)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let store = tmp.path().join("store");
+    std::fs::create_dir(&store).unwrap();
+    let state = tmp.path().join("state");
+    let cordon = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_cordon"))
+            .args(args)
+            .env("CORDON_IMAGE_STORE", &store)
+            .env("CORDON_STATE_DIR", &state)
+            .env("TMPDIR", tmp.path())
+            .output()
+            .unwrap();
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, _, err) = cordon(&["image", "import", "mini", root.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let spec = tmp.path().join("mini.yaml");
+    std::fs::write(&spec, "kind: run\nimage: mini\n").unwrap();
+    let script =
+        "cat /usr/lib/marker; id -u; cat /root/secret 2>/dev/null || echo unseen; cat /etc/passwd";
+    let check = |out: &str| {
+        let lines: Vec<&str> = out.lines().collect();
+        assert!(lines.len() > 3, "{out}");
+        assert_eq!(lines[0], "mini");
+        assert_ne!(lines[1], "0");
+        assert_eq!(lines[2], "unseen");
+        // cordon's own `/etc/passwd`, never the image's.
+        assert!(!out.contains("image-passwd"), "{out}");
+        assert!(lines[3..].iter().any(|l| l.starts_with("cordon:")), "{out}");
+    };
+    let (code, out, err) = cordon(&[
+        "run",
+        "--min-isolation",
+        "hardened_container",
+        "--spec",
+        spec.to_str().unwrap(),
+        "--",
+        "/bin/sh",
+        "-c",
+        script,
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("`gvisor` rung"), "{err}");
+    check(&out);
+    // A kept sandbox: the second exec is a container in the pod.
+    let (code, out, err) = cordon(&[
+        "sandbox",
+        "up",
+        "--scope",
+        "img",
+        "--thread",
+        "t",
+        "--min-isolation",
+        "hardened_container",
+        "--spec",
+        spec.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "up: {err}");
+    let handle = out.trim().to_string();
+    for _ in 0..2 {
+        let (code, out, err) = cordon(&["sandbox", "exec", &handle, "--", "/bin/sh", "-c", script]);
+        assert_eq!(code, 0, "exec: {err}");
+        check(&out);
+    }
+    let (code, _, err) = cordon(&["sandbox", "down", &handle]);
+    assert_eq!(code, 0, "down: {err}");
+    std::fs::write(&spec, "kind: run\nimage: absent\n").unwrap();
+    let (code, _, err) = cordon(&[
+        "run",
+        "--min-isolation",
+        "hardened_container",
+        "--spec",
+        spec.to_str().unwrap(),
+        "--",
+        "/bin/true",
+    ]);
+    assert_ne!(code, 0);
+    assert!(err.contains("absent"), "{err}");
+    assert_eq!(leftovers(tmp.path()), Vec::<String>::new());
 }
 
 /// Up, two execs (the second starts the sandbox's runsc sandbox, its

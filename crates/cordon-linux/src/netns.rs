@@ -69,6 +69,25 @@ pub fn private_with_listener(port: u16) -> io::Result<PrivateNetns> {
     })
 }
 
+/// A port for a sandbox's proxy listener, inside a network namespace of
+/// its own: any port works there; a random one per sandbox means one
+/// sandbox's port names nothing a workload could count on in another's.
+/// In 20000..=59999, clear of the well-known and the usual ephemeral ports.
+pub fn random_port() -> u16 {
+    let mut b = [0u8; 2];
+    if std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut b))
+        .is_err()
+    {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
+        b = (t as u16 ^ std::process::id() as u16).to_le_bytes();
+    }
+    20_000 + u16::from_le_bytes(b) % 40_000
+}
+
 /// Whether `a` and `b` are the same network namespace (for tests and
 /// checks: a listener must never be bound in the host's).
 pub fn same(a: BorrowedFd<'_>, b: BorrowedFd<'_>) -> io::Result<bool> {
