@@ -6,8 +6,15 @@
 //!   speaks 1.41, older than the crate's default) and refusing one older
 //!   than [`engine::MIN_API`]; it owns a small tokio runtime, so the
 //!   synchronous backend traits work from any caller, inside a runtime or
-//!   not. The engine is `CORDON_DOCKER_HOST` (`unix:///…`), else
-//!   `/var/run/docker.sock`.
+//!   not. The engines are `CORDON_DOCKER_HOST` (`unix:///…`, several
+//!   comma-separated), else `/var/run/docker.sock`; each must be on this
+//!   host (cordon binds its directories into the containers), so a TCP
+//!   endpoint is refused.
+//! - Placement ([`engine::place`]): a new sandbox goes to the engine with
+//!   the fewest live cordon sandboxes (anchors, by label) among those that
+//!   answer within [`engine::ANSWER`], the configured order breaking ties.
+//!   `dispose_scope` and `gc` look at every engine; one that does not
+//!   answer is named (never taken for empty).
 //! - [`DockerBackend`] (`backend.rs`) acquires a [`DockerSandbox`]
 //!   (`sandbox.rs`): a directory on the host holding cordon's `/etc`
 //!   files, a volume of `max_disk` for the work dir and `/tmp`, and the

@@ -20,14 +20,15 @@ use cordon_sandbox::{
 };
 
 fn backend(engine: &dockerd::Dockerd, policy: Arc<Policy>) -> Arc<DockerBackend> {
-    let engine = Engine::connect(&Endpoint::parse(&engine.host()).unwrap()).unwrap();
+    let endpoint = Endpoint::parse(&engine.host()).unwrap();
+    Engine::connect(&endpoint).unwrap();
     Arc::new(DockerBackend::new(DockerConfig {
         policy,
         env: Deployment::default(),
         // Where kept residues are vetted to be: this process's TMPDIR.
         scratch: std::env::temp_dir(),
         work_dir: None,
-        engine,
+        endpoints: vec![endpoint],
         egress: Default::default(),
     }))
 }

@@ -312,8 +312,16 @@ fn go(cmd: SandboxCommand) -> Result<ExitCode, ExitCode> {
                     Ok(ExitCode::SUCCESS)
                 }
                 (None, Some(s), Some(t)) => {
-                    let n = keeper::dispose_scope(&st, &crate::registry(), None, &s, &t)
-                        .map_err(refuse)?;
+                    let (n, failures) =
+                        keeper::dispose_scope(&st, &crate::registry(), None, &s, &t)
+                            .map_err(refuse)?;
+                    if !failures.is_empty() {
+                        // Never a bare count over what was left.
+                        return Err(refuse(format!(
+                            "{n} disposed, and not all of scope `{s}` thread `{t}`: {}",
+                            failures.join("; ")
+                        )));
+                    }
                     print_disposed(n);
                     Ok(ExitCode::SUCCESS)
                 }
