@@ -98,7 +98,16 @@ pub fn maker_of(name: &str) -> Option<u32> {
         .flatten()
 }
 
-/// Whether process `pid` is gone.
+/// Whether process `pid` is gone: no such process, or one that has
+/// exited and waits to be reaped (a zombie, as a keeper whose parent is
+/// an init that does not reap; its pid is not reused while it is one).
 pub(crate) fn gone(pid: u32) -> bool {
-    !std::path::Path::new(&format!("/proc/{pid}")).exists()
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return !std::path::Path::new(&format!("/proc/{pid}")).exists();
+    };
+    let state = stat
+        .rfind(')')
+        .and_then(|i| stat.get(i + 2..))
+        .and_then(|rest| rest.split_whitespace().next());
+    matches!(state, Some("Z" | "X"))
 }

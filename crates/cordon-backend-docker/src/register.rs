@@ -311,6 +311,22 @@ mod tests {
     }
 
     #[test]
+    fn a_zombie_maker_is_gone_a_live_one_is_not() {
+        assert!(!crate::gone(std::process::id()));
+        assert!(crate::gone(4_000_000)); // above any pid_max
+        let mut child = std::process::Command::new("/bin/true").spawn().unwrap();
+        let pid = child.id();
+        // Exited, not yet reaped: a zombie.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while !crate::gone(pid) {
+            assert!(std::time::Instant::now() < deadline, "never a zombie");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert!(std::path::Path::new(&format!("/proc/{pid}")).exists());
+        child.wait().unwrap();
+    }
+
+    #[test]
     fn several_endpoints_are_a_list_each_named_once() {
         use crate::engine::parse_endpoints;
         let eps = parse_endpoints("unix:///a.sock, unix:///b.sock").unwrap();
