@@ -174,9 +174,15 @@ fn sweep() -> (Vec<String>, Vec<String>) {
     for (ep, reached) in crate::engine::reach(&eps) {
         let engine = match reached {
             Ok(engine) => engine,
-            // No engine configured and none at the default socket: nothing
-            // of this backend's can be there.
-            Err(_) if std::env::var_os(crate::engine::HOST_VAR).is_none() => continue,
+            // No engine configured and no socket at the default path:
+            // nothing of this backend's can be there. (A socket there that
+            // does not answer is reported below.)
+            Err(_)
+                if std::env::var_os(crate::engine::HOST_VAR).is_none()
+                    && std::fs::symlink_metadata(&ep.socket).is_err() =>
+            {
+                continue
+            }
             Err(e) => {
                 failures.push(format!(
                     "the docker engine at `{ep}` was not swept (it did not answer; its containers, if any, are left until it does): {e}"
