@@ -817,10 +817,11 @@ fn pair(thread: &str, agent: &str) -> (String, String) {
 /// `CORDON_DOCKER_HOST`: new sandboxes go to the engine with the fewest,
 /// the configured order breaking ties, so four land two on each; one
 /// `down --scope` disposes of a thread's sandboxes on both; with one engine
-/// gone, `doctor` names it, a new sandbox lands on the other, a scope with
-/// a sandbox there reports the engine instead of counting it gone, and
-/// `gc` reports it as not swept; back again, `gc` finds and removes what it
-/// held.
+/// gone, `doctor` names it, a new sandbox lands on the other though that
+/// one holds more, `down` of a sandbox there (by handle, or its thread's
+/// scope) exits 125 naming the engine instead of counting it gone, and
+/// `gc` reports it as not swept; restarted on the same data root and
+/// socket, `gc` finds and removes what it held.
 #[test]
 fn sandboxes_are_placed_over_two_engines_and_found_on_each() {
     let _alone = KITS_ALONE.read().unwrap_or_else(|e| e.into_inner());
@@ -868,6 +869,13 @@ fn sandboxes_are_placed_over_two_engines_and_found_on_each() {
     assert_eq!((code, out.trim()), (0, "disposed 2 sandboxes"), "{err}");
     assert_eq!(anchors_on(&a), [pair("y", "p")]);
     assert_eq!(anchors_on(&b), [pair("y", "q")]);
+    // A tie again (A first), then B with the fewer.
+    up("w", "p");
+    let on_b = up("w", "q");
+    assert_eq!(anchors_on(&a), [pair("w", "p"), pair("y", "p")]);
+    assert_eq!(anchors_on(&b), [pair("w", "q"), pair("y", "q")]);
+    // A tie: A. Now A holds three, B two.
+    up("v", "p");
 
     // B goes away.
     b.stop();
@@ -881,16 +889,33 @@ fn sandboxes_are_placed_over_two_engines_and_found_on_each() {
         row.contains(&format!("engine `{}` does not answer", b.host())),
         "{row}"
     );
-    // A new sandbox lands on A, though A holds more.
+    // A new sandbox lands on A, though A holds more: B is skipped.
     up("z", "p");
-    assert_eq!(anchors_on(&a), [pair("y", "p"), pair("z", "p")]);
+    assert_eq!(
+        anchors_on(&a),
+        [
+            pair("v", "p"),
+            pair("w", "p"),
+            pair("y", "p"),
+            pair("z", "p")
+        ]
+    );
+    // A sandbox on B, by its handle: reported, not a success.
+    let (code, out, err) = cordon(&["sandbox", "down", &on_b]);
+    assert_eq!(code, 125, "{out}{err}");
+    assert!(
+        err.contains(&b.host()) && err.contains("did not answer"),
+        "{err}"
+    );
+    let (code, out, err) = cordon(&["sandbox", "down", "--scope", "two", "--thread", "w"]);
+    assert_eq!((code, out.trim()), (0, "disposed 1 sandbox"), "{err}");
     // Thread y has a sandbox on each: A's goes, B's is reported, never
     // counted as disposed in silence.
     let (code, out, err) = cordon(&["sandbox", "down", "--scope", "two", "--thread", "y"]);
     assert_eq!(code, 125, "{out}{err}");
     assert!(err.contains(&b.host()), "{err}");
     assert!(err.contains("did not answer"), "{err}");
-    assert_eq!(anchors_on(&a), [pair("z", "p")]);
+    assert_eq!(anchors_on(&a), [pair("v", "p"), pair("z", "p")]);
     // gc says B was not swept.
     let (code, _, err) = cordon(&["sandbox", "gc"]);
     assert_eq!(code, 0, "{err}");
@@ -904,12 +929,14 @@ fn sandboxes_are_placed_over_two_engines_and_found_on_each() {
 
     // B is back, with the sandbox it held: gc finds and removes it.
     b.restart();
-    assert_eq!(anchors_on(&b), [pair("y", "q")]);
+    assert_eq!(anchors_on(&b), [pair("w", "q"), pair("y", "q")]);
     let (code, _, err) = cordon(&["sandbox", "gc"]);
     assert_eq!(code, 0, "{err}");
     assert_eq!(anchors_on(&b), Vec::<(String, String)>::new(), "{err}");
-    let (code, out, err) = cordon(&["sandbox", "down", "--scope", "two", "--thread", "z"]);
-    assert_eq!((code, out.trim()), (0, "disposed 1 sandbox"), "{err}");
+    for thread in ["v", "z"] {
+        let (code, out, err) = cordon(&["sandbox", "down", "--scope", "two", "--thread", thread]);
+        assert_eq!((code, out.trim()), (0, "disposed 1 sandbox"), "{err}");
+    }
     assert_eq!(leftovers(&a, tmp.path()), Vec::<String>::new());
     assert_eq!(leftovers(&b, tmp.path()), Vec::<String>::new());
 }
