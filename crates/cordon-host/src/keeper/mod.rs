@@ -172,7 +172,7 @@ pub fn dispose_record(state: &StateDir, registry: &Registry, rec: &Record) -> Ve
     if let Err(why) = vet_record(state, registry, rec) {
         return vec![why];
     }
-    let mut failures = Vec::new();
+    let mut note = None;
     if rec.keeper.alive() {
         match ask(&state.socket_path(&rec.handle), &Request::Dispose, &[]) {
             Ok(Reply::Disposed) => {
@@ -182,13 +182,23 @@ pub fn dispose_record(state: &StateDir, registry: &Registry, rec: &Record) -> Ve
                     std::thread::sleep(Duration::from_millis(10));
                 }
             }
-            other => failures.push(format!(
-                "the keeper did not dispose ({other:?}); reclaiming"
-            )),
+            other => {
+                note = Some(format!(
+                    "the keeper did not dispose ({other:?}); reclaiming"
+                ))
+            }
         }
     }
-    failures.extend(force_reclaim(state, registry, rec));
-    failures
+    let failures = force_reclaim(state, registry, rec);
+    match note {
+        // Reclaimed whole without it: a note, not a failure.
+        Some(note) if failures.is_empty() => {
+            tracing::warn!(handle = %rec.handle, "{note}; reclaimed");
+            failures
+        }
+        Some(note) => std::iter::once(note).chain(failures).collect(),
+        None => failures,
+    }
 }
 
 /// Reclaims `rec` without asking its keeper: kills the keeper if it is
