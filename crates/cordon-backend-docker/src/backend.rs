@@ -10,7 +10,7 @@ use cordon_sandbox::{
     IsolationError, Sandbox, SandboxKey,
 };
 
-use crate::engine::Engine;
+use crate::engine::Endpoint;
 use crate::failed;
 use crate::sandbox::DockerSandbox;
 
@@ -25,8 +25,10 @@ pub struct DockerConfig {
     /// The operator's work dir (`--work-dir`), owned by
     /// [`crate::WORKLOAD_ID`]; `None`: a fresh one per sandbox.
     pub work_dir: Option<PathBuf>,
-    /// The engine, as the probe found it answering.
-    pub engine: Engine,
+    /// The engines, in the configured order: each acquire places its
+    /// sandbox on one ([`crate::engine::place`]); `dispose_scope` looks
+    /// at every one.
+    pub endpoints: Vec<Endpoint>,
     /// How the egress proxy resolves names and where it audits.
     pub egress: cordon_sandbox::EgressSetup,
 }
@@ -151,7 +153,13 @@ impl Backend for DockerBackend {
         } else {
             Some(self.egress_host().map_err(|e| failed("acquire", e))?)
         };
-        let made = Arc::new(DockerSandbox::create(&self.config, req, egress)?);
+        let engine = crate::engine::place(&self.config.endpoints).map_err(|reason| {
+            BackendError::Refused {
+                operation: "acquire",
+                reason,
+            }
+        })?;
+        let made = Arc::new(DockerSandbox::create(&self.config, &engine, req, egress)?);
         let mut all = self.registry("acquire")?;
         // Another thread may have made one meanwhile: keep the first.
         if let Some(s) = all.get(&req.key) {
@@ -193,34 +201,54 @@ impl Backend for DockerBackend {
             }
         }
         // Those another cordon process made (or one that restarted): found
-        // by their labels on the engine.
-        let others = self
-            .config
-            .engine
-            .containers(&[
-                (crate::LABEL_OWNER, crate::OWNER),
-                (crate::LABEL_ROLE, "anchor"),
-                (crate::LABEL_SCOPE, scope),
-                (crate::LABEL_THREAD, thread_id),
-            ])
-            .map_err(|e| failed("dispose_scope", e))?;
-        for (_, labels) in others {
-            let (Some(id), Some(dir)) = (
-                labels.get(crate::LABEL_SANDBOX),
-                labels.get(crate::LABEL_DIR),
-            ) else {
-                continue;
-            };
-            let engine = self.config.engine.endpoint.to_string();
-            let residue = serde_json::json!({"dir": dir, "sandbox": id, "engine": engine});
-            let keeper = crate::maker_of(id).unwrap_or(0);
-            match crate::register::vet_residue(&residue, keeper) {
-                Ok(()) => {
-                    failures.extend(crate::register::reclaim_residue(&residue));
-                    n += 1;
+        // by their labels, on every engine. One that does not answer is
+        // never taken for empty: it is named in the error.
+        let mut unanswered = Vec::new();
+        for (ep, reached) in crate::engine::reach(&self.config.endpoints) {
+            let listed = reached.and_then(|engine| {
+                engine.containers(&[
+                    (crate::LABEL_OWNER, crate::OWNER),
+                    (crate::LABEL_ROLE, "anchor"),
+                    (crate::LABEL_SCOPE, scope),
+                    (crate::LABEL_THREAD, thread_id),
+                ])
+            });
+            let others = match listed {
+                Ok(others) => others,
+                Err(e) => {
+                    unanswered.push(format!("`{ep}` ({e})"));
+                    continue;
                 }
-                Err(e) => failures.push(format!("sandbox `{id}` left alone: {e}")),
+            };
+            for (_, labels) in others {
+                let (Some(id), Some(dir)) = (
+                    labels.get(crate::LABEL_SANDBOX),
+                    labels.get(crate::LABEL_DIR),
+                ) else {
+                    continue;
+                };
+                let residue =
+                    serde_json::json!({"dir": dir, "sandbox": id, "engine": ep.to_string()});
+                let keeper = crate::maker_of(id).unwrap_or(0);
+                match crate::register::vet_residue(&residue, keeper) {
+                    Ok(()) => {
+                        let left = crate::register::reclaim_residue(&residue);
+                        if left.is_empty() {
+                            n += 1;
+                        }
+                        failures.extend(left);
+                    }
+                    Err(e) => failures.push(format!("sandbox `{id}` left alone: {e}")),
+                }
             }
+        }
+        if !unanswered.is_empty() {
+            failures.push(format!(
+                "{n} disposed; the engine{} {} did not answer, so {} sandboxes of scope `{scope}` thread `{thread_id}` (if any) are left: run `dispose_scope` again (or `cordon sandbox gc`) once it answers",
+                if unanswered.len() == 1 { "" } else { "s" },
+                unanswered.join(", "),
+                if unanswered.len() == 1 { "its" } else { "their" },
+            ));
         }
         if failures.is_empty() {
             Ok(n)

@@ -30,32 +30,64 @@ pub const DEFAULT_SOCKET: &str = "/var/run/docker.sock";
 /// answering (image imports and container starts included).
 const TIMEOUT_SECS: u64 = 120;
 
-/// The engines this process is pointed at. One today (the local socket, or
-/// [`HOST_VAR`]); a list so placement over several engines can come
-/// without changing the callers.
+/// How long an engine has to answer whether it is there (its version) and
+/// to list its containers, before it counts as not answering: short, so
+/// one engine that hangs does not hold up placement on the others.
+pub const ANSWER: Duration = Duration::from_secs(2);
+/// How long a listing may take on an engine that answered.
+const LIST: Duration = Duration::from_secs(10);
+
+/// The engines this process is pointed at: [`HOST_VAR`], a comma-separated
+/// list of `unix://` endpoints, else the local socket. The same endpoint
+/// twice is refused (it would be counted twice at placement).
 pub fn endpoints() -> Result<Vec<Endpoint>, String> {
-    let raw = std::env::var(HOST_VAR).unwrap_or_else(|_| format!("unix://{DEFAULT_SOCKET}"));
-    raw.split(',')
+    parse_endpoints(&std::env::var(HOST_VAR).unwrap_or_else(|_| format!("unix://{DEFAULT_SOCKET}")))
+}
+
+/// [`endpoints`] from the variable's value.
+pub fn parse_endpoints(raw: &str) -> Result<Vec<Endpoint>, String> {
+    let eps: Vec<Endpoint> = raw
+        .split(',')
         .map(str::trim)
         .filter(|s| !s.is_empty())
         .map(Endpoint::parse)
-        .collect()
+        .collect::<Result<_, _>>()?;
+    if eps.is_empty() {
+        return Err(format!(
+            "`{HOST_VAR}` names no engine; set it to `unix:///path/to/docker.sock` (several: comma-separated)"
+        ));
+    }
+    for (i, ep) in eps.iter().enumerate() {
+        if eps[..i].contains(ep) {
+            return Err(format!(
+                "`{HOST_VAR}` names `{ep}` twice; name each engine once"
+            ));
+        }
+    }
+    Ok(eps)
 }
 
 /// Where an engine listens.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Endpoint {
     pub socket: PathBuf,
 }
 
 impl Endpoint {
+    /// A `unix:///absolute/path` endpoint. A TCP endpoint (remote, with
+    /// TLS client certificates) is refused: cordon binds the host's
+    /// directories (the image's, the work dir's volume, the masks) into
+    /// each container, which needs the engine on the same host.
     pub fn parse(s: &str) -> Result<Endpoint, String> {
         match s.strip_prefix("unix://") {
             Some(p) if p.starts_with('/') => Ok(Endpoint {
                 socket: PathBuf::from(p),
             }),
+            _ if s.starts_with("tcp://") || s.starts_with("https://") || s.starts_with("http://") => Err(format!(
+                "`{s}` is a remote engine, which cordon does not drive in this version: each sandbox's container binds directories of the host cordon runs on (the image's, the work dir's volume, cordon's `/etc` and masks), so the engine must be on that host; set `{HOST_VAR}` to its `unix:///path/to/docker.sock` (several engines on this host: comma-separated)"
+            )),
             _ => Err(format!(
-                "`{s}` is not an engine endpoint cordon drives; set `{HOST_VAR}` to `unix:///path/to/docker.sock` (TCP endpoints are not served in this version)"
+                "`{s}` is not an engine endpoint cordon drives; set `{HOST_VAR}` to `unix:///path/to/docker.sock` (several: comma-separated)"
             )),
         }
     }
@@ -167,13 +199,25 @@ impl Engine {
             .map_err(|e| format!("cannot reach the engine at `{endpoint}`: {e}"))?;
         let ep = endpoint.clone();
         call(async move {
-            let docker = docker.negotiate_version().await.map_err(|e| {
-                format!("the engine at `{ep}` does not answer its API: {e}; is `dockerd` running?")
-            })?;
-            let v = docker
-                .version()
-                .await
-                .map_err(|e| format!("the engine at `{ep}` did not give its version: {e}"))?;
+            let asked = async {
+                let docker = docker.negotiate_version().await?;
+                let v = docker.version().await?;
+                Ok::<_, bollard::errors::Error>((docker, v))
+            };
+            let (docker, v) = match tokio::time::timeout(ANSWER, asked).await {
+                Ok(Ok(answered)) => answered,
+                Ok(Err(e)) => {
+                    return Err(format!(
+                        "the engine at `{ep}` does not answer its API: {e}; is `dockerd` running?"
+                    ))
+                }
+                Err(_) => {
+                    return Err(format!(
+                        "the engine at `{ep}` did not answer within {} s; is `dockerd` running?",
+                        ANSWER.as_secs()
+                    ))
+                }
+            };
             let api = v.api_version.unwrap_or_default();
             match api_of(&api) {
                 Some(a) if a >= MIN_API => {}
@@ -256,19 +300,25 @@ impl Engine {
     pub fn containers(&self, labels: &[(&str, &str)]) -> Result<Vec<Listed>, String> {
         let d = self.docker();
         let filter: Vec<String> = labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let ep = self.endpoint.clone();
         call(async move {
             let opts = bollard::query_parameters::ListContainersOptionsBuilder::default()
                 .all(true)
                 .filters(&HashMap::from([("label".to_string(), filter)]))
                 .build();
-            d.list_containers(Some(opts))
-                .await
-                .map_err(|e| format!("listing containers: {e}"))
-                .map(|cs| {
-                    cs.into_iter()
-                        .filter_map(|c| Some((c.id?, c.labels.unwrap_or_default())))
-                        .collect()
-                })
+            match tokio::time::timeout(LIST, d.list_containers(Some(opts))).await {
+                Ok(Ok(cs)) => Ok(cs
+                    .into_iter()
+                    .filter_map(|c| Some((c.id?, c.labels.unwrap_or_default())))
+                    .collect()),
+                Ok(Err(e)) => Err(format!(
+                    "the engine at `{ep}` did not list its containers: {e}"
+                )),
+                Err(_) => Err(format!(
+                    "the engine at `{ep}` did not list its containers within {} s",
+                    LIST.as_secs()
+                )),
+            }
         })?
     }
 
@@ -277,6 +327,7 @@ impl Engine {
     pub fn remove(&self, id: &str) -> Result<(), String> {
         let d = self.docker();
         let id = id.to_string();
+        let ep = self.endpoint.clone();
         call(async move {
             let opts = bollard::query_parameters::RemoveContainerOptionsBuilder::default()
                 .force(true)
@@ -287,7 +338,7 @@ impl Engine {
                 Err(bollard::errors::Error::DockerResponseServerError {
                     status_code: 404, ..
                 }) => Ok(()),
-                Err(e) => Err(format!("removing container `{id}`: {e}")),
+                Err(e) => Err(format!("removing container `{id}` on `{ep}`: {e}")),
             }
         })?
     }
@@ -316,19 +367,96 @@ impl Engine {
     }
 }
 
-/// The engine this process uses (the one endpoint [`endpoints`] names;
-/// several are refused until placement over them is built).
-pub fn local() -> Result<Engine, String> {
-    let eps = endpoints()?;
-    match eps.as_slice() {
-        [one] => Engine::connect(one),
-        [] => Err(format!("`{HOST_VAR}` names no engine")),
-        // Never one used and the others forgotten.
-        _ => Err(format!(
-            "`{HOST_VAR}` names {} engines, and placement over several is not in this version; name one",
-            eps.len()
-        )),
+/// Connects to each endpoint, in the configured order: the engine, or
+/// why it does not answer.
+pub fn reach(eps: &[Endpoint]) -> Vec<(Endpoint, Result<Engine, String>)> {
+    eps.iter()
+        .map(|ep| (ep.clone(), Engine::connect(ep)))
+        .collect()
+}
+
+/// The live cordon sandboxes on `engine`: its anchors.
+pub fn live_sandboxes(engine: &Engine) -> Result<usize, String> {
+    engine
+        .containers(&[
+            (crate::LABEL_OWNER, crate::OWNER),
+            (crate::LABEL_ROLE, "anchor"),
+        ])
+        .map(|cs| cs.len())
+}
+
+/// Where a new sandbox goes: the engine with the fewest live cordon
+/// sandboxes among those that answer and run cordon's trivial container
+/// ([`vet`]), the configured order breaking ties. An engine that does not
+/// answer is skipped; if none is left, the refusal names each engine and
+/// why.
+pub fn place(eps: &[Endpoint]) -> Result<Engine, String> {
+    let mut why = Vec::new();
+    let mut answering = Vec::new();
+    for (ep, reached) in reach(eps) {
+        match reached.and_then(|e| live_sandboxes(&e).map(|n| (n, e))) {
+            Ok(counted) => answering.push(counted),
+            Err(e) => why.push(format!("`{ep}`: {e}")),
+        }
     }
+    // Stable: equal counts keep the configured order.
+    answering.sort_by_key(|(n, _)| *n);
+    for (_, engine) in answering {
+        match vet(&engine) {
+            Ok(_) => return Ok(engine),
+            Err(e) => why.push(format!("`{}`: {e}", engine.endpoint)),
+        }
+    }
+    Err(format!(
+        "no Docker Engine of `{HOST_VAR}` can take a sandbox: {}",
+        why.join("; ")
+    ))
+}
+
+/// Checks that `engine` runs cordon's trivial container under its
+/// confinement, once per engine and process, and records it on the engine
+/// so later processes ask one question instead of running one. Returns
+/// what was found, for `doctor`.
+pub fn vet(engine: &Engine) -> Result<String, String> {
+    static VETTED: std::sync::Mutex<Vec<(Endpoint, String, String)>> =
+        std::sync::Mutex::new(Vec::new());
+    let key = (engine.endpoint.clone(), engine.version.clone());
+    if let Some((_, _, found)) = VETTED
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .iter()
+        .find(|(ep, v, _)| (ep, v) == (&key.0, &key.1))
+    {
+        return Ok(found.clone());
+    }
+    // A trivial container that ran is recorded on the engine (a container
+    // made and never started, named for the engine's version and what
+    // cordon asks of it): a changed engine or a changed confinement has
+    // another name and runs it again.
+    let record = crate::sandbox::probe_record(engine)?;
+    let recorded = engine.containers(&[
+        (crate::LABEL_OWNER, crate::OWNER),
+        (crate::LABEL_ROLE, "probed"),
+        (crate::LABEL_SANDBOX, &record),
+    ])?;
+    let found = if recorded.is_empty() {
+        let started = std::time::Instant::now();
+        crate::sandbox::trivial(engine)
+            .map_err(|e| format!("a trivial container did not run on the engine: {e}"))?;
+        // Best effort: without the record the next process runs it again.
+        let _ = crate::sandbox::record_probe(engine, &record);
+        format!(
+            "a trivial container ran in {} ms",
+            started.elapsed().as_millis()
+        )
+    } else {
+        format!("a trivial container ran on this engine (recorded as `{record}`)")
+    };
+    VETTED
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .push((key.0, key.1, found.clone()));
+    Ok(found)
 }
 
 /// Where the CPU time of the cgroup that process `pid` is in can be read
@@ -372,76 +500,69 @@ pub fn cpu_nanos_in(file: &Path) -> Option<u64> {
 /// A probe's findings, once per process.
 #[derive(Debug, Clone)]
 pub struct Probed {
-    pub engine: Engine,
+    /// Every endpoint configured, in order (placement looks at each again
+    /// at every acquire: an engine down at the probe may answer later).
+    pub endpoints: Vec<Endpoint>,
     pub found: Vec<String>,
 }
 
-/// Connects, imports the `host` image and runs a trivial container, once
-/// per process: what `doctor` shows and what `build` needs.
+/// Connects to every engine, and on each that answers imports the `host`
+/// image and runs a trivial container ([`vet`]), once per process: what
+/// `doctor` shows and what `build` needs. Runnable when at least one
+/// engine answers and runs it; each that does not is named in `found`.
 pub fn probe() -> &'static Result<Probed, (String, Vec<String>)> {
     static P: OnceLock<Result<Probed, (String, Vec<String>)>> = OnceLock::new();
     P.get_or_init(|| {
         let mut found = Vec::new();
-        let eps = endpoints().map_err(|e| (e, Vec::new()))?;
+        let eps = endpoints().map_err(|e| (e.clone(), vec![e]))?;
         found.push(format!(
-            "engine endpoint: {}",
+            "engine endpoint{}: {}",
+            if eps.len() == 1 { "" } else { "s" },
             eps.iter()
                 .map(ToString::to_string)
                 .collect::<Vec<_>>()
                 .join(", ")
         ));
-        let unrunnable = |e: String, found: &Vec<String>| {
-            let mut found = found.clone();
-            found.push(e.clone());
-            (e, found)
-        };
         if !rustix::process::geteuid().is_root() {
-            return Err(unrunnable(
-                "the docker backend makes each sandbox's work dir volume and binds on the host, which needs root; run cordon as root".into(),
-                &found,
+            let e = "the docker backend makes each sandbox's work dir volume and binds on the host, which needs root; run cordon as root".to_string();
+            found.push(e.clone());
+            return Err((e, found));
+        }
+        let mut down = Vec::new();
+        for (ep, reached) in reach(&eps) {
+            let vetted = reached.and_then(|engine| {
+                let ran = vet(&engine)?;
+                Ok(format!(
+                    "engine `{ep}`: Docker {} (API {}, negotiated down from {}.{}); {ran}",
+                    engine.version,
+                    engine.api,
+                    bollard::API_DEFAULT_VERSION.major_version,
+                    bollard::API_DEFAULT_VERSION.minor_version
+                ))
+            });
+            match vetted {
+                Ok(line) => found.push(line),
+                Err(e) => {
+                    let line = format!("engine `{ep}` does not answer: {e}");
+                    found.push(line.clone());
+                    down.push(line);
+                }
+            }
+        }
+        if down.len() == eps.len() {
+            return Err((down.join("; "), found));
+        }
+        if !down.is_empty() {
+            found.push(format!(
+                "{} of {} engines do not answer: skipped for placement; their sandboxes, if any, are left until they answer",
+                down.len(),
+                eps.len()
             ));
         }
-        let engine = local().map_err(|e| unrunnable(e, &found))?;
-        found.push(format!(
-            "engine: Docker {} (API {}, negotiated down from {}.{})",
-            engine.version,
-            engine.api,
-            bollard::API_DEFAULT_VERSION.major_version,
-            bollard::API_DEFAULT_VERSION.minor_version
-        ));
-        // A trivial container that ran is recorded on the engine (a
-        // container made and never started, named for the engine's version
-        // and what cordon asks of it), so later processes ask the engine
-        // one question instead of running one: a changed engine or a
-        // changed confinement has another name and runs it again.
-        let record = crate::sandbox::probe_record(&engine).map_err(|e| unrunnable(e, &found))?;
-        let recorded = engine
-            .containers(&[
-                (crate::LABEL_OWNER, crate::OWNER),
-                (crate::LABEL_ROLE, "probed"),
-                (crate::LABEL_SANDBOX, &record),
-            ])
-            .map_err(|e| unrunnable(e, &found))?;
-        if recorded.is_empty() {
-            let started = std::time::Instant::now();
-            crate::sandbox::trivial(&engine).map_err(|e| {
-                unrunnable(
-                    format!("a trivial container did not run on the engine: {e}"),
-                    &found,
-                )
-            })?;
-            found.push(format!(
-                "a trivial container ran in {} ms",
-                started.elapsed().as_millis()
-            ));
-            // Best effort: without the record the next process runs it again.
-            let _ = crate::sandbox::record_probe(&engine, &record);
-        } else {
-            found.push(format!(
-                "a trivial container ran on this engine (recorded as `{record}`)"
-            ));
-        }
-        Ok(Probed { engine, found })
+        Ok(Probed {
+            endpoints: eps,
+            found,
+        })
     })
 }
 

@@ -6,8 +6,15 @@
 //!   speaks 1.41, older than the crate's default) and refusing one older
 //!   than [`engine::MIN_API`]; it owns a small tokio runtime, so the
 //!   synchronous backend traits work from any caller, inside a runtime or
-//!   not. The engine is `CORDON_DOCKER_HOST` (`unix:///…`), else
-//!   `/var/run/docker.sock`.
+//!   not. The engines are `CORDON_DOCKER_HOST` (`unix:///…`, several
+//!   comma-separated), else `/var/run/docker.sock`; each must be on this
+//!   host (cordon binds its directories into the containers), so a TCP
+//!   endpoint is refused.
+//! - Placement ([`engine::place`]): a new sandbox goes to the engine with
+//!   the fewest live cordon sandboxes (anchors, by label) among those that
+//!   answer within [`engine::ANSWER`], the configured order breaking ties.
+//!   `dispose_scope` and `gc` look at every engine; one that does not
+//!   answer is named (never taken for empty).
 //! - [`DockerBackend`] (`backend.rs`) acquires a [`DockerSandbox`]
 //!   (`sandbox.rs`): a directory on the host holding cordon's `/etc`
 //!   files, a volume of `max_disk` for the work dir and `/tmp`, and the
@@ -91,7 +98,16 @@ pub fn maker_of(name: &str) -> Option<u32> {
         .flatten()
 }
 
-/// Whether process `pid` is gone.
+/// Whether process `pid` is gone: no such process, or one that has
+/// exited and waits to be reaped (a zombie, as a keeper whose parent is
+/// an init that does not reap; its pid is not reused while it is one).
 pub(crate) fn gone(pid: u32) -> bool {
-    !std::path::Path::new(&format!("/proc/{pid}")).exists()
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return !std::path::Path::new(&format!("/proc/{pid}")).exists();
+    };
+    let state = stat
+        .rfind(')')
+        .and_then(|i| stat.get(i + 2..))
+        .and_then(|rest| rest.split_whitespace().next());
+    matches!(state, Some("Z" | "X"))
 }

@@ -48,7 +48,7 @@ fn build(setup: &BackendSetup, policy: Arc<Policy>) -> Result<Arc<dyn Backend>, 
         },
         scratch: setup.scratch.clone(),
         work_dir: setup.work_dir.clone(),
-        engine: probed.engine.clone(),
+        endpoints: probed.endpoints.clone(),
         egress: setup.egress.clone(),
     })))
 }
@@ -143,8 +143,8 @@ pub(crate) fn reclaim_residue(residue: &serde_json::Value) -> Vec<String> {
     let mut failures = match engine {
         Ok(engine) => engine.remove_labelled(crate::LABEL_SANDBOX, &r.sandbox),
         Err(e) => vec![format!(
-            "the containers of `{}` were not removed: {e}",
-            r.sandbox
+            "the engine at `{}` did not answer, so the containers of sandbox `{}` there are left (its directory is removed); `cordon sandbox gc` removes them once it answers: {e}",
+            r.engine, r.sandbox
         )],
     };
     if let Err(e) = remove_sandbox_dir(&r.dir) {
@@ -162,10 +162,35 @@ fn reclaim(residue: &serde_json::Value) -> Vec<String> {
 fn sweep() -> (Vec<String>, Vec<String>) {
     let mut done = Vec::new();
     let mut failures = Vec::new();
-    // Only an engine that answers is swept; one that does not is
-    // reported, its containers never silently forgotten.
-    match crate::engine::local() {
-        Ok(engine) => match engine.containers(&[(crate::LABEL_OWNER, crate::OWNER)]) {
+    // Every engine configured; only one that answers is swept, one that
+    // does not is reported, its containers never silently forgotten.
+    let eps = match crate::engine::endpoints() {
+        Ok(eps) => eps,
+        Err(e) => {
+            failures.push(format!("no docker engine was swept: {e}"));
+            Vec::new()
+        }
+    };
+    for (ep, reached) in crate::engine::reach(&eps) {
+        let engine = match reached {
+            Ok(engine) => engine,
+            // No engine configured and no socket at the default path:
+            // nothing of this backend's can be there. (A socket there that
+            // does not answer is reported below.)
+            Err(_)
+                if std::env::var_os(crate::engine::HOST_VAR).is_none()
+                    && std::fs::symlink_metadata(&ep.socket).is_err() =>
+            {
+                continue
+            }
+            Err(e) => {
+                failures.push(format!(
+                    "the docker engine at `{ep}` was not swept (it did not answer; its containers, if any, are left until it does): {e}"
+                ));
+                continue;
+            }
+        };
+        match engine.containers(&[(crate::LABEL_OWNER, crate::OWNER)]) {
             Ok(cs) => {
                 for (id, labels) in cs {
                     let maker = labels
@@ -174,7 +199,7 @@ fn sweep() -> (Vec<String>, Vec<String>) {
                     if maker.is_some_and(crate::gone) {
                         match engine.remove(&id) {
                             Ok(()) => done.push(format!(
-                                "docker container `{}`",
+                                "docker container `{}` on `{ep}`",
                                 labels
                                     .get(crate::LABEL_SANDBOX)
                                     .map_or(id.as_str(), String::as_str)
@@ -184,14 +209,8 @@ fn sweep() -> (Vec<String>, Vec<String>) {
                     }
                 }
             }
-            Err(e) => failures.push(e),
-        },
-        Err(e) if std::env::var_os(crate::engine::HOST_VAR).is_some() => {
-            failures.push(format!("the docker engine was not swept: {e}"));
+            Err(e) => failures.push(format!("the docker engine at `{ep}` was not swept: {e}")),
         }
-        // No engine configured and none at the default socket: nothing of
-        // this backend's can be there.
-        Err(_) => {}
     }
     let scratch = std::env::temp_dir();
     if let Ok(entries) = std::fs::read_dir(&scratch) {
@@ -290,5 +309,40 @@ mod tests {
         let e = crate::engine::Endpoint::parse("tcp://1.2.3.4:2375").unwrap_err();
         assert!(e.contains("CORDON_DOCKER_HOST"), "{e}");
         assert!(crate::engine::Endpoint::parse("unix://relative.sock").is_err());
+        // A remote engine is refused with why: the binds need this host.
+        assert!(
+            e.contains("same host") || e.contains("must be on that host"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_zombie_maker_is_gone_a_live_one_is_not() {
+        assert!(!crate::gone(std::process::id()));
+        assert!(crate::gone(4_000_000)); // above any pid_max
+        let mut child = std::process::Command::new("/bin/true").spawn().unwrap();
+        let pid = child.id();
+        // Exited, not yet reaped: a zombie.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while !crate::gone(pid) {
+            assert!(std::time::Instant::now() < deadline, "never a zombie");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert!(std::path::Path::new(&format!("/proc/{pid}")).exists());
+        child.wait().unwrap();
+    }
+
+    #[test]
+    fn several_endpoints_are_a_list_each_named_once() {
+        use crate::engine::parse_endpoints;
+        let eps = parse_endpoints("unix:///a.sock, unix:///b.sock").unwrap();
+        let socks: Vec<_> = eps.iter().map(|e| e.socket.clone()).collect();
+        assert_eq!(socks, [PathBuf::from("/a.sock"), PathBuf::from("/b.sock")]);
+        let e = parse_endpoints("unix:///a.sock,unix:///a.sock").unwrap_err();
+        assert!(e.contains("twice"), "{e}");
+        let e = parse_endpoints("unix:///a.sock,tcp://h:2376").unwrap_err();
+        assert!(e.contains("remote engine"), "{e}");
+        let e = parse_endpoints(" , ").unwrap_err();
+        assert!(e.contains("names no engine"), "{e}");
     }
 }

@@ -354,6 +354,7 @@ impl DockerSandbox {
     /// if the engine lacks it, and makes the anchor container.
     pub(crate) fn create(
         config: &DockerConfig,
+        engine: &Engine,
         req: &AcquireRequest,
         egress: Option<Arc<dyn cordon_egress::EgressService>>,
     ) -> Result<DockerSandbox, BackendError> {
@@ -375,7 +376,7 @@ impl DockerSandbox {
             }
         };
         let (image, image_dirs) =
-            skeleton(&config.engine, &image_root).map_err(|e| failed("acquire", e))?;
+            skeleton(engine, &image_root).map_err(|e| failed("acquire", e))?;
         let stamp = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.subsec_nanos());
@@ -409,10 +410,7 @@ impl DockerSandbox {
                 std::process::id().to_string(),
             ),
             (crate::LABEL_DIR.to_string(), dir.display().to_string()),
-            (
-                crate::LABEL_ENGINE.to_string(),
-                config.engine.endpoint.to_string(),
-            ),
+            (crate::LABEL_ENGINE.to_string(), engine.endpoint.to_string()),
         ]);
         let made = (|| -> Result<(HostImage, RootedFs, HostWorkDir), String> {
             let root = HostImage::prepare(&dir.join("rootfs"))?;
@@ -474,8 +472,8 @@ impl DockerSandbox {
                 .chain([(crate::LABEL_ROLE.to_string(), "anchor".to_string())])
                 .collect();
             match &egress {
-                None => make_anchor(&config.engine, &id, &image, anchor_labels)?,
-                Some(_) => start_holder(&config.engine, &id, anchor_labels)?,
+                None => make_anchor(engine, &id, &image, anchor_labels)?,
+                Some(_) => start_holder(engine, &id, anchor_labels)?,
             }
             Ok((root, view, files))
         })();
@@ -484,7 +482,7 @@ impl DockerSandbox {
                 return Ok((root, view, files, None));
             };
             let port = proxy_port();
-            let listener = listen_in(&config.engine, &id, port)?;
+            let listener = listen_in(engine, &id, port)?;
             let serving = service.serve(
                 listener,
                 cordon_egress::Caller {
@@ -498,7 +496,7 @@ impl DockerSandbox {
         let (_, view, files, route) = match routed {
             Ok(m) => m,
             Err(e) => {
-                let _ = config.engine.remove(&id);
+                let _ = engine.remove(&id);
                 let _ = remove_sandbox_dir(&dir);
                 return Err(failed("acquire", e));
             }
@@ -510,7 +508,7 @@ impl DockerSandbox {
         Ok(DockerSandbox {
             id,
             dir,
-            engine: config.engine.clone(),
+            engine: engine.clone(),
             image,
             image_root,
             image_dirs,

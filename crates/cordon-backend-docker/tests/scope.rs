@@ -20,16 +20,65 @@ use cordon_sandbox::{
 };
 
 fn backend(engine: &dockerd::Dockerd, policy: Arc<Policy>) -> Arc<DockerBackend> {
-    let engine = Engine::connect(&Endpoint::parse(&engine.host()).unwrap()).unwrap();
+    backend_over(&[engine], policy)
+}
+
+/// A backend over `engines`, in that order.
+fn backend_over(engines: &[&dockerd::Dockerd], policy: Arc<Policy>) -> Arc<DockerBackend> {
+    let endpoints: Vec<Endpoint> = engines
+        .iter()
+        .map(|e| {
+            let endpoint = Endpoint::parse(&e.host()).unwrap();
+            Engine::connect(&endpoint).unwrap();
+            endpoint
+        })
+        .collect();
     Arc::new(DockerBackend::new(DockerConfig {
         policy,
         env: Deployment::default(),
         // Where kept residues are vetted to be: this process's TMPDIR.
         scratch: std::env::temp_dir(),
         work_dir: None,
-        engine,
+        endpoints,
         egress: Default::default(),
     }))
+}
+
+/// The tests count this process's sandbox directories in TMPDIR: one at
+/// a time.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn caller(scope: &str, thread: &str, agent: &str) -> CallerContext {
+    let (s, t, a) = (scope.to_string(), thread.to_string(), agent.to_string());
+    let ns = s.clone();
+    CallerContext::new(
+        move || s.clone(),
+        move || t.clone(),
+        move || a.clone(),
+        move || Identity {
+            namespace: ns.clone(),
+            attested: true,
+            ..Identity::default()
+        },
+    )
+}
+
+/// The (thread, agent dir) of each sandbox an engine holds.
+fn anchors(engine: &dockerd::Dockerd) -> Vec<(String, String)> {
+    let mut found: Vec<(String, String)> = engine
+        .containers()
+        .into_iter()
+        .map(|(_, l)| l)
+        .filter(|l| l["dev.cordon.role"] == "anchor")
+        .map(|l| {
+            (
+                l["dev.cordon.thread"].as_str().unwrap().to_string(),
+                l["dev.cordon.agent-dir"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    found.sort();
+    found
 }
 
 fn ours_left(engine: &dockerd::Dockerd) -> Vec<String> {
@@ -52,6 +101,7 @@ fn ours_left(engine: &dockerd::Dockerd) -> Vec<String> {
 
 #[test]
 fn another_backend_disposes_of_a_scope_by_the_engines_labels() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let Some(engine) = dockerd::Dockerd::start("docker dispose_scope across backends") else {
         return;
     };
@@ -99,4 +149,66 @@ fn another_backend_disposes_of_a_scope_by_the_engines_labels() {
     // A's own handle is stale now; disposing of it is harmless.
     let _ = router.dispose_scope("scope-x", "thread-1");
     assert_eq!(ours_left(&engine), Vec::<String>::new());
+}
+
+/// Over two engines: a backend places a thread's two sandboxes one on
+/// each (the fewest, then the configured order); another backend, sharing
+/// nothing but the engines, disposes of the thread on both. With the
+/// second engine stopped, `dispose_scope` disposes of what the first holds
+/// and returns an error naming the second (never a bare count); once it
+/// is back, the same call finds and removes what it held.
+#[test]
+fn dispose_scope_looks_at_every_engine_and_names_one_that_does_not_answer() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(e1) = dockerd::Dockerd::start("docker dispose_scope over two engines (1)") else {
+        return;
+    };
+    let Some(mut e2) = dockerd::Dockerd::start("docker dispose_scope over two engines (2)") else {
+        return;
+    };
+    let policy = Arc::new(Policy::load_default().unwrap());
+    let a = backend_over(&[&e1, &e2], policy.clone());
+    let b = backend_over(&[&e1, &e2], policy.clone());
+    let router = Router::builder(policy, Deployment::default())
+        .min_isolation(Isolation::Container)
+        .backend(a.clone())
+        .build()
+        .unwrap();
+    let spec = SandboxSpec::new("placed", "host")
+        .unwrap()
+        .with_requires([Capability::Exec]);
+    let acquire_all = || {
+        for agent in ["p", "q"] {
+            drop(
+                router
+                    .acquire(&caller("scope-y", "t", agent), &spec)
+                    .expect("acquire"),
+            );
+        }
+    };
+    acquire_all();
+    let one = |t: &str, a: &str| vec![(t.to_string(), a.to_string())];
+    assert_eq!(anchors(&e1), one("t", "p"));
+    assert_eq!(anchors(&e2), one("t", "q"));
+    assert_eq!(b.dispose_scope("scope-y", "t").unwrap(), 2);
+    assert_eq!(anchors(&e1), Vec::<(String, String)>::new());
+    assert_eq!(anchors(&e2), Vec::<(String, String)>::new());
+    let _ = router.dispose_scope("scope-y", "t");
+
+    acquire_all();
+    e2.stop();
+    let e = b.dispose_scope("scope-y", "t").unwrap_err().to_string();
+    assert!(e.contains("1 disposed"), "{e}");
+    assert!(
+        e.contains(&e2.host()) && e.contains("did not answer"),
+        "{e}"
+    );
+    assert_eq!(anchors(&e1), Vec::<(String, String)>::new());
+    e2.restart();
+    assert_eq!(anchors(&e2), one("t", "q"));
+    assert_eq!(b.dispose_scope("scope-y", "t").unwrap(), 1);
+    assert_eq!(anchors(&e2), Vec::<(String, String)>::new());
+    let _ = router.dispose_scope("scope-y", "t");
+    assert_eq!(ours_left(&e1), Vec::<String>::new());
+    assert_eq!(ours_left(&e2), Vec::<String>::new());
 }

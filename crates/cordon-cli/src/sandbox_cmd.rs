@@ -304,16 +304,30 @@ fn go(cmd: SandboxCommand) -> Result<ExitCode, ExitCode> {
                     let lock = st.lock(&rec.key, Duration::from_secs(120)).map_err(fail)?;
                     // A record that does not hold up is left alone: refused.
                     keeper::vet_record(&st, &crate::registry(), &rec).map_err(refuse)?;
-                    for f in keeper::dispose_record(&st, &crate::registry(), &rec) {
-                        eprintln!("warning: {f}");
-                    }
+                    let failures = keeper::dispose_record(&st, &crate::registry(), &rec);
                     lock.unlock_and_remove();
+                    if !failures.is_empty() {
+                        // What was left (an engine that did not answer) is
+                        // the outcome, never a warning beside a success.
+                        return Err(refuse(format!(
+                            "`{h}` was not wholly disposed: {}",
+                            failures.join("; ")
+                        )));
+                    }
                     print_disposed(1);
                     Ok(ExitCode::SUCCESS)
                 }
                 (None, Some(s), Some(t)) => {
-                    let n = keeper::dispose_scope(&st, &crate::registry(), None, &s, &t)
-                        .map_err(refuse)?;
+                    let (n, failures) =
+                        keeper::dispose_scope(&st, &crate::registry(), None, &s, &t)
+                            .map_err(refuse)?;
+                    if !failures.is_empty() {
+                        // Never a bare count over what was left.
+                        return Err(refuse(format!(
+                            "{n} disposed, and not all of scope `{s}` thread `{t}`: {}",
+                            failures.join("; ")
+                        )));
+                    }
                     print_disposed(n);
                     Ok(ExitCode::SUCCESS)
                 }

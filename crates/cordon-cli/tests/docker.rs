@@ -35,9 +35,14 @@ fn scratch() -> tempfile::TempDir {
 /// `cordon ARGS` pointed at `engine`, with `tmp` as TMPDIR and its state
 /// directory.
 fn cordon(engine: &Dockerd, tmp: &Path, args: &[&str]) -> (i32, String, String) {
+    cordon_at(&engine.host(), tmp, args)
+}
+
+/// `cordon ARGS` pointed at the engines `hosts` (`CORDON_DOCKER_HOST`).
+fn cordon_at(hosts: &str, tmp: &Path, args: &[&str]) -> (i32, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_cordon"))
         .args(args)
-        .env("CORDON_DOCKER_HOST", engine.host())
+        .env("CORDON_DOCKER_HOST", hosts)
         .env("TMPDIR", tmp)
         .env("CORDON_STATE_DIR", tmp.join("state"))
         .env_remove("CORDON_MIN_ISOLATION")
@@ -782,4 +787,156 @@ fn gc_sweeps_what_a_killed_run_left() {
         Vec::<String>::new(),
         "{err}"
     );
+}
+
+/// The sandboxes an engine holds, as its own socket lists them: each
+/// anchor's (thread, agent dir), and that its label names this engine.
+fn anchors_on(engine: &Dockerd) -> Vec<(String, String)> {
+    let mut found: Vec<(String, String)> = engine
+        .containers()
+        .into_iter()
+        .map(|(_, l)| l)
+        .filter(|l| l["dev.cordon.role"] == "anchor")
+        .map(|l| {
+            assert_eq!(l["dev.cordon.engine"], engine.host().as_str(), "{l}");
+            (
+                l["dev.cordon.thread"].as_str().unwrap().to_string(),
+                l["dev.cordon.agent-dir"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    found.sort();
+    found
+}
+
+fn pair(thread: &str, agent: &str) -> (String, String) {
+    (thread.to_string(), agent.to_string())
+}
+
+/// Two engines (separate data roots and sockets) behind one
+/// `CORDON_DOCKER_HOST`: new sandboxes go to the engine with the fewest,
+/// the configured order breaking ties, so four land two on each; one
+/// `down --scope` disposes of a thread's sandboxes on both; with one engine
+/// gone, `doctor` names it, a new sandbox lands on the other though that
+/// one holds more, `down` of a sandbox there (by handle, or its thread's
+/// scope) exits 125 naming the engine instead of counting it gone, and
+/// `gc` reports it as not swept; restarted on the same data root and
+/// socket, `gc` finds and removes what it held.
+#[test]
+fn sandboxes_are_placed_over_two_engines_and_found_on_each() {
+    let _alone = KITS_ALONE.read().unwrap_or_else(|e| e.into_inner());
+    let Some(a) = Dockerd::start("docker over two engines (A)") else {
+        return;
+    };
+    let Some(mut b) = Dockerd::start("docker over two engines (B)") else {
+        return;
+    };
+    let tmp = scratch();
+    let hosts = format!("{},{}", a.host(), b.host());
+    let cordon = |args: &[&str]| cordon_at(&hosts, tmp.path(), args);
+    let up = |thread: &str, agent: &str| {
+        let (code, handle, err) = cordon(&[
+            "sandbox",
+            "up",
+            "--scope",
+            "two",
+            "--thread",
+            thread,
+            "--agent-dir",
+            agent,
+            "--backend",
+            "docker",
+            "--min-isolation",
+            "container",
+        ]);
+        assert_eq!(code, 0, "{err}");
+        handle.trim().to_string()
+    };
+
+    // Placement: A (a tie, the configured order), B, A, B.
+    let mut handles = Vec::new();
+    for (thread, agent) in [("x", "p"), ("x", "q"), ("y", "p"), ("y", "q")] {
+        handles.push(up(thread, agent));
+    }
+    assert_eq!(anchors_on(&a), [pair("x", "p"), pair("y", "p")]);
+    assert_eq!(anchors_on(&b), [pair("x", "q"), pair("y", "q")]);
+    // The one on B runs there.
+    let (code, out, err) = cordon(&["sandbox", "exec", &handles[1], "--", "/bin/echo", "on b"]);
+    assert_eq!((code, out.as_str()), (0, "on b\n"), "{err}");
+
+    // One thread's sandboxes, one on each engine, disposed at once.
+    let (code, out, err) = cordon(&["sandbox", "down", "--scope", "two", "--thread", "x"]);
+    assert_eq!((code, out.trim()), (0, "disposed 2 sandboxes"), "{err}");
+    assert_eq!(anchors_on(&a), [pair("y", "p")]);
+    assert_eq!(anchors_on(&b), [pair("y", "q")]);
+    // A tie again (A first), then B with the fewer.
+    up("w", "p");
+    let on_b = up("w", "q");
+    assert_eq!(anchors_on(&a), [pair("w", "p"), pair("y", "p")]);
+    assert_eq!(anchors_on(&b), [pair("w", "q"), pair("y", "q")]);
+    // A tie: A. Now A holds three, B two.
+    up("v", "p");
+
+    // B goes away.
+    b.stop();
+    let (_, out, _) = cordon(&["doctor", "--min-isolation", "container"]);
+    let row = out
+        .lines()
+        .find(|l| l.starts_with("docker "))
+        .unwrap_or_else(|| panic!("no docker row:\n{out}"));
+    assert!(row.contains("can run"), "{row}");
+    assert!(
+        row.contains(&format!("engine `{}` does not answer", b.host())),
+        "{row}"
+    );
+    // A new sandbox lands on A, though A holds more: B is skipped.
+    up("z", "p");
+    assert_eq!(
+        anchors_on(&a),
+        [
+            pair("v", "p"),
+            pair("w", "p"),
+            pair("y", "p"),
+            pair("z", "p")
+        ]
+    );
+    // A sandbox on B, by its handle: reported, not a success.
+    let (code, out, err) = cordon(&["sandbox", "down", &on_b]);
+    assert_eq!(code, 125, "{out}{err}");
+    assert!(
+        err.contains(&b.host()) && err.contains("did not answer"),
+        "{err}"
+    );
+    let (code, out, err) = cordon(&["sandbox", "down", "--scope", "two", "--thread", "w"]);
+    assert_eq!((code, out.trim()), (0, "disposed 1 sandbox"), "{err}");
+    // Thread y has a sandbox on each: A's goes, B's is reported, never
+    // counted as disposed in silence.
+    let (code, out, err) = cordon(&["sandbox", "down", "--scope", "two", "--thread", "y"]);
+    assert_eq!(code, 125, "{out}{err}");
+    assert!(err.contains(&b.host()), "{err}");
+    assert!(err.contains("did not answer"), "{err}");
+    assert_eq!(anchors_on(&a), [pair("v", "p"), pair("z", "p")]);
+    // gc says B was not swept.
+    let (code, _, err) = cordon(&["sandbox", "gc"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains(&format!(
+            "the docker engine at `{}` was not swept",
+            b.host()
+        )),
+        "{err}"
+    );
+
+    // B is back, with the sandbox it held: gc finds and removes it.
+    b.restart();
+    assert_eq!(anchors_on(&b), [pair("w", "q"), pair("y", "q")]);
+    let (code, _, err) = cordon(&["sandbox", "gc"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(anchors_on(&b), Vec::<(String, String)>::new(), "{err}");
+    for thread in ["v", "z"] {
+        let (code, out, err) = cordon(&["sandbox", "down", "--scope", "two", "--thread", thread]);
+        assert_eq!((code, out.trim()), (0, "disposed 1 sandbox"), "{err}");
+    }
+    assert_eq!(leftovers(&a, tmp.path()), Vec::<String>::new());
+    assert_eq!(leftovers(&b, tmp.path()), Vec::<String>::new());
 }

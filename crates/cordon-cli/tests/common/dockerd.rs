@@ -33,7 +33,9 @@ fn dockerd_bin() -> Option<PathBuf> {
 /// One running engine of the test's own.
 pub struct Dockerd {
     pub dir: tempfile::TempDir,
-    child: Child,
+    bin: PathBuf,
+    /// `None` while stopped ([`Dockerd::stop`]).
+    child: Option<Child>,
 }
 
 impl Dockerd {
@@ -57,13 +59,29 @@ impl Dockerd {
             .prefix("cordon-dockerd-")
             .tempdir_in("/var/tmp")
             .expect("a directory for dockerd");
-        let d = dir.path();
+        let mut engine = Dockerd {
+            dir,
+            bin: bin.to_path_buf(),
+            child: None,
+        };
+        engine.launch();
+        engine
+    }
+
+    /// Starts `dockerd` over this engine's directory (its data root, exec
+    /// root and socket) and waits until it answers.
+    fn launch(&mut self) {
+        let d = self.dir.path();
         let ns = format!(
             "cordon-test-{}",
             d.file_name().unwrap().to_string_lossy().replace('.', "")
         );
-        let log = std::fs::File::create(d.join("dockerd.log")).expect("dockerd's log");
-        let child = Command::new(bin)
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(d.join("dockerd.log"))
+            .expect("dockerd's log");
+        let child = Command::new(&self.bin)
             .arg("--data-root")
             .arg(d.join("data"))
             .arg("--exec-root")
@@ -80,17 +98,28 @@ impl Dockerd {
             .stderr(log)
             .spawn()
             .expect("start dockerd");
-        let engine = Dockerd { dir, child };
+        self.child = Some(child);
         let started = Instant::now();
-        while engine.get("/_ping").as_deref() != Some("OK") {
+        while self.get("/_ping").as_deref() != Some("OK") {
             assert!(
                 started.elapsed() < Duration::from_secs(60),
                 "dockerd did not answer within 60 s:\n{}",
-                std::fs::read_to_string(engine.dir.path().join("dockerd.log")).unwrap_or_default()
+                std::fs::read_to_string(self.dir.path().join("dockerd.log")).unwrap_or_default()
             );
             std::thread::sleep(Duration::from_millis(100));
         }
-        engine
+    }
+
+    /// Stops the engine (as a machine going away), keeping its directory:
+    /// [`Dockerd::restart`] brings it back with what it held.
+    pub fn stop(&mut self) {
+        self.halt();
+    }
+
+    /// Starts the engine again on the same data root and socket.
+    pub fn restart(&mut self) {
+        assert!(self.child.is_none(), "the engine is running");
+        self.launch();
     }
 
     pub fn socket(&self) -> PathBuf {
@@ -134,16 +163,26 @@ impl Dockerd {
 
 impl Drop for Dockerd {
     fn drop(&mut self) {
-        let pid = self.child.id().to_string();
+        self.halt();
+    }
+}
+
+impl Dockerd {
+    /// Stops `dockerd` and its containerd, and unmounts what they left.
+    fn halt(&mut self) {
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
+        let pid = child.id().to_string();
         let _ = Command::new("kill").args(["-TERM", &pid]).status();
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
-            if let Ok(Some(_)) = self.child.try_wait() {
+            if let Ok(Some(_)) = child.try_wait() {
                 break;
             }
             if Instant::now() > deadline {
-                let _ = self.child.kill();
-                let _ = self.child.wait();
+                let _ = child.kill();
+                let _ = child.wait();
                 break;
             }
             std::thread::sleep(Duration::from_millis(50));

@@ -172,7 +172,7 @@ pub fn dispose_record(state: &StateDir, registry: &Registry, rec: &Record) -> Ve
     if let Err(why) = vet_record(state, registry, rec) {
         return vec![why];
     }
-    let mut failures = Vec::new();
+    let mut note = None;
     if rec.keeper.alive() {
         match ask(&state.socket_path(&rec.handle), &Request::Dispose, &[]) {
             Ok(Reply::Disposed) => {
@@ -182,13 +182,23 @@ pub fn dispose_record(state: &StateDir, registry: &Registry, rec: &Record) -> Ve
                     std::thread::sleep(Duration::from_millis(10));
                 }
             }
-            other => failures.push(format!(
-                "the keeper did not dispose ({other:?}); reclaiming"
-            )),
+            other => {
+                note = Some(format!(
+                    "the keeper did not dispose ({other:?}); reclaiming"
+                ))
+            }
         }
     }
-    failures.extend(force_reclaim(state, registry, rec));
-    failures
+    let failures = force_reclaim(state, registry, rec);
+    match note {
+        // Reclaimed whole without it: a note, not a failure.
+        Some(note) if failures.is_empty() => {
+            tracing::warn!(handle = %rec.handle, "{note}; reclaimed");
+            failures
+        }
+        Some(note) => std::iter::once(note).chain(failures).collect(),
+        None => failures,
+    }
 }
 
 /// Reclaims `rec` without asking its keeper: kills the keeper if it is
@@ -635,29 +645,40 @@ impl cordon_sandbox::Backend for KeptBackend {
         scope: &str,
         thread_id: &str,
     ) -> Result<usize, cordon_sandbox::BackendError> {
-        dispose_scope(
+        let (n, failures) = dispose_scope(
             &self.kept.state,
             &self.registry,
             Some(self.inner.name()),
             scope,
             thread_id,
         )
-        .map_err(|e| failed("dispose_scope", e))
+        .map_err(|e| failed("dispose_scope", e))?;
+        if failures.is_empty() {
+            Ok(n)
+        } else {
+            Err(failed(
+                "dispose_scope",
+                format!("{n} disposed; {}", failures.join("; ")),
+            ))
+        }
     }
 }
 
 /// Disposes of every recorded sandbox of `scope`/`thread_id` (of one
 /// backend, or of all): found from the state directory, so any process
-/// reclaims what another created. Failures are logged, never fatal.
+/// reclaims what another created. Returns how many went and what failed
+/// (an engine that did not answer, a key locked by another owner): the
+/// failures never stop the others, and are never dropped.
 pub fn dispose_scope(
     state: &StateDir,
     registry: &Registry,
     backend: Option<&str>,
     scope: &str,
     thread_id: &str,
-) -> Result<usize, String> {
+) -> Result<(usize, Vec<String>), String> {
     let (records, _) = state.list().map_err(|e| e.to_string())?;
     let mut n = 0;
+    let mut failures = Vec::new();
     for rec in records {
         if rec.key.scope != scope || rec.key.thread != thread_id {
             continue;
@@ -667,10 +688,15 @@ pub fn dispose_scope(
         }
         let Ok(lock) = state.lock(&rec.key, LOCK_WAIT) else {
             tracing::warn!(handle = %rec.handle, "dispose_scope: the key is locked; skipped");
+            failures.push(format!(
+                "`{}` is locked by another owner; skipped",
+                rec.handle
+            ));
             continue;
         };
         for f in dispose_record(state, registry, &rec) {
             tracing::warn!(handle = %rec.handle, "dispose_scope: {f}");
+            failures.push(format!("`{}`: {f}", rec.handle));
         }
         lock.unlock_and_remove();
         // Counted only when its record went (one left alone keeps it).
@@ -678,7 +704,7 @@ pub fn dispose_scope(
             n += 1;
         }
     }
-    Ok(n)
+    Ok((n, failures))
 }
 
 #[cfg(test)]
