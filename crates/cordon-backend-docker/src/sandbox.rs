@@ -481,7 +481,7 @@ impl DockerSandbox {
             let Some(service) = &egress else {
                 return Ok((root, view, files, None));
             };
-            let port = proxy_port();
+            let port = cordon_linux::netns::random_port();
             let listener = listen_in(engine, &id, port)?;
             let serving = service.serve(
                 listener,
@@ -933,18 +933,6 @@ fn create(engine: &Engine, id: &str, body: ContainerCreateBody, start: bool) -> 
         }
         Ok(())
     })?
-}
-
-/// A port for the proxy's listener: random, so a workload cannot count on
-/// one (the namespace is the sandbox's own, so any port is free).
-fn proxy_port() -> u16 {
-    let mut b = [0u8; 2];
-    let read = std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut b));
-    if read.is_err() {
-        b = (std::process::id() as u16 ^ 0x5a5a).to_le_bytes();
-    }
-    20_000 + u16::from_le_bytes(b) % 40_000
 }
 
 /// Listens on `127.0.0.1:port` inside the network namespace of the running

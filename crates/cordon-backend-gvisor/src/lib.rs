@@ -84,14 +84,7 @@ fn failed(operation: &'static str, reason: impl Into<String>) -> BackendError {
 
 /// The pid in a name this backend made: `cordon-gvisor-PID-N-…`.
 pub fn maker_of(name: &str) -> Option<u32> {
-    let rest = name.strip_prefix(PREFIX)?;
-    let mut parts = rest.split('-');
-    let pid = parts.next()?;
-    let n = parts.next()?;
-    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
-    (digits(pid) && digits(n))
-        .then(|| pid.parse().ok())
-        .flatten()
+    cordon_confine::oci::maker_of(PREFIX, name)
 }
 
 /// Whether `p`'s last component is a name this backend made.

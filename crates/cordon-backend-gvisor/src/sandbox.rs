@@ -184,38 +184,6 @@ fn install_shim(rootfs: &Path) -> Result<(), String> {
         .map_err(|e| format!("cannot write the root's `/etc/ld.so.preload`: {e}"))
 }
 
-/// An operator's work dir, checked: a directory owned by
-/// [`WORKLOAD_ID`] (what the workload writes as; cordon never chowns an
-/// operator's files), on a filesystem no larger than `max_disk`, which is
-/// what holds the bound there. Returns it canonical.
-fn given_work_dir(d: &Path, max_disk: u64) -> Result<PathBuf, String> {
-    use std::os::unix::fs::MetadataExt;
-    let real = d
-        .canonicalize()
-        .map_err(|e| format!("work dir `{}`: {e}", d.display()))?;
-    let meta =
-        std::fs::metadata(&real).map_err(|e| format!("work dir `{}`: {e}", real.display()))?;
-    let dir = real.display();
-    if !meta.is_dir() {
-        return Err(format!("work dir `{dir}` is not a directory"));
-    }
-    if meta.uid() != WORKLOAD_ID || meta.gid() != WORKLOAD_ID {
-        return Err(format!(
-            "work dir `{dir}` is owned by {}:{}, but the gvisor backend's workload writes as {WORKLOAD_ID}:{WORKLOAD_ID} and cordon never chowns an operator's files\nhelp: give a directory owned by {WORKLOAD_ID}:{WORKLOAD_ID}, or omit `--work-dir` to get a fresh one",
-            meta.uid(),
-            meta.gid()
-        ));
-    }
-    let size = cordon_linux::volume::filesystem_bytes(&real)
-        .map_err(|e| format!("work dir `{dir}`: {e}"))?;
-    if size == 0 || size > max_disk {
-        return Err(format!(
-            "work dir `{dir}` is on a filesystem of {size} bytes, not one of at most max_disk ({max_disk} bytes), and nothing else would hold the bound there\nhelp: omit `--work-dir` (a fresh work dir is a volume of exactly max_disk), or put the directory on a filesystem of its own no larger than max_disk"
-        ));
-    }
-    Ok(real)
-}
-
 /// Where the work dir may not be: inside the image's directories, cordon's
 /// `/etc`, or what the sandbox mounts itself.
 fn check_work_dir(guest: &str) -> Result<(), String> {
@@ -364,7 +332,12 @@ impl GvisorSandbox {
                 )
                 .map_err(|e| format!("the work dir's volume: {e}"))?;
                 let work_host = match &config.work_dir {
-                    Some(d) => given_work_dir(d, req.limits.disk_bytes)?,
+                    Some(d) => cordon_confine::oci::given_work_dir(
+                        d,
+                        req.limits.disk_bytes,
+                        WORKLOAD_ID,
+                        crate::NAME,
+                    )?,
                     None => {
                         owned_dir(&volume.join("work"))?;
                         volume.join("work")

@@ -572,6 +572,20 @@ pub fn plan_mounts(
     Ok(mounts)
 }
 
+/// The pid in a name an engine backend made, `PREFIX` then `PID-N-…`
+/// (its sandbox directory, containers and cgroups are named so, which is
+/// how a sweep tells whose maker is gone). `None` for any other name.
+pub fn maker_of(prefix: &str, name: &str) -> Option<u32> {
+    let rest = name.strip_prefix(prefix)?;
+    let mut parts = rest.split('-');
+    let pid = parts.next()?;
+    let n = parts.next()?;
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    (digits(pid) && digits(n))
+        .then(|| pid.parse().ok())
+        .flatten()
+}
+
 /// An operator's work dir, checked: a directory owned by
 /// `owner` (what the workload writes as; cordon never chowns an
 /// operator's files), on a filesystem no larger than `max_disk`, which is
