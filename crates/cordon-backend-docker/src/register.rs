@@ -29,18 +29,28 @@ fn probe(_: &BackendSetup) -> Probe {
             reason: None,
             found: p.found.clone(),
         },
+        // The reason is not said twice when it is also what was found
+        // (one engine, and that one does not answer).
         Err((reason, found)) => Probe {
             runnable: false,
             reason: Some(reason.clone()),
-            found: found.clone(),
+            found: found.iter().filter(|f| *f != reason).cloned().collect(),
         },
     }
 }
 
 fn build(setup: &BackendSetup, policy: Arc<Policy>) -> Result<Arc<dyn Backend>, String> {
-    let probed = crate::engine::probe()
-        .as_ref()
-        .map_err(|(reason, found)| format!("{reason} ({})", found.join("; ")))?;
+    let probed = crate::engine::probe().as_ref().map_err(|(reason, found)| {
+        let found: Vec<&str> = found
+            .iter()
+            .filter(|f| *f != reason)
+            .map(String::as_str)
+            .collect();
+        match found.is_empty() {
+            true => reason.clone(),
+            false => format!("{reason} ({})", found.join("; ")),
+        }
+    })?;
     Ok(Arc::new(DockerBackend::new(DockerConfig {
         policy,
         env: Deployment {

@@ -192,7 +192,13 @@ impl Host {
                 tracing::debug_span!("phase", name = "probe and build", backend = name).entered();
             let p = (reg.probe)(&setup.backends);
             if !p.runnable {
-                why_not.push(format!("`{name}` cannot run here: {}", p.found.join("; ")));
+                // Why first (what to do), then what was found.
+                let why = match (&p.reason, p.found.is_empty()) {
+                    (Some(r), true) => r.clone(),
+                    (Some(r), false) => format!("{r} (found: {})", p.found.join("; ")),
+                    (None, _) => p.found.join("; "),
+                };
+                why_not.push(format!("`{name}` cannot run here: {why}"));
                 continue;
             }
             let built = match &setup.keep {
