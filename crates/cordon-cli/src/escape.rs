@@ -41,6 +41,11 @@ pub struct EscapeArgs {
     /// Run only these cases (repeatable; default: every case).
     #[arg(long = "case", value_name = "CASE")]
     pub cases: Vec<String>,
+    /// Give the attacked sandbox a route out through cordon's egress proxy
+    /// (an allowlist of one host under `.invalid`, which never resolves),
+    /// so the cases also attack what the backend does to make a route.
+    #[arg(long)]
+    pub with_egress_route: bool,
     /// Output format: `json` prints one document (every case, passed or
     /// not, and the counts; docs/cli-json.md).
     #[arg(long, value_enum, default_value_t = crate::Format::Human)]
@@ -62,12 +67,13 @@ pub fn run(args: EscapeArgs) -> ExitCode {
         Ok(s) => s,
         Err(e) => return unavailable(e),
     };
-    match cordon_host::kits::escape(
+    match cordon_host::kits::escape_with(
         &crate::registry(),
         &args.backend,
         &setup,
         args.scratch,
         &args.cases,
+        args.with_egress_route,
     ) {
         Ok(KitRun::Report {
             backend,
@@ -75,7 +81,12 @@ pub fn run(args: EscapeArgs) -> ExitCode {
             report,
         }) => {
             if !crate::json_out::on() {
-                println!("escape: `{backend}` (real sandboxes at the `{rung}` rung)");
+                let route = if args.with_egress_route {
+                    ", the attacked one with a route through the egress proxy"
+                } else {
+                    ""
+                };
+                println!("escape: `{backend}` (real sandboxes at the `{rung}` rung{route})");
             }
             crate::conformance::report(Some((&backend, &rung)), &report)
         }

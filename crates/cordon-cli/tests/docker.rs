@@ -303,6 +303,22 @@ fn the_conformance_and_escape_kits_pass_whole() {
         );
     }
     assert_eq!(leftovers(&engine, tmp.path()), Vec::<String>::new());
+    // With a route out (the anchor's network namespace and the proxy's
+    // listener in it, the inet sockets the profile then allows), every
+    // case still holds.
+    let (code, out, err) = cordon(
+        &engine,
+        tmp.path(),
+        &["escape", "--backend", "docker", "--with-egress-route"],
+    );
+    eprintln!("{out}");
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(
+        out.contains("with a route through the egress proxy"),
+        "{out}"
+    );
+    assert!(out.contains(" passed, 0 failed"), "{out}");
+    assert_eq!(leftovers(&engine, tmp.path()), Vec::<String>::new());
 }
 
 #[test]

@@ -142,10 +142,24 @@ fn host_for(
     work: &Path,
     policy_name: &str,
     policy_text: &str,
+    proxied_in: Option<&Path>,
 ) -> Result<Host, KitError> {
-    let policy = Policy::load_str(policy_name, policy_text)
-        .map_err(|d| KitError::Unavailable(d.render()))?;
     let mut backends = setup.clone();
+    // A sandbox with a route has an egress proxy, a process of its own that
+    // loads the policy from a file and checks it is the owner's: the
+    // policy is written to `proxied_in` and loaded from there by both.
+    let policy = match proxied_in {
+        Some(dir) => {
+            let file = dir.join(policy_name);
+            std::fs::write(&file, policy_text).map_err(|e| {
+                KitError::Unavailable(format!("cannot write `{}`: {e}", file.display()))
+            })?;
+            backends.egress.policy_file = Some(file.clone());
+            Policy::load_file(&file)
+        }
+        None => Policy::load_str(policy_name, policy_text),
+    }
+    .map_err(|d| KitError::Unavailable(d.render()))?;
     backends.work_dir = Some(work.to_path_buf());
     let hs = HostSetup {
         floor: Floor {
@@ -219,6 +233,7 @@ pub fn conformance(
         &work,
         "conformance.yaml",
         &conformance_policy(&root.0),
+        None,
     )?;
     let spec = SandboxSpec::new("conformance", "host")
         .map_err(|e| KitError::Unavailable(e.to_string()))?
@@ -256,6 +271,30 @@ pub fn escape(
     scratch: Option<PathBuf>,
     cases: &[String],
 ) -> Result<KitRun<Report>, KitError> {
+    escape_with(registry, name, setup, scratch, cases, false)
+}
+
+/// The host name the kit's sandbox may reach with a route
+/// ([`escape_with`]): under `.invalid`, which never resolves, so the route
+/// exists (the proxy's listener, the backend's route machinery) but
+/// nothing is ever dialled through it.
+pub const ROUTE_HOST: &str = "kit.invalid";
+
+/// [`escape`], and with `route` the attacked sandbox (not the bounded
+/// one) has a route out through cordon's proxy: its spec allows
+/// [`ROUTE_HOST`]`:443` and the kit's policy allows that host. Every case
+/// then runs against what a backend does to make a route — a listener in
+/// the sandbox's network namespace, inet sockets it would otherwise deny,
+/// gVisor's host network stack — so a route cannot open what the kit
+/// closes.
+pub fn escape_with(
+    registry: &Registry,
+    name: &str,
+    setup: &BackendSetup,
+    scratch: Option<PathBuf>,
+    cases: &[String],
+    route: bool,
+) -> Result<KitRun<Report>, KitError> {
     let reg = target(registry, name, setup)?;
     let root = Scratch::new(
         &scratch.unwrap_or_else(|| PathBuf::from("/var/tmp")),
@@ -272,15 +311,25 @@ pub fn escape(
         setup,
         &work,
         "escape.yaml",
-        &escape_policy(&root.0, &denied.path, &denied_prefix.prefix),
+        &escape_policy(&root.0, &denied.path, &denied_prefix.prefix, route),
+        route.then_some(root.0.as_path()),
     )?;
-    let spec = SandboxSpec::new("escape", "host")
+    let unrouted = SandboxSpec::new("escape", "host")
         .map_err(|e| KitError::Unavailable(e.to_string()))?
         .with_requires([Capability::Exec]);
-    let bounded_spec = spec
+    let bounded_spec = unrouted
         .clone()
         .with_resources(bounded_ask())
         .map_err(|e| KitError::Unavailable(e.to_string()))?;
+    let spec = if route {
+        let entry = cordon_sandbox::EgressEntry::parse(&format!("{ROUTE_HOST}:443"))
+            .map_err(|e| KitError::Unavailable(e.to_string()))?;
+        unrouted
+            .with_egress_allow([entry])
+            .map_err(|e| KitError::Unavailable(e.to_string()))?
+    } else {
+        unrouted
+    };
     let (main, small) = (caller("escape", "main"), caller("escape", "bounded"));
     let acquired = host
         .router
@@ -363,7 +412,12 @@ fn conformance_policy(scratch: &Path) -> String {
 /// root read-write: it holds only the work dir and, at the process rung,
 /// the sandbox's temporary directory (made beside the work dir), which the
 /// launcher gives the workload read-write anyway.
-fn escape_policy(scratch: &Path, denied: &str, prefix: &str) -> String {
+fn escape_policy(scratch: &Path, denied: &str, prefix: &str, route: bool) -> String {
+    let egress = if route {
+        format!("    allow:\n      - name: the-kit-route\n        when: host == {ROUTE_HOST:?}\n")
+    } else {
+        "    allow: []\n".to_string()
+    };
     format!(
         r#"policy:
   compute:
@@ -412,8 +466,7 @@ fn escape_policy(scratch: &Path, denied: &str, prefix: &str) -> String {
           path.startsWith("/etc/sudoers.d/") || path.startsWith("/etc/ssh/") ||
           path.startsWith("/etc/ssl/private/")
   egress:
-    allow: []
-  secret:
+{egress}  secret:
     allow: []
 "#,
         scratch.display()
