@@ -30,7 +30,7 @@ use bollard::models::{
     MountBindOptionsPropagationEnum, MountType, ResourcesUlimits,
 };
 use cordon_confine::oci::{DockerNet, HostImage, Mount, MountKind};
-use cordon_confine::{FsView, RootedFs};
+use cordon_confine::RootedFs;
 use cordon_files::host_dir::HostWorkDir;
 use cordon_policy::{Deployment, Policy};
 use cordon_sandbox::{
@@ -561,47 +561,28 @@ impl DockerSandbox {
     }
 
     fn make_base(&self) -> Result<Vec<DMount>, SandboxError> {
-        let work = self.guest_work.as_str();
-        let plan = self
-            .policy
-            .plan(
-                &self.provenance.identity,
-                &self.env,
-                cordon_sandbox::guard::now(),
-                work,
-            )
-            .map_err(|e| refused(e.to_string()))?;
-        let work_seen = self
-            .view
-            .canonical(Path::new(work))
-            .map_err(|e| exec_failed(format!("the work dir `{work}`: {e}")))?;
-        let tmp = PathBuf::from("/tmp");
-        let t = cordon_confine::translate(
-            &self.policy,
-            &plan,
-            &cordon_confine::Target {
-                rung: crate::NAME,
-                mode: cordon_confine::Mode::MasksAvailable,
-                tmp_shared: false,
-                work_dir: &work_seen,
-                tmp_dir: &tmp,
-                fs: &self.view,
-            },
-        )
-        .map_err(|e| refused(e.message))?;
         // Mount points outside the image are made by the engine in the
         // container's root; the scratch root only feeds the translation.
         let scratch_root = self.dir.join("rootfs");
         let masks = self.dir.join("masks");
-        let mounts = cordon_confine::oci::plan_mounts(
-            &t,
-            &self.image_root,
-            &self.image_dirs,
+        let mounts = cordon_confine::oci::engine_mounts(
+            &self.policy,
+            (
+                &self.provenance.identity,
+                &self.env,
+                cordon_sandbox::guard::now(),
+            ),
+            crate::NAME,
+            &self.guest_work,
+            (&self.image_root, &self.image_dirs),
             &self.view,
-            (&work_seen, self.files.host()),
+            self.files.host(),
             (&scratch_root, &self.volume, &masks),
         )
-        .map_err(exec_failed)?;
+        .map_err(|e| match e {
+            cordon_confine::oci::EngineMountsError::Refused(r) => refused(r),
+            cordon_confine::oci::EngineMountsError::Failed(r) => exec_failed(r),
+        })?;
         let mut out: Vec<DMount> = ["passwd", "group", "hostname", "hosts", "resolv.conf"]
             .iter()
             .map(|f| {

@@ -25,7 +25,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use cordon_confine::{FsView, RootedFs};
+use cordon_confine::RootedFs;
 use cordon_files::host_dir::{HostSecretsDir, HostWorkDir};
 use cordon_policy::{Deployment, Policy};
 use cordon_sandbox::{
@@ -134,6 +134,13 @@ fn refused(reason: String) -> SandboxError {
     SandboxError::Refused {
         reason,
         rules: Vec::new(),
+    }
+}
+
+fn engine_error(e: cordon_confine::oci::EngineMountsError) -> SandboxError {
+    match e {
+        cordon_confine::oci::EngineMountsError::Refused(r) => refused(r),
+        cordon_confine::oci::EngineMountsError::Failed(r) => exec_failed(r),
     }
 }
 
@@ -520,43 +527,21 @@ impl GvisorSandbox {
     }
 
     fn make_base(&self) -> Result<Vec<Mount>, SandboxError> {
-        let work = self.guest_work.as_str();
-        let plan = self
-            .policy
-            .plan(
+        cordon_confine::oci::engine_mounts(
+            &self.policy,
+            (
                 &self.provenance.identity,
                 &self.env,
                 cordon_sandbox::guard::now(),
-                work,
-            )
-            .map_err(|e| refused(e.to_string()))?;
-        let work_seen = self
-            .view
-            .canonical(Path::new(work))
-            .map_err(|e| exec_failed(format!("the work dir `{work}`: {e}")))?;
-        let tmp = PathBuf::from("/tmp");
-        let t = cordon_confine::translate(
-            &self.policy,
-            &plan,
-            &cordon_confine::Target {
-                rung: crate::NAME,
-                mode: cordon_confine::Mode::MasksAvailable,
-                tmp_shared: false,
-                work_dir: &work_seen,
-                tmp_dir: &tmp,
-                fs: &self.view,
-            },
-        )
-        .map_err(|e| refused(e.message))?;
-        crate::oci::plan_mounts(
-            &t,
-            &self.image_root,
-            &self.image.dirs,
+            ),
+            crate::NAME,
+            &self.guest_work,
+            (&self.image_root, &self.image.dirs),
             &self.view,
-            (&work_seen, self.files.host()),
+            self.files.host(),
             (&self.image.rootfs, &self.volume, &self.dir.join("masks")),
         )
-        .map_err(exec_failed)
+        .map_err(engine_error)
     }
 
     fn start(&self, req: &ExecRequest, attach: Attach) -> Result<ExecHandle, SandboxError> {

@@ -447,6 +447,62 @@ pub fn bindable_outside(p: &Path, image_dirs: &[PathBuf]) -> bool {
         && !ETC_KEPT.iter().any(|k| p.starts_with(k))
 }
 
+/// Why an engine sandbox's mounts could not be made: the policy refuses
+/// (its plan, or a grant the translator cannot hold), or the sandbox's own
+/// view failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EngineMountsError {
+    Refused(String),
+    Failed(String),
+}
+
+/// The policy's storage plan for `identity` in `env` at `now`, with the
+/// work dir at `work` (the workload's path), translated with masks over
+/// `view` and turned into mounts by [`plan_mounts`]: what every engine
+/// backend (gVisor's bundle, Docker's binds) starts from.
+#[allow(clippy::too_many_arguments)]
+pub fn engine_mounts(
+    policy: &cordon_policy::Policy,
+    (identity, env, now): (&cordon_policy::Identity, &cordon_policy::Deployment, i64),
+    rung: &str,
+    work: &str,
+    (image_root, image_dirs): (&Path, &[PathBuf]),
+    view: &crate::RootedFs,
+    work_host: &Path,
+    (rootfs, volume, masks): (&Path, &Path, &Path),
+) -> Result<Vec<Mount>, EngineMountsError> {
+    use crate::FsView;
+    let plan = policy
+        .plan(identity, env, now, work)
+        .map_err(|e| EngineMountsError::Refused(e.to_string()))?;
+    let work_seen = view
+        .canonical(Path::new(work))
+        .map_err(|e| EngineMountsError::Failed(format!("the work dir `{work}`: {e}")))?;
+    let tmp = PathBuf::from("/tmp");
+    let t = crate::translate(
+        policy,
+        &plan,
+        &crate::Target {
+            rung,
+            mode: crate::Mode::MasksAvailable,
+            tmp_shared: false,
+            work_dir: &work_seen,
+            tmp_dir: &tmp,
+            fs: view,
+        },
+    )
+    .map_err(|e| EngineMountsError::Refused(e.message))?;
+    plan_mounts(
+        &t,
+        image_root,
+        image_dirs,
+        view,
+        (&work_seen, work_host),
+        (rootfs, volume, masks),
+    )
+    .map_err(EngineMountsError::Failed)
+}
+
 /// The mounts that hold a translated plan in this sandbox: each rule's
 /// reach into the image's directories, read-only (executable only where a
 /// rule says so), and each rule outside the image at its own path, with
