@@ -1,0 +1,1 @@
+//! The host ↔ guest channel of the microvm backend.
