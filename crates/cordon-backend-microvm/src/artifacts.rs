@@ -64,7 +64,7 @@ pub fn kernel() -> Result<Kernel, String> {
         .filter_map(|p| release_of(&p).map(|r| (r, p)))
         .filter(|(r, _)| r.ends_with("-cloud-amd64"))
         .collect();
-    found.sort_by(|a, b| version_key(&a.0).cmp(&version_key(&b.0)));
+    found.sort_by_key(|a| version_key(&a.0));
     let (release, image) = found
         .pop()
         .ok_or_else(|| format!("no Debian cloud kernel in /boot; {INSTALL_KERNEL}"))?;
@@ -471,7 +471,7 @@ mod tests {
 
     #[test]
     fn releases_sort_by_number() {
-        let mut v = vec!["6.1.0-9-cloud-amd64", "6.1.0-48-cloud-amd64", "5.10.0-1"];
+        let mut v = ["6.1.0-9-cloud-amd64", "6.1.0-48-cloud-amd64", "5.10.0-1"];
         v.sort_by_key(|r| version_key(r));
         assert_eq!(v.last(), Some(&"6.1.0-48-cloud-amd64"));
     }

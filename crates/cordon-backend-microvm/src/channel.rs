@@ -30,6 +30,9 @@ pub const CALL_TIMEOUT: Duration = Duration::from_secs(60);
 
 type Hook = Arc<dyn Fn(&str) + Send + Sync>;
 
+/// One frame: its message and data.
+type Frame = (Msg, Vec<u8>);
+
 /// A relayed connection's sink: bytes from the guest, `None` at its close.
 pub type ConnSink = Sender<Option<Vec<u8>>>;
 
@@ -50,7 +53,8 @@ enum ExecMsg {
 #[derive(Default)]
 struct Routes {
     execs: HashMap<u64, ExecState>,
-    calls: HashMap<u64, (Sender<(Msg, Vec<u8>)>, u64)>,
+    /// Each call's replies, and how many data bytes it may still get.
+    calls: HashMap<u64, (Sender<Frame>, u64)>,
     conns: HashMap<u64, ConnSink>,
     /// Why the channel ended, once it has.
     ended: Option<String>,
@@ -90,7 +94,11 @@ impl Channel {
             next: AtomicU64::new(1),
         });
         std::thread::spawn(move || {
-            let why = read_loop(reader, &routes, opener.as_ref());
+            let mut reader = reader;
+            let why = read_loop(&mut reader, &routes, opener.as_ref());
+            // Nothing more is read or written: a guest still writing sees
+            // its channel closed rather than blocking on a full socket.
+            let _ = reader.get_mut().shutdown(std::net::Shutdown::Both);
             let mut r = lock(&routes);
             r.ended = Some(why.clone());
             r.execs.clear();
@@ -571,7 +579,7 @@ fn status(s: proto::Status) -> ExitStatus {
 
 /// Reads until the stream ends or the guest breaks a rule; returns why.
 fn read_loop(
-    mut reader: FrameReader<UnixStream>,
+    reader: &mut FrameReader<UnixStream>,
     routes: &Mutex<Routes>,
     opener: Option<&ConnOpener>,
 ) -> String {
@@ -720,4 +728,196 @@ pub fn await_ready(
         .set_read_timeout(None)
         .map_err(|e| format!("the channel socket: {e}"))?;
     Ok((reader, agent, kernel))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicBool;
+
+    /// A host channel over a socket pair; the test plays the guest.
+    fn pair() -> (
+        Arc<Channel>,
+        UnixStream,
+        Arc<AtomicBool>,
+        Arc<Mutex<String>>,
+    ) {
+        let (host, guest) = UnixStream::pair().unwrap();
+        let mut g = guest.try_clone().unwrap();
+        proto::write_frame(
+            &mut g,
+            &Msg::Ready {
+                agent: "test".into(),
+                kernel: "6.1-test".into(),
+            },
+            &[],
+        )
+        .unwrap();
+        let (reader, agent, kernel) = await_ready(&host, Duration::from_secs(5)).unwrap();
+        assert_eq!((agent.as_str(), kernel.as_str()), ("test", "6.1-test"));
+        let killed = Arc::new(AtomicBool::new(false));
+        let why = Arc::new(Mutex::new(String::new()));
+        let (k, w) = (killed.clone(), why.clone());
+        let ch = Channel::serve(
+            host,
+            reader,
+            Arc::new(move |reason: &str| {
+                *w.lock().unwrap() = reason.to_string();
+                k.store(true, Ordering::SeqCst);
+            }),
+            None,
+        );
+        (ch, guest, killed, why)
+    }
+
+    fn wait_for(flag: &AtomicBool) {
+        let until = std::time::Instant::now() + Duration::from_secs(5);
+        while !flag.load(Ordering::SeqCst) {
+            assert!(std::time::Instant::now() < until, "the hook was not called");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    #[test]
+    fn garbage_from_the_guest_ends_its_vm_and_fails_what_waits() {
+        let (ch, mut guest, killed, why) = pair();
+        let waiting = {
+            let ch = ch.clone();
+            std::thread::spawn(move || ch.stat("/work/x"))
+        };
+        std::thread::sleep(Duration::from_millis(50));
+        guest.write_all(&[0xff; 64]).unwrap();
+        wait_for(&killed);
+        assert!(
+            why.lock().unwrap().contains("framing"),
+            "{}",
+            why.lock().unwrap()
+        );
+        let got = waiting.join().unwrap();
+        assert!(
+            matches!(got, Err(SandboxError::Unavailable { .. })),
+            "{got:?}"
+        );
+        // Every later call is refused with why, at once.
+        let later = ch.stat("/work/y").unwrap_err().to_string();
+        assert!(later.contains("the VM is gone"), "{later}");
+    }
+
+    #[test]
+    fn output_past_its_cap_ends_the_vm() {
+        let (ch, mut guest, killed, why) = pair();
+        let h = ch
+            .exec(
+                vec!["/bin/true".into()],
+                BTreeMap::new(),
+                serde_json::json!({}),
+                10,
+                None,
+                false,
+                Duration::from_secs(30),
+            )
+            .unwrap();
+        // Read the guest's side until the Exec arrives, to learn its id.
+        let mut r = FrameReader::new(guest.try_clone().unwrap());
+        let id = loop {
+            if let Some((Msg::Exec { id, .. }, _)) = r.read().unwrap() {
+                break id;
+            }
+        };
+        let chunk = vec![b'x'; proto::MAX_DATA as usize];
+        for _ in 0..4 {
+            if proto::write_frame(
+                &mut guest,
+                &Msg::Output {
+                    id,
+                    stream: proto::Stream::Stdout,
+                },
+                &chunk,
+            )
+            .is_err()
+            {
+                break;
+            }
+        }
+        wait_for(&killed);
+        assert!(
+            why.lock().unwrap().contains("cap"),
+            "{}",
+            why.lock().unwrap()
+        );
+        let out = h.wait();
+        assert!(out.is_err(), "{out:?}");
+    }
+
+    #[test]
+    fn a_message_only_the_host_sends_ends_the_vm() {
+        let (_ch, mut guest, killed, why) = pair();
+        proto::write_frame(&mut guest, &Msg::Kill { id: 1 }, &[]).unwrap();
+        wait_for(&killed);
+        assert!(
+            why.lock().unwrap().contains("only the host"),
+            "{}",
+            why.lock().unwrap()
+        );
+    }
+
+    #[test]
+    fn a_read_larger_than_asked_ends_the_vm() {
+        let (ch, guest, killed, _) = pair();
+        let reading = {
+            let ch = ch.clone();
+            std::thread::spawn(move || ch.read("/work/f", 4))
+        };
+        let mut r = FrameReader::new(guest.try_clone().unwrap());
+        let req = loop {
+            if let Some((Msg::Read { req, .. }, _)) = r.read().unwrap() {
+                break req;
+            }
+        };
+        let mut g = guest;
+        proto::write_frame(&mut g, &Msg::ReadData { req }, b"0123456789").unwrap();
+        wait_for(&killed);
+        assert!(reading.join().unwrap().is_err());
+    }
+
+    #[test]
+    fn output_within_the_cap_is_cut_and_marked() {
+        let (ch, mut guest, killed, _) = pair();
+        let h = ch
+            .exec(
+                vec!["/bin/echo".into()],
+                BTreeMap::new(),
+                serde_json::json!({}),
+                4,
+                None,
+                false,
+                Duration::from_secs(30),
+            )
+            .unwrap();
+        let mut r = FrameReader::new(guest.try_clone().unwrap());
+        let id = loop {
+            if let Some((Msg::Exec { id, .. }, _)) = r.read().unwrap() {
+                break id;
+            }
+        };
+        let out = Msg::Output {
+            id,
+            stream: proto::Stream::Stdout,
+        };
+        proto::write_frame(&mut guest, &out, b"hello").unwrap();
+        proto::write_frame(
+            &mut guest,
+            &Msg::Exited {
+                id,
+                status: proto::Status::Code { code: 3 },
+            },
+            &[],
+        )
+        .unwrap();
+        let got = h.wait().unwrap();
+        assert_eq!(got.stdout, b"hell");
+        assert!(got.stdout_truncated);
+        assert_eq!(got.status, ExitStatus::Code(3));
+        assert!(!killed.load(Ordering::SeqCst));
+    }
 }
