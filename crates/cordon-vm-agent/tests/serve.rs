@@ -15,7 +15,12 @@ use std::time::{Duration, Instant};
 use cordon_linux::{Bounds, FsRule, Ids, PlanSpec, Rung};
 use cordon_vm_proto::{write_frame, ErrKind, FrameReader, Kind, Msg, Status, Stream};
 
-const AGENT: &str = env!("CARGO_BIN_EXE_cordon-vm-agent");
+/// The agent under test: this build's, or the one `CORDON_VM_AGENT` names
+/// (the static build that goes into the initramfs).
+fn agent() -> String {
+    std::env::var("CORDON_VM_AGENT")
+        .unwrap_or_else(|_| env!("CARGO_BIN_EXE_cordon-vm-agent").into())
+}
 const INSIDE: u32 = 1000;
 const GUEST_WORK: &str = "/work";
 
@@ -125,7 +130,7 @@ impl Session {
         let dir = tempfile::tempdir().unwrap();
         let sock = dir.path().join("ctl.sock");
         let listener = UnixListener::bind(&sock).unwrap();
-        let child = Command::new(AGENT)
+        let child = Command::new(agent())
             .arg("serve-unix")
             .arg(&sock)
             .spawn()
@@ -191,6 +196,10 @@ impl Session {
 
     fn setup(&mut self, host: u32) {
         let plan = plan(&self.work, host);
+        self.setup_with(plan);
+    }
+
+    fn setup_with(&mut self, plan: serde_json::Value) {
         self.send(
             &Msg::Setup {
                 req: 1,
@@ -206,13 +215,17 @@ impl Session {
     }
 
     fn exec(&mut self, id: u64, argv: &[&str], wall: u64) {
+        self.exec_capped(id, argv, wall, 1 << 20);
+    }
+
+    fn exec_capped(&mut self, id: u64, argv: &[&str], wall: u64, max_output_bytes: u64) {
         self.send(
             &Msg::Exec {
                 id,
                 argv: argv.iter().map(|s| s.to_string()).collect(),
                 env: BTreeMap::from([("PATH".to_string(), "/usr/bin:/bin".to_string())]),
                 bounds: serde_json::to_value(bounds(wall)).unwrap(),
-                max_output_bytes: 1 << 20,
+                max_output_bytes,
             },
             &[],
         );
@@ -342,6 +355,19 @@ fn execs_and_files_through_the_channel() {
     assert_eq!(r4.status, Some(Status::Signal { signal: 9 }), "{r4:?}");
     assert!(t.elapsed() < Duration::from_secs(10));
 
+    // Output past the cap is drained, not sent: one byte past it shows
+    // the cut, and the command is never blocked on a full pipe.
+    s.exec_capped(
+        8,
+        &["/bin/sh", "-c", "head -c 3000000 /dev/zero; echo end >&2"],
+        20,
+        1000,
+    );
+    let r = s.collect(8);
+    assert_eq!(r.stdout.len(), 1001, "{:?}", r.status);
+    assert_eq!(r.stderr, b"end\n");
+    assert_eq!(r.status, Some(Status::Code { code: 0 }));
+
     // A file written in, read back, stat-ed and listed.
     let body: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
     s.send(
@@ -386,6 +412,26 @@ fn execs_and_files_through_the_channel() {
         }
     );
     assert!(bytes == body, "the file read back differs");
+    // Larger than the read's cap: its size, no bytes.
+    let frames = s.request(
+        19,
+        &Msg::Read {
+            req: 19,
+            path: format!("{GUEST_WORK}/sub/data.bin"),
+            max: 10,
+        },
+        &[],
+    );
+    assert_eq!(
+        frames,
+        [(
+            Msg::ReadEnd {
+                req: 19,
+                size: body.len() as u64
+            },
+            vec![]
+        )]
+    );
     let st = s.request(
         12,
         &Msg::Stat {
@@ -548,4 +594,57 @@ fn a_host_that_goes_away_ends_the_agent() {
     std::thread::sleep(Duration::from_millis(300));
     s.w.shutdown(std::net::Shutdown::Write).unwrap();
     assert_eq!(s.exit_code(Duration::from_secs(10)), Some(0));
+}
+
+#[test]
+fn the_route_out_is_relayed_to_the_host() {
+    if !can_run("the agent's egress relay") {
+        return;
+    }
+    let mut s = Session::start();
+    let mut plan = plan(&s.work, host_id(3));
+    plan["proxy_port"] = serde_json::json!(3128);
+    s.setup_with(plan);
+    // The workload talks to its proxy port; the host answers for the proxy.
+    s.exec(
+        1,
+        &[
+            "/bin/bash",
+            "-c",
+            "exec 3<>/dev/tcp/127.0.0.1/3128; echo ping >&3; cat <&3",
+        ],
+        20,
+    );
+    let conn = match s.next_of(|m| matches!(m, Msg::ConnOpen { .. })).0 {
+        Msg::ConnOpen { conn } => conn,
+        _ => unreachable!(),
+    };
+    let mut got = Vec::new();
+    while !got.ends_with(b"\n") {
+        let (_, d) = s.next_of(|m| matches!(m, Msg::ConnData { conn: c } if *c == conn));
+        got.extend(d);
+    }
+    assert_eq!(got, b"ping\n");
+    s.send(&Msg::ConnData { conn }, b"pong\n");
+    s.send(&Msg::ConnClose { conn }, &[]);
+    let r = s.collect(1);
+    assert_eq!(r.out(), "pong\n", "{r:?}");
+    assert_eq!(r.status, Some(Status::Code { code: 0 }), "{r:?}");
+    // The workload's side closed too.
+    let closed = s.next_of(|m| matches!(m, Msg::ConnClose { .. }));
+    assert_eq!(closed.0, Msg::ConnClose { conn });
+    // Any other port stays closed: the proxy port is the only route.
+    s.exec(
+        2,
+        &[
+            "/bin/bash",
+            "-c",
+            "exec 3<>/dev/tcp/127.0.0.1/80 && echo connected",
+        ],
+        20,
+    );
+    let r = s.collect(2);
+    assert_ne!(r.status, Some(Status::Code { code: 0 }), "{r:?}");
+    assert!(!r.out().contains("connected"));
+    assert!(!r.stderr.is_empty(), "bash says why: {r:?}");
 }
