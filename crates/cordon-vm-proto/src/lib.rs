@@ -117,8 +117,10 @@ pub enum Msg {
     StatReply { req: u64, stat: Option<WireStat> },
     /// Guest → host: the next bytes (the data) of the file `req` reads.
     ReadData { req: u64 },
-    /// Guest → host: the read is complete; `size` is the bytes sent (at
-    /// most `max + 1`: more than `max` means the file is larger).
+    /// Guest → host: the read is complete. `size` is the opened file's
+    /// size (`fstat`); the `ReadData` before it carried at most `max + 1`
+    /// bytes, none when `size` was already over `max` (the host's
+    /// `FileRead { bytes, size }`).
     ReadEnd { req: u64, size: u64 },
     /// Guest → host: some of a directory's entries; more `ListReply`
     /// frames follow while `more` is set (a header is bounded, a directory
