@@ -113,7 +113,13 @@ pub fn agent() -> Result<PathBuf, String> {
     if let Some(p) = std::env::var_os("CORDON_VM_AGENT").filter(|v| !v.is_empty()) {
         let p = PathBuf::from(p);
         return if p.is_file() {
-            Ok(p)
+            match is_static(&p)? {
+                true => Ok(p),
+                false => Err(format!(
+                    "CORDON_VM_AGENT=`{}` is dynamically linked and cannot run as a guest's init; {BUILD_AGENT}",
+                    p.display()
+                )),
+            }
         } else {
             Err(format!(
                 "CORDON_VM_AGENT=`{}` is not a file; {BUILD_AGENT}",
@@ -127,7 +133,7 @@ pub fn agent() -> Result<PathBuf, String> {
         candidates.push(dir.join("cordon-vm-agent"));
         // target/PROFILE/cordon or target/PROFILE/deps/test-…
         for up in dir.ancestors().take(3) {
-            for profile in ["release", "debug"] {
+            for profile in ["guest", "release", "debug"] {
                 candidates.push(
                     up.join("x86_64-unknown-linux-gnu")
                         .join(profile)
@@ -136,14 +142,64 @@ pub fn agent() -> Result<PathBuf, String> {
             }
         }
     }
-    candidates
-        .into_iter()
-        .find(|c| c.is_file())
-        .ok_or_else(|| format!("the guest agent `cordon-vm-agent` is not built; {BUILD_AGENT}"))
+    // A dynamically linked build (a plain `cargo build` makes one next to
+    // `cordon`) cannot be a guest's PID 1: there is no libc in the
+    // initramfs. Passed over, and named when nothing else is found.
+    let mut dynamic = None;
+    for c in candidates.into_iter().filter(|c| c.is_file()) {
+        match is_static(&c) {
+            Ok(true) => return Ok(c),
+            Ok(false) => {
+                dynamic.get_or_insert(c);
+            }
+            Err(_) => {}
+        }
+    }
+    Err(match dynamic {
+        Some(d) => format!(
+            "the guest agent `{}` is dynamically linked and cannot run as a guest's init; {BUILD_AGENT}",
+            d.display()
+        ),
+        None => format!("the guest agent `cordon-vm-agent` is not built; {BUILD_AGENT}"),
+    })
+}
+
+/// Whether the ELF file at `p` names no program interpreter (`PT_INTERP`):
+/// statically linked.
+pub fn is_static(p: &Path) -> Result<bool, String> {
+    let b = std::fs::read(p).map_err(|e| format!("`{}`: {e}", p.display()))?;
+    let u16_at = |o: usize| b.get(o..o + 2).map(|s| u16::from_le_bytes([s[0], s[1]]));
+    let u32_at = |o: usize| {
+        b.get(o..o + 4)
+            .map(|s| u32::from_le_bytes([s[0], s[1], s[2], s[3]]))
+    };
+    let u64_at = |o: usize| {
+        b.get(o..o + 8).map(|s| {
+            let mut a = [0u8; 8];
+            a.copy_from_slice(s);
+            u64::from_le_bytes(a)
+        })
+    };
+    if b.get(..5) != Some(b"\x7fELF\x02".as_slice()) {
+        return Err(format!("`{}` is not a 64-bit ELF file", p.display()));
+    }
+    let bad = || format!("`{}` is a truncated ELF file", p.display());
+    let phoff = usize::try_from(u64_at(0x20).ok_or_else(bad)?).map_err(|_| bad())?;
+    let phentsize = usize::from(u16_at(0x36).ok_or_else(bad)?);
+    let phnum = usize::from(u16_at(0x38).ok_or_else(bad)?);
+    for i in 0..phnum {
+        let at = phoff
+            .checked_add(i.checked_mul(phentsize).ok_or_else(bad)?)
+            .ok_or_else(bad)?;
+        if u32_at(at).ok_or_else(bad)? == 3 {
+            return Ok(false);
+        }
+    }
+    Ok(true)
 }
 
 /// How the agent is built (statically, so the initramfs needs no libc).
-pub const BUILD_AGENT: &str = "build it with `RUSTFLAGS='-C target-feature=+crt-static' cargo build --release --locked -p cordon-vm-agent --target x86_64-unknown-linux-gnu` (the README's install command does) or name it with CORDON_VM_AGENT";
+pub const BUILD_AGENT: &str = "build it with `RUSTFLAGS='-C target-feature=+crt-static' cargo build --profile guest --locked -p cordon-vm-agent --target x86_64-unknown-linux-gnu` (the README's install command does) or name it with CORDON_VM_AGENT";
 
 /// The cache directory: made root's and private when missing; refused
 /// when someone else could write to it.
@@ -300,6 +356,9 @@ pub fn initramfs(kernel: &Kernel, agent: &Path) -> Result<PathBuf, String> {
     let agent_bytes = std::fs::read(agent)
         .map_err(|e| format!("cannot read the guest agent `{}`: {e}", agent.display()))?;
     let mods = module_closure(&kernel.modules, &GUEST_MODULES)?;
+    let decompresses = std::fs::read_to_string(format!("/boot/config-{}", kernel.release))
+        .map(|c| c.lines().any(|l| l == "CONFIG_MODULE_DECOMPRESS=y"))
+        .unwrap_or(false);
     let mut loaded: Vec<(String, Vec<u8>)> = Vec::new();
     for m in &mods {
         let name = m
@@ -307,9 +366,15 @@ pub fn initramfs(kernel: &Kernel, agent: &Path) -> Result<PathBuf, String> {
             .and_then(|n| n.to_str())
             .ok_or_else(|| format!("`{}` has no plain name", m.display()))?
             .to_string();
-        if name.ends_with(".xz") || name.ends_with(".zst") || name.ends_with(".gz") {
+        if name.ends_with(".xz") && !decompresses {
             return Err(format!(
-                "`{}` is compressed; the guest agent loads plain `.ko` files (Debian 12's kernels ship them so)",
+                "`{}` is compressed and the kernel's configuration does not say it decompresses modules itself (CONFIG_MODULE_DECOMPRESS); use another kernel",
+                m.display()
+            ));
+        }
+        if name.ends_with(".zst") || name.ends_with(".gz") {
+            return Err(format!(
+                "`{}` is compressed in a form the guest agent does not load (plain `.ko` and `.ko.xz` only)",
                 m.display()
             ));
         }
@@ -467,6 +532,12 @@ mod tests {
                 assert_eq!(String::from_utf8_lossy(&o.stdout), "d\nd/f\n");
             }
         }
+    }
+
+    #[test]
+    fn a_dynamic_program_is_not_static() {
+        assert_eq!(is_static(Path::new("/bin/sh")), Ok(false));
+        assert!(is_static(Path::new("/etc/hostname")).is_err());
     }
 
     #[test]

@@ -56,6 +56,10 @@ fn power_off() -> ! {
 
 /// Everything before serving; returns the channel.
 fn boot() -> Result<File, String> {
+    // The initramfs's own /dev/console, until devtmpfs is up.
+    console();
+    say!("leaving the initial rootfs");
+    leave_rootfs()?;
     mount_fs(
         "devtmpfs",
         "/dev",
@@ -80,6 +84,45 @@ fn boot() -> Result<File, String> {
     )?;
     say!("serving on `{PORT_NAME}`");
     Ok(port)
+}
+
+/// Moves PID 1 from the kernel's initial rootfs to a tmpfs of its own
+/// (what `switch_root` does): the initial rootfs can never be
+/// `pivot_root`ed away from, and every sandbox the agent starts pivots.
+/// The agent and its modules are copied over and removed from the rootfs.
+fn leave_rootfs() -> Result<(), String> {
+    const NEW: &str = "/newroot";
+    std::fs::create_dir_all(NEW).map_err(|e| format!("making {NEW}: {e}"))?;
+    mount(
+        Some("tmpfs"),
+        NEW,
+        Some("tmpfs"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+        Some("mode=0755"),
+    )
+    .map_err(|e| format!("mounting the root tmpfs: {e}"))?;
+    for d in ["dev", "proc", "sys", "tmp", "image", "run", "modules"] {
+        std::fs::create_dir_all(Path::new(NEW).join(d))
+            .map_err(|e| format!("making {NEW}/{d}: {e}"))?;
+    }
+    let copy = |from: &Path, to: &Path| -> Result<(), String> {
+        std::fs::copy(from, to)
+            .map(drop)
+            .map_err(|e| format!("copying `{}`: {e}", from.display()))?;
+        let _ = std::fs::remove_file(from);
+        Ok(())
+    };
+    copy(Path::new("/init"), &Path::new(NEW).join("init"))?;
+    if let Ok(entries) = std::fs::read_dir("/modules") {
+        for e in entries.flatten() {
+            copy(&e.path(), &Path::new(NEW).join("modules").join(e.file_name()))?;
+        }
+    }
+    nix::unistd::chdir(NEW).map_err(|e| format!("entering {NEW}: {e}"))?;
+    mount(Some("."), "/", None::<&str>, MsFlags::MS_MOVE, None::<&str>)
+        .map_err(|e| format!("moving the root tmpfs over the rootfs: {e}"))?;
+    nix::unistd::chroot(".").map_err(|e| format!("entering the root tmpfs: {e}"))?;
+    nix::unistd::chdir("/").map_err(|e| format!("entering the root tmpfs: {e}"))
 }
 
 fn kernel_release() -> String {
@@ -120,8 +163,13 @@ fn console() {
 /// A module's name as the kernel knows it: the file name without `.ko`,
 /// dashes as underscores.
 fn module_name(file: &str) -> String {
+    let file = file.strip_suffix(".xz").unwrap_or(file);
     file.strip_suffix(".ko").unwrap_or(file).replace('-', "_")
 }
+
+/// `MODULE_INIT_COMPRESSED_FILE`: the kernel decompresses the module
+/// itself (Debian's 6.12 kernels ship `.ko.xz` and decompress in-kernel).
+const MODULE_INIT_COMPRESSED_FILE: u32 = 4;
 
 /// The parameters the kernel command line gives module `name`
 /// (`name.param=value` words), as `finit_module` takes them
@@ -159,7 +207,12 @@ fn load_modules() {
             .map_err(|e| e.to_string())
             .and_then(|f| {
                 let params = CString::new(params.clone()).map_err(|e| e.to_string())?;
-                match nix::kmod::finit_module(&f, &params, nix::kmod::ModuleInitFlags::empty()) {
+                let flags = if file.ends_with(".xz") {
+                    nix::kmod::ModuleInitFlags::from_bits_retain(MODULE_INIT_COMPRESSED_FILE)
+                } else {
+                    nix::kmod::ModuleInitFlags::empty()
+                };
+                match nix::kmod::finit_module(&f, &params, flags) {
                     Ok(()) | Err(nix::errno::Errno::EEXIST) => Ok(()),
                     Err(e) => Err(e.to_string()),
                 }
