@@ -5,5 +5,7 @@
 
 #![cfg(target_os = "linux")]
 
+pub mod jail;
+
 /// The backend's name.
 pub const NAME: &str = "microvm";

@@ -67,7 +67,7 @@ pub use plan::{Bounds, FsRule, Ids, Plan, PlanError, PlanSpec, Rung, SECRETS_AT}
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 pub use harden::{confine_self, Applied, HardenError, SelfConfinement};
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
-pub use linux::launch::launch;
+pub use linux::launch::{launch, launch_named};
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 pub use linux::pty::{resize_pty, TtySize};
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
