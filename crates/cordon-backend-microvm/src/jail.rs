@@ -166,6 +166,7 @@ pub fn plan(spec: &JailSpec) -> Result<Plan, String> {
         },
         proxy_port: None,
         secrets_dir: None,
+        kvm: spec.kvm,
     };
     Plan::new(plan).map_err(|e| format!("the jail's plan is refused: {e}"))
 }
@@ -294,6 +295,30 @@ fn reachable(path: &Path, need_read: bool) -> Result<(), String> {
     Ok(())
 }
 
+/// Whether the jail's uid can open `node` (`/dev/kvm`) read-write: it is
+/// in no group of the host, so only the mode bits for others count.
+fn kvm_usable(node: &Path) -> Result<(), String> {
+    use std::os::unix::fs::FileTypeExt;
+    let meta = std::fs::metadata(node).map_err(|e| {
+        format!(
+            "`{}`: {e}; without KVM, start the jail with `kvm: false` (TCG)",
+            node.display()
+        )
+    })?;
+    if !meta.file_type().is_char_device() {
+        return Err(format!("`{}` is not a device node", node.display()));
+    }
+    if meta.mode() & 0o006 != 0o006 {
+        return Err(format!(
+            "`{}` has mode {:o}: the jail's uid is in none of the host's groups, so KVM needs the node read-write for others (`chmod 0666 {}`, udev's usual mode), or start the jail with `kvm: false` (TCG)",
+            node.display(),
+            meta.mode() & 0o7777,
+            node.display()
+        ));
+    }
+    Ok(())
+}
+
 /// A running jail. Dropping it kills the tree and removes its cgroup.
 #[derive(Debug)]
 pub struct Jailed {
@@ -372,6 +397,9 @@ pub fn start(spec: &JailSpec, init: &InitProgram) -> Result<Jailed, String> {
         ));
     }
     reachable(&run_dir, false)?;
+    if spec.kvm {
+        kvm_usable(Path::new(cordon_linux::KVM_DEVICE))?;
+    }
     std::os::unix::fs::chown(&run_dir, Some(spec.host_id), Some(spec.host_id))
         .and_then(|()| std::fs::set_permissions(&run_dir, std::fs::Permissions::from_mode(0o700)))
         .map_err(|e| {
@@ -495,5 +523,94 @@ impl Jailed {
 impl Drop for Jailed {
     fn drop(&mut self) {
         self.kill();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(kvm: bool) -> JailSpec {
+        JailSpec {
+            program: "/bin/sh".into(),
+            args: vec!["-c".into(), "true".into()],
+            run_dir: "/var/tmp/cordon-vm-run".into(),
+            read_only: vec!["/etc/hostname".into()],
+            kvm,
+            memory_bytes: 256 << 20,
+            name: "unit".into(),
+            host_id: 1_900_000_000,
+        }
+    }
+
+    #[test]
+    fn kvm_is_in_the_plan_only_when_asked_for() {
+        let with = plan(&spec(true)).unwrap();
+        assert!(with.kvm());
+        assert_eq!(with.rung(), Rung::Container);
+        let without = plan(&spec(false)).unwrap();
+        assert!(!without.kvm());
+        // Nothing else of /dev is ever granted by a rule.
+        for p in [&with, &without] {
+            assert!(p.fs().iter().all(|r| !r.path.starts_with("/dev")));
+        }
+    }
+
+    #[test]
+    fn the_plan_executes_the_program_and_its_interpreter_only() {
+        let p = plan(&spec(false)).unwrap();
+        let sh = Path::new("/bin/sh").canonicalize().unwrap();
+        let exec: Vec<&Path> = p
+            .fs()
+            .iter()
+            .filter(|r| r.execute)
+            .map(|r| r.path.as_path())
+            .collect();
+        let interp = elf_interpreter(&sh)
+            .unwrap()
+            .unwrap()
+            .canonicalize()
+            .unwrap();
+        assert_eq!(exec, vec![sh.as_path(), interp.as_path()]);
+        assert!(p.fs().iter().all(|r| !r.write));
+        assert_eq!(p.work_dir(), Path::new("/var/tmp/cordon-vm-run"));
+        assert_eq!(p.argv()[0], sh.display().to_string());
+        assert_eq!(p.ids().host_uid, 1_900_000_000);
+        assert_eq!(p.bounds().max_memory, 256 << 20);
+        assert!(p.env().is_empty());
+    }
+
+    #[test]
+    fn bad_specs_are_refused_saying_what_to_do() {
+        let mut s = spec(false);
+        s.host_id = 0;
+        assert!(plan(&s).unwrap_err().contains("lease a fresh uid"));
+        let mut s = spec(false);
+        s.name = "a/b".into();
+        assert!(plan(&s).unwrap_err().contains("ASCII letters"));
+        let mut s = spec(false);
+        s.program = "/etc/hostname".into();
+        assert!(plan(&s).unwrap_err().contains("not a 64-bit"));
+        let mut s = spec(false);
+        s.read_only = vec!["relative".into()];
+        assert!(plan(&s).unwrap_err().contains("absolute"));
+    }
+
+    #[test]
+    fn a_kvm_node_only_its_group_can_open_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("kvm");
+        std::fs::write(&file, b"").unwrap();
+        assert!(kvm_usable(&file).unwrap_err().contains("not a device node"));
+        // /dev/null is a character device usable by all.
+        assert!(kvm_usable(Path::new("/dev/null")).is_ok());
+        if let Ok(meta) = std::fs::metadata(cordon_linux::KVM_DEVICE) {
+            let open_to_others = meta.mode() & 0o006 == 0o006;
+            let r = kvm_usable(Path::new(cordon_linux::KVM_DEVICE));
+            assert_eq!(r.is_ok(), open_to_others, "{r:?}");
+            if let Err(e) = r {
+                assert!(e.contains("chmod 0666") && e.contains("kvm: false"), "{e}");
+            }
+        }
     }
 }

@@ -405,6 +405,7 @@ const PROBE: &str = r#"
 #include <signal.h>
 #include <unistd.h>
 #include <arpa/inet.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 
 static void check(int refused, const char *what) {
@@ -422,6 +423,14 @@ static int can_create(const char *path) {
 int main(int argc, char **argv) {
     if (argc > 1 && strcmp(argv[1], "sleep") == 0) {
         for (;;) pause();
+    }
+    if (argc > 1 && strcmp(argv[1], "kvm") == 0) {
+        int fd = open("/dev/kvm", O_RDWR | O_CLOEXEC);
+        if (fd < 0) { printf("KVM open errno %d\n", errno); return 4; }
+        printf("KVM api %d\n", ioctl(fd, 0xAE00 /* KVM_GET_API_VERSION */, 0));
+        printf("null ioctl %d\n", ioctl(open("/dev/null", O_RDWR), 0xAE00, 0));
+        fflush(stdout);
+        return 0;
     }
     if (argc > 1 && strcmp(argv[1], "eat") == 0) {
         /* Touch memory until something stops us. */
@@ -600,4 +609,112 @@ fn the_jail_confines_what_runs_in_it() {
     let outcome = jailed.wait().unwrap();
     assert_eq!(outcome.killed_by, Some(Bound::Memory), "{outcome:?}");
     assert_eq!(outcome.termination, Termination::Signaled(9), "{outcome:?}");
+}
+
+/// `/dev/kvm` is there only with `kvm: true`, and only if the host lets
+/// the jail's uid (in none of the host's groups) open it: else `start`
+/// refuses and says what to do. Where the node is open to others, a probe
+/// with `kvm: true` talks to KVM (`KVM_GET_API_VERSION` is 12).
+#[test]
+fn kvm_is_given_only_when_asked_for_and_usable() {
+    if !ready("kvm in the jail", false) {
+        return;
+    }
+    let s = scratch();
+    let probe = compile(&s.files, "probe", PROBE);
+    let mut spec = probe_spec(&s, &probe, &["kvm"], 64 << 20, "kvm");
+    spec.kvm = true;
+    let usable = std::fs::metadata(cordon_linux::KVM_DEVICE)
+        .is_ok_and(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o006 == 0o006);
+    if !usable {
+        let err = jail::start(&spec, &init()).unwrap_err();
+        assert!(err.contains("kvm: false"), "{err}");
+        let _ = writeln!(
+            std::io::stderr().lock(),
+            "note: `{}` is not open to others here; checked the refusal only",
+            cordon_linux::KVM_DEVICE
+        );
+        return;
+    }
+    let outcome = jail::start(&spec, &init()).unwrap().wait().unwrap();
+    let out = std::fs::read_to_string(s.run.join(OUTPUT_LOG)).unwrap();
+    assert_eq!(outcome.termination, Termination::Exited(0), "{out}");
+    assert!(out.contains("KVM api 12"), "{out}");
+    assert!(out.contains("null ioctl -1"), "{out}");
+}
+
+const OWNER_HELPER: &str = "CORDON_JAIL_OWNER_HELPER";
+
+/// Not a test by itself: the owner process of
+/// `a_jail_whose_owner_is_killed_dies_and_its_cgroup_is_reclaimed`, run as
+/// this test binary with `OWNER_HELPER` set to the probe's path.
+#[test]
+fn owner_helper() {
+    let Some(probe) = std::env::var_os(OWNER_HELPER) else {
+        return;
+    };
+    let s = scratch();
+    let jailed = jail::start(
+        &probe_spec(&s, Path::new(&probe), &["sleep"], 64 << 20, "orphan"),
+        &init(),
+    )
+    .unwrap();
+    let pid = program_pid(&jailed);
+    let mut out = std::io::stdout().lock();
+    for d in jailed.cgroup_dirs() {
+        writeln!(out, "DIR {}", d.display()).unwrap();
+    }
+    writeln!(out, "PID {pid}").unwrap();
+    out.flush().unwrap();
+    drop(out);
+    std::thread::sleep(Duration::from_secs(600));
+}
+
+/// Issue point 4. An owner SIGKILLed with its jail running: the jail dies
+/// with it (the init's parent-death signal, then the pid namespace), and
+/// what is left — its empty cgroup — is found by name
+/// (`orphaned_sandbox_cgroups`) and reclaimed from the recorded
+/// directories (`reclaim_cgroups`).
+#[test]
+fn a_jail_whose_owner_is_killed_dies_and_its_cgroup_is_reclaimed() {
+    if !ready("owner killed", false) {
+        return;
+    }
+    let s = scratch();
+    let probe = compile(&s.files, "probe", PROBE);
+    let mut owner = Command::new(std::env::current_exe().unwrap())
+        .args(["owner_helper", "--exact", "--nocapture", "--test-threads=1"])
+        .env(OWNER_HELPER, &probe)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut dirs = Vec::new();
+    let mut pid = None;
+    for line in BufReader::new(owner.stdout.take().unwrap()).lines() {
+        let line = line.unwrap();
+        if let Some(d) = line.strip_prefix("DIR ") {
+            dirs.push(PathBuf::from(d));
+        } else if let Some(p) = line.strip_prefix("PID ") {
+            pid = Some(p.parse::<u32>().unwrap());
+            break;
+        }
+    }
+    let pid = pid.expect("the owner never reported its jail");
+    assert!(!dirs.is_empty());
+    assert!(Path::new(&format!("/proc/{pid}")).exists());
+    owner.kill().unwrap(); // SIGKILL
+    owner.wait().unwrap();
+    assert!(
+        eventually(10, || !Path::new(&format!("/proc/{pid}")).exists()),
+        "the jailed program outlived its owner"
+    );
+    let name = dirs[0].file_name().unwrap().to_string_lossy().into_owned();
+    assert!(name.starts_with("cordon-vm-orphan-"), "{name}");
+    let orphans = cordon_linux::orphaned_sandbox_cgroups();
+    assert!(
+        orphans.iter().any(|(n, _)| *n == name),
+        "`{name}` not among the orphans {orphans:?}"
+    );
+    cordon_linux::reclaim_cgroups(&dirs).unwrap();
+    nothing_left(&[pid], &dirs);
 }
