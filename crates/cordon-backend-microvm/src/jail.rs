@@ -63,7 +63,8 @@ pub struct JailSpec {
     pub run_dir: PathBuf,
     /// Files (or directories) QEMU opens read-only — the kernel, the
     /// initramfs, the packed root image — at the same paths inside. Each
-    /// must be readable by others, under parents searchable by others.
+    /// is a canonical path (no links), readable by others, under parents
+    /// searchable by others.
     pub read_only: Vec<PathBuf>,
     /// Give QEMU the host's `/dev/kvm` (read, write, its ioctls); without
     /// it there is no `/dev/kvm` in the jail at all.
@@ -379,7 +380,17 @@ pub fn start(spec: &JailSpec, init: &InitProgram) -> Result<Jailed, String> {
         .available(Rung::Container)
         .map_err(|m| format!("the microvm jail needs the container rung here: {m}"))?;
     for p in &spec.read_only {
-        reachable(&canonical(p, "a read-only file")?, true)?;
+        let c = canonical(p, "a read-only file")?;
+        if &c != p {
+            // Only the file itself is bound, at its canonical path: a link
+            // to it named on QEMU's command line would lead nowhere inside.
+            return Err(format!(
+                "the read-only file `{}` must be given as its canonical path `{}`",
+                p.display(),
+                c.display()
+            ));
+        }
+        reachable(&c, true)?;
     }
     reachable(&canonical(&spec.program, "the program")?, true)?;
     let run_dir = canonical(&spec.run_dir, "the run dir")?;

@@ -360,6 +360,18 @@ fn jailed_qemu_serves_sockets_to_the_host_and_holds_its_own_sandbox() {
         filters(bare_pid)
     );
     drop(bare);
+    // For sizing `memory_bytes`: what the booted guest's QEMU peaked at.
+    for d in &jailed.cgroup_dirs() {
+        for f in ["memory.max_usage_in_bytes", "memory.peak"] {
+            if let Ok(v) = std::fs::read_to_string(d.join(f)) {
+                let mib = v.trim().parse::<u64>().unwrap_or(0) >> 20;
+                let _ = writeln!(
+                    std::io::stderr().lock(),
+                    "note: QEMU (-m 128, TCG) peaked at {mib} MiB in its jail"
+                );
+            }
+        }
+    }
 
     // QMP over the host path; `migrate exec:` makes QEMU fork, which its
     // `spawn=deny` answers with SIGSYS.
