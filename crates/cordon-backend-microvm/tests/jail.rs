@@ -25,8 +25,14 @@ const KERNEL: &str = "/boot/vmlinuz-6.1.0-48-cloud-amd64";
 const MARKER: &str = "CORDON-JAIL-MARKER";
 const SANDBOX: &str = "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny";
 
+/// The init program: this crate's own, or (`CORDON_JAIL_INIT=PATH`) a
+/// `cordon` binary built from the same sources, through its hidden
+/// subcommand, as the backend runs it.
 fn init() -> InitProgram {
-    InitProgram::new(env!("CARGO_BIN_EXE_cordon-microvm-init"))
+    match std::env::var_os("CORDON_JAIL_INIT") {
+        Some(cordon) => InitProgram::new(cordon).arg("__sandbox-init"),
+        None => InitProgram::new(env!("CARGO_BIN_EXE_cordon-microvm-init")),
+    }
 }
 
 fn in_ci() -> bool {
