@@ -19,7 +19,8 @@
 //!   the host reaches them at the same path), and each of `read_only`
 //!   read-only at its own path;
 //! - execute on the program and its ELF interpreter only (Landlock);
-//! - a host uid/gid of its own ([`JailSpec::host_id`]), no capabilities,
+//! - a host uid/gid of its own, leased for the jail's life like a local
+//!   sandbox's ([`cordon_backend_local::lease_id`]), no capabilities,
 //!   `no_new_privs`, cordon's container seccomp table, and a network
 //!   namespace with nothing but `lo`;
 //! - a cgroup holding [`JailSpec::memory_bytes`] and [`MAX_TASKS`].
@@ -57,7 +58,7 @@ pub struct JailSpec {
     pub args: Vec<String>,
     /// Read-write, at the same path inside: QEMU's unix sockets and logs
     /// live here, and the host connects to them at their host path. The
-    /// jail makes it [`JailSpec::host_id`]'s own (mode 0700); its parents
+    /// jail makes it its host uid's own (mode 0700); its parents
     /// must be searchable by others. QEMU's stdout and stderr go to
     /// [`OUTPUT_LOG`] in it.
     pub run_dir: PathBuf,
@@ -75,9 +76,6 @@ pub struct JailSpec {
     /// Part of the cgroup's name (`cordon-vm-NAME-PID-N`): ASCII letters,
     /// digits and `_`, at most 64.
     pub name: String,
-    /// The host uid and gid QEMU runs as: not 0, and no other process's
-    /// (lease a fresh one, as the local backends do for their sandboxes).
-    pub host_id: u32,
 }
 
 /// QEMU's stdout and stderr, in [`JailSpec::run_dir`].
@@ -113,10 +111,11 @@ fn read_rule(path: &Path) -> FsRule {
     }
 }
 
-/// The container-rung plan for `spec` (what [`start`] launches): checks
-/// the spec's paths on the host and finds the program's ELF interpreter.
-pub fn plan(spec: &JailSpec) -> Result<Plan, String> {
-    check_spec(spec)?;
+/// The container-rung plan for `spec` (what [`start`] launches), QEMU
+/// running as host uid and gid `host_id`: checks the spec's paths on the
+/// host and finds the program's ELF interpreter.
+pub fn plan(spec: &JailSpec, host_id: u32) -> Result<Plan, String> {
+    check_spec(spec, host_id)?;
     let program = canonical(&spec.program, "the program")?;
     let mut fs: Vec<FsRule> = SYSTEM_READ
         .iter()
@@ -162,8 +161,8 @@ pub fn plan(spec: &JailSpec) -> Result<Plan, String> {
         ids: Ids {
             uid: INSIDE_ID,
             gid: INSIDE_ID,
-            host_uid: spec.host_id,
-            host_gid: spec.host_id,
+            host_uid: host_id,
+            host_gid: host_id,
         },
         proxy_port: None,
         secrets_dir: None,
@@ -172,8 +171,8 @@ pub fn plan(spec: &JailSpec) -> Result<Plan, String> {
     Plan::new(plan).map_err(|e| format!("the jail's plan is refused: {e}"))
 }
 
-fn check_spec(spec: &JailSpec) -> Result<(), String> {
-    if spec.host_id == 0 {
+fn check_spec(spec: &JailSpec, host_id: u32) -> Result<(), String> {
+    if host_id == 0 {
         return Err(
             "`host_id` must not be 0: QEMU never runs as host root; lease a fresh uid".into(),
         );
@@ -327,6 +326,8 @@ pub struct Jailed {
     cancel: Cancel,
     cgroup_dirs: Vec<PathBuf>,
     end: Arc<End>,
+    /// The jail's host uid/gid, held until the jail is gone (see Drop).
+    lease: Option<cordon_backend_local::IdLease>,
 }
 
 /// How the jail's thread ended the run, set once it has (the tree killed
@@ -374,7 +375,10 @@ impl End {
 /// Returns once the jail is built and the program is starting; QEMU's own
 /// failures are in [`OUTPUT_LOG`] and in [`Jailed::wait`]'s outcome.
 pub fn start(spec: &JailSpec, init: &InitProgram) -> Result<Jailed, String> {
-    let plan = plan(spec)?;
+    let lease = cordon_backend_local::lease_id()
+        .map_err(|e| format!("leasing a host uid for the jail: {e}"))?;
+    let host_id = lease.id();
+    let plan = plan(spec, host_id)?;
     let enforcer = LinuxEnforcer::new(init.clone());
     enforcer
         .available(Rung::Container)
@@ -411,7 +415,7 @@ pub fn start(spec: &JailSpec, init: &InitProgram) -> Result<Jailed, String> {
     if spec.kvm {
         kvm_usable(Path::new(cordon_linux::KVM_DEVICE))?;
     }
-    std::os::unix::fs::chown(&run_dir, Some(spec.host_id), Some(spec.host_id))
+    std::os::unix::fs::chown(&run_dir, Some(host_id), Some(host_id))
         .and_then(|()| std::fs::set_permissions(&run_dir, std::fs::Permissions::from_mode(0o700)))
         .map_err(|e| {
             format!(
@@ -471,6 +475,7 @@ pub fn start(spec: &JailSpec, init: &InitProgram) -> Result<Jailed, String> {
         cancel,
         cgroup_dirs,
         end,
+        lease: Some(lease),
     })
 }
 
@@ -498,6 +503,24 @@ impl Jailed {
     /// The host pid of the jail's init (the root of its process tree).
     pub fn init_pid(&self) -> u32 {
         self.init_pid
+    }
+
+    /// The host uid and gid the program runs as (leased for the jail).
+    pub fn host_id(&self) -> u32 {
+        self.lease
+            .as_ref()
+            .map_or(0, cordon_backend_local::IdLease::id)
+    }
+
+    /// A handle that does [`Jailed::kill`] from anywhere (another thread,
+    /// a hook), for as long as anyone holds it.
+    pub fn killer(&self) -> impl Fn() + Send + Sync + 'static {
+        let cancel = self.cancel.clone();
+        let end = Arc::clone(&self.end);
+        move || {
+            cancel.cancel();
+            drop(end.wait());
+        }
     }
 
     /// Whether anything of the jail still runs.
@@ -534,12 +557,16 @@ impl Jailed {
 impl Drop for Jailed {
     fn drop(&mut self) {
         self.kill();
+        // Only now is no process of the uid left: the lease may go.
+        drop(self.lease.take());
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const ID: u32 = 1_900_000_000;
 
     fn spec(kvm: bool) -> JailSpec {
         JailSpec {
@@ -550,16 +577,15 @@ mod tests {
             kvm,
             memory_bytes: 256 << 20,
             name: "unit".into(),
-            host_id: 1_900_000_000,
         }
     }
 
     #[test]
     fn kvm_is_in_the_plan_only_when_asked_for() {
-        let with = plan(&spec(true)).unwrap();
+        let with = plan(&spec(true), ID).unwrap();
         assert!(with.kvm());
         assert_eq!(with.rung(), Rung::Container);
-        let without = plan(&spec(false)).unwrap();
+        let without = plan(&spec(false), ID).unwrap();
         assert!(!without.kvm());
         // Nothing else of /dev is ever granted by a rule.
         for p in [&with, &without] {
@@ -569,7 +595,7 @@ mod tests {
 
     #[test]
     fn the_plan_executes_the_program_and_its_interpreter_only() {
-        let p = plan(&spec(false)).unwrap();
+        let p = plan(&spec(false), ID).unwrap();
         let sh = Path::new("/bin/sh").canonicalize().unwrap();
         let exec: Vec<&Path> = p
             .fs()
@@ -593,18 +619,18 @@ mod tests {
 
     #[test]
     fn bad_specs_are_refused_saying_what_to_do() {
-        let mut s = spec(false);
-        s.host_id = 0;
-        assert!(plan(&s).unwrap_err().contains("lease a fresh uid"));
+        assert!(plan(&spec(false), 0)
+            .unwrap_err()
+            .contains("lease a fresh uid"));
         let mut s = spec(false);
         s.name = "a/b".into();
-        assert!(plan(&s).unwrap_err().contains("ASCII letters"));
+        assert!(plan(&s, ID).unwrap_err().contains("ASCII letters"));
         let mut s = spec(false);
         s.program = "/etc/hostname".into();
-        assert!(plan(&s).unwrap_err().contains("not a 64-bit"));
+        assert!(plan(&s, ID).unwrap_err().contains("not a 64-bit"));
         let mut s = spec(false);
         s.read_only = vec!["relative".into()];
-        assert!(plan(&s).unwrap_err().contains("absolute"));
+        assert!(plan(&s, ID).unwrap_err().contains("absolute"));
     }
 
     #[test]

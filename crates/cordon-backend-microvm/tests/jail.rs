@@ -14,7 +14,6 @@ use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use cordon_backend_microvm::jail::{self, JailSpec, Jailed, OUTPUT_LOG};
@@ -65,13 +64,6 @@ fn ready(case: &str, vm: bool) -> bool {
         missing.join(", ")
     );
     false
-}
-
-static NEXT: AtomicU32 = AtomicU32::new(0);
-
-/// A host uid/gid no other test (or concurrent run of this binary) uses.
-fn fresh_host_id() -> u32 {
-    1_900_000_000 + (std::process::id() % 100_000) * 64 + NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
 /// A test's directories: `files` (0755: what the jail reads) and `run`
@@ -205,7 +197,6 @@ fn qemu_spec(s: &Scratch, initrd: &Path, hold: bool, extra: &[&str], name: &str)
         kvm: false,
         memory_bytes: 512 << 20,
         name: name.into(),
-        host_id: fresh_host_id(),
     }
 }
 
@@ -333,7 +324,8 @@ fn jailed_qemu_serves_sockets_to_the_host_and_holds_its_own_sandbox() {
     drop(ctl);
 
     // QEMU as the jail made it.
-    let uid = format!("{0}\t{0}\t{0}\t{0}", spec.host_id);
+    assert!(jailed.host_id() >= cordon_backend_local::FRESH_ID_BASE);
+    let uid = format!("{0}\t{0}\t{0}\t{0}", jailed.host_id());
     assert_eq!(status_field(pid, "Uid").as_deref(), Some(uid.as_str()));
     assert_eq!(
         status_field(pid, "CapEff").as_deref(),
@@ -538,7 +530,6 @@ fn probe_spec(s: &Scratch, probe: &Path, args: &[&str], memory: u64, name: &str)
         kvm: false,
         memory_bytes: memory,
         name: name.into(),
-        host_id: fresh_host_id(),
     }
 }
 
@@ -605,7 +596,8 @@ fn the_jail_confines_what_runs_in_it() {
     assert_eq!(std::fs::read(&ro).unwrap(), b"read-only");
     // From outside: the probe's host uid is the jail's, never 0.
     let pid = program_pid(&jailed);
-    let uid = format!("{0}\t{0}\t{0}\t{0}", spec.host_id);
+    assert!(jailed.host_id() >= cordon_backend_local::FRESH_ID_BASE);
+    let uid = format!("{0}\t{0}\t{0}\t{0}", jailed.host_id());
     assert_eq!(status_field(pid, "Uid").as_deref(), Some(uid.as_str()));
     assert_eq!(status_field(pid, "Gid").as_deref(), Some(uid.as_str()));
     assert_eq!(

@@ -307,6 +307,61 @@ mod linux {
             }))
         }
 
+        /// Lists the directory at `rel` (`""`: this directory) without
+        /// following any link: at most `max_entries + 1` entries (`.` and
+        /// `..` left out), so a caller sees a directory larger than its cap.
+        /// A link is listed as one; the kind comes from the entry, or from a
+        /// no-follow `fstatat` beneath the listed directory when the
+        /// filesystem does not say.
+        pub fn list(
+            &self,
+            rel: &str,
+            max_entries: usize,
+        ) -> Result<Vec<cordon_sandbox::DirEntry>, ConfinedError> {
+            let shown = if rel.is_empty() { "." } else { rel };
+            if !rel.is_empty() {
+                self.check(rel)?;
+            }
+            let fd = rustix::fs::openat2(
+                &self.fd,
+                shown,
+                OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                Mode::empty(),
+                beneath(),
+            )
+            .map_err(|e| classify(e, shown, "open the directory"))?;
+            let io = |e: Errno| classify(e, shown, "list");
+            let stat_fd = fd.try_clone().map_err(|e| ConfinedError::Io {
+                path: shown.to_string(),
+                operation: "list",
+                reason: e.to_string(),
+            })?;
+            let mut out = Vec::new();
+            for entry in rustix::fs::Dir::new(fd).map_err(io)? {
+                let entry = entry.map_err(io)?;
+                let name = entry.file_name();
+                if name.to_bytes() == b"." || name.to_bytes() == b".." {
+                    continue;
+                }
+                let kind = match entry.file_type() {
+                    FileType::Unknown => {
+                        rustix::fs::statat(&stat_fd, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
+                            .map(|st| kind_of(st.st_mode))
+                            .map_err(io)?
+                    }
+                    t => kind_of(t.as_raw_mode()),
+                };
+                out.push(cordon_sandbox::DirEntry {
+                    name: name.to_string_lossy().into_owned(),
+                    kind,
+                });
+                if out.len() > max_entries {
+                    break;
+                }
+            }
+            Ok(out)
+        }
+
         /// Reads the regular file at `rel`, bounded: the size is taken from
         /// `fstat` on the opened descriptor, and at most `max_bytes + 1`
         /// bytes are read (none when the opened file is already larger).

@@ -130,6 +130,30 @@ impl HostWorkDir {
         })
     }
 
+    /// A confined listing of a directory in the work dir (the work dir
+    /// itself included): at most `max_entries + 1` entries, so the caller
+    /// sees one larger than its cap (see [`ConfinedDir::list`]).
+    pub fn list_dir(
+        &self,
+        guest_path: &str,
+        max_entries: usize,
+    ) -> Result<Vec<cordon_sandbox::DirEntry>, SandboxError> {
+        let rel = if guest_path.trim_end_matches('/') == self.guest {
+            ""
+        } else {
+            self.relative(guest_path)?
+        };
+        let dir = ConfinedDir::open_no_links(&self.host)?;
+        dir.list(rel, max_entries).map_err(|e| {
+            let mut e = SandboxError::from(e);
+            if let SandboxError::NotFound { path } | SandboxError::PathRefused { path, .. } = &mut e
+            {
+                *path = guest_path.to_string();
+            }
+            e
+        })
+    }
+
     /// A confined host-side write: parents created beneath the work dir's
     /// descriptor, a temporary file renamed into place. A link the guest
     /// planted at the destination is replaced, never followed; one on a

@@ -245,3 +245,33 @@ fn a_host_work_dir_refuses_paths_outside_it() {
     assert_eq!(st.size, Some(1));
     assert!(w.stat_no_follow("/workspace/none/b.txt").unwrap().is_none());
 }
+
+// ---- listing ----
+
+#[test]
+fn a_listing_names_links_as_links_and_follows_none() {
+    let (_t, root, outside) = scratch();
+    std::fs::write(outside.join("secret"), b"s").unwrap();
+    std::fs::write(root.join("a"), b"a").unwrap();
+    std::fs::create_dir(root.join("d")).unwrap();
+    std::fs::write(root.join("d/inner"), b"i").unwrap();
+    symlink(&outside, root.join("out")).unwrap();
+    let work = HostWorkDir::new(&root, "/work").unwrap();
+    let mut got = work.list_dir("/work", 100).unwrap();
+    got.sort_by(|a, b| a.name.cmp(&b.name));
+    let shown: Vec<_> = got.iter().map(|e| (e.name.as_str(), e.kind)).collect();
+    use cordon_sandbox::FileKind::*;
+    assert_eq!(shown, [("a", File), ("d", Dir), ("out", Symlink)]);
+    let inner = work.list_dir("/work/d", 100).unwrap();
+    assert_eq!(inner.len(), 1);
+    // Listing through the link is refused, never the outside's entries.
+    let e = work.list_dir("/work/out", 100).unwrap_err();
+    assert!(matches!(e, SandboxError::PathRefused { .. }), "{e:?}");
+    let e = work.list_dir("/work/a", 100).unwrap_err();
+    assert!(!matches!(e, SandboxError::NotFound { .. }), "{e:?}");
+    let e = work.list_dir("/work/none", 100).unwrap_err();
+    assert!(matches!(e, SandboxError::NotFound { .. }), "{e:?}");
+    assert!(work.list_dir("/elsewhere", 100).is_err());
+    // One past the cap shows a directory larger than it.
+    assert_eq!(work.list_dir("/work", 1).unwrap().len(), 2);
+}

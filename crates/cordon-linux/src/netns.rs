@@ -58,6 +58,19 @@ pub fn listen_in(netns: BorrowedFd<'_>, port: u16) -> io::Result<TcpListener> {
     Ok(TcpListener::from(fd))
 }
 
+/// Connects to `addr` from inside the network namespace `netns`: the
+/// socket stays the namespace's (the microvm backend's egress relay
+/// reaches the proxy's listener so, never through the host's loopback).
+pub fn connect_in(
+    netns: BorrowedFd<'_>,
+    addr: std::net::SocketAddr,
+) -> io::Result<std::net::TcpStream> {
+    let (_, stream) = in_namespace(Some(netns), || {
+        std::net::TcpStream::connect_timeout(&addr, std::time::Duration::from_secs(5))
+    })?;
+    Ok(stream)
+}
+
 /// A new network namespace holding only `lo` (up) and a listener on
 /// `127.0.0.1:port`. A runtime started in it (runsc's spec names it)
 /// reaches nothing but the listener.

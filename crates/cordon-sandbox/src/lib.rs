@@ -93,7 +93,8 @@ pub use cordon_policy::{Deployment, Identity};
 pub use egress::{Egress, EgressEntry, EgressEntryError, HostPattern};
 pub use error::ErrorKind;
 pub use exec::{
-    Attach, ExecEnd, ExecEvent, ExecHandle, ExecStdin, Killer, Resizer, StdinFeed, TtySize,
+    Attach, EventSender, ExecEnd, ExecEvent, ExecHandle, ExecStdin, Killer, Resizer, StdinFeed,
+    TtySize,
 };
 pub use isolation::{Isolation, IsolationError};
 pub use key::{Caller, CallerContext, KeyError, SandboxKey};

@@ -1,0 +1,183 @@
+//! The `microvm` backend's registration: how a host finds, probes, builds
+//! and cleans up after it.
+//!
+//! Its rung is the machine's: `microvm` where a guest really boots under
+//! KVM, `container` (the jail around QEMU) where it runs under TCG. The
+//! registration says the same as the built backend, so `cordon doctor`,
+//! the floor and the router agree.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use cordon_policy::{Deployment, Policy};
+use cordon_sandbox::catalogue::{BackendInfo, Probe};
+use cordon_sandbox::{Backend, BackendRegistration, BackendSetup, Egress, Isolation, WorkDirView};
+
+use crate::vm::Accel;
+use crate::{MicrovmBackend, MicrovmConfig, Residue};
+
+/// The rung this machine gives the backend (probing it on first use).
+pub fn rung() -> Isolation {
+    match crate::probe::machine() {
+        Ok(m) => crate::rung_of(m.accel),
+        // Not runnable: shown at the rung it would have without KVM, the
+        // probe says why it cannot run at all.
+        Err(_) => Isolation::Container,
+    }
+}
+
+/// What the backend claims on this machine.
+pub fn info() -> BackendInfo {
+    let rung = rung();
+    BackendInfo {
+        name: crate::NAME,
+        isolation: rung,
+        egress: Egress::Allowlist,
+        capabilities: crate::capabilities(),
+        summary: if rung == Isolation::Microvm {
+            "a QEMU microvm guest under KVM (cordon's agent enforces the plan inside); egress through cordon's proxy over the control channel, no NIC"
+        } else {
+            "a QEMU microvm guest under TCG, an emulator: the boundary is the jail around QEMU (cordon's container rung); egress through cordon's proxy, no NIC"
+        },
+    }
+}
+
+fn probe(_: &BackendSetup) -> Probe {
+    match crate::probe::machine() {
+        Ok(m) => {
+            let mut found = vec![
+                format!("`{}` ({})", m.qemu.display(), m.qemu_version),
+                format!(
+                    "guest kernel {} (`{}`)",
+                    m.kernel.release,
+                    m.kernel.image.display()
+                ),
+                format!("guest agent `{}`", m.agent.display()),
+                format!("initramfs `{}`", m.initramfs.display()),
+            ];
+            match m.accel {
+                Accel::Kvm => found.push(format!(
+                    "accelerator: kvm, a guest booted under it ({}): rung `microvm`",
+                    m.accel_source
+                )),
+                Accel::Tcg => found.push(format!(
+                    "accelerator: tcg ({}): rung `container`, not `microvm`: {}. With working KVM this backend declares `microvm`; here use it with `--backend microvm --min-isolation container`",
+                    m.accel_source,
+                    m.no_kvm.as_deref().unwrap_or("KVM is not used")
+                )),
+            }
+            Probe {
+                runnable: true,
+                reason: None,
+                found,
+            }
+        }
+        Err(u) => Probe {
+            runnable: false,
+            reason: Some(u.reason.clone()),
+            found: u.found.clone(),
+        },
+    }
+}
+
+fn build(setup: &BackendSetup, policy: Arc<Policy>) -> Result<Arc<dyn Backend>, String> {
+    let machine = crate::probe::machine()
+        .as_ref()
+        .map_err(|u| format!("{} ({})", u.reason, u.found.join("; ")))?
+        .clone();
+    let init = setup
+        .init
+        .as_ref()
+        .map(|c| {
+            c.args
+                .iter()
+                .fold(cordon_linux::InitProgram::new(&c.path), |i, a| i.arg(a))
+        })
+        .ok_or("the host did not say how to run its binary as a sandbox init (the jail around QEMU needs one)")?;
+    Ok(Arc::new(MicrovmBackend::new(MicrovmConfig {
+        policy,
+        env: Deployment {
+            name: setup.deployment.clone(),
+        },
+        scratch: setup.scratch.clone(),
+        work_dir: setup.work_dir.clone(),
+        machine,
+        init,
+        egress: setup.egress.clone(),
+    })))
+}
+
+/// Checks that a recorded residue names only a directory this backend
+/// makes, made by the keeper `keeper`, in this cordon's scratch directory.
+fn vet(residue: &serde_json::Value, keeper: u32) -> Result<(), String> {
+    let r: Residue = serde_json::from_value(residue.clone())
+        .map_err(|e| format!("the recorded residue is not a microvm one ({e})"))?;
+    let name = r.dir.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    if crate::maker_of(name) != Some(keeper) {
+        return Err(format!(
+            "`{}` is not the directory of a microvm sandbox the record's keeper ({keeper}) made",
+            r.dir.display()
+        ));
+    }
+    let scratch = std::env::temp_dir();
+    let scratch = scratch.canonicalize().unwrap_or(scratch);
+    if r.dir.parent() != Some(scratch.as_path()) {
+        return Err(format!(
+            "`{}` is not in `{}`, where this cordon makes sandbox directories (TMPDIR)",
+            r.dir.display(),
+            scratch.display()
+        ));
+    }
+    Ok(())
+}
+
+fn reclaim(residue: &serde_json::Value) -> Vec<String> {
+    match serde_json::from_value::<Residue>(residue.clone()) {
+        Ok(r) => crate::reclaim(&r),
+        Err(e) => vec![format!(
+            "the recorded residue is not a microvm one ({e}); left alone"
+        )],
+    }
+}
+
+/// Sandbox directories whose making process is gone.
+fn sweep() -> (Vec<String>, Vec<String>) {
+    let mut done = Vec::new();
+    let mut failures = Vec::new();
+    let gone = |pid: u32| !Path::new(&format!("/proc/{pid}")).exists();
+    let scratch = std::env::temp_dir();
+    let Ok(entries) = std::fs::read_dir(&scratch) else {
+        return (done, failures);
+    };
+    for p in entries.flatten().map(|e| e.path()) {
+        let made_by = p
+            .file_name()
+            .and_then(|n| n.to_str())
+            .and_then(crate::maker_of);
+        if !made_by.is_some_and(gone) {
+            continue;
+        }
+        let f = crate::reclaim_dir(&p);
+        if f.is_empty() {
+            done.push(p.display().to_string());
+        }
+        failures.extend(f);
+    }
+    (done, failures)
+}
+
+/// The `microvm` backend, as a host registers it.
+pub fn registration() -> BackendRegistration {
+    BackendRegistration {
+        info: info(),
+        probe,
+        build: Some(build),
+        vet,
+        reclaim,
+        sweep,
+        work_dir_view: WorkDirView::SpecPath,
+        work_dir_owner: None,
+        workload_uid: None,
+        opt_in: true,
+    }
+}

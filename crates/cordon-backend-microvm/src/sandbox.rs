@@ -1,0 +1,523 @@
+//! [`MicrovmSandbox`]: one guest and what it was made for.
+//!
+//! Decide here, enforce there: the host resolves each command over the
+//! image's tree and turns the policy's storage and compute plan into a
+//! container-rung `cordon_linux::PlanSpec` (the same translation the local
+//! `container` backend makes, over the same image); the guest agent holds
+//! that plan inside the VM with cordon's Linux enforcer, so the policy
+//! holds in the guest as it does on a host, and the VM is the boundary
+//! around it.
+
+use std::collections::BTreeMap;
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::time::Duration;
+
+use cordon_confine::FsView;
+use cordon_linux::{Bounds, FsRule, Ids, PlanSpec, Rung};
+use cordon_policy::{Deployment, Policy};
+use cordon_sandbox::{
+    AcquireRequest, Attach, BackendError, DirEntry, ExecHandle, ExecRequest, FileRead, FileStat,
+    Limits, Provenance, ResolvedCommand, Sandbox, SandboxError,
+};
+
+use crate::channel::{Channel, ConnOpener, ConnSink};
+use crate::vm::{Accel, BootSpec, Vm};
+
+/// The workload's uid/gid inside its namespace in the guest (the local
+/// container rung's, so plans read the same).
+pub const INSIDE_ID: u32 = 1000;
+/// The guest-side "host" id the workload's is mapped to (the guest's root
+/// namespace; nothing on the real host).
+pub const GUEST_WORKLOAD_ID: u32 = 1_999_999_998;
+/// Where the agent mounts the work dir's tmpfs in the guest.
+pub const GUEST_WORK_SOURCE: &str = "/run/cordon-work";
+/// Where the agent mounts the packed image in the guest.
+pub const GUEST_IMAGE: &str = "/image";
+
+/// What a sandbox needs from its backend.
+#[derive(Clone)]
+pub struct SandboxConfig {
+    pub policy: Arc<Policy>,
+    pub env: Deployment,
+    pub machine: crate::probe::Machine,
+    pub init: cordon_linux::InitProgram,
+    pub scratch: PathBuf,
+}
+
+/// A live microvm sandbox.
+pub struct MicrovmSandbox {
+    id: String,
+    provenance: Provenance,
+    limits: Limits,
+    policy: Arc<Policy>,
+    env: Deployment,
+    vm: Vm,
+    /// The image's tree as the workload sees it (resolution, translation).
+    view: Box<dyn FsView + Send + Sync>,
+    work: String,
+    base: OnceLock<PlanSpec>,
+    proxy_port: Option<u16>,
+    route: Mutex<Option<Route>>,
+    dir: PathBuf,
+}
+
+/// The egress route: the proxy's listener in a namespace of its own, which
+/// the relay connects into for each connection the guest opens.
+struct Route {
+    ns: Arc<OwnedFd>,
+    _serving: Box<dyn std::any::Any + Send>,
+}
+
+fn failed(operation: &'static str, reason: impl Into<String>) -> BackendError {
+    BackendError::Failed {
+        operation,
+        reason: reason.into(),
+    }
+}
+
+fn refused(reason: impl Into<String>) -> SandboxError {
+    SandboxError::Refused {
+        reason: reason.into(),
+        rules: Vec::new(),
+    }
+}
+
+impl MicrovmSandbox {
+    /// Boots a guest for `req` over the image tree `image_root` packed at
+    /// `packed`.
+    pub fn create(
+        config: &SandboxConfig,
+        req: &AcquireRequest,
+        image_root: &Path,
+        packed: &Path,
+        egress: Option<Arc<dyn cordon_egress::EgressService>>,
+        name: String,
+    ) -> Result<MicrovmSandbox, BackendError> {
+        let spec = &req.provenance.spec;
+        let work = spec.work_dir().to_string();
+        let dir = config.scratch.join(&name);
+        std::fs::create_dir(&dir)
+            .map_err(|e| failed("acquire", format!("cannot make `{}`: {e}", dir.display())))?;
+        let made = (|| {
+            // The work dir lives in the guest; the view binds an empty
+            // stand-in so the translation sees it as the workload will.
+            let stand_in = dir.join("work-view");
+            std::fs::create_dir(&stand_in).map_err(|e| failed("acquire", e.to_string()))?;
+            let view = cordon_backend_local::profile::CONTAINER
+                .view(&work, &stand_in, Some(image_root))
+                .map_err(|e| failed("acquire", e))?;
+            let label = Label {
+                scope: req.key.scope().to_string(),
+                thread: req.key.thread_id().to_string(),
+                key: req.key.to_string(),
+                accel: config.machine.accel,
+            };
+            std::fs::write(
+                dir.join("sandbox.json"),
+                serde_json::to_vec(&label).map_err(|e| failed("acquire", e.to_string()))?,
+            )
+            .map_err(|e| failed("acquire", e.to_string()))?;
+            let (proxy_port, route, opener) = match egress {
+                None => (None, None, None),
+                Some(service) => {
+                    let (port, route) = route(&service, req).map_err(|e| failed("acquire", e))?;
+                    let (opener, slot) = relay_opener(route.ns.clone(), port);
+                    (Some(port), Some((route, slot)), Some(opener))
+                }
+            };
+            let memory_mib = (req.limits.memory_bytes >> 20).max(64) + GUEST_OS_MIB;
+            let boot = BootSpec {
+                qemu: config.machine.qemu.clone(),
+                kernel: config.machine.kernel.image.clone(),
+                initramfs: config.machine.initramfs.clone(),
+                image: packed.to_path_buf(),
+                accel: config.machine.accel,
+                memory_mib,
+                cpus: 1,
+                run_dir: dir.join("run"),
+                deadline: boot_deadline(config.machine.accel),
+                name: name.clone(),
+            };
+            std::fs::create_dir(&boot.run_dir).map_err(|e| failed("acquire", e.to_string()))?;
+            let vm = Vm::boot(&boot, &config.init, opener).map_err(|e| failed("acquire", e))?;
+            let residue = crate::Residue {
+                dir: dir.clone(),
+                cgroups: vm.jail.cgroup_dirs(),
+            };
+            if let Err(e) = serde_json::to_vec(&residue)
+                .map_err(|e| e.to_string())
+                .and_then(|b| {
+                    std::fs::write(dir.join("residue.json"), b).map_err(|e| e.to_string())
+                })
+            {
+                vm.stop();
+                return Err(failed("acquire", format!("recording the sandbox: {e}")));
+            }
+            let route = route.map(|(r, slot)| {
+                let _ = slot.set(Arc::downgrade(&vm.channel));
+                r
+            });
+            let sb = MicrovmSandbox {
+                id: name.clone(),
+                provenance: req.provenance.clone(),
+                limits: req.limits,
+                policy: config.policy.clone(),
+                env: config.env.clone(),
+                vm,
+                view,
+                work,
+                base: OnceLock::new(),
+                proxy_port,
+                route: Mutex::new(route),
+                dir: dir.clone(),
+            };
+            let plan = sb.base_plan().map_err(|e| match e {
+                SandboxError::Refused { reason, .. } => BackendError::Refused {
+                    operation: "acquire",
+                    reason,
+                },
+                e => failed("acquire", e.to_string()),
+            })?;
+            let plan_json =
+                serde_json::to_value(&plan).map_err(|e| failed("acquire", e.to_string()))?;
+            if let Err(e) = sb.vm.channel.setup(plan_json, req.limits.disk_bytes) {
+                sb.vm.stop();
+                return Err(failed(
+                    "acquire",
+                    format!("the guest could not set the sandbox up: {e}"),
+                ));
+            }
+            Ok(sb)
+        })();
+        if made.is_err() {
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+        made
+    }
+
+    /// The sandbox's directory on the host.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The guest's kernel release, as its agent said.
+    pub fn kernel_release(&self) -> &str {
+        &self.vm.kernel_release
+    }
+
+    /// Which accelerator runs it.
+    pub fn accel(&self) -> Accel {
+        self.vm.accel
+    }
+
+    /// How long the boot took.
+    pub fn boot_time(&self) -> Duration {
+        self.vm.boot
+    }
+
+    /// Ends the guest and removes the sandbox's directory.
+    pub fn dispose(&self) -> Result<(), BackendError> {
+        self.vm.stop();
+        *self.route.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        match std::fs::remove_dir_all(&self.dir) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(failed(
+                "dispose",
+                format!("cannot remove `{}`: {e}", self.dir.display()),
+            )),
+        }
+    }
+
+    /// The sandbox's plan without a command: the policy's storage and
+    /// compute rules translated for the container rung over the image.
+    fn base_plan(&self) -> Result<PlanSpec, SandboxError> {
+        if let Some(p) = self.base.get() {
+            return Ok(p.clone());
+        }
+        let plan = self
+            .policy
+            .plan(
+                &self.provenance.identity,
+                &self.env,
+                cordon_sandbox::guard::now(),
+                &self.work,
+            )
+            .map_err(|e| refused(e.to_string()))?;
+        let work_seen = self
+            .view
+            .canonical(Path::new(&self.work))
+            .map_err(|e| refused(format!("the work dir `{}`: {e}", self.work)))?;
+        let t = cordon_confine::translate(
+            &self.policy,
+            &plan,
+            &cordon_confine::Target {
+                rung: "container",
+                mode: cordon_confine::Mode::MasksAvailable,
+                tmp_shared: false,
+                work_dir: &work_seen,
+                tmp_dir: Path::new("/tmp"),
+                fs: &*self.view,
+            },
+        )
+        .map_err(|e| refused(e.message))?;
+        let mut env = BTreeMap::from([
+            (
+                "PATH".to_string(),
+                cordon_confine::command::IMAGE_PATH.to_string(),
+            ),
+            ("HOME".to_string(), self.work.clone()),
+            ("LANG".to_string(), "C.UTF-8".to_string()),
+        ]);
+        if let Some(port) = self.proxy_port {
+            let url = format!("http://127.0.0.1:{port}");
+            for k in ["HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"] {
+                env.insert(k.into(), url.clone());
+            }
+        }
+        let spec = PlanSpec {
+            rung: Rung::Container,
+            fs: t
+                .fs
+                .into_iter()
+                .map(|r| FsRule {
+                    path: r.path,
+                    read: r.read,
+                    write: r.write,
+                    execute: r.execute,
+                })
+                .collect(),
+            mask_paths: t.mask_paths,
+            mask_executables: t.mask_executables,
+            work_dir: PathBuf::from(&self.work),
+            work_dir_source: Some(PathBuf::from(GUEST_WORK_SOURCE)),
+            image_root: Some(PathBuf::from(GUEST_IMAGE)),
+            tmp_dir: None,
+            proxy_port: self.proxy_port,
+            secrets_dir: None,
+            kvm: false,
+            env,
+            bounds: self.bounds(self.limits.wall_seconds),
+            argv: Vec::new(),
+            ids: Ids {
+                uid: INSIDE_ID,
+                gid: INSIDE_ID,
+                host_uid: GUEST_WORKLOAD_ID,
+                host_gid: GUEST_WORKLOAD_ID,
+            },
+        };
+        Ok(self.base.get_or_init(|| spec).clone())
+    }
+
+    fn bounds(&self, wall: u64) -> Bounds {
+        Bounds {
+            max_memory: self.limits.memory_bytes,
+            max_processes: u32::try_from(self.limits.processes).unwrap_or(u32::MAX),
+            max_cpu_seconds: self.limits.cpu_seconds,
+            max_wall_seconds: wall,
+            max_disk: self.limits.disk_bytes,
+        }
+    }
+}
+
+/// RAM the guest's kernel and agent need beside the workload's bound.
+pub const GUEST_OS_MIB: u64 = 160;
+
+fn boot_deadline(accel: Accel) -> Duration {
+    match accel {
+        Accel::Kvm => Duration::from_secs(10),
+        // One boot in about fourteen hung silently under TCG here; a
+        // healthy one takes 2–4 s, more on a loaded machine.
+        Accel::Tcg => Duration::from_secs(30),
+    }
+}
+
+/// What a sandbox's directory says about it: how `dispose_scope` and the
+/// sweep find it from the system's own state.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Label {
+    pub scope: String,
+    pub thread: String,
+    pub key: String,
+    pub accel: Accel,
+}
+
+/// Makes the egress route for `req`: the proxy's listener in a network
+/// namespace of its own, served.
+fn route(
+    service: &Arc<dyn cordon_egress::EgressService>,
+    req: &AcquireRequest,
+) -> Result<(u16, Route), String> {
+    let port = cordon_linux::netns::random_port();
+    let made = cordon_linux::netns::private_with_listener(port)
+        .map_err(|e| format!("making the egress proxy's namespace and listener: {e}"))?;
+    let serving = service.serve(
+        made.listener,
+        cordon_egress::Caller {
+            sandbox: req.key.to_string(),
+            identity: req.provenance.identity.clone(),
+            allow: Some(req.provenance.spec.egress_allow().to_vec()),
+        },
+    )?;
+    Ok((
+        port,
+        Route {
+            ns: Arc::new(made.ns),
+            _serving: serving,
+        },
+    ))
+}
+
+type ChannelSlot = Arc<OnceLock<Weak<Channel>>>;
+
+/// The host side of relayed connections: each connection the guest opens
+/// is a TCP connection to the proxy's listener, made inside the proxy's
+/// namespace, its bytes copied both ways.
+fn relay_opener(ns: Arc<OwnedFd>, port: u16) -> (ConnOpener, ChannelSlot) {
+    let slot: ChannelSlot = Arc::new(OnceLock::new());
+    let s = slot.clone();
+    let opener: ConnOpener = Arc::new(move |conn: u64| -> Option<ConnSink> {
+        let ch = s.get()?.upgrade()?;
+        let stream = match cordon_linux::netns::connect_in(
+            ns.as_fd(),
+            std::net::SocketAddr::from(([127, 0, 0, 1], port)),
+        ) {
+            Ok(st) => st,
+            Err(e) => {
+                tracing::warn!("the egress relay could not reach the proxy: {e}");
+                ch.conn_close(conn);
+                return None;
+            }
+        };
+        let (tx, rx) = std::sync::mpsc::channel::<Option<Vec<u8>>>();
+        let mut writer = match stream.try_clone() {
+            Ok(w) => w,
+            Err(_) => {
+                ch.conn_close(conn);
+                return None;
+            }
+        };
+        std::thread::spawn(move || {
+            use std::io::Write;
+            while let Ok(Some(bytes)) = rx.recv() {
+                if writer.write_all(&bytes).is_err() {
+                    break;
+                }
+            }
+            let _ = writer.shutdown(std::net::Shutdown::Write);
+        });
+        let weak = Arc::downgrade(&ch);
+        let mut reader = stream;
+        std::thread::spawn(move || {
+            use std::io::Read;
+            let mut buf = vec![0u8; 64 * 1024];
+            loop {
+                let n = match reader.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => n,
+                };
+                let Some(ch) = weak.upgrade() else { return };
+                if ch.conn_data(conn, &buf[..n]).is_err() {
+                    return;
+                }
+            }
+            if let Some(ch) = weak.upgrade() {
+                ch.conn_close(conn);
+            }
+        });
+        Some(tx)
+    });
+    (opener, slot)
+}
+
+impl Sandbox for MicrovmSandbox {
+    fn id(&self) -> &str {
+        &self.id
+    }
+
+    fn provenance(&self) -> &Provenance {
+        &self.provenance
+    }
+
+    fn start_exec(&self, req: &ExecRequest, attach: Attach) -> Result<ExecHandle, SandboxError> {
+        if attach.tty.is_some() {
+            return Err(SandboxError::Unavailable {
+                reason: "the microvm backend serves no terminal yet; run without one".into(),
+            });
+        }
+        let argv0 = req.argv.first().map(String::as_str).unwrap_or("");
+        if argv0.is_empty() {
+            return Err(refused("the command is empty"));
+        }
+        let canonical = cordon_confine::command::resolve(&*self.view, argv0)
+            .map_err(|e| refused(e.to_string()))?;
+        let base = self.base_plan()?;
+        let mut argv = req.argv.clone();
+        argv[0] = canonical.command;
+        let mut env = base.env.clone();
+        env.extend(req.env.clone());
+        let wall = self.limits.wall_seconds.min(req.timeout.as_secs().max(1));
+        let bounds = serde_json::to_value(self.bounds(wall)).map_err(|e| SandboxError::Failed {
+            operation: "exec",
+            reason: e.to_string(),
+        })?;
+        self.vm.channel.exec(
+            argv,
+            env,
+            bounds,
+            req.max_output_bytes,
+            Some(req.stdin.clone()),
+            attach.stdin_stream,
+            Duration::from_secs(wall),
+        )
+    }
+
+    fn write_file(&self, path: &str, contents: &[u8], mode: u32) -> Result<(), SandboxError> {
+        self.vm.channel.write_file(path, contents, mode)
+    }
+
+    fn stat_no_follow(&self, path: &str) -> Result<Option<FileStat>, SandboxError> {
+        self.vm.channel.stat(path)
+    }
+
+    fn read_file(&self, path: &str, max_bytes: u64) -> Result<FileRead, SandboxError> {
+        let r = self.vm.channel.read(path, max_bytes)?;
+        if r.bytes.len() as u64 > max_bytes.saturating_add(1) {
+            return Err(SandboxError::Failed {
+                operation: "read",
+                reason: "the guest sent more than was asked".into(),
+            });
+        }
+        Ok(r)
+    }
+
+    fn list_dir(&self, path: &str) -> Result<Vec<DirEntry>, SandboxError> {
+        self.vm.channel.list(path)
+    }
+
+    fn resolve_command(&self, program: &str) -> Result<ResolvedCommand, SandboxError> {
+        let c = cordon_confine::command::resolve(&*self.view, program)
+            .map_err(|e| refused(e.to_string()))?;
+        Ok(ResolvedCommand {
+            command: c.command,
+            command_target: c.command_target,
+        })
+    }
+
+    fn residue(&self) -> serde_json::Value {
+        serde_json::to_value(crate::Residue {
+            dir: self.dir.clone(),
+            cgroups: self.vm.jail.cgroup_dirs(),
+        })
+        .unwrap_or(serde_json::Value::Null)
+    }
+}
+
+impl Drop for MicrovmSandbox {
+    fn drop(&mut self) {
+        self.vm.jail.kill();
+    }
+}

@@ -1,0 +1,204 @@
+//! Files in the work dir, served with `cordon_files::host_dir::HostWorkDir`
+//! — the same confined code (`openat2` beneath the work dir, no link
+//! followed) the host uses for a local sandbox's work dir. Inside the guest
+//! the "host" path of the work dir is the guest's own path of it.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use cordon_files::host_dir::HostWorkDir;
+use cordon_sandbox::{FileKind, SandboxError};
+use cordon_vm_proto::{list_replies, ErrKind, Kind, Msg, WireEntry, WireStat, MAX_DATA, MAX_LIST};
+
+use crate::serve::Out;
+
+/// Files being written in at once; more are refused (each may hold up to
+/// `MAX_FILE` bytes until it is complete).
+const MAX_PENDING_WRITES: usize = 4;
+
+struct Pending {
+    path: String,
+    mode: u32,
+    size: u64,
+    bytes: Vec<u8>,
+}
+
+pub(crate) struct Files {
+    dir: HostWorkDir,
+    writes: HashMap<u64, Pending>,
+}
+
+/// A `SandboxError` as the protocol's `Error`: the kind, and the detail the
+/// host rebuilds its error from (the reason, what was found instead).
+pub(crate) fn wire_error(e: &SandboxError, fallback_path: &str) -> (ErrKind, String, String) {
+    let path = fallback_path.to_string();
+    match e {
+        SandboxError::NotFound { path } => (ErrKind::NotFound, path.clone(), e.to_string()),
+        SandboxError::PathRefused { path, reason } => {
+            (ErrKind::PathRefused, path.clone(), reason.clone())
+        }
+        SandboxError::NotRegularFile { path, found } => {
+            (ErrKind::NotRegularFile, path.clone(), found.clone())
+        }
+        SandboxError::ConfinementUnavailable { path, .. } => {
+            (ErrKind::Unavailable, path.clone(), e.to_string())
+        }
+        SandboxError::Unavailable { reason } => (ErrKind::Unavailable, path, reason.clone()),
+        SandboxError::Failed { reason, .. } => (ErrKind::Failed, path, reason.clone()),
+        SandboxError::Refused { reason, .. } => (ErrKind::Refused, path, reason.clone()),
+        SandboxError::Unsupported { .. } => (ErrKind::Unavailable, path, e.to_string()),
+    }
+}
+
+fn send_error(out: &Out, req: u64, e: &SandboxError, path: &str) {
+    let (kind, path, message) = wire_error(e, path);
+    out.error(req, kind, &path, &message);
+}
+
+fn kind(k: FileKind) -> Kind {
+    match k {
+        FileKind::File => Kind::File,
+        FileKind::Dir => Kind::Dir,
+        FileKind::Symlink => Kind::Symlink,
+        FileKind::Other => Kind::Other,
+    }
+}
+
+impl Files {
+    pub(crate) fn new(dir: HostWorkDir) -> Files {
+        Files {
+            dir,
+            writes: HashMap::new(),
+        }
+    }
+
+    pub(crate) fn write_start(&mut self, out: &Out, req: u64, path: String, mode: u32, size: u64) {
+        if self.writes.contains_key(&req) {
+            // The one already pending for `req` goes too: the host lost
+            // track of it.
+            self.writes.remove(&req);
+            return out.error(
+                req,
+                ErrKind::Refused,
+                &path,
+                "a write with this id is already in progress",
+            );
+        }
+        if self.writes.len() >= MAX_PENDING_WRITES {
+            return out.error(
+                req,
+                ErrKind::Refused,
+                &path,
+                &format!(
+                    "{MAX_PENDING_WRITES} files are being written in already; write one at a time"
+                ),
+            );
+        }
+        let pending = Pending {
+            path,
+            mode,
+            size,
+            bytes: Vec::new(),
+        };
+        if size == 0 {
+            return self.finish(out, req, pending);
+        }
+        self.writes.insert(req, pending);
+    }
+
+    pub(crate) fn write_data(&mut self, out: &Out, req: u64, data: Vec<u8>) {
+        // A write refused at its start has nothing pending: its data goes.
+        let Some(p) = self.writes.get_mut(&req) else {
+            return;
+        };
+        if p.bytes.len() as u64 + data.len() as u64 > p.size {
+            let path = p.path.clone();
+            let size = p.size;
+            self.writes.remove(&req);
+            return out.error(
+                req,
+                ErrKind::Refused,
+                &path,
+                &format!("more data arrived than the {size} bytes announced"),
+            );
+        }
+        p.bytes.extend_from_slice(&data);
+        if p.bytes.len() as u64 == p.size {
+            if let Some(p) = self.writes.remove(&req) {
+                self.finish(out, req, p);
+            }
+        }
+    }
+
+    fn finish(&self, out: &Out, req: u64, p: Pending) {
+        match self.dir.write_file(&p.path, &p.bytes, p.mode) {
+            Ok(()) => {
+                out.send(&Msg::Done { req }, &[]);
+            }
+            Err(e) => send_error(out, req, &e, &p.path),
+        }
+    }
+
+    pub(crate) fn stat(&self, out: &Out, req: u64, path: &str) {
+        match self.dir.stat_no_follow(path) {
+            Ok(stat) => {
+                let stat = stat.map(|s| WireStat {
+                    kind: kind(s.kind),
+                    size: s.size,
+                    mode: s.mode,
+                });
+                out.send(&Msg::StatReply { req, stat }, &[]);
+            }
+            Err(e) => send_error(out, req, &e, path),
+        }
+    }
+
+    /// Reads in a thread of its own: a large file streams without holding
+    /// up the channel's reader.
+    pub(crate) fn read(&self, out: Arc<Out>, req: u64, path: String, max: u64) {
+        let dir = self.dir.clone();
+        std::thread::spawn(move || match dir.read_file(&path, max) {
+            Ok(read) => {
+                for chunk in read.bytes.chunks(MAX_DATA as usize) {
+                    if !out.send(&Msg::ReadData { req }, chunk) {
+                        return;
+                    }
+                }
+                out.send(
+                    &Msg::ReadEnd {
+                        req,
+                        size: read.size,
+                    },
+                    &[],
+                );
+            }
+            Err(e) => send_error(&out, req, &e, &path),
+        });
+    }
+
+    pub(crate) fn list(&self, out: &Out, req: u64, path: &str) {
+        match self.dir.list_dir(path, MAX_LIST) {
+            Ok(entries) if entries.len() > MAX_LIST => out.error(
+                req,
+                ErrKind::Refused,
+                path,
+                &format!("the directory has more than {MAX_LIST} entries"),
+            ),
+            Ok(entries) => {
+                let entries = entries
+                    .into_iter()
+                    .map(|e| WireEntry {
+                        name: e.name,
+                        kind: kind(e.kind),
+                    })
+                    .collect();
+                for m in list_replies(req, entries) {
+                    if !out.send(&m, &[]) {
+                        return;
+                    }
+                }
+            }
+            Err(e) => send_error(out, req, &e, path),
+        }
+    }
+}

@@ -1,0 +1,296 @@
+//! PID 1 of the microvm: set the VM up, serve the host, power off.
+//!
+//! The initramfs holds `/init` (this binary), `/modules/*.ko` and
+//! `/modules/order` (the modules' file names, one a line, in load order).
+//! Nothing here may panic or return: PID 1 ending is a kernel panic. Every
+//! step says what it does on the console (ttyS0, the host's log of the VM);
+//! a step that fails is said there too, and serving goes on when the
+//! channel is up (the host then sees `Setup` fail with the reason).
+
+use std::ffi::CString;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use nix::mount::{mount, MsFlags};
+
+use crate::say;
+use crate::serve::{self, Mode};
+
+/// The virtio-serial port the host opens for the agent.
+const PORT_NAME: &str = "cordon.ctl";
+/// The image disk (the sandbox's root), read-only.
+const IMAGE_DISK: &str = "/dev/vda";
+const IMAGE_AT: &str = "/image";
+/// How long devices may take to appear after their modules load.
+const DEVICE_WAIT: Duration = Duration::from_secs(5);
+
+/// The whole life of PID 1.
+pub(crate) fn pid1() -> ! {
+    std::panic::set_hook(Box::new(|info| say!("panic: {info}")));
+    match boot() {
+        Ok(port) => {
+            let reader = match port.try_clone() {
+                Ok(r) => r,
+                Err(e) => {
+                    say!("cannot clone the channel: {e}");
+                    power_off()
+                }
+            };
+            let end = serve::serve(reader, Box::new(port), Mode::Guest);
+            say!("{end}; powering off");
+        }
+        Err(e) => say!("boot failed: {e}; powering off"),
+    }
+    power_off()
+}
+
+/// Syncs and powers the VM off. If even that fails, PID 1 exits: a kernel
+/// panic, which ends the VM too (`panic=-1` and QEMU's `-no-reboot`).
+fn power_off() -> ! {
+    nix::unistd::sync();
+    let Err(e) = nix::sys::reboot::reboot(nix::sys::reboot::RebootMode::RB_POWER_OFF);
+    say!("power off failed: {e}");
+    std::process::exit(1)
+}
+
+/// Everything before serving; returns the channel.
+fn boot() -> Result<File, String> {
+    mount_fs(
+        "devtmpfs",
+        "/dev",
+        "devtmpfs",
+        MsFlags::MS_NOSUID,
+        "mode=0755",
+    )?;
+    console();
+    say!("up ({})", kernel_release());
+    mount_fs("proc", "/proc", "proc", nosuid_nodev_noexec(), "")?;
+    mount_fs("sysfs", "/sys", "sysfs", nosuid_nodev_noexec(), "")?;
+    load_modules();
+    let port = open_port()?;
+    mount_image();
+    cgroups()?;
+    mount_fs(
+        "tmpfs",
+        "/tmp",
+        "tmpfs",
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+        "mode=1777",
+    )?;
+    say!("serving on `{PORT_NAME}`");
+    Ok(port)
+}
+
+fn kernel_release() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "kernel release unknown yet".into())
+}
+
+fn nosuid_nodev_noexec() -> MsFlags {
+    MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC
+}
+
+/// Mounts `fstype` at `at` (made when absent). Already mounted there (the
+/// kernel's devtmpfs automount) counts as done.
+fn mount_fs(src: &str, at: &str, fstype: &str, flags: MsFlags, data: &str) -> Result<(), String> {
+    let _ = std::fs::create_dir_all(at);
+    let data = (!data.is_empty()).then_some(data);
+    match mount(Some(src), at, Some(fstype), flags, data) {
+        Ok(()) | Err(nix::errno::Errno::EBUSY) => Ok(()),
+        Err(e) => Err(format!("mounting {fstype} at `{at}`: {e}")),
+    }
+}
+
+/// stdin from `/dev/null`, stdout and stderr to `/dev/console`. The kernel
+/// may have started PID 1 with none open (an initramfs without
+/// `/dev/console`); then the first files opened would be 0, 1 and 2, and
+/// the sandbox init's stderr (inherited) would land in the channel.
+fn console() {
+    if let Ok(null) = File::open("/dev/null") {
+        let _ = nix::unistd::dup2_stdin(&null);
+    }
+    if let Ok(console) = std::fs::OpenOptions::new().write(true).open("/dev/console") {
+        let _ = nix::unistd::dup2_stdout(&console);
+        let _ = nix::unistd::dup2_stderr(&console);
+    }
+}
+
+/// A module's name as the kernel knows it: the file name without `.ko`,
+/// dashes as underscores.
+fn module_name(file: &str) -> String {
+    file.strip_suffix(".ko").unwrap_or(file).replace('-', "_")
+}
+
+/// The parameters the kernel command line gives module `name`
+/// (`name.param=value` words), as `finit_module` takes them
+/// (`param=value …`). No modprobe runs here to pass them on, and
+/// `virtio_mmio.device=…` is how the VM's devices are announced.
+fn params_for(name: &str, cmdline: &str) -> String {
+    cmdline
+        .split_whitespace()
+        .filter_map(|w| {
+            let (module, param) = w.split_once('.')?;
+            (module.replace('-', "_") == name && param.contains('=')).then_some(param)
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Loads `/modules/*.ko` in the order of `/modules/order`. A module that
+/// fails is said on the console and the rest still load (a built-in one
+/// reports `EEXIST`, which is fine).
+fn load_modules() {
+    let order = match std::fs::read_to_string("/modules/order") {
+        Ok(o) => o,
+        Err(e) => {
+            say!(
+                "no module list (/modules/order: {e}); the kernel must have what it needs built in"
+            );
+            return;
+        }
+    };
+    let cmdline = std::fs::read_to_string("/proc/cmdline").unwrap_or_default();
+    for file in order.lines().map(str::trim).filter(|l| !l.is_empty()) {
+        let name = module_name(file);
+        let params = params_for(&name, &cmdline);
+        let loaded = File::open(Path::new("/modules").join(file))
+            .map_err(|e| e.to_string())
+            .and_then(|f| {
+                let params = CString::new(params.clone()).map_err(|e| e.to_string())?;
+                match nix::kmod::finit_module(&f, &params, nix::kmod::ModuleInitFlags::empty()) {
+                    Ok(()) | Err(nix::errno::Errno::EEXIST) => Ok(()),
+                    Err(e) => Err(e.to_string()),
+                }
+            });
+        match loaded {
+            Ok(()) if params.is_empty() => say!("module {name}"),
+            Ok(()) => say!("module {name} ({params})"),
+            Err(e) => say!("module {name} did not load: {e}"),
+        }
+    }
+}
+
+/// Waits (bounded) for the virtio-serial port named [`PORT_NAME`] and its
+/// device node, and opens it read-write.
+fn open_port() -> Result<File, String> {
+    let deadline = Instant::now() + DEVICE_WAIT;
+    loop {
+        if let Some(dev) = find_port() {
+            match std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(&dev)
+            {
+                Ok(f) => return Ok(f),
+                Err(e) if Instant::now() >= deadline => {
+                    return Err(format!("opening `{}`: {e}", dev.display()))
+                }
+                Err(_) => {}
+            }
+        }
+        if Instant::now() >= deadline {
+            return Err(format!(
+                "no virtio-serial port named `{PORT_NAME}` appeared within {}s",
+                DEVICE_WAIT.as_secs()
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn find_port() -> Option<PathBuf> {
+    std::fs::read_dir("/sys/class/virtio-ports")
+        .ok()?
+        .flatten()
+        .find(|e| {
+            std::fs::read_to_string(e.path().join("name")).is_ok_and(|n| n.trim() == PORT_NAME)
+        })
+        .map(|e| Path::new("/dev").join(e.file_name()))
+}
+
+/// The image disk, read-only at [`IMAGE_AT`]: erofs, else squashfs. A
+/// missing or unreadable disk is said and left: the plan naming
+/// `/image` then fails at `Setup`, with the host told why.
+fn mount_image() {
+    let deadline = Instant::now() + DEVICE_WAIT;
+    while !Path::new(IMAGE_DISK).exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = std::fs::create_dir_all(IMAGE_AT);
+    let flags = MsFlags::MS_RDONLY | MsFlags::MS_NODEV | MsFlags::MS_NOSUID;
+    let mut errors = Vec::new();
+    for fstype in ["erofs", "squashfs"] {
+        match mount(
+            Some(IMAGE_DISK),
+            IMAGE_AT,
+            Some(fstype),
+            flags,
+            None::<&str>,
+        ) {
+            Ok(()) => {
+                say!("image {IMAGE_DISK} ({fstype}) at {IMAGE_AT}");
+                return;
+            }
+            Err(e) => errors.push(format!("{fstype}: {e}")),
+        }
+    }
+    say!(
+        "the image disk {IMAGE_DISK} did not mount ({})",
+        errors.join(", ")
+    );
+}
+
+/// cgroup2 at `/sys/fs/cgroup`, handing the sandbox's cgroups the memory,
+/// pids and (when present) cpu controllers.
+fn cgroups() -> Result<(), String> {
+    let at = "/sys/fs/cgroup";
+    mount_fs("cgroup2", at, "cgroup2", nosuid_nodev_noexec(), "")?;
+    let have = std::fs::read_to_string(format!("{at}/cgroup.controllers"))
+        .map_err(|e| format!("reading the cgroup controllers: {e}"))?;
+    let mut enable = Vec::new();
+    for c in ["memory", "pids", "cpu"] {
+        if have.split_whitespace().any(|h| h == c) {
+            enable.push(format!("+{c}"));
+        } else {
+            say!("cgroup controller `{c}` is absent");
+        }
+    }
+    std::fs::write(format!("{at}/cgroup.subtree_control"), enable.join(" "))
+        .map_err(|e| format!("enabling cgroup controllers {enable:?}: {e}"))
+}
+
+/// The work dir in the guest: a tmpfs of `bytes` (the workload's disk
+/// bound there), mode 0700, owned by the workload.
+pub(crate) fn mount_work_dir(dir: &Path, bytes: u64, uid: u32, gid: u32) -> Result<(), String> {
+    if bytes == 0 {
+        return Err("the work dir's size is 0 (a tmpfs of size 0 would be unbounded)".into());
+    }
+    let data = format!("size={bytes},mode=0700,uid={uid},gid={gid}");
+    mount(
+        Some("tmpfs"),
+        dir,
+        Some("tmpfs"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+        Some(data.as_str()),
+    )
+    .map_err(|e| format!("mounting the work dir `{}` ({data}): {e}", dir.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn module_parameters_come_from_the_command_line() {
+        let cmdline = "console=ttyS0 virtio_mmio.device=4K@0xfeb00000:12 virtio_mmio.device=4K@0xfeb01000:13 virtio-mmio.x=1 virtio_mmiox.device=no quiet virtio_mmio.flag\n";
+        assert_eq!(
+            params_for("virtio_mmio", cmdline),
+            "device=4K@0xfeb00000:12 device=4K@0xfeb01000:13 x=1"
+        );
+        assert_eq!(params_for("virtio_blk", cmdline), "");
+        assert_eq!(module_name("virtio-mmio.ko"), "virtio_mmio");
+        assert_eq!(module_name("erofs.ko"), "erofs");
+    }
+}

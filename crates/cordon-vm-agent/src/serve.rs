@@ -1,0 +1,426 @@
+//! Serving the host: one reader (this thread) dispatching frames, one
+//! writer ([`Out`], a `Mutex`) shared by everything that answers.
+//!
+//! The reader never blocks on the workload: an exec's start and its wait
+//! run in threads of their own ([`crate::exec`]), bytes for the workload go
+//! through [`crate::feed::Feed`]s, and a file read streams from a thread.
+//! A frame the host should not send (malformed, or a guest → host kind)
+//! ends the session: the channel is out of step or the host is not cordon.
+
+use std::io::{BufReader, Read, Write};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use cordon_files::host_dir::HostWorkDir;
+use cordon_linux::{InitIds, InitProgram, Plan, PlanSpec, WarmSandbox};
+use cordon_vm_proto::{write_frame, ErrKind, FrameError, FrameReader, Msg};
+
+use crate::exec::Execs;
+use crate::files::Files;
+use crate::relay::Relay;
+use crate::say;
+
+/// The warm sandbox's init runs as this host (guest) uid and gid: not 0,
+/// and not a workload's (cordon's plans use ids far below it).
+pub(crate) const INIT_ID: u32 = 1_999_999_997;
+
+/// An error message is cut to this many bytes, so a frame's header stays
+/// within `MAX_HEADER` whatever an error quotes.
+const MAX_MESSAGE: usize = 4096;
+
+/// How the agent runs.
+pub(crate) enum Mode {
+    /// PID 1 of the VM: the work dir is a tmpfs of the plan's size, the
+    /// init program is `/init init`.
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+    Guest,
+    /// `serve-unix` on a host: the work dir is an ordinary directory.
+    Test { init: InitProgram, name: String },
+}
+
+/// Why serving ended.
+#[derive(Debug)]
+pub(crate) enum End {
+    /// The host closed the channel.
+    Eof,
+    /// The host asked for it.
+    Shutdown,
+    /// The host sent what it must not.
+    Malformed(String),
+    /// The channel failed.
+    Channel(String),
+}
+
+impl End {
+    /// Whether the host ended the session (rather than a fault).
+    pub(crate) fn clean(&self) -> bool {
+        matches!(self, End::Eof | End::Shutdown)
+    }
+}
+
+impl std::fmt::Display for End {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            End::Eof => f.write_str("the host closed the channel"),
+            End::Shutdown => f.write_str("the host asked to shut down"),
+            End::Malformed(e) => write!(f, "the host sent a malformed frame: {e}"),
+            End::Channel(e) => write!(f, "the channel failed: {e}"),
+        }
+    }
+}
+
+/// The channel's writing half: every frame goes out whole under the lock.
+pub(crate) struct Out {
+    w: Mutex<Box<dyn Write + Send>>,
+    broken: AtomicBool,
+}
+
+impl Out {
+    pub(crate) fn new(w: Box<dyn Write + Send>) -> Out {
+        Out {
+            w: Mutex::new(w),
+            broken: AtomicBool::new(false),
+        }
+    }
+
+    /// Sends one frame; `false` when it did not go out (the channel is
+    /// broken, and the reader will see that too).
+    pub(crate) fn send(&self, msg: &Msg, data: &[u8]) -> bool {
+        if self.broken.load(Ordering::SeqCst) {
+            return false;
+        }
+        let mut w = self.w.lock().unwrap_or_else(|p| p.into_inner());
+        match write_frame(&mut *w, msg, data) {
+            Ok(()) => true,
+            Err(e) if e.kind() == std::io::ErrorKind::InvalidInput => {
+                // Ours to fix, not the channel's: say so, keep serving.
+                say!("a `{}` frame was not sent: {e}", msg.kind());
+                false
+            }
+            Err(e) => {
+                if !self.broken.swap(true, Ordering::SeqCst) {
+                    say!("writing to the host failed: {e}");
+                }
+                false
+            }
+        }
+    }
+
+    /// An `Error` answer to request `req`.
+    pub(crate) fn error(&self, req: u64, kind: ErrKind, path: &str, message: &str) {
+        self.send(
+            &Msg::Error {
+                req,
+                kind,
+                path: clip(path),
+                message: clip(message),
+            },
+            &[],
+        );
+    }
+}
+
+/// `s`, cut at a character boundary to at most [`MAX_MESSAGE`] bytes.
+pub(crate) fn clip(s: &str) -> String {
+    if s.len() <= MAX_MESSAGE {
+        return s.to_string();
+    }
+    let mut end = MAX_MESSAGE;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &s[..end])
+}
+
+/// The sandbox, once `Setup` built it.
+struct Sandbox {
+    warm: Arc<WarmSandbox>,
+    files: Files,
+    relay: Option<Relay>,
+}
+
+struct Agent {
+    out: Arc<Out>,
+    mode: Mode,
+    sandbox: Option<Sandbox>,
+    execs: Execs,
+}
+
+/// Serves the host until the channel ends, the host shuts the agent down,
+/// or a frame is malformed; then stops everything the sandbox runs.
+pub(crate) fn serve(reader: impl Read, writer: Box<dyn Write + Send>, mode: Mode) -> End {
+    let out = Arc::new(Out::new(writer));
+    let ready = Msg::Ready {
+        agent: env!("CARGO_PKG_VERSION").to_string(),
+        kernel: kernel_release(),
+    };
+    if !out.send(&ready, &[]) {
+        return End::Channel("the `ready` frame did not go out".into());
+    }
+    let mut agent = Agent {
+        out,
+        mode,
+        sandbox: None,
+        execs: Execs::default(),
+    };
+    let mut frames = FrameReader::new(BufReader::new(reader));
+    let end = loop {
+        match frames.read() {
+            Ok(None) => break End::Eof,
+            Ok(Some((msg, data))) => {
+                if let Some(end) = agent.handle(msg, data) {
+                    break end;
+                }
+            }
+            Err(FrameError::Io(e)) => break End::Channel(e.to_string()),
+            Err(e) => break End::Malformed(e.to_string()),
+        }
+    };
+    agent.teardown();
+    end
+}
+
+fn kernel_release() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "unknown".into())
+}
+
+impl Agent {
+    fn handle(&mut self, msg: Msg, data: Vec<u8>) -> Option<End> {
+        let out = self.out.clone();
+        match msg {
+            Msg::Setup {
+                req,
+                plan,
+                disk_bytes,
+            } => {
+                match self.setup(plan, disk_bytes) {
+                    Ok(()) => {
+                        self.out.send(&Msg::Done { req }, &[]);
+                    }
+                    Err((kind, message)) => {
+                        say!("setup failed: {message}");
+                        self.out.error(req, kind, "", &message);
+                    }
+                }
+                None
+            }
+            Msg::Exec {
+                id,
+                argv,
+                env,
+                bounds,
+                max_output_bytes,
+            } => {
+                match &self.sandbox {
+                    Some(s) => self.execs.start(
+                        self.out.clone(),
+                        s.warm.clone(),
+                        id,
+                        argv,
+                        env,
+                        bounds,
+                        max_output_bytes,
+                    ),
+                    None => {
+                        self.out.send(
+                            &Msg::ExecFailed {
+                                id,
+                                error: "the sandbox is not set up: send `setup` first".into(),
+                            },
+                            &[],
+                        );
+                    }
+                }
+                None
+            }
+            Msg::Stdin { id } => {
+                self.execs.stdin(id, data);
+                None
+            }
+            Msg::StdinEnd { id } => {
+                self.execs.stdin_end(id);
+                None
+            }
+            Msg::Kill { id } => {
+                self.execs.kill(id);
+                None
+            }
+            Msg::WriteStart {
+                req,
+                path,
+                mode,
+                size,
+            } => {
+                // Refused: the host's `write_data` frames for `req` that
+                // follow are dropped, as nothing is pending for it.
+                if let Some(f) = self.files_or_refuse(req, &path) {
+                    f.write_start(&out, req, path, mode, size);
+                }
+                None
+            }
+            Msg::WriteData { req } => {
+                if let Some(s) = &mut self.sandbox {
+                    s.files.write_data(&self.out, req, data);
+                }
+                None
+            }
+            Msg::Stat { req, path } => {
+                if let Some(f) = self.files_or_refuse(req, &path) {
+                    f.stat(&out, req, &path);
+                }
+                None
+            }
+            Msg::Read { req, path, max } => {
+                if let Some(f) = self.files_or_refuse(req, &path) {
+                    f.read(out, req, path, max);
+                }
+                None
+            }
+            Msg::List { req, path } => {
+                if let Some(f) = self.files_or_refuse(req, &path) {
+                    f.list(&out, req, &path);
+                }
+                None
+            }
+            Msg::ConnData { conn } => {
+                if let Some(r) = self.sandbox.as_ref().and_then(|s| s.relay.as_ref()) {
+                    r.data(conn, data);
+                }
+                None
+            }
+            Msg::ConnClose { conn } => {
+                if let Some(r) = self.sandbox.as_ref().and_then(|s| s.relay.as_ref()) {
+                    r.close(conn);
+                }
+                None
+            }
+            Msg::Shutdown {} => Some(End::Shutdown),
+            Msg::Ready { .. }
+            | Msg::Output { .. }
+            | Msg::Exited { .. }
+            | Msg::ExecFailed { .. }
+            | Msg::Done { .. }
+            | Msg::StatReply { .. }
+            | Msg::ReadData { .. }
+            | Msg::ReadEnd { .. }
+            | Msg::ListReply { .. }
+            | Msg::Error { .. }
+            | Msg::ConnOpen { .. } => Some(End::Malformed(format!(
+                "a `{}` frame is the guest's to send, not the host's",
+                msg.kind()
+            ))),
+        }
+    }
+
+    /// The work dir's files, or an `unavailable` answer before `Setup`.
+    fn files_or_refuse(&mut self, req: u64, path: &str) -> Option<&mut Files> {
+        match &mut self.sandbox {
+            Some(s) => Some(&mut s.files),
+            None => {
+                self.out.error(
+                    req,
+                    ErrKind::Unavailable,
+                    path,
+                    "the sandbox is not set up: send `setup` first",
+                );
+                None
+            }
+        }
+    }
+
+    /// Makes the work dir and starts the warm sandbox for `plan`.
+    fn setup(&mut self, plan: serde_json::Value, disk_bytes: u64) -> Result<(), (ErrKind, String)> {
+        let refused = |m: String| (ErrKind::Refused, m);
+        let failed = |m: String| (ErrKind::Failed, m);
+        if self.sandbox.is_some() {
+            return Err(refused("the sandbox is already set up".into()));
+        }
+        let spec: PlanSpec =
+            serde_json::from_value(plan).map_err(|e| refused(format!("the plan: {e}")))?;
+        let plan =
+            Plan::new(spec.clone()).map_err(|e| refused(format!("the plan is refused: {e}")))?;
+        let guest = spec
+            .work_dir
+            .to_str()
+            .ok_or_else(|| refused("the work dir is not UTF-8".into()))?
+            .to_string();
+        let host: PathBuf = spec
+            .work_dir_source
+            .clone()
+            .unwrap_or_else(|| spec.work_dir.clone());
+        let (uid, gid) = (spec.ids.host_uid, spec.ids.host_gid);
+        self.make_work_dir(&host, disk_bytes, uid, gid)
+            .map_err(failed)?;
+        let (init, name) = match &self.mode {
+            Mode::Guest => (
+                InitProgram::new("/init").arg("init"),
+                "cordon-vm".to_string(),
+            ),
+            Mode::Test { init, name } => (init.clone(), name.clone()),
+        };
+        let ids = InitIds {
+            host_uid: INIT_ID,
+            host_gid: INIT_ID,
+        };
+        let mut warm = WarmSandbox::start(&plan, &init, ids, &name)
+            .map_err(|e| failed(format!("the sandbox did not start: {e}")))?;
+        let listener = warm.take_proxy_listener();
+        let files = HostWorkDir::new(&host, &guest)
+            .map_err(|e| failed(e.to_string()))?
+            .owned_by(uid, gid);
+        let relay = listener.map(|l| Relay::start(l, self.out.clone()));
+        self.sandbox = Some(Sandbox {
+            warm: Arc::new(warm),
+            files: Files::new(files),
+            relay,
+        });
+        say!("the sandbox is up (work dir `{guest}`)");
+        Ok(())
+    }
+
+    /// The work dir: a tmpfs of `disk_bytes` in the guest (its only bound
+    /// on what the workload writes there), an ordinary directory in test
+    /// mode; mode 0700, owned by the workload.
+    fn make_work_dir(
+        &self,
+        dir: &PathBuf,
+        disk_bytes: u64,
+        uid: u32,
+        gid: u32,
+    ) -> Result<(), String> {
+        let shown = dir.display();
+        std::fs::create_dir_all(dir)
+            .map_err(|e| format!("creating the work dir `{shown}`: {e}"))?;
+        match self.mode {
+            #[cfg(target_os = "linux")]
+            Mode::Guest => crate::guest::mount_work_dir(dir, disk_bytes, uid, gid),
+            #[cfg(not(target_os = "linux"))]
+            Mode::Guest => Err("the guest is Linux".into()),
+            Mode::Test { .. } => {
+                let _ = disk_bytes;
+                use std::os::unix::fs::PermissionsExt;
+                std::os::unix::fs::chown(dir, Some(uid), Some(gid))
+                    .and_then(|()| {
+                        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+                    })
+                    .map_err(|e| format!("handing the work dir `{shown}` to {uid}: {e}"))
+            }
+        }
+    }
+
+    /// Kills every exec and stops the sandbox.
+    fn teardown(&mut self) {
+        self.execs.kill_all();
+        if let Some(s) = self.sandbox.take() {
+            if let Some(r) = &s.relay {
+                r.stop();
+            }
+            if let Err(e) = s.warm.stop() {
+                say!("stopping the sandbox: {e}");
+            }
+        }
+    }
+}

@@ -1,0 +1,651 @@
+//! The agent served over a unix socket (`serve-unix`), exactly as PID 1
+//! serves the virtio port, minus the boot: a warm sandbox at the container
+//! rung over the host's system directories, execs and files through the
+//! framed protocol. Needs root (user namespaces, cgroups); skips loudly
+//! without it, and fails when `CI=true`.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on a broken fixture
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+use cordon_linux::{Bounds, FsRule, Ids, PlanSpec, Rung};
+use cordon_vm_proto::{write_frame, ErrKind, FrameReader, Kind, Msg, Status, Stream};
+
+/// The agent under test: this build's, or the one `CORDON_VM_AGENT` names
+/// (the static build that goes into the initramfs).
+fn agent() -> String {
+    std::env::var("CORDON_VM_AGENT")
+        .unwrap_or_else(|_| env!("CARGO_BIN_EXE_cordon-vm-agent").into())
+}
+const INSIDE: u32 = 1000;
+const GUEST_WORK: &str = "/work";
+
+/// Whether the sandbox can run here; `false` (after saying so) skips.
+fn can_run(case: &str) -> bool {
+    if nix::unistd::geteuid().is_root() {
+        return true;
+    }
+    let why = "not root: the agent builds a warm sandbox (user namespaces, cgroups, mounts)";
+    assert!(
+        std::env::var("CI").as_deref() != Ok("true"),
+        "CI=true and {case} cannot run: {why}"
+    );
+    let _ = writeln!(
+        std::io::stderr().lock(),
+        "\n!!!!!!!! SKIPPED {case}: {why} !!!!!!!!\n"
+    );
+    false
+}
+
+fn rule(path: &str, write: bool, execute: bool) -> FsRule {
+    FsRule {
+        path: PathBuf::from(path),
+        read: true,
+        write,
+        execute,
+    }
+}
+
+fn bounds(wall: u64) -> Bounds {
+    Bounds {
+        max_memory: 256 << 20,
+        max_processes: 64,
+        max_cpu_seconds: 10,
+        max_wall_seconds: wall,
+        max_disk: 64 << 20,
+    }
+}
+
+/// A container-rung plan over the host's system directories (the `host`
+/// image), its work dir `/work` bound from `work`.
+fn plan(work: &Path, host_id: u32) -> serde_json::Value {
+    let spec = PlanSpec {
+        rung: Rung::Container,
+        fs: vec![
+            rule("/usr", false, true),
+            rule("/lib", false, true),
+            rule("/lib64", false, true),
+            rule("/bin", false, true),
+            rule("/sbin", false, true),
+            rule("/etc", false, false),
+        ],
+        mask_paths: vec![],
+        mask_executables: vec![],
+        work_dir: PathBuf::from(GUEST_WORK),
+        work_dir_source: Some(work.to_path_buf()),
+        image_root: None,
+        tmp_dir: None,
+        env: BTreeMap::from([("PATH".to_string(), "/usr/bin:/bin".to_string())]),
+        bounds: bounds(20),
+        argv: vec![],
+        ids: Ids {
+            uid: INSIDE,
+            gid: INSIDE,
+            host_uid: host_id,
+            host_gid: host_id,
+        },
+        proxy_port: None,
+        secrets_dir: None,
+        kvm: false,
+    };
+    serde_json::to_value(spec).unwrap()
+}
+
+/// A host id no other test run uses at the same time.
+fn host_id(n: u32) -> u32 {
+    310_000 + (std::process::id() % 5000) * 8 + n
+}
+
+/// What an exec produced.
+#[derive(Debug, Default)]
+struct Ran {
+    stdout: Vec<u8>,
+    stderr: Vec<u8>,
+    status: Option<Status>,
+    failed: Option<String>,
+}
+
+impl Ran {
+    fn out(&self) -> String {
+        String::from_utf8_lossy(&self.stdout).into_owned()
+    }
+}
+
+/// One agent in `serve-unix` mode and our end of its channel.
+struct Session {
+    child: Child,
+    w: UnixStream,
+    frames: FrameReader<UnixStream>,
+    /// Frames read while waiting for another exec's or request's.
+    stash: Vec<(Msg, Vec<u8>)>,
+    _dir: tempfile::TempDir,
+    work: PathBuf,
+}
+
+impl Session {
+    fn start() -> Session {
+        let dir = tempfile::tempdir().unwrap();
+        let sock = dir.path().join("ctl.sock");
+        let listener = UnixListener::bind(&sock).unwrap();
+        let child = Command::new(agent())
+            .arg("serve-unix")
+            .arg(&sock)
+            .spawn()
+            .unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let stream = loop {
+            match listener.accept() {
+                Ok((s, _)) => break s,
+                Err(_) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(10))
+                }
+                Err(e) => panic!("the agent did not connect: {e}"),
+            }
+        };
+        stream.set_nonblocking(false).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .unwrap();
+        let work = dir.path().join("work");
+        let mut s = Session {
+            child,
+            w: stream.try_clone().unwrap(),
+            frames: FrameReader::new(stream),
+            stash: Vec::new(),
+            _dir: dir,
+            work,
+        };
+        match s.next() {
+            (Msg::Ready { agent, kernel }, _) => {
+                assert_eq!(agent, env!("CARGO_PKG_VERSION"));
+                assert!(!kernel.is_empty());
+            }
+            other => panic!("the first frame is not `ready`: {other:?}"),
+        }
+        s
+    }
+
+    fn send(&mut self, msg: &Msg, data: &[u8]) {
+        write_frame(&mut self.w, msg, data).unwrap();
+    }
+
+    fn next(&mut self) -> (Msg, Vec<u8>) {
+        match self.frames.read() {
+            Ok(Some(f)) => f,
+            other => panic!("no frame from the agent: {other:?}"),
+        }
+    }
+
+    /// The next frame `mine` accepts, from the stash first.
+    fn next_of(&mut self, mine: impl Fn(&Msg) -> bool) -> (Msg, Vec<u8>) {
+        if let Some(i) = self.stash.iter().position(|(m, _)| mine(m)) {
+            return self.stash.remove(i);
+        }
+        loop {
+            let f = self.next();
+            if mine(&f.0) {
+                return f;
+            }
+            self.stash.push(f);
+        }
+    }
+
+    fn setup(&mut self, host: u32) {
+        let plan = plan(&self.work, host);
+        self.setup_with(plan);
+    }
+
+    fn setup_with(&mut self, plan: serde_json::Value) {
+        self.send(
+            &Msg::Setup {
+                req: 1,
+                plan,
+                disk_bytes: 64 << 20,
+            },
+            &[],
+        );
+        match self.next_of(|m| matches!(m, Msg::Done { req: 1 } | Msg::Error { req: 1, .. })) {
+            (Msg::Done { .. }, _) => {}
+            other => panic!("setup: {other:?}"),
+        }
+    }
+
+    fn exec(&mut self, id: u64, argv: &[&str], wall: u64) {
+        self.exec_capped(id, argv, wall, 1 << 20);
+    }
+
+    fn exec_capped(&mut self, id: u64, argv: &[&str], wall: u64, max_output_bytes: u64) {
+        self.send(
+            &Msg::Exec {
+                id,
+                argv: argv.iter().map(|s| s.to_string()).collect(),
+                env: BTreeMap::from([("PATH".to_string(), "/usr/bin:/bin".to_string())]),
+                bounds: serde_json::to_value(bounds(wall)).unwrap(),
+                max_output_bytes,
+            },
+            &[],
+        );
+    }
+
+    fn collect(&mut self, id: u64) -> Ran {
+        let mut ran = Ran::default();
+        loop {
+            let (m, data) = self.next_of(|m| {
+                matches!(m, Msg::Output { id: i, .. } | Msg::Exited { id: i, .. } | Msg::ExecFailed { id: i, .. } if *i == id)
+            });
+            match m {
+                Msg::Output {
+                    stream: Stream::Stdout,
+                    ..
+                } => ran.stdout.extend(data),
+                Msg::Output { .. } => ran.stderr.extend(data),
+                Msg::Exited { status, .. } => {
+                    ran.status = Some(status);
+                    return ran;
+                }
+                Msg::ExecFailed { error, .. } => {
+                    ran.failed = Some(error);
+                    return ran;
+                }
+                _ => unreachable!(),
+            }
+        }
+    }
+
+    fn sh(&mut self, id: u64, script: &str) -> Ran {
+        self.exec(id, &["/bin/sh", "-c", script], 20);
+        self.collect(id)
+    }
+
+    /// Every frame answering file request `req`, up to its last.
+    fn request(&mut self, req: u64, msg: &Msg, data: &[u8]) -> Vec<(Msg, Vec<u8>)> {
+        self.send(msg, data);
+        let mut got = Vec::new();
+        loop {
+            let f = self.next_of(|m| {
+                matches!(m, Msg::Done { req: r } | Msg::StatReply { req: r, .. } | Msg::ReadData { req: r }
+                    | Msg::ReadEnd { req: r, .. } | Msg::ListReply { req: r, .. } | Msg::Error { req: r, .. } if *r == req)
+            });
+            let last = !matches!(
+                f.0,
+                Msg::ReadData { .. } | Msg::ListReply { more: true, .. }
+            );
+            got.push(f);
+            if last {
+                return got;
+            }
+        }
+    }
+
+    /// Waits (bounded) for the agent to exit; its exit code.
+    fn exit_code(&mut self, within: Duration) -> Option<i32> {
+        let deadline = Instant::now() + within;
+        while Instant::now() < deadline {
+            if let Some(st) = self.child.try_wait().unwrap() {
+                return st.code();
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        panic!("the agent did not exit within {within:?}");
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn execs_and_files_through_the_channel() {
+    if !can_run("the agent's exec and file service") {
+        return;
+    }
+    let started = Instant::now();
+    let mut s = Session::start();
+    // Before `setup` there is no sandbox: refused, the agent serves on.
+    s.exec(99, &["/bin/true"], 5);
+    assert!(s.collect(99).failed.is_some());
+    let host = host_id(0);
+    s.setup(host);
+
+    // Exit codes, stdout and stderr apart; the workload is not root.
+    let r = s.sh(1, "uname -r; id -u; echo oops >&2; exit 3");
+    assert_eq!(r.status, Some(Status::Code { code: 3 }), "{r:?}");
+    let lines: Vec<String> = r.out().lines().map(String::from).collect();
+    assert_eq!(lines.len(), 2, "{r:?}");
+    assert_eq!(
+        lines[1],
+        INSIDE.to_string(),
+        "the workload runs as its own uid"
+    );
+    assert_eq!(r.stderr, b"oops\n");
+
+    // stdin, in frames, then its end.
+    s.exec(2, &["/bin/sh", "-c", "tr a-z A-Z; echo done"], 20);
+    s.send(&Msg::Stdin { id: 2 }, b"hello ");
+    s.send(&Msg::Stdin { id: 2 }, b"world\n");
+    s.send(&Msg::StdinEnd { id: 2 }, &[]);
+    let r = s.collect(2);
+    assert_eq!(r.out(), "HELLO WORLD\ndone\n", "{r:?}");
+    assert_eq!(r.status, Some(Status::Code { code: 0 }));
+
+    // The wall bound.
+    s.exec(3, &["/bin/sleep", "30"], 1);
+    let r = s.collect(3);
+    assert_eq!(r.status, Some(Status::TimedOut), "{r:?}");
+
+    // Kill, and two execs at once: the second ends while the first runs.
+    s.exec(4, &["/bin/sh", "-c", "echo started; exec sleep 30"], 20);
+    s.exec(5, &["/bin/sh", "-c", "echo second"], 20);
+    let r5 = s.collect(5);
+    assert_eq!(r5.out(), "second\n", "{r5:?}");
+    let first = s.next_of(|m| matches!(m, Msg::Output { id: 4, .. }));
+    assert_eq!(first.1, b"started\n");
+    let t = Instant::now();
+    s.send(&Msg::Kill { id: 4 }, &[]);
+    let r4 = s.collect(4);
+    assert_eq!(r4.status, Some(Status::Signal { signal: 9 }), "{r4:?}");
+    assert!(t.elapsed() < Duration::from_secs(10));
+
+    // Output past the cap is drained, not sent: one byte past it shows
+    // the cut, and the command is never blocked on a full pipe.
+    s.exec_capped(
+        8,
+        &["/bin/sh", "-c", "head -c 3000000 /dev/zero; echo end >&2"],
+        20,
+        1000,
+    );
+    let r = s.collect(8);
+    assert_eq!(r.stdout.len(), 1001, "{:?}", r.status);
+    assert_eq!(r.stderr, b"end\n");
+    assert_eq!(r.status, Some(Status::Code { code: 0 }));
+
+    // A file written in, read back, stat-ed and listed.
+    let body: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+    s.send(
+        &Msg::WriteStart {
+            req: 10,
+            path: format!("{GUEST_WORK}/sub/data.bin"),
+            mode: 0o640,
+            size: body.len() as u64,
+        },
+        &[],
+    );
+    for chunk in body.chunks(100_000) {
+        s.send(&Msg::WriteData { req: 10 }, chunk);
+    }
+    let got = s.next_of(|m| matches!(m, Msg::Done { req: 10 } | Msg::Error { req: 10, .. }));
+    assert_eq!(got.0, Msg::Done { req: 10 });
+    // The workload sees it, as its own.
+    let r = s.sh(6, "stat -c '%u %a %s' sub/data.bin");
+    assert_eq!(r.out(), format!("{INSIDE} 640 {}\n", body.len()), "{r:?}");
+    let frames = s.request(
+        11,
+        &Msg::Read {
+            req: 11,
+            path: format!("{GUEST_WORK}/sub/data.bin"),
+            max: 1 << 20,
+        },
+        &[],
+    );
+    let (bytes, end): (Vec<u8>, _) = (
+        frames
+            .iter()
+            .filter(|(m, _)| matches!(m, Msg::ReadData { .. }))
+            .flat_map(|(_, d)| d.clone())
+            .collect(),
+        frames.last().unwrap().0.clone(),
+    );
+    assert_eq!(
+        end,
+        Msg::ReadEnd {
+            req: 11,
+            size: body.len() as u64
+        }
+    );
+    assert!(bytes == body, "the file read back differs");
+    // Larger than the read's cap: its size, no bytes.
+    let frames = s.request(
+        19,
+        &Msg::Read {
+            req: 19,
+            path: format!("{GUEST_WORK}/sub/data.bin"),
+            max: 10,
+        },
+        &[],
+    );
+    assert_eq!(
+        frames,
+        [(
+            Msg::ReadEnd {
+                req: 19,
+                size: body.len() as u64
+            },
+            vec![]
+        )]
+    );
+    let st = s.request(
+        12,
+        &Msg::Stat {
+            req: 12,
+            path: format!("{GUEST_WORK}/sub/data.bin"),
+        },
+        &[],
+    );
+    match &st[0].0 {
+        Msg::StatReply {
+            stat: Some(stat), ..
+        } => {
+            assert_eq!(stat.kind, Kind::File);
+            assert_eq!(stat.size, Some(body.len() as u64));
+            assert_eq!(stat.mode, 0o640);
+        }
+        other => panic!("stat: {other:?}"),
+    }
+    let none = s.request(
+        13,
+        &Msg::Stat {
+            req: 13,
+            path: format!("{GUEST_WORK}/absent"),
+        },
+        &[],
+    );
+    assert_eq!(
+        none[0].0,
+        Msg::StatReply {
+            req: 13,
+            stat: None
+        }
+    );
+
+    // A link the workload plants is listed as one and never followed.
+    let r = s.sh(7, "ln -s /etc/passwd link && ln -s / sub/root");
+    assert_eq!(r.status, Some(Status::Code { code: 0 }), "{r:?}");
+    let listed = s.request(
+        14,
+        &Msg::List {
+            req: 14,
+            path: GUEST_WORK.into(),
+        },
+        &[],
+    );
+    let mut names: Vec<(String, Kind)> = Vec::new();
+    for (m, _) in &listed {
+        match m {
+            Msg::ListReply { entries, .. } => {
+                names.extend(entries.iter().map(|e| (e.name.clone(), e.kind)))
+            }
+            other => panic!("list: {other:?}"),
+        }
+    }
+    names.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(
+        names,
+        [
+            ("link".to_string(), Kind::Symlink),
+            ("sub".to_string(), Kind::Dir)
+        ]
+    );
+    for (req, path) in [(15, "link"), (16, "sub/root/etc/passwd")] {
+        let r = s.request(
+            req,
+            &Msg::Read {
+                req,
+                path: format!("{GUEST_WORK}/{path}"),
+                max: 1 << 20,
+            },
+            &[],
+        );
+        match &r[..] {
+            [(Msg::Error { kind, .. }, _)] => {
+                assert_eq!(*kind, ErrKind::PathRefused, "{path}: {r:?}")
+            }
+            other => panic!("reading through the link `{path}`: {other:?}"),
+        }
+    }
+    // Nor is a write carried through a linked parent.
+    let r = s.request(
+        17,
+        &Msg::WriteStart {
+            req: 17,
+            path: format!("{GUEST_WORK}/sub/root/tmp/planted"),
+            mode: 0o644,
+            size: 0,
+        },
+        &[],
+    );
+    assert!(matches!(r[0].0, Msg::Error { .. }), "{r:?}");
+    assert!(!Path::new("/tmp/planted").exists());
+    // Outside the work dir.
+    let r = s.request(
+        18,
+        &Msg::Read {
+            req: 18,
+            path: "/etc/passwd".into(),
+            max: 100,
+        },
+        &[],
+    );
+    assert!(
+        matches!(
+            r[0].0,
+            Msg::Error {
+                kind: ErrKind::PathRefused,
+                ..
+            }
+        ),
+        "{r:?}"
+    );
+
+    // Shut down: the agent ends cleanly and leaves nothing running.
+    s.send(&Msg::Shutdown {}, &[]);
+    assert_eq!(s.exit_code(Duration::from_secs(10)), Some(0));
+    let left = Command::new("pgrep")
+        .args(["-u", &host.to_string()])
+        .output()
+        .unwrap();
+    assert!(left.stdout.is_empty(), "processes left: {left:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(60),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+#[test]
+fn a_garbage_frame_ends_the_agent() {
+    if !can_run("the agent's refusal of a malformed frame") {
+        return;
+    }
+    let mut s = Session::start();
+    s.setup(host_id(1));
+    // A length the protocol refuses before reading anything behind it.
+    s.w.write_all(&u32::MAX.to_be_bytes()).unwrap();
+    s.w.write_all(&[0, 0, 0, 0]).unwrap();
+    assert_eq!(s.exit_code(Duration::from_secs(10)), Some(1));
+}
+
+#[test]
+fn a_host_sending_guest_frames_is_refused() {
+    if !can_run("the agent's refusal of a guest frame from the host") {
+        return;
+    }
+    let mut s = Session::start();
+    s.send(&Msg::Done { req: 1 }, &[]);
+    assert_eq!(s.exit_code(Duration::from_secs(10)), Some(1));
+}
+
+#[test]
+fn a_host_that_goes_away_ends_the_agent() {
+    if !can_run("the agent's end with its channel") {
+        return;
+    }
+    let mut s = Session::start();
+    s.setup(host_id(2));
+    s.exec(1, &["/bin/sleep", "30"], 20);
+    std::thread::sleep(Duration::from_millis(300));
+    s.w.shutdown(std::net::Shutdown::Write).unwrap();
+    assert_eq!(s.exit_code(Duration::from_secs(10)), Some(0));
+}
+
+#[test]
+fn the_route_out_is_relayed_to_the_host() {
+    if !can_run("the agent's egress relay") {
+        return;
+    }
+    let mut s = Session::start();
+    let mut plan = plan(&s.work, host_id(3));
+    plan["proxy_port"] = serde_json::json!(3128);
+    s.setup_with(plan);
+    // The workload talks to its proxy port; the host answers for the proxy.
+    s.exec(
+        1,
+        &[
+            "/bin/bash",
+            "-c",
+            "exec 3<>/dev/tcp/127.0.0.1/3128; echo ping >&3; cat <&3",
+        ],
+        20,
+    );
+    let conn = match s.next_of(|m| matches!(m, Msg::ConnOpen { .. })).0 {
+        Msg::ConnOpen { conn } => conn,
+        _ => unreachable!(),
+    };
+    let mut got = Vec::new();
+    while !got.ends_with(b"\n") {
+        let (_, d) = s.next_of(|m| matches!(m, Msg::ConnData { conn: c } if *c == conn));
+        got.extend(d);
+    }
+    assert_eq!(got, b"ping\n");
+    s.send(&Msg::ConnData { conn }, b"pong\n");
+    s.send(&Msg::ConnClose { conn }, &[]);
+    let r = s.collect(1);
+    assert_eq!(r.out(), "pong\n", "{r:?}");
+    assert_eq!(r.status, Some(Status::Code { code: 0 }), "{r:?}");
+    // The workload's side closed too.
+    let closed = s.next_of(|m| matches!(m, Msg::ConnClose { .. }));
+    assert_eq!(closed.0, Msg::ConnClose { conn });
+    // Any other port stays closed: the proxy port is the only route.
+    s.exec(
+        2,
+        &[
+            "/bin/bash",
+            "-c",
+            "exec 3<>/dev/tcp/127.0.0.1/80 && echo connected",
+        ],
+        20,
+    );
+    let r = s.collect(2);
+    assert_ne!(r.status, Some(Status::Code { code: 0 }), "{r:?}");
+    assert!(!r.out().contains("connected"));
+    assert!(!r.stderr.is_empty(), "bash says why: {r:?}");
+}
