@@ -89,7 +89,7 @@ pub fn sweep_id_leases() -> usize {
 
 /// Leases a fresh id, starting the search at a place derived from this
 /// process (so owners rarely contend) and taking the first id nobody holds.
-pub(crate) fn lease_id() -> Result<IdLease, BackendError> {
+pub fn lease_id() -> Result<IdLease, BackendError> {
     use std::os::unix::fs::OpenOptionsExt;
     let dir = lease_dir()?;
     let start = (std::process::id() % 1_000_000) * 64 + NEXT.fetch_add(1, Ordering::Relaxed) % 64;

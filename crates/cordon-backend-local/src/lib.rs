@@ -36,7 +36,7 @@ mod sandbox;
 mod workdir;
 
 pub use backend::{probe, LocalBackend};
-pub use ids::{sweep_id_leases, IdLease, ID_LEASES};
+pub use ids::{lease_id, sweep_id_leases, IdLease, ID_LEASES};
 pub use pipes::{ExecPipes, OurEnds};
 pub use profile::RungProfile;
 pub use register::registrations;

@@ -251,6 +251,7 @@ impl LocalSandbox {
             tmp_dir: self.tmp.clone(),
             proxy_port: self.proxy_port,
             secrets_dir: self.secrets.as_ref().map(|s| s.host().to_path_buf()),
+            kvm: false,
             env,
             bounds: Bounds {
                 max_memory: self.limits.memory_bytes,

@@ -297,6 +297,7 @@ impl MicrovmSandbox {
             tmp_dir: None,
             proxy_port: self.proxy_port,
             secrets_dir: None,
+            kvm: false,
             env,
             bounds: self.bounds(self.limits.wall_seconds),
             argv: Vec::new(),

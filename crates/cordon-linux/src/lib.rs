@@ -62,12 +62,12 @@ pub use enforcer::{
 pub use enforcer::{ConfineError, Enforcer, Refusing};
 pub use missing::{Absent, Mechanism, Missing};
 pub use outcome::{Bound, Cancel, Outcome, Termination};
-pub use plan::{Bounds, FsRule, Ids, Plan, PlanError, PlanSpec, Rung, SECRETS_AT};
+pub use plan::{Bounds, FsRule, Ids, Plan, PlanError, PlanSpec, Rung, KVM_DEVICE, SECRETS_AT};
 
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 pub use harden::{confine_self, Applied, HardenError, SelfConfinement};
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
-pub use linux::launch::launch;
+pub use linux::launch::{launch, launch_named};
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 pub use linux::pty::{resize_pty, TtySize};
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]

@@ -142,7 +142,21 @@ pub struct PlanSpec {
     /// nothing at [`SECRETS_AT`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secrets_dir: Option<PathBuf>,
+    /// Container rung only: the host's [`KVM_DEVICE`] bound into the
+    /// sandbox's `/dev`, with read, write and device ioctls (Landlock
+    /// `IoctlDev`) on it alone — for a virtual machine monitor (the
+    /// `microvm` backend's QEMU, in its jail), never a general workload:
+    /// KVM's ioctls are a large kernel surface the rung otherwise keeps
+    /// out of reach. The kernel still checks the node's mode against the
+    /// sandbox's host uid and gid (never in the node's group), so the host
+    /// must make it usable by others (`0666`, udev's usual mode). `false`:
+    /// no `/dev/kvm` at all.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub kvm: bool,
 }
+
+/// The device node [`PlanSpec::kvm`] gives.
+pub const KVM_DEVICE: &str = "/dev/kvm";
 
 /// Where a sandbox sees its secrets directory ([`PlanSpec::secrets_dir`]):
 /// the protocol's `cordon_sandbox::secrets::SECRETS_DIR`.
@@ -273,6 +287,10 @@ impl Plan {
     pub fn secrets_dir(&self) -> Option<&Path> {
         self.spec.secrets_dir.as_deref()
     }
+    /// Whether the sandbox gets [`KVM_DEVICE`] (container rung).
+    pub fn kvm(&self) -> bool {
+        self.spec.kvm
+    }
     /// The one TCP port the workload may connect to (container rung).
     pub fn proxy_port(&self) -> Option<u16> {
         self.spec.proxy_port
@@ -352,6 +370,9 @@ fn validate(spec: &PlanSpec) -> Result<(), PlanError> {
         if !granted {
             return Err(PlanError::MaskOutsideGrant(mask.clone()));
         }
+    }
+    if spec.kvm && spec.rung == Rung::Process {
+        return Err(PlanError::ContainerOnly("kvm"));
     }
     match (spec.rung, spec.proxy_port) {
         (_, None) => {}
@@ -434,6 +455,7 @@ mod tests {
             },
             proxy_port: None,
             secrets_dir: None,
+            kvm: false,
         }
     }
 
@@ -585,6 +607,23 @@ mod tests {
         let err = Plan::new(s).unwrap_err();
         assert_eq!(err, PlanError::ProxyPortNeedsContainer);
         assert!(err.to_string().contains("use the container rung"), "{err}");
+    }
+
+    #[test]
+    fn kvm_belongs_to_the_container_rung_and_stays_off_the_wire_when_off() {
+        let plan = Plan::new(spec()).unwrap();
+        assert!(!plan.kvm());
+        let v = serde_json::to_value(&plan).unwrap();
+        assert!(v.get("kvm").is_none(), "{v}");
+        let mut s = spec();
+        s.kvm = true;
+        let plan = Plan::new(s.clone()).unwrap();
+        assert!(plan.kvm());
+        let json = serde_json::to_string(&plan).unwrap();
+        assert_eq!(serde_json::from_str::<Plan>(&json).unwrap(), plan);
+        s.rung = Rung::Process;
+        s.tmp_dir = Some("/tmp/t".into());
+        assert_eq!(Plan::new(s), Err(PlanError::ContainerOnly("kvm")));
     }
 
     #[test]

@@ -90,6 +90,7 @@ fn plan(work: &Path, host_id: u32) -> serde_json::Value {
         },
         proxy_port: None,
         secrets_dir: None,
+        kvm: false,
     };
     serde_json::to_value(spec).unwrap()
 }

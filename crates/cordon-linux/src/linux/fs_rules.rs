@@ -25,6 +25,9 @@ pub(crate) struct Rule {
     pub write: bool,
     pub execute: bool,
     pub device: bool,
+    /// Device ioctls (Landlock `IoctlDev`, ABI 5): [`crate::KVM_DEVICE`]
+    /// alone has them.
+    pub ioctl: bool,
 }
 
 impl From<&FsRule> for Rule {
@@ -35,6 +38,7 @@ impl From<&FsRule> for Rule {
             write: r.write,
             execute: r.execute,
             device: false,
+            ioctl: false,
         }
     }
 }
@@ -59,6 +63,7 @@ pub(crate) fn effective(plan: &Plan) -> Vec<Rule> {
         write: true,
         execute: false,
         device: false,
+        ioctl: false,
     };
     rules.push(rw(plan.work_dir().to_path_buf()));
     rules.push(rw(tmp_dir(plan)));
@@ -69,6 +74,18 @@ pub(crate) fn effective(plan: &Plan) -> Vec<Rule> {
             write: true,
             execute: false,
             device: true,
+            ioctl: false,
+        });
+    }
+    if plan.kvm() {
+        // Read and write the node, and its ioctls: what a VMM does with it.
+        rules.push(Rule {
+            path: PathBuf::from(crate::plan::KVM_DEVICE),
+            read: true,
+            write: true,
+            execute: false,
+            device: true,
+            ioctl: true,
         });
     }
     if plan.rung() == Rung::Container && plan.image_root().is_none() {
@@ -80,6 +97,7 @@ pub(crate) fn effective(plan: &Plan) -> Vec<Rule> {
                 write: false,
                 execute: false,
                 device: false,
+                ioctl: false,
             });
         }
     }
@@ -91,6 +109,7 @@ pub(crate) fn effective(plan: &Plan) -> Vec<Rule> {
             write: false,
             execute: false,
             device: false,
+            ioctl: false,
         });
     }
     rules.push(Rule {
@@ -99,6 +118,7 @@ pub(crate) fn effective(plan: &Plan) -> Vec<Rule> {
         write: false,
         execute: false,
         device: false,
+        ioctl: false,
     });
     rules
 }
@@ -253,6 +273,13 @@ pub(crate) fn ruleset(
         }
         if rule.execute {
             access |= AccessFs::Execute;
+        }
+        if rule.ioctl {
+            // Below ABI 5 device ioctls are not handled at all (the node is
+            // reachable only where a rule grants it).
+            if AccessFs::from_all(abi).contains(AccessFs::IoctlDev) {
+                access |= AccessFs::IoctlDev;
+            }
         }
         if !meta.is_dir() {
             access &= file_only;

@@ -182,19 +182,38 @@ pub fn launch(
     init: &InitProgram,
     stdio: SandboxStdio,
 ) -> Result<Running, LaunchError> {
+    let name = format!(
+        "cordon-{}-{}",
+        std::process::id(),
+        SEQ.fetch_add(1, Ordering::Relaxed)
+    );
+    launch_named(plan, init, stdio, &name)
+}
+
+/// [`launch`] in a cgroup called `name` below the owner's own. A name of
+/// the form `cordon-…-PID-N`, with `PID` the owner's, is found by
+/// [`crate::orphaned_sandbox_cgroups`] once the owner is gone; any other
+/// is reclaimed only from its directories ([`Running::cgroup_dirs`],
+/// [`crate::reclaim_cgroups`]).
+pub fn launch_named(
+    plan: &Plan,
+    init: &InitProgram,
+    stdio: SandboxStdio,
+    name: &str,
+) -> Result<Running, LaunchError> {
     if plan.argv().is_empty() {
         return Err(LaunchError::Setup {
             step: "plan".into(),
             error: crate::plan::PlanError::EmptyArgv.to_string(),
         });
     }
-    let name = format!(
-        "cordon-{}-{}",
-        std::process::id(),
-        SEQ.fetch_add(1, Ordering::Relaxed)
-    );
+    if name.is_empty() || name.contains('/') || name.starts_with('.') {
+        return Err(LaunchError::Cgroup(io::Error::other(format!(
+            "`{name}` is not a cgroup name"
+        ))));
+    }
     let root = CgroupRoot::host().map_err(LaunchError::Cgroup)?;
-    let cgroup = Cgroup::create(&root, &name, plan.bounds()).map_err(LaunchError::Cgroup)?;
+    let cgroup = Cgroup::create(&root, name, plan.bounds()).map_err(LaunchError::Cgroup)?;
     let (child, mut plan_w, report_r, handover) = match spawn_init(plan, init, stdio) {
         Ok(started) => started,
         Err(e) => {
@@ -384,6 +403,18 @@ impl Running {
     }
     pub fn stderr(&mut self) -> Option<ChildStderr> {
         self.child.stderr.take()
+    }
+
+    /// The host pid of the init (the root of the sandbox's process tree).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Every directory of the run's cgroup (one per v1 controller, or the
+    /// one v2 directory): what [`crate::reclaim_cgroups`] needs to reclaim
+    /// the run from a record when its owner is gone. Empty once cleaned up.
+    pub fn cgroup_dirs(&self) -> Vec<PathBuf> {
+        self.cgroup.as_ref().map(|c| c.dirs()).unwrap_or_default()
     }
 
     /// A handle that kills the run's whole tree from another thread while

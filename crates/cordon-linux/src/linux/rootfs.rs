@@ -632,8 +632,8 @@ pub(crate) fn enter(plan: &Plan, rules: &[Rule], terminals: bool) -> Result<(), 
     binds.splice(at..at, work);
     binds.extend(secrets_bind(plan)?);
     let mut devices = Vec::new();
-    for d in DEVICES {
-        let path = Path::new("/dev").join(d);
+    let kvm = plan.kvm().then(|| PathBuf::from(crate::plan::KVM_DEVICE));
+    for path in DEVICES.iter().map(|d| Path::new("/dev").join(d)).chain(kvm) {
         let src = open_path(&path).ok_or_else(|| RootfsError {
             step: "open device",
             path: path.clone(),
@@ -693,7 +693,8 @@ pub(crate) fn enter(plan: &Plan, rules: &[Rule], terminals: bool) -> Result<(), 
         let etc_whole = rules.iter().any(|r| r.path == Path::new(HOST_ETC));
         synthesized_etc(plan, build, etc_whole)?;
     }
-    // A minimal /dev: five devices bound from the host, nothing else.
+    // A minimal /dev: five devices bound from the host (and `/dev/kvm`
+    // with `Plan::kvm`), nothing else.
     let dev = inside(Path::new("/dev"));
     mkdir_p(&dev)?;
     mount_fs(

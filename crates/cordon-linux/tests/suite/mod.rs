@@ -154,6 +154,7 @@ impl Case {
             },
             proxy_port: None,
             secrets_dir: None,
+            kvm: false,
         };
         Case {
             spec,
