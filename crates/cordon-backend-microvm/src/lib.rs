@@ -91,11 +91,21 @@ pub struct Residue {
     pub cgroups: Vec<PathBuf>,
 }
 
-/// A cgroup directory a sandbox named `name` may have: its own, named
-/// after it, in the cgroup filesystem.
+/// The jail's name for the sandbox named `name` (jail names take letters,
+/// digits and `_`).
+pub fn jail_name(name: &str) -> String {
+    name.replace('-', "_")
+}
+
+/// A cgroup directory a sandbox named `name` may have: its jail's, named
+/// after it (`cordon-vm-JAIL-…`), in the cgroup filesystem.
 fn cgroup_is_of(dir: &Path, name: &str) -> bool {
+    let jail = format!("cordon-vm-{}-", jail_name(name));
     dir.starts_with("/sys/fs/cgroup")
-        && dir.file_name().and_then(|n| n.to_str()) == Some(name)
+        && dir
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with(&jail))
         && !dir
             .components()
             .any(|c| matches!(c, std::path::Component::ParentDir))

@@ -138,7 +138,7 @@ impl MicrovmSandbox {
                 cpus: 1,
                 run_dir: dir.join("run"),
                 deadline: boot_deadline(config.machine.accel),
-                name: name.clone(),
+                name: crate::jail_name(&name),
             };
             std::fs::create_dir(&boot.run_dir).map_err(|e| failed("acquire", e.to_string()))?;
             let vm = Vm::boot(&boot, &config.init, opener).map_err(|e| failed("acquire", e))?;

@@ -106,7 +106,10 @@ impl BootSpec {
             "-initrd".into(),
             self.initramfs.display().to_string(),
             "-append".into(),
-            "console=ttyS0 quiet panic=-1 reboot=t".into(),
+            // `no_timer_check lpj= tsc_early_khz=`: under TCG on a loaded
+            // host the kernel can hang silently calibrating against the
+            // PIT; these skip the calibration (harmless under KVM).
+            "console=ttyS0 quiet panic=-1 reboot=t no_timer_check lpj=1000000 tsc_early_khz=1000000".into(),
             // QEMU's own seccomp filter on top of cordon's jail.
             "-sandbox".into(),
             "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny".into(),
