@@ -1,7 +1,10 @@
 //! PID 1 of the microvm: set the VM up, serve the host, power off.
 //!
 //! The initramfs holds `/init` (this binary), `/modules/*.ko` and
-//! `/modules/order` (the modules' file names, one a line, in load order).
+//! `/modules/order` (the modules' file names, one a line, in load order;
+//! uncompressed: the 6.1 kernel's `finit_module` takes no compressed
+//! module). After the modules load, the root moves off the initramfs onto
+//! a tmpfs ([`leave_rootfs`]), so the sandbox can `pivot_root`.
 //! Nothing here may panic or return: PID 1 ending is a kernel panic. Every
 //! step says what it does on the console (ttyS0, the host's log of the VM);
 //! a step that fails is said there too, and serving goes on when the
@@ -64,10 +67,11 @@ fn boot() -> Result<File, String> {
         "mode=0755",
     )?;
     console();
-    say!("up ({})", kernel_release());
     mount_fs("proc", "/proc", "proc", nosuid_nodev_noexec(), "")?;
+    say!("up ({})", kernel_release());
     mount_fs("sysfs", "/sys", "sysfs", nosuid_nodev_noexec(), "")?;
     load_modules();
+    leave_rootfs()?;
     let port = open_port()?;
     mount_image();
     cgroups()?;
@@ -82,10 +86,45 @@ fn boot() -> Result<File, String> {
     Ok(port)
 }
 
+/// Moves the root off the initramfs onto a tmpfs, as `switch_root` does:
+/// the sandbox's init enters its fresh root with `pivot_root`, which the
+/// kernel refuses while the root is the initial rootfs (pivot_root(2),
+/// `EINVAL`: rootfs has no parent mount). The new root holds this binary
+/// (the warm sandbox's init program is `/init`) and the mounts made so far;
+/// the modules, loaded now, stay behind and are removed.
+fn leave_rootfs() -> Result<(), String> {
+    const NEW: &str = "/.root";
+    mount_fs("tmpfs", NEW, "tmpfs", MsFlags::empty(), "mode=0755")?;
+    std::fs::copy("/init", format!("{NEW}/init"))
+        .map_err(|e| format!("copying /init to the new root: {e}"))?;
+    for at in ["/dev", "/proc", "/sys"] {
+        let to = format!("{NEW}{at}");
+        let _ = std::fs::create_dir_all(&to);
+        mount(
+            Some(at),
+            to.as_str(),
+            None::<&str>,
+            MsFlags::MS_MOVE,
+            None::<&str>,
+        )
+        .map_err(|e| format!("moving {at} to the new root: {e}"))?;
+    }
+    // What only the initramfs held: its memory is freed once unlinked.
+    let _ = std::fs::remove_dir_all("/modules");
+    let _ = std::fs::remove_file("/init");
+    std::env::set_current_dir(NEW).map_err(|e| format!("entering the new root: {e}"))?;
+    mount(Some("."), "/", None::<&str>, MsFlags::MS_MOVE, None::<&str>)
+        .map_err(|e| format!("moving the new root onto `/`: {e}"))?;
+    nix::unistd::chroot(".").map_err(|e| format!("chroot into the new root: {e}"))?;
+    std::env::set_current_dir("/").map_err(|e| format!("entering `/`: {e}"))?;
+    say!("root moved off the initramfs");
+    Ok(())
+}
+
 fn kernel_release() -> String {
     std::fs::read_to_string("/proc/sys/kernel/osrelease")
         .map(|s| s.trim().to_string())
-        .unwrap_or_else(|_| "kernel release unknown yet".into())
+        .unwrap_or_else(|_| "kernel release unknown".into())
 }
 
 fn nosuid_nodev_noexec() -> MsFlags {
@@ -108,12 +147,22 @@ fn mount_fs(src: &str, at: &str, fstype: &str, flags: MsFlags, data: &str) -> Re
 /// `/dev/console`); then the first files opened would be 0, 1 and 2, and
 /// the sandbox init's stderr (inherited) would land in the channel.
 fn console() {
+    use std::os::fd::AsRawFd;
+    // A file that came out as 0, 1 or 2 is one of the three now: kept open
+    // (forgotten), not closed when dropped.
+    let keep = |f: File| {
+        if f.as_raw_fd() <= 2 {
+            std::mem::forget(f);
+        }
+    };
     if let Ok(null) = File::open("/dev/null") {
         let _ = nix::unistd::dup2_stdin(&null);
+        keep(null);
     }
     if let Ok(console) = std::fs::OpenOptions::new().write(true).open("/dev/console") {
         let _ = nix::unistd::dup2_stdout(&console);
         let _ = nix::unistd::dup2_stderr(&console);
+        keep(console);
     }
 }
 
