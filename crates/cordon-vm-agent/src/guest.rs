@@ -27,6 +27,8 @@ const IMAGE_DISK: &str = "/dev/vda";
 const IMAGE_AT: &str = "/image";
 /// How long devices may take to appear after their modules load.
 const DEVICE_WAIT: Duration = Duration::from_secs(5);
+/// How long the host may take to open its end of the port.
+const HOST_WAIT: Duration = Duration::from_secs(60);
 
 /// The whole life of PID 1.
 pub(crate) fn pid1() -> ! {
@@ -82,6 +84,7 @@ fn boot() -> Result<File, String> {
         MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
         "mode=1777",
     )?;
+    wait_for_host(&port)?;
     say!("serving on `{PORT_NAME}`");
     Ok(port)
 }
@@ -244,6 +247,39 @@ fn open_port() -> Result<File, String> {
                 "no virtio-serial port named `{PORT_NAME}` appeared within {}s",
                 DEVICE_WAIT.as_secs()
             ));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Waits (bounded) until the host has its end of the port open. Until
+/// then a read returns 0, as at the end of the session, and what is
+/// written is dropped (`ready` among it); `poll` shows `POLLHUP` while the
+/// host's side is closed (virtio_console's `port_fops_poll`).
+fn wait_for_host(port: &File) -> Result<(), String> {
+    use rustix::event::{poll, PollFd, PollFlags, Timespec};
+    let deadline = Instant::now() + HOST_WAIT;
+    let tick = Timespec {
+        tv_sec: 0,
+        tv_nsec: 100_000_000,
+    };
+    let mut said = false;
+    loop {
+        let mut fds = [PollFd::new(port, PollFlags::IN)];
+        // An error (EINTR) only means looking again.
+        let _ = poll(&mut fds, Some(&tick));
+        if !fds[0].revents().contains(PollFlags::HUP) {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            return Err(format!(
+                "the host did not open its end of `{PORT_NAME}` within {}s",
+                HOST_WAIT.as_secs()
+            ));
+        }
+        if !said {
+            say!("waiting for the host to open `{PORT_NAME}`");
+            said = true;
         }
         std::thread::sleep(Duration::from_millis(20));
     }
