@@ -33,6 +33,16 @@ const HOST_WAIT: Duration = Duration::from_secs(60);
 /// The whole life of PID 1.
 pub(crate) fn pid1() -> ! {
     std::panic::set_hook(Box::new(|info| say!("panic: {info}")));
+    // A panic here would end PID 1, a kernel panic: the VM still ends, but
+    // powered off is the orderly way.
+    if std::panic::catch_unwind(run).is_err() {
+        say!("the agent panicked; powering off");
+    }
+    power_off()
+}
+
+/// Boots and serves until the session ends.
+fn run() {
     match boot() {
         Ok(port) => {
             let reader = match port.try_clone() {
@@ -47,7 +57,6 @@ pub(crate) fn pid1() -> ! {
         }
         Err(e) => say!("boot failed: {e}; powering off"),
     }
-    power_off()
 }
 
 /// Syncs and powers the VM off. If even that fails, PID 1 exits: a kernel

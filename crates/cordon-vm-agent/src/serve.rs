@@ -16,7 +16,7 @@ use cordon_files::host_dir::HostWorkDir;
 use cordon_linux::{InitIds, InitProgram, Plan, PlanSpec, WarmSandbox};
 use cordon_vm_proto::{write_frame, ErrKind, FrameError, FrameReader, Msg};
 
-use crate::exec::Execs;
+use crate::exec::{Execs, Request};
 use crate::files::Files;
 use crate::relay::Relay;
 use crate::say;
@@ -216,13 +216,15 @@ impl Agent {
             } => {
                 match &self.sandbox {
                     Some(s) => self.execs.start(
-                        self.out.clone(),
+                        out,
                         s.warm.clone(),
-                        id,
-                        argv,
-                        env,
-                        bounds,
-                        max_output_bytes,
+                        Request {
+                            id,
+                            argv,
+                            env,
+                            bounds,
+                            max_output_bytes,
+                        },
                     ),
                     None => {
                         self.out.send(
