@@ -93,6 +93,11 @@ fn boot() -> Result<File, String> {
         MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
         "mode=1777",
     )?;
+    // Said here for the log; `setup` refuses with the same words.
+    match serve::warm_available(&serve::guest_init()) {
+        Ok(()) => say!("this kernel can hold a warm sandbox"),
+        Err(e) => say!("{e}"),
+    }
     wait_for_host(&port)?;
     say!("serving on `{PORT_NAME}`");
     Ok(port)

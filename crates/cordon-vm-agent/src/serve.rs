@@ -181,6 +181,19 @@ pub(crate) fn serve(reader: impl Read, writer: Box<dyn Write + Send>, mode: Mode
     end
 }
 
+/// The warm sandbox's init program in the guest: this binary, `/init`.
+pub(crate) fn guest_init() -> InitProgram {
+    InitProgram::new("/init").arg("init")
+}
+
+/// Whether this kernel can hold a warm sandbox, or what it lacks.
+pub(crate) fn warm_available(init: &InitProgram) -> Result<(), String> {
+    use cordon_linux::Enforcer;
+    cordon_linux::LinuxEnforcer::new(init.clone())
+        .available_warm()
+        .map_err(|m| format!("this kernel cannot hold the sandbox: {m}"))
+}
+
 fn kernel_release() -> String {
     std::fs::read_to_string("/proc/sys/kernel/osrelease")
         .map(|s| s.trim().to_string())
@@ -354,15 +367,15 @@ impl Agent {
             .clone()
             .unwrap_or_else(|| spec.work_dir.clone());
         let (uid, gid) = (spec.ids.host_uid, spec.ids.host_gid);
-        self.make_work_dir(&host, disk_bytes, uid, gid)
-            .map_err(failed)?;
         let (init, name) = match &self.mode {
-            Mode::Guest => (
-                InitProgram::new("/init").arg("init"),
-                "cordon-vm".to_string(),
-            ),
+            Mode::Guest => (guest_init(), "cordon-vm".to_string()),
             Mode::Test { init, name } => (init.clone(), name.clone()),
         };
+        // What the kernel lacks is said as such (the host may pick another
+        // kernel), before anything is made.
+        warm_available(&init).map_err(|m| (ErrKind::Unavailable, m))?;
+        self.make_work_dir(&host, disk_bytes, uid, gid)
+            .map_err(failed)?;
         let ids = InitIds {
             host_uid: INIT_ID,
             host_gid: INIT_ID,
