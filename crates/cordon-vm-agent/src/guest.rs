@@ -2,8 +2,8 @@
 //!
 //! The initramfs holds `/init` (this binary), `/modules/*.ko` and
 //! `/modules/order` (the modules' file names, one a line, in load order;
-//! uncompressed: the 6.1 kernel's `finit_module` takes no compressed
-//! module). After the modules load, the root moves off the initramfs onto
+//! `.ko`, or `.ko.xz`/`.zst`/`.gz` for a kernel that decompresses modules
+//! itself, 6.4 and later). After the modules load, the root moves off the initramfs onto
 //! a tmpfs ([`leave_rootfs`]), so the sandbox can `pivot_root`.
 //! Nothing here may panic or return: PID 1 ending is a kernel panic. Every
 //! step says what it does on the console (ttyS0, the host's log of the VM);
@@ -183,10 +183,32 @@ fn console() {
     }
 }
 
-/// A module's name as the kernel knows it: the file name without `.ko`,
-/// dashes as underscores.
+/// Compressed module files: the kernel decompresses them itself when
+/// asked (`MODULE_INIT_COMPRESSED_FILE`, Linux 6.4 with
+/// `CONFIG_MODULE_DECOMPRESS`, as Debian's 6.12 has).
+const COMPRESSED: [&str; 3] = [".ko.xz", ".ko.zst", ".ko.gz"];
+
+/// `MODULE_INIT_COMPRESSED_FILE` (include/uapi/linux/module.h), which nix
+/// does not name.
+const MODULE_INIT_COMPRESSED_FILE: u32 = 4;
+
+/// A module's name as the kernel knows it: the file name without `.ko`
+/// (or a compressed `.ko.*`), dashes as underscores.
 fn module_name(file: &str) -> String {
-    file.strip_suffix(".ko").unwrap_or(file).replace('-', "_")
+    COMPRESSED
+        .iter()
+        .chain(&[".ko"])
+        .find_map(|ext| file.strip_suffix(ext))
+        .unwrap_or(file)
+        .replace('-', "_")
+}
+
+fn module_flags(file: &str) -> nix::kmod::ModuleInitFlags {
+    if COMPRESSED.iter().any(|ext| file.ends_with(ext)) {
+        nix::kmod::ModuleInitFlags::from_bits_retain(MODULE_INIT_COMPRESSED_FILE)
+    } else {
+        nix::kmod::ModuleInitFlags::empty()
+    }
 }
 
 /// The parameters the kernel command line gives module `name`
@@ -225,7 +247,7 @@ fn load_modules() {
             .map_err(|e| e.to_string())
             .and_then(|f| {
                 let params = CString::new(params.clone()).map_err(|e| e.to_string())?;
-                match nix::kmod::finit_module(&f, &params, nix::kmod::ModuleInitFlags::empty()) {
+                match nix::kmod::finit_module(&f, &params, module_flags(file)) {
                     Ok(()) | Err(nix::errno::Errno::EEXIST) => Ok(()),
                     Err(e) => Err(e.to_string()),
                 }
@@ -391,5 +413,8 @@ mod tests {
         assert_eq!(params_for("virtio_blk", cmdline), "");
         assert_eq!(module_name("virtio-mmio.ko"), "virtio_mmio");
         assert_eq!(module_name("erofs.ko"), "erofs");
+        assert_eq!(module_name("virtio_blk.ko.xz"), "virtio_blk");
+        assert!(module_flags("virtio_blk.ko.xz").bits() == MODULE_INIT_COMPRESSED_FILE);
+        assert!(module_flags("erofs.ko").is_empty());
     }
 }
