@@ -23,6 +23,16 @@ use crate::serve::{clip, Out};
 /// How long an ended exec's output may still drain before `Exited` goes.
 const DRAIN: Duration = Duration::from_secs(2);
 
+/// An `Exec` frame's fields.
+pub(crate) struct Request {
+    pub id: u64,
+    pub argv: Vec<String>,
+    pub env: BTreeMap<String, String>,
+    /// A `cordon_linux::Bounds`, still to be read.
+    pub bounds: serde_json::Value,
+    pub max_output_bytes: u64,
+}
+
 struct Slot {
     stdin: Feed,
     /// Set once the exec started.
@@ -48,18 +58,15 @@ fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
 }
 
 impl Execs {
-    /// Starts exec `id`; its frames follow from its threads.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn start(
-        &self,
-        out: Arc<Out>,
-        warm: Arc<WarmSandbox>,
-        id: u64,
-        argv: Vec<String>,
-        env: BTreeMap<String, String>,
-        bounds: serde_json::Value,
-        max_output_bytes: u64,
-    ) {
+    /// Starts `req`; its frames follow from its threads.
+    pub(crate) fn start(&self, out: Arc<Out>, warm: Arc<WarmSandbox>, req: Request) {
+        let Request {
+            id,
+            argv,
+            env,
+            bounds,
+            max_output_bytes,
+        } = req;
         let fail = |error: String| {
             out.send(
                 &Msg::ExecFailed {

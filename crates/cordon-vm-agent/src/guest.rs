@@ -1,7 +1,10 @@
 //! PID 1 of the microvm: set the VM up, serve the host, power off.
 //!
 //! The initramfs holds `/init` (this binary), `/modules/*.ko` and
-//! `/modules/order` (the modules' file names, one a line, in load order).
+//! `/modules/order` (the modules' file names, one a line, in load order;
+//! `.ko`, or `.ko.xz`/`.zst`/`.gz` for a kernel that decompresses modules
+//! itself, 6.4 and later). After the modules load, the root moves off the initramfs onto
+//! a tmpfs ([`leave_rootfs`]), so the sandbox can `pivot_root`.
 //! Nothing here may panic or return: PID 1 ending is a kernel panic. Every
 //! step says what it does on the console (ttyS0, the host's log of the VM);
 //! a step that fails is said there too, and serving goes on when the
@@ -24,10 +27,22 @@ const IMAGE_DISK: &str = "/dev/vda";
 const IMAGE_AT: &str = "/image";
 /// How long devices may take to appear after their modules load.
 const DEVICE_WAIT: Duration = Duration::from_secs(5);
+/// How long the host may take to open its end of the port.
+const HOST_WAIT: Duration = Duration::from_secs(60);
 
 /// The whole life of PID 1.
 pub(crate) fn pid1() -> ! {
     std::panic::set_hook(Box::new(|info| say!("panic: {info}")));
+    // A panic here would end PID 1, a kernel panic: the VM still ends, but
+    // powered off is the orderly way.
+    if std::panic::catch_unwind(run).is_err() {
+        say!("the agent panicked; powering off");
+    }
+    power_off()
+}
+
+/// Boots and serves until the session ends.
+fn run() {
     match boot() {
         Ok(port) => {
             let reader = match port.try_clone() {
@@ -42,7 +57,6 @@ pub(crate) fn pid1() -> ! {
         }
         Err(e) => say!("boot failed: {e}; powering off"),
     }
-    power_off()
 }
 
 /// Syncs and powers the VM off. If even that fails, PID 1 exits: a kernel
@@ -56,10 +70,6 @@ fn power_off() -> ! {
 
 /// Everything before serving; returns the channel.
 fn boot() -> Result<File, String> {
-    // The initramfs's own /dev/console, until devtmpfs is up.
-    console();
-    say!("leaving the initial rootfs");
-    leave_rootfs()?;
     mount_fs(
         "devtmpfs",
         "/dev",
@@ -68,10 +78,11 @@ fn boot() -> Result<File, String> {
         "mode=0755",
     )?;
     console();
-    say!("up ({})", kernel_release());
     mount_fs("proc", "/proc", "proc", nosuid_nodev_noexec(), "")?;
+    say!("up ({})", kernel_release());
     mount_fs("sysfs", "/sys", "sysfs", nosuid_nodev_noexec(), "")?;
     load_modules();
+    leave_rootfs()?;
     let port = open_port()?;
     mount_image();
     cgroups()?;
@@ -82,53 +93,55 @@ fn boot() -> Result<File, String> {
         MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
         "mode=1777",
     )?;
+    // Said here for the log; `setup` refuses with the same words.
+    match serve::warm_available(&serve::guest_init()) {
+        Ok(()) => say!("this kernel can hold a warm sandbox"),
+        Err(e) => say!("{e}"),
+    }
+    wait_for_host(&port)?;
     say!("serving on `{PORT_NAME}`");
     Ok(port)
 }
 
-/// Moves PID 1 from the kernel's initial rootfs to a tmpfs of its own
-/// (what `switch_root` does): the initial rootfs can never be
-/// `pivot_root`ed away from, and every sandbox the agent starts pivots.
-/// The agent and its modules are copied over and removed from the rootfs.
+/// Moves the root off the initramfs onto a tmpfs, as `switch_root` does:
+/// the sandbox's init enters its fresh root with `pivot_root`, which the
+/// kernel refuses while the root is the initial rootfs (pivot_root(2),
+/// `EINVAL`: rootfs has no parent mount). The new root holds this binary
+/// (the warm sandbox's init program is `/init`) and the mounts made so far;
+/// the modules, loaded now, stay behind and are removed.
 fn leave_rootfs() -> Result<(), String> {
-    const NEW: &str = "/newroot";
-    std::fs::create_dir_all(NEW).map_err(|e| format!("making {NEW}: {e}"))?;
-    mount(
-        Some("tmpfs"),
-        NEW,
-        Some("tmpfs"),
-        MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
-        Some("mode=0755"),
-    )
-    .map_err(|e| format!("mounting the root tmpfs: {e}"))?;
-    for d in ["dev", "proc", "sys", "tmp", "image", "run", "modules"] {
-        std::fs::create_dir_all(Path::new(NEW).join(d))
-            .map_err(|e| format!("making {NEW}/{d}: {e}"))?;
+    const NEW: &str = "/.root";
+    mount_fs("tmpfs", NEW, "tmpfs", MsFlags::empty(), "mode=0755")?;
+    std::fs::copy("/init", format!("{NEW}/init"))
+        .map_err(|e| format!("copying /init to the new root: {e}"))?;
+    for at in ["/dev", "/proc", "/sys"] {
+        let to = format!("{NEW}{at}");
+        let _ = std::fs::create_dir_all(&to);
+        mount(
+            Some(at),
+            to.as_str(),
+            None::<&str>,
+            MsFlags::MS_MOVE,
+            None::<&str>,
+        )
+        .map_err(|e| format!("moving {at} to the new root: {e}"))?;
     }
-    let copy = |from: &Path, to: &Path| -> Result<(), String> {
-        std::fs::copy(from, to)
-            .map(drop)
-            .map_err(|e| format!("copying `{}`: {e}", from.display()))?;
-        let _ = std::fs::remove_file(from);
-        Ok(())
-    };
-    copy(Path::new("/init"), &Path::new(NEW).join("init"))?;
-    if let Ok(entries) = std::fs::read_dir("/modules") {
-        for e in entries.flatten() {
-            copy(&e.path(), &Path::new(NEW).join("modules").join(e.file_name()))?;
-        }
-    }
-    nix::unistd::chdir(NEW).map_err(|e| format!("entering {NEW}: {e}"))?;
+    // What only the initramfs held: its memory is freed once unlinked.
+    let _ = std::fs::remove_dir_all("/modules");
+    let _ = std::fs::remove_file("/init");
+    std::env::set_current_dir(NEW).map_err(|e| format!("entering the new root: {e}"))?;
     mount(Some("."), "/", None::<&str>, MsFlags::MS_MOVE, None::<&str>)
-        .map_err(|e| format!("moving the root tmpfs over the rootfs: {e}"))?;
-    nix::unistd::chroot(".").map_err(|e| format!("entering the root tmpfs: {e}"))?;
-    nix::unistd::chdir("/").map_err(|e| format!("entering the root tmpfs: {e}"))
+        .map_err(|e| format!("moving the new root onto `/`: {e}"))?;
+    nix::unistd::chroot(".").map_err(|e| format!("chroot into the new root: {e}"))?;
+    std::env::set_current_dir("/").map_err(|e| format!("entering `/`: {e}"))?;
+    say!("root moved off the initramfs");
+    Ok(())
 }
 
 fn kernel_release() -> String {
     std::fs::read_to_string("/proc/sys/kernel/osrelease")
         .map(|s| s.trim().to_string())
-        .unwrap_or_else(|_| "kernel release unknown yet".into())
+        .unwrap_or_else(|_| "kernel release unknown".into())
 }
 
 fn nosuid_nodev_noexec() -> MsFlags {
@@ -151,25 +164,52 @@ fn mount_fs(src: &str, at: &str, fstype: &str, flags: MsFlags, data: &str) -> Re
 /// `/dev/console`); then the first files opened would be 0, 1 and 2, and
 /// the sandbox init's stderr (inherited) would land in the channel.
 fn console() {
+    use std::os::fd::AsRawFd;
+    // A file that came out as 0, 1 or 2 is one of the three now: kept open
+    // (forgotten), not closed when dropped.
+    let keep = |f: File| {
+        if f.as_raw_fd() <= 2 {
+            std::mem::forget(f);
+        }
+    };
     if let Ok(null) = File::open("/dev/null") {
         let _ = nix::unistd::dup2_stdin(&null);
+        keep(null);
     }
     if let Ok(console) = std::fs::OpenOptions::new().write(true).open("/dev/console") {
         let _ = nix::unistd::dup2_stdout(&console);
         let _ = nix::unistd::dup2_stderr(&console);
+        keep(console);
     }
 }
 
-/// A module's name as the kernel knows it: the file name without `.ko`,
-/// dashes as underscores.
+/// Compressed module files: the kernel decompresses them itself when
+/// asked (`MODULE_INIT_COMPRESSED_FILE`, Linux 6.4 with
+/// `CONFIG_MODULE_DECOMPRESS`, as Debian's 6.12 has).
+const COMPRESSED: [&str; 3] = [".ko.xz", ".ko.zst", ".ko.gz"];
+
+/// `MODULE_INIT_COMPRESSED_FILE` (include/uapi/linux/module.h), which nix
+/// does not name.
+const MODULE_INIT_COMPRESSED_FILE: u32 = 4;
+
+/// A module's name as the kernel knows it: the file name without `.ko`
+/// (or a compressed `.ko.*`), dashes as underscores.
 fn module_name(file: &str) -> String {
-    let file = file.strip_suffix(".xz").unwrap_or(file);
-    file.strip_suffix(".ko").unwrap_or(file).replace('-', "_")
+    COMPRESSED
+        .iter()
+        .chain(&[".ko"])
+        .find_map(|ext| file.strip_suffix(ext))
+        .unwrap_or(file)
+        .replace('-', "_")
 }
 
-/// `MODULE_INIT_COMPRESSED_FILE`: the kernel decompresses the module
-/// itself (Debian's 6.12 kernels ship `.ko.xz` and decompress in-kernel).
-const MODULE_INIT_COMPRESSED_FILE: u32 = 4;
+fn module_flags(file: &str) -> nix::kmod::ModuleInitFlags {
+    if COMPRESSED.iter().any(|ext| file.ends_with(ext)) {
+        nix::kmod::ModuleInitFlags::from_bits_retain(MODULE_INIT_COMPRESSED_FILE)
+    } else {
+        nix::kmod::ModuleInitFlags::empty()
+    }
+}
 
 /// The parameters the kernel command line gives module `name`
 /// (`name.param=value` words), as `finit_module` takes them
@@ -207,12 +247,7 @@ fn load_modules() {
             .map_err(|e| e.to_string())
             .and_then(|f| {
                 let params = CString::new(params.clone()).map_err(|e| e.to_string())?;
-                let flags = if file.ends_with(".xz") {
-                    nix::kmod::ModuleInitFlags::from_bits_retain(MODULE_INIT_COMPRESSED_FILE)
-                } else {
-                    nix::kmod::ModuleInitFlags::empty()
-                };
-                match nix::kmod::finit_module(&f, &params, flags) {
+                match nix::kmod::finit_module(&f, &params, module_flags(file)) {
                     Ok(()) | Err(nix::errno::Errno::EEXIST) => Ok(()),
                     Err(e) => Err(e.to_string()),
                 }
@@ -248,6 +283,39 @@ fn open_port() -> Result<File, String> {
                 "no virtio-serial port named `{PORT_NAME}` appeared within {}s",
                 DEVICE_WAIT.as_secs()
             ));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Waits (bounded) until the host has its end of the port open. Until
+/// then a read returns 0, as at the end of the session, and what is
+/// written is dropped (`ready` among it); `poll` shows `POLLHUP` while the
+/// host's side is closed (virtio_console's `port_fops_poll`).
+fn wait_for_host(port: &File) -> Result<(), String> {
+    use rustix::event::{poll, PollFd, PollFlags, Timespec};
+    let deadline = Instant::now() + HOST_WAIT;
+    let tick = Timespec {
+        tv_sec: 0,
+        tv_nsec: 100_000_000,
+    };
+    let mut said = false;
+    loop {
+        let mut fds = [PollFd::new(port, PollFlags::IN)];
+        // An error (EINTR) only means looking again.
+        let _ = poll(&mut fds, Some(&tick));
+        if !fds[0].revents().contains(PollFlags::HUP) {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            return Err(format!(
+                "the host did not open its end of `{PORT_NAME}` within {}s",
+                HOST_WAIT.as_secs()
+            ));
+        }
+        if !said {
+            say!("waiting for the host to open `{PORT_NAME}`");
+            said = true;
         }
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -345,5 +413,8 @@ mod tests {
         assert_eq!(params_for("virtio_blk", cmdline), "");
         assert_eq!(module_name("virtio-mmio.ko"), "virtio_mmio");
         assert_eq!(module_name("erofs.ko"), "erofs");
+        assert_eq!(module_name("virtio_blk.ko.xz"), "virtio_blk");
+        assert!(module_flags("virtio_blk.ko.xz").bits() == MODULE_INIT_COMPRESSED_FILE);
+        assert!(module_flags("erofs.ko").is_empty());
     }
 }

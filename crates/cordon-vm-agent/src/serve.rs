@@ -16,7 +16,7 @@ use cordon_files::host_dir::HostWorkDir;
 use cordon_linux::{InitIds, InitProgram, Plan, PlanSpec, WarmSandbox};
 use cordon_vm_proto::{write_frame, ErrKind, FrameError, FrameReader, Msg};
 
-use crate::exec::Execs;
+use crate::exec::{Execs, Request};
 use crate::files::Files;
 use crate::relay::Relay;
 use crate::say;
@@ -181,6 +181,19 @@ pub(crate) fn serve(reader: impl Read, writer: Box<dyn Write + Send>, mode: Mode
     end
 }
 
+/// The warm sandbox's init program in the guest: this binary, `/init`.
+pub(crate) fn guest_init() -> InitProgram {
+    InitProgram::new("/init").arg("init")
+}
+
+/// Whether this kernel can hold a warm sandbox, or what it lacks.
+pub(crate) fn warm_available(init: &InitProgram) -> Result<(), String> {
+    use cordon_linux::Enforcer;
+    cordon_linux::LinuxEnforcer::new(init.clone())
+        .available_warm()
+        .map_err(|m| format!("this kernel cannot hold the sandbox: {m}"))
+}
+
 fn kernel_release() -> String {
     std::fs::read_to_string("/proc/sys/kernel/osrelease")
         .map(|s| s.trim().to_string())
@@ -216,13 +229,15 @@ impl Agent {
             } => {
                 match &self.sandbox {
                     Some(s) => self.execs.start(
-                        self.out.clone(),
+                        out,
                         s.warm.clone(),
-                        id,
-                        argv,
-                        env,
-                        bounds,
-                        max_output_bytes,
+                        Request {
+                            id,
+                            argv,
+                            env,
+                            bounds,
+                            max_output_bytes,
+                        },
                     ),
                     None => {
                         self.out.send(
@@ -352,15 +367,15 @@ impl Agent {
             .clone()
             .unwrap_or_else(|| spec.work_dir.clone());
         let (uid, gid) = (spec.ids.host_uid, spec.ids.host_gid);
-        self.make_work_dir(&host, disk_bytes, uid, gid)
-            .map_err(failed)?;
         let (init, name) = match &self.mode {
-            Mode::Guest => (
-                InitProgram::new("/init").arg("init"),
-                "cordon-vm".to_string(),
-            ),
+            Mode::Guest => (guest_init(), "cordon-vm".to_string()),
             Mode::Test { init, name } => (init.clone(), name.clone()),
         };
+        // What the kernel lacks is said as such (the host may pick another
+        // kernel), before anything is made.
+        warm_available(&init).map_err(|m| (ErrKind::Unavailable, m))?;
+        self.make_work_dir(&host, disk_bytes, uid, gid)
+            .map_err(failed)?;
         let ids = InitIds {
             host_uid: INIT_ID,
             host_gid: INIT_ID,

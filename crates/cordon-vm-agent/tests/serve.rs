@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
-use cordon_linux::{Bounds, FsRule, Ids, PlanSpec, Rung};
+use cordon_linux::{Bounds, PlanSpec, Rung};
 use cordon_vm_proto::{write_frame, ErrKind, FrameReader, Kind, Msg, Status, Stream};
 
 /// The agent under test: this build's, or the one `CORDON_VM_AGENT` names
@@ -41,15 +41,6 @@ fn can_run(case: &str) -> bool {
     false
 }
 
-fn rule(path: &str, write: bool, execute: bool) -> FsRule {
-    FsRule {
-        path: PathBuf::from(path),
-        read: true,
-        write,
-        execute,
-    }
-}
-
 fn bounds(wall: u64) -> Bounds {
     Bounds {
         max_memory: 256 << 20,
@@ -60,39 +51,29 @@ fn bounds(wall: u64) -> Bounds {
     }
 }
 
-/// A container-rung plan over the host's system directories (the `host`
-/// image), its work dir `/work` bound from `work`.
+/// A container-rung plan (a `cordon_linux::PlanSpec` as JSON, as the host
+/// sends it; fields it leaves out take their defaults) over the host's
+/// system directories (the `host` image), its work dir `/work` bound from
+/// `work`.
 fn plan(work: &Path, host_id: u32) -> serde_json::Value {
-    let spec = PlanSpec {
-        rung: Rung::Container,
-        fs: vec![
-            rule("/usr", false, true),
-            rule("/lib", false, true),
-            rule("/lib64", false, true),
-            rule("/bin", false, true),
-            rule("/sbin", false, true),
-            rule("/etc", false, false),
-        ],
-        mask_paths: vec![],
-        mask_executables: vec![],
-        work_dir: PathBuf::from(GUEST_WORK),
-        work_dir_source: Some(work.to_path_buf()),
-        image_root: None,
-        tmp_dir: None,
-        env: BTreeMap::from([("PATH".to_string(), "/usr/bin:/bin".to_string())]),
-        bounds: bounds(20),
-        argv: vec![],
-        ids: Ids {
-            uid: INSIDE,
-            gid: INSIDE,
-            host_uid: host_id,
-            host_gid: host_id,
-        },
-        proxy_port: None,
-        secrets_dir: None,
-        kvm: false,
-    };
-    serde_json::to_value(spec).unwrap()
+    let system = ["/usr", "/lib", "/lib64", "/bin", "/sbin"]
+        .map(|p| serde_json::json!({"path": p, "read": true, "execute": true}));
+    let mut fs = system.to_vec();
+    fs.push(serde_json::json!({"path": "/etc", "read": true}));
+    let plan = serde_json::json!({
+        "rung": "container",
+        "fs": fs,
+        "work_dir": GUEST_WORK,
+        "work_dir_source": work,
+        "env": {"PATH": "/usr/bin:/bin"},
+        "bounds": bounds(20),
+        "argv": [],
+        "ids": {"uid": INSIDE, "gid": INSIDE, "host_uid": host_id, "host_gid": host_id},
+    });
+    // What the agent takes is a valid plan.
+    let spec: PlanSpec = serde_json::from_value(plan.clone()).unwrap();
+    assert_eq!(spec.rung, Rung::Container);
+    plan
 }
 
 /// A host id no other test run uses at the same time.

@@ -67,7 +67,10 @@ pub enum Msg {
     // ---- commands ----
     /// Host → guest: run a command in the sandbox. `bounds` is a
     /// `cordon_linux::Bounds` as JSON. Answered by `Output`s then
-    /// `Exited`, or by `ExecFailed`.
+    /// `Exited`, or by `ExecFailed` (which may follow `Output`s: the
+    /// command did not start, and said why on its stderr). Its stdin stays
+    /// open until `StdinEnd`: send that at once for a command without
+    /// input. `argv[0]` is absolute; `env` is the whole environment.
     Exec {
         id: u64,
         argv: Vec<String>,
@@ -130,7 +133,11 @@ pub enum Msg {
         entries: Vec<WireEntry>,
         more: bool,
     },
-    /// Guest → host: the request `req` failed.
+    /// Guest → host: the request `req` failed (`Setup` too, with an
+    /// empty `path`). `path` is the one the error names; `message` is the
+    /// detail the host's `SandboxError` variant carries: `path_refused`'s
+    /// reason, `not_regular_file`'s kind found, `failed`'s, `refused`'s
+    /// and `unavailable`'s reason; the whole message for `not_found`.
     Error {
         req: u64,
         kind: ErrKind,
