@@ -116,7 +116,7 @@ impl RungProfile {
     /// host path `host`.
     pub fn guest_work_dir(&self, spec_dir: &str, host: &str) -> String {
         match self.work_dir_view() {
-            WorkDirView::SpecPath => spec_dir.to_string(),
+            WorkDirView::SpecPath | WorkDirView::GuestOnly => spec_dir.to_string(),
             WorkDirView::HostPath => host.to_string(),
         }
     }

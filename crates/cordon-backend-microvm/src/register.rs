@@ -175,7 +175,7 @@ pub fn registration() -> BackendRegistration {
         vet,
         reclaim,
         sweep,
-        work_dir_view: WorkDirView::SpecPath,
+        work_dir_view: WorkDirView::GuestOnly,
         work_dir_owner: None,
         workload_uid: None,
         opt_in: true,

@@ -160,7 +160,10 @@ fn host_for(
         None => Policy::load_str(policy_name, policy_text),
     }
     .map_err(|d| KitError::Unavailable(d.render()))?;
-    backends.work_dir = Some(work.to_path_buf());
+    // A backend whose work dir lives only in its guest is given none: the
+    // kit plants through the sandbox itself there.
+    backends.work_dir =
+        (reg.work_dir_view != WorkDirView::GuestOnly).then(|| work.to_path_buf());
     let hs = HostSetup {
         floor: Floor {
             rung: reg.info.isolation,
@@ -194,10 +197,14 @@ fn seen_work_dir(
 /// Where the backend shows `work` to the workload.
 fn guest_work_dir(reg: &BackendRegistration, spec: &SandboxSpec, work: &Path) -> String {
     match reg.work_dir_view {
-        WorkDirView::SpecPath => spec.work_dir().to_string(),
+        WorkDirView::SpecPath | WorkDirView::GuestOnly => spec.work_dir().to_string(),
         WorkDirView::HostPath => work.display().to_string(),
     }
 }
+
+/// The directory outside the work dir where the conformance kit plants,
+/// in a backend whose work dir lives only in its guest.
+pub const GUEST_OUTSIDE: &str = "/tmp/cordon-kit-outside";
 
 /// Runs the files-out conformance kit against backend `name` of
 /// `registry`, built from `setup` (its `work_dir` is replaced by the kit's
@@ -248,7 +255,12 @@ pub fn conformance(
         name: name.to_string(),
         sandbox,
         work_dir: seen,
-        outside_dir: outside.display().to_string(),
+        // In a guest-only backend the host's scratch is out of reach: the
+        // directory outside the work dir is the guest's own.
+        outside_dir: match reg.work_dir_view {
+            WorkDirView::GuestOnly => GUEST_OUTSIDE.to_string(),
+            _ => outside.display().to_string(),
+        },
         device_nodes: false,
     };
     let report = run_files_out_conformance(Arc::new(subject));

@@ -91,6 +91,11 @@ pub enum WorkDirView {
     SpecPath,
     /// At its own host path.
     HostPath,
+    /// At the spec's `work_dir`, in the guest only: the backend shares no
+    /// host directory (a microVM's work dir lives in the guest; files go
+    /// in and out through the sandbox's own calls). An operator's work dir
+    /// (`--work-dir`) is refused.
+    GuestOnly,
 }
 
 /// One backend, as a host knows it.
