@@ -27,7 +27,7 @@ pub mod channel;
 pub mod jail;
 pub mod probe;
 pub mod register;
-mod sandbox;
+pub mod sandbox;
 pub mod vm;
 
 pub use backend::{capabilities, image_tree, rung_of, MicrovmBackend, MicrovmConfig};

@@ -177,7 +177,9 @@ pub fn registration() -> BackendRegistration {
         sweep,
         work_dir_view: WorkDirView::GuestOnly,
         work_dir_owner: None,
-        workload_uid: None,
+        // No workload runs on the host; a host process the kits start to
+        // be attacked runs as this unprivileged id, which nothing else has.
+        workload_uid: Some(crate::sandbox::GUEST_WORKLOAD_ID),
         opt_in: true,
     }
 }

@@ -109,16 +109,58 @@ impl BootSpec {
             "-initrd".into(),
             self.initramfs.display().to_string(),
             "-append".into(),
-            // `no_timer_check lpj= tsc_early_khz=`: under TCG on a loaded
-            // host the kernel can hang silently calibrating against the
-            // PIT; these skip the calibration (harmless under KVM).
-            "console=ttyS0 quiet panic=-1 reboot=t no_timer_check lpj=1000000 tsc_early_khz=1000000".into(),
+            self.cmdline(),
             // QEMU's own seccomp filter on top of cordon's jail.
             "-sandbox".into(),
             "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny".into(),
         ]);
         a
     }
+}
+
+impl BootSpec {
+    /// The guest kernel's command line. Under TCG the guest's TSC is the
+    /// host's (QEMU passes the host's cycle counter through), and a guest
+    /// that calibrates it against the emulated PIT can hang silently on a
+    /// loaded host; so the host's own TSC rate is handed over
+    /// (`tsc_early_khz`, with `lpj` and `no_timer_check` to skip the other
+    /// calibrations). The rate must be the real one: the guest keeps time
+    /// — and so the wall-clock and CPU bounds it holds — by it.
+    pub fn cmdline(&self) -> String {
+        let mut c = String::from("console=ttyS0 quiet panic=-1 reboot=t");
+        if self.accel == Accel::Tcg {
+            if let Some(khz) = host_tsc_khz() {
+                // lpj: loops per jiffy at HZ=250, as the kernel derives it.
+                c.push_str(&format!(
+                    " no_timer_check tsc_early_khz={khz} lpj={}",
+                    khz * 1000 / 250
+                ));
+            }
+        }
+        c
+    }
+}
+
+/// The host's TSC rate in kHz, from the host kernel's own calibration
+/// (`bogomips` is twice the TSC's MHz where the delay loop runs on the
+/// TSC, as on every x86-64 with a constant TSC); `None` when the host does
+/// not say (the guest then calibrates for itself).
+pub fn host_tsc_khz() -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/cpuinfo").ok()?;
+    let flags = info.lines().find(|l| l.starts_with("flags"))?;
+    if !flags.split_whitespace().any(|f| f == "constant_tsc") {
+        return None;
+    }
+    let bogo: f64 = info
+        .lines()
+        .find(|l| l.starts_with("bogomips"))?
+        .split(':')
+        .nth(1)?
+        .trim()
+        .parse()
+        .ok()?;
+    let khz = (bogo * 500.0).round();
+    (khz >= 100_000.0 && khz <= 10_000_000.0).then_some(khz as u64)
 }
 
 /// A running guest.

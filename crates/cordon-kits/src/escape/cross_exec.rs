@@ -228,10 +228,13 @@ pub(super) fn plant_tool(s: &EscapeSubject) -> Result<String, String> {
 
 /// How long a tamperer waits before it acts: well after its exec ended.
 pub(super) const TAMPER_DELAY_SECONDS: u64 = 1;
-/// The tamperer: ignores the polite signals, writes its file after the
-/// delay, then stays alive (as itself, so its command line keeps the
+/// The tamperer: ignores the polite signals, waits until exec 1 has said
+/// it is ending (the marker, `$3`: so a slow sandbox — an emulated guest —
+/// whose exec 1 outlasts the delay cannot make a write *during* exec 1
+/// look like one after it), writes its file after the delay, then stays
+/// alive (as itself, so its command line keeps the
 /// token) for 30 s.
-pub(super) const TAMPERER: &str = "trap '' HUP TERM INT; sleep 1; echo tampered > \"$1\"; i=0; while [ $i -lt 30 ]; do sleep 1; i=$((i+1)); done";
+pub(super) const TAMPERER: &str = "trap '' HUP TERM INT; i=0; while [ ! -e \"$3\" ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done; sleep 1; echo tampered > \"$1\"; i=0; while [ $i -lt 30 ]; do sleep 1; i=$((i+1)); done";
 /// The ways exec 1 leaves a tamperer behind.
 pub(super) const TAMPER_WAYS: [&str; 7] = [
     "amp",
@@ -244,26 +247,27 @@ pub(super) const TAMPER_WAYS: [&str; 7] = [
 ];
 /// A tamperer that changes pid all the time (fork, parent exits) so that
 /// a kill by membership races it; it gives up after 5 s on its own.
-pub(super) const HOPPER: &str = "import os,sys,time\nt=time.time()\nif os.fork(): os._exit(0)\nos.setsid()\nn=os.open('/dev/null',os.O_RDWR)\nfor f in (0,1,2): os.dup2(n,f)\ndone=False\nwhile time.time()-t<5:\n    if os.fork(): os._exit(0)\n    if not done and time.time()-t>1:\n        open(sys.argv[1],'w').write('tampered'); done=True";
+pub(super) const HOPPER: &str = "import os,sys,time\nt=time.time()\nif os.fork(): os._exit(0)\nos.setsid()\nn=os.open('/dev/null',os.O_RDWR)\nfor f in (0,1,2): os.dup2(n,f)\ndone=False\nended=None\nwhile time.time()-t<30 and (ended is None or time.time()-ended<4):\n    if os.fork(): os._exit(0)\n    if ended is None and os.path.exists(sys.argv[3]): ended=time.time()\n    if not done and ended is not None and time.time()-ended>1:\n        open(sys.argv[1],'w').write('tampered'); done=True";
 
 pub(super) fn background_outlives(s: &EscapeSubject) -> Result<String, String> {
     let token = format!("cordon-escape-bg-{}", nonce());
     // Exec 1: every way at once, each with its own file; the daemon is
     // python (fork, setsid, fork, standard streams to /dev/null).
-    let daemon = "import os,sys,time,signal\nfor g in (signal.SIGHUP,signal.SIGTERM,signal.SIGINT): signal.signal(g,signal.SIG_IGN)\nif os.fork(): os._exit(0)\nos.setsid()\nif os.fork(): os._exit(0)\nn=os.open('/dev/null',os.O_RDWR)\nfor f in (0,1,2): os.dup2(n,f)\ntime.sleep(1)\nopen(sys.argv[1],'w').write('tampered')\ntime.sleep(30)";
+    let daemon = "import os,sys,time,signal\nfor g in (signal.SIGHUP,signal.SIGTERM,signal.SIGINT): signal.signal(g,signal.SIG_IGN)\nif os.fork(): os._exit(0)\nos.setsid()\nif os.fork(): os._exit(0)\nn=os.open('/dev/null',os.O_RDWR)\nfor f in (0,1,2): os.dup2(n,f)\nt=time.time()\nwhile not os.path.exists(sys.argv[3]) and time.time()-t<30: time.sleep(0.05)\ntime.sleep(1)\nopen(sys.argv[1],'w').write('tampered')\ntime.sleep(30)";
     // Each tamperer's file is `PREFIX-WAY-TOKEN` in the work dir (the
     // exec's working directory, which it reports: the path the sandbox's
     // file surface answers for).
-    let script = "t=$1; T=$2; D=$3; w=\"$PWD/$4\"\n\
+    let script = "t=$1; T=$2; D=$3; w=\"$PWD/$4\"; e=\"$w-ended-$t\"\n\
          echo \"cwd=$PWD\"\n\
          exec </dev/null >/dev/null 2>&1\n\
-         /bin/sh -c \"$T\" bg \"$w-amp-$t\" \"$t\" &\n\
-         ( /bin/sh -c \"$T\" bg \"$w-subshell-$t\" \"$t\" ) &\n\
-         nohup /bin/sh -c \"$T\" bg \"$w-nohup-$t\" \"$t\" &\n\
-         setsid /bin/sh -c \"$T\" bg \"$w-setsid-$t\" \"$t\" &\n\
-         ( ( /bin/sh -c \"$T\" bg \"$w-double-fork-$t\" \"$t\" & ) & )\n\
-         python3 -c \"$D\" \"$w-daemon-$t\" \"$t\"\n\
-         python3 -c \"$5\" \"$w-hopper-$t\" \"$t\"\n\
+         /bin/sh -c \"$T\" bg \"$w-amp-$t\" \"$t\" \"$e\" &\n\
+         ( /bin/sh -c \"$T\" bg \"$w-subshell-$t\" \"$t\" \"$e\" ) &\n\
+         nohup /bin/sh -c \"$T\" bg \"$w-nohup-$t\" \"$t\" \"$e\" &\n\
+         setsid /bin/sh -c \"$T\" bg \"$w-setsid-$t\" \"$t\" \"$e\" &\n\
+         ( ( /bin/sh -c \"$T\" bg \"$w-double-fork-$t\" \"$t\" \"$e\" & ) & )\n\
+         python3 -c \"$D\" \"$w-daemon-$t\" \"$t\" \"$e\"\n\
+         python3 -c \"$5\" \"$w-hopper-$t\" \"$t\" \"$e\"\n\
+         : > \"$e\"\n\
          exit 0";
     let prefix = "cordon-escape-tamper";
     let first = exec_in(
@@ -304,7 +308,7 @@ pub(super) fn background_outlives(s: &EscapeSubject) -> Result<String, String> {
         strings(&[
             "/bin/sh",
             "-c",
-            "t=\"$1$2\"; for f in /proc/[0-9]*/cmdline; do if tr '\\000' ' ' < \"$f\" 2>/dev/null | grep -q -- \"$t\"; then echo \"ALIVE $f\"; fi; done; for f in \"$3\"-*-\"$t\"; do [ -e \"$f\" ] && echo \"WRITTEN $f\"; rm -f \"$f\"; done; echo end",
+            "t=\"$1$2\"; for f in /proc/[0-9]*/cmdline; do if tr '\\000' ' ' < \"$f\" 2>/dev/null | grep -q -- \"$t\"; then echo \"ALIVE $f\"; fi; done; for f in \"$3\"-*-\"$t\"; do case \"$f\" in \"$3\"-ended-*) rm -f \"$f\"; continue;; esac; [ -e \"$f\" ] && echo \"WRITTEN $f\"; rm -f \"$f\"; done; echo end",
             "sh",
             t1,
             t2,
