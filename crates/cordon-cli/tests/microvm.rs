@@ -197,10 +197,10 @@ fn residue() -> Vec<String> {
         for e in d.flatten() {
             let cmd = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
             let cmd = String::from_utf8_lossy(&cmd);
-            if cmd.starts_with("qemu-system-x86_64") || cmd.contains("/qemu-system-x86_64\0") {
-                if cmd.contains("cordon.ctl") && cmd.contains("/cordon-microvm-") {
-                    out.push(format!("qemu {}", e.file_name().to_string_lossy()));
-                }
+            let qemu =
+                cmd.starts_with("qemu-system-x86_64") || cmd.contains("/qemu-system-x86_64\0");
+            if qemu && cmd.contains("cordon.ctl") && cmd.contains("/cordon-microvm-") {
+                out.push(format!("qemu {}", e.file_name().to_string_lossy()));
             }
         }
     }
