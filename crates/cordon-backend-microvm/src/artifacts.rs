@@ -208,8 +208,13 @@ pub fn cache_dir() -> Result<PathBuf, String> {
         .filter(|v| !v.is_empty())
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from("/var/lib/cordon/microvm"));
-    std::fs::create_dir_all(&dir)
-        .map_err(|e| format!("cannot make the cache `{}`: {e}", dir.display()))?;
+    if !dir.exists() {
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| format!("cannot make the cache `{}`: {e}", dir.display()))?;
+        // QEMU runs as another uid in its jail and opens what is cached
+        // here: searchable by others, whatever the umask.
+        let _ = std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755));
+    }
     let m = std::fs::symlink_metadata(&dir)
         .map_err(|e| format!("the cache `{}`: {e}", dir.display()))?;
     let me = rustix::process::geteuid().as_raw();
@@ -438,6 +443,9 @@ pub fn initramfs(kernel: &Kernel, agent: &Path) -> Result<PathBuf, String> {
 fn publish(path: &Path, bytes: &[u8]) -> Result<(), String> {
     let tmp = path.with_extension(format!("tmp-{}", std::process::id()));
     std::fs::write(&tmp, bytes).map_err(|e| format!("writing `{}`: {e}", tmp.display()))?;
+    // Read by QEMU as its jail's uid: readable by others, whatever the umask.
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o644))
+        .map_err(|e| format!("`{}`: {e}", tmp.display()))?;
     std::fs::rename(&tmp, path).map_err(|e| {
         let _ = std::fs::remove_file(&tmp);
         format!("publishing `{}`: {e}", path.display())
@@ -456,8 +464,11 @@ pub fn packed_image(root: &Path, digest: &str) -> Result<PathBuf, String> {
         return Err(format!("`{digest}` is not an image digest"));
     }
     let cache = cache_dir()?.join("images");
-    std::fs::create_dir_all(&cache)
-        .map_err(|e| format!("cannot make `{}`: {e}", cache.display()))?;
+    if !cache.exists() {
+        std::fs::create_dir_all(&cache)
+            .map_err(|e| format!("cannot make `{}`: {e}", cache.display()))?;
+        let _ = std::fs::set_permissions(&cache, std::fs::Permissions::from_mode(0o755));
+    }
     let path = cache.join(format!("{hexpart}.erofs"));
     if path.is_file() {
         return Ok(path);
@@ -491,6 +502,8 @@ pub fn pack_dir(root: &Path, dest: &Path) -> Result<(), String> {
             String::from_utf8_lossy(&out.stderr).trim()
         ));
     }
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o644))
+        .map_err(|e| format!("`{}`: {e}", tmp.display()))?;
     std::fs::rename(&tmp, dest).map_err(|e| {
         let _ = std::fs::remove_file(&tmp);
         format!("publishing `{}`: {e}", dest.display())
