@@ -68,10 +68,15 @@ pub fn kernel() -> Result<Kernel, String> {
     let (release, image) = found
         .pop()
         .ok_or_else(|| format!("no Debian cloud kernel in /boot; {INSTALL_KERNEL}"))?;
+    if version_key(&release).get(..2).is_some_and(|v| v < [6, 12].as_slice()) {
+        return Err(format!(
+            "the newest cloud kernel in /boot is {release}; a guest needs 6.12 or later (Landlock ABI 6, which the sandbox inside the guest holds); {INSTALL_KERNEL}"
+        ));
+    }
     with_modules(image, release)
 }
 
-const INSTALL_KERNEL: &str = "install one with `apt-get install linux-image-cloud-amd64` (or name a kernel with CORDON_VM_KERNEL=/boot/vmlinuz-RELEASE)";
+const INSTALL_KERNEL: &str = "install Debian's from bookworm-backports (add the suite to apt's sources, then `apt-get install -t bookworm-backports linux-image-cloud-amd64`), or name a kernel with CORDON_VM_KERNEL=/boot/vmlinuz-RELEASE";
 
 fn release_of(p: &Path) -> Option<String> {
     p.file_name()?
@@ -199,7 +204,7 @@ pub fn is_static(p: &Path) -> Result<bool, String> {
 }
 
 /// How the agent is built (statically, so the initramfs needs no libc).
-pub const BUILD_AGENT: &str = "build it with `RUSTFLAGS='-C target-feature=+crt-static' cargo build --profile guest --locked -p cordon-vm-agent --target x86_64-unknown-linux-gnu` (the README's install command does) or name it with CORDON_VM_AGENT";
+pub const BUILD_AGENT: &str = "install it next to `cordon` with `RUSTFLAGS='-C target-feature=+crt-static' cargo install --locked --path crates/cordon-vm-agent --profile guest --target x86_64-unknown-linux-gnu` from cordon's source (or build it in the checkout with `cargo build` and the same flags, as `.ci/run` does), or name it with CORDON_VM_AGENT";
 
 /// The cache directory: made root's and private when missing; refused
 /// when someone else could write to it.
