@@ -68,7 +68,10 @@ pub fn kernel() -> Result<Kernel, String> {
     let (release, image) = found
         .pop()
         .ok_or_else(|| format!("no Debian cloud kernel in /boot; {INSTALL_KERNEL}"))?;
-    if version_key(&release).get(..2).is_some_and(|v| v < [6, 12].as_slice()) {
+    if version_key(&release)
+        .get(..2)
+        .is_some_and(|v| v < [6, 12].as_slice())
+    {
         return Err(format!(
             "the newest cloud kernel in /boot is {release}; a guest needs 6.12 or later (Landlock ABI 6, which the sandbox inside the guest holds); {INSTALL_KERNEL}"
         ));

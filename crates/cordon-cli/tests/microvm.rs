@@ -474,7 +474,7 @@ fn the_wall_clock_bound_ends_the_command_and_a_killed_keeper_is_reclaimed() {
 }
 
 #[test]
-fn the_conformance_and_escape_kits_pass() {
+fn the_conformance_and_escape_kits_pass_with_and_without_a_route() {
     if !can_boot("microvm kits") {
         return;
     }
@@ -486,6 +486,14 @@ fn the_conformance_and_escape_kits_pass() {
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.trim_end().ends_with("14 passed, 0 failed"), "{out}");
     let (code, out, err) = cordon(state.path(), &["escape", "--backend", "microvm"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.trim_end().ends_with("28 passed, 0 failed"), "{out}");
+    // Again with a route out: the guest's proxy listener, the relay over
+    // the channel and the host's proxy namespace are all in place.
+    let (code, out, err) = cordon(
+        state.path(),
+        &["escape", "--backend", "microvm", "--with-egress-route"],
+    );
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.trim_end().ends_with("28 passed, 0 failed"), "{out}");
     settles_to(&before);
