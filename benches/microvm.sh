@@ -3,8 +3,10 @@
 #  1. boot: a bare `qemu -M microvm -kernel K -initrd bare.cpio` whose init
 #     (static C) powers off at once — same machine flags, kernel, command
 #     line, memory and CPUs as cordon's `BootSpec` — against the same with
-#     cordon's own initramfs under that init (what its size costs), and
-#     `cordon run -- true` (boot, first exec, dispose); hyperfine;
+#     cordon's own initramfs under that init (what its size costs), then
+#     also with cordon's devices and QEMU -sandbox (all of cordon's QEMU
+#     but the jail and the agent), and `cordon run -- true` (boot, first
+#     exec, dispose); hyperfine;
 #  2. boot to first exec: `cordon sandbox up` + its first `exec -- true`,
 #     interleaved with the bare boot; the guest console is timestamped on
 #     the host as it is written, which splits cordon's boot into phases
@@ -74,7 +76,7 @@ gcc -static -O2 -o "$work/bare/init" "$work/bare/init.c"
 (cd "$work/bare" && echo init | cpio -o -H newc --quiet >"$work/bare.cpio")
 
 # cordon's QEMU command line, read off a kept sandbox's QEMU (the one new).
-qemus() { pgrep -f '^[^ ]*qemu-system-x86_64 -M microvm' | sort; }
+qemus() { { pgrep -f '^[^ ]*qemu-system-x86_64 -M microvm' || true; } | sort; }
 qemus >"$work/qemus.before"
 h="$(up bench-args microvm)"
 pid="$(qemus | comm -13 "$work/qemus.before" - | head -1)"
@@ -101,11 +103,15 @@ while i + 110 <= len(d):
     i = (i + fs + 3) & ~3
 for fs, name in sorted(rows, reverse=True): print(f"  {fs:>9} B  {name}")
 EOF
-bare_cmd() { # bare_cmd INITRD CONSOLE
+bare_cmd() { # bare_cmd INITRD CONSOLE [MORE QEMU ARGS]
   echo "qemu-system-x86_64 -M $machine -accel $accel -cpu $cpu -nodefaults -no-user-config" \
     "-nographic -display none -no-reboot -m $mem -smp $smp -chardev file,id=con,path=$2" \
-    "-serial chardev:con -kernel $kernel -initrd $1 -append '$cmdline'"
+    "-serial chardev:con -kernel $kernel -initrd $1 -append '$cmdline' ${3:-}"
 }
+# cordon's devices (control port, image disk) and QEMU's -sandbox, unjailed.
+devices="$(sed -E 's/.*(-chardev socket.*-device virtio-blk-device,drive=img).*/\1/' <<<"$qargs" |
+  sed -E "s|path=[^,]*ctl.sock|path=$work/ctl.sock|") -sandbox $(sed -E 's/.* -sandbox ([^ ]+).*/\1/' <<<"$qargs")"
+echo "cordon's devices: $devices"
 
 runs="${RUNS:-10}"
 echo
@@ -113,6 +119,7 @@ echo "== 1. boot to poweroff (hyperfine, $runs runs each)"
 hyperfine -N --warmup 1 --runs "$runs" --export-json "$work/boot.json" --export-markdown "$work/boot.md" \
   -n bare "$(bare_cmd "$work/bare.cpio" "$work/bare/console.log")" \
   -n bare-cordon-initramfs "$(bare_cmd "$work/padded.cpio" "$work/bare/console2.log")" \
+  -n bare-cordon-initramfs-devices "$(bare_cmd "$work/padded.cpio" "$work/bare/console3.log" "$devices")" \
   -n "cordon run -- true" "$cordon run -q --backend microvm --min-isolation container --spec $work/spec.yaml -- true" >/dev/null
 cat "$work/boot.md"
 python3 - "$work/boot.json" <<'EOF'
@@ -120,7 +127,7 @@ import json, sys
 r = {x['command']: x for x in json.load(open(sys.argv[1]))['results']}
 b = r['bare']['median']
 for name, x in r.items():
-    print(f"  {name:<24} median {x['median']:.3f} s  ratio to bare {x['median'] / b:.2f}x")
+    print(f"  {name:<32} median {x['median']:.3f} s  ratio to bare {x['median'] / b:.2f}x")
 EOF
 
 echo
@@ -129,14 +136,31 @@ echo "== 2. boot to first exec, phases (host clock on the guest console; $n roun
 cat >"$work/timeline.py" <<'EOF'
 import glob, json, os, subprocess, sys, time
 cordon, spec, bare = sys.argv[1], sys.argv[2], sys.argv[3]
+def started(path, t0b):
+    """When the process whose command line names `path` was forked (s since
+    t0b, CLOCK_BOOTTIME; 10 ms resolution), or None."""
+    for pid in os.listdir('/proc'):
+        try:
+            if pid.isdigit() and path.encode() in open(f'/proc/{pid}/cmdline', 'rb').read():
+                ticks = int(open(f'/proc/{pid}/stat').read().rsplit(')', 1)[1].split()[19])
+                return ticks / os.sysconf('SC_CLK_TCK') - t0b
+        except OSError:
+            pass
+    return None
 def follow(console_glob, proc, t0, stop):
-    """Timestamps each console line as it appears, until stop() holds."""
-    path, seen, events, buf = None, 0, [], b''
+    """Timestamps each console line as it appears, until stop() holds; the
+    first event is QEMU's start."""
+    t0b = t0 - time.time() + time.clock_gettime(time.CLOCK_BOOTTIME)
+    path, seen, events, buf, qemu = None, 0, [], b'', None
     before = set(glob.glob(console_glob))
     while True:
         if path is None:
             new = [p for p in glob.glob(console_glob) if p not in before]
             path = new[0] if new else None
+        if path and qemu is None:
+            qemu = started(path, t0b)
+            if qemu is not None:
+                events.append((qemu, 'QEMU started'))
         if path:
             try:
                 with open(path, 'rb') as f:
@@ -148,7 +172,7 @@ def follow(console_glob, proc, t0, stop):
                 line, buf = buf.split(b'\n', 1)
                 events.append((time.time() - t0, line.decode(errors='replace').strip()))
         if stop():
-            return events
+            return sorted(events)
         time.sleep(0.002)
 def bare_round():
     con = f'/tmp/vmb-bare-{os.getpid()}.log'
@@ -170,7 +194,7 @@ def cordon_round():
     return t_up, t_exec, ev
 def at(ev, needle):
     return next((t for t, l in ev if needle in l), float('nan'))
-marks = [('first kernel line', '] '), ('agent up (kernel booted)', 'cordon-vm-agent: up'),
+marks = [('QEMU started', 'QEMU started'), ('first kernel line', '] '), ('agent up (kernel booted)', 'cordon-vm-agent: up'),
          ('modules loaded', 'cordon-vm-agent: root moved'), ('image mounted', 'cordon-vm-agent: image '),
          ('serving', 'cordon-vm-agent: serving'), ('sandbox up (guest)', 'the sandbox is up')]
 rows = []
@@ -178,12 +202,12 @@ for i in range(int(sys.argv[4])):
     bt, bev = bare_round()
     up, ex, ev = cordon_round()
     last = ev
-    rows.append(dict(bare=bt, bare_first=at(bev, '] '), up=up, first_exec=ex,
+    rows.append(dict(bare=bt, bare_qemu=at(bev, 'QEMU started'), bare_first=at(bev, '] '), up=up, first_exec=ex,
                      **{k: at(ev, n) for k, n in marks}))
     print(f"  round {i + 1}: bare boot-to-poweroff {bt:.3f} s; cordon up {up:.3f} s, first exec done {ex:.3f} s", flush=True)
 med = lambda k: sorted(r[k] for r in rows)[len(rows) // 2]
 print(f"  medians (s since launch):")
-print(f"    bare: first kernel line {med('bare_first'):.3f}, powered off {med('bare'):.3f}")
+print(f"    bare: QEMU started {med('bare_qemu'):.3f}, first kernel line {med('bare_first'):.3f}, powered off {med('bare'):.3f}")
 prev = 0.0
 for k, _ in marks + [('up', None), ('first_exec', None)]:
     print(f"    cordon: {k:<26} {med(k):.3f}  (+{med(k) - prev:.3f})"); prev = med(k)
