@@ -196,7 +196,7 @@ def at(ev, needle):
     return next((t for t, l in ev if needle in l), float('nan'))
 marks = [('QEMU started', 'QEMU started'), ('first kernel line', '] '), ('agent up (kernel booted)', 'cordon-vm-agent: up'),
          ('modules loaded', 'cordon-vm-agent: root moved'), ('image mounted', 'cordon-vm-agent: image '),
-         ('serving', 'cordon-vm-agent: serving'), ('sandbox up (guest)', 'the sandbox is up')]
+         ('warm-sandbox check', 'cordon-vm-agent: this kernel can hold'), ('serving', 'cordon-vm-agent: serving'), ('sandbox up (guest)', 'the sandbox is up')]
 rows = []
 for i in range(int(sys.argv[4])):
     bt, bev = bare_round()
