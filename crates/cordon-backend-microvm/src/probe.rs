@@ -154,32 +154,51 @@ fn accel(qemu: &Path, kernel: &Kernel, initramfs: &Path) -> (Accel, Option<Strin
     }
     let key = {
         let mut h = Sha256::new();
-        for p in [qemu, &kernel.image, initramfs, Path::new("/dev/kvm")] {
+        // Not the initramfs: whether KVM runs a guest is QEMU's, the
+        // kernel's and the device's; a rebuilt agent must not cost a probe.
+        for p in [qemu, &kernel.image, Path::new("/dev/kvm")] {
             h.update(stamp(p));
         }
         artifacts::hex(&h.finalize())
     };
     let file = artifacts::cache_dir()
         .ok()
-        .map(|d| d.join("accel-probe.json"));
-    if let Some(c) = file
-        .as_ref()
-        .and_then(|f| std::fs::read(f).ok())
-        .and_then(|b| serde_json::from_slice::<Cached>(&b).ok())
-    {
-        if c.key == key && now().saturating_sub(c.at) < PROBE_TTL.as_secs() {
-            let source = format!(
-                "probed {}, cached a day in `{}`",
-                cordon_image::format_time(c.at),
-                file.as_ref()
-                    .map_or(String::new(), |f| f.display().to_string())
-            );
-            return if c.kvm {
-                (Accel::Kvm, None, source)
-            } else {
-                (Accel::Tcg, c.why, source)
-            };
+        .map(|d| d.join(format!("accel-probe-{}.json", &key[..16])));
+    let cached = |file: &Option<PathBuf>| -> Option<(Accel, Option<String>, String)> {
+        let f = file.as_ref()?;
+        let c = serde_json::from_slice::<Cached>(&std::fs::read(f).ok()?).ok()?;
+        if c.key != key || now().saturating_sub(c.at) >= PROBE_TTL.as_secs() {
+            return None;
         }
+        let source = format!(
+            "probed {}, cached a day in `{}`",
+            cordon_image::format_time(c.at),
+            f.display()
+        );
+        Some(if c.kvm {
+            (Accel::Kvm, None, source)
+        } else {
+            (Accel::Tcg, c.why, source)
+        })
+    };
+    if let Some(hit) = cached(&file) {
+        return hit;
+    }
+    // One probe at a time on this machine: many cordon processes starting
+    // together (a test suite, replicas) wait for the first one's result
+    // rather than each boot a guest.
+    let _lock = file.as_ref().and_then(|f| {
+        let lock = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(f.with_extension("lock"))
+            .ok()?;
+        rustix::fs::flock(&lock, rustix::fs::FlockOperation::LockExclusive).ok()?;
+        Some(lock)
+    });
+    if let Some(hit) = cached(&file) {
+        return hit;
     }
     let result = boot_probe(qemu, kernel, initramfs).map_err(|e| {
         e.replace(

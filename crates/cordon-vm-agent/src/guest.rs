@@ -295,9 +295,11 @@ fn open_port() -> Result<File, String> {
 fn wait_for_host(port: &File) -> Result<(), String> {
     use rustix::event::{poll, PollFd, PollFlags, Timespec};
     let deadline = Instant::now() + HOST_WAIT;
+    // No wait in the poll itself: a connected host sends nothing before
+    // `Ready`, so a timeout here was always spent in full (100 ms a boot).
     let tick = Timespec {
         tv_sec: 0,
-        tv_nsec: 100_000_000,
+        tv_nsec: 0,
     };
     let mut said = false;
     loop {
