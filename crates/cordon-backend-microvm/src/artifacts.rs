@@ -117,6 +117,7 @@ pub fn agent() -> Result<PathBuf, String> {
     if let Some(p) = std::env::var_os("CORDON_VM_AGENT").filter(|v| !v.is_empty()) {
         let p = PathBuf::from(p);
         return if p.is_file() {
+            trusted(&p)?;
             match is_static(&p)? {
                 true => Ok(p),
                 false => Err(format!(
@@ -146,13 +147,24 @@ pub fn agent() -> Result<PathBuf, String> {
             }
         }
     }
+    // The checkout this cordon was built from, as `.ci/run` builds the
+    // agent there: an installed `cordon` (`cargo install`) finds it too.
+    candidates.push(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../target/x86_64-unknown-linux-gnu/guest/cordon-vm-agent"),
+    );
     // A dynamically linked build (a plain `cargo build` makes one next to
     // `cordon`) cannot be a guest's PID 1: there is no libc in the
-    // initramfs. Passed over, and named when nothing else is found.
+    // initramfs. Passed over, and named when nothing else is found. So is
+    // one that someone else could have written: it becomes the guest's
+    // init.
     let mut dynamic = None;
     for c in candidates.into_iter().filter(|c| c.is_file()) {
+        if trusted(&c).is_err() {
+            continue;
+        }
         match is_static(&c) {
-            Ok(true) => return Ok(c),
+            Ok(true) => return Ok(c.canonicalize().unwrap_or(c)),
             Ok(false) => {
                 dynamic.get_or_insert(c);
             }
@@ -166,6 +178,20 @@ pub fn agent() -> Result<PathBuf, String> {
         ),
         None => format!("the guest agent `cordon-vm-agent` is not built; {BUILD_AGENT}"),
     })
+}
+
+/// The agent becomes every guest's init: it must be this user's (or
+/// root's) and writable by no one else.
+fn trusted(p: &Path) -> Result<(), String> {
+    let m = std::fs::metadata(p).map_err(|e| format!("`{}`: {e}", p.display()))?;
+    let me = rustix::process::geteuid().as_raw();
+    if (m.uid() != me && m.uid() != 0) || m.permissions().mode() & 0o022 != 0 {
+        return Err(format!(
+            "`{}` is not this user's or root's, or others can write to it; it would be every guest's init",
+            p.display()
+        ));
+    }
+    Ok(())
 }
 
 /// Whether the ELF file at `p` names no program interpreter (`PT_INTERP`):
