@@ -666,15 +666,16 @@ fn route(
             if r.conns.contains_key(&conn) {
                 return Err(format!("connection {conn} opened twice"));
             }
-            match opener.and_then(|o| o(conn)) {
-                Some(sink) => {
-                    r.conns.insert(conn, sink);
-                }
-                None => {
-                    // No route (or the proxy refused): closed at once.
-                    return Ok(());
-                }
+            // The opener runs without the routes held: it connects (which
+            // may take a while, and exec output must not wait for it), and
+            // when it cannot it closes the guest's side through this
+            // channel, which takes them. Nothing else adds `conn` in the
+            // meantime: only this reader routes the guest's frames.
+            drop(r);
+            if let Some(sink) = opener.and_then(|o| o(conn)) {
+                lock(routes).conns.insert(conn, sink);
             }
+            return Ok(());
         }
         Msg::ConnData { conn } => {
             if let Some(sink) = r.conns.get(&conn) {

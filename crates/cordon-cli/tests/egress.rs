@@ -121,18 +121,32 @@ struct Fixture {
 }
 
 impl Fixture {
+    /// A fixture whose spec names the host's directories as its image.
     fn new(allow: &[String]) -> Fixture {
+        Fixture::with_image("host", allow)
+    }
+
+    /// A fixture for `t`: its spec names the image `t` boots.
+    fn for_target(t: &Target, allow: &[String]) -> Fixture {
+        Fixture::with_image(t.image, allow)
+    }
+
+    /// A fixture whose spec names `image`; with no `allow`, the spec has
+    /// no `egress_allow` at all.
+    fn with_image(image: &str, allow: &[String]) -> Fixture {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path();
         std::fs::write(p.join("policy.yaml"), POLICY).unwrap();
         std::fs::write(p.join("hosts"), "127.0.0.1 ok.test other.test\n").unwrap();
         let allow: Vec<String> = allow.iter().map(|a| format!("  - \"{a}\"\n")).collect();
+        let egress = if allow.is_empty() {
+            String::new()
+        } else {
+            format!("egress_allow:\n{}", allow.concat())
+        };
         std::fs::write(
             p.join("spec.yaml"),
-            format!(
-                "kind: egress-test\nimage: host\negress_allow:\n{}",
-                allow.concat()
-            ),
+            format!("kind: egress-test\nimage: {image}\n{egress}"),
         )
         .unwrap();
         std::fs::write(
@@ -206,6 +220,73 @@ impl Fixture {
 struct Target {
     args: &'static [&'static str],
     ready: fn(&str) -> Option<Ready>,
+    /// The image the case's spec names (`host`: the host's directories).
+    image: &'static str,
+    /// The HTTP client the workload runs in that image.
+    client: Client,
+}
+
+/// An HTTP client in a sandbox's image. Each is run so that the cases read
+/// the same on every target: the body on stdout, exit 0 on a 2xx answer,
+/// exit 22 on an HTTP error answer (a proxy's 403; curl's `-f`), another
+/// non-zero exit when no answer came at all.
+#[derive(Clone, Copy)]
+enum Client {
+    /// `/usr/bin/curl`.
+    Curl,
+    /// Python's `urllib` (an image with `python3` and no curl).
+    Python,
+}
+
+/// Python's `urllib` as `curl -sS -f --max-time 10 URL`: it takes the
+/// proxy from `HTTP_PROXY`/`http_proxy` as curl does.
+const PY_FETCH: &str = r#"import sys,urllib.request,urllib.error
+try:
+    sys.stdout.write(urllib.request.urlopen(sys.argv[1],timeout=10).read().decode())
+except urllib.error.HTTPError as e:
+    sys.stderr.write("HTTP error %d\n" % e.code); sys.exit(22)
+"#;
+
+/// Python's `urllib` with no proxy at all, as `env -u http_proxy -u
+/// HTTP_PROXY curl --max-time 5 URL`.
+const PY_DIRECT: &str = r#"import sys,urllib.request
+o=urllib.request.build_opener(urllib.request.ProxyHandler({}))
+sys.stdout.write(o.open(sys.argv[1],timeout=5).read().decode())
+"#;
+
+impl Client {
+    /// The argv that fetches `url` through the sandbox's proxy variables.
+    fn fetch(self, url: &str) -> Vec<String> {
+        match self {
+            Client::Curl => curl(url),
+            Client::Python => ["/usr/bin/python3", "-c", PY_FETCH, url]
+                .map(String::from)
+                .to_vec(),
+        }
+    }
+
+    /// The argv that fetches `url` directly, with no proxy variable set.
+    fn direct(self, url: &str) -> Vec<String> {
+        match self {
+            Client::Curl => [
+                "/usr/bin/env",
+                "-u",
+                "http_proxy",
+                "-u",
+                "HTTP_PROXY",
+                "/usr/bin/curl",
+                "-sS",
+                "--max-time",
+                "5",
+                url,
+            ]
+            .map(String::from)
+            .to_vec(),
+            Client::Python => ["/usr/bin/python3", "-c", PY_DIRECT, url]
+                .map(String::from)
+                .to_vec(),
+        }
+    }
 }
 
 /// A target ready for one case: what its cordon commands need in their
@@ -213,6 +294,8 @@ struct Target {
 struct Ready {
     env: Vec<(String, String)>,
     _engine: Option<common::dockerd::Dockerd>,
+    /// A turn the target's cases take one at a time.
+    _turn: Option<std::sync::MutexGuard<'static, ()>>,
 }
 
 mod common {
@@ -222,10 +305,13 @@ mod common {
 /// The native container rung.
 const CONTAINER: Target = Target {
     args: &["--min-isolation", "container"],
+    image: "host",
+    client: Client::Curl,
     ready: |case| {
         can_sandbox(case).then(|| Ready {
             env: Vec::new(),
             _engine: None,
+            _turn: None,
         })
     },
 };
@@ -233,11 +319,14 @@ const CONTAINER: Target = Target {
 /// The docker backend, on an engine of the case's own.
 const DOCKER: Target = Target {
     args: &["--min-isolation", "container", "--backend", "docker"],
+    image: "host",
+    client: Client::Curl,
     ready: |case| {
         let engine = common::dockerd::Dockerd::start(case)?;
         Some(Ready {
             env: vec![("CORDON_DOCKER_HOST".into(), engine.host())],
             _engine: Some(engine),
+            _turn: None,
         })
     },
 };
@@ -264,10 +353,148 @@ fn can_run_gvisor(case: &str) -> bool {
 /// The `gvisor` backend (`hardened_container`).
 const GVISOR: Target = Target {
     args: &["--min-isolation", "hardened_container"],
+    image: "host",
+    client: Client::Curl,
     ready: |case| {
         can_run_gvisor(case).then(|| Ready {
             env: Vec::new(),
             _engine: None,
+            _turn: None,
+        })
+    },
+};
+
+/// The CI image store and the image the microvm guests boot (Debian
+/// minbase with python3, no curl), as `tests/microvm.rs` and
+/// `tests/sandbox.rs` build it.
+const CI_STORE: &str = "/var/cache/cordon-ci-images";
+const CI_IMAGE: &str = "ci-bookworm-python3";
+
+/// Whether the ELF file at `p` names no program interpreter: a static
+/// build, the only kind that can be a guest's PID 1.
+fn is_static_elf(p: &std::path::Path) -> bool {
+    let Ok(b) = std::fs::read(p) else {
+        return false;
+    };
+    let u16_at = |o: usize| {
+        b.get(o..o + 2)
+            .map(|x| u16::from_le_bytes([x[0], x[1]]) as usize)
+    };
+    let u64_at = |o: usize| {
+        b.get(o..o + 8)
+            .map(|x| u64::from_le_bytes(x.try_into().unwrap()) as usize)
+    };
+    if !b.starts_with(b"\x7fELF\x02\x01") {
+        return false;
+    }
+    let (Some(phoff), Some(phentsize), Some(phnum)) = (u64_at(0x20), u16_at(0x36), u16_at(0x38))
+    else {
+        return false;
+    };
+    // PT_INTERP = 3.
+    !(0..phnum).any(|i| {
+        b.get(phoff + i * phentsize..phoff + i * phentsize + 4) == Some(&3u32.to_le_bytes()[..])
+    })
+}
+
+/// What this machine lacks for a microvm guest, if anything.
+fn microvm_missing() -> Option<String> {
+    if !is_root() {
+        return Some("launching a microvm sandbox (the jail around QEMU) needs root".into());
+    }
+    let qemu_on_path = std::env::var_os("PATH").is_some_and(|paths| {
+        std::env::split_paths(&paths).any(|d| d.join("qemu-system-x86_64").is_file())
+    });
+    if !qemu_on_path && !std::path::Path::new("/usr/bin/qemu-system-x86_64").is_file() {
+        return Some(
+            "`qemu-system-x86_64` is not installed (`apt-get install qemu-system-x86`)".into(),
+        );
+    }
+    let kernel = match std::env::var_os("CORDON_VM_KERNEL").filter(|v| !v.is_empty()) {
+        Some(k) => std::path::Path::new(&k).is_file(),
+        None => std::fs::read_dir("/boot")
+            .map(|d| {
+                d.flatten().any(|e| {
+                    let n = e.file_name().to_string_lossy().into_owned();
+                    n.starts_with("vmlinuz-") && n.ends_with("-cloud-amd64")
+                })
+            })
+            .unwrap_or(false),
+    };
+    if !kernel {
+        return Some("no guest kernel: no `/boot/vmlinuz-*-cloud-amd64` (`apt-get install linux-image-cloud-amd64`) and no CORDON_VM_KERNEL".into());
+    }
+    let agent = match std::env::var_os("CORDON_VM_AGENT").filter(|v| !v.is_empty()) {
+        Some(a) => PathBuf::from(a),
+        // target/debug/cordon → target/x86_64-unknown-linux-gnu/guest/.
+        None => PathBuf::from(env!("CARGO_BIN_EXE_cordon"))
+            .parent()
+            .and_then(std::path::Path::parent)
+            .map(|t| t.join("x86_64-unknown-linux-gnu/guest/cordon-vm-agent"))
+            .unwrap_or_default(),
+    };
+    if !is_static_elf(&agent) {
+        return Some(format!(
+            "no static guest agent at `{}` (`RUSTFLAGS=\"-C target-feature=+crt-static\" cargo build --profile guest --locked -p cordon-vm-agent --target x86_64-unknown-linux-gnu`)",
+            agent.display()
+        ));
+    }
+    None
+}
+
+/// The CI image, built once per machine if the store lacks it.
+fn ci_image_store() -> PathBuf {
+    let store = PathBuf::from(CI_STORE);
+    if !store
+        .join("names")
+        .join(format!("{CI_IMAGE}.json"))
+        .exists()
+    {
+        let out = Command::new(env!("CARGO_BIN_EXE_cordon"))
+            .args([
+                "image",
+                "build",
+                CI_IMAGE,
+                "--debootstrap",
+                "--include",
+                "python3",
+            ])
+            .env("CORDON_IMAGE_STORE", &store)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "building the CI image: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    store
+}
+
+/// One microvm case at a time: each boots guests under TCG on few cores.
+static ONE_VM_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// The `microvm` backend: a QEMU guest booting the CI image, whose
+/// workload reaches its proxy through the guest agent's relay. The image
+/// has python3 and no curl.
+const MICROVM: Target = Target {
+    args: &["--min-isolation", "container", "--backend", "microvm"],
+    image: CI_IMAGE,
+    client: Client::Python,
+    ready: |case| {
+        if let Some(missing) = microvm_missing() {
+            assert!(!in_ci(), "CI=true and `{case}`: {missing}");
+            eprintln!(
+                "\n!!!!!!!! SKIPPED {case} on microvm: {missing} (CI=true makes this a failure) !!!!!!!!\n"
+            );
+            return None;
+        }
+        let turn = ONE_VM_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+        let store = ci_image_store();
+        Some(Ready {
+            env: vec![("CORDON_IMAGE_STORE".into(), store.display().to_string())],
+            _engine: None,
+            _turn: Some(turn),
         })
     },
 };
@@ -297,6 +524,7 @@ against_every_backend! {
     container = super::CONTAINER;
     docker = super::DOCKER;
     gvisor = super::GVISOR;
+    microvm = super::MICROVM;
 }
 
 /// The pids of egress proxy processes (`cordon __egress-proxy`) holding
@@ -472,11 +700,11 @@ fn run_with_a_spec_reaches_its_allowlist_and_nothing_else(t: &Target) {
     };
     let env = ready.env.clone();
     let (port, hits) = upstream("hello-sandbox");
-    let f = Fixture::new(&[format!("ok.test:{port}")]);
+    let f = Fixture::for_target(t, &[format!("ok.test:{port}")]);
     let mut args: Vec<String> = vec!["run".into()];
     args.extend(f.selection(t));
     args.push("--".into());
-    args.extend(curl(&format!("http://ok.test:{port}/x")));
+    args.extend(t.client.fetch(&format!("http://ok.test:{port}/x")));
     let argv: Vec<&str> = args.iter().map(String::as_str).collect();
     let (code, out, err) = f.cordon_env(&argv, &env);
     assert_eq!(code, 0, "{err}");
@@ -487,7 +715,7 @@ fn run_with_a_spec_reaches_its_allowlist_and_nothing_else(t: &Target) {
     let mut args: Vec<String> = vec!["run".into()];
     args.extend(f.selection(t));
     args.push("--".into());
-    args.extend(curl(&format!("http://other.test:{port}/x")));
+    args.extend(t.client.fetch(&format!("http://other.test:{port}/x")));
     let argv: Vec<&str> = args.iter().map(String::as_str).collect();
     let (code, _, err) = f.cordon_env(&argv, &env);
     assert_eq!(code, 22, "{err}");
@@ -497,21 +725,7 @@ fn run_with_a_spec_reaches_its_allowlist_and_nothing_else(t: &Target) {
     let mut args: Vec<String> = vec!["run".into()];
     args.extend(f.selection(t));
     args.push("--".into());
-    args.extend(
-        [
-            "/usr/bin/env",
-            "-u",
-            "http_proxy",
-            "-u",
-            "HTTP_PROXY",
-            "/usr/bin/curl",
-            "-sS",
-            "--max-time",
-            "5",
-        ]
-        .map(String::from),
-    );
-    args.push(format!("http://127.0.0.1:{port}/x"));
+    args.extend(t.client.direct(&format!("http://127.0.0.1:{port}/x")));
     let argv: Vec<&str> = args.iter().map(String::as_str).collect();
     let (code, _, _) = f.cordon_env(&argv, &env);
     assert_ne!(code, 0);
@@ -535,7 +749,7 @@ fn a_spec_entry_the_policy_denies_is_refused_before_anything_starts(t: &Target) 
         return;
     };
     let env = ready.env.clone();
-    let f = Fixture::new(&["ok.test:8080".to_string()]);
+    let f = Fixture::for_target(t, &["ok.test:8080".to_string()]);
     let mut args: Vec<String> = vec!["run".into()];
     args.extend(f.selection(t));
     // team-b is denied every egress by the policy.
@@ -554,7 +768,7 @@ fn a_kept_sandbox_has_its_route_through_its_keeper(t: &Target) {
     };
     let env = ready.env.clone();
     let (port, hits) = upstream("hello-kept");
-    let f = Fixture::new(&[format!("ok.test:{port}")]);
+    let f = Fixture::for_target(t, &[format!("ok.test:{port}")]);
     let mut args: Vec<String> = ["sandbox", "up", "--scope", "egress-test", "--thread", "t1"]
         .map(String::from)
         .to_vec();
@@ -566,7 +780,7 @@ fn a_kept_sandbox_has_its_route_through_its_keeper(t: &Target) {
     let exec = |url: &str| {
         let mut args: Vec<String> =
             vec!["sandbox".into(), "exec".into(), handle.clone(), "--".into()];
-        args.extend(curl(url));
+        args.extend(t.client.fetch(url));
         let argv: Vec<&str> = args.iter().map(String::as_str).collect();
         f.cordon_env(&argv, &env)
     };
@@ -802,6 +1016,112 @@ except OSError as e: print("listen refused",e.errno)
     for l in &lines[1..] {
         assert!(l.contains(" refused "), "a breach: `{l}`\n{out}");
     }
+    assert_eq!(
+        hits.load(Ordering::SeqCst),
+        0,
+        "the host's listener was reached"
+    );
+}
+
+/// What a microvm workload finds of the network, as lines the test reads:
+/// its interfaces, its proxy variable, the ports listening in its network
+/// namespace, then one line per place it tries to reach.
+const MICROVM_NET_PROBE: &str = r#"import socket,os,sys
+print("interfaces", ",".join(sorted(l.split(":")[0].strip() for l in open("/proc/net/dev").read().splitlines()[2:])))
+proxy=os.environ.get("HTTP_PROXY")
+print("proxy-variable", proxy or "none")
+ports=set()
+for f in ["/proc/net/tcp","/proc/net/tcp6"]:
+  for l in open(f).read().splitlines()[1:]:
+    c=l.split()
+    if c[3]=="0A": ports.add(int(c[1].rsplit(":",1)[1],16))
+print("listening", ",".join(str(p) for p in sorted(ports)) or "none")
+def t(name,fam,typ,addr):
+  try:
+    s=socket.socket(fam,typ); s.settimeout(3)
+    if typ==socket.SOCK_DGRAM: s.sendto(b"x",addr); s.recv(1); print(name,"REACHED")
+    else: s.connect(addr); print(name,"REACHED")
+  except OSError as e: print(name,"refused",e.errno)
+up=int(sys.argv[1]); host=sys.argv[2]
+if proxy: t("proxy",socket.AF_INET,socket.SOCK_STREAM,("127.0.0.1",int(proxy.rsplit(":",1)[1])))
+t("host-loopback",socket.AF_INET,socket.SOCK_STREAM,("127.0.0.1",up))
+t("host-address",socket.AF_INET,socket.SOCK_STREAM,(host,up))
+t("outside",socket.AF_INET,socket.SOCK_STREAM,("192.0.2.1",80))
+t("outside-udp",socket.AF_INET,socket.SOCK_DGRAM,("192.0.2.1",53))
+t("v6-loopback",socket.AF_INET6,socket.SOCK_STREAM,("::1",up))
+"#;
+
+/// A microvm guest has no network of its own, only the relay. With no
+/// `egress_allow` its workload has no interface but `lo`, no proxy
+/// variable, nothing listening (no proxy port) and reaches nothing; with
+/// one, its one listener is the proxy port, and it reaches that and
+/// nothing else: not a listener on the host's loopback, not the host's
+/// own address, not an outside one (TCP or UDP).
+#[test]
+fn a_microvm_workload_has_no_route_but_its_proxy() {
+    let t = &MICROVM;
+    let Some(ready) = (t.ready)("a_microvm_workload_has_no_route_but_its_proxy") else {
+        return;
+    };
+    let (port, hits) = upstream("never");
+    // The host's first address that is not loopback, if it has one.
+    let host_ip = std::net::UdpSocket::bind("0.0.0.0:0")
+        .and_then(|s| s.connect("192.0.2.1:9").map(|()| s))
+        .and_then(|s| s.local_addr())
+        .map(|a| a.ip().to_string())
+        .unwrap_or_else(|_| "127.0.0.1".into());
+    let probe = |allow: &[String]| {
+        let f = Fixture::for_target(t, allow);
+        let mut args: Vec<String> = vec!["run".into()];
+        args.extend(f.selection(t));
+        args.extend(
+            [
+                "--",
+                "/usr/bin/python3",
+                "-c",
+                MICROVM_NET_PROBE,
+                &port.to_string(),
+                &host_ip,
+            ]
+            .map(String::from),
+        );
+        let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+        let (code, out, err) = f.cordon_env(&argv, &ready.env);
+        assert_eq!(code, 0, "{err}\n{out}");
+        (out, f)
+    };
+    let refused = |out: &str, from: usize| {
+        let lines: Vec<&str> = out.lines().skip(from).collect();
+        assert_eq!(lines.len(), 5, "{out}");
+        for l in &lines {
+            assert!(l.contains(" refused "), "a breach: `{l}`\n{out}");
+        }
+    };
+
+    let (out, f) = probe(&[]);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.first(), Some(&"interfaces lo"), "{out}");
+    assert_eq!(lines.get(1), Some(&"proxy-variable none"), "{out}");
+    assert_eq!(lines.get(2), Some(&"listening none"), "{out}");
+    refused(&out, 3);
+    assert!(f.audit().is_empty(), "no proxy, no audit: {:?}", f.audit());
+
+    let (out, f) = probe(&["ok.test:443".to_string()]);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.first(), Some(&"interfaces lo"), "{out}");
+    let proxy_port = lines
+        .get(1)
+        .and_then(|l| l.strip_prefix("proxy-variable http://127.0.0.1:"))
+        .unwrap_or_else(|| panic!("the proxy variable: {out}"));
+    assert_eq!(
+        lines.get(2),
+        Some(&format!("listening {proxy_port}").as_str()),
+        "{out}"
+    );
+    assert_eq!(lines.get(3), Some(&"proxy REACHED"), "{out}");
+    refused(&out, 4);
+    // Reaching the proxy's port is no request: nothing was decided.
+    assert!(f.audit().is_empty(), "{:?}", f.audit());
     assert_eq!(
         hits.load(Ordering::SeqCst),
         0,
