@@ -779,6 +779,56 @@ mod tests {
         }
     }
 
+    /// A connection the host cannot open (its proxy unreachable) is closed
+    /// on the guest's side through the channel itself, as the egress relay
+    /// does, and the channel goes on serving: the opener runs without the
+    /// routes the reader holds.
+    #[test]
+    fn a_connection_the_host_cannot_open_is_closed_and_the_channel_goes_on() {
+        let (host, guest) = UnixStream::pair().unwrap();
+        let mut g = guest.try_clone().unwrap();
+        proto::write_frame(
+            &mut g,
+            &Msg::Ready {
+                agent: "test".into(),
+                kernel: "6.1-test".into(),
+            },
+            &[],
+        )
+        .unwrap();
+        let (reader, _, _) = await_ready(&host, Duration::from_secs(5)).unwrap();
+        let slot: Arc<std::sync::OnceLock<std::sync::Weak<Channel>>> = Arc::default();
+        let s = slot.clone();
+        let opener: ConnOpener = Arc::new(move |conn| {
+            if let Some(ch) = s.get().and_then(std::sync::Weak::upgrade) {
+                ch.conn_close(conn);
+            }
+            None
+        });
+        let ch = Channel::serve(host, reader, Arc::new(|_: &str| {}), Some(opener));
+        let _ = slot.set(Arc::downgrade(&ch));
+        guest
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        let mut r = FrameReader::new(guest.try_clone().unwrap());
+        proto::write_frame(&mut g, &Msg::ConnOpen { conn: 7 }, &[]).unwrap();
+        match r.read() {
+            Ok(Some((Msg::ConnClose { conn: 7 }, _))) => {}
+            other => panic!("the guest's side was not closed: {other:?}"),
+        }
+        let stat = {
+            let ch = ch.clone();
+            std::thread::spawn(move || ch.stat("/work/x"))
+        };
+        let req = match r.read() {
+            Ok(Some((Msg::Stat { req, .. }, _))) => req,
+            other => panic!("the channel stopped serving: {other:?}"),
+        };
+        proto::write_frame(&mut g, &Msg::StatReply { req, stat: None }, &[]).unwrap();
+        assert!(matches!(stat.join().unwrap(), Ok(None)));
+        assert_eq!(ch.ended(), None);
+    }
+
     #[test]
     fn garbage_from_the_guest_ends_its_vm_and_fails_what_waits() {
         let (ch, mut guest, killed, why) = pair();
