@@ -71,6 +71,16 @@ fn rustix_uid() -> u32 {
         .unwrap_or(u32::MAX)
 }
 
+/// Says loudly that `case` did not run, and why: on the test's own stderr,
+/// which the harness does not capture (`eprintln!` it would, and a passing
+/// test's output is never shown).
+fn skipped(case: &str, why: &str) {
+    let _ = writeln!(
+        std::io::stderr().lock(),
+        "\n!!!!!!!! SKIPPED {case}: {why} (CI=true makes this a failure) !!!!!!!!\n"
+    );
+}
+
 fn can_sandbox(case: &str) -> bool {
     if in_ci() {
         assert!(
@@ -80,7 +90,7 @@ fn can_sandbox(case: &str) -> bool {
         return true;
     }
     if !is_root() {
-        eprintln!("\n!!!!!!!! SKIPPED {case}: launching a sandbox needs root (CI=true makes this a failure) !!!!!!!!\n");
+        skipped(case, "launching a sandbox needs root");
     }
     is_root()
 }
@@ -346,7 +356,7 @@ fn can_run_gvisor(case: &str) -> bool {
         (true, false) => "`runsc` is not installed (`apt-get install runsc`)",
     };
     assert!(!in_ci(), "CI=true and `{case}`: {missing}");
-    eprintln!("\n!!!!!!!! SKIPPED {case}: {missing} (CI=true makes this a failure) !!!!!!!!\n");
+    skipped(case, missing);
     false
 }
 
@@ -484,9 +494,7 @@ const MICROVM: Target = Target {
     ready: |case| {
         if let Some(missing) = microvm_missing() {
             assert!(!in_ci(), "CI=true and `{case}`: {missing}");
-            eprintln!(
-                "\n!!!!!!!! SKIPPED {case} on microvm: {missing} (CI=true makes this a failure) !!!!!!!!\n"
-            );
+            skipped(&format!("{case} on microvm"), &missing);
             return None;
         }
         let turn = ONE_VM_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
@@ -1048,6 +1056,7 @@ t("host-loopback",socket.AF_INET,socket.SOCK_STREAM,("127.0.0.1",up))
 t("host-address",socket.AF_INET,socket.SOCK_STREAM,(host,up))
 t("outside",socket.AF_INET,socket.SOCK_STREAM,("192.0.2.1",80))
 t("outside-udp",socket.AF_INET,socket.SOCK_DGRAM,("192.0.2.1",53))
+t("host-address-udp",socket.AF_INET,socket.SOCK_DGRAM,(host,up))
 t("v6-loopback",socket.AF_INET6,socket.SOCK_STREAM,("::1",up))
 "#;
 
@@ -1092,9 +1101,16 @@ fn a_microvm_workload_has_no_route_but_its_proxy() {
     };
     let refused = |out: &str, from: usize| {
         let lines: Vec<&str> = out.lines().skip(from).collect();
-        assert_eq!(lines.len(), 5, "{out}");
+        assert_eq!(lines.len(), 6, "{out}");
         for l in &lines {
             assert!(l.contains(" refused "), "a breach: `{l}`\n{out}");
+        }
+        // Landlock refuses TCP connects; UDP it does not govern, and the
+        // workload's namespace has no route for it (ENETUNREACH).
+        for l in ["outside-udp refused 101", "host-address-udp refused 101"] {
+            if host_ip != "127.0.0.1" || l.starts_with("outside") {
+                assert!(lines.contains(&l), "no `{l}`:\n{out}");
+            }
         }
     };
 
@@ -1122,9 +1138,80 @@ fn a_microvm_workload_has_no_route_but_its_proxy() {
     refused(&out, 4);
     // Reaching the proxy's port is no request: nothing was decided.
     assert!(f.audit().is_empty(), "{:?}", f.audit());
+
+    // Even with a route, the guest has no network device: the route is
+    // the agent's channel. QEMU, under the sandbox's keeper, is asked for
+    // no defaults and no NIC.
+    let f = Fixture::for_target(t, &["ok.test:443".to_string()]);
+    let mut args: Vec<String> = ["sandbox", "up", "--scope", "egress-vm", "--thread", "t1"]
+        .map(String::from)
+        .to_vec();
+    args.extend(f.selection(t));
+    let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (code, out, err) = f.cordon_env(&argv, &ready.env);
+    assert_eq!(code, 0, "up: {err}");
+    let handle = out.trim().to_string();
+    let keeper = keeper_of(&handle).expect("the sandbox's keeper");
+    let qemu: Vec<Vec<String>> = descendants(keeper)
+        .into_iter()
+        .filter_map(|pid| {
+            let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+            let args: Vec<String> = cmd
+                .split(|b| *b == 0)
+                .map(|a| String::from_utf8_lossy(a).into_owned())
+                .collect();
+            args.first()?
+                .ends_with("qemu-system-x86_64")
+                .then_some(args)
+        })
+        .collect();
+    let (code, _, err) = f.cordon_env(&["sandbox", "down", &handle], &ready.env);
+    assert_eq!(code, 0, "down: {err}");
+    assert_eq!(qemu.len(), 1, "the keeper's QEMU: {qemu:?}");
+    let qemu = &qemu[0];
+    assert!(qemu.iter().any(|a| a == "-nodefaults"), "{qemu:?}");
+    for a in qemu {
+        assert!(
+            !["-net", "-netdev", "-nic"].contains(&a.as_str())
+                && !a.contains("-net-")
+                && !a.contains("virtio-net")
+                && !a.contains("e1000"),
+            "a network device for the guest: `{a}` in {qemu:?}"
+        );
+    }
     assert_eq!(
         hits.load(Ordering::SeqCst),
         0,
         "the host's listener was reached"
     );
+}
+
+/// The processes below `pid`, however deep.
+fn descendants(pid: u32) -> Vec<u32> {
+    let parents: Vec<(u32, u32)> = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| {
+            let p = e.file_name().to_string_lossy().parse::<u32>().ok()?;
+            let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).ok()?;
+            // `pid (comm) state ppid …`; comm may hold spaces and parens.
+            let ppid = stat
+                .rsplit_once(')')?
+                .1
+                .split_whitespace()
+                .nth(1)?
+                .parse()
+                .ok()?;
+            Some((p, ppid))
+        })
+        .collect();
+    let mut out = vec![pid];
+    let mut i = 0;
+    while i < out.len() {
+        let p = out[i];
+        out.extend(parents.iter().filter(|(_, pp)| *pp == p).map(|(c, _)| *c));
+        i += 1;
+    }
+    out.remove(0);
+    out
 }
