@@ -160,7 +160,7 @@ pub fn host_tsc_khz() -> Option<u64> {
         .parse()
         .ok()?;
     let khz = (bogo * 500.0).round();
-    (khz >= 100_000.0 && khz <= 10_000_000.0).then_some(khz as u64)
+    (100_000.0..=10_000_000.0).contains(&khz).then_some(khz as u64)
 }
 
 /// A running guest.
