@@ -8,7 +8,12 @@
 //! The sandbox cases run against every backend whose egress is the proxy,
 //! by the same code: each is a function of a [`Target`], and
 //! `against_every_backend!` makes one test per target (`container::…`,
-//! `docker::…`, each on a `dockerd` of its own).
+//! `docker::…`, each on a `dockerd` of its own, `gvisor::…`, `microvm::…`).
+//! A target says which image its spec names and which HTTP client its
+//! workload runs there ([`Client`]): curl on the host's directories,
+//! python3's `urllib` in the microvm's image, which has no curl; each is
+//! run to exit as `curl -f` does, so the cases assert the same on every
+//! target. The microvm guests boot under TCG here, one case at a time.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
 use std::io::{BufRead, BufReader, Read, Write};
