@@ -666,6 +666,15 @@ fn route(
             if r.conns.contains_key(&conn) {
                 return Err(format!("connection {conn} opened twice"));
             }
+            // Each open connection holds a socket and two threads here;
+            // the agent never has more open than this (it counts a
+            // connection until both sides closed it, longer than here).
+            if r.conns.len() >= proto::MAX_CONNS {
+                return Err(format!(
+                    "more than {} relayed connections open at once",
+                    proto::MAX_CONNS
+                ));
+            }
             // The opener runs without the routes held: it connects (which
             // may take a while, and exec output must not wait for it), and
             // when it cannot it closes the guest's side through this
@@ -827,6 +836,61 @@ mod tests {
         proto::write_frame(&mut g, &Msg::StatReply { req, stat: None }, &[]).unwrap();
         assert!(matches!(stat.join().unwrap(), Ok(None)));
         assert_eq!(ch.ended(), None);
+    }
+
+    /// A guest that opens more relayed connections at once than the
+    /// protocol allows ends its VM: each would cost the host a socket and
+    /// threads.
+    #[test]
+    fn connections_past_the_cap_end_the_vm() {
+        let (host, guest) = UnixStream::pair().unwrap();
+        let mut g = guest.try_clone().unwrap();
+        proto::write_frame(
+            &mut g,
+            &Msg::Ready {
+                agent: "test".into(),
+                kernel: "6.1-test".into(),
+            },
+            &[],
+        )
+        .unwrap();
+        let (reader, _, _) = await_ready(&host, Duration::from_secs(5)).unwrap();
+        let sinks = Arc::new(Mutex::new(Vec::new()));
+        let held = sinks.clone();
+        let opener: ConnOpener = Arc::new(move |_| {
+            let (tx, rx) = mpsc::channel();
+            held.lock().unwrap().push(rx);
+            Some(tx)
+        });
+        let killed = Arc::new(AtomicBool::new(false));
+        let why = Arc::new(Mutex::new(String::new()));
+        let (k, w) = (killed.clone(), why.clone());
+        let _ch = Channel::serve(
+            host,
+            reader,
+            Arc::new(move |reason: &str| {
+                *w.lock().unwrap() = reason.to_string();
+                k.store(true, Ordering::SeqCst);
+            }),
+            Some(opener),
+        );
+        for conn in 1..=proto::MAX_CONNS as u64 {
+            proto::write_frame(&mut g, &Msg::ConnOpen { conn }, &[]).unwrap();
+        }
+        // Closing one makes room for another.
+        proto::write_frame(&mut g, &Msg::ConnClose { conn: 1 }, &[]).unwrap();
+        let next = proto::MAX_CONNS as u64 + 1;
+        proto::write_frame(&mut g, &Msg::ConnOpen { conn: next }, &[]).unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(!killed.load(Ordering::SeqCst), "{}", why.lock().unwrap());
+        proto::write_frame(&mut g, &Msg::ConnOpen { conn: next + 1 }, &[]).unwrap();
+        wait_for(&killed);
+        assert!(
+            why.lock().unwrap().contains("at once"),
+            "{}",
+            why.lock().unwrap()
+        );
+        assert_eq!(sinks.lock().unwrap().len(), proto::MAX_CONNS + 1);
     }
 
     #[test]
