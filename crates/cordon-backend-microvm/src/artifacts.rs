@@ -68,10 +68,15 @@ pub fn kernel() -> Result<Kernel, String> {
     let (release, image) = found
         .pop()
         .ok_or_else(|| format!("no Debian cloud kernel in /boot; {INSTALL_KERNEL}"))?;
+    if version_key(&release).get(..2).is_some_and(|v| v < [6, 12].as_slice()) {
+        return Err(format!(
+            "the newest cloud kernel in /boot is {release}; a guest needs 6.12 or later (Landlock ABI 6, which the sandbox inside the guest holds); {INSTALL_KERNEL}"
+        ));
+    }
     with_modules(image, release)
 }
 
-const INSTALL_KERNEL: &str = "install one with `apt-get install linux-image-cloud-amd64` (or name a kernel with CORDON_VM_KERNEL=/boot/vmlinuz-RELEASE)";
+const INSTALL_KERNEL: &str = "install Debian's from bookworm-backports (add the suite to apt's sources, then `apt-get install -t bookworm-backports linux-image-cloud-amd64`), or name a kernel with CORDON_VM_KERNEL=/boot/vmlinuz-RELEASE";
 
 fn release_of(p: &Path) -> Option<String> {
     p.file_name()?
@@ -199,7 +204,7 @@ pub fn is_static(p: &Path) -> Result<bool, String> {
 }
 
 /// How the agent is built (statically, so the initramfs needs no libc).
-pub const BUILD_AGENT: &str = "build it with `RUSTFLAGS='-C target-feature=+crt-static' cargo build --profile guest --locked -p cordon-vm-agent --target x86_64-unknown-linux-gnu` (the README's install command does) or name it with CORDON_VM_AGENT";
+pub const BUILD_AGENT: &str = "install it next to `cordon` with `RUSTFLAGS='-C target-feature=+crt-static' cargo install --locked --path crates/cordon-vm-agent --profile guest --target x86_64-unknown-linux-gnu` from cordon's source (or build it in the checkout with `cargo build` and the same flags, as `.ci/run` does), or name it with CORDON_VM_AGENT";
 
 /// The cache directory: made root's and private when missing; refused
 /// when someone else could write to it.
@@ -208,8 +213,13 @@ pub fn cache_dir() -> Result<PathBuf, String> {
         .filter(|v| !v.is_empty())
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from("/var/lib/cordon/microvm"));
-    std::fs::create_dir_all(&dir)
-        .map_err(|e| format!("cannot make the cache `{}`: {e}", dir.display()))?;
+    if !dir.exists() {
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| format!("cannot make the cache `{}`: {e}", dir.display()))?;
+        // QEMU runs as another uid in its jail and opens what is cached
+        // here: searchable by others, whatever the umask.
+        let _ = std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755));
+    }
     let m = std::fs::symlink_metadata(&dir)
         .map_err(|e| format!("the cache `{}`: {e}", dir.display()))?;
     let me = rustix::process::geteuid().as_raw();
@@ -438,6 +448,9 @@ pub fn initramfs(kernel: &Kernel, agent: &Path) -> Result<PathBuf, String> {
 fn publish(path: &Path, bytes: &[u8]) -> Result<(), String> {
     let tmp = path.with_extension(format!("tmp-{}", std::process::id()));
     std::fs::write(&tmp, bytes).map_err(|e| format!("writing `{}`: {e}", tmp.display()))?;
+    // Read by QEMU as its jail's uid: readable by others, whatever the umask.
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o644))
+        .map_err(|e| format!("`{}`: {e}", tmp.display()))?;
     std::fs::rename(&tmp, path).map_err(|e| {
         let _ = std::fs::remove_file(&tmp);
         format!("publishing `{}`: {e}", path.display())
@@ -456,8 +469,11 @@ pub fn packed_image(root: &Path, digest: &str) -> Result<PathBuf, String> {
         return Err(format!("`{digest}` is not an image digest"));
     }
     let cache = cache_dir()?.join("images");
-    std::fs::create_dir_all(&cache)
-        .map_err(|e| format!("cannot make `{}`: {e}", cache.display()))?;
+    if !cache.exists() {
+        std::fs::create_dir_all(&cache)
+            .map_err(|e| format!("cannot make `{}`: {e}", cache.display()))?;
+        let _ = std::fs::set_permissions(&cache, std::fs::Permissions::from_mode(0o755));
+    }
     let path = cache.join(format!("{hexpart}.erofs"));
     if path.is_file() {
         return Ok(path);
@@ -491,6 +507,8 @@ pub fn pack_dir(root: &Path, dest: &Path) -> Result<(), String> {
             String::from_utf8_lossy(&out.stderr).trim()
         ));
     }
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o644))
+        .map_err(|e| format!("`{}`: {e}", tmp.display()))?;
     std::fs::rename(&tmp, dest).map_err(|e| {
         let _ = std::fs::remove_file(&tmp);
         format!("publishing `{}`: {e}", dest.display())

@@ -69,7 +69,9 @@ pub fn image_tree(image: &str, build: bool) -> Result<(PathBuf, String), String>
     let resolved = if image == "host" {
         if build {
             store
-                .ensure_default(&mut |line: &str| tracing::info!("default image: {line}"))
+                // Minutes on first use (debootstrap): said on stderr, as
+                // `cordon image build` says it, so nobody waits on silence.
+                .ensure_default(&mut |line: &str| eprintln!("cordon: default image: {line}"))
                 .map_err(|e| {
                     format!("the `default` image the microvm backend boots for `host`: {e}")
                 })?

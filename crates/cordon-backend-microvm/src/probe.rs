@@ -168,7 +168,12 @@ fn accel(qemu: &Path, kernel: &Kernel, initramfs: &Path) -> (Accel, Option<Strin
         .and_then(|b| serde_json::from_slice::<Cached>(&b).ok())
     {
         if c.key == key && now().saturating_sub(c.at) < PROBE_TTL.as_secs() {
-            let source = format!("probed at {} (cached for a day)", c.at);
+            let source = format!(
+                "probed {}, cached a day in `{}`",
+                cordon_image::format_time(c.at),
+                file.as_ref()
+                    .map_or(String::new(), |f| f.display().to_string())
+            );
             return if c.kvm {
                 (Accel::Kvm, None, source)
             } else {
@@ -176,7 +181,12 @@ fn accel(qemu: &Path, kernel: &Kernel, initramfs: &Path) -> (Accel, Option<Strin
             };
         }
     }
-    let result = boot_probe(qemu, kernel, initramfs);
+    let result = boot_probe(qemu, kernel, initramfs).map_err(|e| {
+        e.replace(
+            "reading the channel failed: Resource temporarily unavailable (os error 11)",
+            "nothing came",
+        )
+    });
     if let Some(f) = &file {
         let c = Cached {
             key,

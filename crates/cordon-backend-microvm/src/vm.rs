@@ -160,7 +160,9 @@ pub fn host_tsc_khz() -> Option<u64> {
         .parse()
         .ok()?;
     let khz = (bogo * 500.0).round();
-    (100_000.0..=10_000_000.0).contains(&khz).then_some(khz as u64)
+    (100_000.0..=10_000_000.0)
+        .contains(&khz)
+        .then_some(khz as u64)
 }
 
 /// A running guest.

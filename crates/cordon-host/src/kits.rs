@@ -162,8 +162,7 @@ fn host_for(
     .map_err(|d| KitError::Unavailable(d.render()))?;
     // A backend whose work dir lives only in its guest is given none: the
     // kit plants through the sandbox itself there.
-    backends.work_dir =
-        (reg.work_dir_view != WorkDirView::GuestOnly).then(|| work.to_path_buf());
+    backends.work_dir = (reg.work_dir_view != WorkDirView::GuestOnly).then(|| work.to_path_buf());
     let hs = HostSetup {
         floor: Floor {
             rung: reg.info.isolation,

@@ -27,9 +27,9 @@ use cordon_sandbox::Registry;
 
 /// Every backend this build of cordon knows, strongest rung first: the
 /// `microvm` backend leads where a guest really boots under KVM; under TCG
-/// it declares `container` and comes after the local backends, so a
-/// `container` floor still means the local container rung unless
-/// `--backend microvm` is named.
+/// it declares `container` and comes after the local container backend
+/// (the registry keeps order within a rung), so a `container` floor still
+/// means the local container rung unless `--backend microvm` is named.
 pub fn builtin_registry() -> Registry {
     let mut r = Registry::new();
     let microvm = cordon_backend_microvm::registration();
@@ -71,7 +71,7 @@ mod tests {
             assert_eq!(microvm, Some(cordon_sandbox::Isolation::Container));
             assert_eq!(
                 names,
-                ["gvisor", "docker", "container", "process", "microvm"]
+                ["gvisor", "docker", "container", "microvm", "process"]
             );
         }
         assert!(r

@@ -279,7 +279,18 @@ impl Session {
 }
 
 impl Drop for Session {
+    /// Hangs up first, so the agent tears its sandbox down (its cgroups
+    /// with it) as it does when its host goes away; killed only if it
+    /// lingers.
     fn drop(&mut self) {
+        let _ = self.w.shutdown(std::net::Shutdown::Both);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if matches!(self.child.try_wait(), Ok(Some(_))) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }

@@ -13,9 +13,29 @@ use cordon_sandbox::{
     SandboxError, StdinFeed,
 };
 
-use super::wire::{error_from_wire, status_from_wire, Reply, Request};
+use super::wire::{
+    error_from_wire, file_error_from_wire, kind_from_wire, status_from_wire, Reply, Request,
+    WireEntry, MAX_FILE_BYTES,
+};
 use super::{connect, EXEC_GRACE};
 use crate::state::{Record, StateDir};
+
+/// An anonymous file (memfd) for bytes that travel to or from a keeper.
+fn scratch_file(name: &str) -> Result<std::os::fd::OwnedFd, SandboxError> {
+    rustix::fs::memfd_create(name, rustix::fs::MemfdFlags::CLOEXEC).map_err(|e| {
+        SandboxError::Failed {
+            operation: "file",
+            reason: format!("making an anonymous file: {e}"),
+        }
+    })
+}
+
+fn odd_reply(r: &Reply) -> SandboxError {
+    SandboxError::Failed {
+        operation: "file",
+        reason: format!("the keeper answered out of turn ({r:?})"),
+    }
+}
 
 /// A sandbox held by a keeper, driven from this process.
 pub struct KeptSandbox {
@@ -62,10 +82,53 @@ impl KeptSandbox {
         &self.record
     }
 
-    fn files(&self, capability: Capability) -> Result<&HostWorkDir, SandboxError> {
-        self.files
-            .as_ref()
-            .ok_or(SandboxError::Unsupported { capability })
+    /// Whether the sandbox's spec asked for `capability` (a file call
+    /// through the keeper serves only what was declared).
+    fn declared(&self, capability: Capability) -> Result<(), SandboxError> {
+        if self.provenance.spec.requires().contains(capability) {
+            Ok(())
+        } else {
+            Err(SandboxError::Unsupported { capability })
+        }
+    }
+
+    /// One file request to the keeper (a sandbox whose work dir is not a
+    /// host directory), `fd` attached; its reply.
+    fn keeper_file(
+        &self,
+        req: &Request,
+        fd: Option<std::os::fd::BorrowedFd<'_>>,
+        path: &str,
+    ) -> Result<Reply, SandboxError> {
+        let sock = connect(
+            &self.state.socket_path(&self.record.handle),
+            Duration::from_secs(120),
+        )
+        .map_err(|e| SandboxError::Unavailable {
+            reason: format!(
+                "sandbox `{}` does not answer ({e}); it may have expired or been disposed — `cordon sandbox ls` shows what is live",
+                self.record.handle
+            ),
+        })?;
+        let fds: Vec<std::os::fd::BorrowedFd<'_>> = fd.into_iter().collect();
+        let failed = |reason: String| SandboxError::Failed {
+            operation: "file",
+            reason,
+        };
+        fdpass::send(&sock, req, &fds).map_err(|e| failed(e.to_string()))?;
+        match fdpass::recv::<Reply>(&sock) {
+            Ok(Some((
+                Reply::Error {
+                    kind,
+                    message,
+                    rules,
+                },
+                _,
+            ))) => Err(file_error_from_wire(kind, message, rules, path)),
+            Ok(Some((reply, _))) => Ok(reply),
+            Ok(None) => Err(failed("the keeper hung up unanswered".into())),
+            Err(e) => Err(failed(e.to_string())),
+        }
     }
 
     fn start_handle(&self, req: &ExecRequest, attach: Attach) -> Result<ExecHandle, SandboxError> {
@@ -166,14 +229,128 @@ impl Sandbox for KeptSandbox {
                 }),
             };
         }
-        self.files(Capability::FilesIn)?
-            .write_file(path, contents, mode)
+        if let Some(f) = &self.files {
+            return f.write_file(path, contents, mode);
+        }
+        self.declared(Capability::FilesIn)?;
+        if contents.len() as u64 > MAX_FILE_BYTES {
+            return Err(SandboxError::Refused {
+                reason: format!(
+                    "`{path}` is {} bytes; a file written into a kept sandbox without a host work dir is at most {MAX_FILE_BYTES}",
+                    contents.len()
+                ),
+                rules: Vec::new(),
+            });
+        }
+        let memfd = scratch_file("cordon-put")?;
+        let mut f = std::fs::File::from(memfd);
+        std::io::Write::write_all(&mut f, contents).map_err(|e| SandboxError::Failed {
+            operation: "write",
+            reason: e.to_string(),
+        })?;
+        std::io::Seek::rewind(&mut f).map_err(|e| SandboxError::Failed {
+            operation: "write",
+            reason: e.to_string(),
+        })?;
+        let req = Request::WriteFile {
+            path: path.to_string(),
+            mode,
+            len: contents.len() as u64,
+        };
+        match self.keeper_file(&req, Some(f.as_fd()), path)? {
+            Reply::Written => Ok(()),
+            other => Err(odd_reply(&other)),
+        }
     }
     fn stat_no_follow(&self, path: &str) -> Result<Option<FileStat>, SandboxError> {
-        self.files(Capability::FilesOut)?.stat_no_follow(path)
+        if let Some(f) = &self.files {
+            return f.stat_no_follow(path);
+        }
+        self.declared(Capability::FilesOut)?;
+        let req = Request::Stat {
+            path: path.to_string(),
+        };
+        match self.keeper_file(&req, None, path)? {
+            Reply::Stat { stat } => Ok(stat.map(|s| FileStat {
+                kind: kind_from_wire(s.kind),
+                size: s.size,
+                mode: s.mode,
+            })),
+            other => Err(odd_reply(&other)),
+        }
     }
     fn read_file(&self, path: &str, max_bytes: u64) -> Result<FileRead, SandboxError> {
-        self.files(Capability::FilesOut)?.read_file(path, max_bytes)
+        if let Some(f) = &self.files {
+            return f.read_file(path, max_bytes);
+        }
+        self.declared(Capability::FilesOut)?;
+        let mut f = std::fs::File::from(scratch_file("cordon-read")?);
+        let req = Request::ReadFile {
+            path: path.to_string(),
+            max: max_bytes,
+        };
+        match self.keeper_file(&req, Some(f.as_fd()), path)? {
+            Reply::Read { size, len } => {
+                let mut bytes = Vec::new();
+                std::io::Seek::rewind(&mut f)
+                    .and_then(|_| {
+                        std::io::Read::read_to_end(
+                            &mut std::io::Read::take(&mut f, max_bytes.saturating_add(1)),
+                            &mut bytes,
+                        )
+                    })
+                    .map_err(|e| SandboxError::Failed {
+                        operation: "read",
+                        reason: e.to_string(),
+                    })?;
+                if bytes.len() as u64 != len {
+                    return Err(SandboxError::Failed {
+                        operation: "read",
+                        reason: format!("the keeper said {len} bytes and wrote {}", bytes.len()),
+                    });
+                }
+                Ok(FileRead { bytes, size })
+            }
+            other => Err(odd_reply(&other)),
+        }
+    }
+    fn list_dir(&self, path: &str) -> Result<Vec<cordon_sandbox::DirEntry>, SandboxError> {
+        if self.files.is_some() {
+            return Err(SandboxError::Unsupported {
+                capability: Capability::FilesList,
+            });
+        }
+        self.declared(Capability::FilesList)?;
+        let mut f = std::fs::File::from(scratch_file("cordon-list")?);
+        let req = Request::ListDir {
+            path: path.to_string(),
+        };
+        match self.keeper_file(&req, Some(f.as_fd()), path)? {
+            Reply::Listed { len } => {
+                let mut json = Vec::new();
+                std::io::Seek::rewind(&mut f)
+                    .and_then(|_| {
+                        std::io::Read::read_to_end(&mut std::io::Read::take(&mut f, len), &mut json)
+                    })
+                    .map_err(|e| SandboxError::Failed {
+                        operation: "list",
+                        reason: e.to_string(),
+                    })?;
+                let entries: Vec<WireEntry> =
+                    serde_json::from_slice(&json).map_err(|e| SandboxError::Failed {
+                        operation: "list",
+                        reason: format!("the keeper's listing: {e}"),
+                    })?;
+                Ok(entries
+                    .into_iter()
+                    .map(|e| cordon_sandbox::DirEntry {
+                        name: e.name,
+                        kind: kind_from_wire(e.kind),
+                    })
+                    .collect())
+            }
+            other => Err(odd_reply(&other)),
+        }
     }
     fn host_work_dir(&self) -> Option<cordon_sandbox::HostWorkDirRecord> {
         self.record.host_work_dir.clone()

@@ -239,6 +239,16 @@ fn serve_sandbox(
                     let _ = backend.dispose(&key);
                     Reply::Disposed
                 }
+                Request::WriteFile { .. }
+                | Request::Stat { .. }
+                | Request::ReadFile { .. }
+                | Request::ListDir { .. } => {
+                    busy.fetch_add(1, Ordering::SeqCst);
+                    let reply = file_for_client(&*sandbox, req, fds);
+                    busy.fetch_sub(1, Ordering::SeqCst);
+                    *last.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
+                    reply
+                }
                 Request::Exec {
                     argv,
                     env,
@@ -264,6 +274,110 @@ fn serve_sandbox(
                 let _ = rustix::io::write(&*wake, b"x");
             }
         });
+    }
+}
+
+/// Serves one file request for a client, through the sandbox's own file
+/// calls (its confinement holds as for any caller); bulk bytes travel in
+/// the descriptor the client attached, never in a message.
+fn file_for_client(sandbox: &dyn Sandbox, req: Request, fds: Vec<OwnedFd>) -> Reply {
+    use super::wire::{kind_to_wire, WireEntry, WireStat, MAX_FILE_BYTES};
+    let bad = |message: String| Reply::Error {
+        kind: cordon_sandbox::ErrorKind::Invalid,
+        message,
+        rules: Vec::new(),
+    };
+    let mut fds = fds.into_iter();
+    let one = |fds: &mut std::vec::IntoIter<OwnedFd>| match (fds.next(), fds.next()) {
+        (Some(fd), None) => Some(std::fs::File::from(fd)),
+        _ => None,
+    };
+    let err = |e: cordon_sandbox::SandboxError| super::wire::error_to_wire(&e);
+    match req {
+        Request::WriteFile { path, mode, len } => {
+            let Some(f) = one(&mut fds) else {
+                return bad("a file write carries exactly one descriptor".into());
+            };
+            if len > MAX_FILE_BYTES {
+                return bad(format!(
+                    "a file written through a keeper is at most {MAX_FILE_BYTES} bytes"
+                ));
+            }
+            let mut bytes = Vec::new();
+            match f.take(len + 1).read_to_end(&mut bytes) {
+                Ok(n) if n as u64 == len => {}
+                Ok(n) => return bad(format!("the file held {n} bytes, not the {len} announced")),
+                Err(e) => return bad(format!("reading the client's file: {e}")),
+            }
+            match sandbox.write_file(&path, &bytes, mode) {
+                Ok(()) => Reply::Written,
+                Err(e) => err(e),
+            }
+        }
+        Request::Stat { path } => {
+            if fds.next().is_some() {
+                return bad("a stat carries no descriptor".into());
+            }
+            match sandbox.stat_no_follow(&path) {
+                Ok(stat) => Reply::Stat {
+                    stat: stat.map(|s| WireStat {
+                        kind: kind_to_wire(s.kind),
+                        size: s.size,
+                        mode: s.mode,
+                    }),
+                },
+                Err(e) => err(e),
+            }
+        }
+        Request::ReadFile { path, max } => {
+            let Some(mut f) = one(&mut fds) else {
+                return bad("a file read carries exactly one descriptor".into());
+            };
+            match sandbox.read_file(&path, max) {
+                Ok(r) => {
+                    let keep = r
+                        .bytes
+                        .len()
+                        .min(usize::try_from(max.saturating_add(1)).unwrap_or(usize::MAX));
+                    match f.write_all(&r.bytes[..keep]) {
+                        Ok(()) => Reply::Read {
+                            size: r.size,
+                            len: keep as u64,
+                        },
+                        Err(e) => bad(format!("writing to the client's file: {e}")),
+                    }
+                }
+                Err(e) => err(e),
+            }
+        }
+        Request::ListDir { path } => {
+            let Some(mut f) = one(&mut fds) else {
+                return bad("a listing carries exactly one descriptor".into());
+            };
+            match sandbox.list_dir(&path) {
+                Ok(entries) => {
+                    let wire: Vec<WireEntry> = entries
+                        .into_iter()
+                        .map(|e| WireEntry {
+                            name: e.name,
+                            kind: kind_to_wire(e.kind),
+                        })
+                        .collect();
+                    let json = match serde_json::to_vec(&wire) {
+                        Ok(j) => j,
+                        Err(e) => return bad(e.to_string()),
+                    };
+                    match f.write_all(&json) {
+                        Ok(()) => Reply::Listed {
+                            len: json.len() as u64,
+                        },
+                        Err(e) => bad(format!("writing to the client's file: {e}")),
+                    }
+                }
+                Err(e) => err(e),
+            }
+        }
+        _ => bad("not a file request".into()),
     }
 }
 

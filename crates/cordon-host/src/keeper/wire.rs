@@ -60,6 +60,75 @@ pub(crate) enum Request {
         size: TtySize,
     },
     Dispose,
+    /// Files, for a sandbox whose work dir is not a host directory (a
+    /// microVM's lives in its guest): one descriptor attached, readable,
+    /// holding exactly `len` bytes (at most [`MAX_FILE_BYTES`]).
+    WriteFile {
+        path: String,
+        mode: u32,
+        len: u64,
+    },
+    Stat {
+        path: String,
+    },
+    /// One descriptor attached, writable: the keeper writes what it read
+    /// there (at most `max + 1` bytes) and answers [`Reply::Read`].
+    ReadFile {
+        path: String,
+        max: u64,
+    },
+    /// One descriptor attached, writable: the keeper writes the listing
+    /// there as JSON and answers [`Reply::Listed`].
+    ListDir {
+        path: String,
+    },
+}
+
+/// The most bytes one file written through a keeper may hold.
+pub(crate) const MAX_FILE_BYTES: u64 = 64 << 20;
+
+/// A `stat` that did not follow links, on the wire.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct WireStat {
+    pub kind: WireKind,
+    pub size: Option<u64>,
+    pub mode: u32,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum WireKind {
+    File,
+    Dir,
+    Symlink,
+    Other,
+}
+
+/// One directory entry, on the wire.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct WireEntry {
+    pub name: String,
+    pub kind: WireKind,
+}
+
+pub(crate) fn kind_to_wire(k: cordon_sandbox::FileKind) -> WireKind {
+    match k {
+        cordon_sandbox::FileKind::File => WireKind::File,
+        cordon_sandbox::FileKind::Dir => WireKind::Dir,
+        cordon_sandbox::FileKind::Symlink => WireKind::Symlink,
+        cordon_sandbox::FileKind::Other => WireKind::Other,
+    }
+}
+
+pub(crate) fn kind_from_wire(k: WireKind) -> cordon_sandbox::FileKind {
+    match k {
+        WireKind::File => cordon_sandbox::FileKind::File,
+        WireKind::Dir => cordon_sandbox::FileKind::Dir,
+        WireKind::Symlink => cordon_sandbox::FileKind::Symlink,
+        WireKind::Other => cordon_sandbox::FileKind::Other,
+    }
 }
 
 /// How an exec ended, on the wire.
@@ -91,6 +160,21 @@ pub(crate) enum Reply {
         rules: Vec<String>,
     },
     Disposed,
+    Written,
+    Stat {
+        stat: Option<WireStat>,
+    },
+    /// `len` bytes were written to the attached descriptor; `size` is the
+    /// opened file's.
+    Read {
+        size: u64,
+        len: u64,
+    },
+    /// `len` bytes of JSON (a list of [`WireEntry`]) were written to the
+    /// attached descriptor.
+    Listed {
+        len: u64,
+    },
 }
 
 pub(crate) fn status_to_wire(s: ExitStatus) -> Status {
@@ -151,6 +235,31 @@ pub(crate) fn error_from_wire(
             operation: "exec",
             reason: message,
         },
+    }
+}
+
+/// A file operation's error as the client reports it: the kinds a caller
+/// tells apart for files keep their variant (a missing path, a refused
+/// one).
+pub(crate) fn file_error_from_wire(
+    kind: ErrorKind,
+    message: String,
+    rules: Vec<String>,
+    path: &str,
+) -> SandboxError {
+    match kind {
+        ErrorKind::NotFound => SandboxError::NotFound {
+            path: path.to_string(),
+        },
+        ErrorKind::Invalid => SandboxError::PathRefused {
+            path: path.to_string(),
+            reason: message,
+        },
+        ErrorKind::Failed => SandboxError::Failed {
+            operation: "file",
+            reason: message,
+        },
+        _ => error_from_wire(kind, message, rules),
     }
 }
 

@@ -1,0 +1,522 @@
+//! The `microvm` backend through the `cordon` binary: real QEMU `microvm`
+//! guests (under TCG here: `/dev/kvm` opens but runs no guest, so the
+//! backend declares `container`, the rung of the jail around QEMU), booted
+//! from Debian's cloud kernel, cordon's initramfs and a packed image.
+//!
+//! Needs root, `qemu-system-x86_64`, a 6.12+ Debian cloud kernel in /boot,
+//! `mkfs.erofs` and the static guest agent (`.ci/run` builds it:
+//! `cargo build --profile guest -p cordon-vm-agent --target
+//! x86_64-unknown-linux-gnu` with `+crt-static`). Without one of them each
+//! test says `SKIPPED` and why; `CI=true` makes that a failure.
+//!
+//! The guests boot the CI image (Debian minbase with python3, cached in
+//! `/var/cache/cordon-ci-images`, built with debootstrap on first use), and
+//! `host` there resolves to that store's `default`, imported from it.
+#![allow(clippy::expect_used, clippy::unwrap_used)] // tests may panic on a broken fixture
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// The CI image store and its image.
+const STORE: &str = "/var/cache/cordon-ci-images";
+const IMAGE: &str = "ci-bookworm-python3";
+
+fn ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true")
+}
+
+/// What is missing for a microvm guest here, if anything.
+fn missing() -> Option<String> {
+    if !rustix::process::geteuid().is_root() {
+        return Some("the jail around QEMU needs root".into());
+    }
+    if !Path::new("/usr/bin/qemu-system-x86_64").is_file() {
+        return Some("`qemu-system-x86_64` (apt-get install qemu-system-x86)".into());
+    }
+    let kernels = std::fs::read_dir("/boot")
+        .map(|d| {
+            d.flatten()
+                .filter_map(|e| e.file_name().to_str().map(str::to_string))
+                .any(|n| {
+                    n.starts_with("vmlinuz-6.1")
+                        && n.ends_with("-cloud-amd64")
+                        && !n.starts_with("vmlinuz-6.1.")
+                })
+        })
+        .unwrap_or(false);
+    if !kernels {
+        return Some(
+            "a 6.12+ Debian cloud kernel in /boot (bookworm-backports' linux-image-cloud-amd64)"
+                .into(),
+        );
+    }
+    let agent = PathBuf::from(env!("CARGO_BIN_EXE_cordon"))
+        .parent()
+        .and_then(Path::parent)
+        .map(|t| t.join("x86_64-unknown-linux-gnu/guest/cordon-vm-agent"));
+    if !agent.as_deref().is_some_and(Path::is_file) {
+        return Some("the static guest agent (target/x86_64-unknown-linux-gnu/guest/cordon-vm-agent; `.ci/run` builds it)".into());
+    }
+    None
+}
+
+/// Whether the test can run; says why not, loudly, and fails under CI.
+fn can_boot(case: &str) -> bool {
+    match missing() {
+        None => true,
+        Some(what) => {
+            assert!(!ci(), "CI=true and `{case}` needs {what}");
+            eprintln!(
+                "\n!!!!!!!! SKIPPED {case}: a microvm guest needs {what} (CI=true makes this a failure) !!!!!!!!\n"
+            );
+            false
+        }
+    }
+}
+
+/// One VM test at a time: each boots guests under TCG on two cores.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The CI image, built once per machine (as the sandbox tests do), with a
+/// `default` beside it for specs that name `host`.
+fn store() -> PathBuf {
+    let store = PathBuf::from(STORE);
+    let have = |n: &str| store.join("names").join(format!("{n}.json")).exists();
+    if !have(IMAGE) {
+        let out = Command::new(env!("CARGO_BIN_EXE_cordon"))
+            .args([
+                "image",
+                "build",
+                IMAGE,
+                "--debootstrap",
+                "--include",
+                "python3",
+            ])
+            .env("CORDON_IMAGE_STORE", &store)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "building the CI image: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    if !have("default") {
+        let out = Command::new(env!("CARGO_BIN_EXE_cordon"))
+            .args(["image", "ls", "--format", "json"])
+            .env("CORDON_IMAGE_STORE", &store)
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        let root = store_root(&store, IMAGE);
+        let out = Command::new(env!("CARGO_BIN_EXE_cordon"))
+            .args(["image", "import", "default"])
+            .arg(&root)
+            .env("CORDON_IMAGE_STORE", &store)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "importing `default`: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    store
+}
+
+/// The root tree of a stored image.
+fn store_root(store: &Path, name: &str) -> PathBuf {
+    let s = cordon_image::ImageStore::open(store).unwrap();
+    match s.resolve(name).unwrap() {
+        cordon_image::Resolved::Stored { root, .. } => root,
+        other => panic!("{other:?}"),
+    }
+}
+
+/// A private directory (a state directory must be its owner's alone).
+fn tmp() -> tempfile::TempDir {
+    use std::os::unix::fs::PermissionsExt;
+    let d = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    d
+}
+
+fn cordon(state: &Path, args: &[&str]) -> (i32, String, String) {
+    cordon_env(state, args, &[])
+}
+
+fn cordon_env(state: &Path, args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_cordon"))
+        .args(args)
+        .env("CORDON_STATE_DIR", state)
+        .env("CORDON_IMAGE_STORE", STORE)
+        .env_remove("CORDON_MIN_ISOLATION")
+        .envs(env.iter().copied())
+        .output()
+        .expect("run cordon");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn spec(dir: &Path, extra: &str) -> PathBuf {
+    let p = dir.join("spec.yaml");
+    std::fs::write(&p, format!("kind: run\nimage: {IMAGE}\n{extra}")).unwrap();
+    p
+}
+
+const VM: [&str; 4] = ["--backend", "microvm", "--min-isolation", "container"];
+
+/// What a microvm sandbox leaves on the host: its directories in the
+/// scratch directory, its jail's cgroups, its QEMU processes.
+fn residue() -> Vec<String> {
+    let mut out = Vec::new();
+    if let Ok(d) = std::fs::read_dir(std::env::temp_dir()) {
+        for e in d.flatten() {
+            let n = e.file_name().to_string_lossy().into_owned();
+            if n.starts_with("cordon-microvm-") && !n.starts_with("cordon-microvm-probe") {
+                out.push(format!("dir {n}"));
+            }
+        }
+    }
+    for root in [
+        "/sys/fs/cgroup/memory",
+        "/sys/fs/cgroup/pids",
+        "/sys/fs/cgroup",
+    ] {
+        walk_cgroups(Path::new(root), 0, &mut out);
+    }
+    if let Ok(d) = std::fs::read_dir("/proc") {
+        for e in d.flatten() {
+            let cmd = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+            let cmd = String::from_utf8_lossy(&cmd);
+            let qemu =
+                cmd.starts_with("qemu-system-x86_64") || cmd.contains("/qemu-system-x86_64\0");
+            if qemu && cmd.contains("cordon.ctl") && cmd.contains("/cordon-microvm-") {
+                out.push(format!("qemu {}", e.file_name().to_string_lossy()));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// Waits (10 s at most) until what microvm sandboxes leave is `before`
+/// again: anything new is a leak.
+fn settles_to(before: &[String]) {
+    let until = Instant::now() + Duration::from_secs(10);
+    while residue() != before && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let now = residue();
+    let new: Vec<&String> = now.iter().filter(|r| !before.contains(r)).collect();
+    assert!(new.is_empty(), "left behind: {new:?}");
+}
+
+fn walk_cgroups(dir: &Path, depth: usize, out: &mut Vec<String>) {
+    if depth > 6 {
+        return;
+    }
+    let Ok(d) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in d.flatten() {
+        if !e.file_type().is_ok_and(|t| t.is_dir()) {
+            continue;
+        }
+        let n = e.file_name().to_string_lossy().into_owned();
+        if n.starts_with("cordon-vm-cordon_microvm_") {
+            out.push(format!("cgroup {}", e.path().display()));
+        } else {
+            walk_cgroups(&e.path(), depth + 1, out);
+        }
+    }
+}
+
+/// This machine's own kernel release.
+fn host_release() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .unwrap()
+        .trim()
+        .to_string()
+}
+
+#[test]
+fn run_with_no_image_named_boots_a_guest_kernel_of_its_own() {
+    if !can_boot("microvm run") {
+        return;
+    }
+    let _one = serial();
+    let store = store();
+    let state = tmp();
+    let before = residue();
+    // The issue's command, exactly: no spec, so the `host` image, which a
+    // guest boots as the store's `default`.
+    let out = Command::new(env!("CARGO_BIN_EXE_cordon"))
+        .args([
+            "run",
+            "--backend",
+            "microvm",
+            "--min-isolation",
+            "container",
+            "--",
+            "uname",
+            "-r",
+        ])
+        .env("CORDON_STATE_DIR", state.path())
+        .env("CORDON_IMAGE_STORE", &store)
+        .env_remove("CORDON_MIN_ISOLATION")
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
+    let guest = stdout.trim();
+    assert!(guest.ends_with("-cloud-amd64"), "{guest}");
+    assert_ne!(guest, host_release(), "the guest ran the host's kernel");
+    settles_to(&before);
+}
+
+#[test]
+fn doctor_says_which_rung_and_why_and_the_default_floor_refuses_with_the_way_down() {
+    if !can_boot("microvm doctor") {
+        return;
+    }
+    let _one = serial();
+    let state = tmp();
+    let (_, out, _) = cordon(state.path(), &["doctor"]);
+    let row = out
+        .lines()
+        .find(|l| l.starts_with("microvm"))
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(row.contains("can run"), "{row}");
+    if row.contains("accelerator: kvm") {
+        // Real KVM: the hypervisor boundary, the default floor's rung.
+        assert!(row.split_whitespace().nth(1) == Some("microvm"), "{row}");
+        return;
+    }
+    assert!(row.contains("accelerator: tcg"), "{row}");
+    assert_eq!(row.split_whitespace().nth(1), Some("container"), "{row}");
+    assert!(row.contains("not a security boundary"), "{row}");
+    assert!(
+        row.contains("--backend microvm --min-isolation container"),
+        "{row}"
+    );
+    // `cordon run` with no flag: the default floor is `microvm`, which
+    // nothing here meets; refused before anything starts, with the way down.
+    let (code, _, err) = cordon(state.path(), &["run", "--", "true"]);
+    assert_eq!(code, 125, "{err}");
+    assert!(
+        err.contains("`microvm` (container) is below the floor `microvm`"),
+        "{err}"
+    );
+    assert!(err.contains("--min-isolation"), "{err}");
+}
+
+#[test]
+fn nothing_ambient_reaches_the_guest() {
+    if !can_boot("microvm ambient") {
+        return;
+    }
+    let _one = serial();
+    store();
+    let dir = tmp();
+    // A file on the host the guest must not see, and an environment
+    // variable of cordon's own process it must not get.
+    let marker = dir.path().join("host-marker");
+    std::fs::write(&marker, "host").unwrap();
+    let sp = spec(dir.path(), "");
+    let script = format!(
+        "echo IFACES $(tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '); \
+         echo ENV $(env | cut -d= -f1 | sort | tr '\\n' ' '); \
+         test -e {m} && echo HOSTPATH-SEEN; \
+         test -e /var/cache/cordon-ci-images && echo STORE-SEEN; \
+         ls /sys/class/net 2>/dev/null && echo SYSNET-SEEN; \
+         python3 -c \"import socket; s=socket.socket(); s.settimeout(3)\ntry:\n  s.connect(('169.254.169.254', 80)); print('METADATA-REACHED')\nexcept OSError as e: print('METADATA', e.errno)\"; \
+         echo end",
+        m = marker.display()
+    );
+    let mut args = vec!["run", "-q"];
+    args.extend(VM);
+    args.extend(["--spec", sp.to_str().unwrap(), "--", "sh", "-c", &script]);
+    let (code, out, err) = cordon_env(dir.path(), &args, &[("CORDON_TEST_HOST_SECRET", "s3cret")]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("IFACES lo\n"), "{out}");
+    assert!(
+        out.lines()
+            .any(|l| l.trim_end() == "ENV HOME LANG PATH PWD"),
+        "{out}"
+    );
+    for seen in [
+        "HOSTPATH-SEEN",
+        "STORE-SEEN",
+        "SYSNET-SEEN",
+        "METADATA-REACHED",
+        "s3cret",
+    ] {
+        assert!(!out.contains(seen), "{seen}: {out}");
+    }
+    assert!(out.contains("METADATA "), "{out}");
+    assert!(out.trim_end().ends_with("end"), "{out}");
+}
+
+#[test]
+fn a_kept_sandbox_keeps_its_work_dir_and_down_leaves_nothing() {
+    if !can_boot("microvm kept") {
+        return;
+    }
+    let _one = serial();
+    store();
+    let dir = tmp();
+    let sp = spec(dir.path(), "requires: [exec, files_in, files_out]\n");
+    let before = residue();
+    let mut up = vec!["sandbox", "up", "-q", "--scope", "vm", "--thread", "kept"];
+    up.extend(VM);
+    up.extend(["--spec", sp.to_str().unwrap()]);
+    let (code, h, err) = cordon(dir.path(), &up);
+    assert_eq!(code, 0, "{err}");
+    let h = h.trim().to_string();
+    assert!(h.starts_with("microvm-"), "{h}");
+    // Files in through cordon, made by one exec, seen by the next.
+    let local = dir.path().join("in.txt");
+    std::fs::write(&local, "from the host\n").unwrap();
+    let (code, _, err) = cordon(
+        dir.path(),
+        &["sandbox", "put", &h, local.to_str().unwrap(), "in.txt"],
+    );
+    assert_eq!(code, 0, "{err}");
+    let (code, _, err) = cordon(
+        dir.path(),
+        &[
+            "sandbox",
+            "exec",
+            &h,
+            "--",
+            "sh",
+            "-c",
+            "cat in.txt > made.txt; echo second >> made.txt",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    let (code, out, err) = cordon(
+        dir.path(),
+        &["sandbox", "exec", &h, "--", "cat", "made.txt"],
+    );
+    assert_eq!(
+        (code, out.as_str()),
+        (0, "from the host\nsecond\n"),
+        "{err}"
+    );
+    // Not root inside, and its bounds are the guest's.
+    let (_, out, _) = cordon(dir.path(), &["sandbox", "exec", &h, "--", "id", "-u"]);
+    assert_ne!(out.trim(), "0");
+    assert_ne!(residue(), before, "a live sandbox shows nothing?");
+    let (code, _, err) = cordon(dir.path(), &["sandbox", "down", &h]);
+    assert_eq!(code, 0, "{err}");
+    settles_to(&before);
+}
+
+#[test]
+fn the_wall_clock_bound_ends_the_command_and_a_killed_keeper_is_reclaimed() {
+    if !can_boot("microvm bounds") {
+        return;
+    }
+    let _one = serial();
+    store();
+    let dir = tmp();
+    let before = residue();
+    let sp = spec(dir.path(), "resources:\n  wall_seconds: 3\n");
+    let mut args = vec!["run", "-q"];
+    args.extend(VM);
+    args.extend(["--spec", sp.to_str().unwrap(), "--", "sleep", "60"]);
+    let started = Instant::now();
+    let (code, out, err) = cordon(dir.path(), &args);
+    assert_eq!(code, 124, "{out}{err}");
+    assert!(
+        started.elapsed() < Duration::from_secs(40),
+        "{:?}",
+        started.elapsed()
+    );
+    // A keeper killed with SIGKILL: gc reclaims its VM from the record.
+    let mut up = vec!["sandbox", "up", "-q", "--scope", "vm", "--thread", "crash"];
+    up.extend(VM);
+    up.extend(["--spec", sp.to_str().unwrap()]);
+    let (code, h, err) = cordon(dir.path(), &up);
+    assert_eq!(code, 0, "{err}");
+    let h = h.trim();
+    let rec = cordon_host::state::StateDir::open(dir.path())
+        .unwrap()
+        .read(h)
+        .unwrap()
+        .expect("the sandbox's record");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(rec.keeper.pid as i32),
+        nix::sys::signal::SIGKILL,
+    )
+    .unwrap();
+    let until = Instant::now() + Duration::from_secs(5);
+    while rec.keeper.alive() && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(!rec.keeper.alive(), "the keeper outlived SIGKILL");
+    let (code, out, err) = cordon(dir.path(), &["sandbox", "gc"]);
+    assert_eq!(code, 0, "{out}{err}");
+    settles_to(&before);
+}
+
+#[test]
+fn the_conformance_and_escape_kits_pass() {
+    if !can_boot("microvm kits") {
+        return;
+    }
+    let _one = serial();
+    store();
+    let state = tmp();
+    let before = residue();
+    let (code, out, err) = cordon(state.path(), &["conformance", "--backend", "microvm"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.trim_end().ends_with("14 passed, 0 failed"), "{out}");
+    let (code, out, err) = cordon(state.path(), &["escape", "--backend", "microvm"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.trim_end().ends_with("28 passed, 0 failed"), "{out}");
+    settles_to(&before);
+}
+
+#[test]
+fn up_exec_down_cycles_leave_nothing() {
+    if !can_boot("microvm cycles") {
+        return;
+    }
+    let _one = serial();
+    store();
+    let cycles: usize = std::env::var("CORDON_MICROVM_CYCLES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2);
+    let dir = tmp();
+    let sp = spec(dir.path(), "");
+    let before = residue();
+    for i in 0..cycles {
+        let thread = format!("cycle-{i}");
+        let mut up = vec!["sandbox", "up", "-q", "--scope", "vm", "--thread", &thread];
+        up.extend(VM);
+        up.extend(["--spec", sp.to_str().unwrap()]);
+        let (code, h, err) = cordon(dir.path(), &up);
+        assert_eq!(code, 0, "cycle {i}: {err}");
+        let h = h.trim();
+        let (code, out, err) = cordon(dir.path(), &["sandbox", "exec", h, "--", "echo", "ok"]);
+        assert_eq!((code, out.as_str()), (0, "ok\n"), "cycle {i}: {err}");
+        let (code, _, err) = cordon(dir.path(), &["sandbox", "down", h]);
+        assert_eq!(code, 0, "cycle {i}: {err}");
+    }
+    settles_to(&before);
+}
