@@ -431,13 +431,23 @@ fn microvm_missing() -> Option<String> {
             .map(|d| {
                 d.flatten().any(|e| {
                     let n = e.file_name().to_string_lossy().into_owned();
-                    n.starts_with("vmlinuz-") && n.ends_with("-cloud-amd64")
+                    // The backend boots 6.12 or later.
+                    let version = n
+                        .strip_prefix("vmlinuz-")
+                        .filter(|_| n.ends_with("-cloud-amd64"))
+                        .map(|r| {
+                            r.split(['.', '-'])
+                                .take(2)
+                                .map(|x| x.parse::<u32>().unwrap_or(0))
+                                .collect::<Vec<_>>()
+                        });
+                    version.is_some_and(|v| v >= vec![6, 12])
                 })
             })
             .unwrap_or(false),
     };
     if !kernel {
-        return Some("no guest kernel: no `/boot/vmlinuz-*-cloud-amd64` (`apt-get install linux-image-cloud-amd64`) and no CORDON_VM_KERNEL".into());
+        return Some("no guest kernel: no 6.12+ `/boot/vmlinuz-*-cloud-amd64` (bookworm-backports' `linux-image-cloud-amd64`) and no CORDON_VM_KERNEL".into());
     }
     let agent = match std::env::var_os("CORDON_VM_AGENT").filter(|v| !v.is_empty()) {
         Some(a) => PathBuf::from(a),
