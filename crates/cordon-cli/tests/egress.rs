@@ -1230,3 +1230,80 @@ fn descendants(pid: u32) -> Vec<u32> {
     out.remove(0);
     out
 }
+
+/// A microvm sandbox with a route out leaves nothing once disposed of — no
+/// proxy process, no process in or holding the proxy's network namespace,
+/// no QEMU — and neither does one whose keeper is killed with SIGKILL,
+/// once `cordon sandbox gc` has run.
+#[test]
+fn microvm_routes_leave_nothing_after_down_or_a_killed_keeper_and_gc() {
+    let t = &MICROVM;
+    let Some(ready) =
+        (t.ready)("microvm_routes_leave_nothing_after_down_or_a_killed_keeper_and_gc")
+    else {
+        return;
+    };
+    let (port, hits) = upstream("hello-gc");
+    let f = Fixture::for_target(t, &[format!("ok.test:{port}")]);
+    for kill in [false, true] {
+        let thread = if kill { "killed" } else { "down" };
+        let mut args: Vec<String> = ["sandbox", "up", "--scope", "egress-gc", "--thread", thread]
+            .map(String::from)
+            .to_vec();
+        args.extend(f.selection(t));
+        let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+        let (code, out, err) = f.cordon_env(&argv, &ready.env);
+        assert_eq!(code, 0, "up: {err}");
+        let handle = out.trim().to_string();
+        let mut args: Vec<String> =
+            vec!["sandbox".into(), "exec".into(), handle.clone(), "--".into()];
+        args.extend(t.client.fetch(&format!("http://ok.test:{port}/x")));
+        let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+        let (code, out, err) = f.cordon_env(&argv, &ready.env);
+        assert_eq!(code, 0, "exec: {err}");
+        assert_eq!(out, "hello-gc");
+        let keeper = keeper_of(&handle).expect("the sandbox's keeper");
+        let namespaces = held_netns(keeper);
+        assert_eq!(namespaces.len(), 1, "the keeper's route: {namespaces:?}");
+        let ns = &namespaces[0];
+        let below = descendants(keeper);
+        assert!(!below.is_empty(), "nothing runs under the keeper");
+        if kill {
+            // The keeper this test started, by its pid.
+            let killed = Command::new("kill")
+                .args(["-9", &keeper.to_string()])
+                .status()
+                .unwrap();
+            assert!(killed.success());
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+            while std::path::Path::new(&format!("/proc/{keeper}")).exists() {
+                assert!(std::time::Instant::now() < deadline, "the keeper lived on");
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            let (code, _, err) = f.cordon_env(&["sandbox", "gc"], &ready.env);
+            assert_eq!(code, 0, "gc: {err}");
+        } else {
+            let (code, _, err) = f.cordon_env(&["sandbox", "down", &handle], &ready.env);
+            assert_eq!(code, 0, "down: {err}");
+        }
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let proxies = egress_processes(&f.path("audit.jsonl"));
+            let users = netns_in_use(ns);
+            let alive: Vec<u32> = below
+                .iter()
+                .copied()
+                .filter(|p| std::path::Path::new(&format!("/proc/{p}")).exists())
+                .collect();
+            if proxies.is_empty() && users.is_empty() && alive.is_empty() {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "after {thread}: egress proxies {proxies:?}, processes in or holding {ns}: {users:?}, the keeper's processes alive: {alive:?}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    }
+    assert_eq!(hits.load(Ordering::SeqCst), 2);
+}
