@@ -666,15 +666,25 @@ fn route(
             if r.conns.contains_key(&conn) {
                 return Err(format!("connection {conn} opened twice"));
             }
-            match opener.and_then(|o| o(conn)) {
-                Some(sink) => {
-                    r.conns.insert(conn, sink);
-                }
-                None => {
-                    // No route (or the proxy refused): closed at once.
-                    return Ok(());
-                }
+            // Each open connection holds a socket and two threads here;
+            // the agent never has more open than this (it counts a
+            // connection until both sides closed it, longer than here).
+            if r.conns.len() >= proto::MAX_CONNS {
+                return Err(format!(
+                    "more than {} relayed connections open at once",
+                    proto::MAX_CONNS
+                ));
             }
+            // The opener runs without the routes held: it connects (which
+            // may take a while, and exec output must not wait for it), and
+            // when it cannot it closes the guest's side through this
+            // channel, which takes them. Nothing else adds `conn` in the
+            // meantime: only this reader routes the guest's frames.
+            drop(r);
+            if let Some(sink) = opener.and_then(|o| o(conn)) {
+                lock(routes).conns.insert(conn, sink);
+            }
+            return Ok(());
         }
         Msg::ConnData { conn } => {
             if let Some(sink) = r.conns.get(&conn) {
@@ -776,6 +786,111 @@ mod tests {
             assert!(std::time::Instant::now() < until, "the hook was not called");
             std::thread::sleep(Duration::from_millis(5));
         }
+    }
+
+    /// A connection the host cannot open (its proxy unreachable) is closed
+    /// on the guest's side through the channel itself, as the egress relay
+    /// does, and the channel goes on serving: the opener runs without the
+    /// routes the reader holds.
+    #[test]
+    fn a_connection_the_host_cannot_open_is_closed_and_the_channel_goes_on() {
+        let (host, guest) = UnixStream::pair().unwrap();
+        let mut g = guest.try_clone().unwrap();
+        proto::write_frame(
+            &mut g,
+            &Msg::Ready {
+                agent: "test".into(),
+                kernel: "6.1-test".into(),
+            },
+            &[],
+        )
+        .unwrap();
+        let (reader, _, _) = await_ready(&host, Duration::from_secs(5)).unwrap();
+        let slot: Arc<std::sync::OnceLock<std::sync::Weak<Channel>>> = Arc::default();
+        let s = slot.clone();
+        let opener: ConnOpener = Arc::new(move |conn| {
+            if let Some(ch) = s.get().and_then(std::sync::Weak::upgrade) {
+                ch.conn_close(conn);
+            }
+            None
+        });
+        let ch = Channel::serve(host, reader, Arc::new(|_: &str| {}), Some(opener));
+        let _ = slot.set(Arc::downgrade(&ch));
+        guest
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        let mut r = FrameReader::new(guest.try_clone().unwrap());
+        proto::write_frame(&mut g, &Msg::ConnOpen { conn: 7 }, &[]).unwrap();
+        match r.read() {
+            Ok(Some((Msg::ConnClose { conn: 7 }, _))) => {}
+            other => panic!("the guest's side was not closed: {other:?}"),
+        }
+        let stat = {
+            let ch = ch.clone();
+            std::thread::spawn(move || ch.stat("/work/x"))
+        };
+        let req = match r.read() {
+            Ok(Some((Msg::Stat { req, .. }, _))) => req,
+            other => panic!("the channel stopped serving: {other:?}"),
+        };
+        proto::write_frame(&mut g, &Msg::StatReply { req, stat: None }, &[]).unwrap();
+        assert!(matches!(stat.join().unwrap(), Ok(None)));
+        assert_eq!(ch.ended(), None);
+    }
+
+    /// A guest that opens more relayed connections at once than the
+    /// protocol allows ends its VM: each would cost the host a socket and
+    /// threads.
+    #[test]
+    fn connections_past_the_cap_end_the_vm() {
+        let (host, guest) = UnixStream::pair().unwrap();
+        let mut g = guest.try_clone().unwrap();
+        proto::write_frame(
+            &mut g,
+            &Msg::Ready {
+                agent: "test".into(),
+                kernel: "6.1-test".into(),
+            },
+            &[],
+        )
+        .unwrap();
+        let (reader, _, _) = await_ready(&host, Duration::from_secs(5)).unwrap();
+        let sinks = Arc::new(Mutex::new(Vec::new()));
+        let held = sinks.clone();
+        let opener: ConnOpener = Arc::new(move |_| {
+            let (tx, rx) = mpsc::channel();
+            held.lock().unwrap().push(rx);
+            Some(tx)
+        });
+        let killed = Arc::new(AtomicBool::new(false));
+        let why = Arc::new(Mutex::new(String::new()));
+        let (k, w) = (killed.clone(), why.clone());
+        let _ch = Channel::serve(
+            host,
+            reader,
+            Arc::new(move |reason: &str| {
+                *w.lock().unwrap() = reason.to_string();
+                k.store(true, Ordering::SeqCst);
+            }),
+            Some(opener),
+        );
+        for conn in 1..=proto::MAX_CONNS as u64 {
+            proto::write_frame(&mut g, &Msg::ConnOpen { conn }, &[]).unwrap();
+        }
+        // Closing one makes room for another.
+        proto::write_frame(&mut g, &Msg::ConnClose { conn: 1 }, &[]).unwrap();
+        let next = proto::MAX_CONNS as u64 + 1;
+        proto::write_frame(&mut g, &Msg::ConnOpen { conn: next }, &[]).unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(!killed.load(Ordering::SeqCst), "{}", why.lock().unwrap());
+        proto::write_frame(&mut g, &Msg::ConnOpen { conn: next + 1 }, &[]).unwrap();
+        wait_for(&killed);
+        assert!(
+            why.lock().unwrap().contains("at once"),
+            "{}",
+            why.lock().unwrap()
+        );
+        assert_eq!(sinks.lock().unwrap().len(), proto::MAX_CONNS + 1);
     }
 
     #[test]

@@ -8,7 +8,12 @@
 //! The sandbox cases run against every backend whose egress is the proxy,
 //! by the same code: each is a function of a [`Target`], and
 //! `against_every_backend!` makes one test per target (`container::…`,
-//! `docker::…`, each on a `dockerd` of its own).
+//! `docker::…`, each on a `dockerd` of its own, `gvisor::…`, `microvm::…`).
+//! A target says which image its spec names and which HTTP client its
+//! workload runs there ([`Client`]): curl on the host's directories,
+//! python3's `urllib` in the microvm's image, which has no curl; each is
+//! run to exit as `curl -f` does, so the cases assert the same on every
+//! target. The microvm guests boot under TCG here, one case at a time.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -71,6 +76,16 @@ fn rustix_uid() -> u32 {
         .unwrap_or(u32::MAX)
 }
 
+/// Says loudly that `case` did not run, and why: on the test's own stderr,
+/// which the harness does not capture (`eprintln!` it would, and a passing
+/// test's output is never shown).
+fn skipped(case: &str, why: &str) {
+    let _ = writeln!(
+        std::io::stderr().lock(),
+        "\n!!!!!!!! SKIPPED {case}: {why} (CI=true makes this a failure) !!!!!!!!\n"
+    );
+}
+
 fn can_sandbox(case: &str) -> bool {
     if in_ci() {
         assert!(
@@ -80,7 +95,7 @@ fn can_sandbox(case: &str) -> bool {
         return true;
     }
     if !is_root() {
-        eprintln!("\n!!!!!!!! SKIPPED {case}: launching a sandbox needs root (CI=true makes this a failure) !!!!!!!!\n");
+        skipped(case, "launching a sandbox needs root");
     }
     is_root()
 }
@@ -121,18 +136,32 @@ struct Fixture {
 }
 
 impl Fixture {
+    /// A fixture whose spec names the host's directories as its image.
     fn new(allow: &[String]) -> Fixture {
+        Fixture::with_image("host", allow)
+    }
+
+    /// A fixture for `t`: its spec names the image `t` boots.
+    fn for_target(t: &Target, allow: &[String]) -> Fixture {
+        Fixture::with_image(t.image, allow)
+    }
+
+    /// A fixture whose spec names `image`; with no `allow`, the spec has
+    /// no `egress_allow` at all.
+    fn with_image(image: &str, allow: &[String]) -> Fixture {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path();
         std::fs::write(p.join("policy.yaml"), POLICY).unwrap();
         std::fs::write(p.join("hosts"), "127.0.0.1 ok.test other.test\n").unwrap();
         let allow: Vec<String> = allow.iter().map(|a| format!("  - \"{a}\"\n")).collect();
+        let egress = if allow.is_empty() {
+            String::new()
+        } else {
+            format!("egress_allow:\n{}", allow.concat())
+        };
         std::fs::write(
             p.join("spec.yaml"),
-            format!(
-                "kind: egress-test\nimage: host\negress_allow:\n{}",
-                allow.concat()
-            ),
+            format!("kind: egress-test\nimage: {image}\n{egress}"),
         )
         .unwrap();
         std::fs::write(
@@ -206,6 +235,73 @@ impl Fixture {
 struct Target {
     args: &'static [&'static str],
     ready: fn(&str) -> Option<Ready>,
+    /// The image the case's spec names (`host`: the host's directories).
+    image: &'static str,
+    /// The HTTP client the workload runs in that image.
+    client: Client,
+}
+
+/// An HTTP client in a sandbox's image. Each is run so that the cases read
+/// the same on every target: the body on stdout, exit 0 on a 2xx answer,
+/// exit 22 on an HTTP error answer (a proxy's 403; curl's `-f`), another
+/// non-zero exit when no answer came at all.
+#[derive(Clone, Copy)]
+enum Client {
+    /// `/usr/bin/curl`.
+    Curl,
+    /// Python's `urllib` (an image with `python3` and no curl).
+    Python,
+}
+
+/// Python's `urllib` as `curl -sS -f --max-time 10 URL`: it takes the
+/// proxy from `HTTP_PROXY`/`http_proxy` as curl does.
+const PY_FETCH: &str = r#"import sys,urllib.request,urllib.error
+try:
+    sys.stdout.write(urllib.request.urlopen(sys.argv[1],timeout=10).read().decode())
+except urllib.error.HTTPError as e:
+    sys.stderr.write("HTTP error %d\n" % e.code); sys.exit(22)
+"#;
+
+/// Python's `urllib` with no proxy at all, as `env -u http_proxy -u
+/// HTTP_PROXY curl --max-time 5 URL`.
+const PY_DIRECT: &str = r#"import sys,urllib.request
+o=urllib.request.build_opener(urllib.request.ProxyHandler({}))
+sys.stdout.write(o.open(sys.argv[1],timeout=5).read().decode())
+"#;
+
+impl Client {
+    /// The argv that fetches `url` through the sandbox's proxy variables.
+    fn fetch(self, url: &str) -> Vec<String> {
+        match self {
+            Client::Curl => curl(url),
+            Client::Python => ["/usr/bin/python3", "-c", PY_FETCH, url]
+                .map(String::from)
+                .to_vec(),
+        }
+    }
+
+    /// The argv that fetches `url` directly, with no proxy variable set.
+    fn direct(self, url: &str) -> Vec<String> {
+        match self {
+            Client::Curl => [
+                "/usr/bin/env",
+                "-u",
+                "http_proxy",
+                "-u",
+                "HTTP_PROXY",
+                "/usr/bin/curl",
+                "-sS",
+                "--max-time",
+                "5",
+                url,
+            ]
+            .map(String::from)
+            .to_vec(),
+            Client::Python => ["/usr/bin/python3", "-c", PY_DIRECT, url]
+                .map(String::from)
+                .to_vec(),
+        }
+    }
 }
 
 /// A target ready for one case: what its cordon commands need in their
@@ -213,6 +309,8 @@ struct Target {
 struct Ready {
     env: Vec<(String, String)>,
     _engine: Option<common::dockerd::Dockerd>,
+    /// A turn the target's cases take one at a time.
+    _turn: Option<std::sync::MutexGuard<'static, ()>>,
 }
 
 mod common {
@@ -222,10 +320,13 @@ mod common {
 /// The native container rung.
 const CONTAINER: Target = Target {
     args: &["--min-isolation", "container"],
+    image: "host",
+    client: Client::Curl,
     ready: |case| {
         can_sandbox(case).then(|| Ready {
             env: Vec::new(),
             _engine: None,
+            _turn: None,
         })
     },
 };
@@ -233,11 +334,14 @@ const CONTAINER: Target = Target {
 /// The docker backend, on an engine of the case's own.
 const DOCKER: Target = Target {
     args: &["--min-isolation", "container", "--backend", "docker"],
+    image: "host",
+    client: Client::Curl,
     ready: |case| {
         let engine = common::dockerd::Dockerd::start(case)?;
         Some(Ready {
             env: vec![("CORDON_DOCKER_HOST".into(), engine.host())],
             _engine: Some(engine),
+            _turn: None,
         })
     },
 };
@@ -257,17 +361,163 @@ fn can_run_gvisor(case: &str) -> bool {
         (true, false) => "`runsc` is not installed (`apt-get install runsc`)",
     };
     assert!(!in_ci(), "CI=true and `{case}`: {missing}");
-    eprintln!("\n!!!!!!!! SKIPPED {case}: {missing} (CI=true makes this a failure) !!!!!!!!\n");
+    skipped(case, missing);
     false
 }
 
 /// The `gvisor` backend (`hardened_container`).
 const GVISOR: Target = Target {
     args: &["--min-isolation", "hardened_container"],
+    image: "host",
+    client: Client::Curl,
     ready: |case| {
         can_run_gvisor(case).then(|| Ready {
             env: Vec::new(),
             _engine: None,
+            _turn: None,
+        })
+    },
+};
+
+/// The CI image store and the image the microvm guests boot (Debian
+/// minbase with python3, no curl), as `tests/microvm.rs` and
+/// `tests/sandbox.rs` build it.
+const CI_STORE: &str = "/var/cache/cordon-ci-images";
+const CI_IMAGE: &str = "ci-bookworm-python3";
+
+/// Whether the ELF file at `p` names no program interpreter: a static
+/// build, the only kind that can be a guest's PID 1.
+fn is_static_elf(p: &std::path::Path) -> bool {
+    let Ok(b) = std::fs::read(p) else {
+        return false;
+    };
+    let u16_at = |o: usize| {
+        b.get(o..o + 2)
+            .map(|x| u16::from_le_bytes([x[0], x[1]]) as usize)
+    };
+    let u64_at = |o: usize| {
+        b.get(o..o + 8)
+            .map(|x| u64::from_le_bytes(x.try_into().unwrap()) as usize)
+    };
+    if !b.starts_with(b"\x7fELF\x02\x01") {
+        return false;
+    }
+    let (Some(phoff), Some(phentsize), Some(phnum)) = (u64_at(0x20), u16_at(0x36), u16_at(0x38))
+    else {
+        return false;
+    };
+    // PT_INTERP = 3.
+    !(0..phnum).any(|i| {
+        b.get(phoff + i * phentsize..phoff + i * phentsize + 4) == Some(&3u32.to_le_bytes()[..])
+    })
+}
+
+/// What this machine lacks for a microvm guest, if anything.
+fn microvm_missing() -> Option<String> {
+    if !is_root() {
+        return Some("launching a microvm sandbox (the jail around QEMU) needs root".into());
+    }
+    let qemu_on_path = std::env::var_os("PATH").is_some_and(|paths| {
+        std::env::split_paths(&paths).any(|d| d.join("qemu-system-x86_64").is_file())
+    });
+    if !qemu_on_path && !std::path::Path::new("/usr/bin/qemu-system-x86_64").is_file() {
+        return Some(
+            "`qemu-system-x86_64` is not installed (`apt-get install qemu-system-x86`)".into(),
+        );
+    }
+    let kernel = match std::env::var_os("CORDON_VM_KERNEL").filter(|v| !v.is_empty()) {
+        Some(k) => std::path::Path::new(&k).is_file(),
+        None => std::fs::read_dir("/boot")
+            .map(|d| {
+                d.flatten().any(|e| {
+                    let n = e.file_name().to_string_lossy().into_owned();
+                    // The backend boots 6.12 or later.
+                    let version = n
+                        .strip_prefix("vmlinuz-")
+                        .filter(|_| n.ends_with("-cloud-amd64"))
+                        .map(|r| {
+                            r.split(['.', '-'])
+                                .take(2)
+                                .map(|x| x.parse::<u32>().unwrap_or(0))
+                                .collect::<Vec<_>>()
+                        });
+                    version.is_some_and(|v| v >= vec![6, 12])
+                })
+            })
+            .unwrap_or(false),
+    };
+    if !kernel {
+        return Some("no guest kernel: no 6.12+ `/boot/vmlinuz-*-cloud-amd64` (bookworm-backports' `linux-image-cloud-amd64`) and no CORDON_VM_KERNEL".into());
+    }
+    let agent = match std::env::var_os("CORDON_VM_AGENT").filter(|v| !v.is_empty()) {
+        Some(a) => PathBuf::from(a),
+        // target/debug/cordon → target/x86_64-unknown-linux-gnu/guest/.
+        None => PathBuf::from(env!("CARGO_BIN_EXE_cordon"))
+            .parent()
+            .and_then(std::path::Path::parent)
+            .map(|t| t.join("x86_64-unknown-linux-gnu/guest/cordon-vm-agent"))
+            .unwrap_or_default(),
+    };
+    if !is_static_elf(&agent) {
+        return Some(format!(
+            "no static guest agent at `{}` (`RUSTFLAGS=\"-C target-feature=+crt-static\" cargo build --profile guest --locked -p cordon-vm-agent --target x86_64-unknown-linux-gnu`)",
+            agent.display()
+        ));
+    }
+    None
+}
+
+/// The CI image, built once per machine if the store lacks it.
+fn ci_image_store() -> PathBuf {
+    let store = PathBuf::from(CI_STORE);
+    if !store
+        .join("names")
+        .join(format!("{CI_IMAGE}.json"))
+        .exists()
+    {
+        let out = Command::new(env!("CARGO_BIN_EXE_cordon"))
+            .args([
+                "image",
+                "build",
+                CI_IMAGE,
+                "--debootstrap",
+                "--include",
+                "python3",
+            ])
+            .env("CORDON_IMAGE_STORE", &store)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "building the CI image: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    store
+}
+
+/// One microvm case at a time: each boots guests under TCG on few cores.
+static ONE_VM_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// The `microvm` backend: a QEMU guest booting the CI image, whose
+/// workload reaches its proxy through the guest agent's relay. The image
+/// has python3 and no curl.
+const MICROVM: Target = Target {
+    args: &["--min-isolation", "container", "--backend", "microvm"],
+    image: CI_IMAGE,
+    client: Client::Python,
+    ready: |case| {
+        if let Some(missing) = microvm_missing() {
+            assert!(!in_ci(), "CI=true and `{case}`: {missing}");
+            skipped(&format!("{case} on microvm"), &missing);
+            return None;
+        }
+        let turn = ONE_VM_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+        let store = ci_image_store();
+        Some(Ready {
+            env: vec![("CORDON_IMAGE_STORE".into(), store.display().to_string())],
+            _engine: None,
+            _turn: Some(turn),
         })
     },
 };
@@ -297,6 +547,7 @@ against_every_backend! {
     container = super::CONTAINER;
     docker = super::DOCKER;
     gvisor = super::GVISOR;
+    microvm = super::MICROVM;
 }
 
 /// The pids of egress proxy processes (`cordon __egress-proxy`) holding
@@ -472,11 +723,11 @@ fn run_with_a_spec_reaches_its_allowlist_and_nothing_else(t: &Target) {
     };
     let env = ready.env.clone();
     let (port, hits) = upstream("hello-sandbox");
-    let f = Fixture::new(&[format!("ok.test:{port}")]);
+    let f = Fixture::for_target(t, &[format!("ok.test:{port}")]);
     let mut args: Vec<String> = vec!["run".into()];
     args.extend(f.selection(t));
     args.push("--".into());
-    args.extend(curl(&format!("http://ok.test:{port}/x")));
+    args.extend(t.client.fetch(&format!("http://ok.test:{port}/x")));
     let argv: Vec<&str> = args.iter().map(String::as_str).collect();
     let (code, out, err) = f.cordon_env(&argv, &env);
     assert_eq!(code, 0, "{err}");
@@ -487,7 +738,7 @@ fn run_with_a_spec_reaches_its_allowlist_and_nothing_else(t: &Target) {
     let mut args: Vec<String> = vec!["run".into()];
     args.extend(f.selection(t));
     args.push("--".into());
-    args.extend(curl(&format!("http://other.test:{port}/x")));
+    args.extend(t.client.fetch(&format!("http://other.test:{port}/x")));
     let argv: Vec<&str> = args.iter().map(String::as_str).collect();
     let (code, _, err) = f.cordon_env(&argv, &env);
     assert_eq!(code, 22, "{err}");
@@ -497,21 +748,7 @@ fn run_with_a_spec_reaches_its_allowlist_and_nothing_else(t: &Target) {
     let mut args: Vec<String> = vec!["run".into()];
     args.extend(f.selection(t));
     args.push("--".into());
-    args.extend(
-        [
-            "/usr/bin/env",
-            "-u",
-            "http_proxy",
-            "-u",
-            "HTTP_PROXY",
-            "/usr/bin/curl",
-            "-sS",
-            "--max-time",
-            "5",
-        ]
-        .map(String::from),
-    );
-    args.push(format!("http://127.0.0.1:{port}/x"));
+    args.extend(t.client.direct(&format!("http://127.0.0.1:{port}/x")));
     let argv: Vec<&str> = args.iter().map(String::as_str).collect();
     let (code, _, _) = f.cordon_env(&argv, &env);
     assert_ne!(code, 0);
@@ -535,7 +772,7 @@ fn a_spec_entry_the_policy_denies_is_refused_before_anything_starts(t: &Target) 
         return;
     };
     let env = ready.env.clone();
-    let f = Fixture::new(&["ok.test:8080".to_string()]);
+    let f = Fixture::for_target(t, &["ok.test:8080".to_string()]);
     let mut args: Vec<String> = vec!["run".into()];
     args.extend(f.selection(t));
     // team-b is denied every egress by the policy.
@@ -554,7 +791,7 @@ fn a_kept_sandbox_has_its_route_through_its_keeper(t: &Target) {
     };
     let env = ready.env.clone();
     let (port, hits) = upstream("hello-kept");
-    let f = Fixture::new(&[format!("ok.test:{port}")]);
+    let f = Fixture::for_target(t, &[format!("ok.test:{port}")]);
     let mut args: Vec<String> = ["sandbox", "up", "--scope", "egress-test", "--thread", "t1"]
         .map(String::from)
         .to_vec();
@@ -566,7 +803,7 @@ fn a_kept_sandbox_has_its_route_through_its_keeper(t: &Target) {
     let exec = |url: &str| {
         let mut args: Vec<String> =
             vec!["sandbox".into(), "exec".into(), handle.clone(), "--".into()];
-        args.extend(curl(url));
+        args.extend(t.client.fetch(url));
         let argv: Vec<&str> = args.iter().map(String::as_str).collect();
         f.cordon_env(&argv, &env)
     };
@@ -807,4 +1044,266 @@ except OSError as e: print("listen refused",e.errno)
         0,
         "the host's listener was reached"
     );
+}
+
+/// What a microvm workload finds of the network, as lines the test reads:
+/// its interfaces, its proxy variable, the ports listening in its network
+/// namespace, then one line per place it tries to reach.
+const MICROVM_NET_PROBE: &str = r#"import socket,os,sys
+print("interfaces", ",".join(sorted(l.split(":")[0].strip() for l in open("/proc/net/dev").read().splitlines()[2:])))
+proxy=os.environ.get("HTTP_PROXY")
+print("proxy-variable", proxy or "none")
+ports=set()
+for f in ["/proc/net/tcp","/proc/net/tcp6"]:
+  for l in open(f).read().splitlines()[1:]:
+    c=l.split()
+    if c[3]=="0A": ports.add(int(c[1].rsplit(":",1)[1],16))
+print("listening", ",".join(str(p) for p in sorted(ports)) or "none")
+def t(name,fam,typ,addr):
+  try:
+    s=socket.socket(fam,typ); s.settimeout(3)
+    if typ==socket.SOCK_DGRAM: s.sendto(b"x",addr); s.recv(1); print(name,"REACHED")
+    else: s.connect(addr); print(name,"REACHED")
+  except OSError as e: print(name,"refused",e.errno)
+up=int(sys.argv[1]); host=sys.argv[2]
+if proxy: t("proxy",socket.AF_INET,socket.SOCK_STREAM,("127.0.0.1",int(proxy.rsplit(":",1)[1])))
+t("host-loopback",socket.AF_INET,socket.SOCK_STREAM,("127.0.0.1",up))
+t("host-address",socket.AF_INET,socket.SOCK_STREAM,(host,up))
+t("outside",socket.AF_INET,socket.SOCK_STREAM,("192.0.2.1",80))
+t("outside-udp",socket.AF_INET,socket.SOCK_DGRAM,("192.0.2.1",53))
+t("host-address-udp",socket.AF_INET,socket.SOCK_DGRAM,(host,up))
+t("v6-loopback",socket.AF_INET6,socket.SOCK_STREAM,("::1",up))
+"#;
+
+/// A microvm guest has no network of its own, only the relay. With no
+/// `egress_allow` its workload has no interface but `lo`, no proxy
+/// variable, nothing listening (no proxy port) and reaches nothing; with
+/// one, its one listener is the proxy port, and it reaches that and
+/// nothing else: not a listener on the host's loopback, not the host's
+/// own address, not an outside one (TCP or UDP).
+#[test]
+fn a_microvm_workload_has_no_route_but_its_proxy() {
+    let t = &MICROVM;
+    let Some(ready) = (t.ready)("a_microvm_workload_has_no_route_but_its_proxy") else {
+        return;
+    };
+    let (port, hits) = upstream("never");
+    // The host's first address that is not loopback, if it has one.
+    let host_ip = std::net::UdpSocket::bind("0.0.0.0:0")
+        .and_then(|s| s.connect("192.0.2.1:9").map(|()| s))
+        .and_then(|s| s.local_addr())
+        .map(|a| a.ip().to_string())
+        .unwrap_or_else(|_| "127.0.0.1".into());
+    let probe = |allow: &[String]| {
+        let f = Fixture::for_target(t, allow);
+        let mut args: Vec<String> = vec!["run".into()];
+        args.extend(f.selection(t));
+        args.extend(
+            [
+                "--",
+                "/usr/bin/python3",
+                "-c",
+                MICROVM_NET_PROBE,
+                &port.to_string(),
+                &host_ip,
+            ]
+            .map(String::from),
+        );
+        let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+        let (code, out, err) = f.cordon_env(&argv, &ready.env);
+        assert_eq!(code, 0, "{err}\n{out}");
+        (out, f)
+    };
+    let refused = |out: &str, from: usize| {
+        let lines: Vec<&str> = out.lines().skip(from).collect();
+        assert_eq!(lines.len(), 6, "{out}");
+        for l in &lines {
+            assert!(l.contains(" refused "), "a breach: `{l}`\n{out}");
+        }
+        // Landlock refuses TCP connects; UDP it does not govern, and the
+        // workload's namespace has no route for it (ENETUNREACH).
+        for l in ["outside-udp refused 101", "host-address-udp refused 101"] {
+            if host_ip != "127.0.0.1" || l.starts_with("outside") {
+                assert!(lines.contains(&l), "no `{l}`:\n{out}");
+            }
+        }
+    };
+
+    let (out, f) = probe(&[]);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.first(), Some(&"interfaces lo"), "{out}");
+    assert_eq!(lines.get(1), Some(&"proxy-variable none"), "{out}");
+    assert_eq!(lines.get(2), Some(&"listening none"), "{out}");
+    refused(&out, 3);
+    assert!(f.audit().is_empty(), "no proxy, no audit: {:?}", f.audit());
+
+    let (out, f) = probe(&["ok.test:443".to_string()]);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.first(), Some(&"interfaces lo"), "{out}");
+    let proxy_port = lines
+        .get(1)
+        .and_then(|l| l.strip_prefix("proxy-variable http://127.0.0.1:"))
+        .unwrap_or_else(|| panic!("the proxy variable: {out}"));
+    assert_eq!(
+        lines.get(2),
+        Some(&format!("listening {proxy_port}").as_str()),
+        "{out}"
+    );
+    assert_eq!(lines.get(3), Some(&"proxy REACHED"), "{out}");
+    refused(&out, 4);
+    // Reaching the proxy's port is no request: nothing was decided.
+    assert!(f.audit().is_empty(), "{:?}", f.audit());
+
+    // Even with a route, the guest has no network device: the route is
+    // the agent's channel. QEMU, under the sandbox's keeper, is asked for
+    // no defaults and no NIC.
+    let f = Fixture::for_target(t, &["ok.test:443".to_string()]);
+    let mut args: Vec<String> = ["sandbox", "up", "--scope", "egress-vm", "--thread", "t1"]
+        .map(String::from)
+        .to_vec();
+    args.extend(f.selection(t));
+    let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (code, out, err) = f.cordon_env(&argv, &ready.env);
+    assert_eq!(code, 0, "up: {err}");
+    let handle = out.trim().to_string();
+    let keeper = keeper_of(&handle).expect("the sandbox's keeper");
+    let qemu: Vec<Vec<String>> = descendants(keeper)
+        .into_iter()
+        .filter_map(|pid| {
+            let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+            let args: Vec<String> = cmd
+                .split(|b| *b == 0)
+                .map(|a| String::from_utf8_lossy(a).into_owned())
+                .collect();
+            args.first()?
+                .ends_with("qemu-system-x86_64")
+                .then_some(args)
+        })
+        .collect();
+    let (code, _, err) = f.cordon_env(&["sandbox", "down", &handle], &ready.env);
+    assert_eq!(code, 0, "down: {err}");
+    assert_eq!(qemu.len(), 1, "the keeper's QEMU: {qemu:?}");
+    let qemu = &qemu[0];
+    assert!(qemu.iter().any(|a| a == "-nodefaults"), "{qemu:?}");
+    for a in qemu {
+        assert!(
+            !["-net", "-netdev", "-nic"].contains(&a.as_str())
+                && !a.contains("-net-")
+                && !a.contains("virtio-net")
+                && !a.contains("e1000"),
+            "a network device for the guest: `{a}` in {qemu:?}"
+        );
+    }
+    assert_eq!(
+        hits.load(Ordering::SeqCst),
+        0,
+        "the host's listener was reached"
+    );
+}
+
+/// The processes below `pid`, however deep.
+fn descendants(pid: u32) -> Vec<u32> {
+    let parents: Vec<(u32, u32)> = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| {
+            let p = e.file_name().to_string_lossy().parse::<u32>().ok()?;
+            let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).ok()?;
+            // `pid (comm) state ppid …`; comm may hold spaces and parens.
+            let ppid = stat
+                .rsplit_once(')')?
+                .1
+                .split_whitespace()
+                .nth(1)?
+                .parse()
+                .ok()?;
+            Some((p, ppid))
+        })
+        .collect();
+    let mut out = vec![pid];
+    let mut i = 0;
+    while i < out.len() {
+        let p = out[i];
+        out.extend(parents.iter().filter(|(_, pp)| *pp == p).map(|(c, _)| *c));
+        i += 1;
+    }
+    out.remove(0);
+    out
+}
+
+/// A microvm sandbox with a route out leaves nothing once disposed of — no
+/// proxy process, no process in or holding the proxy's network namespace,
+/// no QEMU — and neither does one whose keeper is killed with SIGKILL,
+/// once `cordon sandbox gc` has run.
+#[test]
+fn microvm_routes_leave_nothing_after_down_or_a_killed_keeper_and_gc() {
+    let t = &MICROVM;
+    let Some(ready) =
+        (t.ready)("microvm_routes_leave_nothing_after_down_or_a_killed_keeper_and_gc")
+    else {
+        return;
+    };
+    let (port, hits) = upstream("hello-gc");
+    let f = Fixture::for_target(t, &[format!("ok.test:{port}")]);
+    for kill in [false, true] {
+        let thread = if kill { "killed" } else { "down" };
+        let mut args: Vec<String> = ["sandbox", "up", "--scope", "egress-gc", "--thread", thread]
+            .map(String::from)
+            .to_vec();
+        args.extend(f.selection(t));
+        let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+        let (code, out, err) = f.cordon_env(&argv, &ready.env);
+        assert_eq!(code, 0, "up: {err}");
+        let handle = out.trim().to_string();
+        let mut args: Vec<String> =
+            vec!["sandbox".into(), "exec".into(), handle.clone(), "--".into()];
+        args.extend(t.client.fetch(&format!("http://ok.test:{port}/x")));
+        let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+        let (code, out, err) = f.cordon_env(&argv, &ready.env);
+        assert_eq!(code, 0, "exec: {err}");
+        assert_eq!(out, "hello-gc");
+        let keeper = keeper_of(&handle).expect("the sandbox's keeper");
+        let namespaces = held_netns(keeper);
+        assert_eq!(namespaces.len(), 1, "the keeper's route: {namespaces:?}");
+        let ns = &namespaces[0];
+        let below = descendants(keeper);
+        assert!(!below.is_empty(), "nothing runs under the keeper");
+        if kill {
+            // The keeper this test started, by its pid.
+            let killed = Command::new("kill")
+                .args(["-9", &keeper.to_string()])
+                .status()
+                .unwrap();
+            assert!(killed.success());
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+            while std::path::Path::new(&format!("/proc/{keeper}")).exists() {
+                assert!(std::time::Instant::now() < deadline, "the keeper lived on");
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            let (code, _, err) = f.cordon_env(&["sandbox", "gc"], &ready.env);
+            assert_eq!(code, 0, "gc: {err}");
+        } else {
+            let (code, _, err) = f.cordon_env(&["sandbox", "down", &handle], &ready.env);
+            assert_eq!(code, 0, "down: {err}");
+        }
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let proxies = egress_processes(&f.path("audit.jsonl"));
+            let users = netns_in_use(ns);
+            let alive: Vec<u32> = below
+                .iter()
+                .copied()
+                .filter(|p| std::path::Path::new(&format!("/proc/{p}")).exists())
+                .collect();
+            if proxies.is_empty() && users.is_empty() && alive.is_empty() {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "after {thread}: egress proxies {proxies:?}, processes in or holding {ns}: {users:?}, the keeper's processes alive: {alive:?}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    }
+    assert_eq!(hits.load(Ordering::SeqCst), 2);
 }

@@ -13,14 +13,11 @@ use std::net::{Shutdown, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use cordon_vm_proto::{Msg, MAX_DATA};
+use cordon_vm_proto::{Msg, MAX_CONNS, MAX_DATA};
 
 use crate::feed::{Feed, Refused};
 use crate::say;
 use crate::serve::Out;
-
-/// Connections open at once; more are closed as they come.
-const MAX_CONNS: usize = 256;
 
 struct Conn {
     /// Bytes from the host to the workload.

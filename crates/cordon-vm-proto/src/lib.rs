@@ -39,6 +39,10 @@ pub const MAX_FILE: u64 = 64 * 1024 * 1024;
 /// The most entries one `List` answers with (over all its `ListReply`
 /// frames); a larger directory is refused.
 pub const MAX_LIST: usize = 10_000;
+/// The most relayed connections open at once. The guest closes one past
+/// it as it is accepted (no `ConnOpen`); a `ConnOpen` past it breaks the
+/// protocol. A connection counts from its `ConnOpen` until a `ConnClose`.
+pub const MAX_CONNS: usize = 256;
 
 /// One message: the header of a frame.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
