@@ -39,9 +39,18 @@ fn missing() -> Option<String> {
             d.flatten()
                 .filter_map(|e| e.file_name().to_str().map(str::to_string))
                 .any(|n| {
-                    n.starts_with("vmlinuz-6.1")
-                        && n.ends_with("-cloud-amd64")
-                        && !n.starts_with("vmlinuz-6.1.")
+                    let Some(r) = n
+                        .strip_prefix("vmlinuz-")
+                        .filter(|r| r.ends_with("-cloud-amd64"))
+                    else {
+                        return false;
+                    };
+                    let v: Vec<u32> = r
+                        .split(['.', '-'])
+                        .take(2)
+                        .filter_map(|x| x.parse().ok())
+                        .collect();
+                    v.len() == 2 && (v[0], v[1]) >= (6, 12)
                 })
         })
         .unwrap_or(false);
