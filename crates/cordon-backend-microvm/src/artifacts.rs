@@ -197,7 +197,17 @@ fn trusted(p: &Path) -> Result<(), String> {
 /// Whether the ELF file at `p` names no program interpreter (`PT_INTERP`):
 /// statically linked.
 pub fn is_static(p: &Path) -> Result<bool, String> {
-    let b = std::fs::read(p).map_err(|e| format!("`{}`: {e}", p.display()))?;
+    // The ELF and program headers sit at the file's start (a linker puts
+    // them there): the first 64 KiB, not the whole binary, on every start.
+    let mut b = Vec::new();
+    std::io::Read::read_to_end(
+        &mut std::io::Read::take(
+            std::fs::File::open(p).map_err(|e| format!("`{}`: {e}", p.display()))?,
+            64 << 10,
+        ),
+        &mut b,
+    )
+    .map_err(|e| format!("`{}`: {e}", p.display()))?;
     let u16_at = |o: usize| b.get(o..o + 2).map(|s| u16::from_le_bytes([s[0], s[1]]));
     let u32_at = |o: usize| {
         b.get(o..o + 4)

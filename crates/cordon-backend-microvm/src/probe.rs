@@ -48,8 +48,34 @@ pub struct Unavailable {
 
 /// Probes once per process.
 pub fn machine() -> &'static Result<Machine, Unavailable> {
-    static M: OnceLock<Result<Machine, Unavailable>> = OnceLock::new();
-    M.get_or_init(probe)
+    MACHINE.get_or_init(probe)
+}
+
+static MACHINE: OnceLock<Result<Machine, Unavailable>> = OnceLock::new();
+
+/// The accelerator for the registration's rung, cheaply: no `qemu
+/// --version`, no initramfs unless a probe must boot one (a cached result
+/// answers every later `cordon` command). `None`: the backend cannot run.
+/// Every `cordon` command builds the registry, so this is start-up work.
+pub fn accel_for_registry() -> Option<Accel> {
+    static A: OnceLock<Option<Accel>> = OnceLock::new();
+    *A.get_or_init(|| {
+        if let Ok(m) = machine_if_probed() {
+            return Some(m);
+        }
+        let qemu = qemu()?;
+        let kernel = artifacts::kernel().ok()?;
+        let agent = artifacts::agent().ok()?;
+        Some(accel(&qemu, &kernel, || artifacts::initramfs(&kernel, &agent)).0)
+    })
+}
+
+/// The full probe's accelerator when it already ran in this process.
+fn machine_if_probed() -> Result<Accel, ()> {
+    match MACHINE.get() {
+        Some(Ok(m)) => Ok(m.accel),
+        _ => Err(()),
+    }
 }
 
 /// `qemu-system-x86_64` on PATH or in /usr/bin.
@@ -95,7 +121,7 @@ fn probe() -> Result<Machine, Unavailable> {
         reason,
         found: found.clone(),
     })?;
-    let (accel, no_kvm, accel_source) = accel(&qemu, &kernel, &initramfs);
+    let (accel, no_kvm, accel_source) = accel(&qemu, &kernel, || Ok(initramfs.clone()));
     Ok(Machine {
         qemu,
         qemu_version,
@@ -130,7 +156,11 @@ fn now() -> u64 {
 }
 
 /// Decides the accelerator: KVM only when a guest booted under it.
-fn accel(qemu: &Path, kernel: &Kernel, initramfs: &Path) -> (Accel, Option<String>, String) {
+fn accel(
+    qemu: &Path,
+    kernel: &Kernel,
+    initramfs: impl FnOnce() -> Result<PathBuf, String>,
+) -> (Accel, Option<String>, String) {
     if std::env::var("CORDON_VM_ACCEL").as_deref() == Ok("tcg") {
         return (
             Accel::Tcg,
@@ -200,12 +230,15 @@ fn accel(qemu: &Path, kernel: &Kernel, initramfs: &Path) -> (Accel, Option<Strin
     if let Some(hit) = cached(&file) {
         return hit;
     }
-    let result = boot_probe(qemu, kernel, initramfs).map_err(|e| {
-        e.replace(
-            "reading the channel failed: Resource temporarily unavailable (os error 11)",
-            "nothing came",
-        )
-    });
+    // The initramfs is made only now: a probe must boot it.
+    let result = initramfs()
+        .and_then(|i| boot_probe(qemu, kernel, &i))
+        .map_err(|e| {
+            e.replace(
+                "reading the channel failed: Resource temporarily unavailable (os error 11)",
+                "nothing came",
+            )
+        });
     if let Some(f) = &file {
         let c = Cached {
             key,
