@@ -42,7 +42,9 @@ fn info(rung: Rung) -> BackendInfo {
     }
 }
 
-fn init_of(setup: &BackendSetup) -> Option<InitProgram> {
+/// The sandbox init program a host setup names (`BackendSetup::init`), as
+/// every backend that launches through `cordon-linux` takes it.
+pub fn init_of(setup: &BackendSetup) -> Option<InitProgram> {
     setup.init.as_ref().map(|c| {
         c.args
             .iter()

@@ -18,11 +18,11 @@ use crate::{MicrovmBackend, MicrovmConfig, Residue};
 
 /// The rung this machine gives the backend (probing it on first use).
 pub fn rung() -> Isolation {
-    match crate::probe::machine() {
-        Ok(m) => crate::rung_of(m.accel),
+    match crate::probe::accel_for_registry() {
+        Some(accel) => crate::rung_of(accel),
         // Not runnable: shown at the rung it would have without KVM, the
         // probe says why it cannot run at all.
-        Err(_) => Isolation::Container,
+        None => Isolation::Container,
     }
 }
 
@@ -85,15 +85,7 @@ fn build(setup: &BackendSetup, policy: Arc<Policy>) -> Result<Arc<dyn Backend>, 
         .as_ref()
         .map_err(|u| format!("{} ({})", u.reason, u.found.join("; ")))?
         .clone();
-    let init = setup
-        .init
-        .as_ref()
-        .map(|c| {
-            c.args
-                .iter()
-                .fold(cordon_linux::InitProgram::new(&c.path), |i, a| i.arg(a))
-        })
-        .ok_or("the host did not say how to run its binary as a sandbox init (the jail around QEMU needs one)")?;
+    let init = cordon_backend_local::register::init_of(setup).ok_or("the host did not say how to run its binary as a sandbox init (the jail around QEMU needs one)")?;
     Ok(Arc::new(MicrovmBackend::new(MicrovmConfig {
         policy,
         env: Deployment {
@@ -128,7 +120,18 @@ fn vet(residue: &serde_json::Value, keeper: u32) -> Result<(), String> {
             scratch.display()
         ));
     }
-    Ok(())
+    // Acted on as root: only a real directory of root's (a record is data,
+    // not an authority).
+    use std::os::unix::fs::MetadataExt;
+    match std::fs::symlink_metadata(&r.dir) {
+        Ok(m) if !m.is_dir() || m.uid() != 0 => Err(format!(
+            "`{}` is not a directory of root's; left alone",
+            r.dir.display()
+        )),
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(format!("`{}`: {e}", r.dir.display())),
+    }
 }
 
 fn reclaim(residue: &serde_json::Value) -> Vec<String> {
@@ -181,5 +184,36 @@ pub fn registration() -> BackendRegistration {
         // be attacked runs as this unprivileged id, which nothing else has.
         workload_uid: Some(crate::sandbox::GUEST_WORKLOAD_ID),
         opt_in: true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_recorded_directory_that_is_a_link_is_left_alone() {
+        let pid = std::process::id();
+        let scratch = std::env::temp_dir();
+        let scratch = scratch.canonicalize().unwrap_or(scratch);
+        let link = scratch.join(format!("{}{pid}-9999", crate::PREFIX));
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink("/etc", &link).unwrap();
+        let residue = serde_json::to_value(Residue {
+            dir: link.clone(),
+            cgroups: Vec::new(),
+        })
+        .unwrap();
+        let got = vet(&residue, pid);
+        std::fs::remove_file(&link).unwrap();
+        assert!(got.unwrap_err().contains("not a directory of root's"));
+        // Another keeper's name, or a directory elsewhere: refused too.
+        assert!(vet(&residue, pid + 1).is_err());
+        let elsewhere = serde_json::to_value(Residue {
+            dir: format!("/var/{}{pid}-1", crate::PREFIX).into(),
+            cgroups: Vec::new(),
+        })
+        .unwrap();
+        assert!(vet(&elsewhere, pid).is_err());
     }
 }
