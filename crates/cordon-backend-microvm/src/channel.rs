@@ -780,6 +780,16 @@ mod tests {
         (ch, guest, killed, why)
     }
 
+    /// The id of the next `Exec` the host sends the fake guest.
+    fn next_exec(guest: &UnixStream) -> u64 {
+        let mut r = FrameReader::new(guest.try_clone().unwrap());
+        loop {
+            if let Some((Msg::Exec { id, .. }, _)) = r.read().unwrap() {
+                return id;
+            }
+        }
+    }
+
     fn wait_for(flag: &AtomicBool) {
         let until = std::time::Instant::now() + Duration::from_secs(5);
         while !flag.load(Ordering::SeqCst) {
@@ -933,12 +943,7 @@ mod tests {
             )
             .unwrap();
         // Read the guest's side until the Exec arrives, to learn its id.
-        let mut r = FrameReader::new(guest.try_clone().unwrap());
-        let id = loop {
-            if let Some((Msg::Exec { id, .. }, _)) = r.read().unwrap() {
-                break id;
-            }
-        };
+        let id = next_exec(&guest);
         let chunk = vec![b'x'; proto::MAX_DATA as usize];
         for _ in 0..4 {
             if proto::write_frame(
@@ -1009,12 +1014,7 @@ mod tests {
                 Duration::from_secs(30),
             )
             .unwrap();
-        let mut r = FrameReader::new(guest.try_clone().unwrap());
-        let id = loop {
-            if let Some((Msg::Exec { id, .. }, _)) = r.read().unwrap() {
-                break id;
-            }
-        };
+        let id = next_exec(&guest);
         let out = Msg::Output {
             id,
             stream: proto::Stream::Stdout,
