@@ -1,0 +1,375 @@
+//! Sandboxes: create or get, attach a recorded one, dispose.
+
+use super::*;
+
+pub(crate) async fn backends(State(s): State<Arc<Served>>, headers: HeaderMap) -> Response {
+    let cred = match who(&s, &headers) {
+        Ok(c) => c,
+        Err(r) => return *r,
+    };
+    let available: Vec<serde_json::Value> = s
+        .catalogue
+        .iter()
+        .map(|row| {
+            let mut row = row.clone();
+            let used = row["name"]
+                .as_str()
+                .is_some_and(|n| s.backends.iter().any(|b| b == n));
+            row["used"] = used.into();
+            row
+        })
+        .collect();
+    Json(json!({
+        "backends": s.backends,
+        "available": available,
+        "floor": s.floor.as_str(),
+        "identity": {"namespace": cred.identity.namespace, "name": cred.identity.name},
+        "scope": cred.scope,
+    }))
+    .into_response()
+}
+
+impl Served {
+    /// Disposes of every sandbox this server made (at shutdown: they
+    /// live and die with it until replicas share a state directory).
+    pub(crate) fn dispose_all(&self) {
+        let held: Vec<(SandboxKey, Arc<dyn Sandbox>)> = {
+            let mut live = self.live.lock().unwrap_or_else(|p| p.into_inner());
+            std::mem::take(&mut *live).into_iter().collect()
+        };
+        let threads: std::collections::BTreeSet<(String, String)> = held
+            .iter()
+            .map(|(k, _)| (k.scope().to_string(), k.thread_id().to_string()))
+            .collect();
+        drop(held);
+        for (scope, thread) in threads {
+            self.router.dispose_scope(&scope, &thread);
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct CreateBody {
+    #[serde(flatten)]
+    pub(crate) at: Address,
+    /// A spec as YAML text (docs/spec.md); default: an offline `run` spec
+    /// on the host image.
+    #[serde(default)]
+    pub(crate) spec: Option<String>,
+}
+
+/// The caller's live sandbox at `at` (its scope, that thread and agent
+/// dir), or the answer for one it has not made.
+///
+/// A sandbox another replica made, or this server made before a restart,
+/// is found in the shared state directory and attached again (through the
+/// router, which checks that it was made for this identity and policy).
+pub(crate) async fn live_sandbox(
+    s: &Arc<Served>,
+    cred: &Credential,
+    at: &Address,
+) -> Result<Arc<dyn Sandbox>, Box<Response>> {
+    let key = caller(cred, at)
+        .resolve()
+        .map_err(|e| Box::new(refused(ErrorKind::Invalid, e)))?
+        .key;
+    let held = s
+        .live
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(&key)
+        .cloned();
+    if let Some(h) = held {
+        // A kept sandbox whose record is gone was disposed of (by a
+        // replica, its idle timeout): not handed out again.
+        let gone = s
+            .state
+            .as_ref()
+            .is_some_and(|st| !st.record_path(h.id()).exists());
+        if !gone {
+            return Ok(h);
+        }
+        s.forget(cred, at);
+    }
+    let (served, cred, at) = (s.clone(), cred.clone(), at.clone());
+    let found = tokio::task::spawn_blocking(move || served.attach_recorded(&cred, &at)).await;
+    match found {
+        Ok(Ok(Some(sandbox))) => Ok(sandbox),
+        Ok(Ok(None)) => Err(Box::new(no_such_sandbox())),
+        Ok(Err(r)) => Err(Box::new(r.into_response())),
+        Err(e) => Err(Box::new(refused(ErrorKind::Failed, e))),
+    }
+}
+
+impl Served {
+    /// The recorded sandbox of `cred`'s scope at `at`, attached and held;
+    /// `None` when the state directory has none (or there is none). Blocks.
+    pub(crate) fn attach_recorded(
+        &self,
+        cred: &Credential,
+        at: &Address,
+    ) -> Result<Option<Arc<dyn Sandbox>>, Refusal> {
+        let Some(state) = &self.state else {
+            return Ok(None);
+        };
+        let key = cordon_host::state::KeyRecord {
+            scope: cred.scope.clone(),
+            thread: at.thread.clone(),
+            agent_dir: at.agent_dir.clone(),
+        };
+        let rec = match state.find(&key) {
+            Ok(Some(r)) => r,
+            Ok(None) => return Ok(None),
+            Err(e) => return Err(Refusal::of(ErrorKind::Failed, e)),
+        };
+        if rec.orphaned_or_expired(cordon_host::state::now()) {
+            return Ok(None);
+        }
+        self.get_or_create(cred, at, &rec.provenance.spec)
+            .map(|m| Some(m.sandbox))
+    }
+
+    /// Forgets a held sandbox that failed (its keeper gone, say): the next
+    /// request finds it again, or finds it gone.
+    pub(crate) fn forget(&self, cred: &Credential, at: &Address) {
+        if let Ok(c) = caller(cred, at).resolve() {
+            self.live
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&c.key);
+        }
+    }
+
+    /// How many sandboxes `scope` holds: every replica's, from the state
+    /// directory, when there is one; else this server's.
+    /// A state directory that cannot be listed is a refusal, not a count
+    /// of this server's own: the cap would fail open across replicas.
+    pub(crate) fn held(&self, scope: &str) -> Result<usize, Refusal> {
+        if let Some(state) = &self.state {
+            let (records, _) = state.list().map_err(|e| {
+                Refusal::of(
+                    ErrorKind::Unavailable,
+                    format!("cannot count this credential's sandboxes: {e}"),
+                )
+            })?;
+            let now = cordon_host::state::now();
+            return Ok(records
+                .iter()
+                .filter(|r| r.key.scope == scope && !r.orphaned_or_expired(now))
+                .count());
+        }
+        let live = self.live.lock().unwrap_or_else(|p| p.into_inner());
+        Ok(live.keys().filter(|k| k.scope() == scope).count())
+    }
+}
+
+pub(crate) async fn create(
+    State(s): State<Arc<Served>>,
+    headers: HeaderMap,
+    body: Body<CreateBody>,
+) -> Response {
+    let (cred, body) = match authed(&s, &headers, body) {
+        Ok(x) => x,
+        Err(r) => return *r,
+    };
+    let spec = match &body.spec {
+        Some(text) => SandboxSpec::from_yaml("spec", text),
+        None => SandboxSpec::new("run", "host"),
+    };
+    let spec = match spec {
+        Ok(s) => s,
+        Err(e) => return refused(ErrorKind::Invalid, e),
+    };
+    let served = s.clone();
+    let made = tokio::task::spawn_blocking(move || -> Response {
+        match served.get_or_create(&cred, &body.at, &spec) {
+            Ok(made) => Json(json!({
+                "handle": made.sandbox.id(),
+                "backend": made.backend,
+                "rung": made.rung,
+                "warnings": made.warnings,
+                "thread": body.at.thread,
+                "agent_dir": body.at.agent_dir,
+            }))
+            .into_response(),
+            Err(r) => r.into_response(),
+        }
+    })
+    .await;
+    made.unwrap_or_else(|e| refused(ErrorKind::Failed, e))
+}
+
+/// A sandbox got or made for a request.
+pub(crate) struct Made {
+    pub(crate) sandbox: Arc<dyn Sandbox>,
+    pub(crate) backend: String,
+    pub(crate) rung: &'static str,
+    /// What the host should know (a backend that confines more than the
+    /// spec asks, say).
+    pub(crate) warnings: Vec<String>,
+}
+
+impl Served {
+    /// The sandbox of `cred`'s scope at `at`, made with `spec` when it does
+    /// not exist (counted against the credential's cap, with the creates in
+    /// flight); one made with another spec is refused by the router. Blocks.
+    pub(crate) fn get_or_create(
+        &self,
+        cred: &Credential,
+        at: &Address,
+        spec: &SandboxSpec,
+    ) -> Result<Made, Refusal> {
+        let caller = caller(cred, at);
+        let key = caller
+            .resolve()
+            .map_err(|e| Refusal::of(ErrorKind::Invalid, e))?
+            .key;
+        // A new sandbox counts against the credential's cap, with the
+        // creates in flight; getting an existing one does not.
+        let exists = self
+            .live
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains_key(&key)
+            || self.state.as_ref().is_some_and(|st| {
+                matches!(st.find(&cordon_host::state::KeyRecord {
+                    scope: cred.scope.clone(),
+                    thread: at.thread.clone(),
+                    agent_dir: at.agent_dir.clone(),
+                }), Ok(Some(r)) if !r.orphaned_or_expired(cordon_host::state::now()))
+            });
+        let reserved = {
+            if exists {
+                false
+            } else {
+                // Held across the count, so two creates cannot both pass
+                // the cap (lock order: `pending`, then `live`).
+                let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+                let held = self.held(&cred.scope)? + pending.get(&cred.scope).copied().unwrap_or(0);
+                let cap = self.config.limits.max_sandboxes;
+                if held >= cap {
+                    return Err(Refusal {
+                        status: StatusCode::TOO_MANY_REQUESTS,
+                        message: format!(
+                            "this credential holds {held} live sandboxes, its limit; dispose one (POST /v1/sandboxes/dispose) first"
+                        ),
+                    });
+                }
+                *pending.entry(cred.scope.clone()).or_default() += 1;
+                true
+            }
+        };
+        let acquired = self.router.acquire(&caller, spec);
+        if reserved {
+            let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(n) = pending.get_mut(&cred.scope) {
+                *n = n.saturating_sub(1);
+            }
+        }
+        let sandbox = acquired.map_err(|e| {
+            if let Some((surface, rules)) = e.denial() {
+                self.denied(&cred.scope, surface, rules);
+            }
+            Refusal::of(e.kind(), &e)
+        })?;
+        // Held before anything else can fail: a sandbox acquired is always
+        // one the server can find again (and dispose of).
+        self.live
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(key, sandbox.clone());
+        // The backend that just served the acquire (the same selection).
+        let (backend, rung) = self
+            .router
+            .selected(spec)
+            .map(|(name, rung)| (name.to_string(), rung.as_str()))
+            .map_err(|e| Refusal::of(e.kind(), &e))?;
+        if reserved {
+            self.count(&cred.scope, |m| *m.created.entry(rung).or_default() += 1);
+        }
+        let warnings = self
+            .router
+            .ensure_can_serve(spec)
+            .map(|w| w.iter().map(ToString::to_string).collect())
+            .unwrap_or_default();
+        Ok(Made {
+            sandbox,
+            backend,
+            rung,
+            warnings,
+        })
+    }
+}
+
+pub(crate) async fn dispose(
+    State(s): State<Arc<Served>>,
+    headers: HeaderMap,
+    body: Body<Address>,
+) -> Response {
+    let (cred, at) = match authed(&s, &headers, body) {
+        Ok(x) => x,
+        Err(r) => return *r,
+    };
+    let served = s.clone();
+    let done = tokio::task::spawn_blocking(move || -> Response {
+        let caller = caller(&cred, &at);
+        let key = match caller.resolve() {
+            Ok(c) => c.key,
+            Err(e) => return refused(ErrorKind::Invalid, e),
+        };
+        let held = served
+            .live
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&key);
+        drop(held);
+        match served.router.dispose(&caller) {
+            Ok(n) => Json(json!({"disposed": n})).into_response(),
+            Err(e) => refused(ErrorKind::Invalid, e),
+        }
+    })
+    .await;
+    done.unwrap_or_else(|e| refused(ErrorKind::Failed, e))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ThreadBody {
+    pub(crate) thread: String,
+}
+
+/// Disposes of every sandbox of the credential's scope and one thread
+/// (each agent dir's): the count.
+pub(crate) async fn dispose_thread(
+    State(s): State<Arc<Served>>,
+    headers: HeaderMap,
+    body: Body<ThreadBody>,
+) -> Response {
+    let (cred, body) = match authed(&s, &headers, body) {
+        Ok(x) => x,
+        Err(r) => return *r,
+    };
+    if body.thread.is_empty() {
+        return refused(ErrorKind::Invalid, "`thread` is empty");
+    }
+    let served = s.clone();
+    let done = tokio::task::spawn_blocking(move || {
+        let held: Vec<_> = {
+            let mut live = served.live.lock().unwrap_or_else(|p| p.into_inner());
+            let keys: Vec<SandboxKey> = live
+                .keys()
+                .filter(|k| k.scope() == cred.scope && k.thread_id() == body.thread)
+                .cloned()
+                .collect();
+            keys.iter().filter_map(|k| live.remove(k)).collect()
+        };
+        drop(held);
+        served.router.dispose_scope(&cred.scope, &body.thread)
+    })
+    .await;
+    match done {
+        Ok(n) => Json(json!({"disposed": n})).into_response(),
+        Err(e) => refused(ErrorKind::Failed, e),
+    }
+}
