@@ -47,14 +47,12 @@ pub use sandbox::DockerSandbox;
 
 use std::sync::atomic::AtomicU32;
 
-use cordon_sandbox::BackendError;
-
 /// The backend's name.
 pub const NAME: &str = "docker";
 
 /// The uid/gid the workload runs as (the same unprivileged id as the
 /// gvisor backend's).
-pub const WORKLOAD_ID: u32 = 1_999_999_998;
+pub use cordon_backend_kit::WORKLOAD_ID;
 
 /// Every name this backend leaves on the host or the engine begins so.
 pub const PREFIX: &str = "cordon-docker-";
@@ -79,12 +77,7 @@ pub const LABEL_ENGINE: &str = "dev.cordon.engine";
 /// Makes names unique within this process.
 pub(crate) static NEXT: AtomicU32 = AtomicU32::new(0);
 
-fn failed(operation: &'static str, reason: impl Into<String>) -> BackendError {
-    BackendError::Failed {
-        operation,
-        reason: reason.into(),
-    }
-}
+use cordon_backend_kit::failed;
 
 /// The pid in a name this backend made: `cordon-docker-PID-N-…`.
 pub fn maker_of(name: &str) -> Option<u32> {

@@ -56,20 +56,7 @@ pub fn capabilities() -> CapabilitySet {
     .collect()
 }
 
-/// Where the image `image` names is on this host: `/` for the built-in
-/// `host` image, the stored root for an image of cordon's store (a name
-/// the store lacks is refused with the store's own fix).
-pub(crate) fn stored_root(image: &str) -> Result<PathBuf, String> {
-    if image == "host" {
-        return Ok(PathBuf::from("/"));
-    }
-    let store = cordon_image::ImageStore::open(&cordon_image::ImageStore::default_root())
-        .map_err(|e| format!("image `{image}`: {e}"))?;
-    match store.resolve(image).map_err(|e| e.to_string())? {
-        cordon_image::Resolved::Host => Ok(PathBuf::from("/")),
-        cordon_image::Resolved::Stored { root, .. } => Ok(root),
-    }
-}
+pub(crate) use cordon_backend_kit::stored_root;
 
 impl GvisorBackend {
     pub fn new(config: GvisorConfig) -> GvisorBackend {

@@ -54,8 +54,6 @@ pub use sandbox::GvisorSandbox;
 use std::path::Path;
 use std::sync::atomic::AtomicU32;
 
-use cordon_sandbox::BackendError;
-
 /// The backend's name.
 pub const NAME: &str = "gvisor";
 
@@ -66,7 +64,7 @@ pub const STATE_ROOT: &str = "/run/cordon/gvisor";
 /// The uid/gid the workload runs as inside the sandbox; files it makes in
 /// the work dir are owned by it on the host too. Unprivileged, above every
 /// ordinary account, and the uid an operator's files would be handed to.
-pub const WORKLOAD_ID: u32 = 1_999_999_998;
+pub use cordon_backend_kit::WORKLOAD_ID;
 
 /// Every name a sandbox of this backend leaves on the host begins so
 /// (its directory, its containers, their cgroups).
@@ -75,12 +73,7 @@ pub const PREFIX: &str = "cordon-gvisor-";
 /// Makes names unique within this process.
 pub(crate) static NEXT: AtomicU32 = AtomicU32::new(0);
 
-fn failed(operation: &'static str, reason: impl Into<String>) -> BackendError {
-    BackendError::Failed {
-        operation,
-        reason: reason.into(),
-    }
-}
+use cordon_backend_kit::failed;
 
 /// The pid in a name this backend made: `cordon-gvisor-PID-N-…`.
 pub fn maker_of(name: &str) -> Option<u32> {

@@ -97,12 +97,7 @@ pub fn image_tree(image: &str, build: bool) -> Result<(PathBuf, String), String>
     }
 }
 
-fn failed(operation: &'static str, reason: impl Into<String>) -> BackendError {
-    BackendError::Failed {
-        operation,
-        reason: reason.into(),
-    }
-}
+use cordon_backend_kit::failed;
 
 impl MicrovmBackend {
     pub fn new(config: MicrovmConfig) -> MicrovmBackend {

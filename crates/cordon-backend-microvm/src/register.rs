@@ -85,7 +85,7 @@ fn build(setup: &BackendSetup, policy: Arc<Policy>) -> Result<Arc<dyn Backend>, 
         .as_ref()
         .map_err(|u| format!("{} ({})", u.reason, u.found.join("; ")))?
         .clone();
-    let init = cordon_backend_local::register::init_of(setup).ok_or("the host did not say how to run its binary as a sandbox init (the jail around QEMU needs one)")?;
+    let init = cordon_backend_kit::init_of(setup).ok_or("the host did not say how to run its binary as a sandbox init (the jail around QEMU needs one)")?;
     Ok(Arc::new(MicrovmBackend::new(MicrovmConfig {
         policy,
         env: Deployment {
