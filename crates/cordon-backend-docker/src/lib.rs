@@ -41,7 +41,7 @@ pub mod engine;
 pub mod register;
 mod sandbox;
 
-pub use backend::{DockerBackend, DockerConfig};
+pub use backend::{backend, Docker, DockerBackend, DockerConfig};
 pub use register::registration;
 pub use sandbox::DockerSandbox;
 
@@ -84,16 +84,4 @@ pub fn maker_of(name: &str) -> Option<u32> {
     cordon_confine::oci::maker_of(PREFIX, name)
 }
 
-/// Whether process `pid` is gone: no such process, or one that has
-/// exited and waits to be reaped (a zombie, as a keeper whose parent is
-/// an init that does not reap; its pid is not reused while it is one).
-pub(crate) fn gone(pid: u32) -> bool {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        return !std::path::Path::new(&format!("/proc/{pid}")).exists();
-    };
-    let state = stat
-        .rfind(')')
-        .and_then(|i| stat.get(i + 2..))
-        .and_then(|rest| rest.split_whitespace().next());
-    matches!(state, Some("Z" | "X"))
-}
+pub(crate) use cordon_backend_kit::gone;

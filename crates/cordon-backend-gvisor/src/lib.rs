@@ -47,7 +47,7 @@ pub mod runsc;
 pub use cordon_confine::oci;
 mod sandbox;
 
-pub use backend::{GvisorBackend, GvisorConfig};
+pub use backend::{backend, Gvisor, GvisorBackend, GvisorConfig};
 pub use register::registration;
 pub use sandbox::GvisorSandbox;
 

@@ -9,7 +9,7 @@ use cordon_sandbox::catalogue::{BackendInfo, Probe};
 use cordon_sandbox::{Backend, BackendRegistration, BackendSetup, Egress, Isolation, WorkDirView};
 
 use crate::sandbox::{remove_containers, remove_sandbox_dir, Residue};
-use crate::{GvisorBackend, GvisorConfig, WORKLOAD_ID};
+use crate::{GvisorConfig, WORKLOAD_ID};
 
 /// What the backend claims (its built backend declares the same).
 pub fn info() -> BackendInfo {
@@ -49,7 +49,7 @@ fn build(setup: &BackendSetup, policy: Arc<Policy>) -> Result<Arc<dyn Backend>, 
         .as_ref()
         .map_err(|u| format!("{} ({})", u.reason, u.found.join("; ")))?
         .clone();
-    Ok(Arc::new(GvisorBackend::new(GvisorConfig {
+    Ok(Arc::new(crate::backend::backend(GvisorConfig {
         policy,
         env: Deployment {
             name: setup.deployment.clone(),
@@ -154,7 +154,8 @@ fn reclaim(residue: &serde_json::Value) -> Vec<String> {
 fn sweep() -> (Vec<String>, Vec<String>) {
     let mut done = Vec::new();
     let mut failures = Vec::new();
-    let gone = |pid: u32| !Path::new(&format!("/proc/{pid}")).exists();
+    // A zombie maker is gone too (its pid is not reused while it is one).
+    let gone = cordon_backend_kit::gone;
     if let Some(bin) = crate::runsc::binary() {
         if let Ok(ids) = crate::runsc::list(&bin) {
             for id in ids {

@@ -9,13 +9,17 @@
 //!   `container` rungs differ in, and the filesystem view a container-rung
 //!   sandbox has (the microvm backend holds the same view in its guest);
 //! - the init program a host names for sandboxes ([`init_of`]);
-//! - where an image's tree is on this host ([`stored_root`]).
+//! - where an image's tree is on this host ([`stored_root`]);
+//! - one backend over any engine ([`EngineBackend`] over an [`Engine`]):
+//!   an engine backend is one `impl Engine` and a registration.
 
 #![cfg(all(target_os = "linux", target_arch = "x86_64"))]
 
+pub mod engine;
 mod ids;
 pub mod profile;
 
+pub use engine::{Engine, EngineBackend, Which};
 pub use ids::{lease_id, sweep_id_leases, IdLease, FRESH_IDS, ID_LEASES};
 pub use profile::RungProfile;
 
@@ -48,6 +52,21 @@ pub const INIT_ID_OFFSET: u32 = 1_000_000_000;
 /// search starts).
 pub static NEXT: AtomicU32 = AtomicU32::new(0);
 
+/// Whether process `pid` is gone: no such process, or one that has
+/// exited and waits to be reaped (a zombie, as a keeper whose parent is
+/// an init that does not reap; its pid is not reused while it is one).
+/// What every backend's sweep asks of a residue's maker.
+pub fn gone(pid: u32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return !std::path::Path::new(&format!("/proc/{pid}")).exists();
+    };
+    let state = stat
+        .rfind(')')
+        .and_then(|i| stat.get(i + 2..))
+        .and_then(|rest| rest.split_whitespace().next());
+    matches!(state, Some("Z" | "X"))
+}
+
 /// A backend's failure in `operation`.
 pub fn failed(operation: &'static str, reason: impl Into<String>) -> BackendError {
     BackendError::Failed {
@@ -79,5 +98,26 @@ pub fn stored_root(image: &str) -> Result<PathBuf, String> {
     match store.resolve(image).map_err(|e| e.to_string())? {
         cordon_image::Resolved::Host => Ok(PathBuf::from("/")),
         cordon_image::Resolved::Stored { root, .. } => Ok(root),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    #[allow(clippy::unwrap_used)]
+    fn a_zombie_maker_is_gone_a_live_one_is_not() {
+        assert!(!super::gone(std::process::id()));
+        assert!(super::gone(4_000_000)); // above any pid_max
+        let mut child = std::process::Command::new("/bin/true").spawn().unwrap();
+        let pid = child.id();
+        // Exited, not yet reaped: a zombie (gvisor's and microvm's sweeps
+        // took it for alive, and left its sandbox until it was reaped).
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while !super::gone(pid) {
+            assert!(std::time::Instant::now() < deadline, "never a zombie");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert!(std::path::Path::new(&format!("/proc/{pid}")).exists());
+        child.wait().unwrap();
     }
 }

@@ -30,7 +30,9 @@ pub mod register;
 pub mod sandbox;
 pub mod vm;
 
-pub use backend::{capabilities, image_tree, rung_of, MicrovmBackend, MicrovmConfig};
+pub use backend::{
+    backend, capabilities, image_tree, rung_of, Microvm, MicrovmBackend, MicrovmConfig,
+};
 pub use register::registration;
 pub use sandbox::{Label, MicrovmSandbox};
 

@@ -6,7 +6,6 @@
 //! registration says the same as the built backend, so `cordon doctor`,
 //! the floor and the router agree.
 
-use std::path::Path;
 use std::sync::Arc;
 
 use cordon_policy::{Deployment, Policy};
@@ -14,7 +13,7 @@ use cordon_sandbox::catalogue::{BackendInfo, Probe};
 use cordon_sandbox::{Backend, BackendRegistration, BackendSetup, Egress, Isolation, WorkDirView};
 
 use crate::vm::Accel;
-use crate::{MicrovmBackend, MicrovmConfig, Residue};
+use crate::{MicrovmConfig, Residue};
 
 /// The rung this machine gives the backend (probing it on first use).
 pub fn rung() -> Isolation {
@@ -86,7 +85,7 @@ fn build(setup: &BackendSetup, policy: Arc<Policy>) -> Result<Arc<dyn Backend>, 
         .map_err(|u| format!("{} ({})", u.reason, u.found.join("; ")))?
         .clone();
     let init = cordon_backend_kit::init_of(setup).ok_or("the host did not say how to run its binary as a sandbox init (the jail around QEMU needs one)")?;
-    Ok(Arc::new(MicrovmBackend::new(MicrovmConfig {
+    Ok(Arc::new(crate::backend::backend(MicrovmConfig {
         policy,
         env: Deployment {
             name: setup.deployment.clone(),
@@ -147,7 +146,8 @@ fn reclaim(residue: &serde_json::Value) -> Vec<String> {
 fn sweep() -> (Vec<String>, Vec<String>) {
     let mut done = Vec::new();
     let mut failures = Vec::new();
-    let gone = |pid: u32| !Path::new(&format!("/proc/{pid}")).exists();
+    // A zombie maker is gone too (its pid is not reused while it is one).
+    let gone = cordon_backend_kit::gone;
     let scratch = std::env::temp_dir();
     let Ok(entries) = std::fs::read_dir(&scratch) else {
         return (done, failures);
