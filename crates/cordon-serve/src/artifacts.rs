@@ -220,10 +220,19 @@ impl Artifacts {
                 };
             }
         };
+        // Every handle before any is recorded: no half-recorded collection.
+        let handles: Result<Vec<String>, _> = got.landed.iter().map(|_| random_handle()).collect();
+        let handles = match handles {
+            Ok(h) => h,
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(held.path.join(&collection));
+                return Err(Refusal::of(ErrorKind::Failed, e));
+            }
+        };
         let mut inner = self.lock();
         let mut out = Vec::new();
-        for (landed, (name, bytes)) in got.landed.iter().zip(&budget.delivered) {
-            let handle = random_handle().map_err(|e| Refusal::of(ErrorKind::Failed, e))?;
+        let each = got.landed.iter().zip(&budget.delivered).zip(handles);
+        for ((landed, (name, bytes)), handle) in each {
             inner.landed.insert(
                 handle.clone(),
                 Landed {
