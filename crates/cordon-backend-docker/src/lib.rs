@@ -81,7 +81,13 @@ use cordon_backend_kit::failed;
 
 /// The pid in a name this backend made: `cordon-docker-PID-N-…`.
 pub fn maker_of(name: &str) -> Option<u32> {
-    cordon_confine::oci::maker_of(PREFIX, name)
+    DIRS.maker_of(name)
 }
+
+/// How this backend names its sandbox directories.
+pub const DIRS: cordon_backend_kit::SandboxDirs = cordon_backend_kit::SandboxDirs {
+    backend: NAME,
+    prefix: PREFIX,
+};
 
 pub(crate) use cordon_backend_kit::gone;

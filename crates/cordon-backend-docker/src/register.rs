@@ -1,7 +1,6 @@
 //! The `docker` backend's registration: how a host finds, probes, builds
 //! and cleans up after it.
 
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use cordon_policy::{Deployment, Policy};
@@ -63,74 +62,23 @@ fn build(setup: &BackendSetup, policy: Arc<Policy>) -> Result<Arc<dyn Backend>, 
     })))
 }
 
-/// A path with nothing to resolve: absolute, no `.`/`..`, its own
-/// canonical form when it exists.
-fn plain(path: &Path) -> Result<(), String> {
-    use std::path::Component;
-    if !path.is_absolute()
-        || path
-            .components()
-            .any(|c| matches!(c, Component::CurDir | Component::ParentDir))
-    {
-        return Err(format!("`{}` is not a plain absolute path", path.display()));
-    }
-    match path.canonicalize() {
-        Ok(real) if real == path => Ok(()),
-        Ok(real) => Err(format!(
-            "`{}` leads through a link (to `{}`)",
-            path.display(),
-            real.display()
-        )),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(format!("`{}`: {e}", path.display())),
-    }
-}
-
 /// Checks that a residue names only what a docker sandbox of the process
 /// `keeper` makes: a directory `cordon-docker-KEEPER-…` of root's in this
 /// cordon's scratch directory (TMPDIR), and the sandbox id that is its
 /// name (which its containers carry as a label).
 pub(crate) fn vet_residue(residue: &serde_json::Value, keeper: u32) -> Result<(), String> {
-    use std::os::unix::fs::MetadataExt;
     let r: Residue = serde_json::from_value(residue.clone())
         .map_err(|e| format!("the recorded residue is not a docker one ({e})"))?;
-    plain(&r.dir)?;
-    let name = r.dir.file_name().and_then(|n| n.to_str()).unwrap_or("");
-    match crate::maker_of(name) {
-        Some(pid) if pid == keeper => {}
-        _ => {
-            return Err(format!(
-                "`{}` is not the directory of a docker sandbox the record's keeper ({keeper}) made (`{}{keeper}-…`)",
-                r.dir.display(),
-                crate::PREFIX
-            ))
-        }
-    }
+    crate::DIRS.vet(&r.dir, keeper)?;
     crate::engine::Endpoint::parse(&r.engine)?;
+    let name = r.dir.file_name().and_then(|n| n.to_str()).unwrap_or("");
     if r.sandbox != name {
         return Err(format!(
             "the recorded sandbox `{}` is not the directory `{name}`'s",
             r.sandbox
         ));
     }
-    let scratch = std::env::temp_dir();
-    let scratch = scratch.canonicalize().unwrap_or(scratch);
-    if r.dir.parent() != Some(scratch.as_path()) {
-        return Err(format!(
-            "`{}` is not in `{}`, where this cordon makes sandbox directories (TMPDIR); run gc with TMPDIR set to its parent",
-            r.dir.display(),
-            scratch.display()
-        ));
-    }
-    match std::fs::symlink_metadata(&r.dir) {
-        Ok(m) if !m.is_dir() || m.uid() != 0 => Err(format!(
-            "`{}` is not a directory of root's",
-            r.dir.display()
-        )),
-        Ok(_) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(format!("`{}`: {e}", r.dir.display())),
-    }
+    Ok(())
 }
 
 fn vet(residue: &serde_json::Value, keeper: u32) -> Result<(), String> {
@@ -222,29 +170,9 @@ fn sweep() -> (Vec<String>, Vec<String>) {
             Err(e) => failures.push(format!("the docker engine at `{ep}` was not swept: {e}")),
         }
     }
-    let scratch = std::env::temp_dir();
-    if let Ok(entries) = std::fs::read_dir(&scratch) {
-        let dirs: Vec<PathBuf> = entries
-            .flatten()
-            .map(|e| e.path())
-            .filter(|p| {
-                p.file_name()
-                    .and_then(|n| n.to_str())
-                    .and_then(crate::maker_of)
-                    .is_some_and(crate::gone)
-            })
-            .filter(|p| {
-                use std::os::unix::fs::MetadataExt;
-                std::fs::symlink_metadata(p).is_ok_and(|m| m.is_dir() && m.uid() == 0)
-            })
-            .collect();
-        for d in dirs {
-            match remove_sandbox_dir(&d) {
-                Ok(()) => done.push(d.display().to_string()),
-                Err(e) => failures.push(e),
-            }
-        }
-    }
+    let (dirs, f) = crate::DIRS.sweep(|d| remove_sandbox_dir(d).err().into_iter().collect());
+    done.extend(dirs);
+    failures.extend(f);
     (done, failures)
 }
 
@@ -270,6 +198,7 @@ pub fn registration() -> BackendRegistration {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::PathBuf;
 
     #[test]
     fn names_are_read_as_the_backend_writes_them() {

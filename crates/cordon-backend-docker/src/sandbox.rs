@@ -1045,51 +1045,7 @@ impl Running {
     }
 }
 
-/// Unmounts a sandbox directory's binds and volume and removes the
-/// directory; never removes anything through a mount that is still there
-/// (a bind's source is the host's own).
-pub(crate) fn remove_sandbox_dir(dir: &Path) -> Result<(), String> {
-    let binds = dir.join("binds");
-    if let Ok(entries) = std::fs::read_dir(&binds) {
-        for e in entries.flatten() {
-            let p = e.path();
-            if cordon_linux::volume::is_mount_point(&p).unwrap_or(true) {
-                cordon_linux::volume::unmount(&p)
-                    .map_err(|e| format!("unmounting `{}`: {e}", p.display()))?;
-            }
-            if cordon_linux::volume::is_mount_point(&p).unwrap_or(true) {
-                return Err(format!(
-                    "`{}` is still a mount point; left alone",
-                    p.display()
-                ));
-            }
-            // Never recursive: a bind that is somehow still there fails.
-            let removed = if p.is_dir() {
-                std::fs::remove_dir(&p)
-            } else {
-                std::fs::remove_file(&p)
-            };
-            removed.map_err(|e| format!("cannot remove `{}`: {e}; left alone", p.display()))?;
-        }
-    }
-    let volume = dir.join("volume");
-    if cordon_linux::volume::is_mount_point(&volume).unwrap_or(false) {
-        let _ = cordon_linux::volume::discard(&volume);
-        cordon_linux::volume::unmount(&volume)
-            .map_err(|e| format!("unmounting `{}`: {e}", volume.display()))?;
-    }
-    if cordon_linux::volume::is_mount_point(&volume).unwrap_or(false) {
-        return Err(format!(
-            "`{}` is still a mount point; left alone",
-            volume.display()
-        ));
-    }
-    match std::fs::remove_dir_all(dir) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(format!("cannot remove `{}`: {e}", dir.display())),
-    }
-}
+pub(crate) use cordon_backend_kit::remove_sandbox_dir;
 
 impl Drop for DockerSandbox {
     fn drop(&mut self) {

@@ -77,13 +77,16 @@ use cordon_backend_kit::failed;
 
 /// The pid in a name this backend made: `cordon-gvisor-PID-N-…`.
 pub fn maker_of(name: &str) -> Option<u32> {
-    cordon_confine::oci::maker_of(PREFIX, name)
+    DIRS.maker_of(name)
 }
+
+/// How this backend names its sandbox directories.
+pub const DIRS: cordon_backend_kit::SandboxDirs = cordon_backend_kit::SandboxDirs {
+    backend: NAME,
+    prefix: PREFIX,
+};
 
 /// Whether `p`'s last component is a name this backend made.
 pub(crate) fn ours(p: &Path) -> bool {
-    p.file_name()
-        .and_then(|n| n.to_str())
-        .and_then(maker_of)
-        .is_some()
+    DIRS.ours(p)
 }

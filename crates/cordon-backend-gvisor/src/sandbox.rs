@@ -960,27 +960,7 @@ pub(crate) fn remove_containers(bin: &Path, prefix: &str) -> Vec<String> {
     failures
 }
 
-/// Unmounts a sandbox directory's volume and removes the directory; never
-/// removes anything through a mount that is still there.
-pub(crate) fn remove_sandbox_dir(dir: &Path) -> Result<(), String> {
-    let volume = dir.join("volume");
-    if cordon_linux::volume::is_mount_point(&volume).unwrap_or(false) {
-        let _ = cordon_linux::volume::discard(&volume);
-        cordon_linux::volume::unmount(&volume)
-            .map_err(|e| format!("unmounting `{}`: {e}", volume.display()))?;
-    }
-    if cordon_linux::volume::is_mount_point(&volume).unwrap_or(false) {
-        return Err(format!(
-            "`{}` is still a mount point; left alone",
-            volume.display()
-        ));
-    }
-    match std::fs::remove_dir_all(dir) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(format!("cannot remove `{}`: {e}", dir.display())),
-    }
-}
+pub(crate) use cordon_backend_kit::remove_sandbox_dir;
 
 impl Drop for GvisorSandbox {
     /// A sandbox dropped without [`GvisorSandbox::dispose`] still gives

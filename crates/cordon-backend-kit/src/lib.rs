@@ -15,10 +15,12 @@
 
 #![cfg(all(target_os = "linux", target_arch = "x86_64"))]
 
+pub mod dirs;
 pub mod engine;
 mod ids;
 pub mod profile;
 
+pub use dirs::{remove_sandbox_dir, SandboxDirs};
 pub use engine::{Engine, EngineBackend, Which};
 pub use ids::{lease_id, sweep_id_leases, IdLease, FRESH_IDS, ID_LEASES};
 pub use profile::RungProfile;

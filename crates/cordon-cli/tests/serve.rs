@@ -1181,13 +1181,9 @@ fn a_terminated_server_finishes_what_runs_and_disposes_of_its_sandboxes() {
         !volume_mounted(),
         "the sandbox's volume outlived the server"
     );
-    assert!(std::fs::read_dir(std::env::temp_dir())
-        .expect("tmp")
-        .flatten()
-        .all(|e| !e
-            .file_name()
-            .to_string_lossy()
-            .starts_with(&format!("cordon-serve-{}-", server.child.id()))));
+    // (Landed artifacts going with the server is held by
+    // `artifact_storage_is_bounded_per_credential_and_evicted`, which makes
+    // some first: this server landed none.)
 }
 
 /// The Python client's own tests, against this live server.
