@@ -1,36 +1,14 @@
 //! [`DockerBackend`]: the `docker` backend behind the sandbox protocol.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use cordon_backend_kit::{Engine, EngineBackend, Which};
-use cordon_policy::{Deployment, Policy};
 use cordon_sandbox::{
     AcquireRequest, BackendError, Capability, CapabilitySet, Isolation, IsolationError, Sandbox,
 };
 
-use crate::engine::Endpoint;
-use crate::failed;
 use crate::sandbox::DockerSandbox;
-
-/// How a docker backend is set up.
-#[derive(Clone)]
-pub struct DockerConfig {
-    pub policy: Arc<Policy>,
-    /// The deployment the router decides in.
-    pub env: Deployment,
-    /// Where each sandbox's directory is made.
-    pub scratch: PathBuf,
-    /// The operator's work dir (`--work-dir`), owned by
-    /// [`crate::WORKLOAD_ID`]; `None`: a fresh one per sandbox.
-    pub work_dir: Option<PathBuf>,
-    /// The engines, in the configured order: each acquire places its
-    /// sandbox on one ([`crate::engine::place`]); `dispose_scope` looks
-    /// at every one.
-    pub endpoints: Vec<Endpoint>,
-    /// How the egress proxy resolves names and where it audits.
-    pub egress: cordon_sandbox::EgressSetup,
-}
+use crate::{failed, DockerConfig};
 
 /// The `docker` engine: what differs from the other engines.
 pub struct Docker {
@@ -101,7 +79,7 @@ impl Engine for Docker {
         req: &AcquireRequest,
         egress: Option<Arc<dyn cordon_egress::EgressService>>,
     ) -> Result<DockerSandbox, BackendError> {
-        let engine = crate::engine::place(&self.config.endpoints).map_err(|reason| {
+        let engine = crate::probe::place(&self.config.endpoints).map_err(|reason| {
             BackendError::Refused {
                 operation: "acquire",
                 reason,
@@ -159,9 +137,9 @@ impl Engine for Docker {
                 let residue =
                     serde_json::json!({"dir": dir, "sandbox": id, "engine": ep.to_string()});
                 let keeper = crate::maker_of(id).unwrap_or(0);
-                match crate::register::vet_residue(&residue, keeper) {
+                match crate::residue::vet_residue(&residue, keeper) {
                     Ok(()) => {
-                        let left = crate::register::reclaim_residue(&residue);
+                        let left = crate::residue::reclaim_residue(&residue);
                         if left.is_empty() {
                             n += 1;
                         }

@@ -10,7 +10,7 @@
 //!   comma-separated), else `/var/run/docker.sock`; each must be on this
 //!   host (cordon binds its directories into the containers), so a TCP
 //!   endpoint is refused.
-//! - Placement ([`engine::place`]): a new sandbox goes to the engine with
+//! - Placement ([`probe::place`]): a new sandbox goes to the engine with
 //!   the fewest live cordon sandboxes (anchors, by label) among those that
 //!   answer within [`engine::ANSWER`], the configured order breaking ties.
 //!   `dispose_scope` and `gc` look at every engine; one that does not
@@ -37,15 +37,24 @@
 #![cfg(target_os = "linux")]
 
 mod backend;
+mod containers;
 pub mod engine;
+pub mod probe;
 pub mod register;
+mod residue;
 mod sandbox;
 
-pub use backend::{backend, Docker, DockerBackend, DockerConfig};
+pub use backend::{backend, Docker, DockerBackend};
 pub use register::registration;
 pub use sandbox::DockerSandbox;
 
+use std::path::PathBuf;
 use std::sync::atomic::AtomicU32;
+use std::sync::Arc;
+
+use cordon_policy::{Deployment, Policy};
+
+use crate::engine::Endpoint;
 
 /// The backend's name.
 pub const NAME: &str = "docker";
@@ -91,3 +100,22 @@ pub const DIRS: cordon_backend_kit::SandboxDirs = cordon_backend_kit::SandboxDir
 };
 
 pub(crate) use cordon_backend_kit::gone;
+
+/// How a docker backend is set up.
+#[derive(Clone)]
+pub struct DockerConfig {
+    pub policy: Arc<Policy>,
+    /// The deployment the router decides in.
+    pub env: Deployment,
+    /// Where each sandbox's directory is made.
+    pub scratch: PathBuf,
+    /// The operator's work dir (`--work-dir`), owned by
+    /// [`crate::WORKLOAD_ID`]; `None`: a fresh one per sandbox.
+    pub work_dir: Option<PathBuf>,
+    /// The engines, in the configured order: each acquire places its
+    /// sandbox on one ([`crate::probe::place`]); `dispose_scope` looks
+    /// at every one.
+    pub endpoints: Vec<Endpoint>,
+    /// How the egress proxy resolves names and where it audits.
+    pub egress: cordon_sandbox::EgressSetup,
+}

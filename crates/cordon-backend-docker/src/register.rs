@@ -7,7 +7,9 @@ use cordon_policy::{Deployment, Policy};
 use cordon_sandbox::catalogue::{BackendInfo, Probe};
 use cordon_sandbox::{Backend, BackendRegistration, BackendSetup, Egress, Isolation, WorkDirView};
 
-use crate::sandbox::{remove_sandbox_dir, Residue};
+use cordon_backend_kit::remove_sandbox_dir;
+
+use crate::residue::{reclaim_residue, vet_residue};
 use crate::{DockerConfig, WORKLOAD_ID};
 
 /// What the backend claims (its built backend declares the same).
@@ -22,7 +24,7 @@ pub fn info() -> BackendInfo {
 }
 
 fn probe(_: &BackendSetup) -> Probe {
-    match crate::engine::probe() {
+    match crate::probe::probe() {
         Ok(p) => Probe {
             runnable: true,
             reason: None,
@@ -39,7 +41,7 @@ fn probe(_: &BackendSetup) -> Probe {
 }
 
 fn build(setup: &BackendSetup, policy: Arc<Policy>) -> Result<Arc<dyn Backend>, String> {
-    let probed = crate::engine::probe().as_ref().map_err(|(reason, found)| {
+    let probed = crate::probe::probe().as_ref().map_err(|(reason, found)| {
         let found: Vec<&str> = found
             .iter()
             .filter(|f| *f != reason)
@@ -62,53 +64,8 @@ fn build(setup: &BackendSetup, policy: Arc<Policy>) -> Result<Arc<dyn Backend>, 
     })))
 }
 
-/// Checks that a residue names only what a docker sandbox of the process
-/// `keeper` makes: a directory `cordon-docker-KEEPER-…` of root's in this
-/// cordon's scratch directory (TMPDIR), and the sandbox id that is its
-/// name (which its containers carry as a label).
-pub(crate) fn vet_residue(residue: &serde_json::Value, keeper: u32) -> Result<(), String> {
-    let r: Residue = serde_json::from_value(residue.clone())
-        .map_err(|e| format!("the recorded residue is not a docker one ({e})"))?;
-    crate::DIRS.vet(&r.dir, keeper)?;
-    crate::engine::Endpoint::parse(&r.engine)?;
-    let name = r.dir.file_name().and_then(|n| n.to_str()).unwrap_or("");
-    if r.sandbox != name {
-        return Err(format!(
-            "the recorded sandbox `{}` is not the directory `{name}`'s",
-            r.sandbox
-        ));
-    }
-    Ok(())
-}
-
 fn vet(residue: &serde_json::Value, keeper: u32) -> Result<(), String> {
     vet_residue(residue, keeper)
-}
-
-/// Removes a vetted residue: the sandbox's containers on the engine (by
-/// label), its binds, volume and directory. Returns what failed.
-pub(crate) fn reclaim_residue(residue: &serde_json::Value) -> Vec<String> {
-    let r: Residue = match serde_json::from_value(residue.clone()) {
-        Ok(r) => r,
-        Err(e) => {
-            return vec![format!(
-                "the recorded residue is not a docker one ({e}); left alone"
-            )]
-        }
-    };
-    let engine = crate::engine::Endpoint::parse(&r.engine)
-        .and_then(|ep| crate::engine::Engine::connect(&ep));
-    let mut failures = match engine {
-        Ok(engine) => engine.remove_labelled(crate::LABEL_SANDBOX, &r.sandbox),
-        Err(e) => vec![format!(
-            "the engine at `{}` did not answer, so the containers of sandbox `{}` there are left (its directory is removed); `cordon sandbox gc` removes them once it answers: {e}",
-            r.engine, r.sandbox
-        )],
-    };
-    if let Err(e) = remove_sandbox_dir(&r.dir) {
-        failures.push(e);
-    }
-    failures
 }
 
 fn reclaim(residue: &serde_json::Value) -> Vec<String> {

@@ -25,10 +25,7 @@ use std::sync::mpsc::{Receiver, TryRecvError};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use bollard::models::{
-    ContainerCreateBody, HostConfig, HostConfigCgroupnsModeEnum, Mount as DMount, MountBindOptions,
-    MountBindOptionsPropagationEnum, MountType, ResourcesUlimits,
-};
+use bollard::models::{ContainerCreateBody, HostConfig, Mount as DMount};
 use cordon_confine::oci::{DockerNet, HostImage, Mount, MountKind};
 use cordon_confine::RootedFs;
 use cordon_files::host_dir::HostWorkDir;
@@ -38,23 +35,12 @@ use cordon_sandbox::{
     Killer, Limits, Provenance, Sandbox, SandboxError, StdinFeed,
 };
 use futures_util::StreamExt;
-use serde::{Deserialize, Serialize};
 use tokio::io::AsyncWriteExt;
 
+use crate::containers::*;
 use crate::engine::{call, Engine};
+use crate::residue::Residue;
 use crate::{failed, DockerConfig, NEXT, WORKLOAD_ID};
-
-/// What a sandbox leaves if its holder dies: its directory (the volume and
-/// binds mounted in it) and its id, which its containers carry as
-/// [`crate::LABEL_SANDBOX`].
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Residue {
-    pub dir: PathBuf,
-    pub sandbox: String,
-    /// The engine its containers are on (`unix:///…`).
-    pub engine: String,
-}
 
 /// One docker sandbox.
 pub struct DockerSandbox {
@@ -100,255 +86,6 @@ fn exec_failed(reason: String) -> SandboxError {
     }
 }
 
-fn private_dir(p: &Path) -> Result<(), String> {
-    std::fs::DirBuilder::new()
-        .mode(0o700)
-        .create(p)
-        .map_err(|e| format!("cannot create `{}`: {e}", p.display()))
-}
-
-fn owned_dir(p: &Path) -> Result<(), String> {
-    private_dir(p)?;
-    std::os::unix::fs::chown(p, Some(WORKLOAD_ID), Some(WORKLOAD_ID))
-        .map_err(|e| format!("cannot hand `{}` to uid {WORKLOAD_ID}: {e}", p.display()))
-}
-
-/// An image's skeleton on the engine: its top-level links (`/bin` →
-/// `usr/bin` on a merged-`/usr` host) and empty mount points, nothing
-/// else, imported once per engine. The image's directories are bound into
-/// it as the policy's plan grants, from `root` on the host (`/` for the
-/// `host` image, whose directories are [`cordon_confine::oci::HOST_IMAGE`];
-/// a stored image's root for one of cordon's store). Its tag names the
-/// layout. Returns the tag and the directories to bind from.
-pub(crate) fn skeleton(engine: &Engine, root: &Path) -> Result<(String, Vec<PathBuf>), String> {
-    let names: Vec<String> = if root == Path::new("/") {
-        cordon_confine::oci::HOST_IMAGE
-            .iter()
-            .map(|d| d.trim_start_matches('/').to_string())
-            .collect()
-    } else {
-        let mut n: Vec<String> = std::fs::read_dir(root)
-            .map_err(|e| format!("the image's root `{}`: {e}", root.display()))?
-            .flatten()
-            .filter_map(|e| e.file_name().to_str().map(String::from))
-            .collect();
-        n.sort();
-        n
-    };
-    let mut tar = tar::Builder::new(Vec::new());
-    let mut layout = String::new();
-    let mut dirs = Vec::new();
-    let dir = |tar: &mut tar::Builder<Vec<u8>>, name: &str| {
-        let mut h = tar::Header::new_gnu();
-        h.set_entry_type(tar::EntryType::Directory);
-        h.set_mode(0o755);
-        h.set_size(0);
-        tar.append_data(&mut h, format!("{name}/"), std::io::empty())
-            .map_err(|e| format!("building the image's skeleton: {e}"))
-    };
-    // Given by the engine, or cordon's own (`/etc` is cordon's files plus
-    // what the plan grants of the image's, file by file).
-    let own = ["etc", "proc", "dev", "sys", "tmp"];
-    for name in &names {
-        let at = root.join(name);
-        match std::fs::symlink_metadata(&at) {
-            Ok(m) if m.file_type().is_symlink() => {
-                let to = std::fs::read_link(&at)
-                    .map_err(|e| format!("cannot read the link `{}`: {e}", at.display()))?;
-                let mut h = tar::Header::new_gnu();
-                h.set_entry_type(tar::EntryType::Symlink);
-                h.set_mode(0o777);
-                h.set_size(0);
-                tar.append_link(&mut h, name, &to)
-                    .map_err(|e| format!("building the image's skeleton: {e}"))?;
-                layout.push_str(&format!("{name}>{};", to.display()));
-            }
-            Ok(m) if m.is_dir() && !own.contains(&name.as_str()) => {
-                dir(&mut tar, name)?;
-                layout.push_str(&format!("{name}/;"));
-                dirs.push(Path::new("/").join(name));
-            }
-            _ => {}
-        }
-    }
-    for d in own {
-        dir(&mut tar, d)?;
-    }
-    let bytes = tar
-        .into_inner()
-        .map_err(|e| format!("building the image's skeleton: {e}"))?;
-    // FNV-1a: a name for the layout, not a security boundary.
-    let hash = layout.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-    });
-    let tag = format!("1-{hash:016x}");
-    engine.import("cordon/skeleton", &tag, bytes)?;
-    Ok((format!("cordon/skeleton:{tag}"), dirs))
-}
-
-fn bind(source: &Path, target: &Path, read_only: bool) -> DMount {
-    DMount {
-        target: Some(target.display().to_string()),
-        source: Some(source.display().to_string()),
-        typ: Some(MountType::BIND),
-        read_only: Some(read_only),
-        bind_options: Some(MountBindOptions {
-            propagation: Some(MountBindOptionsPropagationEnum::RPRIVATE),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
-}
-
-/// What every container of cordon's runs with, whatever it runs. An
-/// error when the seccomp profile cannot be written (never a container
-/// without it).
-fn host_config(mounts: Vec<DMount>, limits: &Limits, net: DockerNet) -> Result<HostConfig, String> {
-    let seccomp = cordon_confine::oci::docker_seccomp_profile(net)
-        .map_err(|e| format!("the seccomp profile for Docker: {e}"))?;
-    let bytes = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
-    let ulimit = |name: &str, soft: u64, hard: u64| ResourcesUlimits {
-        name: Some(name.to_string()),
-        soft: Some(bytes(soft)),
-        hard: Some(bytes(hard)),
-    };
-    Ok(HostConfig {
-        network_mode: Some("none".into()),
-        readonly_rootfs: Some(true),
-        cap_drop: Some(vec!["ALL".into()]),
-        security_opt: Some(vec![
-            "no-new-privileges".into(),
-            format!("seccomp={seccomp}"),
-        ]),
-        ipc_mode: Some("private".into()),
-        cgroupns_mode: Some(HostConfigCgroupnsModeEnum::PRIVATE),
-        memory: Some(bytes(limits.memory_bytes)),
-        // No swap: the memory bound is the bound.
-        memory_swap: Some(bytes(limits.memory_bytes)),
-        pids_limit: Some(bytes(limits.processes)),
-        ulimits: Some(vec![
-            // A second layer under the cgroup's CPU time, which cordon
-            // watches and kills at first (its sum is at least any one
-            // process's): one second later, so the bound is reported as
-            // the bound, not as a signal.
-            ulimit(
-                "cpu",
-                limits.cpu_seconds.saturating_add(1),
-                limits.cpu_seconds.saturating_add(2),
-            ),
-            ulimit("fsize", limits.disk_bytes, limits.disk_bytes),
-            ulimit("nofile", 1024, 1024),
-            ulimit("core", 0, 0),
-        ]),
-        mounts: Some(mounts),
-        ..Default::default()
-    })
-}
-
-/// What the probe's container checks of itself: a seccomp filter,
-/// no-new-privileges, no capability (an engine that took the request but
-/// did not apply it fails here).
-const PROBE_CHECK: &str = "s=/proc/self/status; grep -q '^Seccomp:[[:space:]]*2' $s && grep -q '^NoNewPrivs:[[:space:]]*1' $s && grep -q '^CapEff:[[:space:]]*0000000000000000' $s && grep -q '^CapBnd:[[:space:]]*0000000000000000' $s";
-
-/// Runs a check in a container of the `host` image with its system
-/// directories bound read-only and cordon's confinement: the probe's
-/// proof that the engine runs what cordon asks of it.
-pub(crate) fn trivial(engine: &Engine) -> Result<(), String> {
-    let (image, dirs) = skeleton(engine, Path::new("/"))?;
-    let mounts = dirs.iter().map(|d| bind(d, d, true)).collect();
-    let limits = Limits {
-        memory_bytes: 64 << 20,
-        processes: 16,
-        cpu_seconds: 10,
-        disk_bytes: 1 << 20,
-        wall_seconds: 30,
-    };
-    let d = engine.docker();
-    let name = format!(
-        "{}{}-{}-probe",
-        crate::PREFIX,
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    );
-    let body = ContainerCreateBody {
-        image: Some(image),
-        cmd: Some(vec!["/bin/sh".into(), "-c".into(), PROBE_CHECK.into()]),
-        user: Some(format!("{WORKLOAD_ID}:{WORKLOAD_ID}")),
-        labels: Some(HashMap::from([
-            (crate::LABEL_OWNER.to_string(), crate::OWNER.to_string()),
-            (crate::LABEL_SANDBOX.to_string(), name.clone()),
-            (crate::LABEL_ROLE.to_string(), "probe".to_string()),
-            (
-                crate::LABEL_MAKER.to_string(),
-                std::process::id().to_string(),
-            ),
-        ])),
-        host_config: Some(host_config(mounts, &limits, DockerNet::None)?),
-        ..Default::default()
-    };
-    let n = name.clone();
-    let ran = call(async move {
-        let opts = bollard::query_parameters::CreateContainerOptionsBuilder::default()
-            .name(&n)
-            .build();
-        d.create_container(Some(opts), body)
-            .await
-            .map_err(|e| e.to_string())?;
-        d.start_container(&n, None::<bollard::query_parameters::StartContainerOptions>)
-            .await
-            .map_err(|e| e.to_string())?;
-        match d
-            .wait_container(&n, None::<bollard::query_parameters::WaitContainerOptions>)
-            .next()
-            .await
-        {
-            Some(Ok(r)) if r.status_code == 0 => Ok(()),
-            Some(Ok(r)) => Err(format!(
-                "the check inside exited {}: the container's seccomp filter, no-new-privileges or capabilities are not what cordon asked for",
-                r.status_code
-            )),
-            Some(Err(bollard::errors::Error::DockerContainerWaitError { code, error })) => {
-                Err(format!(
-                    "the check inside exited {code} {error}: the container's seccomp filter, no-new-privileges or capabilities are not what cordon asked for"
-                ))
-            }
-            Some(Err(e)) => Err(e.to_string()),
-            None => Err("the engine did not say how it ended".into()),
-        }
-    });
-    let removed = engine.remove(&name);
-    ran??;
-    removed
-}
-
-/// The name of the record that a trivial container ran on `engine`: the
-/// engine's version and API, the `host` skeleton and the seccomp profile,
-/// hashed.
-pub(crate) fn probe_record(engine: &Engine) -> Result<String, String> {
-    let (image, _) = skeleton(engine, Path::new("/"))?;
-    let profile = cordon_confine::oci::docker_seccomp_profile(DockerNet::None)?;
-    let what = format!(
-        "{}|{}|{image}|{profile}|{PROBE_CHECK}",
-        engine.version, engine.api
-    );
-    let hash = what.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-    });
-    Ok(format!("cordon-docker-probed-{hash:016x}"))
-}
-
-/// Records that a trivial container ran: a container named `record`,
-/// made and never started, labelled `probed` (no maker: `gc` keeps it).
-pub(crate) fn record_probe(engine: &Engine, record: &str) -> Result<(), String> {
-    let (image, _) = skeleton(engine, Path::new("/"))?;
-    let labels = HashMap::from([
-        (crate::LABEL_OWNER.to_string(), crate::OWNER.to_string()),
-        (crate::LABEL_ROLE.to_string(), "probed".to_string()),
-        (crate::LABEL_SANDBOX.to_string(), record.to_string()),
-    ]);
-    make_anchor(engine, record, &image, labels)
-}
-
 impl DockerSandbox {
     /// Makes the sandbox's directory and volume, imports the `host` image
     /// if the engine lacks it, and makes the anchor container.
@@ -366,7 +103,7 @@ impl DockerSandbox {
                 reason,
             }
         })?;
-        let image_root = match crate::backend::stored_root(spec.image()) {
+        let image_root = match cordon_backend_kit::stored_root(spec.image()) {
             Ok(r) => r,
             Err(reason) => {
                 return Err(BackendError::Refused {
@@ -848,100 +585,6 @@ impl DockerSandbox {
             }),
         ))
     }
-}
-
-/// Makes the anchor container `id` (never started): it holds the labels.
-fn make_anchor(
-    engine: &Engine,
-    id: &str,
-    image: &str,
-    labels: HashMap<String, String>,
-) -> Result<(), String> {
-    let body = ContainerCreateBody {
-        image: Some(image.to_string()),
-        cmd: Some(vec!["/nonexistent".into()]),
-        labels: Some(labels),
-        host_config: Some(HostConfig {
-            network_mode: Some("none".into()),
-            ..Default::default()
-        }),
-        ..Default::default()
-    };
-    create(engine, id, body, false)
-}
-
-/// Makes and starts the anchor container `id` of a sandbox with an egress
-/// route: `/bin/sleep infinity` from the host's system directories, bound
-/// read-only, under the same confinement as an exec, with no network but
-/// its loopback. Its network namespace is the sandbox's.
-fn start_holder(engine: &Engine, id: &str, labels: HashMap<String, String>) -> Result<(), String> {
-    let (image, dirs) = skeleton(engine, Path::new("/"))?;
-    let mounts = dirs.iter().map(|d| bind(d, d, true)).collect();
-    let limits = Limits {
-        memory_bytes: 16 << 20,
-        processes: 4,
-        cpu_seconds: 1,
-        disk_bytes: 0,
-        wall_seconds: 0,
-    };
-    let body = ContainerCreateBody {
-        image: Some(image),
-        cmd: Some(vec!["/bin/sleep".into(), "infinity".into()]),
-        entrypoint: Some(Vec::new()),
-        user: Some(format!("{WORKLOAD_ID}:{WORKLOAD_ID}")),
-        hostname: Some(cordon_confine::oci::HOSTNAME.to_string()),
-        labels: Some(labels),
-        host_config: Some(host_config(mounts, &limits, DockerNet::None)?),
-        ..Default::default()
-    };
-    create(engine, id, body, true)
-}
-
-fn create(engine: &Engine, id: &str, body: ContainerCreateBody, start: bool) -> Result<(), String> {
-    let d = engine.docker();
-    let n = id.to_string();
-    call(async move {
-        let opts = bollard::query_parameters::CreateContainerOptionsBuilder::default()
-            .name(&n)
-            .build();
-        d.create_container(Some(opts), body)
-            .await
-            .map_err(|e| format!("creating the anchor container `{n}`: {e}"))?;
-        if start {
-            d.start_container(&n, None::<bollard::query_parameters::StartContainerOptions>)
-                .await
-                .map_err(|e| format!("starting the anchor container `{n}`: {e}"))?;
-        }
-        Ok(())
-    })?
-}
-
-/// Listens on `127.0.0.1:port` inside the network namespace of the running
-/// container `id` (`cordon_linux::netns::listen_in`: a short-lived thread
-/// enters it, binds, and ends; the socket stays in that namespace).
-fn listen_in(engine: &Engine, id: &str, port: u16) -> Result<std::net::TcpListener, String> {
-    let d = engine.docker();
-    let n = id.to_string();
-    let pid = call(async move {
-        d.inspect_container(
-            &n,
-            None::<bollard::query_parameters::InspectContainerOptions>,
-        )
-        .await
-        .ok()
-        .and_then(|c| c.state?.pid)
-        .unwrap_or(0)
-    })?;
-    if pid <= 0 {
-        return Err(format!(
-            "the anchor container `{id}` is not running, so the sandbox has no network namespace for its egress route"
-        ));
-    }
-    let ns = std::fs::File::open(format!("/proc/{pid}/ns/net"))
-        .map_err(|e| format!("the anchor's network namespace: {e}"))?;
-    use std::os::fd::AsFd;
-    cordon_linux::netns::listen_in(ns.as_fd(), port)
-        .map_err(|e| format!("listening on 127.0.0.1:{port} in the sandbox: {e}"))
 }
 
 /// How long a started container's CPU time may stay unreadable.

@@ -1,34 +1,14 @@
 //! [`GvisorBackend`]: the `gvisor` backend behind the sandbox protocol.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use cordon_backend_kit::{Engine, EngineBackend, Which};
-use cordon_policy::{Deployment, Policy};
 use cordon_sandbox::{
     AcquireRequest, BackendError, Capability, CapabilitySet, Isolation, IsolationError, Sandbox,
 };
 
-use crate::failed;
-use crate::runsc::Runsc;
 use crate::sandbox::GvisorSandbox;
-
-/// How a gvisor backend is set up.
-#[derive(Clone)]
-pub struct GvisorConfig {
-    pub policy: Arc<Policy>,
-    /// The deployment the router decides in.
-    pub env: Deployment,
-    /// Where each sandbox's directory is made.
-    pub scratch: PathBuf,
-    /// The operator's work dir (`--work-dir`), owned by
-    /// [`crate::WORKLOAD_ID`]; `None`: a fresh one per sandbox.
-    pub work_dir: Option<PathBuf>,
-    /// runsc as the probe found it running.
-    pub runsc: Runsc,
-    /// How the egress proxy resolves names and where it audits.
-    pub egress: cordon_sandbox::EgressSetup,
-}
+use crate::{failed, GvisorConfig};
 
 /// The `gvisor` engine: what differs from the other engines.
 pub struct Gvisor {
@@ -122,7 +102,7 @@ impl Gvisor {
     /// makes (`TMPDIR/cordon-gvisor-…`, named as the container, root's).
     fn dispose_listed(
         &self,
-        matches: impl Fn(&crate::pod::Listed) -> bool,
+        matches: impl Fn(&crate::runsc::Listed) -> bool,
     ) -> Result<usize, BackendError> {
         let bin = &self.config.runsc.bin;
         let listed = crate::pod::listed(bin).map_err(|e| failed("dispose", e))?;
