@@ -130,47 +130,9 @@ impl DockerSandbox {
         let dir = scratch.join(&id);
         private_dir(&dir).map_err(|e| failed("acquire", e))?;
         let volume = dir.join("volume");
-        let labels = HashMap::from([
-            (crate::LABEL_OWNER.to_string(), crate::OWNER.to_string()),
-            (crate::LABEL_SANDBOX.to_string(), id.clone()),
-            (crate::LABEL_SCOPE.to_string(), req.key.scope().to_string()),
-            (
-                crate::LABEL_THREAD.to_string(),
-                req.key.thread_id().to_string(),
-            ),
-            (
-                crate::LABEL_AGENT_DIR.to_string(),
-                req.key.agent_dir().to_string(),
-            ),
-            (
-                crate::LABEL_MAKER.to_string(),
-                std::process::id().to_string(),
-            ),
-            (crate::LABEL_DIR.to_string(), dir.display().to_string()),
-            (crate::LABEL_ENGINE.to_string(), engine.endpoint.to_string()),
-        ]);
+        let labels = sandbox_labels(req, &id, &dir, engine);
         let made = (|| -> Result<(HostImage, RootedFs, HostWorkDir), String> {
-            let root = HostImage::prepare(&dir.join("rootfs"))?;
-            root.write_etc(WORKLOAD_ID, WORKLOAD_ID, &guest_work)?;
-            // Docker binds the host's resolver configuration unless one
-            // is bound: cordon's is empty (no network, nothing to ask).
-            std::fs::write(root.rootfs.join("etc/resolv.conf"), b"")
-                .map_err(|e| format!("cannot write `/etc/resolv.conf` of the root: {e}"))?;
-            let masks = dir.join("masks");
-            private_dir(&masks)?;
-            std::fs::DirBuilder::new()
-                .mode(0o555)
-                .create(masks.join("dir"))
-                .map_err(|e| format!("cannot create the mask directory: {e}"))?;
-            std::fs::write(masks.join("file"), b"")
-                .and_then(|()| {
-                    std::fs::set_permissions(
-                        masks.join("file"),
-                        std::os::unix::fs::PermissionsExt::from_mode(0o000),
-                    )
-                })
-                .map_err(|e| format!("cannot create the mask file: {e}"))?;
-            private_dir(&dir.join("binds"))?;
+            let root = prepare_dir(&dir, &guest_work)?;
             private_dir(&volume)?;
             cordon_linux::volume::mount_volume(
                 &volume,
@@ -389,66 +351,13 @@ impl DockerSandbox {
         let mounts = self.base()?;
         let mut argv = req.argv.clone();
         argv[0] = canonical.command;
-        let mut env = std::collections::BTreeMap::from([
-            (
-                "PATH".to_string(),
-                cordon_confine::command::IMAGE_PATH.to_string(),
-            ),
-            ("HOME".to_string(), self.guest_work.clone()),
-            ("LANG".to_string(), "C.UTF-8".to_string()),
-            ("TMPDIR".to_string(), "/tmp".to_string()),
-        ]);
-        if let Some(port) = self.proxy_port {
-            // For the workload's convenience only: the boundary is the
-            // network namespace, whose one route is the proxy's listener.
-            let url = format!("http://127.0.0.1:{port}");
-            for k in ["HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"] {
-                env.insert(k.into(), url.clone());
-            }
-        }
-        env.extend(req.env.clone());
+        let env = self.exec_env(req);
         let k = NEXT.fetch_add(1, Ordering::Relaxed);
         let name = format!("{}-e{k}", self.id);
         let with_stdin = attach.stdin_stream || !req.stdin.is_empty();
         let mut labels = self.labels.clone();
         labels.insert(crate::LABEL_ROLE.to_string(), "exec".to_string());
-        let body = ContainerCreateBody {
-            image: Some(self.image.clone()),
-            cmd: Some(argv),
-            // The image has none; an empty one keeps it so.
-            entrypoint: Some(Vec::new()),
-            env: Some(env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
-            working_dir: Some(self.guest_work.clone()),
-            user: Some(format!("{WORKLOAD_ID}:{WORKLOAD_ID}")),
-            // A container in another's network namespace takes its name.
-            hostname: self
-                .proxy_port
-                .is_none()
-                .then(|| cordon_confine::oci::HOSTNAME.to_string()),
-            attach_stdin: Some(with_stdin),
-            open_stdin: Some(with_stdin),
-            stdin_once: Some(with_stdin),
-            attach_stdout: Some(true),
-            attach_stderr: Some(true),
-            tty: Some(false),
-            labels: Some(labels),
-            host_config: Some(HostConfig {
-                network_mode: Some(match self.proxy_port {
-                    Some(_) => format!("container:{}", self.id),
-                    None => "none".into(),
-                }),
-                ..host_config(
-                    mounts,
-                    &self.limits,
-                    match self.proxy_port {
-                        Some(_) => DockerNet::ProxyRoute,
-                        None => DockerNet::None,
-                    },
-                )
-                .map_err(refused)?
-            }),
-            ..Default::default()
-        };
+        let body = self.exec_body(argv, &env, with_stdin, labels, mounts)?;
         let pipe = || -> Result<(OwnedFd, OwnedFd), SandboxError> {
             rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
                 .map_err(|e| exec_failed(format!("cannot make a pipe: {e}")))
@@ -460,95 +369,16 @@ impl DockerSandbox {
             Some((r, w)) => (Some(r), Some(w)),
             None => (None, None),
         };
-        let d = self.engine.docker();
-        let n = name.clone();
         let (done_tx, done_rx) = std::sync::mpsc::sync_channel::<Result<i64, String>>(1);
-        // Create, attach, start; then forward the streams and wait, all
-        // on the engine's runtime. What this call returns is the start.
-        let started = call(async move {
-            let opts = bollard::query_parameters::CreateContainerOptionsBuilder::default()
-                .name(&n)
-                .build();
-            let cid = d
-                .create_container(Some(opts), body)
-                .await
-                .map_err(|e| format!("creating the exec's container: {e}"))?
-                .id;
-            let aopts = bollard::query_parameters::AttachContainerOptionsBuilder::default()
-                .stream(true)
-                .stdin(with_stdin)
-                .stdout(true)
-                .stderr(true)
-                .build();
-            let attached = d
-                .attach_container(&n, Some(aopts))
-                .await
-                .map_err(|e| format!("attaching to the exec's container: {e}"))?;
-            d.start_container(&n, None::<bollard::query_parameters::StartContainerOptions>)
-                .await
-                .map_err(|e| format!("starting the exec's container: {e}"))?;
-            let pid = d
-                .inspect_container(
-                    &n,
-                    None::<bollard::query_parameters::InspectContainerOptions>,
-                )
-                .await
-                .ok()
-                .and_then(|c| c.state?.pid)
-                .unwrap_or(0);
-            let bollard::container::AttachContainerResults { mut output, input } = attached;
-            if let Some(r) = stdin_r {
-                tokio::spawn(async move {
-                    let Ok(mut from) = tokio::net::unix::pipe::Receiver::from_owned_fd(r) else {
-                        return;
-                    };
-                    let mut input = input;
-                    let _ = tokio::io::copy(&mut from, &mut input).await;
-                    let _ = input.shutdown().await;
-                });
-            }
-            let forward = tokio::spawn(async move {
-                let (Ok(mut out), Ok(mut err)) = (
-                    tokio::net::unix::pipe::Sender::from_owned_fd(out_w),
-                    tokio::net::unix::pipe::Sender::from_owned_fd(err_w),
-                ) else {
-                    return;
-                };
-                while let Some(Ok(chunk)) = output.next().await {
-                    let _ = match chunk {
-                        bollard::container::LogOutput::StdErr { message } => {
-                            err.write_all(&message).await
-                        }
-                        bollard::container::LogOutput::StdOut { message }
-                        | bollard::container::LogOutput::Console { message } => {
-                            out.write_all(&message).await
-                        }
-                        bollard::container::LogOutput::StdIn { .. } => Ok(()),
-                    };
-                }
-            });
-            let w = d.clone();
-            let wn = n.clone();
-            tokio::spawn(async move {
-                let code = match w
-                    .wait_container(&wn, None::<bollard::query_parameters::WaitContainerOptions>)
-                    .next()
-                    .await
-                {
-                    Some(Ok(r)) => Ok(r.status_code),
-                    Some(Err(bollard::errors::Error::DockerContainerWaitError {
-                        code, ..
-                    })) => Ok(code),
-                    Some(Err(e)) => Err(e.to_string()),
-                    None => Err("the engine did not say how the exec ended".into()),
-                };
-                // The streams end with the container; every byte is
-                // forwarded before the end is reported.
-                let _ = forward.await;
-                let _ = done_tx.send(code);
-            });
-            Ok::<(i64, String), String>((pid, cid))
-        });
+        let started = launch(
+            &self.engine,
+            name.clone(),
+            body,
+            with_stdin,
+            stdin_r,
+            (out_w, err_w),
+            done_tx,
+        );
         let (pid, cid) = match started {
             Ok(Ok(started)) => started,
             Ok(Err(e)) | Err(e) => {
@@ -585,6 +415,180 @@ impl DockerSandbox {
             }),
         ))
     }
+
+    /// An exec's environment: cordon's, the proxy's (for the workload's
+    /// convenience only), then the request's.
+    fn exec_env(&self, req: &ExecRequest) -> std::collections::BTreeMap<String, String> {
+        let mut env = std::collections::BTreeMap::from([
+            (
+                "PATH".to_string(),
+                cordon_confine::command::IMAGE_PATH.to_string(),
+            ),
+            ("HOME".to_string(), self.guest_work.clone()),
+            ("LANG".to_string(), "C.UTF-8".to_string()),
+            ("TMPDIR".to_string(), "/tmp".to_string()),
+        ]);
+        if let Some(port) = self.proxy_port {
+            // For the workload's convenience only: the boundary is the
+            // network namespace, whose one route is the proxy's listener.
+            let url = format!("http://127.0.0.1:{port}");
+            for k in ["HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"] {
+                env.insert(k.into(), url.clone());
+            }
+        }
+        env.extend(req.env.clone());
+        env
+    }
+
+    /// The exec's container: the `host` image, the command, no network but
+    /// the proxy's route (when there is one), the sandbox's binds and bounds.
+    fn exec_body(
+        &self,
+        argv: Vec<String>,
+        env: &std::collections::BTreeMap<String, String>,
+        with_stdin: bool,
+        labels: HashMap<String, String>,
+        mounts: Vec<DMount>,
+    ) -> Result<ContainerCreateBody, SandboxError> {
+        Ok(ContainerCreateBody {
+            image: Some(self.image.clone()),
+            cmd: Some(argv),
+            // The image has none; an empty one keeps it so.
+            entrypoint: Some(Vec::new()),
+            env: Some(env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
+            working_dir: Some(self.guest_work.clone()),
+            user: Some(format!("{WORKLOAD_ID}:{WORKLOAD_ID}")),
+            // A container in another's network namespace takes its name.
+            hostname: self
+                .proxy_port
+                .is_none()
+                .then(|| cordon_confine::oci::HOSTNAME.to_string()),
+            attach_stdin: Some(with_stdin),
+            open_stdin: Some(with_stdin),
+            stdin_once: Some(with_stdin),
+            attach_stdout: Some(true),
+            attach_stderr: Some(true),
+            tty: Some(false),
+            labels: Some(labels),
+            host_config: Some(HostConfig {
+                network_mode: Some(match self.proxy_port {
+                    Some(_) => format!("container:{}", self.id),
+                    None => "none".into(),
+                }),
+                ..host_config(
+                    mounts,
+                    &self.limits,
+                    match self.proxy_port {
+                        Some(_) => DockerNet::ProxyRoute,
+                        None => DockerNet::None,
+                    },
+                )
+                .map_err(refused)?
+            }),
+            ..Default::default()
+        })
+    }
+}
+
+/// Creates, attaches and starts an exec's container, then forwards its
+/// streams into `out` and waits for it, all on the engine's runtime; its end
+/// goes to `done` once every byte is forwarded. Returns the start: the
+/// container's first process and id.
+fn launch(
+    engine: &Engine,
+    name: String,
+    body: ContainerCreateBody,
+    with_stdin: bool,
+    stdin_r: Option<OwnedFd>,
+    (out_w, err_w): (OwnedFd, OwnedFd),
+    done_tx: std::sync::mpsc::SyncSender<Result<i64, String>>,
+) -> Result<Result<(i64, String), String>, String> {
+    let d = engine.docker();
+    let n = name;
+    call(async move {
+        let opts = bollard::query_parameters::CreateContainerOptionsBuilder::default()
+            .name(&n)
+            .build();
+        let cid = d
+            .create_container(Some(opts), body)
+            .await
+            .map_err(|e| format!("creating the exec's container: {e}"))?
+            .id;
+        let aopts = bollard::query_parameters::AttachContainerOptionsBuilder::default()
+            .stream(true)
+            .stdin(with_stdin)
+            .stdout(true)
+            .stderr(true)
+            .build();
+        let attached = d
+            .attach_container(&n, Some(aopts))
+            .await
+            .map_err(|e| format!("attaching to the exec's container: {e}"))?;
+        d.start_container(&n, None::<bollard::query_parameters::StartContainerOptions>)
+            .await
+            .map_err(|e| format!("starting the exec's container: {e}"))?;
+        let pid = d
+            .inspect_container(
+                &n,
+                None::<bollard::query_parameters::InspectContainerOptions>,
+            )
+            .await
+            .ok()
+            .and_then(|c| c.state?.pid)
+            .unwrap_or(0);
+        let bollard::container::AttachContainerResults { mut output, input } = attached;
+        if let Some(r) = stdin_r {
+            tokio::spawn(async move {
+                let Ok(mut from) = tokio::net::unix::pipe::Receiver::from_owned_fd(r) else {
+                    return;
+                };
+                let mut input = input;
+                let _ = tokio::io::copy(&mut from, &mut input).await;
+                let _ = input.shutdown().await;
+            });
+        }
+        let forward = tokio::spawn(async move {
+            let (Ok(mut out), Ok(mut err)) = (
+                tokio::net::unix::pipe::Sender::from_owned_fd(out_w),
+                tokio::net::unix::pipe::Sender::from_owned_fd(err_w),
+            ) else {
+                return;
+            };
+            while let Some(Ok(chunk)) = output.next().await {
+                let _ = match chunk {
+                    bollard::container::LogOutput::StdErr { message } => {
+                        err.write_all(&message).await
+                    }
+                    bollard::container::LogOutput::StdOut { message }
+                    | bollard::container::LogOutput::Console { message } => {
+                        out.write_all(&message).await
+                    }
+                    bollard::container::LogOutput::StdIn { .. } => Ok(()),
+                };
+            }
+        });
+        let w = d.clone();
+        let wn = n.clone();
+        tokio::spawn(async move {
+            let code = match w
+                .wait_container(&wn, None::<bollard::query_parameters::WaitContainerOptions>)
+                .next()
+                .await
+            {
+                Some(Ok(r)) => Ok(r.status_code),
+                Some(Err(bollard::errors::Error::DockerContainerWaitError { code, .. })) => {
+                    Ok(code)
+                }
+                Some(Err(e)) => Err(e.to_string()),
+                None => Err("the engine did not say how the exec ended".into()),
+            };
+            // The streams end with the container; every byte is
+            // forwarded before the end is reported.
+            let _ = forward.await;
+            let _ = done_tx.send(code);
+        });
+        Ok::<(i64, String), String>((pid, cid))
+    })
 }
 
 /// How long a started container's CPU time may stay unreadable.
@@ -686,6 +690,62 @@ impl Running {
         self.engine.kill(&self.name);
         let _ = self.engine.remove(&self.name);
     }
+}
+
+/// The labels a sandbox's containers carry on the engine: whose it is, and
+/// where its directory is, so any cordon process finds and reclaims it.
+fn sandbox_labels(
+    req: &AcquireRequest,
+    id: &str,
+    dir: &Path,
+    engine: &Engine,
+) -> HashMap<String, String> {
+    HashMap::from([
+        (crate::LABEL_OWNER.to_string(), crate::OWNER.to_string()),
+        (crate::LABEL_SANDBOX.to_string(), id.to_string()),
+        (crate::LABEL_SCOPE.to_string(), req.key.scope().to_string()),
+        (
+            crate::LABEL_THREAD.to_string(),
+            req.key.thread_id().to_string(),
+        ),
+        (
+            crate::LABEL_AGENT_DIR.to_string(),
+            req.key.agent_dir().to_string(),
+        ),
+        (
+            crate::LABEL_MAKER.to_string(),
+            std::process::id().to_string(),
+        ),
+        (crate::LABEL_DIR.to_string(), dir.display().to_string()),
+        (crate::LABEL_ENGINE.to_string(), engine.endpoint.to_string()),
+    ])
+}
+
+/// The sandbox directory's root (cordon's `/etc`, an empty resolver
+/// configuration), its masks and its binds directory.
+fn prepare_dir(dir: &Path, guest_work: &str) -> Result<HostImage, String> {
+    let root = HostImage::prepare(&dir.join("rootfs"))?;
+    root.write_etc(WORKLOAD_ID, WORKLOAD_ID, guest_work)?;
+    // Docker binds the host's resolver configuration unless one
+    // is bound: cordon's is empty (no network, nothing to ask).
+    std::fs::write(root.rootfs.join("etc/resolv.conf"), b"")
+        .map_err(|e| format!("cannot write `/etc/resolv.conf` of the root: {e}"))?;
+    let masks = dir.join("masks");
+    private_dir(&masks)?;
+    std::fs::DirBuilder::new()
+        .mode(0o555)
+        .create(masks.join("dir"))
+        .map_err(|e| format!("cannot create the mask directory: {e}"))?;
+    std::fs::write(masks.join("file"), b"")
+        .and_then(|()| {
+            std::fs::set_permissions(
+                masks.join("file"),
+                std::os::unix::fs::PermissionsExt::from_mode(0o000),
+            )
+        })
+        .map_err(|e| format!("cannot create the mask file: {e}"))?;
+    private_dir(&dir.join("binds"))?;
+    Ok(root)
 }
 
 pub(crate) use cordon_backend_kit::remove_sandbox_dir;

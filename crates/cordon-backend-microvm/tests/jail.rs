@@ -171,7 +171,9 @@ fn qemu_args(run: &Path, initrd: &Path, hold: bool, extra: &[&str]) -> Vec<Strin
         "-accel",
         "tcg",
         "-cpu",
-        "max",
+        // As the backend runs TCG (vm.rs): 6.12 guest kernels fault
+        // early under `max` with cmpxchg16b emulated.
+        "max,-cx16",
         "-m",
         "128",
         "-smp",
