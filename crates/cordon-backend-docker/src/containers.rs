@@ -1,7 +1,6 @@
 //! The containers a sandbox is built of, as the engine is asked for them: the host directory's skeleton, binds, host config, the anchor that carries a sandbox's labels and the holder of its network namespace.
 
 use std::collections::HashMap;
-use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
 use bollard::models::{
@@ -14,18 +13,7 @@ use cordon_sandbox::Limits;
 use crate::engine::{call, Engine};
 use crate::WORKLOAD_ID;
 
-pub(crate) fn private_dir(p: &Path) -> Result<(), String> {
-    std::fs::DirBuilder::new()
-        .mode(0o700)
-        .create(p)
-        .map_err(|e| format!("cannot create `{}`: {e}", p.display()))
-}
-
-pub(crate) fn owned_dir(p: &Path) -> Result<(), String> {
-    private_dir(p)?;
-    std::os::unix::fs::chown(p, Some(WORKLOAD_ID), Some(WORKLOAD_ID))
-        .map_err(|e| format!("cannot hand `{}` to uid {WORKLOAD_ID}: {e}", p.display()))
-}
+pub(crate) use cordon_backend_kit::workarea::private_dir;
 
 /// An image's skeleton on the engine: its top-level links (`/bin` →
 /// `usr/bin` on a merged-`/usr` host) and empty mount points, nothing

@@ -18,7 +18,6 @@
 
 use std::collections::HashMap;
 use std::os::fd::OwnedFd;
-use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, TryRecvError};
@@ -41,6 +40,7 @@ use crate::containers::*;
 use crate::engine::{call, Engine};
 use crate::residue::Residue;
 use crate::{failed, DockerConfig, NEXT, WORKLOAD_ID};
+use cordon_backend_kit::workarea::{make_masks, work_area, WorkArea, WorkAreaSpec};
 
 /// One docker sandbox.
 pub struct DockerSandbox {
@@ -133,33 +133,15 @@ impl DockerSandbox {
         let labels = sandbox_labels(req, &id, &dir, engine);
         let made = (|| -> Result<(HostImage, RootedFs, HostWorkDir), String> {
             let root = prepare_dir(&dir, &guest_work)?;
-            private_dir(&volume)?;
-            cordon_linux::volume::mount_volume(
-                &volume,
-                &scratch,
-                req.limits.disk_bytes,
-                WORKLOAD_ID,
-            )
-            .map_err(|e| format!("the work dir's volume: {e}"))?;
-            let work_host = match &config.work_dir {
-                Some(d) => cordon_confine::oci::given_work_dir(
-                    d,
-                    req.limits.disk_bytes,
-                    WORKLOAD_ID,
-                    crate::NAME,
-                )?,
-                None => {
-                    owned_dir(&volume.join("work"))?;
-                    volume.join("work")
-                }
-            };
-            owned_dir(&volume.join("tmp"))?;
-            let view = RootedFs::new(&image_root)
-                .bind("/tmp", volume.join("tmp"))
-                .bind(&guest_work, &work_host);
-            let files = HostWorkDir::new(&work_host, &guest_work)
-                .map_err(|e| e.to_string())?
-                .owned_by(WORKLOAD_ID, WORKLOAD_ID);
+            let WorkArea { view, files, .. } = work_area(&WorkAreaSpec {
+                volume: &volume,
+                scratch: &scratch,
+                disk_bytes: req.limits.disk_bytes,
+                given: config.work_dir.as_deref(),
+                image_root: &image_root,
+                guest_work: &guest_work,
+                backend: crate::NAME,
+            })?;
             // The anchor: the sandbox's labels on the engine, which
             // `dispose_scope` and `gc` list. Made and never started,
             // unless the sandbox has an egress route: then it holds the
@@ -419,25 +401,7 @@ impl DockerSandbox {
     /// An exec's environment: cordon's, the proxy's (for the workload's
     /// convenience only), then the request's.
     fn exec_env(&self, req: &ExecRequest) -> std::collections::BTreeMap<String, String> {
-        let mut env = std::collections::BTreeMap::from([
-            (
-                "PATH".to_string(),
-                cordon_confine::command::IMAGE_PATH.to_string(),
-            ),
-            ("HOME".to_string(), self.guest_work.clone()),
-            ("LANG".to_string(), "C.UTF-8".to_string()),
-            ("TMPDIR".to_string(), "/tmp".to_string()),
-        ]);
-        if let Some(port) = self.proxy_port {
-            // For the workload's convenience only: the boundary is the
-            // network namespace, whose one route is the proxy's listener.
-            let url = format!("http://127.0.0.1:{port}");
-            for k in ["HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"] {
-                env.insert(k.into(), url.clone());
-            }
-        }
-        env.extend(req.env.clone());
-        env
+        cordon_backend_kit::workarea::exec_env(&self.guest_work, self.proxy_port, &req.env)
     }
 
     /// The exec's container: the `host` image, the command, no network but
@@ -730,20 +694,7 @@ fn prepare_dir(dir: &Path, guest_work: &str) -> Result<HostImage, String> {
     // is bound: cordon's is empty (no network, nothing to ask).
     std::fs::write(root.rootfs.join("etc/resolv.conf"), b"")
         .map_err(|e| format!("cannot write `/etc/resolv.conf` of the root: {e}"))?;
-    let masks = dir.join("masks");
-    private_dir(&masks)?;
-    std::fs::DirBuilder::new()
-        .mode(0o555)
-        .create(masks.join("dir"))
-        .map_err(|e| format!("cannot create the mask directory: {e}"))?;
-    std::fs::write(masks.join("file"), b"")
-        .and_then(|()| {
-            std::fs::set_permissions(
-                masks.join("file"),
-                std::os::unix::fs::PermissionsExt::from_mode(0o000),
-            )
-        })
-        .map_err(|e| format!("cannot create the mask file: {e}"))?;
+    make_masks(&dir.join("masks"))?;
     private_dir(&dir.join("binds"))?;
     Ok(root)
 }

@@ -7,7 +7,6 @@ use std::sync::{Arc, Mutex};
 use cordon_sandbox::AcquireRequest;
 
 use crate::oci::HostImage;
-use crate::WORKLOAD_ID;
 
 /// A sandbox's one route out: a network namespace cordon made holding
 /// only `lo` and the proxy's listener on `127.0.0.1:port`, which every
@@ -52,18 +51,7 @@ pub(crate) fn route(
     })
 }
 
-pub(crate) fn private_dir(p: &Path) -> Result<(), String> {
-    std::fs::DirBuilder::new()
-        .mode(0o700)
-        .create(p)
-        .map_err(|e| format!("cannot create `{}`: {e}", p.display()))
-}
-
-pub(crate) fn owned_dir(p: &Path) -> Result<(), String> {
-    private_dir(p)?;
-    std::os::unix::fs::chown(p, Some(WORKLOAD_ID), Some(WORKLOAD_ID))
-        .map_err(|e| format!("cannot hand `{}` to uid {WORKLOAD_ID}: {e}", p.display()))
-}
+pub(crate) use cordon_backend_kit::workarea::private_dir;
 
 /// The compatibility shim (`shim/noautomount.c`: this runsc refuses
 /// `AT_NO_AUTOMOUNT`, which coreutils passes on every stat), built with

@@ -41,6 +41,7 @@ use crate::pod::{Pod, PodSpec};
 use crate::running::*;
 use crate::runsc::Runsc;
 use crate::{engine_error, exec_failed, failed, refused, GvisorConfig, NEXT, WORKLOAD_ID};
+use cordon_backend_kit::workarea::{make_masks, work_area, WorkArea, WorkAreaSpec};
 
 /// What a sandbox leaves if its holder dies: its directory (with the
 /// volume mounted in it) and the prefix of its containers' ids.
@@ -151,50 +152,16 @@ impl GvisorSandbox {
                 image.write_etc(WORKLOAD_ID, WORKLOAD_ID, &guest_work)?;
                 install_shim(&image.rootfs)?;
                 crate::oci::mkdir_in(&image.rootfs, Path::new(&guest_work))?;
-                let masks = dir.join("masks");
-                private_dir(&masks)?;
-                std::fs::DirBuilder::new()
-                    .mode(0o555)
-                    .create(masks.join("dir"))
-                    .map_err(|e| format!("cannot create the mask directory: {e}"))?;
-                std::fs::write(masks.join("file"), b"")
-                    .and_then(|()| {
-                        std::fs::set_permissions(
-                            masks.join("file"),
-                            std::os::unix::fs::PermissionsExt::from_mode(0o000),
-                        )
-                    })
-                    .map_err(|e| format!("cannot create the mask file: {e}"))?;
-                private_dir(&volume)?;
-                cordon_linux::volume::mount_volume(
-                    &volume,
-                    &scratch,
-                    req.limits.disk_bytes,
-                    WORKLOAD_ID,
-                )
-                .map_err(|e| format!("the work dir's volume: {e}"))?;
-                let work_host = match &config.work_dir {
-                    Some(d) => cordon_confine::oci::given_work_dir(
-                        d,
-                        req.limits.disk_bytes,
-                        WORKLOAD_ID,
-                        crate::NAME,
-                    )?,
-                    None => {
-                        owned_dir(&volume.join("work"))?;
-                        volume.join("work")
-                    }
-                };
-                owned_dir(&volume.join("tmp"))?;
-                // The host's own tree, as the container rung sees the `host`
-                // image: the plan is translated (and commands resolved) in it;
-                // the bundle then shows only what the translated rules reach.
-                let view = RootedFs::new(&image_root)
-                    .bind("/tmp", volume.join("tmp"))
-                    .bind(&guest_work, &work_host);
-                let files = HostWorkDir::new(&work_host, &guest_work)
-                    .map_err(|e| e.to_string())?
-                    .owned_by(WORKLOAD_ID, WORKLOAD_ID);
+                make_masks(&dir.join("masks"))?;
+                let WorkArea { view, files, .. } = work_area(&WorkAreaSpec {
+                    volume: &volume,
+                    scratch: &scratch,
+                    disk_bytes: req.limits.disk_bytes,
+                    given: config.work_dir.as_deref(),
+                    image_root: &image_root,
+                    guest_work: &guest_work,
+                    backend: crate::NAME,
+                })?;
                 // Inside the sandbox's directory (root's, 0700): no other
                 // sandbox's workload, though the same uid, can reach it.
                 let secrets = if wants_secrets {
@@ -400,22 +367,11 @@ impl GvisorSandbox {
         }
         let mut argv = req.argv.clone();
         argv[0] = canonical.command;
-        let mut env = BTreeMap::from([
-            (
-                "PATH".to_string(),
-                cordon_confine::command::IMAGE_PATH.to_string(),
-            ),
-            ("HOME".to_string(), self.guest_work.clone()),
-            ("LANG".to_string(), "C.UTF-8".to_string()),
-            ("TMPDIR".to_string(), "/tmp".to_string()),
-        ]);
-        if let Some(r) = &self.route {
-            let url = format!("http://127.0.0.1:{}", r.port);
-            for k in ["HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"] {
-                env.insert(k.to_string(), url.clone());
-            }
-        }
-        env.extend(req.env.clone());
+        let env = cordon_backend_kit::workarea::exec_env(
+            &self.guest_work,
+            self.route.as_ref().map(|r| r.port),
+            &req.env,
+        );
         let k = NEXT.fetch_add(1, Ordering::Relaxed);
         let cid = format!("{}-e{k}", self.id);
         let exec_dir = self.dir.join(format!("exec-{k}"));
@@ -436,40 +392,13 @@ impl GvisorSandbox {
                 return Err(exec_failed(e));
             }
         };
-        let config = Bundle {
-            root: &self.image.rootfs,
-            argv,
-            env,
-            cwd: self.guest_work.clone(),
-            uid: WORKLOAD_ID,
-            gid: WORKLOAD_ID,
-            mounts,
-            // Held by the runsc sandbox's cgroup (`crate::pod`).
-            memory_bytes: None,
-            processes: self.limits.processes,
-            cpu_seconds: self.limits.cpu_seconds,
-            file_bytes: self.limits.disk_bytes,
-            cgroup: match &held {
-                Held::Own(_) => format!("/{cid}/{}", crate::cgroup::LEAF),
-                Held::Pod(_) => format!("/{cid}"),
-            },
-        }
-        .config();
-        let mut config = config;
-        if let Some(r) = &self.route {
-            // A sub-container shares its runsc sandbox's network; the
-            // namespace is named all the same, and the table narrowed.
-            if let Err(e) = crate::runsc::join_netns(&mut config, &r.path()) {
+        let config = match self.exec_config(&cid, argv, env, mounts, &held) {
+            Ok(c) => c,
+            Err(e) => {
                 let _ = std::fs::remove_dir_all(&exec_dir);
                 return Err(exec_failed(e));
             }
-        }
-        if let Held::Pod(pod) = &held {
-            config["annotations"] = serde_json::json!({
-                crate::pod::CONTAINER_TYPE: "container",
-                crate::pod::SANDBOX_ID: pod.id,
-            });
-        }
+        };
         let log = exec_dir.join("runsc.log");
         let written = std::fs::write(exec_dir.join("config.json"), config.to_string());
         if let Err(e) = written {
@@ -554,6 +483,52 @@ impl GvisorSandbox {
                 crate::runsc::kill(&bin, &cid);
             }),
         ))
+    }
+
+    /// The OCI config of an exec's container: the command as the workload's
+    /// uid in the sandbox's root with its mounts and bounds, in the route's
+    /// network namespace when there is one, a container of the pod when
+    /// the exec is not the first.
+    fn exec_config(
+        &self,
+        cid: &str,
+        argv: Vec<String>,
+        env: BTreeMap<String, String>,
+        mounts: Vec<Mount>,
+        held: &Held,
+    ) -> Result<serde_json::Value, String> {
+        let config = Bundle {
+            root: &self.image.rootfs,
+            argv,
+            env,
+            cwd: self.guest_work.clone(),
+            uid: WORKLOAD_ID,
+            gid: WORKLOAD_ID,
+            mounts,
+            // Held by the runsc sandbox's cgroup (`crate::pod`).
+            memory_bytes: None,
+            processes: self.limits.processes,
+            cpu_seconds: self.limits.cpu_seconds,
+            file_bytes: self.limits.disk_bytes,
+            cgroup: match held {
+                Held::Own(_) => format!("/{cid}/{}", crate::cgroup::LEAF),
+                Held::Pod(_) => format!("/{cid}"),
+            },
+        }
+        .config();
+        let mut config = config;
+        if let Some(r) = &self.route {
+            // A sub-container shares its runsc sandbox's network; the
+            // namespace is named all the same, and the table narrowed.
+            crate::runsc::join_netns(&mut config, &r.path())?;
+        }
+        if let Held::Pod(pod) = held {
+            config["annotations"] = serde_json::json!({
+                crate::pod::CONTAINER_TYPE: "container",
+                crate::pod::SANDBOX_ID: pod.id,
+            });
+        }
+        Ok(config)
     }
 }
 

@@ -19,6 +19,7 @@ pub mod dirs;
 pub mod engine;
 mod ids;
 pub mod profile;
+pub mod workarea;
 
 pub use dirs::{remove_sandbox_dir, SandboxDirs};
 pub use engine::{Engine, EngineBackend, Which};
