@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use cordon_backend_kit::{Engine, EngineBackend, Which};
 use cordon_sandbox::{
-    AcquireRequest, BackendError, Capability, CapabilitySet, Isolation, IsolationError, Sandbox,
+    AcquireRequest, BackendError, CapabilitySet, Isolation, IsolationError, Sandbox,
 };
 
 use crate::sandbox::GvisorSandbox;
@@ -28,20 +28,8 @@ pub fn backend(config: GvisorConfig) -> GvisorBackend {
     EngineBackend::new(Gvisor { config }, policy, env, egress)
 }
 
-/// What the backend serves: commands, code, files in and declared files
-/// out (from the work dir on the host), and the network through cordon's
-/// egress proxy, the one route out of a sandbox whose spec names hosts.
-pub fn capabilities() -> CapabilitySet {
-    [
-        Capability::Exec,
-        Capability::RunCode,
-        Capability::FilesIn,
-        Capability::FilesOut,
-        Capability::Network,
-    ]
-    .into_iter()
-    .collect()
-}
+/// What the backend serves (the kit's set for every OCI engine).
+pub use cordon_backend_kit::engine_capabilities as capabilities;
 
 pub(crate) use cordon_backend_kit::stored_root;
 

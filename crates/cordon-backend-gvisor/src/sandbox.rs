@@ -603,12 +603,7 @@ impl Sandbox for GvisorSandbox {
         &self,
         program: &str,
     ) -> Result<cordon_sandbox::ResolvedCommand, SandboxError> {
-        let c = cordon_confine::command::resolve(&self.view, program)
-            .map_err(|e| refused(e.to_string()))?;
-        Ok(cordon_sandbox::ResolvedCommand {
-            command: c.command,
-            command_target: c.command_target,
-        })
+        cordon_backend_kit::resolve_in(&self.view, program)
     }
 
     fn host_work_dir(&self) -> Option<cordon_sandbox::HostWorkDirRecord> {

@@ -70,6 +70,42 @@ pub fn gone(pid: u32) -> bool {
     matches!(state, Some("Z" | "X"))
 }
 
+/// A sandbox's program resolved in its own filesystem view (links
+/// resolved), as the compute guard asks of every backend before an exec:
+/// refused, with why, when it cannot be.
+pub fn resolve_in(
+    view: &dyn cordon_confine::FsView,
+    program: &str,
+) -> Result<cordon_sandbox::ResolvedCommand, cordon_sandbox::SandboxError> {
+    let c = cordon_confine::command::resolve(view, program).map_err(|e| {
+        cordon_sandbox::SandboxError::Refused {
+            reason: e.to_string(),
+            rules: Vec::new(),
+        }
+    })?;
+    Ok(cordon_sandbox::ResolvedCommand {
+        command: c.command,
+        command_target: c.command_target,
+    })
+}
+
+/// What every OCI engine backend serves (docker, gvisor): commands, code,
+/// files in and declared files out (from the work dir on the host), and
+/// the network through cordon's egress proxy, the one route out of a
+/// sandbox whose spec names hosts.
+pub fn engine_capabilities() -> cordon_sandbox::CapabilitySet {
+    use cordon_sandbox::Capability;
+    [
+        Capability::Exec,
+        Capability::RunCode,
+        Capability::FilesIn,
+        Capability::FilesOut,
+        Capability::Network,
+    ]
+    .into_iter()
+    .collect()
+}
+
 /// A backend's failure in `operation`.
 pub fn failed(operation: &'static str, reason: impl Into<String>) -> BackendError {
     BackendError::Failed {

@@ -567,16 +567,7 @@ impl Sandbox for LocalSandbox {
         &self,
         program: &str,
     ) -> Result<cordon_sandbox::ResolvedCommand, SandboxError> {
-        let c = cordon_confine::command::resolve(&*self.view, program).map_err(|e| {
-            SandboxError::Refused {
-                reason: e.to_string(),
-                rules: Vec::new(),
-            }
-        })?;
-        Ok(cordon_sandbox::ResolvedCommand {
-            command: c.command,
-            command_target: c.command_target,
-        })
+        cordon_backend_kit::resolve_in(&*self.view, program)
     }
 
     fn host_work_dir(&self) -> Option<cordon_sandbox::HostWorkDirRecord> {

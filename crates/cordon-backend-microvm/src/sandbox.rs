@@ -19,7 +19,7 @@ use cordon_linux::{Bounds, FsRule, Ids, PlanSpec, Rung};
 use cordon_policy::{Deployment, Policy};
 use cordon_sandbox::{
     AcquireRequest, Attach, BackendError, DirEntry, ExecHandle, ExecRequest, FileRead, FileStat,
-    Limits, Provenance, ResolvedCommand, Sandbox, SandboxError,
+    Limits, Provenance, Sandbox, SandboxError,
 };
 
 use crate::channel::{Channel, ConnOpener, ConnSink};
@@ -493,13 +493,11 @@ impl Sandbox for MicrovmSandbox {
         self.vm.channel.list(path)
     }
 
-    fn resolve_command(&self, program: &str) -> Result<ResolvedCommand, SandboxError> {
-        let c = cordon_confine::command::resolve(&*self.view, program)
-            .map_err(|e| refused(e.to_string()))?;
-        Ok(ResolvedCommand {
-            command: c.command,
-            command_target: c.command_target,
-        })
+    fn resolve_command(
+        &self,
+        program: &str,
+    ) -> Result<cordon_sandbox::ResolvedCommand, SandboxError> {
+        cordon_backend_kit::resolve_in(&*self.view, program)
     }
 
     fn residue(&self) -> serde_json::Value {
