@@ -182,11 +182,14 @@ impl Fixture {
         self.dir.path().join(name)
     }
 
+    /// The audit log's decision lines, `allow` and `deny` (the `end` line
+    /// after each carried request, with its answer, left out).
     fn audit(&self) -> Vec<serde_json::Value> {
         std::fs::read_to_string(self.path("audit.jsonl"))
             .unwrap_or_default()
             .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+            .filter(|l| l["verdict"] != "end")
             .collect()
     }
 
