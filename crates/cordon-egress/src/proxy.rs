@@ -360,8 +360,22 @@ impl Proxy {
         reason: &str,
         d: Option<&Decision>,
     ) -> hyper::Response<Body> {
-        let _ = self.record(r, "deny", status.as_u16(), reason, d);
-        text(status, reason)
+        self.refuse_shown(r, status, reason, reason, d)
+    }
+
+    /// A refusal whose reason for the log (`logged`, the host's: it may
+    /// name the resolved address) differs from what the workload is told
+    /// (`shown`, which never does).
+    fn refuse_shown(
+        &self,
+        r: &Record<'_>,
+        status: StatusCode,
+        logged: &str,
+        shown: &str,
+        d: Option<&Decision>,
+    ) -> hyper::Response<Body> {
+        let _ = self.record(r, "deny", status.as_u16(), logged, d);
+        text(status, shown)
     }
 
     /// The answer when a request's `allow` line was not written: nothing
@@ -401,7 +415,9 @@ impl Proxy {
         }
         let ips = match self.addresses(a).await {
             Ok(ips) => ips,
-            Err(why) => return Err(self.refuse(r, StatusCode::FORBIDDEN, &why, None)),
+            Err((logged, shown)) => {
+                return Err(self.refuse_shown(r, StatusCode::FORBIDDEN, &logged, &shown, None))
+            }
         };
         self.checked(r, ips)
             .map_err(|(why, d)| self.refuse(r, StatusCode::FORBIDDEN, &why, d.as_ref()))
@@ -476,13 +492,21 @@ impl Proxy {
         }
     }
 
-    /// Steps 3 and 4: the addresses that may be dialled, or why none.
-    async fn addresses(&self, a: &Authority) -> Result<Vec<IpAddr>, String> {
+    /// Steps 3 and 4: the addresses that may be dialled, or why none: for
+    /// the log, and for the workload (which is never told an address a
+    /// name resolved to: that would make the proxy a lookup oracle).
+    async fn addresses(&self, a: &Authority) -> Result<Vec<IpAddr>, (String, String)> {
         let (name, ips) = match &a.host {
             Host::Ip(ip) => (ip.to_string(), vec![*ip]),
             Host::Name(n) => match self.cfg.resolver.lookup(n).await {
                 Ok(ips) => (n.clone(), ips),
-                Err(e) => return Err(e.to_string()),
+                Err(e @ crate::resolve::ResolveFailure::Failed { .. }) => {
+                    return Err((
+                        e.to_string(),
+                        format!("resolving `{n}` failed (the egress audit log says why)"),
+                    ))
+                }
+                Err(e) => return Err((e.to_string(), e.to_string())),
             },
         };
         for ip in &ips {
@@ -492,9 +516,13 @@ impl Proxy {
                 &self.cfg.policy.allow_ranges,
             ) {
                 return Err(if a.host == Host::Ip(*ip) {
-                    format!("{d}")
+                    // The workload's own literal: nothing it did not know.
+                    (format!("{d}"), format!("{d}"))
                 } else {
-                    format!("`{name}` resolves to {d}; the whole name is refused")
+                    (
+                        format!("`{name}` resolves to {d}; the whole name is refused"),
+                        format!("`{name}` resolves to an address this proxy does not dial; the whole name is refused"),
+                    )
                 });
             }
         }
@@ -794,7 +822,10 @@ impl Proxy {
         let Some((ip, stream, d)) = found else {
             let why = format!("no upstream address answered ({})", failures.join("; "));
             self.record(r, "end", 502, &why, None);
-            return Err(text(StatusCode::BAD_GATEWAY, &why));
+            return Err(text(
+                StatusCode::BAD_GATEWAY,
+                "no upstream address answered",
+            ));
         };
         let left = Arc::new(AtomicU64::new(cap));
         let exceeded = Arc::new(AtomicU64::new(0));

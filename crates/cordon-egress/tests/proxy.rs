@@ -575,7 +575,9 @@ async fn a_redirect_to_an_internal_target_is_refused_when_followed() {
     )
     .await;
     assert_eq!(status, 403, "{text}");
-    assert!(text.contains("10.0.0.7"), "{text}");
+    // The workload is not told the address; the host's log is.
+    assert!(!text.contains("10.0.0.7"), "{text}");
+    assert!(last_reason(&s.audit).contains("10.0.0.7"));
     assert_eq!(up.conns.load(Ordering::SeqCst), 1);
 }
 
@@ -813,7 +815,14 @@ async fn hostile_dns_answers_are_refused() {
         )
         .await;
         assert_eq!(status, 403, "{name}: {text}");
-        assert!(text.contains(why), "{name}: {text}");
+        // The workload is told the name was refused, never what it
+        // resolved to; the host's audit line says.
+        assert!(last_reason(&s.audit).contains(why), "{name}: {text}");
+        if why.contains(['.', ':']) {
+            assert!(!text.contains(why), "{name}: {text}");
+        } else {
+            assert!(text.contains(why), "{name}: {text}");
+        }
         assert!(
             started.elapsed() < Duration::from_secs(4),
             "{name} took {:?}",
@@ -1259,6 +1268,66 @@ async fn nothing_reaches_upstream_before_its_audit_line_is_written() {
         .map(|(k, v, s)| (k.to_string(), v.to_string(), *s))
         .collect();
     assert_eq!(seen, want);
+}
+
+#[tokio::test]
+async fn a_refusal_never_tells_the_workload_a_resolved_address() {
+    let up = upstream(b"x".to_vec(), None).await;
+    let port = up.addr.port();
+    // A name under a wildcard entry that resolves to addresses the proxy
+    // does not dial: the lookup happens (docs/policy.md says so), but its
+    // answer stays in the host's log.
+    let dns = fake_dns(HashMap::from([(
+        "c2vjcmv0.dns.test",
+        Answer::Ips(vec![
+            "10.9.8.7".parse().unwrap(),
+            "fd00::77".parse().unwrap(),
+        ]),
+    )]))
+    .await;
+    let closed = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let closed_port = closed.local_addr().unwrap().port();
+    drop(closed);
+    let s = proxy(
+        &[("ok.test", "127.0.0.1")],
+        Dns::Servers(vec![dns.addr]),
+        Some(&[
+            &format!("*.dns.test:{port}"),
+            &format!("ok.test:{closed_port}"),
+        ]),
+    )
+    .await;
+    let name = format!("c2vjcmv0.dns.test:{port}");
+    let secrets = ["10.9.8.7", "fd00::77", "fd00:0:0:0:0:0:0:77"];
+    let (status, text) = send(s.proxy, &get(&format!("http://{name}/"), &name)).await;
+    assert_eq!(status, 403, "{text}");
+    for a in secrets {
+        assert!(!text.contains(a), "the workload was told {a}: {text}");
+    }
+    assert!(
+        last_reason(&s.audit).contains("10.9.8.7") || last_reason(&s.audit).contains("fd00::77"),
+        "{}",
+        last_reason(&s.audit)
+    );
+    // The same through CONNECT: the whole answer, head and body.
+    let mut c = TcpStream::connect(s.proxy).await.unwrap();
+    c.write_all(format!("CONNECT {name} HTTP/1.1\r\nHost: {name}\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut out = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(5), c.read_to_end(&mut out)).await;
+    let text = String::from_utf8_lossy(&out).to_string();
+    assert!(text.starts_with("HTTP/1.1 403"), "{text}");
+    for a in secrets {
+        assert!(!text.contains(a), "the workload was told {a}: {text}");
+    }
+    // An allowed address that does not answer: the 502 does not name it.
+    let target = format!("ok.test:{closed_port}");
+    let (status, text) = send(s.proxy, &get(&format!("http://{target}/"), &target)).await;
+    assert_eq!(status, 502, "{text}");
+    assert!(!text.contains("127.0.0.1"), "{text}");
+    assert!(last_reason(&s.audit).contains("127.0.0.1"));
+    assert_eq!(up.conns.load(Ordering::SeqCst), 0);
 }
 
 /// Every line of the audit file and its rotated copies, and their sizes.
