@@ -1,5 +1,9 @@
 //! The audit log: one JSON line per decision, holding the facts of the
 //! final decision, so `cordon policy explain --facts LINE` replays it.
+//! An allowed request's `allow` line is written before anything is dialled
+//! or sent, and an `end` line follows with what came of it. A file is
+//! rotated by size ([`LogFile`]); what each sandbox may write is bounded
+//! by the proxy (`proxy.rs`, `Budget`).
 
 use std::fs::File;
 use std::io::Write as _;
@@ -30,9 +34,11 @@ pub struct AuditLine {
     /// The address dialled or refused, when one was reached.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub ip: Option<String>,
-    /// `allow` or `deny`; `end` for a note after an allowed request.
+    /// `allow` or `deny`; `end` for what came of an allowed request.
     pub verdict: String,
-    /// The status answered (`200` for a tunnel that opened).
+    /// The status answered (`200` for a tunnel that opened). `0` on a
+    /// plain request's `allow` line, written before the request was sent:
+    /// its answer is on the `end` line after it.
     pub status: u16,
     /// The deciding rules, `file:line`.
     #[serde(skip_serializing_if = "Vec::is_empty", default)]

@@ -1,15 +1,22 @@
 //! The proxy: HTTP/1.1 `CONNECT` (authority form) and absolute-form plain
 //! HTTP. For every request, in this order, so nothing is resolved or
-//! dialled before it is allowed:
+//! dialled before it is allowed, and nothing dialled before it is recorded:
 //!
+//! 0. refuse it outright when its sandbox's audit budget is spent (`429`)
+//!    or the last audit write failed (`503`);
 //! 1. parse and normalise the target ([`crate::target`]);
 //! 2. decide with the caller's allowlist and the policy (`ip` unknown):
 //!    a deny ends it here;
 //! 3. resolve the name ([`crate::resolve`]), bounded in time;
 //! 4. classify every answer ([`crate::classify`]): one address that may
 //!    not be dialled refuses the whole name;
-//! 5. decide again with `ip` bound, where undetermined is deny, and dial
-//!    the checked address, never the name.
+//! 5. decide again with `ip` bound, where undetermined is deny, write the
+//!    `allow` line (one that cannot be written refuses: nothing is dialled
+//!    or sent), and dial the checked address, never the name;
+//! 6. write what came of it on an `end` line.
+//!
+//! Every line is charged to its sandbox's [`Budget`] (the channel's):
+//! see [`Proxy::record`].
 //!
 //! A tunnel answers `200` and then reads the client's first bytes before it
 //! dials: a TLS ClientHello whose SNI is the CONNECT host, or the tunnel is

@@ -1399,6 +1399,26 @@ async fn a_flood_from_one_sandbox_is_capped_refused_and_the_log_rotated() {
             .any(|l| l.status == 429 && l.reason.contains("budget is spent")),
         "the log does not say the budget was spent"
     );
+    // The budget refills at its rate: the sandbox is served again, and its
+    // next line is preceded by one counting what was refused unrecorded.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let host = "again.test";
+    let (status, text) = send(s.proxy, &get(&format!("http://{host}/"), host)).await;
+    assert_eq!(status, 403, "{text}");
+    let (lines, _) = audit_files(&path, bounds.keep);
+    let counted = lines
+        .iter()
+        .find(|l| {
+            l.reason
+                .contains("were refused, and not recorded one by one")
+        })
+        .expect("a line counting the refusals");
+    assert!(
+        counted.reason.starts_with(&format!("{refused} requests")),
+        "{}",
+        counted.reason
+    );
+    assert!(lines.last().unwrap().target.contains("again.test"));
     // Another sandbox has a budget of its own.
     let other = s.another_sandbox("tenant/thread/other").await;
     let host = "elsewhere.test";
