@@ -718,6 +718,16 @@ fn the_proxy_alone_refuses_a_bad_allow_entry_and_a_missing_hosts_file() {
     ]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("hosts file"), "{err}");
+    // The audit log's bounds are checked, and the flag is named.
+    let (code, _, err) = f.cordon(&[
+        "proxy",
+        "--listen",
+        "127.0.0.1:0",
+        "--audit-burst-bytes",
+        "10",
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--audit-burst-bytes is 10"), "{err}");
 }
 
 fn run_with_a_spec_reaches_its_allowlist_and_nothing_else(t: &Target) {
