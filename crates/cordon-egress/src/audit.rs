@@ -174,17 +174,22 @@ impl Audit {
         bounds
             .check()
             .map_err(|e| format!("the audit log's bounds: {e}"))?;
+        // Read too, to copy it when it is rotated: only a regular file (or
+        // one not there yet, made regular here). A pipe or a device is
+        // opened for appending alone, as it always was.
+        let regular_before = std::fs::metadata(path).map_or(true, |m| m.is_file());
         let live = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
-            .read(true)
+            .read(regular_before)
             .mode(0o600)
             .open(path)
             .map_err(|e| format!("opening the audit log {}: {e}", path.display()))?;
         let regular = live
             .metadata()
             .map_err(|e| format!("opening the audit log {}: {e}", path.display()))?
-            .is_file();
+            .is_file()
+            && regular_before;
         let mut old = Vec::new();
         if regular {
             for n in 1..=bounds.keep {
@@ -196,7 +201,12 @@ impl Audit {
                     .write(true)
                     .mode(0o600)
                     .open(&p)
-                    .map_err(|e| format!("opening the rotated audit log {}: {e}", p.display()))?;
+                    .map_err(|e| {
+                        format!(
+                            "opening the rotated audit log {}: {e} (old audit files are kept beside it; keeping none, `keep: 0` or `--audit-keep 0`, needs no other file)",
+                            p.display()
+                        )
+                    })?;
                 old.push(f);
             }
         }
