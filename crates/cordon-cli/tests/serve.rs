@@ -1181,6 +1181,158 @@ fn mcp_over_http_binds_each_request_to_its_credential_and_thread_headers() {
     assert!(text.starts_with("HTTP/1.1 403"), "{text}");
 }
 
+// ---- MCP sessions, connections and what a request must be ---------------
+
+/// A raw HTTP/1.1 exchange on its own connection: everything the server
+/// sent until it closed the connection or went quiet for `quiet`, less its
+/// `date` header (the one line two answers a second apart may differ in).
+fn exchange(addr: &str, raw: &str, quiet: std::time::Duration) -> String {
+    let mut s = std::net::TcpStream::connect(addr).expect("connect");
+    s.write_all(raw.as_bytes()).expect("send");
+    s.set_read_timeout(Some(quiet)).expect("timeout");
+    let mut got = Vec::new();
+    let mut buf = [0u8; 8192];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+        }
+    }
+    String::from_utf8_lossy(&got)
+        .split("\r\n")
+        .filter(|l| !l.to_ascii_lowercase().starts_with("date:"))
+        .collect::<Vec<_>>()
+        .join("\r\n")
+}
+
+/// One `/mcp` request as an MCP client sends it: `token`'s credential,
+/// `session` (its `Mcp-Session-Id`), `extra` headers, a JSON body or none.
+fn mcp_request(
+    addr: &str,
+    method: &str,
+    token: &str,
+    session: Option<&str>,
+    extra: &[(&str, &str)],
+    body: Option<&str>,
+) -> String {
+    let mut head = format!(
+        "{method} /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token}\r\nAccept: application/json, text/event-stream\r\nMcp-Protocol-Version: 2025-06-18\r\nConnection: close\r\n"
+    );
+    if let Some(id) = session {
+        head += &format!("Mcp-Session-Id: {id}\r\n");
+    }
+    for (k, v) in extra {
+        head += &format!("{k}: {v}\r\n");
+    }
+    if let Some(b) = body {
+        head += &format!(
+            "Content-Type: application/json\r\nContent-Length: {}\r\n",
+            b.len()
+        );
+    }
+    head += "\r\n";
+    head += body.unwrap_or("");
+    exchange(addr, &head, std::time::Duration::from_secs(3))
+}
+
+/// A header's value in a raw response.
+fn header_of(response: &str, name: &str) -> Option<String> {
+    let head = response.split("\r\n\r\n").next()?;
+    head.split("\r\n").find_map(|l| {
+        let (k, v) = l.split_once(':')?;
+        k.eq_ignore_ascii_case(name).then(|| v.trim().to_string())
+    })
+}
+
+/// An MCP session of `token`'s made by `initialize` (and `initialized`):
+/// its id, or the refusal's raw response.
+fn mcp_session(addr: &str, token: &str) -> Result<String, String> {
+    let init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}"#;
+    let answer = mcp_request(addr, "POST", token, None, &[], Some(init));
+    let id = header_of(&answer, "mcp-session-id").ok_or(answer)?;
+    let done = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
+    let answer = mcp_request(addr, "POST", token, Some(&id), &[], Some(done));
+    assert!(answer.starts_with("HTTP/1.1 202"), "{answer}");
+    Ok(id)
+}
+
+/// A `tools/call` of `tool` with `arguments` as JSON-RPC request `id`.
+fn tool_call(id: u32, tool: &str, arguments: serde_json::Value) -> String {
+    serde_json::json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": tool, "arguments": arguments}}).to_string()
+}
+
+/// No MCP tool's error shows a path of the host's (a volume's, a work
+/// dir's, the state directory's): the model sees sandbox paths only.
+#[test]
+fn mcp_tool_errors_show_no_host_path() {
+    if !root() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("dir");
+    let server = start(&config(dir.path(), &good_config()));
+    let addr = server.addr.as_str();
+    let a = mcp_session(addr, "token-a").expect("a session");
+    let setup = tool_call(
+        2,
+        "exec",
+        serde_json::json!({"argv": ["sh", "-c", "mkdir -p d; ln -s /etc/passwd link; ln -s d dlink; head -c 2000000 /dev/zero > big; mkfifo fifo; echo ok"]}),
+    );
+    let ran = mcp_request(addr, "POST", "token-a", Some(&a), &[], Some(&setup));
+    assert!(ran.contains("ok"), "{ran}");
+    let calls = [
+        ("read_file", serde_json::json!({"path": "nope.txt"})),
+        ("read_file", serde_json::json!({"path": "d"})),
+        ("read_file", serde_json::json!({"path": "link"})),
+        ("read_file", serde_json::json!({"path": "dlink/x"})),
+        ("read_file", serde_json::json!({"path": "big"})),
+        ("read_file", serde_json::json!({"path": "fifo"})),
+        ("read_file", serde_json::json!({"path": "../../etc/passwd"})),
+        ("read_file", serde_json::json!({"path": "/etc/passwd"})),
+        (
+            "write_file",
+            serde_json::json!({"path": "d", "content": "x"}),
+        ),
+        (
+            "write_file",
+            serde_json::json!({"path": "link", "content": "x"}),
+        ),
+        (
+            "write_file",
+            serde_json::json!({"path": "dlink/x", "content": "x"}),
+        ),
+        (
+            "write_file",
+            serde_json::json!({"path": "/proc/nope/x", "content": "x"}),
+        ),
+        ("exec", serde_json::json!({"argv": ["/no/such/program"]})),
+        ("list_files", serde_json::json!({"path": "nope"})),
+    ];
+    for (i, (tool, args)) in calls.iter().enumerate() {
+        let id = u32::try_from(i).expect("few") + 10;
+        let got = mcp_request(
+            addr,
+            "POST",
+            "token-a",
+            Some(&a),
+            &[],
+            Some(&tool_call(id, tool, args.clone())),
+        );
+        assert!(got.contains("\"result\""), "{tool} {args}: {got}");
+        for host in [
+            "/tmp/",
+            "/run/",
+            "/var/",
+            "cordon-volume-",
+            "cordon-work-",
+            "cordon-tmp-",
+            "cordon-mapped-",
+            &dir.path().display().to_string(),
+        ] {
+            assert!(!got.contains(host), "{tool} {args} shows `{host}`: {got}");
+        }
+    }
+}
+
 // ---- replicas and restarts ----------------------------------------------
 
 /// Servers sharing a state directory serve and dispose of each other's
