@@ -1261,6 +1261,115 @@ fn tool_call(id: u32, tool: &str, arguments: serde_json::Value) -> String {
     serde_json::json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": tool, "arguments": arguments}}).to_string()
 }
 
+/// An MCP session is its maker's: another credential holding its id is
+/// answered exactly as one holding an id nobody made (`404`, byte for
+/// byte), whether it calls a tool in it, resumes its events (and so
+/// reads its maker's results) or ends it; its maker's session goes on.
+#[test]
+fn an_mcp_session_is_answered_only_to_the_credential_that_made_it() {
+    if !root() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("dir");
+    let server = start(&config(dir.path(), &good_config()));
+    let addr = server.addr.as_str();
+    let a = mcp_session(addr, "token-a").expect("a session of A's");
+    let call = tool_call(
+        2,
+        "exec",
+        serde_json::json!({"argv": ["echo", "secret-of-a"]}),
+    );
+    let ran = mcp_request(addr, "POST", "token-a", Some(&a), &[], Some(&call));
+    assert!(ran.contains("secret-of-a"), "{ran}");
+    let event = ran
+        .lines()
+        .find_map(|l| l.strip_prefix("id: ").or_else(|| l.strip_prefix("id:")))
+        .map(|l| l.trim().to_string())
+        .unwrap_or_else(|| panic!("no event id in {ran}"));
+    let unknown = "00000000-0000-4000-8000-000000000000";
+    let b_call = tool_call(3, "exec", serde_json::json!({"argv": ["echo", "from-b"]}));
+    let resume = [("Last-Event-ID", event.as_str())];
+    let cases = [
+        ("POST", &[][..], Some(b_call.as_str())),
+        ("GET", &resume[..], None),
+        ("DELETE", &[][..], None),
+    ];
+    for (method, extra, body) in &cases {
+        let foreign = mcp_request(addr, method, "token-b", Some(&a), extra, *body);
+        let nobodys = mcp_request(addr, method, "token-b", Some(unknown), extra, *body);
+        assert!(!foreign.contains("secret-of-a"), "{method}: {foreign}");
+        assert_eq!(
+            foreign, nobodys,
+            "{method}: A's session and nobody's differ for B"
+        );
+        // rmcp's own answer for a session it does not hold, as it sends it.
+        assert_eq!(
+            foreign,
+            "HTTP/1.1 404 Not Found\r\nconnection: close\r\ncontent-length: 28\r\n\r\nNot Found: Session not found",
+            "{method}"
+        );
+        let own_unknown = mcp_request(addr, method, "token-a", Some(unknown), extra, *body);
+        assert_eq!(own_unknown, nobodys, "{method}");
+    }
+    // A's session outlived B's DELETE: A resumes it and calls in it.
+    let again = mcp_request(
+        addr,
+        "GET",
+        "token-a",
+        Some(&a),
+        &[("Last-Event-ID", event.as_str())],
+        None,
+    );
+    assert!(again.starts_with("HTTP/1.1 200"), "{again}");
+    let ran = mcp_request(
+        addr,
+        "POST",
+        "token-a",
+        Some(&a),
+        &[],
+        Some(&tool_call(
+            4,
+            "exec",
+            serde_json::json!({"argv": ["echo", "still-a"]}),
+        )),
+    );
+    assert!(ran.contains("still-a"), "{ran}");
+    // A ends it; then it is nobody's, to A too.
+    let ended = mcp_request(addr, "DELETE", "token-a", Some(&a), &[], None);
+    assert!(ended.starts_with("HTTP/1.1 2"), "{ended}");
+    let gone = mcp_request(addr, "POST", "token-a", Some(&a), &[], Some(&call));
+    let nobodys = mcp_request(addr, "POST", "token-a", Some(unknown), &[], Some(&call));
+    assert_eq!(gone, nobodys);
+}
+
+/// Each credential holds at most `limits.max_mcp_sessions` live MCP
+/// sessions; past it `initialize` is `429` saying what to do, and ending
+/// one frees its place. Another credential's cap is its own.
+#[test]
+fn mcp_sessions_are_capped_per_credential_and_a_delete_frees_one() {
+    if !root() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("dir");
+    let server = start(&config(
+        dir.path(),
+        &(good_config() + "limits: {max_mcp_sessions: 2}\n"),
+    ));
+    let addr = server.addr.as_str();
+    let first = mcp_session(addr, "token-a").expect("a first session");
+    mcp_session(addr, "token-a").expect("a second session");
+    let past = mcp_session(addr, "token-a").expect_err("a third session");
+    assert!(past.starts_with("HTTP/1.1 429"), "{past}");
+    assert!(
+        past.contains("limits.max_mcp_sessions") && past.contains("DELETE /mcp"),
+        "{past}"
+    );
+    mcp_session(addr, "token-b").expect("B's own cap");
+    let ended = mcp_request(addr, "DELETE", "token-a", Some(&first), &[], None);
+    assert!(ended.starts_with("HTTP/1.1 2"), "{ended}");
+    mcp_session(addr, "token-a").expect("the freed place");
+}
+
 /// No MCP tool's error shows a path of the host's (a volume's, a work
 /// dir's, the state directory's): the model sees sandbox paths only.
 #[test]

@@ -121,6 +121,9 @@ pub struct Limits {
     pub max_sandboxes: usize,
     /// Requests a second one credential may make (a burst of twice that).
     pub requests_per_second: u32,
+    /// Live MCP sessions one credential may hold at once (each is memory
+    /// on the server until it is ended or idles out).
+    pub max_mcp_sessions: usize,
 }
 
 impl Default for Limits {
@@ -129,6 +132,7 @@ impl Default for Limits {
             max_request_bytes: 16 << 20,
             max_sandboxes: 16,
             requests_per_second: 50,
+            max_mcp_sessions: 16,
         }
     }
 }
@@ -239,6 +243,8 @@ struct RawLimits {
     max_sandboxes: Option<Spanned<String>>,
     #[serde(default)]
     requests_per_second: Option<Spanned<String>>,
+    #[serde(default)]
+    max_mcp_sessions: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -401,6 +407,10 @@ impl ServeConfig {
             if let Some(v) = &l.requests_per_second {
                 limits.requests_per_second =
                     u32::try_from(count(v, "requests_per_second")?).unwrap_or(u32::MAX);
+            }
+            if let Some(v) = &l.max_mcp_sessions {
+                limits.max_mcp_sessions =
+                    usize::try_from(count(v, "max_mcp_sessions")?).unwrap_or(usize::MAX);
             }
         }
         let mut mcp = McpConfig::default();
