@@ -1442,6 +1442,215 @@ fn mcp_tool_errors_show_no_host_path() {
     }
 }
 
+/// A request must name one host: two `Host` headers (or two of any
+/// header a check reads) are `400`, on `/mcp` and everywhere else.
+#[test]
+fn a_request_with_two_host_headers_is_refused() {
+    if !root() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("dir");
+    let server = start(&config(dir.path(), &good_config()));
+    let addr = server.addr.as_str();
+    let init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}"#;
+    let two_hosts = mcp_request(
+        addr,
+        "POST",
+        "token-a",
+        None,
+        &[("Host", "evil.example")],
+        Some(init),
+    );
+    assert!(two_hosts.starts_with("HTTP/1.1 400"), "{two_hosts}");
+    assert!(
+        header_of(&two_hosts, "mcp-session-id").is_none(),
+        "{two_hosts}"
+    );
+    let two_tokens = mcp_request(
+        addr,
+        "POST",
+        "token-a",
+        None,
+        &[("Authorization", "Bearer token-b")],
+        Some(init),
+    );
+    assert!(two_tokens.starts_with("HTTP/1.1 400"), "{two_tokens}");
+    let backends = exchange(
+        addr,
+        "GET /v1/backends HTTP/1.1\r\nHost: 127.0.0.1\r\nHost: evil.example\r\nAuthorization: Bearer token-a\r\nConnection: close\r\n\r\n",
+        std::time::Duration::from_secs(5),
+    );
+    assert!(backends.starts_with("HTTP/1.1 400"), "{backends}");
+    let absolute = exchange(
+        addr,
+        "GET http://evil.example/v1/backends HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer token-a\r\nConnection: close\r\n\r\n",
+        std::time::Duration::from_secs(5),
+    );
+    assert!(absolute.starts_with("HTTP/1.1 400"), "{absolute}");
+}
+
+/// How long until the server closes `s` (reads return end of file or an
+/// error), reading whatever it sends; `None` if still open after `within`.
+fn closed_within(
+    s: &mut std::net::TcpStream,
+    within: std::time::Duration,
+) -> Option<(std::time::Duration, String)> {
+    let started = std::time::Instant::now();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while started.elapsed() < within {
+        s.set_read_timeout(Some(std::time::Duration::from_millis(200)))
+            .expect("timeout");
+        match s.read(&mut buf) {
+            Ok(0) => return Some((started.elapsed(), String::from_utf8_lossy(&got).into())),
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
+            Err(_) => return Some((started.elapsed(), String::from_utf8_lossy(&got).into())),
+        }
+    }
+    None
+}
+
+/// Connections are held to time limits: an idle one, one sending its
+/// headers a byte at a time and one sending its body slowly are closed
+/// within `limits.header_timeout_seconds` / `body_timeout_seconds`; a
+/// request without a credential is refused before its body is read.
+#[test]
+fn idle_slow_and_unauthenticated_connections_are_cut() {
+    if !root() {
+        return;
+    }
+    use std::time::Duration;
+    let dir = tempfile::tempdir().expect("dir");
+    let server = start(&config(
+        dir.path(),
+        &(good_config() + "limits: {header_timeout_seconds: 2, body_timeout_seconds: 2}\n"),
+    ));
+    let addr = server.addr.clone();
+    let limit = Duration::from_secs(6);
+    // Idle: connected, nothing sent.
+    let mut idle = std::net::TcpStream::connect(&addr).expect("connect");
+    let (took, _) = closed_within(&mut idle, limit).expect("an idle connection left open");
+    assert!(
+        took >= Duration::from_millis(1500),
+        "closed too soon: {took:?}"
+    );
+    // Idle after a request (keep-alive).
+    let mut kept = std::net::TcpStream::connect(&addr).expect("connect");
+    kept.write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        .expect("send");
+    let (_, said) =
+        closed_within(&mut kept, limit).expect("a kept-alive idle connection left open");
+    assert!(said.starts_with("HTTP/1.1 200"), "{said}");
+    // Headers a byte at a time.
+    let slow = std::net::TcpStream::connect(&addr).expect("connect");
+    let mut writer = slow.try_clone().expect("clone");
+    let trickle = std::thread::spawn(move || {
+        let head = b"GET /v1/backends HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer token-a\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+        for b in head {
+            if writer.write_all(&[*b]).is_err() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    });
+    let mut slow = slow;
+    closed_within(&mut slow, limit).expect("a slow-header connection left open");
+    let _ = trickle.join();
+    // A body a byte at a time, after headers with a credential.
+    let body = std::net::TcpStream::connect(&addr).expect("connect");
+    let mut writer = body.try_clone().expect("clone");
+    writer
+        .write_all(b"POST /v1/sandboxes HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer token-a\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"thread\": \"")
+        .expect("send");
+    let trickle = std::thread::spawn(move || {
+        for _ in 0..60 {
+            if writer.write_all(b"a").is_err() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    });
+    let mut body = body;
+    closed_within(&mut body, limit).expect("a slow body left open");
+    let _ = trickle.join();
+    // No credential, a large body announced and not sent: 401 at once.
+    let mut unauth = std::net::TcpStream::connect(&addr).expect("connect");
+    unauth
+        .write_all(b"POST /v1/sandboxes/exec HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 8000000\r\n\r\n{")
+        .expect("send");
+    let (took, said) =
+        closed_within(&mut unauth, Duration::from_secs(1)).expect("no answer before the body");
+    assert!(said.starts_with("HTTP/1.1 401"), "{said}");
+    assert!(took < Duration::from_secs(1));
+    let mut unauth = std::net::TcpStream::connect(&addr).expect("connect");
+    unauth
+        .write_all(b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer token-c\r\nContent-Type: application/json\r\nContent-Length: 8000000\r\n\r\n{")
+        .expect("send");
+    let (_, said) =
+        closed_within(&mut unauth, Duration::from_secs(1)).expect("no answer before the body");
+    assert!(said.starts_with("HTTP/1.1 401"), "{said}");
+    // The server still answers.
+    assert_eq!(get(&addr, "/healthz", None).0, 200);
+}
+
+/// A connection from `source` (a loopback address of its own) to `addr`.
+fn connect_from(source: &str, addr: &str) -> std::net::TcpStream {
+    let to: std::net::SocketAddr = addr.parse().expect("an address");
+    let from: std::net::SocketAddr = format!("{source}:0").parse().expect("an address");
+    let s =
+        socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).expect("socket");
+    s.bind(&from.into()).expect("bind");
+    s.connect(&to.into()).expect("connect");
+    s.into()
+}
+
+/// One peer holds at most `limits.max_connections_per_peer` connections:
+/// the next is refused at once (`503` saying what to do) while another
+/// peer's credentialed request is served; a closed one frees its place.
+#[test]
+fn connections_past_the_per_peer_cap_are_refused_and_others_still_served() {
+    if !root() {
+        return;
+    }
+    use std::time::Duration;
+    let dir = tempfile::tempdir().expect("dir");
+    let server = start(&config(
+        dir.path(),
+        &(good_config() + "limits: {max_connections_per_peer: 3, max_connections: 10, header_timeout_seconds: 60}\n"),
+    ));
+    let addr = server.addr.clone();
+    let held: Vec<std::net::TcpStream> = (0..3).map(|_| connect_from("127.0.0.1", &addr)).collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let mut past = connect_from("127.0.0.1", &addr);
+    let (_, said) =
+        closed_within(&mut past, Duration::from_secs(2)).expect("a fourth connection held open");
+    assert!(
+        said.starts_with("HTTP/1.1 503") && said.contains("too many open connections"),
+        "{said}"
+    );
+    // Another peer (another loopback address) is served.
+    let mut other = connect_from("127.0.0.2", &addr);
+    other
+        .write_all(b"GET /v1/backends HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer token-b\r\nConnection: close\r\n\r\n")
+        .expect("send");
+    let (_, said) = closed_within(&mut other, Duration::from_secs(10)).expect("an answer");
+    assert!(said.starts_with("HTTP/1.1 200"), "{said}");
+    // One closed: its place is the peer's again.
+    drop(held);
+    std::thread::sleep(Duration::from_millis(300));
+    let mut again = connect_from("127.0.0.1", &addr);
+    again
+        .write_all(b"GET /v1/backends HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer token-a\r\nConnection: close\r\n\r\n")
+        .expect("send");
+    let (_, said) = closed_within(&mut again, Duration::from_secs(10)).expect("an answer");
+    assert!(said.starts_with("HTTP/1.1 200"), "{said}");
+}
+
 // ---- replicas and restarts ----------------------------------------------
 
 /// Servers sharing a state directory serve and dispose of each other's

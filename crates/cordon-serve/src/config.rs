@@ -124,6 +124,16 @@ pub struct Limits {
     /// Live MCP sessions one credential may hold at once (each is memory
     /// on the server until it is ended or idles out).
     pub max_mcp_sessions: usize,
+    /// Open connections at once, from every peer together; past it a new
+    /// connection is refused at once (with a `503` over plain HTTP).
+    pub max_connections: usize,
+    /// Open connections at once from one peer address.
+    pub max_connections_per_peer: usize,
+    /// How long a connection may take to send a request's headers, and
+    /// how long it may sit idle between requests, before it is closed.
+    pub header_timeout: std::time::Duration,
+    /// How long a request may take to send its body, from its headers on.
+    pub body_timeout: std::time::Duration,
 }
 
 impl Default for Limits {
@@ -133,6 +143,10 @@ impl Default for Limits {
             max_sandboxes: 16,
             requests_per_second: 50,
             max_mcp_sessions: 16,
+            max_connections: 512,
+            max_connections_per_peer: 64,
+            header_timeout: std::time::Duration::from_secs(10),
+            body_timeout: std::time::Duration::from_secs(60),
         }
     }
 }
@@ -245,6 +259,14 @@ struct RawLimits {
     requests_per_second: Option<Spanned<String>>,
     #[serde(default)]
     max_mcp_sessions: Option<Spanned<String>>,
+    #[serde(default)]
+    max_connections: Option<Spanned<String>>,
+    #[serde(default)]
+    max_connections_per_peer: Option<Spanned<String>>,
+    #[serde(default)]
+    header_timeout_seconds: Option<Spanned<String>>,
+    #[serde(default)]
+    body_timeout_seconds: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -411,6 +433,31 @@ impl ServeConfig {
             if let Some(v) = &l.max_mcp_sessions {
                 limits.max_mcp_sessions =
                     usize::try_from(count(v, "max_mcp_sessions")?).unwrap_or(usize::MAX);
+            }
+            if let Some(v) = &l.max_connections {
+                limits.max_connections =
+                    usize::try_from(count(v, "max_connections")?).unwrap_or(usize::MAX);
+            }
+            if let Some(v) = &l.max_connections_per_peer {
+                limits.max_connections_per_peer =
+                    usize::try_from(count(v, "max_connections_per_peer")?).unwrap_or(usize::MAX);
+            }
+            if let Some(v) = &l.header_timeout_seconds {
+                limits.header_timeout =
+                    std::time::Duration::from_secs(count(v, "header_timeout_seconds")?);
+            }
+            if let Some(v) = &l.body_timeout_seconds {
+                limits.body_timeout =
+                    std::time::Duration::from_secs(count(v, "body_timeout_seconds")?);
+            }
+            if limits.max_connections_per_peer > limits.max_connections {
+                return Err(at(
+                    l.max_connections_per_peer.as_ref().map_or((1, 1), yaml::pos),
+                    format!(
+                        "`limits.max_connections_per_peer` ({}) is more than `limits.max_connections` ({}); one peer could take every connection",
+                        limits.max_connections_per_peer, limits.max_connections
+                    ),
+                ));
             }
         }
         let mut mcp = McpConfig::default();

@@ -20,50 +20,67 @@ pub async fn serve(
         tokio::spawn(follow_audit(state.clone(), path));
     }
     on_bound(listener.local_addr()?);
-    if let Some(acceptor) = state.tls.clone() {
-        serve_tls(state.clone(), listener, acceptor, shutdown).await;
-        return finish(state).await;
-    }
-    let (signalled, told) = tokio::sync::oneshot::channel::<()>();
-    let signal = async move {
-        shutdown.await;
-        let _ = signalled.send(());
-    };
-    let server = axum::serve(listener, app(state.clone())).with_graceful_shutdown(signal);
-    let served = tokio::select! {
-        r = server => r,
-        () = async {
-            let _ = told.await;
-            tokio::time::sleep(SHUTDOWN_GRACE).await;
-        } => Ok(()),
-    };
-    finish(state).await?;
-    served
+    accept(state.clone(), listener, shutdown).await;
+    finish(state).await
 }
 
 /// How long a client may take to finish its TLS handshake.
 pub(crate) const HANDSHAKE_WITHIN: Duration = Duration::from_secs(10);
 
-/// The HTTPS listener: each connection's handshake (a client certificate
-/// required when the acceptor was built with a client CA), then HTTP/1.1
-/// with the certificate's fingerprint in every request's extensions. On
-/// `shutdown`: stop accepting, let connections finish their requests for
-/// up to [`SHUTDOWN_GRACE`].
-pub(crate) async fn serve_tls(
+/// How long the listener waits after a failed accept (out of descriptors,
+/// most likely) before it tries again, rather than spinning.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
+
+/// The listener, plain HTTP or HTTPS: each connection counted against
+/// `limits.max_connections` and `limits.max_connections_per_peer` from
+/// accept until it closes (event streams included), refused at once past
+/// either; over TLS its handshake within [`HANDSHAKE_WITHIN`] (a client
+/// certificate required when the acceptor was built with a client CA, its
+/// fingerprint in every request's extensions); then HTTP/1.1, with
+/// `limits.header_timeout` for a request's headers and for the idle time
+/// between requests. On `shutdown`: stop accepting, let connections
+/// finish their requests for up to [`SHUTDOWN_GRACE`].
+pub(crate) async fn accept(
     state: Arc<Served>,
     listener: tokio::net::TcpListener,
-    acceptor: tokio_rustls::TlsAcceptor,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) {
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
-    let routes = app(state);
+    let routes = app(state.clone());
+    let limits = state.config.limits;
+    let open = Arc::new(Connections::default());
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(limits.header_timeout);
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
         tokio::select! {
             accepted = listener.accept() => {
-                let Ok((tcp, _)) = accepted else { continue };
-                let (acceptor, routes, watcher) = (acceptor.clone(), routes.clone(), graceful.watcher());
+                let (tcp, peer) = match accepted {
+                    Ok(a) => a,
+                    Err(_) => {
+                        tokio::time::sleep(ACCEPT_BACKOFF).await;
+                        continue;
+                    }
+                };
+                let Some(slot) = open.take(peer.ip(), &limits) else {
+                    if state.tls.is_none() {
+                        // Best effort, never waited for: the kernel's
+                        // buffer of a fresh socket holds it.
+                        let _ = tcp.try_write(too_many_connections().as_bytes());
+                    }
+                    continue;
+                };
+                let (tls, routes, watcher, http) =
+                    (state.tls.clone(), routes.clone(), graceful.watcher(), http.clone());
                 tokio::spawn(async move {
+                    let _slot = slot;
+                    let Some(acceptor) = tls else {
+                        let service = hyper_util::service::TowerToHyperService::new(routes);
+                        let conn = http.serve_connection(hyper_util::rt::TokioIo::new(tcp), service);
+                        let _ = watcher.watch(conn).await;
+                        return;
+                    };
                     let Ok(Ok(stream)) =
                         tokio::time::timeout(HANDSHAKE_WITHIN, acceptor.accept(tcp)).await
                     else {
@@ -75,8 +92,7 @@ pub(crate) async fn serve_tls(
                     let service = hyper_util::service::TowerToHyperService::new(
                         routes.layer(axum::Extension(peer)),
                     );
-                    let conn = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+                    let conn = http.serve_connection(hyper_util::rt::TokioIo::new(stream), service);
                     let _ = watcher.watch(conn).await;
                 });
             }
@@ -87,6 +103,65 @@ pub(crate) async fn serve_tls(
     tokio::select! {
         () = graceful.shutdown() => {}
         () = tokio::time::sleep(SHUTDOWN_GRACE) => {}
+    }
+}
+
+/// What a plain-HTTP connection past a connection cap is told before it
+/// is closed.
+fn too_many_connections() -> String {
+    let body = r#"{"error":"too many open connections to this server (from this address, or in all); close idle ones, reuse one (keep-alive), or retry in a little while"}"#;
+    format!(
+        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    )
+}
+
+/// Connections open now: in all, and by peer address.
+#[derive(Default)]
+struct Connections {
+    open: Mutex<(usize, std::collections::HashMap<std::net::IpAddr, usize>)>,
+}
+
+/// One open connection's place, given back when it is dropped.
+struct Slot {
+    of: Arc<Connections>,
+    peer: std::net::IpAddr,
+}
+
+impl Connections {
+    /// A place for one more connection from `peer`, if neither cap is
+    /// reached.
+    fn take(self: &Arc<Self>, peer: std::net::IpAddr, limits: &config::Limits) -> Option<Slot> {
+        let peer = peer.to_canonical();
+        let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        let (total, by_peer) = &mut *open;
+        let mine = by_peer.entry(peer).or_default();
+        if *total >= limits.max_connections || *mine >= limits.max_connections_per_peer {
+            if *mine == 0 {
+                by_peer.remove(&peer);
+            }
+            return None;
+        }
+        *mine += 1;
+        *total += 1;
+        Some(Slot {
+            of: self.clone(),
+            peer,
+        })
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut open = self.of.open.lock().unwrap_or_else(|p| p.into_inner());
+        let (total, by_peer) = &mut *open;
+        *total = total.saturating_sub(1);
+        if let Some(n) = by_peer.get_mut(&self.peer) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                by_peer.remove(&self.peer);
+            }
+        }
     }
 }
 
