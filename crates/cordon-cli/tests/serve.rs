@@ -2130,13 +2130,11 @@ fn secrets_come_from_the_configured_store() {
 /// HTTPS with mutual TLS: no connection without a client certificate from
 /// the configured CA, and a credential bound to one certificate is refused
 /// with any other, its token notwithstanding.
-#[test]
-fn mutual_tls_requires_a_client_certificate_and_binds_a_token_to_one() {
-    if !root() {
-        return;
-    }
-    let dir = tempfile::tempdir().expect("dir");
-    let p = dir.path();
+/// A CA (`ca`), another (`other-ca`), a server certificate for 127.0.0.1
+/// (`server`), client certificates `client` and `client2` of `ca` and
+/// `stranger` of `other-ca` (`NAME.pem`, `NAME.key`) in `p`, and
+/// `client.sha256`, the fingerprint of `client`'s.
+fn certificates(p: &std::path::Path) {
     let script = r#"set -eu
 ca() { openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout "$1.key" -out "$1.pem" -days 2 -subj "/CN=$1" 2>/dev/null; }
 leaf() { # name ca ext
@@ -2157,6 +2155,72 @@ openssl x509 -in client.pem -outform der | sha256sum | cut -c1-64 > client.sha25
         .status()
         .expect("openssl");
     assert!(made.success());
+}
+
+/// Over TLS the same limits hold: a connection idle after its handshake
+/// is closed within `limits.header_timeout_seconds`, and one past the
+/// per-peer cap is closed at once (before any handshake).
+#[test]
+fn tls_connections_are_held_to_the_same_timeouts_and_caps() {
+    if !root() {
+        return;
+    }
+    use std::time::{Duration, Instant};
+    let dir = tempfile::tempdir().expect("dir");
+    let p = dir.path();
+    certificates(p);
+    let body = good_config().replace(
+        "min_isolation: container\n",
+        "min_isolation: container\ntls: {cert: server.pem, key: server.key}\nlimits: {header_timeout_seconds: 2, max_connections_per_peer: 2, max_connections: 10}\n",
+    );
+    let server = start(&config(p, &body));
+    // Handshaken, then silent: closed by the header timeout.
+    let started = Instant::now();
+    let mut client = Command::new("openssl")
+        .args(["s_client", "-quiet", "-connect", &server.addr, "-CAfile"])
+        .arg(p.join("ca.pem"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("openssl s_client");
+    let ended = loop {
+        if let Ok(Some(_)) = client.try_wait() {
+            break Some(started.elapsed());
+        }
+        if started.elapsed() > Duration::from_secs(8) {
+            let _ = client.kill();
+            let _ = client.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let took = ended.expect("an idle TLS connection left open past the header timeout");
+    assert!(
+        took >= Duration::from_millis(1500),
+        "closed too soon: {took:?}"
+    );
+    // Two connections held mid-handshake; a third from the same peer is
+    // closed at once.
+    let held: Vec<std::net::TcpStream> = (0..2)
+        .map(|_| std::net::TcpStream::connect(&server.addr).expect("connect"))
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let mut past = std::net::TcpStream::connect(&server.addr).expect("connect");
+    let (took, _) =
+        closed_within(&mut past, Duration::from_secs(5)).expect("a third connection held open");
+    assert!(took < Duration::from_secs(2), "{took:?}");
+    drop(held);
+}
+
+#[test]
+fn mutual_tls_requires_a_client_certificate_and_binds_a_token_to_one() {
+    if !root() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("dir");
+    let p = dir.path();
+    certificates(p);
     let bound = std::fs::read_to_string(p.join("client.sha256")).expect("fingerprint");
     let body = good_config()
         .replace(
