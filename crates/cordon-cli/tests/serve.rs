@@ -65,7 +65,21 @@ impl Drop for Server {
 }
 
 fn start(config: &std::path::Path) -> Server {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_cordon"))
+    start_under(&[], config)
+}
+
+/// `start`, the server run by `wrapper` (a command that execs the rest of
+/// its arguments, such as `prlimit ... --`).
+fn start_under(wrapper: &[&str], config: &std::path::Path) -> Server {
+    let mut command = match wrapper.split_first() {
+        None => Command::new(env!("CARGO_BIN_EXE_cordon")),
+        Some((program, args)) => {
+            let mut c = Command::new(program);
+            c.args(args).arg(env!("CARGO_BIN_EXE_cordon"));
+            c
+        }
+    };
+    let mut child = command
         .args(["serve", "--config", config.to_str().expect("utf-8")])
         .env_remove("CORDON_MIN_ISOLATION")
         .stdout(Stdio::piped())
@@ -1649,6 +1663,63 @@ fn connections_past_the_per_peer_cap_are_refused_and_others_still_served() {
         .expect("send");
     let (_, said) = closed_within(&mut again, Duration::from_secs(10)).expect("an answer");
     assert!(said.starts_with("HTTP/1.1 200"), "{said}");
+}
+
+/// One request on a connection of its own from `source` (a loopback
+/// address): all the server said until it closed, or 20 seconds passed.
+fn request_from(source: &str, addr: &str, head: &str, body: &str) -> String {
+    let mut s = connect_from(source, addr);
+    let raw = format!(
+        "{head}\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(raw.as_bytes()).expect("send");
+    closed_within(&mut s, std::time::Duration::from_secs(20))
+        .map(|(_, said)| said)
+        .unwrap_or_else(|| panic!("no answer to {head}"))
+}
+
+/// The case found: a server with few descriptors (`ulimit -n` 120) and
+/// one peer holding 130 silent connections. With the default limits the
+/// server still answers another peer: `/healthz`, and a credential's
+/// create and exec.
+#[test]
+fn silent_connections_from_one_peer_cannot_take_the_servers_descriptors() {
+    if !root() {
+        return;
+    }
+    use std::time::Duration;
+    let dir = tempfile::tempdir().expect("dir");
+    let server = start_under(
+        &["prlimit", "--nofile=120:120", "--"],
+        &config(dir.path(), &good_config()),
+    );
+    let addr = server.addr.clone();
+    let to: std::net::SocketAddr = addr.parse().expect("an address");
+    let held: Vec<std::net::TcpStream> = (0..130)
+        .filter_map(|_| std::net::TcpStream::connect_timeout(&to, Duration::from_secs(1)).ok())
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    let said = request_from("127.0.0.2", &addr, "GET /healthz HTTP/1.1", "");
+    assert!(said.starts_with("HTTP/1.1 200"), "{said}");
+    let said = request_from(
+        "127.0.0.2",
+        &addr,
+        "POST /v1/sandboxes HTTP/1.1\r\nAuthorization: Bearer token-a",
+        r#"{"thread": "t"}"#,
+    );
+    assert!(said.starts_with("HTTP/1.1 200"), "{said}");
+    let said = request_from(
+        "127.0.0.2",
+        &addr,
+        "POST /v1/sandboxes/exec HTTP/1.1\r\nAuthorization: Bearer token-a",
+        r#"{"thread": "t", "argv": ["echo", "still-served"]}"#,
+    );
+    assert!(
+        said.starts_with("HTTP/1.1 200") && said.contains("still-served"),
+        "{said}"
+    );
+    drop(held);
 }
 
 // ---- replicas and restarts ----------------------------------------------

@@ -47,7 +47,7 @@ pub(crate) async fn accept(
 ) {
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let routes = app(state.clone());
-    let limits = state.config.limits;
+    let limits = within_descriptors(state.config.limits, open_files_limit());
     let open = Arc::new(Connections::default());
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(hyper_util::rt::TokioTimer::new())
@@ -116,6 +116,43 @@ fn too_many_connections() -> String {
     )
 }
 
+/// The connection caps this process can hold: at most half its
+/// descriptors (`ulimit -n`) go to connections, so sandboxes, keepers and
+/// the state directory keep the rest; a per-peer cap lowered in the same
+/// proportion as the total, so one peer cannot take every connection the
+/// lower total leaves. Said on stderr when it lowers them.
+fn within_descriptors(mut limits: config::Limits, descriptors: Option<usize>) -> config::Limits {
+    let Some(room) = descriptors.map(|d| (d / 2).max(1)) else {
+        return limits;
+    };
+    if limits.max_connections > room {
+        let per_peer =
+            limits.max_connections_per_peer.saturating_mul(room) / limits.max_connections;
+        eprintln!(
+            "cordon serve: `limits.max_connections` {} is more than half this process's {} descriptors (`ulimit -n`); holding at most {room} connections, {} from one peer",
+            limits.max_connections,
+            descriptors.unwrap_or_default(),
+            per_peer.max(1)
+        );
+        limits.max_connections = room;
+        limits.max_connections_per_peer = per_peer.max(1);
+    }
+    limits.max_connections_per_peer = limits.max_connections_per_peer.min(limits.max_connections);
+    limits
+}
+
+/// This process's soft limit on open descriptors, from
+/// `/proc/self/limits`; `None` when unlimited or unreadable.
+fn open_files_limit() -> Option<usize> {
+    let text = std::fs::read_to_string("/proc/self/limits").ok()?;
+    let line = text.lines().find(|l| l.starts_with("Max open files"))?;
+    line.trim_start_matches("Max open files")
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
 /// Connections open now: in all, and by peer address.
 #[derive(Default)]
 struct Connections {
@@ -177,4 +214,25 @@ pub(crate) async fn finish(state: Arc<Served>) -> std::io::Result<()> {
     // What was landed and not fetched goes with the server.
     let _ = std::fs::remove_dir_all(&state.artifacts);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn connections_take_at_most_half_the_descriptors_and_one_peer_its_share() {
+        let defaults = config::Limits::default();
+        let held = within_descriptors(defaults, Some(120));
+        assert_eq!(
+            (held.max_connections, held.max_connections_per_peer),
+            (60, 7)
+        );
+        let held = within_descriptors(defaults, Some(1 << 20));
+        assert_eq!(held, defaults);
+        assert_eq!(within_descriptors(defaults, None), defaults);
+        let one = within_descriptors(defaults, Some(1));
+        assert_eq!((one.max_connections, one.max_connections_per_peer), (1, 1));
+        assert!(open_files_limit().is_some_and(|n| n > 0));
+    }
 }
