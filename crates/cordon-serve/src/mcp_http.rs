@@ -104,8 +104,8 @@ impl McpSessions {
             .unwrap_or(false)
     }
 
-    /// The sessions `cred` holds now; those that ended are forgotten.
-    async fn held_by(&self, cred: &str) -> usize {
+    /// Forgets `cred`'s sessions that ended.
+    async fn prune(&self, cred: &str) {
         let mine: Vec<String> = self
             .owners
             .lock()
@@ -114,15 +114,21 @@ impl McpSessions {
             .filter(|(_, o)| o.as_str() == cred)
             .map(|(id, _)| id.clone())
             .collect();
-        let mut held = 0;
         for id in mine {
-            if self.live(&id).await {
-                held += 1;
-            } else {
+            if !self.live(&id).await {
                 self.forget(&id);
             }
         }
-        held
+    }
+
+    /// The sessions bound to `cred`.
+    fn bound_to(&self, cred: &str) -> usize {
+        self.owners
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .filter(|o| o.as_str() == cred)
+            .count()
     }
 }
 
@@ -174,9 +180,14 @@ pub(crate) async fn mcp_credential(
     // under the cap before rmcp reads it, given back unless a session
     // came of it.
     let cap = sessions.served.config.limits.max_mcp_sessions;
-    let held = sessions.held_by(&cred.name).await;
+    // Those that ended are forgotten first; then, under the lock, the
+    // bound ones and those being made are counted together. (A session
+    // made meanwhile is bound before its place is given back: counted
+    // once at least, twice at most, never not at all.)
+    sessions.prune(&cred.name).await;
     let making = {
         let mut making = sessions.making.lock().unwrap_or_else(|p| p.into_inner());
+        let held = sessions.bound_to(&cred.name);
         let pending = making.entry(cred.name.clone()).or_default();
         if held + *pending >= cap {
             return (
