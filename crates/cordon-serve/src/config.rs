@@ -451,13 +451,19 @@ impl ServeConfig {
                     std::time::Duration::from_secs(count(v, "body_timeout_seconds")?);
             }
             if limits.max_connections_per_peer > limits.max_connections {
-                return Err(at(
-                    l.max_connections_per_peer.as_ref().map_or((1, 1), yaml::pos),
-                    format!(
-                        "`limits.max_connections_per_peer` ({}) is more than `limits.max_connections` ({}); one peer could take every connection",
-                        limits.max_connections_per_peer, limits.max_connections
-                    ),
-                ));
+                match &l.max_connections_per_peer {
+                    // Only a total given: the default per-peer cap follows it.
+                    None => limits.max_connections_per_peer = limits.max_connections,
+                    Some(per_peer) => {
+                        return Err(at(
+                            yaml::pos(per_peer),
+                            format!(
+                                "`limits.max_connections_per_peer` ({}) is more than `limits.max_connections` ({}); one peer could take every connection",
+                                limits.max_connections_per_peer, limits.max_connections
+                            ),
+                        ))
+                    }
+                }
             }
         }
         let mut mcp = McpConfig::default();
@@ -604,4 +610,68 @@ fn parse_digest(raw: &str) -> Result<[u8; 32], String> {
             .map_err(|_| bad())?;
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(limits: &str) -> Result<ServeConfig, ConfigError> {
+        let text = format!(
+            "credentials:\n  - name: a\n    token_sha256: {}\n    scope: a\n    identity: {{namespace: a, name: agent}}\nlimits: {limits}\n",
+            "0".repeat(64)
+        );
+        ServeConfig::from_yaml("serve.yaml", &text, Path::new("."))
+    }
+
+    #[test]
+    fn connection_session_and_timeout_limits_load_and_are_checked() {
+        let l = load("{max_mcp_sessions: 3, max_connections: 9, max_connections_per_peer: 2, header_timeout_seconds: 4, body_timeout_seconds: 5}")
+            .unwrap_or_else(|e| panic!("{e}"))
+            .limits;
+        assert_eq!(
+            (
+                l.max_mcp_sessions,
+                l.max_connections,
+                l.max_connections_per_peer,
+                l.header_timeout,
+                l.body_timeout
+            ),
+            (
+                3,
+                9,
+                2,
+                std::time::Duration::from_secs(4),
+                std::time::Duration::from_secs(5)
+            )
+        );
+        // A total alone lowers the default per-peer cap with it.
+        let l = load("{max_connections: 4}")
+            .unwrap_or_else(|e| panic!("{e}"))
+            .limits;
+        assert_eq!((l.max_connections, l.max_connections_per_peer), (4, 4));
+        for (bad, says) in [
+            ("{max_mcp_sessions: 0}", "`limits.max_mcp_sessions`: `0`"),
+            (
+                "{header_timeout_seconds: 0}",
+                "`limits.header_timeout_seconds`",
+            ),
+            (
+                "{body_timeout_seconds: soon}",
+                "`limits.body_timeout_seconds`",
+            ),
+            ("{max_connections: -1}", "`limits.max_connections`"),
+            (
+                "{max_connections: 4, max_connections_per_peer: 5}",
+                "one peer could take every connection",
+            ),
+            ("{max_connexions: 4}", "unknown field"),
+        ] {
+            let e = load(bad).map(|_| ()).unwrap_err().to_string();
+            assert!(
+                e.contains(says) && e.starts_with("serve.yaml:"),
+                "{bad}: {e}"
+            );
+        }
+    }
 }
