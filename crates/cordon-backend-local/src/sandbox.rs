@@ -17,10 +17,10 @@ use cordon_sandbox::{
     Provenance, Sandbox, SandboxError,
 };
 
-use crate::ids::IdLease;
 use crate::pipes::ExecPipes;
 use crate::profile::RungProfile;
 use crate::{failed, register};
+use cordon_backend_kit::IdLease;
 
 /// One sandbox of a local backend: a work dir and what it was made for.
 /// Every exec is its own confined launch; none outlives its exec (the

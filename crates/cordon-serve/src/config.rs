@@ -134,6 +134,12 @@ pub struct Limits {
     pub header_timeout: std::time::Duration,
     /// How long a request may take to send its body, from its headers on.
     pub body_timeout: std::time::Duration,
+    /// Landed, unfetched artifacts one credential may hold: bytes (past
+    /// them a collection is `413`), files (`429`), and seconds each is
+    /// kept unfetched before it is removed.
+    pub max_artifact_bytes: u64,
+    pub max_artifacts: u64,
+    pub artifact_ttl_seconds: u64,
 }
 
 impl Default for Limits {
@@ -147,6 +153,9 @@ impl Default for Limits {
             max_connections_per_peer: 64,
             header_timeout: std::time::Duration::from_secs(10),
             body_timeout: std::time::Duration::from_secs(60),
+            max_artifact_bytes: 256 << 20,
+            max_artifacts: 64,
+            artifact_ttl_seconds: 900,
         }
     }
 }
@@ -267,6 +276,11 @@ struct RawLimits {
     header_timeout_seconds: Option<Spanned<String>>,
     #[serde(default)]
     body_timeout_seconds: Option<Spanned<String>>,
+    max_artifact_bytes: Option<Spanned<String>>,
+    #[serde(default)]
+    max_artifacts: Option<Spanned<String>>,
+    #[serde(default)]
+    artifact_ttl_seconds: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -429,6 +443,16 @@ impl ServeConfig {
             if let Some(v) = &l.requests_per_second {
                 limits.requests_per_second =
                     u32::try_from(count(v, "requests_per_second")?).unwrap_or(u32::MAX);
+            }
+            if let Some(v) = &l.max_artifact_bytes {
+                limits.max_artifact_bytes = cordon_policy::canon::size(v)
+                    .map_err(|e| at(yaml::pos(v), format!("`limits.max_artifact_bytes`: {e}")))?;
+            }
+            if let Some(v) = &l.max_artifacts {
+                limits.max_artifacts = count(v, "max_artifacts")?;
+            }
+            if let Some(v) = &l.artifact_ttl_seconds {
+                limits.artifact_ttl_seconds = count(v, "artifact_ttl_seconds")?;
             }
             if let Some(v) = &l.max_mcp_sessions {
                 limits.max_mcp_sessions =
