@@ -1618,6 +1618,59 @@ fn an_mcp_session_is_answered_only_to_the_credential_that_made_it() {
         .map(|l| l.trim().to_string())
         .unwrap_or_else(|| panic!("no event id in {ran}"));
     let unknown = "00000000-0000-4000-8000-000000000000";
+    // A call still running: B resuming its stream (`Last-Event-ID`, the
+    // call's first event) would take the result from A.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let flight = {
+        let (addr, a) = (addr.to_string(), a.clone());
+        std::thread::spawn(move || {
+            let body = tool_call(
+                5,
+                "exec",
+                serde_json::json!({"argv": ["sh", "-c", "sleep 2; echo secret-in-flight"]}),
+            );
+            let mut s = std::net::TcpStream::connect(&addr).expect("connect");
+            write!(
+                s,
+                "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer token-a\r\nAccept: application/json, text/event-stream\r\nMcp-Protocol-Version: 2025-06-18\r\nMcp-Session-Id: {a}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            )
+            .expect("send");
+            s.set_read_timeout(Some(std::time::Duration::from_secs(15)))
+                .expect("timeout");
+            let (mut got, mut told, mut buf) = (String::new(), false, [0u8; 4096]);
+            loop {
+                match s.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => got.push_str(&String::from_utf8_lossy(&buf[..n])),
+                }
+                if !told {
+                    let id = got.find("\nid: ").and_then(|i| {
+                        let rest = &got[i + 5..];
+                        rest.find('\n').map(|j| rest[..j].trim().to_string())
+                    });
+                    if let Some(id) = id {
+                        let _ = tx.send(id);
+                        told = true;
+                    }
+                }
+            }
+            got
+        })
+    };
+    let running = rx
+        .recv_timeout(std::time::Duration::from_secs(20))
+        .expect("the running call's first event");
+    let resume = [("Last-Event-ID", running.as_str())];
+    let stolen = mcp_request(addr, "GET", "token-b", Some(&a), &resume, None);
+    let nobodys = mcp_request(addr, "GET", "token-b", Some(unknown), &resume, None);
+    let own = flight.join().expect("A's call");
+    assert!(
+        !stolen.contains("secret-in-flight"),
+        "B took A's result: {stolen}"
+    );
+    assert_eq!(stolen, nobodys);
+    assert!(own.contains("secret-in-flight"), "A lost its result: {own}");
     let b_call = tool_call(3, "exec", serde_json::json!({"argv": ["echo", "from-b"]}));
     let resume = [("Last-Event-ID", event.as_str())];
     let cases = [
