@@ -1749,6 +1749,20 @@ fn mcp_sessions_are_capped_per_credential_and_a_delete_frees_one() {
         "{past}"
     );
     mcp_session(addr, "token-b").expect("B's own cap");
+    // Racing initializes of B's pass its cap no more than one at a time
+    // does: one place was left, one of eight takes it.
+    let racing: Vec<_> = (0..8)
+        .map(|_| {
+            let addr = addr.to_string();
+            std::thread::spawn(move || mcp_session(&addr, "token-b").is_ok())
+        })
+        .collect();
+    let made = racing
+        .into_iter()
+        .map(|h| h.join().expect("an initialize"))
+        .filter(|ok| *ok)
+        .count();
+    assert_eq!(made, 1, "B's racing initializes past its cap");
     let ended = mcp_request(addr, "DELETE", "token-a", Some(&first), &[], None);
     assert!(ended.starts_with("HTTP/1.1 2"), "{ended}");
     mcp_session(addr, "token-a").expect("the freed place");
