@@ -186,7 +186,7 @@ impl Engine for Microvm {
         let mut n = 0;
         let mut failures = Vec::new();
         let held: Vec<PathBuf> = held.iter().map(|s| s.dir().to_path_buf()).collect();
-        for (dir, label) in crate::found_sandboxes(&self.config.scratch) {
+        for (dir, label) in found_sandboxes(&self.config.scratch) {
             if !label_is(&label, which) || held.contains(&dir) {
                 continue;
             }
@@ -215,6 +215,28 @@ fn label_is(label: &Label, which: Which<'_>) -> bool {
         }
         None => label.scope == which.scope && label.thread == which.thread,
     }
+}
+
+/// The sandbox directories in `scratch` and their labels (a directory
+/// without a readable label is left out: it is not known to be ours).
+pub fn found_sandboxes(scratch: &Path) -> Vec<(PathBuf, Label)> {
+    let Ok(entries) = std::fs::read_dir(scratch) else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| named_ours(p))
+        .filter(|p| {
+            use std::os::unix::fs::MetadataExt;
+            std::fs::symlink_metadata(p).is_ok_and(|m| m.is_dir() && m.uid() == 0)
+        })
+        .filter_map(|p| {
+            let label = std::fs::read(p.join("sandbox.json")).ok()?;
+            let label: Label = serde_json::from_slice(&label).ok()?;
+            Some((p, label))
+        })
+        .collect()
 }
 
 /// Whether `p` is a directory this backend makes (`cordon-microvm-PID-N`).

@@ -31,7 +31,8 @@ pub mod sandbox;
 pub mod vm;
 
 pub use backend::{
-    backend, capabilities, image_tree, rung_of, Microvm, MicrovmBackend, MicrovmConfig,
+    backend, capabilities, found_sandboxes, image_tree, rung_of, Microvm, MicrovmBackend,
+    MicrovmConfig,
 };
 pub use register::registration;
 pub use sandbox::{Label, MicrovmSandbox};
@@ -67,28 +68,6 @@ pub const DIRS: cordon_backend_kit::SandboxDirs = cordon_backend_kit::SandboxDir
     backend: NAME,
     prefix: PREFIX,
 };
-
-/// The sandbox directories in `scratch` and their labels (a directory
-/// without a readable label is left out: it is not known to be ours).
-pub fn found_sandboxes(scratch: &Path) -> Vec<(PathBuf, Label)> {
-    let Ok(entries) = std::fs::read_dir(scratch) else {
-        return Vec::new();
-    };
-    entries
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| backend::named_ours(p))
-        .filter(|p| {
-            use std::os::unix::fs::MetadataExt;
-            std::fs::symlink_metadata(p).is_ok_and(|m| m.is_dir() && m.uid() == 0)
-        })
-        .filter_map(|p| {
-            let label = std::fs::read(p.join("sandbox.json")).ok()?;
-            let label: Label = serde_json::from_slice(&label).ok()?;
-            Some((p, label))
-        })
-        .collect()
-}
 
 /// What a sandbox records for its cleanup: its directory and its jail's
 /// cgroups (the QEMU process and everything it started).

@@ -52,8 +52,10 @@ use crate::capability::{Capability, CapabilitySet};
 use crate::egress::Egress;
 use crate::error::ErrorKind;
 use crate::exec::{Attach, ExecHandle};
+pub use crate::exec::{ExecOutput, ExitStatus, Stream};
 use crate::isolation::{Isolation, IsolationError};
 use crate::key::SandboxKey;
+pub use crate::sandbox_error::{SandboxError, POLICY_REFUSES};
 use crate::spec::SandboxSpec;
 
 /// The limits a sandbox is created with: the spec's ask, or the policy's
@@ -97,13 +99,6 @@ pub struct AcquireRequest {
     pub limits: Limits,
 }
 
-/// Which output stream bytes came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Stream {
-    Stdout,
-    Stderr,
-}
-
 /// A failure inside a backend.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum BackendError {
@@ -129,83 +124,6 @@ impl BackendError {
             BackendError::Failed { .. } => ErrorKind::Failed,
             BackendError::Unavailable { .. } => ErrorKind::Unavailable,
             BackendError::Refused { .. } => ErrorKind::Refused,
-        }
-    }
-}
-
-/// A failure of one call on a live sandbox.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum SandboxError {
-    #[error("this sandbox does not serve `{capability}`; pick a backend that declares it and list it in the spec's `requires`")]
-    Unsupported { capability: Capability },
-    #[error("`{path}` does not exist in the sandbox")]
-    NotFound { path: String },
-    #[error("`{path}` is refused: {reason}")]
-    PathRefused { path: String, reason: String },
-    /// A declared output (or a host-side write target) that is not a
-    /// regular file: a directory, a FIFO, a device, a socket.
-    #[error("`{path}` is a {found}, not a regular file; cordon reads and writes only regular files there")]
-    NotRegularFile { path: String, found: String },
-    /// The kernel lacks what confinement needs; nothing falls back to a
-    /// check that can be raced.
-    #[error("cannot confine `{path}`: {reason}; run on Linux 5.6 or later (`openat2`), cordon does not fall back to a racy check")]
-    ConfinementUnavailable { path: String, reason: String },
-    #[error("{operation} failed: {reason}")]
-    Failed {
-        operation: &'static str,
-        reason: String,
-    },
-    /// The policy refuses it before anything runs: why, and the rules that
-    /// decided (`file:line  source  (name)`).
-    #[error("{reason}{}", rules_shown(rules))]
-    Refused { reason: String, rules: Vec<String> },
-    /// The sandbox cannot do it now: it is gone, stopped answering, or
-    /// lacks a mechanism.
-    #[error("{reason}")]
-    Unavailable { reason: String },
-}
-
-/// How the compute guard's refusal of an exec begins ([`crate::guard`]).
-pub const POLICY_REFUSES: &str = "the policy refuses `";
-
-fn rules_shown(rules: &[String]) -> String {
-    rules.iter().map(|r| format!("\n  {r}")).collect()
-}
-
-impl SandboxError {
-    /// When the policy refused an exec (the compute guard): the deciding
-    /// rules, `file:line` (none when no allow rule matched), read from the
-    /// refusal's `rules` (a kept sandbox's keeper sends them apart from the
-    /// message). For counting denials by rule.
-    pub fn denied_rules(&self) -> Option<Vec<String>> {
-        let SandboxError::Refused { reason, rules } = self else {
-            return None;
-        };
-        if !reason.starts_with(POLICY_REFUSES) {
-            return None;
-        }
-        Some(
-            rules
-                .iter()
-                .map(String::as_str)
-                .filter_map(|l| l.trim_start().strip_prefix("denied by: "))
-                .map(|place| place.split("  ").next().unwrap_or(place).to_string())
-                .collect(),
-        )
-    }
-
-    pub fn kind(&self) -> ErrorKind {
-        match self {
-            SandboxError::Unsupported { .. } => ErrorKind::Invalid,
-            SandboxError::NotFound { .. } => ErrorKind::NotFound,
-            SandboxError::PathRefused { .. } | SandboxError::NotRegularFile { .. } => {
-                ErrorKind::Invalid
-            }
-            SandboxError::ConfinementUnavailable { .. } | SandboxError::Unavailable { .. } => {
-                ErrorKind::Unavailable
-            }
-            SandboxError::Failed { .. } => ErrorKind::Failed,
-            SandboxError::Refused { .. } => ErrorKind::Refused,
         }
     }
 }
@@ -267,41 +185,6 @@ pub struct ExecRequest {
     pub timeout: Duration,
     /// Each of stdout and stderr is cut at this many bytes.
     pub max_output_bytes: u64,
-}
-
-/// How a command ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ExitStatus {
-    Code(i32),
-    Signal(i32),
-    TimedOut,
-    /// Killed when it reached a resource bound other than the wall clock
-    /// (`max_memory`, `max_cpu_seconds`, `max_processes`).
-    Bound {
-        bound: &'static str,
-    },
-}
-
-impl fmt::Display for ExitStatus {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ExitStatus::Code(c) => write!(f, "exit code {c}"),
-            ExitStatus::Signal(s) => write!(f, "killed by signal {s}"),
-            ExitStatus::TimedOut => f.write_str("timed out"),
-            ExitStatus::Bound { bound } => write!(f, "killed at the `{bound}` bound"),
-        }
-    }
-}
-
-/// What a command produced, cut at the request's cap.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ExecOutput {
-    pub status: ExitStatus,
-    pub stdout: Vec<u8>,
-    pub stderr: Vec<u8>,
-    /// True when output was cut at the cap.
-    pub stdout_truncated: bool,
-    pub stderr_truncated: bool,
 }
 
 /// The type of a path, as seen without following a final link.

@@ -20,28 +20,11 @@ use crate::registry::{
     nothing_to_reclaim, nothing_to_sweep, nothing_to_vet, BackendRegistration, BackendSetup,
     Registry, WorkDirView,
 };
+pub use crate::registry::{BackendInfo, Probe};
 
 use crate::capability::{Capability, CapabilitySet};
 use crate::egress::Egress;
 use crate::isolation::Isolation;
-
-/// What a backend claims: its name, rung, egress, capabilities and a
-/// one-line summary (a registration holds one; `cordon doctor` shows it).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BackendInfo {
-    pub name: &'static str,
-    pub isolation: Isolation,
-    pub egress: Egress,
-    pub capabilities: CapabilitySet,
-    pub summary: &'static str,
-}
-
-impl BackendInfo {
-    /// Whether a floor admits this backend.
-    pub fn admitted_by(&self, floor: Isolation) -> bool {
-        self.isolation >= floor
-    }
-}
 
 /// The backends cordon plans but does not build in this version, as they
 /// will declare themselves. Their probes say "not built in this version"
@@ -76,16 +59,6 @@ pub fn planned() -> Vec<BackendRegistration> {
         },
         |_| not_built("microvm", &ThisMachine),
     )]
-}
-
-/// What a probe of this machine found.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Probe {
-    pub runnable: bool,
-    /// Why not, when not.
-    pub reason: Option<String>,
-    /// What the machine has (or lacks) that the backend needs.
-    pub found: Vec<String>,
 }
 
 /// What a probe may look at. [`ThisMachine`] is the real one.

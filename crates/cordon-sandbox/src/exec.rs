@@ -16,7 +16,49 @@ use std::io::{Read, Write};
 use std::sync::mpsc::{self, Receiver, SyncSender};
 use std::sync::Arc;
 
-use crate::backend::{ExecOutput, ExitStatus, SandboxError, Stream};
+use crate::sandbox_error::SandboxError;
+
+/// Which output stream bytes came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stream {
+    Stdout,
+    Stderr,
+}
+
+/// How a command ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExitStatus {
+    Code(i32),
+    Signal(i32),
+    TimedOut,
+    /// Killed when it reached a resource bound other than the wall clock
+    /// (`max_memory`, `max_cpu_seconds`, `max_processes`).
+    Bound {
+        bound: &'static str,
+    },
+}
+
+impl fmt::Display for ExitStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ExitStatus::Code(c) => write!(f, "exit code {c}"),
+            ExitStatus::Signal(s) => write!(f, "killed by signal {s}"),
+            ExitStatus::TimedOut => f.write_str("timed out"),
+            ExitStatus::Bound { bound } => write!(f, "killed at the `{bound}` bound"),
+        }
+    }
+}
+
+/// What a command produced, cut at the request's cap.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecOutput {
+    pub status: ExitStatus,
+    pub stdout: Vec<u8>,
+    pub stderr: Vec<u8>,
+    /// True when output was cut at the cap.
+    pub stdout_truncated: bool,
+    pub stderr_truncated: bool,
+}
 
 /// A terminal's size, in character cells.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]

@@ -70,6 +70,7 @@ pub mod limits;
 pub mod outputs;
 pub mod registry;
 pub mod router;
+mod sandbox_error;
 pub mod schema;
 pub mod secrets;
 pub mod sink;

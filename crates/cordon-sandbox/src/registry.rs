@@ -18,7 +18,8 @@ use cordon_policy::Policy;
 use serde::{Deserialize, Serialize};
 
 use crate::backend::Backend;
-use crate::catalogue::{BackendInfo, Probe};
+use crate::capability::CapabilitySet;
+use crate::egress::Egress;
 use crate::isolation::Isolation;
 
 /// How this binary runs again as something else: the sandbox init, or a
@@ -181,6 +182,34 @@ pub enum WorkDirView {
     /// in and out through the sandbox's own calls). An operator's work dir
     /// (`--work-dir`) is refused.
     GuestOnly,
+}
+
+/// What a backend claims: its name, rung, egress, capabilities and a
+/// one-line summary (a registration holds one; `cordon doctor` shows it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BackendInfo {
+    pub name: &'static str,
+    pub isolation: Isolation,
+    pub egress: Egress,
+    pub capabilities: CapabilitySet,
+    pub summary: &'static str,
+}
+
+impl BackendInfo {
+    /// Whether a floor admits this backend.
+    pub fn admitted_by(&self, floor: Isolation) -> bool {
+        self.isolation >= floor
+    }
+}
+
+/// What a probe of this machine found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Probe {
+    pub runnable: bool,
+    /// Why not, when not.
+    pub reason: Option<String>,
+    /// What the machine has (or lacks) that the backend needs.
+    pub found: Vec<String>,
 }
 
 /// One backend, as a host knows it.

@@ -16,9 +16,9 @@ use std::time::{Duration, Instant};
 use cordon_linux::{Bound, Bounds, Cancel, ExecStdio, Outcome, Termination, WarmExec, WarmSandbox};
 use cordon_vm_proto::{Msg, Status, Stream, MAX_DATA};
 
+use crate::console::say;
 use crate::feed::{Feed, Refused};
-use crate::say;
-use crate::serve::{clip, Out};
+use crate::out::{clip, Out};
 
 /// How long an ended exec's output may still drain before `Exited` goes.
 const DRAIN: Duration = Duration::from_secs(2);

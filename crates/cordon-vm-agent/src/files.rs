@@ -10,7 +10,7 @@ use cordon_files::host_dir::HostWorkDir;
 use cordon_sandbox::{FileKind, SandboxError};
 use cordon_vm_proto::{list_replies, ErrKind, Kind, Msg, WireEntry, WireStat, MAX_DATA, MAX_LIST};
 
-use crate::serve::Out;
+use crate::out::Out;
 
 /// Files being written in at once; more are refused (each may hold up to
 /// `MAX_FILE` bytes until it is complete).

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use nix::mount::{mount, MsFlags};
 
-use crate::say;
+use crate::console::say;
 use crate::serve::{self, Mode};
 
 /// The virtio-serial port the host opens for the agent.
@@ -382,23 +382,6 @@ fn cgroups() -> Result<(), String> {
     }
     std::fs::write(format!("{at}/cgroup.subtree_control"), enable.join(" "))
         .map_err(|e| format!("enabling cgroup controllers {enable:?}: {e}"))
-}
-
-/// The work dir in the guest: a tmpfs of `bytes` (the workload's disk
-/// bound there), mode 0700, owned by the workload.
-pub(crate) fn mount_work_dir(dir: &Path, bytes: u64, uid: u32, gid: u32) -> Result<(), String> {
-    if bytes == 0 {
-        return Err("the work dir's size is 0 (a tmpfs of size 0 would be unbounded)".into());
-    }
-    let data = format!("size={bytes},mode=0700,uid={uid},gid={gid}");
-    mount(
-        Some("tmpfs"),
-        dir,
-        Some("tmpfs"),
-        MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
-        Some(data.as_str()),
-    )
-    .map_err(|e| format!("mounting the work dir `{}` ({data}): {e}", dir.display()))
 }
 
 #[cfg(test)]

@@ -19,26 +19,17 @@
 //! uses for a local work dir ([`files`]), and the sandbox's one route out
 //! relayed to the host ([`relay`]).
 
+mod console;
 mod exec;
 mod feed;
 mod files;
 #[cfg(target_os = "linux")]
 mod guest;
+mod out;
 mod relay;
 mod serve;
 
-use std::io::Write;
-
-/// One line on the agent's stderr: the console (the host's log of the VM)
-/// in the guest, the test's stderr in `serve-unix` mode. Never panics.
-pub(crate) fn say_line(line: std::fmt::Arguments<'_>) {
-    let _ = writeln!(std::io::stderr().lock(), "cordon-vm-agent: {line}");
-}
-
-macro_rules! say {
-    ($($t:tt)*) => { $crate::say_line(format_args!($($t)*)) };
-}
-pub(crate) use say;
+use crate::console::say;
 
 fn main() {
     // `init` first: the sandbox's init re-executes this binary as PID 1 of

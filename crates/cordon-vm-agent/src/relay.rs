@@ -15,9 +15,9 @@ use std::sync::{Arc, Mutex};
 
 use cordon_vm_proto::{Msg, MAX_CONNS, MAX_DATA};
 
+use crate::console::say;
 use crate::feed::{Feed, Refused};
-use crate::say;
-use crate::serve::Out;
+use crate::out::Out;
 
 struct Conn {
     /// Bytes from the host to the workload.

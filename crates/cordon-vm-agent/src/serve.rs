@@ -9,25 +9,21 @@
 
 use std::io::{BufReader, Read, Write};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use cordon_files::host_dir::HostWorkDir;
 use cordon_linux::{InitIds, InitProgram, Plan, PlanSpec, WarmSandbox};
-use cordon_vm_proto::{write_frame, ErrKind, FrameError, FrameReader, Msg};
+use cordon_vm_proto::{ErrKind, FrameError, FrameReader, Msg};
 
+use crate::console::say;
 use crate::exec::{Execs, Request};
 use crate::files::Files;
+use crate::out::Out;
 use crate::relay::Relay;
-use crate::say;
 
 /// The warm sandbox's init runs as this host (guest) uid and gid: not 0,
 /// and not a workload's (cordon's plans use ids far below it).
 pub(crate) const INIT_ID: u32 = 1_999_999_997;
-
-/// An error message is cut to this many bytes, so a frame's header stays
-/// within `MAX_HEADER` whatever an error quotes.
-const MAX_MESSAGE: usize = 4096;
 
 /// How the agent runs.
 pub(crate) enum Mode {
@@ -68,69 +64,6 @@ impl std::fmt::Display for End {
             End::Channel(e) => write!(f, "the channel failed: {e}"),
         }
     }
-}
-
-/// The channel's writing half: every frame goes out whole under the lock.
-pub(crate) struct Out {
-    w: Mutex<Box<dyn Write + Send>>,
-    broken: AtomicBool,
-}
-
-impl Out {
-    pub(crate) fn new(w: Box<dyn Write + Send>) -> Out {
-        Out {
-            w: Mutex::new(w),
-            broken: AtomicBool::new(false),
-        }
-    }
-
-    /// Sends one frame; `false` when it did not go out (the channel is
-    /// broken, and the reader will see that too).
-    pub(crate) fn send(&self, msg: &Msg, data: &[u8]) -> bool {
-        if self.broken.load(Ordering::SeqCst) {
-            return false;
-        }
-        let mut w = self.w.lock().unwrap_or_else(|p| p.into_inner());
-        match write_frame(&mut *w, msg, data) {
-            Ok(()) => true,
-            Err(e) if e.kind() == std::io::ErrorKind::InvalidInput => {
-                // Ours to fix, not the channel's: say so, keep serving.
-                say!("a `{}` frame was not sent: {e}", msg.kind());
-                false
-            }
-            Err(e) => {
-                if !self.broken.swap(true, Ordering::SeqCst) {
-                    say!("writing to the host failed: {e}");
-                }
-                false
-            }
-        }
-    }
-
-    /// An `Error` answer to request `req`.
-    pub(crate) fn error(&self, req: u64, kind: ErrKind, path: &str, message: &str) {
-        self.send(
-            &Msg::Error {
-                req,
-                kind,
-                path: clip(path),
-                message: clip(message),
-            },
-            &[],
-        );
-    }
-}
-
-/// `s`, cut at a character boundary to at most [`MAX_MESSAGE`] bytes.
-pub(crate) fn clip(s: &str) -> String {
-    if s.len() <= MAX_MESSAGE {
-        return s.to_string();
-    }
-    let mut end = MAX_MESSAGE;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &s[..end])
 }
 
 /// The sandbox, once `Setup` built it.
@@ -411,7 +344,7 @@ impl Agent {
             .map_err(|e| format!("creating the work dir `{shown}`: {e}"))?;
         match self.mode {
             #[cfg(target_os = "linux")]
-            Mode::Guest => crate::guest::mount_work_dir(dir, disk_bytes, uid, gid),
+            Mode::Guest => mount_work_dir(dir, disk_bytes, uid, gid),
             #[cfg(not(target_os = "linux"))]
             Mode::Guest => Err("the guest is Linux".into()),
             Mode::Test { .. } => {
@@ -438,4 +371,22 @@ impl Agent {
             }
         }
     }
+}
+
+/// The work dir in the guest: a tmpfs of `bytes` (the workload's disk
+/// bound there), mode 0700, owned by the workload.
+#[cfg(target_os = "linux")]
+fn mount_work_dir(dir: &std::path::Path, bytes: u64, uid: u32, gid: u32) -> Result<(), String> {
+    if bytes == 0 {
+        return Err("the work dir's size is 0 (a tmpfs of size 0 would be unbounded)".into());
+    }
+    let data = format!("size={bytes},mode=0700,uid={uid},gid={gid}");
+    nix::mount::mount(
+        Some("tmpfs"),
+        dir,
+        Some("tmpfs"),
+        nix::mount::MsFlags::MS_NOSUID | nix::mount::MsFlags::MS_NODEV,
+        Some(data.as_str()),
+    )
+    .map_err(|e| format!("mounting the work dir `{}` ({data}): {e}", dir.display()))
 }

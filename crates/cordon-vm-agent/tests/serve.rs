@@ -309,6 +309,28 @@ fn execs_and_files_through_the_channel() {
     let host = host_id(0);
     s.setup(host);
 
+    execs_run_apart_and_end(&mut s);
+    a_file_goes_in_and_comes_back(&mut s);
+    links_are_listed_never_followed(&mut s);
+
+    // Shut down: the agent ends cleanly and leaves nothing running.
+    s.send(&Msg::Shutdown {}, &[]);
+    assert_eq!(s.exit_code(Duration::from_secs(10)), Some(0));
+    let left = Command::new("pgrep")
+        .args(["-u", &host.to_string()])
+        .output()
+        .unwrap();
+    assert!(left.stdout.is_empty(), "processes left: {left:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(60),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+/// Exit codes, stdout and stderr apart, stdin, the wall bound, kill, two
+/// execs at once, output past the cap.
+fn execs_run_apart_and_end(s: &mut Session) {
     // Exit codes, stdout and stderr apart; the workload is not root.
     let r = s.sh(1, "uname -r; id -u; echo oops >&2; exit 3");
     assert_eq!(r.status, Some(Status::Code { code: 3 }), "{r:?}");
@@ -360,7 +382,10 @@ fn execs_and_files_through_the_channel() {
     assert_eq!(r.stdout.len(), 1001, "{:?}", r.status);
     assert_eq!(r.stderr, b"end\n");
     assert_eq!(r.status, Some(Status::Code { code: 0 }));
+}
 
+/// A file written in, read back (whole, and past a read's cap), stat-ed.
+fn a_file_goes_in_and_comes_back(s: &mut Session) {
     // A file written in, read back, stat-ed and listed.
     let body: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
     s.send(
@@ -458,7 +483,11 @@ fn execs_and_files_through_the_channel() {
             stat: None
         }
     );
+}
 
+/// A link the workload plants is listed as one and never followed, on a
+/// read or a write; nothing outside the work dir is served.
+fn links_are_listed_never_followed(s: &mut Session) {
     // A link the workload plants is listed as one and never followed.
     let r = s.sh(7, "ln -s /etc/passwd link && ln -s / sub/root");
     assert_eq!(r.status, Some(Status::Code { code: 0 }), "{r:?}");
@@ -536,20 +565,6 @@ fn execs_and_files_through_the_channel() {
             }
         ),
         "{r:?}"
-    );
-
-    // Shut down: the agent ends cleanly and leaves nothing running.
-    s.send(&Msg::Shutdown {}, &[]);
-    assert_eq!(s.exit_code(Duration::from_secs(10)), Some(0));
-    let left = Command::new("pgrep")
-        .args(["-u", &host.to_string()])
-        .output()
-        .unwrap();
-    assert!(left.stdout.is_empty(), "processes left: {left:?}");
-    assert!(
-        started.elapsed() < Duration::from_secs(60),
-        "{:?}",
-        started.elapsed()
     );
 }
 

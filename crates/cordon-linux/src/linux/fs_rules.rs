@@ -17,6 +17,11 @@ use crate::plan::{FsRule, Plan, Rung};
 /// The devices every sandbox gets (read and write, nothing else).
 pub(crate) const DEVICES: &[&str] = &["null", "zero", "full", "random", "urandom"];
 
+/// Files of `/etc` the `host` image always gets as the sandbox's own
+/// (never the host's): its user, its name, its loopback.
+pub(crate) const SYNTHESIZED: &[&str] =
+    &["/etc/passwd", "/etc/group", "/etc/hostname", "/etc/hosts"];
+
 /// One rule, with whether it is a device node (write means "write the file").
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Rule {
@@ -89,8 +94,8 @@ pub(crate) fn effective(plan: &Plan) -> Vec<Rule> {
         });
     }
     if plan.rung() == Rung::Container && plan.image_root().is_none() {
-        // The `host` image's own /etc files (see `rootfs::SYNTHESIZED`).
-        for f in super::rootfs::SYNTHESIZED {
+        // The `host` image's own /etc files (`rootfs` writes them).
+        for f in SYNTHESIZED {
             rules.push(Rule {
                 path: PathBuf::from(f),
                 read: true,

@@ -97,6 +97,40 @@ pub(crate) enum Handover {
     ProxyListener { port: u16 },
 }
 
+/// The checks on an exec request before anything is built: the descriptor
+/// count it names (`joins` cgroup files after the stdio) matches the `fds`
+/// that came with it, the command is absolute, and every environment name
+/// is usable. Returns the number of stdio descriptors and the program.
+pub(crate) fn check_exec<'a>(
+    argv: &'a [String],
+    env: &std::collections::BTreeMap<String, String>,
+    joins: usize,
+    tty: Option<super::pty::TtySize>,
+    fds: usize,
+) -> Result<(usize, &'a String), String> {
+    // A tty exec's stdio is its terminal: the owner sends none.
+    let n_stdio: usize = if tty.is_some() { 0 } else { 3 };
+    // `joins` comes off the wire: a count no message can carry is refused
+    // before any sum (an overflow here panicked PID 1).
+    let want = n_stdio
+        .checked_add(joins)
+        .filter(|&n| n <= crate::fdpass::MAX_FDS);
+    if want != Some(fds) {
+        return Err(format!(
+            "expected {n_stdio} descriptors for stdio and {joins} cgroup files (at most {} in all), got {fds}",
+            crate::fdpass::MAX_FDS
+        ));
+    }
+    let program = argv
+        .first()
+        .filter(|p| p.starts_with('/'))
+        .ok_or("the command must start with an absolute path")?;
+    if env.keys().any(|k| k.is_empty() || k.contains('=')) {
+        return Err("an environment variable has an empty name or one with `=`".into());
+    }
+    Ok((n_stdio, program))
+}
+
 /// The body of the `init_wire` fuzz target (`fuzz/`), through
 /// [`crate::fuzz::init_frames`]. Whatever the bytes, every frame between
 /// the owner and the init either decodes or is refused; a decoded frame
@@ -150,7 +184,7 @@ pub(crate) fn fuzz_frames(data: &[u8]) {
             tty,
             ..
         } = req;
-        let _ = super::warm_init::check_exec(&argv, &env, joins, tty, fds);
+        let _ = check_exec(&argv, &env, joins, tty, fds);
     }
     if let Ok(ev) = serde_json::from_slice::<WarmEvent>(packet) {
         again(&ev);
@@ -205,5 +239,34 @@ mod corpus {
                 || serde_json::from_slice::<Handover>(&data[1..]).is_ok();
             assert!(ok, "{} is no frame", path.display());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check_exec;
+    use std::collections::BTreeMap;
+
+    // Found by the `init_wire` fuzz target's harness: a `joins` near
+    // usize::MAX overflowed `3 + joins` (a panic in the warm init, PID 1 of
+    // the sandbox; in a build without overflow checks the sum wrapped, the
+    // count matched and the later `drain(3..)` panicked instead).
+    #[test]
+    fn a_descriptor_count_no_message_can_carry_is_refused() {
+        let argv = vec!["/bin/true".to_string()];
+        let env = BTreeMap::new();
+        for (joins, fds) in [(usize::MAX, 2), (usize::MAX - 2, 1), (6, 9)] {
+            let err = check_exec(&argv, &env, joins, None, fds).expect_err("accepted");
+            assert!(err.contains("at most 8 in all"), "{err}");
+        }
+        assert!(check_exec(&argv, &env, 2, None, 5).is_ok());
+        assert!(check_exec(
+            &argv,
+            &env,
+            0,
+            Some(crate::linux::pty::TtySize { rows: 24, cols: 80 }),
+            0
+        )
+        .is_ok());
     }
 }

@@ -26,7 +26,7 @@ use nix::mount::{mount, umount2, MntFlags, MsFlags};
 use nix::sys::stat::Mode;
 use nix::sys::statvfs::{statvfs, FsFlags};
 
-use super::fs_rules::{Rule, DEVICES};
+use super::fs_rules::{Rule, DEVICES, SYNTHESIZED};
 use crate::plan::{Plan, SECRETS_AT};
 
 /// The built-in `host` image: the host's system directories, read-only.
@@ -38,11 +38,6 @@ pub(crate) const HOST_IMAGE: &[&str] = &["/usr", "/lib", "/lib64", "/bin", "/sbi
 
 /// The `host` image's `/etc`.
 const HOST_ETC: &str = "/etc";
-
-/// Files of `/etc` the `host` image always gets as the sandbox's own
-/// (never the host's): its user, its name, its loopback.
-pub(crate) const SYNTHESIZED: &[&str] =
-    &["/etc/passwd", "/etc/group", "/etc/hostname", "/etc/hosts"];
 
 /// The sandbox's own host name.
 pub(crate) const HOSTNAME: &str = "cordon";
@@ -610,6 +605,41 @@ pub(crate) fn enter(plan: &Plan, rules: &[Rule], terminals: bool) -> Result<(), 
     .map_err(err("make private", root))?;
 
     // 1. Pin every source before anything is covered.
+    let sources = pin_sources(plan, rules, terminals)?;
+
+    // 2. The new root: a tmpfs, private to this mount namespace.
+    let build = Path::new(BUILD);
+    build_tree(plan, rules, &sources)?;
+    mount_dev(&sources.devices, terminals)?;
+    let proc = inside(Path::new("/proc"));
+    mkdir_p(&proc)?;
+    mount_fs(
+        "proc",
+        &proc,
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+        "",
+    )?;
+
+    // 3. Masks: an empty read-only file or directory over each.
+    mask(plan, build)?;
+
+    // 4. The root itself read-only, then swap roots and drop the old one.
+    pivot(build, root)
+}
+
+/// What [`enter`] mounts, each source opened before anything is covered.
+struct Sources {
+    /// Links made in the new root: where, and what they point to.
+    symlinks: Vec<(PathBuf, PathBuf)>,
+    /// Binds, in the order they are mounted.
+    binds: Vec<Bind>,
+    /// Device nodes bound into the new `/dev`.
+    devices: Vec<(PathBuf, OwnedFd)>,
+}
+
+/// Step 1 of [`enter`]: pins the image's entries, the rules' paths, the
+/// work dir, the secrets and the devices.
+fn pin_sources(plan: &Plan, rules: &[Rule], terminals: bool) -> Result<Sources, RootfsError> {
     let mut symlinks = Vec::new();
     let mut binds = Vec::new();
     let image = plan.image_root();
@@ -649,7 +679,20 @@ pub(crate) fn enter(plan: &Plan, rules: &[Rule], terminals: bool) -> Result<(), 
         }
     }
 
-    // 2. The new root: a tmpfs, private to this mount namespace.
+    Ok(Sources {
+        symlinks,
+        binds,
+        devices,
+    })
+}
+
+/// Step 2 of [`enter`]: the new root's tmpfs, its links, `/tmp` and the
+/// binds (and, for the `host` image, its own `/etc`).
+fn build_tree(plan: &Plan, rules: &[Rule], sources: &Sources) -> Result<(), RootfsError> {
+    let Sources {
+        symlinks, binds, ..
+    } = sources;
+    let image = plan.image_root();
     let build = Path::new(BUILD);
     mount_fs(
         "tmpfs",
@@ -657,7 +700,7 @@ pub(crate) fn enter(plan: &Plan, rules: &[Rule], terminals: bool) -> Result<(), 
         MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
         "mode=0755,size=1m",
     )?;
-    for (path, to) in &symlinks {
+    for (path, to) in symlinks {
         let at = inside(path);
         if let Some(parent) = at.parent() {
             mkdir_p(parent)?;
@@ -678,7 +721,7 @@ pub(crate) fn enter(plan: &Plan, rules: &[Rule], terminals: bool) -> Result<(), 
         MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
         &tmp_size,
     )?;
-    for b in &binds {
+    for b in binds {
         let at = if image.is_some() {
             mount_point_no_links(&b.target, b.is_dir)?
         } else {
@@ -693,6 +736,11 @@ pub(crate) fn enter(plan: &Plan, rules: &[Rule], terminals: bool) -> Result<(), 
         let etc_whole = rules.iter().any(|r| r.path == Path::new(HOST_ETC));
         synthesized_etc(plan, build, etc_whole)?;
     }
+    Ok(())
+}
+
+/// Step 2 of [`enter`], continued: the new root's `/dev`, read-only.
+fn mount_dev(devices: &[(PathBuf, OwnedFd)], terminals: bool) -> Result<(), RootfsError> {
     // A minimal /dev: five devices bound from the host (and `/dev/kvm`
     // with `Plan::kvm`), nothing else.
     let dev = inside(Path::new("/dev"));
@@ -703,7 +751,7 @@ pub(crate) fn enter(plan: &Plan, rules: &[Rule], terminals: bool) -> Result<(), 
         MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC,
         "mode=0755,size=64k",
     )?;
-    for (path, src) in &devices {
+    for (path, src) in devices {
         let at = inside(path);
         mount_point(false, &at)?;
         bind(src, &at, MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC)?;
@@ -731,16 +779,12 @@ pub(crate) fn enter(plan: &Plan, rules: &[Rule], terminals: bool) -> Result<(), 
         None,
     )
     .map_err(err("remount ro", &dev))?;
-    let proc = inside(Path::new("/proc"));
-    mkdir_p(&proc)?;
-    mount_fs(
-        "proc",
-        &proc,
-        MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
-        "",
-    )?;
+    Ok(())
+}
 
-    // 3. Masks: an empty read-only file or directory over each.
+/// Step 3 of [`enter`]: an empty read-only file or directory over each
+/// masked path.
+fn mask(plan: &Plan, build: &Path) -> Result<(), RootfsError> {
     let empty_file = build.join(".cordon-empty");
     fs::write(&empty_file, b"").map_err(ioerr("create", &empty_file))?;
     fs::set_permissions(&empty_file, fs::Permissions::from_mode(0o000))
@@ -783,7 +827,11 @@ pub(crate) fn enter(plan: &Plan, rules: &[Rule], terminals: bool) -> Result<(), 
     drop(build_fd);
     drop(empty_fd);
 
-    // 4. The root itself read-only, then swap roots and drop the old one.
+    Ok(())
+}
+
+/// Step 4 of [`enter`]: the new root read-only, then the swap.
+fn pivot(build: &Path, root: &Path) -> Result<(), RootfsError> {
     mount::<str, Path, str, str>(
         None,
         build,

@@ -31,7 +31,7 @@ use nix::unistd::ForkResult;
 use rustix::event::{poll, PollFd, PollFlags};
 use seccompiler::BpfProgram;
 
-use super::proto::{self, Report, WarmEvent, WarmRequest};
+use super::proto::{self, check_exec, Report, WarmEvent, WarmRequest};
 use super::pty::{self, TtySize};
 use super::setup::{die_with_parent, drop_privileges, fail, rlimits_for, Failure, SETUP_FAILED};
 use super::{fs_rules, rootfs, seccomp};
@@ -204,40 +204,6 @@ struct ExecSetup {
     env: Vec<CString>,
 }
 
-/// The checks on an exec request before anything is built: the descriptor
-/// count it names (`joins` cgroup files after the stdio) matches the `fds`
-/// that came with it, the command is absolute, and every environment name
-/// is usable. Returns the number of stdio descriptors and the program.
-pub(crate) fn check_exec<'a>(
-    argv: &'a [String],
-    env: &std::collections::BTreeMap<String, String>,
-    joins: usize,
-    tty: Option<TtySize>,
-    fds: usize,
-) -> Result<(usize, &'a String), String> {
-    // A tty exec's stdio is its terminal: the owner sends none.
-    let n_stdio: usize = if tty.is_some() { 0 } else { 3 };
-    // `joins` comes off the wire: a count no message can carry is refused
-    // before any sum (an overflow here panicked PID 1).
-    let want = n_stdio
-        .checked_add(joins)
-        .filter(|&n| n <= crate::fdpass::MAX_FDS);
-    if want != Some(fds) {
-        return Err(format!(
-            "expected {n_stdio} descriptors for stdio and {joins} cgroup files (at most {} in all), got {fds}",
-            crate::fdpass::MAX_FDS
-        ));
-    }
-    let program = argv
-        .first()
-        .filter(|p| p.starts_with('/'))
-        .ok_or("the command must start with an absolute path")?;
-    if env.keys().any(|k| k.is_empty() || k.contains('=')) {
-        return Err("an environment variable has an empty name or one with `=`".into());
-    }
-    Ok((n_stdio, program))
-}
-
 /// Starts one exec; returns the pid of its first process (in the sandbox's
 /// pid namespace) and, for a tty exec, the terminal's master; or why it did
 /// not start.
@@ -353,11 +319,6 @@ fn receive_master(from: &OwnedFd) -> Result<OwnedFd, String> {
 /// The limits, no_new_privs, Landlock and seccomp, in the exec's PID 1 and
 /// in its command alike (each applies them to itself).
 fn confine_exec(setup: &mut ExecSetup) {
-    let step = |setup: &ExecSetup, r: Result<(), Failure>| {
-        if let Err(f) = r {
-            refuse_exec(setup, f);
-        }
-    };
     step(setup, rlimits_for(&setup.bounds));
     step(
         setup,
@@ -510,79 +471,9 @@ fn shim(mut setup: ExecSetup) -> ! {
 
 /// PID 1 of the exec's own pid namespace.
 fn exec_init(mut setup: ExecSetup, status: OwnedFd) -> ! {
-    let step = |setup: &ExecSetup, r: Result<(), Failure>| {
-        if let Err(f) = r {
-            refuse_exec(setup, f);
-        }
-    };
-    let root = std::path::Path::new("/");
-    let proc = std::path::Path::new("/proc");
-    step(
-        &setup,
-        mount::<str, std::path::Path, str, str>(
-            None,
-            root,
-            None,
-            MsFlags::MS_REC | MsFlags::MS_PRIVATE,
-            None,
-        )
-        .map_err(fail("make mounts private")),
-    );
-    step(
-        &setup,
-        mount::<str, std::path::Path, str, str>(
-            Some("proc"),
-            proc,
-            Some("proc"),
-            MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
-            None,
-        )
-        .map_err(fail("mount the exec's /proc")),
-    );
-    if setup.tty.is_some() {
-        // A devpts instance of this exec's own: the host's /dev/pts (and so
-        // the host's terminals) is never in the sandbox at all.
-        step(
-            &setup,
-            pty::mount_instance().map_err(fail("mount the exec's devpts")),
-        );
-    }
-    step(
-        &setup,
-        nix::unistd::setsid().map(drop).map_err(fail("setsid")),
-    );
-    step(&setup, drop_privileges(setup.ids.uid, setup.ids.gid));
-    // As the workload: the init (without CAP_DAC_OVERRIDE) may not enter
-    // the workload's own 0700 work dir.
-    step(
-        &setup,
-        nix::unistd::chdir(&setup.work_dir).map_err(fail("chdir to the work dir")),
-    );
+    enter_exec(&setup);
     if let Some(size) = setup.tty {
-        // Opened as the workload, so the terminal belongs to its uid and
-        // gid; before Landlock and seccomp. The master goes to the init now,
-        // while this process is the only one holding it.
-        let opened = pty::open(size).map_err(fail("open the exec's terminal"));
-        let (master, slave) = match opened {
-            Ok(pair) => pair,
-            Err(f) => refuse_exec(&setup, f),
-        };
-        let sent = match setup.master_to.take() {
-            Some(to) => fdpass::send(&to, &(), &[master.as_fd()]),
-            None => Err(std::io::Error::other("no channel to the init")),
-        };
-        drop(master);
-        let stdio = sent
-            .and_then(|()| Ok((slave.try_clone()?, slave.try_clone()?, slave)))
-            .map_err(fail("hand over the exec's terminal"));
-        match stdio {
-            Ok((i, o, e)) => {
-                setup.stdin = Some(i);
-                setup.stdout = Some(o);
-                setup.stderr = Some(e);
-            }
-            Err(f) => refuse_exec(&setup, f),
-        }
+        take_terminal(&mut setup, size);
     }
     // The command is forked before either process is confined: it must
     // raise its OOM score (`oom_first`) while it may still write its own
@@ -600,97 +491,170 @@ fn exec_init(mut setup: ExecSetup, status: OwnedFd) -> ! {
         Ok(ForkResult::Child) => {
             drop(status);
             drop(gate_w);
-            step(&setup, oom_first());
-            confine_exec(&mut setup);
-            let mut opened = [0u8; 1];
-            if !matches!(rustix::io::read(&gate_r, &mut opened), Ok(1)) {
-                // PID 1 failed to confine itself and reported why.
-                std::process::exit(SETUP_FAILED);
-            }
-            drop(gate_r);
-            if let (Some(_), Some(slave)) = (setup.tty, &setup.stdin) {
-                step(
-                    &setup,
-                    pty::take_as_controlling(slave).map_err(fail("controlling terminal")),
-                );
-            }
-            let dup = match (&setup.stdin, &setup.stdout, &setup.stderr) {
-                (Some(i), Some(o), Some(e)) => nix::unistd::dup2_stdin(i)
-                    .and_then(|()| nix::unistd::dup2_stdout(o))
-                    .and_then(|()| nix::unistd::dup2_stderr(e))
-                    .map_err(fail("stdio")),
-                _ => Err(fail("stdio")("missing descriptors")),
-            };
-            step(&setup, dup);
-            let err = nix::unistd::execve(&setup.program, &setup.argv, &setup.env);
-            let e = match err {
-                Err(e) => e,
-                Ok(never) => match never {},
-            };
-            refuse_exec(
-                &setup,
-                fail("exec")(format!(
-                    "starting `{}`: {e}",
-                    setup.program.to_string_lossy()
-                )),
-            )
+            run_command(setup, gate_r)
         }
         Ok(ForkResult::Parent { child }) => {
             drop(gate_r);
-            confine_exec(&mut setup);
-            step(
-                &setup,
-                rustix::io::write(&gate_w, &[1])
-                    .map(drop)
-                    .map_err(fail("open the command's gate")),
-            );
-            drop(gate_w);
-            drop(setup);
-            // Reap everything; the exec ends when the command does, and the
-            // kernel kills what is left when this PID 1 exits.
-            let ended = loop {
-                match waitpid(None, None) {
-                    Ok(s) if s.pid() == Some(child) => {
-                        if let Some(t) = wait_status(s) {
-                            break t;
-                        }
-                    }
-                    Ok(_) | Err(nix::errno::Errno::EINTR) => {}
-                    Err(_) => break Termination::Exited(SETUP_FAILED),
-                }
-            };
-            let _ = rustix::io::write(&status, &encode(ended));
-            std::process::exit(0)
+            reap_command(setup, child, gate_w, status)
         }
         Err(e) => refuse_exec(&setup, fail("fork")(e)),
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::check_exec;
-    use std::collections::BTreeMap;
-
-    // Found by the `init_wire` fuzz target's harness: a `joins` near
-    // usize::MAX overflowed `3 + joins` (a panic in the warm init, PID 1 of
-    // the sandbox; in a build without overflow checks the sum wrapped, the
-    // count matched and the later `drain(3..)` panicked instead).
-    #[test]
-    fn a_descriptor_count_no_message_can_carry_is_refused() {
-        let argv = vec!["/bin/true".to_string()];
-        let env = BTreeMap::new();
-        for (joins, fds) in [(usize::MAX, 2), (usize::MAX - 2, 1), (6, 9)] {
-            let err = check_exec(&argv, &env, joins, None, fds).expect_err("accepted");
-            assert!(err.contains("at most 8 in all"), "{err}");
-        }
-        assert!(check_exec(&argv, &env, 2, None, 5).is_ok());
-        assert!(check_exec(
-            &argv,
-            &env,
-            0,
-            Some(super::TtySize { rows: 24, cols: 80 }),
-            0
-        )
-        .is_ok());
+/// A step of an exec's setup: its failure refuses the exec.
+fn step(setup: &ExecSetup, r: Result<(), Failure>) {
+    if let Err(f) = r {
+        refuse_exec(setup, f);
     }
+}
+
+/// The exec's PID 1 before anything else: its mounts private, a `/proc`
+/// (and a devpts for a tty exec) of its own, a session, the workload's
+/// uid, the work dir.
+fn enter_exec(setup: &ExecSetup) {
+    let root = std::path::Path::new("/");
+    let proc = std::path::Path::new("/proc");
+    step(
+        setup,
+        mount::<str, std::path::Path, str, str>(
+            None,
+            root,
+            None,
+            MsFlags::MS_REC | MsFlags::MS_PRIVATE,
+            None,
+        )
+        .map_err(fail("make mounts private")),
+    );
+    step(
+        setup,
+        mount::<str, std::path::Path, str, str>(
+            Some("proc"),
+            proc,
+            Some("proc"),
+            MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+            None,
+        )
+        .map_err(fail("mount the exec's /proc")),
+    );
+    if setup.tty.is_some() {
+        // A devpts instance of this exec's own: the host's /dev/pts (and so
+        // the host's terminals) is never in the sandbox at all.
+        step(
+            setup,
+            pty::mount_instance().map_err(fail("mount the exec's devpts")),
+        );
+    }
+    step(
+        setup,
+        nix::unistd::setsid().map(drop).map_err(fail("setsid")),
+    );
+    step(setup, drop_privileges(setup.ids.uid, setup.ids.gid));
+    // As the workload: the init (without CAP_DAC_OVERRIDE) may not enter
+    // the workload's own 0700 work dir.
+    step(
+        setup,
+        nix::unistd::chdir(&setup.work_dir).map_err(fail("chdir to the work dir")),
+    );
+}
+
+/// A tty exec: opens its terminal as the workload, sends the master to the
+/// init and makes the slave the exec's stdio.
+fn take_terminal(setup: &mut ExecSetup, size: TtySize) {
+    // Opened as the workload, so the terminal belongs to its uid and
+    // gid; before Landlock and seccomp. The master goes to the init now,
+    // while this process is the only one holding it.
+    let opened = pty::open(size).map_err(fail("open the exec's terminal"));
+    let (master, slave) = match opened {
+        Ok(pair) => pair,
+        Err(f) => refuse_exec(setup, f),
+    };
+    let sent = match setup.master_to.take() {
+        Some(to) => fdpass::send(&to, &(), &[master.as_fd()]),
+        None => Err(std::io::Error::other("no channel to the init")),
+    };
+    drop(master);
+    let stdio = sent
+        .and_then(|()| Ok((slave.try_clone()?, slave.try_clone()?, slave)))
+        .map_err(fail("hand over the exec's terminal"));
+    match stdio {
+        Ok((i, o, e)) => {
+            setup.stdin = Some(i);
+            setup.stdout = Some(o);
+            setup.stderr = Some(e);
+        }
+        Err(f) => refuse_exec(setup, f),
+    }
+}
+
+/// The command (child of the exec's PID 1): confined, it waits at the gate
+/// until PID 1 is confined too, then takes its stdio and starts.
+fn run_command(mut setup: ExecSetup, gate_r: OwnedFd) -> ! {
+    step(&setup, oom_first());
+    confine_exec(&mut setup);
+    let mut opened = [0u8; 1];
+    if !matches!(rustix::io::read(&gate_r, &mut opened), Ok(1)) {
+        // PID 1 failed to confine itself and reported why.
+        std::process::exit(SETUP_FAILED);
+    }
+    drop(gate_r);
+    if let (Some(_), Some(slave)) = (setup.tty, &setup.stdin) {
+        step(
+            &setup,
+            pty::take_as_controlling(slave).map_err(fail("controlling terminal")),
+        );
+    }
+    let dup = match (&setup.stdin, &setup.stdout, &setup.stderr) {
+        (Some(i), Some(o), Some(e)) => nix::unistd::dup2_stdin(i)
+            .and_then(|()| nix::unistd::dup2_stdout(o))
+            .and_then(|()| nix::unistd::dup2_stderr(e))
+            .map_err(fail("stdio")),
+        _ => Err(fail("stdio")("missing descriptors")),
+    };
+    step(&setup, dup);
+    let err = nix::unistd::execve(&setup.program, &setup.argv, &setup.env);
+    let e = match err {
+        Err(e) => e,
+        Ok(never) => match never {},
+    };
+    refuse_exec(
+        &setup,
+        fail("exec")(format!(
+            "starting `{}`: {e}",
+            setup.program.to_string_lossy()
+        )),
+    )
+}
+
+/// The exec's PID 1 once the command is forked: confines itself, opens the
+/// gate, reaps until the command ends and writes how it ended to `status`.
+fn reap_command(
+    mut setup: ExecSetup,
+    child: nix::unistd::Pid,
+    gate_w: OwnedFd,
+    status: OwnedFd,
+) -> ! {
+    confine_exec(&mut setup);
+    step(
+        &setup,
+        rustix::io::write(&gate_w, &[1])
+            .map(drop)
+            .map_err(fail("open the command's gate")),
+    );
+    drop(gate_w);
+    drop(setup);
+    // Reap everything; the exec ends when the command does, and the
+    // kernel kills what is left when this PID 1 exits.
+    let ended = loop {
+        match waitpid(None, None) {
+            Ok(s) if s.pid() == Some(child) => {
+                if let Some(t) = wait_status(s) {
+                    break t;
+                }
+            }
+            Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+            Err(_) => break Termination::Exited(SETUP_FAILED),
+        }
+    };
+    let _ = rustix::io::write(&status, &encode(ended));
+    std::process::exit(0)
 }

@@ -227,210 +227,11 @@ impl FactsBuilder {
 
     /// The request, canonicalised, with the unknowns the enforcing layer has.
     pub fn build(self) -> Result<Request, FactError> {
-        let f = &self.fields;
-        let get = |k: &str| f.get(k).map(String::as_str);
-        let canon_err = |field: &str, e: canon::CanonError| {
-            FactError::new(
-                field,
-                e.to_string(),
-                "write it as the workload would send it",
-            )
-        };
         let facts = match self.surface {
-            Surface::Egress => {
-                let raw = get("url").ok_or_else(|| {
-                    FactError::new(
-                        "url",
-                        "an egress case needs `url`",
-                        "add e.g. `url: https://example.com/`",
-                    )
-                })?;
-                let u = canon::url(raw).map_err(|e| canon_err("url", e))?;
-                let scheme = match get("scheme") {
-                    None => u.scheme.clone(),
-                    Some(s @ ("http" | "https")) => s.to_string(),
-                    Some(s) => {
-                        return Err(FactError::new(
-                            "scheme",
-                            format!("`{s}` is not an egress scheme"),
-                            "write `http` or `https`",
-                        ))
-                    }
-                };
-                let host = match get("host") {
-                    Some(h) => canon::host(h).map_err(|e| canon_err("host", e))?,
-                    None => u.host.clone(),
-                };
-                let port = match get("port") {
-                    Some(p) => match p.parse::<u16>() {
-                        Ok(n) if n > 0 => i64::from(n),
-                        _ => {
-                            return Err(FactError::new(
-                                "port",
-                                format!("`{p}` is not a port"),
-                                "write a number from 1 to 65535",
-                            ))
-                        }
-                    },
-                    None => u.port,
-                };
-                let tunnel = scheme == "https";
-                for hidden in ["method", "path"] {
-                    if tunnel && get(hidden).is_some() {
-                        return Err(FactError::new(
-                            hidden,
-                            format!("an https request's `{hidden}` travels inside the TLS tunnel: the egress proxy cannot see it, so a case cannot state it"),
-                            format!("remove `{hidden}` (rules that read it are undetermined for https), or use an http:// URL"),
-                        ));
-                    }
-                }
-                let method = match (tunnel, get("method")) {
-                    (true, _) => None,
-                    (false, None) => Some("GET".to_string()),
-                    (false, Some(m)) => {
-                        if m.is_empty() || !m.bytes().all(|b| b.is_ascii_alphabetic()) {
-                            return Err(FactError::new(
-                                "method",
-                                format!("`{m}` is not an HTTP method"),
-                                "write e.g. `GET` or `POST`",
-                            ));
-                        }
-                        Some(m.to_ascii_uppercase())
-                    }
-                };
-                let path = match (tunnel, get("path")) {
-                    (true, _) => None,
-                    (false, None) => Some(u.path.clone()),
-                    (false, Some(p)) => {
-                        Some(canon::http_path(p).map_err(|e| canon_err("path", e))?)
-                    }
-                };
-                let ip = match get("ip") {
-                    None => None,
-                    Some(raw) => match raw.parse::<std::net::IpAddr>() {
-                        Ok(a) => Some(a.to_string()),
-                        Err(_) => {
-                            return Err(FactError::new(
-                                "ip",
-                                format!("`{raw}` is not an IP address"),
-                                "write e.g. `192.0.2.10`",
-                            ))
-                        }
-                    },
-                };
-                SurfaceFacts::Egress(EgressFacts {
-                    // A tunnel's URL holds its path, which travels inside
-                    // the tunnel: unknown to the proxy, so unknown here.
-                    url: if tunnel { None } else { Some(u.url) },
-                    scheme: Some(scheme),
-                    host: Some(host),
-                    port,
-                    method,
-                    path,
-                    ip,
-                })
-            }
-            Surface::Compute => {
-                let raw = get("command").ok_or_else(|| {
-                    FactError::new(
-                        "command",
-                        "a compute case needs `command`",
-                        "add e.g. `command: /usr/bin/python3`",
-                    )
-                })?;
-                let command = canon::fs_path(raw).map_err(|e| canon_err("command", e))?;
-                let command_target = match get("command_target") {
-                    Some(t) => canon::fs_path(t).map_err(|e| canon_err("command_target", e))?,
-                    None => command.clone(),
-                };
-                let int = |k: &str, v: &str| -> Result<i64, FactError> {
-                    v.parse::<i64>().ok().filter(|n| *n >= 0).ok_or_else(|| {
-                        FactError::new(k, format!("`{v}` is not a whole number"), "write e.g. `60`")
-                    })
-                };
-                let cpu = get("cpu").map(|v| int("cpu", v)).transpose()?;
-                let memory = match get("memory") {
-                    None => None,
-                    Some(v) => {
-                        let n = canon::size(v).map_err(|e| canon_err("memory", e))?;
-                        Some(i64::try_from(n).map_err(|_| {
-                            FactError::new(
-                                "memory",
-                                format!("`{v}` is too large"),
-                                "write a smaller size",
-                            )
-                        })?)
-                    }
-                };
-                SurfaceFacts::Compute(ComputeFacts {
-                    command,
-                    command_target,
-                    // The first command of a sandbox is checked with its
-                    // arguments known; none given is an empty list.
-                    args: Some(self.args.unwrap_or_default()),
-                    cpu,
-                    memory,
-                    work_dir: Some(work_dir(get("work_dir"))?),
-                })
-            }
-            Surface::Storage => {
-                let raw = get("path").ok_or_else(|| {
-                    FactError::new(
-                        "path",
-                        "a storage case needs `path`",
-                        "add e.g. `path: /work/src/main.rs`",
-                    )
-                })?;
-                let path = canon::fs_path(raw).map_err(|e| canon_err("path", e))?;
-                let mode = match get("mode") {
-                    None => {
-                        return Err(FactError::new(
-                            "mode",
-                            "a storage case needs `mode`",
-                            "add `mode: read`, `write` or `execute`",
-                        ))
-                    }
-                    Some(m) => Mode::parse(m).ok_or_else(|| {
-                        FactError::new(
-                            "mode",
-                            format!("`{m}` is not a mode"),
-                            "write `read`, `write` or `execute`",
-                        )
-                    })?,
-                };
-                let bytes = match get("bytes") {
-                    None => None,
-                    Some(v) => Some(
-                        canon::size(v)
-                            .ok()
-                            .and_then(|n| i64::try_from(n).ok())
-                            .ok_or_else(|| {
-                                FactError::new(
-                                    "bytes",
-                                    format!("`{v}` is not a size"),
-                                    "write e.g. `4096` or `1MiB`",
-                                )
-                            })?,
-                    ),
-                };
-                SurfaceFacts::Storage(StorageFacts {
-                    path,
-                    mode,
-                    bytes,
-                    work_dir: Some(work_dir(get("work_dir"))?),
-                })
-            }
-            Surface::Secret => {
-                let raw = get("secret").ok_or_else(|| {
-                    FactError::new(
-                        "secret",
-                        "a secret case needs `secret: {name: ...}`",
-                        "add e.g. `secret: {name: team-a/db-password}`",
-                    )
-                })?;
-                let name = canon::secret_name(raw).map_err(|e| canon_err("secret", e))?;
-                SurfaceFacts::Secret(SecretFacts { name })
-            }
+            Surface::Egress => egress_facts(&self.fields)?,
+            Surface::Compute => compute_facts(&self.fields, self.args)?,
+            Surface::Storage => storage_facts(&self.fields)?,
+            Surface::Secret => secret_facts(&self.fields)?,
         };
         let now = self.now.unwrap_or_else(now_secs);
         Ok(Request {
@@ -440,6 +241,224 @@ impl FactsBuilder {
             facts,
         })
     }
+}
+
+/// A case's stated facts, by name.
+type Fields = BTreeMap<&'static str, String>;
+
+/// A fact that does not canonicalise.
+fn canon_err(field: &str, e: canon::CanonError) -> FactError {
+    FactError::new(
+        field,
+        e.to_string(),
+        "write it as the workload would send it",
+    )
+}
+
+/// An egress case: its URL, and what it states beside (scheme, host, port,
+/// and for plain http the method and path), each canonicalised.
+fn egress_facts(fields: &Fields) -> Result<SurfaceFacts, FactError> {
+    let get = |k: &str| fields.get(k).map(String::as_str);
+    let raw = get("url").ok_or_else(|| {
+        FactError::new(
+            "url",
+            "an egress case needs `url`",
+            "add e.g. `url: https://example.com/`",
+        )
+    })?;
+    let u = canon::url(raw).map_err(|e| canon_err("url", e))?;
+    let scheme = match get("scheme") {
+        None => u.scheme.clone(),
+        Some(s @ ("http" | "https")) => s.to_string(),
+        Some(s) => {
+            return Err(FactError::new(
+                "scheme",
+                format!("`{s}` is not an egress scheme"),
+                "write `http` or `https`",
+            ))
+        }
+    };
+    let host = match get("host") {
+        Some(h) => canon::host(h).map_err(|e| canon_err("host", e))?,
+        None => u.host.clone(),
+    };
+    let port = match get("port") {
+        Some(p) => match p.parse::<u16>() {
+            Ok(n) if n > 0 => i64::from(n),
+            _ => {
+                return Err(FactError::new(
+                    "port",
+                    format!("`{p}` is not a port"),
+                    "write a number from 1 to 65535",
+                ))
+            }
+        },
+        None => u.port,
+    };
+    let tunnel = scheme == "https";
+    for hidden in ["method", "path"] {
+        if tunnel && get(hidden).is_some() {
+            return Err(FactError::new(
+                hidden,
+                format!("an https request's `{hidden}` travels inside the TLS tunnel: the egress proxy cannot see it, so a case cannot state it"),
+                format!("remove `{hidden}` (rules that read it are undetermined for https), or use an http:// URL"),
+            ));
+        }
+    }
+    let method = match (tunnel, get("method")) {
+        (true, _) => None,
+        (false, None) => Some("GET".to_string()),
+        (false, Some(m)) => {
+            if m.is_empty() || !m.bytes().all(|b| b.is_ascii_alphabetic()) {
+                return Err(FactError::new(
+                    "method",
+                    format!("`{m}` is not an HTTP method"),
+                    "write e.g. `GET` or `POST`",
+                ));
+            }
+            Some(m.to_ascii_uppercase())
+        }
+    };
+    let path = match (tunnel, get("path")) {
+        (true, _) => None,
+        (false, None) => Some(u.path.clone()),
+        (false, Some(p)) => Some(canon::http_path(p).map_err(|e| canon_err("path", e))?),
+    };
+    let ip = match get("ip") {
+        None => None,
+        Some(raw) => match raw.parse::<std::net::IpAddr>() {
+            Ok(a) => Some(a.to_string()),
+            Err(_) => {
+                return Err(FactError::new(
+                    "ip",
+                    format!("`{raw}` is not an IP address"),
+                    "write e.g. `192.0.2.10`",
+                ))
+            }
+        },
+    };
+    Ok(SurfaceFacts::Egress(EgressFacts {
+        // A tunnel's URL holds its path, which travels inside
+        // the tunnel: unknown to the proxy, so unknown here.
+        url: if tunnel { None } else { Some(u.url) },
+        scheme: Some(scheme),
+        host: Some(host),
+        port,
+        method,
+        path,
+        ip,
+    }))
+}
+
+/// A compute case: its command (and what it resolves to), arguments, bounds
+/// and work dir.
+fn compute_facts(fields: &Fields, args: Option<Vec<String>>) -> Result<SurfaceFacts, FactError> {
+    let get = |k: &str| fields.get(k).map(String::as_str);
+    let raw = get("command").ok_or_else(|| {
+        FactError::new(
+            "command",
+            "a compute case needs `command`",
+            "add e.g. `command: /usr/bin/python3`",
+        )
+    })?;
+    let command = canon::fs_path(raw).map_err(|e| canon_err("command", e))?;
+    let command_target = match get("command_target") {
+        Some(t) => canon::fs_path(t).map_err(|e| canon_err("command_target", e))?,
+        None => command.clone(),
+    };
+    let int = |k: &str, v: &str| -> Result<i64, FactError> {
+        v.parse::<i64>().ok().filter(|n| *n >= 0).ok_or_else(|| {
+            FactError::new(k, format!("`{v}` is not a whole number"), "write e.g. `60`")
+        })
+    };
+    let cpu = get("cpu").map(|v| int("cpu", v)).transpose()?;
+    let memory = match get("memory") {
+        None => None,
+        Some(v) => {
+            let n = canon::size(v).map_err(|e| canon_err("memory", e))?;
+            Some(i64::try_from(n).map_err(|_| {
+                FactError::new(
+                    "memory",
+                    format!("`{v}` is too large"),
+                    "write a smaller size",
+                )
+            })?)
+        }
+    };
+    Ok(SurfaceFacts::Compute(ComputeFacts {
+        command,
+        command_target,
+        // The first command of a sandbox is checked with its
+        // arguments known; none given is an empty list.
+        args: Some(args.unwrap_or_default()),
+        cpu,
+        memory,
+        work_dir: Some(work_dir(get("work_dir"))?),
+    }))
+}
+
+/// A storage case: its path, mode, size and work dir.
+fn storage_facts(fields: &Fields) -> Result<SurfaceFacts, FactError> {
+    let get = |k: &str| fields.get(k).map(String::as_str);
+    let raw = get("path").ok_or_else(|| {
+        FactError::new(
+            "path",
+            "a storage case needs `path`",
+            "add e.g. `path: /work/src/main.rs`",
+        )
+    })?;
+    let path = canon::fs_path(raw).map_err(|e| canon_err("path", e))?;
+    let mode = match get("mode") {
+        None => {
+            return Err(FactError::new(
+                "mode",
+                "a storage case needs `mode`",
+                "add `mode: read`, `write` or `execute`",
+            ))
+        }
+        Some(m) => Mode::parse(m).ok_or_else(|| {
+            FactError::new(
+                "mode",
+                format!("`{m}` is not a mode"),
+                "write `read`, `write` or `execute`",
+            )
+        })?,
+    };
+    let bytes = match get("bytes") {
+        None => None,
+        Some(v) => Some(
+            canon::size(v)
+                .ok()
+                .and_then(|n| i64::try_from(n).ok())
+                .ok_or_else(|| {
+                    FactError::new(
+                        "bytes",
+                        format!("`{v}` is not a size"),
+                        "write e.g. `4096` or `1MiB`",
+                    )
+                })?,
+        ),
+    };
+    Ok(SurfaceFacts::Storage(StorageFacts {
+        path,
+        mode,
+        bytes,
+        work_dir: Some(work_dir(get("work_dir"))?),
+    }))
+}
+
+/// A secret case: the secret's name.
+fn secret_facts(fields: &Fields) -> Result<SurfaceFacts, FactError> {
+    let get = |k: &str| fields.get(k).map(String::as_str);
+    let raw = get("secret").ok_or_else(|| {
+        FactError::new(
+            "secret",
+            "a secret case needs `secret: {name: ...}`",
+            "add e.g. `secret: {name: team-a/db-password}`",
+        )
+    })?;
+    let name = canon::secret_name(raw).map_err(|e| canon_err("secret", e))?;
+    Ok(SurfaceFacts::Secret(SecretFacts { name }))
 }
 
 /// The work dir a case runs in: as stated, else [`DEFAULT_WORK_DIR`].

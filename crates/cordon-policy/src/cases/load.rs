@@ -325,86 +325,15 @@ impl CaseLoader<'_> {
             let key = k.as_str();
             let res: Result<(), FactError> = match key {
                 "identity" => {
-                    let Some(im) = self.mapping(v, "`identity`") else {
-                        ok = false;
-                        continue;
-                    };
-                    for (ik, iv) in im.iter() {
-                        if ik.as_str() == "labels" {
-                            let Some(lm) = self.mapping(iv, "`identity.labels`") else {
-                                ok = false;
-                                continue;
-                            };
-                            for (lk, lv) in lm.iter() {
-                                let Some(s) = self.scalar(lv, "a label") else {
-                                    ok = false;
-                                    continue;
-                                };
-                                let f = format!("labels.{}", lk.as_str());
-                                if let Err(e) = b.identity(&f, s.as_str()) {
-                                    self.fact_err(e, scalar_start(s), s.as_str().len());
-                                    ok = false;
-                                }
-                            }
-                            continue;
-                        }
-                        if !IDENTITY_KEYS.contains(&ik.as_str()) {
-                            self.unknown(ik, IDENTITY_KEYS, "`identity`");
-                            ok = false;
-                            continue;
-                        }
-                        let Some(s) = self.scalar(iv, &format!("`identity.{}`", ik.as_str()))
-                        else {
-                            ok = false;
-                            continue;
-                        };
-                        if let Err(e) = b.identity(ik.as_str(), s.as_str()) {
-                            self.fact_err(e, scalar_start(s), s.as_str().chars().count());
-                            ok = false;
-                        }
-                    }
+                    ok &= self.identity_facts(v, &mut b);
                     continue;
                 }
                 "env" => {
-                    let Some(em) = self.mapping(v, "`env`") else {
-                        ok = false;
-                        continue;
-                    };
-                    for (ek, ev) in em.iter() {
-                        if ek.as_str() != "name" {
-                            self.unknown(ek, &["name"], "`env`");
-                            ok = false;
-                            continue;
-                        }
-                        if let Some(s) = self.scalar(ev, "`env.name`") {
-                            let _ = b.env("name", s.as_str());
-                        }
-                    }
+                    ok &= self.env_facts(v, &mut b);
                     continue;
                 }
                 "args" if surface == Surface::Compute => {
-                    let Node::Sequence(seq) = v else {
-                        self.err(
-                            start_of(v),
-                            1,
-                            "`args` must be a list",
-                            Some("write `args: [\"-c\", \"print(1)\"]`".into()),
-                        );
-                        ok = false;
-                        continue;
-                    };
-                    b.args_given();
-                    for a in seq.iter() {
-                        let Some(s) = self.scalar(a, "an argument") else {
-                            ok = false;
-                            continue;
-                        };
-                        if let Err(e) = b.arg(s.as_str()) {
-                            self.fact_err(e, scalar_start(s), 1);
-                            ok = false;
-                            break;
-                        }
-                    }
+                    ok &= self.args_facts(v, &mut b);
                     continue;
                 }
                 "secret" if surface == Surface::Secret => {
@@ -478,6 +407,95 @@ impl CaseLoader<'_> {
                 None
             }
         }
+    }
+
+    /// A case's `identity`: its keys and its `labels`. `false` when any was
+    /// refused (each said why).
+    fn identity_facts(&mut self, v: &Node, b: &mut FactsBuilder) -> bool {
+        let mut ok = true;
+        let Some(im) = self.mapping(v, "`identity`") else {
+            return false;
+        };
+        for (ik, iv) in im.iter() {
+            if ik.as_str() == "labels" {
+                let Some(lm) = self.mapping(iv, "`identity.labels`") else {
+                    ok = false;
+                    continue;
+                };
+                for (lk, lv) in lm.iter() {
+                    let Some(s) = self.scalar(lv, "a label") else {
+                        ok = false;
+                        continue;
+                    };
+                    let f = format!("labels.{}", lk.as_str());
+                    if let Err(e) = b.identity(&f, s.as_str()) {
+                        self.fact_err(e, scalar_start(s), s.as_str().len());
+                        ok = false;
+                    }
+                }
+                continue;
+            }
+            if !IDENTITY_KEYS.contains(&ik.as_str()) {
+                self.unknown(ik, IDENTITY_KEYS, "`identity`");
+                ok = false;
+                continue;
+            }
+            let Some(s) = self.scalar(iv, &format!("`identity.{}`", ik.as_str())) else {
+                ok = false;
+                continue;
+            };
+            if let Err(e) = b.identity(ik.as_str(), s.as_str()) {
+                self.fact_err(e, scalar_start(s), s.as_str().chars().count());
+                ok = false;
+            }
+        }
+        ok
+    }
+
+    /// A case's `env`: its `name`. `false` when it was refused.
+    fn env_facts(&mut self, v: &Node, b: &mut FactsBuilder) -> bool {
+        let mut ok = true;
+        let Some(em) = self.mapping(v, "`env`") else {
+            return false;
+        };
+        for (ek, ev) in em.iter() {
+            if ek.as_str() != "name" {
+                self.unknown(ek, &["name"], "`env`");
+                ok = false;
+                continue;
+            }
+            if let Some(s) = self.scalar(ev, "`env.name`") {
+                let _ = b.env("name", s.as_str());
+            }
+        }
+        ok
+    }
+
+    /// A compute case's `args`: a list of strings. `false` when it was refused.
+    fn args_facts(&mut self, v: &Node, b: &mut FactsBuilder) -> bool {
+        let mut ok = true;
+        let Node::Sequence(seq) = v else {
+            self.err(
+                start_of(v),
+                1,
+                "`args` must be a list",
+                Some("write `args: [\"-c\", \"print(1)\"]`".into()),
+            );
+            return false;
+        };
+        b.args_given();
+        for a in seq.iter() {
+            let Some(s) = self.scalar(a, "an argument") else {
+                ok = false;
+                continue;
+            };
+            if let Err(e) = b.arg(s.as_str()) {
+                self.fact_err(e, scalar_start(s), 1);
+                ok = false;
+                break;
+            }
+        }
+        ok
     }
 
     fn fact_err(&mut self, e: FactError, pos: Pos, width: usize) {

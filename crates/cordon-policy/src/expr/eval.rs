@@ -216,25 +216,7 @@ pub(super) fn ev_inner<'a, F: FactSource, T: Trace<'a>>(
         }
         Kind::Cmp(op, a, b) => {
             let (x, y) = both(ev(a, facts, locals, t), ev(b, facts, locals, t))?;
-            let ord = match (&x, &y) {
-                (Val::Int(p), Val::Int(q)) => p.cmp(q),
-                (Val::Uint(p), Val::Uint(q)) => p.cmp(q),
-                (Val::Double(p), Val::Double(q)) => p
-                    .partial_cmp(q)
-                    .ok_or_else(|| Open::error("comparison with NaN"))?,
-                (Val::Str(p), Val::Str(q)) => p.cmp(q),
-                (Val::Timestamp(p), Val::Timestamp(q)) | (Val::Duration(p), Val::Duration(q)) => {
-                    p.cmp(q)
-                }
-                _ => return Err(Open::error(format!("cannot order {x} against {y}"))),
-            };
-            use std::cmp::Ordering::*;
-            Ok(Val::Bool(match op {
-                CmpOp::Lt => ord == Less,
-                CmpOp::Le => ord != Greater,
-                CmpOp::Gt => ord == Greater,
-                CmpOp::Ge => ord != Less,
-            }))
+            compare(op, &x, &y)
         }
         Kind::Arith(op, a, b) => {
             let (x, y) = both(ev(a, facts, locals, t), ev(b, facts, locals, t))?;
@@ -251,17 +233,7 @@ pub(super) fn ev_inner<'a, F: FactSource, T: Trace<'a>>(
         },
         Kind::Index(c, k) => {
             let (c, k) = both(ev(c, facts, locals, t), ev(k, facts, locals, t))?;
-            match (c, k) {
-                (Val::List(xs), Val::Int(i)) => usize::try_from(i)
-                    .ok()
-                    .and_then(|i| xs.get(i).cloned())
-                    .ok_or_else(|| Open::error(format!("index {i} out of range"))),
-                (Val::StrMap(m), Val::Str(k)) => m
-                    .get(k.as_ref())
-                    .map(|v| Val::Str(Cow::Borrowed(v.as_str())))
-                    .ok_or_else(|| Open::error(format!("no such key: {k:?}"))),
-                (c, k) => Err(Open::error(format!("cannot index {c} with {k}"))),
-            }
+            index(c, k)
         }
         Kind::Has(m, field) => match ev(m, facts, locals, t)? {
             Val::StrMap(m) => Ok(Val::Bool(m.contains_key(field))),
@@ -275,20 +247,7 @@ pub(super) fn ev_inner<'a, F: FactSource, T: Trace<'a>>(
                 other => Err(Open::error(format!("`in` on {other}"))),
             }
         }
-        Kind::List(xs) => {
-            let mut out = Vec::with_capacity(xs.len());
-            let mut open: Option<Open> = None;
-            for x in xs {
-                match ev(x, facts, locals, t) {
-                    Ok(v) => out.push(v),
-                    Err(o) => open = Some(open.map_or(o.clone(), |p| p.merge(o))),
-                }
-            }
-            match open {
-                Some(o) => Err(o),
-                None => Ok(Val::List(out)),
-            }
-        }
+        Kind::List(xs) => list(xs, facts, locals, t),
         Kind::StartsWith(a, b) | Kind::EndsWith(a, b) | Kind::Contains(a, b) => {
             let (x, y) = both(ev(a, facts, locals, t), ev(b, facts, locals, t))?;
             let (x, y) = (as_str(&x)?, as_str(&y)?);
@@ -320,62 +279,133 @@ pub(super) fn ev_inner<'a, F: FactSource, T: Trace<'a>>(
             Val::StrMap(m) => Ok(Val::Int(m.len() as i64)),
             other => Err(Open::error(format!("size() of {other}"))),
         },
-        Kind::ToInt(a) => match ev(a, facts, locals, t)? {
-            Val::Int(i) => Ok(Val::Int(i)),
-            Val::Uint(u) => i64::try_from(u)
-                .map(Val::Int)
-                .map_err(|_| Open::error("integer overflow")),
-            Val::Double(d) if d.is_finite() && d.abs() < 9.2e18 => Ok(Val::Int(d as i64)),
-            Val::Str(s) => s
-                .parse::<i64>()
-                .map(Val::Int)
-                .map_err(|_| Open::error(format!("{s:?} is not an integer"))),
-            Val::Timestamp(ts) => Ok(Val::Int(ts)),
-            other => Err(Open::error(format!("int() of {other}"))),
-        },
+        Kind::ToInt(a) => to_int(ev(a, facts, locals, t)?),
         Kind::ToString(a) => match ev(a, facts, locals, t)? {
             Val::Str(s) => Ok(Val::Str(s)),
             other => Ok(Val::Str(Cow::Owned(other.to_string()))),
         },
-        Kind::Comprehension(c) => {
-            let range = ev(&c.range, facts, locals, t)?;
-            let items: Vec<Val<'a>> = match range {
-                Val::List(xs) => xs,
-                Val::StrMap(m) => m
-                    .keys()
-                    .map(|k| Val::Str(Cow::Borrowed(k.as_str())))
-                    .collect(),
-                other => return Err(Open::error(format!("cannot iterate over {other}"))),
-            };
-            let need = c.accu.max(c.iter) as usize + 1;
-            if locals.len() < need {
-                locals.resize(need, Val::Null);
-            }
-            // An open accumulator is carried as a value so that a later
-            // definite step (`false` for `all`) can still decide.
-            let mut accu: Res<'a> = ev(&c.init, facts, locals, t);
-            for item in items {
-                locals[c.iter as usize] = item;
-                let cont = match &accu {
-                    Ok(v) => {
-                        locals[c.accu as usize] = v.clone();
-                        ev(&c.cond, facts, locals, t)
-                    }
-                    Err(_) => Ok(Val::Bool(true)),
-                };
-                if !matches!(cont, Ok(Val::Bool(true))) {
-                    break;
-                }
-                accu = step_with_open(c, accu, facts, locals, t);
-            }
-            match accu {
-                Ok(v) => {
-                    locals[c.accu as usize] = v;
-                    ev(&c.result, facts, locals, t)
-                }
-                Err(o) => Err(o),
-            }
+        Kind::Comprehension(c) => comprehension(c, facts, locals, t),
+    }
+}
+
+/// `<`, `<=`, `>`, `>=` over two values of one orderable type.
+fn compare<'a>(op: &CmpOp, x: &Val<'a>, y: &Val<'a>) -> Res<'a> {
+    let ord = match (x, y) {
+        (Val::Int(p), Val::Int(q)) => p.cmp(q),
+        (Val::Uint(p), Val::Uint(q)) => p.cmp(q),
+        (Val::Double(p), Val::Double(q)) => p
+            .partial_cmp(q)
+            .ok_or_else(|| Open::error("comparison with NaN"))?,
+        (Val::Str(p), Val::Str(q)) => p.cmp(q),
+        (Val::Timestamp(p), Val::Timestamp(q)) | (Val::Duration(p), Val::Duration(q)) => p.cmp(q),
+        _ => return Err(Open::error(format!("cannot order {x} against {y}"))),
+    };
+    use std::cmp::Ordering::*;
+    Ok(Val::Bool(match op {
+        CmpOp::Lt => ord == Less,
+        CmpOp::Le => ord != Greater,
+        CmpOp::Gt => ord == Greater,
+        CmpOp::Ge => ord != Less,
+    }))
+}
+
+/// An element of a list, or a value of a map.
+fn index<'a>(c: Val<'a>, k: Val<'a>) -> Res<'a> {
+    match (c, k) {
+        (Val::List(xs), Val::Int(i)) => usize::try_from(i)
+            .ok()
+            .and_then(|i| xs.get(i).cloned())
+            .ok_or_else(|| Open::error(format!("index {i} out of range"))),
+        (Val::StrMap(m), Val::Str(k)) => m
+            .get(k.as_ref())
+            .map(|v| Val::Str(Cow::Borrowed(v.as_str())))
+            .ok_or_else(|| Open::error(format!("no such key: {k:?}"))),
+        (c, k) => Err(Open::error(format!("cannot index {c} with {k}"))),
+    }
+}
+
+/// A list literal: every element, or what left any open.
+fn list<'a, F: FactSource, T: Trace<'a>>(
+    xs: &'a [Node],
+    facts: &'a F,
+    locals: &mut Vec<Val<'a>>,
+    t: &mut T,
+) -> Res<'a> {
+    let mut out = Vec::with_capacity(xs.len());
+    let mut open: Option<Open> = None;
+    for x in xs {
+        match ev(x, facts, locals, t) {
+            Ok(v) => out.push(v),
+            Err(o) => open = Some(open.map_or(o.clone(), |p| p.merge(o))),
         }
+    }
+    match open {
+        Some(o) => Err(o),
+        None => Ok(Val::List(out)),
+    }
+}
+
+/// `int(...)`.
+fn to_int(v: Val<'_>) -> Res<'_> {
+    match v {
+        Val::Int(i) => Ok(Val::Int(i)),
+        Val::Uint(u) => i64::try_from(u)
+            .map(Val::Int)
+            .map_err(|_| Open::error("integer overflow")),
+        Val::Double(d) if d.is_finite() && d.abs() < 9.2e18 => Ok(Val::Int(d as i64)),
+        Val::Str(s) => s
+            .parse::<i64>()
+            .map(Val::Int)
+            .map_err(|_| Open::error(format!("{s:?} is not an integer"))),
+        Val::Timestamp(ts) => Ok(Val::Int(ts)),
+        other => Err(Open::error(format!("int() of {other}"))),
+    }
+}
+
+/// A comprehension (`all`, `exists`, `map`, `filter`, ...): its range,
+/// then each step while its condition holds, then its result.
+fn comprehension<'a, F: FactSource, T: Trace<'a>>(
+    c: &'a Comprehension,
+    facts: &'a F,
+    locals: &mut Vec<Val<'a>>,
+    t: &mut T,
+) -> Res<'a> {
+    let range = ev(&c.range, facts, locals, t)?;
+    let items: Vec<Val<'a>> = match range {
+        Val::List(xs) => xs,
+        Val::StrMap(m) => m
+            .keys()
+            .map(|k| Val::Str(Cow::Borrowed(k.as_str())))
+            .collect(),
+        other => return Err(Open::error(format!("cannot iterate over {other}"))),
+    };
+    let need = c.accu.max(c.iter) as usize + 1;
+    if locals.len() < need {
+        locals.resize(need, Val::Null);
+    }
+    // An open accumulator is carried as a value so that a later
+    // definite step (`false` for `all`) can still decide.
+    let mut accu: Res<'a> = ev(&c.init, facts, locals, t);
+    for item in items {
+        locals[c.iter as usize] = item;
+        let cont = match &accu {
+            Ok(v) => {
+                locals[c.accu as usize] = v.clone();
+                ev(&c.cond, facts, locals, t)
+            }
+            Err(_) => Ok(Val::Bool(true)),
+        };
+        if !matches!(cont, Ok(Val::Bool(true))) {
+            break;
+        }
+        accu = step_with_open(c, accu, facts, locals, t);
+    }
+    match accu {
+        Ok(v) => {
+            locals[c.accu as usize] = v;
+            ev(&c.result, facts, locals, t)
+        }
+        Err(o) => Err(o),
     }
 }
 

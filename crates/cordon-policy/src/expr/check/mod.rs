@@ -358,58 +358,7 @@ impl Checker<'_> {
                 };
                 self.node(Kind::Const(c), ty)
             }
-            Expr::Ident(name) => {
-                if let Some((_, slot, ty)) = self
-                    .locals
-                    .iter()
-                    .rev()
-                    .find(|(n, _, _)| n == name)
-                    .cloned()
-                {
-                    return self.node(Kind::Local(slot), ty);
-                }
-                if name == "now" {
-                    return self.fact(Fact::Now);
-                }
-                if let Some((_, f)) = vocab::surface_vars(self.surface)
-                    .iter()
-                    .find(|(n, _)| n == name)
-                {
-                    return self.fact(*f);
-                }
-                match name.as_str() {
-                    "identity" | "env" | "secret"
-                        if name != "secret" || self.surface == Surface::Secret =>
-                    {
-                        return self.err(
-                            e,
-                            format!("`{name}` is a record; read one of its fields"),
-                            Some(format!("write e.g. `{name}.name`")),
-                        )
-                    }
-                    _ => {}
-                }
-                let mut names = vocab::names_in(self.surface);
-                let locals: Vec<String> = self.locals.iter().map(|(n, _, _)| n.clone()).collect();
-                names.extend(locals.iter().map(|s| s.as_str()));
-                let help = match vocab::did_you_mean(name, names.iter().copied()) {
-                    Some(s) => format!("did you mean `{s}`?"),
-                    None => format!(
-                        "the {} surface knows {}",
-                        self.surface,
-                        names
-                            .iter()
-                            .map(|n| format!("`{n}`"))
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    ),
-                };
-                self.err(
-                    e,
-                    format!("undeclared name `{name}` in the {} surface", self.surface),
-                    Some(help),
-                )
-            }
+            Expr::Ident(name) => self.ident(e, name),
             Expr::Select(sel) => {
                 let (obj, ty) = self.check(&sel.operand)?;
                 match ty {
@@ -428,98 +377,160 @@ impl Checker<'_> {
                     other => self.err(e, format!("a {other} has no field `{}`", sel.field), None),
                 }
             }
-            Expr::List(list) => {
-                let mut elem = Ty::Dyn;
-                let mut nodes = Vec::new();
-                let mut ok = true;
-                for x in &list.elements {
-                    match self.check(x) {
-                        Some((n, t)) => {
-                            if !elem.compatible(&t) {
-                                self.err(x, format!("list mixes {elem} and {t}"), None);
-                                ok = false;
-                            }
-                            elem = elem.unify(&t);
-                            nodes.push(n);
-                        }
-                        None => ok = false,
-                    }
-                }
-                if !ok {
-                    return None;
-                }
-                self.node(Kind::List(nodes), Ty::List(Box::new(elem)))
-            }
+            Expr::List(list) => self.list(list),
             Expr::Map(_) | Expr::Struct(_) => self.err(
                 e,
                 "map and message literals are not part of the vocabulary".into(),
                 None,
             ),
-            Expr::Comprehension(comp) => {
-                let range = self.check(&comp.iter_range);
-                let init = self.check(&comp.accu_init);
-                let (range, rty) = range?;
-                let (init, ity) = init?;
-                let elem = match &rty {
-                    Ty::List(t) => (**t).clone(),
-                    Ty::Map(k, _) => (**k).clone(),
-                    other => {
-                        return self.err(
-                            &comp.iter_range,
-                            format!("cannot iterate over a {other}"),
-                            None,
-                        )
-                    }
-                };
-                let iter = self.next_slot;
-                let accu = self.next_slot + 1;
-                self.next_slot += 2;
-                // First pass with the initial accumulator type; an empty list
-                // initialiser is refined by what the step builds.
-                let mut accu_ty = ity.clone();
-                for _pass in 0..2 {
-                    let errs_before = self.errors.len();
-                    let ids_before = (self.next_id, self.reads);
-                    self.locals
-                        .push((comp.iter_var.clone(), iter, elem.clone()));
-                    self.locals
-                        .push((comp.accu_var.clone(), accu, accu_ty.clone()));
-                    let cond = self.check(&comp.loop_cond);
-                    let step = self.check(&comp.loop_step);
-                    self.locals.pop();
-                    self.locals.pop();
-                    let (Some((cond, _)), Some((step, sty))) = (cond, step) else {
-                        return None;
-                    };
-                    if sty == accu_ty || _pass == 1 {
-                        self.locals.push((comp.accu_var.clone(), accu, sty.clone()));
-                        let result = self.check(&comp.result);
-                        self.locals.pop();
-                        let (result, resty) = result?;
-                        return self.node(
-                            Kind::Comprehension(Box::new(Comprehension {
-                                range,
-                                iter,
-                                accu,
-                                init,
-                                cond,
-                                step,
-                                result,
-                            })),
-                            resty,
-                        );
-                    }
-                    // Roll back and retry with the refined type.
-                    self.errors.truncate(errs_before);
-                    self.next_id = ids_before.0;
-                    self.reads = ids_before.1;
-                    accu_ty = sty;
-                }
-                None
-            }
+            Expr::Comprehension(comp) => self.comprehension(comp),
             Expr::Call(call) => self.call(e, call),
             Expr::Unspecified => self.err(e, "empty expression".into(), None),
         }
+    }
+
+    /// A name: a comprehension's variable, `now`, or one of the surface's facts.
+    fn ident(&mut self, e: &IdedExpr, name: &str) -> Checked {
+        if let Some((_, slot, ty)) = self
+            .locals
+            .iter()
+            .rev()
+            .find(|(n, _, _)| n == name)
+            .cloned()
+        {
+            return self.node(Kind::Local(slot), ty);
+        }
+        if name == "now" {
+            return self.fact(Fact::Now);
+        }
+        if let Some((_, f)) = vocab::surface_vars(self.surface)
+            .iter()
+            .find(|(n, _)| *n == name)
+        {
+            return self.fact(*f);
+        }
+        match name {
+            "identity" | "env" | "secret"
+                if name != "secret" || self.surface == Surface::Secret =>
+            {
+                return self.err(
+                    e,
+                    format!("`{name}` is a record; read one of its fields"),
+                    Some(format!("write e.g. `{name}.name`")),
+                )
+            }
+            _ => {}
+        }
+        let mut names = vocab::names_in(self.surface);
+        let locals: Vec<String> = self.locals.iter().map(|(n, _, _)| n.clone()).collect();
+        names.extend(locals.iter().map(|s| s.as_str()));
+        let help = match vocab::did_you_mean(name, names.iter().copied()) {
+            Some(s) => format!("did you mean `{s}`?"),
+            None => format!(
+                "the {} surface knows {}",
+                self.surface,
+                names
+                    .iter()
+                    .map(|n| format!("`{n}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        };
+        self.err(
+            e,
+            format!("undeclared name `{name}` in the {} surface", self.surface),
+            Some(help),
+        )
+    }
+
+    /// A list literal: its elements of one type.
+    fn list(&mut self, list: &cel::common::ast::ListExpr) -> Checked {
+        let mut elem = Ty::Dyn;
+        let mut nodes = Vec::new();
+        let mut ok = true;
+        for x in &list.elements {
+            match self.check(x) {
+                Some((n, t)) => {
+                    if !elem.compatible(&t) {
+                        self.err(x, format!("list mixes {elem} and {t}"), None);
+                        ok = false;
+                    }
+                    elem = elem.unify(&t);
+                    nodes.push(n);
+                }
+                None => ok = false,
+            }
+        }
+        if !ok {
+            return None;
+        }
+        self.node(Kind::List(nodes), Ty::List(Box::new(elem)))
+    }
+
+    /// A comprehension (a macro such as `all` or `exists`, expanded): its range,
+    /// initial accumulator, condition, step and result, the accumulator's type
+    /// refined once by what the step builds.
+    fn comprehension(&mut self, comp: &cel::common::ast::ComprehensionExpr) -> Checked {
+        let range = self.check(&comp.iter_range);
+        let init = self.check(&comp.accu_init);
+        let (range, rty) = range?;
+        let (init, ity) = init?;
+        let elem = match &rty {
+            Ty::List(t) => (**t).clone(),
+            Ty::Map(k, _) => (**k).clone(),
+            other => {
+                return self.err(
+                    &comp.iter_range,
+                    format!("cannot iterate over a {other}"),
+                    None,
+                )
+            }
+        };
+        let iter = self.next_slot;
+        let accu = self.next_slot + 1;
+        self.next_slot += 2;
+        // First pass with the initial accumulator type; an empty list
+        // initialiser is refined by what the step builds.
+        let mut accu_ty = ity.clone();
+        for _pass in 0..2 {
+            let errs_before = self.errors.len();
+            let ids_before = (self.next_id, self.reads);
+            self.locals
+                .push((comp.iter_var.clone(), iter, elem.clone()));
+            self.locals
+                .push((comp.accu_var.clone(), accu, accu_ty.clone()));
+            let cond = self.check(&comp.loop_cond);
+            let step = self.check(&comp.loop_step);
+            self.locals.pop();
+            self.locals.pop();
+            let (Some((cond, _)), Some((step, sty))) = (cond, step) else {
+                return None;
+            };
+            if sty == accu_ty || _pass == 1 {
+                self.locals.push((comp.accu_var.clone(), accu, sty.clone()));
+                let result = self.check(&comp.result);
+                self.locals.pop();
+                let (result, resty) = result?;
+                return self.node(
+                    Kind::Comprehension(Box::new(Comprehension {
+                        range,
+                        iter,
+                        accu,
+                        init,
+                        cond,
+                        step,
+                        result,
+                    })),
+                    resty,
+                );
+            }
+            // Roll back and retry with the refined type.
+            self.errors.truncate(errs_before);
+            self.next_id = ids_before.0;
+            self.reads = ids_before.1;
+            accu_ty = sty;
+        }
+        None
     }
 
     fn expect_ty(&mut self, e: &IdedExpr, want: &Ty, op: &str) -> Option<Node> {
