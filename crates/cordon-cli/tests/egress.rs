@@ -697,6 +697,92 @@ fn the_proxy_alone_serves_what_its_allowlist_and_policy_allow() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("test-hosts"));
 }
 
+/// Issue 28, item 12, where it has to hold: the proxy confines itself
+/// (Landlock, seccomp, its own uid) before it writes a line, and it can
+/// neither create nor rename a file then. Its audit log still rotates by
+/// size, keeps its old files, stays bounded, and the proxy goes on
+/// answering (a rotation it could not do would refuse every request).
+#[test]
+fn the_confined_proxy_rotates_its_audit_log_and_goes_on_serving() {
+    let (port, _hits) = upstream("from-upstream");
+    let f = Fixture::new(&[]);
+    let audit = f.path("audit.jsonl");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_cordon"))
+        .args([
+            "proxy",
+            "--policy",
+            f.path("policy.yaml").to_str().unwrap(),
+            "--listen",
+            "127.0.0.1:0",
+            "--hosts",
+            f.path("hosts").to_str().unwrap(),
+            "--nameserver",
+            "none",
+            "--allow",
+            &format!("ok.test:{port}"),
+            "--identity",
+            "namespace=team-a",
+            "--audit",
+            audit.to_str().unwrap(),
+            "--audit-rotate-bytes",
+            "8192",
+            "--audit-keep",
+            "2",
+            "--audit-bytes-per-sec",
+            "100000000",
+            "--audit-burst-bytes",
+            "100000000",
+        ])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    err.read_line(&mut line).unwrap();
+    assert!(line.contains("listening on"), "{line}");
+    let addr = line.trim().rsplit(' ').next().unwrap_or_default().to_string();
+    let status = std::fs::read_to_string(format!("/proc/{}/status", child.id())).unwrap();
+    assert!(
+        status.lines().any(|l| l.starts_with("Seccomp:") && l.ends_with('2')),
+        "the proxy did not confine itself: {status}"
+    );
+    // Denied requests, each one audit line of about a kilobyte: enough
+    // for several rotations of an 8 KiB log.
+    let ask = |host: &str| -> String {
+        let mut c = std::net::TcpStream::connect(&addr).unwrap();
+        c.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+            .unwrap();
+        write!(
+            c,
+            "GET http://{host}:{port}/x HTTP/1.1\r\nHost: {host}:{port}\r\nConnection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut answer = String::new();
+        let _ = std::io::Read::read_to_string(&mut c, &mut answer);
+        answer
+    };
+    for i in 0..60 {
+        let answer = ask(&format!("denied-{i}.test"));
+        assert!(answer.starts_with("HTTP/1.1 403"), "request {i}: {answer}");
+    }
+    // Still serving after the rotations, and still auditing.
+    let ok = ask("ok.test");
+    assert!(ok.contains("from-upstream"), "{ok}");
+    let _ = child.kill();
+    let _ = child.wait();
+    let size = |p: &std::path::Path| std::fs::metadata(p).map_or(0, |m| m.len());
+    let old = |n: u32| f.path(&format!("audit.jsonl.{n}"));
+    assert!(size(&old(1)) > 0, "the log never rotated");
+    assert!(size(&old(2)) > 0, "only one old file was kept");
+    assert!(!old(3).exists(), "more old files than --audit-keep");
+    for p in [audit.clone(), old(1), old(2)] {
+        assert!(size(&p) <= 8192, "`{}` is {} bytes", p.display(), size(&p));
+    }
+    // The newest lines are in the live file: the allowed request's.
+    let live = std::fs::read_to_string(&audit).unwrap();
+    assert!(live.contains("ok.test"), "{live}");
+}
+
 #[test]
 fn the_proxy_alone_refuses_a_bad_allow_entry_and_a_missing_hosts_file() {
     let f = Fixture::new(&[]);
