@@ -144,6 +144,24 @@ fn attach(handle: &str) -> Result<KeptSandbox, ExitCode> {
     Ok(s)
 }
 
+/// What the router warned of when `s` was made, said again on each exec
+/// (the workload's failures follow from it): its backend's egress, as
+/// registered, against the spec it was made for.
+fn warnings_of(s: &KeptSandbox) -> Vec<String> {
+    let spec = &s.provenance().spec;
+    if spec.egress_allow().is_empty() {
+        // Nothing to confine more than: the registry is not needed.
+        return Vec::new();
+    }
+    crate::registry()
+        .get(&s.record().backend)
+        .map(|r| cordon_sandbox::Warning::of(r.name(), r.info.egress, spec))
+        .unwrap_or_default()
+        .iter()
+        .map(ToString::to_string)
+        .collect()
+}
+
 pub fn run(cmd: SandboxCommand) -> ExitCode {
     match go(cmd) {
         Ok(c) | Err(c) => c,
@@ -160,11 +178,16 @@ fn go(cmd: SandboxCommand) -> Result<ExitCode, ExitCode> {
             command,
         } => {
             let s = attach(&handle)?;
+            let warnings = warnings_of(&s);
+            for w in &warnings {
+                eprintln!("warning: {w}");
+            }
             if json_out::on() {
                 json_out::emit(&json!({
                     "event": "sandbox",
                     "handle": handle,
                     "backend": s.record().backend,
+                    "warnings": warnings,
                 }));
             }
             let req = ExecRequest {
