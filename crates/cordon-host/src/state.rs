@@ -72,6 +72,11 @@ impl ProcessId {
         }
     }
 
+    /// The process now running as `pid`, if any (its start time read now).
+    pub fn of(pid: u32) -> Option<ProcessId> {
+        start_time(pid).map(|start| ProcessId { pid, start })
+    }
+
     /// Whether this very process is still running (not a zombie).
     pub fn alive(&self) -> bool {
         if start_time(self.pid) != Some(self.start) {
