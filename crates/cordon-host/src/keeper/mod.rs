@@ -284,7 +284,7 @@ pub struct Reclaimed {
     pub failures: Vec<String>,
 }
 
-/// Whether the keeper `rec` names is gone for certain, by two signals
+/// Whether the keeper a record names is gone for certain, by two signals
 /// that do not depend on each other: the process it names is not running
 /// (its pid is free, or taken by a process with another start time) and
 /// no process at that pid is marked as the keeper of this very handle (a
@@ -292,13 +292,12 @@ pub struct Reclaimed {
 /// nothing listens on its socket any more (a keeper in another pid
 /// namespace sharing this state directory, whose pid means nothing here,
 /// still answers there).
-fn keeper_gone(state: &StateDir, rec: &Record) -> bool {
-    if rec.keeper.alive() {
+fn keeper_gone(state: &StateDir, handle: &str, keeper: &ProcessId) -> bool {
+    if keeper.alive() {
         return false;
     }
-    let marked =
-        ProcessId::of(rec.keeper.pid).is_some_and(|now| check_keeper(&now, &rec.handle).is_ok());
-    !marked && nobody_listens(&state.socket_path(&rec.handle))
+    let marked = ProcessId::of(keeper.pid).is_some_and(|now| check_keeper(&now, handle).is_ok());
+    !marked && nobody_listens(&state.socket_path(handle))
 }
 
 /// Whether a connection to the socket at `path` is refused (or there is no
@@ -345,21 +344,23 @@ pub fn reclaim_dead_keepers(
 ) -> Reclaimed {
     let started = Instant::now();
     let mut out = Reclaimed::default();
-    let records = match state.list() {
+    // Each record's keeper only: the rest is read for the dead ones alone.
+    let keepers = match state.keepers() {
         // Unreadable records are `gc`'s to name, not this sweep's.
-        Ok((records, _)) => records,
+        Ok(k) => k,
         Err(e) => {
             out.failures.push(e.to_string());
             return out;
         }
     };
-    let dead: Vec<Record> = records
+    let dead: Vec<String> = keepers
         .into_iter()
-        .filter(|r| keeper_gone(state, r))
+        .filter(|(handle, keeper)| keeper_gone(state, handle, keeper))
+        .map(|(handle, _)| handle)
         .collect();
     // Built on first need only.
     let registry = std::cell::LazyCell::new(registry);
-    for (i, rec) in dead.iter().enumerate() {
+    for (i, handle) in dead.iter().enumerate() {
         if started.elapsed() > within {
             out.failures.push(format!(
                 "{} sandbox(es) whose keeper is gone were left for `cordon sandbox gc` (reclaiming stopped after {within:?})",
@@ -367,26 +368,29 @@ pub fn reclaim_dead_keepers(
             ));
             break;
         }
+        let Ok(Some(rec)) = state.read(handle) else {
+            continue;
+        };
         // Not waited for: whoever holds it is working on this key.
         let Ok(lock) = state.lock(&rec.key, Duration::ZERO) else {
             continue;
         };
         // Read again under the lock: it may have gone, or been replaced.
-        match state.read(&rec.handle) {
-            Ok(Some(now)) if now == *rec && keeper_gone(state, &now) => {}
+        match state.read(handle) {
+            Ok(Some(now)) if now == rec && keeper_gone(state, handle, &now.keeper) => {}
             _ => continue,
         }
         let registry: &Registry = &registry;
         // Vetted before anything goes; no process is ever signalled here
         // (its keeper is gone, and `reclaim` acts only on the residue).
-        if let Err(why) = vet_record(state, registry, rec) {
+        if let Err(why) = vet_record(state, registry, &rec) {
             out.failures.push(why);
             continue;
         }
-        out.failures.extend(reclaim(state, registry, rec));
-        if matches!(state.read(&rec.handle), Ok(None)) {
+        out.failures.extend(reclaim(state, registry, &rec));
+        if matches!(state.read(handle), Ok(None)) {
             lock.unlock_and_remove();
-            out.records.push(rec.clone());
+            out.records.push(rec);
         }
     }
     out
