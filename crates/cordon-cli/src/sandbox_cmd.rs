@@ -60,7 +60,8 @@ pub enum SandboxCommand {
         #[arg(long, value_name = "DIR")]
         to: PathBuf,
     },
-    /// List the recorded sandboxes.
+    /// List the recorded sandboxes. Like every subcommand but `gc`, it
+    /// first reclaims those whose keeper was killed (said on stderr).
     Ls,
     /// Dispose of a sandbox by handle, or of every sandbox of a scope and thread.
     Down {
@@ -75,8 +76,9 @@ pub enum SandboxCommand {
         thread: Option<String>,
     },
     /// Reclaim every sandbox whose keeper is gone or that is past its maximum
-    /// age (prints how many), and the cgroups of sandboxes whose owner was
-    /// killed before it could dispose (named on stderr).
+    /// age (prints how many), and the cgroups, volumes and directories of
+    /// sandboxes whose owner was killed before it could dispose or record
+    /// them (the cgroups named on stderr).
     Gc,
 }
 
