@@ -693,6 +693,26 @@ fn a_closed_backend_for_a_spec_that_names_hosts_runs_with_a_warning_on_every_sur
     let (code, _, err) = f.cordon(&["sandbox", "down", &handle]);
     assert_eq!(code, 0, "{err}");
 
+    // A spec that must have its route says so (`requires: [network]`):
+    // the closed backend is then refused, nothing runs.
+    let spec = std::fs::read_to_string(f.path("spec.yaml")).unwrap();
+    std::fs::write(
+        f.path("spec.yaml"),
+        format!("{spec}requires: [exec, network]\n"),
+    )
+    .unwrap();
+    let mut args: Vec<String> = vec!["run".into()];
+    args.extend(sel.clone());
+    args.extend(["--".into(), "/bin/true".into()]);
+    let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (code, _, err) = f.cordon(&argv);
+    assert_eq!(code, 125, "{err}");
+    assert!(
+        err.contains("`process`") && err.contains("does not declare") && err.contains("network"),
+        "{err}"
+    );
+    std::fs::write(f.path("spec.yaml"), spec).unwrap();
+
     // A spec without hosts on the same backend: no warning anywhere.
     let quiet = Fixture::new(&[]);
     let mut args: Vec<String> = vec!["run".into(), "--format".into(), "json".into()];
