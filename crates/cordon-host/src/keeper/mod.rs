@@ -1018,4 +1018,23 @@ mod reclaim_dead_tests {
         );
         assert_eq!(state.read("unknown-1").unwrap(), Some(rec));
     }
+
+    #[test]
+    fn past_its_time_it_starts_no_reclaim_and_says_what_it_left() {
+        let d = tempfile::tempdir().unwrap();
+        let state = StateDir::open(&d.path().join("state")).unwrap();
+        for h in ["late-1", "late-2"] {
+            state.write(&record(h, gone())).unwrap();
+        }
+        let r = reclaim_dead_keepers(&state, Registry::new, Duration::ZERO);
+        assert!(r.records.is_empty(), "{r:?}");
+        assert!(
+            r.failures.len() == 1
+                && r.failures[0].starts_with(
+                    "2 sandbox(es) whose keeper is gone were left for `cordon sandbox gc`"
+                ),
+            "{r:?}"
+        );
+        assert_eq!(state.list().unwrap().0.len(), 2);
+    }
 }
