@@ -99,8 +99,8 @@ pub struct Prepared {
     pub env: Deployment,
     pub identity: Identity,
     pub spec: SandboxSpec,
-    /// The backend the router picked for the spec, its rung, and the floor
-    /// it was held to (for `--format json`).
+    /// The backend the router picked for the spec, its rung, the floor it
+    /// was held to and the router's warnings (for `--format json`).
     pub chosen: serde_json::Value,
 }
 
@@ -447,6 +447,16 @@ pub fn prepare(args: &Selection, keep: Option<KeptConfig>) -> Result<Prepared, E
         Ok((name, rung)) => (name.to_string(), rung),
         Err(e) => return Err(fail(e)),
     };
+    // What the router permits but says (a backend that confines more than
+    // the spec asks): on stderr whatever the format or `--quiet`, and in
+    // the JSON document as `warnings`.
+    let warnings: Vec<String> = match host.router.ensure_can_serve(&spec) {
+        Ok(w) => w.iter().map(ToString::to_string).collect(),
+        Err(e) => return Err(fail(e)),
+    };
+    for w in &warnings {
+        eprintln!("warning: {w}");
+    }
     let below = Host::below_default_floor(&floor);
     let chosen = serde_json::json!({
         "backend": selected,
@@ -461,6 +471,7 @@ pub fn prepare(args: &Selection, keep: Option<KeptConfig>) -> Result<Prepared, E
             },
             "below_default": below,
         },
+        "warnings": warnings,
     });
     // Said where the floor was lowered for this one command (`--min-isolation`);
     // a floor from the environment or the configuration file is a
@@ -522,7 +533,7 @@ pub fn egress_setup(
     e.proxy = base.proxy;
     if e.audit.is_none() && names_hosts {
         let dir = cordon_host::state::StateDir::default_path();
-        cordon_host::state::StateDir::open(&dir)
+        crate::sandbox_cmd::open_state(&dir)
             .map_err(|err| format!("the egress audit log's directory: {err}"))?;
         e.audit = Some(dir.join(EGRESS_AUDIT));
     }

@@ -60,7 +60,8 @@ pub enum SandboxCommand {
         #[arg(long, value_name = "DIR")]
         to: PathBuf,
     },
-    /// List the recorded sandboxes.
+    /// List the recorded sandboxes. Like every subcommand but `gc`, it
+    /// first reclaims those whose keeper was killed (said on stderr).
     Ls,
     /// Dispose of a sandbox by handle, or of every sandbox of a scope and thread.
     Down {
@@ -75,8 +76,9 @@ pub enum SandboxCommand {
         thread: Option<String>,
     },
     /// Reclaim every sandbox whose keeper is gone or that is past its maximum
-    /// age (prints how many), and the cgroups of sandboxes whose owner was
-    /// killed before it could dispose (named on stderr).
+    /// age (prints how many), and the cgroups, volumes and directories of
+    /// sandboxes whose owner was killed before it could dispose or record
+    /// them (the cgroups named on stderr).
     Gc,
 }
 
@@ -109,7 +111,45 @@ pub struct UpArgs {
 pub const OWNER: &str = "cordon-sandbox-cli";
 
 fn state() -> Result<StateDir, ExitCode> {
-    StateDir::open(&StateDir::default_path()).map_err(fail)
+    open_state(&StateDir::default_path()).map_err(fail)
+}
+
+/// The most a command spends reclaiming dead keepers' sandboxes before it
+/// does its own work (what is left, `gc` reclaims).
+const RECLAIM_WITHIN: Duration = Duration::from_secs(2);
+
+/// The sandboxes this process reclaimed when it first opened the state
+/// directory (for `down`, which counts them as disposed).
+static RECLAIMED: std::sync::OnceLock<Vec<state::Record>> = std::sync::OnceLock::new();
+
+/// Opens the state directory at `path`, and the first time in this
+/// process reclaims what the keepers killed since the last command left
+/// ([`keeper::reclaim_dead_keepers`]): each is said on stderr, and what
+/// could not be done is a warning. Every command that opens the state
+/// directory opens it here, but `gc`, which reclaims all of it itself.
+pub fn open_state(path: &std::path::Path) -> Result<StateDir, state::StateError> {
+    let st = StateDir::open(path)?;
+    RECLAIMED.get_or_init(|| {
+        let done = keeper::reclaim_dead_keepers(&st, crate::registry, RECLAIM_WITHIN);
+        for r in &done.records {
+            eprintln!(
+                "cordon: reclaimed sandbox `{}` (scope `{}`, thread `{}`): its keeper was gone",
+                r.handle, r.key.scope, r.key.thread
+            );
+        }
+        for f in &done.failures {
+            eprintln!("warning: {f}");
+        }
+        done.records
+    });
+    Ok(st)
+}
+
+/// How many of the sandboxes this process reclaimed at start `pick` takes.
+fn reclaimed_at_start(pick: impl Fn(&state::Record) -> bool) -> usize {
+    RECLAIMED
+        .get()
+        .map_or(0, |r| r.iter().filter(|r| pick(r)).count())
 }
 
 /// What a sandbox was made for, at debug level (`CORDON_LOG=debug`).
@@ -144,6 +184,24 @@ fn attach(handle: &str) -> Result<KeptSandbox, ExitCode> {
     Ok(s)
 }
 
+/// What the router warned of when `s` was made, said again on each exec
+/// (the workload's failures follow from it): its backend's egress, as
+/// registered, against the spec it was made for.
+fn warnings_of(s: &KeptSandbox) -> Vec<String> {
+    let spec = &s.provenance().spec;
+    if spec.egress_allow().is_empty() {
+        // Nothing to confine more than: the registry is not needed.
+        return Vec::new();
+    }
+    crate::registry()
+        .get(&s.record().backend)
+        .map(|r| cordon_sandbox::Warning::of(r.name(), r.info.egress, spec))
+        .unwrap_or_default()
+        .iter()
+        .map(ToString::to_string)
+        .collect()
+}
+
 pub fn run(cmd: SandboxCommand) -> ExitCode {
     match go(cmd) {
         Ok(c) | Err(c) => c,
@@ -160,11 +218,16 @@ fn go(cmd: SandboxCommand) -> Result<ExitCode, ExitCode> {
             command,
         } => {
             let s = attach(&handle)?;
+            let warnings = warnings_of(&s);
+            for w in &warnings {
+                eprintln!("warning: {w}");
+            }
             if json_out::on() {
                 json_out::emit(&json!({
                     "event": "sandbox",
                     "handle": handle,
                     "backend": s.record().backend,
+                    "warnings": warnings,
                 }));
             }
             let req = ExecRequest {
@@ -298,9 +361,16 @@ fn go(cmd: SandboxCommand) -> Result<ExitCode, ExitCode> {
             let st = state()?;
             match (handle, scope, thread) {
                 (Some(h), None, None) => {
-                    let rec = st.read(&h).map_err(fail)?.ok_or_else(|| {
-                        refuse(format!("no sandbox `{h}`; `cordon sandbox ls` lists them"))
-                    })?;
+                    let Some(rec) = st.read(&h).map_err(fail)? else {
+                        // Its keeper was gone, and it went as this command began.
+                        if reclaimed_at_start(|r| r.handle == h) == 1 {
+                            print_disposed(1);
+                            return Ok(ExitCode::SUCCESS);
+                        }
+                        return Err(refuse(format!(
+                            "no sandbox `{h}`; `cordon sandbox ls` lists them"
+                        )));
+                    };
                     let lock = st.lock(&rec.key, Duration::from_secs(120)).map_err(fail)?;
                     // A record that does not hold up is left alone: refused.
                     keeper::vet_record(&st, &crate::registry(), &rec).map_err(refuse)?;
@@ -321,6 +391,8 @@ fn go(cmd: SandboxCommand) -> Result<ExitCode, ExitCode> {
                     let (n, failures) =
                         keeper::dispose_scope(&st, &crate::registry(), None, &s, &t)
                             .map_err(refuse)?;
+                    // With those whose keeper was gone, reclaimed as it began.
+                    let n = n + reclaimed_at_start(|r| r.key.scope == s && r.key.thread == t);
                     if !failures.is_empty() {
                         // Never a bare count over what was left.
                         return Err(refuse(format!(
@@ -335,7 +407,8 @@ fn go(cmd: SandboxCommand) -> Result<ExitCode, ExitCode> {
             }
         }
         SandboxCommand::Gc => {
-            let st = state()?;
+            // Not `state()`: gc reclaims everything that sweep would, itself.
+            let st = StateDir::open(&StateDir::default_path()).map_err(fail)?;
             let registry = crate::registry();
             let (n, mut failures) = KeptBackend::gc(&st, &registry);
             let (unrecorded, more) = KeptBackend::gc_unrecorded(&registry);

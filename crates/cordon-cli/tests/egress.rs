@@ -585,6 +585,153 @@ fn curl(url: &str) -> Vec<String> {
         .collect()
 }
 
+/// The `process` rung's egress is `closed`: named (`--backend process`)
+/// for a spec with an `egress_allow`, it confines more than the spec asks,
+/// which the router permits with a warning. That warning is said on
+/// stderr (`run`, `sandbox up`, `sandbox exec`, `--quiet` too) and carried
+/// in `--format json` (`warnings`); the workload has no route at all.
+#[test]
+fn a_closed_backend_for_a_spec_that_names_hosts_runs_with_a_warning_on_every_surface() {
+    if !can_sandbox("closed egress warning") {
+        return;
+    }
+    let (port, hits) = upstream("never at the process rung");
+    let entry = format!("ok.test:{port}");
+    let f = Fixture::new(std::slice::from_ref(&entry));
+    let rung = ["--backend", "process", "--min-isolation", "process"];
+    let mut sel: Vec<String> = f.selection(&CONTAINER);
+    sel.retain(|a| a != "--min-isolation" && a != "container");
+    sel.extend(rung.iter().map(|a| a.to_string()));
+    let warned = |err: &str| {
+        err.lines().any(|l| {
+            l.starts_with("warning: ")
+                && l.contains("backend `process` has closed egress")
+                && l.contains(&format!("`{entry}`"))
+        })
+    };
+
+    // `cordon run`, human: the workload runs, reaches nothing, and stderr
+    // says why before it starts.
+    let mut args: Vec<String> = vec!["run".into(), "--quiet".into()];
+    args.extend(sel.clone());
+    args.push("--".into());
+    args.extend(curl(&format!("http://ok.test:{port}/x")));
+    let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (code, out, err) = f.cordon(&argv);
+    assert!(
+        code != 0 && code != 125,
+        "no route, yet it ran: {code} {out} {err}"
+    );
+    assert!(warned(&err), "run: no warning on stderr: {err}");
+    assert_eq!(hits.load(Ordering::SeqCst), 0);
+
+    // `cordon run --format json`: in the `sandbox` event, and on stderr.
+    let mut args: Vec<String> = vec!["run".into(), "--format".into(), "json".into()];
+    args.extend(sel.clone());
+    args.extend(["--".into(), "/bin/true".into()]);
+    let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (code, out, err) = f.cordon(&argv);
+    assert_eq!(code, 0, "{err}");
+    let events: Vec<serde_json::Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let sandbox = events
+        .iter()
+        .find(|e| e["event"] == "sandbox")
+        .expect("a sandbox event");
+    assert_eq!(sandbox["backend"], "process", "{sandbox}");
+    let warnings = sandbox["warnings"].as_array().expect("a warnings array");
+    assert!(
+        warnings.len() == 1
+            && warnings[0]
+                .as_str()
+                .is_some_and(|w| w.contains("closed egress") && w.contains(&entry)),
+        "{sandbox}"
+    );
+    assert!(warned(&err), "run --format json: {err}");
+
+    // `cordon sandbox up`, human and JSON, then `exec` on it.
+    let mut args: Vec<String> = ["sandbox", "up", "--scope", "closed", "--thread", "t"]
+        .map(String::from)
+        .to_vec();
+    args.extend(sel.clone());
+    let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (code, out, err) = f.cordon(&argv);
+    assert_eq!(code, 0, "{err}");
+    assert!(warned(&err), "sandbox up: {err}");
+    let handle = out.trim().to_string();
+    let mut json = argv.clone();
+    json.extend(["--format", "json"]);
+    let (code, out, err) = f.cordon(&json);
+    assert_eq!(code, 0, "{err}");
+    let doc: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(doc["handle"], handle.as_str(), "{doc}");
+    assert!(
+        doc["warnings"][0]
+            .as_str()
+            .is_some_and(|w| w.contains("closed egress")),
+        "{doc}"
+    );
+    let (code, _, err) = f.cordon(&["sandbox", "exec", &handle, "--", "/bin/true"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(warned(&err), "sandbox exec: {err}");
+    let (code, out, err) = f.cordon(&[
+        "sandbox",
+        "exec",
+        "--format",
+        "json",
+        &handle,
+        "--",
+        "/bin/true",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let first: serde_json::Value = serde_json::from_str(out.lines().next().unwrap()).unwrap();
+    assert!(
+        first["warnings"][0]
+            .as_str()
+            .is_some_and(|w| w.contains("closed egress")),
+        "{first}"
+    );
+    let (code, _, err) = f.cordon(&["sandbox", "down", &handle]);
+    assert_eq!(code, 0, "{err}");
+
+    // A spec that must have its route says so (`requires: [network]`):
+    // the closed backend is then refused, nothing runs.
+    let spec = std::fs::read_to_string(f.path("spec.yaml")).unwrap();
+    std::fs::write(
+        f.path("spec.yaml"),
+        format!("{spec}requires: [exec, network]\n"),
+    )
+    .unwrap();
+    let mut args: Vec<String> = vec!["run".into()];
+    args.extend(sel.clone());
+    args.extend(["--".into(), "/bin/true".into()]);
+    let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (code, _, err) = f.cordon(&argv);
+    assert_eq!(code, 125, "{err}");
+    assert!(
+        err.contains("`process`") && err.contains("does not declare") && err.contains("network"),
+        "{err}"
+    );
+    std::fs::write(f.path("spec.yaml"), spec).unwrap();
+
+    // A spec without hosts on the same backend: no warning anywhere.
+    let quiet = Fixture::new(&[]);
+    let mut args: Vec<String> = vec!["run".into(), "--format".into(), "json".into()];
+    let mut sel: Vec<String> = quiet.selection(&CONTAINER);
+    sel.retain(|a| a != "--min-isolation" && a != "container");
+    sel.extend(rung.iter().map(|a| a.to_string()));
+    args.extend(sel);
+    args.extend(["--".into(), "/bin/true".into()]);
+    let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (code, out, err) = quiet.cordon(&argv);
+    assert_eq!(code, 0, "{err}");
+    assert!(!err.contains("warning"), "{err}");
+    let sandbox: serde_json::Value = serde_json::from_str(out.lines().next().unwrap()).unwrap();
+    assert_eq!(sandbox["warnings"], serde_json::json!([]), "{sandbox}");
+}
+
 #[test]
 fn the_proxy_alone_serves_what_its_allowlist_and_policy_allow() {
     let (port, hits) = upstream("from-upstream");

@@ -254,8 +254,8 @@ fn a_killed_keeper_is_found_and_reclaimed_by_gc() {
         .into_owned();
     assert!(!cgroups_named(&cg_name).is_empty());
     kill_keeper(&rec);
-    let (c, out, _) = cordon(&state, &["sandbox", "ls"]);
-    assert!(c == 0 && out.contains("orphaned"), "{out}");
+    // Straight to gc: any other command would reclaim it first (see
+    // `a_killed_keepers_cgroups_and_volume_go_at_the_next_command_without_gc`).
     let (c, out, err) = cordon(&state, &["sandbox", "gc"]);
     assert_eq!((c, out.trim()), (0, "1"), "{err}");
     assert!(
@@ -266,6 +266,167 @@ fn a_killed_keeper_is_found_and_reclaimed_by_gc() {
     assert!(!Path::new(&work).exists());
     let (_, out, _) = cordon(&state, &["sandbox", "gc"]);
     assert_eq!(out.trim(), "0");
+}
+
+/// The loop devices whose backing file is a volume image the process
+/// `maker` made (`.cordon-volume-PID-N.img`, unlinked once attached, so
+/// the kernel shows it `(deleted)`), as `loopN: FILE`.
+fn loop_devices_of(maker: u32) -> Vec<String> {
+    let needle = format!("/.cordon-volume-{maker}-");
+    let Ok(rd) = std::fs::read_dir("/sys/block") else {
+        return Vec::new();
+    };
+    rd.flatten()
+        .filter_map(|e| {
+            let file = std::fs::read_to_string(e.path().join("loop/backing_file")).ok()?;
+            file.contains(&needle)
+                .then(|| format!("{}: {}", e.file_name().to_string_lossy(), file.trim()))
+        })
+        .collect()
+}
+
+/// Whether `path` is a mount point in this process's mount namespace.
+fn mounted_at(path: &str) -> bool {
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .any(|l| l.split(' ').nth(4) == Some(path))
+}
+
+/// A keeper killed with SIGKILL leaves its sandbox's cgroups, its work dir
+/// volume's mount and the loop device under that volume's deleted image.
+/// The next cordon command that opens the state directory (here `ls`)
+/// reclaims them, without `gc`; a live keeper's sandbox beside it is left
+/// alone.
+#[test]
+fn a_killed_keepers_cgroups_and_volume_go_at_the_next_command_without_gc() {
+    if !can_sandbox("the next command reclaims a killed keeper's residue") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let h = up(&state, "s-next", "killed");
+    let other = up(&state, "s-next", "live");
+    let (c, _, err) = cordon(
+        &state,
+        &[
+            "sandbox",
+            "exec",
+            &h,
+            "--",
+            "/bin/sh",
+            "-c",
+            "sleep 300 >/dev/null 2>&1 &",
+        ],
+    );
+    assert_eq!(c, 0, "{err}");
+    let rec = record(&state, &h);
+    let live = record(&state, &other);
+    let work = work_of(&rec).display().to_string();
+    let cgroups: Vec<String> = cgroups_of(&rec)
+        .iter()
+        .map(|c| c.display().to_string())
+        .collect();
+    assert!(!cgroups.is_empty() && cgroups.iter().all(|c| Path::new(c).exists()));
+    // The work dir is in a volume of its own, mounted at the residue's
+    // `cordon-volume-…` directory.
+    let volume =
+        serde_json::from_value::<cordon_backend_local::register::Residue>(rec.residue.clone())
+            .unwrap()
+            .dirs
+            .iter()
+            .find(|d| {
+                d.file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with("cordon-volume-"))
+            })
+            .expect("a volume in the residue")
+            .display()
+            .to_string();
+    assert!(work.starts_with(&volume), "{work} in {volume}");
+    assert!(mounted_at(&volume), "the volume is mounted: {volume}");
+    assert_eq!(
+        loop_devices_of(rec.keeper.pid).len(),
+        1,
+        "the volume's loop device"
+    );
+    kill_keeper(&rec);
+    // Killed: nothing of it went by itself.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert!(cgroups.iter().all(|c| Path::new(c).exists()));
+    assert!(mounted_at(&volume));
+    assert_eq!(loop_devices_of(rec.keeper.pid).len(), 1);
+
+    // Beside it, a record whose keeper is gone too but whose residue names
+    // what cordon did not make (a directory with a canary): left alone,
+    // and said.
+    let canary = tempfile::Builder::new()
+        .prefix("cordon-work-")
+        .tempdir_in("/var/tmp")
+        .unwrap();
+    std::fs::write(canary.path().join("canary"), b"keep me").unwrap();
+    let gone = {
+        let mut c = Command::new("/bin/true").spawn().unwrap();
+        let pid = c.id();
+        c.wait().unwrap();
+        cordon_host::state::ProcessId { pid, start: 1 }
+    };
+    let forged_rec = forged(
+        "container-forged-next",
+        gone,
+        serde_json::json!({"cgroups": [], "dirs": [canary.path()]}),
+    );
+    cordon_host::state::StateDir::open(&state)
+        .unwrap()
+        .write(&forged_rec)
+        .unwrap();
+
+    let (c, out, err) = cordon(&state, &["sandbox", "ls"]);
+    assert_eq!(c, 0, "{err}");
+    assert!(!out.contains(&h) && out.contains(&other), "{out}");
+    assert!(
+        err.contains(&h) && err.contains("keeper was gone"),
+        "ls says what it reclaimed: {err}"
+    );
+    assert!(
+        err.contains("warning: record `container-forged-next` left alone"),
+        "{err}"
+    );
+    assert!(canary.path().join("canary").exists());
+    assert!(out.contains("container-forged-next"), "{out}");
+    let left: Vec<&String> = cgroups.iter().filter(|c| Path::new(c).exists()).collect();
+    assert!(left.is_empty(), "cgroups left: {left:?}");
+    assert!(
+        !mounted_at(&volume),
+        "the volume is still mounted at {volume}"
+    );
+    assert!(!Path::new(&volume).exists());
+    // The loop device is freed when the last user of its filesystem goes.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while !loop_devices_of(rec.keeper.pid).is_empty() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert_eq!(loop_devices_of(rec.keeper.pid), Vec::<String>::new());
+    assert!(!state.join("sandboxes").join(format!("{h}.json")).exists());
+    // The live keeper's sandbox is untouched, and still serves.
+    assert!(live.keeper.alive());
+    assert!(cgroups_of(&live).iter().all(|c| c.exists()));
+    let (c, out, err) = cordon(
+        &state,
+        &["sandbox", "exec", &other, "--", "/bin/echo", "ok"],
+    );
+    assert_eq!((c, out.trim()), (0, "ok"), "{err}");
+    // Only the live one and the forged one are recorded.
+    let (records, _) = cordon_host::state::StateDir::open(&state)
+        .unwrap()
+        .list()
+        .unwrap();
+    let mut handles: Vec<&str> = records.iter().map(|r| r.handle.as_str()).collect();
+    handles.sort_unstable();
+    let mut want = [other.as_str(), "container-forged-next"];
+    want.sort_unstable();
+    assert_eq!(handles, want);
+    let (c, _, err) = cordon(&state, &["sandbox", "down", &other]);
+    assert_eq!(c, 0, "{err}");
 }
 
 #[test]

@@ -2407,6 +2407,53 @@ policy:
         when: secret.name.startsWith(identity.namespace + "/")
 "#;
 
+/// A server whose only backend has closed egress (`process`) serves a spec
+/// that names hosts, and says so in the create answer's `warnings`: the
+/// backend confines more than the spec asks. A spec without hosts gets
+/// none.
+#[test]
+fn create_on_a_closed_backend_for_a_spec_that_names_hosts_carries_the_warning() {
+    if !root() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("dir");
+    let p = dir.path();
+    std::fs::write(p.join("policy.yaml"), OWN_POLICY).expect("policy");
+    let body = good_config().replace(
+        "min_isolation: container\n",
+        "min_isolation: process\nbackends: [process]\npolicy: policy.yaml\n",
+    );
+    let server = start(&config(p, &body));
+    let spec = "kind: fetch\nimage: host\negress_allow: [\"ok.test:8443\"]\n";
+    let (status, made) = post(
+        &server.addr,
+        "/v1/sandboxes",
+        Some("token-a"),
+        serde_json::json!({"thread": "closed", "spec": spec}),
+    );
+    assert_eq!(
+        (status, &made["backend"]),
+        (200, &"process".into()),
+        "{made}"
+    );
+    let warnings = made["warnings"].as_array().expect("warnings");
+    assert!(
+        warnings.len() == 1
+            && warnings[0].as_str().is_some_and(|w| {
+                w.contains("backend `process` has closed egress") && w.contains("`ok.test:8443`")
+            }),
+        "{made}"
+    );
+    let (status, made) = post(
+        &server.addr,
+        "/v1/sandboxes",
+        Some("token-a"),
+        serde_json::json!({"thread": "offline"}),
+    );
+    assert_eq!(status, 200, "{made}");
+    assert_eq!(made["warnings"], serde_json::json!([]), "{made}");
+}
+
 /// `/metrics` counts policy denials by surface and rule (at create, at
 /// exec, at the egress proxy) and the bytes the proxy carried, by scope.
 #[test]

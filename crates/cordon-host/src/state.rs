@@ -56,10 +56,17 @@ pub struct ProcessId {
 }
 
 fn start_time(pid: u32) -> Option<u64> {
+    stat_of(pid).map(|(_, start)| start)
+}
+
+/// The state letter and the start time of `pid`, from one read of
+/// `/proc/PID/stat`.
+fn stat_of(pid: u32) -> Option<(String, u64)> {
     let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name may hold spaces and parentheses: fields follow the last `)`.
-    let rest = &stat[stat.rfind(')')? + 2..];
-    rest.split_whitespace().nth(19)?.parse().ok()
+    let mut rest = stat[stat.rfind(')')? + 2..].split_whitespace();
+    let state = rest.next()?.to_string();
+    Some((state, rest.nth(18)?.parse().ok()?))
 }
 
 impl ProcessId {
@@ -72,16 +79,18 @@ impl ProcessId {
         }
     }
 
+    /// The process now running as `pid`, if any (its start time read now).
+    pub fn of(pid: u32) -> Option<ProcessId> {
+        start_time(pid).map(|start| ProcessId { pid, start })
+    }
+
     /// Whether this very process is still running (not a zombie).
     pub fn alive(&self) -> bool {
-        if start_time(self.pid) != Some(self.start) {
-            return false;
+        // One read: the start time and the state of the same process.
+        match stat_of(self.pid) {
+            Some((state, start)) => start == self.start && !matches!(state.as_str(), "Z" | "X"),
+            None => false,
         }
-        let state = fs::read_to_string(format!("/proc/{}/stat", self.pid)).unwrap_or_default();
-        let state = state
-            .rfind(')')
-            .and_then(|i| state[i + 2..].split_whitespace().next().map(str::to_string));
-        !matches!(state.as_deref(), Some("Z") | Some("X") | None)
     }
 }
 
@@ -390,6 +399,40 @@ impl StateDir {
         Ok((good, bad))
     }
 
+    /// The keeper each record names, by handle, read without the rest of
+    /// the record (its provenance is most of what reading one costs): for
+    /// a sweep that reads in full only the records whose keeper is gone. A
+    /// record that does not read as this version's is left out.
+    pub fn keepers(&self) -> Result<Vec<(String, ProcessId)>, StateError> {
+        /// The part of a record read here; the rest is skipped unread.
+        #[derive(Deserialize)]
+        struct Head {
+            version: u32,
+            keeper: ProcessId,
+        }
+        let dir = self.sandboxes();
+        let mut out = Vec::new();
+        for e in fs::read_dir(&dir).map_err(io_err(&dir))?.flatten() {
+            let name = e.file_name();
+            let Some(handle) = name.to_str().and_then(|n| n.strip_suffix(".json")) else {
+                continue;
+            };
+            if handle.starts_with('.') || check_handle(handle).is_err() {
+                continue;
+            }
+            let Ok(bytes) = fs::read(e.path()) else {
+                continue;
+            };
+            match serde_json::from_slice::<Head>(&bytes) {
+                Ok(h) if h.version == cordon_sandbox::wire::WIRE_VERSION => {
+                    out.push((handle.to_string(), h.keeper))
+                }
+                _ => {}
+            }
+        }
+        Ok(out)
+    }
+
     /// The record for `key`, if one exists.
     pub fn find(&self, key: &KeyRecord) -> Result<Option<Record>, StateError> {
         Ok(self.list()?.0.into_iter().find(|r| &r.key == key))
@@ -495,6 +538,10 @@ mod tests {
         let r = record("container-abc-1", key("s1"));
         s.write(&r).unwrap();
         assert_eq!(s.read("container-abc-1").unwrap(), Some(r.clone()));
+        assert_eq!(
+            s.keepers().unwrap(),
+            vec![("container-abc-1".to_string(), r.keeper)]
+        );
         assert_eq!(s.find(&key("s1")).unwrap(), Some(r));
         assert_eq!(s.find(&key("s2")).unwrap(), None);
         s.remove("container-abc-1").unwrap();

@@ -257,6 +257,29 @@ impl fmt::Display for Warning {
     }
 }
 
+impl Warning {
+    /// What a sandbox of `backend`, whose egress is `egress`, is warned of
+    /// for `spec`: closed egress for a spec that names hosts confines more
+    /// than it asks (permitted, said). The one rule behind
+    /// [`Router::ensure_can_serve`]'s warnings, for a surface that reports
+    /// on a sandbox made earlier (`cordon sandbox exec`).
+    pub fn of(backend: &str, egress: Egress, spec: &SandboxSpec) -> Vec<Warning> {
+        if egress == Egress::Closed && !spec.egress_allow().is_empty() {
+            vec![Warning::ConfinesMore {
+                backend: backend.to_string(),
+                kind: spec.kind().to_string(),
+                entries: spec
+                    .egress_allow()
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect(),
+            }]
+        } else {
+            Vec::new()
+        }
+    }
+}
+
 /// What a [`Router::scope`] block returned, and how many sandboxes the
 /// scope's disposal reclaimed after it.
 #[derive(Debug)]
@@ -501,19 +524,7 @@ impl Router {
     /// [`Router::ensure_policy_allows`].
     pub fn ensure_can_serve(&self, spec: &SandboxSpec) -> Result<Vec<Warning>, RouterError> {
         let a = self.select(spec)?;
-        let mut warnings = Vec::new();
-        if a.egress == Egress::Closed && !spec.egress_allow().is_empty() {
-            warnings.push(Warning::ConfinesMore {
-                backend: a.name.clone(),
-                kind: spec.kind().to_string(),
-                entries: spec
-                    .egress_allow()
-                    .iter()
-                    .map(ToString::to_string)
-                    .collect(),
-            });
-        }
-        Ok(warnings)
+        Ok(Warning::of(&a.name, a.egress, spec))
     }
 
     /// The name of the backend that would serve `spec`.

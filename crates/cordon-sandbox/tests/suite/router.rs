@@ -176,6 +176,16 @@ fn a_closed_backend_for_an_allowlist_is_permitted_with_a_warning() {
     let warnings = router.ensure_can_serve(&allowlisted(spec())).unwrap();
     assert_eq!(warnings.len(), 1);
     insta::assert_snapshot!("closed_vs_allowlist", warnings[0].to_string());
+    // The rule a surface reporting on a sandbox made earlier asks (`cordon
+    // sandbox exec`) is the very one.
+    assert_eq!(
+        warnings,
+        cordon_sandbox::Warning::of("closed", Egress::Closed, &allowlisted(spec()))
+    );
+    assert_eq!(
+        cordon_sandbox::Warning::of("vm", Egress::Allowlist, &allowlisted(spec())),
+        vec![]
+    );
     // No allowlist: nothing to warn about.
     assert_eq!(router.ensure_can_serve(&spec()).unwrap(), vec![]);
     // acquire serves it and stays silent.
