@@ -23,24 +23,26 @@
 //! closed with nothing dialled. Bytes from upstream are counted on the
 //! transport ([`Capped`]) against the policy's `max_response_bytes`.
 
+mod budget;
+mod capped;
+mod http;
+
 use std::convert::Infallible;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
-use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
 use cordon_policy::{Decision, Deployment, EgressFacts, Identity, Policy, Request, SurfaceFacts};
 use cordon_sandbox::{AuditBounds, EgressEntry};
-use http_body_util::{combinators::BoxBody, BodyExt as _, Full};
+use http_body_util::BodyExt as _;
 use hyper::body::Incoming;
-use hyper::header::{HeaderMap, HeaderName, HeaderValue};
+use hyper::header::HeaderValue;
 use hyper::{Method, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
-use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _, ReadBuf};
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::{TcpListener, TcpStream};
 
 use crate::audit::{rfc3339, Audit, AuditLine};
@@ -48,6 +50,10 @@ use crate::classify::Classifier;
 use crate::resolve::Resolve;
 use crate::sni::{self, Hello};
 use crate::target::{self, Authority, Host};
+
+use budget::{budget_spent, Budget, Charge, Take};
+pub use capped::Capped;
+use http::{empty, host_header_agrees, shown, strip_hop_by_hop, text, Body};
 
 /// Who is calling: known from the channel the connection arrived on,
 /// never from anything the workload sends.
@@ -106,8 +112,6 @@ const MAX_HEAD: usize = 64 * 1024;
 /// The longest URL taken: it is written (twice: `url` and `path`) in the
 /// request's audit lines, which must stay well under a sandbox's burst.
 const MAX_URL: usize = 8 * 1024;
-
-type Body = BoxBody<Bytes, hyper::Error>;
 
 /// The egress proxy.
 pub struct Proxy {
@@ -1145,275 +1149,9 @@ impl<'c> Record<'c> {
     }
 }
 
-/// How a line is charged to its sandbox's budget.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Charge {
-    /// An `allow`: not written when the budget is spent, and then nothing
-    /// is carried.
-    Gate,
-    /// A `deny`: not written when the budget is spent (the refusal
-    /// stands, and is counted).
-    Note,
-    /// Written whatever the budget (something was carried; or the note
-    /// that the budget is spent); its bytes are owed.
-    Force,
-}
-
-enum Take {
-    /// Write it; first say how many were refused unrecorded before.
-    Write { refused_before: u64 },
-    /// Do not; `spent_now`: the first refusal of this spell.
-    Refused { spent_now: bool },
-}
-
-/// One sandbox channel's budget of audit bytes: a bucket holding at most
-/// `burst`, refilled at `rate` a second. Forced lines may take it below
-/// zero; the debt is paid (by time) before anything else of the sandbox's
-/// is looked up, carried or written.
-struct Budget {
-    rate: f64,
-    burst: f64,
-    state: std::sync::Mutex<BudgetState>,
-}
-
-struct BudgetState {
-    tokens: f64,
-    at: std::time::Instant,
-    /// Requests refused while it was spent, not yet said in the log.
-    refused: u64,
-    /// The current spell of being spent has been said in the log.
-    noted: bool,
-}
-
-impl Budget {
-    fn new(b: &AuditBounds) -> Budget {
-        Budget {
-            rate: b.sandbox_bytes_per_sec as f64,
-            burst: b.sandbox_burst_bytes as f64,
-            state: std::sync::Mutex::new(BudgetState {
-                tokens: b.sandbox_burst_bytes as f64,
-                at: std::time::Instant::now(),
-                refused: 0,
-                noted: false,
-            }),
-        }
-    }
-
-    fn refill(&self, s: &mut BudgetState) {
-        let now = std::time::Instant::now();
-        let dt = now.saturating_duration_since(s.at).as_secs_f64();
-        s.at = now;
-        s.tokens = (s.tokens + dt * self.rate).min(self.burst);
-    }
-
-    /// Refuses (counting it) when the budget is spent; `Err(true)` the
-    /// first time in a spell.
-    fn admit(&self) -> Result<(), bool> {
-        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        self.refill(&mut s);
-        if s.tokens > 0.0 {
-            return Ok(());
-        }
-        s.refused += 1;
-        let first = !s.noted;
-        s.noted = true;
-        Err(first)
-    }
-
-    fn spent(&self) -> bool {
-        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        self.refill(&mut s);
-        s.tokens <= 0.0
-    }
-
-    fn take(&self, bytes: u64, charge: Charge) -> Take {
-        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        self.refill(&mut s);
-        if charge != Charge::Force && s.tokens <= 0.0 {
-            s.refused += 1;
-            let first = !s.noted;
-            s.noted = true;
-            return Take::Refused { spent_now: first };
-        }
-        s.tokens -= bytes as f64;
-        if charge == Charge::Force {
-            return Take::Write { refused_before: 0 };
-        }
-        s.noted = false;
-        Take::Write {
-            refused_before: std::mem::take(&mut s.refused),
-        }
-    }
-}
-
-/// The answer to a sandbox whose audit budget is spent.
-fn budget_spent(b: &AuditBounds) -> hyper::Response<Body> {
-    text(
-        StatusCode::TOO_MANY_REQUESTS,
-        &format!(
-            "this sandbox's egress audit budget is spent ({} bytes a second after a burst of {}); nothing is carried or looked up until it refills",
-            b.sandbox_bytes_per_sec, b.sandbox_burst_bytes
-        ),
-    )
-}
-
 fn now() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs() as i64)
         .unwrap_or(0)
-}
-
-fn shown(s: &str) -> String {
-    s.chars()
-        .take(300)
-        .map(|c| if c.is_control() { '?' } else { c })
-        .collect()
-}
-
-fn empty() -> Body {
-    Full::new(Bytes::new())
-        .map_err(|n: Infallible| match n {})
-        .boxed()
-}
-
-fn text(status: StatusCode, why: &str) -> hyper::Response<Body> {
-    let body = format!("cordon egress: {}\n", shown(why));
-    let mut resp = hyper::Response::new(
-        Full::new(Bytes::from(body))
-            .map_err(|n: Infallible| match n {})
-            .boxed(),
-    );
-    *resp.status_mut() = status;
-    resp.headers_mut().insert(
-        hyper::header::CONTENT_TYPE,
-        HeaderValue::from_static("text/plain; charset=utf-8"),
-    );
-    if status != StatusCode::OK {
-        resp.headers_mut()
-            .insert(hyper::header::CONNECTION, HeaderValue::from_static("close"));
-    }
-    resp
-}
-
-/// A `Host` header, when present, must name the target.
-fn host_header_agrees(
-    h: &HeaderMap,
-    a: &Authority,
-    default_port: Option<u16>,
-) -> Result<(), String> {
-    let mut values = h.get_all(hyper::header::HOST).iter();
-    let Some(v) = values.next() else {
-        return Ok(());
-    };
-    if values.next().is_some() {
-        return Err("the request holds more than one Host header".into());
-    }
-    let v = v
-        .to_str()
-        .map_err(|_| "the Host header is not text".to_string())?;
-    let got = target::authority(v, default_port.or(Some(a.port)))
-        .map_err(|e| format!("the Host header: {e}"))?;
-    if &got != a {
-        return Err(format!(
-            "the Host header names `{got}`, not the target `{a}`"
-        ));
-    }
-    Ok(())
-}
-
-fn strip_hop_by_hop(h: &mut HeaderMap) {
-    let listed: Vec<HeaderName> = h
-        .get_all(hyper::header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .filter_map(|n| HeaderName::from_bytes(n.trim().as_bytes()).ok())
-        .collect();
-    for n in listed {
-        h.remove(n);
-    }
-    for n in [
-        "connection",
-        "proxy-connection",
-        "keep-alive",
-        "proxy-authorization",
-        "proxy-authenticate",
-        "te",
-        "trailer",
-        "upgrade",
-    ] {
-        h.remove(n);
-    }
-}
-
-/// An upstream transport whose reads are counted: past `cap` bytes it
-/// fails, which closes the connection. The cap is here, on the socket,
-/// so no path through any HTTP library can miss it.
-pub struct Capped<S> {
-    inner: S,
-    left: Arc<AtomicU64>,
-    exceeded: Arc<AtomicU64>,
-}
-
-impl<S> Capped<S> {
-    /// `left` is what may still be read; whoever holds it may reset it
-    /// between responses.
-    pub fn new(inner: S, left: Arc<AtomicU64>, exceeded: Arc<AtomicU64>) -> Capped<S> {
-        Capped {
-            inner,
-            left,
-            exceeded,
-        }
-    }
-}
-
-impl<S: AsyncRead + Unpin> AsyncRead for Capped<S> {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        let left = self.left.load(Ordering::Relaxed);
-        if left == 0 {
-            // One byte more than the cap is the proof it was exceeded;
-            // read at most one to learn it (or EOF, which is fine).
-            let mut one = [0u8; 1];
-            let mut probe = ReadBuf::new(&mut one);
-            return match Pin::new(&mut self.inner).poll_read(cx, &mut probe) {
-                Poll::Ready(Ok(())) if probe.filled().is_empty() => Poll::Ready(Ok(())),
-                Poll::Ready(Ok(())) => {
-                    self.exceeded.store(1, Ordering::Relaxed);
-                    Poll::Ready(Err(io::Error::other("the response cap was exceeded")))
-                }
-                other => other,
-            };
-        }
-        let limit = usize::try_from(left)
-            .unwrap_or(usize::MAX)
-            .min(buf.remaining());
-        let window = buf.initialize_unfilled_to(limit);
-        let mut sub = ReadBuf::new(window);
-        let res = Pin::new(&mut self.inner).poll_read(cx, &mut sub);
-        let n = sub.filled().len();
-        buf.advance(n);
-        self.left.fetch_sub(n as u64, Ordering::Relaxed);
-        res
-    }
-}
-
-impl<S: AsyncWrite + Unpin> AsyncWrite for Capped<S> {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        data: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write(cx, data)
-    }
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
-    }
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_shutdown(cx)
-    }
 }
