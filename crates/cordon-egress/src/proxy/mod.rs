@@ -25,17 +25,20 @@
 
 mod budget;
 mod capped;
+mod decide;
+mod dial;
 mod http;
+mod record;
 
 use std::convert::Infallible;
 use std::io;
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use cordon_policy::{Decision, Deployment, EgressFacts, Identity, Policy, Request, SurfaceFacts};
+use cordon_policy::{Decision, Deployment, EgressFacts, Identity, Policy};
 use cordon_sandbox::{AuditBounds, EgressEntry};
 use http_body_util::BodyExt as _;
 use hyper::body::Incoming;
@@ -45,15 +48,16 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::{TcpListener, TcpStream};
 
-use crate::audit::{rfc3339, Audit, AuditLine};
+use crate::audit::Audit;
 use crate::classify::Classifier;
 use crate::resolve::Resolve;
 use crate::sni::{self, Hello};
 use crate::target::{self, Authority, Host};
 
-use budget::{budget_spent, Budget, Charge, Take};
+use budget::{budget_spent, Budget};
 pub use capped::Capped;
 use http::{empty, host_header_agrees, shown, strip_hop_by_hop, text, Body};
+use record::Record;
 
 /// Who is calling: known from the channel the connection arrived on,
 /// never from anything the workload sends.
@@ -237,362 +241,6 @@ impl Proxy {
             return Some(text(StatusCode::SERVICE_UNAVAILABLE, why));
         }
         None
-    }
-
-    // ---- the steps -------------------------------------------------------
-
-    /// Writes one line of `r`'s sandbox, charged to its budget: a `deny`
-    /// when the budget is spent is not written (the refusal stands, and is
-    /// counted on the next line written); an `allow` is not written either,
-    /// and the caller must then carry nothing; an `end` (something was
-    /// carried) is always written, and its bytes are owed. Whether it was
-    /// written.
-    fn record(
-        &self,
-        r: &Record<'_>,
-        verdict: &str,
-        status: u16,
-        reason: &str,
-        d: Option<&Decision>,
-    ) -> bool {
-        let charge = match verdict {
-            "allow" => Charge::Gate,
-            "end" => Charge::Force,
-            _ => Charge::Note,
-        };
-        let line = self.line(r, verdict, status, reason, d);
-        self.write_line(r, line, charge)
-    }
-
-    fn write_line(&self, r: &Record<'_>, line: AuditLine, charge: Charge) -> bool {
-        let Some(text) = Audit::encode(&line) else {
-            return false;
-        };
-        match r.budget.take(text.len() as u64, charge) {
-            Take::Refused { spent_now } => {
-                if spent_now {
-                    self.note_spent(r);
-                }
-                false
-            }
-            Take::Write { refused_before } => {
-                if refused_before > 0 {
-                    let note = self.line(
-                        r,
-                        "deny",
-                        429,
-                        &format!("{refused_before} requests of this sandbox were refused, and not recorded one by one, while its audit budget was spent"),
-                        None,
-                    );
-                    self.write_forced(r, note);
-                }
-                let ok = self.cfg.audit.write_encoded(line, &text);
-                self.audit_failing.store(!ok, Ordering::Relaxed);
-                ok
-            }
-        }
-    }
-
-    /// A line written whatever the budget (its bytes are owed).
-    fn write_forced(&self, r: &Record<'_>, line: AuditLine) -> bool {
-        let Some(text) = Audit::encode(&line) else {
-            return false;
-        };
-        let _ = r.budget.take(text.len() as u64, Charge::Force);
-        let ok = self.cfg.audit.write_encoded(line, &text);
-        self.audit_failing.store(!ok, Ordering::Relaxed);
-        ok
-    }
-
-    /// Once per spell of a spent budget: says so in the log.
-    fn note_spent(&self, r: &Record<'_>) {
-        let b = &self.cfg.audit_bounds;
-        let note = self.line(
-            r,
-            "deny",
-            429,
-            &format!(
-                "this sandbox's audit budget is spent ({} bytes a second after a burst of {}): its requests are refused, and not recorded one by one, until it refills",
-                b.sandbox_bytes_per_sec, b.sandbox_burst_bytes
-            ),
-            None,
-        );
-        self.write_forced(r, note);
-    }
-
-    fn line(
-        &self,
-        r: &Record<'_>,
-        verdict: &str,
-        status: u16,
-        reason: &str,
-        d: Option<&Decision>,
-    ) -> AuditLine {
-        let (rules, unknown) = match d {
-            Some(d) => (
-                self.places(d),
-                d.unknown.iter().map(|f| f.spelling().to_string()).collect(),
-            ),
-            None => (Vec::new(), Vec::new()),
-        };
-        AuditLine {
-            time: rfc3339(r.now),
-            now: r.now,
-            sandbox: r.caller.sandbox.clone(),
-            identity: r.caller.identity.clone(),
-            env: self.cfg.env.name.clone(),
-            kind: r.kind.to_string(),
-            target: r.target.clone(),
-            ip: r.facts.ip.clone(),
-            verdict: verdict.to_string(),
-            status,
-            rules,
-            unknown,
-            reason: reason.to_string(),
-            facts: r.facts.clone(),
-            bytes_up: None,
-            bytes_down: None,
-        }
-    }
-
-    /// A tunnel's `end` line: why it ended and the bytes it carried.
-    fn record_end(&self, r: &Record<'_>, status: u16, reason: &str, moved: &crate::splice::Moved) {
-        use std::sync::atomic::Ordering::Relaxed;
-        let mut line = self.line(r, "end", status, reason, None);
-        line.bytes_up = Some(moved.up.load(Relaxed));
-        line.bytes_down = Some(moved.down.load(Relaxed));
-        self.write_line(r, line, Charge::Force);
-    }
-
-    fn refuse(
-        &self,
-        r: &Record<'_>,
-        status: StatusCode,
-        reason: &str,
-        d: Option<&Decision>,
-    ) -> hyper::Response<Body> {
-        self.refuse_shown(r, status, reason, reason, d)
-    }
-
-    /// A refusal whose reason for the log (`logged`, the host's: it may
-    /// name the resolved address) differs from what the workload is told
-    /// (`shown`, which never does).
-    fn refuse_shown(
-        &self,
-        r: &Record<'_>,
-        status: StatusCode,
-        logged: &str,
-        shown: &str,
-        d: Option<&Decision>,
-    ) -> hyper::Response<Body> {
-        let _ = self.record(r, "deny", status.as_u16(), logged, d);
-        text(status, shown)
-    }
-
-    /// The answer when a request's `allow` line was not written: nothing
-    /// was dialled or sent.
-    fn unrecorded(&self, r: &Record<'_>) -> hyper::Response<Body> {
-        if r.budget.spent() {
-            budget_spent(&self.cfg.audit_bounds)
-        } else {
-            text(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "the egress audit log cannot be written; nothing is carried or looked up until it can",
-            )
-        }
-    }
-
-    fn request(&self, r: &Record<'_>) -> Request {
-        Request {
-            identity: r.caller.identity.clone(),
-            env: self.cfg.env.clone(),
-            now: r.now,
-            facts: SurfaceFacts::Egress(r.facts.clone()),
-        }
-    }
-
-    /// Steps 2 to 5, in this order for every request: decide with `ip`
-    /// unknown (only a deny stops), resolve, classify every answer, decide
-    /// again for each address. The addresses that may be dialled, with the
-    /// decision that allowed each, or the `403` that was answered (and
-    /// audited).
-    async fn steps(
-        &self,
-        r: &mut Record<'_>,
-        a: &Authority,
-    ) -> Result<Vec<(IpAddr, Decision)>, hyper::Response<Body>> {
-        if let Err((why, d)) = self.first_decision(r, a) {
-            return Err(self.refuse(r, StatusCode::FORBIDDEN, &why, d.as_ref()));
-        }
-        let ips = match self.addresses(a).await {
-            Ok(ips) => ips,
-            Err((logged, shown)) => {
-                return Err(self.refuse_shown(r, StatusCode::FORBIDDEN, &logged, &shown, None))
-            }
-        };
-        self.checked(r, ips)
-            .map_err(|(why, d)| self.refuse(r, StatusCode::FORBIDDEN, &why, d.as_ref()))
-    }
-
-    /// Step 2: the caller's allowlist, then the policy with `ip` unknown.
-    fn first_decision(
-        &self,
-        r: &Record<'_>,
-        a: &Authority,
-    ) -> Result<(), (String, Option<Decision>)> {
-        match &r.caller.allow {
-            Some(list) => {
-                let named = match &a.host {
-                    Host::Name(n) => list.iter().any(|e| e.matches(n, a.port)),
-                    // Allowlist entries are names; an address never matches.
-                    Host::Ip(_) => false,
-                };
-                if !named {
-                    return Err((format!("{a} is not in the egress allowlist"), None));
-                }
-            }
-            None => {
-                let default = if r.kind == "connect" { 443 } else { 80 };
-                if a.port != default {
-                    return Err((
-                        format!("port {} is not open: without an allowlist a tunnel goes to 443 and plain HTTP to 80", a.port),
-                        None,
-                    ));
-                }
-            }
-        }
-        let d = self.cfg.policy.decide(&self.request(r));
-        if d.verdict == cordon_policy::decide::Verdict::Deny {
-            return Err((self.why(&d), Some(d)));
-        }
-        Ok(())
-    }
-
-    /// The deciding rules, `file:line`.
-    fn places(&self, d: &Decision) -> Vec<String> {
-        d.deciding
-            .iter()
-            .map(|id| {
-                let rule = self.cfg.policy.rule(*id);
-                format!("{}:{}", rule.file, rule.line)
-            })
-            .collect()
-    }
-
-    fn why(&self, d: &Decision) -> String {
-        if d.no_allow_matched() {
-            return "no allow rule of the policy matches".into();
-        }
-        let places = self.places(d);
-        match d.verdict {
-            cordon_policy::decide::Verdict::Deny => {
-                format!("denied by the policy ({})", places.join(", "))
-            }
-            _ => {
-                let unknown: Vec<&str> = d.unknown.iter().map(|f| f.spelling()).collect();
-                if unknown.is_empty() {
-                    format!("the policy could not decide ({})", places.join(", "))
-                } else {
-                    format!(
-                        "the policy's rules need {} which this request does not show ({})",
-                        unknown.join(", "),
-                        places.join(", ")
-                    )
-                }
-            }
-        }
-    }
-
-    /// Steps 3 and 4: the addresses that may be dialled, or why none: for
-    /// the log, and for the workload (which is never told an address a
-    /// name resolved to: that would make the proxy a lookup oracle).
-    async fn addresses(&self, a: &Authority) -> Result<Vec<IpAddr>, (String, String)> {
-        let (name, ips) = match &a.host {
-            Host::Ip(ip) => (ip.to_string(), vec![*ip]),
-            Host::Name(n) => match self.cfg.resolver.lookup(n).await {
-                Ok(ips) => (n.clone(), ips),
-                Err(e @ crate::resolve::ResolveFailure::Failed { .. }) => {
-                    return Err((
-                        e.to_string(),
-                        format!("resolving `{n}` failed (the egress audit log says why)"),
-                    ))
-                }
-                Err(e) => return Err((e.to_string(), e.to_string())),
-            },
-        };
-        for ip in &ips {
-            if let Err(d) = self.cfg.classifier.check(
-                SocketAddr::new(*ip, a.port),
-                &name,
-                &self.cfg.policy.allow_ranges,
-            ) {
-                return Err(if a.host == Host::Ip(*ip) {
-                    // The workload's own literal: nothing it did not know.
-                    (format!("{d}"), format!("{d}"))
-                } else {
-                    (
-                        format!("`{name}` resolves to {d}; the whole name is refused"),
-                        format!("`{name}` resolves to an address this proxy does not dial; the whole name is refused"),
-                    )
-                });
-            }
-        }
-        Ok(ips)
-    }
-
-    /// Step 5 for one address: the policy again with `ip` bound; this is
-    /// the final enforcing point, so only allow passes.
-    fn final_decision(
-        &self,
-        r: &mut Record<'_>,
-        ip: IpAddr,
-    ) -> Result<Decision, (String, Decision)> {
-        r.facts.ip = Some(ip.to_string());
-        let d = self.cfg.policy.decide(&self.request(r));
-        if d.is_allowed() {
-            Ok(d)
-        } else {
-            Err((self.why(&d), d))
-        }
-    }
-
-    /// Step 5 for every address: those the policy allows with `ip` bound,
-    /// in the resolver's order; none is a refusal with the last reason.
-    fn checked(
-        &self,
-        r: &mut Record<'_>,
-        ips: Vec<IpAddr>,
-    ) -> Result<Vec<(IpAddr, Decision)>, Refusal> {
-        let mut checked = Vec::new();
-        let mut last = None;
-        for ip in ips {
-            match self.final_decision(r, ip) {
-                Ok(d) => checked.push((ip, d)),
-                Err(e) => last = Some(e),
-            }
-        }
-        if checked.is_empty() {
-            return Err(match last {
-                Some((why, d)) => (why, Some(d)),
-                None => ("the name has no address".to_string(), None),
-            });
-        }
-        Ok(checked)
-    }
-
-    async fn dial(&self, ip: IpAddr, port: u16) -> io::Result<TcpStream> {
-        let s = tokio::time::timeout(self.cfg.timeouts.connect, TcpStream::connect((ip, port)))
-            .await
-            .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "connect timed out"))??;
-        let _ = s.set_nodelay(true);
-        Ok(s)
-    }
-
-    fn cap(&self, caller: &Caller) -> u64 {
-        self.cfg
-            .policy
-            .bounds_for(&caller.identity, &self.cfg.env)
-            .max_response_bytes
     }
 
     // ---- CONNECT ---------------------------------------------------------
@@ -1107,51 +755,4 @@ struct ConnCtx {
     permit: Arc<tokio::sync::OwnedSemaphorePermit>,
     /// Changes (errs) when the channel is stopped.
     stopped: tokio::sync::watch::Receiver<()>,
-}
-
-/// Why a request is refused, and the decision that refused it if the
-/// policy did.
-type Refusal = (String, Option<Decision>);
-
-/// What one request's audit line is built from.
-struct Record<'c> {
-    caller: &'c Caller,
-    budget: Arc<Budget>,
-    kind: &'static str,
-    target: String,
-    facts: EgressFacts,
-    now: i64,
-}
-
-impl<'c> Record<'c> {
-    fn new(
-        caller: &'c Caller,
-        budget: &Arc<Budget>,
-        kind: &'static str,
-        target: String,
-    ) -> Record<'c> {
-        Record {
-            caller,
-            budget: budget.clone(),
-            kind,
-            target,
-            facts: EgressFacts {
-                url: None,
-                scheme: None,
-                host: None,
-                port: 0,
-                method: None,
-                path: None,
-                ip: None,
-            },
-            now: now(),
-        }
-    }
-}
-
-fn now() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0)
 }
