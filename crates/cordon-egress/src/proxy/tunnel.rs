@@ -15,6 +15,7 @@ use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpStream;
 
+use super::dial::Dialled;
 use super::http::{empty, host_header_agrees, shown, Body};
 use super::record::Record;
 use super::{ConnCtx, Proxy};
@@ -118,8 +119,72 @@ impl Proxy {
         mut client: TcpStream,
         early: Bytes,
     ) {
-        // The client's first bytes, before anything is dialled (with what
-        // it sent along with the CONNECT, if anything).
+        let (hello, verdict) = self.client_hello(&a, &mut client, early).await;
+        if let Err(why) = verdict {
+            // The 200 is gone: closing is the refusal. Nothing was dialled.
+            self.record(&r, "deny", 0, &format!("tunnel closed: {why}"), None);
+            let _ = client.shutdown().await;
+            return;
+        }
+        // Each address's `allow` line is written before it is dialled: a
+        // line that cannot be written (the log failing, or the sandbox's
+        // audit budget spent) closes the tunnel with nothing dialled.
+        let moved = Moved::default();
+        let mut up = match self.dial_recorded(&mut r, a.port, checked, 200).await {
+            Dialled::Up { stream, .. } => stream,
+            Dialled::Unrecorded => {
+                tracing::error!(target: "cordon::egress", "tunnel to {a} closed: its audit line could not be written; nothing was dialled");
+                let _ = client.shutdown().await;
+                return;
+            }
+            Dialled::NoAnswer(failures) => {
+                self.record_end(
+                    &r,
+                    502,
+                    &format!(
+                        "tunnel closed: no upstream address answered ({})",
+                        failures.join("; ")
+                    ),
+                    &moved,
+                );
+                let _ = client.shutdown().await;
+                return;
+            }
+        };
+        if up.write_all(&hello).await.is_err() {
+            self.record_end(
+                &r,
+                200,
+                "tunnel closed: the ClientHello could not be sent",
+                &moved,
+            );
+            return;
+        }
+        let cap = self.cap(r.caller);
+        // The hello went up before the splice.
+        moved.up.fetch_add(hello.len() as u64, Ordering::Relaxed);
+        let reason = match splice::tunnel(&client, &up, cap, &moved).await {
+            Ok(()) => "tunnel closed".to_string(),
+            Err(SpliceEnd::CapExceeded) => {
+                format!("response cap of {cap} bytes exceeded; the tunnel was closed")
+            }
+            Err(SpliceEnd::Io(e)) => {
+                tracing::debug!(target: "cordon::egress", "tunnel to {}: {e}", a);
+                format!("tunnel closed: {e}")
+            }
+        };
+        self.record_end(&r, 200, &reason, &moved);
+    }
+
+    /// The client's first bytes, before anything is dialled (with what it
+    /// sent along with the CONNECT, if anything), and whether they are a
+    /// TLS ClientHello naming the CONNECT host: why not, if they are not.
+    async fn client_hello(
+        &self,
+        a: &Authority,
+        client: &mut TcpStream,
+        early: Bytes,
+    ) -> (Vec<u8>, Result<(), String>) {
         let mut hello = early.to_vec();
         let read = tokio::time::timeout(self.cfg.timeouts.hello, async {
             let mut chunk = [0u8; 4096];
@@ -162,68 +227,6 @@ impl Proxy {
             Ok(Ok(Hello::Malformed(why))) => Err(format!("the TLS ClientHello is malformed: {why}")),
             Ok(Ok(Hello::Incomplete)) => Err("the TLS ClientHello is larger than the proxy reads".into()),
         };
-        if let Err(why) = verdict {
-            // The 200 is gone: closing is the refusal. Nothing was dialled.
-            self.record(&r, "deny", 0, &format!("tunnel closed: {why}"), None);
-            let _ = client.shutdown().await;
-            return;
-        }
-        // Each address's `allow` line is written before it is dialled: a
-        // line that cannot be written (the log failing, or the sandbox's
-        // audit budget spent) closes the tunnel with nothing dialled.
-        let mut upstream = None;
-        let mut failures = Vec::new();
-        for (ip, d) in checked {
-            r.facts.ip = Some(ip.to_string());
-            if !self.record(&r, "allow", 200, "allowed", Some(&d)) {
-                tracing::error!(target: "cordon::egress", "tunnel to {a} closed: its audit line could not be written; nothing was dialled");
-                let _ = client.shutdown().await;
-                return;
-            }
-            match self.dial(ip, a.port).await {
-                Ok(s) => {
-                    upstream = Some(s);
-                    break;
-                }
-                Err(e) => failures.push(format!("{ip}: {e}")),
-            }
-        }
-        let moved = Moved::default();
-        let Some(mut up) = upstream else {
-            self.record_end(
-                &r,
-                502,
-                &format!(
-                    "tunnel closed: no upstream address answered ({})",
-                    failures.join("; ")
-                ),
-                &moved,
-            );
-            let _ = client.shutdown().await;
-            return;
-        };
-        if up.write_all(&hello).await.is_err() {
-            self.record_end(
-                &r,
-                200,
-                "tunnel closed: the ClientHello could not be sent",
-                &moved,
-            );
-            return;
-        }
-        let cap = self.cap(r.caller);
-        // The hello went up before the splice.
-        moved.up.fetch_add(hello.len() as u64, Ordering::Relaxed);
-        let reason = match splice::tunnel(&client, &up, cap, &moved).await {
-            Ok(()) => "tunnel closed".to_string(),
-            Err(SpliceEnd::CapExceeded) => {
-                format!("response cap of {cap} bytes exceeded; the tunnel was closed")
-            }
-            Err(SpliceEnd::Io(e)) => {
-                tracing::debug!(target: "cordon::egress", "tunnel to {}: {e}", a);
-                format!("tunnel closed: {e}")
-            }
-        };
-        self.record_end(&r, 200, &reason, &moved);
+        (hello, verdict)
     }
 }
