@@ -3,7 +3,7 @@
 //! An allowed request's `allow` line is written before anything is dialled
 //! or sent, and an `end` line follows with what came of it. A file is
 //! rotated by size ([`LogFile`]); what each sandbox may write is bounded
-//! by the proxy (`proxy.rs`, `Budget`).
+//! by the proxy (`proxy/budget.rs`, `Budget`).
 
 use std::fs::File;
 use std::io::Write as _;
@@ -230,7 +230,7 @@ impl Audit {
     }
 
     /// Writes one line; whether it was written. A proxy that cannot record
-    /// an allow does not carry the request (see `proxy.rs`).
+    /// an allow does not carry the request (see `proxy/record.rs`).
     pub fn record(&self, line: AuditLine) -> bool {
         match Audit::encode(&line) {
             Some(text) => self.write_encoded(line, &text),

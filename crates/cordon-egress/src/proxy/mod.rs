@@ -1,0 +1,164 @@
+//! The proxy: HTTP/1.1 `CONNECT` (authority form) and absolute-form plain
+//! HTTP. For every request, in this order, so nothing is resolved or
+//! dialled before it is allowed, and nothing dialled before it is recorded:
+//!
+//! 0. refuse it outright when its sandbox's audit budget is spent (`429`)
+//!    or the last audit write failed (`503`);
+//! 1. parse and normalise the target ([`crate::target`]);
+//! 2. decide with the caller's allowlist and the policy (`ip` unknown):
+//!    a deny ends it here;
+//! 3. resolve the name ([`crate::resolve`]), bounded in time;
+//! 4. classify every answer ([`crate::classify`]): one address that may
+//!    not be dialled refuses the whole name;
+//! 5. decide again with `ip` bound, where undetermined is deny, write the
+//!    `allow` line (one that cannot be written refuses: nothing is dialled
+//!    or sent), and dial the checked address, never the name;
+//! 6. write what came of it on an `end` line.
+//!
+//! Every line is charged to its sandbox's [`Budget`] (the channel's):
+//! see [`Proxy::record`].
+//!
+//! A tunnel answers `200` and then reads the client's first bytes before it
+//! dials: a TLS ClientHello whose SNI is the CONNECT host, or the tunnel is
+//! closed with nothing dialled. Bytes from upstream are counted on the
+//! transport ([`Capped`]) against the policy's `max_response_bytes`.
+//!
+//! One concern a file, each using only those listed before it (and this
+//! module's types: the config, [`Proxy`], a connection's context):
+//!
+//! - `http`: the body type, the proxy's own answers, the `Host` check,
+//!   hop-by-hop headers;
+//! - `capped`: the response cap on the transport ([`Capped`]);
+//! - `budget`: each sandbox channel's budget of audit bytes;
+//! - `record`: the audit lines (written before anything is carried) and
+//!   the refusals;
+//! - `decide`: steps 2 to 5;
+//! - `dial`: dialling a checked address once its `allow` line is written;
+//! - `tunnel`: the CONNECT path; `plain`: the absolute-form HTTP path;
+//! - `serve`: the listener, a connection's service, and step 0.
+
+mod budget;
+mod capped;
+mod decide;
+mod dial;
+mod http;
+mod plain;
+mod record;
+mod serve;
+mod tunnel;
+
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::Arc;
+use std::time::Duration;
+
+use cordon_policy::{Deployment, Identity, Policy};
+use cordon_sandbox::{AuditBounds, EgressEntry};
+use hyper::body::Incoming;
+
+use crate::audit::Audit;
+use crate::classify::Classifier;
+use crate::resolve::Resolve;
+
+use budget::Budget;
+pub use capped::Capped;
+
+/// Who is calling: known from the channel the connection arrived on,
+/// never from anything the workload sends.
+#[derive(Debug, Clone)]
+pub struct Caller {
+    /// The sandbox's key, as shown in the audit log.
+    pub sandbox: String,
+    pub identity: Identity,
+    /// The spec's `egress_allow`; `None`: the policy alone decides (a
+    /// standalone proxy without `--allow`), and ports are 443 for tunnels
+    /// and 80 for plain HTTP.
+    pub allow: Option<Vec<EgressEntry>>,
+}
+
+/// Time bounds.
+#[derive(Debug, Clone, Copy)]
+pub struct Timeouts {
+    /// One name's lookup.
+    pub resolve: Duration,
+    /// One TCP connect upstream.
+    pub connect: Duration,
+    /// The client's first bytes on a tunnel.
+    pub hello: Duration,
+    /// A request's head.
+    pub header: Duration,
+}
+
+impl Default for Timeouts {
+    fn default() -> Timeouts {
+        Timeouts {
+            resolve: Duration::from_secs(5),
+            connect: Duration::from_secs(10),
+            hello: Duration::from_secs(10),
+            header: Duration::from_secs(30),
+        }
+    }
+}
+
+/// What a proxy is built from.
+pub struct ProxyConfig {
+    pub policy: Arc<Policy>,
+    pub env: Deployment,
+    pub resolver: Arc<dyn Resolve>,
+    pub classifier: Arc<Classifier>,
+    pub audit: Arc<Audit>,
+    pub timeouts: Timeouts,
+    /// Connections served at once per listener; more wait in the backlog.
+    pub max_connections: usize,
+    /// Each sandbox's budget of audit lines (the rotation in them is the
+    /// audit file's, applied where it is opened).
+    pub audit_bounds: AuditBounds,
+}
+
+/// The largest request head read.
+const MAX_HEAD: usize = 64 * 1024;
+/// The longest URL taken: it is written (twice: `url` and `path`) in the
+/// request's audit lines, which must stay well under a sandbox's burst.
+const MAX_URL: usize = 8 * 1024;
+
+/// The egress proxy.
+pub struct Proxy {
+    cfg: ProxyConfig,
+    /// The last audit write failed: requests are refused before anything
+    /// (a lookup included) until a line is written again.
+    audit_failing: AtomicBool,
+}
+
+impl Proxy {
+    pub fn new(cfg: ProxyConfig) -> Arc<Proxy> {
+        Arc::new(Proxy {
+            cfg,
+            audit_failing: AtomicBool::new(false),
+        })
+    }
+}
+
+/// An upstream HTTP/1 connection of one client connection.
+struct Upstream {
+    ip: IpAddr,
+    port: u16,
+    send: hyper::client::conn::http1::SendRequest<Incoming>,
+    /// What may still be read before the cap; reset for each response.
+    left: Arc<AtomicU64>,
+    exceeded: Arc<AtomicU64>,
+}
+
+/// One client connection's kept upstream connection.
+type Slot = Arc<std::sync::Mutex<Option<Upstream>>>;
+
+/// What one client connection is served with.
+struct ConnCtx {
+    caller: Arc<Caller>,
+    /// The channel's budget of audit lines.
+    budget: Arc<Budget>,
+    slot: Slot,
+    /// Its place among the channel's connections, held by its tunnel too.
+    permit: Arc<tokio::sync::OwnedSemaphorePermit>,
+    /// Changes (errs) when the channel is stopped.
+    stopped: tokio::sync::watch::Receiver<()>,
+}
