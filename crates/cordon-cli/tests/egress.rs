@@ -887,10 +887,17 @@ fn the_confined_proxy_rotates_its_audit_log_and_goes_on_serving() {
     let mut line = String::new();
     err.read_line(&mut line).unwrap();
     assert!(line.contains("listening on"), "{line}");
-    let addr = line.trim().rsplit(' ').next().unwrap_or_default().to_string();
+    let addr = line
+        .trim()
+        .rsplit(' ')
+        .next()
+        .unwrap_or_default()
+        .to_string();
     let status = std::fs::read_to_string(format!("/proc/{}/status", child.id())).unwrap();
     assert!(
-        status.lines().any(|l| l.starts_with("Seccomp:") && l.ends_with('2')),
+        status
+            .lines()
+            .any(|l| l.starts_with("Seccomp:") && l.ends_with('2')),
         "the proxy did not confine itself: {status}"
     );
     // Denied requests, each one audit line of about a kilobyte: enough
