@@ -1810,3 +1810,74 @@ fn cordon_mcp_disposes_when_signalled() {
     assert!(status.success(), "{status}");
     assert!(!mounted(), "the sandbox's volume outlived cordon mcp");
 }
+
+/// A refusal's status is its kind's, decided where the error is made
+/// (issue 28, items 8 and 9): a request the server cannot take is `400`,
+/// one the policy refuses `403`, never a `500` or `503` for either.
+#[test]
+fn statuses_follow_the_kind_of_what_refused() {
+    if !root() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("dir");
+    let server = start(&config(dir.path(), &good_config()));
+    let a = Some("token-a");
+    let create = |thread: &str, spec: &str| {
+        post(
+            &server.addr,
+            "/v1/sandboxes",
+            a,
+            serde_json::json!({"thread": thread, "spec": spec}),
+        )
+    };
+    // A timeout past the bound (it overflowed a clock: a panic, `500`).
+    let (status, out) = create("s", "kind: run\nimage: host\n");
+    assert_eq!(status, 200, "{out}");
+    for t in [u64::MAX, 3601, 0] {
+        let (status, out) = post(
+            &server.addr,
+            "/v1/sandboxes/exec",
+            a,
+            serde_json::json!({"thread": "s", "argv": ["true"], "timeout_seconds": t}),
+        );
+        assert_eq!(status, 400, "timeout_seconds {t}: {out}");
+        assert!(
+            out["error"].as_str().unwrap_or_default().contains("from 1 to 3600"),
+            "{out}"
+        );
+    }
+    // Declared outputs that are not regular files: a link, a FIFO.
+    let spec = "kind: report\nimage: host\ndeclared_outputs:\n  - {path: out/r, media_type: text/plain}\nfiles_out: {max_bytes_per_file: 1KiB, max_total_bytes: 1KiB, max_files: 1}\n";
+    let (status, out) = create("o", spec);
+    assert_eq!(status, 200, "{out}");
+    for make in ["ln -s /etc/passwd out/r", "mkfifo out/r"] {
+        let (status, out) = post(
+            &server.addr,
+            "/v1/sandboxes/exec",
+            a,
+            serde_json::json!({"thread": "o", "argv": ["sh", "-c", format!("mkdir -p out && rm -f out/r && {make}")]}),
+        );
+        assert_eq!(
+            (status, out["status"]["code"].as_i64()),
+            (200, Some(0)),
+            "{out}"
+        );
+        let (status, out) = post(
+            &server.addr,
+            "/v1/sandboxes/outputs",
+            a,
+            serde_json::json!({"thread": "o"}),
+        );
+        assert_eq!(status, 400, "{make}: {out}");
+    }
+    // A work dir the policy refuses, one that cannot be a work dir, and
+    // an image name that cannot be one.
+    for (spec, want) in [
+        ("kind: run\nimage: host\nwork_dir: /etc\n", 403),
+        ("kind: run\nimage: host\nwork_dir: /proc\n", 400),
+        ("kind: run\nimage: ../../etc\n", 400),
+    ] {
+        let (status, out) = create("w", spec);
+        assert_eq!(status, want, "{spec}: {out}");
+    }
+}

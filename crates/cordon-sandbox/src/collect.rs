@@ -88,6 +88,29 @@ pub enum CollectError {
     },
 }
 
+impl CollectError {
+    /// The kind at the protocol boundary: a spec's or a workload's output
+    /// that cannot be collected is the caller's to fix (`Invalid`; a cap
+    /// breached is `Refused`, a required output absent `NotFound`), a
+    /// backend's or sink's failure is `Failed`.
+    pub fn kind(&self) -> crate::ErrorKind {
+        use crate::ErrorKind;
+        match self {
+            CollectError::NoLimits { .. }
+            | CollectError::CallTimeRefused { .. }
+            | CollectError::NoSink { .. }
+            | CollectError::Name { .. }
+            | CollectError::DuplicatePath { .. }
+            | CollectError::Collision { .. }
+            | CollectError::NotRegular { .. } => ErrorKind::Invalid,
+            CollectError::Missing { .. } => ErrorKind::NotFound,
+            CollectError::CapExceeded { .. } => ErrorKind::Refused,
+            CollectError::SizeUnknown { .. } | CollectError::Delivery { .. } => ErrorKind::Failed,
+            CollectError::Sandbox { source, .. } => source.kind(),
+        }
+    }
+}
+
 fn sandbox_message(path: &str, source: &SandboxError) -> String {
     match source {
         SandboxError::NotFound { .. }
@@ -279,7 +302,12 @@ impl<'a> Collection<'a> {
                 return Err(if seen > limits.max_bytes_per_file {
                     exceeded(Cap::BytesPerFile, limits.max_bytes_per_file, path, seen)
                 } else {
-                    exceeded(Cap::TotalBytes, limits.max_total_bytes, path, total + seen)
+                    exceeded(
+                        Cap::TotalBytes,
+                        limits.max_total_bytes,
+                        path,
+                        total.saturating_add(seen),
+                    )
                 });
             }
             total += got.bytes.len() as u64;

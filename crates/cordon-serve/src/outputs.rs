@@ -69,7 +69,7 @@ impl Served {
             .map_err(|e| failed(format!("the artifacts directory: {e}")))?;
         let sink = cordon_files::FsSink::new(&dir).map_err(|e| failed(e.to_string()))?;
         let got = cordon_sandbox::collect_outputs(sandbox, &spec, Some(&sink))
-            .map_err(|e| failed(e.to_string()))?;
+            .map_err(|e| Refusal::of(e.kind(), &e))?;
         let mut landed = Vec::new();
         let mut table = self.landed.lock().unwrap_or_else(|p| p.into_inner());
         for a in &got.landed {

@@ -273,14 +273,39 @@ pub fn reclaim(state: &StateDir, registry: &Registry, rec: &Record) -> Vec<Strin
     failures
 }
 
+/// The keeper's failure line (`failed[KIND]: REASON`): its kind and reason.
+fn failure_line(line: &str) -> (cordon_sandbox::ErrorKind, String) {
+    use cordon_sandbox::ErrorKind;
+    let tagged = line.strip_prefix("failed[").and_then(|r| r.split_once("]: "));
+    let Some((kind, reason)) = tagged else {
+        return (
+            ErrorKind::Failed,
+            line.trim_start_matches("failed: ").to_string(),
+        );
+    };
+    let kind = match kind {
+        "refused" => ErrorKind::Refused,
+        "invalid" => ErrorKind::Invalid,
+        "unavailable" => ErrorKind::Unavailable,
+        _ => ErrorKind::Failed,
+    };
+    (kind, reason.to_string())
+}
+
 /// Starts a keeper for `launch` with `keeper` (the `cordon` binary and its
-/// hidden argument) and waits until it serves, or says why it did not.
-pub fn spawn(keeper: &SelfCommand, launch: &Launch, state: &StateDir) -> Result<Record, String> {
+/// hidden argument) and waits until it serves, or says why it did not
+/// (with the kind of that: a policy's refusal is not a backend's failure).
+pub fn spawn(
+    keeper: &SelfCommand,
+    launch: &Launch,
+    state: &StateDir,
+) -> Result<Record, (cordon_sandbox::ErrorKind, String)> {
+    let failed = |e: String| (cordon_sandbox::ErrorKind::Failed, e);
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(state.log_path(&launch.handle))
-        .map_err(|e| format!("keeper log: {e}"))?;
+        .map_err(|e| failed(format!("keeper log: {e}")))?;
     let mut child = Command::new(&keeper.path)
         .args(&keeper.args)
         .arg(format!("{HANDLE_ARG}{}", launch.handle))
@@ -294,12 +319,17 @@ pub fn spawn(keeper: &SelfCommand, launch: &Launch, state: &StateDir) -> Result<
         .stdout(Stdio::piped())
         .stderr(Stdio::from(log))
         .spawn()
-        .map_err(|e| format!("starting the keeper `{}`: {e}", keeper.path.display()))?;
-    let json = serde_json::to_vec(launch).map_err(|e| e.to_string())?;
+        .map_err(|e| {
+            failed(format!(
+                "starting the keeper `{}`: {e}",
+                keeper.path.display()
+            ))
+        })?;
+    let json = serde_json::to_vec(launch).map_err(|e| failed(e.to_string()))?;
     if let Some(mut stdin) = child.stdin.take() {
         stdin
             .write_all(&json)
-            .map_err(|e| format!("briefing the keeper: {e}"))?;
+    .map_err(|e| failed(format!("briefing the keeper: {e}")))?;
     }
     let out = child.stdout.take();
     let (tx, rx) = std::sync::mpsc::channel();
@@ -327,13 +357,13 @@ pub fn spawn(keeper: &SelfCommand, launch: &Launch, state: &StateDir) -> Result<
     match line.trim() {
         "ready" => state
             .read(&launch.handle)
-            .map_err(|e| e.to_string())?
-            .ok_or_else(|| "the keeper said ready but wrote no record".to_string()),
-        "" => Err(format!(
+            .map_err(|e| failed(e.to_string()))?
+            .ok_or_else(|| failed("the keeper said ready but wrote no record".to_string())),
+        "" => Err(failed(format!(
             "the keeper did not start the sandbox:\n{}",
             log_tail()
-        )),
-        other => Err(other.trim_start_matches("failed: ").to_string()),
+        ))),
+        other => Err(failure_line(other)),
     }
 }
 
@@ -607,9 +637,9 @@ impl cordon_sandbox::Backend for KeptBackend {
             idle_timeout: self.kept.idle_timeout.as_secs().max(1),
             max_age: self.kept.max_age.as_secs().max(1),
         };
-        let rec = spawn(&self.kept.keeper, &launch, state).map_err(|e| {
+        let rec = spawn(&self.kept.keeper, &launch, state).map_err(|(kind, e)| {
             let _ = state.remove(&launch.handle);
-            failed("acquire", e)
+            cordon_sandbox::BackendError::of_kind(kind, "acquire", e)
         })?;
         KeptSandbox::new(state.clone(), rec)
             .map(|s| Arc::new(s) as Arc<dyn Sandbox>)
