@@ -1881,3 +1881,71 @@ fn statuses_follow_the_kind_of_what_refused() {
         assert_eq!(status, want, "{spec}: {out}");
     }
 }
+
+/// The start time (`/proc/PID/stat` field 22) of a process: with its pid,
+/// what a record names a keeper by.
+fn start_time(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("stat");
+    let rest = &stat[stat.rfind(')').expect("comm") + 2..];
+    rest.split_whitespace()
+        .nth(19)
+        .and_then(|s| s.parse().ok())
+        .expect("start time")
+}
+
+/// A dispose that did not dispose is an error with its reason, never
+/// `{"disposed": N}` over a sandbox that still runs (issue 28, item 7).
+/// Here the record names a live process that is not the sandbox's keeper
+/// (as a record does that a server under another TMPDIR cannot vet):
+/// nothing is killed on its word, so the sandbox is left, and both
+/// disposes say so; the sandbox still answers. Put right, it goes.
+#[test]
+fn a_dispose_that_did_not_dispose_is_an_error_with_why() {
+    if !root() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("dir");
+    let server = start(&config(dir.path(), &good_config()));
+    let a = Some("token-a");
+    let at = serde_json::json!({"thread": "d"});
+    let (status, out) = post(&server.addr, "/v1/sandboxes", a, at.clone());
+    assert_eq!(status, 200, "{out}");
+    let handle = out["handle"].as_str().expect("handle").to_string();
+    let record = dir.path().join(format!("state/sandboxes/{handle}.json"));
+    let original = std::fs::read_to_string(&record).expect("record");
+    let mut other = Command::new("sleep").arg("120").spawn().expect("sleep");
+    let mut rec: serde_json::Value = serde_json::from_str(&original).expect("JSON");
+    rec["keeper"] = serde_json::json!({"pid": other.id(), "start": start_time(other.id())});
+    std::fs::write(&record, rec.to_string()).expect("rewrite the record");
+    let (status, out) = post(&server.addr, "/v1/sandboxes/dispose", a, at.clone());
+    let (status_t, out_t) = post(&server.addr, "/v1/threads/dispose", a, at.clone());
+    let exec = post(
+        &server.addr,
+        "/v1/sandboxes/exec",
+        a,
+        serde_json::json!({"thread": "d", "argv": ["echo", "still here"]}),
+    );
+    std::fs::write(&record, &original).expect("put the record back");
+    let _ = other.kill();
+    let _ = other.wait();
+    assert_eq!(status, 500, "{out}");
+    let why = out["error"].as_str().unwrap_or_default();
+    assert!(
+        why.contains("not disposed") && why.contains("is not the keeper"),
+        "{out}"
+    );
+    assert_eq!(status_t, 500, "{out_t}");
+    assert!(
+        out_t["error"].as_str().unwrap_or_default().contains("is not the keeper"),
+        "{out_t}"
+    );
+    assert_eq!(
+        (exec.0, exec.1["stdout"].as_str()),
+        (200, Some("still here\n")),
+        "{}",
+        exec.1
+    );
+    let (status, out) = post(&server.addr, "/v1/sandboxes/dispose", a, at);
+    assert_eq!((status, out["disposed"].as_u64()), (200, Some(1)), "{out}");
+    assert!(!record.exists());
+}

@@ -43,7 +43,9 @@ impl Served {
             .collect();
         drop(held);
         for (scope, thread) in threads {
-            self.router.dispose_scope(&scope, &thread);
+            if let Err(e) = self.router.try_dispose_scope(&scope, &thread) {
+                tracing::warn!(scope, thread, "at shutdown: {e}");
+            }
         }
     }
 }
@@ -324,9 +326,11 @@ pub(crate) async fn dispose(
             .unwrap_or_else(|p| p.into_inner())
             .remove(&key);
         drop(held);
+        // A dispose that did not dispose is its error (with why), never
+        // a count: the sandbox may still run.
         match served.router.dispose(&caller) {
             Ok(n) => Json(json!({"disposed": n})).into_response(),
-            Err(e) => refused(ErrorKind::Invalid, e),
+            Err(e) => refused(e.kind(), e),
         }
     })
     .await;
@@ -365,11 +369,12 @@ pub(crate) async fn dispose_thread(
             keys.iter().filter_map(|k| live.remove(k)).collect()
         };
         drop(held);
-        served.router.dispose_scope(&cred.scope, &body.thread)
+        served.router.try_dispose_scope(&cred.scope, &body.thread)
     })
     .await;
     match done {
-        Ok(n) => Json(json!({"disposed": n})).into_response(),
+        Ok(Ok(n)) => Json(json!({"disposed": n})).into_response(),
+        Ok(Err(e)) => refused(e.kind(), e),
         Err(e) => refused(ErrorKind::Failed, e),
     }
 }

@@ -463,14 +463,18 @@ impl KeptBackend {
                 kept += 1;
                 continue;
             }
-            let Ok(_lock) = state.lock(&rec.key, LOCK_WAIT) else {
+            let Ok(lock) = state.lock(&rec.key, LOCK_WAIT) else {
                 tracing::warn!(handle = %rec.handle, "recover: the key is locked; skipped");
                 continue;
             };
             for f in dispose_record(state, &self.registry, &rec) {
                 tracing::warn!(handle = %rec.handle, "recover: {f}");
             }
-            gone += 1;
+            // Counted, and its lock file removed, only when its record went.
+            if matches!(state.read(&rec.handle), Ok(None)) {
+                lock.unlock_and_remove();
+                gone += 1;
+            }
         }
         (kept, gone)
     }
@@ -660,13 +664,38 @@ impl cordon_sandbox::Backend for KeptBackend {
             .map_err(|e| failed("dispose", e.to_string()))?
         {
             Some(rec) => {
-                for f in dispose_record(state, &self.registry, &rec) {
+                let failures = dispose_record(state, &self.registry, &rec);
+                for f in &failures {
                     tracing::warn!(handle = %rec.handle, "dispose: {f}");
                 }
-                lock.unlock_and_remove();
-                Ok(true)
+                // Disposed is its record gone with nothing failing; else
+                // the sandbox (or what it left) is still there: an error
+                // with why, never a success. The lock file goes with the
+                // record only.
+                let gone = matches!(state.read(&rec.handle), Ok(None));
+                if gone {
+                    lock.unlock_and_remove();
+                }
+                if failures.is_empty() && gone {
+                    return Ok(true);
+                }
+                Err(failed(
+                    "dispose",
+                    format!(
+                        "sandbox `{}` was not disposed: {}",
+                        rec.handle,
+                        if failures.is_empty() {
+                            "its record is still there".to_string()
+                        } else {
+                            failures.join("; ")
+                        }
+                    ),
+                ))
             }
-            None => Ok(false),
+            None => {
+                lock.unlock_and_remove();
+                Ok(false)
+            }
         }
     }
 
