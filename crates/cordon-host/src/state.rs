@@ -263,7 +263,22 @@ impl StateDir {
 
     /// Takes the exclusive lock on `key`'s entry, waiting up to `wait`.
     pub fn lock(&self, key: &KeyRecord, wait: Duration) -> Result<KeyLock, StateError> {
-        let path = self.root.join("locks").join(format!("{}.lock", key.id()));
+        self.lock_named(&format!("{}.lock", key.id()), wait)
+    }
+
+    /// Takes the exclusive lock on `scope` as a whole, waiting up to
+    /// `wait`: what an owner holds while it counts a scope's sandboxes and
+    /// creates one, until its record is written, so owners sharing this
+    /// directory (replicas) cannot together pass a cap on the count.
+    /// Release it with [`KeyLock::unlock_and_remove`]: nothing is kept in
+    /// it, so its file need not outlive it.
+    pub fn lock_scope(&self, scope: &str, wait: Duration) -> Result<KeyLock, StateError> {
+        let id = cordon_sandbox::key::key_id(scope, "", "");
+        self.lock_named(&format!("scope-{id}.lock"), wait)
+    }
+
+    fn lock_named(&self, name: &str, wait: Duration) -> Result<KeyLock, StateError> {
+        let path = self.root.join("locks").join(name);
         let open = || {
             OpenOptions::new()
                 .create(true)
