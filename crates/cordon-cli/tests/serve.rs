@@ -1949,3 +1949,121 @@ fn a_dispose_that_did_not_dispose_is_an_error_with_why() {
     assert_eq!((status, out["disposed"].as_u64()), (200, Some(1)), "{out}");
     assert!(!record.exists());
 }
+
+/// `/v1/backends` shows a tenant each backend's name, rung and whether it
+/// can serve, and the probe's detail (host tool paths and versions, why a
+/// backend cannot run) to an operator only; and no lock file outlives the
+/// sandboxes (issue 28, item 10).
+#[test]
+fn backend_detail_is_the_operators_and_no_lock_file_outlives_its_sandbox() {
+    if !root() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("dir");
+    let body = good_config()
+        + &format!(
+            "  - name: ops\n    token_sha256: {}\n    scope: ops\n    operator: true\n    identity: {{namespace: ops, name: operator}}\n",
+            sha256_hex("token-ops")
+        );
+    let server = start(&config(dir.path(), &body));
+    let rows = |token: &str| {
+        let (status, body) = get(&server.addr, "/v1/backends", Some(token));
+        assert_eq!(status, 200, "{body}");
+        let v: serde_json::Value = serde_json::from_str(&body).expect("json");
+        v["available"].as_array().expect("available").clone()
+    };
+    let tenant = rows("token-a");
+    assert!(!tenant.is_empty());
+    for row in &tenant {
+        let keys: Vec<&String> = row.as_object().expect("a row").keys().collect();
+        assert_eq!(
+            keys,
+            ["admitted", "name", "rung", "runnable", "used"],
+            "a tenant's row: {row}"
+        );
+    }
+    let operator = rows("token-ops");
+    assert!(
+        operator
+            .iter()
+            .all(|r| r.get("found").is_some() && r.get("reason").is_some()),
+        "{operator:?}"
+    );
+    // Sandboxes made and disposed of, one disposed of that never was: no
+    // lock file is left in the state directory.
+    let a = Some("token-a");
+    for agent in ["one", "two"] {
+        let (status, out) = post(
+            &server.addr,
+            "/v1/sandboxes",
+            a,
+            serde_json::json!({"thread": "l", "agent_dir": agent}),
+        );
+        assert_eq!(status, 200, "{out}");
+    }
+    let (status, out) = post(
+        &server.addr,
+        "/v1/sandboxes/dispose",
+        a,
+        serde_json::json!({"thread": "l", "agent_dir": "one"}),
+    );
+    assert_eq!((status, out["disposed"].as_u64()), (200, Some(1)), "{out}");
+    let (status, out) = post(
+        &server.addr,
+        "/v1/sandboxes/dispose",
+        a,
+        serde_json::json!({"thread": "never"}),
+    );
+    assert_eq!((status, out["disposed"].as_u64()), (200, Some(0)), "{out}");
+    let (status, out) = post(
+        &server.addr,
+        "/v1/threads/dispose",
+        a,
+        serde_json::json!({"thread": "l"}),
+    );
+    assert_eq!((status, out["disposed"].as_u64()), (200, Some(1)), "{out}");
+    let left: Vec<_> = std::fs::read_dir(dir.path().join("state/locks"))
+        .expect("locks")
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert!(left.is_empty(), "lock files left: {left:?}");
+}
+
+/// A sandbox its keeper disposes of by itself (idle past the timeout)
+/// leaves no lock file either (issue 28, item 10).
+#[test]
+fn an_idle_sandbox_that_goes_leaves_no_lock_file() {
+    if !root() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("dir");
+    let body = good_config().replace(
+        "dispose_on_shutdown: true}",
+        "dispose_on_shutdown: true, idle_timeout_seconds: 1}",
+    );
+    let server = start(&config(dir.path(), &body));
+    let (status, out) = post(
+        &server.addr,
+        "/v1/sandboxes",
+        Some("token-a"),
+        serde_json::json!({"thread": "idle"}),
+    );
+    assert_eq!(status, 200, "{out}");
+    let state = dir.path().join("state");
+    let entries = |sub: &str| -> Vec<std::ffi::OsString> {
+        std::fs::read_dir(state.join(sub))
+            .expect("state")
+            .flatten()
+            .map(|e| e.file_name())
+            .collect()
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !(entries("sandboxes").is_empty() && entries("locks").is_empty())
+        && std::time::Instant::now() < deadline
+    {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert_eq!(entries("sandboxes"), Vec::<std::ffi::OsString>::new());
+    assert_eq!(entries("locks"), Vec::<std::ffi::OsString>::new());
+}

@@ -277,6 +277,17 @@ impl StateDir {
         self.lock_named(&format!("scope-{id}.lock"), wait)
     }
 
+    /// Removes `key`'s lock file when nobody holds the lock and no record
+    /// names the key (a sandbox that went by itself: its keeper's idle
+    /// timeout). Held, or with a record, it is left alone.
+    pub fn remove_lock_if_unused(&self, key: &KeyRecord) {
+        if let Ok(lock) = self.lock(key, Duration::ZERO) {
+            if matches!(self.find(key), Ok(None)) {
+                lock.unlock_and_remove();
+            }
+        }
+    }
+
     fn lock_named(&self, name: &str, wait: Duration) -> Result<KeyLock, StateError> {
         let path = self.root.join("locks").join(name);
         let open = || {

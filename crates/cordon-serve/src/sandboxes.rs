@@ -7,14 +7,26 @@ pub(crate) async fn backends(State(s): State<Arc<Served>>, headers: HeaderMap) -
         Ok(c) => c,
         Err(r) => return *r,
     };
+    // The probe's detail (host tool paths and versions, why a backend
+    // cannot run) is the operator's: a tenant learns names, rungs and
+    // whether each can serve, nothing of the host's installation.
     let available: Vec<serde_json::Value> = s
         .catalogue
         .iter()
         .map(|row| {
-            let mut row = row.clone();
             let used = row["name"]
                 .as_str()
                 .is_some_and(|n| s.backends.iter().any(|b| b == n));
+            let mut row = if cred.operator {
+                row.clone()
+            } else {
+                json!({
+                    "name": row["name"],
+                    "rung": row["rung"],
+                    "admitted": row["admitted"],
+                    "runnable": row["runnable"],
+                })
+            };
             row["used"] = used.into();
             row
         })

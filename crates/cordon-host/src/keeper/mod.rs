@@ -561,7 +561,7 @@ impl cordon_sandbox::Backend for KeptBackend {
             .map_err(|e| failed("acquire", e))?;
         let state = &self.kept.state;
         let key = key_record(&req.key);
-        let _lock = state
+        let lock = state
             .lock(&key, LOCK_WAIT)
             .map_err(|e| failed("acquire", e.to_string()))?;
         if let Some(rec) = state
@@ -641,10 +641,15 @@ impl cordon_sandbox::Backend for KeptBackend {
             idle_timeout: self.kept.idle_timeout.as_secs().max(1),
             max_age: self.kept.max_age.as_secs().max(1),
         };
-        let rec = spawn(&self.kept.keeper, &launch, state).map_err(|(kind, e)| {
-            let _ = state.remove(&launch.handle);
-            cordon_sandbox::BackendError::of_kind(kind, "acquire", e)
-        })?;
+        let rec = match spawn(&self.kept.keeper, &launch, state) {
+            Ok(rec) => rec,
+            Err((kind, e)) => {
+                // Nothing was made: no record, and no lock file left for it.
+                let _ = state.remove(&launch.handle);
+                lock.unlock_and_remove();
+                return Err(cordon_sandbox::BackendError::of_kind(kind, "acquire", e));
+            }
+        };
         KeptSandbox::new(state.clone(), rec)
             .map(|s| Arc::new(s) as Arc<dyn Sandbox>)
             .map_err(|e| failed("acquire", e.to_string()))

@@ -150,6 +150,9 @@ fn serve(registry: &Registry, launch: Launch) -> Result<(), Failure> {
     drop(sandbox);
     let _ = backend.dispose(&key);
     let _ = state.remove(&launch.handle);
+    // Gone by itself (idle, too old): its key's lock file goes too, unless
+    // an owner holds it (that owner removes it).
+    state.remove_lock_if_unused(&launch.key);
     result.map_err(Failure::from)
 }
 
