@@ -1842,7 +1842,10 @@ fn statuses_follow_the_kind_of_what_refused() {
         );
         assert_eq!(status, 400, "timeout_seconds {t}: {out}");
         assert!(
-            out["error"].as_str().unwrap_or_default().contains("from 1 to 3600"),
+            out["error"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("from 1 to 3600"),
             "{out}"
         );
     }
@@ -1936,7 +1939,10 @@ fn a_dispose_that_did_not_dispose_is_an_error_with_why() {
     );
     assert_eq!(status_t, 500, "{out_t}");
     assert!(
-        out_t["error"].as_str().unwrap_or_default().contains("is not the keeper"),
+        out_t["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("is not the keeper"),
         "{out_t}"
     );
     assert_eq!(

@@ -1056,7 +1056,10 @@ fn the_sandbox_cap_holds_under_create_and_dispose_races_across_replicas() {
                     let thread = thread_of(((r >> 8) % THREADS as u64) as usize);
                     let (path, body) = match (r >> 16) % 3 {
                         0 => ("/v1/sandboxes", serde_json::json!({"thread": thread})),
-                        1 => ("/v1/sandboxes/dispose", serde_json::json!({"thread": thread})),
+                        1 => (
+                            "/v1/sandboxes/dispose",
+                            serde_json::json!({"thread": thread}),
+                        ),
                         _ => (
                             "/v1/sandboxes/exec",
                             serde_json::json!({"thread": thread, "argv": ["true"]}),
@@ -1075,7 +1078,9 @@ fn the_sandbox_cap_holds_under_create_and_dispose_races_across_replicas() {
                             // that exec's failure, not the cap's.
                             let racing = path.ends_with("/exec")
                                 && [500, 503].contains(&status)
-                                && out["error"].as_str().is_some_and(|e| e.contains("exec failed"));
+                                && out["error"]
+                                    .as_str()
+                                    .is_some_and(|e| e.contains("exec failed"));
                             if ![200, 404, 429].contains(&status) && !racing && odd.len() < 5 {
                                 odd.push(format!("{path} {status} {out}"));
                             }
@@ -1111,7 +1116,7 @@ fn the_sandbox_cap_holds_under_create_and_dispose_races_across_replicas() {
         "answers other than 200, 404, 429 (and execs of a sandbox being disposed of): {odd:?}"
     );
     assert!(
-        statuses.get(&429).is_some() && statuses.get(&200).is_some(),
+        statuses.contains_key(&429) && statuses.contains_key(&200),
         "the race never reached the cap: {statuses:?}"
     );
     // Every thread's sandbox goes (through either replica), then nothing
@@ -1120,7 +1125,10 @@ fn the_sandbox_cap_holds_under_create_and_dispose_races_across_replicas() {
         let mut conn =
             Conn::open(&addrs[i % 2], Instant::now() + Duration::from_secs(120)).expect("connect");
         let (status, out) = conn
-            .post("/v1/threads/dispose", &serde_json::json!({"thread": thread_of(i)}))
+            .post(
+                "/v1/threads/dispose",
+                &serde_json::json!({"thread": thread_of(i)}),
+            )
             .expect("dispose");
         assert_eq!(status, 200, "{out}");
     }

@@ -686,8 +686,7 @@ impl RawSpec {
     fn validate(self, file: &str) -> Result<SandboxSpec, SpecError> {
         let at = |field, s: &Spanned<String>, reason| value_error(file, pos(s), field, reason);
         let kind = check_name("diagram", &self.kind).map_err(|r| at("kind", &self.kind, r))?;
-        let image = check_image(&self.image)
-            .map_err(|r| at("image", &self.image, r))?;
+        let image = check_image(&self.image).map_err(|r| at("image", &self.image, r))?;
         let work_dir = match &self.work_dir {
             Some(w) => check_work_dir(w).map_err(|r| at("work_dir", w, r))?,
             None => DEFAULT_WORK_DIR.to_string(),

@@ -276,7 +276,9 @@ pub fn reclaim(state: &StateDir, registry: &Registry, rec: &Record) -> Vec<Strin
 /// The keeper's failure line (`failed[KIND]: REASON`): its kind and reason.
 fn failure_line(line: &str) -> (cordon_sandbox::ErrorKind, String) {
     use cordon_sandbox::ErrorKind;
-    let tagged = line.strip_prefix("failed[").and_then(|r| r.split_once("]: "));
+    let tagged = line
+        .strip_prefix("failed[")
+        .and_then(|r| r.split_once("]: "));
     let Some((kind, reason)) = tagged else {
         return (
             ErrorKind::Failed,
@@ -329,7 +331,7 @@ pub fn spawn(
     if let Some(mut stdin) = child.stdin.take() {
         stdin
             .write_all(&json)
-    .map_err(|e| failed(format!("briefing the keeper: {e}")))?;
+            .map_err(|e| failed(format!("briefing the keeper: {e}")))?;
     }
     let out = child.stdout.take();
     let (tx, rx) = std::sync::mpsc::channel();
