@@ -105,7 +105,8 @@ class Client:
         return AsyncThread(Thread(self, thread, agent_dir))
 
     def fetch(self, artifact: Union[Artifact, str]) -> bytes:
-        """A landed output's bytes (this credential's scope only)."""
+        """A landed output's bytes (this credential's scope only), once: the
+        server removes an artifact as it is fetched."""
         handle = artifact.handle if isinstance(artifact, Artifact) else artifact
         with self._request("GET", f"/v1/artifacts/{handle}") as r:
             return r.read()

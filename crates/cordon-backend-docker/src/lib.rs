@@ -10,7 +10,7 @@
 //!   comma-separated), else `/var/run/docker.sock`; each must be on this
 //!   host (cordon binds its directories into the containers), so a TCP
 //!   endpoint is refused.
-//! - Placement ([`engine::place`]): a new sandbox goes to the engine with
+//! - Placement ([`probe::place`]): a new sandbox goes to the engine with
 //!   the fewest live cordon sandboxes (anchors, by label) among those that
 //!   answer within [`engine::ANSWER`], the configured order breaking ties.
 //!   `dispose_scope` and `gc` look at every engine; one that does not
@@ -37,24 +37,31 @@
 #![cfg(target_os = "linux")]
 
 mod backend;
+mod containers;
 pub mod engine;
+pub mod probe;
 pub mod register;
+mod residue;
 mod sandbox;
 
-pub use backend::{DockerBackend, DockerConfig};
+pub use backend::{backend, Docker, DockerBackend};
 pub use register::registration;
 pub use sandbox::DockerSandbox;
 
+use std::path::PathBuf;
 use std::sync::atomic::AtomicU32;
+use std::sync::Arc;
 
-use cordon_sandbox::BackendError;
+use cordon_policy::{Deployment, Policy};
+
+use crate::engine::Endpoint;
 
 /// The backend's name.
 pub const NAME: &str = "docker";
 
 /// The uid/gid the workload runs as (the same unprivileged id as the
 /// gvisor backend's).
-pub const WORKLOAD_ID: u32 = 1_999_999_998;
+pub use cordon_backend_kit::WORKLOAD_ID;
 
 /// Every name this backend leaves on the host or the engine begins so.
 pub const PREFIX: &str = "cordon-docker-";
@@ -79,28 +86,36 @@ pub const LABEL_ENGINE: &str = "dev.cordon.engine";
 /// Makes names unique within this process.
 pub(crate) static NEXT: AtomicU32 = AtomicU32::new(0);
 
-fn failed(operation: &'static str, reason: impl Into<String>) -> BackendError {
-    BackendError::Failed {
-        operation,
-        reason: reason.into(),
-    }
-}
+use cordon_backend_kit::failed;
 
 /// The pid in a name this backend made: `cordon-docker-PID-N-…`.
 pub fn maker_of(name: &str) -> Option<u32> {
-    cordon_confine::oci::maker_of(PREFIX, name)
+    DIRS.maker_of(name)
 }
 
-/// Whether process `pid` is gone: no such process, or one that has
-/// exited and waits to be reaped (a zombie, as a keeper whose parent is
-/// an init that does not reap; its pid is not reused while it is one).
-pub(crate) fn gone(pid: u32) -> bool {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        return !std::path::Path::new(&format!("/proc/{pid}")).exists();
-    };
-    let state = stat
-        .rfind(')')
-        .and_then(|i| stat.get(i + 2..))
-        .and_then(|rest| rest.split_whitespace().next());
-    matches!(state, Some("Z" | "X"))
+/// How this backend names its sandbox directories.
+pub const DIRS: cordon_backend_kit::SandboxDirs = cordon_backend_kit::SandboxDirs {
+    backend: NAME,
+    prefix: PREFIX,
+};
+
+pub(crate) use cordon_backend_kit::gone;
+
+/// How a docker backend is set up.
+#[derive(Clone)]
+pub struct DockerConfig {
+    pub policy: Arc<Policy>,
+    /// The deployment the router decides in.
+    pub env: Deployment,
+    /// Where each sandbox's directory is made.
+    pub scratch: PathBuf,
+    /// The operator's work dir (`--work-dir`), owned by
+    /// [`crate::WORKLOAD_ID`]; `None`: a fresh one per sandbox.
+    pub work_dir: Option<PathBuf>,
+    /// The engines, in the configured order: each acquire places its
+    /// sandbox on one ([`crate::probe::place`]); `dispose_scope` looks
+    /// at every one.
+    pub endpoints: Vec<Endpoint>,
+    /// How the egress proxy resolves names and where it audits.
+    pub egress: cordon_sandbox::EgressSetup,
 }

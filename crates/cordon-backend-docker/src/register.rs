@@ -1,15 +1,16 @@
 //! The `docker` backend's registration: how a host finds, probes, builds
 //! and cleans up after it.
 
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use cordon_policy::{Deployment, Policy};
 use cordon_sandbox::catalogue::{BackendInfo, Probe};
 use cordon_sandbox::{Backend, BackendRegistration, BackendSetup, Egress, Isolation, WorkDirView};
 
-use crate::sandbox::{remove_sandbox_dir, Residue};
-use crate::{DockerBackend, DockerConfig, WORKLOAD_ID};
+use cordon_backend_kit::remove_sandbox_dir;
+
+use crate::residue::{reclaim_residue, vet_residue};
+use crate::{DockerConfig, WORKLOAD_ID};
 
 /// What the backend claims (its built backend declares the same).
 pub fn info() -> BackendInfo {
@@ -23,7 +24,7 @@ pub fn info() -> BackendInfo {
 }
 
 fn probe(_: &BackendSetup) -> Probe {
-    match crate::engine::probe() {
+    match crate::probe::probe() {
         Ok(p) => Probe {
             runnable: true,
             reason: None,
@@ -40,7 +41,7 @@ fn probe(_: &BackendSetup) -> Probe {
 }
 
 fn build(setup: &BackendSetup, policy: Arc<Policy>) -> Result<Arc<dyn Backend>, String> {
-    let probed = crate::engine::probe().as_ref().map_err(|(reason, found)| {
+    let probed = crate::probe::probe().as_ref().map_err(|(reason, found)| {
         let found: Vec<&str> = found
             .iter()
             .filter(|f| *f != reason)
@@ -51,7 +52,7 @@ fn build(setup: &BackendSetup, policy: Arc<Policy>) -> Result<Arc<dyn Backend>, 
             false => format!("{reason} ({})", found.join("; ")),
         }
     })?;
-    Ok(Arc::new(DockerBackend::new(DockerConfig {
+    Ok(Arc::new(crate::backend::backend(DockerConfig {
         policy,
         env: Deployment {
             name: setup.deployment.clone(),
@@ -63,104 +64,8 @@ fn build(setup: &BackendSetup, policy: Arc<Policy>) -> Result<Arc<dyn Backend>, 
     })))
 }
 
-/// A path with nothing to resolve: absolute, no `.`/`..`, its own
-/// canonical form when it exists.
-fn plain(path: &Path) -> Result<(), String> {
-    use std::path::Component;
-    if !path.is_absolute()
-        || path
-            .components()
-            .any(|c| matches!(c, Component::CurDir | Component::ParentDir))
-    {
-        return Err(format!("`{}` is not a plain absolute path", path.display()));
-    }
-    match path.canonicalize() {
-        Ok(real) if real == path => Ok(()),
-        Ok(real) => Err(format!(
-            "`{}` leads through a link (to `{}`)",
-            path.display(),
-            real.display()
-        )),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(format!("`{}`: {e}", path.display())),
-    }
-}
-
-/// Checks that a residue names only what a docker sandbox of the process
-/// `keeper` makes: a directory `cordon-docker-KEEPER-…` of root's in this
-/// cordon's scratch directory (TMPDIR), and the sandbox id that is its
-/// name (which its containers carry as a label).
-pub(crate) fn vet_residue(residue: &serde_json::Value, keeper: u32) -> Result<(), String> {
-    use std::os::unix::fs::MetadataExt;
-    let r: Residue = serde_json::from_value(residue.clone())
-        .map_err(|e| format!("the recorded residue is not a docker one ({e})"))?;
-    plain(&r.dir)?;
-    let name = r.dir.file_name().and_then(|n| n.to_str()).unwrap_or("");
-    match crate::maker_of(name) {
-        Some(pid) if pid == keeper => {}
-        _ => {
-            return Err(format!(
-                "`{}` is not the directory of a docker sandbox the record's keeper ({keeper}) made (`{}{keeper}-…`)",
-                r.dir.display(),
-                crate::PREFIX
-            ))
-        }
-    }
-    crate::engine::Endpoint::parse(&r.engine)?;
-    if r.sandbox != name {
-        return Err(format!(
-            "the recorded sandbox `{}` is not the directory `{name}`'s",
-            r.sandbox
-        ));
-    }
-    let scratch = std::env::temp_dir();
-    let scratch = scratch.canonicalize().unwrap_or(scratch);
-    if r.dir.parent() != Some(scratch.as_path()) {
-        return Err(format!(
-            "`{}` is not in `{}`, where this cordon makes sandbox directories (TMPDIR); run gc with TMPDIR set to its parent",
-            r.dir.display(),
-            scratch.display()
-        ));
-    }
-    match std::fs::symlink_metadata(&r.dir) {
-        Ok(m) if !m.is_dir() || m.uid() != 0 => Err(format!(
-            "`{}` is not a directory of root's",
-            r.dir.display()
-        )),
-        Ok(_) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(format!("`{}`: {e}", r.dir.display())),
-    }
-}
-
 fn vet(residue: &serde_json::Value, keeper: u32) -> Result<(), String> {
     vet_residue(residue, keeper)
-}
-
-/// Removes a vetted residue: the sandbox's containers on the engine (by
-/// label), its binds, volume and directory. Returns what failed.
-pub(crate) fn reclaim_residue(residue: &serde_json::Value) -> Vec<String> {
-    let r: Residue = match serde_json::from_value(residue.clone()) {
-        Ok(r) => r,
-        Err(e) => {
-            return vec![format!(
-                "the recorded residue is not a docker one ({e}); left alone"
-            )]
-        }
-    };
-    let engine = crate::engine::Endpoint::parse(&r.engine)
-        .and_then(|ep| crate::engine::Engine::connect(&ep));
-    let mut failures = match engine {
-        Ok(engine) => engine.remove_labelled(crate::LABEL_SANDBOX, &r.sandbox),
-        Err(e) => vec![format!(
-            "the engine at `{}` did not answer, so the containers of sandbox `{}` there are left (its directory is removed); `cordon sandbox gc` removes them once it answers: {e}",
-            r.engine, r.sandbox
-        )],
-    };
-    if let Err(e) = remove_sandbox_dir(&r.dir) {
-        failures.push(e);
-    }
-    failures
 }
 
 fn reclaim(residue: &serde_json::Value) -> Vec<String> {
@@ -222,29 +127,9 @@ fn sweep() -> (Vec<String>, Vec<String>) {
             Err(e) => failures.push(format!("the docker engine at `{ep}` was not swept: {e}")),
         }
     }
-    let scratch = std::env::temp_dir();
-    if let Ok(entries) = std::fs::read_dir(&scratch) {
-        let dirs: Vec<PathBuf> = entries
-            .flatten()
-            .map(|e| e.path())
-            .filter(|p| {
-                p.file_name()
-                    .and_then(|n| n.to_str())
-                    .and_then(crate::maker_of)
-                    .is_some_and(crate::gone)
-            })
-            .filter(|p| {
-                use std::os::unix::fs::MetadataExt;
-                std::fs::symlink_metadata(p).is_ok_and(|m| m.is_dir() && m.uid() == 0)
-            })
-            .collect();
-        for d in dirs {
-            match remove_sandbox_dir(&d) {
-                Ok(()) => done.push(d.display().to_string()),
-                Err(e) => failures.push(e),
-            }
-        }
-    }
+    let (dirs, f) = crate::DIRS.sweep(|d| remove_sandbox_dir(d).err().into_iter().collect());
+    done.extend(dirs);
+    failures.extend(f);
     (done, failures)
 }
 
@@ -270,6 +155,7 @@ pub fn registration() -> BackendRegistration {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::PathBuf;
 
     #[test]
     fn names_are_read_as_the_backend_writes_them() {
@@ -324,22 +210,6 @@ mod tests {
             e.contains("same host") || e.contains("must be on that host"),
             "{e}"
         );
-    }
-
-    #[test]
-    fn a_zombie_maker_is_gone_a_live_one_is_not() {
-        assert!(!crate::gone(std::process::id()));
-        assert!(crate::gone(4_000_000)); // above any pid_max
-        let mut child = std::process::Command::new("/bin/true").spawn().unwrap();
-        let pid = child.id();
-        // Exited, not yet reaped: a zombie.
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-        while !crate::gone(pid) {
-            assert!(std::time::Instant::now() < deadline, "never a zombie");
-            std::thread::sleep(std::time::Duration::from_millis(5));
-        }
-        assert!(std::path::Path::new(&format!("/proc/{pid}")).exists());
-        child.wait().unwrap();
     }
 
     #[test]

@@ -18,17 +18,13 @@
 
 use std::collections::HashMap;
 use std::os::fd::OwnedFd;
-use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, TryRecvError};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use bollard::models::{
-    ContainerCreateBody, HostConfig, HostConfigCgroupnsModeEnum, Mount as DMount, MountBindOptions,
-    MountBindOptionsPropagationEnum, MountType, ResourcesUlimits,
-};
+use bollard::models::{ContainerCreateBody, HostConfig, Mount as DMount};
 use cordon_confine::oci::{DockerNet, HostImage, Mount, MountKind};
 use cordon_confine::RootedFs;
 use cordon_files::host_dir::HostWorkDir;
@@ -38,23 +34,13 @@ use cordon_sandbox::{
     Killer, Limits, Provenance, Sandbox, SandboxError, StdinFeed,
 };
 use futures_util::StreamExt;
-use serde::{Deserialize, Serialize};
 use tokio::io::AsyncWriteExt;
 
+use crate::containers::*;
 use crate::engine::{call, Engine};
+use crate::residue::Residue;
 use crate::{failed, DockerConfig, NEXT, WORKLOAD_ID};
-
-/// What a sandbox leaves if its holder dies: its directory (the volume and
-/// binds mounted in it) and its id, which its containers carry as
-/// [`crate::LABEL_SANDBOX`].
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Residue {
-    pub dir: PathBuf,
-    pub sandbox: String,
-    /// The engine its containers are on (`unix:///…`).
-    pub engine: String,
-}
+use cordon_backend_kit::workarea::{make_masks, work_area, WorkArea, WorkAreaSpec};
 
 /// One docker sandbox.
 pub struct DockerSandbox {
@@ -100,255 +86,6 @@ fn exec_failed(reason: String) -> SandboxError {
     }
 }
 
-fn private_dir(p: &Path) -> Result<(), String> {
-    std::fs::DirBuilder::new()
-        .mode(0o700)
-        .create(p)
-        .map_err(|e| format!("cannot create `{}`: {e}", p.display()))
-}
-
-fn owned_dir(p: &Path) -> Result<(), String> {
-    private_dir(p)?;
-    std::os::unix::fs::chown(p, Some(WORKLOAD_ID), Some(WORKLOAD_ID))
-        .map_err(|e| format!("cannot hand `{}` to uid {WORKLOAD_ID}: {e}", p.display()))
-}
-
-/// An image's skeleton on the engine: its top-level links (`/bin` →
-/// `usr/bin` on a merged-`/usr` host) and empty mount points, nothing
-/// else, imported once per engine. The image's directories are bound into
-/// it as the policy's plan grants, from `root` on the host (`/` for the
-/// `host` image, whose directories are [`cordon_confine::oci::HOST_IMAGE`];
-/// a stored image's root for one of cordon's store). Its tag names the
-/// layout. Returns the tag and the directories to bind from.
-pub(crate) fn skeleton(engine: &Engine, root: &Path) -> Result<(String, Vec<PathBuf>), String> {
-    let names: Vec<String> = if root == Path::new("/") {
-        cordon_confine::oci::HOST_IMAGE
-            .iter()
-            .map(|d| d.trim_start_matches('/').to_string())
-            .collect()
-    } else {
-        let mut n: Vec<String> = std::fs::read_dir(root)
-            .map_err(|e| format!("the image's root `{}`: {e}", root.display()))?
-            .flatten()
-            .filter_map(|e| e.file_name().to_str().map(String::from))
-            .collect();
-        n.sort();
-        n
-    };
-    let mut tar = tar::Builder::new(Vec::new());
-    let mut layout = String::new();
-    let mut dirs = Vec::new();
-    let dir = |tar: &mut tar::Builder<Vec<u8>>, name: &str| {
-        let mut h = tar::Header::new_gnu();
-        h.set_entry_type(tar::EntryType::Directory);
-        h.set_mode(0o755);
-        h.set_size(0);
-        tar.append_data(&mut h, format!("{name}/"), std::io::empty())
-            .map_err(|e| format!("building the image's skeleton: {e}"))
-    };
-    // Given by the engine, or cordon's own (`/etc` is cordon's files plus
-    // what the plan grants of the image's, file by file).
-    let own = ["etc", "proc", "dev", "sys", "tmp"];
-    for name in &names {
-        let at = root.join(name);
-        match std::fs::symlink_metadata(&at) {
-            Ok(m) if m.file_type().is_symlink() => {
-                let to = std::fs::read_link(&at)
-                    .map_err(|e| format!("cannot read the link `{}`: {e}", at.display()))?;
-                let mut h = tar::Header::new_gnu();
-                h.set_entry_type(tar::EntryType::Symlink);
-                h.set_mode(0o777);
-                h.set_size(0);
-                tar.append_link(&mut h, name, &to)
-                    .map_err(|e| format!("building the image's skeleton: {e}"))?;
-                layout.push_str(&format!("{name}>{};", to.display()));
-            }
-            Ok(m) if m.is_dir() && !own.contains(&name.as_str()) => {
-                dir(&mut tar, name)?;
-                layout.push_str(&format!("{name}/;"));
-                dirs.push(Path::new("/").join(name));
-            }
-            _ => {}
-        }
-    }
-    for d in own {
-        dir(&mut tar, d)?;
-    }
-    let bytes = tar
-        .into_inner()
-        .map_err(|e| format!("building the image's skeleton: {e}"))?;
-    // FNV-1a: a name for the layout, not a security boundary.
-    let hash = layout.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-    });
-    let tag = format!("1-{hash:016x}");
-    engine.import("cordon/skeleton", &tag, bytes)?;
-    Ok((format!("cordon/skeleton:{tag}"), dirs))
-}
-
-fn bind(source: &Path, target: &Path, read_only: bool) -> DMount {
-    DMount {
-        target: Some(target.display().to_string()),
-        source: Some(source.display().to_string()),
-        typ: Some(MountType::BIND),
-        read_only: Some(read_only),
-        bind_options: Some(MountBindOptions {
-            propagation: Some(MountBindOptionsPropagationEnum::RPRIVATE),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
-}
-
-/// What every container of cordon's runs with, whatever it runs. An
-/// error when the seccomp profile cannot be written (never a container
-/// without it).
-fn host_config(mounts: Vec<DMount>, limits: &Limits, net: DockerNet) -> Result<HostConfig, String> {
-    let seccomp = cordon_confine::oci::docker_seccomp_profile(net)
-        .map_err(|e| format!("the seccomp profile for Docker: {e}"))?;
-    let bytes = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
-    let ulimit = |name: &str, soft: u64, hard: u64| ResourcesUlimits {
-        name: Some(name.to_string()),
-        soft: Some(bytes(soft)),
-        hard: Some(bytes(hard)),
-    };
-    Ok(HostConfig {
-        network_mode: Some("none".into()),
-        readonly_rootfs: Some(true),
-        cap_drop: Some(vec!["ALL".into()]),
-        security_opt: Some(vec![
-            "no-new-privileges".into(),
-            format!("seccomp={seccomp}"),
-        ]),
-        ipc_mode: Some("private".into()),
-        cgroupns_mode: Some(HostConfigCgroupnsModeEnum::PRIVATE),
-        memory: Some(bytes(limits.memory_bytes)),
-        // No swap: the memory bound is the bound.
-        memory_swap: Some(bytes(limits.memory_bytes)),
-        pids_limit: Some(bytes(limits.processes)),
-        ulimits: Some(vec![
-            // A second layer under the cgroup's CPU time, which cordon
-            // watches and kills at first (its sum is at least any one
-            // process's): one second later, so the bound is reported as
-            // the bound, not as a signal.
-            ulimit(
-                "cpu",
-                limits.cpu_seconds.saturating_add(1),
-                limits.cpu_seconds.saturating_add(2),
-            ),
-            ulimit("fsize", limits.disk_bytes, limits.disk_bytes),
-            ulimit("nofile", 1024, 1024),
-            ulimit("core", 0, 0),
-        ]),
-        mounts: Some(mounts),
-        ..Default::default()
-    })
-}
-
-/// What the probe's container checks of itself: a seccomp filter,
-/// no-new-privileges, no capability (an engine that took the request but
-/// did not apply it fails here).
-const PROBE_CHECK: &str = "s=/proc/self/status; grep -q '^Seccomp:[[:space:]]*2' $s && grep -q '^NoNewPrivs:[[:space:]]*1' $s && grep -q '^CapEff:[[:space:]]*0000000000000000' $s && grep -q '^CapBnd:[[:space:]]*0000000000000000' $s";
-
-/// Runs a check in a container of the `host` image with its system
-/// directories bound read-only and cordon's confinement: the probe's
-/// proof that the engine runs what cordon asks of it.
-pub(crate) fn trivial(engine: &Engine) -> Result<(), String> {
-    let (image, dirs) = skeleton(engine, Path::new("/"))?;
-    let mounts = dirs.iter().map(|d| bind(d, d, true)).collect();
-    let limits = Limits {
-        memory_bytes: 64 << 20,
-        processes: 16,
-        cpu_seconds: 10,
-        disk_bytes: 1 << 20,
-        wall_seconds: 30,
-    };
-    let d = engine.docker();
-    let name = format!(
-        "{}{}-{}-probe",
-        crate::PREFIX,
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    );
-    let body = ContainerCreateBody {
-        image: Some(image),
-        cmd: Some(vec!["/bin/sh".into(), "-c".into(), PROBE_CHECK.into()]),
-        user: Some(format!("{WORKLOAD_ID}:{WORKLOAD_ID}")),
-        labels: Some(HashMap::from([
-            (crate::LABEL_OWNER.to_string(), crate::OWNER.to_string()),
-            (crate::LABEL_SANDBOX.to_string(), name.clone()),
-            (crate::LABEL_ROLE.to_string(), "probe".to_string()),
-            (
-                crate::LABEL_MAKER.to_string(),
-                std::process::id().to_string(),
-            ),
-        ])),
-        host_config: Some(host_config(mounts, &limits, DockerNet::None)?),
-        ..Default::default()
-    };
-    let n = name.clone();
-    let ran = call(async move {
-        let opts = bollard::query_parameters::CreateContainerOptionsBuilder::default()
-            .name(&n)
-            .build();
-        d.create_container(Some(opts), body)
-            .await
-            .map_err(|e| e.to_string())?;
-        d.start_container(&n, None::<bollard::query_parameters::StartContainerOptions>)
-            .await
-            .map_err(|e| e.to_string())?;
-        match d
-            .wait_container(&n, None::<bollard::query_parameters::WaitContainerOptions>)
-            .next()
-            .await
-        {
-            Some(Ok(r)) if r.status_code == 0 => Ok(()),
-            Some(Ok(r)) => Err(format!(
-                "the check inside exited {}: the container's seccomp filter, no-new-privileges or capabilities are not what cordon asked for",
-                r.status_code
-            )),
-            Some(Err(bollard::errors::Error::DockerContainerWaitError { code, error })) => {
-                Err(format!(
-                    "the check inside exited {code} {error}: the container's seccomp filter, no-new-privileges or capabilities are not what cordon asked for"
-                ))
-            }
-            Some(Err(e)) => Err(e.to_string()),
-            None => Err("the engine did not say how it ended".into()),
-        }
-    });
-    let removed = engine.remove(&name);
-    ran??;
-    removed
-}
-
-/// The name of the record that a trivial container ran on `engine`: the
-/// engine's version and API, the `host` skeleton and the seccomp profile,
-/// hashed.
-pub(crate) fn probe_record(engine: &Engine) -> Result<String, String> {
-    let (image, _) = skeleton(engine, Path::new("/"))?;
-    let profile = cordon_confine::oci::docker_seccomp_profile(DockerNet::None)?;
-    let what = format!(
-        "{}|{}|{image}|{profile}|{PROBE_CHECK}",
-        engine.version, engine.api
-    );
-    let hash = what.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-    });
-    Ok(format!("cordon-docker-probed-{hash:016x}"))
-}
-
-/// Records that a trivial container ran: a container named `record`,
-/// made and never started, labelled `probed` (no maker: `gc` keeps it).
-pub(crate) fn record_probe(engine: &Engine, record: &str) -> Result<(), String> {
-    let (image, _) = skeleton(engine, Path::new("/"))?;
-    let labels = HashMap::from([
-        (crate::LABEL_OWNER.to_string(), crate::OWNER.to_string()),
-        (crate::LABEL_ROLE.to_string(), "probed".to_string()),
-        (crate::LABEL_SANDBOX.to_string(), record.to_string()),
-    ]);
-    make_anchor(engine, record, &image, labels)
-}
-
 impl DockerSandbox {
     /// Makes the sandbox's directory and volume, imports the `host` image
     /// if the engine lacks it, and makes the anchor container.
@@ -366,7 +103,7 @@ impl DockerSandbox {
                 reason,
             }
         })?;
-        let image_root = match crate::backend::stored_root(spec.image()) {
+        let image_root = match cordon_backend_kit::stored_root(spec.image()) {
             Ok(r) => r,
             Err(reason) => {
                 return Err(BackendError::Refused {
@@ -393,74 +130,18 @@ impl DockerSandbox {
         let dir = scratch.join(&id);
         private_dir(&dir).map_err(|e| failed("acquire", e))?;
         let volume = dir.join("volume");
-        let labels = HashMap::from([
-            (crate::LABEL_OWNER.to_string(), crate::OWNER.to_string()),
-            (crate::LABEL_SANDBOX.to_string(), id.clone()),
-            (crate::LABEL_SCOPE.to_string(), req.key.scope().to_string()),
-            (
-                crate::LABEL_THREAD.to_string(),
-                req.key.thread_id().to_string(),
-            ),
-            (
-                crate::LABEL_AGENT_DIR.to_string(),
-                req.key.agent_dir().to_string(),
-            ),
-            (
-                crate::LABEL_MAKER.to_string(),
-                std::process::id().to_string(),
-            ),
-            (crate::LABEL_DIR.to_string(), dir.display().to_string()),
-            (crate::LABEL_ENGINE.to_string(), engine.endpoint.to_string()),
-        ]);
+        let labels = sandbox_labels(req, &id, &dir, engine);
         let made = (|| -> Result<(HostImage, RootedFs, HostWorkDir), String> {
-            let root = HostImage::prepare(&dir.join("rootfs"))?;
-            root.write_etc(WORKLOAD_ID, WORKLOAD_ID, &guest_work)?;
-            // Docker binds the host's resolver configuration unless one
-            // is bound: cordon's is empty (no network, nothing to ask).
-            std::fs::write(root.rootfs.join("etc/resolv.conf"), b"")
-                .map_err(|e| format!("cannot write `/etc/resolv.conf` of the root: {e}"))?;
-            let masks = dir.join("masks");
-            private_dir(&masks)?;
-            std::fs::DirBuilder::new()
-                .mode(0o555)
-                .create(masks.join("dir"))
-                .map_err(|e| format!("cannot create the mask directory: {e}"))?;
-            std::fs::write(masks.join("file"), b"")
-                .and_then(|()| {
-                    std::fs::set_permissions(
-                        masks.join("file"),
-                        std::os::unix::fs::PermissionsExt::from_mode(0o000),
-                    )
-                })
-                .map_err(|e| format!("cannot create the mask file: {e}"))?;
-            private_dir(&dir.join("binds"))?;
-            private_dir(&volume)?;
-            cordon_linux::volume::mount_volume(
-                &volume,
-                &scratch,
-                req.limits.disk_bytes,
-                WORKLOAD_ID,
-            )
-            .map_err(|e| format!("the work dir's volume: {e}"))?;
-            let work_host = match &config.work_dir {
-                Some(d) => cordon_confine::oci::given_work_dir(
-                    d,
-                    req.limits.disk_bytes,
-                    WORKLOAD_ID,
-                    crate::NAME,
-                )?,
-                None => {
-                    owned_dir(&volume.join("work"))?;
-                    volume.join("work")
-                }
-            };
-            owned_dir(&volume.join("tmp"))?;
-            let view = RootedFs::new(&image_root)
-                .bind("/tmp", volume.join("tmp"))
-                .bind(&guest_work, &work_host);
-            let files = HostWorkDir::new(&work_host, &guest_work)
-                .map_err(|e| e.to_string())?
-                .owned_by(WORKLOAD_ID, WORKLOAD_ID);
+            let root = prepare_dir(&dir, &guest_work)?;
+            let WorkArea { view, files, .. } = work_area(&WorkAreaSpec {
+                volume: &volume,
+                scratch: &scratch,
+                disk_bytes: req.limits.disk_bytes,
+                given: config.work_dir.as_deref(),
+                image_root: &image_root,
+                guest_work: &guest_work,
+                backend: crate::NAME,
+            })?;
             // The anchor: the sandbox's labels on the engine, which
             // `dispose_scope` and `gc` list. Made and never started,
             // unless the sandbox has an egress route: then it holds the
@@ -652,66 +333,13 @@ impl DockerSandbox {
         let mounts = self.base()?;
         let mut argv = req.argv.clone();
         argv[0] = canonical.command;
-        let mut env = std::collections::BTreeMap::from([
-            (
-                "PATH".to_string(),
-                cordon_confine::command::IMAGE_PATH.to_string(),
-            ),
-            ("HOME".to_string(), self.guest_work.clone()),
-            ("LANG".to_string(), "C.UTF-8".to_string()),
-            ("TMPDIR".to_string(), "/tmp".to_string()),
-        ]);
-        if let Some(port) = self.proxy_port {
-            // For the workload's convenience only: the boundary is the
-            // network namespace, whose one route is the proxy's listener.
-            let url = format!("http://127.0.0.1:{port}");
-            for k in ["HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"] {
-                env.insert(k.into(), url.clone());
-            }
-        }
-        env.extend(req.env.clone());
+        let env = self.exec_env(req);
         let k = NEXT.fetch_add(1, Ordering::Relaxed);
         let name = format!("{}-e{k}", self.id);
         let with_stdin = attach.stdin_stream || !req.stdin.is_empty();
         let mut labels = self.labels.clone();
         labels.insert(crate::LABEL_ROLE.to_string(), "exec".to_string());
-        let body = ContainerCreateBody {
-            image: Some(self.image.clone()),
-            cmd: Some(argv),
-            // The image has none; an empty one keeps it so.
-            entrypoint: Some(Vec::new()),
-            env: Some(env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
-            working_dir: Some(self.guest_work.clone()),
-            user: Some(format!("{WORKLOAD_ID}:{WORKLOAD_ID}")),
-            // A container in another's network namespace takes its name.
-            hostname: self
-                .proxy_port
-                .is_none()
-                .then(|| cordon_confine::oci::HOSTNAME.to_string()),
-            attach_stdin: Some(with_stdin),
-            open_stdin: Some(with_stdin),
-            stdin_once: Some(with_stdin),
-            attach_stdout: Some(true),
-            attach_stderr: Some(true),
-            tty: Some(false),
-            labels: Some(labels),
-            host_config: Some(HostConfig {
-                network_mode: Some(match self.proxy_port {
-                    Some(_) => format!("container:{}", self.id),
-                    None => "none".into(),
-                }),
-                ..host_config(
-                    mounts,
-                    &self.limits,
-                    match self.proxy_port {
-                        Some(_) => DockerNet::ProxyRoute,
-                        None => DockerNet::None,
-                    },
-                )
-                .map_err(refused)?
-            }),
-            ..Default::default()
-        };
+        let body = self.exec_body(argv, &env, with_stdin, labels, mounts)?;
         let pipe = || -> Result<(OwnedFd, OwnedFd), SandboxError> {
             rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
                 .map_err(|e| exec_failed(format!("cannot make a pipe: {e}")))
@@ -723,95 +351,16 @@ impl DockerSandbox {
             Some((r, w)) => (Some(r), Some(w)),
             None => (None, None),
         };
-        let d = self.engine.docker();
-        let n = name.clone();
         let (done_tx, done_rx) = std::sync::mpsc::sync_channel::<Result<i64, String>>(1);
-        // Create, attach, start; then forward the streams and wait, all
-        // on the engine's runtime. What this call returns is the start.
-        let started = call(async move {
-            let opts = bollard::query_parameters::CreateContainerOptionsBuilder::default()
-                .name(&n)
-                .build();
-            let cid = d
-                .create_container(Some(opts), body)
-                .await
-                .map_err(|e| format!("creating the exec's container: {e}"))?
-                .id;
-            let aopts = bollard::query_parameters::AttachContainerOptionsBuilder::default()
-                .stream(true)
-                .stdin(with_stdin)
-                .stdout(true)
-                .stderr(true)
-                .build();
-            let attached = d
-                .attach_container(&n, Some(aopts))
-                .await
-                .map_err(|e| format!("attaching to the exec's container: {e}"))?;
-            d.start_container(&n, None::<bollard::query_parameters::StartContainerOptions>)
-                .await
-                .map_err(|e| format!("starting the exec's container: {e}"))?;
-            let pid = d
-                .inspect_container(
-                    &n,
-                    None::<bollard::query_parameters::InspectContainerOptions>,
-                )
-                .await
-                .ok()
-                .and_then(|c| c.state?.pid)
-                .unwrap_or(0);
-            let bollard::container::AttachContainerResults { mut output, input } = attached;
-            if let Some(r) = stdin_r {
-                tokio::spawn(async move {
-                    let Ok(mut from) = tokio::net::unix::pipe::Receiver::from_owned_fd(r) else {
-                        return;
-                    };
-                    let mut input = input;
-                    let _ = tokio::io::copy(&mut from, &mut input).await;
-                    let _ = input.shutdown().await;
-                });
-            }
-            let forward = tokio::spawn(async move {
-                let (Ok(mut out), Ok(mut err)) = (
-                    tokio::net::unix::pipe::Sender::from_owned_fd(out_w),
-                    tokio::net::unix::pipe::Sender::from_owned_fd(err_w),
-                ) else {
-                    return;
-                };
-                while let Some(Ok(chunk)) = output.next().await {
-                    let _ = match chunk {
-                        bollard::container::LogOutput::StdErr { message } => {
-                            err.write_all(&message).await
-                        }
-                        bollard::container::LogOutput::StdOut { message }
-                        | bollard::container::LogOutput::Console { message } => {
-                            out.write_all(&message).await
-                        }
-                        bollard::container::LogOutput::StdIn { .. } => Ok(()),
-                    };
-                }
-            });
-            let w = d.clone();
-            let wn = n.clone();
-            tokio::spawn(async move {
-                let code = match w
-                    .wait_container(&wn, None::<bollard::query_parameters::WaitContainerOptions>)
-                    .next()
-                    .await
-                {
-                    Some(Ok(r)) => Ok(r.status_code),
-                    Some(Err(bollard::errors::Error::DockerContainerWaitError {
-                        code, ..
-                    })) => Ok(code),
-                    Some(Err(e)) => Err(e.to_string()),
-                    None => Err("the engine did not say how the exec ended".into()),
-                };
-                // The streams end with the container; every byte is
-                // forwarded before the end is reported.
-                let _ = forward.await;
-                let _ = done_tx.send(code);
-            });
-            Ok::<(i64, String), String>((pid, cid))
-        });
+        let started = launch(
+            &self.engine,
+            name.clone(),
+            body,
+            with_stdin,
+            stdin_r,
+            (out_w, err_w),
+            done_tx,
+        );
         let (pid, cid) = match started {
             Ok(Ok(started)) => started,
             Ok(Err(e)) | Err(e) => {
@@ -848,100 +397,162 @@ impl DockerSandbox {
             }),
         ))
     }
-}
 
-/// Makes the anchor container `id` (never started): it holds the labels.
-fn make_anchor(
-    engine: &Engine,
-    id: &str,
-    image: &str,
-    labels: HashMap<String, String>,
-) -> Result<(), String> {
-    let body = ContainerCreateBody {
-        image: Some(image.to_string()),
-        cmd: Some(vec!["/nonexistent".into()]),
-        labels: Some(labels),
-        host_config: Some(HostConfig {
-            network_mode: Some("none".into()),
+    /// An exec's environment: cordon's, the proxy's (for the workload's
+    /// convenience only), then the request's.
+    fn exec_env(&self, req: &ExecRequest) -> std::collections::BTreeMap<String, String> {
+        cordon_backend_kit::workarea::exec_env(&self.guest_work, self.proxy_port, &req.env)
+    }
+
+    /// The exec's container: the `host` image, the command, no network but
+    /// the proxy's route (when there is one), the sandbox's binds and bounds.
+    fn exec_body(
+        &self,
+        argv: Vec<String>,
+        env: &std::collections::BTreeMap<String, String>,
+        with_stdin: bool,
+        labels: HashMap<String, String>,
+        mounts: Vec<DMount>,
+    ) -> Result<ContainerCreateBody, SandboxError> {
+        Ok(ContainerCreateBody {
+            image: Some(self.image.clone()),
+            cmd: Some(argv),
+            // The image has none; an empty one keeps it so.
+            entrypoint: Some(Vec::new()),
+            env: Some(env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
+            working_dir: Some(self.guest_work.clone()),
+            user: Some(format!("{WORKLOAD_ID}:{WORKLOAD_ID}")),
+            // A container in another's network namespace takes its name.
+            hostname: self
+                .proxy_port
+                .is_none()
+                .then(|| cordon_confine::oci::HOSTNAME.to_string()),
+            attach_stdin: Some(with_stdin),
+            open_stdin: Some(with_stdin),
+            stdin_once: Some(with_stdin),
+            attach_stdout: Some(true),
+            attach_stderr: Some(true),
+            tty: Some(false),
+            labels: Some(labels),
+            host_config: Some(HostConfig {
+                network_mode: Some(match self.proxy_port {
+                    Some(_) => format!("container:{}", self.id),
+                    None => "none".into(),
+                }),
+                ..host_config(
+                    mounts,
+                    &self.limits,
+                    match self.proxy_port {
+                        Some(_) => DockerNet::ProxyRoute,
+                        None => DockerNet::None,
+                    },
+                )
+                .map_err(refused)?
+            }),
             ..Default::default()
-        }),
-        ..Default::default()
-    };
-    create(engine, id, body, false)
+        })
+    }
 }
 
-/// Makes and starts the anchor container `id` of a sandbox with an egress
-/// route: `/bin/sleep infinity` from the host's system directories, bound
-/// read-only, under the same confinement as an exec, with no network but
-/// its loopback. Its network namespace is the sandbox's.
-fn start_holder(engine: &Engine, id: &str, labels: HashMap<String, String>) -> Result<(), String> {
-    let (image, dirs) = skeleton(engine, Path::new("/"))?;
-    let mounts = dirs.iter().map(|d| bind(d, d, true)).collect();
-    let limits = Limits {
-        memory_bytes: 16 << 20,
-        processes: 4,
-        cpu_seconds: 1,
-        disk_bytes: 0,
-        wall_seconds: 0,
-    };
-    let body = ContainerCreateBody {
-        image: Some(image),
-        cmd: Some(vec!["/bin/sleep".into(), "infinity".into()]),
-        entrypoint: Some(Vec::new()),
-        user: Some(format!("{WORKLOAD_ID}:{WORKLOAD_ID}")),
-        hostname: Some(cordon_confine::oci::HOSTNAME.to_string()),
-        labels: Some(labels),
-        host_config: Some(host_config(mounts, &limits, DockerNet::None)?),
-        ..Default::default()
-    };
-    create(engine, id, body, true)
-}
-
-fn create(engine: &Engine, id: &str, body: ContainerCreateBody, start: bool) -> Result<(), String> {
+/// Creates, attaches and starts an exec's container, then forwards its
+/// streams into `out` and waits for it, all on the engine's runtime; its end
+/// goes to `done` once every byte is forwarded. Returns the start: the
+/// container's first process and id.
+fn launch(
+    engine: &Engine,
+    name: String,
+    body: ContainerCreateBody,
+    with_stdin: bool,
+    stdin_r: Option<OwnedFd>,
+    (out_w, err_w): (OwnedFd, OwnedFd),
+    done_tx: std::sync::mpsc::SyncSender<Result<i64, String>>,
+) -> Result<Result<(i64, String), String>, String> {
     let d = engine.docker();
-    let n = id.to_string();
+    let n = name;
     call(async move {
         let opts = bollard::query_parameters::CreateContainerOptionsBuilder::default()
             .name(&n)
             .build();
-        d.create_container(Some(opts), body)
+        let cid = d
+            .create_container(Some(opts), body)
             .await
-            .map_err(|e| format!("creating the anchor container `{n}`: {e}"))?;
-        if start {
-            d.start_container(&n, None::<bollard::query_parameters::StartContainerOptions>)
-                .await
-                .map_err(|e| format!("starting the anchor container `{n}`: {e}"))?;
+            .map_err(|e| format!("creating the exec's container: {e}"))?
+            .id;
+        let aopts = bollard::query_parameters::AttachContainerOptionsBuilder::default()
+            .stream(true)
+            .stdin(with_stdin)
+            .stdout(true)
+            .stderr(true)
+            .build();
+        let attached = d
+            .attach_container(&n, Some(aopts))
+            .await
+            .map_err(|e| format!("attaching to the exec's container: {e}"))?;
+        d.start_container(&n, None::<bollard::query_parameters::StartContainerOptions>)
+            .await
+            .map_err(|e| format!("starting the exec's container: {e}"))?;
+        let pid = d
+            .inspect_container(
+                &n,
+                None::<bollard::query_parameters::InspectContainerOptions>,
+            )
+            .await
+            .ok()
+            .and_then(|c| c.state?.pid)
+            .unwrap_or(0);
+        let bollard::container::AttachContainerResults { mut output, input } = attached;
+        if let Some(r) = stdin_r {
+            tokio::spawn(async move {
+                let Ok(mut from) = tokio::net::unix::pipe::Receiver::from_owned_fd(r) else {
+                    return;
+                };
+                let mut input = input;
+                let _ = tokio::io::copy(&mut from, &mut input).await;
+                let _ = input.shutdown().await;
+            });
         }
-        Ok(())
-    })?
-}
-
-/// Listens on `127.0.0.1:port` inside the network namespace of the running
-/// container `id` (`cordon_linux::netns::listen_in`: a short-lived thread
-/// enters it, binds, and ends; the socket stays in that namespace).
-fn listen_in(engine: &Engine, id: &str, port: u16) -> Result<std::net::TcpListener, String> {
-    let d = engine.docker();
-    let n = id.to_string();
-    let pid = call(async move {
-        d.inspect_container(
-            &n,
-            None::<bollard::query_parameters::InspectContainerOptions>,
-        )
-        .await
-        .ok()
-        .and_then(|c| c.state?.pid)
-        .unwrap_or(0)
-    })?;
-    if pid <= 0 {
-        return Err(format!(
-            "the anchor container `{id}` is not running, so the sandbox has no network namespace for its egress route"
-        ));
-    }
-    let ns = std::fs::File::open(format!("/proc/{pid}/ns/net"))
-        .map_err(|e| format!("the anchor's network namespace: {e}"))?;
-    use std::os::fd::AsFd;
-    cordon_linux::netns::listen_in(ns.as_fd(), port)
-        .map_err(|e| format!("listening on 127.0.0.1:{port} in the sandbox: {e}"))
+        let forward = tokio::spawn(async move {
+            let (Ok(mut out), Ok(mut err)) = (
+                tokio::net::unix::pipe::Sender::from_owned_fd(out_w),
+                tokio::net::unix::pipe::Sender::from_owned_fd(err_w),
+            ) else {
+                return;
+            };
+            while let Some(Ok(chunk)) = output.next().await {
+                let _ = match chunk {
+                    bollard::container::LogOutput::StdErr { message } => {
+                        err.write_all(&message).await
+                    }
+                    bollard::container::LogOutput::StdOut { message }
+                    | bollard::container::LogOutput::Console { message } => {
+                        out.write_all(&message).await
+                    }
+                    bollard::container::LogOutput::StdIn { .. } => Ok(()),
+                };
+            }
+        });
+        let w = d.clone();
+        let wn = n.clone();
+        tokio::spawn(async move {
+            let code = match w
+                .wait_container(&wn, None::<bollard::query_parameters::WaitContainerOptions>)
+                .next()
+                .await
+            {
+                Some(Ok(r)) => Ok(r.status_code),
+                Some(Err(bollard::errors::Error::DockerContainerWaitError { code, .. })) => {
+                    Ok(code)
+                }
+                Some(Err(e)) => Err(e.to_string()),
+                None => Err("the engine did not say how the exec ended".into()),
+            };
+            // The streams end with the container; every byte is
+            // forwarded before the end is reported.
+            let _ = forward.await;
+            let _ = done_tx.send(code);
+        });
+        Ok::<(i64, String), String>((pid, cid))
+    })
 }
 
 /// How long a started container's CPU time may stay unreadable.
@@ -1045,51 +656,50 @@ impl Running {
     }
 }
 
-/// Unmounts a sandbox directory's binds and volume and removes the
-/// directory; never removes anything through a mount that is still there
-/// (a bind's source is the host's own).
-pub(crate) fn remove_sandbox_dir(dir: &Path) -> Result<(), String> {
-    let binds = dir.join("binds");
-    if let Ok(entries) = std::fs::read_dir(&binds) {
-        for e in entries.flatten() {
-            let p = e.path();
-            if cordon_linux::volume::is_mount_point(&p).unwrap_or(true) {
-                cordon_linux::volume::unmount(&p)
-                    .map_err(|e| format!("unmounting `{}`: {e}", p.display()))?;
-            }
-            if cordon_linux::volume::is_mount_point(&p).unwrap_or(true) {
-                return Err(format!(
-                    "`{}` is still a mount point; left alone",
-                    p.display()
-                ));
-            }
-            // Never recursive: a bind that is somehow still there fails.
-            let removed = if p.is_dir() {
-                std::fs::remove_dir(&p)
-            } else {
-                std::fs::remove_file(&p)
-            };
-            removed.map_err(|e| format!("cannot remove `{}`: {e}; left alone", p.display()))?;
-        }
-    }
-    let volume = dir.join("volume");
-    if cordon_linux::volume::is_mount_point(&volume).unwrap_or(false) {
-        let _ = cordon_linux::volume::discard(&volume);
-        cordon_linux::volume::unmount(&volume)
-            .map_err(|e| format!("unmounting `{}`: {e}", volume.display()))?;
-    }
-    if cordon_linux::volume::is_mount_point(&volume).unwrap_or(false) {
-        return Err(format!(
-            "`{}` is still a mount point; left alone",
-            volume.display()
-        ));
-    }
-    match std::fs::remove_dir_all(dir) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(format!("cannot remove `{}`: {e}", dir.display())),
-    }
+/// The labels a sandbox's containers carry on the engine: whose it is, and
+/// where its directory is, so any cordon process finds and reclaims it.
+fn sandbox_labels(
+    req: &AcquireRequest,
+    id: &str,
+    dir: &Path,
+    engine: &Engine,
+) -> HashMap<String, String> {
+    HashMap::from([
+        (crate::LABEL_OWNER.to_string(), crate::OWNER.to_string()),
+        (crate::LABEL_SANDBOX.to_string(), id.to_string()),
+        (crate::LABEL_SCOPE.to_string(), req.key.scope().to_string()),
+        (
+            crate::LABEL_THREAD.to_string(),
+            req.key.thread_id().to_string(),
+        ),
+        (
+            crate::LABEL_AGENT_DIR.to_string(),
+            req.key.agent_dir().to_string(),
+        ),
+        (
+            crate::LABEL_MAKER.to_string(),
+            std::process::id().to_string(),
+        ),
+        (crate::LABEL_DIR.to_string(), dir.display().to_string()),
+        (crate::LABEL_ENGINE.to_string(), engine.endpoint.to_string()),
+    ])
 }
+
+/// The sandbox directory's root (cordon's `/etc`, an empty resolver
+/// configuration), its masks and its binds directory.
+fn prepare_dir(dir: &Path, guest_work: &str) -> Result<HostImage, String> {
+    let root = HostImage::prepare(&dir.join("rootfs"))?;
+    root.write_etc(WORKLOAD_ID, WORKLOAD_ID, guest_work)?;
+    // Docker binds the host's resolver configuration unless one
+    // is bound: cordon's is empty (no network, nothing to ask).
+    std::fs::write(root.rootfs.join("etc/resolv.conf"), b"")
+        .map_err(|e| format!("cannot write `/etc/resolv.conf` of the root: {e}"))?;
+    make_masks(&dir.join("masks"))?;
+    private_dir(&dir.join("binds"))?;
+    Ok(root)
+}
+
+pub(crate) use cordon_backend_kit::remove_sandbox_dir;
 
 impl Drop for DockerSandbox {
     fn drop(&mut self) {
@@ -1132,12 +742,7 @@ impl Sandbox for DockerSandbox {
         &self,
         program: &str,
     ) -> Result<cordon_sandbox::ResolvedCommand, SandboxError> {
-        let c = cordon_confine::command::resolve(&self.view, program)
-            .map_err(|e| refused(e.to_string()))?;
-        Ok(cordon_sandbox::ResolvedCommand {
-            command: c.command,
-            command_target: c.command_target,
-        })
+        cordon_backend_kit::resolve_in(&self.view, program)
     }
 
     fn host_work_dir(&self) -> Option<cordon_sandbox::HostWorkDirRecord> {

@@ -7,7 +7,8 @@
 
 use std::time::{Duration, Instant};
 
-use cordon_backend_docker::engine::{place, Endpoint, ANSWER};
+use cordon_backend_docker::engine::{Endpoint, ANSWER};
+use cordon_backend_docker::probe::place;
 
 #[test]
 fn no_engine_answering_refuses_naming_each_and_why() {

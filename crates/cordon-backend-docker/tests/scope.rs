@@ -33,7 +33,7 @@ fn backend_over(engines: &[&dockerd::Dockerd], policy: Arc<Policy>) -> Arc<Docke
             endpoint
         })
         .collect();
-    Arc::new(DockerBackend::new(DockerConfig {
+    Arc::new(cordon_backend_docker::backend(DockerConfig {
         policy,
         env: Deployment::default(),
         // Where kept residues are vetted to be: this process's TMPDIR.

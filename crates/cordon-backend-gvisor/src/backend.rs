@@ -1,121 +1,47 @@
 //! [`GvisorBackend`]: the `gvisor` backend behind the sandbox protocol.
 
-use std::collections::HashMap;
-use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use cordon_policy::{Deployment, Policy};
+use cordon_backend_kit::{Engine, EngineBackend, Which};
 use cordon_sandbox::{
-    AcquireRequest, Backend, BackendError, Capability, CapabilitySet, Egress, Isolation,
-    IsolationError, Sandbox, SandboxKey,
+    AcquireRequest, BackendError, CapabilitySet, Isolation, IsolationError, Sandbox,
 };
 
-use crate::failed;
-use crate::runsc::Runsc;
 use crate::sandbox::GvisorSandbox;
+use crate::{failed, GvisorConfig};
 
-/// How a gvisor backend is set up.
-#[derive(Clone)]
-pub struct GvisorConfig {
-    pub policy: Arc<Policy>,
-    /// The deployment the router decides in.
-    pub env: Deployment,
-    /// Where each sandbox's directory is made.
-    pub scratch: PathBuf,
-    /// The operator's work dir (`--work-dir`), owned by
-    /// [`crate::WORKLOAD_ID`]; `None`: a fresh one per sandbox.
-    pub work_dir: Option<PathBuf>,
-    /// runsc as the probe found it running.
-    pub runsc: Runsc,
-    /// How the egress proxy resolves names and where it audits.
-    pub egress: cordon_sandbox::EgressSetup,
-}
-
-/// The `gvisor` backend.
-pub struct GvisorBackend {
+/// The `gvisor` engine: what differs from the other engines.
+pub struct Gvisor {
     config: GvisorConfig,
-    // The sandboxes this process created (as the local backends keep
-    // theirs); a kept sandbox's are found from its record and residue.
-    sandboxes: Mutex<HashMap<SandboxKey, Arc<GvisorSandbox>>>,
-    /// The egress proxy, started on first use by a spec that names hosts.
-    egress: std::sync::OnceLock<Result<Arc<dyn cordon_egress::EgressService>, String>>,
 }
 
-/// What the backend serves: commands, code, files in and declared files
-/// out (from the work dir on the host), and the network through cordon's
-/// egress proxy, the one route out of a sandbox whose spec names hosts.
-pub fn capabilities() -> CapabilitySet {
-    [
-        Capability::Exec,
-        Capability::RunCode,
-        Capability::FilesIn,
-        Capability::FilesOut,
-        Capability::Network,
-    ]
-    .into_iter()
-    .collect()
+/// The `gvisor` backend: the kit's backend over [`Gvisor`].
+pub type GvisorBackend = EngineBackend<Gvisor>;
+
+/// The `gvisor` backend set up by `config`.
+pub fn backend(config: GvisorConfig) -> GvisorBackend {
+    let (policy, env, egress) = (
+        config.policy.clone(),
+        config.env.clone(),
+        config.egress.clone(),
+    );
+    EngineBackend::new(Gvisor { config }, policy, env, egress)
 }
 
-/// Where the image `image` names is on this host: `/` for the built-in
-/// `host` image, the stored root for an image of cordon's store (a name
-/// the store lacks is refused with the store's own fix).
-pub(crate) fn stored_root(image: &str) -> Result<PathBuf, String> {
-    if image == "host" {
-        return Ok(PathBuf::from("/"));
-    }
-    let store = cordon_image::ImageStore::open(&cordon_image::ImageStore::default_root())
-        .map_err(|e| format!("image `{image}`: {e}"))?;
-    match store.resolve(image).map_err(|e| e.to_string())? {
-        cordon_image::Resolved::Host => Ok(PathBuf::from("/")),
-        cordon_image::Resolved::Stored { root, .. } => Ok(root),
-    }
-}
+/// What the backend serves (the kit's set for every OCI engine).
+pub use cordon_backend_kit::engine_capabilities as capabilities;
 
-impl GvisorBackend {
-    pub fn new(config: GvisorConfig) -> GvisorBackend {
-        GvisorBackend {
-            config,
-            sandboxes: Mutex::new(HashMap::new()),
-            egress: std::sync::OnceLock::new(),
-        }
-    }
+pub(crate) use cordon_backend_kit::stored_root;
 
-    /// The egress proxy, started on first use: in a confined process of
-    /// its own when the setup names one (the `cordon` binary always does).
-    fn egress_host(&self) -> Result<Arc<dyn cordon_egress::EgressService>, String> {
-        self.egress
-            .get_or_init(|| {
-                cordon_egress::start_service(
-                    &self.config.egress,
-                    self.config.policy.clone(),
-                    self.config.env.clone(),
-                )
-            })
-            .clone()
-    }
+impl Engine for Gvisor {
+    type Sandbox = GvisorSandbox;
 
-    fn registry(
-        &self,
-        operation: &'static str,
-    ) -> Result<std::sync::MutexGuard<'_, HashMap<SandboxKey, Arc<GvisorSandbox>>>, BackendError>
-    {
-        self.sandboxes
-            .lock()
-            .map_err(|_| failed(operation, "the sandbox registry is poisoned"))
-    }
-}
-
-impl Backend for GvisorBackend {
     fn name(&self) -> &str {
         crate::NAME
     }
 
     fn isolation(&self) -> Result<Isolation, IsolationError> {
         Ok(Isolation::HardenedContainer)
-    }
-
-    fn egress(&self) -> Egress {
-        Egress::Allowlist
     }
 
     fn capabilities(&self) -> CapabilitySet {
@@ -126,75 +52,37 @@ impl Backend for GvisorBackend {
         stored_root(image).map(drop)
     }
 
-    fn acquire(&self, req: &AcquireRequest) -> Result<Arc<dyn Sandbox>, BackendError> {
-        if let Some(s) = self.registry("acquire")?.get(&req.key) {
-            return Ok(s.clone());
-        }
-        let spec = &req.provenance.spec;
-        self.materialises(spec.image())
-            .map_err(|reason| BackendError::Refused {
-                operation: "acquire",
-                reason,
-            })?;
-        // Started before the sandbox, so a proxy that cannot start refuses
-        // the sandbox rather than leave it without its route; a spec that
-        // names no hosts runs with no network at all.
-        let egress = if spec.egress_allow().is_empty() {
-            None
-        } else {
-            Some(self.egress_host().map_err(|e| failed("acquire", e))?)
-        };
-        let made = Arc::new(GvisorSandbox::create(&self.config, req, egress)?);
-        let mut all = self.registry("acquire")?;
-        // Another thread may have made one meanwhile: keep the first.
-        if let Some(s) = all.get(&req.key) {
-            let s = s.clone();
-            drop(all);
-            let _ = made.dispose();
-            return Ok(s);
-        }
-        all.insert(req.key.clone(), made.clone());
-        Ok(made)
+    fn create(
+        &self,
+        req: &AcquireRequest,
+        egress: Option<Arc<dyn cordon_egress::EgressService>>,
+    ) -> Result<GvisorSandbox, BackendError> {
+        GvisorSandbox::create(&self.config, req, egress)
     }
 
-    fn dispose(&self, key: &SandboxKey) -> Result<bool, BackendError> {
-        let gone = self.registry("dispose")?.remove(key);
-        match gone {
-            Some(s) => {
-                s.dispose()?;
-                Ok(true)
-            }
-            // Not this process's: another's (or a restarted one's), found
-            // in runsc's own listing.
-            None => Ok(self.dispose_listed(|l| {
-                l.get(crate::pod::SCOPE) == key.scope()
-                    && l.get(crate::pod::THREAD) == key.thread_id()
-                    && l.get(crate::pod::AGENT_DIR) == key.agent_dir()
-            })? > 0),
-        }
+    fn dispose(&self, sandbox: &GvisorSandbox) -> Result<(), BackendError> {
+        sandbox.dispose()
     }
 
-    fn dispose_scope(&self, scope: &str, thread_id: &str) -> Result<usize, BackendError> {
-        let gone: Vec<Arc<GvisorSandbox>> = {
-            let mut all = self.registry("dispose_scope")?;
-            let keys: Vec<SandboxKey> = all
-                .keys()
-                .filter(|k| k.scope() == scope && k.thread_id() == thread_id)
-                .cloned()
-                .collect();
-            keys.iter().filter_map(|k| all.remove(k)).collect()
-        };
-        for s in &gone {
-            s.dispose()?;
-        }
-        let listed = self.dispose_listed(|l| {
-            l.get(crate::pod::SCOPE) == scope && l.get(crate::pod::THREAD) == thread_id
-        })?;
-        Ok(gone.len() + listed)
+    /// Another process's sandboxes (or a restarted one's), found in
+    /// runsc's own listing by their pause container's annotations.
+    fn dispose_found(
+        &self,
+        which: Which<'_>,
+        held: &[Arc<GvisorSandbox>],
+    ) -> Result<usize, BackendError> {
+        let held: Vec<&str> = held.iter().map(|s| s.id()).collect();
+        self.dispose_listed(|l| {
+            which.matches(
+                l.get(crate::pod::SCOPE),
+                l.get(crate::pod::THREAD),
+                l.get(crate::pod::AGENT_DIR),
+            ) && crate::pod::sandbox_of(&l.id).is_none_or(|id| !held.contains(&id))
+        })
     }
 }
 
-impl GvisorBackend {
+impl Gvisor {
     /// Disposes of the sandboxes runsc's listing shows (by their pause
     /// container's annotations) that `matches` picks: kills and deletes
     /// every container of each, removes its directory and volume. A
@@ -202,7 +90,7 @@ impl GvisorBackend {
     /// makes (`TMPDIR/cordon-gvisor-…`, named as the container, root's).
     fn dispose_listed(
         &self,
-        matches: impl Fn(&crate::pod::Listed) -> bool,
+        matches: impl Fn(&crate::runsc::Listed) -> bool,
     ) -> Result<usize, BackendError> {
         let bin = &self.config.runsc.bin;
         let listed = crate::pod::listed(bin).map_err(|e| failed("dispose", e))?;

@@ -39,22 +39,27 @@
 #![cfg(target_os = "linux")]
 
 mod backend;
+mod bundle;
 pub mod cgroup;
 pub mod pod;
 pub mod register;
 pub mod runsc;
 /// The OCI pieces, shared with every OCI-shaped backend.
 pub use cordon_confine::oci;
+mod running;
 mod sandbox;
 
-pub use backend::{GvisorBackend, GvisorConfig};
+pub use backend::{backend, Gvisor, GvisorBackend};
 pub use register::registration;
 pub use sandbox::GvisorSandbox;
 
-use std::path::Path;
-use std::sync::atomic::AtomicU32;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
-use cordon_sandbox::BackendError;
+use cordon_policy::{Deployment, Policy};
+
+use crate::runsc::Runsc;
+use std::sync::atomic::AtomicU32;
 
 /// The backend's name.
 pub const NAME: &str = "gvisor";
@@ -66,7 +71,7 @@ pub const STATE_ROOT: &str = "/run/cordon/gvisor";
 /// The uid/gid the workload runs as inside the sandbox; files it makes in
 /// the work dir are owned by it on the host too. Unprivileged, above every
 /// ordinary account, and the uid an operator's files would be handed to.
-pub const WORKLOAD_ID: u32 = 1_999_999_998;
+pub use cordon_backend_kit::WORKLOAD_ID;
 
 /// Every name a sandbox of this backend leaves on the host begins so
 /// (its directory, its containers, their cgroups).
@@ -75,22 +80,59 @@ pub const PREFIX: &str = "cordon-gvisor-";
 /// Makes names unique within this process.
 pub(crate) static NEXT: AtomicU32 = AtomicU32::new(0);
 
-fn failed(operation: &'static str, reason: impl Into<String>) -> BackendError {
-    BackendError::Failed {
-        operation,
-        reason: reason.into(),
-    }
-}
+use cordon_backend_kit::failed;
+use cordon_sandbox::SandboxError;
 
 /// The pid in a name this backend made: `cordon-gvisor-PID-N-…`.
 pub fn maker_of(name: &str) -> Option<u32> {
-    cordon_confine::oci::maker_of(PREFIX, name)
+    DIRS.maker_of(name)
 }
+
+/// How this backend names its sandbox directories.
+pub const DIRS: cordon_backend_kit::SandboxDirs = cordon_backend_kit::SandboxDirs {
+    backend: NAME,
+    prefix: PREFIX,
+};
 
 /// Whether `p`'s last component is a name this backend made.
 pub(crate) fn ours(p: &Path) -> bool {
-    p.file_name()
-        .and_then(|n| n.to_str())
-        .and_then(maker_of)
-        .is_some()
+    DIRS.ours(p)
+}
+
+/// How a gvisor backend is set up.
+#[derive(Clone)]
+pub struct GvisorConfig {
+    pub policy: Arc<Policy>,
+    /// The deployment the router decides in.
+    pub env: Deployment,
+    /// Where each sandbox's directory is made.
+    pub scratch: PathBuf,
+    /// The operator's work dir (`--work-dir`), owned by
+    /// [`crate::WORKLOAD_ID`]; `None`: a fresh one per sandbox.
+    pub work_dir: Option<PathBuf>,
+    /// runsc as the probe found it running.
+    pub runsc: Runsc,
+    /// How the egress proxy resolves names and where it audits.
+    pub egress: cordon_sandbox::EgressSetup,
+}
+
+pub(crate) fn refused(reason: String) -> SandboxError {
+    SandboxError::Refused {
+        reason,
+        rules: Vec::new(),
+    }
+}
+
+pub(crate) fn engine_error(e: cordon_confine::oci::EngineMountsError) -> SandboxError {
+    match e {
+        cordon_confine::oci::EngineMountsError::Refused(r) => refused(r),
+        cordon_confine::oci::EngineMountsError::Failed(r) => exec_failed(r),
+    }
+}
+
+pub(crate) fn exec_failed(reason: String) -> SandboxError {
+    SandboxError::Failed {
+        operation: "exec",
+        reason,
+    }
 }

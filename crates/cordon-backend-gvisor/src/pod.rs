@@ -30,6 +30,7 @@ use serde_json::json;
 
 use crate::cgroup::MemoryBound;
 use crate::oci::{Bundle, HostImage};
+pub use crate::runsc::Listed;
 
 /// runsc's multi-container annotations (the CRI's).
 pub const CONTAINER_TYPE: &str = "io.kubernetes.cri.container-type";
@@ -163,7 +164,7 @@ impl Pod {
                     code => {
                         return Err(format!(
                             "`runsc {step}` of the sandbox exited {code}: {}",
-                            crate::sandbox::runsc_error(&log).unwrap_or_default()
+                            crate::runsc::runsc_error(&log).unwrap_or_default()
                         ))
                     }
                 }
@@ -211,13 +212,6 @@ impl Pod {
         crate::runsc::remove_cgroups(&self.id);
         r
     }
-}
-
-/// A pause container in runsc's listing, with cordon's annotations.
-#[derive(Debug, Clone)]
-pub struct Listed {
-    pub id: String,
-    pub annotations: BTreeMap<String, String>,
 }
 
 impl Listed {

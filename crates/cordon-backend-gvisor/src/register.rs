@@ -1,7 +1,6 @@
 //! The `gvisor` backend's registration: how a host finds, probes, builds
 //! and cleans up after it.
 
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use cordon_policy::{Deployment, Policy};
@@ -9,7 +8,7 @@ use cordon_sandbox::catalogue::{BackendInfo, Probe};
 use cordon_sandbox::{Backend, BackendRegistration, BackendSetup, Egress, Isolation, WorkDirView};
 
 use crate::sandbox::{remove_containers, remove_sandbox_dir, Residue};
-use crate::{GvisorBackend, GvisorConfig, WORKLOAD_ID};
+use crate::{GvisorConfig, WORKLOAD_ID};
 
 /// What the backend claims (its built backend declares the same).
 pub fn info() -> BackendInfo {
@@ -49,7 +48,7 @@ fn build(setup: &BackendSetup, policy: Arc<Policy>) -> Result<Arc<dyn Backend>, 
         .as_ref()
         .map_err(|u| format!("{} ({})", u.reason, u.found.join("; ")))?
         .clone();
-    Ok(Arc::new(GvisorBackend::new(GvisorConfig {
+    Ok(Arc::new(crate::backend::backend(GvisorConfig {
         policy,
         env: Deployment {
             name: setup.deployment.clone(),
@@ -61,73 +60,22 @@ fn build(setup: &BackendSetup, policy: Arc<Policy>) -> Result<Arc<dyn Backend>, 
     })))
 }
 
-/// A path with nothing to resolve: absolute, no `.`/`..`, its own
-/// canonical form when it exists.
-fn plain(path: &Path) -> Result<(), String> {
-    use std::path::Component;
-    if !path.is_absolute()
-        || path
-            .components()
-            .any(|c| matches!(c, Component::CurDir | Component::ParentDir))
-    {
-        return Err(format!("`{}` is not a plain absolute path", path.display()));
-    }
-    match path.canonicalize() {
-        Ok(real) if real == path => Ok(()),
-        Ok(real) => Err(format!(
-            "`{}` leads through a link (to `{}`)",
-            path.display(),
-            real.display()
-        )),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(format!("`{}`: {e}", path.display())),
-    }
-}
-
 /// Checks that a recorded residue names only what a gvisor sandbox of the
 /// keeper `keeper` makes: a directory named `cordon-gvisor-KEEPER-…` in
 /// this cordon's scratch directory (TMPDIR), root's, and the containers
 /// named after it.
 fn vet(residue: &serde_json::Value, keeper: u32) -> Result<(), String> {
-    use std::os::unix::fs::MetadataExt;
     let r: Residue = serde_json::from_value(residue.clone())
         .map_err(|e| format!("the recorded residue is not a gvisor one ({e})"))?;
-    plain(&r.dir)?;
+    crate::DIRS.vet(&r.dir, keeper)?;
     let name = r.dir.file_name().and_then(|n| n.to_str()).unwrap_or("");
-    match crate::maker_of(name) {
-        Some(pid) if pid == keeper => {}
-        _ => {
-            return Err(format!(
-                "`{}` is not the directory of a gvisor sandbox the record's keeper ({keeper}) made (`{}{keeper}-…`)",
-                r.dir.display(),
-                crate::PREFIX
-            ))
-        }
-    }
     if r.containers != format!("{name}-") {
         return Err(format!(
             "the recorded containers `{}` are not the directory `{name}`'s",
             r.containers
         ));
     }
-    let scratch = std::env::temp_dir();
-    let scratch = scratch.canonicalize().unwrap_or(scratch);
-    if r.dir.parent() != Some(scratch.as_path()) {
-        return Err(format!(
-            "`{}` is not in `{}`, where this cordon makes sandbox directories (TMPDIR); run gc with TMPDIR set to its parent",
-            r.dir.display(),
-            scratch.display()
-        ));
-    }
-    match std::fs::symlink_metadata(&r.dir) {
-        Ok(m) if !m.is_dir() || m.uid() != 0 => Err(format!(
-            "`{}` is not a directory of root's",
-            r.dir.display()
-        )),
-        Ok(_) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(format!("`{}`: {e}", r.dir.display())),
-    }
+    Ok(())
 }
 
 fn reclaim(residue: &serde_json::Value) -> Vec<String> {
@@ -154,7 +102,8 @@ fn reclaim(residue: &serde_json::Value) -> Vec<String> {
 fn sweep() -> (Vec<String>, Vec<String>) {
     let mut done = Vec::new();
     let mut failures = Vec::new();
-    let gone = |pid: u32| !Path::new(&format!("/proc/{pid}")).exists();
+    // A zombie maker is gone too (its pid is not reused while it is one).
+    let gone = cordon_backend_kit::gone;
     if let Some(bin) = crate::runsc::binary() {
         if let Ok(ids) = crate::runsc::list(&bin) {
             for id in ids {
@@ -179,30 +128,9 @@ fn sweep() -> (Vec<String>, Vec<String>) {
             }
         }
     }
-    let scratch = std::env::temp_dir();
-    if let Ok(entries) = std::fs::read_dir(&scratch) {
-        let dirs: Vec<PathBuf> = entries
-            .flatten()
-            .map(|e| e.path())
-            .filter(|p| crate::ours(p))
-            .filter(|p| {
-                p.file_name()
-                    .and_then(|n| n.to_str())
-                    .and_then(crate::maker_of)
-                    .is_some_and(gone)
-            })
-            .filter(|p| {
-                use std::os::unix::fs::MetadataExt;
-                std::fs::symlink_metadata(p).is_ok_and(|m| m.is_dir() && m.uid() == 0)
-            })
-            .collect();
-        for d in dirs {
-            match remove_sandbox_dir(&d) {
-                Ok(()) => done.push(d.display().to_string()),
-                Err(e) => failures.push(e),
-            }
-        }
-    }
+    let (dirs, f) = crate::DIRS.sweep(|d| remove_sandbox_dir(d).err().into_iter().collect());
+    done.extend(dirs);
+    failures.extend(f);
     (done, failures)
 }
 

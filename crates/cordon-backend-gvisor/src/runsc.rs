@@ -12,6 +12,7 @@
 //! recorded (a fixed machine is seen at once), and a recorded success only
 //! routes: a container that then fails to run is still refused.
 
+use std::collections::BTreeMap;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -398,7 +399,7 @@ pub fn list(bin: &Path) -> Result<Vec<String>, String> {
 
 /// The containers under cordon's state root with their annotations
 /// (`runsc list --format=json`).
-pub fn list_json(bin: &Path) -> Result<Vec<crate::pod::Listed>, String> {
+pub fn list_json(bin: &Path) -> Result<Vec<Listed>, String> {
     if !Path::new(crate::STATE_ROOT).exists() {
         return Ok(Vec::new());
     }
@@ -422,7 +423,7 @@ pub fn list_json(bin: &Path) -> Result<Vec<crate::pod::Listed>, String> {
                                 .collect()
                         })
                         .unwrap_or_default();
-                    Some(crate::pod::Listed { id, annotations })
+                    Some(Listed { id, annotations })
                 })
                 .collect())
         }
@@ -582,6 +583,40 @@ pub fn output(cmd: &mut Command, timeout: Duration) -> Result<(i32, Vec<u8>, Vec
     Ok((status.code().unwrap_or(-1), out, err))
 }
 
+/// A pause container in runsc's listing, with cordon's annotations.
+#[derive(Debug, Clone)]
+pub struct Listed {
+    pub id: String,
+    pub annotations: BTreeMap<String, String>,
+}
+
+/// runsc's own error, from its JSON log, if it logged one.
+pub(crate) fn runsc_error(log: &Path) -> Option<String> {
+    let text = std::fs::read_to_string(log).ok()?;
+    text.lines().rev().find_map(|l| {
+        let v: serde_json::Value = serde_json::from_str(l).ok()?;
+        (v["level"] == "error" || v["level"] == "fatal")
+            .then(|| without_argv(v["msg"].as_str().unwrap_or("")))
+    })
+}
+
+/// runsc's message without the workload's argv, which it quotes when a
+/// sub-container does not start (`starting sub-container [ARGV]: …`): the
+/// workload's words are never reported as cordon's.
+fn without_argv(msg: &str) -> String {
+    const AT: &str = "starting sub-container [";
+    match msg.find(AT) {
+        Some(i) => {
+            let rest = &msg[i + AT.len()..];
+            match rest.find("]: ") {
+                Some(j) => format!("{}starting sub-container: {}", &msg[..i], &rest[j + 3..]),
+                None => format!("{}starting sub-container", &msg[..i]),
+            }
+        }
+        None => msg.to_string(),
+    }
+}
+
 #[cfg(test)]
 mod probe_record_tests {
     use super::*;
@@ -694,5 +729,19 @@ mod route_tests {
             .unwrap()
             .iter()
             .any(|r| r["names"][0] == "listen"));
+    }
+}
+
+#[cfg(test)]
+mod argv_tests {
+    use super::without_argv;
+
+    #[test]
+    fn runsc_errors_never_carry_the_workloads_argv() {
+        assert_eq!(
+            without_argv("running container: starting container: starting sub-container [/usr/bin/perl -e print qq(X)]: creating process: failed to load /usr/bin/perl: permission denied"),
+            "running container: starting container: starting sub-container: creating process: failed to load /usr/bin/perl: permission denied"
+        );
+        assert_eq!(without_argv("plain"), "plain");
     }
 }

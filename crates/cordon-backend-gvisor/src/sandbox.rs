@@ -20,25 +20,28 @@
 use std::collections::BTreeMap;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use cordon_confine::RootedFs;
 use cordon_files::host_dir::{HostSecretsDir, HostWorkDir};
 use cordon_policy::{Deployment, Policy};
 use cordon_sandbox::{
-    AcquireRequest, Attach, BackendError, ExecHandle, ExecRequest, ExitStatus, FileRead, FileStat,
-    Killer, Limits, Provenance, Sandbox, SandboxError, SandboxKey, StdinFeed,
+    AcquireRequest, Attach, BackendError, ExecHandle, ExecRequest, FileRead, FileStat, Killer,
+    Limits, Provenance, Sandbox, SandboxError, SandboxKey, StdinFeed,
 };
 use serde::{Deserialize, Serialize};
 
+use crate::bundle::*;
 use crate::cgroup::MemoryBound;
 use crate::oci::{Bundle, HostImage, Mount, MountKind};
 use crate::pod::{Pod, PodSpec};
+use crate::running::*;
 use crate::runsc::Runsc;
-use crate::{failed, GvisorConfig, NEXT, WORKLOAD_ID};
+use crate::{engine_error, exec_failed, failed, refused, GvisorConfig, NEXT, WORKLOAD_ID};
+use cordon_backend_kit::workarea::{make_masks, work_area, WorkArea, WorkAreaSpec};
 
 /// What a sandbox leaves if its holder dies: its directory (with the
 /// volume mounted in it) and the prefix of its containers' ids.
@@ -87,175 +90,6 @@ pub struct GvisorSandbox {
     disposed: AtomicBool,
 }
 
-/// A sandbox's one route out: a network namespace cordon made holding
-/// only `lo` and the proxy's listener on `127.0.0.1:port`, which every
-/// runsc sandbox of it runs in (`--network=host` there), and the egress
-/// service serving that listener. Both are held for the sandbox's life;
-/// dropping them closes the namespace and ends the serving.
-struct Route {
-    port: u16,
-    ns: std::os::fd::OwnedFd,
-    serving: Mutex<Option<Box<dyn std::any::Any + Send>>>,
-}
-
-impl Route {
-    /// The namespace as runsc opens it: through this process's descriptor.
-    fn path(&self) -> String {
-        use std::os::fd::AsRawFd;
-        format!("/proc/{}/fd/{}", std::process::id(), self.ns.as_raw_fd())
-    }
-}
-
-/// Makes the route for `req`'s sandbox: its namespace and listener, served.
-fn route(
-    service: &Arc<dyn cordon_egress::EgressService>,
-    req: &AcquireRequest,
-) -> Result<Route, String> {
-    let port = cordon_linux::netns::random_port();
-    let made = cordon_linux::netns::private_with_listener(port).map_err(|e| {
-        format!("making the sandbox's network namespace with the egress proxy's listener: {e}")
-    })?;
-    let serving = service.serve(
-        made.listener,
-        cordon_egress::Caller {
-            sandbox: req.key.to_string(),
-            identity: req.provenance.identity.clone(),
-            allow: Some(req.provenance.spec.egress_allow().to_vec()),
-        },
-    )?;
-    Ok(Route {
-        port,
-        ns: made.ns,
-        serving: Mutex::new(Some(serving)),
-    })
-}
-
-fn refused(reason: String) -> SandboxError {
-    SandboxError::Refused {
-        reason,
-        rules: Vec::new(),
-    }
-}
-
-fn engine_error(e: cordon_confine::oci::EngineMountsError) -> SandboxError {
-    match e {
-        cordon_confine::oci::EngineMountsError::Refused(r) => refused(r),
-        cordon_confine::oci::EngineMountsError::Failed(r) => exec_failed(r),
-    }
-}
-
-fn exec_failed(reason: String) -> SandboxError {
-    SandboxError::Failed {
-        operation: "exec",
-        reason,
-    }
-}
-
-fn private_dir(p: &Path) -> Result<(), String> {
-    std::fs::DirBuilder::new()
-        .mode(0o700)
-        .create(p)
-        .map_err(|e| format!("cannot create `{}`: {e}", p.display()))
-}
-
-fn owned_dir(p: &Path) -> Result<(), String> {
-    private_dir(p)?;
-    std::os::unix::fs::chown(p, Some(WORKLOAD_ID), Some(WORKLOAD_ID))
-        .map_err(|e| format!("cannot hand `{}` to uid {WORKLOAD_ID}: {e}", p.display()))
-}
-
-/// The compatibility shim (`shim/noautomount.c`: this runsc refuses
-/// `AT_NO_AUTOMOUNT`, which coreutils passes on every stat), built with
-/// the crate.
-const SHIM: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/noautomount.so"));
-
-/// Where the shim is in the sandbox's root.
-pub const SHIM_PATH: &str = "/.cordon/noautomount.so";
-
-/// Puts the shim in `rootfs` (root's, read-only for everyone else: the
-/// root is mounted read-only anyway) and names it in the root's own
-/// `/etc/ld.so.preload`, so every dynamically linked program loads it.
-fn install_shim(rootfs: &Path) -> Result<(), String> {
-    use std::os::unix::fs::PermissionsExt as _;
-    let path = crate::oci::under(rootfs, Path::new(SHIM_PATH));
-    if let Some(parent) = path.parent() {
-        std::fs::DirBuilder::new()
-            .mode(0o755)
-            .create(parent)
-            .map_err(|e| format!("cannot create `{}`: {e}", parent.display()))?;
-    }
-    std::fs::write(&path, SHIM)
-        .and_then(|()| std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o444)))
-        .map_err(|e| format!("cannot write the shim `{}`: {e}", path.display()))?;
-    std::fs::write(rootfs.join("etc/ld.so.preload"), format!("{SHIM_PATH}\n"))
-        .map_err(|e| format!("cannot write the root's `/etc/ld.so.preload`: {e}"))
-}
-
-/// Where the work dir may not be: inside the image's directories, cordon's
-/// `/etc`, or what the sandbox mounts itself.
-fn check_work_dir(guest: &str) -> Result<(), String> {
-    let p = Path::new(guest);
-    let reserved = crate::oci::HOST_IMAGE
-        .iter()
-        .copied()
-        .chain(["/etc", "/proc", "/dev", "/tmp", "/sys"]);
-    for r in reserved {
-        if p.starts_with(r) {
-            return Err(format!(
-                "the work dir `{guest}` is inside `{r}`, which the gvisor backend mounts itself; name a work dir outside it, like `/workspace`"
-            ));
-        }
-    }
-    if p == Path::new("/") {
-        return Err("the work dir cannot be `/`; name one like `/workspace`".into());
-    }
-    Ok(())
-}
-
-/// The bundle's root for a stored image at `image_root`: its top-level
-/// links as they are, an empty mount point for each of its top-level
-/// directories (bound from the store as the plan grants, by
-/// [`crate::oci::plan_mounts`]), and cordon's own `/etc`, `/proc`, `/dev`
-/// and `/tmp`. Nothing of the image is copied.
-fn stored_skeleton(rootfs: &Path, image_root: &Path) -> Result<HostImage, String> {
-    let own = ["etc", "proc", "dev", "sys", "tmp"];
-    std::fs::DirBuilder::new()
-        .mode(0o755)
-        .create(rootfs)
-        .map_err(|e| format!("cannot create `{}`: {e}", rootfs.display()))?;
-    let mut names: Vec<std::ffi::OsString> = std::fs::read_dir(image_root)
-        .map_err(|e| format!("the image's root `{}`: {e}", image_root.display()))?
-        .flatten()
-        .map(|e| e.file_name())
-        .collect();
-    names.sort();
-    let mut dirs = Vec::new();
-    for name in names {
-        let at = image_root.join(&name);
-        let meta = std::fs::symlink_metadata(&at)
-            .map_err(|e| format!("the image's `{}`: {e}", at.display()))?;
-        if own.iter().any(|o| name == *o) {
-            continue;
-        }
-        if meta.file_type().is_symlink() {
-            let to = std::fs::read_link(&at)
-                .map_err(|e| format!("cannot read the link `{}`: {e}", at.display()))?;
-            std::os::unix::fs::symlink(&to, rootfs.join(&name))
-                .map_err(|e| format!("cannot link `{}` in the root: {e}", at.display()))?;
-        } else if meta.is_dir() {
-            crate::oci::mkdir_in(rootfs, &Path::new("/").join(&name))?;
-            dirs.push(Path::new("/").join(&name));
-        }
-    }
-    for d in own.iter().filter(|d| **d != "sys") {
-        crate::oci::mkdir_in(rootfs, &Path::new("/").join(d))?;
-    }
-    Ok(HostImage {
-        rootfs: rootfs.to_path_buf(),
-        dirs,
-    })
-}
-
 impl GvisorSandbox {
     /// Makes the sandbox's directory, root and volume; nothing runs yet.
     pub(crate) fn create(
@@ -265,9 +99,11 @@ impl GvisorSandbox {
     ) -> Result<GvisorSandbox, BackendError> {
         let spec = &req.provenance.spec;
         let guest_work = spec.work_dir().to_string();
-        check_work_dir(&guest_work).map_err(|reason| BackendError::Refused {
-            operation: "acquire",
-            reason,
+        cordon_confine::oci::check_work_dir(&guest_work, crate::NAME).map_err(|reason| {
+            BackendError::Refused {
+                operation: "acquire",
+                reason,
+            }
         })?;
         let stamp = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -286,7 +122,7 @@ impl GvisorSandbox {
         private_dir(&dir).map_err(|e| failed("acquire", e))?;
         let volume = dir.join("volume");
         let wants_secrets = !spec.secrets().is_empty();
-        let image_root = match crate::backend::stored_root(spec.image()) {
+        let image_root = match cordon_backend_kit::stored_root(spec.image()) {
             Ok(r) => r,
             Err(reason) => {
                 let _ = remove_sandbox_dir(&dir);
@@ -316,50 +152,16 @@ impl GvisorSandbox {
                 image.write_etc(WORKLOAD_ID, WORKLOAD_ID, &guest_work)?;
                 install_shim(&image.rootfs)?;
                 crate::oci::mkdir_in(&image.rootfs, Path::new(&guest_work))?;
-                let masks = dir.join("masks");
-                private_dir(&masks)?;
-                std::fs::DirBuilder::new()
-                    .mode(0o555)
-                    .create(masks.join("dir"))
-                    .map_err(|e| format!("cannot create the mask directory: {e}"))?;
-                std::fs::write(masks.join("file"), b"")
-                    .and_then(|()| {
-                        std::fs::set_permissions(
-                            masks.join("file"),
-                            std::os::unix::fs::PermissionsExt::from_mode(0o000),
-                        )
-                    })
-                    .map_err(|e| format!("cannot create the mask file: {e}"))?;
-                private_dir(&volume)?;
-                cordon_linux::volume::mount_volume(
-                    &volume,
-                    &scratch,
-                    req.limits.disk_bytes,
-                    WORKLOAD_ID,
-                )
-                .map_err(|e| format!("the work dir's volume: {e}"))?;
-                let work_host = match &config.work_dir {
-                    Some(d) => cordon_confine::oci::given_work_dir(
-                        d,
-                        req.limits.disk_bytes,
-                        WORKLOAD_ID,
-                        crate::NAME,
-                    )?,
-                    None => {
-                        owned_dir(&volume.join("work"))?;
-                        volume.join("work")
-                    }
-                };
-                owned_dir(&volume.join("tmp"))?;
-                // The host's own tree, as the container rung sees the `host`
-                // image: the plan is translated (and commands resolved) in it;
-                // the bundle then shows only what the translated rules reach.
-                let view = RootedFs::new(&image_root)
-                    .bind("/tmp", volume.join("tmp"))
-                    .bind(&guest_work, &work_host);
-                let files = HostWorkDir::new(&work_host, &guest_work)
-                    .map_err(|e| e.to_string())?
-                    .owned_by(WORKLOAD_ID, WORKLOAD_ID);
+                make_masks(&dir.join("masks"))?;
+                let WorkArea { view, files, .. } = work_area(&WorkAreaSpec {
+                    volume: &volume,
+                    scratch: &scratch,
+                    disk_bytes: req.limits.disk_bytes,
+                    given: config.work_dir.as_deref(),
+                    image_root: &image_root,
+                    guest_work: &guest_work,
+                    backend: crate::NAME,
+                })?;
                 // Inside the sandbox's directory (root's, 0700): no other
                 // sandbox's workload, though the same uid, can reach it.
                 let secrets = if wants_secrets {
@@ -565,22 +367,11 @@ impl GvisorSandbox {
         }
         let mut argv = req.argv.clone();
         argv[0] = canonical.command;
-        let mut env = BTreeMap::from([
-            (
-                "PATH".to_string(),
-                cordon_confine::command::IMAGE_PATH.to_string(),
-            ),
-            ("HOME".to_string(), self.guest_work.clone()),
-            ("LANG".to_string(), "C.UTF-8".to_string()),
-            ("TMPDIR".to_string(), "/tmp".to_string()),
-        ]);
-        if let Some(r) = &self.route {
-            let url = format!("http://127.0.0.1:{}", r.port);
-            for k in ["HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"] {
-                env.insert(k.to_string(), url.clone());
-            }
-        }
-        env.extend(req.env.clone());
+        let env = cordon_backend_kit::workarea::exec_env(
+            &self.guest_work,
+            self.route.as_ref().map(|r| r.port),
+            &req.env,
+        );
         let k = NEXT.fetch_add(1, Ordering::Relaxed);
         let cid = format!("{}-e{k}", self.id);
         let exec_dir = self.dir.join(format!("exec-{k}"));
@@ -601,40 +392,13 @@ impl GvisorSandbox {
                 return Err(exec_failed(e));
             }
         };
-        let config = Bundle {
-            root: &self.image.rootfs,
-            argv,
-            env,
-            cwd: self.guest_work.clone(),
-            uid: WORKLOAD_ID,
-            gid: WORKLOAD_ID,
-            mounts,
-            // Held by the runsc sandbox's cgroup (`crate::pod`).
-            memory_bytes: None,
-            processes: self.limits.processes,
-            cpu_seconds: self.limits.cpu_seconds,
-            file_bytes: self.limits.disk_bytes,
-            cgroup: match &held {
-                Held::Own(_) => format!("/{cid}/{}", crate::cgroup::LEAF),
-                Held::Pod(_) => format!("/{cid}"),
-            },
-        }
-        .config();
-        let mut config = config;
-        if let Some(r) = &self.route {
-            // A sub-container shares its runsc sandbox's network; the
-            // namespace is named all the same, and the table narrowed.
-            if let Err(e) = crate::runsc::join_netns(&mut config, &r.path()) {
+        let config = match self.exec_config(&cid, argv, env, mounts, &held) {
+            Ok(c) => c,
+            Err(e) => {
                 let _ = std::fs::remove_dir_all(&exec_dir);
                 return Err(exec_failed(e));
             }
-        }
-        if let Held::Pod(pod) = &held {
-            config["annotations"] = serde_json::json!({
-                crate::pod::CONTAINER_TYPE: "container",
-                crate::pod::SANDBOX_ID: pod.id,
-            });
-        }
+        };
         let log = exec_dir.join("runsc.log");
         let written = std::fs::write(exec_dir.join("config.json"), config.to_string());
         if let Err(e) = written {
@@ -720,221 +484,51 @@ impl GvisorSandbox {
             }),
         ))
     }
-}
 
-/// How long a started container's CPU time may stay unreadable.
-const CPU_GRACE: Duration = Duration::from_secs(5);
-
-/// One `runsc run` under way.
-struct Running {
-    child: Child,
-    cid: String,
-    exec_dir: PathBuf,
-    log: PathBuf,
-    bin: PathBuf,
-    wall: Duration,
-    cpu_nanos: u64,
-    killed: Arc<AtomicBool>,
-    /// The runsc sandbox's CPU time, kill and refusal counts when the exec
-    /// started: the exec is charged the growth.
-    cpu_at_start: u64,
-    kills_at_start: u64,
-    refusals_at_start: u64,
-    held: Held,
-    /// Set when the exec's container is gone: the relays then end.
-    relay_done: Arc<AtomicBool>,
-}
-
-/// The read end of an output pipe whose write end runsc holds, read
-/// without blocking: it ends at the pipe's end, or once the exec's
-/// container is gone (`done`) and what was written is read. Everything
-/// the container wrote is in the pipe by then: gVisor writes to a host
-/// file descriptor synchronously, and the container was deleted.
-struct Relayed {
-    file: std::fs::File,
-    done: Arc<AtomicBool>,
-}
-
-impl Relayed {
-    fn pipe(done: &Arc<AtomicBool>) -> Result<(Relayed, std::os::fd::OwnedFd), String> {
-        let (r, w) =
-            rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(|e| e.to_string())?;
-        rustix::fs::fcntl_setfl(&r, rustix::fs::OFlags::NONBLOCK).map_err(|e| e.to_string())?;
-        Ok((
-            Relayed {
-                file: std::fs::File::from(r),
-                done: done.clone(),
+    /// The OCI config of an exec's container: the command as the workload's
+    /// uid in the sandbox's root with its mounts and bounds, in the route's
+    /// network namespace when there is one, a container of the pod when
+    /// the exec is not the first.
+    fn exec_config(
+        &self,
+        cid: &str,
+        argv: Vec<String>,
+        env: BTreeMap<String, String>,
+        mounts: Vec<Mount>,
+        held: &Held,
+    ) -> Result<serde_json::Value, String> {
+        let config = Bundle {
+            root: &self.image.rootfs,
+            argv,
+            env,
+            cwd: self.guest_work.clone(),
+            uid: WORKLOAD_ID,
+            gid: WORKLOAD_ID,
+            mounts,
+            // Held by the runsc sandbox's cgroup (`crate::pod`).
+            memory_bytes: None,
+            processes: self.limits.processes,
+            cpu_seconds: self.limits.cpu_seconds,
+            file_bytes: self.limits.disk_bytes,
+            cgroup: match held {
+                Held::Own(_) => format!("/{cid}/{}", crate::cgroup::LEAF),
+                Held::Pod(_) => format!("/{cid}"),
             },
-            w,
-        ))
-    }
-}
-
-impl std::io::Read for Relayed {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        loop {
-            // Read `done` before trying: a read that finds nothing after
-            // it was set has drained the pipe.
-            let done = self.done.load(Ordering::SeqCst);
-            match self.file.read(buf) {
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    if done {
-                        return Ok(0);
-                    }
-                    std::thread::sleep(Duration::from_millis(5));
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                other => return other,
-            }
         }
-    }
-}
-
-/// Where an exec's memory bound and CPU time are held.
-enum Held {
-    /// A runsc sandbox of its own, under a memory cgroup of its own.
-    Own(MemoryBound),
-    /// The sandbox's pod (shared with the execs running beside it).
-    Pod(Arc<Pod>),
-}
-
-impl Held {
-    fn memory(&self) -> &MemoryBound {
-        match self {
-            Held::Own(m) => m,
-            Held::Pod(p) => &p.memory,
+        .config();
+        let mut config = config;
+        if let Some(r) = &self.route {
+            // A sub-container shares its runsc sandbox's network; the
+            // namespace is named all the same, and the table narrowed.
+            crate::runsc::join_netns(&mut config, &r.path())?;
         }
-    }
-
-    /// The cgroup (by name) whose CPU time the exec is charged.
-    fn cgroup<'a>(&'a self, cid: &'a str) -> &'a str {
-        match self {
-            Held::Own(_) => cid,
-            Held::Pod(p) => &p.id,
+        if let Held::Pod(pod) = held {
+            config["annotations"] = serde_json::json!({
+                crate::pod::CONTAINER_TYPE: "container",
+                crate::pod::SANDBOX_ID: pod.id,
+            });
         }
-    }
-}
-
-impl Running {
-    /// Waits for the container to end, holding the wall clock and the CPU
-    /// bound from the host; then removes what the exec made.
-    fn wait(mut self) -> Result<ExitStatus, SandboxError> {
-        let started = Instant::now();
-        let deadline = started + self.wall;
-        // The CPU bound is held only while the sandbox's CPU time can be
-        // read: a sandbox whose cgroup never shows it is stopped, never
-        // run unbounded.
-        let mut cpu_seen = false;
-        let ended = loop {
-            match self.child.try_wait() {
-                Ok(Some(s)) => break Ok(s),
-                Ok(None) => {}
-                Err(e) => break Err(exec_failed(format!("waiting for runsc: {e}"))),
-            }
-            let cpu = crate::runsc::cpu_nanos(self.held.cgroup(&self.cid))
-                .map(|n| n.saturating_sub(self.cpu_at_start));
-            cpu_seen |= cpu.is_some();
-            if !cpu_seen && started.elapsed() > CPU_GRACE {
-                self.stop();
-                return Err(exec_failed(format!(
-                    "the sandbox's CPU time did not show in its cgroup (`{}`) within {}s, so `max_cpu_seconds` cannot be held and cordon stopped it; mount the cpuacct (cgroup v1) or cpu (v2) controller",
-                    self.held.cgroup(&self.cid),
-                    CPU_GRACE.as_secs()
-                )));
-            }
-            let over = if self.killed.load(Ordering::SeqCst) {
-                Some(ExitStatus::Signal(9))
-            } else if Instant::now() >= deadline {
-                Some(ExitStatus::TimedOut)
-            } else if cpu.is_some_and(|n| n > self.cpu_nanos) {
-                Some(ExitStatus::Bound {
-                    bound: "max_cpu_seconds",
-                })
-            } else {
-                None
-            };
-            if let Some(status) = over {
-                self.stop();
-                return Ok(status);
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        };
-        let status = match ended {
-            Ok(s) => s,
-            Err(e) => {
-                self.stop();
-                return Err(e);
-            }
-        };
-        // The bound killed something, or refused memory and gVisor then
-        // killed the workload itself (`SIGKILL`'s 137).
-        let memory = self.held.memory();
-        // A sub-container whose runsc sandbox ended under it comes back
-        // as runsc's own failure (128: its `Wait` lost the sandbox).
-        let ended_under = matches!(self.held, Held::Pod(_)) && status.code() == Some(128);
-        let oom = memory.oom_kills().unwrap_or(0) > self.kills_at_start
-            || ((status.code() == Some(137) || ended_under)
-                && memory.refusals() > self.refusals_at_start);
-        if let (true, Held::Pod(pod)) = (oom, &self.held) {
-            // The kill at the bound ended the whole runsc sandbox.
-            pod.dead.store(true, Ordering::SeqCst);
-        }
-        let error = runsc_error(&self.log);
-        self.clean();
-        match status.code() {
-            _ if oom => Ok(ExitStatus::Bound {
-                bound: "max_memory",
-            }),
-            Some(128) if error.is_some() => {
-                Err(exec_failed(format!("runsc: {}", error.unwrap_or_default())))
-            }
-            Some(c) => Ok(ExitStatus::Code(c)),
-            None => Ok(ExitStatus::Signal(
-                std::os::unix::process::ExitStatusExt::signal(&status).unwrap_or(9),
-            )),
-        }
-    }
-
-    /// Kills the container and runsc, then cleans up.
-    fn stop(&mut self) {
-        crate::runsc::kill(&self.bin, &self.cid);
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        self.clean();
-    }
-
-    fn clean(&self) {
-        let _ = crate::runsc::delete(&self.bin, &self.cid);
-        crate::runsc::remove_cgroups(&self.cid);
-        let _ = std::fs::remove_dir_all(&self.exec_dir);
-        self.relay_done.store(true, Ordering::SeqCst);
-    }
-}
-
-/// runsc's own error, from its JSON log, if it logged one.
-pub(crate) fn runsc_error(log: &Path) -> Option<String> {
-    let text = std::fs::read_to_string(log).ok()?;
-    text.lines().rev().find_map(|l| {
-        let v: serde_json::Value = serde_json::from_str(l).ok()?;
-        (v["level"] == "error" || v["level"] == "fatal")
-            .then(|| without_argv(v["msg"].as_str().unwrap_or("")))
-    })
-}
-
-/// runsc's message without the workload's argv, which it quotes when a
-/// sub-container does not start (`starting sub-container [ARGV]: …`): the
-/// workload's words are never reported as cordon's.
-fn without_argv(msg: &str) -> String {
-    const AT: &str = "starting sub-container [";
-    match msg.find(AT) {
-        Some(i) => {
-            let rest = &msg[i + AT.len()..];
-            match rest.find("]: ") {
-                Some(j) => format!("{}starting sub-container: {}", &msg[..i], &rest[j + 3..]),
-                None => format!("{}starting sub-container", &msg[..i]),
-            }
-        }
-        None => msg.to_string(),
+        Ok(config)
     }
 }
 
@@ -960,27 +554,7 @@ pub(crate) fn remove_containers(bin: &Path, prefix: &str) -> Vec<String> {
     failures
 }
 
-/// Unmounts a sandbox directory's volume and removes the directory; never
-/// removes anything through a mount that is still there.
-pub(crate) fn remove_sandbox_dir(dir: &Path) -> Result<(), String> {
-    let volume = dir.join("volume");
-    if cordon_linux::volume::is_mount_point(&volume).unwrap_or(false) {
-        let _ = cordon_linux::volume::discard(&volume);
-        cordon_linux::volume::unmount(&volume)
-            .map_err(|e| format!("unmounting `{}`: {e}", volume.display()))?;
-    }
-    if cordon_linux::volume::is_mount_point(&volume).unwrap_or(false) {
-        return Err(format!(
-            "`{}` is still a mount point; left alone",
-            volume.display()
-        ));
-    }
-    match std::fs::remove_dir_all(dir) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(format!("cannot remove `{}`: {e}", dir.display())),
-    }
-}
+pub(crate) use cordon_backend_kit::remove_sandbox_dir;
 
 impl Drop for GvisorSandbox {
     /// A sandbox dropped without [`GvisorSandbox::dispose`] still gives
@@ -1029,12 +603,7 @@ impl Sandbox for GvisorSandbox {
         &self,
         program: &str,
     ) -> Result<cordon_sandbox::ResolvedCommand, SandboxError> {
-        let c = cordon_confine::command::resolve(&self.view, program)
-            .map_err(|e| refused(e.to_string()))?;
-        Ok(cordon_sandbox::ResolvedCommand {
-            command: c.command,
-            command_target: c.command_target,
-        })
+        cordon_backend_kit::resolve_in(&self.view, program)
     }
 
     fn host_work_dir(&self) -> Option<cordon_sandbox::HostWorkDirRecord> {
@@ -1058,19 +627,5 @@ impl Sandbox for GvisorSandbox {
             containers: format!("{}-", self.id),
         })
         .unwrap_or_default()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::without_argv;
-
-    #[test]
-    fn runsc_errors_never_carry_the_workloads_argv() {
-        assert_eq!(
-            without_argv("running container: starting container: starting sub-container [/usr/bin/perl -e print qq(X)]: creating process: failed to load /usr/bin/perl: permission denied"),
-            "running container: starting container: starting sub-container: creating process: failed to load /usr/bin/perl: permission denied"
-        );
-        assert_eq!(without_argv("plain"), "plain");
     }
 }

@@ -33,7 +33,7 @@ fn backend(
     scratch: &std::path::Path,
     runsc: &cordon_backend_gvisor::runsc::Runsc,
 ) -> GvisorBackend {
-    GvisorBackend::new(GvisorConfig {
+    cordon_backend_gvisor::backend(GvisorConfig {
         policy: policy.clone(),
         env: Deployment {
             name: "default".into(),

@@ -17,11 +17,11 @@ use cordon_sandbox::{
 
 use cordon_egress::{Caller, EgressService};
 
-use crate::ids::lease_id;
 use crate::profile::RungProfile;
 use crate::sandbox::LocalSandbox;
 use crate::workdir::{fresh_volume, given_dir, remove_mount, secrets_cover_point, secrets_dir};
 use crate::{failed, register, LocalConfig, WorkDir, NEXT, WORK_DIR_ID};
+use cordon_backend_kit::lease_id;
 
 /// The `process` or `container` backend.
 pub struct LocalBackend {

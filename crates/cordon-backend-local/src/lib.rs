@@ -28,41 +28,25 @@
 #![cfg(all(target_os = "linux", target_arch = "x86_64"))]
 
 mod backend;
-mod ids;
 mod pipes;
-pub mod profile;
 pub mod register;
 mod sandbox;
 mod workdir;
 
 pub use backend::{probe, LocalBackend};
-pub use ids::{lease_id, sweep_id_leases, IdLease, ID_LEASES};
+pub use cordon_backend_kit::RungProfile;
+pub use cordon_backend_kit::{lease_id, profile, sweep_id_leases, IdLease, ID_LEASES};
+pub use cordon_backend_kit::{FRESH_ID_BASE, INIT_ID_OFFSET, INSIDE_ID, WORK_DIR_ID};
 pub use pipes::{ExecPipes, OurEnds};
-pub use profile::RungProfile;
 pub use register::registrations;
 pub use sandbox::{LocalSandbox, Started};
 
 use std::path::PathBuf;
-use std::sync::atomic::AtomicU32;
 use std::sync::Arc;
 
+use cordon_backend_kit::{failed, NEXT};
 use cordon_linux::{InitProgram, Rung};
 use cordon_policy::{Deployment, Policy};
-use cordon_sandbox::BackendError;
-
-/// Fresh sandboxes run as host uid/gid `FRESH_ID_BASE + n`: unprivileged,
-/// above every ordinary account, one per live sandbox machine-wide (see
-/// [`IdLease`]).
-pub const FRESH_ID_BASE: u32 = 2_000_000_000;
-/// A sandbox over a work dir the operator names (`--work-dir`) runs as this
-/// host uid/gid; the directory is mounted idmapped so that its owner shows
-/// as this id (and what this id makes lands as the owner): no chown.
-pub const WORK_DIR_ID: u32 = 1_999_999_999;
-/// The uid/gid inside a container-rung sandbox.
-pub const INSIDE_ID: u32 = 1000;
-/// A warm sandbox's init runs as host uid/gid `workload + INIT_ID_OFFSET`:
-/// a uid of its own that the workload does not have.
-pub const INIT_ID_OFFSET: u32 = 1_000_000_000;
 
 /// Where the work dir comes from.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -90,14 +74,3 @@ pub struct LocalConfig {
     /// How the egress proxy resolves names and where it audits.
     pub egress: cordon_sandbox::EgressSetup,
 }
-
-fn failed(operation: &'static str, reason: impl Into<String>) -> BackendError {
-    BackendError::Failed {
-        operation,
-        reason: reason.into(),
-    }
-}
-
-/// Makes names unique within this process (cgroups, directories, lease
-/// search starts).
-pub(crate) static NEXT: AtomicU32 = AtomicU32::new(0);

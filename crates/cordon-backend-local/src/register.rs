@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use cordon_linux::{InitProgram, Rung};
+use cordon_linux::Rung;
 use cordon_policy::{Deployment, Policy};
 use cordon_sandbox::catalogue::{BackendInfo, Probe};
 use cordon_sandbox::{Backend, BackendRegistration, BackendSetup, Capability, CapabilitySet};
@@ -42,15 +42,7 @@ fn info(rung: Rung) -> BackendInfo {
     }
 }
 
-/// The sandbox init program a host setup names (`BackendSetup::init`), as
-/// every backend that launches through `cordon-linux` takes it.
-pub fn init_of(setup: &BackendSetup) -> Option<InitProgram> {
-    setup.init.as_ref().map(|c| {
-        c.args
-            .iter()
-            .fold(InitProgram::new(&c.path), |i, a| i.arg(a))
-    })
-}
+pub use cordon_backend_kit::init_of;
 
 fn probe_rung(rung: Rung, setup: &BackendSetup) -> Probe {
     match init_of(setup) {
@@ -113,7 +105,8 @@ const CGROUP2_SUPER_MAGIC: i64 = 0x6367_7270;
 /// [`crate::WORK_DIR_ID`] or a leased fresh one.
 fn sandbox_uid(uid: u32) -> bool {
     uid == WORK_DIR_ID
-        || (crate::FRESH_ID_BASE..crate::FRESH_ID_BASE + crate::ids::FRESH_IDS).contains(&uid)
+        || (crate::FRESH_ID_BASE..crate::FRESH_ID_BASE + cordon_backend_kit::FRESH_IDS)
+            .contains(&uid)
 }
 
 /// The keeper pid in the name of a directory `workdir::fresh_dir` made:

@@ -17,10 +17,10 @@ use cordon_sandbox::{
     Provenance, Sandbox, SandboxError,
 };
 
-use crate::ids::IdLease;
 use crate::pipes::ExecPipes;
 use crate::profile::RungProfile;
 use crate::{failed, register};
+use cordon_backend_kit::IdLease;
 
 /// One sandbox of a local backend: a work dir and what it was made for.
 /// Every exec is its own confined launch; none outlives its exec (the
@@ -571,16 +571,7 @@ impl Sandbox for LocalSandbox {
         &self,
         program: &str,
     ) -> Result<cordon_sandbox::ResolvedCommand, SandboxError> {
-        let c = cordon_confine::command::resolve(&*self.view, program).map_err(|e| {
-            SandboxError::Refused {
-                reason: e.to_string(),
-                rules: Vec::new(),
-            }
-        })?;
-        Ok(cordon_sandbox::ResolvedCommand {
-            command: c.command,
-            command_target: c.command_target,
-        })
+        cordon_backend_kit::resolve_in(&*self.view, program)
     }
 
     fn host_work_dir(&self) -> Option<cordon_sandbox::HostWorkDirRecord> {

@@ -295,6 +295,7 @@ fn fixture(rung: Rung, floor: Isolation, init: InitProgram) -> Fixture {
             // tests run it in its own confined process).
             proxy: None,
             policy_file: None,
+            audit_bounds: Default::default(),
         },
     }));
     let router = Router::builder(policy, env)
@@ -549,7 +550,7 @@ fn curl_and_urllib_reach_an_allowed_host_through_the_proxy_and_the_audit_names_t
 
     // The audit log: one line per request, each naming the sandbox's key
     // and identity.
-    let lines = f.audit_until(|l| l.len() >= 5);
+    let lines = f.audit_until(|l| l.iter().filter(|l| l.verdict != "end").count() >= 5);
     let mine: Vec<&AuditLine> = lines
         .iter()
         .filter(|l| l.verdict == "allow" || l.verdict == "deny")
@@ -590,9 +591,17 @@ fn curl_and_urllib_reach_an_allowed_host_through_the_proxy_and_the_audit_names_t
     assert_eq!(allowed.len(), 2, "{lines:#?}");
     for l in &allowed {
         assert_eq!(l.target, url, "{l:#?}");
-        assert_eq!(l.status, 200, "{l:#?}");
+        // Written before the request was sent: the answer is on the
+        // `end` line after it.
+        assert_eq!(l.status, 0, "{l:#?}");
         assert_eq!(l.ip.as_deref(), Some("127.0.0.1"), "{l:#?}");
     }
+    let answered = lines
+        .iter()
+        .filter(|l| l.kind == "http" && l.verdict == "end" && l.target == url)
+        .filter(|l| l.status == 200 && l.sandbox == key_of("curl"))
+        .count();
+    assert_eq!(answered, 2, "{lines:#?}");
     let denied: Vec<&&AuditLine> = mine.iter().filter(|l| l.verdict == "deny").collect();
     assert_eq!(denied.len(), 1, "{lines:#?}");
     assert_eq!(denied[0].target, other_url);
@@ -855,9 +864,11 @@ fn a_sandbox_with_an_allowlist_reaches_nothing_but_its_proxy() {
         matches!(listener.accept(), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
         "the sandbox's direct connect reached the host's listener"
     );
-    let lines = f.audit_until(|l| !l.is_empty());
-    assert_eq!(lines.len(), 1, "{lines:#?}");
-    assert_eq!(lines[0].verdict, "allow");
+    // (Its `allow` line, written before it was carried, and the `end`
+    // line with its answer.)
+    let lines = f.audit_until(|l| l.len() >= 2);
+    let verdicts: Vec<&str> = lines.iter().map(|l| l.verdict.as_str()).collect();
+    assert_eq!(verdicts, ["allow", "end"], "{lines:#?}");
     assert_eq!(lines[0].sandbox, key_of("direct"));
 
     // The probes themselves see a connection and a datagram when one is

@@ -1,13 +1,12 @@
 //! [`MicrovmBackend`]: gets or boots a guest per sandbox key.
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::Arc;
 
+use cordon_backend_kit::{Engine, EngineBackend, Which};
 use cordon_policy::{Deployment, Policy};
 use cordon_sandbox::{
-    AcquireRequest, Backend, BackendError, Capability, CapabilitySet, Egress, Isolation,
-    IsolationError, Sandbox, SandboxKey,
+    AcquireRequest, BackendError, Capability, CapabilitySet, Isolation, IsolationError,
 };
 
 use crate::probe::Machine;
@@ -29,11 +28,22 @@ pub struct MicrovmConfig {
     pub egress: cordon_sandbox::EgressSetup,
 }
 
-/// The `microvm` backend.
-pub struct MicrovmBackend {
+/// The `microvm` engine: what differs from the other engines.
+pub struct Microvm {
     config: MicrovmConfig,
-    sandboxes: Mutex<HashMap<SandboxKey, Arc<MicrovmSandbox>>>,
-    egress: OnceLock<Result<Arc<dyn cordon_egress::EgressService>, String>>,
+}
+
+/// The `microvm` backend: the kit's backend over [`Microvm`].
+pub type MicrovmBackend = EngineBackend<Microvm>;
+
+/// The `microvm` backend set up by `config`.
+pub fn backend(config: MicrovmConfig) -> MicrovmBackend {
+    let (policy, env, egress) = (
+        config.policy.clone(),
+        config.env.clone(),
+        config.egress.clone(),
+    );
+    EngineBackend::new(Microvm { config }, policy, env, egress)
 }
 
 /// What every microvm sandbox serves.
@@ -97,76 +107,17 @@ pub fn image_tree(image: &str, build: bool) -> Result<(PathBuf, String), String>
     }
 }
 
-fn failed(operation: &'static str, reason: impl Into<String>) -> BackendError {
-    BackendError::Failed {
-        operation,
-        reason: reason.into(),
-    }
-}
+use cordon_backend_kit::failed;
 
-impl MicrovmBackend {
-    pub fn new(config: MicrovmConfig) -> MicrovmBackend {
-        MicrovmBackend {
-            config,
-            sandboxes: Mutex::new(HashMap::new()),
-            egress: OnceLock::new(),
-        }
-    }
+impl Engine for Microvm {
+    type Sandbox = MicrovmSandbox;
 
-    fn registry(&self) -> MutexGuard<'_, HashMap<SandboxKey, Arc<MicrovmSandbox>>> {
-        self.sandboxes.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    fn egress_host(&self) -> Result<Arc<dyn cordon_egress::EgressService>, String> {
-        self.egress
-            .get_or_init(|| {
-                cordon_egress::start_service(
-                    &self.config.egress,
-                    self.config.policy.clone(),
-                    self.config.env.clone(),
-                )
-            })
-            .clone()
-    }
-
-    /// Disposes of the sandboxes in the scratch directory whose label
-    /// `matches` and that this process does not hold (another process's,
-    /// or a crashed one's): their jail's cgroups are killed and their
-    /// directories removed.
-    fn dispose_found(&self, matches: impl Fn(&Label) -> bool) -> Result<usize, BackendError> {
-        let mut n = 0;
-        let mut failures = Vec::new();
-        let held: Vec<PathBuf> = self
-            .registry()
-            .values()
-            .map(|s| s.dir().to_path_buf())
-            .collect();
-        for (dir, label) in crate::found_sandboxes(&self.config.scratch) {
-            if !matches(&label) || held.contains(&dir) {
-                continue;
-            }
-            failures.extend(crate::reclaim_dir(&dir));
-            n += 1;
-        }
-        if failures.is_empty() {
-            Ok(n)
-        } else {
-            Err(failed("dispose", failures.join("; ")))
-        }
-    }
-}
-
-impl Backend for MicrovmBackend {
     fn name(&self) -> &str {
         crate::NAME
     }
 
     fn isolation(&self) -> Result<Isolation, IsolationError> {
         Ok(rung_of(self.config.machine.accel))
-    }
-
-    fn egress(&self) -> Egress {
-        Egress::Allowlist
     }
 
     fn capabilities(&self) -> CapabilitySet {
@@ -177,12 +128,8 @@ impl Backend for MicrovmBackend {
         image_tree(image, false).map(drop)
     }
 
-    fn acquire(&self, req: &AcquireRequest) -> Result<Arc<dyn Sandbox>, BackendError> {
-        if let Some(s) = self.registry().get(&req.key) {
-            return Ok(s.clone());
-        }
-        let spec = &req.provenance.spec;
-        if !spec.secrets().is_empty() {
+    fn admit(&self, req: &AcquireRequest) -> Result<(), BackendError> {
+        if !req.provenance.spec.secrets().is_empty() {
             return Err(BackendError::Refused {
                 operation: "acquire",
                 reason: "the microvm backend does not deliver secrets yet; use the `container` or `gvisor` backend for a spec that names secrets".into(),
@@ -197,6 +144,15 @@ impl Backend for MicrovmBackend {
                 ),
             });
         }
+        Ok(())
+    }
+
+    fn create(
+        &self,
+        req: &AcquireRequest,
+        egress: Option<Arc<dyn cordon_egress::EgressService>>,
+    ) -> Result<MicrovmSandbox, BackendError> {
+        let spec = &req.provenance.spec;
         let (root, digest) =
             image_tree(spec.image(), true).map_err(|reason| BackendError::Refused {
                 operation: "acquire",
@@ -204,11 +160,6 @@ impl Backend for MicrovmBackend {
             })?;
         let packed =
             crate::artifacts::packed_image(&root, &digest).map_err(|e| failed("acquire", e))?;
-        let egress = if spec.egress_allow().is_empty() {
-            None
-        } else {
-            Some(self.egress_host().map_err(|e| failed("acquire", e))?)
-        };
         let config = SandboxConfig {
             policy: self.config.policy.clone(),
             env: self.config.env.clone(),
@@ -216,54 +167,53 @@ impl Backend for MicrovmBackend {
             init: self.config.init.clone(),
             scratch: self.config.scratch.clone(),
         };
-        let made = Arc::new(MicrovmSandbox::create(
-            &config,
-            req,
-            &root,
-            &packed,
-            egress,
-            crate::fresh_name(),
-        )?);
-        let mut all = self.registry();
-        if let Some(s) = all.get(&req.key) {
-            let s = s.clone();
-            drop(all);
-            let _ = made.dispose();
-            return Ok(s);
-        }
-        all.insert(req.key.clone(), made.clone());
-        Ok(made)
+        MicrovmSandbox::create(&config, req, &root, &packed, egress, crate::fresh_name())
     }
 
-    fn dispose(&self, key: &SandboxKey) -> Result<bool, BackendError> {
-        let gone = self.registry().remove(key);
-        match gone {
-            Some(s) => {
-                s.dispose()?;
-                Ok(true)
-            }
-            None => {
-                let k = key.to_string();
-                Ok(self.dispose_found(|l| l.key == k)? > 0)
-            }
-        }
+    fn dispose(&self, sandbox: &MicrovmSandbox) -> Result<(), BackendError> {
+        sandbox.dispose()
     }
 
-    fn dispose_scope(&self, scope: &str, thread_id: &str) -> Result<usize, BackendError> {
-        let gone: Vec<Arc<MicrovmSandbox>> = {
-            let mut all = self.registry();
-            let keys: Vec<SandboxKey> = all
-                .keys()
-                .filter(|k| k.scope() == scope && k.thread_id() == thread_id)
-                .cloned()
-                .collect();
-            keys.iter().filter_map(|k| all.remove(k)).collect()
-        };
-        for s in &gone {
-            s.dispose()?;
+    /// The sandboxes in the scratch directory whose label `which` names
+    /// and that this process does not hold (another process's, or a
+    /// crashed one's): their jail's cgroups are killed and their
+    /// directories removed.
+    fn dispose_found(
+        &self,
+        which: Which<'_>,
+        held: &[Arc<MicrovmSandbox>],
+    ) -> Result<usize, BackendError> {
+        let mut n = 0;
+        let mut failures = Vec::new();
+        let held: Vec<PathBuf> = held.iter().map(|s| s.dir().to_path_buf()).collect();
+        for (dir, label) in crate::found_sandboxes(&self.config.scratch) {
+            if !label_is(&label, which) || held.contains(&dir) {
+                continue;
+            }
+            failures.extend(crate::reclaim_dir(&dir));
+            n += 1;
         }
-        let found = self.dispose_found(|l| l.scope == scope && l.thread == thread_id)?;
-        Ok(gone.len() + found)
+        if failures.is_empty() {
+            Ok(n)
+        } else {
+            Err(failed("dispose", failures.join("; ")))
+        }
+    }
+}
+
+/// Whether a sandbox's label is one `which` names. A label records its
+/// key whole (`scope/thread/agent_dir`): a key's dispose matches it whole.
+fn label_is(label: &Label, which: Which<'_>) -> bool {
+    match which.agent_dir {
+        Some(agent_dir) => {
+            label.scope == which.scope
+                && label.thread == which.thread
+                && label
+                    .key
+                    .strip_prefix(&format!("{}/{}/", which.scope, which.thread))
+                    == Some(agent_dir)
+        }
+        None => label.scope == which.scope && label.thread == which.thread,
     }
 }
 

@@ -20,7 +20,7 @@
 //!   read-only at its own path;
 //! - execute on the program and its ELF interpreter only (Landlock);
 //! - a host uid/gid of its own, leased for the jail's life like a local
-//!   sandbox's ([`cordon_backend_local::lease_id`]), no capabilities,
+//!   sandbox's ([`cordon_backend_kit::lease_id`]), no capabilities,
 //!   `no_new_privs`, cordon's container seccomp table, and a network
 //!   namespace with nothing but `lo`;
 //! - a cgroup holding [`JailSpec::memory_bytes`] and [`MAX_TASKS`].
@@ -81,8 +81,9 @@ pub struct JailSpec {
 /// QEMU's stdout and stderr, in [`JailSpec::run_dir`].
 pub const OUTPUT_LOG: &str = "qemu-output.log";
 
-/// The uid and gid QEMU has inside its user namespace.
-pub const INSIDE_ID: u32 = 1000;
+/// The uid and gid QEMU has inside its user namespace (the container
+/// rung's).
+pub use cordon_backend_kit::INSIDE_ID;
 
 /// The jail's process and thread bound: QEMU's main loop, its RCU and
 /// worker threads (the block layer's pool grows to 64), one per vCPU.
@@ -327,7 +328,7 @@ pub struct Jailed {
     cgroup_dirs: Vec<PathBuf>,
     end: Arc<End>,
     /// The jail's host uid/gid, held until the jail is gone (see Drop).
-    lease: Option<cordon_backend_local::IdLease>,
+    lease: Option<cordon_backend_kit::IdLease>,
 }
 
 /// How the jail's thread ended the run, set once it has (the tree killed
@@ -375,7 +376,7 @@ impl End {
 /// Returns once the jail is built and the program is starting; QEMU's own
 /// failures are in [`OUTPUT_LOG`] and in [`Jailed::wait`]'s outcome.
 pub fn start(spec: &JailSpec, init: &InitProgram) -> Result<Jailed, String> {
-    let lease = cordon_backend_local::lease_id()
+    let lease = cordon_backend_kit::lease_id()
         .map_err(|e| format!("leasing a host uid for the jail: {e}"))?;
     let host_id = lease.id();
     let plan = plan(spec, host_id)?;
@@ -509,7 +510,7 @@ impl Jailed {
     pub fn host_id(&self) -> u32 {
         self.lease
             .as_ref()
-            .map_or(0, cordon_backend_local::IdLease::id)
+            .map_or(0, cordon_backend_kit::IdLease::id)
     }
 
     /// A handle that does [`Jailed::kill`] from anywhere (another thread,

@@ -30,7 +30,9 @@ pub mod register;
 pub mod sandbox;
 pub mod vm;
 
-pub use backend::{capabilities, image_tree, rung_of, MicrovmBackend, MicrovmConfig};
+pub use backend::{
+    backend, capabilities, image_tree, rung_of, Microvm, MicrovmBackend, MicrovmConfig,
+};
 pub use register::registration;
 pub use sandbox::{Label, MicrovmSandbox};
 
@@ -57,8 +59,14 @@ pub(crate) fn fresh_name() -> String {
 
 /// The pid of the process that made the sandbox named `name`.
 pub fn maker_of(name: &str) -> Option<u32> {
-    cordon_confine::oci::maker_of(PREFIX, name)
+    DIRS.maker_of(name)
 }
+
+/// How this backend names its sandbox directories.
+pub const DIRS: cordon_backend_kit::SandboxDirs = cordon_backend_kit::SandboxDirs {
+    backend: NAME,
+    prefix: PREFIX,
+};
 
 /// The sandbox directories in `scratch` and their labels (a directory
 /// without a readable label is left out: it is not known to be ours).

@@ -6,7 +6,6 @@
 //! registration says the same as the built backend, so `cordon doctor`,
 //! the floor and the router agree.
 
-use std::path::Path;
 use std::sync::Arc;
 
 use cordon_policy::{Deployment, Policy};
@@ -14,7 +13,7 @@ use cordon_sandbox::catalogue::{BackendInfo, Probe};
 use cordon_sandbox::{Backend, BackendRegistration, BackendSetup, Egress, Isolation, WorkDirView};
 
 use crate::vm::Accel;
-use crate::{MicrovmBackend, MicrovmConfig, Residue};
+use crate::{MicrovmConfig, Residue};
 
 /// The rung this machine gives the backend (probing it on first use).
 pub fn rung() -> Isolation {
@@ -85,8 +84,8 @@ fn build(setup: &BackendSetup, policy: Arc<Policy>) -> Result<Arc<dyn Backend>, 
         .as_ref()
         .map_err(|u| format!("{} ({})", u.reason, u.found.join("; ")))?
         .clone();
-    let init = cordon_backend_local::register::init_of(setup).ok_or("the host did not say how to run its binary as a sandbox init (the jail around QEMU needs one)")?;
-    Ok(Arc::new(MicrovmBackend::new(MicrovmConfig {
+    let init = cordon_backend_kit::init_of(setup).ok_or("the host did not say how to run its binary as a sandbox init (the jail around QEMU needs one)")?;
+    Ok(Arc::new(crate::backend::backend(MicrovmConfig {
         policy,
         env: Deployment {
             name: setup.deployment.clone(),
@@ -104,34 +103,7 @@ fn build(setup: &BackendSetup, policy: Arc<Policy>) -> Result<Arc<dyn Backend>, 
 fn vet(residue: &serde_json::Value, keeper: u32) -> Result<(), String> {
     let r: Residue = serde_json::from_value(residue.clone())
         .map_err(|e| format!("the recorded residue is not a microvm one ({e})"))?;
-    let name = r.dir.file_name().and_then(|n| n.to_str()).unwrap_or("");
-    if crate::maker_of(name) != Some(keeper) {
-        return Err(format!(
-            "`{}` is not the directory of a microvm sandbox the record's keeper ({keeper}) made",
-            r.dir.display()
-        ));
-    }
-    let scratch = std::env::temp_dir();
-    let scratch = scratch.canonicalize().unwrap_or(scratch);
-    if r.dir.parent() != Some(scratch.as_path()) {
-        return Err(format!(
-            "`{}` is not in `{}`, where this cordon makes sandbox directories (TMPDIR)",
-            r.dir.display(),
-            scratch.display()
-        ));
-    }
-    // Acted on as root: only a real directory of root's (a record is data,
-    // not an authority).
-    use std::os::unix::fs::MetadataExt;
-    match std::fs::symlink_metadata(&r.dir) {
-        Ok(m) if !m.is_dir() || m.uid() != 0 => Err(format!(
-            "`{}` is not a directory of root's; left alone",
-            r.dir.display()
-        )),
-        Ok(_) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(format!("`{}`: {e}", r.dir.display())),
-    }
+    crate::DIRS.vet(&r.dir, keeper)
 }
 
 fn reclaim(residue: &serde_json::Value) -> Vec<String> {
@@ -145,28 +117,7 @@ fn reclaim(residue: &serde_json::Value) -> Vec<String> {
 
 /// Sandbox directories whose making process is gone.
 fn sweep() -> (Vec<String>, Vec<String>) {
-    let mut done = Vec::new();
-    let mut failures = Vec::new();
-    let gone = |pid: u32| !Path::new(&format!("/proc/{pid}")).exists();
-    let scratch = std::env::temp_dir();
-    let Ok(entries) = std::fs::read_dir(&scratch) else {
-        return (done, failures);
-    };
-    for p in entries.flatten().map(|e| e.path()) {
-        let made_by = p
-            .file_name()
-            .and_then(|n| n.to_str())
-            .and_then(crate::maker_of);
-        if !made_by.is_some_and(gone) {
-            continue;
-        }
-        let f = crate::reclaim_dir(&p);
-        if f.is_empty() {
-            done.push(p.display().to_string());
-        }
-        failures.extend(f);
-    }
-    (done, failures)
+    crate::DIRS.sweep(crate::reclaim_dir)
 }
 
 /// The `microvm` backend, as a host registers it.
@@ -206,7 +157,8 @@ mod tests {
         .unwrap();
         let got = vet(&residue, pid);
         std::fs::remove_file(&link).unwrap();
-        assert!(got.unwrap_err().contains("not a directory of root's"));
+        let e = got.unwrap_err();
+        assert!(e.contains("through a link"), "{e}");
         // Another keeper's name, or a directory elsewhere: refused too.
         assert!(vet(&residue, pid + 1).is_err());
         let elsewhere = serde_json::to_value(Residue {

@@ -19,15 +19,15 @@ use cordon_linux::{Bounds, FsRule, Ids, PlanSpec, Rung};
 use cordon_policy::{Deployment, Policy};
 use cordon_sandbox::{
     AcquireRequest, Attach, BackendError, DirEntry, ExecHandle, ExecRequest, FileRead, FileStat,
-    Limits, Provenance, ResolvedCommand, Sandbox, SandboxError,
+    Limits, Provenance, Sandbox, SandboxError,
 };
 
 use crate::channel::{Channel, ConnOpener, ConnSink};
 use crate::vm::{Accel, BootSpec, Vm};
 
-/// The workload's uid/gid inside its namespace in the guest (the local
+/// The workload's uid/gid inside its namespace in the guest (the
 /// container rung's, so plans read the same).
-pub const INSIDE_ID: u32 = 1000;
+pub use cordon_backend_kit::INSIDE_ID;
 /// The guest-side "host" id the workload's is mapped to (the guest's root
 /// namespace; nothing on the real host).
 pub const GUEST_WORKLOAD_ID: u32 = 1_999_999_998;
@@ -70,12 +70,7 @@ struct Route {
     _serving: Box<dyn std::any::Any + Send>,
 }
 
-fn failed(operation: &'static str, reason: impl Into<String>) -> BackendError {
-    BackendError::Failed {
-        operation,
-        reason: reason.into(),
-    }
-}
+use cordon_backend_kit::failed;
 
 fn refused(reason: impl Into<String>) -> SandboxError {
     SandboxError::Refused {
@@ -105,7 +100,7 @@ impl MicrovmSandbox {
             // stand-in so the translation sees it as the workload will.
             let stand_in = dir.join("work-view");
             std::fs::create_dir(&stand_in).map_err(|e| failed("acquire", e.to_string()))?;
-            let view = cordon_backend_local::profile::CONTAINER
+            let view = cordon_backend_kit::profile::CONTAINER
                 .view(&work, &stand_in, Some(image_root))
                 .map_err(|e| failed("acquire", e))?;
             let label = Label {
@@ -498,13 +493,11 @@ impl Sandbox for MicrovmSandbox {
         self.vm.channel.list(path)
     }
 
-    fn resolve_command(&self, program: &str) -> Result<ResolvedCommand, SandboxError> {
-        let c = cordon_confine::command::resolve(&*self.view, program)
-            .map_err(|e| refused(e.to_string()))?;
-        Ok(ResolvedCommand {
-            command: c.command,
-            command_target: c.command_target,
-        })
+    fn resolve_command(
+        &self,
+        program: &str,
+    ) -> Result<cordon_sandbox::ResolvedCommand, SandboxError> {
+        cordon_backend_kit::resolve_in(&*self.view, program)
     }
 
     fn residue(&self) -> serde_json::Value {

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use clap::Args;
 use cordon_egress::Caller;
 use cordon_policy::{Deployment, Policy};
-use cordon_sandbox::{EgressEntry, EgressSetup};
+use cordon_sandbox::{AuditBounds, EgressEntry, EgressSetup};
 
 use crate::exit::{refuse, usage};
 
@@ -23,7 +23,11 @@ this host's own and every other non-global address is refused unless the policy'
 opens it for that name with `allow_ranges`); the policy decides again with `ip` known; the \
 checked address is dialled, never the name. Tunnels (CONNECT) carry TLS whose SNI names the \
 CONNECT host; plain HTTP comes in absolute form. Every decision is one JSON line in the audit \
-log, which `cordon policy explain POLICY --facts LINE_FILE` replays.
+log, which `cordon policy explain POLICY --facts LINE_FILE` replays; a request's allow line is \
+written before anything is dialled or sent (a line that cannot be written refuses the request), \
+and its answer follows on an `end` line. The log is bounded: rotated by size (--audit-rotate-bytes, \
+--audit-keep), and the lines clients cause are rate-limited (--audit-bytes-per-sec, \
+--audit-burst-bytes): past the budget requests are refused (429), never carried unaudited.
 
 Examples:
   cordon proxy --policy egress.yaml --listen 127.0.0.1:3128 --allow pypi.org --allow files.pythonhosted.org
@@ -62,6 +66,21 @@ pub struct ProxyArgs {
     /// Append one JSON line per decision here (default: standard error).
     #[arg(long, value_name = "FILE")]
     pub audit: Option<PathBuf>,
+    /// Rotate the audit file when a line would take it past this size:
+    /// FILE.1 is the newest old file (default 33554432, 32 MiB).
+    #[arg(long, value_name = "BYTES")]
+    pub audit_rotate_bytes: Option<u64>,
+    /// Old audit files kept, FILE.1 to FILE.N (default 3).
+    #[arg(long, value_name = "N")]
+    pub audit_keep: Option<u32>,
+    /// The audit lines this proxy's clients may cause, sustained, in bytes
+    /// a second (default 65536); past it and the burst, requests are
+    /// refused (429), never carried unaudited.
+    #[arg(long, value_name = "BYTES")]
+    pub audit_bytes_per_sec: Option<u64>,
+    /// The audit lines its clients may cause at once (default 2097152).
+    #[arg(long, value_name = "BYTES")]
+    pub audit_burst_bytes: Option<u64>,
     /// Run without confining this process (no Landlock, seccomp or
     /// capability drop). Only for machines that lack them; the proxy
     /// parses hostile input.
@@ -118,10 +137,28 @@ pub fn run(a: ProxyArgs) -> ExitCode {
             Some(out)
         }
     };
+    let defaults = AuditBounds::default();
+    let audit_bounds = AuditBounds {
+        rotate_bytes: a.audit_rotate_bytes.unwrap_or(defaults.rotate_bytes),
+        keep: a.audit_keep.unwrap_or(defaults.keep),
+        sandbox_bytes_per_sec: a
+            .audit_bytes_per_sec
+            .unwrap_or(defaults.sandbox_bytes_per_sec),
+        sandbox_burst_bytes: a.audit_burst_bytes.unwrap_or(defaults.sandbox_burst_bytes),
+    };
+    if let Err(e) = audit_bounds.check() {
+        let e = e
+            .replace("`rotate_bytes`", "--audit-rotate-bytes")
+            .replace("`keep`", "--audit-keep")
+            .replace("`sandbox_bytes_per_sec`", "--audit-bytes-per-sec")
+            .replace("`sandbox_burst_bytes`", "--audit-burst-bytes");
+        return usage(e);
+    }
     let setup = EgressSetup {
         nameservers,
         hosts_file: a.hosts.clone(),
         audit: a.audit.clone(),
+        audit_bounds,
         // This process is the proxy, and confines itself below.
         proxy: None,
         policy_file: a.policy.clone(),

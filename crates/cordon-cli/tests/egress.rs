@@ -182,11 +182,14 @@ impl Fixture {
         self.dir.path().join(name)
     }
 
+    /// The audit log's decision lines, `allow` and `deny` (the `end` line
+    /// after each carried request, with its answer, left out).
     fn audit(&self) -> Vec<serde_json::Value> {
         std::fs::read_to_string(self.path("audit.jsonl"))
             .unwrap_or_default()
             .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+            .filter(|l| l["verdict"] != "end")
             .collect()
     }
 
@@ -715,6 +718,16 @@ fn the_proxy_alone_refuses_a_bad_allow_entry_and_a_missing_hosts_file() {
     ]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("hosts file"), "{err}");
+    // The audit log's bounds are checked, and the flag is named.
+    let (code, _, err) = f.cordon(&[
+        "proxy",
+        "--listen",
+        "127.0.0.1:0",
+        "--audit-burst-bytes",
+        "10",
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--audit-burst-bytes is 10"), "{err}");
 }
 
 fn run_with_a_spec_reaches_its_allowlist_and_nothing_else(t: &Target) {

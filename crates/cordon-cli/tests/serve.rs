@@ -317,6 +317,16 @@ fn a_configuration_that_does_not_hold_is_refused_at_start_with_its_position() {
         err.contains("the policy's root layer is `cordon:default`, not `cordon:no-privilege`"),
         "{err}"
     );
+    // An artifact bound that is not a bound.
+    let (code, err) = run(&good.replace(
+        "credentials:\n",
+        "limits: {artifact_ttl_seconds: 0}\ncredentials:\n",
+    ));
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("`limits.artifact_ttl_seconds`: `0` is not a whole number above 0"),
+        "{err}"
+    );
     let (code, err) = run("credentials: []\n");
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("`credentials` is empty"), "{err}");
@@ -714,12 +724,15 @@ fn outputs_land_as_display_lines_and_handles_of_one_scope() {
         "{display}"
     );
     let handle = landed["handle"].as_str().expect("handle");
+    let (status, _) = get(&server.addr, &format!("/v1/artifacts/{handle}"), b);
+    assert_eq!(status, 404, "another scope cannot fetch it");
     assert_eq!(
         get(&server.addr, &format!("/v1/artifacts/{handle}"), a),
         (200, "42\n".into())
     );
-    let (status, _) = get(&server.addr, &format!("/v1/artifacts/{handle}"), b);
-    assert_eq!(status, 404, "another scope cannot fetch it");
+    // Fetched is gone: a handle is good for one fetch.
+    let (status, _) = get(&server.addr, &format!("/v1/artifacts/{handle}"), a);
+    assert_eq!(status, 404, "a fetched artifact is evicted");
     let (status, _) = get(
         &server.addr,
         "/v1/artifacts/0123456789abcdef0123456789abcdef",
@@ -734,6 +747,314 @@ fn outputs_land_as_display_lines_and_handles_of_one_scope() {
         serde_json::json!({"thread": "o"}),
     );
     assert_eq!(status, 404);
+}
+
+/// The old, predictable place a server landed artifacts (before issue 28).
+fn old_artifacts_path(pid: u32) -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("cordon-serve-{pid}-artifacts"))
+}
+
+/// Where a running server lands artifacts: the directory it holds open
+/// (`cordon-serve-artifacts-…`), else — a server before issue 28 — the
+/// predictable path.
+fn artifacts_dir(server: &Server) -> Option<std::path::PathBuf> {
+    let pid = server.child.id();
+    let held = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .ok()?
+        .flatten()
+        .filter_map(|e| std::fs::read_link(e.path()).ok())
+        .find(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("cordon-serve-artifacts-"))
+        });
+    held.or_else(|| {
+        let p = old_artifacts_path(pid);
+        p.exists().then_some(p)
+    })
+}
+
+/// Every file (links included, none followed) beneath `dir`.
+fn files_under(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let Ok(t) = e.file_type() else { continue };
+        if t.is_dir() {
+            out.extend(files_under(&e.path()));
+        } else {
+            out.push(e.path());
+        }
+    }
+    out
+}
+
+/// Makes `thread`'s sandbox of credential `token` with a spec declaring
+/// `outputs` (landing as their paths), runs `script` in it: then
+/// collects, and answers what the collect answered.
+fn collect_after(
+    addr: &str,
+    token: &str,
+    thread: &str,
+    outputs: &[&str],
+    script: &str,
+) -> (u16, serde_json::Value) {
+    let declared: String = outputs
+        .iter()
+        .map(|o| format!("  - {{path: {o}, media_type: text/plain}}\n"))
+        .collect();
+    let spec = format!(
+        "kind: report\nimage: host\ndeclared_outputs:\n{declared}files_out: {{max_bytes_per_file: 64KiB, max_total_bytes: 64KiB, max_files: 4}}\n"
+    );
+    let t = Some(token);
+    let (status, out) = post(
+        addr,
+        "/v1/sandboxes",
+        t,
+        serde_json::json!({"thread": thread, "spec": spec}),
+    );
+    assert_eq!(status, 200, "{out}");
+    let (status, out) = post(
+        addr,
+        "/v1/sandboxes/exec",
+        t,
+        serde_json::json!({"thread": thread, "argv": ["sh", "-c", script]}),
+    );
+    assert_eq!(
+        (status, out["status"]["code"].as_i64()),
+        (200, Some(0)),
+        "{out}"
+    );
+    post(
+        addr,
+        "/v1/sandboxes/outputs",
+        t,
+        serde_json::json!({"thread": thread}),
+    )
+}
+
+/// Issue 28: artifacts land in a directory the server makes (never one it
+/// finds), with a name no one can guess, that only its user can enter;
+/// each file 0600.
+#[test]
+fn artifacts_land_in_a_fresh_directory_only_the_server_can_enter() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    if !root() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("dir");
+    let server = start(&config(dir.path(), &good_config()));
+    let pid = server.child.id();
+    // A local user makes the old predictable directory first, open to all.
+    let planted = old_artifacts_path(pid);
+    std::fs::create_dir(&planted).expect("plant");
+    std::fs::set_permissions(&planted, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+    std::os::unix::fs::chown(&planted, Some(65534), Some(65534)).expect("chown");
+    let (status, out) = collect_after(
+        &server.addr,
+        "token-a",
+        "fresh",
+        &["out/r.txt"],
+        "mkdir -p out && printf tenant-a > out/r.txt",
+    );
+    let adopted = files_under(&planted);
+    let _ = std::fs::remove_dir_all(&planted);
+    assert_eq!(status, 200, "{out}");
+    assert!(
+        adopted.is_empty(),
+        "the server landed a tenant's output in a directory another user made: {adopted:?}"
+    );
+    let root = artifacts_dir(&server).expect("the server holds its artifacts directory open");
+    let name = root
+        .file_name()
+        .expect("a name")
+        .to_string_lossy()
+        .to_string();
+    assert!(
+        !name.contains(&pid.to_string()) && name.len() >= "cordon-serve-artifacts-".len() + 32,
+        "a predictable name: {name}"
+    );
+    let m = std::fs::symlink_metadata(&root).expect("stat");
+    assert!(m.is_dir(), "{}", root.display());
+    assert_eq!(
+        (m.uid(), m.mode() & 0o7777),
+        (0, 0o700),
+        "{}",
+        root.display()
+    );
+    let files = files_under(&root);
+    assert_eq!(files.len(), 1, "{files:?}");
+    let f = std::fs::symlink_metadata(&files[0]).expect("stat");
+    assert!(f.is_file());
+    assert_eq!(f.mode() & 0o7777, 0o600, "{}", files[0].display());
+}
+
+/// Issue 28: a link swapped in under a landed artifact — the file itself,
+/// or a directory on its path — is refused at fetch, not followed.
+#[test]
+fn a_link_swapped_under_a_landed_artifact_is_refused_not_followed() {
+    if !root() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("dir");
+    let server = start(&config(dir.path(), &good_config()));
+    let secret = dir.path().join("secret.txt");
+    std::fs::write(&secret, "not-yours").expect("secret");
+    let (status, out) = collect_after(
+        &server.addr,
+        "token-a",
+        "swap",
+        &["out/r.txt", "t.txt"],
+        "mkdir -p out && printf r > out/r.txt && printf t > t.txt",
+    );
+    assert_eq!(status, 200, "{out}");
+    let handle = |i: usize| {
+        out["landed"][i]["handle"]
+            .as_str()
+            .expect("handle")
+            .to_string()
+    };
+    let (r, t) = (handle(0), handle(1));
+    let root = artifacts_dir(&server).expect("the server's artifacts directory");
+    let files = files_under(&root);
+    let find = |suffix: &str| {
+        files
+            .iter()
+            .find(|p| p.to_string_lossy().ends_with(suffix))
+            .unwrap_or_else(|| panic!("no `{suffix}` in {files:?}"))
+            .clone()
+    };
+    let (r_path, t_path) = (find("/out/r.txt"), find("/t.txt"));
+    // The directory `out` swapped for a link to one holding `r.txt`, a
+    // link to the secret.
+    let elsewhere = dir.path().join("elsewhere");
+    std::fs::create_dir(&elsewhere).expect("elsewhere");
+    std::os::unix::fs::symlink(&secret, elsewhere.join("r.txt")).expect("link");
+    let out_dir = r_path.parent().expect("out");
+    std::fs::remove_dir_all(out_dir).expect("rm out");
+    std::os::unix::fs::symlink(&elsewhere, out_dir).expect("swap out");
+    // The file itself swapped for a link to the secret.
+    std::fs::remove_file(&t_path).expect("rm t");
+    std::os::unix::fs::symlink(&secret, &t_path).expect("swap t");
+    for h in [r, t] {
+        let (status, body) = get(&server.addr, &format!("/v1/artifacts/{h}"), Some("token-a"));
+        assert!(
+            status != 200 && !body.contains("not-yours"),
+            "a link under the artifacts was followed: {status} {body}"
+        );
+    }
+    assert_eq!(
+        std::fs::read_to_string(&secret).expect("the secret"),
+        "not-yours",
+        "the file a link pointed at is left alone"
+    );
+}
+
+/// Issue 28: a credential's landed artifacts are bounded (bytes: 413,
+/// count: 429, each saying what to do, nothing partly landed left), a
+/// fetched one is gone, an unfetched one expires, and nothing is left
+/// after shutdown.
+#[test]
+fn artifact_storage_is_bounded_per_credential_and_evicted() {
+    if !root() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("dir");
+    let body = good_config().replace(
+        "credentials:\n",
+        "limits: {max_artifact_bytes: 4KiB, max_artifacts: 2, artifact_ttl_seconds: 3}\ncredentials:\n",
+    );
+    let mut server = start(&config(dir.path(), &body));
+    let (addr, a) = (server.addr.clone(), "token-a");
+    let kb = "head -c 1000 /dev/zero > out/r.txt";
+    let (status, first) = collect_after(
+        &addr,
+        a,
+        "cap",
+        &["out/r.txt"],
+        &format!("mkdir -p out && {kb}"),
+    );
+    assert_eq!(status, 200, "{first}");
+    let collect = || {
+        post(
+            &addr,
+            "/v1/sandboxes/outputs",
+            Some(a),
+            serde_json::json!({"thread": "cap"}),
+        )
+    };
+    let (status, second) = collect();
+    assert_eq!(status, 200, "{second}");
+    let root = artifacts_dir(&server).expect("the server's artifacts directory");
+    assert_eq!(files_under(&root).len(), 2);
+    // Past the count: 429, saying to fetch or wait.
+    let (status, refused) = collect();
+    assert_eq!(status, 429, "{refused}");
+    let msg = refused["error"].as_str().unwrap_or_default();
+    assert!(
+        msg.contains("max_artifacts") && msg.contains("fetch"),
+        "{msg}"
+    );
+    assert_eq!(
+        files_under(&root).len(),
+        2,
+        "a refused collection left files"
+    );
+    // A fetch frees its room; then more bytes than are left: 413.
+    let h1 = first["landed"][0]["handle"].as_str().expect("handle");
+    assert_eq!(get(&addr, &format!("/v1/artifacts/{h1}"), Some(a)).0, 200);
+    let (status, out) = post(
+        &addr,
+        "/v1/sandboxes/exec",
+        Some(a),
+        serde_json::json!({"thread": "cap", "argv": ["sh", "-c", "head -c 5000 /dev/zero > out/r.txt"]}),
+    );
+    assert_eq!(status, 200, "{out}");
+    let (status, refused) = collect();
+    assert_eq!(status, 413, "{refused}");
+    let msg = refused["error"].as_str().unwrap_or_default();
+    assert!(
+        msg.contains("max_artifact_bytes") && msg.contains("fetch"),
+        "{msg}"
+    );
+    assert_eq!(
+        files_under(&root).len(),
+        1,
+        "a refused collection left files"
+    );
+    // Another credential's budget is its own.
+    let (status, other) = collect_after(
+        &addr,
+        "token-b",
+        "cap",
+        &["out/r.txt"],
+        &format!("mkdir -p out && {kb}"),
+    );
+    assert_eq!(status, 200, "{other}");
+    assert_eq!(files_under(&root).len(), 2);
+    // Unfetched, they expire: gone from disk without another request, then
+    // their handles are 404.
+    let h2 = second["landed"][0]["handle"].as_str().expect("handle");
+    std::thread::sleep(std::time::Duration::from_millis(5500));
+    assert_eq!(
+        files_under(&root),
+        Vec::<std::path::PathBuf>::new(),
+        "expired artifacts stayed"
+    );
+    assert_eq!(get(&addr, &format!("/v1/artifacts/{h2}"), Some(a)).0, 404);
+    // Land one more and stop the server: nothing of its artifacts is left.
+    let (status, out) = collect_after(
+        &addr,
+        a,
+        "cap2",
+        &["out/r.txt"],
+        &format!("mkdir -p out && {kb}"),
+    );
+    assert_eq!(status, 200, "{out}");
+    assert_eq!(files_under(&root).len(), 1);
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(server.child.id()).expect("pid"));
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("SIGTERM");
+    let code = server.child.wait().expect("wait").code();
+    assert_eq!(code, Some(0));
+    assert!(!root.exists(), "`{}` outlived the server", root.display());
 }
 
 /// `/metrics` needs a credential: a tenant sees its own scope's series, an
@@ -860,13 +1181,9 @@ fn a_terminated_server_finishes_what_runs_and_disposes_of_its_sandboxes() {
         !volume_mounted(),
         "the sandbox's volume outlived the server"
     );
-    assert!(std::fs::read_dir(std::env::temp_dir())
-        .expect("tmp")
-        .flatten()
-        .all(|e| !e
-            .file_name()
-            .to_string_lossy()
-            .starts_with(&format!("cordon-serve-{}-", server.child.id()))));
+    // (Landed artifacts going with the server is held by
+    // `artifact_storage_is_bounded_per_credential_and_evicted`, which makes
+    // some first: this server landed none.)
 }
 
 /// The Python client's own tests, against this live server.

@@ -53,6 +53,7 @@ fn workers() -> usize {
 pub struct Opened {
     hosts: StaticHosts,
     audit: Audit,
+    audit_bounds: cordon_sandbox::AuditBounds,
     classifier: Classifier,
     dns: Dns,
 }
@@ -66,7 +67,7 @@ impl Opened {
             None => StaticHosts::default(),
         };
         let audit = match &setup.audit {
-            Some(p) => Audit::open(p)?,
+            Some(p) => Audit::open_bounded(p, &setup.audit_bounds)?,
             None => Audit::Log,
         };
         let classifier = Classifier::new(listens)
@@ -76,9 +77,14 @@ impl Opened {
             Some(list) if list.is_empty() => Dns::Off,
             Some(list) => Dns::Servers(list.clone()),
         };
+        setup
+            .audit_bounds
+            .check()
+            .map_err(|e| format!("the audit log's bounds: {e}"))?;
         Ok(Opened {
             hosts,
             audit,
+            audit_bounds: setup.audit_bounds,
             classifier,
             dns,
         })
@@ -104,6 +110,7 @@ impl Opened {
             audit: Arc::new(self.audit),
             timeouts,
             max_connections: MAX_CONNECTIONS,
+            audit_bounds: self.audit_bounds,
         })
     }
 }

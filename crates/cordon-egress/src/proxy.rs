@@ -1,15 +1,22 @@
 //! The proxy: HTTP/1.1 `CONNECT` (authority form) and absolute-form plain
 //! HTTP. For every request, in this order, so nothing is resolved or
-//! dialled before it is allowed:
+//! dialled before it is allowed, and nothing dialled before it is recorded:
 //!
+//! 0. refuse it outright when its sandbox's audit budget is spent (`429`)
+//!    or the last audit write failed (`503`);
 //! 1. parse and normalise the target ([`crate::target`]);
 //! 2. decide with the caller's allowlist and the policy (`ip` unknown):
 //!    a deny ends it here;
 //! 3. resolve the name ([`crate::resolve`]), bounded in time;
 //! 4. classify every answer ([`crate::classify`]): one address that may
 //!    not be dialled refuses the whole name;
-//! 5. decide again with `ip` bound, where undetermined is deny, and dial
-//!    the checked address, never the name.
+//! 5. decide again with `ip` bound, where undetermined is deny, write the
+//!    `allow` line (one that cannot be written refuses: nothing is dialled
+//!    or sent), and dial the checked address, never the name;
+//! 6. write what came of it on an `end` line.
+//!
+//! Every line is charged to its sandbox's [`Budget`] (the channel's):
+//! see [`Proxy::record`].
 //!
 //! A tunnel answers `200` and then reads the client's first bytes before it
 //! dials: a TLS ClientHello whose SNI is the CONNECT host, or the tunnel is
@@ -20,14 +27,14 @@ use std::convert::Infallible;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
 use cordon_policy::{Decision, Deployment, EgressFacts, Identity, Policy, Request, SurfaceFacts};
-use cordon_sandbox::EgressEntry;
+use cordon_sandbox::{AuditBounds, EgressEntry};
 use http_body_util::{combinators::BoxBody, BodyExt as _, Full};
 use hyper::body::Incoming;
 use hyper::header::{HeaderMap, HeaderName, HeaderValue};
@@ -89,21 +96,33 @@ pub struct ProxyConfig {
     pub timeouts: Timeouts,
     /// Connections served at once per listener; more wait in the backlog.
     pub max_connections: usize,
+    /// Each sandbox's budget of audit lines (the rotation in them is the
+    /// audit file's, applied where it is opened).
+    pub audit_bounds: AuditBounds,
 }
 
 /// The largest request head read.
 const MAX_HEAD: usize = 64 * 1024;
+/// The longest URL taken: it is written (twice: `url` and `path`) in the
+/// request's audit lines, which must stay well under a sandbox's burst.
+const MAX_URL: usize = 8 * 1024;
 
 type Body = BoxBody<Bytes, hyper::Error>;
 
 /// The egress proxy.
 pub struct Proxy {
     cfg: ProxyConfig,
+    /// The last audit write failed: requests are refused before anything
+    /// (a lookup included) until a line is written again.
+    audit_failing: AtomicBool,
 }
 
 impl Proxy {
     pub fn new(cfg: ProxyConfig) -> Arc<Proxy> {
-        Arc::new(Proxy { cfg })
+        Arc::new(Proxy {
+            cfg,
+            audit_failing: AtomicBool::new(false),
+        })
     }
 
     /// Accepts and serves connections on `listener` for `caller` until the
@@ -111,6 +130,8 @@ impl Proxy {
     /// At most `max_connections` are open at once, tunnels included.
     pub async fn serve(self: Arc<Self>, listener: TcpListener, caller: Arc<Caller>) {
         let permits = Arc::new(tokio::sync::Semaphore::new(self.cfg.max_connections.max(1)));
+        // This channel's sandbox: its own budget of audit lines.
+        let budget = Arc::new(Budget::new(&self.cfg.audit_bounds));
         // Dropped with this future: every tunnel it started watches it.
         let (_stop, stopped) = tokio::sync::watch::channel(());
         let mut conns = tokio::task::JoinSet::new();
@@ -128,6 +149,7 @@ impl Proxy {
                     let me = self.clone();
                     let ctx = ConnCtx {
                         caller: caller.clone(),
+                        budget: budget.clone(),
                         slot: Arc::new(std::sync::Mutex::new(None)),
                         permit: Arc::new(permit),
                         stopped: stopped.clone(),
@@ -171,15 +193,56 @@ impl Proxy {
         ctx: &ConnCtx,
         req: hyper::Request<Incoming>,
     ) -> hyper::Response<Body> {
+        let kind = if req.method() == Method::CONNECT {
+            "connect"
+        } else {
+            "http"
+        };
+        let r = Record::new(
+            &ctx.caller,
+            &ctx.budget,
+            kind,
+            shown(&req.uri().to_string()),
+        );
+        if let Some(refused) = self.refused_before_anything(&r) {
+            return refused;
+        }
         if req.method() == Method::CONNECT {
             self.connect(ctx, req).await
         } else {
-            self.plain(&ctx.caller, &ctx.slot, req).await
+            self.plain(ctx, req).await
         }
+    }
+
+    /// Before anything of a request is parsed, looked up or carried: a
+    /// sandbox whose audit budget is spent, or a proxy whose audit log
+    /// cannot be written, is refused here (and says so), so neither can
+    /// be used to look names up or reach anything unrecorded.
+    fn refused_before_anything(&self, r: &Record<'_>) -> Option<hyper::Response<Body>> {
+        if let Err(spent_now) = r.budget.admit() {
+            if spent_now {
+                self.note_spent(r);
+            }
+            return Some(budget_spent(&self.cfg.audit_bounds));
+        }
+        if self.audit_failing.load(Ordering::Relaxed) {
+            // Tried again (a line for this refusal): one that is written
+            // clears it, for the next request.
+            let why = "the egress audit log cannot be written; nothing is carried or looked up until it can";
+            let _ = self.record(r, "deny", 503, why, None);
+            return Some(text(StatusCode::SERVICE_UNAVAILABLE, why));
+        }
+        None
     }
 
     // ---- the steps -------------------------------------------------------
 
+    /// Writes one line of `r`'s sandbox, charged to its budget: a `deny`
+    /// when the budget is spent is not written (the refusal stands, and is
+    /// counted on the next line written); an `allow` is not written either,
+    /// and the caller must then carry nothing; an `end` (something was
+    /// carried) is always written, and its bytes are owed. Whether it was
+    /// written.
     fn record(
         &self,
         r: &Record<'_>,
@@ -188,6 +251,79 @@ impl Proxy {
         reason: &str,
         d: Option<&Decision>,
     ) -> bool {
+        let charge = match verdict {
+            "allow" => Charge::Gate,
+            "end" => Charge::Force,
+            _ => Charge::Note,
+        };
+        let line = self.line(r, verdict, status, reason, d);
+        self.write_line(r, line, charge)
+    }
+
+    fn write_line(&self, r: &Record<'_>, line: AuditLine, charge: Charge) -> bool {
+        let Some(text) = Audit::encode(&line) else {
+            return false;
+        };
+        match r.budget.take(text.len() as u64, charge) {
+            Take::Refused { spent_now } => {
+                if spent_now {
+                    self.note_spent(r);
+                }
+                false
+            }
+            Take::Write { refused_before } => {
+                if refused_before > 0 {
+                    let note = self.line(
+                        r,
+                        "deny",
+                        429,
+                        &format!("{refused_before} requests of this sandbox were refused, and not recorded one by one, while its audit budget was spent"),
+                        None,
+                    );
+                    self.write_forced(r, note);
+                }
+                let ok = self.cfg.audit.write_encoded(line, &text);
+                self.audit_failing.store(!ok, Ordering::Relaxed);
+                ok
+            }
+        }
+    }
+
+    /// A line written whatever the budget (its bytes are owed).
+    fn write_forced(&self, r: &Record<'_>, line: AuditLine) -> bool {
+        let Some(text) = Audit::encode(&line) else {
+            return false;
+        };
+        let _ = r.budget.take(text.len() as u64, Charge::Force);
+        let ok = self.cfg.audit.write_encoded(line, &text);
+        self.audit_failing.store(!ok, Ordering::Relaxed);
+        ok
+    }
+
+    /// Once per spell of a spent budget: says so in the log.
+    fn note_spent(&self, r: &Record<'_>) {
+        let b = &self.cfg.audit_bounds;
+        let note = self.line(
+            r,
+            "deny",
+            429,
+            &format!(
+                "this sandbox's audit budget is spent ({} bytes a second after a burst of {}): its requests are refused, and not recorded one by one, until it refills",
+                b.sandbox_bytes_per_sec, b.sandbox_burst_bytes
+            ),
+            None,
+        );
+        self.write_forced(r, note);
+    }
+
+    fn line(
+        &self,
+        r: &Record<'_>,
+        verdict: &str,
+        status: u16,
+        reason: &str,
+        d: Option<&Decision>,
+    ) -> AuditLine {
         let (rules, unknown) = match d {
             Some(d) => (
                 self.places(d),
@@ -195,7 +331,7 @@ impl Proxy {
             ),
             None => (Vec::new(), Vec::new()),
         };
-        self.cfg.audit.record(AuditLine {
+        AuditLine {
             time: rfc3339(r.now),
             now: r.now,
             sandbox: r.caller.sandbox.clone(),
@@ -212,30 +348,16 @@ impl Proxy {
             facts: r.facts.clone(),
             bytes_up: None,
             bytes_down: None,
-        })
+        }
     }
 
     /// A tunnel's `end` line: why it ended and the bytes it carried.
-    fn record_end(&self, r: &Record<'_>, reason: &str, moved: &crate::splice::Moved) {
+    fn record_end(&self, r: &Record<'_>, status: u16, reason: &str, moved: &crate::splice::Moved) {
         use std::sync::atomic::Ordering::Relaxed;
-        self.cfg.audit.record(AuditLine {
-            time: rfc3339(r.now),
-            now: r.now,
-            sandbox: r.caller.sandbox.clone(),
-            identity: r.caller.identity.clone(),
-            env: self.cfg.env.name.clone(),
-            kind: r.kind.to_string(),
-            target: r.target.clone(),
-            ip: r.facts.ip.clone(),
-            verdict: "end".to_string(),
-            status: 200,
-            rules: Vec::new(),
-            unknown: Vec::new(),
-            reason: reason.to_string(),
-            facts: r.facts.clone(),
-            bytes_up: Some(moved.up.load(Relaxed)),
-            bytes_down: Some(moved.down.load(Relaxed)),
-        });
+        let mut line = self.line(r, "end", status, reason, None);
+        line.bytes_up = Some(moved.up.load(Relaxed));
+        line.bytes_down = Some(moved.down.load(Relaxed));
+        self.write_line(r, line, Charge::Force);
     }
 
     fn refuse(
@@ -245,8 +367,35 @@ impl Proxy {
         reason: &str,
         d: Option<&Decision>,
     ) -> hyper::Response<Body> {
-        let _ = self.record(r, "deny", status.as_u16(), reason, d);
-        text(status, reason)
+        self.refuse_shown(r, status, reason, reason, d)
+    }
+
+    /// A refusal whose reason for the log (`logged`, the host's: it may
+    /// name the resolved address) differs from what the workload is told
+    /// (`shown`, which never does).
+    fn refuse_shown(
+        &self,
+        r: &Record<'_>,
+        status: StatusCode,
+        logged: &str,
+        shown: &str,
+        d: Option<&Decision>,
+    ) -> hyper::Response<Body> {
+        let _ = self.record(r, "deny", status.as_u16(), logged, d);
+        text(status, shown)
+    }
+
+    /// The answer when a request's `allow` line was not written: nothing
+    /// was dialled or sent.
+    fn unrecorded(&self, r: &Record<'_>) -> hyper::Response<Body> {
+        if r.budget.spent() {
+            budget_spent(&self.cfg.audit_bounds)
+        } else {
+            text(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "the egress audit log cannot be written; nothing is carried or looked up until it can",
+            )
+        }
     }
 
     fn request(&self, r: &Record<'_>) -> Request {
@@ -273,7 +422,9 @@ impl Proxy {
         }
         let ips = match self.addresses(a).await {
             Ok(ips) => ips,
-            Err(why) => return Err(self.refuse(r, StatusCode::FORBIDDEN, &why, None)),
+            Err((logged, shown)) => {
+                return Err(self.refuse_shown(r, StatusCode::FORBIDDEN, &logged, &shown, None))
+            }
         };
         self.checked(r, ips)
             .map_err(|(why, d)| self.refuse(r, StatusCode::FORBIDDEN, &why, d.as_ref()))
@@ -348,13 +499,21 @@ impl Proxy {
         }
     }
 
-    /// Steps 3 and 4: the addresses that may be dialled, or why none.
-    async fn addresses(&self, a: &Authority) -> Result<Vec<IpAddr>, String> {
+    /// Steps 3 and 4: the addresses that may be dialled, or why none: for
+    /// the log, and for the workload (which is never told an address a
+    /// name resolved to: that would make the proxy a lookup oracle).
+    async fn addresses(&self, a: &Authority) -> Result<Vec<IpAddr>, (String, String)> {
         let (name, ips) = match &a.host {
             Host::Ip(ip) => (ip.to_string(), vec![*ip]),
             Host::Name(n) => match self.cfg.resolver.lookup(n).await {
                 Ok(ips) => (n.clone(), ips),
-                Err(e) => return Err(e.to_string()),
+                Err(e @ crate::resolve::ResolveFailure::Failed { .. }) => {
+                    return Err((
+                        e.to_string(),
+                        format!("resolving `{n}` failed (the egress audit log says why)"),
+                    ))
+                }
+                Err(e) => return Err((e.to_string(), e.to_string())),
             },
         };
         for ip in &ips {
@@ -364,9 +523,13 @@ impl Proxy {
                 &self.cfg.policy.allow_ranges,
             ) {
                 return Err(if a.host == Host::Ip(*ip) {
-                    format!("{d}")
+                    // The workload's own literal: nothing it did not know.
+                    (format!("{d}"), format!("{d}"))
                 } else {
-                    format!("`{name}` resolves to {d}; the whole name is refused")
+                    (
+                        format!("`{name}` resolves to {d}; the whole name is refused"),
+                        format!("`{name}` resolves to an address this proxy does not dial; the whole name is refused"),
+                    )
                 });
             }
         }
@@ -441,7 +604,12 @@ impl Proxy {
             .authority()
             .map(|a| a.as_str().to_string())
             .unwrap_or_default();
-        let mut r = Record::new(caller, "connect", shown(&req.uri().to_string()));
+        let mut r = Record::new(
+            caller,
+            &ctx.budget,
+            "connect",
+            shown(&req.uri().to_string()),
+        );
         if req.uri().scheme().is_some() || raw.is_empty() {
             return self.refuse(
                 &r,
@@ -476,6 +644,7 @@ impl Proxy {
         };
         let me = self.clone();
         let caller = caller.clone();
+        let budget = ctx.budget.clone();
         let target = r.target.clone();
         let facts = r.facts.clone();
         let now = r.now;
@@ -487,6 +656,7 @@ impl Proxy {
             let _permit = permit;
             let r = Record {
                 caller: &caller,
+                budget,
                 kind: "connect",
                 target,
                 facts,
@@ -568,42 +738,50 @@ impl Proxy {
             let _ = client.shutdown().await;
             return;
         }
+        // Each address's `allow` line is written before it is dialled: a
+        // line that cannot be written (the log failing, or the sandbox's
+        // audit budget spent) closes the tunnel with nothing dialled.
         let mut upstream = None;
         let mut failures = Vec::new();
         for (ip, d) in checked {
             r.facts.ip = Some(ip.to_string());
+            if !self.record(&r, "allow", 200, "allowed", Some(&d)) {
+                tracing::error!(target: "cordon::egress", "tunnel to {a} closed: its audit line could not be written; nothing was dialled");
+                let _ = client.shutdown().await;
+                return;
+            }
             match self.dial(ip, a.port).await {
                 Ok(s) => {
-                    upstream = Some((s, d));
+                    upstream = Some(s);
                     break;
                 }
                 Err(e) => failures.push(format!("{ip}: {e}")),
             }
         }
-        let Some((mut up, d)) = upstream else {
-            self.record(
+        let moved = crate::splice::Moved::default();
+        let Some(mut up) = upstream else {
+            self.record_end(
                 &r,
-                "allow",
                 502,
                 &format!(
                     "tunnel closed: no upstream address answered ({})",
                     failures.join("; ")
                 ),
-                None,
+                &moved,
             );
             let _ = client.shutdown().await;
             return;
         };
-        if !self.record(&r, "allow", 200, "allowed", Some(&d)) {
-            // Fail closed: what is not recorded is not carried.
-            tracing::error!(target: "cordon::egress", "tunnel to {a} closed: the audit log cannot be written");
-            return;
-        }
         if up.write_all(&hello).await.is_err() {
+            self.record_end(
+                &r,
+                200,
+                "tunnel closed: the ClientHello could not be sent",
+                &moved,
+            );
             return;
         }
         let cap = self.cap(r.caller);
-        let moved = crate::splice::Moved::default();
         // The hello went up before the splice.
         moved
             .up
@@ -618,7 +796,7 @@ impl Proxy {
                 format!("tunnel closed: {e}")
             }
         };
-        self.record_end(&r, &reason, &moved);
+        self.record_end(&r, 200, &reason, &moved);
     }
 
     // ---- plain HTTP ------------------------------------------------------
@@ -636,6 +814,10 @@ impl Proxy {
         let mut failures = Vec::new();
         for (ip, d) in checked {
             r.facts.ip = Some(ip.to_string());
+            // Written before the address is dialled (and the request sent).
+            if !self.record(r, "allow", 0, "allowed", Some(&d)) {
+                return Err(self.unrecorded(r));
+            }
             match self.dial(ip, a.port).await {
                 Ok(s) => {
                     found = Some((ip, s, d));
@@ -646,8 +828,11 @@ impl Proxy {
         }
         let Some((ip, stream, d)) = found else {
             let why = format!("no upstream address answered ({})", failures.join("; "));
-            self.record(r, "allow", 502, &why, None);
-            return Err(text(StatusCode::BAD_GATEWAY, &why));
+            self.record(r, "end", 502, &why, None);
+            return Err(text(
+                StatusCode::BAD_GATEWAY,
+                "no upstream address answered",
+            ));
         };
         let left = Arc::new(AtomicU64::new(cap));
         let exceeded = Arc::new(AtomicU64::new(0));
@@ -660,13 +845,14 @@ impl Proxy {
             Ok(x) => x,
             Err(e) => {
                 let why = format!("upstream: {e}");
-                self.record(r, "allow", 502, &why, Some(&d));
+                self.record(r, "end", 502, &why, None);
                 return Err(text(StatusCode::BAD_GATEWAY, &why));
             }
         };
         {
             let me = self.clone();
             let caller = Arc::new(r.caller.clone());
+            let budget = r.budget.clone();
             let exceeded = exceeded.clone();
             let target = r.target.clone();
             let facts = r.facts.clone();
@@ -676,6 +862,7 @@ impl Proxy {
                 if exceeded.load(Ordering::Relaxed) > 0 {
                     let r = Record {
                         caller: &caller,
+                        budget,
                         kind: "http",
                         target,
                         facts,
@@ -705,12 +892,21 @@ impl Proxy {
 
     async fn plain(
         self: &Arc<Self>,
-        caller: &Arc<Caller>,
-        slot: &Slot,
+        ctx: &ConnCtx,
         req: hyper::Request<Incoming>,
     ) -> hyper::Response<Body> {
+        let caller = &ctx.caller;
+        let slot = &ctx.slot;
         let uri = req.uri().clone();
-        let mut r = Record::new(caller, "http", shown(&uri.to_string()));
+        let mut r = Record::new(caller, &ctx.budget, "http", shown(&uri.to_string()));
+        if uri.to_string().len() > MAX_URL {
+            return self.refuse(
+                &r,
+                StatusCode::URI_TOO_LONG,
+                &format!("the URL is longer than {MAX_URL} bytes"),
+                None,
+            );
+        }
         let Some(raw_auth) = uri.authority().map(|a| a.as_str().to_string()) else {
             return self.refuse(&r, StatusCode::BAD_REQUEST, "this is an egress proxy: send the request in absolute form (`GET http://host/path`), or CONNECT for https", None);
         };
@@ -770,6 +966,19 @@ impl Proxy {
                 None,
             );
         }
+        // The form sent upstream, checked before anything is looked up or
+        // dialled.
+        let origin: hyper::Uri = match uri
+            .path_and_query()
+            .map(|p| p.as_str().to_string())
+            .unwrap_or_else(|| "/".into())
+            .parse()
+        {
+            Ok(u) => u,
+            Err(_) => {
+                return self.refuse(&r, StatusCode::BAD_REQUEST, "the path cannot be sent", None)
+            }
+        };
         let shown_host = a.host.to_string();
         let url = if a.port == 80 {
             format!("http://{shown_host}{path}")
@@ -802,14 +1011,18 @@ impl Proxy {
                         .await
                         .is_ok_and(|r| r.is_ok())
                 {
-                    p.left.store(cap, Ordering::Relaxed);
                     let (_, d) = checked.swap_remove(pos);
                     r.facts.ip = Some(p.ip.to_string());
+                    // Written before the request is sent on it.
+                    if !self.record(&r, "allow", 0, "allowed", Some(&d)) {
+                        return self.unrecorded(&r);
+                    }
+                    p.left.store(cap, Ordering::Relaxed);
                     up = Some((p, d));
                 }
             }
         }
-        let (mut up, d) = match up {
+        let (mut up, _d) = match up {
             Some(u) => u,
             None => match self.open_upstream(&mut r, &a, checked, cap).await {
                 Ok(u) => u,
@@ -818,16 +1031,7 @@ impl Proxy {
         };
         let exceeded = up.exceeded.clone();
         let (mut parts, body) = req.into_parts();
-        let origin = uri
-            .path_and_query()
-            .map(|p| p.as_str().to_string())
-            .unwrap_or_else(|| "/".into());
-        parts.uri = match origin.parse() {
-            Ok(u) => u,
-            Err(_) => {
-                return self.refuse(&r, StatusCode::BAD_REQUEST, "the path cannot be sent", None)
-            }
-        };
+        parts.uri = origin;
         strip_hop_by_hop(&mut parts.headers);
         let host_value = if a.port == 80 {
             shown_host
@@ -840,8 +1044,10 @@ impl Proxy {
         let upstream_req = hyper::Request::from_parts(parts, body);
         match up.send.send_request(upstream_req).await {
             Ok(resp) => {
-                if !self.record(&r, "allow", resp.status().as_u16(), "allowed", Some(&d)) {
-                    // Fail closed: what is not recorded is not carried.
+                // The answer's status, on the line after the `allow`. An
+                // answer whose line cannot be written is not handed to the
+                // workload (the request was recorded before it was sent).
+                if !self.record(&r, "end", resp.status().as_u16(), "answered", None) {
                     return text(
                         StatusCode::BAD_GATEWAY,
                         "the egress audit log cannot be written; nothing is carried until it can",
@@ -867,7 +1073,7 @@ impl Proxy {
                 } else {
                     format!("upstream: {e}")
                 };
-                self.record(&r, "allow", 502, &why, Some(&d));
+                self.record(&r, "end", 502, &why, None);
                 text(StatusCode::BAD_GATEWAY, &why)
             }
         }
@@ -890,6 +1096,8 @@ type Slot = Arc<std::sync::Mutex<Option<Upstream>>>;
 /// What one client connection is served with.
 struct ConnCtx {
     caller: Arc<Caller>,
+    /// The channel's budget of audit lines.
+    budget: Arc<Budget>,
     slot: Slot,
     /// Its place among the channel's connections, held by its tunnel too.
     permit: Arc<tokio::sync::OwnedSemaphorePermit>,
@@ -904,6 +1112,7 @@ type Refusal = (String, Option<Decision>);
 /// What one request's audit line is built from.
 struct Record<'c> {
     caller: &'c Caller,
+    budget: Arc<Budget>,
     kind: &'static str,
     target: String,
     facts: EgressFacts,
@@ -911,9 +1120,15 @@ struct Record<'c> {
 }
 
 impl<'c> Record<'c> {
-    fn new(caller: &'c Caller, kind: &'static str, target: String) -> Record<'c> {
+    fn new(
+        caller: &'c Caller,
+        budget: &Arc<Budget>,
+        kind: &'static str,
+        target: String,
+    ) -> Record<'c> {
         Record {
             caller,
+            budget: budget.clone(),
             kind,
             target,
             facts: EgressFacts {
@@ -928,6 +1143,118 @@ impl<'c> Record<'c> {
             now: now(),
         }
     }
+}
+
+/// How a line is charged to its sandbox's budget.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Charge {
+    /// An `allow`: not written when the budget is spent, and then nothing
+    /// is carried.
+    Gate,
+    /// A `deny`: not written when the budget is spent (the refusal
+    /// stands, and is counted).
+    Note,
+    /// Written whatever the budget (something was carried; or the note
+    /// that the budget is spent); its bytes are owed.
+    Force,
+}
+
+enum Take {
+    /// Write it; first say how many were refused unrecorded before.
+    Write { refused_before: u64 },
+    /// Do not; `spent_now`: the first refusal of this spell.
+    Refused { spent_now: bool },
+}
+
+/// One sandbox channel's budget of audit bytes: a bucket holding at most
+/// `burst`, refilled at `rate` a second. Forced lines may take it below
+/// zero; the debt is paid (by time) before anything else of the sandbox's
+/// is looked up, carried or written.
+struct Budget {
+    rate: f64,
+    burst: f64,
+    state: std::sync::Mutex<BudgetState>,
+}
+
+struct BudgetState {
+    tokens: f64,
+    at: std::time::Instant,
+    /// Requests refused while it was spent, not yet said in the log.
+    refused: u64,
+    /// The current spell of being spent has been said in the log.
+    noted: bool,
+}
+
+impl Budget {
+    fn new(b: &AuditBounds) -> Budget {
+        Budget {
+            rate: b.sandbox_bytes_per_sec as f64,
+            burst: b.sandbox_burst_bytes as f64,
+            state: std::sync::Mutex::new(BudgetState {
+                tokens: b.sandbox_burst_bytes as f64,
+                at: std::time::Instant::now(),
+                refused: 0,
+                noted: false,
+            }),
+        }
+    }
+
+    fn refill(&self, s: &mut BudgetState) {
+        let now = std::time::Instant::now();
+        let dt = now.saturating_duration_since(s.at).as_secs_f64();
+        s.at = now;
+        s.tokens = (s.tokens + dt * self.rate).min(self.burst);
+    }
+
+    /// Refuses (counting it) when the budget is spent; `Err(true)` the
+    /// first time in a spell.
+    fn admit(&self) -> Result<(), bool> {
+        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        self.refill(&mut s);
+        if s.tokens > 0.0 {
+            return Ok(());
+        }
+        s.refused += 1;
+        let first = !s.noted;
+        s.noted = true;
+        Err(first)
+    }
+
+    fn spent(&self) -> bool {
+        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        self.refill(&mut s);
+        s.tokens <= 0.0
+    }
+
+    fn take(&self, bytes: u64, charge: Charge) -> Take {
+        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        self.refill(&mut s);
+        if charge != Charge::Force && s.tokens <= 0.0 {
+            s.refused += 1;
+            let first = !s.noted;
+            s.noted = true;
+            return Take::Refused { spent_now: first };
+        }
+        s.tokens -= bytes as f64;
+        if charge == Charge::Force {
+            return Take::Write { refused_before: 0 };
+        }
+        s.noted = false;
+        Take::Write {
+            refused_before: std::mem::take(&mut s.refused),
+        }
+    }
+}
+
+/// The answer to a sandbox whose audit budget is spent.
+fn budget_spent(b: &AuditBounds) -> hyper::Response<Body> {
+    text(
+        StatusCode::TOO_MANY_REQUESTS,
+        &format!(
+            "this sandbox's egress audit budget is spent ({} bytes a second after a burst of {}); nothing is carried or looked up until it refills",
+            b.sandbox_bytes_per_sec, b.sandbox_burst_bytes
+        ),
+    )
 }
 
 fn now() -> i64 {

@@ -95,6 +95,7 @@ fn fixture(confine_fails: bool) -> Fixture {
         audit: Some(audit.clone()),
         proxy: Some(self_command(confine_fails)),
         policy_file: Some(policy_file.clone()),
+        audit_bounds: Default::default(),
     };
     Fixture {
         _dir: dir,
@@ -223,11 +224,15 @@ fn a_channel_is_served_by_the_child_until_it_is_stopped() {
     assert_eq!(status, 403, "{text}");
     assert_eq!(conns.load(Ordering::SeqCst), 1);
 
-    // Both decisions are in the child's audit log.
+    // Both decisions are in the child's audit log: the allowed one
+    // before it was carried, its answer after.
     let lines = audit_lines(&fx.audit);
-    assert_eq!(lines.len(), 2, "{lines:?}");
+    assert_eq!(lines.len(), 3, "{lines:?}");
     assert!(
-        lines[0].contains("ok.test") && lines[1].contains("no.test"),
+        lines[0].contains("ok.test")
+            && lines[0].contains(r#""verdict":"allow""#)
+            && lines[1].contains(r#""verdict":"end""#)
+            && lines[2].contains("no.test"),
         "{lines:?}"
     );
 
@@ -336,8 +341,8 @@ fn start_service_with_a_command_runs_a_child() {
     assert!(serving.is::<cordon_egress::ChildServing>());
     let (status, _) = get(addr, &format!("http://ok.test:{}/x", up.port()));
     assert_eq!(status, 200);
-    // The decision was recorded by the child, in the file.
-    assert_eq!(audit_lines(&fx.audit).len(), 1);
+    // The decision (and its answer) was recorded by the child, in the file.
+    assert_eq!(audit_lines(&fx.audit).len(), 2);
 }
 
 #[test]

@@ -19,7 +19,7 @@ use cordon_egress::classify::Classifier;
 use cordon_egress::resolve::{Dns, Resolver, StaticHosts};
 use cordon_egress::{Caller, Proxy, ProxyConfig, Timeouts};
 use cordon_policy::{Deployment, Identity, Policy};
-use cordon_sandbox::EgressEntry;
+use cordon_sandbox::{AuditBounds, EgressEntry};
 use hickory_resolver::proto::op::{Message, MessageType, ResponseCode};
 use hickory_resolver::proto::rr::rdata::{A, AAAA, CNAME};
 use hickory_resolver::proto::rr::{Name, RData, Record, RecordType};
@@ -214,6 +214,8 @@ struct Setup {
     audit: Arc<Audit>,
     /// The channel's accept loop; aborting it stops the channel.
     task: tokio::task::JoinHandle<()>,
+    /// The proxy and the channel's caller.
+    served: (Arc<Proxy>, Caller),
 }
 
 async fn proxy(hosts: &[(&str, &str)], dns: Dns, allow: Option<&[&str]>) -> Setup {
@@ -236,6 +238,25 @@ async fn proxy_with(
     allow: Option<&[&str]>,
     max_connections: usize,
     audit: Arc<Audit>,
+) -> Setup {
+    proxy_bounded(
+        hosts,
+        dns,
+        allow,
+        max_connections,
+        audit,
+        AuditBounds::default(),
+    )
+    .await
+}
+
+async fn proxy_bounded(
+    hosts: &[(&str, &str)],
+    dns: Dns,
+    allow: Option<&[&str]>,
+    max_connections: usize,
+    audit: Arc<Audit>,
+    audit_bounds: AuditBounds,
 ) -> Setup {
     let policy = Arc::new(Policy::load_str("test-policy.yaml", POLICY).unwrap());
     let mut map = StaticHosts::default();
@@ -260,6 +281,7 @@ async fn proxy_with(
             header: Duration::from_secs(5),
         },
         max_connections,
+        audit_bounds,
     });
     let caller = Caller {
         sandbox: "tenant/thread/agent".into(),
@@ -271,11 +293,24 @@ async fn proxy_with(
         },
         allow: allow.map(|l| l.iter().map(|e| EgressEntry::parse(e).unwrap()).collect()),
     };
-    let task = tokio::spawn(p.serve(l, Arc::new(caller)));
+    let task = tokio::spawn(p.clone().serve(l, Arc::new(caller.clone())));
     Setup {
         proxy: addr,
         audit,
         task,
+        served: (p, caller),
+    }
+}
+
+impl Setup {
+    /// Another sandbox's channel on the same proxy (and audit log).
+    async fn another_sandbox(&self, name: &str) -> SocketAddr {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let mut caller = self.served.1.clone();
+        caller.sandbox = name.to_string();
+        tokio::spawn(self.served.0.clone().serve(l, Arc::new(caller)));
+        addr
     }
 }
 
@@ -393,8 +428,15 @@ async fn plain_http_to_an_allowed_host_works_and_is_audited() {
         got.starts_with("GET /x HTTP/1.1\r\n"),
         "upstream got origin-form: {got}"
     );
-    let line = s.audit.lines().pop().unwrap();
-    assert_eq!(line.verdict, "allow");
+    // The allow line, written before anything was dialled, then the
+    // answer's status on an end line.
+    let lines = s.audit.lines();
+    let verdicts: Vec<(&str, u16)> = lines
+        .iter()
+        .map(|l| (l.verdict.as_str(), l.status))
+        .collect();
+    assert_eq!(verdicts, [("allow", 0), ("end", 200)]);
+    let line = lines[0].clone();
     assert_eq!(line.ip.as_deref(), Some("127.0.0.1"));
     assert_eq!(line.sandbox, "tenant/thread/agent");
     assert_eq!(line.identity.namespace, "team-a");
@@ -533,7 +575,9 @@ async fn a_redirect_to_an_internal_target_is_refused_when_followed() {
     )
     .await;
     assert_eq!(status, 403, "{text}");
-    assert!(text.contains("10.0.0.7"), "{text}");
+    // The workload is not told the address; the host's log is.
+    assert!(!text.contains("10.0.0.7"), "{text}");
+    assert!(last_reason(&s.audit).contains("10.0.0.7"));
     assert_eq!(up.conns.load(Ordering::SeqCst), 1);
 }
 
@@ -674,6 +718,17 @@ async fn malformed_requests_are_400_and_reach_nothing() {
         let (status, text) = send(s.proxy, req).await;
         assert_eq!(status, 400, "{req:?} -> {text}");
     }
+    // A URL longer than an audit line holds is refused whole.
+    let long = format!(
+        "GET http://ok.test:{port}/{} HTTP/1.1\r\n\r\n",
+        "a".repeat(9000)
+    );
+    let (status, text) = send(s.proxy, &long).await;
+    assert_eq!(status, 414, "{text}");
+    assert!(
+        s.audit.lines().iter().all(|l| l.target.len() <= 300),
+        "an audit line holds the long URL"
+    );
     assert_eq!(up.conns.load(Ordering::SeqCst), 0);
     assert_eq!(dns.queries.lock().unwrap().len(), 0);
 }
@@ -760,7 +815,14 @@ async fn hostile_dns_answers_are_refused() {
         )
         .await;
         assert_eq!(status, 403, "{name}: {text}");
-        assert!(text.contains(why), "{name}: {text}");
+        // The workload is told the name was refused, never what it
+        // resolved to; the host's audit line says.
+        assert!(last_reason(&s.audit).contains(why), "{name}: {text}");
+        if why.contains(['.', ':']) {
+            assert!(!text.contains(why), "{name}: {text}");
+        } else {
+            assert!(text.contains(why), "{name}: {text}");
+        }
         assert!(
             started.elapsed() < Duration::from_secs(4),
             "{name} took {:?}",
@@ -831,11 +893,16 @@ async fn an_audit_line_replays_to_the_same_verdict() {
             ),
         )
         .await;
-        let line = s.audit.lines().pop().unwrap();
+    }
+    // Every line replays: an allow (and the end after it) to allow, a
+    // deny to deny.
+    let lines = s.audit.lines();
+    assert_eq!(lines.len(), 3, "{lines:?}");
+    for line in lines {
         let text = serde_json::to_string(&line).unwrap();
         let back = cordon_egress::AuditLine::parse(&text).unwrap();
         let d = policy.decide(&back.request());
-        assert_eq!(d.is_allowed(), line.verdict == "allow", "{text}");
+        assert_eq!(d.is_allowed(), line.verdict != "deny", "{text}");
     }
 }
 
@@ -1112,36 +1179,262 @@ async fn tunnels_count_against_the_channels_connections() {
 }
 
 #[tokio::test]
-async fn nothing_is_carried_when_the_audit_log_cannot_be_written() {
+async fn nothing_reaches_upstream_before_its_audit_line_is_written() {
     let up = upstream(b"secret".to_vec(), None).await;
     let port = up.addr.port();
     let allow = format!("ok.test:{port}");
+    let lo: IpAddr = "127.0.0.1".parse().unwrap();
+    let dns = fake_dns(HashMap::from([("dns-ok.test", Answer::Ips(vec![lo]))])).await;
+    let dns_allow = format!("dns-ok.test:{port}");
     // Writes to /dev/full fail (ENOSPC): every audit line is lost.
-    let full = Arc::new(Audit::open(std::path::Path::new("/dev/full")).unwrap());
+    let full = || Arc::new(Audit::open(std::path::Path::new("/dev/full")).unwrap());
     let s = proxy_with(
+        &[("ok.test", "127.0.0.1")],
+        Dns::Servers(vec![dns.addr]),
+        Some(&[&allow, &dns_allow]),
+        64,
+        full(),
+    )
+    .await;
+    // A POST with a body: neither the connection nor a byte of it may
+    // reach upstream.
+    let body = "exfiltrated=yes";
+    let post = format!(
+        "POST http://{allow}/x HTTP/1.1\r\nHost: {allow}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let (status, text) = send(s.proxy, &post).await;
+    assert_eq!(status, 503, "{text}");
+    assert!(text.contains("audit log"), "{text}");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(
+        up.conns.load(Ordering::SeqCst),
+        0,
+        "upstream was dialled before the request's audit line was written"
+    );
+    assert!(up.got.lock().unwrap().is_empty());
+    // Once a line has failed, nothing is looked up either until one is
+    // written again: DNS carries the name.
+    let (status, text) = send(s.proxy, &get(&format!("http://{dns_allow}/"), &dns_allow)).await;
+    assert_eq!(status, 503, "{text}");
+    assert_eq!(
+        dns.count("dns-ok.test"),
+        0,
+        "a name was looked up unrecorded"
+    );
+    // A tunnel (the first request of a fresh proxy): the TCP connect
+    // waits for its line too.
+    let t = proxy_with(
         &[("ok.test", "127.0.0.1")],
         Dns::Off,
         Some(&[&allow]),
         64,
-        full,
+        full(),
     )
     .await;
-    let (status, text) = send(s.proxy, &get(&format!("http://ok.test:{port}/x"), &allow)).await;
-    assert_eq!(status, 502, "{text}");
-    assert!(text.contains("audit log"), "{text}");
-    assert!(!text.contains("secret"), "{text}");
-    let (status, rest) = tunnel(s.proxy, &allow, &client_hello(Some("ok.test"))).await;
+    let (status, rest) = tunnel(t.proxy, &allow, &client_hello(Some("ok.test"))).await;
     assert_eq!(status, 200);
-    assert!(
-        rest.is_empty(),
-        "the tunnel carried {rest:?} without an audit line"
+    assert!(rest.is_empty(), "the tunnel carried {rest:?}");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(
+        up.conns.load(Ordering::SeqCst),
+        0,
+        "upstream was dialled before the tunnel's audit line was written"
     );
-    assert!(
-        up.got.lock().unwrap().iter().all(|b| *b != 22),
-        "the ClientHello reached upstream"
-    );
-    // The same requests with a log that takes lines are carried.
+    // The same requests with a log that takes lines are carried, each
+    // line before what it records.
     let ok = proxy(&[("ok.test", "127.0.0.1")], Dns::Off, Some(&[&allow])).await;
-    let (status, text) = send(ok.proxy, &get(&format!("http://ok.test:{port}/x"), &allow)).await;
+    let (status, text) = send(ok.proxy, &post).await;
     assert_eq!(status, 200, "{text}");
+    assert!(String::from_utf8_lossy(&up.got.lock().unwrap()).contains(body));
+    let (status, rest) = tunnel(ok.proxy, &allow, &client_hello(Some("ok.test"))).await;
+    assert_eq!(status, 200);
+    assert!(rest.starts_with(b"HELLO-BACK:"));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let seen: Vec<(String, String, u16)> = ok
+        .audit
+        .lines()
+        .into_iter()
+        .map(|l| (l.kind, l.verdict, l.status))
+        .collect();
+    let want = [
+        ("http", "allow", 0),
+        ("http", "end", 200),
+        ("connect", "allow", 200),
+        ("connect", "end", 200),
+    ];
+    let want: Vec<(String, String, u16)> = want
+        .iter()
+        .map(|(k, v, s)| (k.to_string(), v.to_string(), *s))
+        .collect();
+    assert_eq!(seen, want);
+}
+
+#[tokio::test]
+async fn a_refusal_never_tells_the_workload_a_resolved_address() {
+    let up = upstream(b"x".to_vec(), None).await;
+    let port = up.addr.port();
+    // A name under a wildcard entry that resolves to addresses the proxy
+    // does not dial: the lookup happens (docs/policy.md says so), but its
+    // answer stays in the host's log.
+    let dns = fake_dns(HashMap::from([(
+        "c2vjcmv0.dns.test",
+        Answer::Ips(vec![
+            "10.9.8.7".parse().unwrap(),
+            "fd00::77".parse().unwrap(),
+        ]),
+    )]))
+    .await;
+    let closed = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let closed_port = closed.local_addr().unwrap().port();
+    drop(closed);
+    let s = proxy(
+        &[("ok.test", "127.0.0.1")],
+        Dns::Servers(vec![dns.addr]),
+        Some(&[
+            &format!("*.dns.test:{port}"),
+            &format!("ok.test:{closed_port}"),
+        ]),
+    )
+    .await;
+    let name = format!("c2vjcmv0.dns.test:{port}");
+    let secrets = ["10.9.8.7", "fd00::77", "fd00:0:0:0:0:0:0:77"];
+    let (status, text) = send(s.proxy, &get(&format!("http://{name}/"), &name)).await;
+    assert_eq!(status, 403, "{text}");
+    for a in secrets {
+        assert!(!text.contains(a), "the workload was told {a}: {text}");
+    }
+    assert!(
+        last_reason(&s.audit).contains("10.9.8.7") || last_reason(&s.audit).contains("fd00::77"),
+        "{}",
+        last_reason(&s.audit)
+    );
+    // The same through CONNECT: the whole answer, head and body.
+    let mut c = TcpStream::connect(s.proxy).await.unwrap();
+    c.write_all(format!("CONNECT {name} HTTP/1.1\r\nHost: {name}\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut out = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(5), c.read_to_end(&mut out)).await;
+    let text = String::from_utf8_lossy(&out).to_string();
+    assert!(text.starts_with("HTTP/1.1 403"), "{text}");
+    for a in secrets {
+        assert!(!text.contains(a), "the workload was told {a}: {text}");
+    }
+    // An allowed address that does not answer: the 502 does not name it.
+    let target = format!("ok.test:{closed_port}");
+    let (status, text) = send(s.proxy, &get(&format!("http://{target}/"), &target)).await;
+    assert_eq!(status, 502, "{text}");
+    assert!(!text.contains("127.0.0.1"), "{text}");
+    assert!(last_reason(&s.audit).contains("127.0.0.1"));
+    assert_eq!(up.conns.load(Ordering::SeqCst), 0);
+}
+
+/// Every line of the audit file and its rotated copies, and their sizes.
+fn audit_files(path: &std::path::Path, keep: u32) -> (Vec<cordon_egress::AuditLine>, Vec<u64>) {
+    let mut lines = Vec::new();
+    let mut sizes = Vec::new();
+    for n in 0..=keep + 1 {
+        let p = if n == 0 {
+            path.to_path_buf()
+        } else {
+            std::path::PathBuf::from(format!("{}.{n}", path.display()))
+        };
+        let Ok(text) = std::fs::read_to_string(&p) else {
+            sizes.push(0);
+            continue;
+        };
+        sizes.push(text.len() as u64);
+        for l in text.lines() {
+            lines.push(cordon_egress::AuditLine::parse(l).unwrap());
+        }
+    }
+    (lines, sizes)
+}
+
+#[tokio::test]
+async fn a_flood_from_one_sandbox_is_capped_refused_and_the_log_rotated() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("egress-audit.jsonl");
+    let bounds = AuditBounds {
+        rotate_bytes: 64 * 1024,
+        keep: 2,
+        sandbox_bytes_per_sec: 1024,
+        sandbox_burst_bytes: 32 * 1024,
+    };
+    let audit = Arc::new(Audit::open_bounded(&path, &bounds).unwrap());
+    let s = proxy_bounded(&[], Dns::Off, Some(&["ok.test"]), 64, audit, bounds).await;
+    // Long names, each refused by the allowlist: about 1 KiB of log each.
+    let flood = |addr: SocketAddr, n: usize| async move {
+        let (a, b) = ("a".repeat(50), "b".repeat(60));
+        let mut statuses = HashMap::<u16, usize>::new();
+        let mut said = 0;
+        for i in 0..n {
+            let host = format!("{i:05}{a}.{b}.{b}.flood.test");
+            let (status, text) = send(addr, &get(&format!("http://{host}/"), &host)).await;
+            *statuses.entry(status).or_default() += 1;
+            if status == 429 && text.contains("audit budget is spent") {
+                said += 1;
+            }
+        }
+        (statuses, said)
+    };
+    let started = std::time::Instant::now();
+    let (statuses, said) = flood(s.proxy, 600).await;
+    let elapsed = started.elapsed().as_secs_f64();
+    let refused = statuses.get(&429).copied().unwrap_or(0);
+    assert!(refused >= 500, "{statuses:?}");
+    assert_eq!(said, refused, "each 429 says why");
+    let (lines, sizes) = audit_files(&path, bounds.keep);
+    let total: u64 = sizes.iter().sum();
+    // The burst, the rate over the flood, and the two notes about it.
+    let bound = 32 * 1024 + (1024.0 * elapsed) as u64 + 4 * 1024;
+    assert!(
+        total <= bound,
+        "{total} bytes of log from one sandbox, bound {bound}"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.status == 429 && l.reason.contains("budget is spent")),
+        "the log does not say the budget was spent"
+    );
+    // The budget refills at its rate: the sandbox is served again, and its
+    // next line is preceded by one counting what was refused unrecorded.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let host = "again.test";
+    let (status, text) = send(s.proxy, &get(&format!("http://{host}/"), host)).await;
+    assert_eq!(status, 403, "{text}");
+    let (lines, _) = audit_files(&path, bounds.keep);
+    let counted = lines
+        .iter()
+        .find(|l| {
+            l.reason
+                .contains("were refused, and not recorded one by one")
+        })
+        .expect("a line counting the refusals");
+    assert!(
+        counted.reason.starts_with(&format!("{refused} requests")),
+        "{}",
+        counted.reason
+    );
+    assert!(lines.last().unwrap().target.contains("again.test"));
+    // Another sandbox has a budget of its own.
+    let other = s.another_sandbox("tenant/thread/other").await;
+    let host = "elsewhere.test";
+    let (status, text) = send(other, &get(&format!("http://{host}/"), host)).await;
+    assert_eq!(status, 403, "{text}");
+    // Floods from more sandboxes take the log past its rotation size: it
+    // is rotated, keeps two old files, and stays bounded.
+    for n in 0..4 {
+        let addr = s.another_sandbox(&format!("tenant/thread/flood-{n}")).await;
+        flood(addr, 100).await;
+    }
+    let (lines, sizes) = audit_files(&path, bounds.keep);
+    assert!(sizes[1] > 0, "no rotation: {sizes:?}");
+    assert_eq!(sizes[3], 0, "more old files than kept: {sizes:?}");
+    for size in &sizes {
+        assert!(*size <= 64 * 1024, "a file past its bound: {sizes:?}");
+    }
+    assert!(lines.iter().any(|l| l.sandbox == "tenant/thread/flood-3"));
 }

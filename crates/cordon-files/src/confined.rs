@@ -264,6 +264,97 @@ mod linux {
             })
         }
 
+        /// Makes a new directory `name` in the host's directory `parent`
+        /// (reached as [`ConfinedDir::open`] reaches it) and opens it: see
+        /// [`ConfinedDir::make_private`].
+        pub fn create_private(parent: &Path, name: &str) -> Result<ConfinedDir, ConfinedError> {
+            ConfinedDir::open(parent)?.make_private(name)
+        }
+
+        /// Makes a new directory `name` (one segment) beneath this one,
+        /// mode 0700, and opens it with no link followed. Made, never
+        /// adopted: anything already at `name` — a directory someone else
+        /// planted there included — is refused ([`ConfinedError::Exists`]).
+        /// The opened directory is checked through its descriptor to be a
+        /// directory owned by this process's user that lets no group or
+        /// other in (as cordon's state directory is).
+        pub fn make_private(&self, name: &str) -> Result<ConfinedDir, ConfinedError> {
+            self.check(name)?;
+            if name.contains('/') {
+                return Err(ConfinedError::Io {
+                    path: name.to_string(),
+                    operation: "create the directory",
+                    reason: "a private directory is made one level down".into(),
+                });
+            }
+            rustix::fs::mkdirat(&self.fd, name, Mode::from_raw_mode(0o700))
+                .map_err(|e| classify(e, name, "create the directory"))?;
+            let fd = rustix::fs::openat2(
+                &self.fd,
+                name,
+                OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                Mode::empty(),
+                beneath(),
+            )
+            .map_err(|e| classify(e, name, "open the directory"))?;
+            let st = rustix::fs::fstat(&fd).map_err(|e| classify(e, name, "stat"))?;
+            let uid = rustix::process::geteuid().as_raw();
+            let unsafe_dir = |reason: String| ConfinedError::Io {
+                path: format!("{}/{name}", self.shown),
+                operation: "hold the directory",
+                reason,
+            };
+            if kind_of(st.st_mode) != FileKind::Dir {
+                return Err(unsafe_dir(format!("it is a {}", found(st.st_mode))));
+            }
+            if st.st_uid != uid {
+                return Err(unsafe_dir(format!(
+                    "it is owned by uid {}, not {uid}",
+                    st.st_uid
+                )));
+            }
+            if st.st_mode & 0o077 != 0 {
+                return Err(unsafe_dir(format!(
+                    "its mode {:o} lets group or others in",
+                    st.st_mode & 0o7777
+                )));
+            }
+            Ok(ConfinedDir {
+                fd,
+                shown: format!("{}/{name}", self.shown),
+                owner: None,
+            })
+        }
+
+        /// Removes the file (or link: the link itself) at `rel`, with no
+        /// link followed on its parents; `Ok(false)` when nothing is there.
+        pub fn remove_file(&self, rel: &str) -> Result<bool, ConfinedError> {
+            self.check(rel)?;
+            let parent;
+            let (dir, leaf) = match rel.rsplit_once('/') {
+                Some((p, l)) => {
+                    parent = rustix::fs::openat2(
+                        &self.fd,
+                        p,
+                        OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                        Mode::empty(),
+                        beneath(),
+                    );
+                    match &parent {
+                        Ok(fd) => (fd, l),
+                        Err(Errno::NOENT) => return Ok(false),
+                        Err(e) => return Err(classify(*e, rel, "open the directory")),
+                    }
+                }
+                None => (&self.fd, rel),
+            };
+            match rustix::fs::unlinkat(dir, leaf, rustix::fs::AtFlags::empty()) {
+                Ok(()) => Ok(true),
+                Err(Errno::NOENT) => Ok(false),
+                Err(e) => Err(classify(e, rel, "remove")),
+            }
+        }
+
         /// How the directory is shown in errors.
         /// What this handle creates from now on is handed to `uid`/`gid`
         /// through the new file's or directory's own descriptor.
@@ -589,5 +680,57 @@ mod tests {
         assert!(e.to_string().contains("does not fall back"), "{e}");
         let s = SandboxError::from(e);
         assert!(matches!(s, SandboxError::ConfinementUnavailable { .. }));
+    }
+
+    #[test]
+    fn a_private_directory_is_made_fresh_0700_and_never_adopted() {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        let parent = tempfile::tempdir().unwrap();
+        let made = ConfinedDir::create_private(parent.path(), "art").unwrap();
+        let m = std::fs::symlink_metadata(parent.path().join("art")).unwrap();
+        assert!(m.is_dir());
+        assert_eq!(m.mode() & 0o7777, 0o700);
+        assert_eq!(made.shown(), format!("{}/art", parent.path().display()));
+        // A directory already there, even one that looks just as private,
+        // is refused: made, never adopted.
+        let e = ConfinedDir::create_private(parent.path(), "art").unwrap_err();
+        assert!(matches!(e, ConfinedError::Exists { .. }), "{e:?}");
+        std::fs::create_dir(parent.path().join("planted")).unwrap();
+        std::fs::set_permissions(
+            parent.path().join("planted"),
+            std::fs::Permissions::from_mode(0o777),
+        )
+        .unwrap();
+        let e = ConfinedDir::create_private(parent.path(), "planted").unwrap_err();
+        assert!(matches!(e, ConfinedError::Exists { .. }), "{e:?}");
+        // A link there is not followed into a directory elsewhere.
+        let elsewhere = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink(elsewhere.path(), parent.path().join("link")).unwrap();
+        assert!(ConfinedDir::create_private(parent.path(), "link").is_err());
+        assert!(ConfinedDir::create_private(parent.path(), "a/b").is_err());
+    }
+
+    #[test]
+    fn remove_file_removes_a_link_itself_and_follows_none_on_its_parents() {
+        let root = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("keep"), "outside").unwrap();
+        let dir = ConfinedDir::open(root.path()).unwrap();
+        // A directory on the path swapped for a link: refused, not followed.
+        std::os::unix::fs::symlink(outside.path(), root.path().join("d")).unwrap();
+        let e = dir.remove_file("d/keep").unwrap_err();
+        assert!(
+            matches!(
+                e,
+                ConfinedError::Link { .. } | ConfinedError::NotADirectory { .. }
+            ),
+            "{e:?}"
+        );
+        assert!(outside.path().join("keep").exists());
+        // A link at the leaf: the link goes, its target stays.
+        std::os::unix::fs::symlink(outside.path().join("keep"), root.path().join("f")).unwrap();
+        assert!(dir.remove_file("f").unwrap());
+        assert!(outside.path().join("keep").exists());
+        assert!(!dir.remove_file("f").unwrap());
     }
 }

@@ -57,6 +57,19 @@ impl FsSink {
         })
     }
 
+    /// A sink rooted at a directory already held open (for one the host
+    /// made itself, e.g. by [`confined::ConfinedDir::make_private`]);
+    /// files land with mode `0o644` unless [`FsSink::with_mode`] says.
+    pub fn beneath(root: confined::ConfinedDir) -> FsSink {
+        FsSink {
+            root,
+            display: Arc::new(default_display),
+            existing: confined::Existing::Refuse,
+            mode: 0o644,
+            hook: None,
+        }
+    }
+
     /// Words the display line (a kind introducing its artifacts).
     pub fn with_display(
         mut self,

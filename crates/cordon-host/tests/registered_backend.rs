@@ -1,4 +1,5 @@
-//! A backend registered here, in a test — not built into cordon — is
+//! A backend registered here, in a test — not built into cordon, written as
+//! one `impl Engine` under the backend kit's generic backend — is
 //! served by doctor's report, the host assembly's router, the keeper (this
 //! test binary is its own keeper) and both kits, with no change to any of
 //! them: a new backend is one registration.
@@ -12,12 +13,12 @@
 //! held by, so `main` dispatches the keeper's hidden argument first.
 #![allow(clippy::expect_used, clippy::unwrap_used)] // tests may panic on a broken fixture
 
-use std::collections::HashMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
+use cordon_backend_kit::{Engine, EngineBackend, Which};
 use cordon_files::host_dir::HostDirectorySandbox;
 use cordon_host::keeper::{KeptBackend, KeptConfig, KEEPER_ARG};
 use cordon_host::kits::KitRun;
@@ -29,14 +30,15 @@ use cordon_sandbox::{
     AcquireRequest, Attach, Backend, BackendError, BackendRegistration, BackendSetup,
     CallerContext, Capability, CapabilitySet, Egress, ExecHandle, ExecRequest, FileRead, FileStat,
     Floor, FloorSource, HostWorkDirRecord, Isolation, IsolationError, Provenance, Registry,
-    ResolvedCommand, Sandbox, SandboxError, SandboxKey, SandboxSpec, SelfCommand, WorkDirView,
+    ResolvedCommand, Sandbox, SandboxError, SandboxSpec, SelfCommand, WorkDirView,
 };
 
 const NAME: &str = "test-hostdir";
 
-struct HostDirBackend {
+/// The engine: everything the double does that the kit's generic backend
+/// does not (the backend itself is `cordon_backend_kit::EngineBackend`).
+struct HostDirEngine {
     setup: BackendSetup,
-    live: Mutex<HashMap<SandboxKey, Arc<HostDir>>>,
 }
 
 /// `cordon_files`' host-directory sandbox, and whether its directory was
@@ -53,7 +55,9 @@ fn caps() -> CapabilitySet {
         .collect()
 }
 
-impl Backend for HostDirBackend {
+impl Engine for HostDirEngine {
+    type Sandbox = HostDir;
+
     fn name(&self) -> &str {
         NAME
     }
@@ -66,11 +70,14 @@ impl Backend for HostDirBackend {
     fn capabilities(&self) -> CapabilitySet {
         caps()
     }
-    fn acquire(&self, req: &AcquireRequest) -> Result<Arc<dyn Sandbox>, BackendError> {
-        let mut live = self.live.lock().unwrap();
-        if let Some(s) = live.get(&req.key) {
-            return Ok(s.clone());
-        }
+    fn materialises(&self, _image: &str) -> Result<(), String> {
+        Ok(())
+    }
+    fn create(
+        &self,
+        req: &AcquireRequest,
+        _egress: Option<Arc<dyn cordon_egress::EgressService>>,
+    ) -> Result<HostDir, BackendError> {
         let failed = |e: String| BackendError::Failed {
             operation: "acquire",
             reason: e,
@@ -87,37 +94,27 @@ impl Backend for HostDirBackend {
                 (d, true)
             }
         };
-        let s = Arc::new(HostDir {
+        Ok(HostDir {
             inner: HostDirectorySandbox::new(&dir, req.provenance.clone())
                 .map_err(|e| failed(e.to_string()))?,
             dir,
             fresh,
-        });
-        live.insert(req.key.clone(), s.clone());
-        Ok(s)
+        })
     }
-    fn dispose(&self, key: &SandboxKey) -> Result<bool, BackendError> {
-        let s = self.live.lock().unwrap().remove(key);
-        if let Some(s) = &s {
-            if s.fresh {
-                let _ = std::fs::remove_dir_all(&s.dir);
-            }
+    fn dispose(&self, s: &HostDir) -> Result<(), BackendError> {
+        if s.fresh {
+            let _ = std::fs::remove_dir_all(&s.dir);
         }
-        Ok(s.is_some())
+        Ok(())
     }
-    fn dispose_scope(&self, scope: &str, thread_id: &str) -> Result<usize, BackendError> {
-        let keys: Vec<SandboxKey> = self
-            .live
-            .lock()
-            .unwrap()
-            .keys()
-            .filter(|k| k.scope() == scope && k.thread_id() == thread_id)
-            .cloned()
-            .collect();
-        for k in &keys {
-            self.dispose(k)?;
-        }
-        Ok(keys.len())
+    /// The double keeps no listing of other processes' sandboxes: their
+    /// keepers hold them, and `gc` reclaims a dead keeper's directory.
+    fn dispose_found(
+        &self,
+        _which: Which<'_>,
+        _held: &[Arc<HostDir>],
+    ) -> Result<usize, BackendError> {
+        Ok(0)
     }
 }
 
@@ -210,11 +207,17 @@ fn registration() -> BackendRegistration {
             reason: None,
             found: vec!["a host directory".into()],
         },
-        build: Some(|setup, _policy| {
-            Ok(Arc::new(HostDirBackend {
-                setup: setup.clone(),
-                live: Mutex::new(HashMap::new()),
-            }))
+        build: Some(|setup, policy| {
+            Ok(Arc::new(EngineBackend::new(
+                HostDirEngine {
+                    setup: setup.clone(),
+                },
+                policy,
+                cordon_policy::Deployment {
+                    name: setup.deployment.clone(),
+                },
+                setup.egress.clone(),
+            )))
         }),
         vet,
         reclaim,

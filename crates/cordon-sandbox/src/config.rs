@@ -30,7 +30,9 @@ pub struct HostConfig {
     /// The file, as named in messages.
     pub file: String,
     pub min_isolation: Option<Isolation>,
-    /// `egress: {nameservers: [ADDR:PORT...], hosts_file: PATH, audit: PATH}`;
+    /// `egress: {nameservers: [ADDR:PORT...], hosts_file: PATH, audit: PATH,
+    /// audit_bounds: {rotate_bytes, keep, sandbox_bytes_per_sec,
+    /// sandbox_burst_bytes}}`;
     /// absent: the system's resolver and the default audit log.
     pub egress: Option<crate::registry::EgressSetup>,
 }
@@ -87,6 +89,8 @@ pub struct RawEgress {
     hosts_file: Option<Spanned<String>>,
     #[serde(default)]
     audit: Option<Spanned<String>>,
+    #[serde(default)]
+    audit_bounds: Option<Spanned<crate::registry::AuditBounds>>,
 }
 
 impl HostConfig {
@@ -188,6 +192,23 @@ pub fn egress_setup(file: &str, e: RawEgress) -> Result<crate::registry::EgressS
             Some(out)
         }
     };
+    let at_bounds = |s: &Spanned<crate::registry::AuditBounds>, message: String| {
+        let (line, column) = pos(s);
+        ConfigError::Structure {
+            file: file.to_string(),
+            line,
+            column,
+            message,
+        }
+    };
+    let audit_bounds = match &e.audit_bounds {
+        None => crate::registry::AuditBounds::default(),
+        Some(b) => {
+            b.check()
+                .map_err(|why| at_bounds(b, format!("`egress.audit_bounds`: {why}")))?;
+            **b
+        }
+    };
     Ok(crate::registry::EgressSetup {
         nameservers,
         hosts_file: e
@@ -196,6 +217,7 @@ pub fn egress_setup(file: &str, e: RawEgress) -> Result<crate::registry::EgressS
             .map(|s| path(s, "hosts_file"))
             .transpose()?,
         audit: e.audit.as_ref().map(|s| path(s, "audit")).transpose()?,
+        audit_bounds,
         proxy: None,
         policy_file: None,
     })

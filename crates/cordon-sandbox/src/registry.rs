@@ -68,6 +68,10 @@ pub struct EgressSetup {
     /// The audit log (JSON lines, appended); `None`: standard error.
     #[serde(default)]
     pub audit: Option<PathBuf>,
+    /// How far the audit log may grow: its rotation, and each sandbox's
+    /// budget of audit lines.
+    #[serde(default)]
+    pub audit_bounds: AuditBounds,
     /// Run the proxy in a process of its own, started with this command,
     /// which confines itself before it reads a byte from a sandbox (it
     /// parses hostile input). `None`: inside the owning process (a library
@@ -78,6 +82,87 @@ pub struct EgressSetup {
     /// digest); `None`: `cordon:default`.
     #[serde(default)]
     pub policy_file: Option<PathBuf>,
+}
+
+/// Bounds on the egress audit log, so no sandbox can grow it without
+/// bound and the disk under it stays writable for every sandbox (the
+/// host configuration's `egress.audit_bounds`, `cordon proxy --audit-*`).
+///
+/// A sandbox's lines are charged to its own budget, a bucket of
+/// `sandbox_burst_bytes` refilled at `sandbox_bytes_per_sec`: a sandbox
+/// whose budget is spent has its requests refused (`429`, saying so),
+/// never carried unaudited. The file is rotated when a line would take it
+/// past `rotate_bytes`: `FILE.1` is the newest of `keep` old files.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AuditBounds {
+    /// The audit file's size past which it is rotated, in bytes.
+    pub rotate_bytes: u64,
+    /// Old files kept (`FILE.1` to `FILE.N`); 0: the file is emptied when
+    /// it is full, nothing kept.
+    pub keep: u32,
+    /// One sandbox's sustained rate of audit lines, in bytes per second.
+    pub sandbox_bytes_per_sec: u64,
+    /// What one sandbox may write at once before its rate applies, in bytes.
+    pub sandbox_burst_bytes: u64,
+}
+
+impl AuditBounds {
+    /// The smallest `rotate_bytes` taken.
+    pub const MIN_ROTATE_BYTES: u64 = 64 * 1024;
+    /// The most old files kept.
+    pub const MAX_KEEP: u32 = 64;
+    /// The smallest rate taken, bytes per second.
+    pub const MIN_RATE: u64 = 1024;
+    /// The smallest burst taken: more than the longest audit line.
+    pub const MIN_BURST: u64 = 32 * 1024;
+
+    /// Whether the bounds can be held; the message says which is not.
+    pub fn check(&self) -> Result<(), String> {
+        if self.rotate_bytes < Self::MIN_ROTATE_BYTES {
+            return Err(format!(
+                "`rotate_bytes` is {}, below the least taken ({})",
+                self.rotate_bytes,
+                Self::MIN_ROTATE_BYTES
+            ));
+        }
+        if self.keep > Self::MAX_KEEP {
+            return Err(format!(
+                "`keep` is {}, above the most taken ({})",
+                self.keep,
+                Self::MAX_KEEP
+            ));
+        }
+        if self.sandbox_bytes_per_sec < Self::MIN_RATE {
+            return Err(format!(
+                "`sandbox_bytes_per_sec` is {}, below the least taken ({})",
+                self.sandbox_bytes_per_sec,
+                Self::MIN_RATE
+            ));
+        }
+        if self.sandbox_burst_bytes < Self::MIN_BURST {
+            return Err(format!(
+                "`sandbox_burst_bytes` is {}, below the least taken ({})",
+                self.sandbox_burst_bytes,
+                Self::MIN_BURST
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl Default for AuditBounds {
+    /// 32 MiB files, 3 kept (at most 128 MiB on disk); each sandbox 64 KiB
+    /// of lines a second (about 80 requests a second) after a burst of
+    /// 2 MiB (about 2,500 requests).
+    fn default() -> AuditBounds {
+        AuditBounds {
+            rotate_bytes: 32 << 20,
+            keep: 3,
+            sandbox_bytes_per_sec: 64 << 10,
+            sandbox_burst_bytes: 2 << 20,
+        }
+    }
 }
 
 /// Builds a backend from a setup and the host's policy.

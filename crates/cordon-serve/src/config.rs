@@ -121,6 +121,12 @@ pub struct Limits {
     pub max_sandboxes: usize,
     /// Requests a second one credential may make (a burst of twice that).
     pub requests_per_second: u32,
+    /// Landed, unfetched artifacts one credential may hold: bytes (past
+    /// them a collection is `413`), files (`429`), and seconds each is
+    /// kept unfetched before it is removed.
+    pub max_artifact_bytes: u64,
+    pub max_artifacts: u64,
+    pub artifact_ttl_seconds: u64,
 }
 
 impl Default for Limits {
@@ -129,6 +135,9 @@ impl Default for Limits {
             max_request_bytes: 16 << 20,
             max_sandboxes: 16,
             requests_per_second: 50,
+            max_artifact_bytes: 256 << 20,
+            max_artifacts: 64,
+            artifact_ttl_seconds: 900,
         }
     }
 }
@@ -239,6 +248,12 @@ struct RawLimits {
     max_sandboxes: Option<Spanned<String>>,
     #[serde(default)]
     requests_per_second: Option<Spanned<String>>,
+    #[serde(default)]
+    max_artifact_bytes: Option<Spanned<String>>,
+    #[serde(default)]
+    max_artifacts: Option<Spanned<String>>,
+    #[serde(default)]
+    artifact_ttl_seconds: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -401,6 +416,16 @@ impl ServeConfig {
             if let Some(v) = &l.requests_per_second {
                 limits.requests_per_second =
                     u32::try_from(count(v, "requests_per_second")?).unwrap_or(u32::MAX);
+            }
+            if let Some(v) = &l.max_artifact_bytes {
+                limits.max_artifact_bytes = cordon_policy::canon::size(v)
+                    .map_err(|e| at(yaml::pos(v), format!("`limits.max_artifact_bytes`: {e}")))?;
+            }
+            if let Some(v) = &l.max_artifacts {
+                limits.max_artifacts = count(v, "max_artifacts")?;
+            }
+            if let Some(v) = &l.artifact_ttl_seconds {
+                limits.artifact_ttl_seconds = count(v, "artifact_ttl_seconds")?;
             }
         }
         let mut mcp = McpConfig::default();

@@ -15,6 +15,7 @@ pub mod config;
 pub mod mcp;
 pub mod tls;
 
+mod artifacts;
 mod exec;
 mod files;
 mod limits;
@@ -67,11 +68,10 @@ pub struct Served {
     scope_locks: ScopeLocks,
     /// Each credential's request budget: tokens left, and when counted.
     buckets: Mutex<BTreeMap<String, (f64, std::time::Instant)>>,
-    /// Where collected outputs land, one directory per collection.
-    artifacts: PathBuf,
-    /// Landed files by opaque handle: the scope that collected it, and
-    /// where it lies. A handle is for the host's code, never a model's.
-    landed: Mutex<BTreeMap<String, (String, PathBuf)>>,
+    /// Where collected outputs land (a directory of the server's own, one
+    /// beneath it per collection), by opaque handle, within each
+    /// credential's bounds. A handle is for the host's code, never a model's.
+    artifacts: artifacts::Artifacts,
     /// Counters for `/metrics`, by scope.
     metrics: Mutex<BTreeMap<String, ScopeMetrics>>,
     /// The spec of every sandbox made through `/mcp`.
@@ -96,6 +96,7 @@ impl Served {
         router: cordon_sandbox::Router,
         mcp_spec: SandboxSpec,
     ) -> Served {
+        let artifacts = artifacts::Artifacts::new(std::env::temp_dir(), &config.limits);
         Served {
             mcp_spec,
             state: None,
@@ -109,9 +110,7 @@ impl Served {
             live: Mutex::new(BTreeMap::new()),
             scope_locks: ScopeLocks::default(),
             buckets: Mutex::new(BTreeMap::new()),
-            artifacts: std::env::temp_dir()
-                .join(format!("cordon-serve-{}-artifacts", std::process::id())),
-            landed: Mutex::new(BTreeMap::new()),
+            artifacts,
             metrics: Mutex::new(BTreeMap::new()),
         }
     }
@@ -298,6 +297,7 @@ fn who(s: &Served, headers: &HeaderMap) -> Result<Credential, Box<Response>> {
 
 /// A request the server answers with an error: its status and a message
 /// that says what to do.
+#[derive(Debug)]
 pub(crate) struct Refusal {
     status: StatusCode,
     message: String,

@@ -19,6 +19,7 @@ pub async fn serve(
     if let Some(path) = state.egress_audit.clone() {
         tokio::spawn(follow_audit(state.clone(), path));
     }
+    tokio::spawn(sweep_artifacts(state.clone()));
     on_bound(listener.local_addr()?);
     if let Some(acceptor) = state.tls.clone() {
         serve_tls(state.clone(), listener, acceptor, shutdown).await;
@@ -100,6 +101,6 @@ pub(crate) async fn finish(state: Arc<Served>) -> std::io::Result<()> {
         let _ = tokio::task::spawn_blocking(move || reclaim.dispose_all()).await;
     }
     // What was landed and not fetched goes with the server.
-    let _ = std::fs::remove_dir_all(&state.artifacts);
+    state.artifacts.remove_all();
     Ok(())
 }

@@ -47,8 +47,8 @@ pub(crate) async fn outputs(
 impl Served {
     /// Collects `sandbox`'s declared outputs through a confined sink into a
     /// directory of the server's own, each under a fresh handle only
-    /// `cred`'s scope can fetch: (display line, handle) per landed file.
-    /// Blocks.
+    /// `cred`'s scope can fetch, within `cred`'s artifact bounds (see
+    /// `artifacts`): (display line, handle) per landed file. Blocks.
     pub(crate) fn land_outputs(
         &self,
         cred: &Credential,
@@ -61,32 +61,13 @@ impl Served {
                 "the sandbox's spec declares no outputs; create it with a spec naming `declared_outputs` and `files_out`",
             ));
         }
-        let failed = |e: String| Refusal::of(ErrorKind::Failed, e);
-        let dir = self
-            .artifacts
-            .join(random_handle().map_err(|e| failed(e.to_string()))?);
-        std::fs::create_dir_all(&dir)
-            .map_err(|e| failed(format!("the artifacts directory: {e}")))?;
-        let sink = cordon_files::FsSink::new(&dir).map_err(|e| failed(e.to_string()))?;
-        let got = cordon_sandbox::collect_outputs(sandbox, &spec, Some(&sink))
-            .map_err(|e| Refusal::of(e.kind(), &e))?;
-        let mut landed = Vec::new();
-        let mut table = self.landed.lock().unwrap_or_else(|p| p.into_inner());
-        for a in &got.landed {
-            let handle =
-                random_handle().map_err(|_| failed("no randomness for a handle".into()))?;
-            table.insert(
-                handle.clone(),
-                (cred.scope.clone(), PathBuf::from(a.handle.reveal())),
-            );
-            landed.push((a.display.clone(), handle));
-        }
-        Ok(landed)
+        self.artifacts.land(cred, sandbox, &spec)
     }
 }
 
 /// A landed file's bytes, for the credential whose scope collected it;
-/// any other handle, or another scope's, is the same `404`.
+/// any other handle, or another scope's, is the same `404`. Fetched, it is
+/// removed: a second fetch is that `404` too.
 pub(crate) async fn artifact(
     State(s): State<Arc<Served>>,
     headers: HeaderMap,
@@ -96,18 +77,23 @@ pub(crate) async fn artifact(
         Ok(c) => c,
         Err(r) => return *r,
     };
-    let found = s
-        .landed
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .get(&handle)
-        .filter(|(scope, _)| *scope == cred.scope)
-        .map(|(_, path)| path.clone());
-    let Some(path) = found else {
-        return refused(ErrorKind::NotFound, "no artifact by that handle");
-    };
-    match tokio::fs::read(&path).await {
+    let served = s.clone();
+    let read = tokio::task::spawn_blocking(move || served.artifacts.fetch(&cred.scope, &handle))
+        .await
+        .unwrap_or_else(|e| Err(Refusal::of(ErrorKind::Failed, e)));
+    match read {
         Ok(bytes) => ([("content-type", "application/octet-stream")], bytes).into_response(),
-        Err(e) => refused(ErrorKind::Failed, format!("the artifact: {e}")),
+        Err(r) => r.into_response(),
+    }
+}
+
+/// Removes expired artifacts every so often while the server runs (each
+/// collect and fetch sweeps too).
+pub(crate) async fn sweep_artifacts(state: Arc<Served>) {
+    let every = state.artifacts.sweep_every();
+    loop {
+        tokio::time::sleep(every).await;
+        let s = state.clone();
+        let _ = tokio::task::spawn_blocking(move || s.artifacts.sweep()).await;
     }
 }

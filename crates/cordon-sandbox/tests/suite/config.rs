@@ -74,6 +74,24 @@ fn the_egress_section_is_read_and_checked() {
         ]
     );
     assert_eq!(e.hosts_file.unwrap().to_str(), Some("/etc/cordon/hosts"));
+    // The audit log's bounds: defaults unless given, each given one taken.
+    assert_eq!(e.audit_bounds, cordon_sandbox::AuditBounds::default());
+    let bounded = HostConfig::from_yaml(
+        "cordon.yaml",
+        "egress:\n  audit_bounds:\n    keep: 5\n    sandbox_bytes_per_sec: 4096\n",
+    )
+    .unwrap()
+    .egress
+    .unwrap()
+    .audit_bounds;
+    assert_eq!(
+        bounded,
+        cordon_sandbox::AuditBounds {
+            keep: 5,
+            sandbox_bytes_per_sec: 4096,
+            ..Default::default()
+        }
+    );
     // `nameservers: []` is no DNS at all, not the system's.
     let none = HostConfig::from_yaml("cordon.yaml", "egress:\n  nameservers: []\n").unwrap();
     assert_eq!(none.egress.unwrap().nameservers, Some(vec![]));
@@ -82,6 +100,19 @@ fn the_egress_section_is_read_and_checked() {
         ("egress:\n  audit: audit.jsonl\n", "absolute"),
         ("egress:\n  hosts_file: ./hosts\n", "absolute"),
         ("egress:\n  resolver: x\n", "unknown field"),
+        (
+            "egress:\n  audit_bounds:\n    rotate_bytes: 10\n",
+            "`egress.audit_bounds`: `rotate_bytes` is 10",
+        ),
+        (
+            "egress:\n  audit_bounds:\n    sandbox_burst_bytes: 100\n",
+            "`sandbox_burst_bytes` is 100",
+        ),
+        (
+            "egress:\n  audit_bounds:\n    keep: 1000\n",
+            "`keep` is 1000",
+        ),
+        ("egress:\n  audit_bounds:\n    rate: 1\n", "unknown field"),
     ] {
         let e = HostConfig::from_yaml("cordon.yaml", text)
             .unwrap_err()

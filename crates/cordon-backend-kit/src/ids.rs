@@ -14,7 +14,7 @@ use crate::{failed, FRESH_ID_BASE, NEXT};
 pub const ID_LEASES: &str = "/run/cordon-ids";
 /// How many fresh ids there are (`FRESH_ID_BASE ..`); the init of a warm
 /// sandbox uses `id + INIT_ID_OFFSET`, which stays below `u32::MAX`.
-pub(crate) const FRESH_IDS: u32 = 64_000_000;
+pub const FRESH_IDS: u32 = 64_000_000;
 
 /// A fresh host uid/gid held by one sandbox for its life. Unique across
 /// every cordon process on the machine: the lease is an exclusive `flock`

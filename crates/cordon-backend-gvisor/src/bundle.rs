@@ -1,0 +1,125 @@
+//! A sandbox's bundle root: the route out (when its spec names hosts), the compatibility shim, and the skeleton of a stored image.
+
+use std::os::unix::fs::DirBuilderExt;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use cordon_sandbox::AcquireRequest;
+
+use crate::oci::HostImage;
+
+/// A sandbox's one route out: a network namespace cordon made holding
+/// only `lo` and the proxy's listener on `127.0.0.1:port`, which every
+/// runsc sandbox of it runs in (`--network=host` there), and the egress
+/// service serving that listener. Both are held for the sandbox's life;
+/// dropping them closes the namespace and ends the serving.
+pub(crate) struct Route {
+    pub(crate) port: u16,
+    pub(crate) ns: std::os::fd::OwnedFd,
+    pub(crate) serving: Mutex<Option<Box<dyn std::any::Any + Send>>>,
+}
+
+impl Route {
+    /// The namespace as runsc opens it: through this process's descriptor.
+    pub(crate) fn path(&self) -> String {
+        use std::os::fd::AsRawFd;
+        format!("/proc/{}/fd/{}", std::process::id(), self.ns.as_raw_fd())
+    }
+}
+
+/// Makes the route for `req`'s sandbox: its namespace and listener, served.
+pub(crate) fn route(
+    service: &Arc<dyn cordon_egress::EgressService>,
+    req: &AcquireRequest,
+) -> Result<Route, String> {
+    let port = cordon_linux::netns::random_port();
+    let made = cordon_linux::netns::private_with_listener(port).map_err(|e| {
+        format!("making the sandbox's network namespace with the egress proxy's listener: {e}")
+    })?;
+    let serving = service.serve(
+        made.listener,
+        cordon_egress::Caller {
+            sandbox: req.key.to_string(),
+            identity: req.provenance.identity.clone(),
+            allow: Some(req.provenance.spec.egress_allow().to_vec()),
+        },
+    )?;
+    Ok(Route {
+        port,
+        ns: made.ns,
+        serving: Mutex::new(Some(serving)),
+    })
+}
+
+pub(crate) use cordon_backend_kit::workarea::private_dir;
+
+/// The compatibility shim (`shim/noautomount.c`: this runsc refuses
+/// `AT_NO_AUTOMOUNT`, which coreutils passes on every stat), built with
+/// the crate.
+pub(crate) const SHIM: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/noautomount.so"));
+
+/// Where the shim is in the sandbox's root.
+pub const SHIM_PATH: &str = "/.cordon/noautomount.so";
+
+/// Puts the shim in `rootfs` (root's, read-only for everyone else: the
+/// root is mounted read-only anyway) and names it in the root's own
+/// `/etc/ld.so.preload`, so every dynamically linked program loads it.
+pub(crate) fn install_shim(rootfs: &Path) -> Result<(), String> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let path = crate::oci::under(rootfs, Path::new(SHIM_PATH));
+    if let Some(parent) = path.parent() {
+        std::fs::DirBuilder::new()
+            .mode(0o755)
+            .create(parent)
+            .map_err(|e| format!("cannot create `{}`: {e}", parent.display()))?;
+    }
+    std::fs::write(&path, SHIM)
+        .and_then(|()| std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o444)))
+        .map_err(|e| format!("cannot write the shim `{}`: {e}", path.display()))?;
+    std::fs::write(rootfs.join("etc/ld.so.preload"), format!("{SHIM_PATH}\n"))
+        .map_err(|e| format!("cannot write the root's `/etc/ld.so.preload`: {e}"))
+}
+
+/// The bundle's root for a stored image at `image_root`: its top-level
+/// links as they are, an empty mount point for each of its top-level
+/// directories (bound from the store as the plan grants, by
+/// [`crate::oci::plan_mounts`]), and cordon's own `/etc`, `/proc`, `/dev`
+/// and `/tmp`. Nothing of the image is copied.
+pub(crate) fn stored_skeleton(rootfs: &Path, image_root: &Path) -> Result<HostImage, String> {
+    let own = ["etc", "proc", "dev", "sys", "tmp"];
+    std::fs::DirBuilder::new()
+        .mode(0o755)
+        .create(rootfs)
+        .map_err(|e| format!("cannot create `{}`: {e}", rootfs.display()))?;
+    let mut names: Vec<std::ffi::OsString> = std::fs::read_dir(image_root)
+        .map_err(|e| format!("the image's root `{}`: {e}", image_root.display()))?
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    names.sort();
+    let mut dirs = Vec::new();
+    for name in names {
+        let at = image_root.join(&name);
+        let meta = std::fs::symlink_metadata(&at)
+            .map_err(|e| format!("the image's `{}`: {e}", at.display()))?;
+        if own.iter().any(|o| name == *o) {
+            continue;
+        }
+        if meta.file_type().is_symlink() {
+            let to = std::fs::read_link(&at)
+                .map_err(|e| format!("cannot read the link `{}`: {e}", at.display()))?;
+            std::os::unix::fs::symlink(&to, rootfs.join(&name))
+                .map_err(|e| format!("cannot link `{}` in the root: {e}", at.display()))?;
+        } else if meta.is_dir() {
+            crate::oci::mkdir_in(rootfs, &Path::new("/").join(&name))?;
+            dirs.push(Path::new("/").join(&name));
+        }
+    }
+    for d in own.iter().filter(|d| **d != "sys") {
+        crate::oci::mkdir_in(rootfs, &Path::new("/").join(d))?;
+    }
+    Ok(HostImage {
+        rootfs: rootfs.to_path_buf(),
+        dirs,
+    })
+}

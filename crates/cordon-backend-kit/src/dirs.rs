@@ -1,0 +1,228 @@
+//! A sandbox's directory on the host, as every engine backend makes it:
+//! `TMPDIR/PREFIX-PID-N…`, root's, named by the process that made it.
+//!
+//! A recorded residue is data, not an authority: what a keeper's record
+//! names is acted on as root only when [`SandboxDirs::vet`] finds it is
+//! exactly what this backend makes — a plain path (no link, no `..`),
+//! named for the keeper that recorded it, in this cordon's scratch
+//! directory, a real directory of root's (or already gone). The three
+//! copies of this check had drifted (microvm's skipped the plain-path
+//! step); this is the one.
+
+use std::os::unix::fs::MetadataExt;
+use std::path::{Component, Path, PathBuf};
+
+/// How one backend names its sandbox directories.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SandboxDirs {
+    /// The backend's name, for messages.
+    pub backend: &'static str,
+    /// Every directory begins so (`cordon-docker-`, …).
+    pub prefix: &'static str,
+}
+
+impl SandboxDirs {
+    /// The pid of the process that made the sandbox named `name`
+    /// (`PREFIX-PID-N…`).
+    pub fn maker_of(&self, name: &str) -> Option<u32> {
+        cordon_confine::oci::maker_of(self.prefix, name)
+    }
+
+    /// Whether `p`'s last component is a name this backend makes.
+    pub fn ours(&self, p: &Path) -> bool {
+        p.file_name()
+            .and_then(|n| n.to_str())
+            .and_then(|n| self.maker_of(n))
+            .is_some()
+    }
+
+    /// Checks that `dir` (from a record) is a sandbox directory the process
+    /// `keeper` made in this cordon's scratch directory (TMPDIR): what a
+    /// reclaim may act on as root.
+    pub fn vet(&self, dir: &Path, keeper: u32) -> Result<(), String> {
+        plain(dir)?;
+        let name = dir.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        if self.maker_of(name) != Some(keeper) {
+            return Err(format!(
+                "`{}` is not the directory of a {} sandbox the record's keeper ({keeper}) made (`{}{keeper}-…`)",
+                dir.display(),
+                self.backend,
+                self.prefix
+            ));
+        }
+        let scratch = scratch();
+        if dir.parent() != Some(scratch.as_path()) {
+            return Err(format!(
+                "`{}` is not in `{}`, where this cordon makes sandbox directories (TMPDIR); run gc with TMPDIR set to its parent",
+                dir.display(),
+                scratch.display()
+            ));
+        }
+        match std::fs::symlink_metadata(dir) {
+            Ok(m) if !m.is_dir() || m.uid() != 0 => Err(format!(
+                "`{}` is not a directory of root's; left alone",
+                dir.display()
+            )),
+            Ok(_) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(format!("`{}`: {e}", dir.display())),
+        }
+    }
+
+    /// The directories in the scratch directory whose maker is gone (a
+    /// zombie too): root's real directories with this backend's names.
+    pub fn orphans(&self) -> Vec<PathBuf> {
+        let Ok(entries) = std::fs::read_dir(scratch()) else {
+            return Vec::new();
+        };
+        entries
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| {
+                p.file_name()
+                    .and_then(|n| n.to_str())
+                    .and_then(|n| self.maker_of(n))
+                    .is_some_and(crate::gone)
+            })
+            .filter(|p| std::fs::symlink_metadata(p).is_ok_and(|m| m.is_dir() && m.uid() == 0))
+            .collect()
+    }
+
+    /// Reclaims every orphan with `reclaim` (which returns what failed):
+    /// what was done, and what failed.
+    pub fn sweep(&self, reclaim: impl Fn(&Path) -> Vec<String>) -> (Vec<String>, Vec<String>) {
+        let mut done = Vec::new();
+        let mut failures = Vec::new();
+        for d in self.orphans() {
+            let f = reclaim(&d);
+            if f.is_empty() {
+                done.push(d.display().to_string());
+            }
+            failures.extend(f);
+        }
+        (done, failures)
+    }
+}
+
+/// Where this cordon makes sandbox directories: TMPDIR, canonical.
+pub fn scratch() -> PathBuf {
+    let scratch = std::env::temp_dir();
+    scratch.canonicalize().unwrap_or(scratch)
+}
+
+/// A path with nothing to resolve: absolute, no `.`/`..`, its own
+/// canonical form when it exists.
+pub fn plain(path: &Path) -> Result<(), String> {
+    if !path.is_absolute()
+        || path
+            .components()
+            .any(|c| matches!(c, Component::CurDir | Component::ParentDir))
+    {
+        return Err(format!("`{}` is not a plain absolute path", path.display()));
+    }
+    match path.canonicalize() {
+        Ok(real) if real == path => Ok(()),
+        Ok(real) => Err(format!(
+            "`{}` leads through a link (to `{}`)",
+            path.display(),
+            real.display()
+        )),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(format!("`{}`: {e}", path.display())),
+    }
+}
+
+/// Unmounts a sandbox directory's binds (`binds/*`) and volume (`volume`)
+/// and removes the directory; never removes anything through a mount that
+/// is still there (a bind's source is the host's own).
+pub fn remove_sandbox_dir(dir: &Path) -> Result<(), String> {
+    let binds = dir.join("binds");
+    if let Ok(entries) = std::fs::read_dir(&binds) {
+        for e in entries.flatten() {
+            let p = e.path();
+            if cordon_linux::volume::is_mount_point(&p).unwrap_or(true) {
+                cordon_linux::volume::unmount(&p)
+                    .map_err(|e| format!("unmounting `{}`: {e}", p.display()))?;
+            }
+            if cordon_linux::volume::is_mount_point(&p).unwrap_or(true) {
+                return Err(format!(
+                    "`{}` is still a mount point; left alone",
+                    p.display()
+                ));
+            }
+            // Never recursive: a bind that is somehow still there fails.
+            let removed = if p.is_dir() {
+                std::fs::remove_dir(&p)
+            } else {
+                std::fs::remove_file(&p)
+            };
+            removed.map_err(|e| format!("cannot remove `{}`: {e}; left alone", p.display()))?;
+        }
+    }
+    let volume = dir.join("volume");
+    if cordon_linux::volume::is_mount_point(&volume).unwrap_or(false) {
+        let _ = cordon_linux::volume::discard(&volume);
+        cordon_linux::volume::unmount(&volume)
+            .map_err(|e| format!("unmounting `{}`: {e}", volume.display()))?;
+    }
+    if cordon_linux::volume::is_mount_point(&volume).unwrap_or(false) {
+        return Err(format!(
+            "`{}` is still a mount point; left alone",
+            volume.display()
+        ));
+    }
+    match std::fs::remove_dir_all(dir) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(format!("cannot remove `{}`: {e}", dir.display())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    const DIRS: SandboxDirs = SandboxDirs {
+        backend: "toy",
+        prefix: "cordon-toy-",
+    };
+
+    #[test]
+    fn names_are_read_as_backends_write_them() {
+        assert_eq!(DIRS.maker_of("cordon-toy-12-3-456"), Some(12));
+        assert_eq!(DIRS.maker_of("cordon-toy-12-3"), Some(12));
+        for bad in ["cordon-toy-x-3", "cordon-other-1-2-3", "cordon-toy-12"] {
+            assert_eq!(DIRS.maker_of(bad), None, "{bad}");
+        }
+    }
+
+    /// microvm's vet took a recorded path through a link, or with `..`,
+    /// as long as its name and parent looked right: every backend's vet
+    /// now refuses both.
+    #[test]
+    fn a_recorded_dir_through_a_link_or_dotdot_is_refused() {
+        let keeper = std::process::id();
+        let scratch = scratch();
+        let name = format!("cordon-toy-{keeper}-0");
+        let dotted = scratch.join("x").join("..").join(&name);
+        let e = DIRS.vet(&dotted, keeper).unwrap_err();
+        assert!(e.contains("plain absolute path"), "{e}");
+        // A link in TMPDIR named as a sandbox directory, to a directory
+        // elsewhere: never taken for one.
+        let elsewhere = tempfile::tempdir().unwrap();
+        let link = scratch.join(&name);
+        std::os::unix::fs::symlink(elsewhere.path(), &link).unwrap();
+        let e = DIRS.vet(&link, keeper).unwrap_err();
+        std::fs::remove_file(&link).unwrap();
+        assert!(e.contains("through a link"), "{e}");
+        // Another keeper's name, or a directory elsewhere: refused too.
+        assert!(DIRS.vet(&scratch.join(&name), keeper + 1).is_err());
+        assert!(DIRS
+            .vet(&elsewhere.path().join(&name), keeper)
+            .unwrap_err()
+            .contains("is not in"));
+        // What is gone is fine to reclaim (nothing to act on).
+        assert!(DIRS.vet(&scratch.join(&name), keeper).is_ok());
+    }
+}

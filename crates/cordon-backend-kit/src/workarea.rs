@@ -1,0 +1,133 @@
+//! What an OCI engine's sandbox (docker, gvisor) holds on the host beside
+//! its root: the masks bound over what a plan hides, and the work area — a
+//! volume of `max_disk` holding the work dir (or the operator's, checked)
+//! and `/tmp`, owned by the workload's uid — with the filesystem view the
+//! plan is translated and commands resolved in.
+
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Path, PathBuf};
+
+use cordon_confine::RootedFs;
+use cordon_files::host_dir::HostWorkDir;
+
+use crate::WORKLOAD_ID;
+
+/// Makes `p` a directory only root can enter (mode 0700); fails if it
+/// exists.
+pub fn private_dir(p: &Path) -> Result<(), String> {
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(p)
+        .map_err(|e| format!("cannot create `{}`: {e}", p.display()))
+}
+
+/// Makes `p` a directory of the workload's uid ([`WORKLOAD_ID`]), 0700.
+pub fn owned_dir(p: &Path) -> Result<(), String> {
+    private_dir(p)?;
+    std::os::unix::fs::chown(p, Some(WORKLOAD_ID), Some(WORKLOAD_ID))
+        .map_err(|e| format!("cannot hand `{}` to uid {WORKLOAD_ID}: {e}", p.display()))
+}
+
+/// `masks` under a sandbox's directory: an empty directory (0555) and an
+/// empty file no one may read (0000), bound over what a plan hides.
+pub fn make_masks(masks: &Path) -> Result<(), String> {
+    private_dir(masks)?;
+    std::fs::DirBuilder::new()
+        .mode(0o555)
+        .create(masks.join("dir"))
+        .map_err(|e| format!("cannot create the mask directory: {e}"))?;
+    std::fs::write(masks.join("file"), b"")
+        .and_then(|()| {
+            std::fs::set_permissions(
+                masks.join("file"),
+                std::os::unix::fs::PermissionsExt::from_mode(0o000),
+            )
+        })
+        .map_err(|e| format!("cannot create the mask file: {e}"))
+}
+
+/// A sandbox's work area: where the work dir is on the host, the
+/// workload's filesystem as the plan is translated in, and the confined
+/// file access files in and out go through.
+pub struct WorkArea {
+    pub work_host: PathBuf,
+    pub view: RootedFs,
+    pub files: HostWorkDir,
+}
+
+/// What a work area is made from.
+pub struct WorkAreaSpec<'a> {
+    /// The sandbox's `volume` directory (made here, 0700).
+    pub volume: &'a Path,
+    /// Where the volume's backing file goes.
+    pub scratch: &'a Path,
+    pub disk_bytes: u64,
+    /// The operator's work dir (`--work-dir`), checked; `None`: a fresh
+    /// one on the volume.
+    pub given: Option<&'a Path>,
+    /// The image's tree on the host (`/` for `host`).
+    pub image_root: &'a Path,
+    /// The work dir as the workload sees it.
+    pub guest_work: &'a str,
+    /// The backend's name, for messages.
+    pub backend: &'a str,
+}
+
+/// Mounts the volume and makes the work dir and `/tmp` on it (or checks
+/// the operator's work dir), all owned by the workload's uid.
+pub fn work_area(s: &WorkAreaSpec<'_>) -> Result<WorkArea, String> {
+    private_dir(s.volume)?;
+    cordon_linux::volume::mount_volume(s.volume, s.scratch, s.disk_bytes, WORKLOAD_ID)
+        .map_err(|e| format!("the work dir's volume: {e}"))?;
+    let work_host = match s.given {
+        Some(d) => cordon_confine::oci::given_work_dir(d, s.disk_bytes, WORKLOAD_ID, s.backend)?,
+        None => {
+            owned_dir(&s.volume.join("work"))?;
+            s.volume.join("work")
+        }
+    };
+    owned_dir(&s.volume.join("tmp"))?;
+    // The image's own tree with the work dir and `/tmp` bound in: the plan
+    // is translated (and commands resolved) in it; the container then
+    // shows only what the translated rules reach.
+    let view = RootedFs::new(s.image_root)
+        .bind("/tmp", s.volume.join("tmp"))
+        .bind(s.guest_work, &work_host);
+    let files = HostWorkDir::new(&work_host, s.guest_work)
+        .map_err(|e| e.to_string())?
+        .owned_by(WORKLOAD_ID, WORKLOAD_ID);
+    Ok(WorkArea {
+        work_host,
+        view,
+        files,
+    })
+}
+
+/// An exec's environment in an engine's sandbox: cordon's (`PATH` of the
+/// image, `HOME` the work dir, `LANG`, `TMPDIR`), the proxy's variables
+/// when the sandbox has a route out (for the workload's convenience only:
+/// the boundary is its network namespace, whose one route is the proxy's
+/// listener), then the request's own.
+pub fn exec_env(
+    guest_work: &str,
+    proxy_port: Option<u16>,
+    request: &std::collections::BTreeMap<String, String>,
+) -> std::collections::BTreeMap<String, String> {
+    let mut env = std::collections::BTreeMap::from([
+        (
+            "PATH".to_string(),
+            cordon_confine::command::IMAGE_PATH.to_string(),
+        ),
+        ("HOME".to_string(), guest_work.to_string()),
+        ("LANG".to_string(), "C.UTF-8".to_string()),
+        ("TMPDIR".to_string(), "/tmp".to_string()),
+    ]);
+    if let Some(port) = proxy_port {
+        let url = format!("http://127.0.0.1:{port}");
+        for k in ["HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"] {
+            env.insert(k.to_string(), url.clone());
+        }
+    }
+    env.extend(request.iter().map(|(k, v)| (k.clone(), v.clone())));
+    env
+}
