@@ -120,7 +120,8 @@ fn sandbox_message(path: &str, source: &SandboxError) -> String {
         SandboxError::Unsupported { .. }
         | SandboxError::Failed { .. }
         | SandboxError::Refused { .. }
-        | SandboxError::Unavailable { .. } => format!("output `{path}`: {source}"),
+        | SandboxError::Unavailable { .. }
+        | SandboxError::Invalid { .. } => format!("output `{path}`: {source}"),
     }
 }
 
