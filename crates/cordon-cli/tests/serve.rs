@@ -65,7 +65,21 @@ impl Drop for Server {
 }
 
 fn start(config: &std::path::Path) -> Server {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_cordon"))
+    start_under(&[], config)
+}
+
+/// `start`, the server run by `wrapper` (a command that execs the rest of
+/// its arguments, such as `prlimit ... --`).
+fn start_under(wrapper: &[&str], config: &std::path::Path) -> Server {
+    let mut command = match wrapper.split_first() {
+        None => Command::new(env!("CARGO_BIN_EXE_cordon")),
+        Some((program, args)) => {
+            let mut c = Command::new(program);
+            c.args(args).arg(env!("CARGO_BIN_EXE_cordon"));
+            c
+        }
+    };
+    let mut child = command
         .args(["serve", "--config", config.to_str().expect("utf-8")])
         .env_remove("CORDON_MIN_ISOLATION")
         .stdout(Stdio::piped())
@@ -1498,6 +1512,600 @@ fn mcp_over_http_binds_each_request_to_its_credential_and_thread_headers() {
     assert!(text.starts_with("HTTP/1.1 403"), "{text}");
 }
 
+// ---- MCP sessions, connections and what a request must be ---------------
+
+/// A raw HTTP/1.1 exchange on its own connection: everything the server
+/// sent until it closed the connection or went quiet for `quiet`, less its
+/// `date` header (the one line two answers a second apart may differ in).
+fn exchange(addr: &str, raw: &str, quiet: std::time::Duration) -> String {
+    let mut s = std::net::TcpStream::connect(addr).expect("connect");
+    s.write_all(raw.as_bytes()).expect("send");
+    s.set_read_timeout(Some(quiet)).expect("timeout");
+    let mut got = Vec::new();
+    let mut buf = [0u8; 8192];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+        }
+    }
+    String::from_utf8_lossy(&got)
+        .split("\r\n")
+        .filter(|l| !l.to_ascii_lowercase().starts_with("date:"))
+        .collect::<Vec<_>>()
+        .join("\r\n")
+}
+
+/// One `/mcp` request as an MCP client sends it: `token`'s credential,
+/// `session` (its `Mcp-Session-Id`), `extra` headers, a JSON body or none.
+fn mcp_request(
+    addr: &str,
+    method: &str,
+    token: &str,
+    session: Option<&str>,
+    extra: &[(&str, &str)],
+    body: Option<&str>,
+) -> String {
+    let mut head = format!(
+        "{method} /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token}\r\nAccept: application/json, text/event-stream\r\nMcp-Protocol-Version: 2025-06-18\r\nConnection: close\r\n"
+    );
+    if let Some(id) = session {
+        head += &format!("Mcp-Session-Id: {id}\r\n");
+    }
+    for (k, v) in extra {
+        head += &format!("{k}: {v}\r\n");
+    }
+    if let Some(b) = body {
+        head += &format!(
+            "Content-Type: application/json\r\nContent-Length: {}\r\n",
+            b.len()
+        );
+    }
+    head += "\r\n";
+    head += body.unwrap_or("");
+    exchange(addr, &head, std::time::Duration::from_secs(3))
+}
+
+/// A header's value in a raw response.
+fn header_of(response: &str, name: &str) -> Option<String> {
+    let head = response.split("\r\n\r\n").next()?;
+    head.split("\r\n").find_map(|l| {
+        let (k, v) = l.split_once(':')?;
+        k.eq_ignore_ascii_case(name).then(|| v.trim().to_string())
+    })
+}
+
+/// An MCP session of `token`'s made by `initialize` (and `initialized`):
+/// its id, or the refusal's raw response.
+fn mcp_session(addr: &str, token: &str) -> Result<String, String> {
+    let init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}"#;
+    let answer = mcp_request(addr, "POST", token, None, &[], Some(init));
+    let id = header_of(&answer, "mcp-session-id").ok_or(answer)?;
+    let done = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
+    let answer = mcp_request(addr, "POST", token, Some(&id), &[], Some(done));
+    assert!(answer.starts_with("HTTP/1.1 202"), "{answer}");
+    Ok(id)
+}
+
+/// A `tools/call` of `tool` with `arguments` as JSON-RPC request `id`.
+fn tool_call(id: u32, tool: &str, arguments: serde_json::Value) -> String {
+    serde_json::json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": tool, "arguments": arguments}}).to_string()
+}
+
+/// An MCP session is its maker's: another credential holding its id is
+/// answered exactly as one holding an id nobody made (`404`, byte for
+/// byte), whether it calls a tool in it, resumes its events (and so
+/// reads its maker's results) or ends it; its maker's session goes on.
+#[test]
+fn an_mcp_session_is_answered_only_to_the_credential_that_made_it() {
+    if !root() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("dir");
+    let server = start(&config(dir.path(), &good_config()));
+    let addr = server.addr.as_str();
+    let a = mcp_session(addr, "token-a").expect("a session of A's");
+    let call = tool_call(
+        2,
+        "exec",
+        serde_json::json!({"argv": ["echo", "secret-of-a"]}),
+    );
+    let ran = mcp_request(addr, "POST", "token-a", Some(&a), &[], Some(&call));
+    assert!(ran.contains("secret-of-a"), "{ran}");
+    let event = ran
+        .lines()
+        .find_map(|l| l.strip_prefix("id: ").or_else(|| l.strip_prefix("id:")))
+        .map(|l| l.trim().to_string())
+        .unwrap_or_else(|| panic!("no event id in {ran}"));
+    let unknown = "00000000-0000-4000-8000-000000000000";
+    // A call still running: B resuming its stream (`Last-Event-ID`, the
+    // call's first event) would take the result from A.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let flight = {
+        let (addr, a) = (addr.to_string(), a.clone());
+        std::thread::spawn(move || {
+            let body = tool_call(
+                5,
+                "exec",
+                serde_json::json!({"argv": ["sh", "-c", "sleep 2; echo secret-in-flight"]}),
+            );
+            let mut s = std::net::TcpStream::connect(&addr).expect("connect");
+            write!(
+                s,
+                "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer token-a\r\nAccept: application/json, text/event-stream\r\nMcp-Protocol-Version: 2025-06-18\r\nMcp-Session-Id: {a}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            )
+            .expect("send");
+            s.set_read_timeout(Some(std::time::Duration::from_secs(15)))
+                .expect("timeout");
+            let (mut got, mut told, mut buf) = (String::new(), false, [0u8; 4096]);
+            loop {
+                match s.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => got.push_str(&String::from_utf8_lossy(&buf[..n])),
+                }
+                if !told {
+                    let id = got.find("\nid: ").and_then(|i| {
+                        let rest = &got[i + 5..];
+                        rest.find('\n').map(|j| rest[..j].trim().to_string())
+                    });
+                    if let Some(id) = id {
+                        let _ = tx.send(id);
+                        told = true;
+                    }
+                }
+            }
+            got
+        })
+    };
+    let running = rx
+        .recv_timeout(std::time::Duration::from_secs(20))
+        .expect("the running call's first event");
+    let resume = [("Last-Event-ID", running.as_str())];
+    let stolen = mcp_request(addr, "GET", "token-b", Some(&a), &resume, None);
+    let nobodys = mcp_request(addr, "GET", "token-b", Some(unknown), &resume, None);
+    let own = flight.join().expect("A's call");
+    assert!(
+        !stolen.contains("secret-in-flight"),
+        "B took A's result: {stolen}"
+    );
+    assert_eq!(stolen, nobodys);
+    assert!(own.contains("secret-in-flight"), "A lost its result: {own}");
+    let b_call = tool_call(3, "exec", serde_json::json!({"argv": ["echo", "from-b"]}));
+    let resume = [("Last-Event-ID", event.as_str())];
+    let cases = [
+        ("POST", &[][..], Some(b_call.as_str())),
+        ("GET", &resume[..], None),
+        ("DELETE", &[][..], None),
+    ];
+    for (method, extra, body) in &cases {
+        let foreign = mcp_request(addr, method, "token-b", Some(&a), extra, *body);
+        let nobodys = mcp_request(addr, method, "token-b", Some(unknown), extra, *body);
+        assert!(!foreign.contains("secret-of-a"), "{method}: {foreign}");
+        assert_eq!(
+            foreign, nobodys,
+            "{method}: A's session and nobody's differ for B"
+        );
+        // rmcp's own answer for a session it does not hold, as it sends it.
+        assert_eq!(
+            foreign,
+            "HTTP/1.1 404 Not Found\r\nconnection: close\r\ncontent-length: 28\r\n\r\nNot Found: Session not found",
+            "{method}"
+        );
+        let own_unknown = mcp_request(addr, method, "token-a", Some(unknown), extra, *body);
+        assert_eq!(own_unknown, nobodys, "{method}");
+    }
+    // A's session outlived B's DELETE: A resumes it and calls in it.
+    let again = mcp_request(
+        addr,
+        "GET",
+        "token-a",
+        Some(&a),
+        &[("Last-Event-ID", event.as_str())],
+        None,
+    );
+    assert!(again.starts_with("HTTP/1.1 200"), "{again}");
+    let ran = mcp_request(
+        addr,
+        "POST",
+        "token-a",
+        Some(&a),
+        &[],
+        Some(&tool_call(
+            4,
+            "exec",
+            serde_json::json!({"argv": ["echo", "still-a"]}),
+        )),
+    );
+    assert!(ran.contains("still-a"), "{ran}");
+    // A ends it; then it is nobody's, to A too.
+    let ended = mcp_request(addr, "DELETE", "token-a", Some(&a), &[], None);
+    assert!(ended.starts_with("HTTP/1.1 2"), "{ended}");
+    let gone = mcp_request(addr, "POST", "token-a", Some(&a), &[], Some(&call));
+    let nobodys = mcp_request(addr, "POST", "token-a", Some(unknown), &[], Some(&call));
+    assert_eq!(gone, nobodys);
+}
+
+/// Each credential holds at most `limits.max_mcp_sessions` live MCP
+/// sessions; past it `initialize` is `429` saying what to do, and ending
+/// one frees its place. Another credential's cap is its own.
+#[test]
+fn mcp_sessions_are_capped_per_credential_and_a_delete_frees_one() {
+    if !root() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("dir");
+    let server = start(&config(
+        dir.path(),
+        &(good_config() + "limits: {max_mcp_sessions: 2}\n"),
+    ));
+    let addr = server.addr.as_str();
+    let first = mcp_session(addr, "token-a").expect("a first session");
+    mcp_session(addr, "token-a").expect("a second session");
+    let past = mcp_session(addr, "token-a").expect_err("a third session");
+    assert!(past.starts_with("HTTP/1.1 429"), "{past}");
+    assert!(
+        past.contains("limits.max_mcp_sessions") && past.contains("DELETE /mcp"),
+        "{past}"
+    );
+    mcp_session(addr, "token-b").expect("B's own cap");
+    // Racing initializes of B's pass its cap no more than one at a time
+    // does: one place was left, one of eight takes it.
+    let racing: Vec<_> = (0..8)
+        .map(|_| {
+            let addr = addr.to_string();
+            std::thread::spawn(move || mcp_session(&addr, "token-b").is_ok())
+        })
+        .collect();
+    let made = racing
+        .into_iter()
+        .map(|h| h.join().expect("an initialize"))
+        .filter(|ok| *ok)
+        .count();
+    assert_eq!(made, 1, "B's racing initializes past its cap");
+    let ended = mcp_request(addr, "DELETE", "token-a", Some(&first), &[], None);
+    assert!(ended.starts_with("HTTP/1.1 2"), "{ended}");
+    mcp_session(addr, "token-a").expect("the freed place");
+}
+
+/// No MCP tool's error shows a path of the host's (a volume's, a work
+/// dir's, the state directory's): the model sees sandbox paths only.
+#[test]
+fn mcp_tool_errors_show_no_host_path() {
+    if !root() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("dir");
+    let server = start(&config(dir.path(), &good_config()));
+    let addr = server.addr.as_str();
+    let a = mcp_session(addr, "token-a").expect("a session");
+    let setup = tool_call(
+        2,
+        "exec",
+        serde_json::json!({"argv": ["sh", "-c", "mkdir -p d; ln -s /etc/passwd link; ln -s d dlink; head -c 2000000 /dev/zero > big; mkfifo fifo; echo ok"]}),
+    );
+    let ran = mcp_request(addr, "POST", "token-a", Some(&a), &[], Some(&setup));
+    assert!(ran.contains("ok"), "{ran}");
+    let calls = [
+        ("read_file", serde_json::json!({"path": "nope.txt"})),
+        ("read_file", serde_json::json!({"path": "d"})),
+        ("read_file", serde_json::json!({"path": "link"})),
+        ("read_file", serde_json::json!({"path": "dlink/x"})),
+        ("read_file", serde_json::json!({"path": "big"})),
+        ("read_file", serde_json::json!({"path": "fifo"})),
+        ("read_file", serde_json::json!({"path": "../../etc/passwd"})),
+        ("read_file", serde_json::json!({"path": "/etc/passwd"})),
+        (
+            "write_file",
+            serde_json::json!({"path": "d", "content": "x"}),
+        ),
+        (
+            "write_file",
+            serde_json::json!({"path": "link", "content": "x"}),
+        ),
+        (
+            "write_file",
+            serde_json::json!({"path": "dlink/x", "content": "x"}),
+        ),
+        (
+            "write_file",
+            serde_json::json!({"path": "/proc/nope/x", "content": "x"}),
+        ),
+        ("exec", serde_json::json!({"argv": ["/no/such/program"]})),
+        ("list_files", serde_json::json!({"path": "nope"})),
+    ];
+    for (i, (tool, args)) in calls.iter().enumerate() {
+        let id = u32::try_from(i).expect("few") + 10;
+        let got = mcp_request(
+            addr,
+            "POST",
+            "token-a",
+            Some(&a),
+            &[],
+            Some(&tool_call(id, tool, args.clone())),
+        );
+        assert!(got.contains("\"result\""), "{tool} {args}: {got}");
+        for host in [
+            "/tmp/",
+            "/run/",
+            "/var/",
+            "cordon-volume-",
+            "cordon-work-",
+            "cordon-tmp-",
+            "cordon-mapped-",
+            &dir.path().display().to_string(),
+        ] {
+            assert!(!got.contains(host), "{tool} {args} shows `{host}`: {got}");
+        }
+    }
+}
+
+/// A request must name one host: two `Host` headers (or two of any
+/// header a check reads) are `400`, on `/mcp` and everywhere else.
+#[test]
+fn a_request_with_two_host_headers_is_refused() {
+    if !root() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("dir");
+    let server = start(&config(dir.path(), &good_config()));
+    let addr = server.addr.as_str();
+    let init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}"#;
+    let two_hosts = mcp_request(
+        addr,
+        "POST",
+        "token-a",
+        None,
+        &[("Host", "evil.example")],
+        Some(init),
+    );
+    assert!(two_hosts.starts_with("HTTP/1.1 400"), "{two_hosts}");
+    assert!(
+        header_of(&two_hosts, "mcp-session-id").is_none(),
+        "{two_hosts}"
+    );
+    let two_tokens = mcp_request(
+        addr,
+        "POST",
+        "token-a",
+        None,
+        &[("Authorization", "Bearer token-b")],
+        Some(init),
+    );
+    assert!(two_tokens.starts_with("HTTP/1.1 400"), "{two_tokens}");
+    let backends = exchange(
+        addr,
+        "GET /v1/backends HTTP/1.1\r\nHost: 127.0.0.1\r\nHost: evil.example\r\nAuthorization: Bearer token-a\r\nConnection: close\r\n\r\n",
+        std::time::Duration::from_secs(5),
+    );
+    assert!(backends.starts_with("HTTP/1.1 400"), "{backends}");
+    let absolute = exchange(
+        addr,
+        "GET http://evil.example/v1/backends HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer token-a\r\nConnection: close\r\n\r\n",
+        std::time::Duration::from_secs(5),
+    );
+    assert!(absolute.starts_with("HTTP/1.1 400"), "{absolute}");
+}
+
+/// How long until the server closes `s` (reads return end of file or an
+/// error), reading whatever it sends; `None` if still open after `within`.
+fn closed_within(
+    s: &mut std::net::TcpStream,
+    within: std::time::Duration,
+) -> Option<(std::time::Duration, String)> {
+    let started = std::time::Instant::now();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while started.elapsed() < within {
+        s.set_read_timeout(Some(std::time::Duration::from_millis(200)))
+            .expect("timeout");
+        match s.read(&mut buf) {
+            Ok(0) => return Some((started.elapsed(), String::from_utf8_lossy(&got).into())),
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
+            Err(_) => return Some((started.elapsed(), String::from_utf8_lossy(&got).into())),
+        }
+    }
+    None
+}
+
+/// Connections are held to time limits: an idle one, one sending its
+/// headers a byte at a time and one sending its body slowly are closed
+/// within `limits.header_timeout_seconds` / `body_timeout_seconds`; a
+/// request without a credential is refused before its body is read.
+#[test]
+fn idle_slow_and_unauthenticated_connections_are_cut() {
+    if !root() {
+        return;
+    }
+    use std::time::Duration;
+    let dir = tempfile::tempdir().expect("dir");
+    let server = start(&config(
+        dir.path(),
+        &(good_config() + "limits: {header_timeout_seconds: 2, body_timeout_seconds: 2}\n"),
+    ));
+    let addr = server.addr.clone();
+    let limit = Duration::from_secs(6);
+    // Idle: connected, nothing sent.
+    let mut idle = std::net::TcpStream::connect(&addr).expect("connect");
+    let (took, _) = closed_within(&mut idle, limit).expect("an idle connection left open");
+    assert!(
+        took >= Duration::from_millis(1500),
+        "closed too soon: {took:?}"
+    );
+    // Idle after a request (keep-alive).
+    let mut kept = std::net::TcpStream::connect(&addr).expect("connect");
+    kept.write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        .expect("send");
+    let (_, said) =
+        closed_within(&mut kept, limit).expect("a kept-alive idle connection left open");
+    assert!(said.starts_with("HTTP/1.1 200"), "{said}");
+    // Headers a byte at a time.
+    let slow = std::net::TcpStream::connect(&addr).expect("connect");
+    let mut writer = slow.try_clone().expect("clone");
+    let trickle = std::thread::spawn(move || {
+        let head = b"GET /v1/backends HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer token-a\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+        for b in head {
+            if writer.write_all(&[*b]).is_err() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    });
+    let mut slow = slow;
+    closed_within(&mut slow, limit).expect("a slow-header connection left open");
+    let _ = trickle.join();
+    // A body a byte at a time, after headers with a credential.
+    let body = std::net::TcpStream::connect(&addr).expect("connect");
+    let mut writer = body.try_clone().expect("clone");
+    writer
+        .write_all(b"POST /v1/sandboxes HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer token-a\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"thread\": \"")
+        .expect("send");
+    let trickle = std::thread::spawn(move || {
+        for _ in 0..60 {
+            if writer.write_all(b"a").is_err() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    });
+    let mut body = body;
+    closed_within(&mut body, limit).expect("a slow body left open");
+    let _ = trickle.join();
+    // No credential, a large body announced and not sent: 401 at once.
+    let mut unauth = std::net::TcpStream::connect(&addr).expect("connect");
+    unauth
+        .write_all(b"POST /v1/sandboxes/exec HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 8000000\r\n\r\n{")
+        .expect("send");
+    let (took, said) =
+        closed_within(&mut unauth, Duration::from_secs(1)).expect("no answer before the body");
+    assert!(said.starts_with("HTTP/1.1 401"), "{said}");
+    assert!(took < Duration::from_secs(1));
+    let mut unauth = std::net::TcpStream::connect(&addr).expect("connect");
+    unauth
+        .write_all(b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer token-c\r\nContent-Type: application/json\r\nContent-Length: 8000000\r\n\r\n{")
+        .expect("send");
+    let (_, said) =
+        closed_within(&mut unauth, Duration::from_secs(1)).expect("no answer before the body");
+    assert!(said.starts_with("HTTP/1.1 401"), "{said}");
+    // The server still answers.
+    assert_eq!(get(&addr, "/healthz", None).0, 200);
+}
+
+/// A connection from `source` (a loopback address of its own) to `addr`.
+fn connect_from(source: &str, addr: &str) -> std::net::TcpStream {
+    let to: std::net::SocketAddr = addr.parse().expect("an address");
+    let from: std::net::SocketAddr = format!("{source}:0").parse().expect("an address");
+    let s =
+        socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).expect("socket");
+    s.bind(&from.into()).expect("bind");
+    s.connect(&to.into()).expect("connect");
+    s.into()
+}
+
+/// One peer holds at most `limits.max_connections_per_peer` connections:
+/// the next is refused at once (`503` saying what to do) while another
+/// peer's credentialed request is served; a closed one frees its place.
+#[test]
+fn connections_past_the_per_peer_cap_are_refused_and_others_still_served() {
+    if !root() {
+        return;
+    }
+    use std::time::Duration;
+    let dir = tempfile::tempdir().expect("dir");
+    let server = start(&config(
+        dir.path(),
+        &(good_config() + "limits: {max_connections_per_peer: 3, max_connections: 10, header_timeout_seconds: 60}\n"),
+    ));
+    let addr = server.addr.clone();
+    let held: Vec<std::net::TcpStream> = (0..3).map(|_| connect_from("127.0.0.1", &addr)).collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let mut past = connect_from("127.0.0.1", &addr);
+    let (_, said) =
+        closed_within(&mut past, Duration::from_secs(2)).expect("a fourth connection held open");
+    assert!(
+        said.starts_with("HTTP/1.1 503") && said.contains("too many open connections"),
+        "{said}"
+    );
+    // Another peer (another loopback address) is served.
+    let mut other = connect_from("127.0.0.2", &addr);
+    other
+        .write_all(b"GET /v1/backends HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer token-b\r\nConnection: close\r\n\r\n")
+        .expect("send");
+    let (_, said) = closed_within(&mut other, Duration::from_secs(10)).expect("an answer");
+    assert!(said.starts_with("HTTP/1.1 200"), "{said}");
+    // One closed: its place is the peer's again.
+    drop(held);
+    std::thread::sleep(Duration::from_millis(300));
+    let mut again = connect_from("127.0.0.1", &addr);
+    again
+        .write_all(b"GET /v1/backends HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer token-a\r\nConnection: close\r\n\r\n")
+        .expect("send");
+    let (_, said) = closed_within(&mut again, Duration::from_secs(10)).expect("an answer");
+    assert!(said.starts_with("HTTP/1.1 200"), "{said}");
+}
+
+/// One request on a connection of its own from `source` (a loopback
+/// address): all the server said until it closed, or 20 seconds passed.
+fn request_from(source: &str, addr: &str, head: &str, body: &str) -> String {
+    let mut s = connect_from(source, addr);
+    let raw = format!(
+        "{head}\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(raw.as_bytes()).expect("send");
+    closed_within(&mut s, std::time::Duration::from_secs(20))
+        .map(|(_, said)| said)
+        .unwrap_or_else(|| panic!("no answer to {head}"))
+}
+
+/// The case found: a server with few descriptors (`ulimit -n` 120) and
+/// one peer holding 130 silent connections. With the default limits the
+/// server still answers another peer: `/healthz`, and a credential's
+/// create and exec.
+#[test]
+fn silent_connections_from_one_peer_cannot_take_the_servers_descriptors() {
+    if !root() {
+        return;
+    }
+    use std::time::Duration;
+    let dir = tempfile::tempdir().expect("dir");
+    let server = start_under(
+        &["prlimit", "--nofile=120:120", "--"],
+        &config(dir.path(), &good_config()),
+    );
+    let addr = server.addr.clone();
+    let to: std::net::SocketAddr = addr.parse().expect("an address");
+    let held: Vec<std::net::TcpStream> = (0..130)
+        .filter_map(|_| std::net::TcpStream::connect_timeout(&to, Duration::from_secs(1)).ok())
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    let said = request_from("127.0.0.2", &addr, "GET /healthz HTTP/1.1", "");
+    assert!(said.starts_with("HTTP/1.1 200"), "{said}");
+    let said = request_from(
+        "127.0.0.2",
+        &addr,
+        "POST /v1/sandboxes HTTP/1.1\r\nAuthorization: Bearer token-a",
+        r#"{"thread": "t"}"#,
+    );
+    assert!(said.starts_with("HTTP/1.1 200"), "{said}");
+    let said = request_from(
+        "127.0.0.2",
+        &addr,
+        "POST /v1/sandboxes/exec HTTP/1.1\r\nAuthorization: Bearer token-a",
+        r#"{"thread": "t", "argv": ["echo", "still-served"]}"#,
+    );
+    assert!(
+        said.starts_with("HTTP/1.1 200") && said.contains("still-served"),
+        "{said}"
+    );
+    drop(held);
+}
+
 // ---- replicas and restarts ----------------------------------------------
 
 /// Servers sharing a state directory serve and dispose of each other's
@@ -1977,13 +2585,11 @@ fn secrets_come_from_the_configured_store() {
 /// HTTPS with mutual TLS: no connection without a client certificate from
 /// the configured CA, and a credential bound to one certificate is refused
 /// with any other, its token notwithstanding.
-#[test]
-fn mutual_tls_requires_a_client_certificate_and_binds_a_token_to_one() {
-    if !root() {
-        return;
-    }
-    let dir = tempfile::tempdir().expect("dir");
-    let p = dir.path();
+/// A CA (`ca`), another (`other-ca`), a server certificate for 127.0.0.1
+/// (`server`), client certificates `client` and `client2` of `ca` and
+/// `stranger` of `other-ca` (`NAME.pem`, `NAME.key`) in `p`, and
+/// `client.sha256`, the fingerprint of `client`'s.
+fn certificates(p: &std::path::Path) {
     let script = r#"set -eu
 ca() { openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout "$1.key" -out "$1.pem" -days 2 -subj "/CN=$1" 2>/dev/null; }
 leaf() { # name ca ext
@@ -2004,6 +2610,72 @@ openssl x509 -in client.pem -outform der | sha256sum | cut -c1-64 > client.sha25
         .status()
         .expect("openssl");
     assert!(made.success());
+}
+
+/// Over TLS the same limits hold: a connection idle after its handshake
+/// is closed within `limits.header_timeout_seconds`, and one past the
+/// per-peer cap is closed at once (before any handshake).
+#[test]
+fn tls_connections_are_held_to_the_same_timeouts_and_caps() {
+    if !root() {
+        return;
+    }
+    use std::time::{Duration, Instant};
+    let dir = tempfile::tempdir().expect("dir");
+    let p = dir.path();
+    certificates(p);
+    let body = good_config().replace(
+        "min_isolation: container\n",
+        "min_isolation: container\ntls: {cert: server.pem, key: server.key}\nlimits: {header_timeout_seconds: 2, max_connections_per_peer: 2, max_connections: 10}\n",
+    );
+    let server = start(&config(p, &body));
+    // Handshaken, then silent: closed by the header timeout.
+    let started = Instant::now();
+    let mut client = Command::new("openssl")
+        .args(["s_client", "-quiet", "-connect", &server.addr, "-CAfile"])
+        .arg(p.join("ca.pem"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("openssl s_client");
+    let ended = loop {
+        if let Ok(Some(_)) = client.try_wait() {
+            break Some(started.elapsed());
+        }
+        if started.elapsed() > Duration::from_secs(8) {
+            let _ = client.kill();
+            let _ = client.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let took = ended.expect("an idle TLS connection left open past the header timeout");
+    assert!(
+        took >= Duration::from_millis(1500),
+        "closed too soon: {took:?}"
+    );
+    // Two connections held mid-handshake; a third from the same peer is
+    // closed at once.
+    let held: Vec<std::net::TcpStream> = (0..2)
+        .map(|_| std::net::TcpStream::connect(&server.addr).expect("connect"))
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let mut past = std::net::TcpStream::connect(&server.addr).expect("connect");
+    let (took, _) =
+        closed_within(&mut past, Duration::from_secs(5)).expect("a third connection held open");
+    assert!(took < Duration::from_secs(2), "{took:?}");
+    drop(held);
+}
+
+#[test]
+fn mutual_tls_requires_a_client_certificate_and_binds_a_token_to_one() {
+    if !root() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("dir");
+    let p = dir.path();
+    certificates(p);
     let bound = std::fs::read_to_string(p.join("client.sha256")).expect("fingerprint");
     let body = good_config()
         .replace(

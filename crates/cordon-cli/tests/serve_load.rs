@@ -123,7 +123,7 @@ fn start(dir: &Path, sandboxes: usize) -> Server {
     // Limits well above the load: this test is about the server under
     // load, not its refusals (tests/serve.rs has those).
     let config = format!(
-        "listen: 127.0.0.1:0\nmin_isolation: container\nsandboxes: {{state_dir: state, dispose_on_shutdown: true}}\ncredentials:\n  - name: load\n    token_sha256: {}\n    scope: {SCOPE}\n    identity: {{namespace: {SCOPE}, name: agent, attested: true}}\nlimits: {{max_sandboxes: {}, requests_per_second: 1000000}}\n",
+        "listen: 127.0.0.1:0\nmin_isolation: container\nsandboxes: {{state_dir: state, dispose_on_shutdown: true}}\ncredentials:\n  - name: load\n    token_sha256: {}\n    scope: {SCOPE}\n    identity: {{namespace: {SCOPE}, name: agent, attested: true}}\nlimits: {{max_sandboxes: {}, requests_per_second: 1000000, max_connections: 100000, max_connections_per_peer: 100000, header_timeout_seconds: 3600}}\n",
         sha256_hex(TOKEN),
         sandboxes + 1
     );

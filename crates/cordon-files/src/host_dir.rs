@@ -101,32 +101,87 @@ impl HostWorkDir {
     /// The walk over the whole host path, then a confined no-follow stat.
     pub fn stat_no_follow(&self, guest_path: &str) -> Result<Option<FileStat>, SandboxError> {
         let rel = self.relative(guest_path)?;
-        match refuse_symlinked_parents(&self.host_string(rel), host_lstat) {
+        let host = self.host.display().to_string();
+        let mut last = String::new();
+        let walked = refuse_symlinked_parents(&self.host_string(rel), |p| {
+            last = p.to_string();
+            host_lstat(p)
+        });
+        match walked {
             Ok(Parents::Present) => {}
             Ok(Parents::Absent { .. }) => return Ok(None),
-            Err(SandboxError::PathRefused { reason, .. }) => {
+            // Refused above the work dir: a host path the guest has no
+            // name for, so it is not named.
+            Err(SandboxError::PathRefused { .. })
+                if !last.is_empty() && last != host && !last.starts_with(&format!("{host}/")) =>
+            {
                 return Err(SandboxError::PathRefused {
                     path: guest_path.to_string(),
-                    reason,
+                    reason: "the work dir's place on the host has a symbolic link or a non-directory on its path; cordon follows no links on an output's path".into(),
                 })
             }
-            Err(e) => return Err(e),
+            Err(SandboxError::PathRefused { reason, .. }) => {
+                return Err(self.guest_view(SandboxError::PathRefused {
+                    path: guest_path.to_string(),
+                    reason,
+                }))
+            }
+            Err(e) => return Err(self.guest_view(e)),
         }
-        let dir = ConfinedDir::open_no_links(&self.host)?;
-        Ok(dir.stat(rel)?)
+        let dir = ConfinedDir::open_no_links(&self.host).map_err(|e| self.guest_view(e.into()))?;
+        dir.stat(rel).map_err(|e| self.guest_view(e.into()))
+    }
+
+    /// `e` as the guest sees it: wherever it carries the host directory's
+    /// path (its path, its reason), the guest work dir instead. What a
+    /// sandbox's files say reaches a model (MCP) and a tenant (HTTP); the
+    /// host's layout (a volume's directory, a keeper's pid in its name)
+    /// is neither's to see.
+    pub fn guest_view(&self, e: SandboxError) -> SandboxError {
+        let host = self.host.display().to_string();
+        let map = |s: String| s.replace(&host, &self.guest);
+        match e {
+            SandboxError::NotFound { path } => SandboxError::NotFound { path: map(path) },
+            SandboxError::PathRefused { path, reason } => SandboxError::PathRefused {
+                path: map(path),
+                reason: map(reason),
+            },
+            SandboxError::NotRegularFile { path, found } => SandboxError::NotRegularFile {
+                path: map(path),
+                found,
+            },
+            SandboxError::ConfinementUnavailable { path, reason } => {
+                SandboxError::ConfinementUnavailable {
+                    path: map(path),
+                    reason: map(reason),
+                }
+            }
+            SandboxError::Failed { operation, reason } => SandboxError::Failed {
+                operation,
+                reason: map(reason),
+            },
+            SandboxError::Refused { reason, rules } => SandboxError::Refused {
+                reason: map(reason),
+                rules,
+            },
+            SandboxError::Unavailable { reason } => SandboxError::Unavailable {
+                reason: map(reason),
+            },
+            unsupported @ SandboxError::Unsupported { .. } => unsupported,
+        }
     }
 
     /// A bounded, confined read (see [`Sandbox::read_file`]).
     pub fn read_file(&self, guest_path: &str, max_bytes: u64) -> Result<FileRead, SandboxError> {
         let rel = self.relative(guest_path)?;
-        let dir = ConfinedDir::open_no_links(&self.host)?;
+        let dir = ConfinedDir::open_no_links(&self.host).map_err(|e| self.guest_view(e.into()))?;
         dir.read_capped(rel, max_bytes).map_err(|e| {
             let mut e = SandboxError::from(e);
             if let SandboxError::NotFound { path } | SandboxError::PathRefused { path, .. } = &mut e
             {
                 *path = guest_path.to_string();
             }
-            e
+            self.guest_view(e)
         })
     }
 
@@ -143,14 +198,14 @@ impl HostWorkDir {
         } else {
             self.relative(guest_path)?
         };
-        let dir = ConfinedDir::open_no_links(&self.host)?;
+        let dir = ConfinedDir::open_no_links(&self.host).map_err(|e| self.guest_view(e.into()))?;
         dir.list(rel, max_entries).map_err(|e| {
             let mut e = SandboxError::from(e);
             if let SandboxError::NotFound { path } | SandboxError::PathRefused { path, .. } = &mut e
             {
                 *path = guest_path.to_string();
             }
-            e
+            self.guest_view(e)
         })
     }
 
@@ -165,11 +220,13 @@ impl HostWorkDir {
         mode: u32,
     ) -> Result<(), SandboxError> {
         let rel = self.relative(guest_path)?;
-        let mut dir = ConfinedDir::open_no_links(&self.host)?;
+        let mut dir =
+            ConfinedDir::open_no_links(&self.host).map_err(|e| self.guest_view(e.into()))?;
         if let Some((uid, gid)) = self.owner {
             dir = dir.owned_by(uid, gid);
         }
-        Ok(dir.write_file(rel, contents, mode, Existing::Replace, None)?)
+        dir.write_file(rel, contents, mode, Existing::Replace, None)
+            .map_err(|e| self.guest_view(e.into()))
     }
 }
 

@@ -227,6 +227,55 @@ fn a_work_dir_under_a_linked_ancestor_is_refused_for_stat_read_and_write() {
     assert!(!t.path().join("real/work/in.txt").exists());
 }
 
+/// What a work dir served from the host says of a path names guest paths
+/// only: never the host directory (a volume's, with a keeper's pid in its
+/// name), nor a host directory above it.
+#[test]
+fn a_host_work_dir_names_no_host_path_in_its_errors() {
+    let t = tempfile::tempdir().unwrap();
+    let host = t.path().join("cordon-volume-1-1-1/work");
+    std::fs::create_dir_all(host.join("d")).unwrap();
+    std::fs::write(host.join("f"), b"x").unwrap();
+    symlink(host.join("d"), host.join("dlink")).unwrap();
+    symlink("/etc/passwd", host.join("link")).unwrap();
+    let w = HostWorkDir::new(&host, "/workspace").unwrap();
+    let shown = t.path().display().to_string();
+    let mut errors = Vec::new();
+    for p in [
+        "/workspace/dlink/x",
+        "/workspace/link",
+        "/workspace/d",
+        "/workspace/f/x",
+        "/workspace/none",
+    ] {
+        errors.push(w.stat_no_follow(p).map(|_| ()));
+        errors.push(w.read_file(p, 10).map(|_| ()));
+        errors.push(w.write_file(p, b"x", 0o644));
+        errors.push(w.list_dir(p, 10).map(|_| ()));
+    }
+    // A linked ancestor of the host directory: refused without its name.
+    symlink(t.path().join("cordon-volume-1-1-1"), t.path().join("via")).unwrap();
+    let via = HostWorkDir::new(t.path().join("via/work"), "/workspace").unwrap();
+    errors.push(via.stat_no_follow("/workspace/f").map(|_| ()));
+    errors.push(via.read_file("/workspace/f", 10).map(|_| ()));
+    let errors: Vec<String> = errors
+        .into_iter()
+        .filter_map(|r| r.err())
+        .map(|e| e.to_string())
+        .collect();
+    assert!(errors.len() >= 12, "{errors:?}");
+    for e in &errors {
+        assert!(
+            !e.contains(&shown) && !e.contains("cordon-volume"),
+            "a host path: {e}"
+        );
+    }
+    assert!(
+        errors.iter().any(|e| e.contains("`/workspace/dlink`")),
+        "{errors:?}"
+    );
+}
+
 #[test]
 fn a_host_work_dir_refuses_paths_outside_it() {
     let t = tempfile::tempdir().unwrap();

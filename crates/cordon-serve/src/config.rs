@@ -121,6 +121,19 @@ pub struct Limits {
     pub max_sandboxes: usize,
     /// Requests a second one credential may make (a burst of twice that).
     pub requests_per_second: u32,
+    /// Live MCP sessions one credential may hold at once (each is memory
+    /// on the server until it is ended or idles out).
+    pub max_mcp_sessions: usize,
+    /// Open connections at once, from every peer together; past it a new
+    /// connection is refused at once (with a `503` over plain HTTP).
+    pub max_connections: usize,
+    /// Open connections at once from one peer address.
+    pub max_connections_per_peer: usize,
+    /// How long a connection may take to send a request's headers, and
+    /// how long it may sit idle between requests, before it is closed.
+    pub header_timeout: std::time::Duration,
+    /// How long a request may take to send its body, from its headers on.
+    pub body_timeout: std::time::Duration,
     /// Landed, unfetched artifacts one credential may hold: bytes (past
     /// them a collection is `413`), files (`429`), and seconds each is
     /// kept unfetched before it is removed.
@@ -135,6 +148,11 @@ impl Default for Limits {
             max_request_bytes: 16 << 20,
             max_sandboxes: 16,
             requests_per_second: 50,
+            max_mcp_sessions: 16,
+            max_connections: 512,
+            max_connections_per_peer: 64,
+            header_timeout: std::time::Duration::from_secs(10),
+            body_timeout: std::time::Duration::from_secs(60),
             max_artifact_bytes: 256 << 20,
             max_artifacts: 64,
             artifact_ttl_seconds: 900,
@@ -249,6 +267,15 @@ struct RawLimits {
     #[serde(default)]
     requests_per_second: Option<Spanned<String>>,
     #[serde(default)]
+    max_mcp_sessions: Option<Spanned<String>>,
+    #[serde(default)]
+    max_connections: Option<Spanned<String>>,
+    #[serde(default)]
+    max_connections_per_peer: Option<Spanned<String>>,
+    #[serde(default)]
+    header_timeout_seconds: Option<Spanned<String>>,
+    #[serde(default)]
+    body_timeout_seconds: Option<Spanned<String>>,
     max_artifact_bytes: Option<Spanned<String>>,
     #[serde(default)]
     max_artifacts: Option<Spanned<String>>,
@@ -427,6 +454,41 @@ impl ServeConfig {
             if let Some(v) = &l.artifact_ttl_seconds {
                 limits.artifact_ttl_seconds = count(v, "artifact_ttl_seconds")?;
             }
+            if let Some(v) = &l.max_mcp_sessions {
+                limits.max_mcp_sessions =
+                    usize::try_from(count(v, "max_mcp_sessions")?).unwrap_or(usize::MAX);
+            }
+            if let Some(v) = &l.max_connections {
+                limits.max_connections =
+                    usize::try_from(count(v, "max_connections")?).unwrap_or(usize::MAX);
+            }
+            if let Some(v) = &l.max_connections_per_peer {
+                limits.max_connections_per_peer =
+                    usize::try_from(count(v, "max_connections_per_peer")?).unwrap_or(usize::MAX);
+            }
+            if let Some(v) = &l.header_timeout_seconds {
+                limits.header_timeout =
+                    std::time::Duration::from_secs(count(v, "header_timeout_seconds")?);
+            }
+            if let Some(v) = &l.body_timeout_seconds {
+                limits.body_timeout =
+                    std::time::Duration::from_secs(count(v, "body_timeout_seconds")?);
+            }
+            if limits.max_connections_per_peer > limits.max_connections {
+                match &l.max_connections_per_peer {
+                    // Only a total given: the default per-peer cap follows it.
+                    None => limits.max_connections_per_peer = limits.max_connections,
+                    Some(per_peer) => {
+                        return Err(at(
+                            yaml::pos(per_peer),
+                            format!(
+                                "`limits.max_connections_per_peer` ({}) is more than `limits.max_connections` ({}); one peer could take every connection",
+                                limits.max_connections_per_peer, limits.max_connections
+                            ),
+                        ))
+                    }
+                }
+            }
         }
         let mut mcp = McpConfig::default();
         if let Some(m) = &raw.mcp {
@@ -572,4 +634,68 @@ fn parse_digest(raw: &str) -> Result<[u8; 32], String> {
             .map_err(|_| bad())?;
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(limits: &str) -> Result<ServeConfig, ConfigError> {
+        let text = format!(
+            "credentials:\n  - name: a\n    token_sha256: {}\n    scope: a\n    identity: {{namespace: a, name: agent}}\nlimits: {limits}\n",
+            "0".repeat(64)
+        );
+        ServeConfig::from_yaml("serve.yaml", &text, Path::new("."))
+    }
+
+    #[test]
+    fn connection_session_and_timeout_limits_load_and_are_checked() {
+        let l = load("{max_mcp_sessions: 3, max_connections: 9, max_connections_per_peer: 2, header_timeout_seconds: 4, body_timeout_seconds: 5}")
+            .unwrap_or_else(|e| panic!("{e}"))
+            .limits;
+        assert_eq!(
+            (
+                l.max_mcp_sessions,
+                l.max_connections,
+                l.max_connections_per_peer,
+                l.header_timeout,
+                l.body_timeout
+            ),
+            (
+                3,
+                9,
+                2,
+                std::time::Duration::from_secs(4),
+                std::time::Duration::from_secs(5)
+            )
+        );
+        // A total alone lowers the default per-peer cap with it.
+        let l = load("{max_connections: 4}")
+            .unwrap_or_else(|e| panic!("{e}"))
+            .limits;
+        assert_eq!((l.max_connections, l.max_connections_per_peer), (4, 4));
+        for (bad, says) in [
+            ("{max_mcp_sessions: 0}", "`limits.max_mcp_sessions`: `0`"),
+            (
+                "{header_timeout_seconds: 0}",
+                "`limits.header_timeout_seconds`",
+            ),
+            (
+                "{body_timeout_seconds: soon}",
+                "`limits.body_timeout_seconds`",
+            ),
+            ("{max_connections: -1}", "`limits.max_connections`"),
+            (
+                "{max_connections: 4, max_connections_per_peer: 5}",
+                "one peer could take every connection",
+            ),
+            ("{max_connexions: 4}", "unknown field"),
+        ] {
+            let e = load(bad).map(|_| ()).unwrap_err().to_string();
+            assert!(
+                e.contains(says) && e.starts_with("serve.yaml:"),
+                "{bad}: {e}"
+            );
+        }
+    }
 }

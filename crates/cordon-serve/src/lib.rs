@@ -18,6 +18,7 @@ pub mod tls;
 mod artifacts;
 mod exec;
 mod files;
+mod gate;
 mod limits;
 mod listen;
 mod mcp_http;
@@ -167,9 +168,17 @@ pub fn app(state: Arc<Served>) -> Router {
         .merge(mcp_routes(state.clone()))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
+            gate::credential_first,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
             count_refusals,
         ))
         .layer(axum::extract::DefaultBodyLimit::max(max_body))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            gate::request_shape,
+        ))
         .with_state(state)
 }
 
@@ -272,27 +281,13 @@ fn no_such_sandbox() -> Response {
     )
 }
 
-/// The request's credential, within its budget: else the `401` or `429`
-/// to answer.
+/// The request's credential: else the `401` to answer. (Its budget was
+/// taken before the body was read, by `gate::credential_first`.)
 fn who(s: &Served, headers: &HeaderMap) -> Result<Credential, Box<Response>> {
     let header = headers.get("authorization").and_then(|v| v.to_str().ok());
-    let cred = auth::authenticate(&s.config.credentials, header)
+    auth::authenticate(&s.config.credentials, header)
         .cloned()
-        .ok_or_else(|| Box::new(unauthorized()))?;
-    if !s.take_token(&cred) {
-        return Err(Box::new(
-            (
-                StatusCode::TOO_MANY_REQUESTS,
-                [("retry-after", "1")],
-                Json(json!({"error": format!(
-                    "more than {} requests a second from this credential; wait and retry",
-                    s.config.limits.requests_per_second
-                )})),
-            )
-                .into_response(),
-        ));
-    }
-    Ok(cred)
+        .ok_or_else(|| Box::new(unauthorized()))
 }
 
 /// A request the server answers with an error: its status and a message

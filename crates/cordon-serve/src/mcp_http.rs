@@ -24,25 +24,208 @@ pub(crate) fn mcp_routes(state: Arc<Served>) -> Router<Arc<Served>> {
     let host = Arc::new(HttpMcp {
         served: state.clone(),
     });
+    let manager = Arc::new(LocalSessionManager::default());
     let service = StreamableHttpService::new(
         move || Ok(mcp::CordonMcp::new(host.clone())),
-        Arc::new(LocalSessionManager::default()),
+        manager.clone(),
         config,
     );
+    let sessions = McpSessions {
+        served: state.clone(),
+        manager,
+        owners: Arc::new(Mutex::new(BTreeMap::new())),
+        making: Arc::new(Mutex::new(BTreeMap::new())),
+    };
     Router::new()
         .route_service("/mcp", service)
-        .route_layer(axum::middleware::from_fn_with_state(state, mcp_credential))
+        .route_layer(axum::middleware::from_fn_with_state(
+            sessions,
+            mcp_credential,
+        ))
 }
 
-/// `/mcp` answers only a request with a credential (within its budget).
+/// The header an MCP session's id travels in, both ways.
+const SESSION_HEADER: &str = "mcp-session-id";
+
+/// Who made each MCP session: a session is its maker's alone.
+#[derive(Clone)]
+pub(crate) struct McpSessions {
+    served: Arc<Served>,
+    manager: Arc<rmcp::transport::streamable_http_server::session::local::LocalSessionManager>,
+    /// By session id: the name of the credential whose `initialize` made
+    /// it.
+    owners: Arc<Mutex<BTreeMap<String, String>>>,
+    /// Sessions being made, by credential: counted against the cap with
+    /// the live ones, so racing `initialize`s cannot both pass it.
+    making: Arc<Mutex<BTreeMap<String, usize>>>,
+}
+
+/// One session being made, counted under its credential until dropped.
+struct Making {
+    of: Arc<Mutex<BTreeMap<String, usize>>>,
+    cred: String,
+}
+
+impl Drop for Making {
+    fn drop(&mut self) {
+        let mut making = self.of.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = making.get_mut(&self.cred) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                making.remove(&self.cred);
+            }
+        }
+    }
+}
+
+impl McpSessions {
+    fn owner(&self, id: &str) -> Option<String> {
+        self.owners
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(id)
+            .cloned()
+    }
+
+    fn forget(&self, id: &str) {
+        self.owners
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(id);
+    }
+
+    /// Whether the session manager still holds `id` (a session ends when
+    /// deleted, or when it idles out).
+    async fn live(&self, id: &str) -> bool {
+        use rmcp::transport::streamable_http_server::session::SessionManager as _;
+        self.manager
+            .has_session(&id.to_string().into())
+            .await
+            .unwrap_or(false)
+    }
+
+    /// Forgets `cred`'s sessions that ended.
+    async fn prune(&self, cred: &str) {
+        let mine: Vec<String> = self
+            .owners
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .filter(|(_, o)| o.as_str() == cred)
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in mine {
+            if !self.live(&id).await {
+                self.forget(&id);
+            }
+        }
+    }
+
+    /// The sessions bound to `cred`.
+    fn bound_to(&self, cred: &str) -> usize {
+        self.owners
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .filter(|o| o.as_str() == cred)
+            .count()
+    }
+}
+
+/// The answer for a session id this credential did not make, whether
+/// another credential made it or nobody did: rmcp's own answer for an
+/// unknown session, byte for byte, so the two cannot be told apart.
+fn no_such_session() -> Response {
+    // As rmcp builds it: no content type, this body.
+    let mut r = Response::new(axum::body::Body::from("Not Found: Session not found"));
+    *r.status_mut() = StatusCode::NOT_FOUND;
+    r
+}
+
+/// `/mcp` answers only a request with a credential, and a request naming
+/// a session (`POST`, `GET` to resume its events, `DELETE`) only when that
+/// credential made the session; a request without one may make one, up to
+/// `limits.max_mcp_sessions` live at once per credential.
 pub(crate) async fn mcp_credential(
-    State(s): State<Arc<Served>>,
+    State(sessions): State<McpSessions>,
     req: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {
-    match who(&s, req.headers()) {
-        Ok(_) => next.run(req).await,
-        Err(r) => *r,
+    let cred = match who(&sessions.served, req.headers()) {
+        Ok(c) => c,
+        Err(r) => return *r,
+    };
+    if let Some(id) = req.headers().get(SESSION_HEADER) {
+        let Ok(id) = id.to_str().map(str::to_string) else {
+            return no_such_session();
+        };
+        if sessions.owner(&id).as_deref() != Some(cred.name.as_str()) {
+            return no_such_session();
+        }
+        if !sessions.live(&id).await {
+            sessions.forget(&id);
+            return no_such_session();
+        }
+        let deleting = req.method() == axum::http::Method::DELETE;
+        let response = next.run(req).await;
+        if deleting && response.status().is_success() {
+            sessions.forget(&id);
+        }
+        return response;
+    }
+    if req.method() != axum::http::Method::POST {
+        return next.run(req).await;
+    }
+    // A POST without a session may be an `initialize`: it takes a place
+    // under the cap before rmcp reads it, given back unless a session
+    // came of it.
+    let cap = sessions.served.config.limits.max_mcp_sessions;
+    // Those that ended are forgotten first; then, under the lock, the
+    // bound ones and those being made are counted together. (A session
+    // made meanwhile is bound before its place is given back: counted
+    // once at least, twice at most, never not at all.)
+    sessions.prune(&cred.name).await;
+    let making = {
+        let mut making = sessions.making.lock().unwrap_or_else(|p| p.into_inner());
+        let held = sessions.bound_to(&cred.name);
+        let pending = making.entry(cred.name.clone()).or_default();
+        if held + *pending >= cap {
+            return (
+                StatusCode::TOO_MANY_REQUESTS,
+                Json(json!({"error": format!(
+                    "this credential holds {held} MCP sessions, the most `limits.max_mcp_sessions` ({cap}) allows; end one you no longer use (`DELETE /mcp` with its `Mcp-Session-Id`), or wait for one to idle out (5 minutes after its last request)"
+                )})),
+            )
+                .into_response();
+        }
+        *pending += 1;
+        Making {
+            of: sessions.making.clone(),
+            cred: cred.name.clone(),
+        }
+    };
+    // Run to its end even if the client goes away: a session rmcp makes
+    // is then bound (and counted) all the same, never left unowned.
+    let name = cred.name.clone();
+    let made = tokio::spawn(async move {
+        let response = next.run(req).await;
+        if let Some(id) = response
+            .headers()
+            .get(SESSION_HEADER)
+            .and_then(|v| v.to_str().ok())
+        {
+            sessions
+                .owners
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(id.to_string(), name);
+        }
+        drop(making);
+        response
+    });
+    match made.await {
+        Ok(response) => response,
+        Err(e) => refused(ErrorKind::Failed, format!("the MCP request failed: {e}")),
     }
 }
 
