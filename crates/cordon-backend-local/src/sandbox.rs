@@ -345,12 +345,16 @@ impl LocalSandbox {
     /// Builds the warm sandbox (container rung) from the plan for this
     /// identity; each exec is then checked and started inside it.
     pub(crate) fn start_warm(&self, name: &str) -> Result<cordon_linux::WarmSandbox, BackendError> {
+        // Each refusal keeps its kind: the policy's is `Refused`, a plan
+        // the spec makes impossible `Invalid` (not a backend's failure).
         let (mut spec, _notes) = self
             .base_plan()
-            .map_err(|e| failed("acquire", e.to_string()))?;
+            .map_err(|e| BackendError::of_kind(e.kind(), "acquire", e.to_string()))?;
         spec.argv.clear();
-        let plan =
-            Plan::new(spec).map_err(|e| failed("acquire", format!("the plan is refused: {e}")))?;
+        let plan = Plan::new(spec).map_err(|e| BackendError::Invalid {
+            operation: "acquire",
+            reason: format!("the plan is refused: {e}"),
+        })?;
         self.enforcer
             .start_warm(&plan, self.profile.init_ids(self.host_id), name)
             .map_err(|e| match e {

@@ -212,7 +212,11 @@ pub fn run(args: RunArgs) -> ExitCode {
     {
         let _p = phase("dispose");
         drop(sandbox);
-        let _ = router.dispose(&caller);
+        // The exit code stays the workload's; a sandbox left running is
+        // said, never passed over.
+        if let Err(e) = router.dispose(&caller) {
+            eprintln!("error: the sandbox was not disposed of: {e}");
+        }
     }
     match result {
         Ok(out) => exit_for(&out, req.max_output_bytes),

@@ -202,11 +202,18 @@ pub fn run(args: ServeArgs) -> ExitCode {
             move || id.clone(),
         );
         let made = host.router.acquire(&caller, &mcp_spec);
-        let _ = host.router.dispose(&caller);
+        let disposed = host.router.dispose(&caller);
         if let Err(e) = made {
             return refuse(format!(
                 "this machine cannot hold what the policy requires: a sandbox for `{}` could not be made: {e}\nhelp: `cordon doctor` says what each backend lacks here",
                 first.name
+            ));
+        }
+        // A server whose disposes fail would answer for sandboxes it
+        // cannot remove: it does not start.
+        if let Err(e) = disposed {
+            return refuse(format!(
+                "the start-up check's sandbox could not be disposed of: {e}"
             ));
         }
     }

@@ -2846,3 +2846,266 @@ fn cordon_mcp_disposes_when_signalled() {
     assert!(status.success(), "{status}");
     assert!(!mounted(), "the sandbox's volume outlived cordon mcp");
 }
+
+/// A refusal's status is its kind's, decided where the error is made
+/// (issue 28, items 8 and 9): a request the server cannot take is `400`,
+/// one the policy refuses `403`, never a `500` or `503` for either.
+#[test]
+fn statuses_follow_the_kind_of_what_refused() {
+    if !root() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("dir");
+    let server = start(&config(dir.path(), &good_config()));
+    let a = Some("token-a");
+    let create = |thread: &str, spec: &str| {
+        post(
+            &server.addr,
+            "/v1/sandboxes",
+            a,
+            serde_json::json!({"thread": thread, "spec": spec}),
+        )
+    };
+    // A timeout past the bound (it overflowed a clock: a panic, `500`).
+    let (status, out) = create("s", "kind: run\nimage: host\n");
+    assert_eq!(status, 200, "{out}");
+    for t in [u64::MAX, 3601, 0] {
+        let (status, out) = post(
+            &server.addr,
+            "/v1/sandboxes/exec",
+            a,
+            serde_json::json!({"thread": "s", "argv": ["true"], "timeout_seconds": t}),
+        );
+        assert_eq!(status, 400, "timeout_seconds {t}: {out}");
+        assert!(
+            out["error"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("from 1 to 3600"),
+            "{out}"
+        );
+    }
+    // Declared outputs that are not regular files: a link, a FIFO.
+    let spec = "kind: report\nimage: host\ndeclared_outputs:\n  - {path: out/r, media_type: text/plain}\nfiles_out: {max_bytes_per_file: 1KiB, max_total_bytes: 1KiB, max_files: 1}\n";
+    let (status, out) = create("o", spec);
+    assert_eq!(status, 200, "{out}");
+    for make in ["ln -s /etc/passwd out/r", "mkfifo out/r"] {
+        let (status, out) = post(
+            &server.addr,
+            "/v1/sandboxes/exec",
+            a,
+            serde_json::json!({"thread": "o", "argv": ["sh", "-c", format!("mkdir -p out && rm -f out/r && {make}")]}),
+        );
+        assert_eq!(
+            (status, out["status"]["code"].as_i64()),
+            (200, Some(0)),
+            "{out}"
+        );
+        let (status, out) = post(
+            &server.addr,
+            "/v1/sandboxes/outputs",
+            a,
+            serde_json::json!({"thread": "o"}),
+        );
+        assert_eq!(status, 400, "{make}: {out}");
+    }
+    // A work dir the policy refuses, one that cannot be a work dir, and
+    // an image name that cannot be one.
+    for (spec, want) in [
+        ("kind: run\nimage: host\nwork_dir: /etc\n", 403),
+        ("kind: run\nimage: host\nwork_dir: /proc\n", 400),
+        ("kind: run\nimage: ../../etc\n", 400),
+    ] {
+        let (status, out) = create("w", spec);
+        assert_eq!(status, want, "{spec}: {out}");
+    }
+}
+
+/// The start time (`/proc/PID/stat` field 22) of a process: with its pid,
+/// what a record names a keeper by.
+fn start_time(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("stat");
+    let rest = &stat[stat.rfind(')').expect("comm") + 2..];
+    rest.split_whitespace()
+        .nth(19)
+        .and_then(|s| s.parse().ok())
+        .expect("start time")
+}
+
+/// A dispose that did not dispose is an error with its reason, never
+/// `{"disposed": N}` over a sandbox that still runs (issue 28, item 7).
+/// Here the record names a live process that is not the sandbox's keeper
+/// (as a record does that a server under another TMPDIR cannot vet):
+/// nothing is killed on its word, so the sandbox is left, and both
+/// disposes say so; the sandbox still answers. Put right, it goes.
+#[test]
+fn a_dispose_that_did_not_dispose_is_an_error_with_why() {
+    if !root() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("dir");
+    let server = start(&config(dir.path(), &good_config()));
+    let a = Some("token-a");
+    let at = serde_json::json!({"thread": "d"});
+    let (status, out) = post(&server.addr, "/v1/sandboxes", a, at.clone());
+    assert_eq!(status, 200, "{out}");
+    let handle = out["handle"].as_str().expect("handle").to_string();
+    let record = dir.path().join(format!("state/sandboxes/{handle}.json"));
+    let original = std::fs::read_to_string(&record).expect("record");
+    let mut other = Command::new("sleep").arg("120").spawn().expect("sleep");
+    let mut rec: serde_json::Value = serde_json::from_str(&original).expect("JSON");
+    rec["keeper"] = serde_json::json!({"pid": other.id(), "start": start_time(other.id())});
+    std::fs::write(&record, rec.to_string()).expect("rewrite the record");
+    let (status, out) = post(&server.addr, "/v1/sandboxes/dispose", a, at.clone());
+    let (status_t, out_t) = post(&server.addr, "/v1/threads/dispose", a, at.clone());
+    let exec = post(
+        &server.addr,
+        "/v1/sandboxes/exec",
+        a,
+        serde_json::json!({"thread": "d", "argv": ["echo", "still here"]}),
+    );
+    std::fs::write(&record, &original).expect("put the record back");
+    let _ = other.kill();
+    let _ = other.wait();
+    assert_eq!(status, 500, "{out}");
+    let why = out["error"].as_str().unwrap_or_default();
+    assert!(
+        why.contains("not disposed") && why.contains("is not the keeper"),
+        "{out}"
+    );
+    assert_eq!(status_t, 500, "{out_t}");
+    assert!(
+        out_t["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("is not the keeper"),
+        "{out_t}"
+    );
+    assert_eq!(
+        (exec.0, exec.1["stdout"].as_str()),
+        (200, Some("still here\n")),
+        "{}",
+        exec.1
+    );
+    let (status, out) = post(&server.addr, "/v1/sandboxes/dispose", a, at);
+    assert_eq!((status, out["disposed"].as_u64()), (200, Some(1)), "{out}");
+    assert!(!record.exists());
+}
+
+/// `/v1/backends` shows a tenant each backend's name, rung and whether it
+/// can serve, and the probe's detail (host tool paths and versions, why a
+/// backend cannot run) to an operator only; and no lock file outlives the
+/// sandboxes (issue 28, item 10).
+#[test]
+fn backend_detail_is_the_operators_and_no_lock_file_outlives_its_sandbox() {
+    if !root() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("dir");
+    let body = good_config()
+        + &format!(
+            "  - name: ops\n    token_sha256: {}\n    scope: ops\n    operator: true\n    identity: {{namespace: ops, name: operator}}\n",
+            sha256_hex("token-ops")
+        );
+    let server = start(&config(dir.path(), &body));
+    let rows = |token: &str| {
+        let (status, body) = get(&server.addr, "/v1/backends", Some(token));
+        assert_eq!(status, 200, "{body}");
+        let v: serde_json::Value = serde_json::from_str(&body).expect("json");
+        v["available"].as_array().expect("available").clone()
+    };
+    let tenant = rows("token-a");
+    assert!(!tenant.is_empty());
+    for row in &tenant {
+        let keys: Vec<&String> = row.as_object().expect("a row").keys().collect();
+        assert_eq!(
+            keys,
+            ["admitted", "name", "rung", "runnable", "used"],
+            "a tenant's row: {row}"
+        );
+    }
+    let operator = rows("token-ops");
+    assert!(
+        operator
+            .iter()
+            .all(|r| r.get("found").is_some() && r.get("reason").is_some()),
+        "{operator:?}"
+    );
+    // Sandboxes made and disposed of, one disposed of that never was: no
+    // lock file is left in the state directory.
+    let a = Some("token-a");
+    for agent in ["one", "two"] {
+        let (status, out) = post(
+            &server.addr,
+            "/v1/sandboxes",
+            a,
+            serde_json::json!({"thread": "l", "agent_dir": agent}),
+        );
+        assert_eq!(status, 200, "{out}");
+    }
+    let (status, out) = post(
+        &server.addr,
+        "/v1/sandboxes/dispose",
+        a,
+        serde_json::json!({"thread": "l", "agent_dir": "one"}),
+    );
+    assert_eq!((status, out["disposed"].as_u64()), (200, Some(1)), "{out}");
+    let (status, out) = post(
+        &server.addr,
+        "/v1/sandboxes/dispose",
+        a,
+        serde_json::json!({"thread": "never"}),
+    );
+    assert_eq!((status, out["disposed"].as_u64()), (200, Some(0)), "{out}");
+    let (status, out) = post(
+        &server.addr,
+        "/v1/threads/dispose",
+        a,
+        serde_json::json!({"thread": "l"}),
+    );
+    assert_eq!((status, out["disposed"].as_u64()), (200, Some(1)), "{out}");
+    let left: Vec<_> = std::fs::read_dir(dir.path().join("state/locks"))
+        .expect("locks")
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert!(left.is_empty(), "lock files left: {left:?}");
+}
+
+/// A sandbox its keeper disposes of by itself (idle past the timeout)
+/// leaves no lock file either (issue 28, item 10).
+#[test]
+fn an_idle_sandbox_that_goes_leaves_no_lock_file() {
+    if !root() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("dir");
+    let body = good_config().replace(
+        "dispose_on_shutdown: true}",
+        "dispose_on_shutdown: true, idle_timeout_seconds: 1}",
+    );
+    let server = start(&config(dir.path(), &body));
+    let (status, out) = post(
+        &server.addr,
+        "/v1/sandboxes",
+        Some("token-a"),
+        serde_json::json!({"thread": "idle"}),
+    );
+    assert_eq!(status, 200, "{out}");
+    let state = dir.path().join("state");
+    let entries = |sub: &str| -> Vec<std::ffi::OsString> {
+        std::fs::read_dir(state.join(sub))
+            .expect("state")
+            .flatten()
+            .map(|e| e.file_name())
+            .collect()
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !(entries("sandboxes").is_empty() && entries("locks").is_empty())
+        && std::time::Instant::now() < deadline
+    {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert_eq!(entries("sandboxes"), Vec::<std::ffi::OsString>::new());
+    assert_eq!(entries("locks"), Vec::<std::ffi::OsString>::new());
+}

@@ -974,3 +974,182 @@ fn held_id_leases() -> usize {
         .collect();
     inodes.intersection(&locked).count()
 }
+
+/// The sandboxes recorded in `state` whose keeper still runs (what the
+/// `max_sandboxes` cap counts): their handles.
+fn live_records(state: &Path) -> Vec<String> {
+    let Ok(dir) = std::fs::read_dir(state.join("sandboxes")) else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            let handle = name.strip_suffix(".json").filter(|h| !h.starts_with('.'))?;
+            let rec: serde_json::Value =
+                serde_json::from_slice(&std::fs::read(e.path()).ok()?).ok()?;
+            let pid = u32::try_from(rec["keeper"]["pid"].as_u64()?).ok()?;
+            let start = rec["keeper"]["start"].as_u64()?;
+            let alive = stat_of(pid).is_some_and(|(_, _, s)| s == start);
+            alive.then(|| handle.to_string())
+        })
+        .collect()
+}
+
+/// The `max_sandboxes` cap under races (issue 28, item 4): two replicas
+/// sharing a state directory, six clients creating, disposing of and
+/// exec'ing in three threads' sandboxes at once, with a cap of two. A
+/// create for a thread whose sandbox a dispose removes meanwhile, or two
+/// replicas' creates at once, must not pass the cap: sampled all along
+/// (records whose keeper runs), the count never exceeds it. Afterwards
+/// nothing is left: no record, no keeper, no lock file.
+#[test]
+fn the_sandbox_cap_holds_under_create_and_dispose_races_across_replicas() {
+    if !root() {
+        return;
+    }
+    const CAP: usize = 2;
+    const THREADS: usize = 3;
+    let churn = Duration::from_secs(env_n("CORDON_LOAD_RACE_SECONDS", 10) as u64);
+    let dir = tempfile::tempdir().expect("dir");
+    let state = dir.path().join("state");
+    // Two replicas of one configuration: one state directory, cap CAP.
+    let one = start(dir.path(), CAP - 1);
+    let two = start(dir.path(), CAP - 1);
+    let _cleanup = DisposeOnFailure {
+        state: state.clone(),
+        n: THREADS,
+    };
+    let addrs = [one.addr.clone(), two.addr.clone()];
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sampler = {
+        let (stop, state) = (stop.clone(), state.clone());
+        std::thread::spawn(move || {
+            let (mut peak, mut over) = (0, Vec::new());
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                let live = live_records(&state);
+                peak = peak.max(live.len());
+                if live.len() > CAP && over.len() < 5 {
+                    over.push(live);
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            (peak, over)
+        })
+    };
+    let began = Instant::now();
+    let clients: Vec<_> = (0..6u64)
+        .map(|c| {
+            let addrs = addrs.clone();
+            std::thread::spawn(move || {
+                let mut seed = c.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+                let mut next = move || {
+                    seed ^= seed << 13;
+                    seed ^= seed >> 7;
+                    seed ^= seed << 17;
+                    seed
+                };
+                let (mut statuses, mut odd) = (BTreeMap::<u16, usize>::new(), Vec::new());
+                let mut handles = BTreeSet::new();
+                while began.elapsed() < churn {
+                    let r = next();
+                    let addr = &addrs[(r % 2) as usize];
+                    let thread = thread_of(((r >> 8) % THREADS as u64) as usize);
+                    let (path, body) = match (r >> 16) % 3 {
+                        0 => ("/v1/sandboxes", serde_json::json!({"thread": thread})),
+                        1 => (
+                            "/v1/sandboxes/dispose",
+                            serde_json::json!({"thread": thread}),
+                        ),
+                        _ => (
+                            "/v1/sandboxes/exec",
+                            serde_json::json!({"thread": thread, "argv": ["true"]}),
+                        ),
+                    };
+                    let got = Conn::open(addr, Instant::now() + Duration::from_secs(120))
+                        .and_then(|mut conn| conn.post(path, &body));
+                    match got {
+                        Ok((status, out)) => {
+                            *statuses.entry(status).or_default() += 1;
+                            if let Some(h) = out["handle"].as_str() {
+                                handles.insert(h.to_string());
+                            }
+                            // An exec racing a dispose of its sandbox may
+                            // find it ending (its init gone, a pipe broken):
+                            // that exec's failure, not the cap's.
+                            let racing = path.ends_with("/exec")
+                                && [500, 503].contains(&status)
+                                && out["error"]
+                                    .as_str()
+                                    .is_some_and(|e| e.contains("exec failed"));
+                            if ![200, 404, 429].contains(&status) && !racing && odd.len() < 5 {
+                                odd.push(format!("{path} {status} {out}"));
+                            }
+                        }
+                        Err(e) if odd.len() < 5 => odd.push(format!("{path}: {e}")),
+                        Err(_) => {}
+                    }
+                }
+                (statuses, odd, handles)
+            })
+        })
+        .collect();
+    let mut statuses = BTreeMap::<u16, usize>::new();
+    let mut odd = Vec::new();
+    let mut handles = BTreeSet::new();
+    for c in clients {
+        let (s, o, h) = c.join().expect("a client");
+        handles.extend(h);
+        for (k, v) in s {
+            *statuses.entry(k).or_default() += v;
+        }
+        odd.extend(o);
+    }
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let (peak, over) = sampler.join().expect("the sampler");
+    eprintln!("cap race: statuses {statuses:?}, peak {peak} live of a cap of {CAP}");
+    assert!(
+        over.is_empty(),
+        "more live sandboxes than the cap of {CAP}: {over:?} (statuses {statuses:?})"
+    );
+    assert!(
+        odd.is_empty(),
+        "answers other than 200, 404, 429 (and execs of a sandbox being disposed of): {odd:?}"
+    );
+    assert!(
+        statuses.contains_key(&429) && statuses.contains_key(&200),
+        "the race never reached the cap: {statuses:?}"
+    );
+    // Every thread's sandbox goes (through either replica), then nothing
+    // of them is left: records, keepers, lock files.
+    for i in 0..THREADS {
+        let mut conn =
+            Conn::open(&addrs[i % 2], Instant::now() + Duration::from_secs(120)).expect("connect");
+        let (status, out) = conn
+            .post(
+                "/v1/threads/dispose",
+                &serde_json::json!({"thread": thread_of(i)}),
+            )
+            .expect("dispose");
+        assert_eq!(status, 200, "{out}");
+    }
+    settled("after the race, every thread disposed of", || {
+        let mut left: Vec<String> = ["sandboxes", "locks"]
+            .iter()
+            .flat_map(|sub| {
+                std::fs::read_dir(state.join(sub))
+                    .map(|d| {
+                        d.flatten()
+                            .map(|e| format!("in the state directory: {}", e.path().display()))
+                            .collect::<Vec<_>>()
+                    })
+                    .unwrap_or_default()
+            })
+            .collect();
+        left.extend(
+            handles
+                .iter()
+                .filter_map(|h| keeper_of(h).map(|(p, _, _)| format!("keeper {p} of `{h}`"))),
+        );
+        left
+    });
+}

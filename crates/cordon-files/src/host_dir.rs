@@ -167,6 +167,9 @@ impl HostWorkDir {
             SandboxError::Unavailable { reason } => SandboxError::Unavailable {
                 reason: map(reason),
             },
+            SandboxError::Invalid { reason } => SandboxError::Invalid {
+                reason: map(reason),
+            },
             unsupported @ SandboxError::Unsupported { .. } => unsupported,
         }
     }

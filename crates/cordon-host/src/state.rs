@@ -272,7 +272,33 @@ impl StateDir {
 
     /// Takes the exclusive lock on `key`'s entry, waiting up to `wait`.
     pub fn lock(&self, key: &KeyRecord, wait: Duration) -> Result<KeyLock, StateError> {
-        let path = self.root.join("locks").join(format!("{}.lock", key.id()));
+        self.lock_named(&format!("{}.lock", key.id()), wait)
+    }
+
+    /// Takes the exclusive lock on `scope` as a whole, waiting up to
+    /// `wait`: what an owner holds while it counts a scope's sandboxes and
+    /// creates one, until its record is written, so owners sharing this
+    /// directory (replicas) cannot together pass a cap on the count.
+    /// Release it with [`KeyLock::unlock_and_remove`]: nothing is kept in
+    /// it, so its file need not outlive it.
+    pub fn lock_scope(&self, scope: &str, wait: Duration) -> Result<KeyLock, StateError> {
+        let id = cordon_sandbox::key::key_id(scope, "", "");
+        self.lock_named(&format!("scope-{id}.lock"), wait)
+    }
+
+    /// Removes `key`'s lock file when nobody holds the lock and no record
+    /// names the key (a sandbox that went by itself: its keeper's idle
+    /// timeout). Held, or with a record, it is left alone.
+    pub fn remove_lock_if_unused(&self, key: &KeyRecord) {
+        if let Ok(lock) = self.lock(key, Duration::ZERO) {
+            if matches!(self.find(key), Ok(None)) {
+                lock.unlock_and_remove();
+            }
+        }
+    }
+
+    fn lock_named(&self, name: &str, wait: Duration) -> Result<KeyLock, StateError> {
+        let path = self.root.join("locks").join(name);
         let open = || {
             OpenOptions::new()
                 .create(true)

@@ -116,6 +116,13 @@ pub enum BackendError {
         operation: &'static str,
         reason: String,
     },
+    /// What was asked cannot be done as asked (a spec's work dir on a
+    /// path the launcher provides, say); the caller fixes the request.
+    #[error("{operation} refused: {reason}")]
+    Invalid {
+        operation: &'static str,
+        reason: String,
+    },
 }
 
 impl BackendError {
@@ -124,6 +131,19 @@ impl BackendError {
             BackendError::Failed { .. } => ErrorKind::Failed,
             BackendError::Unavailable { .. } => ErrorKind::Unavailable,
             BackendError::Refused { .. } => ErrorKind::Refused,
+            BackendError::Invalid { .. } => ErrorKind::Invalid,
+        }
+    }
+
+    /// The error of `operation` of the kind `kind`, saying `reason`: how a
+    /// failure that crossed a process (a keeper's) keeps its kind. A kind
+    /// with no variant of its own (`NotFound`) is a failure.
+    pub fn of_kind(kind: ErrorKind, operation: &'static str, reason: String) -> BackendError {
+        match kind {
+            ErrorKind::Refused => BackendError::Refused { operation, reason },
+            ErrorKind::Invalid => BackendError::Invalid { operation, reason },
+            ErrorKind::Unavailable => BackendError::Unavailable { reason },
+            ErrorKind::NotFound | ErrorKind::Failed => BackendError::Failed { operation, reason },
         }
     }
 }

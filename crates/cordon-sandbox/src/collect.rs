@@ -88,6 +88,29 @@ pub enum CollectError {
     },
 }
 
+impl CollectError {
+    /// The kind at the protocol boundary: a spec's or a workload's output
+    /// that cannot be collected is the caller's to fix (`Invalid`; a cap
+    /// breached is `Refused`, a required output absent `NotFound`), a
+    /// backend's or sink's failure is `Failed`.
+    pub fn kind(&self) -> crate::ErrorKind {
+        use crate::ErrorKind;
+        match self {
+            CollectError::NoLimits { .. }
+            | CollectError::CallTimeRefused { .. }
+            | CollectError::NoSink { .. }
+            | CollectError::Name { .. }
+            | CollectError::DuplicatePath { .. }
+            | CollectError::Collision { .. }
+            | CollectError::NotRegular { .. } => ErrorKind::Invalid,
+            CollectError::Missing { .. } => ErrorKind::NotFound,
+            CollectError::CapExceeded { .. } => ErrorKind::Refused,
+            CollectError::SizeUnknown { .. } | CollectError::Delivery { .. } => ErrorKind::Failed,
+            CollectError::Sandbox { source, .. } => source.kind(),
+        }
+    }
+}
+
 fn sandbox_message(path: &str, source: &SandboxError) -> String {
     match source {
         SandboxError::NotFound { .. }
@@ -97,7 +120,8 @@ fn sandbox_message(path: &str, source: &SandboxError) -> String {
         SandboxError::Unsupported { .. }
         | SandboxError::Failed { .. }
         | SandboxError::Refused { .. }
-        | SandboxError::Unavailable { .. } => format!("output `{path}`: {source}"),
+        | SandboxError::Unavailable { .. }
+        | SandboxError::Invalid { .. } => format!("output `{path}`: {source}"),
     }
 }
 
@@ -279,7 +303,12 @@ impl<'a> Collection<'a> {
                 return Err(if seen > limits.max_bytes_per_file {
                     exceeded(Cap::BytesPerFile, limits.max_bytes_per_file, path, seen)
                 } else {
-                    exceeded(Cap::TotalBytes, limits.max_total_bytes, path, total + seen)
+                    exceeded(
+                        Cap::TotalBytes,
+                        limits.max_total_bytes,
+                        path,
+                        total.saturating_add(seen),
+                    )
                 });
             }
             total += got.bytes.len() as u64;

@@ -106,6 +106,13 @@ pub enum RouterError {
         kind: String,
         capabilities: CapabilitySet,
     },
+    /// A dispose that did not dispose of everything it found: what went,
+    /// and why the rest did not. Never reported as a success.
+    #[error("{disposed} disposed, and not all: {}\nhelp: the sandboxes left keep running; dispose again, or run `cordon sandbox gc`", failures.join("; "))]
+    NotDisposed {
+        disposed: usize,
+        failures: Vec<String>,
+    },
     #[error("no backend can serve spec `{kind}` under the floor `{floor}`:{refusals}\nchange the spec, or give the router a backend that passes every check; cordon does not fall back to a weaker one")]
     NoBackendQualifies {
         kind: String,
@@ -186,7 +193,9 @@ impl RouterError {
             | RouterError::ToolsDenied
             | RouterError::ToolIdentityDenied { .. } => ErrorKind::Refused,
             RouterError::NoBackendQualifies { .. } => ErrorKind::Unavailable,
-            RouterError::Secret { .. } | RouterError::Delivery { .. } => ErrorKind::Failed,
+            RouterError::Secret { .. }
+            | RouterError::Delivery { .. }
+            | RouterError::NotDisposed { .. } => ErrorKind::Failed,
             RouterError::Backend { source, .. } => source.kind(),
         }
     }
@@ -769,44 +778,79 @@ impl Router {
     }
 
     /// Disposes of the caller's sandbox on every backend; returns how many
-    /// were disposed. Best effort: a backend's failure is logged.
-    pub fn dispose(&self, caller: &CallerContext) -> Result<usize, KeyError> {
+    /// were disposed. Every backend is asked, whatever another answered;
+    /// one that failed (or panicked) makes the whole an error,
+    /// [`RouterError::NotDisposed`], saying why: a dispose that did not
+    /// dispose is never a count.
+    pub fn dispose(&self, caller: &CallerContext) -> Result<usize, RouterError> {
         let key = caller.resolve()?.key;
         let mut n = 0;
+        let mut failures = Vec::new();
         for a in &self.backends {
             match catch_unwind(AssertUnwindSafe(|| a.backend.dispose(&key))) {
                 Ok(Ok(true)) => n += 1,
                 Ok(Ok(false)) => {}
                 Ok(Err(e)) => {
-                    tracing::warn!(backend = %a.name, key = %key, error = %e, "dispose failed; the sandbox keeps running until a later dispose reclaims it")
+                    tracing::warn!(backend = %a.name, key = %key, error = %e, "dispose failed; the sandbox keeps running until a later dispose reclaims it");
+                    failures.push(format!("backend `{}`: {e}", a.name));
                 }
                 Err(_) => {
-                    tracing::warn!(backend = %a.name, key = %key, "dispose panicked; the sandbox keeps running until a later dispose reclaims it")
+                    tracing::warn!(backend = %a.name, key = %key, "dispose panicked; the sandbox keeps running until a later dispose reclaims it");
+                    failures.push(format!("backend `{}`: its dispose panicked", a.name));
                 }
             }
         }
-        Ok(n)
+        if failures.is_empty() {
+            Ok(n)
+        } else {
+            Err(RouterError::NotDisposed {
+                disposed: n,
+                failures,
+            })
+        }
     }
 
     /// Disposes of every sandbox of a scope and thread on every backend and
     /// returns how many. Best effort by contract: each backend's failure
     /// (error or panic) is logged and the others still run; it never fails.
     pub fn dispose_scope(&self, scope: &str, thread_id: &str) -> usize {
+        match self.try_dispose_scope(scope, thread_id) {
+            Ok(n) => n,
+            Err(RouterError::NotDisposed { disposed, .. }) => disposed,
+            Err(_) => 0,
+        }
+    }
+
+    /// [`Router::dispose_scope`] for a caller that must know: every
+    /// backend is asked, and one that failed (or panicked) makes the whole
+    /// [`RouterError::NotDisposed`], with how many went and why the rest
+    /// did not.
+    pub fn try_dispose_scope(&self, scope: &str, thread_id: &str) -> Result<usize, RouterError> {
         let mut n = 0;
+        let mut failures = Vec::new();
         for a in &self.backends {
             match catch_unwind(AssertUnwindSafe(|| {
                 a.backend.dispose_scope(scope, thread_id)
             })) {
                 Ok(Ok(k)) => n += k,
                 Ok(Err(e)) => {
-                    tracing::warn!(backend = %a.name, scope, thread_id, error = %e, "dispose_scope failed; the sandboxes it did not reclaim keep running until a later dispose")
+                    tracing::warn!(backend = %a.name, scope, thread_id, error = %e, "dispose_scope failed; the sandboxes it did not reclaim keep running until a later dispose");
+                    failures.push(format!("backend `{}`: {e}", a.name));
                 }
                 Err(_) => {
-                    tracing::warn!(backend = %a.name, scope, thread_id, "dispose_scope panicked; the sandboxes it did not reclaim keep running until a later dispose")
+                    tracing::warn!(backend = %a.name, scope, thread_id, "dispose_scope panicked; the sandboxes it did not reclaim keep running until a later dispose");
+                    failures.push(format!("backend `{}`: its dispose panicked", a.name));
                 }
             }
         }
-        n
+        if failures.is_empty() {
+            Ok(n)
+        } else {
+            Err(RouterError::NotDisposed {
+                disposed: n,
+                failures,
+            })
+        }
     }
 
     /// Runs `block`, then disposes of every sandbox of `scope` and

@@ -35,6 +35,10 @@ pub enum SandboxError {
     /// lacks a mechanism.
     #[error("{reason}")]
     Unavailable { reason: String },
+    /// The request cannot be done as asked (reported by another process,
+    /// a keeper, that said so): the caller fixes it.
+    #[error("{reason}")]
+    Invalid { reason: String },
 }
 
 /// How the compute guard's refusal of an exec begins ([`crate::guard`]).
@@ -70,9 +74,9 @@ impl SandboxError {
         match self {
             SandboxError::Unsupported { .. } => ErrorKind::Invalid,
             SandboxError::NotFound { .. } => ErrorKind::NotFound,
-            SandboxError::PathRefused { .. } | SandboxError::NotRegularFile { .. } => {
-                ErrorKind::Invalid
-            }
+            SandboxError::PathRefused { .. }
+            | SandboxError::NotRegularFile { .. }
+            | SandboxError::Invalid { .. } => ErrorKind::Invalid,
             SandboxError::ConfinementUnavailable { .. } | SandboxError::Unavailable { .. } => {
                 ErrorKind::Unavailable
             }

@@ -157,6 +157,21 @@ fn check_name(example: &str, raw: &str) -> Result<String, String> {
     Ok(raw.to_string())
 }
 
+/// An image name: a name, and never a path out of a store (no `.` or
+/// `..` segment, no empty one: no leading, trailing or doubled `/`).
+fn check_image(raw: &str) -> Result<String, String> {
+    let name = check_name("diagram-sandbox:1", raw)?;
+    if name
+        .split('/')
+        .any(|seg| seg.is_empty() || seg == "." || seg == "..")
+    {
+        return Err(format!(
+            "`{raw}` has an empty, `.` or `..` segment; an image is named, never a path (`host`, `python-3.12`, `docker.io/library/python:3.12`)"
+        ));
+    }
+    Ok(name)
+}
+
 fn check_work_dir(raw: &str) -> Result<String, String> {
     let canonical = canon::fs_path(raw).map_err(|e| e.to_string())?;
     if canonical != raw {
@@ -201,7 +216,7 @@ impl SandboxSpec {
         let invalid = |field| move |reason| SpecError::Invalid { field, reason };
         Ok(SandboxSpec {
             kind: check_name("diagram", kind).map_err(invalid("kind"))?,
-            image: check_name("diagram-sandbox:1", image).map_err(invalid("image"))?,
+            image: check_image(image).map_err(invalid("image"))?,
             egress_allow: Vec::new(),
             work_dir: DEFAULT_WORK_DIR.to_string(),
             requires: CapabilitySet::empty(),
@@ -671,8 +686,7 @@ impl RawSpec {
     fn validate(self, file: &str) -> Result<SandboxSpec, SpecError> {
         let at = |field, s: &Spanned<String>, reason| value_error(file, pos(s), field, reason);
         let kind = check_name("diagram", &self.kind).map_err(|r| at("kind", &self.kind, r))?;
-        let image = check_name("diagram-sandbox:1", &self.image)
-            .map_err(|r| at("image", &self.image, r))?;
+        let image = check_image(&self.image).map_err(|r| at("image", &self.image, r))?;
         let work_dir = match &self.work_dir {
             Some(w) => check_work_dir(w).map_err(|r| at("work_dir", w, r))?,
             None => DEFAULT_WORK_DIR.to_string(),

@@ -213,10 +213,12 @@ impl Artifacts {
                 let _ = std::fs::remove_dir_all(held.path.join(&collection));
                 return match other {
                     Ok(_) => Ok(Vec::new()),
+                    // A collection refused keeps its kind (an output that
+                    // is a link or a FIFO is the caller's `400`).
                     Err(e) => Err(budget
                         .over
                         .take()
-                        .unwrap_or_else(|| Refusal::of(ErrorKind::Failed, e))),
+                        .unwrap_or_else(|| Refusal::of(e.kind(), &e))),
                 };
             }
         };

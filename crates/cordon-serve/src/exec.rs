@@ -31,6 +31,21 @@ pub(crate) async fn exec(
         Ok(x) => x,
         Err(r) => return *r,
     };
+    // Bounded as MCP's tools are: a timeout is added to clocks downstream
+    // (a keeper client's read deadline), where a huge one overflowed.
+    let timeout = match body.timeout_seconds {
+        None => mcp::MAX_TIMEOUT_SECONDS,
+        Some(t @ 1..=mcp::MAX_TIMEOUT_SECONDS) => t,
+        Some(t) => {
+            return refused(
+                ErrorKind::Invalid,
+                format!(
+                    "`timeout_seconds` is {t}; it must be a whole number from 1 to {}",
+                    mcp::MAX_TIMEOUT_SECONDS
+                ),
+            )
+        }
+    };
     let sandbox = match live_sandbox(&s, &cred, &body.at).await {
         Ok(x) => x,
         Err(r) => return *r,
@@ -39,7 +54,7 @@ pub(crate) async fn exec(
         argv: body.argv,
         env: Default::default(),
         stdin: body.stdin.into_bytes(),
-        timeout: Duration::from_secs(body.timeout_seconds.unwrap_or(3600)),
+        timeout: Duration::from_secs(timeout),
         max_output_bytes: MAX_OUTPUT_BYTES,
     };
     if body.stream {

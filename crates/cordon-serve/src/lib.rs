@@ -63,9 +63,10 @@ pub struct Served {
     pub router: cordon_sandbox::Router,
     /// The sandboxes this server made, by key (scope from the credential).
     pub live: Mutex<BTreeMap<SandboxKey, Arc<dyn Sandbox>>>,
-    /// Creates in flight, by scope: counted against the sandbox cap with
-    /// the live ones, so two racing creates cannot both pass it.
-    pending: Mutex<BTreeMap<String, usize>>,
+    /// Each scope's cap lock in this server: held from a sandbox count
+    /// until the sandbox is recorded, so no create passes the cap
+    /// uncounted (replicas also lock the scope in the state directory).
+    scope_locks: ScopeLocks,
     /// Each credential's request budget: tokens left, and when counted.
     buckets: Mutex<BTreeMap<String, (f64, std::time::Instant)>>,
     /// Where collected outputs land (a directory of the server's own, one
@@ -108,7 +109,7 @@ impl Served {
             floor,
             router,
             live: Mutex::new(BTreeMap::new()),
-            pending: Mutex::new(BTreeMap::new()),
+            scope_locks: ScopeLocks::default(),
             buckets: Mutex::new(BTreeMap::new()),
             artifacts,
             metrics: Mutex::new(BTreeMap::new()),

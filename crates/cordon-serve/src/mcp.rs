@@ -585,11 +585,12 @@ impl StdioHost {
         }
     }
 
-    /// Disposes of the sandbox, if one was made: how many.
-    pub fn dispose(&self) -> usize {
+    /// Disposes of the sandbox, if one was made: how many; a dispose that
+    /// did not dispose is the error, with why.
+    pub fn dispose(&self) -> Result<usize, String> {
         let held = self.made.lock().unwrap_or_else(|p| p.into_inner()).take();
         drop(held);
-        self.router.dispose(&self.caller).unwrap_or(0)
+        self.router.dispose(&self.caller).map_err(|e| e.to_string())
     }
 }
 
@@ -655,9 +656,9 @@ pub async fn serve_stdio(host: Arc<StdioHost>) -> Result<usize, String> {
     };
     let disposed = tokio::task::spawn_blocking(move || host.dispose())
         .await
-        .unwrap_or(0);
+        .unwrap_or_else(|e| Err(e.to_string()));
     ended.map_err(|e| format!("the MCP session failed: {e}"))?;
-    Ok(disposed)
+    disposed.map_err(|e| format!("the sandbox was not disposed: {e}"))
 }
 
 #[cfg(test)]

@@ -7,14 +7,26 @@ pub(crate) async fn backends(State(s): State<Arc<Served>>, headers: HeaderMap) -
         Ok(c) => c,
         Err(r) => return *r,
     };
+    // The probe's detail (host tool paths and versions, why a backend
+    // cannot run) is the operator's: a tenant learns names, rungs and
+    // whether each can serve, nothing of the host's installation.
     let available: Vec<serde_json::Value> = s
         .catalogue
         .iter()
         .map(|row| {
-            let mut row = row.clone();
             let used = row["name"]
                 .as_str()
                 .is_some_and(|n| s.backends.iter().any(|b| b == n));
+            let mut row = if cred.operator {
+                row.clone()
+            } else {
+                json!({
+                    "name": row["name"],
+                    "rung": row["rung"],
+                    "admitted": row["admitted"],
+                    "runnable": row["runnable"],
+                })
+            };
             row["used"] = used.into();
             row
         })
@@ -43,7 +55,9 @@ impl Served {
             .collect();
         drop(held);
         for (scope, thread) in threads {
-            self.router.dispose_scope(&scope, &thread);
+            if let Err(e) = self.router.try_dispose_scope(&scope, &thread) {
+                tracing::warn!(scope, thread, "at shutdown: {e}");
+            }
         }
     }
 }
@@ -126,8 +140,13 @@ impl Served {
         if rec.orphaned_or_expired(cordon_host::state::now()) {
             return Ok(None);
         }
-        self.get_or_create(cred, at, &rec.provenance.spec)
-            .map(|m| Some(m.sandbox))
+        // Attached only: one disposed of since it was found is not made
+        // again by an exec (nor outside the cap).
+        match self.acquire_counted(cred, at, &rec.provenance.spec, false) {
+            Ok(m) => Ok(Some(m.sandbox)),
+            Err(r) if r.status == StatusCode::NOT_FOUND => Ok(None),
+            Err(r) => Err(r),
+        }
     }
 
     /// Forgets a held sandbox that failed (its keeper gone, say): the next
@@ -141,11 +160,16 @@ impl Served {
         }
     }
 
-    /// How many sandboxes `scope` holds: every replica's, from the state
-    /// directory, when there is one; else this server's.
+    /// How many sandboxes `scope` holds (every replica's, from the state
+    /// directory, when there is one; else this server's), and whether
+    /// `key`'s is one of them: both from one listing.
     /// A state directory that cannot be listed is a refusal, not a count
     /// of this server's own: the cap would fail open across replicas.
-    pub(crate) fn held(&self, scope: &str) -> Result<usize, Refusal> {
+    pub(crate) fn held_and_exists(
+        &self,
+        scope: &str,
+        key: &SandboxKey,
+    ) -> Result<(usize, bool), Refusal> {
         if let Some(state) = &self.state {
             let (records, _) = state.list().map_err(|e| {
                 Refusal::of(
@@ -154,13 +178,20 @@ impl Served {
                 )
             })?;
             let now = cordon_host::state::now();
-            return Ok(records
+            let live: Vec<_> = records
                 .iter()
                 .filter(|r| r.key.scope == scope && !r.orphaned_or_expired(now))
-                .count());
+                .collect();
+            let exists = live
+                .iter()
+                .any(|r| r.key.thread == key.thread_id() && r.key.agent_dir == key.agent_dir());
+            return Ok((live.len(), exists));
         }
         let live = self.live.lock().unwrap_or_else(|p| p.into_inner());
-        Ok(live.keys().filter(|k| k.scope() == scope).count())
+        Ok((
+            live.keys().filter(|k| k.scope() == scope).count(),
+            live.contains_key(key),
+        ))
     }
 }
 
@@ -212,61 +243,77 @@ pub(crate) struct Made {
 
 impl Served {
     /// The sandbox of `cred`'s scope at `at`, made with `spec` when it does
-    /// not exist (counted against the credential's cap, with the creates in
-    /// flight); one made with another spec is refused by the router. Blocks.
+    /// not exist (counted against the credential's cap); one made with
+    /// another spec is refused by the router. Blocks.
     pub(crate) fn get_or_create(
         &self,
         cred: &Credential,
         at: &Address,
         spec: &SandboxSpec,
     ) -> Result<Made, Refusal> {
+        self.acquire_counted(cred, at, spec, true)
+    }
+
+    /// The scope's cap lock: this server's threads queue on a mutex, and
+    /// with a state directory, replicas on its scope lock file. Held from
+    /// the count until the sandbox is recorded (or refused).
+    fn cap_lock(&self, scope: &str) -> Result<CapLock<'_>, Refusal> {
+        let local = ScopeGuard::take(&self.scope_locks, scope)?;
+        let file = match &self.state {
+            Some(st) => Some(st.lock_scope(scope, CAP_LOCK_WAIT).map_err(|e| {
+                Refusal::of(
+                    ErrorKind::Unavailable,
+                    format!("cannot count this credential's sandboxes: {e}"),
+                )
+            })?),
+            None => None,
+        };
+        Ok(CapLock {
+            file,
+            _local: local,
+        })
+    }
+
+    /// [`Served::get_or_create`]; with `may_create` false, only a sandbox
+    /// that exists is got (`None` otherwise: an exec never makes one).
+    ///
+    /// Every path that can end in a new sandbox comes here, and the count
+    /// and the create are one step under the scope's cap lock: whether the
+    /// key's sandbox exists is judged from the same listing as the count,
+    /// so a dispose landing between them cannot let a create through
+    /// uncounted (a sandbox that went frees the slot its re-creation takes).
+    fn acquire_counted(
+        &self,
+        cred: &Credential,
+        at: &Address,
+        spec: &SandboxSpec,
+        may_create: bool,
+    ) -> Result<Made, Refusal> {
         let caller = caller(cred, at);
         let key = caller
             .resolve()
             .map_err(|e| Refusal::of(ErrorKind::Invalid, e))?
             .key;
-        // A new sandbox counts against the credential's cap, with the
-        // creates in flight; getting an existing one does not.
-        let exists = self
-            .live
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .contains_key(&key)
-            || self.state.as_ref().is_some_and(|st| {
-                matches!(st.find(&cordon_host::state::KeyRecord {
-                    scope: cred.scope.clone(),
-                    thread: at.thread.clone(),
-                    agent_dir: at.agent_dir.clone(),
-                }), Ok(Some(r)) if !r.orphaned_or_expired(cordon_host::state::now()))
-            });
-        let reserved = {
-            if exists {
-                false
-            } else {
-                // Held across the count, so two creates cannot both pass
-                // the cap (lock order: `pending`, then `live`).
-                let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
-                let held = self.held(&cred.scope)? + pending.get(&cred.scope).copied().unwrap_or(0);
-                let cap = self.config.limits.max_sandboxes;
-                if held >= cap {
-                    return Err(Refusal {
-                        status: StatusCode::TOO_MANY_REQUESTS,
-                        message: format!(
-                            "this credential holds {held} live sandboxes, its limit; dispose one (POST /v1/sandboxes/dispose) first"
-                        ),
-                    });
-                }
-                *pending.entry(cred.scope.clone()).or_default() += 1;
-                true
+        let cap_lock = self.cap_lock(&cred.scope)?;
+        let (held, exists) = self.held_and_exists(&cred.scope, &key)?;
+        if !exists {
+            if !may_create {
+                return Err(Refusal::of(
+                    ErrorKind::NotFound,
+                    "no sandbox for this thread and agent dir; create it with POST /v1/sandboxes",
+                ));
             }
-        };
-        let acquired = self.router.acquire(&caller, spec);
-        if reserved {
-            let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
-            if let Some(n) = pending.get_mut(&cred.scope) {
-                *n = n.saturating_sub(1);
+            let cap = self.config.limits.max_sandboxes;
+            if held >= cap {
+                return Err(Refusal {
+                    status: StatusCode::TOO_MANY_REQUESTS,
+                    message: format!(
+                        "this credential holds {held} live sandboxes, its limit; dispose one (POST /v1/sandboxes/dispose) first"
+                    ),
+                });
             }
         }
+        let acquired = self.router.acquire(&caller, spec);
         let sandbox = acquired.map_err(|e| {
             if let Some((surface, rules)) = e.denial() {
                 self.denied(&cred.scope, surface, rules);
@@ -279,13 +326,16 @@ impl Served {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .insert(key, sandbox.clone());
+        // Recorded (the keeper wrote its record before it said ready) and
+        // held: the next count sees it.
+        cap_lock.release();
         // The backend that just served the acquire (the same selection).
         let (backend, rung) = self
             .router
             .selected(spec)
             .map(|(name, rung)| (name.to_string(), rung.as_str()))
             .map_err(|e| Refusal::of(e.kind(), &e))?;
-        if reserved {
+        if !exists {
             self.count(&cred.scope, |m| *m.created.entry(rung).or_default() += 1);
         }
         let warnings = self
@@ -299,6 +349,84 @@ impl Served {
             rung,
             warnings,
         })
+    }
+}
+
+/// How long a request waits for its scope's cap lock (another create of
+/// the same scope, here or at a replica) before it is refused (`503`).
+const CAP_LOCK_WAIT: Duration = Duration::from_secs(120);
+
+/// A scope's cap lock, held (see [`Served::cap_lock`]).
+struct CapLock<'a> {
+    file: Option<cordon_host::state::KeyLock>,
+    _local: ScopeGuard<'a>,
+}
+
+impl CapLock<'_> {
+    /// Releases it (as dropping it does).
+    fn release(self) {}
+}
+
+impl Drop for CapLock<'_> {
+    /// Its lock file goes with it, however the request ended: it holds
+    /// nothing, and `locks/` does not keep a file per scope ever used.
+    fn drop(&mut self) {
+        if let Some(f) = self.file.take() {
+            f.unlock_and_remove();
+        }
+    }
+}
+
+/// The scopes whose cap lock a thread of this server holds, and the
+/// condition a waiter waits on.
+#[derive(Default)]
+pub(crate) struct ScopeLocks {
+    held: Mutex<std::collections::BTreeSet<String>>,
+    freed: std::sync::Condvar,
+}
+
+/// One scope's cap lock in this server, held until dropped.
+struct ScopeGuard<'a> {
+    locks: &'a ScopeLocks,
+    scope: String,
+}
+
+impl<'a> ScopeGuard<'a> {
+    fn take(locks: &'a ScopeLocks, scope: &str) -> Result<ScopeGuard<'a>, Refusal> {
+        let deadline = std::time::Instant::now().checked_add(CAP_LOCK_WAIT);
+        let mut held = locks.held.lock().unwrap_or_else(|p| p.into_inner());
+        while held.contains(scope) {
+            let left = deadline
+                .and_then(|d| d.checked_duration_since(std::time::Instant::now()))
+                .unwrap_or_default();
+            if left.is_zero() {
+                return Err(Refusal::of(
+                    ErrorKind::Unavailable,
+                    "another create of this credential's sandboxes has run for over two minutes; try again",
+                ));
+            }
+            held = locks
+                .freed
+                .wait_timeout(held, left)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+        held.insert(scope.to_string());
+        Ok(ScopeGuard {
+            locks,
+            scope: scope.to_string(),
+        })
+    }
+}
+
+impl Drop for ScopeGuard<'_> {
+    fn drop(&mut self) {
+        self.locks
+            .held
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&self.scope);
+        self.locks.freed.notify_all();
     }
 }
 
@@ -324,9 +452,11 @@ pub(crate) async fn dispose(
             .unwrap_or_else(|p| p.into_inner())
             .remove(&key);
         drop(held);
+        // A dispose that did not dispose is its error (with why), never
+        // a count: the sandbox may still run.
         match served.router.dispose(&caller) {
             Ok(n) => Json(json!({"disposed": n})).into_response(),
-            Err(e) => refused(ErrorKind::Invalid, e),
+            Err(e) => refused(e.kind(), e),
         }
     })
     .await;
@@ -365,11 +495,12 @@ pub(crate) async fn dispose_thread(
             keys.iter().filter_map(|k| live.remove(k)).collect()
         };
         drop(held);
-        served.router.dispose_scope(&cred.scope, &body.thread)
+        served.router.try_dispose_scope(&cred.scope, &body.thread)
     })
     .await;
     match done {
-        Ok(n) => Json(json!({"disposed": n})).into_response(),
+        Ok(Ok(n)) => Json(json!({"disposed": n})).into_response(),
+        Ok(Err(e)) => refused(e.kind(), e),
         Err(e) => refused(ErrorKind::Failed, e),
     }
 }

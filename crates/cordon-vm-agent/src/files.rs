@@ -47,6 +47,9 @@ pub(crate) fn wire_error(e: &SandboxError, fallback_path: &str) -> (ErrKind, Str
         SandboxError::Failed { reason, .. } => (ErrKind::Failed, path, reason.clone()),
         SandboxError::Refused { reason, .. } => (ErrKind::Refused, path, reason.clone()),
         SandboxError::Unsupported { .. } => (ErrKind::Unavailable, path, e.to_string()),
+        // The caller's to fix: rebuilt on the host as a refused path, of
+        // the same (invalid) kind.
+        SandboxError::Invalid { reason } => (ErrKind::PathRefused, path, reason.clone()),
     }
 }
 

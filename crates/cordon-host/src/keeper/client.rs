@@ -143,7 +143,12 @@ impl KeptSandbox {
         let (in_r, in_w) = pipe()?;
         let (out_r, out_w) = pipe()?;
         let (err_r, err_w) = pipe()?;
-        let within = req.timeout.max(Duration::from_secs(1)) + EXEC_GRACE;
+        // The timeout comes from whoever asked (a request, a spec): never
+        // added unchecked, a huge one would overflow (a panic).
+        let within = req
+            .timeout
+            .max(Duration::from_secs(1))
+            .saturating_add(EXEC_GRACE);
         let sock = connect(&self.state.socket_path(&self.record.handle), within).map_err(|e| {
             SandboxError::Unavailable {
                 reason: format!(

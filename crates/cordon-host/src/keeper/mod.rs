@@ -396,14 +396,41 @@ pub fn reclaim_dead_keepers(
     out
 }
 
+/// The keeper's failure line (`failed[KIND]: REASON`): its kind and reason.
+fn failure_line(line: &str) -> (cordon_sandbox::ErrorKind, String) {
+    use cordon_sandbox::ErrorKind;
+    let tagged = line
+        .strip_prefix("failed[")
+        .and_then(|r| r.split_once("]: "));
+    let Some((kind, reason)) = tagged else {
+        return (
+            ErrorKind::Failed,
+            line.trim_start_matches("failed: ").to_string(),
+        );
+    };
+    let kind = match kind {
+        "refused" => ErrorKind::Refused,
+        "invalid" => ErrorKind::Invalid,
+        "unavailable" => ErrorKind::Unavailable,
+        _ => ErrorKind::Failed,
+    };
+    (kind, reason.to_string())
+}
+
 /// Starts a keeper for `launch` with `keeper` (the `cordon` binary and its
-/// hidden argument) and waits until it serves, or says why it did not.
-pub fn spawn(keeper: &SelfCommand, launch: &Launch, state: &StateDir) -> Result<Record, String> {
+/// hidden argument) and waits until it serves, or says why it did not
+/// (with the kind of that: a policy's refusal is not a backend's failure).
+pub fn spawn(
+    keeper: &SelfCommand,
+    launch: &Launch,
+    state: &StateDir,
+) -> Result<Record, (cordon_sandbox::ErrorKind, String)> {
+    let failed = |e: String| (cordon_sandbox::ErrorKind::Failed, e);
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(state.log_path(&launch.handle))
-        .map_err(|e| format!("keeper log: {e}"))?;
+        .map_err(|e| failed(format!("keeper log: {e}")))?;
     let mut child = Command::new(&keeper.path)
         .args(&keeper.args)
         .arg(format!("{HANDLE_ARG}{}", launch.handle))
@@ -417,12 +444,17 @@ pub fn spawn(keeper: &SelfCommand, launch: &Launch, state: &StateDir) -> Result<
         .stdout(Stdio::piped())
         .stderr(Stdio::from(log))
         .spawn()
-        .map_err(|e| format!("starting the keeper `{}`: {e}", keeper.path.display()))?;
-    let json = serde_json::to_vec(launch).map_err(|e| e.to_string())?;
+        .map_err(|e| {
+            failed(format!(
+                "starting the keeper `{}`: {e}",
+                keeper.path.display()
+            ))
+        })?;
+    let json = serde_json::to_vec(launch).map_err(|e| failed(e.to_string()))?;
     if let Some(mut stdin) = child.stdin.take() {
         stdin
             .write_all(&json)
-            .map_err(|e| format!("briefing the keeper: {e}"))?;
+            .map_err(|e| failed(format!("briefing the keeper: {e}")))?;
     }
     let out = child.stdout.take();
     let (tx, rx) = std::sync::mpsc::channel();
@@ -450,13 +482,13 @@ pub fn spawn(keeper: &SelfCommand, launch: &Launch, state: &StateDir) -> Result<
     match line.trim() {
         "ready" => state
             .read(&launch.handle)
-            .map_err(|e| e.to_string())?
-            .ok_or_else(|| "the keeper said ready but wrote no record".to_string()),
-        "" => Err(format!(
+            .map_err(|e| failed(e.to_string()))?
+            .ok_or_else(|| failed("the keeper said ready but wrote no record".to_string())),
+        "" => Err(failed(format!(
             "the keeper did not start the sandbox:\n{}",
             log_tail()
-        )),
-        other => Err(other.trim_start_matches("failed: ").to_string()),
+        ))),
+        other => Err(failure_line(other)),
     }
 }
 
@@ -556,14 +588,18 @@ impl KeptBackend {
                 kept += 1;
                 continue;
             }
-            let Ok(_lock) = state.lock(&rec.key, LOCK_WAIT) else {
+            let Ok(lock) = state.lock(&rec.key, LOCK_WAIT) else {
                 tracing::warn!(handle = %rec.handle, "recover: the key is locked; skipped");
                 continue;
             };
             for f in dispose_record(state, &self.registry, &rec) {
                 tracing::warn!(handle = %rec.handle, "recover: {f}");
             }
-            gone += 1;
+            // Counted, and its lock file removed, only when its record went.
+            if matches!(state.read(&rec.handle), Ok(None)) {
+                lock.unlock_and_remove();
+                gone += 1;
+            }
         }
         (kept, gone)
     }
@@ -650,7 +686,7 @@ impl cordon_sandbox::Backend for KeptBackend {
             .map_err(|e| failed("acquire", e))?;
         let state = &self.kept.state;
         let key = key_record(&req.key);
-        let _lock = state
+        let lock = state
             .lock(&key, LOCK_WAIT)
             .map_err(|e| failed("acquire", e.to_string()))?;
         if let Some(rec) = state
@@ -730,10 +766,15 @@ impl cordon_sandbox::Backend for KeptBackend {
             idle_timeout: self.kept.idle_timeout.as_secs().max(1),
             max_age: self.kept.max_age.as_secs().max(1),
         };
-        let rec = spawn(&self.kept.keeper, &launch, state).map_err(|e| {
-            let _ = state.remove(&launch.handle);
-            failed("acquire", e)
-        })?;
+        let rec = match spawn(&self.kept.keeper, &launch, state) {
+            Ok(rec) => rec,
+            Err((kind, e)) => {
+                // Nothing was made: no record, and no lock file left for it.
+                let _ = state.remove(&launch.handle);
+                lock.unlock_and_remove();
+                return Err(cordon_sandbox::BackendError::of_kind(kind, "acquire", e));
+            }
+        };
         KeptSandbox::new(state.clone(), rec)
             .map(|s| Arc::new(s) as Arc<dyn Sandbox>)
             .map_err(|e| failed("acquire", e.to_string()))
@@ -753,13 +794,38 @@ impl cordon_sandbox::Backend for KeptBackend {
             .map_err(|e| failed("dispose", e.to_string()))?
         {
             Some(rec) => {
-                for f in dispose_record(state, &self.registry, &rec) {
+                let failures = dispose_record(state, &self.registry, &rec);
+                for f in &failures {
                     tracing::warn!(handle = %rec.handle, "dispose: {f}");
                 }
-                lock.unlock_and_remove();
-                Ok(true)
+                // Disposed is its record gone with nothing failing; else
+                // the sandbox (or what it left) is still there: an error
+                // with why, never a success. The lock file goes with the
+                // record only.
+                let gone = matches!(state.read(&rec.handle), Ok(None));
+                if gone {
+                    lock.unlock_and_remove();
+                }
+                if failures.is_empty() && gone {
+                    return Ok(true);
+                }
+                Err(failed(
+                    "dispose",
+                    format!(
+                        "sandbox `{}` was not disposed: {}",
+                        rec.handle,
+                        if failures.is_empty() {
+                            "its record is still there".to_string()
+                        } else {
+                            failures.join("; ")
+                        }
+                    ),
+                ))
             }
-            None => Ok(false),
+            None => {
+                lock.unlock_and_remove();
+                Ok(false)
+            }
         }
     }
 

@@ -45,12 +45,15 @@ pub fn keeper_main(registry: &Registry) -> ! {
     let mut input = Vec::new();
     let _ = std::io::stdin().read_to_end(&mut input);
     let result = serde_json::from_slice::<Launch>(&input)
-        .map_err(|e| format!("the keeper's brief: {e}"))
+        .map_err(|e| Failure::from(format!("the keeper's brief: {e}")))
         .and_then(|l| serve(registry, l));
     match result {
         Ok(()) => std::process::exit(0),
-        Err(e) => {
-            let line = format!("failed: {}\n", e.replace('\n', " | "));
+        Err(Failure { kind, message: e }) => {
+            // The kind travels with the reason (`failed[refused]: ...`):
+            // the acquirer answers a policy's refusal as one, not as a
+            // backend's failure.
+            let line = format!("failed[{}]: {}\n", kind.as_str(), e.replace('\n', " | "));
             let _ = std::io::stdout().write_all(line.as_bytes());
             eprintln!("cordon keeper: {e}");
             std::process::exit(1)
@@ -58,23 +61,44 @@ pub fn keeper_main(registry: &Registry) -> ! {
     }
 }
 
-fn serve(registry: &Registry, launch: Launch) -> Result<(), String> {
+/// Why a keeper did not start its sandbox, and the kind of that.
+pub(crate) struct Failure {
+    pub(crate) kind: cordon_sandbox::ErrorKind,
+    pub(crate) message: String,
+}
+
+impl From<String> for Failure {
+    fn from(message: String) -> Failure {
+        Failure {
+            kind: cordon_sandbox::ErrorKind::Failed,
+            message,
+        }
+    }
+}
+
+impl From<&str> for Failure {
+    fn from(message: &str) -> Failure {
+        Failure::from(message.to_string())
+    }
+}
+
+fn serve(registry: &Registry, launch: Launch) -> Result<(), Failure> {
     // The handle on the command line is what cleanup checks before it
     // signals this process: it must be the one this keeper keeps.
     let named = std::env::args().any(|a| a.strip_prefix(super::HANDLE_ARG) == Some(&launch.handle));
     if !named {
-        return Err(format!(
+        return Err(Failure::from(format!(
             "the keeper was started without `{}{}` on its command line; start it through `keeper::spawn`",
             super::HANDLE_ARG,
             launch.handle
-        ));
+        )));
     }
     if launch.version != cordon_sandbox::wire::WIRE_VERSION {
-        return Err(format!(
+        return Err(Failure::from(format!(
             "the brief is of wire version {}, this keeper reads {}; run the same cordon binary",
             launch.version,
             cordon_sandbox::wire::WIRE_VERSION
-        ));
+        )));
     }
     let state = StateDir::open(&launch.state_dir).map_err(|e| e.to_string())?;
     let policy = match &launch.policy_file {
@@ -109,7 +133,10 @@ fn serve(registry: &Registry, launch: Launch) -> Result<(), String> {
         provenance: launch.provenance.clone(),
         limits: launch.limits,
     };
-    let sandbox = backend.acquire(&req).map_err(|e| e.to_string())?;
+    let sandbox = backend.acquire(&req).map_err(|e| Failure {
+        kind: e.kind(),
+        message: e.to_string(),
+    })?;
     // Every exec a client asks for is decided here, whichever backend.
     let sandbox = cordon_sandbox::guard::guard(
         sandbox,
@@ -123,7 +150,10 @@ fn serve(registry: &Registry, launch: Launch) -> Result<(), String> {
     drop(sandbox);
     let _ = backend.dispose(&key);
     let _ = state.remove(&launch.handle);
-    result
+    // Gone by itself (idle, too old): its key's lock file goes too, unless
+    // an owner holds it (that owner removes it).
+    state.remove_lock_if_unused(&launch.key);
+    result.map_err(Failure::from)
 }
 
 fn listen(path: &Path) -> Result<OwnedFd, String> {

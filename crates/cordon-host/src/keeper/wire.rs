@@ -231,7 +231,10 @@ pub(crate) fn error_from_wire(
             rules,
         },
         ErrorKind::Unavailable => SandboxError::Unavailable { reason: message },
-        ErrorKind::Invalid | ErrorKind::NotFound | ErrorKind::Failed => SandboxError::Failed {
+        // Of the caller's making (an unsupported attach, say): kept so,
+        // not reported as the keeper's failure (`500`).
+        ErrorKind::Invalid => SandboxError::Invalid { reason: message },
+        ErrorKind::NotFound | ErrorKind::Failed => SandboxError::Failed {
             operation: "exec",
             reason: message,
         },
@@ -381,5 +384,33 @@ mod tests {
         };
         assert!(rules.is_empty());
         assert_eq!(message, "gone");
+    }
+
+    #[test]
+    fn every_kind_but_not_found_crosses_the_wire_as_itself() {
+        for kind in [
+            ErrorKind::Refused,
+            ErrorKind::Invalid,
+            ErrorKind::Unavailable,
+            ErrorKind::Failed,
+        ] {
+            let back = error_from_wire(kind, "why".into(), Vec::new());
+            assert_eq!(back.kind(), kind, "{back}");
+        }
+        let unsupported = SandboxError::Unsupported {
+            capability: cordon_sandbox::Capability::FilesList,
+        };
+        let Reply::Error {
+            kind,
+            message,
+            rules,
+        } = error_to_wire(&unsupported)
+        else {
+            panic!("not an error reply");
+        };
+        assert_eq!(
+            error_from_wire(kind, message, rules).kind(),
+            ErrorKind::Invalid
+        );
     }
 }

@@ -196,6 +196,9 @@ pub struct Fake {
     pub requests: Mutex<Vec<String>>,
     pub fail_acquire: bool,
     pub fail_dispose_scope: bool,
+    /// Its dispose fails (an engine that does not answer), the sandbox
+    /// left in place.
+    pub fail_dispose: bool,
     /// `Some(names)`: the only images it can run.
     pub images: Option<Vec<String>>,
 }
@@ -213,6 +216,7 @@ impl Fake {
             requests: Mutex::new(Vec::new()),
             fail_acquire: false,
             fail_dispose_scope: false,
+            fail_dispose: false,
             images: None,
         }
     }
@@ -297,6 +301,12 @@ impl Backend for Fake {
         Ok(sb)
     }
     fn dispose(&self, key: &SandboxKey) -> Result<bool, BackendError> {
+        if self.fail_dispose {
+            return Err(BackendError::Failed {
+                operation: "dispose",
+                reason: "the keeper does not answer".into(),
+            });
+        }
         Ok(self.sandboxes.lock().unwrap().remove(key).is_some())
     }
     fn dispose_scope(&self, scope: &str, thread_id: &str) -> Result<usize, BackendError> {

@@ -97,3 +97,40 @@ fn dispose_removes_only_the_callers_sandbox() {
     assert_eq!(router.dispose(&a.context()).unwrap(), 0);
     assert_eq!(vm.sandboxes.lock().unwrap().len(), 1);
 }
+
+/// A dispose that did not dispose is an error saying why (issue 28, item
+/// 7), never a count beside a log line: the caller (a server answering
+/// `{"disposed": N}`) would report a running sandbox gone.
+#[test]
+fn a_dispose_that_failed_is_an_error_not_a_count() {
+    let mut broken = Fake::new("broken", Isolation::Microvm, Egress::Allowlist);
+    broken.fail_dispose = true;
+    broken.fail_dispose_scope = true;
+    let broken = Arc::new(broken);
+    let vm = Fake::microvm("vm");
+    let router = builder()
+        .backend(vm.clone())
+        .backend(broken)
+        .build()
+        .unwrap();
+    let a = Request::new("tenant-1", "thread-1");
+    router.acquire(&a.context(), &spec()).unwrap();
+    let e = router.dispose(&a.context()).unwrap_err();
+    assert_eq!(e.kind(), cordon_sandbox::ErrorKind::Failed);
+    let shown = e.to_string();
+    assert!(
+        shown.contains("1 disposed, and not all")
+            && shown.contains("broken")
+            && shown.contains("the keeper does not answer"),
+        "{shown}"
+    );
+    // Every backend was still asked: `vm`'s went.
+    assert!(vm.sandboxes.lock().unwrap().is_empty());
+    router.acquire(&a.context(), &spec()).unwrap();
+    let e = router
+        .try_dispose_scope("tenant-1", "thread-1")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("the control plane timed out"), "{e}");
+    assert!(vm.sandboxes.lock().unwrap().is_empty());
+}

@@ -264,3 +264,26 @@ fn the_committed_json_schema_is_the_generated_one() {
     assert_eq!(fields.len(), err.matches("`, `").count() + 1, "{err}");
     assert_eq!(schema["additionalProperties"], false);
 }
+
+/// An image is named, never a path out of a store (issue 28, item 9: a
+/// `../../etc` image was `503`, no backend qualifying, not the spec's `400`).
+#[test]
+fn an_image_name_with_a_dot_segment_is_refused_by_the_spec() {
+    for bad in ["../../etc", "a/../b", "./x", "/abs", "a//b", "a/"] {
+        assert!(
+            cordon_sandbox::SandboxSpec::new("run", bad).is_err(),
+            "{bad}"
+        );
+    }
+    for good in [
+        "host",
+        "python-3.12",
+        "docker.io/library/python:3.12",
+        "a.b",
+    ] {
+        assert!(
+            cordon_sandbox::SandboxSpec::new("run", good).is_ok(),
+            "{good}"
+        );
+    }
+}
