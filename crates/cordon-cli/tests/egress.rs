@@ -872,7 +872,7 @@ fn the_confined_proxy_rotates_its_audit_log_and_goes_on_serving() {
             "--audit",
             audit.to_str().unwrap(),
             "--audit-rotate-bytes",
-            "8192",
+            "65536",
             "--audit-keep",
             "2",
             "--audit-bytes-per-sec",
@@ -884,6 +884,15 @@ fn the_confined_proxy_rotates_its_audit_log_and_goes_on_serving() {
         .spawn()
         .unwrap();
     let mut err = BufReader::new(child.stderr.take().unwrap());
+    // Killed however the test ends.
+    struct Killed(std::process::Child);
+    impl Drop for Killed {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let child = Killed(child);
     let mut line = String::new();
     err.read_line(&mut line).unwrap();
     assert!(line.contains("listening on"), "{line}");
@@ -893,15 +902,16 @@ fn the_confined_proxy_rotates_its_audit_log_and_goes_on_serving() {
         .next()
         .unwrap_or_default()
         .to_string();
-    let status = std::fs::read_to_string(format!("/proc/{}/status", child.id())).unwrap();
+    let status = std::fs::read_to_string(format!("/proc/{}/status", child.0.id())).unwrap();
     assert!(
         status
             .lines()
             .any(|l| l.starts_with("Seccomp:") && l.ends_with('2')),
         "the proxy did not confine itself: {status}"
     );
-    // Denied requests, each one audit line of about a kilobyte: enough
-    // for several rotations of an 8 KiB log.
+    // Denied requests, each one audit line of over a kilobyte (a long
+    // name): enough for several rotations of a 64 KiB log (the least the
+    // proxy takes).
     let ask = |host: &str| -> String {
         let mut c = std::net::TcpStream::connect(&addr).unwrap();
         c.set_read_timeout(Some(std::time::Duration::from_secs(10)))
@@ -915,22 +925,22 @@ fn the_confined_proxy_rotates_its_audit_log_and_goes_on_serving() {
         let _ = std::io::Read::read_to_string(&mut c, &mut answer);
         answer
     };
-    for i in 0..60 {
-        let answer = ask(&format!("denied-{i}.test"));
+    let label = "n".repeat(60);
+    for i in 0..300 {
+        let answer = ask(&format!("denied-{i}.{label}.{label}.{label}.test"));
         assert!(answer.starts_with("HTTP/1.1 403"), "request {i}: {answer}");
     }
     // Still serving after the rotations, and still auditing.
     let ok = ask("ok.test");
     assert!(ok.contains("from-upstream"), "{ok}");
-    let _ = child.kill();
-    let _ = child.wait();
+    drop(child);
     let size = |p: &std::path::Path| std::fs::metadata(p).map_or(0, |m| m.len());
     let old = |n: u32| f.path(&format!("audit.jsonl.{n}"));
     assert!(size(&old(1)) > 0, "the log never rotated");
     assert!(size(&old(2)) > 0, "only one old file was kept");
     assert!(!old(3).exists(), "more old files than --audit-keep");
     for p in [audit.clone(), old(1), old(2)] {
-        assert!(size(&p) <= 8192, "`{}` is {} bytes", p.display(), size(&p));
+        assert!(size(&p) <= 65536, "`{}` is {} bytes", p.display(), size(&p));
     }
     // The newest lines are in the live file: the allowed request's.
     let live = std::fs::read_to_string(&audit).unwrap();
