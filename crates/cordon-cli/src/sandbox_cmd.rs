@@ -332,21 +332,35 @@ fn go(cmd: SandboxCommand) -> Result<ExitCode, ExitCode> {
                 json_out::emit(&json!({"ok": true, "sandboxes": list, "unreadable": unreadable}));
                 return Ok(ExitCode::SUCCESS);
             }
-            println!(
+            // A reader that stops early (`| head`) ends the listing, not
+            // the process with a panic.
+            use std::io::Write as _;
+            let mut out = std::io::stdout().lock();
+            let mut shown = writeln!(
+                out,
                 "{:<44} {:<10} {:<8} {:>8}  SCOPE/THREAD",
                 "HANDLE", "BACKEND", "STATE", "AGE"
             );
             for r in &records {
-                let st8 = state_of(r);
-                println!(
+                if shown.is_err() {
+                    break;
+                }
+                shown = writeln!(
+                    out,
                     "{:<44} {:<10} {:<8} {:>7}s  {}/{}",
                     r.handle,
                     r.backend,
-                    st8,
+                    state_of(r),
                     now.saturating_sub(r.created),
                     r.key.scope,
                     r.key.thread
                 );
+            }
+            if let Err(e) = shown.and_then(|()| out.flush()) {
+                if e.kind() != std::io::ErrorKind::BrokenPipe {
+                    eprintln!("cordon: writing the listing: {e}");
+                    return Ok(ExitCode::FAILURE);
+                }
             }
             for b in bad {
                 eprintln!("warning: unreadable record `{}`", b.display());

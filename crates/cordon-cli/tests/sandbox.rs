@@ -1724,3 +1724,23 @@ fn an_imported_oci_image_runs_at_the_container_rung() {
         "/bin/sh ran in an image that has none ({c}): {err}"
     );
 }
+
+/// `cordon sandbox ls | head`: a reader that stops early ends the listing;
+/// the process exits 0 and does not panic (it did on the broken pipe).
+#[test]
+fn ls_into_a_closed_pipe_ends_quietly() {
+    let dir = tempfile::tempdir().unwrap();
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let out = Command::new(env!("CARGO_BIN_EXE_cordon"))
+        .args(["sandbox", "ls"])
+        .env("CORDON_STATE_DIR", dir.path().join("state"))
+        .env_remove("CORDON_MIN_ISOLATION")
+        .stdout(writer)
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .expect("run cordon");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+    assert_eq!(out.status.code(), Some(0), "{err}");
+}
