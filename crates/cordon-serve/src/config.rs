@@ -322,17 +322,12 @@ impl ServeConfig {
     /// Loads `text` (named `file`); a relative `policy` is relative to
     /// `base` (the file's directory).
     pub fn from_yaml(file: &str, text: &str, base: &Path) -> Result<ServeConfig, ConfigError> {
-        let at = |(line, column): (usize, usize), message: String| ConfigError::At {
-            file: file.to_string(),
-            line,
-            column,
-            message,
-        };
-        let raw: RawServe = yaml::load(text).map_err(|f| at((f.line, f.column), f.message))?;
+        let at = At(file);
+        let raw: RawServe = yaml::load(text).map_err(|f| at.at((f.line, f.column), f.message))?;
         let listen = match &raw.listen {
-            None => DEFAULT_LISTEN.parse().map_err(|_| at((1, 1), "bad default".into()))?,
+            None => DEFAULT_LISTEN.parse().map_err(|_| at.at((1, 1), "bad default".into()))?,
             Some(l) => l.parse::<SocketAddr>().map_err(|e| {
-                at(
+                at.at(
                     yaml::pos(l),
                     format!("`listen`: `{}` is not an address and port ({e}); write it like `127.0.0.1:8787`", &**l),
                 )
@@ -350,189 +345,16 @@ impl ServeConfig {
             None => None,
             Some(m) => Some(
                 m.parse::<Isolation>()
-                    .map_err(|e| at(yaml::pos(m), format!("`min_isolation`: {e}")))?,
+                    .map_err(|e| at.at(yaml::pos(m), format!("`min_isolation`: {e}")))?,
             ),
         };
-        if raw.credentials.is_empty() {
-            return Err(at(
-                (1, 1),
-                "`credentials` is empty: nothing could call the server; add one (see docs/serve.md)".into(),
-            ));
-        }
-        let mut credentials: Vec<Credential> = Vec::new();
-        for c in &raw.credentials {
-            let digest =
-                parse_digest(&c.token_sha256).map_err(|m| at(yaml::pos(&c.token_sha256), m))?;
-            if credentials.iter().any(|o| o.token_sha256 == digest) {
-                return Err(at(
-                    yaml::pos(&c.token_sha256),
-                    "this token digest is given twice; each credential needs a token of its own"
-                        .into(),
-                ));
-            }
-            if credentials.iter().any(|o| o.name == *c.name) {
-                return Err(at(
-                    yaml::pos(&c.name),
-                    format!("credential `{}` is named twice", &*c.name),
-                ));
-            }
-            if c.scope.is_empty() {
-                return Err(at(
-                    yaml::pos(&c.scope),
-                    "`scope` is empty; name the tenant".into(),
-                ));
-            }
-            credentials.push(Credential {
-                name: c.name.to_string(),
-                token_sha256: digest,
-                scope: c.scope.to_string(),
-                identity: Identity {
-                    namespace: c.identity.namespace.to_string(),
-                    name: c.identity.name.to_string(),
-                    attested: c.identity.attested.as_ref().is_some_and(|a| **a),
-                    labels: c
-                        .identity
-                        .labels
-                        .iter()
-                        .map(|(k, v)| (k.clone(), v.to_string()))
-                        .collect(),
-                },
-                operator: c.operator.as_ref().is_some_and(|o| **o),
-                client_cert_sha256: match &c.client_cert_sha256 {
-                    None => None,
-                    Some(d) => {
-                        if raw.tls.as_ref().is_none_or(|t| t.client_ca.is_none()) {
-                            return Err(at(
-                                yaml::pos(d),
-                                "`client_cert_sha256` binds the token to a client certificate, which needs mutual TLS: set `tls.client_ca`".into(),
-                            ));
-                        }
-                        Some(parse_digest(d).map_err(|m| {
-                            at(
-                                yaml::pos(d),
-                                m.replace("`token_sha256`", "`client_cert_sha256`").replace(
-                                    "the SHA-256 of the token: `printf %s TOKEN | sha256sum`",
-                                    "the SHA-256 of the certificate's DER: `openssl x509 -in CERT -outform der | sha256sum`",
-                                ),
-                            )
-                        })?)
-                    }
-                },
-            });
-        }
-        let mut limits = Limits::default();
-        if let Some(l) = &raw.limits {
-            let count = |v: &Spanned<String>, field: &str| -> Result<u64, ConfigError> {
-                match v.parse::<u64>() {
-                    Ok(n) if n > 0 => Ok(n),
-                    _ => Err(at(
-                        yaml::pos(v),
-                        format!("`limits.{field}`: `{}` is not a whole number above 0", &**v),
-                    )),
-                }
-            };
-            if let Some(v) = &l.max_request_bytes {
-                let n = cordon_policy::canon::size(v)
-                    .map_err(|e| at(yaml::pos(v), format!("`limits.max_request_bytes`: {e}")))?;
-                limits.max_request_bytes = usize::try_from(n).unwrap_or(usize::MAX).max(1);
-            }
-            if let Some(v) = &l.max_sandboxes {
-                limits.max_sandboxes =
-                    usize::try_from(count(v, "max_sandboxes")?).unwrap_or(usize::MAX);
-            }
-            if let Some(v) = &l.requests_per_second {
-                limits.requests_per_second =
-                    u32::try_from(count(v, "requests_per_second")?).unwrap_or(u32::MAX);
-            }
-            if let Some(v) = &l.max_artifact_bytes {
-                limits.max_artifact_bytes = cordon_policy::canon::size(v)
-                    .map_err(|e| at(yaml::pos(v), format!("`limits.max_artifact_bytes`: {e}")))?;
-            }
-            if let Some(v) = &l.max_artifacts {
-                limits.max_artifacts = count(v, "max_artifacts")?;
-            }
-            if let Some(v) = &l.artifact_ttl_seconds {
-                limits.artifact_ttl_seconds = count(v, "artifact_ttl_seconds")?;
-            }
-            if let Some(v) = &l.max_mcp_sessions {
-                limits.max_mcp_sessions =
-                    usize::try_from(count(v, "max_mcp_sessions")?).unwrap_or(usize::MAX);
-            }
-            if let Some(v) = &l.max_connections {
-                limits.max_connections =
-                    usize::try_from(count(v, "max_connections")?).unwrap_or(usize::MAX);
-            }
-            if let Some(v) = &l.max_connections_per_peer {
-                limits.max_connections_per_peer =
-                    usize::try_from(count(v, "max_connections_per_peer")?).unwrap_or(usize::MAX);
-            }
-            if let Some(v) = &l.header_timeout_seconds {
-                limits.header_timeout =
-                    std::time::Duration::from_secs(count(v, "header_timeout_seconds")?);
-            }
-            if let Some(v) = &l.body_timeout_seconds {
-                limits.body_timeout =
-                    std::time::Duration::from_secs(count(v, "body_timeout_seconds")?);
-            }
-            if limits.max_connections_per_peer > limits.max_connections {
-                match &l.max_connections_per_peer {
-                    // Only a total given: the default per-peer cap follows it.
-                    None => limits.max_connections_per_peer = limits.max_connections,
-                    Some(per_peer) => {
-                        return Err(at(
-                            yaml::pos(per_peer),
-                            format!(
-                                "`limits.max_connections_per_peer` ({}) is more than `limits.max_connections` ({}); one peer could take every connection",
-                                limits.max_connections_per_peer, limits.max_connections
-                            ),
-                        ))
-                    }
-                }
-            }
-        }
-        let mut mcp = McpConfig::default();
-        if let Some(m) = &raw.mcp {
-            mcp.spec = m.spec.as_ref().map(|p| base.join(&**p));
-            for o in &m.allowed_origins {
-                let ok = (o.starts_with("http://") || o.starts_with("https://"))
-                    && !o.ends_with('/')
-                    && o.split("://")
-                        .nth(1)
-                        .is_some_and(|h| !h.is_empty() && !h.contains('/'));
-                if !ok {
-                    return Err(at(
-                        yaml::pos(o),
-                        format!("`mcp.allowed_origins`: `{}` is not an origin; write `scheme://host:port`, e.g. `https://app.example.com:443`", &**o),
-                    ));
-                }
-                mcp.allowed_origins.push(o.to_string());
-            }
-        }
-        let mut sandboxes = Sandboxes::default();
-        if let Some(r) = &raw.sandboxes {
-            let seconds = |v: &Spanned<String>, field: &str| -> Result<u64, ConfigError> {
-                match v.parse::<u64>() {
-                    Ok(n) if n > 0 => Ok(n),
-                    _ => Err(at(
-                        yaml::pos(v),
-                        format!(
-                            "`sandboxes.{field}`: `{}` is not a whole number of seconds above 0",
-                            &**v
-                        ),
-                    )),
-                }
-            };
-            if let Some(d) = &r.state_dir {
-                sandboxes.state_dir = Some(base.join(&**d));
-            }
-            if let Some(v) = &r.idle_timeout_seconds {
-                sandboxes.idle_timeout = seconds(v, "idle_timeout_seconds")?;
-            }
-            if let Some(v) = &r.max_age_seconds {
-                sandboxes.max_age = seconds(v, "max_age_seconds")?;
-            }
-            sandboxes.dispose_on_shutdown = r.dispose_on_shutdown.as_ref().is_some_and(|d| **d);
-        }
+        let credentials = credentials_of(&raw, &at)?;
+        let limits = match &raw.limits {
+            Some(l) => limits_of(l, &at)?,
+            None => Limits::default(),
+        };
+        let mcp = mcp_of(raw.mcp.as_ref(), base, &at)?;
+        let sandboxes = sandboxes_of(raw.sandboxes.as_ref(), base, &at)?;
         let egress = match raw.egress {
             None => None,
             Some(e) => Some(cordon_sandbox::config::egress_setup(file, e).map_err(
@@ -542,63 +364,18 @@ impl ServeConfig {
                         column,
                         message,
                         ..
-                    } => at((line, column), message),
-                    other => at((1, 1), other.to_string()),
+                    } => at.at((line, column), message),
+                    other => at.at((1, 1), other.to_string()),
                 },
             )?),
         };
-        let secrets = match &raw.secrets {
-            None => None,
-            Some(RawSecrets {
-                dir: Some(d),
-                command: None,
-            }) => Some(SecretStore::Dir(base.join(&**d))),
-            Some(RawSecrets {
-                dir: None,
-                command: Some(c),
-            }) => {
-                let argv: Vec<String> = c.iter().map(|a| a.to_string()).collect();
-                match argv.first() {
-                    Some(p) if Path::new(p).is_absolute() => Some(SecretStore::Command(argv)),
-                    _ => {
-                        return Err(at(
-                            c.first().map_or((1, 1), yaml::pos),
-                            "`secrets.command` must start with the program's absolute path, e.g. `[/usr/local/bin/get-secret]`".into(),
-                        ))
-                    }
-                }
-            }
-            Some(_) => {
-                return Err(at(
-                    (1, 1),
-                    "`secrets` takes exactly one of `dir` (a directory of files) or `command` (a program that prints a secret); secrets never come from the environment".into(),
-                ))
-            }
-        };
+        let secrets = secrets_of(raw.secrets.as_ref(), base, &at)?;
         let tls = raw.tls.as_ref().map(|t| Tls {
             cert: base.join(&*t.cert),
             key: base.join(&*t.key),
             client_ca: t.client_ca.as_ref().map(|c| base.join(&**c)),
         });
-        let backends = match &raw.backends {
-            None => None,
-            Some(list) if list.is_empty() => {
-                return Err(at(
-                    (1, 1),
-                    "`backends` is empty: nothing could serve; name backends from `cordon doctor`, or leave the key out for every one".into(),
-                ))
-            }
-            Some(list) => {
-                let mut out: Vec<String> = Vec::new();
-                for b in list {
-                    if out.iter().any(|o| o == &**b) {
-                        return Err(at(yaml::pos(b), format!("backend `{}` is listed twice", &**b)));
-                    }
-                    out.push(b.to_string());
-                }
-                Some(out)
-            }
-        };
+        let backends = backends_of(raw.backends.as_ref(), &at)?;
         Ok(ServeConfig {
             file: file.to_string(),
             backends,
@@ -615,6 +392,286 @@ impl ServeConfig {
             sandboxes,
         })
     }
+}
+
+/// Where a configuration error is: the file, then a position in it.
+struct At<'a>(&'a str);
+
+impl At<'_> {
+    fn at(&self, (line, column): (usize, usize), message: String) -> ConfigError {
+        ConfigError::At {
+            file: self.0.to_string(),
+            line,
+            column,
+            message,
+        }
+    }
+}
+
+/// The credentials, each checked: a digest of its own, a name of its own, a
+/// scope; a certificate binding only under mutual TLS.
+fn credentials_of(raw: &RawServe, at: &At<'_>) -> Result<Vec<Credential>, ConfigError> {
+    if raw.credentials.is_empty() {
+        return Err(at.at(
+            (1, 1),
+            "`credentials` is empty: nothing could call the server; add one (see docs/serve.md)"
+                .into(),
+        ));
+    }
+    let mut credentials: Vec<Credential> = Vec::new();
+    for c in &raw.credentials {
+        let digest =
+            parse_digest(&c.token_sha256).map_err(|m| at.at(yaml::pos(&c.token_sha256), m))?;
+        if credentials.iter().any(|o| o.token_sha256 == digest) {
+            return Err(at.at(
+                yaml::pos(&c.token_sha256),
+                "this token digest is given twice; each credential needs a token of its own".into(),
+            ));
+        }
+        if credentials.iter().any(|o| o.name == *c.name) {
+            return Err(at.at(
+                yaml::pos(&c.name),
+                format!("credential `{}` is named twice", &*c.name),
+            ));
+        }
+        if c.scope.is_empty() {
+            return Err(at.at(
+                yaml::pos(&c.scope),
+                "`scope` is empty; name the tenant".into(),
+            ));
+        }
+        credentials.push(Credential {
+            name: c.name.to_string(),
+            token_sha256: digest,
+            scope: c.scope.to_string(),
+            identity: Identity {
+                namespace: c.identity.namespace.to_string(),
+                name: c.identity.name.to_string(),
+                attested: c.identity.attested.as_ref().is_some_and(|a| **a),
+                labels: c
+                    .identity
+                    .labels
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.to_string()))
+                    .collect(),
+            },
+            operator: c.operator.as_ref().is_some_and(|o| **o),
+            client_cert_sha256: match &c.client_cert_sha256 {
+                None => None,
+                Some(d) => {
+                    if raw.tls.as_ref().is_none_or(|t| t.client_ca.is_none()) {
+                        return Err(at.at(
+                            yaml::pos(d),
+                            "`client_cert_sha256` binds the token to a client certificate, which needs mutual TLS: set `tls.client_ca`".into(),
+                        ));
+                    }
+                    Some(parse_digest(d).map_err(|m| {
+                        at.at(
+                            yaml::pos(d),
+                            m.replace("`token_sha256`", "`client_cert_sha256`").replace(
+                                "the SHA-256 of the token: `printf %s TOKEN | sha256sum`",
+                                "the SHA-256 of the certificate's DER: `openssl x509 -in CERT -outform der | sha256sum`",
+                            ),
+                        )
+                    })?)
+                }
+            },
+        });
+    }
+    Ok(credentials)
+}
+
+/// `limits`, each a whole number above 0 (sizes as the policy writes them),
+/// the per-peer connection cap no more than the total.
+fn limits_of(l: &RawLimits, at: &At<'_>) -> Result<Limits, ConfigError> {
+    let mut limits = Limits::default();
+    let count = |v: &Spanned<String>, field: &str| -> Result<u64, ConfigError> {
+        match v.parse::<u64>() {
+            Ok(n) if n > 0 => Ok(n),
+            _ => Err(at.at(
+                yaml::pos(v),
+                format!("`limits.{field}`: `{}` is not a whole number above 0", &**v),
+            )),
+        }
+    };
+    if let Some(v) = &l.max_request_bytes {
+        let n = cordon_policy::canon::size(v)
+            .map_err(|e| at.at(yaml::pos(v), format!("`limits.max_request_bytes`: {e}")))?;
+        limits.max_request_bytes = usize::try_from(n).unwrap_or(usize::MAX).max(1);
+    }
+    if let Some(v) = &l.max_sandboxes {
+        limits.max_sandboxes = usize::try_from(count(v, "max_sandboxes")?).unwrap_or(usize::MAX);
+    }
+    if let Some(v) = &l.requests_per_second {
+        limits.requests_per_second =
+            u32::try_from(count(v, "requests_per_second")?).unwrap_or(u32::MAX);
+    }
+    if let Some(v) = &l.max_artifact_bytes {
+        limits.max_artifact_bytes = cordon_policy::canon::size(v)
+            .map_err(|e| at.at(yaml::pos(v), format!("`limits.max_artifact_bytes`: {e}")))?;
+    }
+    if let Some(v) = &l.max_artifacts {
+        limits.max_artifacts = count(v, "max_artifacts")?;
+    }
+    if let Some(v) = &l.artifact_ttl_seconds {
+        limits.artifact_ttl_seconds = count(v, "artifact_ttl_seconds")?;
+    }
+    if let Some(v) = &l.max_mcp_sessions {
+        limits.max_mcp_sessions =
+            usize::try_from(count(v, "max_mcp_sessions")?).unwrap_or(usize::MAX);
+    }
+    if let Some(v) = &l.max_connections {
+        limits.max_connections =
+            usize::try_from(count(v, "max_connections")?).unwrap_or(usize::MAX);
+    }
+    if let Some(v) = &l.max_connections_per_peer {
+        limits.max_connections_per_peer =
+            usize::try_from(count(v, "max_connections_per_peer")?).unwrap_or(usize::MAX);
+    }
+    if let Some(v) = &l.header_timeout_seconds {
+        limits.header_timeout = std::time::Duration::from_secs(count(v, "header_timeout_seconds")?);
+    }
+    if let Some(v) = &l.body_timeout_seconds {
+        limits.body_timeout = std::time::Duration::from_secs(count(v, "body_timeout_seconds")?);
+    }
+    if limits.max_connections_per_peer > limits.max_connections {
+        match &l.max_connections_per_peer {
+            // Only a total given: the default per-peer cap follows it.
+            None => limits.max_connections_per_peer = limits.max_connections,
+            Some(per_peer) => {
+                return Err(at.at(
+                    yaml::pos(per_peer),
+                    format!(
+                        "`limits.max_connections_per_peer` ({}) is more than `limits.max_connections` ({}); one peer could take every connection",
+                        limits.max_connections_per_peer, limits.max_connections
+                    ),
+                ))
+            }
+        }
+    }
+    Ok(limits)
+}
+
+/// `mcp`: the spec of its sandboxes (relative to `base`) and the origins
+/// it accepts.
+fn mcp_of(raw: Option<&RawMcp>, base: &Path, at: &At<'_>) -> Result<McpConfig, ConfigError> {
+    let mut mcp = McpConfig::default();
+    if let Some(m) = raw {
+        mcp.spec = m.spec.as_ref().map(|p| base.join(&**p));
+        for o in &m.allowed_origins {
+            let ok = (o.starts_with("http://") || o.starts_with("https://"))
+                && !o.ends_with('/')
+                && o.split("://")
+                    .nth(1)
+                    .is_some_and(|h| !h.is_empty() && !h.contains('/'));
+            if !ok {
+                return Err(at.at(
+                    yaml::pos(o),
+                    format!("`mcp.allowed_origins`: `{}` is not an origin; write `scheme://host:port`, e.g. `https://app.example.com:443`", &**o),
+                ));
+            }
+            mcp.allowed_origins.push(o.to_string());
+        }
+    }
+    Ok(mcp)
+}
+
+/// `sandboxes`: where they are kept (relative to `base`), and for how long.
+fn sandboxes_of(
+    raw: Option<&RawSandboxes>,
+    base: &Path,
+    at: &At<'_>,
+) -> Result<Sandboxes, ConfigError> {
+    let mut sandboxes = Sandboxes::default();
+    if let Some(r) = raw {
+        let seconds = |v: &Spanned<String>, field: &str| -> Result<u64, ConfigError> {
+            match v.parse::<u64>() {
+                Ok(n) if n > 0 => Ok(n),
+                _ => Err(at.at(
+                    yaml::pos(v),
+                    format!(
+                        "`sandboxes.{field}`: `{}` is not a whole number of seconds above 0",
+                        &**v
+                    ),
+                )),
+            }
+        };
+        if let Some(d) = &r.state_dir {
+            sandboxes.state_dir = Some(base.join(&**d));
+        }
+        if let Some(v) = &r.idle_timeout_seconds {
+            sandboxes.idle_timeout = seconds(v, "idle_timeout_seconds")?;
+        }
+        if let Some(v) = &r.max_age_seconds {
+            sandboxes.max_age = seconds(v, "max_age_seconds")?;
+        }
+        sandboxes.dispose_on_shutdown = r.dispose_on_shutdown.as_ref().is_some_and(|d| **d);
+    }
+    Ok(sandboxes)
+}
+
+/// `secrets`: exactly one of a directory or a command (an absolute path).
+fn secrets_of(
+    raw: Option<&RawSecrets>,
+    base: &Path,
+    at: &At<'_>,
+) -> Result<Option<SecretStore>, ConfigError> {
+    let secrets = match raw {
+        None => None,
+        Some(RawSecrets {
+            dir: Some(d),
+            command: None,
+        }) => Some(SecretStore::Dir(base.join(&**d))),
+        Some(RawSecrets {
+            dir: None,
+            command: Some(c),
+        }) => {
+            let argv: Vec<String> = c.iter().map(|a| a.to_string()).collect();
+            match argv.first() {
+                Some(p) if Path::new(p).is_absolute() => Some(SecretStore::Command(argv)),
+                _ => {
+                    return Err(at.at(
+                        c.first().map_or((1, 1), yaml::pos),
+                        "`secrets.command` must start with the program's absolute path, e.g. `[/usr/local/bin/get-secret]`".into(),
+                    ))
+                }
+            }
+        }
+        Some(_) => {
+            return Err(at.at(
+                (1, 1),
+                "`secrets` takes exactly one of `dir` (a directory of files) or `command` (a program that prints a secret); secrets never come from the environment".into(),
+            ))
+        }
+    };
+    Ok(secrets)
+}
+
+/// `backends`: names, each once; none at all is refused.
+fn backends_of(
+    raw: Option<&Vec<Spanned<String>>>,
+    at: &At<'_>,
+) -> Result<Option<Vec<String>>, ConfigError> {
+    let backends = match raw {
+        None => None,
+        Some(list) if list.is_empty() => {
+            return Err(at.at(
+                (1, 1),
+                "`backends` is empty: nothing could serve; name backends from `cordon doctor`, or leave the key out for every one".into(),
+            ))
+        }
+        Some(list) => {
+            let mut out: Vec<String> = Vec::new();
+            for b in list {
+                if out.iter().any(|o| o == &**b) {
+                    return Err(at.at(yaml::pos(b), format!("backend `{}` is listed twice", &**b)));
+                }
+                out.push(b.to_string());
+            }
+            Some(out)
+        }
+    };
+    Ok(backends)
 }
 
 /// 64 hexadecimal digits: a token's SHA-256 (`sha256sum` of the token).
