@@ -720,27 +720,7 @@ impl RawSpec {
             ),
             None => None,
         };
-        let mut resources = ResourceAsk::default();
-        if let Some(r) = &self.resources {
-            if let Some(v) = &r.memory {
-                resources.memory = Some(check_memory(v).map_err(|e| at("resources.memory", v, e))?);
-            }
-            if let Some(v) = &r.processes {
-                resources.processes =
-                    Some(check_count(v).map_err(|e| at("resources.processes", v, e))?);
-            }
-            if let Some(v) = &r.cpu_seconds {
-                resources.cpu_seconds =
-                    Some(check_count(v).map_err(|e| at("resources.cpu_seconds", v, e))?);
-            }
-            if let Some(v) = &r.wall_seconds {
-                resources.wall_seconds =
-                    Some(check_count(v).map_err(|e| at("resources.wall_seconds", v, e))?);
-            }
-            if let Some(v) = &r.disk {
-                resources.disk = Some(check_memory(v).map_err(|e| at("resources.disk", v, e))?);
-            }
-        }
+        let resources = resources_of(self.resources.as_ref(), &at)?;
         let mut secrets: Vec<SecretName> = Vec::new();
         for s in &self.secrets {
             let name = SecretName::parse(s).map_err(|err| at("secrets", s, err.to_string()))?;
@@ -753,86 +733,8 @@ impl RawSpec {
             }
             secrets.push(name);
         }
-        let mut declared_outputs: Vec<DeclaredOutput> = Vec::new();
-        for o in &self.declared_outputs {
-            let out =
-                |s: &Spanned<String>, e: OutputError| at("declared_outputs", s, e.to_string());
-            let mut d = DeclaredOutput::new(&o.path, &o.media_type).map_err(|e| match e {
-                OutputError::MediaType { .. } => out(&o.media_type, e),
-                e => out(&o.path, e),
-            })?;
-            if let Some(r) = &o.required {
-                if !**r {
-                    d = d.optional();
-                }
-            }
-            if let Some(n) = &o.name {
-                d = d.with_name(n).map_err(|e| out(n, e))?;
-            }
-            if let Some(raw) = &o.disposition {
-                d = d.with_disposition(match raw.as_str() {
-                    "land" => Disposition::Land,
-                    "consume" => Disposition::Consume,
-                    other => {
-                        return Err(out(
-                            raw,
-                            OutputError::Disposition {
-                                raw: other.to_string(),
-                            },
-                        ))
-                    }
-                });
-            }
-            declared_outputs.push(d);
-            check_outputs(&declared_outputs).map_err(|r| at("declared_outputs", &o.path, r))?;
-        }
-        let files_out = match &self.files_out {
-            Some(l) => {
-                let size = |field, v: &Spanned<String>| {
-                    canon::size(v).map_err(|e| at(field, v, e.to_string()))
-                };
-                let limits = TransferLimits {
-                    max_bytes_per_file: size(
-                        "files_out.max_bytes_per_file",
-                        &l.max_bytes_per_file,
-                    )?,
-                    max_total_bytes: size("files_out.max_total_bytes", &l.max_total_bytes)?,
-                    max_files: l.max_files.parse::<u64>().map_err(|_| {
-                        at(
-                            "files_out.max_files",
-                            &l.max_files,
-                            format!(
-                                "`{}` is not a whole number; write it like `4`",
-                                &*l.max_files
-                            ),
-                        )
-                    })?,
-                };
-                for (field, v, raw) in [
-                    (
-                        "files_out.max_bytes_per_file",
-                        limits.max_bytes_per_file,
-                        &l.max_bytes_per_file,
-                    ),
-                    (
-                        "files_out.max_total_bytes",
-                        limits.max_total_bytes,
-                        &l.max_total_bytes,
-                    ),
-                    ("files_out.max_files", limits.max_files, &l.max_files),
-                ] {
-                    if v == 0 {
-                        return Err(at(
-                            field,
-                            raw,
-                            "0 lets nothing out; drop the outputs, or give a positive cap".into(),
-                        ));
-                    }
-                }
-                Some(limits)
-            }
-            None => None,
-        };
+        let declared_outputs = outputs_of(&self.declared_outputs, &at)?;
+        let files_out = files_out_of(self.files_out.as_ref(), &at)?;
         let outputs_named_at_call_time = self
             .outputs_named_at_call_time
             .as_ref()
@@ -867,4 +769,120 @@ impl RawSpec {
             outputs_named_at_call_time,
         })
     }
+}
+
+/// The type of the spec's position-taking error maker.
+type At<'a> = dyn Fn(&'static str, &Spanned<String>, String) -> SpecError + 'a;
+
+/// `resources`: each ask a size or a whole number, as the policy writes them.
+fn resources_of(raw: Option<&RawResources>, at: &At<'_>) -> Result<ResourceAsk, SpecError> {
+    let mut resources = ResourceAsk::default();
+    if let Some(r) = raw {
+        if let Some(v) = &r.memory {
+            resources.memory = Some(check_memory(v).map_err(|e| at("resources.memory", v, e))?);
+        }
+        if let Some(v) = &r.processes {
+            resources.processes =
+                Some(check_count(v).map_err(|e| at("resources.processes", v, e))?);
+        }
+        if let Some(v) = &r.cpu_seconds {
+            resources.cpu_seconds =
+                Some(check_count(v).map_err(|e| at("resources.cpu_seconds", v, e))?);
+        }
+        if let Some(v) = &r.wall_seconds {
+            resources.wall_seconds =
+                Some(check_count(v).map_err(|e| at("resources.wall_seconds", v, e))?);
+        }
+        if let Some(v) = &r.disk {
+            resources.disk = Some(check_memory(v).map_err(|e| at("resources.disk", v, e))?);
+        }
+    }
+    Ok(resources)
+}
+
+/// `declared_outputs`: each a literal path with a media type, landing
+/// names that do not collide.
+fn outputs_of(raw: &[RawOutput], at: &At<'_>) -> Result<Vec<DeclaredOutput>, SpecError> {
+    let mut declared_outputs: Vec<DeclaredOutput> = Vec::new();
+    for o in raw {
+        let out = |s: &Spanned<String>, e: OutputError| at("declared_outputs", s, e.to_string());
+        let mut d = DeclaredOutput::new(&o.path, &o.media_type).map_err(|e| match e {
+            OutputError::MediaType { .. } => out(&o.media_type, e),
+            e => out(&o.path, e),
+        })?;
+        if let Some(r) = &o.required {
+            if !**r {
+                d = d.optional();
+            }
+        }
+        if let Some(n) = &o.name {
+            d = d.with_name(n).map_err(|e| out(n, e))?;
+        }
+        if let Some(raw) = &o.disposition {
+            d = d.with_disposition(match raw.as_str() {
+                "land" => Disposition::Land,
+                "consume" => Disposition::Consume,
+                other => {
+                    return Err(out(
+                        raw,
+                        OutputError::Disposition {
+                            raw: other.to_string(),
+                        },
+                    ))
+                }
+            });
+        }
+        declared_outputs.push(d);
+        check_outputs(&declared_outputs).map_err(|r| at("declared_outputs", &o.path, r))?;
+    }
+    Ok(declared_outputs)
+}
+
+/// `files_out`: three caps, each positive.
+fn files_out_of(raw: Option<&RawLimits>, at: &At<'_>) -> Result<Option<TransferLimits>, SpecError> {
+    let files_out = match raw {
+        Some(l) => {
+            let size = |field, v: &Spanned<String>| {
+                canon::size(v).map_err(|e| at(field, v, e.to_string()))
+            };
+            let limits = TransferLimits {
+                max_bytes_per_file: size("files_out.max_bytes_per_file", &l.max_bytes_per_file)?,
+                max_total_bytes: size("files_out.max_total_bytes", &l.max_total_bytes)?,
+                max_files: l.max_files.parse::<u64>().map_err(|_| {
+                    at(
+                        "files_out.max_files",
+                        &l.max_files,
+                        format!(
+                            "`{}` is not a whole number; write it like `4`",
+                            &*l.max_files
+                        ),
+                    )
+                })?,
+            };
+            for (field, v, raw) in [
+                (
+                    "files_out.max_bytes_per_file",
+                    limits.max_bytes_per_file,
+                    &l.max_bytes_per_file,
+                ),
+                (
+                    "files_out.max_total_bytes",
+                    limits.max_total_bytes,
+                    &l.max_total_bytes,
+                ),
+                ("files_out.max_files", limits.max_files, &l.max_files),
+            ] {
+                if v == 0 {
+                    return Err(at(
+                        field,
+                        raw,
+                        "0 lets nothing out; drop the outputs, or give a positive cap".into(),
+                    ));
+                }
+            }
+            Some(limits)
+        }
+        None => None,
+    };
+    Ok(files_out)
 }
