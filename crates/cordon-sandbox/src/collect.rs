@@ -198,38 +198,57 @@ impl<'a> Collection<'a> {
             .spec
             .files_out()
             .ok_or_else(|| CollectError::NoLimits { kind: kind() })?;
-        for (i, o) in outputs.iter().enumerate() {
-            validate_artifact_name(o.name()).map_err(|source| CollectError::Name {
+        check_declaration(outputs, sink)?;
+
+        // Phase 2: stat every output, check every cap.
+        let present = self.stat_all(sandbox, outputs, &limits)?;
+
+        // Phase 3: read, bounded; the caps again on what was read.
+        let read = self.read_all(sandbox, present, &limits)?;
+
+        // Phase 4: deliver, in declaration order. Nothing of cordon's own
+        // can refuse from here on.
+        let mut landed = Vec::new();
+        let mut consumed = Vec::new();
+        for (o, bytes) in read {
+            let artifact = Artifact {
                 name: o.name().to_string(),
-                source,
-            })?;
-            if o.disposition() == Disposition::Land && sink.is_none() {
-                return Err(CollectError::NoSink {
-                    name: o.name().to_string(),
-                });
-            }
-            for earlier in &outputs[..i] {
-                if earlier.path() == o.path() {
-                    return Err(CollectError::DuplicatePath {
-                        path: o.path().to_string(),
-                    });
-                }
-                let both_land = earlier.disposition() == Disposition::Land
-                    && o.disposition() == Disposition::Land;
-                if both_land {
-                    if let Some(how) = names_collide(earlier.name(), o.name()) {
-                        return Err(CollectError::Collision {
-                            first: earlier.name().to_string(),
-                            second: o.name().to_string(),
-                            how,
-                        });
+                path: o.path().to_string(),
+                media_type: o.media_type().to_string(),
+                bytes,
+            };
+            match (o.disposition(), sink) {
+                (Disposition::Consume, _) => consumed.push(artifact),
+                (Disposition::Land, Some(sink)) => match sink.deliver(&artifact) {
+                    Ok(l) => landed.push(l),
+                    Err(source) => {
+                        return Err(CollectError::Delivery {
+                            name: artifact.name,
+                            delivered: landed,
+                            source,
+                        })
                     }
+                },
+                // INVARIANT: phase 1 refused a landing output without a sink.
+                (Disposition::Land, None) => {
+                    return Err(CollectError::NoSink {
+                        name: artifact.name,
+                    })
                 }
             }
         }
+        Ok(Collected { landed, consumed })
+    }
 
-        // Phase 2: stat every output, check every cap.
-        let mut present: Vec<&DeclaredOutput> = Vec::new();
+    /// Phase 2: every output stat-ed (no link followed) and every cap
+    /// checked on what the stats say; the outputs present, in order.
+    fn stat_all<'o>(
+        &self,
+        sandbox: &dyn Sandbox,
+        outputs: &'o [DeclaredOutput],
+        limits: &crate::limits::TransferLimits,
+    ) -> Result<Vec<&'o DeclaredOutput>, CollectError> {
+        let mut present: Vec<&'o DeclaredOutput> = Vec::new();
         let mut total: u64 = 0;
         for o in outputs {
             let path = self.guest_path(o);
@@ -281,9 +300,18 @@ impl<'a> Collection<'a> {
                 ));
             }
         }
+        Ok(present)
+    }
 
-        // Phase 3: read, bounded; the caps again on what was read.
-        let mut read: Vec<(&DeclaredOutput, Vec<u8>)> = Vec::new();
+    /// Phase 3: each present output read, bounded, the caps held again on
+    /// what was read (neither the stat nor the backend is trusted).
+    fn read_all<'o>(
+        &self,
+        sandbox: &dyn Sandbox,
+        present: Vec<&'o DeclaredOutput>,
+        limits: &crate::limits::TransferLimits,
+    ) -> Result<Vec<(&'o DeclaredOutput, Vec<u8>)>, CollectError> {
+        let mut read: Vec<(&'o DeclaredOutput, Vec<u8>)> = Vec::new();
         let mut total: u64 = 0;
         for o in present {
             let path = self.guest_path(o);
@@ -314,40 +342,47 @@ impl<'a> Collection<'a> {
             total += got.bytes.len() as u64;
             read.push((o, got.bytes));
         }
+        Ok(read)
+    }
+}
 
-        // Phase 4: deliver, in declaration order. Nothing of cordon's own
-        // can refuse from here on.
-        let mut landed = Vec::new();
-        let mut consumed = Vec::new();
-        for (o, bytes) in read {
-            let artifact = Artifact {
+/// Phase 1 of a collection: what the declaration alone decides — a valid
+/// name for each output, a sink for what lands, no path twice, no two
+/// landing names that are one file at the destination.
+fn check_declaration(
+    outputs: &[DeclaredOutput],
+    sink: Option<&dyn OutputSink>,
+) -> Result<(), CollectError> {
+    for (i, o) in outputs.iter().enumerate() {
+        validate_artifact_name(o.name()).map_err(|source| CollectError::Name {
+            name: o.name().to_string(),
+            source,
+        })?;
+        if o.disposition() == Disposition::Land && sink.is_none() {
+            return Err(CollectError::NoSink {
                 name: o.name().to_string(),
-                path: o.path().to_string(),
-                media_type: o.media_type().to_string(),
-                bytes,
-            };
-            match (o.disposition(), sink) {
-                (Disposition::Consume, _) => consumed.push(artifact),
-                (Disposition::Land, Some(sink)) => match sink.deliver(&artifact) {
-                    Ok(l) => landed.push(l),
-                    Err(source) => {
-                        return Err(CollectError::Delivery {
-                            name: artifact.name,
-                            delivered: landed,
-                            source,
-                        })
-                    }
-                },
-                // INVARIANT: phase 1 refused a landing output without a sink.
-                (Disposition::Land, None) => {
-                    return Err(CollectError::NoSink {
-                        name: artifact.name,
-                    })
+            });
+        }
+        for earlier in &outputs[..i] {
+            if earlier.path() == o.path() {
+                return Err(CollectError::DuplicatePath {
+                    path: o.path().to_string(),
+                });
+            }
+            let both_land =
+                earlier.disposition() == Disposition::Land && o.disposition() == Disposition::Land;
+            if both_land {
+                if let Some(how) = names_collide(earlier.name(), o.name()) {
+                    return Err(CollectError::Collision {
+                        first: earlier.name().to_string(),
+                        second: o.name().to_string(),
+                        how,
+                    });
                 }
             }
         }
-        Ok(Collected { landed, consumed })
     }
+    Ok(())
 }
 
 fn exceeded(cap: Cap, limit: u64, path: String, observed: u64) -> CollectError {
