@@ -403,7 +403,9 @@ impl<H: McpHost> CordonMcp<H> {
                     let req = ExecRequest {
                         argv: argv.iter().map(|s| s.to_string()).collect(),
                         env: Default::default(),
-                        stdin: string_arg(&args, "source")?.unwrap_or_default().into_bytes(),
+                        stdin: string_arg(&args, "source")?
+                            .unwrap_or_default()
+                            .into_bytes(),
                         timeout: timeout_arg(&args)?,
                         max_output_bytes: MAX_TOOL_OUTPUT_BYTES,
                     };
@@ -431,68 +433,8 @@ impl<H: McpHost> CordonMcp<H> {
                         .map_err(|e| e.to_string())?;
                     Ok(text_result(json!({"wrote": shown, "bytes": n})))
                 }
-                "list_files" => {
-                    let args = args_of(&params, &["path"], &[])?;
-                    let path = in_work_dir(&spec, &string_arg(&args, "path")?.unwrap_or_default());
-                    let sandbox = sandbox_of(&host, &ctx).await?;
-                    let shown = path.clone();
-                    let entries = blocking(move || sandbox.list_dir(&path))
-                        .await?
-                        .map_err(|e| e.to_string())?;
-                    let listed: Vec<Value> = entries
-                        .iter()
-                        .map(|e| {
-                            let kind = match e.kind {
-                                FileKind::File => "file",
-                                FileKind::Dir => "dir",
-                                FileKind::Symlink => "link",
-                                FileKind::Other => "other",
-                            };
-                            json!({"name": e.name, "kind": kind})
-                        })
-                        .collect();
-                    Ok(text_result(json!({"path": shown, "entries": listed})))
-                }
-                "read_file" => {
-                    let args = args_of(&params, &["path"], &["path"])?;
-                    let raw = string_arg(&args, "path")?.unwrap_or_default();
-                    let prefix = format!("{}/", spec.work_dir());
-                    let rel = match raw.strip_prefix(&prefix) {
-                        Some(r) => r.to_string(),
-                        None if raw.starts_with('/') => {
-                            return Err(format!(
-                                "`read_file` reads only under the working directory {}",
-                                spec.work_dir()
-                            ))
-                        }
-                        None => raw.trim_start_matches("./").to_string(),
-                    };
-                    let wanted = DeclaredOutput::new(&rel, "application/octet-stream")
-                        .map_err(|e| e.to_string())?
-                        .optional()
-                        .consumed();
-                    let sandbox = sandbox_of(&host, &ctx).await?;
-                    let got = blocking(move || {
-                        cordon_sandbox::Collection::of(&spec)
-                            .named_at_call_time(&[wanted])
-                            .collect(&*sandbox, None)
-                    })
-                    .await?
-                    .map_err(|e| e.to_string())?;
-                    let Some(a) = got.consumed.into_iter().next() else {
-                        return Err(format!("there is no file `{rel}` in the working directory"));
-                    };
-                    Ok(match String::from_utf8(a.bytes) {
-                        Ok(text) => text_result(json!({"path": rel, "text": text})),
-                        Err(e) => {
-                            use base64::Engine as _;
-                            text_result(json!({
-                                "path": rel,
-                                "base64": base64::engine::general_purpose::STANDARD.encode(e.as_bytes()),
-                            }))
-                        }
-                    })
-                }
+                "list_files" => list_files(&host, &ctx, &params, &spec).await,
+                "read_file" => read_file(&host, &ctx, &params, spec).await,
                 "collect_outputs" => {
                     args_of(&params, &[], &[])?;
                     let sandbox = sandbox_of(&host, &ctx).await?;
@@ -505,6 +447,84 @@ impl<H: McpHost> CordonMcp<H> {
         .await;
         Ok(result.unwrap_or_else(tool_error))
     }
+}
+
+/// The `list_files` tool: a directory of the work dir, links listed never
+/// followed.
+async fn list_files<H: McpHost>(
+    host: &Arc<H>,
+    ctx: &RequestContext<RoleServer>,
+    params: &CallToolRequestParams,
+    spec: &SandboxSpec,
+) -> Result<CallToolResult, String> {
+    let args = args_of(params, &["path"], &[])?;
+    let path = in_work_dir(spec, &string_arg(&args, "path")?.unwrap_or_default());
+    let sandbox = sandbox_of(host, ctx).await?;
+    let shown = path.clone();
+    let entries = blocking(move || sandbox.list_dir(&path))
+        .await?
+        .map_err(|e| e.to_string())?;
+    let listed: Vec<Value> = entries
+        .iter()
+        .map(|e| {
+            let kind = match e.kind {
+                FileKind::File => "file",
+                FileKind::Dir => "dir",
+                FileKind::Symlink => "link",
+                FileKind::Other => "other",
+            };
+            json!({"name": e.name, "kind": kind})
+        })
+        .collect();
+    Ok(text_result(json!({"path": shown, "entries": listed})))
+}
+
+/// The `read_file` tool: one file under the work dir, read as a declared
+/// output named at call time (capped, no link followed), as text or base64.
+async fn read_file<H: McpHost>(
+    host: &Arc<H>,
+    ctx: &RequestContext<RoleServer>,
+    params: &CallToolRequestParams,
+    spec: SandboxSpec,
+) -> Result<CallToolResult, String> {
+    let args = args_of(params, &["path"], &["path"])?;
+    let raw = string_arg(&args, "path")?.unwrap_or_default();
+    let prefix = format!("{}/", spec.work_dir());
+    let rel = match raw.strip_prefix(&prefix) {
+        Some(r) => r.to_string(),
+        None if raw.starts_with('/') => {
+            return Err(format!(
+                "`read_file` reads only under the working directory {}",
+                spec.work_dir()
+            ))
+        }
+        None => raw.trim_start_matches("./").to_string(),
+    };
+    let wanted = DeclaredOutput::new(&rel, "application/octet-stream")
+        .map_err(|e| e.to_string())?
+        .optional()
+        .consumed();
+    let sandbox = sandbox_of(host, ctx).await?;
+    let got = blocking(move || {
+        cordon_sandbox::Collection::of(&spec)
+            .named_at_call_time(&[wanted])
+            .collect(&*sandbox, None)
+    })
+    .await?
+    .map_err(|e| e.to_string())?;
+    let Some(a) = got.consumed.into_iter().next() else {
+        return Err(format!("there is no file `{rel}` in the working directory"));
+    };
+    Ok(match String::from_utf8(a.bytes) {
+        Ok(text) => text_result(json!({"path": rel, "text": text})),
+        Err(e) => {
+            use base64::Engine as _;
+            text_result(json!({
+                "path": rel,
+                "base64": base64::engine::general_purpose::STANDARD.encode(e.as_bytes()),
+            }))
+        }
+    })
 }
 
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T, String> {
