@@ -260,24 +260,7 @@ impl LocalBackend {
             // sandbox may write, so its temporary directory is made there
             // (a new name, owned as the directory is) and removed at
             // dispose.
-            let name = format!(
-                ".cordon-tmp-{}-{}",
-                std::process::id(),
-                NEXT.fetch_add(1, Ordering::Relaxed)
-            );
-            let made_tmp = std::fs::DirBuilder::new()
-                .mode(0o700)
-                .create(files_at.join(&name))
-                .and_then(|()| {
-                    std::os::unix::fs::chown(
-                        files_at.join(&name),
-                        Some(files_owner.0),
-                        Some(files_owner.1),
-                    )
-                });
-            if let Err(e) = made_tmp {
-                return Err(made.fail(format!("cannot create `{name}` in the work dir: {e}")));
-            }
+            let name = private_tmp_in(&files_at, files_owner).map_err(|e| made.fail(e))?;
             made.tmp = Some(host_work.join(&name));
             Some(host_work.join(name))
         };
@@ -340,28 +323,7 @@ impl LocalBackend {
             }
         }
         if let Some(host) = host {
-            let served = sandbox
-                .warm
-                .as_mut()
-                .and_then(cordon_linux::WarmSandbox::take_proxy_listener)
-                .ok_or_else(|| "the sandbox did not hand over its egress channel".to_string())
-                .and_then(|listener| {
-                    host.serve(
-                        listener,
-                        Caller {
-                            sandbox: req.key.to_string(),
-                            identity: req.provenance.identity.clone(),
-                            allow: Some(allow.to_vec()),
-                        },
-                    )
-                });
-            match served {
-                Ok(s) => *sandbox.egress.lock().unwrap_or_else(|p| p.into_inner()) = Some(s),
-                Err(e) => {
-                    let _ = sandbox.dispose();
-                    return Err(failed("acquire", format!("the egress proxy: {e}")));
-                }
-            }
+            route_egress(&mut sandbox, host.as_ref(), req)?;
         }
         Ok(sandbox)
     }
@@ -462,6 +424,57 @@ impl Made {
         self.remove();
         failed("acquire", reason)
     }
+}
+
+/// A private temporary directory in an operator's work dir (the one
+/// bounded place such a sandbox may write): a new name, owned as the
+/// directory is, removed at dispose. Returns its name.
+fn private_tmp_in(files_at: &std::path::Path, owner: (u32, u32)) -> Result<String, String> {
+    let name = format!(
+        ".cordon-tmp-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    );
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(files_at.join(&name))
+        .and_then(|()| std::os::unix::fs::chown(files_at.join(&name), Some(owner.0), Some(owner.1)))
+        .map_err(|e| format!("cannot create `{name}` in the work dir: {e}"))?;
+    Ok(name)
+}
+
+/// Serves the sandbox's egress channel (its warm init hands the listener
+/// over) on `host`, the proxy started before it; a channel that cannot be
+/// served ends the sandbox.
+fn route_egress(
+    sandbox: &mut LocalSandbox,
+    host: &dyn cordon_egress::EgressService,
+    req: &AcquireRequest,
+) -> Result<(), BackendError> {
+    let allow = req.provenance.spec.egress_allow();
+    let served = sandbox
+        .warm
+        .as_mut()
+        .and_then(cordon_linux::WarmSandbox::take_proxy_listener)
+        .ok_or_else(|| "the sandbox did not hand over its egress channel".to_string())
+        .and_then(|listener| {
+            host.serve(
+                listener,
+                Caller {
+                    sandbox: req.key.to_string(),
+                    identity: req.provenance.identity.clone(),
+                    allow: Some(allow.to_vec()),
+                },
+            )
+        });
+    match served {
+        Ok(s) => *sandbox.egress.lock().unwrap_or_else(|p| p.into_inner()) = Some(s),
+        Err(e) => {
+            let _ = sandbox.dispose();
+            return Err(failed("acquire", format!("the egress proxy: {e}")));
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
