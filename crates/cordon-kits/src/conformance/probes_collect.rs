@@ -136,34 +136,7 @@ pub(super) fn collect_probe(
                 Cap::Files,
             )
         }
-        "names-collide-by-case" | "names-collide-by-nfc-nfd" => {
-            plant("a file", s.plant_file(&format!("{dir}/a.txt"), b"a\n"))?;
-            plant("a file", s.plant_file(&format!("{dir}/b.txt"), b"b\n"))?;
-            let (first, second, how) = if name == "names-collide-by-case" {
-                (
-                    "Report.txt".to_string(),
-                    "report.txt".to_string(),
-                    Collision::Case,
-                )
-            } else {
-                let composed: String = "caf\u{e9}.txt".nfc().collect();
-                let decomposed: String = "caf\u{e9}.txt".nfd().collect();
-                (composed, decomposed, Collision::Normalisation)
-            };
-            let named = vec![
-                decl("a.txt")?
-                    .with_name(&first)
-                    .map_err(|e| e.to_string())?,
-                decl("b.txt")?
-                    .with_name(&second)
-                    .map_err(|e| e.to_string())?,
-            ];
-            let spec = SandboxSpec::new("conformance", "conformance")
-                .and_then(|sp| sp.with_work_dir(s.work_dir()))
-                .and_then(|sp| sp.with_outputs_named_at_call_time(small_limits()))
-                .map_err(|e| e.to_string())?;
-            judge_collision(&observe(s, &spec, Some(&named), None), how)
-        }
+        "names-collide-by-case" | "names-collide-by-nfc-nfd" => collide_probe(name, s, &dir, &rel),
         "fifo-at-output-path" => {
             plant("the FIFO", s.plant_fifo(&format!("{dir}/out.txt")))?;
             let spec = spec_with(small_limits(), vec![decl("out.txt")?])?;
@@ -176,4 +149,43 @@ pub(super) fn collect_probe(
         }
         other => Err(format!("unknown probe `{other}`")),
     }
+}
+
+/// The two name-collision probes: two outputs whose landing names differ
+/// only by case, or only by Unicode normalisation, named at call time.
+fn collide_probe(
+    name: &str,
+    s: &dyn ConformanceSubject,
+    dir: &str,
+    rel: &dyn Fn(&str) -> String,
+) -> Result<String, String> {
+    let decl = |p: &str| {
+        DeclaredOutput::new(&rel(p), "application/octet-stream").map_err(|e| e.to_string())
+    };
+    plant("a file", s.plant_file(&format!("{dir}/a.txt"), b"a\n"))?;
+    plant("a file", s.plant_file(&format!("{dir}/b.txt"), b"b\n"))?;
+    let (first, second, how) = if name == "names-collide-by-case" {
+        (
+            "Report.txt".to_string(),
+            "report.txt".to_string(),
+            Collision::Case,
+        )
+    } else {
+        let composed: String = "caf\u{e9}.txt".nfc().collect();
+        let decomposed: String = "caf\u{e9}.txt".nfd().collect();
+        (composed, decomposed, Collision::Normalisation)
+    };
+    let named = vec![
+        decl("a.txt")?
+            .with_name(&first)
+            .map_err(|e| e.to_string())?,
+        decl("b.txt")?
+            .with_name(&second)
+            .map_err(|e| e.to_string())?,
+    ];
+    let spec = SandboxSpec::new("conformance", "conformance")
+        .and_then(|sp| sp.with_work_dir(s.work_dir()))
+        .and_then(|sp| sp.with_outputs_named_at_call_time(small_limits()))
+        .map_err(|e| e.to_string())?;
+    judge_collision(&observe(s, &spec, Some(&named), None), how)
 }

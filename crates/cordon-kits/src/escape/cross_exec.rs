@@ -154,7 +154,20 @@ pub(super) fn plant_tool(s: &EscapeSubject) -> Result<String, String> {
         .iter()
         .map(|(p, _)| format!("`{}`", p.display()))
         .collect();
-    let ran_planted = [&bare, &second]
+    plant_verdict(&changed, &first, &bare, &second, dirs)
+}
+
+/// `plant_tool`'s verdict from what exec 1 changed on the host and what
+/// execs 1 and 2 said: a breach when the host changed or exec 2 ran a
+/// planted tool; a setup failure when exec 2 did not run the real ones.
+fn plant_verdict(
+    changed: &[String],
+    first: &Ran,
+    bare: &Ran,
+    second: &Ran,
+    dirs: &[PathBuf],
+) -> Result<String, String> {
+    let ran_planted = [bare, second]
         .iter()
         .any(|r| r.all_output().contains(PLANTED));
     if !changed.is_empty() {
@@ -169,7 +182,7 @@ pub(super) fn plant_tool(s: &EscapeSubject) -> Result<String, String> {
             first.show()
         ));
     }
-    for (what, run) in [("bare name", &bare), ("shell lookup", &second)] {
+    for (what, run) in [("bare name", bare), ("shell lookup", second)] {
         if run.all_output().contains(PLANTED) {
             return Err(format!(
                 "exec 2 ran the tool exec 1 planted ({what}) {}; exec 1: {}",
