@@ -122,25 +122,9 @@ pub fn run(args: ServeArgs) -> ExitCode {
         order: config.backends.clone(),
         backends,
         keep: Some(kept),
-        secrets: match &config.secrets {
-            None => None,
-            Some(cordon_serve::config::SecretStore::Dir(d)) => {
-                if !d.is_dir() {
-                    return usage(format!(
-                        "`secrets.dir` in `{}`: `{}` is not a directory; create it, or name the directory that holds the secrets",
-                        config.file,
-                        d.display()
-                    ));
-                }
-                Some(Arc::new(cordon_sandbox::DirectorySecrets::new(d.clone()))
-                    as Arc<dyn cordon_sandbox::SecretProvider>)
-            }
-            Some(cordon_serve::config::SecretStore::Command(argv)) => {
-                match cordon_sandbox::CommandSecrets::new(argv.clone()) {
-                    Ok(c) => Some(Arc::new(c) as Arc<dyn cordon_sandbox::SecretProvider>),
-                    Err(e) => return usage(format!("`secrets.command` in `{}`: {e}", config.file)),
-                }
-            }
+        secrets: match secrets_of(&config) {
+            Ok(s) => s,
+            Err(code) => return code,
         },
     };
     let host = match Host::assemble(&setup, &registry) {
@@ -151,71 +135,15 @@ pub fn run(args: ServeArgs) -> ExitCode {
         }
         Err(e) => return fail(e),
     };
-    // The root layer the configuration requires: the policy may extend it
-    // (and so only narrow it), never replace it.
-    if let Some(want) = &config.policy_root {
-        let root = host.policy.layers.first().map(|l| l.origin.to_string());
-        let same = match (&root, want.strip_prefix("cordon:")) {
-            (Some(r), Some(_)) => r == want,
-            (Some(r), None) => {
-                let canon = |p: &str| std::path::Path::new(p).canonicalize().ok();
-                canon(r).is_some() && canon(r) == canon(want)
-            }
-            (None, _) => false,
-        };
-        if !same {
-            return usage(format!(
-                "`policy_root` in `{}`: the policy's root layer is `{}`, not `{want}`; make the policy extend `{want}` (its `extends:` chain must end there)",
-                config.file,
-                root.as_deref().unwrap_or("(none)")
-            ));
-        }
+    if let Err(code) = check_policy_root(&config, &host) {
+        return code;
     }
-    // The spec of every sandbox made through `/mcp`, checked now: a spec
-    // that does not load, or that no backend here can hold, is refused at
-    // start, not at a model's first tool call.
-    let mcp_spec = match &config.mcp.spec {
-        Some(f) => cordon_sandbox::SandboxSpec::from_file(f),
-        None => cordon_serve::mcp::default_spec(),
-    };
-    let mcp_spec = match mcp_spec {
+    let mcp_spec = match mcp_spec_of(&config, &host) {
         Ok(s) => s,
-        Err(e) => return usage(format!("`mcp.spec` in `{}`: {e}", config.file)),
+        Err(code) => return code,
     };
-    if let Err(e) = host.router.selected(&mcp_spec) {
-        return refuse(format!(
-            "`mcp.spec` in `{}`: no backend here can serve it: {e}",
-            config.file
-        ));
-    }
-    // One sandbox made and disposed of before serving: the backends and
-    // the enforcers this machine has can hold what the policy requires
-    // (its plan translated, its init confined), or the server does not
-    // start. Under the first credential's identity, with the MCP spec.
-    if let Some(first) = config.credentials.first() {
-        let id = first.identity.clone();
-        let thread = format!("startup-{}", std::process::id());
-        let caller = cordon_sandbox::CallerContext::new(
-            || "cordon-serve-check".to_string(),
-            move || thread.clone(),
-            || "default".to_string(),
-            move || id.clone(),
-        );
-        let made = host.router.acquire(&caller, &mcp_spec);
-        let disposed = host.router.dispose(&caller);
-        if let Err(e) = made {
-            return refuse(format!(
-                "this machine cannot hold what the policy requires: a sandbox for `{}` could not be made: {e}\nhelp: `cordon doctor` says what each backend lacks here",
-                first.name
-            ));
-        }
-        // A server whose disposes fail would answer for sandboxes it
-        // cannot remove: it does not start.
-        if let Err(e) = disposed {
-            return refuse(format!(
-                "the start-up check's sandbox could not be disposed of: {e}"
-            ));
-        }
+    if let Err(code) = startup_check(&config, &host, &mcp_spec) {
+        return code;
     }
     let acceptor = match &config.tls {
         None => None,
@@ -241,6 +169,13 @@ pub fn run(args: ServeArgs) -> ExitCode {
         Some(a) => served.with_tls(a),
         None => served,
     });
+    serve_until_signalled(served, scheme)
+}
+
+/// Serves on a runtime of its own until SIGINT or SIGTERM: then stops
+/// accepting, lets running requests finish (up to
+/// `cordon_serve::SHUTDOWN_GRACE`) and disposes of every sandbox.
+fn serve_until_signalled(served: Arc<Served>, scheme: &'static str) -> ExitCode {
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -277,4 +212,119 @@ pub fn run(args: ServeArgs) -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => refuse(format!("cannot serve: {e}")),
     }
+}
+
+/// The spec of every sandbox made through `/mcp`, checked now: a spec that
+/// does not load, or that no backend here can hold, is refused at start,
+/// not at a model's first tool call.
+fn mcp_spec_of(config: &ServeConfig, host: &Host) -> Result<cordon_sandbox::SandboxSpec, ExitCode> {
+    let mcp_spec = match &config.mcp.spec {
+        Some(f) => cordon_sandbox::SandboxSpec::from_file(f),
+        None => cordon_serve::mcp::default_spec(),
+    };
+    let mcp_spec = match mcp_spec {
+        Ok(s) => s,
+        Err(e) => return Err(usage(format!("`mcp.spec` in `{}`: {e}", config.file))),
+    };
+    if let Err(e) = host.router.selected(&mcp_spec) {
+        return Err(refuse(format!(
+            "`mcp.spec` in `{}`: no backend here can serve it: {e}",
+            config.file
+        )));
+    }
+    Ok(mcp_spec)
+}
+
+/// The configured secret store, checked: a directory that exists, or a
+/// command the provider accepts.
+fn secrets_of(
+    config: &ServeConfig,
+) -> Result<Option<Arc<dyn cordon_sandbox::SecretProvider>>, ExitCode> {
+    Ok(match &config.secrets {
+        None => None,
+        Some(cordon_serve::config::SecretStore::Dir(d)) => {
+            if !d.is_dir() {
+                return Err(usage(format!(
+                    "`secrets.dir` in `{}`: `{}` is not a directory; create it, or name the directory that holds the secrets",
+                    config.file,
+                    d.display()
+                )));
+            }
+            Some(Arc::new(cordon_sandbox::DirectorySecrets::new(d.clone()))
+                as Arc<dyn cordon_sandbox::SecretProvider>)
+        }
+        Some(cordon_serve::config::SecretStore::Command(argv)) => {
+            match cordon_sandbox::CommandSecrets::new(argv.clone()) {
+                Ok(c) => Some(Arc::new(c) as Arc<dyn cordon_sandbox::SecretProvider>),
+                Err(e) => {
+                    return Err(usage(format!(
+                        "`secrets.command` in `{}`: {e}",
+                        config.file
+                    )))
+                }
+            }
+        }
+    })
+}
+
+/// The root layer the configuration requires (`policy_root`): the policy
+/// may extend it (and so only narrow it), never replace it.
+fn check_policy_root(config: &ServeConfig, host: &Host) -> Result<(), ExitCode> {
+    let Some(want) = &config.policy_root else {
+        return Ok(());
+    };
+    let root = host.policy.layers.first().map(|l| l.origin.to_string());
+    let same = match (&root, want.strip_prefix("cordon:")) {
+        (Some(r), Some(_)) => r == want,
+        (Some(r), None) => {
+            let canon = |p: &str| std::path::Path::new(p).canonicalize().ok();
+            canon(r).is_some() && canon(r) == canon(want)
+        }
+        (None, _) => false,
+    };
+    if !same {
+        return Err(usage(format!(
+            "`policy_root` in `{}`: the policy's root layer is `{}`, not `{want}`; make the policy extend `{want}` (its `extends:` chain must end there)",
+            config.file,
+            root.as_deref().unwrap_or("(none)")
+        )));
+    }
+    Ok(())
+}
+
+/// One sandbox made and disposed of before serving, under the first
+/// credential's identity with the MCP spec: the backends and the enforcers
+/// this machine has can hold what the policy requires (its plan translated,
+/// its init confined), and can dispose, or the server does not start.
+fn startup_check(
+    config: &ServeConfig,
+    host: &Host,
+    mcp_spec: &cordon_sandbox::SandboxSpec,
+) -> Result<(), ExitCode> {
+    if let Some(first) = config.credentials.first() {
+        let id = first.identity.clone();
+        let thread = format!("startup-{}", std::process::id());
+        let caller = cordon_sandbox::CallerContext::new(
+            || "cordon-serve-check".to_string(),
+            move || thread.clone(),
+            || "default".to_string(),
+            move || id.clone(),
+        );
+        let made = host.router.acquire(&caller, mcp_spec);
+        let disposed = host.router.dispose(&caller);
+        if let Err(e) = made {
+            return Err(refuse(format!(
+                "this machine cannot hold what the policy requires: a sandbox for `{}` could not be made: {e}\nhelp: `cordon doctor` says what each backend lacks here",
+                first.name
+            )));
+        }
+        // A server whose disposes fail would answer for sandboxes it
+        // cannot remove: it does not start.
+        if let Err(e) = disposed {
+            return Err(refuse(format!(
+                "the start-up check's sandbox could not be disposed of: {e}"
+            )));
+        }
+    }
+    Ok(())
 }
