@@ -264,189 +264,203 @@ fn go(cmd: SandboxCommand) -> Result<ExitCode, ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        SandboxCommand::Collect { handle, to } => {
-            let s = attach(&handle)?;
-            let spec = &s.provenance().spec;
-            if spec.declared_outputs().is_empty() && !spec.outputs_named_at_call_time() {
-                return Err(refuse(format!(
-                    "sandbox `{handle}` was made with a spec that declares no outputs (kind `{}`); create it with `cordon sandbox up --spec FILE` naming `declared_outputs`",
-                    spec.kind()
-                )));
-            }
-            if !to.is_dir() {
-                return Err(usage(format!(
-                    "`{}` is not a directory; make it first (`mkdir -p {}`): outputs land only in a directory that exists",
-                    to.display(),
-                    to.display()
-                )));
-            }
-            let sink = cordon_files::FsSink::new(&to).map_err(fail)?;
-            let got = collect_outputs(&s, &s.provenance().spec, Some(&sink)).map_err(fail)?;
-            if json_out::on() {
-                let landed: Vec<_> = got
-                    .landed
-                    .iter()
-                    .map(|a| json!({"path": a.handle.reveal().to_string(), "display": a.display}))
-                    .collect();
-                json_out::emit(&json!({"ok": true, "landed": landed}));
-                return Ok(ExitCode::SUCCESS);
-            }
-            // The operator is the host here: print where each landed.
-            for a in &got.landed {
-                println!("{}  ({})", a.handle.reveal(), a.display);
-            }
-            if got.landed.is_empty() {
-                eprintln!("nothing to collect: no declared output exists in the sandbox");
-            }
-            Ok(ExitCode::SUCCESS)
-        }
-        SandboxCommand::Ls => {
-            let st = state()?;
-            let (records, bad) = st.list().map_err(fail)?;
-            let now = state::now();
-            let state_of = |r: &state::Record| {
-                if !r.keeper.alive() {
-                    "orphaned"
-                } else if r.orphaned_or_expired(now) {
-                    "expired"
-                } else {
-                    "live"
-                }
-            };
-            if json_out::on() {
-                let list: Vec<_> = records
-                    .iter()
-                    .map(|r| {
-                        json!({
-                            "handle": r.handle,
-                            "backend": r.backend,
-                            "state": state_of(r),
-                            "age_seconds": now.saturating_sub(r.created),
-                            "scope": r.key.scope,
-                            "thread": r.key.thread,
-                            "agent_dir": r.key.agent_dir,
-                        })
-                    })
-                    .collect();
-                let unreadable: Vec<_> = bad.iter().map(|b| b.display().to_string()).collect();
-                json_out::emit(&json!({"ok": true, "sandboxes": list, "unreadable": unreadable}));
-                return Ok(ExitCode::SUCCESS);
-            }
-            // A reader that stops early (`| head`) ends the listing, not
-            // the process with a panic.
-            use std::io::Write as _;
-            let mut out = std::io::stdout().lock();
-            let mut shown = writeln!(
-                out,
-                "{:<44} {:<10} {:<8} {:>8}  SCOPE/THREAD",
-                "HANDLE", "BACKEND", "STATE", "AGE"
-            );
-            for r in &records {
-                if shown.is_err() {
-                    break;
-                }
-                shown = writeln!(
-                    out,
-                    "{:<44} {:<10} {:<8} {:>7}s  {}/{}",
-                    r.handle,
-                    r.backend,
-                    state_of(r),
-                    now.saturating_sub(r.created),
-                    r.key.scope,
-                    r.key.thread
-                );
-            }
-            if let Err(e) = shown.and_then(|()| out.flush()) {
-                if e.kind() != std::io::ErrorKind::BrokenPipe {
-                    eprintln!("cordon: writing the listing: {e}");
-                    return Ok(ExitCode::FAILURE);
-                }
-            }
-            for b in bad {
-                eprintln!("warning: unreadable record `{}`", b.display());
-            }
-            Ok(ExitCode::SUCCESS)
-        }
+        SandboxCommand::Collect { handle, to } => collect(&handle, &to),
+        SandboxCommand::Ls => ls(),
         SandboxCommand::Down {
             handle,
             scope,
             thread,
-        } => {
-            let st = state()?;
-            match (handle, scope, thread) {
-                (Some(h), None, None) => {
-                    let Some(rec) = st.read(&h).map_err(fail)? else {
-                        // Its keeper was gone, and it went as this command began.
-                        if reclaimed_at_start(|r| r.handle == h) == 1 {
-                            print_disposed(1);
-                            return Ok(ExitCode::SUCCESS);
-                        }
-                        return Err(refuse(format!(
-                            "no sandbox `{h}`; `cordon sandbox ls` lists them"
-                        )));
-                    };
-                    let lock = st.lock(&rec.key, Duration::from_secs(120)).map_err(fail)?;
-                    // A record that does not hold up is left alone: refused.
-                    keeper::vet_record(&st, &crate::registry(), &rec).map_err(refuse)?;
-                    let failures = keeper::dispose_record(&st, &crate::registry(), &rec);
-                    lock.unlock_and_remove();
-                    if !failures.is_empty() {
-                        // What was left (an engine that did not answer) is
-                        // the outcome, never a warning beside a success.
-                        return Err(refuse(format!(
-                            "`{h}` was not wholly disposed: {}",
-                            failures.join("; ")
-                        )));
-                    }
-                    print_disposed(1);
-                    Ok(ExitCode::SUCCESS)
-                }
-                (None, Some(s), Some(t)) => {
-                    let (n, failures) =
-                        keeper::dispose_scope(&st, &crate::registry(), None, &s, &t)
-                            .map_err(refuse)?;
-                    // With those whose keeper was gone, reclaimed as it began.
-                    let n = n + reclaimed_at_start(|r| r.key.scope == s && r.key.thread == t);
-                    if !failures.is_empty() {
-                        // Never a bare count over what was left.
-                        return Err(refuse(format!(
-                            "{n} disposed, and not all of scope `{s}` thread `{t}`: {}",
-                            failures.join("; ")
-                        )));
-                    }
-                    print_disposed(n);
-                    Ok(ExitCode::SUCCESS)
-                }
-                _ => Err(usage("name a HANDLE, or both `--scope S --thread T`")),
-            }
+        } => down(handle, scope, thread),
+        SandboxCommand::Gc => gc(),
+    }
+}
+
+/// `cordon sandbox collect`: the declared outputs, landed in `to`.
+fn collect(handle: &str, to: &std::path::Path) -> Result<ExitCode, ExitCode> {
+    let s = attach(handle)?;
+    let spec = &s.provenance().spec;
+    if spec.declared_outputs().is_empty() && !spec.outputs_named_at_call_time() {
+        return Err(refuse(format!(
+            "sandbox `{handle}` was made with a spec that declares no outputs (kind `{}`); create it with `cordon sandbox up --spec FILE` naming `declared_outputs`",
+            spec.kind()
+        )));
+    }
+    if !to.is_dir() {
+        return Err(usage(format!(
+            "`{}` is not a directory; make it first (`mkdir -p {}`): outputs land only in a directory that exists",
+            to.display(),
+            to.display()
+        )));
+    }
+    let sink = cordon_files::FsSink::new(to).map_err(fail)?;
+    let got = collect_outputs(&s, &s.provenance().spec, Some(&sink)).map_err(fail)?;
+    if json_out::on() {
+        let landed: Vec<_> = got
+            .landed
+            .iter()
+            .map(|a| json!({"path": a.handle.reveal().to_string(), "display": a.display}))
+            .collect();
+        json_out::emit(&json!({"ok": true, "landed": landed}));
+        return Ok(ExitCode::SUCCESS);
+    }
+    // The operator is the host here: print where each landed.
+    for a in &got.landed {
+        println!("{}  ({})", a.handle.reveal(), a.display);
+    }
+    if got.landed.is_empty() {
+        eprintln!("nothing to collect: no declared output exists in the sandbox");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `cordon sandbox ls`: each recorded sandbox, and whether its keeper lives.
+fn ls() -> Result<ExitCode, ExitCode> {
+    let st = state()?;
+    let (records, bad) = st.list().map_err(fail)?;
+    let now = state::now();
+    let state_of = |r: &state::Record| {
+        if !r.keeper.alive() {
+            "orphaned"
+        } else if r.orphaned_or_expired(now) {
+            "expired"
+        } else {
+            "live"
         }
-        SandboxCommand::Gc => {
-            // Not `state()`: gc reclaims everything that sweep would, itself.
-            let st = StateDir::open(&StateDir::default_path()).map_err(fail)?;
-            let registry = crate::registry();
-            let (n, mut failures) = KeptBackend::gc(&st, &registry);
-            let (unrecorded, more) = KeptBackend::gc_unrecorded(&registry);
-            failures.extend(more);
-            for f in failures {
-                eprintln!("warning: {f}");
-            }
-            if !unrecorded.is_empty() {
-                eprintln!(
-                    "also reclaimed {} sandbox cgroup(s) no record named, left by owners that were killed: {}",
-                    unrecorded.len(),
-                    unrecorded.join(", ")
-                );
-            }
-            if json_out::on() {
-                json_out::emit(
-                    &json!({"ok": true, "disposed": n, "unrecorded_cgroups": unrecorded}),
-                );
-            } else {
-                println!("{n}");
-            }
-            Ok(ExitCode::SUCCESS)
+    };
+    if json_out::on() {
+        let list: Vec<_> = records
+            .iter()
+            .map(|r| {
+                json!({
+                    "handle": r.handle,
+                    "backend": r.backend,
+                    "state": state_of(r),
+                    "age_seconds": now.saturating_sub(r.created),
+                    "scope": r.key.scope,
+                    "thread": r.key.thread,
+                    "agent_dir": r.key.agent_dir,
+                })
+            })
+            .collect();
+        let unreadable: Vec<_> = bad.iter().map(|b| b.display().to_string()).collect();
+        json_out::emit(&json!({"ok": true, "sandboxes": list, "unreadable": unreadable}));
+        return Ok(ExitCode::SUCCESS);
+    }
+    // A reader that stops early (`| head`) ends the listing, not
+    // the process with a panic.
+    use std::io::Write as _;
+    let mut out = std::io::stdout().lock();
+    let mut shown = writeln!(
+        out,
+        "{:<44} {:<10} {:<8} {:>8}  SCOPE/THREAD",
+        "HANDLE", "BACKEND", "STATE", "AGE"
+    );
+    for r in &records {
+        if shown.is_err() {
+            break;
+        }
+        shown = writeln!(
+            out,
+            "{:<44} {:<10} {:<8} {:>7}s  {}/{}",
+            r.handle,
+            r.backend,
+            state_of(r),
+            now.saturating_sub(r.created),
+            r.key.scope,
+            r.key.thread
+        );
+    }
+    if let Err(e) = shown.and_then(|()| out.flush()) {
+        if e.kind() != std::io::ErrorKind::BrokenPipe {
+            eprintln!("cordon: writing the listing: {e}");
+            return Ok(ExitCode::FAILURE);
         }
     }
+    for b in bad {
+        eprintln!("warning: unreadable record `{}`", b.display());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `cordon sandbox down`: one sandbox by its handle, or a scope's thread.
+fn down(
+    handle: Option<String>,
+    scope: Option<String>,
+    thread: Option<String>,
+) -> Result<ExitCode, ExitCode> {
+    let st = state()?;
+    match (handle, scope, thread) {
+        (Some(h), None, None) => {
+            let Some(rec) = st.read(&h).map_err(fail)? else {
+                // Its keeper was gone, and it went as this command began.
+                if reclaimed_at_start(|r| r.handle == h) == 1 {
+                    print_disposed(1);
+                    return Ok(ExitCode::SUCCESS);
+                }
+                return Err(refuse(format!(
+                    "no sandbox `{h}`; `cordon sandbox ls` lists them"
+                )));
+            };
+            let lock = st.lock(&rec.key, Duration::from_secs(120)).map_err(fail)?;
+            // A record that does not hold up is left alone: refused.
+            keeper::vet_record(&st, &crate::registry(), &rec).map_err(refuse)?;
+            let failures = keeper::dispose_record(&st, &crate::registry(), &rec);
+            lock.unlock_and_remove();
+            if !failures.is_empty() {
+                // What was left (an engine that did not answer) is
+                // the outcome, never a warning beside a success.
+                return Err(refuse(format!(
+                    "`{h}` was not wholly disposed: {}",
+                    failures.join("; ")
+                )));
+            }
+            print_disposed(1);
+            Ok(ExitCode::SUCCESS)
+        }
+        (None, Some(s), Some(t)) => {
+            let (n, failures) =
+                keeper::dispose_scope(&st, &crate::registry(), None, &s, &t).map_err(refuse)?;
+            // With those whose keeper was gone, reclaimed as it began.
+            let n = n + reclaimed_at_start(|r| r.key.scope == s && r.key.thread == t);
+            if !failures.is_empty() {
+                // Never a bare count over what was left.
+                return Err(refuse(format!(
+                    "{n} disposed, and not all of scope `{s}` thread `{t}`: {}",
+                    failures.join("; ")
+                )));
+            }
+            print_disposed(n);
+            Ok(ExitCode::SUCCESS)
+        }
+        _ => Err(usage("name a HANDLE, or both `--scope S --thread T`")),
+    }
+}
+
+/// `cordon sandbox gc`: every sandbox whose keeper is gone or past its age,
+/// and what no record names.
+fn gc() -> Result<ExitCode, ExitCode> {
+    // Not `state()`: gc reclaims everything that sweep would, itself.
+    let st = StateDir::open(&StateDir::default_path()).map_err(fail)?;
+    let registry = crate::registry();
+    let (n, mut failures) = KeptBackend::gc(&st, &registry);
+    let (unrecorded, more) = KeptBackend::gc_unrecorded(&registry);
+    failures.extend(more);
+    for f in failures {
+        eprintln!("warning: {f}");
+    }
+    if !unrecorded.is_empty() {
+        eprintln!(
+            "also reclaimed {} sandbox cgroup(s) no record named, left by owners that were killed: {}",
+            unrecorded.len(),
+            unrecorded.join(", ")
+        );
+    }
+    if json_out::on() {
+        json_out::emit(&json!({"ok": true, "disposed": n, "unrecorded_cgroups": unrecorded}));
+    } else {
+        println!("{n}");
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn up(a: UpArgs) -> Result<ExitCode, ExitCode> {
