@@ -25,6 +25,7 @@ mod sandbox_cmd;
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 mod serve_cmd;
 mod spec_cmd;
+mod state_open;
 
 /// cordon: a sandbox for code that AI agents write and run.
 #[derive(Parser)]

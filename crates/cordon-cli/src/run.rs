@@ -537,7 +537,7 @@ pub fn egress_setup(
     e.proxy = base.proxy;
     if e.audit.is_none() && names_hosts {
         let dir = cordon_host::state::StateDir::default_path();
-        crate::sandbox_cmd::open_state(&dir)
+        crate::state_open::open_state(&dir)
             .map_err(|err| format!("the egress audit log's directory: {err}"))?;
         e.audit = Some(dir.join(EGRESS_AUDIT));
     }

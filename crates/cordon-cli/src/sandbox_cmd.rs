@@ -111,45 +111,7 @@ pub struct UpArgs {
 pub const OWNER: &str = "cordon-sandbox-cli";
 
 fn state() -> Result<StateDir, ExitCode> {
-    open_state(&StateDir::default_path()).map_err(fail)
-}
-
-/// The most a command spends reclaiming dead keepers' sandboxes before it
-/// does its own work (what is left, `gc` reclaims).
-const RECLAIM_WITHIN: Duration = Duration::from_secs(2);
-
-/// The sandboxes this process reclaimed when it first opened the state
-/// directory (for `down`, which counts them as disposed).
-static RECLAIMED: std::sync::OnceLock<Vec<state::Record>> = std::sync::OnceLock::new();
-
-/// Opens the state directory at `path`, and the first time in this
-/// process reclaims what the keepers killed since the last command left
-/// ([`keeper::reclaim_dead_keepers`]): each is said on stderr, and what
-/// could not be done is a warning. Every command that opens the state
-/// directory opens it here, but `gc`, which reclaims all of it itself.
-pub fn open_state(path: &std::path::Path) -> Result<StateDir, state::StateError> {
-    let st = StateDir::open(path)?;
-    RECLAIMED.get_or_init(|| {
-        let done = keeper::reclaim_dead_keepers(&st, crate::registry, RECLAIM_WITHIN);
-        for r in &done.records {
-            eprintln!(
-                "cordon: reclaimed sandbox `{}` (scope `{}`, thread `{}`): its keeper was gone",
-                r.handle, r.key.scope, r.key.thread
-            );
-        }
-        for f in &done.failures {
-            eprintln!("warning: {f}");
-        }
-        done.records
-    });
-    Ok(st)
-}
-
-/// How many of the sandboxes this process reclaimed at start `pick` takes.
-fn reclaimed_at_start(pick: impl Fn(&state::Record) -> bool) -> usize {
-    RECLAIMED
-        .get()
-        .map_or(0, |r| r.iter().filter(|r| pick(r)).count())
+    crate::state_open::open_state(&StateDir::default_path()).map_err(fail)
 }
 
 /// What a sandbox was made for, at debug level (`CORDON_LOG=debug`).
@@ -393,7 +355,7 @@ fn down(
         (Some(h), None, None) => {
             let Some(rec) = st.read(&h).map_err(fail)? else {
                 // Its keeper was gone, and it went as this command began.
-                if reclaimed_at_start(|r| r.handle == h) == 1 {
+                if crate::state_open::reclaimed_at_start(|r| r.handle == h) == 1 {
                     print_disposed(1);
                     return Ok(ExitCode::SUCCESS);
                 }
@@ -421,7 +383,9 @@ fn down(
             let (n, failures) =
                 keeper::dispose_scope(&st, &crate::registry(), None, &s, &t).map_err(refuse)?;
             // With those whose keeper was gone, reclaimed as it began.
-            let n = n + reclaimed_at_start(|r| r.key.scope == s && r.key.thread == t);
+            let n = n + crate::state_open::reclaimed_at_start(|r| {
+                r.key.scope == s && r.key.thread == t
+            });
             if !failures.is_empty() {
                 // Never a bare count over what was left.
                 return Err(refuse(format!(
