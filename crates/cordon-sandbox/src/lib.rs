@@ -70,6 +70,7 @@ pub mod limits;
 pub mod outputs;
 pub mod registry;
 pub mod router;
+mod router_error;
 mod sandbox_error;
 pub mod schema;
 pub mod secrets;
