@@ -143,28 +143,7 @@ fn warm_cgroup_maker(name: &str) -> Option<u32> {
     ok.then(|| pid.parse().ok()).flatten()
 }
 
-/// A path with nothing to resolve: absolute, no `.`/`..`, no link on the
-/// way (when it exists, it is its own canonical form).
-fn plain(path: &Path) -> Result<(), String> {
-    use std::path::Component;
-    if !path.is_absolute()
-        || path
-            .components()
-            .any(|c| matches!(c, Component::CurDir | Component::ParentDir))
-    {
-        return Err(format!("`{}` is not a plain absolute path", path.display()));
-    }
-    match path.canonicalize() {
-        Ok(real) if real == path => Ok(()),
-        Ok(real) => Err(format!(
-            "`{}` leads through a link (to `{}`)",
-            path.display(),
-            real.display()
-        )),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(format!("`{}`: {e}", path.display())),
-    }
-}
+use cordon_backend_kit::dirs::plain;
 
 /// Every check of [`vet`] on one directory.
 fn vet_dir(d: &Path, keeper: u32, uid: Option<u32>, scratch: &Path) -> Result<(), String> {
