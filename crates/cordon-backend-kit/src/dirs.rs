@@ -160,12 +160,22 @@ pub fn remove_sandbox_dir(dir: &Path) -> Result<(), String> {
         }
     }
     let volume = dir.join("volume");
-    if cordon_linux::volume::is_mount_point(&volume).unwrap_or(false) {
+    // Whether the volume is mounted; a check that cannot say refuses (a
+    // recursive removal through a live mount would reach its contents).
+    let mounted = |v: &Path| match cordon_linux::volume::is_mount_point(v) {
+        Ok(m) => Ok(m),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(format!(
+            "cannot tell whether `{}` is a mount point ({e}); left alone",
+            v.display()
+        )),
+    };
+    if mounted(&volume)? {
         let _ = cordon_linux::volume::discard(&volume);
         cordon_linux::volume::unmount(&volume)
             .map_err(|e| format!("unmounting `{}`: {e}", volume.display()))?;
     }
-    if cordon_linux::volume::is_mount_point(&volume).unwrap_or(false) {
+    if mounted(&volume)? {
         return Err(format!(
             "`{}` is still a mount point; left alone",
             volume.display()
