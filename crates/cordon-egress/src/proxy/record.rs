@@ -94,7 +94,11 @@ impl Proxy {
                         &format!("{refused_before} requests of this sandbox were refused, and not recorded one by one, while its audit budget was spent"),
                         None,
                     );
-                    self.write_forced(r, note);
+                    // The count is taken from the budget: unwritten, it
+                    // would be lost, so nothing after it is written either.
+                    if !self.write_forced(r, note) {
+                        return false;
+                    }
                 }
                 let ok = self.cfg.audit.write_encoded(line, &text);
                 self.audit_failing.store(!ok, Ordering::Relaxed);
