@@ -488,11 +488,10 @@ impl Drop for Budgeted<'_> {
     /// What a collection reserved and did not land is given back, however
     /// it ended.
     fn drop(&mut self) {
-        let reserved = self
-            .state
-            .get_mut()
-            .map(|b| std::mem::take(&mut b.reserved))
-            .unwrap_or_default();
+        let reserved = self.state.get_mut().map_or_else(
+            |p| std::mem::take(&mut p.into_inner().reserved),
+            |b| std::mem::take(&mut b.reserved),
+        );
         self.store.lock().unreserve(self.credential, reserved);
     }
 }

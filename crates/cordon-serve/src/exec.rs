@@ -68,8 +68,12 @@ pub(crate) async fn exec(
         Ok(Err(e)) => {
             s.exec_refused(&cred.scope, &e);
             // A kept sandbox whose keeper went (idle timeout, disposed by
-            // a replica) is looked up afresh next time.
-            s.forget(&cred, &body.at);
+            // a replica) is looked up afresh next time. Only then: a
+            // sandbox forgotten while its backend still holds it would run
+            // uncounted by the cap, and be missed at shutdown.
+            if e.kind() == ErrorKind::Unavailable {
+                s.forget(&cred, &body.at);
+            }
             return refused(e.kind(), &e);
         }
         Err(e) => return refused(ErrorKind::Failed, e),

@@ -297,7 +297,17 @@ impl mcp::McpHost for HttpMcp {
                 .get(&c.key)
                 .cloned();
             if let Some(h) = held {
-                return Ok(h);
+                // As `live_sandbox`: a kept sandbox whose record is gone
+                // was disposed of (by a replica, its idle timeout).
+                let gone = self
+                    .served
+                    .state
+                    .as_ref()
+                    .is_some_and(|st| !st.record_path(h.id()).exists());
+                if !gone {
+                    return Ok(h);
+                }
+                self.served.forget(&cred, &at);
             }
         }
         self.served
@@ -331,8 +341,10 @@ impl mcp::McpHost for HttpMcp {
         if let Ok((cred, at)) = self.bound(ctx) {
             self.served.exec_refused(&cred.scope, error);
             // A sandbox gone under this server (disposed at a replica, its
-            // keeper idled out) is looked up afresh by the next call.
-            if error.denied_rules().is_none() {
+            // keeper idled out) is looked up afresh by the next call; one
+            // that is still there is never forgotten (it would run
+            // uncounted by the cap).
+            if error.kind() == cordon_sandbox::ErrorKind::Unavailable {
                 self.served.forget(&cred, &at);
             }
         }
