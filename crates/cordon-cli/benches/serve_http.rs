@@ -6,11 +6,10 @@
 //! sandboxes kept, a keeper process each, in a state directory (the
 //! default since `sandboxes.state_dir`; here a fresh one under `/run`,
 //! a tmpfs as `/run/cordon` is). The library it is held against is the
-//! same: a host assembled in this process exactly as `cordon serve`
-//! assembles its own (`cordon_host::Host::assemble`, `cordon:default`, the
-//! floor from the config, `KeptConfig` with the release `cordon` as the
-//! keeper, its `cordon-init` as the init), in a state directory of its
-//! own. The library without a keeper (sandboxes in this process) is
+//! same: a host built in this process by the host builder `cordon serve`
+//! uses (`cordon_host::HostBuilder`, `cordon:default`, the floor from the
+//! config, the release `cordon` in its roles: keeper, init, egress proxy),
+//! in a state directory of its own. The library without a keeper (sandboxes in this process) is
 //! measured beside them, to show what the keeper costs.
 //!
 //! - `latency`: `/bin/true` in a warm sandbox, round by round (each round
@@ -62,13 +61,13 @@ mod bench {
     use std::sync::Arc;
     use std::time::{Duration, Instant};
 
-    use cordon_host::keeper::{KeptConfig, KEEPER_ARG};
+    use cordon_host::roles::{SelfCommands, KEEPER_ARG};
     use cordon_host::state::StateDir;
-    use cordon_host::{Host, HostSetup};
+    use cordon_host::{HostBuilder, Keep};
     use cordon_policy::Identity;
     use cordon_sandbox::{
-        BackendSetup, CallerContext, EgressSetup, ExecRequest, ExitStatus, Floor, FloorSource,
-        Isolation, Router, Sandbox, SandboxSpec, SelfCommand,
+        CallerContext, ExecRequest, ExitStatus, Floor, FloorSource, Isolation, Router, Sandbox,
+        SandboxSpec, SelfCommand,
     };
 
     const TOKEN: &str = "bench-token";
@@ -317,8 +316,9 @@ mod bench {
         format!("{{\"thread\":\"{thread}\",\"argv\":[\"/bin/true\"]}}")
     }
 
-    /// The host `cordon serve` assembles, built here in-process the same
-    /// way (crates/cordon-cli/src/serve_cmd.rs).
+    /// The host `cordon serve` builds, built here in-process by the same
+    /// host builder (`cordon_host::HostBuilder`), over the release
+    /// `cordon` in its roles.
     struct Library {
         router: Router,
         init: SelfCommand,
@@ -328,62 +328,26 @@ mod bench {
         /// Kept in `state` (a keeper per sandbox, as the server), or, with
         /// `None`, in this process.
         fn new(cordon: &Path, config_file: &Path, state: Option<&Path>) -> Library {
-            // `cordon serve`'s init: the `cordon-init` beside it, else
-            // itself with the init argument (crates/cordon-cli/src/run.rs).
-            let sibling = cordon.with_file_name("cordon-init");
-            let init = if sibling.is_file() {
-                SelfCommand {
-                    path: sibling,
-                    args: Vec::new(),
-                }
-            } else {
-                SelfCommand {
-                    path: cordon.to_path_buf(),
-                    args: vec!["__sandbox-init".into()],
-                }
-            };
-            let keep = state.map(|s| KeptConfig {
-                state: StateDir::open(s).unwrap(),
-                keeper: SelfCommand {
-                    path: cordon.to_path_buf(),
-                    args: vec![KEEPER_ARG.into()],
+            let commands = SelfCommands::of(cordon);
+            let init = commands.init.clone();
+            let mut builder = HostBuilder::builtin().commands(commands).floor(Floor {
+                rung: Isolation::Container,
+                source: FloorSource::Config {
+                    file: config_file.display().to_string(),
                 },
-                policy_file: None,
-                // cordon serve's defaults.
-                idle_timeout: Duration::from_secs(1800),
-                max_age: Duration::from_secs(86400),
-                owner: "cordon-serve-bench".into(),
             });
-            let setup = HostSetup {
-                floor: Floor {
-                    rung: Isolation::Container,
-                    source: FloorSource::Config {
-                        file: config_file.display().to_string(),
-                    },
-                },
-                policy_file: None,
-                only: None,
-                // The server's default (no `backends:` in its config).
-                order: None,
-                backends: BackendSetup {
-                    deployment: String::new(),
-                    init: Some(init.clone()),
-                    work_dir: None,
-                    scratch: std::env::temp_dir(),
-                    egress: EgressSetup {
-                        proxy: Some(SelfCommand {
-                            path: cordon.to_path_buf(),
-                            args: vec!["__egress-proxy".into()],
-                        }),
-                        // As the server: its state directory's audit log.
-                        audit: state.map(|s| s.join("egress-audit.jsonl")),
-                        ..Default::default()
-                    },
-                },
-                keep,
-                secrets: None,
-            };
-            let host = Host::assemble(&setup, &cordon_host::builtin_registry())
+            if let Some(s) = state {
+                // As the server: its state directory's audit log, its
+                // defaults for idle time and age.
+                builder = builder.audit_in(s).keep(Keep {
+                    state: StateDir::open(s).unwrap(),
+                    owner: "cordon-serve-bench".into(),
+                    idle_timeout: Duration::from_secs(1800),
+                    max_age: Duration::from_secs(86400),
+                });
+            }
+            let host = builder
+                .build()
                 .unwrap_or_else(|e| panic!("the library host: {e}"));
             Library {
                 router: host.router,

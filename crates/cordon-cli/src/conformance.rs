@@ -53,11 +53,12 @@ pub fn run(args: ConformanceArgs) -> ExitCode {
     if args.backend == HOST_DIRECTORY {
         return host_directory(args.scratch);
     }
-    let setup = match crate::run::backend_setup(String::new(), None) {
+    let builder = crate::host_builder();
+    let setup = match builder.backend_setup() {
         Ok(s) => s,
-        Err(e) => return kit_error(EXIT_UNAVAILABLE, &e),
+        Err(e) => return kit_error(EXIT_UNAVAILABLE, &e.to_string()),
     };
-    match cordon_host::kits::conformance(&crate::registry(), &args.backend, &setup, args.scratch) {
+    match cordon_host::kits::conformance(builder.registry(), &args.backend, &setup, args.scratch) {
         Ok(KitRun::Report {
             backend,
             rung,

@@ -56,16 +56,17 @@ pub fn run(args: DoctorArgs) -> ExitCode {
 
 /// Every registered backend, probed on this machine.
 pub fn report(floor: Isolation) -> DoctorReport {
-    let setup = crate::run::backend_setup(String::new(), None).unwrap_or_else(|_| {
-        cordon_sandbox::BackendSetup {
+    let builder = crate::host_builder();
+    let setup = builder
+        .backend_setup()
+        .unwrap_or_else(|_| cordon_sandbox::BackendSetup {
             deployment: String::new(),
             init: None,
             work_dir: None,
             scratch: std::env::temp_dir(),
             egress: Default::default(),
-        }
-    });
-    DoctorReport::from_registry(floor, &crate::registry(), &setup)
+        });
+    DoctorReport::from_registry(floor, builder.registry(), &setup)
 }
 
 /// Each enforcement mechanism of this machine and what the probe found.
@@ -75,9 +76,12 @@ fn mechanisms() -> Vec<(String, String)> {
         let Ok(exe) = std::env::current_exe() else {
             return vec![("probe".into(), "cannot find the cordon binary".into())];
         };
-        let enforcer = cordon_linux::LinuxEnforcer::new(
-            cordon_linux::InitProgram::new(exe).arg(crate::INIT_ARG),
-        );
+        let init = cordon_host::roles::SelfCommands::of(&exe).init;
+        let program = init
+            .args
+            .into_iter()
+            .fold(cordon_linux::InitProgram::new(init.path), |p, a| p.arg(a));
+        let enforcer = cordon_linux::LinuxEnforcer::new(program);
         let m = enforcer.mechanisms();
         let yes = |b: bool| if b { "yes" } else { "no" }.to_string();
         let mut out = vec![("running as root".to_string(), yes(m.root))];

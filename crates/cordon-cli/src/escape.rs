@@ -63,12 +63,13 @@ pub fn run(args: EscapeArgs) -> ExitCode {
     if wants_marker && std::env::var(HOST_ENV_MARKER).as_deref() != Ok(HOST_ENV_VALUE) {
         return again_with_marker();
     }
-    let setup = match crate::run::backend_setup(String::new(), None) {
+    let builder = crate::host_builder();
+    let setup = match builder.backend_setup() {
         Ok(s) => s,
-        Err(e) => return unavailable(e),
+        Err(e) => return unavailable(e.to_string()),
     };
     match cordon_host::kits::escape_with(
-        &crate::registry(),
+        builder.registry(),
         &args.backend,
         &setup,
         args.scratch,

@@ -183,7 +183,7 @@ pub fn run(a: ProxyArgs) -> ExitCode {
     };
     if a.unconfined {
         eprintln!("cordon proxy: running UNCONFINED (--unconfined): no Landlock, seccomp or capability drop");
-    } else if let Err(e) = confine(&setup) {
+    } else if let Err(e) = cordon_host::roles::confine_proxy(&setup) {
         return refuse(format!(
             "{e}; cordon proxy parses hostile input and confines itself before it serves — run it where Landlock and seccomp work, or pass --unconfined to accept the risk"
         ));
@@ -205,25 +205,4 @@ pub fn run(a: ProxyArgs) -> ExitCode {
     loop {
         std::thread::park();
     }
-}
-
-/// The uid and gid the egress proxy runs as once it has opened what it
-/// needs (when started as root): unprivileged, used by nothing else of
-/// cordon's (sandboxes run as `2_000_000_000 + n` and `1_999_999_999`), so
-/// a proxy that were subverted reads only what any user may read.
-pub const EGRESS_ID: u32 = 1_999_999_000;
-
-/// Confines this process (single-threaded still): no new privileges, no
-/// capabilities, no writes but the audit log, no exec, a seccomp deny list.
-pub(crate) fn confine(setup: &EgressSetup) -> Result<(), String> {
-    let applied = cordon_linux::confine_self(&cordon_linux::SelfConfinement {
-        writable_file: setup.audit.clone(),
-        without_landlock: false,
-        run_as: Some((EGRESS_ID, EGRESS_ID)),
-    })
-    .map_err(|e| format!("confining the proxy: {e}"))?;
-    for line in applied.lines {
-        tracing::debug!(target: "cordon::egress", "confined: {line}");
-    }
-    Ok(())
 }

@@ -17,13 +17,11 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use cordon_host::keeper::KeptConfig;
-use cordon_host::{Host, HostError, HostSetup};
+use cordon_host::{Host, HostError, Keep};
 use cordon_policy::{Deployment, Identity, Policy};
-use cordon_sandbox::config::FLOOR_ENV;
 use cordon_sandbox::{
-    resolve_floor, BackendSetup, CallerContext, ExecRequest, ExitStatus, FloorSource, HostConfig,
-    Isolation, Router, SandboxSpec, SelfCommand, Stream,
+    CallerContext, ExecRequest, ExitStatus, FloorSource, HostConfig, Isolation, Router,
+    SandboxSpec, Stream,
 };
 
 pub use crate::exit::BOUND as EXIT_BOUND;
@@ -384,10 +382,10 @@ pub fn exit_for(out: &cordon_sandbox::ExecOutput, cap: u64) -> ExitCode {
     ExitCode::from(code)
 }
 
-/// Resolves the floor, the policy, the spec and the identity, and builds a
-/// router over the local backends the floor admits and this machine holds;
-/// `wrap` makes each backend from its configuration.
-pub fn prepare(args: &Selection, keep: Option<KeptConfig>) -> Result<Prepared, ExitCode> {
+/// Resolves the floor, the policy, the spec and the identity, and builds the
+/// host (through the one host builder) over the backends the floor admits
+/// and this machine holds; `keep`: sandboxes outlive this process.
+pub fn prepare(args: &Selection, keep: Option<Keep>) -> Result<Prepared, ExitCode> {
     let config = match config_file(args.config.as_ref())
         .map(|f| HostConfig::from_file(&f))
         .transpose()
@@ -395,15 +393,9 @@ pub fn prepare(args: &Selection, keep: Option<KeptConfig>) -> Result<Prepared, E
         Ok(c) => c,
         Err(e) => return Err(usage(e)),
     };
-    let env_floor = std::env::var(FLOOR_ENV).ok();
-    let floor = match resolve_floor(
-        args.min_isolation.as_deref(),
-        env_floor.as_deref(),
-        config.as_ref(),
-    ) {
-        Ok(f) => f,
-        Err(e) => return Err(usage(e)),
-    };
+    let builder = crate::host_builder()
+        .floor_from(args.min_isolation.as_deref(), config.as_ref())
+        .map_err(usage)?;
     let identity = match identity(&args.identity) {
         Ok(i) => i,
         Err(e) => return Err(usage(e)),
@@ -421,25 +413,35 @@ pub fn prepare(args: &Selection, keep: Option<KeptConfig>) -> Result<Prepared, E
         Ok(s) => s,
         Err(e) => return Err(fail(e)),
     };
-    let policy_file = policy_path(args)?;
-    let setup = HostSetup {
-        floor: floor.clone(),
-        policy_file: policy_file.clone(),
-        only: args.backend.clone(),
-        order: None,
-        backends: {
-            let mut b = backend_setup(deployment, args.work_dir.clone()).map_err(refuse)?;
-            b.egress = egress_setup(config.as_ref(), !spec.egress_allow().is_empty(), b.egress)
-                .map_err(refuse)?;
-            // The proxy process loads the very file the host loads, by the
-            // same name (the digest covers layer names).
-            b.egress.policy_file = policy_file;
-            b
-        },
-        keep,
-        secrets: secrets_provider(args.secrets_dir.as_deref())?,
-    };
-    let host = match Host::assemble(&setup, &crate::registry()) {
+    let mut builder = builder
+        .policy_file(policy_path(args)?)
+        .only(args.backend.clone())
+        .deployment(deployment)
+        .work_dir(args.work_dir.clone())
+        .egress(
+            config
+                .as_ref()
+                .and_then(|c| c.egress.clone())
+                .unwrap_or_default(),
+        );
+    // Every egress decision lands where an operator can read it: the
+    // state directory's audit log, unless the configuration names one.
+    if !spec.egress_allow().is_empty() {
+        let dir = cordon_host::state::StateDir::default_path();
+        crate::state_open::open_state(&dir)
+            .map_err(|err| refuse(format!("the egress audit log's directory: {err}")))?;
+        builder = builder.audit_in(&dir);
+    }
+    if let Some(k) = keep {
+        builder = builder.keep(k);
+    }
+    if let Some(dir) = &args.secrets_dir {
+        builder = builder
+            .secrets_dir(dir)
+            .map_err(|e| usage(format!("`--secrets-dir`: {e}")))?;
+    }
+    let floor = builder.setup().map_err(fail)?.floor;
+    let host = match builder.build() {
         Ok(h) => h,
         Err(HostError::Policy { diagnostics }) => {
             eprintln!("{diagnostics}");
@@ -496,113 +498,5 @@ pub fn prepare(args: &Selection, keep: Option<KeptConfig>) -> Result<Prepared, E
         identity,
         spec,
         chosen,
-    })
-}
-
-/// The secret provider `--secrets-dir` names: a directory that exists (it
-/// is read at acquire, and only for secrets the policy grants). Without
-/// it, the router refuses a spec whose secret the policy grants, before
-/// any sandbox is made, saying to pass `--secrets-dir`.
-fn secrets_provider(
-    dir: Option<&std::path::Path>,
-) -> Result<Option<Arc<dyn cordon_sandbox::SecretProvider>>, ExitCode> {
-    let Some(dir) = dir else {
-        return Ok(None);
-    };
-    let real = dir.canonicalize().map_err(|e| {
-        usage(format!(
-            "`--secrets-dir {}`: {e}\nhelp: name a directory that holds each secret as a file",
-            dir.display()
-        ))
-    })?;
-    if !real.is_dir() {
-        return Err(usage(format!(
-            "`--secrets-dir {}` is not a directory\nhelp: name a directory that holds each secret as a file",
-            dir.display()
-        )));
-    }
-    Ok(Some(Arc::new(cordon_sandbox::DirectorySecrets::new(real))))
-}
-
-/// The egress proxy's setup: the host configuration's `egress:` section,
-/// with the audit log defaulting to `egress-audit.jsonl` in the state
-/// directory when a spec names hosts (so every decision lands somewhere an
-/// operator can read it).
-pub fn egress_setup(
-    config: Option<&HostConfig>,
-    names_hosts: bool,
-    base: cordon_sandbox::EgressSetup,
-) -> Result<cordon_sandbox::EgressSetup, String> {
-    let mut e = config.and_then(|c| c.egress.clone()).unwrap_or_default();
-    e.proxy = base.proxy;
-    if e.audit.is_none() && names_hosts {
-        let dir = cordon_host::state::StateDir::default_path();
-        crate::state_open::open_state(&dir)
-            .map_err(|err| format!("the egress audit log's directory: {err}"))?;
-        e.audit = Some(dir.join(EGRESS_AUDIT));
-    }
-    Ok(e)
-}
-
-/// The egress audit log's name in the state directory.
-pub const EGRESS_AUDIT: &str = "egress-audit.jsonl";
-
-/// What every backend of this process is built from: this binary as the
-/// sandbox init and as the egress proxy, the operator's work dir (or fresh ones under the
-/// temporary directory).
-/// The sandbox init: `cordon-init` beside this binary when it is there and
-/// as trustworthy as this binary (a regular file, owned by root or by this
-/// binary's owner, writable by nobody else), else this binary's own
-/// `__sandbox-init`. Either way the init refuses to run unless it was built
-/// from the same sources (`--cordon-build`).
-pub fn init_command(exe: &std::path::Path) -> SelfCommand {
-    use std::os::unix::fs::MetadataExt;
-    let own = |p: &std::path::Path| {
-        std::fs::symlink_metadata(p)
-            .ok()
-            .filter(|m| m.file_type().is_file())
-    };
-    let sibling = exe.with_file_name("cordon-init");
-    let trusted = match (own(exe), own(&sibling)) {
-        (Some(me), Some(it)) => {
-            (it.uid() == 0 || it.uid() == me.uid())
-                && it.mode() & 0o022 == 0
-                && it.mode() & 0o111 != 0
-        }
-        _ => false,
-    };
-    if trusted {
-        tracing::debug!(target: "cordon::run", init = %sibling.display(), "the sandbox init");
-        SelfCommand {
-            path: sibling,
-            args: Vec::new(),
-        }
-    } else {
-        SelfCommand {
-            path: exe.to_path_buf(),
-            args: vec![crate::INIT_ARG.to_string()],
-        }
-    }
-}
-
-pub fn backend_setup(
-    deployment: String,
-    work_dir: Option<PathBuf>,
-) -> Result<BackendSetup, String> {
-    let exe = std::env::current_exe()
-        .map_err(|e| format!("cannot find the cordon binary to use as the sandbox init: {e}"))?;
-    Ok(BackendSetup {
-        deployment,
-        init: Some(init_command(&exe)),
-        work_dir,
-        scratch: std::env::temp_dir(),
-        // The egress proxy: this binary too, as a confined process of its own.
-        egress: cordon_sandbox::EgressSetup {
-            proxy: Some(SelfCommand {
-                path: exe,
-                args: vec![crate::EGRESS_ARG.to_string()],
-            }),
-            ..Default::default()
-        },
     })
 }

@@ -7,9 +7,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use cordon_host::keeper::{self, KeptBackend, KeptConfig, KeptSandbox, KEEPER_ARG};
+use cordon_host::keeper::{self, KeptBackend, KeptSandbox};
 use cordon_host::state::{self, StateDir};
-use cordon_sandbox::{collect_outputs, CallerContext, ExecRequest, Sandbox, SelfCommand};
+use cordon_sandbox::{collect_outputs, CallerContext, ExecRequest, Sandbox};
 
 use crate::exit::{fail, refuse, usage};
 use crate::json_out;
@@ -428,20 +428,11 @@ fn gc() -> Result<ExitCode, ExitCode> {
 }
 
 fn up(a: UpArgs) -> Result<ExitCode, ExitCode> {
-    let st = state()?;
-    let exe = std::env::current_exe()
-        .map_err(|e| refuse(format!("cannot find the cordon binary: {e}")))?;
-    let policy_file = crate::run::policy_path(&a.sel)?;
-    let kept = KeptConfig {
-        state: st,
-        keeper: SelfCommand {
-            path: exe,
-            args: vec![KEEPER_ARG.to_string()],
-        },
-        policy_file,
+    let kept = cordon_host::Keep {
+        state: state()?,
+        owner: OWNER.to_string(),
         idle_timeout: Duration::from_secs(a.idle_timeout),
         max_age: Duration::from_secs(a.max_age),
-        owner: OWNER.to_string(),
     };
     let p = prepare(&a.sel, Some(kept))?;
     let id = p.identity.clone();

@@ -9,10 +9,10 @@ use std::sync::Arc;
 
 use std::time::Duration;
 
-use cordon_host::keeper::{KeptBackend, KeptConfig, KEEPER_ARG};
+use cordon_host::builder::EGRESS_AUDIT;
+use cordon_host::keeper::KeptBackend;
 use cordon_host::state::StateDir;
-use cordon_host::{Host, HostError, HostSetup};
-use cordon_sandbox::SelfCommand;
+use cordon_host::{Host, HostBuilder, HostError, Keep};
 use cordon_sandbox::{Floor, FloorSource, Isolation};
 use cordon_serve::{ServeConfig, Served};
 
@@ -57,11 +57,6 @@ pub fn run(args: ServeArgs) -> ExitCode {
             ))
         }
     };
-    let mut backends = match crate::run::backend_setup(String::new(), None) {
-        Ok(b) => b,
-        Err(e) => return refuse(e),
-    };
-    backends.egress.policy_file = policy_file.clone();
     // Sandboxes are kept (a keeper each) and recorded in the state
     // directory: replicas sharing it serve and dispose of each other's, and
     // a restarted server (after a crash, a kill -9) finds them again.
@@ -76,58 +71,46 @@ pub fn run(args: ServeArgs) -> ExitCode {
         Ok(s) => s,
         Err(e) => return refuse(format!("the state directory: {e}")),
     };
+    let mut builder = crate::host_builder()
+        .floor(floor.clone())
+        .policy_file(policy_file)
+        .order(config.backends.clone())
+        .keep(Keep {
+            state: state.clone(),
+            owner: OWNER.to_string(),
+            idle_timeout: Duration::from_secs(config.sandboxes.idle_timeout),
+            max_age: Duration::from_secs(config.sandboxes.max_age),
+        });
     // Every egress decision of the server's sandboxes lands in the state
-    // directory's audit log, which the server follows for `/metrics`.
+    // directory's audit log (unless the configuration names one), which
+    // the server follows for `/metrics`.
+    // (Its `audit_bounds` too: they were dropped here before the builder.)
     if let Some(e) = &config.egress {
-        backends.egress.nameservers = e.nameservers.clone();
-        backends.egress.hosts_file = e.hosts_file.clone();
-        backends.egress.audit = e.audit.clone();
+        builder = builder.egress(e.clone());
     }
-    let audit = backends
-        .egress
-        .audit
-        .clone()
-        .unwrap_or_else(|| state_path.join(crate::run::EGRESS_AUDIT));
-    backends.egress.audit = Some(audit.clone());
-    let exe = match std::env::current_exe() {
-        Ok(p) => p,
-        Err(e) => return refuse(format!("cannot find the cordon binary: {e}")),
+    builder = builder.audit_in(&state_path);
+    builder = match secrets_of(&config, builder) {
+        Ok(b) => b,
+        Err(code) => return code,
     };
-    let kept = KeptConfig {
-        state: state.clone(),
-        keeper: SelfCommand {
-            path: exe,
-            args: vec![KEEPER_ARG.to_string()],
-        },
-        policy_file: policy_file.clone(),
-        idle_timeout: Duration::from_secs(config.sandboxes.idle_timeout),
-        max_age: Duration::from_secs(config.sandboxes.max_age),
-        owner: OWNER.to_string(),
-    };
-    let registry = crate::registry();
     // What a crashed replica (or this server, before a restart) left whose
     // keeper is gone too, or that is past its age, is reclaimed now; live
     // ones are served again.
-    let (reclaimed, failures) = KeptBackend::gc(&state, &registry);
+    let (reclaimed, failures) = KeptBackend::gc(&state, builder.registry());
     for f in failures {
         tracing::warn!("reclaiming at start: {f}");
     }
     if reclaimed > 0 {
         eprintln!("cordon serve: reclaimed {reclaimed} sandbox(es) whose keeper was gone");
     }
-    let setup = HostSetup {
-        floor: floor.clone(),
-        policy_file,
-        only: None,
-        order: config.backends.clone(),
-        backends,
-        keep: Some(kept),
-        secrets: match secrets_of(&config) {
-            Ok(s) => s,
-            Err(code) => return code,
-        },
+    let audit = match builder.backend_setup() {
+        Ok(b) => b
+            .egress
+            .audit
+            .unwrap_or_else(|| state_path.join(EGRESS_AUDIT)),
+        Err(e) => return refuse(e),
     };
-    let host = match Host::assemble(&setup, &registry) {
+    let host = match builder.build() {
         Ok(h) => h,
         Err(HostError::Policy { diagnostics }) => {
             eprintln!("{diagnostics}");
@@ -237,11 +220,9 @@ fn mcp_spec_of(config: &ServeConfig, host: &Host) -> Result<cordon_sandbox::Sand
 
 /// The configured secret store, checked: a directory that exists, or a
 /// command the provider accepts.
-fn secrets_of(
-    config: &ServeConfig,
-) -> Result<Option<Arc<dyn cordon_sandbox::SecretProvider>>, ExitCode> {
-    Ok(match &config.secrets {
-        None => None,
+fn secrets_of(config: &ServeConfig, builder: HostBuilder) -> Result<HostBuilder, ExitCode> {
+    match &config.secrets {
+        None => Ok(builder),
         Some(cordon_serve::config::SecretStore::Dir(d)) => {
             if !d.is_dir() {
                 return Err(usage(format!(
@@ -250,21 +231,14 @@ fn secrets_of(
                     d.display()
                 )));
             }
-            Some(Arc::new(cordon_sandbox::DirectorySecrets::new(d.clone()))
-                as Arc<dyn cordon_sandbox::SecretProvider>)
+            builder
+                .secrets_dir(d)
+                .map_err(|e| usage(format!("`secrets.dir` in `{}`: {e}", config.file)))
         }
-        Some(cordon_serve::config::SecretStore::Command(argv)) => {
-            match cordon_sandbox::CommandSecrets::new(argv.clone()) {
-                Ok(c) => Some(Arc::new(c) as Arc<dyn cordon_sandbox::SecretProvider>),
-                Err(e) => {
-                    return Err(usage(format!(
-                        "`secrets.command` in `{}`: {e}",
-                        config.file
-                    )))
-                }
-            }
-        }
-    })
+        Some(cordon_serve::config::SecretStore::Command(argv)) => builder
+            .secrets_command(argv.clone())
+            .map_err(|e| usage(format!("`secrets.command` in `{}`: {e}", config.file))),
+    }
 }
 
 /// The root layer the configuration requires (`policy_root`): the policy

@@ -64,6 +64,10 @@ pub enum HostError {
     /// The router refused its backends.
     #[error("{0}")]
     Router(String),
+    /// What the host was given cannot be used (a secrets directory that
+    /// is not one, a binary that cannot be found); says what to do.
+    #[error("{0}")]
+    Setup(String),
 }
 
 /// A built backend declares to the router what its registration claims
@@ -109,7 +113,7 @@ impl HostError {
         match self {
             HostError::Policy { .. } | HostError::UnknownBackend(_) => ErrorKind::Invalid,
             HostError::NoBackend(_) => ErrorKind::Unavailable,
-            HostError::Router(_) => ErrorKind::Invalid,
+            HostError::Router(_) | HostError::Setup(_) => ErrorKind::Invalid,
         }
     }
 }

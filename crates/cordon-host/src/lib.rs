@@ -1,27 +1,33 @@
-//! cordon's host layer: what the CLI uses now and a server will use next.
+//! cordon's host layer: what every surface (the CLI, `cordon serve`,
+//! `cordon mcp`, a Rust library host) builds its host from.
 //!
-//! - [`builtin_registry`] — every backend this build knows: the ones it
-//!   runs (`cordon-backend-gvisor`'s, `cordon-backend-docker`'s and
-//!   `cordon-backend-local`'s
-//!   registrations) and the ones it plans
-//!   ([`cordon_sandbox::catalogue::planned`]). A host may register more.
+//! - [`builtin_registry`] — every backend this build knows (docker, gvisor,
+//!   microvm and the local `process` and `container` rungs). A host may
+//!   register more: a registration is all a backend takes.
+//! - [`builder`] — the one host builder: a surface maps its flags or
+//!   configuration to a [`HostBuilder`] and gets the host.
 //! - [`assembly`] — from a host setup (floor, policy, backend preference,
-//!   state directory) to the policy, the chosen backends and the router,
-//!   in one place.
+//!   keeper) to the policy, the chosen backends and the router.
+//! - [`roles`] — the process roles (sandbox init, keeper, egress proxy)
+//!   dispatched from one place, and this binary as each of them.
 //! - [`keeper`] and [`state`] — kept sandboxes for any registered backend:
 //!   a keeper process per sandbox, found through the state directory.
 //! - [`kits`] — the files-out conformance kit and the escape kit, run
 //!   against any registered backend.
 //!
-//! Module arrows: `assembly` → `keeper` → `state`; `kits` → `assembly`.
+//! Module arrows: `builder` → `assembly` → `keeper` → `state`;
+//! `builder` → `roles` → `keeper`; `kits` → `assembly`.
 //! Nothing here enforces anything: backends do, below the workload.
 
 pub mod assembly;
+pub mod builder;
 pub mod keeper;
 pub mod kits;
+pub mod roles;
 pub mod state;
 
 pub use assembly::{Host, HostError, HostSetup};
+pub use builder::{HostBuilder, Keep};
 
 use cordon_sandbox::Registry;
 

@@ -13,11 +13,11 @@ use cordon_sandbox::{
     SandboxError, StdinFeed,
 };
 
+use super::dial::{connect, EXEC_GRACE};
 use super::wire::{
     error_from_wire, file_error_from_wire, kind_from_wire, status_from_wire, Reply, Request,
     WireEntry, MAX_FILE_BYTES,
 };
-use super::{connect, EXEC_GRACE};
 use crate::state::{Record, StateDir};
 
 /// An anonymous file (memfd) for bytes that travel to or from a keeper.

@@ -24,25 +24,25 @@
 //! operations the in-process sandbox uses.
 
 mod client;
+mod dial;
 mod serve;
 mod sweep;
 pub mod wire;
 
 use std::io::{BufRead, BufReader, Write};
-use std::os::fd::OwnedFd;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cordon_linux::fdpass;
 use cordon_policy::Policy;
 use cordon_sandbox::{
     AcquireRequest, BackendRegistration, BackendSetup, Registry, Sandbox, SelfCommand,
 };
 
 pub use client::KeptSandbox;
+use dial::ask;
 pub use serve::keeper_main;
 pub use sweep::{reclaim_dead_keepers, Reclaimed};
 pub use wire::Launch;
@@ -52,44 +52,6 @@ use crate::state::{self, KeyRecord, ProcessId, Record, StateDir};
 
 /// The hidden first argument that makes the `cordon` binary a keeper.
 pub const KEEPER_ARG: &str = "__sandbox-keeper";
-
-/// How long a keeper may take to answer a ping or a dispose before it is
-/// treated as gone (then killed, if it is still that process, and reclaimed).
-pub(crate) const ANSWER_WITHIN: Duration = Duration::from_secs(15);
-/// How much longer than the exec's own timeout a client waits for its end.
-pub(crate) const EXEC_GRACE: Duration = Duration::from_secs(60);
-
-/// Connects to a keeper; every read on the socket gives up after `within`.
-pub(crate) fn connect(path: &Path, within: Duration) -> std::io::Result<OwnedFd> {
-    use rustix::net::{
-        connect, socket_with, AddressFamily, SocketAddrUnix, SocketFlags, SocketType,
-    };
-    let s = socket_with(
-        AddressFamily::UNIX,
-        SocketType::SEQPACKET,
-        SocketFlags::CLOEXEC,
-        None,
-    )?;
-    fdpass::size_buffers(&s)?;
-    rustix::net::sockopt::set_socket_timeout(
-        &s,
-        rustix::net::sockopt::Timeout::Recv,
-        Some(within),
-    )?;
-    connect(&s, &SocketAddrUnix::new(path)?)?;
-    Ok(s)
-}
-
-fn ask(path: &Path, req: &Request, fds: &[std::os::fd::BorrowedFd<'_>]) -> std::io::Result<Reply> {
-    let s = connect(path, ANSWER_WITHIN)?;
-    fdpass::send(&s, req, fds)?;
-    match fdpass::recv::<Reply>(&s)? {
-        Some((r, _)) => Ok(r),
-        None => Err(std::io::Error::other(
-            "the keeper closed the connection without answering",
-        )),
-    }
-}
 
 /// Whether the keeper of `rec` answers.
 pub fn ping(state: &StateDir, rec: &Record) -> bool {

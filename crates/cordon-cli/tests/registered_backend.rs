@@ -1,16 +1,18 @@
 //! A backend registered here, in a test — not built into cordon, written as
-//! one `impl Engine` under the backend kit's generic backend — is
-//! served by doctor's report, the host assembly's router, the keeper (this
-//! test binary is its own keeper) and both kits, with no change to any of
-//! them: a new backend is one registration.
+//! one `impl Engine` under the backend kit's generic backend — is served
+//! by doctor, the host builder's router, the keeper, `cordon serve` and
+//! both kits, with no change to any of them: a new backend is one
+//! registration. This test binary is the whole `cordon` over a registry
+//! holding it (`cordon_cli::main_with`), and so its own keeper.
 //!
 //! The backend runs commands on the host in a directory (no isolation at
 //! all) and declares the rung `none`, honestly; its egress declaration
 //! (`closed`) is the test's word only, to pass the router's egress rule —
 //! it is a test double and is never registered anywhere else.
 //!
-//! `harness = false`: the binary is also the keeper its kept sandboxes are
-//! held by, so `main` dispatches the keeper's hidden argument first.
+//! `harness = false`: the binary is also `cordon` (with [`AS_CORDON`] set)
+//! and the keeper its kept sandboxes are held by, so `main` hands those to
+//! `cordon_cli::main_with` first.
 #![allow(clippy::expect_used, clippy::unwrap_used)] // tests may panic on a broken fixture
 
 use std::io::Write;
@@ -486,15 +488,193 @@ fn both_kits_attack_it() {
     }
 }
 
-fn main() {
-    if std::env::args_os().nth(1).as_deref() == Some(std::ffi::OsStr::new(KEEPER_ARG)) {
-        cordon_host::keeper::keeper_main(&registry());
+/// Set: this binary is `cordon` over [`registry`].
+const AS_CORDON: &str = "CORDON_TEST_AS_CORDON";
+
+/// This test binary as `cordon`, its state directory `state`, stdin empty.
+fn cordon(state: &Path, args: &[&str]) -> std::process::Output {
+    std::process::Command::new(std::env::current_exe().unwrap())
+        .env(AS_CORDON, "1")
+        .env("CORDON_STATE_DIR", state)
+        .env_remove("CORDON_MIN_ISOLATION")
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap()
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn cordon_doctor_shows_it() {
+    let d = tempfile::tempdir().unwrap();
+    let row = |floor: &[&str]| {
+        let mut args = vec!["doctor", "--format", "json"];
+        args.extend_from_slice(floor);
+        let out = cordon(d.path(), &args);
+        let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        doc["backends"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|b| b["name"] == NAME)
+            .cloned()
+            .unwrap_or_else(|| panic!("doctor does not list {NAME}: {doc}"))
+    };
+    let r = row(&["--min-isolation", "none"]);
+    assert_eq!(
+        (&r["rung"], &r["runnable"], &r["admitted"]),
+        (&"none".into(), &true.into(), &true.into()),
+        "{r}"
+    );
+    assert_eq!(row(&[])["admitted"], false);
+}
+
+fn cordon_run_and_sandbox_use_it() {
+    let d = tempfile::tempdir().unwrap();
+    let state = d.path().join("state");
+    let pick = ["--backend", NAME, "--min-isolation", "none"];
+    let mut args = vec!["run"];
+    args.extend_from_slice(&pick);
+    args.extend_from_slice(&["--", "/bin/sh", "-c", "echo routed; exit 3"]);
+    let out = cordon(&state, &args);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "routed\n");
+    // The policy holds for it as for any backend: `su` is refused (125).
+    let mut args = vec!["run"];
+    args.extend_from_slice(&pick);
+    args.extend_from_slice(&["--", "su", "-c", "id"]);
+    let out = cordon(&state, &args);
+    assert_eq!(out.status.code(), Some(125), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("no-privilege-tools"));
+    // Kept: this binary is the keeper.
+    let mut args = vec!["sandbox", "up", "--scope", "s", "--thread", "t"];
+    args.extend_from_slice(&pick);
+    let out = cordon(&state, &args);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let handle = text(&out.stdout).trim().to_string();
+    let out = cordon(
+        &state,
+        &[
+            "sandbox",
+            "exec",
+            &handle,
+            "--",
+            "/bin/sh",
+            "-c",
+            "echo kept",
+        ],
+    );
+    assert_eq!(text(&out.stdout), "kept\n", "{}", text(&out.stderr));
+    let out = cordon(&state, &["sandbox", "ls", "--format", "json"]);
+    assert!(text(&out.stdout).contains(NAME), "{}", text(&out.stdout));
+    let out = cordon(&state, &["sandbox", "down", &handle]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let out = cordon(&state, &["sandbox", "ls", "--format", "json"]);
+    assert!(
+        !text(&out.stdout).contains(&handle),
+        "{}",
+        text(&out.stdout)
+    );
+}
+
+/// `cordon serve` over the engine: made, run in and disposed of over HTTP,
+/// a keeper each.
+fn cordon_serve_serves_it() {
+    use std::io::{BufRead, Read};
+    let d = tempfile::tempdir().unwrap();
+    let hash = {
+        let out = std::process::Command::new("sh")
+            .args(["-c", "printf %s token-a | sha256sum"])
+            .output()
+            .unwrap();
+        text(&out.stdout)[..64].to_string()
+    };
+    let config = d.path().join("serve.yaml");
+    // Its `/mcp` sandboxes exec and take files; it runs no code by kind.
+    std::fs::write(
+        d.path().join("mcp.yaml"),
+        "kind: mcp\nimage: host\nrequires: [exec, files_in]\n",
+    )
+    .unwrap();
+    std::fs::write(
+        &config,
+        format!("listen: 127.0.0.1:0\nmin_isolation: none\nbackends: [{NAME}]\nmcp: {{spec: mcp.yaml}}\nsandboxes: {{state_dir: state, dispose_on_shutdown: true}}\ncredentials:\n  - name: a\n    token_sha256: {hash}\n    scope: team-a\n    identity: {{namespace: team-a, name: agent}}\n"),
+    )
+    .unwrap();
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .env(AS_CORDON, "1")
+        .env_remove("CORDON_MIN_ISOLATION")
+        .args(["serve", "--config", config.to_str().unwrap()])
+        .current_dir(d.path())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let addr = line
+        .trim()
+        .strip_prefix("listening on http://")
+        .unwrap_or_else(|| panic!("not a listening line: {line:?}"))
+        .to_string();
+    let post = |path: &str, body: serde_json::Value| -> (u16, serde_json::Value) {
+        let mut s = std::net::TcpStream::connect(&addr).unwrap();
+        let body = body.to_string();
+        write!(s, "POST {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer token-a\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len()).unwrap();
+        let mut answer = String::new();
+        s.read_to_string(&mut answer).unwrap();
+        let status = answer[9..12].parse().unwrap();
+        let json = answer.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+        (status, serde_json::from_str(json).unwrap_or_default())
+    };
+    let (status, made) = post("/v1/sandboxes", serde_json::json!({"thread": "t1"}));
+    assert_eq!(status, 200, "{made}");
+    assert_eq!(
+        (made["backend"].as_str(), made["rung"].as_str()),
+        (Some(NAME), Some("none"))
+    );
+    let (status, out) = post(
+        "/v1/sandboxes/exec",
+        serde_json::json!({"thread": "t1", "argv": ["/bin/sh", "-c", "cat; exit 4"], "stdin": "served\n"}),
+    );
+    assert_eq!(status, 200, "{out}");
+    assert_eq!(
+        (out["stdout"].as_str(), out["status"]["code"].as_i64()),
+        (Some("served\n"), Some(4))
+    );
+    let (status, gone) = post("/v1/sandboxes/dispose", serde_json::json!({"thread": "t1"}));
+    assert_eq!(
+        (status, gone["disposed"].as_u64()),
+        (200, Some(1)),
+        "{gone}"
+    );
+    let pid = rustix::process::Pid::from_raw(i32::try_from(child.id()).unwrap()).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+    assert!(child.wait().unwrap().success());
+}
+
+fn main() -> std::process::ExitCode {
+    // This binary as `cordon` (and so as its keeper, whose first argument
+    // says so and whose environment is cleared).
+    let role = std::env::args().nth(1).is_some_and(|a| a.starts_with("__"));
+    if role || std::env::var_os(AS_CORDON).is_some() {
+        return cordon_cli::main_with(registry);
     }
-    let tests: [(&str, fn()); 4] = [
+    let tests: [(&str, fn()); 7] = [
         ("doctor_reports_it", doctor_reports_it),
         ("the_router_serves_it", the_router_serves_it),
         ("the_keeper_keeps_it", the_keeper_keeps_it),
         ("both_kits_attack_it", both_kits_attack_it),
+        ("cordon_doctor_shows_it", cordon_doctor_shows_it),
+        (
+            "cordon_run_and_sandbox_use_it",
+            cordon_run_and_sandbox_use_it,
+        ),
+        ("cordon_serve_serves_it", cordon_serve_serves_it),
     ];
     let filter: Vec<String> = std::env::args()
         .skip(1)
@@ -507,4 +687,5 @@ fn main() {
         test();
         println!("test {name} ... ok");
     }
+    std::process::ExitCode::SUCCESS
 }
