@@ -5,8 +5,9 @@ use std::time::Duration;
 
 use crate::metrics::follow_audit;
 use crate::outputs::sweep_artifacts;
+use crate::routes::app;
 use crate::served::Served;
-use crate::{app, config, tls};
+use crate::{config, tls};
 
 /// How long running requests (execs among them) may go on after the
 /// shutdown signal before the server stops anyway.
