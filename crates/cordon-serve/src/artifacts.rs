@@ -33,9 +33,8 @@ use cordon_sandbox::{
     Artifact, ErrorKind, FileKind, LandedArtifact, OutputSink, Sandbox, SandboxSpec, SinkError,
 };
 
-use crate::config::Limits;
-use crate::outputs::random_handle;
-use crate::{Credential, Refusal};
+use crate::config::{Credential, Limits};
+use crate::refusal::Refusal;
 
 /// The prefix of the directory's name; the rest is 128 random bits.
 pub(crate) const DIR_PREFIX: &str = "cordon-serve-artifacts-";
@@ -494,6 +493,14 @@ impl Drop for Budgeted<'_> {
         );
         self.store.lock().unreserve(self.credential, reserved);
     }
+}
+
+/// 128 random bits as hex: an artifact's handle.
+fn random_handle() -> std::io::Result<String> {
+    use std::io::Read as _;
+    let mut b = [0u8; 16];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut b)?;
+    Ok(b.iter().map(|x| format!("{x:02x}")).collect())
 }
 
 #[cfg(test)]

@@ -1,6 +1,22 @@
 //! Exec: buffered and streamed.
 
-use super::*;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use cordon_sandbox::{ErrorKind, ExecRequest, Sandbox};
+use serde::Deserialize;
+use serde_json::json;
+
+use crate::config::Credential;
+use crate::mcp;
+use crate::refusal::refused;
+use crate::request::{authed, Address, Body};
+use crate::sandboxes::live_sandbox;
+use crate::served::Served;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]

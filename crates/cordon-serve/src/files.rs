@@ -1,6 +1,19 @@
 //! Files in: one file written into a sandbox.
 
-use super::*;
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use cordon_sandbox::ErrorKind;
+use serde::Deserialize;
+use serde_json::json;
+
+use crate::refusal::refused;
+use crate::request::{authed, Address, Body};
+use crate::sandboxes::live_sandbox;
+use crate::served::Served;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -4,12 +4,21 @@
 
 use std::future::Future as _;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use axum::body::Bytes;
-use axum::http::header;
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use cordon_sandbox::ErrorKind;
+use serde_json::json;
 
-use super::*;
+use crate::mcp_http::{MCP_AGENT_DIR_HEADER, MCP_THREAD_HEADER};
+use crate::refusal::refused;
+use crate::request::who;
+use crate::served::Served;
 
 /// Served without a credential (`GET` only).
 const PUBLIC: [&str; 2] = ["/healthz", "/openapi.json"];
@@ -88,7 +97,8 @@ pub(crate) async fn credential_first(
         Ok(c) => c,
         Err(r) => return *r,
     };
-    if !s.take_token(&cred) {
+    let rate = f64::from(s.config.limits.requests_per_second);
+    if !s.buckets.take(&cred.name, rate) {
         return (
             StatusCode::TOO_MANY_REQUESTS,
             [("retry-after", "1")],

@@ -1,6 +1,13 @@
 //! Listening: plain HTTP or TLS, connections, graceful shutdown.
 
-use super::*;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crate::metrics::follow_audit;
+use crate::outputs::sweep_artifacts;
+use crate::routes::app;
+use crate::served::Served;
+use crate::{config, tls};
 
 /// How long running requests (execs among them) may go on after the
 /// shutdown signal before the server stops anyway.

@@ -1,7 +1,22 @@
 //! `/mcp`: the MCP server over streamable HTTP, each request bound to
 //! the credential it carries.
 
-use super::*;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::{Json, Router};
+use cordon_sandbox::{ErrorKind, Sandbox, SandboxSpec};
+use serde_json::json;
+
+use crate::config::Credential;
+use crate::refusal::refused;
+use crate::request::{caller, who, Address};
+use crate::served::Served;
+use crate::{auth, mcp};
 
 /// `/mcp`: the MCP server over streamable HTTP. Each request must carry a
 /// credential (checked here, before the protocol is read, and again when a

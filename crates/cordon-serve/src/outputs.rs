@@ -1,14 +1,19 @@
 //! Outputs: declared outputs collected into artifacts, and fetched.
 
-use super::*;
+use std::sync::Arc;
 
-/// 128 random bits as hex: an artifact's handle.
-pub(crate) fn random_handle() -> std::io::Result<String> {
-    use std::io::Read as _;
-    let mut b = [0u8; 16];
-    std::fs::File::open("/dev/urandom")?.read_exact(&mut b)?;
-    Ok(b.iter().map(|x| format!("{x:02x}")).collect())
-}
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use cordon_sandbox::{ErrorKind, Sandbox};
+use serde_json::json;
+
+use crate::config::Credential;
+use crate::refusal::{refused, Refusal};
+use crate::request::{authed, who, Address, Body};
+use crate::sandboxes::live_sandbox;
+use crate::served::Served;
 
 /// Collects the caller's sandbox's declared outputs (files out) through a
 /// confined sink into a directory of the server's own: each landed file's

@@ -1,6 +1,20 @@
 //! Sandboxes: create or get, attach a recorded one, dispose.
 
-use super::*;
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use cordon_sandbox::{ErrorKind, Sandbox, SandboxKey, SandboxSpec};
+use serde::Deserialize;
+use serde_json::json;
+
+use crate::config::Credential;
+use crate::limits::{ScopeGuard, CAP_LOCK_WAIT};
+use crate::refusal::{no_such_sandbox, refused, Refusal};
+use crate::request::{authed, caller, who, Address, Body};
+use crate::served::Served;
 
 pub(crate) async fn backends(State(s): State<Arc<Served>>, headers: HeaderMap) -> Response {
     let cred = match who(&s, &headers) {
@@ -352,10 +366,6 @@ impl Served {
     }
 }
 
-/// How long a request waits for its scope's cap lock (another create of
-/// the same scope, here or at a replica) before it is refused (`503`).
-const CAP_LOCK_WAIT: Duration = Duration::from_secs(120);
-
 /// A scope's cap lock, held (see [`Served::cap_lock`]).
 struct CapLock<'a> {
     file: Option<cordon_host::state::KeyLock>,
@@ -374,59 +384,6 @@ impl Drop for CapLock<'_> {
         if let Some(f) = self.file.take() {
             f.unlock_and_remove();
         }
-    }
-}
-
-/// The scopes whose cap lock a thread of this server holds, and the
-/// condition a waiter waits on.
-#[derive(Default)]
-pub(crate) struct ScopeLocks {
-    held: Mutex<std::collections::BTreeSet<String>>,
-    freed: std::sync::Condvar,
-}
-
-/// One scope's cap lock in this server, held until dropped.
-struct ScopeGuard<'a> {
-    locks: &'a ScopeLocks,
-    scope: String,
-}
-
-impl<'a> ScopeGuard<'a> {
-    fn take(locks: &'a ScopeLocks, scope: &str) -> Result<ScopeGuard<'a>, Refusal> {
-        let deadline = std::time::Instant::now().checked_add(CAP_LOCK_WAIT);
-        let mut held = locks.held.lock().unwrap_or_else(|p| p.into_inner());
-        while held.contains(scope) {
-            let left = deadline
-                .and_then(|d| d.checked_duration_since(std::time::Instant::now()))
-                .unwrap_or_default();
-            if left.is_zero() {
-                return Err(Refusal::of(
-                    ErrorKind::Unavailable,
-                    "another create of this credential's sandboxes has run for over two minutes; try again",
-                ));
-            }
-            held = locks
-                .freed
-                .wait_timeout(held, left)
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
-        }
-        held.insert(scope.to_string());
-        Ok(ScopeGuard {
-            locks,
-            scope: scope.to_string(),
-        })
-    }
-}
-
-impl Drop for ScopeGuard<'_> {
-    fn drop(&mut self) {
-        self.locks
-            .held
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&self.scope);
-        self.locks.freed.notify_all();
     }
 }
 

@@ -12,7 +12,7 @@ use cordon_sandbox::{
 };
 
 use super::judge::Observation;
-use super::{ConformanceSubject, SECRET};
+use super::probe::{ConformanceSubject, SECRET};
 
 pub(super) type Hook<'h> = (&'h str, &'h (dyn Fn() + Sync));
 

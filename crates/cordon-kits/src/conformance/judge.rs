@@ -4,7 +4,7 @@ use cordon_sandbox::{Artifact, Collision};
 use cordon_sandbox::{Cap, CollectError, Collected};
 
 #[cfg(test)]
-use super::SECRET;
+use super::probe::SECRET;
 
 /// What a collection did, as the kit observed it.
 #[derive(Debug)]
@@ -16,7 +16,7 @@ pub struct Observation {
     pub sandbox_calls: usize,
     /// Reads that returned more than their bound plus one byte.
     pub overruns: Vec<String>,
-    /// Whether [`SECRET`](super::SECRET) came back from any read or delivery.
+    /// Whether [`SECRET`](super::probe::SECRET) came back from any read or delivery.
     pub secret_seen: bool,
 }
 

@@ -10,7 +10,7 @@ use cordon_sandbox::{Collision, DeclaredOutput, SandboxSpec, TransferLimits};
 
 use super::interposer::observe;
 use super::judge::{judge_cap, judge_collision, judge_dangling, judge_escape, judge_refused};
-use super::{plant, ConformanceSubject, SECRET};
+use super::probe::{plant, ConformanceSubject, SECRET};
 
 pub(super) fn small_limits() -> TransferLimits {
     TransferLimits {

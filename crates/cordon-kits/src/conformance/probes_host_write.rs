@@ -2,7 +2,7 @@
 //! the work dir.
 
 use super::judge::judge_host_write;
-use super::{plant, ConformanceSubject, SECRET};
+use super::probe::{plant, ConformanceSubject, SECRET};
 
 pub(super) fn host_write_probe(
     name: &'static str,

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use cordon_sandbox::{ExecOutput, ExecRequest, ExitStatus, Provenance, Sandbox, SandboxSpec};
 
-use super::ConformanceSubject;
+use super::probe::ConformanceSubject;
 
 /// A subject for any guest with `sh`, `ln`, `mkfifo`, `mkdir`, `rm` and
 /// `cat`: it plants through [`Sandbox::exec`], as the workload would.

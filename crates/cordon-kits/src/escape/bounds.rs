@@ -7,9 +7,11 @@ use std::time::Instant;
 
 use cordon_sandbox::ExitStatus;
 
+use super::case::{
+    EscapeSubject, BOUND_CPU_SECONDS, BOUND_MEMORY, BOUND_PROCESSES, BOUND_WALL_SECONDS,
+};
 use super::host::nonce;
 use super::workload::{exec_in, py_in, Ran};
-use super::{EscapeSubject, BOUND_CPU_SECONDS, BOUND_MEMORY, BOUND_PROCESSES, BOUND_WALL_SECONDS};
 
 pub(super) fn bounded(s: &EscapeSubject, code: &str) -> Ran {
     py_in(&*s.bounded, code)

@@ -8,10 +8,10 @@ use std::time::Instant;
 use cordon_sandbox::{ExecRequest, ExitStatus, Sandbox, SandboxError};
 
 use super::bounds::{none_survive, survivors};
+use super::case::{EscapeSubject, BAIT};
 use super::host::nonce;
 use super::proc::{all_refused, PY_LIBC};
 use super::workload::{breaches, exec_in, Ran, TIMEOUT};
-use super::{EscapeSubject, BAIT};
 
 /// What a planted tool prints when it runs.
 pub(super) const PLANTED: &str = "cordon-escape-planted-tool-3b9e";

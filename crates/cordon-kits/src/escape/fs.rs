@@ -5,9 +5,9 @@ use std::path::PathBuf;
 
 use cordon_sandbox::ExitStatus;
 
+use super::case::{EscapeSubject, BAIT};
 use super::host::{nonce, plant, HostDir};
 use super::workload::{exec_in, setup, sh, TIMEOUT};
-use super::{EscapeSubject, BAIT};
 
 pub(super) fn read_host_files(s: &EscapeSubject) -> Result<String, String> {
     let home = setup("the home-directory bait", HostDir::new(&s.host.home, 0o755))?;

@@ -13,7 +13,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 use std::time::Instant;
 
-use super::{HOST_ENV_MARKER, HOST_ENV_VALUE};
+use super::case::{HOST_ENV_MARKER, HOST_ENV_VALUE};
 
 pub(super) static NEXT: AtomicU32 = AtomicU32::new(0);
 

@@ -8,9 +8,9 @@ use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixListener;
 use std::time::Duration;
 
+use super::case::{EscapeSubject, BAIT};
 use super::host::HostDir;
 use super::workload::{breaches, py, setup};
-use super::{EscapeSubject, BAIT};
 
 pub(super) fn special_sockets(s: &EscapeSubject) -> Result<String, String> {
     let run = py(

@@ -1,9 +1,9 @@
 //! Processes and namespaces: host processes, `ptrace`, `mount`, `unshare`,
 //! `clone3`.
 
+use super::case::{host_process_visibility, EscapeSubject, HostProcessVisibility};
 use super::host::HostSleeper;
 use super::workload::{py, sh, Ran};
-use super::{host_process_visibility, EscapeSubject, HostProcessVisibility};
 
 pub(super) fn host_processes(s: &EscapeSubject) -> Result<String, String> {
     let mut sleeper = HostSleeper::start(s.host.sleeper_uid)?;

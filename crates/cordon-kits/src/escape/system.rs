@@ -4,10 +4,10 @@
 use std::path::Path;
 use std::time::Duration;
 
+use super::case::{EscapeSubject, HOST_ENV_MARKER, HOST_ENV_VALUE};
 use super::host::{HostDir, HostSleeper};
 use super::net::{arrived, unix_listener, PY_UNIX};
 use super::workload::{breaches, py, setup, sh};
-use super::{EscapeSubject, HOST_ENV_MARKER, HOST_ENV_VALUE};
 
 pub(super) fn tiocsti(s: &EscapeSubject) -> Result<String, String> {
     // stdio, the controlling terminal, and a pty of the workload's own made

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use super::*;
 use cordon_files::host_dir::HostDirectorySandbox;
-use cordon_sandbox::{Provenance, SandboxSpec};
+use cordon_sandbox::{Isolation, Provenance, Sandbox, SandboxSpec};
 
 fn unconfined(root: &Path) -> EscapeSubject {
     let work = root.join("work");

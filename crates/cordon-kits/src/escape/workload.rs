@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use cordon_sandbox::{ExecOutput, ExecRequest, ExitStatus, Sandbox, SandboxError};
 
-use super::EscapeSubject;
+use super::case::EscapeSubject;
 
 /// What one workload did.
 #[derive(Debug)]

@@ -1,0 +1,54 @@
+//! The routes: every endpoint, and the layers every request passes.
+
+use std::sync::Arc;
+
+use axum::routing::{get, post};
+use axum::Router;
+
+use crate::exec::exec;
+use crate::files::write_file;
+use crate::gate;
+use crate::mcp_http::mcp_routes;
+use crate::metrics::{count_refusals, metrics};
+use crate::outputs::{artifact, outputs};
+use crate::sandboxes::{backends, create, dispose, dispose_thread};
+use crate::served::Served;
+
+/// The API's OpenAPI document, served at `/openapi.json`; a test holds
+/// every path in it to the running server.
+pub const OPENAPI: &str = include_str!("../openapi/openapi.json");
+
+/// The routes.
+pub fn app(state: Arc<Served>) -> Router {
+    let max_body = state.config.limits.max_request_bytes;
+    Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route(
+            "/openapi.json",
+            get(|| async { ([("content-type", "application/json")], OPENAPI) }),
+        )
+        .route("/v1/backends", get(backends))
+        .route("/v1/sandboxes", post(create))
+        .route("/v1/sandboxes/exec", post(exec))
+        .route("/v1/sandboxes/dispose", post(dispose))
+        .route("/v1/sandboxes/files", post(write_file))
+        .route("/v1/threads/dispose", post(dispose_thread))
+        .route("/v1/sandboxes/outputs", post(outputs))
+        .route("/v1/artifacts/{handle}", get(artifact))
+        .route("/metrics", get(metrics))
+        .merge(mcp_routes(state.clone()))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            gate::credential_first,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            count_refusals,
+        ))
+        .layer(axum::extract::DefaultBodyLimit::max(max_body))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            gate::request_shape,
+        ))
+        .with_state(state)
+}

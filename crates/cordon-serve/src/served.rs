@@ -1,0 +1,104 @@
+//! The shared state every handler answers from: [`Served`].
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use cordon_sandbox::{Sandbox, SandboxKey, SandboxSpec};
+
+use crate::artifacts::Artifacts;
+use crate::config::ServeConfig;
+use crate::counts::ScopeMetrics;
+use crate::limits::{Buckets, ScopeLocks};
+
+/// What the server answers from: the configuration and what the host
+/// assembly built.
+pub struct Served {
+    pub config: ServeConfig,
+    /// The backends the host's router holds, strongest first.
+    pub backends: Vec<String>,
+    /// The floor every sandbox is held to.
+    pub floor: cordon_sandbox::Isolation,
+    /// The host assembly's router: every sandbox is acquired through it.
+    pub router: cordon_sandbox::Router,
+    /// The sandboxes this server made, by key (scope from the credential).
+    pub live: Mutex<BTreeMap<SandboxKey, Arc<dyn Sandbox>>>,
+    /// Each scope's cap lock in this server: held from a sandbox count
+    /// until the sandbox is recorded, so no create passes the cap
+    /// uncounted (replicas also lock the scope in the state directory).
+    pub(crate) scope_locks: ScopeLocks,
+    /// Each credential's request budget: tokens left, and when counted.
+    pub(crate) buckets: Buckets,
+    /// Where collected outputs land (a directory of the server's own, one
+    /// beneath it per collection), by opaque handle, within each
+    /// credential's bounds. A handle is for the host's code, never a model's.
+    pub(crate) artifacts: Artifacts,
+    /// Counters for `/metrics`, by scope.
+    pub(crate) metrics: Mutex<BTreeMap<String, ScopeMetrics>>,
+    /// The spec of every sandbox made through `/mcp`.
+    pub(crate) mcp_spec: SandboxSpec,
+    /// Where the router's kept sandboxes are recorded (shared by
+    /// replicas); `None`: sandboxes live and die with this server.
+    pub(crate) state: Option<cordon_host::state::StateDir>,
+    /// The egress proxies' audit log, followed for `/metrics`.
+    pub(crate) egress_audit: Option<PathBuf>,
+    /// HTTPS (and mutual TLS); `None`: plain HTTP.
+    pub(crate) tls: Option<tokio_rustls::TlsAcceptor>,
+    /// Every registered backend as this machine's probe found it at start
+    /// (what `cordon doctor` shows).
+    pub(crate) catalogue: Vec<serde_json::Value>,
+}
+
+impl Served {
+    pub fn new(
+        config: ServeConfig,
+        backends: Vec<String>,
+        floor: cordon_sandbox::Isolation,
+        router: cordon_sandbox::Router,
+        mcp_spec: SandboxSpec,
+    ) -> Served {
+        let artifacts = Artifacts::new(std::env::temp_dir(), &config.limits);
+        Served {
+            mcp_spec,
+            state: None,
+            egress_audit: None,
+            tls: None,
+            catalogue: Vec::new(),
+            config,
+            backends,
+            floor,
+            router,
+            live: Mutex::new(BTreeMap::new()),
+            scope_locks: ScopeLocks::default(),
+            buckets: Buckets::default(),
+            artifacts,
+            metrics: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    /// Sandboxes are kept (by the router's kept backends) and recorded in
+    /// `state`: found there by any replica, and by this server restarted.
+    pub fn kept_in(mut self, state: cordon_host::state::StateDir) -> Served {
+        self.state = Some(state);
+        self
+    }
+
+    /// What `/v1/backends` says of every registered backend (doctor's rows).
+    pub fn with_catalogue(mut self, rows: Vec<serde_json::Value>) -> Served {
+        self.catalogue = rows;
+        self
+    }
+
+    /// Serves HTTPS with `acceptor` (see [`crate::tls::acceptor`]).
+    pub fn with_tls(mut self, acceptor: tokio_rustls::TlsAcceptor) -> Served {
+        self.tls = Some(acceptor);
+        self
+    }
+
+    /// Follows the egress proxies' audit log (from its end as the server
+    /// starts) for `/metrics`: denials by rule and bytes carried, by scope.
+    pub fn following_egress_audit(mut self, path: PathBuf) -> Served {
+        self.egress_audit = Some(path);
+        self
+    }
+}
