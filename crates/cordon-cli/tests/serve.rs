@@ -3109,3 +3109,66 @@ fn an_idle_sandbox_that_goes_leaves_no_lock_file() {
     assert_eq!(entries("sandboxes"), Vec::<std::ffi::OsString>::new());
     assert_eq!(entries("locks"), Vec::<std::ffi::OsString>::new());
 }
+
+/// The configuration's `egress:` section reaches the proxy whole: its
+/// `audit_bounds` too (the server once copied three of its fields and
+/// dropped the bounds, so a sandbox's audit budget was the default's).
+#[test]
+fn the_configured_audit_budget_holds_for_the_servers_sandboxes() {
+    if !root() {
+        return;
+    }
+    // An upstream that answers each request with a short 200.
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = l.local_addr().expect("addr").port();
+    std::thread::spawn(move || {
+        for s in l.incoming() {
+            let Ok(mut s) = s else { continue };
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 4096];
+                let _ = s.read(&mut buf);
+                let _ = s.write_all(
+                    b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok",
+                );
+            });
+        }
+    });
+    let dir = tempfile::tempdir().expect("dir");
+    let p = dir.path();
+    std::fs::write(p.join("policy.yaml"), OWN_POLICY).expect("policy");
+    std::fs::write(p.join("hosts"), "127.0.0.1 ok.test\n").expect("hosts");
+    // The least burst and rate the proxy takes: about a hundred lines.
+    let body = good_config().replace(
+        "min_isolation: container\n",
+        &format!(
+            "min_isolation: container\npolicy: policy.yaml\negress: {{nameservers: [], hosts_file: {}, audit_bounds: {{rotate_bytes: 1048576, keep: 1, sandbox_bytes_per_sec: 1024, sandbox_burst_bytes: 32768}}}}\n",
+            p.join("hosts").display()
+        ),
+    );
+    let server = start(&config(p, &body));
+    let spec =
+        format!("kind: fetch\nimage: host\nrequires: [exec]\negress_allow: [\"ok.test:{port}\"]\n");
+    let a = Some("token-a");
+    let (status, v) = post(
+        &server.addr,
+        "/v1/sandboxes",
+        a,
+        serde_json::json!({"thread": "budget", "spec": spec}),
+    );
+    assert_eq!(status, 200, "{v}");
+    let (status, v) = post(
+        &server.addr,
+        "/v1/sandboxes/exec",
+        a,
+        serde_json::json!({"thread": "budget", "argv": ["sh", "-c", format!(
+            "for i in $(seq 300); do curl -s -o /dev/null -w '%{{http_code}}\\n' --max-time 5 http://ok.test:{port}/$i; done | sort | uniq -c"
+        )]}),
+    );
+    assert_eq!(status, 200, "{v}");
+    let counts = v["stdout"].as_str().unwrap_or_default();
+    assert!(counts.contains(" 200"), "nothing was carried: {v}");
+    assert!(
+        counts.contains(" 429"),
+        "300 requests within a 32 KiB audit budget were all carried: {v}"
+    );
+}
