@@ -11,6 +11,11 @@
 
 use std::os::unix::fs::MetadataExt;
 use std::path::{Component, Path, PathBuf};
+use std::sync::atomic::Ordering;
+
+use cordon_sandbox::BackendError;
+
+use crate::failed;
 
 /// How one backend names its sandbox directories.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,6 +31,26 @@ impl SandboxDirs {
     /// (`PREFIX-PID-N…`).
     pub fn maker_of(&self, name: &str) -> Option<u32> {
         cordon_confine::oci::maker_of(self.prefix, name)
+    }
+
+    /// A new sandbox directory in `scratch`: `PREFIX-PID-N-STAMP`, root's,
+    /// 0700, made new (nothing planted at its path is used).
+    pub fn make(&self, scratch: &Path) -> Result<MadeDir, BackendError> {
+        let stamp = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        let id = format!(
+            "{}{}-{}-{stamp}",
+            self.prefix,
+            std::process::id(),
+            crate::NEXT.fetch_add(1, Ordering::Relaxed)
+        );
+        let scratch = scratch
+            .canonicalize()
+            .map_err(|e| failed("acquire", format!("`{}`: {e}", scratch.display())))?;
+        let dir = scratch.join(&id);
+        crate::workarea::private_dir(&dir).map_err(|e| failed("acquire", e))?;
+        Ok(MadeDir { id, dir, scratch })
     }
 
     /// Whether `p`'s last component is a name this backend makes.
@@ -102,6 +127,16 @@ impl SandboxDirs {
         }
         (done, failures)
     }
+}
+
+/// A sandbox directory [`SandboxDirs::make`] made.
+#[derive(Debug)]
+pub struct MadeDir {
+    /// Its name: the sandbox's id.
+    pub id: String,
+    pub dir: PathBuf,
+    /// The scratch directory it is in, canonical.
+    pub scratch: PathBuf,
 }
 
 /// Where this cordon makes sandbox directories: TMPDIR, canonical.
@@ -181,10 +216,16 @@ pub fn remove_sandbox_dir(dir: &Path) -> Result<(), String> {
             volume.display()
         ));
     }
-    match std::fs::remove_dir_all(dir) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(format!("cannot remove `{}`: {e}", dir.display())),
+    removed(std::fs::remove_dir_all(dir), dir)
+}
+
+/// A removal of `path`'s outcome: what was already gone is removed too.
+pub fn removed(outcome: std::io::Result<()>, path: &Path) -> Result<(), String> {
+    match outcome {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            Err(format!("cannot remove `{}`: {e}", path.display()))
+        }
+        _ => Ok(()),
     }
 }
 

@@ -134,6 +134,12 @@ impl<E: Engine> EngineBackend<E> {
         }
     }
 
+    /// The backend over `engine`, set up by `setup`.
+    pub fn set_up(engine: E, setup: &crate::EngineSetup) -> Self {
+        let s = setup.clone();
+        EngineBackend::new(engine, s.policy, s.env, s.egress)
+    }
+
     /// The engine.
     pub fn engine(&self) -> &E {
         &self.engine

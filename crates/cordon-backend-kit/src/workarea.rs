@@ -21,6 +21,15 @@ pub fn private_dir(p: &Path) -> Result<(), String> {
         .map_err(|e| format!("cannot create `{}`: {e}", p.display()))
 }
 
+/// Makes `p` a directory only its maker can enter (mode 0700) unless
+/// there is something there already (which the caller then checks).
+pub fn private_dir_at(p: &Path) -> std::io::Result<()> {
+    match std::fs::DirBuilder::new().mode(0o700).create(p) {
+        Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => Err(e),
+        _ => Ok(()),
+    }
+}
+
 /// Makes `p` a directory of the workload's uid ([`WORKLOAD_ID`]), 0700.
 pub fn owned_dir(p: &Path) -> Result<(), String> {
     private_dir(p)?;

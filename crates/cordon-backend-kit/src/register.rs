@@ -1,0 +1,242 @@
+//! What every engine backend's registration and set-up share: the set-up
+//! read from the host's, the probe's answer, the registration of an OCI
+//! engine on this host, a recorded residue read back, and the route out a
+//! sandbox's egress proxy serves.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use cordon_policy::{Deployment, Policy};
+use cordon_sandbox::catalogue::{BackendInfo, Probe};
+use cordon_sandbox::registry::BuildFn;
+use cordon_sandbox::{
+    AcquireRequest, BackendError, BackendRegistration, BackendSetup, EgressSetup, WorkDirView,
+};
+
+use crate::WORKLOAD_ID;
+
+/// What every engine backend is set up with, from the host's
+/// [`BackendSetup`] and the loaded policy.
+#[derive(Clone)]
+pub struct EngineSetup {
+    pub policy: Arc<Policy>,
+    /// The deployment the router decides in.
+    pub env: Deployment,
+    /// Where each sandbox's directory is made.
+    pub scratch: PathBuf,
+    /// The operator's work dir (`--work-dir`); `None`: a fresh one per
+    /// sandbox.
+    pub work_dir: Option<PathBuf>,
+    /// How the egress proxy resolves names and where it audits.
+    pub egress: EgressSetup,
+}
+
+impl EngineSetup {
+    pub fn of(setup: &BackendSetup, policy: Arc<Policy>) -> EngineSetup {
+        EngineSetup {
+            policy,
+            env: Deployment {
+                name: setup.deployment.clone(),
+            },
+            scratch: setup.scratch.clone(),
+            work_dir: setup.work_dir.clone(),
+            egress: setup.egress.clone(),
+        }
+    }
+}
+
+/// A probe that found the backend runnable, and what it found.
+pub fn runnable(found: Vec<String>) -> Probe {
+    Probe {
+        runnable: true,
+        reason: None,
+        found,
+    }
+}
+
+/// A probe that found the backend not runnable: why, and what else it
+/// found (the reason is not said twice).
+pub fn not_runnable(reason: &str, found: &[String]) -> Probe {
+    Probe {
+        runnable: false,
+        reason: Some(reason.to_string()),
+        found: found.iter().filter(|f| *f != reason).cloned().collect(),
+    }
+}
+
+/// Why a backend cannot be built, as one line: the probe's reason, then
+/// what else it found.
+pub fn why_not_runnable(reason: &str, found: &[String]) -> String {
+    let found: Vec<&str> = found
+        .iter()
+        .filter(|f| *f != reason)
+        .map(String::as_str)
+        .collect();
+    match found.is_empty() {
+        true => reason.to_string(),
+        false => format!("{reason} ({})", found.join("; ")),
+    }
+}
+
+/// The registration of an OCI engine on this host (docker, gvisor): the
+/// spec's work dir path, the operator's work dir owned by (and every
+/// workload run as) [`WORKLOAD_ID`], opt-in (used when named, or as the
+/// floor asks).
+pub fn engine_registration(
+    info: BackendInfo,
+    probe: fn(&BackendSetup) -> Probe,
+    build: BuildFn,
+    vet: fn(&serde_json::Value, u32) -> Result<(), String>,
+    reclaim: fn(&serde_json::Value) -> Vec<String>,
+    sweep: fn() -> (Vec<String>, Vec<String>),
+) -> BackendRegistration {
+    BackendRegistration {
+        info,
+        probe,
+        build: Some(build),
+        vet,
+        reclaim,
+        sweep,
+        work_dir_view: WorkDirView::SpecPath,
+        work_dir_owner: Some(WORKLOAD_ID),
+        workload_uid: Some(WORKLOAD_ID),
+        opt_in: true,
+    }
+}
+
+/// A recorded residue read back as `backend`'s (`T`), or why not.
+pub fn read_residue<T: serde::de::DeserializeOwned>(
+    residue: &serde_json::Value,
+    backend: &str,
+) -> Result<T, String> {
+    serde_json::from_value(residue.clone())
+        .map_err(|e| format!("the recorded residue is not a {backend} one ({e})"))
+}
+
+/// Reclaims a recorded residue of `backend`'s with `reclaim` (which
+/// returns what failed); one that is not `backend`'s is left alone, and
+/// said.
+pub fn reclaim_read<T: serde::de::DeserializeOwned>(
+    residue: &serde_json::Value,
+    backend: &str,
+    reclaim: impl FnOnce(T) -> Vec<String>,
+) -> Vec<String> {
+    match read_residue(residue, backend) {
+        Ok(r) => reclaim(r),
+        Err(e) => vec![format!("{e}; left alone")],
+    }
+}
+
+/// A backend's refusal in `operation`: what the request asks cannot be
+/// served (nothing was made).
+pub fn refused(operation: &'static str, reason: impl Into<String>) -> BackendError {
+    BackendError::Refused {
+        operation,
+        reason: reason.into(),
+    }
+}
+
+/// `done` when nothing failed, else every failure in `operation`.
+pub fn all_done<T>(
+    done: T,
+    operation: &'static str,
+    failures: Vec<String>,
+) -> Result<T, BackendError> {
+    if failures.is_empty() {
+        Ok(done)
+    } else {
+        Err(crate::failed(operation, failures.join("; ")))
+    }
+}
+
+/// Refuses, with `why`, a spec that names secrets, for a backend that
+/// delivers none.
+pub fn refuse_secrets(req: &AcquireRequest, why: &str) -> Result<(), BackendError> {
+    match req.provenance.spec.secrets().is_empty() {
+        true => Ok(()),
+        false => Err(refused("acquire", why)),
+    }
+}
+
+/// Serves `listener` as `req`'s sandbox's one route out: the proxy learns
+/// the sandbox, the identity (the acquire request's, never the
+/// workload's) and the spec's allowlist. The serving lasts as long as
+/// what this returns is held.
+pub fn serve_route(
+    service: &dyn cordon_egress::EgressService,
+    listener: std::net::TcpListener,
+    req: &AcquireRequest,
+) -> Result<Box<dyn std::any::Any + Send>, String> {
+    service.serve(
+        listener,
+        cordon_egress::Caller {
+            sandbox: req.key.to_string(),
+            identity: req.provenance.identity.clone(),
+            allow: Some(req.provenance.spec.egress_allow().to_vec()),
+        },
+    )
+}
+
+/// A route out made on the host: a network namespace of its own holding
+/// only `lo` and the proxy's listener on `127.0.0.1:port`, served.
+pub struct PrivateRoute {
+    pub port: u16,
+    pub ns: std::os::fd::OwnedFd,
+    pub serving: Box<dyn std::any::Any + Send>,
+}
+
+/// Makes `req`'s sandbox's route out in a namespace of its own.
+pub fn private_route(
+    service: &dyn cordon_egress::EgressService,
+    req: &AcquireRequest,
+) -> Result<PrivateRoute, String> {
+    let port = cordon_linux::netns::random_port();
+    let made = cordon_linux::netns::private_with_listener(port).map_err(|e| {
+        format!("making the sandbox's network namespace with the egress proxy's listener: {e}")
+    })?;
+    Ok(PrivateRoute {
+        port,
+        ns: made.ns,
+        serving: serve_route(service, made.listener, req)?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn a_probe_says_its_reason_once() {
+        let found = ["no runsc".to_string(), "PATH: /bin".to_string()];
+        let p = not_runnable("no runsc", &found);
+        assert_eq!((p.runnable, p.found.len()), (false, 1));
+        assert_eq!(
+            why_not_runnable("no runsc", &found),
+            "no runsc (PATH: /bin)"
+        );
+        assert_eq!(why_not_runnable("no runsc", &found[..1]), "no runsc");
+    }
+
+    #[test]
+    fn a_residue_of_another_backend_is_left_alone() {
+        #[derive(serde::Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct R {
+            #[allow(dead_code)]
+            dir: PathBuf,
+        }
+        let other = serde_json::json!({"dir": "/tmp/x", "cgroups": []});
+        let mut called = false;
+        let f = reclaim_read(&other, "toy", |_: R| {
+            called = true;
+            Vec::new()
+        });
+        assert!(!called);
+        assert!(
+            f[0].contains("not a toy one") && f[0].ends_with("left alone"),
+            "{f:?}"
+        );
+        assert!(read_residue::<R>(&serde_json::json!({"dir": "/tmp/x"}), "toy").is_ok());
+    }
+}
