@@ -2,13 +2,13 @@
 
 use std::sync::Arc;
 
-use cordon_backend_kit::{Engine, EngineBackend, Which};
+use cordon_backend_kit::{all_done, refused, Engine, EngineBackend, Which};
 use cordon_sandbox::{
     AcquireRequest, BackendError, CapabilitySet, Isolation, IsolationError, Sandbox,
 };
 
 use crate::sandbox::DockerSandbox;
-use crate::{failed, DockerConfig};
+use crate::DockerConfig;
 
 /// The `docker` engine: what differs from the other engines.
 pub struct Docker {
@@ -20,12 +20,8 @@ pub type DockerBackend = EngineBackend<Docker>;
 
 /// The `docker` backend set up by `config`.
 pub fn backend(config: DockerConfig) -> DockerBackend {
-    let (policy, env, egress) = (
-        config.policy.clone(),
-        config.env.clone(),
-        config.egress.clone(),
-    );
-    EngineBackend::new(Docker { config }, policy, env, egress)
+    let setup = config.setup.clone();
+    EngineBackend::set_up(Docker { config }, &setup)
 }
 
 /// What the backend serves (the kit's set for every OCI engine).
@@ -53,13 +49,10 @@ impl Engine for Docker {
     }
 
     fn admit(&self, req: &AcquireRequest) -> Result<(), BackendError> {
-        if !req.provenance.spec.secrets().is_empty() {
-            return Err(BackendError::Refused {
-                operation: "acquire",
-                reason: "the docker backend does not serve secrets in this version; drop the spec's `secrets`, or run on the native container rung (`--backend container`)".into(),
-            });
-        }
-        Ok(())
+        cordon_backend_kit::register::refuse_secrets(
+            req,
+            "the docker backend does not serve secrets in this version; drop the spec's `secrets`, or run on the native container rung (`--backend container`)",
+        )
     }
 
     fn create(
@@ -67,12 +60,8 @@ impl Engine for Docker {
         req: &AcquireRequest,
         egress: Option<Arc<dyn cordon_egress::EgressService>>,
     ) -> Result<DockerSandbox, BackendError> {
-        let engine = crate::probe::place(&self.config.endpoints).map_err(|reason| {
-            BackendError::Refused {
-                operation: "acquire",
-                reason,
-            }
-        })?;
+        let engine = crate::probe::place(&self.config.endpoints)
+            .map_err(|reason| refused("acquire", reason))?;
         DockerSandbox::create(&self.config, &engine, req, egress)
     }
 
@@ -124,7 +113,7 @@ impl Engine for Docker {
                 }
                 let residue =
                     serde_json::json!({"dir": dir, "sandbox": id, "engine": ep.to_string()});
-                let keeper = crate::maker_of(id).unwrap_or(0);
+                let keeper = crate::DIRS.maker_of(id).unwrap_or(0);
                 match crate::residue::vet_residue(&residue, keeper) {
                     Ok(()) => {
                         let left = crate::residue::reclaim_residue(&residue);
@@ -145,10 +134,6 @@ impl Engine for Docker {
                 if unanswered.len() == 1 { "its" } else { "their" },
             ));
         }
-        if failures.is_empty() {
-            Ok(n)
-        } else {
-            Err(failed("dispose_scope", failures.join("; ")))
-        }
+        all_done(n, "dispose_scope", failures)
     }
 }

@@ -243,7 +243,14 @@ mod tests {
     fn names_are_read_as_backends_write_them() {
         assert_eq!(DIRS.maker_of("cordon-toy-12-3-456"), Some(12));
         assert_eq!(DIRS.maker_of("cordon-toy-12-3"), Some(12));
-        for bad in ["cordon-toy-x-3", "cordon-other-1-2-3", "cordon-toy-12"] {
+        // An exec's container or a pod's, named after its sandbox.
+        assert_eq!(DIRS.maker_of("cordon-toy-12-3-456-e7"), Some(12));
+        for bad in [
+            "cordon-toy-x-3",
+            "cordon-other-1-2-3",
+            "cordon-toy-12",
+            "cordon-toy-",
+        ] {
             assert_eq!(DIRS.maker_of(bad), None, "{bad}");
         }
     }

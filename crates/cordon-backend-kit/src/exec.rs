@@ -24,6 +24,15 @@ pub fn exec_failed(reason: impl Into<String>) -> SandboxError {
     }
 }
 
+/// The policy's plan as an engine's mounts could not be made: refused
+/// (what the plan asks cannot be held) or failed.
+pub fn mounts_error(e: cordon_confine::oci::EngineMountsError) -> SandboxError {
+    match e {
+        cordon_confine::oci::EngineMountsError::Refused(r) => refused(r),
+        cordon_confine::oci::EngineMountsError::Failed(r) => exec_failed(r),
+    }
+}
+
 /// The exec's command line with its program resolved in the sandbox's own
 /// filesystem view (`argv[0]` the canonical path): what the engine runs.
 /// Refused before anything is made: a terminal (the backend serves none;
