@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use cordon_backend_kit::{Engine, EngineBackend, Which};
+use cordon_backend_kit::{all_done, Engine, EngineBackend, Which};
 use cordon_sandbox::{
     AcquireRequest, BackendError, CapabilitySet, Isolation, IsolationError, Sandbox,
 };
@@ -20,12 +20,8 @@ pub type GvisorBackend = EngineBackend<Gvisor>;
 
 /// The `gvisor` backend set up by `config`.
 pub fn backend(config: GvisorConfig) -> GvisorBackend {
-    let (policy, env, egress) = (
-        config.policy.clone(),
-        config.env.clone(),
-        config.egress.clone(),
-    );
-    EngineBackend::new(Gvisor { config }, policy, env, egress)
+    let setup = config.setup.clone();
+    EngineBackend::set_up(Gvisor { config }, &setup)
 }
 
 /// What the backend serves (the kit's set for every OCI engine).
@@ -94,11 +90,8 @@ impl Gvisor {
     ) -> Result<usize, BackendError> {
         let bin = &self.config.runsc.bin;
         let listed = crate::pod::listed(bin).map_err(|e| failed("dispose", e))?;
-        let scratch = self
-            .config
-            .scratch
-            .canonicalize()
-            .unwrap_or_else(|_| self.config.scratch.clone());
+        let scratch = &self.config.setup.scratch;
+        let scratch = scratch.canonicalize().unwrap_or_else(|_| scratch.clone());
         let mut n = 0;
         let mut failures = Vec::new();
         for l in listed.iter().filter(|l| matches(l)) {
@@ -112,9 +105,7 @@ impl Gvisor {
                 &format!("{sandbox}-"),
             ));
             if named && dir.parent() == Some(scratch.as_path()) && crate::ours(&dir) {
-                if let Err(e) = crate::sandbox::remove_sandbox_dir(&dir) {
-                    failures.push(e);
-                }
+                failures.extend(crate::sandbox::remove_sandbox_dir(&dir).err());
             } else {
                 failures.push(format!(
                     "`{}` (listed for `{}`) is not a sandbox directory of this backend in `{}`; its containers are gone, the directory is left alone",
@@ -125,10 +116,6 @@ impl Gvisor {
             }
             n += 1;
         }
-        if failures.is_empty() {
-            Ok(n)
-        } else {
-            Err(failed("dispose", failures.join("; ")))
-        }
+        all_done(n, "dispose", failures)
     }
 }

@@ -3,12 +3,14 @@
 
 use std::sync::Arc;
 
-use cordon_policy::{Deployment, Policy};
+use cordon_backend_kit::register as kit;
+use cordon_backend_kit::EngineSetup;
+use cordon_policy::Policy;
 use cordon_sandbox::catalogue::{BackendInfo, Probe};
-use cordon_sandbox::{Backend, BackendRegistration, BackendSetup, Egress, Isolation, WorkDirView};
+use cordon_sandbox::{Backend, BackendRegistration, BackendSetup, Egress, Isolation};
 
 use crate::sandbox::{remove_containers, remove_sandbox_dir, Residue};
-use crate::{GvisorConfig, WORKLOAD_ID};
+use crate::GvisorConfig;
 
 /// What the backend claims (its built backend declares the same).
 pub fn info() -> BackendInfo {
@@ -23,40 +25,26 @@ pub fn info() -> BackendInfo {
 
 fn probe(_: &BackendSetup) -> Probe {
     match crate::runsc::probe() {
-        Ok(r) => Probe {
-            runnable: true,
-            reason: None,
-            found: vec![
+        Ok(r) => kit::runnable(vec![
                 format!("`runsc`: {} ({})", r.bin.display(), r.version),
                 format!(
                     "platform: {} (a trivial container ran in {} ms)",
                     r.platform, r.probe_millis
                 ),
                 "egress: a spec that names hosts runs with `--network=host` in a namespace holding only the proxy's listener, so its sockets are the host kernel's (hostinet), not gVisor's stack".to_string(),
-            ],
-        },
-        Err(u) => Probe {
-            runnable: false,
-            reason: Some(u.reason.clone()),
-            found: u.found.clone(),
-        },
+        ]),
+        Err(u) => kit::not_runnable(&u.reason, &u.found),
     }
 }
 
 fn build(setup: &BackendSetup, policy: Arc<Policy>) -> Result<Arc<dyn Backend>, String> {
     let runsc = crate::runsc::probe()
         .as_ref()
-        .map_err(|u| format!("{} ({})", u.reason, u.found.join("; ")))?
+        .map_err(|u| kit::why_not_runnable(&u.reason, &u.found))?
         .clone();
     Ok(Arc::new(crate::backend::backend(GvisorConfig {
-        policy,
-        env: Deployment {
-            name: setup.deployment.clone(),
-        },
-        scratch: setup.scratch.clone(),
-        work_dir: setup.work_dir.clone(),
+        setup: EngineSetup::of(setup, policy),
         runsc,
-        egress: setup.egress.clone(),
     })))
 }
 
@@ -65,8 +53,7 @@ fn build(setup: &BackendSetup, policy: Arc<Policy>) -> Result<Arc<dyn Backend>, 
 /// this cordon's scratch directory (TMPDIR), root's, and the containers
 /// named after it.
 fn vet(residue: &serde_json::Value, keeper: u32) -> Result<(), String> {
-    let r: Residue = serde_json::from_value(residue.clone())
-        .map_err(|e| format!("the recorded residue is not a gvisor one ({e})"))?;
+    let r: Residue = kit::read_residue(residue, crate::NAME)?;
     crate::DIRS.vet(&r.dir, keeper)?;
     let name = r.dir.file_name().and_then(|n| n.to_str()).unwrap_or("");
     if r.containers != format!("{name}-") {
@@ -79,22 +66,14 @@ fn vet(residue: &serde_json::Value, keeper: u32) -> Result<(), String> {
 }
 
 fn reclaim(residue: &serde_json::Value) -> Vec<String> {
-    let r: Residue = match serde_json::from_value(residue.clone()) {
-        Ok(r) => r,
-        Err(e) => {
-            return vec![format!(
-                "the recorded residue is not a gvisor one ({e}); left alone"
-            )]
+    kit::reclaim_read(residue, crate::NAME, |r: Residue| {
+        let mut failures = Vec::new();
+        if let Some(bin) = crate::runsc::binary() {
+            failures.extend(remove_containers(&bin, &r.containers));
         }
-    };
-    let mut failures = Vec::new();
-    if let Some(bin) = crate::runsc::binary() {
-        failures.extend(remove_containers(&bin, &r.containers));
-    }
-    if let Err(e) = remove_sandbox_dir(&r.dir) {
-        failures.push(e);
-    }
-    failures
+        failures.extend(remove_sandbox_dir(&r.dir).err());
+        failures
+    })
 }
 
 /// Containers and sandbox directories whose making process is gone (an
@@ -107,7 +86,7 @@ fn sweep() -> (Vec<String>, Vec<String>) {
     if let Some(bin) = crate::runsc::binary() {
         if let Ok(ids) = crate::runsc::list(&bin) {
             for id in ids {
-                if crate::maker_of(&id).is_some_and(gone) {
+                if crate::DIRS.maker_of(&id).is_some_and(gone) {
                     crate::runsc::kill(&bin, &id);
                     match crate::runsc::delete(&bin, &id) {
                         Ok(()) => done.push(format!("runsc container `{id}`")),
@@ -121,7 +100,7 @@ fn sweep() -> (Vec<String>, Vec<String>) {
     // Cgroups whose container is gone (cordon's memory parent outlives
     // its container by design; an owner killed mid-exec leaves it).
     for name in crate::runsc::all_cgroup_names() {
-        if crate::maker_of(&name).is_some_and(gone) {
+        if crate::DIRS.maker_of(&name).is_some_and(gone) {
             crate::runsc::remove_cgroups(&name);
             if crate::runsc::cgroups_of(&name).is_empty() {
                 done.push(format!("cgroup `{name}`"));
@@ -140,32 +119,12 @@ fn sweep() -> (Vec<String>, Vec<String>) {
 /// ([`BackendRegistration::opt_in`]) while it lacks terminals (it serves
 /// secrets, egress and images from cordon's store).
 pub fn registration() -> BackendRegistration {
-    BackendRegistration {
-        info: info(),
-        probe,
-        build: Some(build),
-        vet,
-        reclaim,
-        sweep,
-        work_dir_view: WorkDirView::SpecPath,
-        work_dir_owner: Some(WORKLOAD_ID),
-        workload_uid: Some(WORKLOAD_ID),
-        opt_in: true,
-    }
+    kit::engine_registration(info(), probe, build, vet, reclaim, sweep)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn names_are_read_as_the_backend_writes_them() {
-        assert_eq!(crate::maker_of("cordon-gvisor-12-3-456"), Some(12));
-        assert_eq!(crate::maker_of("cordon-gvisor-12-3-456-e7"), Some(12));
-        for bad in ["cordon-gvisor-x-3", "cordon-work-1-2-3", "cordon-gvisor-12"] {
-            assert_eq!(crate::maker_of(bad), None, "{bad}");
-        }
-    }
 
     #[test]
     fn a_residue_names_only_what_its_keeper_made() {
