@@ -127,6 +127,20 @@ impl SandboxDirs {
         }
         (done, failures)
     }
+
+    /// Sweeps the orphans as [`remove_sandbox_dir`] removes one (binds and
+    /// volume unmounted first), after a sweep that did `done` and in which
+    /// `failures` failed: what the whole sweep did, and what failed.
+    pub fn sweep_dirs(
+        &self,
+        mut done: Vec<String>,
+        mut failures: Vec<String>,
+    ) -> (Vec<String>, Vec<String>) {
+        let (d, f) = self.sweep(|d| remove_sandbox_dir(d).err().into_iter().collect());
+        done.extend(d);
+        failures.extend(f);
+        (done, failures)
+    }
 }
 
 /// A sandbox directory [`SandboxDirs::make`] made.
@@ -217,6 +231,14 @@ pub fn remove_sandbox_dir(dir: &Path) -> Result<(), String> {
         ));
     }
     removed(std::fs::remove_dir_all(dir), dir)
+}
+
+/// A dispose's end: the sandbox's directory removed last (as
+/// [`remove_sandbox_dir`] removes it), after what else the dispose ended
+/// with `failures`; every failure reported.
+pub fn remove_last(dir: &Path, mut failures: Vec<String>) -> Result<(), BackendError> {
+    failures.extend(remove_sandbox_dir(dir).err());
+    crate::all_done((), "dispose", failures)
 }
 
 /// A removal of `path`'s outcome: what was already gone is removed too.

@@ -24,6 +24,20 @@ pub fn exec_failed(reason: impl Into<String>) -> SandboxError {
     }
 }
 
+/// The policy's storage and compute plan for a sandbox made for
+/// `identity` in `env`, as of now, over the work dir `work`: refused when
+/// the policy refuses it.
+pub fn plan_now(
+    policy: &cordon_policy::Policy,
+    identity: &cordon_policy::Identity,
+    env: &cordon_policy::Deployment,
+    work: &str,
+) -> Result<cordon_policy::plan::ConfinementPlan, SandboxError> {
+    policy
+        .plan(identity, env, cordon_sandbox::guard::now(), work)
+        .map_err(|e| refused(e.to_string()))
+}
+
 /// The policy's plan as an engine's mounts could not be made: refused
 /// (what the plan asks cannot be held) or failed.
 pub fn mounts_error(e: cordon_confine::oci::EngineMountsError) -> SandboxError {

@@ -3,7 +3,7 @@
 //! out through the confined primitives, the secrets directory and nothing
 //! else beside the work dir, and the record a kept sandbox's clients write
 //! through; with the trait methods every sandbox writes alike
-//! ([`sandbox_basics!`], [`host_files!`]).
+//! ([`sandbox_basics!`], [`host_files!`], [`host_sandbox!`]).
 
 use std::sync::Mutex;
 
@@ -172,6 +172,26 @@ macro_rules! host_files {
         fn host_work_dir(&self) -> Option<$crate::__sandbox::HostWorkDirRecord> {
             Some(self.$files.record())
         }
+    };
+}
+
+/// `Sandbox::start_exec` through the sandbox's own method `start` (taking
+/// the request and the attachment), then [`sandbox_basics!`] and
+/// [`host_files!`]: every trait method a sandbox over a host work dir
+/// serves alike. Used inside `impl Sandbox for …`.
+#[macro_export]
+macro_rules! host_sandbox {
+    ($start:ident, $view:ident, $files:ident) => {
+        fn start_exec(
+            &self,
+            req: &$crate::__sandbox::ExecRequest,
+            attach: $crate::__sandbox::Attach,
+        ) -> Result<$crate::__sandbox::ExecHandle, $crate::__sandbox::SandboxError> {
+            self.$start(req, attach)
+        }
+
+        $crate::sandbox_basics!($view);
+        $crate::host_files!($files);
     };
 }
 

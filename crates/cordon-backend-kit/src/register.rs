@@ -45,6 +45,29 @@ impl EngineSetup {
     }
 }
 
+/// Why a backend cannot run on this machine, and what its probe found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unrunnable {
+    pub reason: String,
+    pub found: Vec<String>,
+}
+
+impl Unrunnable {
+    /// The probe's answer.
+    pub fn probe(&self) -> Probe {
+        not_runnable(&self.reason, &self.found)
+    }
+}
+
+/// What a probe found the backend runnable with, for a build: else why
+/// not, as one line.
+pub fn probed<T: Clone>(probe: &Result<T, Unrunnable>) -> Result<T, String> {
+    probe
+        .as_ref()
+        .cloned()
+        .map_err(|u| why_not_runnable(&u.reason, &u.found))
+}
+
 /// A probe that found the backend runnable, and what it found.
 pub fn runnable(found: Vec<String>) -> Probe {
     Probe {
@@ -199,6 +222,38 @@ pub fn private_route(
         ns: made.ns,
         serving: serve_route(service, made.listener, req)?,
     })
+}
+
+/// For a backend's tests: whether its `vet` holds what the kit's
+/// [`crate::SandboxDirs::vet`] holds. The residue `residue_of` makes for a
+/// directory of `dirs`' in TMPDIR passes for the keeper that made it and
+/// no other; the same for a directory elsewhere is refused (saying
+/// TMPDIR); a residue of another shape is refused. `Err`: the case that
+/// was not held.
+pub fn vet_holds(
+    dirs: crate::SandboxDirs,
+    vet: fn(&serde_json::Value, u32) -> Result<(), String>,
+    residue_of: impl Fn(&std::path::Path) -> serde_json::Value,
+) -> Result<(), String> {
+    let keeper = 4_000_000; // above any pid_max: never a live process
+    let name = format!("{}{keeper}-0-1", dirs.prefix);
+    let ok = residue_of(&crate::dirs::scratch().join(&name));
+    vet(&ok, keeper).map_err(|e| format!("its own keeper's residue was refused: {e}"))?;
+    match vet(&ok, keeper + 1) {
+        Err(e) if e.contains("keeper") => {}
+        other => return Err(format!("another keeper's residue: {other:?}")),
+    }
+    match vet(
+        &residue_of(&std::path::Path::new("/var").join(&name)),
+        keeper,
+    ) {
+        Err(e) if e.contains("TMPDIR") => {}
+        other => return Err(format!("a directory outside TMPDIR: {other:?}")),
+    }
+    match vet(&serde_json::json!({"dirs": []}), keeper) {
+        Err(_) => Ok(()),
+        Ok(()) => Err("a residue of another shape passed".into()),
+    }
 }
 
 #[cfg(test)]
