@@ -3,9 +3,7 @@
 use std::sync::Arc;
 
 use cordon_backend_kit::{all_done, refused, Engine, EngineBackend, Which};
-use cordon_sandbox::{
-    AcquireRequest, BackendError, CapabilitySet, Isolation, IsolationError, Sandbox,
-};
+use cordon_sandbox::{AcquireRequest, BackendError, Isolation, Sandbox};
 
 use crate::sandbox::DockerSandbox;
 use crate::DockerConfig;
@@ -27,26 +25,10 @@ pub fn backend(config: DockerConfig) -> DockerBackend {
 /// What the backend serves (the kit's set for every OCI engine).
 pub use cordon_backend_kit::engine_capabilities as capabilities;
 
-pub(crate) use cordon_backend_kit::stored_root;
-
 impl Engine for Docker {
     type Sandbox = DockerSandbox;
 
-    fn name(&self) -> &str {
-        crate::NAME
-    }
-
-    fn isolation(&self) -> Result<Isolation, IsolationError> {
-        Ok(Isolation::Container)
-    }
-
-    fn capabilities(&self) -> CapabilitySet {
-        capabilities()
-    }
-
-    fn materialises(&self, image: &str) -> Result<(), String> {
-        stored_root(image).map(drop)
-    }
+    cordon_backend_kit::oci_engine_basics!(crate::NAME, Isolation::Container);
 
     fn admit(&self, req: &AcquireRequest) -> Result<(), BackendError> {
         cordon_backend_kit::register::refuse_secrets(
@@ -63,10 +45,6 @@ impl Engine for Docker {
         let engine = crate::probe::place(&self.config.endpoints)
             .map_err(|reason| refused("acquire", reason))?;
         DockerSandbox::create(&self.config, &engine, req, egress)
-    }
-
-    fn dispose(&self, sandbox: &DockerSandbox) -> Result<(), BackendError> {
-        sandbox.dispose()
     }
 
     /// Those another cordon process made (or one that restarted): found

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use cordon_backend_kit::register as kit;
-use cordon_backend_kit::{remove_sandbox_dir, EngineSetup};
+use cordon_backend_kit::EngineSetup;
 use cordon_policy::Policy;
 use cordon_sandbox::catalogue::{BackendInfo, Probe};
 use cordon_sandbox::{Backend, BackendRegistration, BackendSetup, Egress, Isolation};
@@ -21,6 +21,14 @@ pub fn info() -> BackendInfo {
         capabilities: crate::backend::capabilities(),
         summary: "a Docker Engine container per exec, through the Engine API, egress through cordon's proxy",
     }
+}
+
+/// The `docker` backend, as a host registers it. Opt-in: used when named
+/// (`--backend docker`). It sits on the `container` rung beside the native
+/// one, which serves more (secrets, terminals, egress) without a daemon;
+/// an operator who runs Docker chooses it.
+pub fn registration() -> BackendRegistration {
+    kit::engine_registration(info(), probe, build, vet, reclaim, sweep)
 }
 
 fn probe(_: &BackendSetup) -> Probe {
@@ -103,18 +111,7 @@ fn sweep() -> (Vec<String>, Vec<String>) {
             Err(e) => failures.push(format!("the docker engine at `{ep}` was not swept: {e}")),
         }
     }
-    let (dirs, f) = crate::DIRS.sweep(|d| remove_sandbox_dir(d).err().into_iter().collect());
-    done.extend(dirs);
-    failures.extend(f);
-    (done, failures)
-}
-
-/// The `docker` backend, as a host registers it. Opt-in: used when named
-/// (`--backend docker`). It sits on the `container` rung beside the native
-/// one, which serves more (secrets, terminals, egress) without a daemon;
-/// an operator who runs Docker chooses it.
-pub fn registration() -> BackendRegistration {
-    kit::engine_registration(info(), probe, build, vet, reclaim, sweep)
+    crate::DIRS.sweep_dirs(done, failures)
 }
 
 #[cfg(test)]
@@ -124,26 +121,20 @@ mod tests {
 
     #[test]
     fn a_residue_names_only_what_its_keeper_made() {
-        let keeper = 4_000_000; // above any pid_max: never a live process
-        let scratch = std::env::temp_dir().canonicalize().unwrap();
-        let name = format!("cordon-docker-{keeper}-0-1");
-        let dir = scratch.join(&name);
         let engine = "unix:///run/docker.sock";
-        let ok = serde_json::json!({"dir": dir, "sandbox": name, "engine": engine});
-        assert_eq!(vet(&ok, keeper), Ok(()));
-        assert!(vet(&ok, keeper + 1).unwrap_err().contains("keeper"));
-        let other =
-            serde_json::json!({"dir": dir, "sandbox": "cordon-docker-1-0-1", "engine": engine});
+        let of = |dir: &std::path::Path, sandbox: &str, engine: &str| serde_json::json!({"dir": dir, "sandbox": sandbox, "engine": engine});
+        let named = |dir: &std::path::Path| {
+            let name = dir.file_name().unwrap().to_str().unwrap().to_string();
+            of(dir, &name, engine)
+        };
+        assert_eq!(kit::vet_holds(crate::DIRS, vet, named), Ok(()));
+        // Its sandbox is its directory's, on an engine of this host.
+        let keeper = 4_000_000;
+        let name = format!("cordon-docker-{keeper}-0-1");
+        let dir = std::env::temp_dir().canonicalize().unwrap().join(&name);
+        let other = of(&dir, "cordon-docker-1-0-1", engine);
         assert!(vet(&other, keeper).unwrap_err().contains("sandbox"));
-        let tcp = serde_json::json!({"dir": dir, "sandbox": name, "engine": "tcp://h:1"});
-        assert!(vet(&tcp, keeper).is_err());
-        let elsewhere = serde_json::json!({
-            "dir": format!("/var/{name}"),
-            "sandbox": name,
-            "engine": engine,
-        });
-        assert!(vet(&elsewhere, keeper).unwrap_err().contains("TMPDIR"));
-        assert!(vet(&serde_json::json!({"dirs": []}), keeper).is_err());
+        assert!(vet(&of(&dir, &name, "tcp://h:1"), keeper).is_err());
     }
 
     #[test]

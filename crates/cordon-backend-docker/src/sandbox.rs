@@ -39,11 +39,10 @@ use crate::containers::*;
 use crate::engine::{call, Engine};
 use crate::residue::Residue;
 use crate::{failed, DockerConfig, NEXT, WORKLOAD_ID};
-use cordon_backend_kit::dirs::MadeDir;
 use cordon_backend_kit::exec::{exec_failed, mounts_error, refused, resolved_argv, ExecBounds};
 use cordon_backend_kit::register::serve_route;
-use cordon_backend_kit::workarea::{make_masks, work_area, WorkArea, WorkAreaSpec};
-use cordon_backend_kit::{all_done, refused as refused_to, HostFiles, Serving};
+use cordon_backend_kit::workarea::{make_masks, Acquiring, WorkArea};
+use cordon_backend_kit::{HostFiles, Serving};
 
 /// One docker sandbox.
 pub struct DockerSandbox {
@@ -84,28 +83,15 @@ impl DockerSandbox {
         req: &AcquireRequest,
         egress: Option<Arc<dyn cordon_egress::EgressService>>,
     ) -> Result<DockerSandbox, BackendError> {
-        let spec = &req.provenance.spec;
-        let guest_work = spec.work_dir().to_string();
-        cordon_confine::oci::check_work_dir(&guest_work, crate::NAME)
-            .map_err(|reason| refused_to("acquire", reason))?;
-        let image_root = cordon_backend_kit::stored_root(spec.image())
-            .map_err(|reason| refused_to("acquire", reason))?;
+        let acquiring = Acquiring::new(req, &config.setup, crate::NAME)?;
         let (image, image_dirs) =
-            skeleton(engine, &image_root).map_err(|e| failed("acquire", e))?;
-        let MadeDir { id, dir, scratch } = crate::DIRS.make(&config.setup.scratch)?;
-        let volume = dir.join("volume");
+            skeleton(engine, &acquiring.image_root).map_err(|e| failed("acquire", e))?;
+        let made_dir = crate::DIRS.make(&config.setup.scratch)?;
+        let (id, dir) = (made_dir.id.clone(), made_dir.dir.clone());
         let labels = sandbox_labels(req, &id, &dir, engine);
         let made = (|| -> Result<(HostImage, RootedFs, HostWorkDir), String> {
-            let root = prepare_dir(&dir, &guest_work)?;
-            let WorkArea { view, files, .. } = work_area(&WorkAreaSpec {
-                volume: &volume,
-                scratch: &scratch,
-                disk_bytes: req.limits.disk_bytes,
-                given: config.setup.work_dir.as_deref(),
-                image_root: &image_root,
-                guest_work: &guest_work,
-                backend: crate::NAME,
-            })?;
+            let root = prepare_dir(&dir, &acquiring.guest_work)?;
+            let WorkArea { view, files, .. } = acquiring.work_area(&made_dir)?;
             // The anchor: the sandbox's labels on the engine, which
             // `dispose_scope` and `gc` list. Made and never started,
             // unless the sandbox has an egress route: then it holds the
@@ -148,10 +134,10 @@ impl DockerSandbox {
             dir,
             engine: engine.clone(),
             image,
-            image_root,
+            image_root: acquiring.image_root,
             image_dirs,
-            volume,
-            guest_work,
+            volume: made_dir.dir.join("volume"),
+            guest_work: acquiring.guest_work,
             provenance: req.provenance.clone(),
             labels,
             limits: req.limits,
@@ -175,9 +161,8 @@ impl DockerSandbox {
             return Ok(());
         }
         self.egress.end();
-        let mut failures = self.engine.remove_labelled(crate::LABEL_SANDBOX, &self.id);
-        failures.extend(remove_sandbox_dir(&self.dir).err());
-        all_done((), "dispose", failures)
+        let failures = self.engine.remove_labelled(crate::LABEL_SANDBOX, &self.id);
+        cordon_backend_kit::dirs::remove_last(&self.dir, failures)
     }
 
     /// The sandbox's id (its containers' label and name prefix).
@@ -621,12 +606,7 @@ impl Drop for DockerSandbox {
 }
 
 impl Sandbox for DockerSandbox {
-    fn start_exec(&self, req: &ExecRequest, attach: Attach) -> Result<ExecHandle, SandboxError> {
-        self.start(req, attach)
-    }
-
-    cordon_backend_kit::sandbox_basics!(view);
-    cordon_backend_kit::host_files!(files);
+    cordon_backend_kit::host_sandbox!(start, view, files);
 
     fn residue(&self) -> serde_json::Value {
         serde_json::to_value(Residue {

@@ -3,9 +3,7 @@
 use std::sync::Arc;
 
 use cordon_backend_kit::{all_done, Engine, EngineBackend, Which};
-use cordon_sandbox::{
-    AcquireRequest, BackendError, CapabilitySet, Isolation, IsolationError, Sandbox,
-};
+use cordon_sandbox::{AcquireRequest, BackendError, Isolation, Sandbox};
 
 use crate::sandbox::GvisorSandbox;
 use crate::{failed, GvisorConfig};
@@ -27,26 +25,10 @@ pub fn backend(config: GvisorConfig) -> GvisorBackend {
 /// What the backend serves (the kit's set for every OCI engine).
 pub use cordon_backend_kit::engine_capabilities as capabilities;
 
-pub(crate) use cordon_backend_kit::stored_root;
-
 impl Engine for Gvisor {
     type Sandbox = GvisorSandbox;
 
-    fn name(&self) -> &str {
-        crate::NAME
-    }
-
-    fn isolation(&self) -> Result<Isolation, IsolationError> {
-        Ok(Isolation::HardenedContainer)
-    }
-
-    fn capabilities(&self) -> CapabilitySet {
-        capabilities()
-    }
-
-    fn materialises(&self, image: &str) -> Result<(), String> {
-        stored_root(image).map(drop)
-    }
+    cordon_backend_kit::oci_engine_basics!(crate::NAME, Isolation::HardenedContainer);
 
     fn create(
         &self,
@@ -54,10 +36,6 @@ impl Engine for Gvisor {
         egress: Option<Arc<dyn cordon_egress::EgressService>>,
     ) -> Result<GvisorSandbox, BackendError> {
         GvisorSandbox::create(&self.config, req, egress)
-    }
-
-    fn dispose(&self, sandbox: &GvisorSandbox) -> Result<(), BackendError> {
-        sandbox.dispose()
     }
 
     /// Another process's sandboxes (or a restarted one's), found in

@@ -23,6 +23,15 @@ pub fn info() -> BackendInfo {
     }
 }
 
+/// The `gvisor` backend, as a host registers it. It is used where the
+/// floor is `hardened_container` or above, or when named (`--backend
+/// gvisor`); a lower floor's default order passes over it
+/// ([`BackendRegistration::opt_in`]) while it lacks terminals (it serves
+/// secrets, egress and images from cordon's store).
+pub fn registration() -> BackendRegistration {
+    kit::engine_registration(info(), probe, build, vet, reclaim, sweep)
+}
+
 fn probe(_: &BackendSetup) -> Probe {
     match crate::runsc::probe() {
         Ok(r) => kit::runnable(vec![
@@ -33,18 +42,14 @@ fn probe(_: &BackendSetup) -> Probe {
                 ),
                 "egress: a spec that names hosts runs with `--network=host` in a namespace holding only the proxy's listener, so its sockets are the host kernel's (hostinet), not gVisor's stack".to_string(),
         ]),
-        Err(u) => kit::not_runnable(&u.reason, &u.found),
+        Err(u) => u.probe(),
     }
 }
 
 fn build(setup: &BackendSetup, policy: Arc<Policy>) -> Result<Arc<dyn Backend>, String> {
-    let runsc = crate::runsc::probe()
-        .as_ref()
-        .map_err(|u| kit::why_not_runnable(&u.reason, &u.found))?
-        .clone();
     Ok(Arc::new(crate::backend::backend(GvisorConfig {
+        runsc: kit::probed(crate::runsc::probe())?,
         setup: EngineSetup::of(setup, policy),
-        runsc,
     })))
 }
 
@@ -107,19 +112,7 @@ fn sweep() -> (Vec<String>, Vec<String>) {
             }
         }
     }
-    let (dirs, f) = crate::DIRS.sweep(|d| remove_sandbox_dir(d).err().into_iter().collect());
-    done.extend(dirs);
-    failures.extend(f);
-    (done, failures)
-}
-
-/// The `gvisor` backend, as a host registers it. It is used where the
-/// floor is `hardened_container` or above, or when named (`--backend
-/// gvisor`); a lower floor's default order passes over it
-/// ([`BackendRegistration::opt_in`]) while it lacks terminals (it serves
-/// secrets, egress and images from cordon's store).
-pub fn registration() -> BackendRegistration {
-    kit::engine_registration(info(), probe, build, vet, reclaim, sweep)
+    crate::DIRS.sweep_dirs(done, failures)
 }
 
 #[cfg(test)]
@@ -128,21 +121,15 @@ mod tests {
 
     #[test]
     fn a_residue_names_only_what_its_keeper_made() {
-        let keeper = 4_000_000; // above any pid_max: never a live process
-        let scratch = std::env::temp_dir().canonicalize().unwrap();
-        let dir = scratch.join(format!("cordon-gvisor-{keeper}-0-1"));
-        let ok =
-            serde_json::json!({"dir": dir, "containers": format!("cordon-gvisor-{keeper}-0-1-")});
-        assert_eq!(vet(&ok, keeper), Ok(()));
-        let e = vet(&ok, keeper + 1).unwrap_err();
-        assert!(e.contains("keeper"), "{e}");
+        let named = |dir: &std::path::Path| {
+            let name = dir.file_name().unwrap().to_str().unwrap();
+            serde_json::json!({"dir": dir, "containers": format!("{name}-")})
+        };
+        assert_eq!(kit::vet_holds(crate::DIRS, vet, named), Ok(()));
+        // Its containers are its directory's.
+        let dir = std::env::temp_dir().canonicalize().unwrap();
+        let dir = dir.join("cordon-gvisor-4000000-0-1");
         let other = serde_json::json!({"dir": dir, "containers": "cordon-gvisor-1-"});
-        assert!(vet(&other, keeper).unwrap_err().contains("containers"));
-        let elsewhere = serde_json::json!({
-            "dir": format!("/var/cordon-gvisor-{keeper}-0-1"),
-            "containers": format!("cordon-gvisor-{keeper}-0-1-"),
-        });
-        assert!(vet(&elsewhere, keeper).unwrap_err().contains("TMPDIR"));
-        assert!(vet(&serde_json::json!({"dirs": []}), keeper).is_err());
+        assert!(vet(&other, 4_000_000).unwrap_err().contains("containers"));
     }
 }

@@ -40,11 +40,7 @@ pub struct Runsc {
 }
 
 /// Why runsc cannot run here, and what was found.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Unrunnable {
-    pub reason: String,
-    pub found: Vec<String>,
-}
+pub use cordon_backend_kit::register::Unrunnable;
 
 /// The runsc binary: `runsc` on `PATH`, else `/usr/bin/runsc`.
 pub fn binary() -> Option<PathBuf> {

@@ -40,10 +40,9 @@ use crate::pod::{Pod, PodSpec};
 use crate::running::*;
 use crate::runsc::Runsc;
 use crate::{failed, GvisorConfig, NEXT, WORKLOAD_ID};
-use cordon_backend_kit::dirs::MadeDir;
 use cordon_backend_kit::exec::{exec_failed, mounts_error, resolved_argv, ExecBounds};
-use cordon_backend_kit::workarea::{make_masks, work_area, WorkArea, WorkAreaSpec};
-use cordon_backend_kit::{all_done, refused as refused_to, HostFiles};
+use cordon_backend_kit::workarea::{make_masks, Acquiring, WorkArea};
+use cordon_backend_kit::HostFiles;
 
 /// What a sandbox leaves if its holder dies: its directory (with the
 /// volume mounted in it) and the prefix of its containers' ids.
@@ -98,15 +97,11 @@ impl GvisorSandbox {
         req: &AcquireRequest,
         egress: Option<Arc<dyn cordon_egress::EgressService>>,
     ) -> Result<GvisorSandbox, BackendError> {
-        let spec = &req.provenance.spec;
-        let guest_work = spec.work_dir().to_string();
-        cordon_confine::oci::check_work_dir(&guest_work, crate::NAME)
-            .map_err(|reason| refused_to("acquire", reason))?;
-        let image_root = cordon_backend_kit::stored_root(spec.image())
-            .map_err(|reason| refused_to("acquire", reason))?;
-        let MadeDir { id, dir, scratch } = crate::DIRS.make(&config.setup.scratch)?;
-        let volume = dir.join("volume");
-        let wants_secrets = !spec.secrets().is_empty();
+        let acquiring = Acquiring::new(req, &config.setup, crate::NAME)?;
+        let (guest_work, image_root) = (&acquiring.guest_work, &acquiring.image_root);
+        let made_dir = crate::DIRS.make(&config.setup.scratch)?;
+        let (id, dir) = (made_dir.id.clone(), made_dir.dir.clone());
+        let wants_secrets = !req.provenance.spec.secrets().is_empty();
         let made =
             (|| -> Result<(HostImage, RootedFs, HostWorkDir, Option<HostSecretsDir>), String> {
                 let image = if image_root == Path::new("/") {
@@ -128,15 +123,7 @@ impl GvisorSandbox {
                 install_shim(&image.rootfs)?;
                 crate::oci::mkdir_in(&image.rootfs, Path::new(&guest_work))?;
                 make_masks(&dir.join("masks"))?;
-                let WorkArea { view, files, .. } = work_area(&WorkAreaSpec {
-                    volume: &volume,
-                    scratch: &scratch,
-                    disk_bytes: req.limits.disk_bytes,
-                    given: config.setup.work_dir.as_deref(),
-                    image_root: &image_root,
-                    guest_work: &guest_work,
-                    backend: crate::NAME,
-                })?;
+                let WorkArea { view, files, .. } = acquiring.work_area(&made_dir)?;
                 // Inside the sandbox's directory (root's, 0700): no other
                 // sandbox's workload, though the same uid, can reach it.
                 let secrets = if wants_secrets {
@@ -188,10 +175,10 @@ impl GvisorSandbox {
             id,
             dir,
             image,
-            image_root,
+            image_root: image_root.clone(),
             pause_image,
-            volume,
-            guest_work,
+            volume: made_dir.dir.join("volume"),
+            guest_work: guest_work.clone(),
             provenance: req.provenance.clone(),
             limits: req.limits,
             policy: config.setup.policy.clone(),
@@ -271,14 +258,13 @@ impl GvisorSandbox {
                 p.dead.store(true, Ordering::SeqCst);
             }
         }
-        let mut failures = remove_containers(&self.runsc.bin, &format!("{}-", self.id));
+        let failures = remove_containers(&self.runsc.bin, &format!("{}-", self.id));
         // Its runsc sandboxes are gone: the serving ends and the
         // namespace closes when the sandbox is dropped.
         if let Some(r) = &self.route {
             r.serving.end();
         }
-        failures.extend(remove_sandbox_dir(&self.dir).err());
-        all_done((), "dispose", failures)
+        cordon_backend_kit::dirs::remove_last(&self.dir, failures)
     }
 
     /// The sandbox's directory on the host.
@@ -525,12 +511,7 @@ impl Drop for GvisorSandbox {
 }
 
 impl Sandbox for GvisorSandbox {
-    fn start_exec(&self, req: &ExecRequest, attach: Attach) -> Result<ExecHandle, SandboxError> {
-        self.start(req, attach)
-    }
-
-    cordon_backend_kit::sandbox_basics!(view);
-    cordon_backend_kit::host_files!(files);
+    cordon_backend_kit::host_sandbox!(start, view, files);
 
     fn residue(&self) -> serde_json::Value {
         serde_json::to_value(Residue {

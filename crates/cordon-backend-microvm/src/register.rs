@@ -69,15 +69,12 @@ fn probe(_: &BackendSetup) -> Probe {
             }
             kit::runnable(found)
         }
-        Err(u) => kit::not_runnable(&u.reason, &u.found),
+        Err(u) => u.probe(),
     }
 }
 
 fn build(setup: &BackendSetup, policy: Arc<Policy>) -> Result<Arc<dyn Backend>, String> {
-    let machine = crate::probe::machine()
-        .as_ref()
-        .map_err(|u| kit::why_not_runnable(&u.reason, &u.found))?
-        .clone();
+    let machine = kit::probed(crate::probe::machine())?;
     let init = cordon_backend_kit::init_of(setup).ok_or("the host did not say how to run its binary as a sandbox init (the jail around QEMU needs one)")?;
     Ok(Arc::new(crate::backend::backend(MicrovmConfig {
         setup: EngineSetup::of(setup, policy),

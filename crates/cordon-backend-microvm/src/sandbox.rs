@@ -72,7 +72,7 @@ struct Route {
 
 use cordon_backend_kit::failed;
 
-use cordon_backend_kit::exec::{refused, resolved_argv, wall_seconds};
+use cordon_backend_kit::exec::{plan_now, refused, resolved_argv, wall_seconds};
 
 impl MicrovmSandbox {
     /// Boots a guest for `req` over the image tree `image_root` packed at
@@ -227,15 +227,12 @@ impl MicrovmSandbox {
         if let Some(p) = self.base.get() {
             return Ok(p.clone());
         }
-        let plan = self
-            .policy
-            .plan(
-                &self.provenance.identity,
-                &self.env,
-                cordon_sandbox::guard::now(),
-                &self.work,
-            )
-            .map_err(|e| refused(e.to_string()))?;
+        let plan = plan_now(
+            &self.policy,
+            &self.provenance.identity,
+            &self.env,
+            &self.work,
+        )?;
         let work_seen = self
             .view
             .canonical(Path::new(&self.work))
