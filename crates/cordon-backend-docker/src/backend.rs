@@ -22,9 +22,6 @@ pub fn backend(config: DockerConfig) -> DockerBackend {
     EngineBackend::set_up(Docker { config }, &setup)
 }
 
-/// What the backend serves (the kit's set for every OCI engine).
-pub use cordon_backend_kit::engine_capabilities as capabilities;
-
 impl Engine for Docker {
     type Sandbox = DockerSandbox;
 

@@ -54,6 +54,9 @@ use crate::engine::Endpoint;
 
 /// The backend's name.
 pub const NAME: &str = "docker";
+/// What it is, in a line (`cordon doctor`'s).
+pub const SUMMARY: &str =
+    "a Docker Engine container per exec, through the Engine API, egress through cordon's proxy";
 
 /// The uid/gid the workload runs as (the same unprivileged id as the
 /// gvisor backend's).

@@ -7,28 +7,14 @@ use cordon_backend_kit::register as kit;
 use cordon_backend_kit::EngineSetup;
 use cordon_policy::Policy;
 use cordon_sandbox::catalogue::{BackendInfo, Probe};
-use cordon_sandbox::{Backend, BackendRegistration, BackendSetup, Egress, Isolation};
+use cordon_sandbox::{Backend, BackendRegistration, BackendSetup, Isolation};
 
 use crate::residue::{reclaim_residue, vet_residue};
 use crate::DockerConfig;
 
 /// What the backend claims (its built backend declares the same).
 pub fn info() -> BackendInfo {
-    BackendInfo {
-        name: crate::NAME,
-        isolation: Isolation::Container,
-        egress: Egress::Allowlist,
-        capabilities: crate::backend::capabilities(),
-        summary: "a Docker Engine container per exec, through the Engine API, egress through cordon's proxy",
-    }
-}
-
-/// The `docker` backend, as a host registers it. Opt-in: used when named
-/// (`--backend docker`). It sits on the `container` rung beside the native
-/// one, which serves more (secrets, terminals, egress) without a daemon;
-/// an operator who runs Docker chooses it.
-pub fn registration() -> BackendRegistration {
-    kit::engine_registration(info(), probe, build, vet, reclaim, sweep)
+    kit::engine_info(crate::NAME, Isolation::Container, crate::SUMMARY)
 }
 
 fn probe(_: &BackendSetup) -> Probe {
@@ -114,28 +100,18 @@ fn sweep() -> (Vec<String>, Vec<String>) {
     crate::DIRS.sweep_dirs(done, failures)
 }
 
+/// The `docker` backend, as a host registers it. Opt-in: used when named
+/// (`--backend docker`). It sits on the `container` rung beside the native
+/// one, which serves more (secrets, terminals, egress) without a daemon;
+/// an operator who runs Docker chooses it.
+pub fn registration() -> BackendRegistration {
+    kit::engine_registration(info(), probe, build, vet, reclaim, sweep)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::path::PathBuf;
-
-    #[test]
-    fn a_residue_names_only_what_its_keeper_made() {
-        let engine = "unix:///run/docker.sock";
-        let of = |dir: &std::path::Path, sandbox: &str, engine: &str| serde_json::json!({"dir": dir, "sandbox": sandbox, "engine": engine});
-        let named = |dir: &std::path::Path| {
-            let name = dir.file_name().unwrap().to_str().unwrap().to_string();
-            of(dir, &name, engine)
-        };
-        assert_eq!(kit::vet_holds(crate::DIRS, vet, named), Ok(()));
-        // Its sandbox is its directory's, on an engine of this host.
-        let keeper = 4_000_000;
-        let name = format!("cordon-docker-{keeper}-0-1");
-        let dir = std::env::temp_dir().canonicalize().unwrap().join(&name);
-        let other = of(&dir, "cordon-docker-1-0-1", engine);
-        assert!(vet(&other, keeper).unwrap_err().contains("sandbox"));
-        assert!(vet(&of(&dir, &name, "tcp://h:1"), keeper).is_err());
-    }
 
     #[test]
     fn endpoints_are_unix_sockets_or_refused() {

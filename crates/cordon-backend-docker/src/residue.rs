@@ -54,3 +54,26 @@ pub(crate) fn reclaim_residue(residue: &serde_json::Value) -> Vec<String> {
         failures
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_residue_names_only_what_its_keeper_made() {
+        let engine = "unix:///run/docker.sock";
+        let of = |dir: &std::path::Path, sandbox: &str, engine: &str| serde_json::json!({"dir": dir, "sandbox": sandbox, "engine": engine});
+        let named = |dir: &std::path::Path, name: &str| of(dir, name, engine);
+        assert_eq!(
+            cordon_backend_kit::register::vet_holds(crate::DIRS, vet_residue, named),
+            Ok(())
+        );
+        // Its sandbox is its directory's, on an engine of this host.
+        let keeper = 4_000_000;
+        let name = format!("cordon-docker-{keeper}-0-1");
+        let dir = std::env::temp_dir().canonicalize().unwrap().join(&name);
+        let other = of(&dir, "cordon-docker-1-0-1", engine);
+        assert!(vet_residue(&other, keeper).unwrap_err().contains("sandbox"));
+        assert!(vet_residue(&of(&dir, &name, "tcp://h:1"), keeper).is_err());
+    }
+}

@@ -39,10 +39,15 @@ use crate::containers::*;
 use crate::engine::{call, Engine};
 use crate::residue::Residue;
 use crate::{failed, DockerConfig, NEXT, WORKLOAD_ID};
-use cordon_backend_kit::exec::{exec_failed, mounts_error, refused, resolved_argv, ExecBounds};
+use cordon_backend_kit::exec::{
+    exec_failed, live, mounts_error, refused, resolved_argv, ExecBounds,
+};
 use cordon_backend_kit::register::serve_route;
 use cordon_backend_kit::workarea::{make_masks, Acquiring, WorkArea};
 use cordon_backend_kit::{HostFiles, Serving};
+
+/// Why an exec asking for a terminal is refused.
+const NO_TTY: &str = "the docker backend gives no terminal in this version; run without one, or at the native container rung (`--backend container`)";
 
 /// One docker sandbox.
 pub struct DockerSandbox {
@@ -72,6 +77,14 @@ pub struct DockerSandbox {
     /// What serves that listener; ended at dispose.
     egress: Serving,
     disposed: AtomicBool,
+}
+
+/// A sandbox dropped without [`DockerSandbox::dispose`] still gives back
+/// its containers, its volume and its directory.
+impl Drop for DockerSandbox {
+    fn drop(&mut self) {
+        let _ = self.dispose();
+    }
 }
 
 impl DockerSandbox {
@@ -165,11 +178,6 @@ impl DockerSandbox {
         cordon_backend_kit::dirs::remove_last(&self.dir, failures)
     }
 
-    /// The sandbox's id (its containers' label and name prefix).
-    pub fn sandbox_id(&self) -> &str {
-        &self.id
-    }
-
     fn base(&self) -> Result<Vec<DMount>, SandboxError> {
         self.base.get_or_init(|| self.make_base()).clone()
     }
@@ -247,15 +255,8 @@ impl DockerSandbox {
     }
 
     fn start(&self, req: &ExecRequest, attach: Attach) -> Result<ExecHandle, SandboxError> {
-        if self.disposed.load(Ordering::SeqCst) {
-            return Err(exec_failed("the sandbox was disposed of"));
-        }
-        let argv = resolved_argv(
-            &self.view,
-            req,
-            &attach,
-            "the docker backend gives no terminal in this version; run without one, or at the native container rung (`--backend container`)",
-        )?;
+        live(&self.disposed)?;
+        let argv = resolved_argv(&self.view, req, &attach, NO_TTY)?;
         let mounts = self.base()?;
         let env = self.exec_env(req);
         let k = NEXT.fetch_add(1, Ordering::Relaxed);
@@ -598,12 +599,6 @@ fn prepare_dir(dir: &Path, guest_work: &str) -> Result<HostImage, String> {
 }
 
 pub(crate) use cordon_backend_kit::remove_sandbox_dir;
-
-impl Drop for DockerSandbox {
-    fn drop(&mut self) {
-        let _ = self.dispose();
-    }
-}
 
 impl Sandbox for DockerSandbox {
     cordon_backend_kit::host_sandbox!(start, view, files);

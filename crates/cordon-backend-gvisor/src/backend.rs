@@ -22,9 +22,6 @@ pub fn backend(config: GvisorConfig) -> GvisorBackend {
     EngineBackend::set_up(Gvisor { config }, &setup)
 }
 
-/// What the backend serves (the kit's set for every OCI engine).
-pub use cordon_backend_kit::engine_capabilities as capabilities;
-
 impl Engine for Gvisor {
     type Sandbox = GvisorSandbox;
 

@@ -59,6 +59,8 @@ use crate::runsc::Runsc;
 
 /// The backend's name.
 pub const NAME: &str = "gvisor";
+/// What it is, in a line (`cordon doctor`'s).
+pub const SUMMARY: &str = "a gVisor (`runsc`) sandbox, each exec a container in it; egress through cordon's proxy (the workload's sockets then reach the host kernel, in a namespace holding only the proxy)";
 
 /// Where cordon keeps runsc's container state (`runsc --root`): its own,
 /// never another runtime's, so listing it finds only cordon's containers.

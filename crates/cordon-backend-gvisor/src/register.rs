@@ -7,29 +7,14 @@ use cordon_backend_kit::register as kit;
 use cordon_backend_kit::EngineSetup;
 use cordon_policy::Policy;
 use cordon_sandbox::catalogue::{BackendInfo, Probe};
-use cordon_sandbox::{Backend, BackendRegistration, BackendSetup, Egress, Isolation};
+use cordon_sandbox::{Backend, BackendRegistration, BackendSetup, Isolation};
 
 use crate::sandbox::{remove_containers, remove_sandbox_dir, Residue};
 use crate::GvisorConfig;
 
 /// What the backend claims (its built backend declares the same).
 pub fn info() -> BackendInfo {
-    BackendInfo {
-        name: crate::NAME,
-        isolation: Isolation::HardenedContainer,
-        egress: Egress::Allowlist,
-        capabilities: crate::backend::capabilities(),
-        summary: "a gVisor (`runsc`) sandbox, each exec a container in it; egress through cordon's proxy (the workload's sockets then reach the host kernel, in a namespace holding only the proxy)",
-    }
-}
-
-/// The `gvisor` backend, as a host registers it. It is used where the
-/// floor is `hardened_container` or above, or when named (`--backend
-/// gvisor`); a lower floor's default order passes over it
-/// ([`BackendRegistration::opt_in`]) while it lacks terminals (it serves
-/// secrets, egress and images from cordon's store).
-pub fn registration() -> BackendRegistration {
-    kit::engine_registration(info(), probe, build, vet, reclaim, sweep)
+    kit::engine_info(crate::NAME, Isolation::HardenedContainer, crate::SUMMARY)
 }
 
 fn probe(_: &BackendSetup) -> Probe {
@@ -115,16 +100,22 @@ fn sweep() -> (Vec<String>, Vec<String>) {
     crate::DIRS.sweep_dirs(done, failures)
 }
 
+/// The `gvisor` backend, as a host registers it. It is used where the
+/// floor is `hardened_container` or above, or when named (`--backend
+/// gvisor`); a lower floor's default order passes over it
+/// ([`BackendRegistration::opt_in`]) while it lacks terminals (it serves
+/// secrets, egress and images from cordon's store).
+pub fn registration() -> BackendRegistration {
+    kit::engine_registration(info(), probe, build, vet, reclaim, sweep)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn a_residue_names_only_what_its_keeper_made() {
-        let named = |dir: &std::path::Path| {
-            let name = dir.file_name().unwrap().to_str().unwrap();
-            serde_json::json!({"dir": dir, "containers": format!("{name}-")})
-        };
+        let named = |dir: &std::path::Path, name: &str| serde_json::json!({"dir": dir, "containers": format!("{name}-")});
         assert_eq!(kit::vet_holds(crate::DIRS, vet, named), Ok(()));
         // Its containers are its directory's.
         let dir = std::env::temp_dir().canonicalize().unwrap();

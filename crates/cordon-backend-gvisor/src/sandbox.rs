@@ -40,9 +40,12 @@ use crate::pod::{Pod, PodSpec};
 use crate::running::*;
 use crate::runsc::Runsc;
 use crate::{failed, GvisorConfig, NEXT, WORKLOAD_ID};
-use cordon_backend_kit::exec::{exec_failed, mounts_error, resolved_argv, ExecBounds};
+use cordon_backend_kit::exec::{exec_failed, live, mounts_error, resolved_argv, ExecBounds};
 use cordon_backend_kit::workarea::{make_masks, Acquiring, WorkArea};
 use cordon_backend_kit::HostFiles;
+
+/// Why an exec asking for a terminal is refused.
+const NO_TTY: &str = "the gvisor backend gives no terminal in this version; run without one, or at `--min-isolation container`";
 
 /// What a sandbox leaves if its holder dies: its directory (with the
 /// volume mounted in it) and the prefix of its containers' ids.
@@ -296,17 +299,8 @@ impl GvisorSandbox {
     }
 
     fn start(&self, req: &ExecRequest, attach: Attach) -> Result<ExecHandle, SandboxError> {
-        // Refused, as docker's: a disposed sandbox's first exec would
-        // otherwise go on to make a runsc sandbox of its own.
-        if self.disposed.load(Ordering::SeqCst) {
-            return Err(exec_failed("the sandbox was disposed of"));
-        }
-        let argv = resolved_argv(
-            &self.view,
-            req,
-            &attach,
-            "the gvisor backend gives no terminal in this version; run without one, or at `--min-isolation container`",
-        )?;
+        live(&self.disposed)?;
+        let argv = resolved_argv(&self.view, req, &attach, NO_TTY)?;
         let mut mounts = self.base()?;
         if let Some(secrets) = self.files.secrets() {
             mounts.push(Mount {

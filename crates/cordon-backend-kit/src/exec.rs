@@ -47,6 +47,15 @@ pub fn mounts_error(e: cordon_confine::oci::EngineMountsError) -> SandboxError {
     }
 }
 
+/// An exec of a sandbox already disposed of is refused before anything
+/// is made (`disposed`: the sandbox's flag, set by its dispose).
+pub fn live(disposed: &AtomicBool) -> Result<(), SandboxError> {
+    match disposed.load(Ordering::SeqCst) {
+        true => Err(exec_failed("the sandbox was disposed of")),
+        false => Ok(()),
+    }
+}
+
 /// The exec's command line with its program resolved in the sandbox's own
 /// filesystem view (`argv[0]` the canonical path): what the engine runs.
 /// Refused before anything is made: a terminal (the backend serves none;

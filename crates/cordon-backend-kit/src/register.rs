@@ -10,7 +10,8 @@ use cordon_policy::{Deployment, Policy};
 use cordon_sandbox::catalogue::{BackendInfo, Probe};
 use cordon_sandbox::registry::BuildFn;
 use cordon_sandbox::{
-    AcquireRequest, BackendError, BackendRegistration, BackendSetup, EgressSetup, WorkDirView,
+    AcquireRequest, BackendError, BackendRegistration, BackendSetup, Egress, EgressSetup,
+    Isolation, WorkDirView,
 };
 
 use crate::WORKLOAD_ID;
@@ -98,6 +99,19 @@ pub fn why_not_runnable(reason: &str, found: &[String]) -> String {
     match found.is_empty() {
         true => reason.to_string(),
         false => format!("{reason} ({})", found.join("; ")),
+    }
+}
+
+/// What an OCI engine on this host (docker, gvisor) claims: its name and
+/// rung, egress through cordon's proxy, and what every such engine serves
+/// ([`crate::engine_capabilities`], as its built backend declares).
+pub fn engine_info(name: &'static str, isolation: Isolation, summary: &'static str) -> BackendInfo {
+    BackendInfo {
+        name,
+        isolation,
+        egress: Egress::Allowlist,
+        capabilities: crate::engine_capabilities(),
+        summary,
     }
 }
 
@@ -226,25 +240,25 @@ pub fn private_route(
 
 /// For a backend's tests: whether its `vet` holds what the kit's
 /// [`crate::SandboxDirs::vet`] holds. The residue `residue_of` makes for a
-/// directory of `dirs`' in TMPDIR passes for the keeper that made it and
+/// directory of `dirs`' in TMPDIR (and its name) passes for the keeper that made it and
 /// no other; the same for a directory elsewhere is refused (saying
 /// TMPDIR); a residue of another shape is refused. `Err`: the case that
 /// was not held.
 pub fn vet_holds(
     dirs: crate::SandboxDirs,
     vet: fn(&serde_json::Value, u32) -> Result<(), String>,
-    residue_of: impl Fn(&std::path::Path) -> serde_json::Value,
+    residue_of: impl Fn(&std::path::Path, &str) -> serde_json::Value,
 ) -> Result<(), String> {
     let keeper = 4_000_000; // above any pid_max: never a live process
     let name = format!("{}{keeper}-0-1", dirs.prefix);
-    let ok = residue_of(&crate::dirs::scratch().join(&name));
+    let ok = residue_of(&crate::dirs::scratch().join(&name), &name);
     vet(&ok, keeper).map_err(|e| format!("its own keeper's residue was refused: {e}"))?;
     match vet(&ok, keeper + 1) {
         Err(e) if e.contains("keeper") => {}
         other => return Err(format!("another keeper's residue: {other:?}")),
     }
     match vet(
-        &residue_of(&std::path::Path::new("/var").join(&name)),
+        &residue_of(&std::path::Path::new("/var").join(&name), &name),
         keeper,
     ) {
         Err(e) if e.contains("TMPDIR") => {}
