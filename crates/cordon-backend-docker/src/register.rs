@@ -110,7 +110,6 @@ pub fn registration() -> BackendRegistration {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use std::path::PathBuf;
 
     #[test]

@@ -110,7 +110,7 @@ impl GvisorSandbox {
                 let image = if image_root == Path::new("/") {
                     HostImage::prepare(&dir.join("rootfs"))?
                 } else {
-                    stored_skeleton(&dir.join("rootfs"), &image_root)?
+                    stored_skeleton(&dir.join("rootfs"), image_root)?
                 };
                 if let Some(d) = image
                     .dirs
@@ -122,7 +122,7 @@ impl GvisorSandbox {
                         d.display()
                     ));
                 }
-                image.write_etc(WORKLOAD_ID, WORKLOAD_ID, &guest_work)?;
+                image.write_etc(WORKLOAD_ID, WORKLOAD_ID, guest_work)?;
                 install_shim(&image.rootfs)?;
                 crate::oci::mkdir_in(&image.rootfs, Path::new(&guest_work))?;
                 make_masks(&dir.join("masks"))?;

@@ -9,7 +9,7 @@
 //! copies of this check had drifted (microvm's skipped the plain-path
 //! step); this is the one.
 
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Component, Path, PathBuf};
 use std::sync::atomic::Ordering;
 
@@ -49,7 +49,7 @@ impl SandboxDirs {
             .canonicalize()
             .map_err(|e| failed("acquire", format!("`{}`: {e}", scratch.display())))?;
         let dir = scratch.join(&id);
-        crate::workarea::private_dir(&dir).map_err(|e| failed("acquire", e))?;
+        private_dir(&dir).map_err(|e| failed("acquire", e))?;
         Ok(MadeDir { id, dir, scratch })
     }
 
@@ -140,6 +140,24 @@ impl SandboxDirs {
         done.extend(d);
         failures.extend(f);
         (done, failures)
+    }
+}
+
+/// Makes `p` a directory only root can enter (mode 0700); fails if it
+/// exists.
+pub fn private_dir(p: &Path) -> Result<(), String> {
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(p)
+        .map_err(|e| format!("cannot create `{}`: {e}", p.display()))
+}
+
+/// Makes `p` a directory only its maker can enter (mode 0700) unless
+/// there is something there already (which the caller then checks).
+pub fn private_dir_at(p: &Path) -> std::io::Result<()> {
+    match std::fs::DirBuilder::new().mode(0o700).create(p) {
+        Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => Err(e),
+        _ => Ok(()),
     }
 }
 

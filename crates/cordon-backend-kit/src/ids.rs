@@ -44,7 +44,7 @@ impl Drop for IdLease {
 
 fn lease_dir() -> Result<&'static Path, BackendError> {
     let dir = Path::new(ID_LEASES);
-    crate::workarea::private_dir_at(dir).map_err(|e| {
+    crate::dirs::private_dir_at(dir).map_err(|e| {
         failed(
             "acquire",
             format!("cannot create `{ID_LEASES}` to lease a sandbox uid: {e}"),

@@ -33,7 +33,7 @@ pub use engine::{Engine, EngineBackend, Which};
 pub use hosted::{HostFiles, Serving};
 pub use ids::{lease_id, sweep_id_leases, IdLease, FRESH_IDS, ID_LEASES};
 pub use profile::RungProfile;
-pub use register::{all_done, refused, EngineSetup};
+pub use register::EngineSetup;
 
 /// For the macros' paths.
 #[doc(hidden)]
@@ -135,6 +135,28 @@ pub fn failed(operation: &'static str, reason: impl Into<String>) -> BackendErro
     BackendError::Failed {
         operation,
         reason: reason.into(),
+    }
+}
+
+/// A backend's refusal in `operation`: what the request asks cannot be
+/// served (nothing was made).
+pub fn refused(operation: &'static str, reason: impl Into<String>) -> BackendError {
+    BackendError::Refused {
+        operation,
+        reason: reason.into(),
+    }
+}
+
+/// `done` when nothing failed, else every failure in `operation`.
+pub fn all_done<T>(
+    done: T,
+    operation: &'static str,
+    failures: Vec<String>,
+) -> Result<T, BackendError> {
+    if failures.is_empty() {
+        Ok(done)
+    } else {
+        Err(failed(operation, failures.join("; ")))
     }
 }
 

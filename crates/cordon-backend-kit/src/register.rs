@@ -164,34 +164,12 @@ pub fn reclaim_read<T: serde::de::DeserializeOwned>(
     }
 }
 
-/// A backend's refusal in `operation`: what the request asks cannot be
-/// served (nothing was made).
-pub fn refused(operation: &'static str, reason: impl Into<String>) -> BackendError {
-    BackendError::Refused {
-        operation,
-        reason: reason.into(),
-    }
-}
-
-/// `done` when nothing failed, else every failure in `operation`.
-pub fn all_done<T>(
-    done: T,
-    operation: &'static str,
-    failures: Vec<String>,
-) -> Result<T, BackendError> {
-    if failures.is_empty() {
-        Ok(done)
-    } else {
-        Err(crate::failed(operation, failures.join("; ")))
-    }
-}
-
 /// Refuses, with `why`, a spec that names secrets, for a backend that
 /// delivers none.
 pub fn refuse_secrets(req: &AcquireRequest, why: &str) -> Result<(), BackendError> {
     match req.provenance.spec.secrets().is_empty() {
         true => Ok(()),
-        false => Err(refused("acquire", why)),
+        false => Err(crate::refused("acquire", why)),
     }
 }
 

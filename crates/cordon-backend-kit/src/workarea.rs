@@ -10,25 +10,8 @@ use std::path::{Path, PathBuf};
 use cordon_confine::RootedFs;
 use cordon_files::host_dir::HostWorkDir;
 
+pub use crate::dirs::{private_dir, private_dir_at};
 use crate::WORKLOAD_ID;
-
-/// Makes `p` a directory only root can enter (mode 0700); fails if it
-/// exists.
-pub fn private_dir(p: &Path) -> Result<(), String> {
-    std::fs::DirBuilder::new()
-        .mode(0o700)
-        .create(p)
-        .map_err(|e| format!("cannot create `{}`: {e}", p.display()))
-}
-
-/// Makes `p` a directory only its maker can enter (mode 0700) unless
-/// there is something there already (which the caller then checks).
-pub fn private_dir_at(p: &Path) -> std::io::Result<()> {
-    match std::fs::DirBuilder::new().mode(0o700).create(p) {
-        Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => Err(e),
-        _ => Ok(()),
-    }
-}
 
 /// Makes `p` a directory of the workload's uid ([`WORKLOAD_ID`]), 0700.
 pub fn owned_dir(p: &Path) -> Result<(), String> {
