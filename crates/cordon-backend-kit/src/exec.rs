@@ -206,6 +206,18 @@ mod tests {
         assert!(resolved_argv(&view, &req(&["nope"]), &Attach::default(), "").is_err());
     }
 
+    /// gvisor's sandbox took an exec after its dispose on until making its
+    /// exec directory failed; docker's refused it first, as every engine
+    /// sandbox now does.
+    #[test]
+    fn an_exec_of_a_disposed_sandbox_is_refused() {
+        let disposed = AtomicBool::new(false);
+        assert!(live(&disposed).is_ok());
+        disposed.store(true, Ordering::SeqCst);
+        let e = live(&disposed).unwrap_err();
+        assert!(e.to_string().contains("disposed"), "{e}");
+    }
+
     #[test]
     fn an_exec_whose_cpu_never_shows_is_stopped_not_run_unbounded() {
         let limits = limits();
