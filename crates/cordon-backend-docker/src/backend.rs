@@ -2,13 +2,11 @@
 
 use std::sync::Arc;
 
-use cordon_backend_kit::{Engine, EngineBackend, Which};
-use cordon_sandbox::{
-    AcquireRequest, BackendError, CapabilitySet, Isolation, IsolationError, Sandbox,
-};
+use cordon_backend_kit::{all_done, refused, Engine, EngineBackend, Which};
+use cordon_sandbox::{AcquireRequest, BackendError, Isolation, Sandbox};
 
 use crate::sandbox::DockerSandbox;
-use crate::{failed, DockerConfig};
+use crate::DockerConfig;
 
 /// The `docker` engine: what differs from the other engines.
 pub struct Docker {
@@ -20,46 +18,20 @@ pub type DockerBackend = EngineBackend<Docker>;
 
 /// The `docker` backend set up by `config`.
 pub fn backend(config: DockerConfig) -> DockerBackend {
-    let (policy, env, egress) = (
-        config.policy.clone(),
-        config.env.clone(),
-        config.egress.clone(),
-    );
-    EngineBackend::new(Docker { config }, policy, env, egress)
+    let setup = config.setup.clone();
+    EngineBackend::set_up(Docker { config }, &setup)
 }
-
-/// What the backend serves (the kit's set for every OCI engine).
-pub use cordon_backend_kit::engine_capabilities as capabilities;
-
-pub(crate) use cordon_backend_kit::stored_root;
 
 impl Engine for Docker {
     type Sandbox = DockerSandbox;
 
-    fn name(&self) -> &str {
-        crate::NAME
-    }
-
-    fn isolation(&self) -> Result<Isolation, IsolationError> {
-        Ok(Isolation::Container)
-    }
-
-    fn capabilities(&self) -> CapabilitySet {
-        capabilities()
-    }
-
-    fn materialises(&self, image: &str) -> Result<(), String> {
-        stored_root(image).map(drop)
-    }
+    cordon_backend_kit::oci_engine_basics!(crate::NAME, Isolation::Container);
 
     fn admit(&self, req: &AcquireRequest) -> Result<(), BackendError> {
-        if !req.provenance.spec.secrets().is_empty() {
-            return Err(BackendError::Refused {
-                operation: "acquire",
-                reason: "the docker backend does not serve secrets in this version; drop the spec's `secrets`, or run on the native container rung (`--backend container`)".into(),
-            });
-        }
-        Ok(())
+        cordon_backend_kit::register::refuse_secrets(
+            req,
+            "the docker backend does not serve secrets in this version; drop the spec's `secrets`, or run on the native container rung (`--backend container`)",
+        )
     }
 
     fn create(
@@ -67,17 +39,9 @@ impl Engine for Docker {
         req: &AcquireRequest,
         egress: Option<Arc<dyn cordon_egress::EgressService>>,
     ) -> Result<DockerSandbox, BackendError> {
-        let engine = crate::probe::place(&self.config.endpoints).map_err(|reason| {
-            BackendError::Refused {
-                operation: "acquire",
-                reason,
-            }
-        })?;
+        let engine = crate::probe::place(&self.config.endpoints)
+            .map_err(|reason| refused("acquire", reason))?;
         DockerSandbox::create(&self.config, &engine, req, egress)
-    }
-
-    fn dispose(&self, sandbox: &DockerSandbox) -> Result<(), BackendError> {
-        sandbox.dispose()
     }
 
     /// Those another cordon process made (or one that restarted): found
@@ -124,7 +88,7 @@ impl Engine for Docker {
                 }
                 let residue =
                     serde_json::json!({"dir": dir, "sandbox": id, "engine": ep.to_string()});
-                let keeper = crate::maker_of(id).unwrap_or(0);
+                let keeper = crate::DIRS.maker_of(id).unwrap_or(0);
                 match crate::residue::vet_residue(&residue, keeper) {
                     Ok(()) => {
                         let left = crate::residue::reclaim_residue(&residue);
@@ -145,10 +109,6 @@ impl Engine for Docker {
                 if unanswered.len() == 1 { "its" } else { "their" },
             ));
         }
-        if failures.is_empty() {
-            Ok(n)
-        } else {
-            Err(failed("dispose_scope", failures.join("; ")))
-        }
+        all_done(n, "dispose_scope", failures)
     }
 }

@@ -48,16 +48,15 @@ pub use backend::{backend, Docker, DockerBackend};
 pub use register::registration;
 pub use sandbox::DockerSandbox;
 
-use std::path::PathBuf;
-use std::sync::atomic::AtomicU32;
-use std::sync::Arc;
-
-use cordon_policy::{Deployment, Policy};
+use cordon_backend_kit::EngineSetup;
 
 use crate::engine::Endpoint;
 
 /// The backend's name.
 pub const NAME: &str = "docker";
+/// What it is, in a line (`cordon doctor`'s).
+pub const SUMMARY: &str =
+    "a Docker Engine container per exec, through the Engine API, egress through cordon's proxy";
 
 /// The uid/gid the workload runs as (the same unprivileged id as the
 /// gvisor backend's).
@@ -73,25 +72,15 @@ pub const OWNER: &str = "cordon";
 pub const LABEL_SANDBOX: &str = "dev.cordon.sandbox";
 /// What the container is: `anchor` (the sandbox's labels) or `exec`.
 pub const LABEL_ROLE: &str = "dev.cordon.role";
-pub const LABEL_SCOPE: &str = "dev.cordon.scope";
-pub const LABEL_THREAD: &str = "dev.cordon.thread";
-pub const LABEL_AGENT_DIR: &str = "dev.cordon.agent-dir";
+pub use cordon_backend_kit::labels::{
+    AGENT_DIR as LABEL_AGENT_DIR, DIR as LABEL_DIR, SCOPE as LABEL_SCOPE, THREAD as LABEL_THREAD,
+};
 /// The pid of the process that made it (a keeper, for a kept sandbox).
 pub const LABEL_MAKER: &str = "dev.cordon.maker";
-/// The sandbox's directory on the engine's host.
-pub const LABEL_DIR: &str = "dev.cordon.dir";
 /// The engine endpoint the sandbox was placed on, as cordon reaches it.
 pub const LABEL_ENGINE: &str = "dev.cordon.engine";
 
-/// Makes names unique within this process.
-pub(crate) static NEXT: AtomicU32 = AtomicU32::new(0);
-
-use cordon_backend_kit::failed;
-
-/// The pid in a name this backend made: `cordon-docker-PID-N-…`.
-pub fn maker_of(name: &str) -> Option<u32> {
-    DIRS.maker_of(name)
-}
+use cordon_backend_kit::{failed, NEXT};
 
 /// How this backend names its sandbox directories.
 pub const DIRS: cordon_backend_kit::SandboxDirs = cordon_backend_kit::SandboxDirs {
@@ -99,23 +88,14 @@ pub const DIRS: cordon_backend_kit::SandboxDirs = cordon_backend_kit::SandboxDir
     prefix: PREFIX,
 };
 
-pub(crate) use cordon_backend_kit::gone;
-
 /// How a docker backend is set up.
 #[derive(Clone)]
 pub struct DockerConfig {
-    pub policy: Arc<Policy>,
-    /// The deployment the router decides in.
-    pub env: Deployment,
-    /// Where each sandbox's directory is made.
-    pub scratch: PathBuf,
-    /// The operator's work dir (`--work-dir`), owned by
-    /// [`crate::WORKLOAD_ID`]; `None`: a fresh one per sandbox.
-    pub work_dir: Option<PathBuf>,
+    /// What every engine backend is set up with; the operator's work dir
+    /// is owned by [`crate::WORKLOAD_ID`].
+    pub setup: EngineSetup,
     /// The engines, in the configured order: each acquire places its
     /// sandbox on one ([`crate::probe::place`]); `dispose_scope` looks
     /// at every one.
     pub endpoints: Vec<Endpoint>,
-    /// How the egress proxy resolves names and where it audits.
-    pub egress: cordon_sandbox::EgressSetup,
 }

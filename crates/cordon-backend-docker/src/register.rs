@@ -3,64 +3,34 @@
 
 use std::sync::Arc;
 
-use cordon_policy::{Deployment, Policy};
+use cordon_backend_kit::register as kit;
+use cordon_backend_kit::EngineSetup;
+use cordon_policy::Policy;
 use cordon_sandbox::catalogue::{BackendInfo, Probe};
-use cordon_sandbox::{Backend, BackendRegistration, BackendSetup, Egress, Isolation, WorkDirView};
-
-use cordon_backend_kit::remove_sandbox_dir;
+use cordon_sandbox::{Backend, BackendRegistration, BackendSetup, Isolation};
 
 use crate::residue::{reclaim_residue, vet_residue};
-use crate::{DockerConfig, WORKLOAD_ID};
+use crate::DockerConfig;
 
 /// What the backend claims (its built backend declares the same).
 pub fn info() -> BackendInfo {
-    BackendInfo {
-        name: crate::NAME,
-        isolation: Isolation::Container,
-        egress: Egress::Allowlist,
-        capabilities: crate::backend::capabilities(),
-        summary: "a Docker Engine container per exec, through the Engine API, egress through cordon's proxy",
-    }
+    kit::engine_info(crate::NAME, Isolation::Container, crate::SUMMARY)
 }
 
 fn probe(_: &BackendSetup) -> Probe {
     match crate::probe::probe() {
-        Ok(p) => Probe {
-            runnable: true,
-            reason: None,
-            found: p.found.clone(),
-        },
-        // The reason is not said twice when it is also what was found
-        // (one engine, and that one does not answer).
-        Err((reason, found)) => Probe {
-            runnable: false,
-            reason: Some(reason.clone()),
-            found: found.iter().filter(|f| *f != reason).cloned().collect(),
-        },
+        Ok(p) => kit::runnable(p.found.clone()),
+        Err((reason, found)) => kit::not_runnable(reason, found),
     }
 }
 
 fn build(setup: &BackendSetup, policy: Arc<Policy>) -> Result<Arc<dyn Backend>, String> {
-    let probed = crate::probe::probe().as_ref().map_err(|(reason, found)| {
-        let found: Vec<&str> = found
-            .iter()
-            .filter(|f| *f != reason)
-            .map(String::as_str)
-            .collect();
-        match found.is_empty() {
-            true => reason.clone(),
-            false => format!("{reason} ({})", found.join("; ")),
-        }
-    })?;
+    let probed = crate::probe::probe()
+        .as_ref()
+        .map_err(|(reason, found)| kit::why_not_runnable(reason, found))?;
     Ok(Arc::new(crate::backend::backend(DockerConfig {
-        policy,
-        env: Deployment {
-            name: setup.deployment.clone(),
-        },
-        scratch: setup.scratch.clone(),
-        work_dir: setup.work_dir.clone(),
+        setup: EngineSetup::of(setup, policy),
         endpoints: probed.endpoints.clone(),
-        egress: setup.egress.clone(),
     })))
 }
 
@@ -111,7 +81,7 @@ fn sweep() -> (Vec<String>, Vec<String>) {
                     let maker = labels
                         .get(crate::LABEL_MAKER)
                         .and_then(|p| p.parse::<u32>().ok());
-                    if maker.is_some_and(crate::gone) {
+                    if maker.is_some_and(cordon_backend_kit::gone) {
                         match engine.remove(&id) {
                             Ok(()) => done.push(format!(
                                 "docker container `{}` on `{ep}`",
@@ -127,10 +97,7 @@ fn sweep() -> (Vec<String>, Vec<String>) {
             Err(e) => failures.push(format!("the docker engine at `{ep}` was not swept: {e}")),
         }
     }
-    let (dirs, f) = crate::DIRS.sweep(|d| remove_sandbox_dir(d).err().into_iter().collect());
-    done.extend(dirs);
-    failures.extend(f);
-    (done, failures)
+    crate::DIRS.sweep_dirs(done, failures)
 }
 
 /// The `docker` backend, as a host registers it. Opt-in: used when named
@@ -138,61 +105,12 @@ fn sweep() -> (Vec<String>, Vec<String>) {
 /// one, which serves more (secrets, terminals, egress) without a daemon;
 /// an operator who runs Docker chooses it.
 pub fn registration() -> BackendRegistration {
-    BackendRegistration {
-        info: info(),
-        probe,
-        build: Some(build),
-        vet,
-        reclaim,
-        sweep,
-        work_dir_view: WorkDirView::SpecPath,
-        work_dir_owner: Some(WORKLOAD_ID),
-        workload_uid: Some(WORKLOAD_ID),
-        opt_in: true,
-    }
+    kit::engine_registration(info(), probe, build, vet, reclaim, sweep)
 }
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use std::path::PathBuf;
-
-    #[test]
-    fn names_are_read_as_the_backend_writes_them() {
-        assert_eq!(crate::maker_of("cordon-docker-12-3-456"), Some(12));
-        assert_eq!(crate::maker_of("cordon-docker-12-3-456-e7"), Some(12));
-        for bad in [
-            "cordon-docker-x-3",
-            "cordon-gvisor-1-2-3",
-            "cordon-docker-12",
-        ] {
-            assert_eq!(crate::maker_of(bad), None, "{bad}");
-        }
-    }
-
-    #[test]
-    fn a_residue_names_only_what_its_keeper_made() {
-        let keeper = 4_000_000; // above any pid_max: never a live process
-        let scratch = std::env::temp_dir().canonicalize().unwrap();
-        let name = format!("cordon-docker-{keeper}-0-1");
-        let dir = scratch.join(&name);
-        let engine = "unix:///run/docker.sock";
-        let ok = serde_json::json!({"dir": dir, "sandbox": name, "engine": engine});
-        assert_eq!(vet(&ok, keeper), Ok(()));
-        assert!(vet(&ok, keeper + 1).unwrap_err().contains("keeper"));
-        let other =
-            serde_json::json!({"dir": dir, "sandbox": "cordon-docker-1-0-1", "engine": engine});
-        assert!(vet(&other, keeper).unwrap_err().contains("sandbox"));
-        let tcp = serde_json::json!({"dir": dir, "sandbox": name, "engine": "tcp://h:1"});
-        assert!(vet(&tcp, keeper).is_err());
-        let elsewhere = serde_json::json!({
-            "dir": format!("/var/{name}"),
-            "sandbox": name,
-            "engine": engine,
-        });
-        assert!(vet(&elsewhere, keeper).unwrap_err().contains("TMPDIR"));
-        assert!(vet(&serde_json::json!({"dirs": []}), keeper).is_err());
-    }
 
     #[test]
     fn endpoints_are_unix_sockets_or_refused() {

@@ -22,7 +22,6 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, TryRecvError};
 use std::sync::{Arc, OnceLock};
-use std::time::{Duration, Instant};
 
 use bollard::models::{ContainerCreateBody, HostConfig, Mount as DMount};
 use cordon_confine::oci::{DockerNet, HostImage, Mount, MountKind};
@@ -30,8 +29,8 @@ use cordon_confine::RootedFs;
 use cordon_files::host_dir::HostWorkDir;
 use cordon_policy::{Deployment, Policy};
 use cordon_sandbox::{
-    AcquireRequest, Attach, BackendError, ExecHandle, ExecRequest, ExitStatus, FileRead, FileStat,
-    Killer, Limits, Provenance, Sandbox, SandboxError, StdinFeed,
+    AcquireRequest, Attach, BackendError, ExecHandle, ExecRequest, ExitStatus, Killer, Limits,
+    Provenance, Sandbox, SandboxError, StdinFeed,
 };
 use futures_util::StreamExt;
 use tokio::io::AsyncWriteExt;
@@ -40,7 +39,15 @@ use crate::containers::*;
 use crate::engine::{call, Engine};
 use crate::residue::Residue;
 use crate::{failed, DockerConfig, NEXT, WORKLOAD_ID};
-use cordon_backend_kit::workarea::{make_masks, work_area, WorkArea, WorkAreaSpec};
+use cordon_backend_kit::exec::{
+    exec_failed, live, mounts_error, refused, resolved_argv, ExecBounds,
+};
+use cordon_backend_kit::register::serve_route;
+use cordon_backend_kit::workarea::{make_masks, Acquiring, WorkArea};
+use cordon_backend_kit::{HostFiles, Serving};
+
+/// Why an exec asking for a terminal is refused.
+const NO_TTY: &str = "the docker backend gives no terminal in this version; run without one, or at the native container rung (`--backend container`)";
 
 /// One docker sandbox.
 pub struct DockerSandbox {
@@ -61,28 +68,22 @@ pub struct DockerSandbox {
     policy: Arc<Policy>,
     env: Deployment,
     view: RootedFs,
-    files: HostWorkDir,
+    files: HostFiles,
     /// The mounts the policy's plan translates to, made at the first exec.
     base: OnceLock<Result<Vec<DMount>, SandboxError>>,
     /// The port of the egress proxy's listener in the anchor's network
     /// namespace, which every exec joins; `None`: no network at all.
     proxy_port: Option<u16>,
-    /// What serves that listener; dropped at dispose, which ends it.
-    egress: std::sync::Mutex<Option<Box<dyn std::any::Any + Send>>>,
+    /// What serves that listener; ended at dispose.
+    egress: Serving,
     disposed: AtomicBool,
 }
 
-fn refused(reason: String) -> SandboxError {
-    SandboxError::Refused {
-        reason,
-        rules: Vec::new(),
-    }
-}
-
-fn exec_failed(reason: String) -> SandboxError {
-    SandboxError::Failed {
-        operation: "exec",
-        reason,
+/// A sandbox dropped without [`DockerSandbox::dispose`] still gives back
+/// its containers, its volume and its directory.
+impl Drop for DockerSandbox {
+    fn drop(&mut self) {
+        let _ = self.dispose();
     }
 }
 
@@ -95,53 +96,15 @@ impl DockerSandbox {
         req: &AcquireRequest,
         egress: Option<Arc<dyn cordon_egress::EgressService>>,
     ) -> Result<DockerSandbox, BackendError> {
-        let spec = &req.provenance.spec;
-        let guest_work = spec.work_dir().to_string();
-        cordon_confine::oci::check_work_dir(&guest_work, crate::NAME).map_err(|reason| {
-            BackendError::Refused {
-                operation: "acquire",
-                reason,
-            }
-        })?;
-        let image_root = match cordon_backend_kit::stored_root(spec.image()) {
-            Ok(r) => r,
-            Err(reason) => {
-                return Err(BackendError::Refused {
-                    operation: "acquire",
-                    reason,
-                })
-            }
-        };
+        let acquiring = Acquiring::new(req, &config.setup, crate::NAME)?;
         let (image, image_dirs) =
-            skeleton(engine, &image_root).map_err(|e| failed("acquire", e))?;
-        let stamp = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.subsec_nanos());
-        let id = format!(
-            "{}{}-{}-{stamp}",
-            crate::PREFIX,
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        );
-        let scratch = config
-            .scratch
-            .canonicalize()
-            .map_err(|e| failed("acquire", format!("`{}`: {e}", config.scratch.display())))?;
-        let dir = scratch.join(&id);
-        private_dir(&dir).map_err(|e| failed("acquire", e))?;
-        let volume = dir.join("volume");
+            skeleton(engine, &acquiring.image_root).map_err(|e| failed("acquire", e))?;
+        let made_dir = crate::DIRS.make(&config.setup.scratch)?;
+        let (id, dir) = (made_dir.id.clone(), made_dir.dir.clone());
         let labels = sandbox_labels(req, &id, &dir, engine);
         let made = (|| -> Result<(HostImage, RootedFs, HostWorkDir), String> {
-            let root = prepare_dir(&dir, &guest_work)?;
-            let WorkArea { view, files, .. } = work_area(&WorkAreaSpec {
-                volume: &volume,
-                scratch: &scratch,
-                disk_bytes: req.limits.disk_bytes,
-                given: config.work_dir.as_deref(),
-                image_root: &image_root,
-                guest_work: &guest_work,
-                backend: crate::NAME,
-            })?;
+            let root = prepare_dir(&dir, &acquiring.guest_work)?;
+            let WorkArea { view, files, .. } = acquiring.work_area(&made_dir)?;
             // The anchor: the sandbox's labels on the engine, which
             // `dispose_scope` and `gc` list. Made and never started,
             // unless the sandbox has an egress route: then it holds the
@@ -164,14 +127,7 @@ impl DockerSandbox {
             };
             let port = cordon_linux::netns::random_port();
             let listener = listen_in(engine, &id, port)?;
-            let serving = service.serve(
-                listener,
-                cordon_egress::Caller {
-                    sandbox: req.key.to_string(),
-                    identity: req.provenance.identity.clone(),
-                    allow: Some(spec.egress_allow().to_vec()),
-                },
-            )?;
+            let serving = serve_route(&**service, listener, req)?;
             Ok((root, view, files, Some((port, serving))))
         });
         let (_, view, files, route) = match routed {
@@ -191,20 +147,22 @@ impl DockerSandbox {
             dir,
             engine: engine.clone(),
             image,
-            image_root,
+            image_root: acquiring.image_root,
             image_dirs,
-            volume,
-            guest_work,
+            volume: made_dir.dir.join("volume"),
+            guest_work: acquiring.guest_work,
             provenance: req.provenance.clone(),
             labels,
             limits: req.limits,
-            policy: config.policy.clone(),
-            env: config.env.clone(),
+            policy: config.setup.policy.clone(),
+            env: config.setup.env.clone(),
             view,
-            files,
+            files: HostFiles::new(files, None, WORKLOAD_ID).refusing_secrets(
+                "the docker backend serves no secrets in this version; run at the native container rung for secrets",
+            ),
             base: OnceLock::new(),
             proxy_port,
-            egress: std::sync::Mutex::new(serving),
+            egress: Serving::new(serving),
             disposed: AtomicBool::new(false),
         })
     }
@@ -215,26 +173,9 @@ impl DockerSandbox {
         if self.disposed.swap(true, Ordering::SeqCst) {
             return Ok(());
         }
-        drop(
-            self.egress
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .take(),
-        );
-        let mut failures = self.engine.remove_labelled(crate::LABEL_SANDBOX, &self.id);
-        if let Err(e) = remove_sandbox_dir(&self.dir) {
-            failures.push(e);
-        }
-        if failures.is_empty() {
-            Ok(())
-        } else {
-            Err(failed("dispose", failures.join("; ")))
-        }
-    }
-
-    /// The sandbox's id (its containers' label and name prefix).
-    pub fn sandbox_id(&self) -> &str {
-        &self.id
+        self.egress.end();
+        let failures = self.engine.remove_labelled(crate::LABEL_SANDBOX, &self.id);
+        cordon_backend_kit::dirs::remove_last(&self.dir, failures)
     }
 
     fn base(&self) -> Result<Vec<DMount>, SandboxError> {
@@ -257,13 +198,10 @@ impl DockerSandbox {
             &self.guest_work,
             (&self.image_root, &self.image_dirs),
             &self.view,
-            self.files.host(),
+            self.files.work().host(),
             (&scratch_root, &self.volume, &masks),
         )
-        .map_err(|e| match e {
-            cordon_confine::oci::EngineMountsError::Refused(r) => refused(r),
-            cordon_confine::oci::EngineMountsError::Failed(r) => exec_failed(r),
-        })?;
+        .map_err(mounts_error)?;
         let mut out: Vec<DMount> = ["passwd", "group", "hostname", "hosts", "resolv.conf"]
             .iter()
             .map(|f| {
@@ -317,22 +255,9 @@ impl DockerSandbox {
     }
 
     fn start(&self, req: &ExecRequest, attach: Attach) -> Result<ExecHandle, SandboxError> {
-        if self.disposed.load(Ordering::SeqCst) {
-            return Err(exec_failed("the sandbox was disposed of".into()));
-        }
-        if attach.tty.is_some() {
-            return Err(SandboxError::Unavailable {
-                reason: "the docker backend gives no terminal in this version; run without one, or at the native container rung (`--backend container`)".into(),
-            });
-        }
-        let Some(argv0) = req.argv.first() else {
-            return Err(refused("the command is empty".into()));
-        };
-        let canonical = cordon_confine::command::resolve(&self.view, argv0)
-            .map_err(|e| refused(e.to_string()))?;
+        live(&self.disposed)?;
+        let argv = resolved_argv(&self.view, req, &attach, NO_TTY)?;
         let mounts = self.base()?;
-        let mut argv = req.argv.clone();
-        argv[0] = canonical.command;
         let env = self.exec_env(req);
         let k = NEXT.fetch_add(1, Ordering::Relaxed);
         let name = format!("{}-e{k}", self.id);
@@ -380,9 +305,11 @@ impl DockerSandbox {
             pid,
             cid,
             done: done_rx,
-            wall: Duration::from_secs(self.limits.wall_seconds.min(req.timeout.as_secs().max(1))),
-            cpu_nanos: self.limits.cpu_seconds.saturating_mul(1_000_000_000),
-            killed: killed.clone(),
+            // One that ended before it was seen has no CPU time to wait for.
+            bounds: match ExecBounds::new(&self.limits, req, killed.clone()) {
+                b if pid == 0 => b.ended_unseen(),
+                b => b,
+            },
         };
         let engine = self.engine.clone();
         Ok(ExecHandle::from_pipes(
@@ -555,9 +482,6 @@ fn launch(
     })
 }
 
-/// How long a started container's CPU time may stay unreadable.
-const CPU_GRACE: Duration = Duration::from_secs(5);
-
 /// One exec's container under way.
 struct Running {
     engine: Engine,
@@ -567,18 +491,13 @@ struct Running {
     /// Its full id, which its cgroup's path holds.
     cid: String,
     done: Receiver<Result<i64, String>>,
-    wall: Duration,
-    cpu_nanos: u64,
-    killed: Arc<AtomicBool>,
+    bounds: ExecBounds,
 }
 
 impl Running {
     /// Waits for the container to end, holding the wall clock and the CPU
     /// bound from the host; then removes it.
-    fn wait(self) -> Result<ExitStatus, SandboxError> {
-        let started = Instant::now();
-        let deadline = started + self.wall;
-        let mut cpu_seen = self.pid == 0;
+    fn wait(mut self) -> Result<ExitStatus, SandboxError> {
         let mut cpu_file: Option<PathBuf> = None;
         let ended = loop {
             match self.done.try_recv() {
@@ -592,29 +511,9 @@ impl Running {
                 cpu_file = crate::engine::cpu_file_of(self.pid, &self.cid);
             }
             let cpu = cpu_file.as_deref().and_then(crate::engine::cpu_nanos_in);
-            cpu_seen |= cpu.is_some();
-            if !cpu_seen && started.elapsed() > CPU_GRACE {
+            if let Some(end) = self.bounds.over(cpu, &self.name) {
                 self.stop();
-                return Err(exec_failed(format!(
-                    "the exec's CPU time did not show in its cgroup (`{}`) within {}s, so `max_cpu_seconds` cannot be held and cordon stopped it; mount the cpuacct (cgroup v1) or cpu (v2) controller",
-                    self.name,
-                    CPU_GRACE.as_secs()
-                )));
-            }
-            let over = if self.killed.load(Ordering::SeqCst) {
-                Some(ExitStatus::Signal(9))
-            } else if Instant::now() >= deadline {
-                Some(ExitStatus::TimedOut)
-            } else if cpu.is_some_and(|n| n > self.cpu_nanos) {
-                Some(ExitStatus::Bound {
-                    bound: "max_cpu_seconds",
-                })
-            } else {
-                None
-            };
-            if let Some(status) = over {
-                self.stop();
-                return Ok(status);
+                return end;
             }
             std::thread::sleep(crate::engine::POLL);
         };
@@ -701,58 +600,8 @@ fn prepare_dir(dir: &Path, guest_work: &str) -> Result<HostImage, String> {
 
 pub(crate) use cordon_backend_kit::remove_sandbox_dir;
 
-impl Drop for DockerSandbox {
-    fn drop(&mut self) {
-        let _ = self.dispose();
-    }
-}
-
 impl Sandbox for DockerSandbox {
-    fn id(&self) -> &str {
-        &self.id
-    }
-
-    fn provenance(&self) -> &Provenance {
-        &self.provenance
-    }
-
-    fn start_exec(&self, req: &ExecRequest, attach: Attach) -> Result<ExecHandle, SandboxError> {
-        self.start(req, attach)
-    }
-
-    fn write_file(&self, path: &str, contents: &[u8], mode: u32) -> Result<(), SandboxError> {
-        if cordon_files::host_dir::HostSecretsDir::names(path) {
-            return Err(SandboxError::PathRefused {
-                path: path.to_string(),
-                reason: "the docker backend serves no secrets in this version; run at the native container rung for secrets".into(),
-            });
-        }
-        self.files.write_file(path, contents, mode)
-    }
-
-    fn stat_no_follow(&self, path: &str) -> Result<Option<FileStat>, SandboxError> {
-        self.files.stat_no_follow(path)
-    }
-
-    fn read_file(&self, path: &str, max_bytes: u64) -> Result<FileRead, SandboxError> {
-        self.files.read_file(path, max_bytes)
-    }
-
-    fn resolve_command(
-        &self,
-        program: &str,
-    ) -> Result<cordon_sandbox::ResolvedCommand, SandboxError> {
-        cordon_backend_kit::resolve_in(&self.view, program)
-    }
-
-    fn host_work_dir(&self) -> Option<cordon_sandbox::HostWorkDirRecord> {
-        Some(cordon_sandbox::HostWorkDirRecord {
-            host: self.files.host().to_path_buf(),
-            guest: self.guest_work.clone(),
-            owner: Some(WORKLOAD_ID),
-            secrets: None,
-        })
-    }
+    cordon_backend_kit::host_sandbox!(start, view, files);
 
     fn residue(&self) -> serde_json::Value {
         serde_json::to_value(Residue {

@@ -34,13 +34,15 @@ fn backend_over(engines: &[&dockerd::Dockerd], policy: Arc<Policy>) -> Arc<Docke
         })
         .collect();
     Arc::new(cordon_backend_docker::backend(DockerConfig {
-        policy,
-        env: Deployment::default(),
-        // Where kept residues are vetted to be: this process's TMPDIR.
-        scratch: std::env::temp_dir(),
-        work_dir: None,
+        setup: cordon_backend_kit::EngineSetup {
+            policy,
+            env: Deployment::default(),
+            // Where kept residues are vetted to be: this process's TMPDIR.
+            scratch: std::env::temp_dir(),
+            work_dir: None,
+            egress: Default::default(),
+        },
         endpoints,
-        egress: Default::default(),
     }))
 }
 

@@ -2,10 +2,8 @@
 
 use std::sync::Arc;
 
-use cordon_backend_kit::{Engine, EngineBackend, Which};
-use cordon_sandbox::{
-    AcquireRequest, BackendError, CapabilitySet, Isolation, IsolationError, Sandbox,
-};
+use cordon_backend_kit::{all_done, Engine, EngineBackend, Which};
+use cordon_sandbox::{AcquireRequest, BackendError, Isolation, Sandbox};
 
 use crate::sandbox::GvisorSandbox;
 use crate::{failed, GvisorConfig};
@@ -20,37 +18,14 @@ pub type GvisorBackend = EngineBackend<Gvisor>;
 
 /// The `gvisor` backend set up by `config`.
 pub fn backend(config: GvisorConfig) -> GvisorBackend {
-    let (policy, env, egress) = (
-        config.policy.clone(),
-        config.env.clone(),
-        config.egress.clone(),
-    );
-    EngineBackend::new(Gvisor { config }, policy, env, egress)
+    let setup = config.setup.clone();
+    EngineBackend::set_up(Gvisor { config }, &setup)
 }
-
-/// What the backend serves (the kit's set for every OCI engine).
-pub use cordon_backend_kit::engine_capabilities as capabilities;
-
-pub(crate) use cordon_backend_kit::stored_root;
 
 impl Engine for Gvisor {
     type Sandbox = GvisorSandbox;
 
-    fn name(&self) -> &str {
-        crate::NAME
-    }
-
-    fn isolation(&self) -> Result<Isolation, IsolationError> {
-        Ok(Isolation::HardenedContainer)
-    }
-
-    fn capabilities(&self) -> CapabilitySet {
-        capabilities()
-    }
-
-    fn materialises(&self, image: &str) -> Result<(), String> {
-        stored_root(image).map(drop)
-    }
+    cordon_backend_kit::oci_engine_basics!(crate::NAME, Isolation::HardenedContainer);
 
     fn create(
         &self,
@@ -58,10 +33,6 @@ impl Engine for Gvisor {
         egress: Option<Arc<dyn cordon_egress::EgressService>>,
     ) -> Result<GvisorSandbox, BackendError> {
         GvisorSandbox::create(&self.config, req, egress)
-    }
-
-    fn dispose(&self, sandbox: &GvisorSandbox) -> Result<(), BackendError> {
-        sandbox.dispose()
     }
 
     /// Another process's sandboxes (or a restarted one's), found in
@@ -94,11 +65,8 @@ impl Gvisor {
     ) -> Result<usize, BackendError> {
         let bin = &self.config.runsc.bin;
         let listed = crate::pod::listed(bin).map_err(|e| failed("dispose", e))?;
-        let scratch = self
-            .config
-            .scratch
-            .canonicalize()
-            .unwrap_or_else(|_| self.config.scratch.clone());
+        let scratch = &self.config.setup.scratch;
+        let scratch = scratch.canonicalize().unwrap_or_else(|_| scratch.clone());
         let mut n = 0;
         let mut failures = Vec::new();
         for l in listed.iter().filter(|l| matches(l)) {
@@ -112,9 +80,7 @@ impl Gvisor {
                 &format!("{sandbox}-"),
             ));
             if named && dir.parent() == Some(scratch.as_path()) && crate::ours(&dir) {
-                if let Err(e) = crate::sandbox::remove_sandbox_dir(&dir) {
-                    failures.push(e);
-                }
+                failures.extend(crate::sandbox::remove_sandbox_dir(&dir).err());
             } else {
                 failures.push(format!(
                     "`{}` (listed for `{}`) is not a sandbox directory of this backend in `{}`; its containers are gone, the directory is left alone",
@@ -125,10 +91,6 @@ impl Gvisor {
             }
             n += 1;
         }
-        if failures.is_empty() {
-            Ok(n)
-        } else {
-            Err(failed("dispose", failures.join("; ")))
-        }
+        all_done(n, "dispose", failures)
     }
 }

@@ -2,7 +2,9 @@
 
 use std::os::unix::fs::DirBuilderExt;
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use cordon_backend_kit::Serving;
 
 use cordon_sandbox::AcquireRequest;
 
@@ -16,7 +18,7 @@ use crate::oci::HostImage;
 pub(crate) struct Route {
     pub(crate) port: u16,
     pub(crate) ns: std::os::fd::OwnedFd,
-    pub(crate) serving: Mutex<Option<Box<dyn std::any::Any + Send>>>,
+    pub(crate) serving: Serving,
 }
 
 impl Route {
@@ -32,22 +34,11 @@ pub(crate) fn route(
     service: &Arc<dyn cordon_egress::EgressService>,
     req: &AcquireRequest,
 ) -> Result<Route, String> {
-    let port = cordon_linux::netns::random_port();
-    let made = cordon_linux::netns::private_with_listener(port).map_err(|e| {
-        format!("making the sandbox's network namespace with the egress proxy's listener: {e}")
-    })?;
-    let serving = service.serve(
-        made.listener,
-        cordon_egress::Caller {
-            sandbox: req.key.to_string(),
-            identity: req.provenance.identity.clone(),
-            allow: Some(req.provenance.spec.egress_allow().to_vec()),
-        },
-    )?;
+    let r = cordon_backend_kit::register::private_route(&**service, req)?;
     Ok(Route {
-        port,
-        ns: made.ns,
-        serving: Mutex::new(Some(serving)),
+        port: r.port,
+        ns: r.ns,
+        serving: Serving::new(Some(r.serving)),
     })
 }
 

@@ -53,16 +53,14 @@ pub use backend::{backend, Gvisor, GvisorBackend};
 pub use register::registration;
 pub use sandbox::GvisorSandbox;
 
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
-
-use cordon_policy::{Deployment, Policy};
+use std::path::Path;
 
 use crate::runsc::Runsc;
-use std::sync::atomic::AtomicU32;
 
 /// The backend's name.
 pub const NAME: &str = "gvisor";
+/// What it is, in a line (`cordon doctor`'s).
+pub const SUMMARY: &str = "a gVisor (`runsc`) sandbox, each exec a container in it; egress through cordon's proxy (the workload's sockets then reach the host kernel, in a namespace holding only the proxy)";
 
 /// Where cordon keeps runsc's container state (`runsc --root`): its own,
 /// never another runtime's, so listing it finds only cordon's containers.
@@ -77,16 +75,7 @@ pub use cordon_backend_kit::WORKLOAD_ID;
 /// (its directory, its containers, their cgroups).
 pub const PREFIX: &str = "cordon-gvisor-";
 
-/// Makes names unique within this process.
-pub(crate) static NEXT: AtomicU32 = AtomicU32::new(0);
-
-use cordon_backend_kit::failed;
-use cordon_sandbox::SandboxError;
-
-/// The pid in a name this backend made: `cordon-gvisor-PID-N-…`.
-pub fn maker_of(name: &str) -> Option<u32> {
-    DIRS.maker_of(name)
-}
+use cordon_backend_kit::{failed, EngineSetup, NEXT};
 
 /// How this backend names its sandbox directories.
 pub const DIRS: cordon_backend_kit::SandboxDirs = cordon_backend_kit::SandboxDirs {
@@ -102,37 +91,9 @@ pub(crate) fn ours(p: &Path) -> bool {
 /// How a gvisor backend is set up.
 #[derive(Clone)]
 pub struct GvisorConfig {
-    pub policy: Arc<Policy>,
-    /// The deployment the router decides in.
-    pub env: Deployment,
-    /// Where each sandbox's directory is made.
-    pub scratch: PathBuf,
-    /// The operator's work dir (`--work-dir`), owned by
-    /// [`crate::WORKLOAD_ID`]; `None`: a fresh one per sandbox.
-    pub work_dir: Option<PathBuf>,
+    /// What every engine backend is set up with; the operator's work dir
+    /// is owned by [`crate::WORKLOAD_ID`].
+    pub setup: EngineSetup,
     /// runsc as the probe found it running.
     pub runsc: Runsc,
-    /// How the egress proxy resolves names and where it audits.
-    pub egress: cordon_sandbox::EgressSetup,
-}
-
-pub(crate) fn refused(reason: String) -> SandboxError {
-    SandboxError::Refused {
-        reason,
-        rules: Vec::new(),
-    }
-}
-
-pub(crate) fn engine_error(e: cordon_confine::oci::EngineMountsError) -> SandboxError {
-    match e {
-        cordon_confine::oci::EngineMountsError::Refused(r) => refused(r),
-        cordon_confine::oci::EngineMountsError::Failed(r) => exec_failed(r),
-    }
-}
-
-pub(crate) fn exec_failed(reason: String) -> SandboxError {
-    SandboxError::Failed {
-        operation: "exec",
-        reason,
-    }
 }

@@ -37,10 +37,7 @@ pub const CONTAINER_TYPE: &str = "io.kubernetes.cri.container-type";
 pub const SANDBOX_ID: &str = "io.kubernetes.cri.sandbox-id";
 
 /// cordon's own annotations on a pause container.
-pub const SCOPE: &str = "dev.cordon.scope";
-pub const THREAD: &str = "dev.cordon.thread";
-pub const AGENT_DIR: &str = "dev.cordon.agent-dir";
-pub const DIR: &str = "dev.cordon.dir";
+pub use cordon_backend_kit::labels::{AGENT_DIR, DIR, SCOPE, THREAD};
 
 /// How long `create` + `start` of the pause container may take.
 const START_TIMEOUT: Duration = Duration::from_secs(30);

@@ -4,17 +4,14 @@ use std::path::PathBuf;
 use std::process::Child;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use cordon_sandbox::{ExitStatus, SandboxError};
 
 use crate::cgroup::MemoryBound;
-use crate::exec_failed;
 use crate::pod::Pod;
 use crate::runsc::runsc_error;
-
-/// How long a started container's CPU time may stay unreadable.
-pub(crate) const CPU_GRACE: Duration = Duration::from_secs(5);
+use cordon_backend_kit::exec::{exec_failed, ExecBounds};
 
 /// One `runsc run` under way.
 pub(crate) struct Running {
@@ -23,9 +20,7 @@ pub(crate) struct Running {
     pub(crate) exec_dir: PathBuf,
     pub(crate) log: PathBuf,
     pub(crate) bin: PathBuf,
-    pub(crate) wall: Duration,
-    pub(crate) cpu_nanos: u64,
-    pub(crate) killed: Arc<AtomicBool>,
+    pub(crate) bounds: ExecBounds,
     /// The runsc sandbox's CPU time, kill and refusal counts when the exec
     /// started: the exec is charged the growth.
     pub(crate) cpu_at_start: u64,
@@ -110,12 +105,6 @@ impl Running {
     /// Waits for the container to end, holding the wall clock and the CPU
     /// bound from the host; then removes what the exec made.
     pub(crate) fn wait(mut self) -> Result<ExitStatus, SandboxError> {
-        let started = Instant::now();
-        let deadline = started + self.wall;
-        // The CPU bound is held only while the sandbox's CPU time can be
-        // read: a sandbox whose cgroup never shows it is stopped, never
-        // run unbounded.
-        let mut cpu_seen = false;
         let ended = loop {
             match self.child.try_wait() {
                 Ok(Some(s)) => break Ok(s),
@@ -124,29 +113,9 @@ impl Running {
             }
             let cpu = crate::runsc::cpu_nanos(self.held.cgroup(&self.cid))
                 .map(|n| n.saturating_sub(self.cpu_at_start));
-            cpu_seen |= cpu.is_some();
-            if !cpu_seen && started.elapsed() > CPU_GRACE {
+            if let Some(end) = self.bounds.over(cpu, self.held.cgroup(&self.cid)) {
                 self.stop();
-                return Err(exec_failed(format!(
-                    "the sandbox's CPU time did not show in its cgroup (`{}`) within {}s, so `max_cpu_seconds` cannot be held and cordon stopped it; mount the cpuacct (cgroup v1) or cpu (v2) controller",
-                    self.held.cgroup(&self.cid),
-                    CPU_GRACE.as_secs()
-                )));
-            }
-            let over = if self.killed.load(Ordering::SeqCst) {
-                Some(ExitStatus::Signal(9))
-            } else if Instant::now() >= deadline {
-                Some(ExitStatus::TimedOut)
-            } else if cpu.is_some_and(|n| n > self.cpu_nanos) {
-                Some(ExitStatus::Bound {
-                    bound: "max_cpu_seconds",
-                })
-            } else {
-                None
-            };
-            if let Some(status) = over {
-                self.stop();
-                return Ok(status);
+                return end;
             }
             std::thread::sleep(Duration::from_millis(10));
         };

@@ -40,11 +40,7 @@ pub struct Runsc {
 }
 
 /// Why runsc cannot run here, and what was found.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Unrunnable {
-    pub reason: String,
-    pub found: Vec<String>,
-}
+pub use cordon_backend_kit::register::Unrunnable;
 
 /// The runsc binary: `runsc` on `PATH`, else `/usr/bin/runsc`.
 pub fn binary() -> Option<PathBuf> {
@@ -496,10 +492,13 @@ pub fn all_cgroup_names() -> Vec<String> {
                 .flatten()
                 .filter(|e| e.path().is_dir())
                 .filter_map(|e| e.file_name().to_str().map(String::from))
-                .filter(|n| crate::maker_of(n).is_some())
+                .filter(|n| crate::DIRS.maker_of(n).is_some())
                 .collect()
         };
-        if crate::maker_of(&h.file_name().to_string_lossy()).is_some() {
+        if crate::DIRS
+            .maker_of(&h.file_name().to_string_lossy())
+            .is_some()
+        {
             names.push(h.file_name().to_string_lossy().into_owned());
         } else {
             names.extend(in_dir(&p));

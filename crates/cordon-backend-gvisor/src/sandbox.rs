@@ -23,14 +23,13 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::Duration;
 
 use cordon_confine::RootedFs;
 use cordon_files::host_dir::{HostSecretsDir, HostWorkDir};
 use cordon_policy::{Deployment, Policy};
 use cordon_sandbox::{
-    AcquireRequest, Attach, BackendError, ExecHandle, ExecRequest, FileRead, FileStat, Killer,
-    Limits, Provenance, Sandbox, SandboxError, SandboxKey, StdinFeed,
+    AcquireRequest, Attach, BackendError, ExecHandle, ExecRequest, Killer, Limits, Provenance,
+    Sandbox, SandboxError, SandboxKey, StdinFeed,
 };
 use serde::{Deserialize, Serialize};
 
@@ -40,8 +39,13 @@ use crate::oci::{Bundle, HostImage, Mount, MountKind};
 use crate::pod::{Pod, PodSpec};
 use crate::running::*;
 use crate::runsc::Runsc;
-use crate::{engine_error, exec_failed, failed, refused, GvisorConfig, NEXT, WORKLOAD_ID};
-use cordon_backend_kit::workarea::{make_masks, work_area, WorkArea, WorkAreaSpec};
+use crate::{failed, GvisorConfig, NEXT, WORKLOAD_ID};
+use cordon_backend_kit::exec::{exec_failed, live, mounts_error, resolved_argv, ExecBounds};
+use cordon_backend_kit::workarea::{make_masks, Acquiring, WorkArea};
+use cordon_backend_kit::HostFiles;
+
+/// Why an exec asking for a terminal is refused.
+const NO_TTY: &str = "the gvisor backend gives no terminal in this version; run without one, or at `--min-isolation container`";
 
 /// What a sandbox leaves if its holder dies: its directory (with the
 /// volume mounted in it) and the prefix of its containers' ids.
@@ -73,11 +77,10 @@ pub struct GvisorSandbox {
     env: Deployment,
     runsc: Runsc,
     view: RootedFs,
-    files: HostWorkDir,
-    /// A spec that names secrets: the directory they are written to
-    /// (`dir/secrets`, root's, the workload's group reads), bound
-    /// read-only at `/run/cordon/secrets` in every exec.
-    secrets: Option<HostSecretsDir>,
+    /// The work dir and, for a spec that names secrets, the directory they
+    /// are written to (`dir/secrets`, root's, the workload's group reads),
+    /// bound read-only at `/run/cordon/secrets` in every exec.
+    files: HostFiles,
     /// The mounts the policy's plan translates to, made at the first exec.
     base: OnceLock<Result<Vec<Mount>, SandboxError>>,
     /// The runsc sandbox every exec is a container in (`crate::pod`).
@@ -97,47 +100,17 @@ impl GvisorSandbox {
         req: &AcquireRequest,
         egress: Option<Arc<dyn cordon_egress::EgressService>>,
     ) -> Result<GvisorSandbox, BackendError> {
-        let spec = &req.provenance.spec;
-        let guest_work = spec.work_dir().to_string();
-        cordon_confine::oci::check_work_dir(&guest_work, crate::NAME).map_err(|reason| {
-            BackendError::Refused {
-                operation: "acquire",
-                reason,
-            }
-        })?;
-        let stamp = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.subsec_nanos());
-        let id = format!(
-            "{}{}-{}-{stamp}",
-            crate::PREFIX,
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        );
-        let scratch = config
-            .scratch
-            .canonicalize()
-            .map_err(|e| failed("acquire", format!("`{}`: {e}", config.scratch.display())))?;
-        let dir = scratch.join(&id);
-        private_dir(&dir).map_err(|e| failed("acquire", e))?;
-        let volume = dir.join("volume");
-        let wants_secrets = !spec.secrets().is_empty();
-        let image_root = match cordon_backend_kit::stored_root(spec.image()) {
-            Ok(r) => r,
-            Err(reason) => {
-                let _ = remove_sandbox_dir(&dir);
-                return Err(BackendError::Refused {
-                    operation: "acquire",
-                    reason,
-                });
-            }
-        };
+        let acquiring = Acquiring::new(req, &config.setup, crate::NAME)?;
+        let (guest_work, image_root) = (&acquiring.guest_work, &acquiring.image_root);
+        let made_dir = crate::DIRS.make(&config.setup.scratch)?;
+        let (id, dir) = (made_dir.id.clone(), made_dir.dir.clone());
+        let wants_secrets = !req.provenance.spec.secrets().is_empty();
         let made =
             (|| -> Result<(HostImage, RootedFs, HostWorkDir, Option<HostSecretsDir>), String> {
                 let image = if image_root == Path::new("/") {
                     HostImage::prepare(&dir.join("rootfs"))?
                 } else {
-                    stored_skeleton(&dir.join("rootfs"), &image_root)?
+                    stored_skeleton(&dir.join("rootfs"), image_root)?
                 };
                 if let Some(d) = image
                     .dirs
@@ -149,19 +122,11 @@ impl GvisorSandbox {
                         d.display()
                     ));
                 }
-                image.write_etc(WORKLOAD_ID, WORKLOAD_ID, &guest_work)?;
+                image.write_etc(WORKLOAD_ID, WORKLOAD_ID, guest_work)?;
                 install_shim(&image.rootfs)?;
                 crate::oci::mkdir_in(&image.rootfs, Path::new(&guest_work))?;
                 make_masks(&dir.join("masks"))?;
-                let WorkArea { view, files, .. } = work_area(&WorkAreaSpec {
-                    volume: &volume,
-                    scratch: &scratch,
-                    disk_bytes: req.limits.disk_bytes,
-                    given: config.work_dir.as_deref(),
-                    image_root: &image_root,
-                    guest_work: &guest_work,
-                    backend: crate::NAME,
-                })?;
+                let WorkArea { view, files, .. } = acquiring.work_area(&made_dir)?;
                 // Inside the sandbox's directory (root's, 0700): no other
                 // sandbox's workload, though the same uid, can reach it.
                 let secrets = if wants_secrets {
@@ -213,18 +178,17 @@ impl GvisorSandbox {
             id,
             dir,
             image,
-            image_root,
+            image_root: image_root.clone(),
             pause_image,
-            volume,
-            guest_work,
+            volume: made_dir.dir.join("volume"),
+            guest_work: guest_work.clone(),
             provenance: req.provenance.clone(),
             limits: req.limits,
-            policy: config.policy.clone(),
-            env: config.env.clone(),
+            policy: config.setup.policy.clone(),
+            env: config.setup.env.clone(),
             runsc: config.runsc.clone(),
             view,
-            files,
-            secrets,
+            files: HostFiles::new(files, secrets, WORKLOAD_ID),
             base: OnceLock::new(),
             pod: Mutex::new(None),
             execs: std::sync::atomic::AtomicU64::new(0),
@@ -241,7 +205,7 @@ impl GvisorSandbox {
         let mut slot = self
             .pod
             .lock()
-            .map_err(|_| exec_failed("the sandbox's pod lock is poisoned".into()))?;
+            .map_err(|_| exec_failed("the sandbox's pod lock is poisoned"))?;
         if let Some(p) = slot.as_ref() {
             if p.alive() {
                 return Ok(p.clone());
@@ -252,7 +216,7 @@ impl GvisorSandbox {
             *slot = None;
         }
         if self.disposed.load(Ordering::SeqCst) {
-            return Err(exec_failed("the sandbox was disposed of".into()));
+            return Err(exec_failed("the sandbox was disposed of"));
         }
         let k = NEXT.fetch_add(1, Ordering::Relaxed);
         let id = format!("{}-p{k}", self.id);
@@ -297,25 +261,13 @@ impl GvisorSandbox {
                 p.dead.store(true, Ordering::SeqCst);
             }
         }
-        let mut failures = remove_containers(&self.runsc.bin, &format!("{}-", self.id));
+        let failures = remove_containers(&self.runsc.bin, &format!("{}-", self.id));
         // Its runsc sandboxes are gone: the serving ends and the
         // namespace closes when the sandbox is dropped.
         if let Some(r) = &self.route {
-            drop(
-                r.serving
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .take(),
-            );
+            r.serving.end();
         }
-        if let Err(e) = remove_sandbox_dir(&self.dir) {
-            failures.push(e);
-        }
-        if failures.is_empty() {
-            Ok(())
-        } else {
-            Err(failed("dispose", failures.join("; ")))
-        }
+        cordon_backend_kit::dirs::remove_last(&self.dir, failures)
     }
 
     /// The sandbox's directory on the host.
@@ -340,33 +292,23 @@ impl GvisorSandbox {
             &self.guest_work,
             (&self.image_root, &self.image.dirs),
             &self.view,
-            self.files.host(),
+            self.files.work().host(),
             (&self.image.rootfs, &self.volume, &self.dir.join("masks")),
         )
-        .map_err(engine_error)
+        .map_err(mounts_error)
     }
 
     fn start(&self, req: &ExecRequest, attach: Attach) -> Result<ExecHandle, SandboxError> {
-        if attach.tty.is_some() {
-            return Err(SandboxError::Unavailable {
-                reason: "the gvisor backend gives no terminal in this version; run without one, or at `--min-isolation container`".into(),
-            });
-        }
-        let Some(argv0) = req.argv.first() else {
-            return Err(refused("the command is empty".into()));
-        };
-        let canonical = cordon_confine::command::resolve(&self.view, argv0)
-            .map_err(|e| refused(e.to_string()))?;
+        live(&self.disposed)?;
+        let argv = resolved_argv(&self.view, req, &attach, NO_TTY)?;
         let mut mounts = self.base()?;
-        if let Some(secrets) = &self.secrets {
+        if let Some(secrets) = self.files.secrets() {
             mounts.push(Mount {
                 destination: PathBuf::from(cordon_sandbox::secrets::SECRETS_DIR),
                 source: secrets.host().to_path_buf(),
                 kind: MountKind::ReadOnly { exec: false },
             });
         }
-        let mut argv = req.argv.clone();
-        argv[0] = canonical.command;
         let env = cordon_backend_kit::workarea::exec_env(
             &self.guest_work,
             self.route.as_ref().map(|r| r.port),
@@ -460,9 +402,7 @@ impl GvisorSandbox {
             exec_dir,
             log,
             bin: self.runsc.bin.clone(),
-            wall: Duration::from_secs(self.limits.wall_seconds.min(req.timeout.as_secs().max(1))),
-            cpu_nanos: self.limits.cpu_seconds.saturating_mul(1_000_000_000),
-            killed: killed.clone(),
+            bounds: ExecBounds::new(&self.limits, req, killed.clone()),
             // Before its container exists an exec's own cgroup reads
             // nothing: 0, and a pod's unreadable count charges everything.
             cpu_at_start: crate::runsc::cpu_nanos(held.cgroup(&cid)).unwrap_or(0),
@@ -565,61 +505,7 @@ impl Drop for GvisorSandbox {
 }
 
 impl Sandbox for GvisorSandbox {
-    fn id(&self) -> &str {
-        &self.id
-    }
-
-    fn provenance(&self) -> &Provenance {
-        &self.provenance
-    }
-
-    fn start_exec(&self, req: &ExecRequest, attach: Attach) -> Result<ExecHandle, SandboxError> {
-        self.start(req, attach)
-    }
-
-    fn write_file(&self, path: &str, contents: &[u8], mode: u32) -> Result<(), SandboxError> {
-        // The secrets directory, and nothing else outside the work dir.
-        if HostSecretsDir::names(path) {
-            return match &self.secrets {
-                Some(s) => s.write_secret(path, contents, mode),
-                None => Err(SandboxError::PathRefused {
-                    path: path.to_string(),
-                    reason: "this sandbox's spec names no secrets, so it has no secrets directory; name the secret in the spec's `secrets`".into(),
-                }),
-            };
-        }
-        self.files.write_file(path, contents, mode)
-    }
-
-    fn stat_no_follow(&self, path: &str) -> Result<Option<FileStat>, SandboxError> {
-        self.files.stat_no_follow(path)
-    }
-
-    fn read_file(&self, path: &str, max_bytes: u64) -> Result<FileRead, SandboxError> {
-        self.files.read_file(path, max_bytes)
-    }
-
-    fn resolve_command(
-        &self,
-        program: &str,
-    ) -> Result<cordon_sandbox::ResolvedCommand, SandboxError> {
-        cordon_backend_kit::resolve_in(&self.view, program)
-    }
-
-    fn host_work_dir(&self) -> Option<cordon_sandbox::HostWorkDirRecord> {
-        Some(cordon_sandbox::HostWorkDirRecord {
-            host: self.files.host().to_path_buf(),
-            guest: self.guest_work.clone(),
-            owner: Some(WORKLOAD_ID),
-            secrets: self
-                .secrets
-                .as_ref()
-                .map(|s| cordon_sandbox::HostSecretsRecord {
-                    host: s.host().to_path_buf(),
-                    gid: WORKLOAD_ID,
-                }),
-        })
-    }
+    cordon_backend_kit::host_sandbox!(start, view, files);
 
     fn residue(&self) -> serde_json::Value {
         serde_json::to_value(Residue {

@@ -34,14 +34,16 @@ fn backend(
     runsc: &cordon_backend_gvisor::runsc::Runsc,
 ) -> GvisorBackend {
     cordon_backend_gvisor::backend(GvisorConfig {
-        policy: policy.clone(),
-        env: Deployment {
-            name: "default".into(),
+        setup: cordon_backend_kit::EngineSetup {
+            policy: policy.clone(),
+            env: Deployment {
+                name: "default".into(),
+            },
+            scratch: scratch.to_path_buf(),
+            work_dir: None,
+            egress: Default::default(),
         },
-        scratch: scratch.to_path_buf(),
-        work_dir: None,
         runsc: runsc.clone(),
-        egress: Default::default(),
     })
 }
 

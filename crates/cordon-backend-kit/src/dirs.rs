@@ -9,8 +9,13 @@
 //! copies of this check had drifted (microvm's skipped the plain-path
 //! step); this is the one.
 
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Component, Path, PathBuf};
+use std::sync::atomic::Ordering;
+
+use cordon_sandbox::BackendError;
+
+use crate::failed;
 
 /// How one backend names its sandbox directories.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,6 +31,26 @@ impl SandboxDirs {
     /// (`PREFIX-PID-N…`).
     pub fn maker_of(&self, name: &str) -> Option<u32> {
         cordon_confine::oci::maker_of(self.prefix, name)
+    }
+
+    /// A new sandbox directory in `scratch`: `PREFIX-PID-N-STAMP`, root's,
+    /// 0700, made new (nothing planted at its path is used).
+    pub fn make(&self, scratch: &Path) -> Result<MadeDir, BackendError> {
+        let stamp = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        let id = format!(
+            "{}{}-{}-{stamp}",
+            self.prefix,
+            std::process::id(),
+            crate::NEXT.fetch_add(1, Ordering::Relaxed)
+        );
+        let scratch = scratch
+            .canonicalize()
+            .map_err(|e| failed("acquire", format!("`{}`: {e}", scratch.display())))?;
+        let dir = scratch.join(&id);
+        private_dir(&dir).map_err(|e| failed("acquire", e))?;
+        Ok(MadeDir { id, dir, scratch })
     }
 
     /// Whether `p`'s last component is a name this backend makes.
@@ -102,6 +127,48 @@ impl SandboxDirs {
         }
         (done, failures)
     }
+
+    /// Sweeps the orphans as [`remove_sandbox_dir`] removes one (binds and
+    /// volume unmounted first), after a sweep that did `done` and in which
+    /// `failures` failed: what the whole sweep did, and what failed.
+    pub fn sweep_dirs(
+        &self,
+        mut done: Vec<String>,
+        mut failures: Vec<String>,
+    ) -> (Vec<String>, Vec<String>) {
+        let (d, f) = self.sweep(|d| remove_sandbox_dir(d).err().into_iter().collect());
+        done.extend(d);
+        failures.extend(f);
+        (done, failures)
+    }
+}
+
+/// Makes `p` a directory only root can enter (mode 0700); fails if it
+/// exists.
+pub fn private_dir(p: &Path) -> Result<(), String> {
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(p)
+        .map_err(|e| format!("cannot create `{}`: {e}", p.display()))
+}
+
+/// Makes `p` a directory only its maker can enter (mode 0700) unless
+/// there is something there already (which the caller then checks).
+pub fn private_dir_at(p: &Path) -> std::io::Result<()> {
+    match std::fs::DirBuilder::new().mode(0o700).create(p) {
+        Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => Err(e),
+        _ => Ok(()),
+    }
+}
+
+/// A sandbox directory [`SandboxDirs::make`] made.
+#[derive(Debug)]
+pub struct MadeDir {
+    /// Its name: the sandbox's id.
+    pub id: String,
+    pub dir: PathBuf,
+    /// The scratch directory it is in, canonical.
+    pub scratch: PathBuf,
 }
 
 /// Where this cordon makes sandbox directories: TMPDIR, canonical.
@@ -181,10 +248,24 @@ pub fn remove_sandbox_dir(dir: &Path) -> Result<(), String> {
             volume.display()
         ));
     }
-    match std::fs::remove_dir_all(dir) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(format!("cannot remove `{}`: {e}", dir.display())),
+    removed(std::fs::remove_dir_all(dir), dir)
+}
+
+/// A dispose's end: the sandbox's directory removed last (as
+/// [`remove_sandbox_dir`] removes it), after what else the dispose ended
+/// with `failures`; every failure reported.
+pub fn remove_last(dir: &Path, mut failures: Vec<String>) -> Result<(), BackendError> {
+    failures.extend(remove_sandbox_dir(dir).err());
+    crate::all_done((), "dispose", failures)
+}
+
+/// A removal of `path`'s outcome: what was already gone is removed too.
+pub fn removed(outcome: std::io::Result<()>, path: &Path) -> Result<(), String> {
+    match outcome {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            Err(format!("cannot remove `{}`: {e}", path.display()))
+        }
+        _ => Ok(()),
     }
 }
 
@@ -202,7 +283,14 @@ mod tests {
     fn names_are_read_as_backends_write_them() {
         assert_eq!(DIRS.maker_of("cordon-toy-12-3-456"), Some(12));
         assert_eq!(DIRS.maker_of("cordon-toy-12-3"), Some(12));
-        for bad in ["cordon-toy-x-3", "cordon-other-1-2-3", "cordon-toy-12"] {
+        // An exec's container or a pod's, named after its sandbox.
+        assert_eq!(DIRS.maker_of("cordon-toy-12-3-456-e7"), Some(12));
+        for bad in [
+            "cordon-toy-x-3",
+            "cordon-other-1-2-3",
+            "cordon-toy-12",
+            "cordon-toy-",
+        ] {
             assert_eq!(DIRS.maker_of(bad), None, "{bad}");
         }
     }

@@ -107,6 +107,38 @@ pub trait Engine: Send + Sync + 'static {
     ) -> Result<usize, BackendError>;
 }
 
+/// `Engine::name`, `isolation`, `capabilities`, `materialises` and
+/// `dispose` of an OCI engine on this host (docker, gvisor): its name and
+/// rung, what every such engine serves ([`crate::engine_capabilities`]),
+/// the images whose tree is on this host ([`crate::stored_root`]), and a
+/// sandbox's own `dispose`. Used inside `impl Engine for …`.
+#[macro_export]
+macro_rules! oci_engine_basics {
+    ($name:expr, $rung:expr) => {
+        fn name(&self) -> &str {
+            $name
+        }
+
+        fn isolation(
+            &self,
+        ) -> Result<$crate::__sandbox::Isolation, $crate::__sandbox::IsolationError> {
+            Ok($rung)
+        }
+
+        fn capabilities(&self) -> $crate::__sandbox::CapabilitySet {
+            $crate::engine_capabilities()
+        }
+
+        fn materialises(&self, image: &str) -> Result<(), String> {
+            $crate::stored_root(image).map(drop)
+        }
+
+        fn dispose(&self, sandbox: &Self::Sandbox) -> Result<(), $crate::__sandbox::BackendError> {
+            sandbox.dispose()
+        }
+    };
+}
+
 /// The generic backend: the protocol over an [`Engine`].
 pub struct EngineBackend<E: Engine> {
     engine: E,
@@ -132,6 +164,12 @@ impl<E: Engine> EngineBackend<E> {
             sandboxes: Mutex::new(HashMap::new()),
             egress: OnceLock::new(),
         }
+    }
+
+    /// The backend over `engine`, set up by `setup`.
+    pub fn set_up(engine: E, setup: &crate::EngineSetup) -> Self {
+        let s = setup.clone();
+        EngineBackend::new(engine, s.policy, s.env, s.egress)
     }
 
     /// The engine.

@@ -1,7 +1,7 @@
 //! Fresh host uids/gids, one per live sandbox machine-wide: each leased by
 //! an exclusive `flock` on a file of its own.
 
-use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 
@@ -44,16 +44,12 @@ impl Drop for IdLease {
 
 fn lease_dir() -> Result<&'static Path, BackendError> {
     let dir = Path::new(ID_LEASES);
-    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-        Err(e) => {
-            return Err(failed(
-                "acquire",
-                format!("cannot create `{ID_LEASES}` to lease a sandbox uid: {e}"),
-            ))
-        }
-    }
+    crate::dirs::private_dir_at(dir).map_err(|e| {
+        failed(
+            "acquire",
+            format!("cannot create `{ID_LEASES}` to lease a sandbox uid: {e}"),
+        )
+    })?;
     let meta = std::fs::symlink_metadata(dir)
         .map_err(|e| failed("acquire", format!("`{ID_LEASES}`: {e}")))?;
     let me = rustix::process::geteuid().as_raw();

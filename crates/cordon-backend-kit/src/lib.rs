@@ -11,20 +11,33 @@
 //! - the init program a host names for sandboxes ([`init_of`]);
 //! - where an image's tree is on this host ([`stored_root`]);
 //! - one backend over any engine ([`EngineBackend`] over an [`Engine`]):
-//!   an engine backend is one `impl Engine` and a registration.
+//!   an engine backend is one `impl Engine` and a registration
+//!   ([`register`]: its set-up, probe answer, residue, route out);
+//! - what a sandbox does alike whatever runs it: an exec's refusals,
+//!   command and bounds ([`exec`]), its host-side files and the trait
+//!   methods every sandbox writes the same ([`hosted`]).
 
 #![cfg(all(target_os = "linux", target_arch = "x86_64"))]
 
 pub mod dirs;
 pub mod engine;
+pub mod exec;
+pub mod hosted;
 mod ids;
 pub mod profile;
+pub mod register;
 pub mod workarea;
 
 pub use dirs::{remove_sandbox_dir, SandboxDirs};
 pub use engine::{Engine, EngineBackend, Which};
+pub use hosted::{HostFiles, Serving};
 pub use ids::{lease_id, sweep_id_leases, IdLease, FRESH_IDS, ID_LEASES};
 pub use profile::RungProfile;
+pub use register::EngineSetup;
+
+/// For the macros' paths.
+#[doc(hidden)]
+pub use cordon_sandbox as __sandbox;
 
 use std::path::PathBuf;
 use std::sync::atomic::AtomicU32;
@@ -50,6 +63,17 @@ pub const INSIDE_ID: u32 = 1000;
 /// A warm sandbox's init runs as host uid/gid `workload + INIT_ID_OFFSET`:
 /// a uid of its own that the workload does not have.
 pub const INIT_ID_OFFSET: u32 = 1_000_000_000;
+
+/// The names under which an engine records a sandbox's key and
+/// directory on what it makes (docker's labels, runsc's annotations), so
+/// any cordon process finds it by scope and thread.
+pub mod labels {
+    pub const SCOPE: &str = "dev.cordon.scope";
+    pub const THREAD: &str = "dev.cordon.thread";
+    pub const AGENT_DIR: &str = "dev.cordon.agent-dir";
+    /// The sandbox's directory on the engine's host.
+    pub const DIR: &str = "dev.cordon.dir";
+}
 
 /// Makes names unique within this process (cgroups, directories, lease
 /// search starts).
@@ -111,6 +135,28 @@ pub fn failed(operation: &'static str, reason: impl Into<String>) -> BackendErro
     BackendError::Failed {
         operation,
         reason: reason.into(),
+    }
+}
+
+/// A backend's refusal in `operation`: what the request asks cannot be
+/// served (nothing was made).
+pub fn refused(operation: &'static str, reason: impl Into<String>) -> BackendError {
+    BackendError::Refused {
+        operation,
+        reason: reason.into(),
+    }
+}
+
+/// `done` when nothing failed, else every failure in `operation`.
+pub fn all_done<T>(
+    done: T,
+    operation: &'static str,
+    failures: Vec<String>,
+) -> Result<T, BackendError> {
+    if failures.is_empty() {
+        Ok(done)
+    } else {
+        Err(failed(operation, failures.join("; ")))
     }
 }
 

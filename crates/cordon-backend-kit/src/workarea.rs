@@ -10,16 +10,8 @@ use std::path::{Path, PathBuf};
 use cordon_confine::RootedFs;
 use cordon_files::host_dir::HostWorkDir;
 
+pub use crate::dirs::{private_dir, private_dir_at};
 use crate::WORKLOAD_ID;
-
-/// Makes `p` a directory only root can enter (mode 0700); fails if it
-/// exists.
-pub fn private_dir(p: &Path) -> Result<(), String> {
-    std::fs::DirBuilder::new()
-        .mode(0o700)
-        .create(p)
-        .map_err(|e| format!("cannot create `{}`: {e}", p.display()))
-}
 
 /// Makes `p` a directory of the workload's uid ([`WORKLOAD_ID`]), 0700.
 pub fn owned_dir(p: &Path) -> Result<(), String> {
@@ -71,6 +63,55 @@ pub struct WorkAreaSpec<'a> {
     pub guest_work: &'a str,
     /// The backend's name, for messages.
     pub backend: &'a str,
+}
+
+/// What an OCI engine's acquire settles before it makes anything: the
+/// spec's work dir, checked (refused where the engine's view reserves the
+/// path), and where its image's tree is on this host (refused when the
+/// store lacks it).
+pub struct Acquiring<'a> {
+    pub req: &'a cordon_sandbox::AcquireRequest,
+    pub setup: &'a crate::EngineSetup,
+    pub guest_work: String,
+    pub image_root: PathBuf,
+    pub backend: &'static str,
+}
+
+impl<'a> Acquiring<'a> {
+    pub fn new(
+        req: &'a cordon_sandbox::AcquireRequest,
+        setup: &'a crate::EngineSetup,
+        backend: &'static str,
+    ) -> Result<Acquiring<'a>, cordon_sandbox::BackendError> {
+        let spec = &req.provenance.spec;
+        let guest_work = spec.work_dir().to_string();
+        cordon_confine::oci::check_work_dir(&guest_work, backend)
+            .map_err(|reason| crate::refused("acquire", reason))?;
+        let image_root =
+            crate::stored_root(spec.image()).map_err(|reason| crate::refused("acquire", reason))?;
+        Ok(Acquiring {
+            req,
+            setup,
+            guest_work,
+            image_root,
+            backend,
+        })
+    }
+
+    /// The work area in the sandbox's directory `dir` (its `volume`), of
+    /// the request's `max_disk`, over the operator's work dir when the
+    /// set-up names one.
+    pub fn work_area(&self, dir: &crate::dirs::MadeDir) -> Result<WorkArea, String> {
+        work_area(&WorkAreaSpec {
+            volume: &dir.dir.join("volume"),
+            scratch: &dir.scratch,
+            disk_bytes: self.req.limits.disk_bytes,
+            given: self.setup.work_dir.as_deref(),
+            image_root: &self.image_root,
+            guest_work: &self.guest_work,
+            backend: self.backend,
+        })
+    }
 }
 
 /// Mounts the volume and makes the work dir and `/tmp` on it (or checks

@@ -15,13 +15,13 @@ use cordon_sandbox::{
     Sandbox, SandboxKey, WorkDirView,
 };
 
-use cordon_egress::{Caller, EgressService};
+use cordon_egress::EgressService;
 
 use crate::profile::RungProfile;
 use crate::sandbox::LocalSandbox;
 use crate::workdir::{fresh_volume, given_dir, remove_mount, secrets_cover_point, secrets_dir};
 use crate::{failed, register, LocalConfig, WorkDir, NEXT, WORK_DIR_ID};
-use cordon_backend_kit::lease_id;
+use cordon_backend_kit::{lease_id, HostFiles};
 
 /// The `process` or `container` backend.
 pub struct LocalBackend {
@@ -279,7 +279,7 @@ impl LocalBackend {
             policy: self.config.policy.clone(),
             env: self.config.env.clone(),
             enforcer: self.enforcer.clone(),
-            files,
+            files: HostFiles::new(files, secrets, id),
             host_work,
             fresh,
             mount: made.mount.take(),
@@ -292,7 +292,6 @@ impl LocalBackend {
             base: std::sync::OnceLock::new(),
             proxy_port: None,
             egress: Mutex::new(None),
-            secrets,
         };
         made.secrets = None;
         let allow = req.provenance.spec.egress_allow();
@@ -451,22 +450,12 @@ fn route_egress(
     host: &dyn cordon_egress::EgressService,
     req: &AcquireRequest,
 ) -> Result<(), BackendError> {
-    let allow = req.provenance.spec.egress_allow();
     let served = sandbox
         .warm
         .as_mut()
         .and_then(cordon_linux::WarmSandbox::take_proxy_listener)
         .ok_or_else(|| "the sandbox did not hand over its egress channel".to_string())
-        .and_then(|listener| {
-            host.serve(
-                listener,
-                Caller {
-                    sandbox: req.key.to_string(),
-                    identity: req.provenance.identity.clone(),
-                    allow: Some(allow.to_vec()),
-                },
-            )
-        });
+        .and_then(|listener| cordon_backend_kit::register::serve_route(host, listener, req));
     match served {
         Ok(s) => *sandbox.egress.lock().unwrap_or_else(|p| p.into_inner()) = Some(s),
         Err(e) => {

@@ -5,16 +5,16 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
+use cordon_backend_kit::HostFiles;
 use cordon_confine::FsView;
-use cordon_files::host_dir::{HostSecretsDir, HostWorkDir};
 use cordon_linux::{
     Bound as LinuxBound, Bounds, ConfineError, Enforcer, FsRule, Ids, Plan, PlanSpec, SandboxStdio,
     Termination,
 };
 use cordon_policy::{Deployment, Policy};
 use cordon_sandbox::{
-    Attach, BackendError, ExecHandle, ExecRequest, ExitStatus, FileRead, FileStat, Killer, Limits,
-    Provenance, Sandbox, SandboxError,
+    Attach, BackendError, ExecHandle, ExecRequest, ExitStatus, Killer, Limits, Provenance, Sandbox,
+    SandboxError,
 };
 
 use crate::pipes::ExecPipes;
@@ -33,7 +33,11 @@ pub struct LocalSandbox {
     pub(crate) policy: Arc<Policy>,
     pub(crate) env: Deployment,
     pub(crate) enforcer: Arc<dyn Enforcer + Send + Sync>,
-    pub(crate) files: HostWorkDir,
+    /// The work dir and, for a spec that names secrets, the host directory
+    /// they are written to (only through [`Sandbox::write_file`] at the
+    /// secrets directory), bound read-only there in the sandbox and removed
+    /// at dispose.
+    pub(crate) files: HostFiles,
     pub(crate) host_work: PathBuf,
     pub(crate) fresh: bool,
     /// The mount the work dir is on: a fresh volume of `max_disk` (the work
@@ -63,27 +67,9 @@ pub struct LocalSandbox {
     /// The proxy serving this sandbox's channel; dropped (and the channel
     /// with it) when the sandbox is.
     pub(crate) egress: Mutex<Option<Box<dyn std::any::Any + Send>>>,
-    /// A spec that names secrets: the host directory they are written to
-    /// (only through [`Sandbox::write_file`] at the secrets directory),
-    /// bound read-only there in the sandbox. Removed at dispose.
-    pub(crate) secrets: Option<HostSecretsDir>,
 }
 
-/// The policy (or what it asks for) cannot be held here: nothing ran.
-fn refused(reason: String) -> SandboxError {
-    SandboxError::Refused {
-        reason,
-        rules: Vec::new(),
-    }
-}
-
-/// The machinery failed (a pipe, a descriptor, the init).
-fn exec_failed(reason: String) -> SandboxError {
-    SandboxError::Failed {
-        operation: "exec",
-        reason,
-    }
-}
+use cordon_backend_kit::exec::{exec_failed, plan_now, refused, wall_seconds};
 
 impl LocalSandbox {
     /// Stops the sandbox (container rung: kills everything in it and
@@ -140,11 +126,11 @@ impl LocalSandbox {
 
     /// The work dir as the workload sees it.
     pub fn guest_work_dir(&self) -> &str {
-        self.files.guest()
+        self.files.work().guest()
     }
 
     pub(crate) fn remove_dirs(&self) -> Result<(), BackendError> {
-        if let Some(s) = &self.secrets {
+        if let Some(s) = self.files.secrets() {
             remove_secrets(s.host())?;
         }
         if let (Some(tmp), false) = (&self.tmp, self.fresh) {
@@ -190,7 +176,7 @@ impl LocalSandbox {
         argv[0] = canonical.command;
         spec.argv = argv;
         spec.env.extend(req.env.clone());
-        spec.bounds.max_wall_seconds = self.limits.wall_seconds.min(req.timeout.as_secs().max(1));
+        spec.bounds.max_wall_seconds = wall_seconds(&self.limits, req);
         Ok((spec, notes))
     }
 
@@ -205,16 +191,8 @@ impl LocalSandbox {
     }
 
     fn make_base_plan(&self) -> Result<(PlanSpec, Vec<String>), SandboxError> {
-        let work = self.files.guest();
-        let plan = self
-            .policy
-            .plan(
-                &self.provenance.identity,
-                &self.env,
-                cordon_sandbox::guard::now(),
-                work,
-            )
-            .map_err(|e| refused(e.to_string()))?;
+        let work = self.files.work().guest();
+        let plan = plan_now(&self.policy, &self.provenance.identity, &self.env, work)?;
         let t = self.confinement(&plan, work)?;
         let host_work = self.host_work.canonicalize().map_err(|e| {
             exec_failed(format!("the work dir `{}`: {e}", self.host_work.display()))
@@ -250,7 +228,7 @@ impl LocalSandbox {
             image_root: self.image_root.clone(),
             tmp_dir: self.tmp.clone(),
             proxy_port: self.proxy_port,
-            secrets_dir: self.secrets.as_ref().map(|s| s.host().to_path_buf()),
+            secrets_dir: self.files.secrets().map(|s| s.host().to_path_buf()),
             kvm: false,
             env,
             bounds: Bounds {
@@ -309,7 +287,7 @@ impl Drop for LocalSandbox {
             let _ = crate::workdir::remove_mount(m);
         }
         // No secret stays on the host after its sandbox.
-        if let Some(s) = &self.secrets {
+        if let Some(s) = self.files.secrets() {
             let _ = remove_secrets(s.host());
         }
     }
@@ -365,8 +343,10 @@ impl LocalSandbox {
 
     /// The plan for `req` (a command is required).
     fn plan_exec(&self, req: &ExecRequest) -> Result<PlanSpec, SandboxError> {
-        if req.argv.is_empty() {
-            return Err(refused("the command is empty".into()));
+        // A program named by the empty string is no command either (as at
+        // every backend: `cordon_backend_kit::exec::resolved_argv`).
+        if req.argv.first().is_none_or(String::is_empty) {
+            return Err(refused("the command is empty"));
         }
         Ok(self.plan_for(req)?.0)
     }
@@ -524,72 +504,8 @@ fn status_of(outcome: &cordon_linux::Outcome) -> ExitStatus {
     }
 }
 
-impl LocalSandbox {
-    fn write_in(&self, path: &str, contents: &[u8], mode: u32) -> Result<(), SandboxError> {
-        // The secrets directory, and nothing else outside the work dir.
-        if HostSecretsDir::names(path) {
-            return match &self.secrets {
-                Some(s) => s.write_secret(path, contents, mode),
-                None => Err(SandboxError::PathRefused {
-                    path: path.to_string(),
-                    reason: "this sandbox's spec names no secrets, so it has no secrets directory; name the secret in the spec's `secrets`".into(),
-                }),
-            };
-        }
-        // What cordon writes in belongs to the sandbox's uid (`owned_by`),
-        // handed over through the new file's descriptor: a link a running
-        // exec swaps in meanwhile is never chowned.
-        self.files.write_file(path, contents, mode)
-    }
-}
-
 impl Sandbox for LocalSandbox {
-    fn id(&self) -> &str {
-        &self.id
-    }
-
-    fn provenance(&self) -> &Provenance {
-        &self.provenance
-    }
-
-    fn start_exec(&self, req: &ExecRequest, attach: Attach) -> Result<ExecHandle, SandboxError> {
-        self.start_handle(req, attach)
-    }
-
-    fn write_file(&self, path: &str, contents: &[u8], mode: u32) -> Result<(), SandboxError> {
-        self.write_in(path, contents, mode)
-    }
-    fn stat_no_follow(&self, path: &str) -> Result<Option<FileStat>, SandboxError> {
-        self.files.stat_no_follow(path)
-    }
-
-    fn read_file(&self, path: &str, max_bytes: u64) -> Result<FileRead, SandboxError> {
-        self.files.read_file(path, max_bytes)
-    }
-
-    fn resolve_command(
-        &self,
-        program: &str,
-    ) -> Result<cordon_sandbox::ResolvedCommand, SandboxError> {
-        cordon_backend_kit::resolve_in(&*self.view, program)
-    }
-
-    fn host_work_dir(&self) -> Option<cordon_sandbox::HostWorkDirRecord> {
-        // Where cordon writes files in, as whom: the volume's work dir as
-        // the sandbox's uid, or the operator's directory as its owner.
-        Some(cordon_sandbox::HostWorkDirRecord {
-            host: self.files.host().to_path_buf(),
-            guest: self.guest_work_dir().to_string(),
-            owner: Some(self.files.owner().map_or(self.host_id(), |o| o.0)),
-            secrets: self
-                .secrets
-                .as_ref()
-                .map(|s| cordon_sandbox::HostSecretsRecord {
-                    host: s.host().to_path_buf(),
-                    gid: self.host_id,
-                }),
-        })
-    }
+    cordon_backend_kit::host_sandbox!(start_handle, view, files);
 
     fn residue(&self) -> serde_json::Value {
         // The mount goes whole (it is unmounted before anything under it is
@@ -599,7 +515,7 @@ impl Sandbox for LocalSandbox {
             dirs.extend(self.tmp_dir().map(Path::to_path_buf));
         }
         dirs.extend(self.mount.clone());
-        dirs.extend(self.secrets.as_ref().map(|s| s.host().to_path_buf()));
+        dirs.extend(self.files.secrets().map(|s| s.host().to_path_buf()));
         serde_json::to_value(register::Residue {
             cgroups: self.cgroup_dirs(),
             dirs,

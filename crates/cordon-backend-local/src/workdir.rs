@@ -62,16 +62,8 @@ pub(crate) fn secrets_cover_point() -> Result<(), BackendError> {
     let at = Path::new(cordon_linux::SECRETS_AT)
         .parent()
         .unwrap_or(Path::new("/run/cordon"));
-    match std::fs::DirBuilder::new().mode(0o700).create(at) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-        Err(e) => {
-            return Err(failed(
-                "acquire",
-                format!("cannot create `{}`: {e}", at.display()),
-            ))
-        }
-    }
+    cordon_backend_kit::workarea::private_dir_at(at)
+        .map_err(|e| failed("acquire", format!("cannot create `{}`: {e}", at.display())))?;
     match std::fs::symlink_metadata(at) {
         Ok(m) if m.is_dir() && m.uid() == 0 => Ok(()),
         Ok(_) => Err(failed(
@@ -138,11 +130,7 @@ pub(crate) fn remove_mount(at: &Path) -> Result<(), String> {
             at.display()
         ));
     }
-    match std::fs::remove_dir(at) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(format!("cannot remove `{}`: {e}", at.display())),
-    }
+    cordon_backend_kit::dirs::removed(std::fs::remove_dir(at), at)
 }
 
 /// An operator's work dir, checked: canonical, a directory of an ordinary

@@ -3,8 +3,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use cordon_backend_kit::{Engine, EngineBackend, Which};
-use cordon_policy::{Deployment, Policy};
+use cordon_backend_kit::{all_done, refused, Engine, EngineBackend, EngineSetup, Which};
 use cordon_sandbox::{
     AcquireRequest, BackendError, Capability, CapabilitySet, Isolation, IsolationError,
 };
@@ -16,16 +15,12 @@ use crate::vm::Accel;
 /// What the backend is built with.
 #[derive(Clone)]
 pub struct MicrovmConfig {
-    pub policy: Arc<Policy>,
-    pub env: Deployment,
-    /// Where each sandbox's directory is made.
-    pub scratch: PathBuf,
-    /// The operator's work dir (`--work-dir`): refused, the guest's work
-    /// dir is its own (files go in and out through the channel).
-    pub work_dir: Option<PathBuf>,
+    /// What every engine backend is set up with; an operator's work dir
+    /// (`--work-dir`) is refused: the guest's work dir is its own (files go
+    /// in and out through the channel).
+    pub setup: EngineSetup,
     pub machine: Machine,
     pub init: cordon_linux::InitProgram,
-    pub egress: cordon_sandbox::EgressSetup,
 }
 
 /// The `microvm` engine: what differs from the other engines.
@@ -38,12 +33,8 @@ pub type MicrovmBackend = EngineBackend<Microvm>;
 
 /// The `microvm` backend set up by `config`.
 pub fn backend(config: MicrovmConfig) -> MicrovmBackend {
-    let (policy, env, egress) = (
-        config.policy.clone(),
-        config.env.clone(),
-        config.egress.clone(),
-    );
-    EngineBackend::new(Microvm { config }, policy, env, egress)
+    let setup = config.setup.clone();
+    EngineBackend::set_up(Microvm { config }, &setup)
 }
 
 /// What every microvm sandbox serves.
@@ -129,22 +120,17 @@ impl Engine for Microvm {
     }
 
     fn admit(&self, req: &AcquireRequest) -> Result<(), BackendError> {
-        if !req.provenance.spec.secrets().is_empty() {
-            return Err(BackendError::Refused {
-                operation: "acquire",
-                reason: "the microvm backend does not deliver secrets yet; use the `container` or `gvisor` backend for a spec that names secrets".into(),
-            });
+        cordon_backend_kit::register::refuse_secrets(
+            req,
+            "the microvm backend does not deliver secrets yet; use the `container` or `gvisor` backend for a spec that names secrets",
+        )?;
+        match &self.config.setup.work_dir {
+            Some(d) => Err(refused("acquire", format!(
+                "the microvm backend does not share a host directory (`{}`) with the guest; its work dir lives in the guest and files go in and out through cordon (files_in, files_out); drop --work-dir",
+                d.display()
+            ))),
+            None => Ok(()),
         }
-        if let Some(d) = &self.config.work_dir {
-            return Err(BackendError::Refused {
-                operation: "acquire",
-                reason: format!(
-                    "the microvm backend does not share a host directory (`{}`) with the guest; its work dir lives in the guest and files go in and out through cordon (files_in, files_out); drop --work-dir",
-                    d.display()
-                ),
-            });
-        }
-        Ok(())
     }
 
     fn create(
@@ -154,18 +140,15 @@ impl Engine for Microvm {
     ) -> Result<MicrovmSandbox, BackendError> {
         let spec = &req.provenance.spec;
         let (root, digest) =
-            image_tree(spec.image(), true).map_err(|reason| BackendError::Refused {
-                operation: "acquire",
-                reason,
-            })?;
+            image_tree(spec.image(), true).map_err(|reason| refused("acquire", reason))?;
         let packed =
             crate::artifacts::packed_image(&root, &digest).map_err(|e| failed("acquire", e))?;
         let config = SandboxConfig {
-            policy: self.config.policy.clone(),
-            env: self.config.env.clone(),
+            policy: self.config.setup.policy.clone(),
+            env: self.config.setup.env.clone(),
             machine: self.config.machine.clone(),
             init: self.config.init.clone(),
-            scratch: self.config.scratch.clone(),
+            scratch: self.config.setup.scratch.clone(),
         };
         MicrovmSandbox::create(&config, req, &root, &packed, egress, crate::fresh_name())
     }
@@ -186,18 +169,14 @@ impl Engine for Microvm {
         let mut n = 0;
         let mut failures = Vec::new();
         let held: Vec<PathBuf> = held.iter().map(|s| s.dir().to_path_buf()).collect();
-        for (dir, label) in found_sandboxes(&self.config.scratch) {
+        for (dir, label) in found_sandboxes(&self.config.setup.scratch) {
             if !label_is(&label, which) || held.contains(&dir) {
                 continue;
             }
             failures.extend(crate::reclaim_dir(&dir));
             n += 1;
         }
-        if failures.is_empty() {
-            Ok(n)
-        } else {
-            Err(failed("dispose", failures.join("; ")))
-        }
+        all_done(n, "dispose", failures)
     }
 }
 

@@ -40,11 +40,7 @@ pub struct Machine {
 }
 
 /// Why the backend cannot run here.
-#[derive(Debug, Clone)]
-pub struct Unavailable {
-    pub reason: String,
-    pub found: Vec<String>,
-}
+pub use cordon_backend_kit::register::Unrunnable as Unavailable;
 
 /// Probes once per process.
 pub fn machine() -> &'static Result<Machine, Unavailable> {

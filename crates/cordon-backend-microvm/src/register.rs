@@ -8,7 +8,9 @@
 
 use std::sync::Arc;
 
-use cordon_policy::{Deployment, Policy};
+use cordon_backend_kit::register as kit;
+use cordon_backend_kit::EngineSetup;
+use cordon_policy::Policy;
 use cordon_sandbox::catalogue::{BackendInfo, Probe};
 use cordon_sandbox::{Backend, BackendRegistration, BackendSetup, Egress, Isolation, WorkDirView};
 
@@ -65,54 +67,31 @@ fn probe(_: &BackendSetup) -> Probe {
                     m.no_kvm.as_deref().unwrap_or("KVM is not used")
                 )),
             }
-            Probe {
-                runnable: true,
-                reason: None,
-                found,
-            }
+            kit::runnable(found)
         }
-        Err(u) => Probe {
-            runnable: false,
-            reason: Some(u.reason.clone()),
-            found: u.found.clone(),
-        },
+        Err(u) => u.probe(),
     }
 }
 
 fn build(setup: &BackendSetup, policy: Arc<Policy>) -> Result<Arc<dyn Backend>, String> {
-    let machine = crate::probe::machine()
-        .as_ref()
-        .map_err(|u| format!("{} ({})", u.reason, u.found.join("; ")))?
-        .clone();
+    let machine = kit::probed(crate::probe::machine())?;
     let init = cordon_backend_kit::init_of(setup).ok_or("the host did not say how to run its binary as a sandbox init (the jail around QEMU needs one)")?;
     Ok(Arc::new(crate::backend::backend(MicrovmConfig {
-        policy,
-        env: Deployment {
-            name: setup.deployment.clone(),
-        },
-        scratch: setup.scratch.clone(),
-        work_dir: setup.work_dir.clone(),
+        setup: EngineSetup::of(setup, policy),
         machine,
         init,
-        egress: setup.egress.clone(),
     })))
 }
 
 /// Checks that a recorded residue names only a directory this backend
 /// makes, made by the keeper `keeper`, in this cordon's scratch directory.
 fn vet(residue: &serde_json::Value, keeper: u32) -> Result<(), String> {
-    let r: Residue = serde_json::from_value(residue.clone())
-        .map_err(|e| format!("the recorded residue is not a microvm one ({e})"))?;
+    let r: Residue = kit::read_residue(residue, crate::NAME)?;
     crate::DIRS.vet(&r.dir, keeper)
 }
 
 fn reclaim(residue: &serde_json::Value) -> Vec<String> {
-    match serde_json::from_value::<Residue>(residue.clone()) {
-        Ok(r) => crate::reclaim(&r),
-        Err(e) => vec![format!(
-            "the recorded residue is not a microvm one ({e}); left alone"
-        )],
-    }
+    kit::reclaim_read(residue, crate::NAME, |r: Residue| crate::reclaim(&r))
 }
 
 /// Sandbox directories whose making process is gone.
@@ -123,18 +102,12 @@ fn sweep() -> (Vec<String>, Vec<String>) {
 /// The `microvm` backend, as a host registers it.
 pub fn registration() -> BackendRegistration {
     BackendRegistration {
-        info: info(),
-        probe,
-        build: Some(build),
-        vet,
-        reclaim,
-        sweep,
         work_dir_view: WorkDirView::GuestOnly,
         work_dir_owner: None,
         // No workload runs on the host; a host process the kits start to
         // be attacked runs as this unprivileged id, which nothing else has.
         workload_uid: Some(crate::sandbox::GUEST_WORKLOAD_ID),
-        opt_in: true,
+        ..kit::engine_registration(info(), probe, build, vet, reclaim, sweep)
     }
 }
 

@@ -72,12 +72,7 @@ struct Route {
 
 use cordon_backend_kit::failed;
 
-fn refused(reason: impl Into<String>) -> SandboxError {
-    SandboxError::Refused {
-        reason: reason.into(),
-        rules: Vec::new(),
-    }
-}
+use cordon_backend_kit::exec::{plan_now, refused, resolved_argv, wall_seconds};
 
 impl MicrovmSandbox {
     /// Boots a guest for `req` over the image tree `image_root` packed at
@@ -232,15 +227,12 @@ impl MicrovmSandbox {
         if let Some(p) = self.base.get() {
             return Ok(p.clone());
         }
-        let plan = self
-            .policy
-            .plan(
-                &self.provenance.identity,
-                &self.env,
-                cordon_sandbox::guard::now(),
-                &self.work,
-            )
-            .map_err(|e| refused(e.to_string()))?;
+        let plan = plan_now(
+            &self.policy,
+            &self.provenance.identity,
+            &self.env,
+            &self.work,
+        )?;
         let work_seen = self
             .view
             .canonical(Path::new(&self.work))
@@ -346,22 +338,12 @@ fn route(
     service: &Arc<dyn cordon_egress::EgressService>,
     req: &AcquireRequest,
 ) -> Result<(u16, Route), String> {
-    let port = cordon_linux::netns::random_port();
-    let made = cordon_linux::netns::private_with_listener(port)
-        .map_err(|e| format!("making the egress proxy's namespace and listener: {e}"))?;
-    let serving = service.serve(
-        made.listener,
-        cordon_egress::Caller {
-            sandbox: req.key.to_string(),
-            identity: req.provenance.identity.clone(),
-            allow: Some(req.provenance.spec.egress_allow().to_vec()),
-        },
-    )?;
+    let made = cordon_backend_kit::register::private_route(&**service, req)?;
     Ok((
-        port,
+        made.port,
         Route {
             ns: Arc::new(made.ns),
-            _serving: serving,
+            _serving: made.serving,
         },
     ))
 }
@@ -429,32 +411,19 @@ fn relay_opener(ns: Arc<OwnedFd>, port: u16) -> (ConnOpener, ChannelSlot) {
 }
 
 impl Sandbox for MicrovmSandbox {
-    fn id(&self) -> &str {
-        &self.id
-    }
-
-    fn provenance(&self) -> &Provenance {
-        &self.provenance
-    }
+    cordon_backend_kit::sandbox_basics!(view);
 
     fn start_exec(&self, req: &ExecRequest, attach: Attach) -> Result<ExecHandle, SandboxError> {
-        if attach.tty.is_some() {
-            return Err(SandboxError::Unavailable {
-                reason: "the microvm backend serves no terminal yet; run without one".into(),
-            });
-        }
-        let argv0 = req.argv.first().map(String::as_str).unwrap_or("");
-        if argv0.is_empty() {
-            return Err(refused("the command is empty"));
-        }
-        let canonical = cordon_confine::command::resolve(&*self.view, argv0)
-            .map_err(|e| refused(e.to_string()))?;
+        let argv = resolved_argv(
+            &*self.view,
+            req,
+            &attach,
+            "the microvm backend serves no terminal yet; run without one",
+        )?;
         let base = self.base_plan()?;
-        let mut argv = req.argv.clone();
-        argv[0] = canonical.command;
         let mut env = base.env.clone();
         env.extend(req.env.clone());
-        let wall = self.limits.wall_seconds.min(req.timeout.as_secs().max(1));
+        let wall = wall_seconds(&self.limits, req);
         let bounds = serde_json::to_value(self.bounds(wall)).map_err(|e| SandboxError::Failed {
             operation: "exec",
             reason: e.to_string(),
@@ -491,13 +460,6 @@ impl Sandbox for MicrovmSandbox {
 
     fn list_dir(&self, path: &str) -> Result<Vec<DirEntry>, SandboxError> {
         self.vm.channel.list(path)
-    }
-
-    fn resolve_command(
-        &self,
-        program: &str,
-    ) -> Result<cordon_sandbox::ResolvedCommand, SandboxError> {
-        cordon_backend_kit::resolve_in(&*self.view, program)
     }
 
     fn residue(&self) -> serde_json::Value {
