@@ -37,11 +37,41 @@ pub const ANSWER: Duration = Duration::from_secs(2);
 /// How long a listing may take on an engine that answered.
 const LIST: Duration = Duration::from_secs(10);
 
-/// The engines this process is pointed at: [`HOST_VAR`], a comma-separated
-/// list of `unix://` endpoints, else the local socket. The same endpoint
-/// twice is refused (it would be counted twice at placement).
-pub fn endpoints() -> Result<Vec<Endpoint>, String> {
-    parse_endpoints(&std::env::var(HOST_VAR).unwrap_or_else(|_| format!("unix://{DEFAULT_SOCKET}")))
+/// The docker backend's settings (`BackendSetup::engines`, under its
+/// name): which engines it drives. The `cordon` binary fills them from
+/// [`HOST_VAR`]; the backend reads them only from its setup, so a keeper
+/// drives the engines its owner named.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DockerSettings {
+    /// `unix:///path/to/docker.sock`, several comma-separated; `None`:
+    /// the local socket ([`DEFAULT_SOCKET`]).
+    #[serde(default)]
+    pub host: Option<String>,
+}
+
+impl DockerSettings {
+    /// What a surface reads from its environment ([`HOST_VAR`]).
+    pub fn from_env() -> DockerSettings {
+        DockerSettings {
+            host: std::env::var(HOST_VAR).ok(),
+        }
+    }
+
+    /// The settings in `setup`.
+    pub fn of(setup: &cordon_sandbox::BackendSetup) -> Result<DockerSettings, String> {
+        setup.engines.get(crate::NAME)
+    }
+
+    /// The engines named: a comma-separated list of `unix://` endpoints,
+    /// else the local socket. The same endpoint twice is refused (it would
+    /// be counted twice at placement).
+    pub fn endpoints(&self) -> Result<Vec<Endpoint>, String> {
+        match &self.host {
+            Some(h) => parse_endpoints(h),
+            None => parse_endpoints(&format!("unix://{DEFAULT_SOCKET}")),
+        }
+    }
 }
 
 /// [`endpoints`] from the variable's value.

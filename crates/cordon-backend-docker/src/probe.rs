@@ -3,7 +3,6 @@
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::atomic::Ordering;
-use std::sync::OnceLock;
 
 use bollard::models::ContainerCreateBody;
 use cordon_confine::oci::DockerNet;
@@ -11,7 +10,9 @@ use cordon_sandbox::Limits;
 use futures_util::StreamExt;
 
 use crate::containers::*;
-use crate::engine::{call, endpoints, live_sandboxes, reach, Endpoint, Engine, HOST_VAR};
+use cordon_backend_kit::memo::PerSettings;
+
+use crate::engine::{call, live_sandboxes, reach, DockerSettings, Endpoint, Engine, HOST_VAR};
 use crate::{NEXT, WORKLOAD_ID};
 
 /// What the probe's container checks of itself: a seccomp filter,
@@ -205,11 +206,12 @@ pub struct Probed {
 /// image and runs a trivial container ([`vet`]), once per process: what
 /// `doctor` shows and what `build` needs. Runnable when at least one
 /// engine answers and runs it; each that does not is named in `found`.
-pub fn probe() -> &'static Result<Probed, (String, Vec<String>)> {
-    static P: OnceLock<Result<Probed, (String, Vec<String>)>> = OnceLock::new();
-    P.get_or_init(|| {
+pub fn probe(settings: &DockerSettings) -> &'static Result<Probed, (String, Vec<String>)> {
+    static P: PerSettings<DockerSettings, Result<Probed, (String, Vec<String>)>> =
+        PerSettings::new();
+    P.get_or_make(settings, |settings| {
         let mut found = Vec::new();
-        let eps = endpoints().map_err(|e| (e.clone(), vec![e]))?;
+        let eps = settings.endpoints().map_err(|e| (e.clone(), vec![e]))?;
         found.push(format!(
             "engine endpoint{}: {}",
             if eps.len() == 1 { "" } else { "s" },

@@ -9,6 +9,7 @@ use cordon_policy::Policy;
 use cordon_sandbox::catalogue::{BackendInfo, Probe};
 use cordon_sandbox::{Backend, BackendRegistration, BackendSetup, Isolation};
 
+use crate::engine::DockerSettings;
 use crate::residue::{reclaim_residue, vet_residue};
 use crate::DockerConfig;
 
@@ -17,15 +18,19 @@ pub fn info() -> BackendInfo {
     kit::engine_info(crate::NAME, Isolation::Container, crate::SUMMARY)
 }
 
-fn probe(_: &BackendSetup) -> Probe {
-    match crate::probe::probe() {
+fn probe(setup: &BackendSetup) -> Probe {
+    let settings = match DockerSettings::of(setup) {
+        Ok(s) => s,
+        Err(e) => return kit::not_runnable(&e, &[]),
+    };
+    match crate::probe::probe(&settings) {
         Ok(p) => kit::runnable(p.found.clone()),
         Err((reason, found)) => kit::not_runnable(reason, found),
     }
 }
 
 fn build(setup: &BackendSetup, policy: Arc<Policy>) -> Result<Arc<dyn Backend>, String> {
-    let probed = crate::probe::probe()
+    let probed = crate::probe::probe(&DockerSettings::of(setup)?)
         .as_ref()
         .map_err(|(reason, found)| kit::why_not_runnable(reason, found))?;
     Ok(Arc::new(crate::backend::backend(DockerConfig {
@@ -44,12 +49,17 @@ fn reclaim(residue: &serde_json::Value) -> Vec<String> {
 
 /// Containers and sandbox directories whose making process is gone (an
 /// owner killed before it could dispose of them or record them).
-fn sweep() -> (Vec<String>, Vec<String>) {
+fn sweep(setup: &BackendSetup) -> (Vec<String>, Vec<String>) {
     let mut done = Vec::new();
     let mut failures = Vec::new();
     // Every engine configured; only one that answers is swept, one that
     // does not is reported, its containers never silently forgotten.
-    let eps = match crate::engine::endpoints() {
+    let settings = DockerSettings::of(setup);
+    let eps = match settings
+        .as_ref()
+        .map_err(Clone::clone)
+        .and_then(DockerSettings::endpoints)
+    {
         Ok(eps) => eps,
         Err(e) => {
             failures.push(format!("no docker engine was swept: {e}"));
@@ -63,7 +73,7 @@ fn sweep() -> (Vec<String>, Vec<String>) {
             // nothing of this backend's can be there. (A socket there that
             // does not answer is reported below.)
             Err(_)
-                if std::env::var_os(crate::engine::HOST_VAR).is_none()
+                if settings.as_ref().is_ok_and(|s| s.host.is_none())
                     && std::fs::symlink_metadata(&ep.socket).is_err() =>
             {
                 continue

@@ -68,7 +68,7 @@ fn reclaim(residue: &serde_json::Value) -> Vec<String> {
 
 /// Containers and sandbox directories whose making process is gone (an
 /// owner killed before it could dispose of them or record them).
-fn sweep() -> (Vec<String>, Vec<String>) {
+fn sweep(_: &BackendSetup) -> (Vec<String>, Vec<String>) {
     let mut done = Vec::new();
     let mut failures = Vec::new();
     // A zombie maker is gone too (its pid is not reused while it is one).

@@ -24,6 +24,7 @@ pub mod engine;
 pub mod exec;
 pub mod hosted;
 mod ids;
+pub mod memo;
 pub mod profile;
 pub mod register;
 pub mod workarea;

@@ -125,7 +125,7 @@ pub fn engine_registration(
     build: BuildFn,
     vet: fn(&serde_json::Value, u32) -> Result<(), String>,
     reclaim: fn(&serde_json::Value) -> Vec<String>,
-    sweep: fn() -> (Vec<String>, Vec<String>),
+    sweep: fn(&BackendSetup) -> (Vec<String>, Vec<String>),
 ) -> BackendRegistration {
     BackendRegistration {
         info,

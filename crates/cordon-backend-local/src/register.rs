@@ -296,7 +296,7 @@ fn reclaim(residue: &serde_json::Value) -> Vec<String> {
 /// The cgroups of sandboxes whose owner was killed before it could record
 /// or dispose of them (found by name below this process's cgroup), and the
 /// uid leases such owners left.
-fn sweep() -> (Vec<String>, Vec<String>) {
+fn sweep(_: &BackendSetup) -> (Vec<String>, Vec<String>) {
     let mut done = Vec::new();
     let mut failures = Vec::new();
     for (name, dirs) in cordon_linux::orphaned_sandbox_cgroups() {

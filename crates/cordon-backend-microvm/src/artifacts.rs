@@ -41,10 +41,56 @@ pub struct Kernel {
     pub modules: PathBuf,
 }
 
+/// The microVM backend's settings (`BackendSetup::engines`, under its
+/// name): where its kernel, agent and cache are, and whether to use the
+/// emulator. The `cordon` binary fills them from `CORDON_VM_KERNEL`,
+/// `CORDON_VM_AGENT`, `CORDON_VM_CACHE` and `CORDON_VM_ACCEL=tcg`; the
+/// backend reads them only from its setup, so a keeper boots its owner's
+/// kernel from its owner's cache.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VmSettings {
+    /// The guest kernel (`vmlinuz-RELEASE`); `None`: the newest Debian
+    /// cloud kernel in `/boot`.
+    #[serde(default)]
+    pub kernel: Option<PathBuf>,
+    /// The guest agent; `None`: `cordon-vm-agent` beside this binary.
+    #[serde(default)]
+    pub agent: Option<PathBuf>,
+    /// The cache; `None`: `/var/lib/cordon/microvm`.
+    #[serde(default)]
+    pub cache: Option<PathBuf>,
+    /// Use the emulator (TCG) even where KVM would run a guest.
+    #[serde(default)]
+    pub tcg: bool,
+}
+
+impl VmSettings {
+    /// What a surface reads from its environment.
+    pub fn from_env() -> VmSettings {
+        let path = |v: &str| {
+            std::env::var_os(v)
+                .filter(|p| !p.is_empty())
+                .map(PathBuf::from)
+        };
+        VmSettings {
+            kernel: path("CORDON_VM_KERNEL"),
+            agent: path("CORDON_VM_AGENT"),
+            cache: path("CORDON_VM_CACHE"),
+            tcg: std::env::var("CORDON_VM_ACCEL").as_deref() == Ok("tcg"),
+        }
+    }
+
+    /// The settings in `setup`.
+    pub fn of(setup: &cordon_sandbox::BackendSetup) -> Result<VmSettings, String> {
+        setup.engines.get(crate::NAME)
+    }
+}
+
 /// Finds the guest kernel, or says how to get one.
-pub fn kernel() -> Result<Kernel, String> {
-    if let Some(p) = std::env::var_os("CORDON_VM_KERNEL").filter(|v| !v.is_empty()) {
-        let image = PathBuf::from(p);
+pub fn kernel(settings: &VmSettings) -> Result<Kernel, String> {
+    if let Some(p) = &settings.kernel {
+        let image = p.clone();
         let release = release_of(&image).ok_or_else(|| {
             format!(
                 "CORDON_VM_KERNEL=`{}` is not named `vmlinuz-RELEASE`, so its modules cannot be found",
@@ -113,9 +159,9 @@ fn with_modules(image: PathBuf, release: String) -> Result<Kernel, String> {
 }
 
 /// Finds the guest agent binary, or says how to build it.
-pub fn agent() -> Result<PathBuf, String> {
-    if let Some(p) = std::env::var_os("CORDON_VM_AGENT").filter(|v| !v.is_empty()) {
-        let p = PathBuf::from(p);
+pub fn agent(settings: &VmSettings) -> Result<PathBuf, String> {
+    if let Some(p) = &settings.agent {
+        let p = p.clone();
         return if p.is_file() {
             trusted(&p)?;
             match is_static(&p)? {
@@ -243,10 +289,10 @@ pub const BUILD_AGENT: &str = "install it next to `cordon` with `RUSTFLAGS='-C t
 
 /// The cache directory: made root's and private when missing; refused
 /// when someone else could write to it.
-pub fn cache_dir() -> Result<PathBuf, String> {
-    let dir = std::env::var_os("CORDON_VM_CACHE")
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from)
+pub fn cache_dir(settings: &VmSettings) -> Result<PathBuf, String> {
+    let dir = settings
+        .cache
+        .clone()
         .unwrap_or_else(|| PathBuf::from("/var/lib/cordon/microvm"));
     if !dir.exists() {
         std::fs::create_dir_all(&dir)
@@ -397,7 +443,7 @@ fn write_newc(out: &mut impl Write, members: &[Member<'_>]) -> std::io::Result<(
 
 /// The initramfs for `kernel` with `agent` as its init: built when no
 /// cached one has the same content, else the cached one.
-pub fn initramfs(kernel: &Kernel, agent: &Path) -> Result<PathBuf, String> {
+pub fn initramfs(settings: &VmSettings, kernel: &Kernel, agent: &Path) -> Result<PathBuf, String> {
     let agent_bytes = std::fs::read(agent)
         .map_err(|e| format!("cannot read the guest agent `{}`: {e}", agent.display()))?;
     let mods = module_closure(&kernel.modules, &GUEST_MODULES)?;
@@ -436,7 +482,7 @@ pub fn initramfs(kernel: &Kernel, agent: &Path) -> Result<PathBuf, String> {
         h.update(d);
     }
     let digest = hex(&h.finalize());
-    let cache = cache_dir()?;
+    let cache = cache_dir(settings)?;
     let path = cache.join(format!("initramfs-{}.cpio", &digest[..32]));
     if path.is_file() {
         return Ok(path);
@@ -498,12 +544,12 @@ pub(crate) fn hex(bytes: &[u8]) -> String {
 
 /// The image tree `root` (digest `digest`, `sha256:…`) packed read-only
 /// as erofs: the cached pack when there is one, else made now.
-pub fn packed_image(root: &Path, digest: &str) -> Result<PathBuf, String> {
+pub fn packed_image(settings: &VmSettings, root: &Path, digest: &str) -> Result<PathBuf, String> {
     let hexpart = digest.strip_prefix("sha256:").unwrap_or(digest);
     if hexpart.is_empty() || !hexpart.chars().all(|c| c.is_ascii_hexdigit()) {
         return Err(format!("`{digest}` is not an image digest"));
     }
-    let cache = cache_dir()?.join("images");
+    let cache = cache_dir(settings)?.join("images");
     if !cache.exists() {
         std::fs::create_dir_all(&cache)
             .map_err(|e| format!("cannot make `{}`: {e}", cache.display()))?;

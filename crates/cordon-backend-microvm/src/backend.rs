@@ -141,8 +141,8 @@ impl Engine for Microvm {
         let spec = &req.provenance.spec;
         let (root, digest) =
             image_tree(spec.image(), true).map_err(|reason| refused("acquire", reason))?;
-        let packed =
-            crate::artifacts::packed_image(&root, &digest).map_err(|e| failed("acquire", e))?;
+        let packed = crate::artifacts::packed_image(&self.config.machine.settings, &root, &digest)
+            .map_err(|e| failed("acquire", e))?;
         let config = SandboxConfig {
             policy: self.config.setup.policy.clone(),
             env: self.config.setup.env.clone(),

@@ -10,12 +10,13 @@
 
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use sha2::{Digest, Sha256};
 
-use crate::artifacts::{self, Kernel};
+use cordon_backend_kit::memo::PerSettings;
+
+use crate::artifacts::{self, Kernel, VmSettings};
 use crate::vm::{Accel, BootSpec};
 
 /// How long a KVM probe guest has to come up.
@@ -37,41 +38,40 @@ pub struct Machine {
     pub no_kvm: Option<String>,
     /// How the accelerator was decided ("probed now", "cached …").
     pub accel_source: String,
+    /// The settings it was probed with (its cache holds packed images).
+    pub settings: artifacts::VmSettings,
 }
 
 /// Why the backend cannot run here.
 pub use cordon_backend_kit::register::Unrunnable as Unavailable;
 
-/// Probes once per process.
-pub fn machine() -> &'static Result<Machine, Unavailable> {
-    MACHINE.get_or_init(probe)
+/// Probes once per process for each settings.
+pub fn machine(settings: &VmSettings) -> &'static Result<Machine, Unavailable> {
+    MACHINE.get_or_make(settings, probe)
 }
 
-static MACHINE: OnceLock<Result<Machine, Unavailable>> = OnceLock::new();
+static MACHINE: PerSettings<VmSettings, Result<Machine, Unavailable>> = PerSettings::new();
 
 /// The accelerator for the registration's rung, cheaply: no `qemu
 /// --version`, no initramfs unless a probe must boot one (a cached result
 /// answers every later `cordon` command). `None`: the backend cannot run.
 /// Every `cordon` command builds the registry, so this is start-up work.
-pub fn accel_for_registry() -> Option<Accel> {
-    static A: OnceLock<Option<Accel>> = OnceLock::new();
-    *A.get_or_init(|| {
-        if let Ok(m) = machine_if_probed() {
-            return Some(m);
+pub fn accel_for_registry(settings: &VmSettings) -> Option<Accel> {
+    static A: PerSettings<VmSettings, Option<Accel>> = PerSettings::new();
+    *A.get_or_make(settings, |settings| {
+        if let Some(Ok(m)) = MACHINE.made(settings) {
+            return Some(m.accel);
         }
         let qemu = qemu()?;
-        let kernel = artifacts::kernel().ok()?;
-        let agent = artifacts::agent().ok()?;
-        Some(accel(&qemu, &kernel, || artifacts::initramfs(&kernel, &agent)).0)
+        let kernel = artifacts::kernel(settings).ok()?;
+        let agent = artifacts::agent(settings).ok()?;
+        Some(
+            accel(settings, &qemu, &kernel, || {
+                artifacts::initramfs(settings, &kernel, &agent)
+            })
+            .0,
+        )
     })
-}
-
-/// The full probe's accelerator when it already ran in this process.
-fn machine_if_probed() -> Result<Accel, ()> {
-    match MACHINE.get() {
-        Some(Ok(m)) => Ok(m.accel),
-        _ => Err(()),
-    }
 }
 
 /// `qemu-system-x86_64` on PATH or in /usr/bin.
@@ -84,7 +84,7 @@ pub fn qemu() -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
-fn probe() -> Result<Machine, Unavailable> {
+fn probe(settings: &VmSettings) -> Result<Machine, Unavailable> {
     let mut found = Vec::new();
     let Some(qemu) = qemu() else {
         return Err(Unavailable {
@@ -104,20 +104,21 @@ fn probe() -> Result<Machine, Unavailable> {
         })
         .unwrap_or_else(|| "version unknown".into());
     found.push(format!("`{}` ({qemu_version})", qemu.display()));
-    let kernel = artifacts::kernel().map_err(|reason| Unavailable {
+    let kernel = artifacts::kernel(settings).map_err(|reason| Unavailable {
         reason,
         found: found.clone(),
     })?;
     found.push(format!("guest kernel `{}`", kernel.image.display()));
-    let agent = artifacts::agent().map_err(|reason| Unavailable {
+    let agent = artifacts::agent(settings).map_err(|reason| Unavailable {
         reason,
         found: found.clone(),
     })?;
-    let initramfs = artifacts::initramfs(&kernel, &agent).map_err(|reason| Unavailable {
-        reason,
-        found: found.clone(),
-    })?;
-    let (accel, no_kvm, accel_source) = accel(&qemu, &kernel, || Ok(initramfs.clone()));
+    let initramfs =
+        artifacts::initramfs(settings, &kernel, &agent).map_err(|reason| Unavailable {
+            reason,
+            found: found.clone(),
+        })?;
+    let (accel, no_kvm, accel_source) = accel(settings, &qemu, &kernel, || Ok(initramfs.clone()));
     Ok(Machine {
         qemu,
         qemu_version,
@@ -127,6 +128,7 @@ fn probe() -> Result<Machine, Unavailable> {
         accel,
         no_kvm,
         accel_source,
+        settings: settings.clone(),
     })
 }
 
@@ -153,11 +155,12 @@ fn now() -> u64 {
 
 /// Decides the accelerator: KVM only when a guest booted under it.
 fn accel(
+    settings: &VmSettings,
     qemu: &Path,
     kernel: &Kernel,
     initramfs: impl FnOnce() -> Result<PathBuf, String>,
 ) -> (Accel, Option<String>, String) {
-    if std::env::var("CORDON_VM_ACCEL").as_deref() == Ok("tcg") {
+    if settings.tcg {
         return (
             Accel::Tcg,
             Some("CORDON_VM_ACCEL=tcg asks for the emulator".into()),
@@ -187,7 +190,7 @@ fn accel(
         }
         artifacts::hex(&h.finalize())
     };
-    let file = artifacts::cache_dir()
+    let file = artifacts::cache_dir(settings)
         .ok()
         .map(|d| d.join(format!("accel-probe-{}.json", &key[..16])));
     let cached = |file: &Option<PathBuf>| -> Option<(Accel, Option<String>, String)> {
@@ -228,7 +231,7 @@ fn accel(
     }
     // The initramfs is made only now: a probe must boot it.
     let result = initramfs()
-        .and_then(|i| boot_probe(qemu, kernel, &i))
+        .and_then(|i| boot_probe(settings, qemu, kernel, &i))
         .map_err(|e| {
             e.replace(
                 "reading the channel failed: Resource temporarily unavailable (os error 11)",
@@ -257,8 +260,13 @@ fn accel(
 
 /// Boots the initramfs under KVM with an empty image; Ok when the agent
 /// answered within the deadline.
-fn boot_probe(qemu: &Path, kernel: &Kernel, initramfs: &Path) -> Result<(), String> {
-    let image = empty_image()?;
+fn boot_probe(
+    settings: &VmSettings,
+    qemu: &Path,
+    kernel: &Kernel,
+    initramfs: &Path,
+) -> Result<(), String> {
+    let image = empty_image(settings)?;
     let run = tempfile_dir("cordon-microvm-probe")?;
     let spec = BootSpec {
         qemu: qemu.to_path_buf(),
@@ -333,8 +341,8 @@ pub fn tempfile_dir(prefix: &str) -> Result<PathBuf, String> {
 }
 
 /// An empty erofs image, cached.
-fn empty_image() -> Result<PathBuf, String> {
-    let dir = artifacts::cache_dir()?;
+fn empty_image(settings: &VmSettings) -> Result<PathBuf, String> {
+    let dir = artifacts::cache_dir(settings)?;
     let path = dir.join("empty.erofs");
     if path.is_file() {
         return Ok(path);

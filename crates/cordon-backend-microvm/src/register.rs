@@ -14,12 +14,14 @@ use cordon_policy::Policy;
 use cordon_sandbox::catalogue::{BackendInfo, Probe};
 use cordon_sandbox::{Backend, BackendRegistration, BackendSetup, Egress, Isolation, WorkDirView};
 
+use crate::artifacts::VmSettings;
 use crate::vm::Accel;
 use crate::{MicrovmConfig, Residue};
 
-/// The rung this machine gives the backend (probing it on first use).
-pub fn rung() -> Isolation {
-    match crate::probe::accel_for_registry() {
+/// The rung this machine gives the backend with `settings` (probing it on
+/// first use).
+pub fn rung(settings: &VmSettings) -> Isolation {
+    match crate::probe::accel_for_registry(settings) {
         Some(accel) => crate::rung_of(accel),
         // Not runnable: shown at the rung it would have without KVM, the
         // probe says why it cannot run at all.
@@ -27,9 +29,9 @@ pub fn rung() -> Isolation {
     }
 }
 
-/// What the backend claims on this machine.
-pub fn info() -> BackendInfo {
-    let rung = rung();
+/// What the backend claims on this machine with `settings`.
+pub fn info(settings: &VmSettings) -> BackendInfo {
+    let rung = rung(settings);
     BackendInfo {
         name: crate::NAME,
         isolation: rung,
@@ -43,8 +45,12 @@ pub fn info() -> BackendInfo {
     }
 }
 
-fn probe(_: &BackendSetup) -> Probe {
-    match crate::probe::machine() {
+fn probe(setup: &BackendSetup) -> Probe {
+    let settings = match VmSettings::of(setup) {
+        Ok(s) => s,
+        Err(e) => return kit::not_runnable(&e, &[]),
+    };
+    match crate::probe::machine(&settings) {
         Ok(m) => {
             let mut found = vec![
                 format!("`{}` ({})", m.qemu.display(), m.qemu_version),
@@ -74,7 +80,7 @@ fn probe(_: &BackendSetup) -> Probe {
 }
 
 fn build(setup: &BackendSetup, policy: Arc<Policy>) -> Result<Arc<dyn Backend>, String> {
-    let machine = kit::probed(crate::probe::machine())?;
+    let machine = kit::probed(crate::probe::machine(&VmSettings::of(setup)?))?;
     let init = cordon_backend_kit::init_of(setup).ok_or("the host did not say how to run its binary as a sandbox init (the jail around QEMU needs one)")?;
     Ok(Arc::new(crate::backend::backend(MicrovmConfig {
         setup: EngineSetup::of(setup, policy),
@@ -95,19 +101,20 @@ fn reclaim(residue: &serde_json::Value) -> Vec<String> {
 }
 
 /// Sandbox directories whose making process is gone.
-fn sweep() -> (Vec<String>, Vec<String>) {
+fn sweep(_: &BackendSetup) -> (Vec<String>, Vec<String>) {
     crate::DIRS.sweep(crate::reclaim_dir)
 }
 
-/// The `microvm` backend, as a host registers it.
-pub fn registration() -> BackendRegistration {
+/// The `microvm` backend, as a host registers it, its rung the one the
+/// machine gives it with `settings` (a host's, as its setup will carry).
+pub fn registration(settings: &VmSettings) -> BackendRegistration {
     BackendRegistration {
         work_dir_view: WorkDirView::GuestOnly,
         work_dir_owner: None,
         // No workload runs on the host; a host process the kits start to
         // be attacked runs as this unprivileged id, which nothing else has.
         workload_uid: Some(crate::sandbox::GUEST_WORKLOAD_ID),
-        ..kit::engine_registration(info(), probe, build, vet, reclaim, sweep)
+        ..kit::engine_registration(info(settings), probe, build, vet, reclaim, sweep)
     }
 }
 

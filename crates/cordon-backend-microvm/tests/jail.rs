@@ -35,9 +35,11 @@ fn init() -> InitProgram {
 
 /// The guest kernel's image, as the backend finds it (`ready` checked it).
 fn kernel() -> PathBuf {
-    cordon_backend_microvm::artifacts::kernel()
-        .expect("ready() checked the guest kernel")
-        .image
+    cordon_backend_microvm::artifacts::kernel(
+        &cordon_backend_microvm::artifacts::VmSettings::from_env(),
+    )
+    .expect("ready() checked the guest kernel")
+    .image
 }
 
 fn in_ci() -> bool {
@@ -57,7 +59,9 @@ fn ready(case: &str, vm: bool) -> bool {
         // The guest kernel is found as the backend finds it (the newest
         // Debian cloud kernel in /boot, or CORDON_VM_KERNEL), never by a
         // release named here: .ci/run installs whichever is current.
-        if let Err(e) = cordon_backend_microvm::artifacts::kernel() {
+        if let Err(e) = cordon_backend_microvm::artifacts::kernel(
+            &cordon_backend_microvm::artifacts::VmSettings::from_env(),
+        ) {
             missing.push(format!("a guest kernel ({e})"));
         }
     }

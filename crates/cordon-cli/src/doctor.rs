@@ -65,6 +65,7 @@ pub fn report(floor: Isolation) -> DoctorReport {
             work_dir: None,
             scratch: std::env::temp_dir(),
             egress: Default::default(),
+            engines: cordon_host::builtin_engine_settings(),
         });
     DoctorReport::from_registry(floor, builder.registry(), &setup)
 }

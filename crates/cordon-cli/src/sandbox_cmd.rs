@@ -405,9 +405,11 @@ fn down(
 fn gc() -> Result<ExitCode, ExitCode> {
     // Not `state()`: gc reclaims everything that sweep would, itself.
     let st = StateDir::open(&StateDir::default_path()).map_err(fail)?;
-    let registry = crate::registry();
-    let (n, mut failures) = KeptBackend::gc(&st, &registry);
-    let (unrecorded, more) = KeptBackend::gc_unrecorded(&registry);
+    let builder = crate::host_builder();
+    let (n, mut failures) = KeptBackend::gc(&st, builder.registry());
+    // Swept where the host's settings point (the Docker Engines named).
+    let setup = builder.backend_setup().map_err(fail)?;
+    let (unrecorded, more) = KeptBackend::gc_unrecorded(builder.registry(), &setup);
     failures.extend(more);
     for f in failures {
         eprintln!("warning: {f}");

@@ -96,6 +96,10 @@ impl Engine for HostDirEngine {
                 (d, true)
             }
         };
+        let settings: HostDirSettings = self.setup.engines.get(NAME).map_err(failed)?;
+        if let Some(m) = settings.marker {
+            std::fs::write(dir.join(".engine-settings"), m).map_err(|e| failed(e.to_string()))?;
+        }
         Ok(HostDir {
             inner: HostDirectorySandbox::new(&dir, req.provenance.clone())
                 .map_err(|e| failed(e.to_string()))?,
@@ -252,7 +256,18 @@ fn setup(scratch: &Path) -> BackendSetup {
         work_dir: None,
         scratch: scratch.to_path_buf(),
         egress: Default::default(),
+        engines: Default::default(),
     }
+}
+
+/// The engine's own settings, as any engine has them: in its setup, under
+/// its name, whatever process builds it (a keeper is given its owner's).
+#[derive(Default, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct HostDirSettings {
+    /// Written to `.engine-settings` in each sandbox's directory.
+    #[serde(default)]
+    marker: Option<String>,
 }
 
 fn caller(thread: &'static str) -> CallerContext {
@@ -359,10 +374,17 @@ fn the_keeper_keeps_it() {
     let d = tempfile::tempdir().unwrap();
     let state = StateDir::open(&d.path().join("state")).unwrap();
     let policy = Arc::new(Policy::load_default().unwrap());
+    let mut with_settings = setup(d.path());
+    with_settings.engines.set(
+        NAME,
+        &HostDirSettings {
+            marker: Some("the owner's".into()),
+        },
+    );
     let kept = KeptBackend::new(
         &registry(),
         NAME,
-        setup(d.path()),
+        with_settings,
         policy.clone(),
         KeptConfig {
             state: state.clone(),
@@ -415,6 +437,10 @@ fn the_keeper_keeps_it() {
         .unwrap();
     let out = s.exec(&exec(&["/bin/cat", "note"])).unwrap();
     assert_eq!(out.stdout, b"kept");
+    // The engine in the keeper (its environment cleared) was built with
+    // its owner's settings: they travel in the setup.
+    let out = s.exec(&exec(&["/bin/cat", ".engine-settings"])).unwrap();
+    assert_eq!(out.stdout, b"the owner's");
     // The keeper guards what its clients ask for, whatever the backend.
     let err = s.exec(&exec(&["/usr/bin/su", "-c", "id"])).unwrap_err();
     assert_eq!(err.kind(), cordon_sandbox::ErrorKind::Refused, "{err}");

@@ -515,6 +515,7 @@ fn a_restarted_owner_adopts_or_reclaims_what_it_made() {
                 work_dir: None,
                 scratch: std::env::temp_dir(),
                 egress: Default::default(),
+                engines: Default::default(),
             },
             policy,
             KeptConfig {

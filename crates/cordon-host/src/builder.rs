@@ -11,7 +11,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cordon_sandbox::{
-    BackendSetup, EgressSetup, Floor, FloorSource, HostConfig, Isolation, Registry, SecretProvider,
+    BackendSetup, EgressSetup, EngineSettings, Floor, FloorSource, HostConfig, Isolation, Registry,
+    SecretProvider,
 };
 
 use crate::assembly::{Host, HostError, HostSetup};
@@ -47,6 +48,7 @@ pub struct HostBuilder {
     keep: Option<Keep>,
     secrets: Option<Arc<dyn SecretProvider>>,
     commands: Option<SelfCommands>,
+    engines: EngineSettings,
 }
 
 impl HostBuilder {
@@ -68,6 +70,7 @@ impl HostBuilder {
             keep: None,
             secrets: None,
             commands: None,
+            engines: crate::builtin_engine_settings(),
         }
     }
 
@@ -189,6 +192,13 @@ impl HostBuilder {
         self
     }
 
+    /// Each engine's settings (default: the built-in engines' from this
+    /// process's environment, [`crate::builtin_engine_settings`]).
+    pub fn engines(mut self, engines: EngineSettings) -> HostBuilder {
+        self.engines = engines;
+        self
+    }
+
     fn self_commands(&self) -> Result<SelfCommands, HostError> {
         match &self.commands {
             Some(c) => Ok(c.clone()),
@@ -208,6 +218,7 @@ impl HostBuilder {
             work_dir: self.work_dir.clone(),
             scratch: std::env::temp_dir(),
             egress,
+            engines: self.engines.clone(),
         })
     }
 

@@ -38,7 +38,10 @@ use cordon_sandbox::Registry;
 /// means the local container rung unless `--backend microvm` is named.
 pub fn builtin_registry() -> Registry {
     let mut r = Registry::new();
-    let microvm = cordon_backend_microvm::registration();
+    // Its rung is the machine's with the settings the setup will carry.
+    let microvm = cordon_backend_microvm::registration(
+        &cordon_backend_microvm::artifacts::VmSettings::from_env(),
+    );
     let (first, last) = if microvm.info.isolation == cordon_sandbox::Isolation::Microvm {
         (Some(microvm), None)
     } else {
@@ -57,6 +60,24 @@ pub fn builtin_registry() -> Registry {
         let _ = r.register(reg);
     }
     r
+}
+
+/// Each built-in engine's settings as the `cordon` binary takes them: from
+/// its environment (`CORDON_DOCKER_HOST`; `CORDON_VM_KERNEL`,
+/// `CORDON_VM_AGENT`, `CORDON_VM_CACHE`, `CORDON_VM_ACCEL=tcg`). Read here,
+/// at the surface, once; backends read them only from their setup, and a
+/// keeper gets them in its brief.
+pub fn builtin_engine_settings() -> cordon_sandbox::EngineSettings {
+    let mut e = cordon_sandbox::EngineSettings::default();
+    e.set(
+        cordon_backend_docker::NAME,
+        &cordon_backend_docker::engine::DockerSettings::from_env(),
+    );
+    e.set(
+        cordon_backend_microvm::NAME,
+        &cordon_backend_microvm::artifacts::VmSettings::from_env(),
+    );
+    e
 }
 
 #[cfg(test)]

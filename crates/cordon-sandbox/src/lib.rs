@@ -105,7 +105,8 @@ pub use outputs::{
     validate_artifact_name, ArtifactNameError, Collision, DeclaredOutput, Disposition, OutputError,
 };
 pub use registry::{
-    AuditBounds, BackendRegistration, BackendSetup, EgressSetup, Registry, SelfCommand, WorkDirView,
+    AuditBounds, BackendRegistration, BackendSetup, EgressSetup, EngineSettings, Registry,
+    SelfCommand, WorkDirView,
 };
 pub use router::{Refusal, Router, RouterBuilder, RouterError, Scoped, Warning};
 pub use schema::{Schema, SchemaError};

@@ -50,6 +50,45 @@ pub struct BackendSetup {
     /// where it writes its audit log.
     #[serde(default)]
     pub egress: EgressSetup,
+    /// Each engine's own settings (the Docker Engine to drive, the
+    /// microVM's kernel, agent, cache and accelerator), by backend name.
+    /// A surface fills them (the `cordon` binary from its environment);
+    /// backends read them only from here, never from the environment, so
+    /// a keeper rebuilds a backend with its owner's very settings.
+    #[serde(default)]
+    pub engines: EngineSettings,
+}
+
+/// Each engine's own settings, by backend name: a typed document per
+/// engine, which the engine reads with [`EngineSettings::get`] (its own
+/// type, unknown fields refused) and a surface writes with
+/// [`EngineSettings::set`]. Serialised with the rest of the setup.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct EngineSettings(std::collections::BTreeMap<String, serde_json::Value>);
+
+impl EngineSettings {
+    /// `backend`'s settings; its type's default when none were given.
+    /// `Err` says which engine's settings do not read, and why.
+    pub fn get<T: serde::de::DeserializeOwned + Default>(
+        &self,
+        backend: &str,
+    ) -> Result<T, String> {
+        match self.0.get(backend) {
+            None => Ok(T::default()),
+            Some(v) => serde_json::from_value(v.clone())
+                .map_err(|e| format!("the `{backend}` backend's settings do not read: {e}")),
+        }
+    }
+
+    /// Sets `backend`'s settings.
+    pub fn set<T: Serialize>(&mut self, backend: &str, settings: &T) {
+        // INVARIANT: settings are plain data (paths, strings, flags);
+        // serialising them to a JSON value cannot fail.
+        if let Ok(v) = serde_json::to_value(settings) {
+            self.0.insert(backend.to_string(), v);
+        }
+    }
 }
 
 /// The egress proxy's host-side settings (the policy and the spec decide
@@ -237,7 +276,8 @@ pub struct BackendRegistration {
     pub reclaim: fn(&serde_json::Value) -> Vec<String>,
     /// Reclaims what no record names (a killed owner's leftovers found in
     /// the system's own state); returns (what was reclaimed, what failed).
-    pub sweep: fn() -> (Vec<String>, Vec<String>),
+    /// Takes the host's setup: the engines to look in are its settings.
+    pub sweep: fn(&BackendSetup) -> (Vec<String>, Vec<String>),
     /// Where an operator's work dir shows inside.
     pub work_dir_view: WorkDirView,
     /// The uid/gid an operator's work dir must be owned by, when the
@@ -275,7 +315,7 @@ pub fn nothing_to_vet(residue: &serde_json::Value, _keeper: u32) -> Result<(), S
 }
 
 /// A sweep for backends that leave nothing unrecorded.
-pub fn nothing_to_sweep() -> (Vec<String>, Vec<String>) {
+pub fn nothing_to_sweep(_: &BackendSetup) -> (Vec<String>, Vec<String>) {
     (Vec::new(), Vec::new())
 }
 

@@ -278,8 +278,6 @@ pub fn spawn(
         .env_clear()
         .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
         .envs(std::env::var_os("CORDON_IMAGE_STORE").map(|v| ("CORDON_IMAGE_STORE", v)))
-        // The Docker Engine the docker backend drives.
-        .envs(std::env::var_os("CORDON_DOCKER_HOST").map(|v| ("CORDON_DOCKER_HOST", v)))
         .envs(std::env::var_os("CORDON_LOG").map(|v| ("CORDON_LOG", v)))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -484,10 +482,10 @@ impl KeptBackend {
     /// local rungs: cgroups of sandboxes whose owner was killed before it
     /// could dispose, found by name below this process's own cgroup).
     /// Returns the names reclaimed, and what failed.
-    pub fn gc_unrecorded(registry: &Registry) -> (Vec<String>, Vec<String>) {
+    pub fn gc_unrecorded(registry: &Registry, setup: &BackendSetup) -> (Vec<String>, Vec<String>) {
         let (mut done, mut failures) = (Vec::new(), Vec::new());
         for r in registry.iter() {
-            let (d, f) = (r.sweep)();
+            let (d, f) = (r.sweep)(setup);
             done.extend(d);
             failures.extend(f);
         }

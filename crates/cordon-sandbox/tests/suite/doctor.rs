@@ -11,6 +11,7 @@ fn setup() -> BackendSetup {
         work_dir: None,
         scratch: std::env::temp_dir(),
         egress: Default::default(),
+        engines: Default::default(),
     }
 }
 
