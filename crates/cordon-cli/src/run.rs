@@ -338,7 +338,7 @@ impl Drop for RawMode {
 pub fn show(stream: Stream, bytes: &[u8]) {
     use std::io::Write;
     if crate::json_out::on() {
-        crate::json_out::emit(&cordon_sandbox::exec_json::output_event(stream, bytes));
+        crate::json_out::emit(&cordon_host::exec_json::output_event(stream, bytes));
         return;
     }
     let _ = match stream {
@@ -361,7 +361,7 @@ pub fn exit_for(out: &cordon_sandbox::ExecOutput, cap: u64) -> ExitCode {
             eprintln!("cordon: the workload's {which} was cut at {cap} bytes");
         }
     }
-    let (status, killed_by) = cordon_sandbox::exec_json::status(out.status);
+    let (status, killed_by) = cordon_host::exec_json::status(out.status);
     let code = match out.status {
         ExitStatus::Code(c) => u8::try_from(c & 0xff).unwrap_or(1),
         ExitStatus::Signal(n) => u8::try_from((128 + n) & 0xff).unwrap_or(1),

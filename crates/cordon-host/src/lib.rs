@@ -12,11 +12,14 @@
 //!   a keeper process per sandbox, found through the state directory.
 //! - [`kits`] — the files-out conformance kit and the escape kit, run
 //!   against any registered backend.
+//! - [`exec_json`] — an exec's events as JSON, the one shape `cordon run`,
+//!   `cordon sandbox exec` and `cordon serve` report them in.
 //!
 //! Module arrows: `assembly` → `keeper` → `state`; `kits` → `assembly`.
 //! Nothing here enforces anything: backends do, below the workload.
 
 pub mod assembly;
+pub mod exec_json;
 pub mod keeper;
 pub mod kits;
 pub mod state;

@@ -59,7 +59,6 @@ pub mod confined;
 pub mod egress;
 pub mod error;
 pub mod exec;
-pub mod exec_json;
 #[doc(hidden)]
 pub mod fuzz;
 pub mod guard;
