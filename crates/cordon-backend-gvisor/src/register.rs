@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use cordon_policy::{Deployment, Policy};
-use cordon_sandbox::catalogue::{BackendInfo, Probe};
+use cordon_sandbox::registry::{BackendInfo, Probe};
 use cordon_sandbox::{Backend, BackendRegistration, BackendSetup, Egress, Isolation, WorkDirView};
 
 use crate::sandbox::{remove_containers, remove_sandbox_dir, Residue};

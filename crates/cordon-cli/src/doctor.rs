@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use cordon_sandbox::catalogue::{DoctorReport, DoctorRow};
+use cordon_host::catalogue::{DoctorReport, DoctorRow};
 use cordon_sandbox::config::FLOOR_ENV;
 use cordon_sandbox::{resolve_floor, ConfigError, Floor, HostConfig, Isolation};
 

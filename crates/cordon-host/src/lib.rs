@@ -1,10 +1,11 @@
 //! cordon's host layer: what the CLI uses now and a server will use next.
 //!
 //! - [`builtin_registry`] — every backend this build knows: the ones it
-//!   runs (`cordon-backend-gvisor`'s, `cordon-backend-docker`'s and
-//!   `cordon-backend-local`'s
-//!   registrations) and the ones it plans
-//!   ([`cordon_sandbox::catalogue::planned`]). A host may register more.
+//!   runs (`cordon-backend-microvm`'s, `cordon-backend-gvisor`'s,
+//!   `cordon-backend-docker`'s and `cordon-backend-local`'s
+//!   registrations). A host may register more.
+//! - [`catalogue`] — what `cordon doctor` reports over a registry, and the
+//!   backends planned but not built ([`catalogue::planned`]: none now).
 //! - [`assembly`] — from a host setup (floor, policy, backend preference,
 //!   state directory) to the policy, the chosen backends and the router,
 //!   in one place.
@@ -19,6 +20,7 @@
 //! Nothing here enforces anything: backends do, below the workload.
 
 pub mod assembly;
+pub mod catalogue;
 pub mod exec_json;
 pub mod keeper;
 pub mod kits;

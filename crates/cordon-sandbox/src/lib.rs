@@ -27,8 +27,7 @@
 //! - [`HostToolRegistry`] — the contract for host tools: declared source,
 //!   sink and identity, sealed by [`HostToolRegistry::aggregate`], one
 //!   dispatch door with caps ([`tools`]).
-//! - [`catalogue`] — the built-in backends and the probes `cordon doctor`
-//!   runs; [`config`] — where the host's floor comes from.
+//! - [`config`] — where the host's floor comes from.
 //! - Files out ([`outputs`]): a spec's [`DeclaredOutput`]s and its
 //!   `files_out` [`TransferLimits`]; [`collect_outputs`] reads them back in
 //!   four ordered phases and delivers the landing ones to an
@@ -52,7 +51,6 @@
 pub mod backend;
 pub mod calldir;
 pub mod capability;
-pub mod catalogue;
 pub mod collect;
 pub mod config;
 pub mod confined;
