@@ -62,13 +62,14 @@ mod bench {
     use std::sync::Arc;
     use std::time::{Duration, Instant};
 
+    use cordon_host::config::{Floor, FloorSource};
     use cordon_host::keeper::{KeptConfig, KEEPER_ARG};
     use cordon_host::state::StateDir;
     use cordon_host::{Host, HostSetup};
     use cordon_policy::Identity;
     use cordon_sandbox::{
-        BackendSetup, CallerContext, EgressSetup, ExecRequest, ExitStatus, Floor, FloorSource,
-        Isolation, Router, Sandbox, SandboxSpec, SelfCommand,
+        BackendSetup, CallerContext, EgressSetup, ExecRequest, ExitStatus, Isolation, Router,
+        Sandbox, SandboxSpec, SelfCommand,
     };
 
     const TOKEN: &str = "bench-token";

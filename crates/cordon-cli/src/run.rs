@@ -17,13 +17,13 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
+use cordon_host::config::{resolve_floor, FloorSource, HostConfig, FLOOR_ENV};
 use cordon_host::keeper::KeptConfig;
 use cordon_host::{Host, HostError, HostSetup};
 use cordon_policy::{Deployment, Identity, Policy};
-use cordon_sandbox::config::FLOOR_ENV;
 use cordon_sandbox::{
-    resolve_floor, BackendSetup, CallerContext, ExecRequest, ExitStatus, FloorSource, HostConfig,
-    Isolation, Router, SandboxSpec, SelfCommand, Stream,
+    BackendSetup, CallerContext, ExecRequest, ExitStatus, Isolation, Router, SandboxSpec,
+    SelfCommand, Stream,
 };
 
 pub use crate::exit::BOUND as EXIT_BOUND;

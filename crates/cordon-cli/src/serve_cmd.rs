@@ -9,11 +9,12 @@ use std::sync::Arc;
 
 use std::time::Duration;
 
+use cordon_host::config::{Floor, FloorSource};
 use cordon_host::keeper::{KeptBackend, KeptConfig, KEEPER_ARG};
 use cordon_host::state::StateDir;
 use cordon_host::{Host, HostError, HostSetup};
+use cordon_sandbox::Isolation;
 use cordon_sandbox::SelfCommand;
-use cordon_sandbox::{Floor, FloorSource, Isolation};
 use cordon_serve::{ServeConfig, Served};
 
 use crate::exit::{fail, refuse, usage};

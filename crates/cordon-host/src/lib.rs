@@ -13,14 +13,19 @@
 //!   a keeper process per sandbox, found through the state directory.
 //! - [`kits`] — the files-out conformance kit and the escape kit, run
 //!   against any registered backend.
+//! - [`config`] — the host configuration file (`min_isolation`, `egress`)
+//!   and where the floor comes from: flag, then `CORDON_MIN_ISOLATION`,
+//!   then the file, then `microvm`.
 //! - [`exec_json`] — an exec's events as JSON, the one shape `cordon run`,
 //!   `cordon sandbox exec` and `cordon serve` report them in.
 //!
-//! Module arrows: `assembly` → `keeper` → `state`; `kits` → `assembly`.
+//! Module arrows: `assembly` → `keeper` → `state`; `assembly` → `config`;
+//! `kits` → `assembly`, `config`. `catalogue` and `exec_json` stand alone.
 //! Nothing here enforces anything: backends do, below the workload.
 
 pub mod assembly;
 pub mod catalogue;
+pub mod config;
 pub mod exec_json;
 pub mod keeper;
 pub mod kits;

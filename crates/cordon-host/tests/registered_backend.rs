@@ -21,6 +21,7 @@ use std::time::Duration;
 use cordon_backend_kit::{Engine, EngineBackend, Which};
 use cordon_files::host_dir::HostDirectorySandbox;
 use cordon_host::catalogue::DoctorReport;
+use cordon_host::config::{Floor, FloorSource};
 use cordon_host::keeper::{KeptBackend, KeptConfig, KEEPER_ARG};
 use cordon_host::kits::KitRun;
 use cordon_host::state::StateDir;
@@ -30,8 +31,8 @@ use cordon_sandbox::registry::{BackendInfo, Probe};
 use cordon_sandbox::{
     AcquireRequest, Attach, Backend, BackendError, BackendRegistration, BackendSetup,
     CallerContext, Capability, CapabilitySet, Egress, ExecHandle, ExecRequest, FileRead, FileStat,
-    Floor, FloorSource, HostWorkDirRecord, Isolation, IsolationError, Provenance, Registry,
-    ResolvedCommand, Sandbox, SandboxError, SandboxSpec, SelfCommand, WorkDirView,
+    HostWorkDirRecord, Isolation, IsolationError, Provenance, Registry, ResolvedCommand, Sandbox,
+    SandboxError, SandboxSpec, SelfCommand, WorkDirView,
 };
 
 const NAME: &str = "test-hostdir";

@@ -27,7 +27,6 @@
 //! - [`HostToolRegistry`] — the contract for host tools: declared source,
 //!   sink and identity, sealed by [`HostToolRegistry::aggregate`], one
 //!   dispatch door with caps ([`tools`]).
-//! - [`config`] — where the host's floor comes from.
 //! - Files out ([`outputs`]): a spec's [`DeclaredOutput`]s and its
 //!   `files_out` [`TransferLimits`]; [`collect_outputs`] reads them back in
 //!   four ordered phases and delivers the landing ones to an
@@ -52,7 +51,6 @@ pub mod backend;
 pub mod calldir;
 pub mod capability;
 pub mod collect;
-pub mod config;
 pub mod confined;
 pub mod egress;
 pub mod error;
@@ -87,7 +85,6 @@ pub use capability::{Capability, CapabilitySet};
 pub use collect::{
     collect_outputs, collect_outputs_named, Cap, CollectError, Collected, Collection,
 };
-pub use config::{resolve_floor, ConfigError, Floor, FloorSource, HostConfig};
 pub use cordon_policy::{Deployment, Identity};
 pub use egress::{Egress, EgressEntry, EgressEntryError, HostPattern};
 pub use error::ErrorKind;

@@ -1,4 +1,3 @@
-mod config;
 mod doubles;
 mod egress;
 mod keys;
