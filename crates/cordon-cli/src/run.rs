@@ -521,7 +521,9 @@ fn secrets_provider(
             dir.display()
         )));
     }
-    Ok(Some(Arc::new(cordon_sandbox::DirectorySecrets::new(real))))
+    Ok(Some(Arc::new(cordon_host::secrets::DirectorySecrets::new(
+        real,
+    ))))
 }
 
 /// The egress proxy's setup: the host configuration's `egress:` section,

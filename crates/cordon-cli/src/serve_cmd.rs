@@ -251,11 +251,13 @@ fn secrets_of(
                     d.display()
                 )));
             }
-            Some(Arc::new(cordon_sandbox::DirectorySecrets::new(d.clone()))
-                as Arc<dyn cordon_sandbox::SecretProvider>)
+            Some(
+                Arc::new(cordon_host::secrets::DirectorySecrets::new(d.clone()))
+                    as Arc<dyn cordon_sandbox::SecretProvider>,
+            )
         }
         Some(cordon_serve::config::SecretStore::Command(argv)) => {
-            match cordon_sandbox::CommandSecrets::new(argv.clone()) {
+            match cordon_host::secrets::CommandSecrets::new(argv.clone()) {
                 Ok(c) => Some(Arc::new(c) as Arc<dyn cordon_sandbox::SecretProvider>),
                 Err(e) => {
                     return Err(usage(format!(

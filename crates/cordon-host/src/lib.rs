@@ -9,6 +9,9 @@
 //! - [`assembly`] — from a host setup (floor, policy, backend preference,
 //!   state directory) to the policy, the chosen backends and the router,
 //!   in one place.
+//! - [`secrets`] — the secret stores a host configures: a directory of
+//!   files ([`secrets::DirectorySecrets`]) or a command
+//!   ([`secrets::CommandSecrets`]).
 //! - [`keeper`] and [`state`] — kept sandboxes for any registered backend:
 //!   a keeper process per sandbox, found through the state directory.
 //! - [`kits`] — the files-out conformance kit and the escape kit, run
@@ -20,7 +23,8 @@
 //!   `cordon sandbox exec` and `cordon serve` report them in.
 //!
 //! Module arrows: `assembly` → `keeper` → `state`; `assembly` → `config`;
-//! `kits` → `assembly`, `config`. `catalogue` and `exec_json` stand alone.
+//! `kits` → `assembly`, `config`. `catalogue`, `exec_json` and
+//! `secrets` stand alone.
 //! Nothing here enforces anything: backends do, below the workload.
 
 pub mod assembly;
@@ -29,6 +33,7 @@ pub mod config;
 pub mod exec_json;
 pub mod keeper;
 pub mod kits;
+pub mod secrets;
 pub mod state;
 
 pub use assembly::{Host, HostError, HostSetup};

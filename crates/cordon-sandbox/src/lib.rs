@@ -103,7 +103,7 @@ pub use registry::{
 };
 pub use router::{Refusal, Router, RouterBuilder, RouterError, Scoped, Warning};
 pub use schema::{Schema, SchemaError};
-pub use secrets::{CommandSecrets, DirectorySecrets, SecretError, SecretProvider, SecretValue};
+pub use secrets::{SecretError, SecretProvider, SecretValue};
 pub use sink::{Artifact, ArtifactHandle, LandedArtifact, OutputSink, SinkError};
 pub use spec::{spec_json_schema, ResourceAsk, SandboxSpec, SecretName, SpecError};
 pub use tools::{
