@@ -24,9 +24,6 @@
 //!   egress, the host's hard stops, the policy's bounds, egress surface and
 //!   secret surface before any backend is reached. [`Router::scope`]
 //!   reclaims a conversation's sandboxes however its block ends.
-//! - [`HostToolRegistry`] — the contract for host tools: declared source,
-//!   sink and identity, sealed by [`HostToolRegistry::aggregate`], one
-//!   dispatch door with caps ([`tools`]).
 //! - Files out ([`outputs`]): a spec's [`DeclaredOutput`]s and its
 //!   `files_out` [`TransferLimits`]; [`collect_outputs`] reads them back in
 //!   four ordered phases and delivers the landing ones to an
@@ -67,11 +64,9 @@ pub mod registry;
 pub mod router;
 mod router_error;
 mod sandbox_error;
-pub mod schema;
 pub mod secrets;
 pub mod sink;
 pub mod spec;
-pub mod tools;
 pub mod wire;
 pub mod yaml;
 
@@ -81,7 +76,7 @@ pub use backend::{
     Sandbox, SandboxError, Stream,
 };
 pub use calldir::CallDir;
-pub use capability::{Capability, CapabilitySet};
+pub use capability::{Capability, CapabilitySet, ToolIdentity};
 pub use collect::{
     collect_outputs, collect_outputs_named, Cap, CollectError, Collected, Collection,
 };
@@ -102,11 +97,6 @@ pub use registry::{
     AuditBounds, BackendRegistration, BackendSetup, EgressSetup, Registry, SelfCommand, WorkDirView,
 };
 pub use router::{Refusal, Router, RouterBuilder, RouterError, Scoped, Warning};
-pub use schema::{Schema, SchemaError};
 pub use secrets::{SecretError, SecretProvider, SecretValue};
 pub use sink::{Artifact, ArtifactHandle, LandedArtifact, OutputSink, SinkError};
 pub use spec::{spec_json_schema, ResourceAsk, SandboxSpec, SecretName, SpecError};
-pub use tools::{
-    HostTool, HostToolRegistry, RunLimits, Sink, Source, ToolDeclaration, ToolError, ToolIdentity,
-    ToolRun, ToolSurface,
-};
