@@ -33,8 +33,6 @@
 //!   from a host directory (`cordon_files::host_dir`), and
 //!   `cordon_files::FsSink`, which lands outputs under a directory without
 //!   following any link.
-//! - [`kinds`] — the [`kinds::Kind`] trait (a spec, parsing of `consume`
-//!   outputs, display lines) with `codeact` and `diagram`.
 //! - [`registry`] — every backend a host knows, one registration each;
 //!   [`exec`] — exec as a handle; [`guard`] — the compute check around
 //!   every sandbox; [`error::ErrorKind`] — what kind of failure an error is.
@@ -57,7 +55,6 @@ pub mod fuzz;
 pub mod guard;
 pub mod isolation;
 pub mod key;
-pub mod kinds;
 pub mod limits;
 pub mod outputs;
 pub mod registry;

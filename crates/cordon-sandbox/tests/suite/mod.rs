@@ -1,7 +1,6 @@
 mod doubles;
 mod egress;
 mod keys;
-mod kinds;
 mod outputs;
 mod policy;
 mod registry;
