@@ -19,12 +19,12 @@
 
 use serde_json::Value;
 
+use cordon_collect::{CallDir, CollectError, Collected, Collection};
 use cordon_sandbox::outputs::{plain_env, DeclaredOutput, OutputError};
 use cordon_sandbox::spec::DEFAULT_WORK_DIR;
 use cordon_sandbox::{
-    Artifact, CallDir, Capability, CollectError, Collected, Collection, ExecOutput, ExecRequest,
-    LandedArtifact, OutputSink, Sandbox, SandboxError, SandboxSpec, SinkError, SpecError,
-    TransferLimits,
+    Artifact, Capability, ExecOutput, ExecRequest, LandedArtifact, OutputSink, Sandbox,
+    SandboxError, SandboxSpec, SinkError, SpecError, TransferLimits,
 };
 
 /// A round of a kind that failed.

@@ -8,11 +8,12 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
+use cordon_collect::CollectError;
 use cordon_files::host_dir::HostDirectorySandbox;
 use cordon_files::FsSink;
 use cordon_kinds::{CodeAct, Diagram, Kind, KindError};
 use cordon_policy::Identity;
-use cordon_sandbox::{CollectError, Provenance, Sandbox};
+use cordon_sandbox::{Provenance, Sandbox};
 
 fn team_a() -> Identity {
     Identity {

@@ -43,9 +43,7 @@
 //! async runtime calls them from its blocking pool.
 
 pub mod backend;
-pub mod calldir;
 pub mod capability;
-pub mod collect;
 pub mod confined;
 pub mod egress;
 pub mod error;
@@ -72,11 +70,7 @@ pub use backend::{
     FileRead, FileStat, HostSecretsRecord, HostWorkDirRecord, Limits, Provenance, ResolvedCommand,
     Sandbox, SandboxError, Stream,
 };
-pub use calldir::CallDir;
 pub use capability::{Capability, CapabilitySet, ToolIdentity};
-pub use collect::{
-    collect_outputs, collect_outputs_named, Cap, CollectError, Collected, Collection,
-};
 pub use cordon_policy::{Deployment, Identity};
 pub use egress::{Egress, EgressEntry, EgressEntryError, HostPattern};
 pub use error::ErrorKind;
