@@ -1,4 +1,8 @@
-//! The spec loader (see `cordon_sandbox::fuzz`).
+//! The spec loader (see `cordon_sandbox::fuzz`) and the host
+//! configuration's (`cordon_host::config::fuzz_load`), on the same bytes.
 #![no_main]
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| cordon_sandbox::fuzz::load_spec(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| {
+    cordon_host::config::fuzz_load(data);
+    cordon_sandbox::fuzz::load_spec(data)
+});

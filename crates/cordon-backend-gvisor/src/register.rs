@@ -6,7 +6,7 @@ use std::sync::Arc;
 use cordon_backend_kit::register as kit;
 use cordon_backend_kit::EngineSetup;
 use cordon_policy::Policy;
-use cordon_sandbox::catalogue::{BackendInfo, Probe};
+use cordon_sandbox::registry::{BackendInfo, Probe};
 use cordon_sandbox::{Backend, BackendRegistration, BackendSetup, Isolation};
 
 use crate::sandbox::{remove_containers, remove_sandbox_dir, Residue};

@@ -7,8 +7,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use cordon_policy::{Deployment, Policy};
-use cordon_sandbox::catalogue::{BackendInfo, Probe};
 use cordon_sandbox::registry::BuildFn;
+use cordon_sandbox::registry::{BackendInfo, Probe};
 use cordon_sandbox::{
     AcquireRequest, BackendError, BackendRegistration, BackendSetup, Egress, EgressSetup,
     Isolation, WorkDirView,

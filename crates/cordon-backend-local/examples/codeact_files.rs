@@ -19,9 +19,9 @@ use std::sync::Arc;
 
 use cordon_backend_local::{LocalBackend, LocalConfig, WorkDir};
 use cordon_files::FsSink;
+use cordon_kinds::{CodeAct, Kind};
 use cordon_linux::{InitProgram, Rung};
 use cordon_policy::{Deployment, Identity, Policy};
-use cordon_sandbox::kinds::{CodeAct, Kind};
 use cordon_sandbox::{Backend, CallerContext, Isolation, Router};
 
 /// The Python the "model" wrote in round 1: a 64x64 gradient PNG from the

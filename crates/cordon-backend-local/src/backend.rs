@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use cordon_files::host_dir::HostWorkDir;
 use cordon_linux::{Enforcer, InitProgram, LinuxEnforcer, Rung};
-use cordon_sandbox::catalogue::Probe;
+use cordon_sandbox::registry::Probe;
 use cordon_sandbox::{
     AcquireRequest, Backend, BackendError, CapabilitySet, Egress, Isolation, IsolationError,
     Sandbox, SandboxKey, WorkDirView,

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use cordon_linux::Rung;
 use cordon_policy::{Deployment, Policy};
-use cordon_sandbox::catalogue::{BackendInfo, Probe};
+use cordon_sandbox::registry::{BackendInfo, Probe};
 use cordon_sandbox::{Backend, BackendRegistration, BackendSetup, Capability, CapabilitySet};
 use serde::{Deserialize, Serialize};
 

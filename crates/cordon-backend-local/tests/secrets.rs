@@ -22,9 +22,31 @@ use cordon_backend_local::{LocalBackend, LocalConfig, WorkDir};
 use cordon_linux::{InitProgram, Rung};
 use cordon_policy::{Deployment, Identity, Policy};
 use cordon_sandbox::{
-    CallerContext, Capability, DirectorySecrets, EgressSetup, ExecOutput, ExecRequest, ExitStatus,
-    Isolation, Router, RouterError, Sandbox, SandboxError, SandboxSpec, SecretName,
+    CallerContext, Capability, EgressSetup, ExecOutput, ExecRequest, ExitStatus, Isolation, Router,
+    RouterError, Sandbox, SandboxError, SandboxSpec, SecretError, SecretName, SecretProvider,
+    SecretValue,
 };
+
+/// The host's secret store, as a fixture: a file a secret under a
+/// directory (a host configures `cordon_host::secrets::DirectorySecrets`,
+/// which a backend's tests do not reach for).
+struct StoreDir(PathBuf);
+
+impl SecretProvider for StoreDir {
+    fn read(&self, name: &SecretName) -> Result<SecretValue, SecretError> {
+        std::fs::read(self.0.join(name.as_str()))
+            .map(SecretValue::new)
+            .map_err(|e| match e.kind() {
+                std::io::ErrorKind::NotFound => SecretError::Missing {
+                    name: name.to_string(),
+                },
+                _ => SecretError::Refused {
+                    name: name.to_string(),
+                    reason: e.to_string(),
+                },
+            })
+    }
+}
 
 fn in_ci() -> bool {
     std::env::var("CI").is_ok_and(|v| v == "true")
@@ -144,7 +166,7 @@ fn fixture(rung: Rung, init: InitProgram) -> Fixture {
     let router = Router::builder(policy, env)
         .min_isolation(floor)
         .backend(backend)
-        .secrets(Arc::new(DirectorySecrets::new(store.path())))
+        .secrets(Arc::new(StoreDir(store.path().to_path_buf())))
         .build()
         .unwrap();
     Fixture {

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use cordon_backend_kit::register as kit;
 use cordon_backend_kit::EngineSetup;
 use cordon_policy::Policy;
-use cordon_sandbox::catalogue::{BackendInfo, Probe};
+use cordon_sandbox::registry::{BackendInfo, Probe};
 use cordon_sandbox::{Backend, BackendRegistration, BackendSetup, Egress, Isolation, WorkDirView};
 
 use crate::artifacts::VmSettings;

@@ -61,13 +61,14 @@ mod bench {
     use std::sync::Arc;
     use std::time::{Duration, Instant};
 
+    use cordon_host::config::{Floor, FloorSource};
     use cordon_host::roles::{SelfCommands, KEEPER_ARG};
     use cordon_host::state::StateDir;
     use cordon_host::{HostBuilder, Keep};
     use cordon_policy::Identity;
     use cordon_sandbox::{
-        CallerContext, ExecRequest, ExitStatus, Floor, FloorSource, Isolation, Router, Sandbox,
-        SandboxSpec, SelfCommand,
+        CallerContext, ExecRequest, ExitStatus, Isolation, Router, Sandbox, SandboxSpec,
+        SelfCommand,
     };
 
     const TOKEN: &str = "bench-token";

@@ -6,9 +6,9 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use cordon_sandbox::catalogue::{DoctorReport, DoctorRow};
-use cordon_sandbox::config::FLOOR_ENV;
-use cordon_sandbox::{resolve_floor, ConfigError, Floor, HostConfig, Isolation};
+use cordon_host::catalogue::{DoctorReport, DoctorRow};
+use cordon_host::config::{resolve_floor, ConfigError, Floor, HostConfig, FLOOR_ENV};
+use cordon_sandbox::Isolation;
 
 /// Exit codes: 0 a backend can serve, 1 none can, 2 the configuration is refused.
 use crate::exit::{PROBLEMS as EXIT_NONE_CAN_SERVE, USAGE as EXIT_CONFIG};

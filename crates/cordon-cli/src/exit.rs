@@ -102,7 +102,7 @@ impl Kinded for cordon_host::state::StateError {
     }
 }
 
-impl Kinded for cordon_sandbox::CollectError {
+impl Kinded for cordon_collect::CollectError {
     fn kind(&self) -> ErrorKind {
         ErrorKind::Failed
     }

@@ -17,11 +17,11 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
+use cordon_host::config::{FloorSource, HostConfig};
 use cordon_host::{Host, HostError, Keep};
 use cordon_policy::{Deployment, Identity, Policy};
 use cordon_sandbox::{
-    CallerContext, ExecRequest, ExitStatus, FloorSource, HostConfig, Isolation, Router,
-    SandboxSpec, Stream,
+    CallerContext, ExecRequest, ExitStatus, Isolation, Router, SandboxSpec, Stream,
 };
 
 pub use crate::exit::BOUND as EXIT_BOUND;
@@ -336,7 +336,7 @@ impl Drop for RawMode {
 pub fn show(stream: Stream, bytes: &[u8]) {
     use std::io::Write;
     if crate::json_out::on() {
-        crate::json_out::emit(&cordon_sandbox::exec_json::output_event(stream, bytes));
+        crate::json_out::emit(&cordon_host::exec_json::output_event(stream, bytes));
         return;
     }
     let _ = match stream {
@@ -359,7 +359,7 @@ pub fn exit_for(out: &cordon_sandbox::ExecOutput, cap: u64) -> ExitCode {
             eprintln!("cordon: the workload's {which} was cut at {cap} bytes");
         }
     }
-    let (status, killed_by) = cordon_sandbox::exec_json::status(out.status);
+    let (status, killed_by) = cordon_host::exec_json::status(out.status);
     let code = match out.status {
         ExitStatus::Code(c) => u8::try_from(c & 0xff).unwrap_or(1),
         ExitStatus::Signal(n) => u8::try_from((128 + n) & 0xff).unwrap_or(1),

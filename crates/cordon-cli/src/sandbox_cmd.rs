@@ -7,9 +7,10 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use cordon_collect::collect_outputs;
 use cordon_host::keeper::{self, KeptBackend, KeptSandbox};
 use cordon_host::state::{self, StateDir};
-use cordon_sandbox::{collect_outputs, CallerContext, ExecRequest, Sandbox};
+use cordon_sandbox::{CallerContext, ExecRequest, Sandbox};
 
 use crate::exit::{fail, refuse, usage};
 use crate::json_out;

@@ -10,10 +10,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cordon_host::builder::EGRESS_AUDIT;
+use cordon_host::config::{Floor, FloorSource};
 use cordon_host::keeper::KeptBackend;
 use cordon_host::state::StateDir;
 use cordon_host::{Host, HostBuilder, HostError, Keep};
-use cordon_sandbox::{Floor, FloorSource, Isolation};
+use cordon_sandbox::Isolation;
 use cordon_serve::{ServeConfig, Served};
 
 use crate::exit::{fail, refuse, usage};

@@ -22,17 +22,19 @@ use std::time::Duration;
 
 use cordon_backend_kit::{Engine, EngineBackend, Which};
 use cordon_files::host_dir::HostDirectorySandbox;
+use cordon_host::catalogue::DoctorReport;
+use cordon_host::config::{Floor, FloorSource};
 use cordon_host::keeper::{KeptBackend, KeptConfig, KEEPER_ARG};
 use cordon_host::kits::KitRun;
 use cordon_host::state::StateDir;
 use cordon_host::{Host, HostSetup};
 use cordon_policy::{Identity, Policy};
-use cordon_sandbox::catalogue::{BackendInfo, DoctorReport, Probe};
+use cordon_sandbox::registry::{BackendInfo, Probe};
 use cordon_sandbox::{
     AcquireRequest, Attach, Backend, BackendError, BackendRegistration, BackendSetup,
     CallerContext, Capability, CapabilitySet, Egress, ExecHandle, ExecRequest, FileRead, FileStat,
-    Floor, FloorSource, HostWorkDirRecord, Isolation, IsolationError, Provenance, Registry,
-    ResolvedCommand, Sandbox, SandboxError, SandboxSpec, SelfCommand, WorkDirView,
+    HostWorkDirRecord, Isolation, IsolationError, Provenance, Registry, ResolvedCommand, Sandbox,
+    SandboxError, SandboxSpec, SelfCommand, WorkDirView,
 };
 
 const NAME: &str = "test-hostdir";

@@ -9,9 +9,10 @@ use std::sync::Arc;
 
 use cordon_policy::{Deployment, Policy};
 use cordon_sandbox::{
-    Backend, BackendRegistration, BackendSetup, Floor, Isolation, Registry, Router, SecretProvider,
+    Backend, BackendRegistration, BackendSetup, Isolation, Registry, Router, SecretProvider,
 };
 
+use crate::config::Floor;
 use crate::keeper::{KeptBackend, KeptConfig};
 
 /// What a host decided.
@@ -241,7 +242,7 @@ impl Host {
             if let Some(to) = runnable_below {
                 msg.push_str(&format!(
                     "\nhelp: where a `{to}` boundary is enough, opt down explicitly: `--min-isolation {to}` (or `{}={to}`, or `min_isolation: {to}` in the configuration file); `cordon doctor` says what each rung protects against",
-                    cordon_sandbox::config::FLOOR_ENV
+                    crate::config::FLOOR_ENV
                 ));
             } else {
                 msg.push_str("\nhelp: `cordon doctor` shows what this machine lacks; a backend below the floor is never used");

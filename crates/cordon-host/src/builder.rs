@@ -11,9 +11,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cordon_sandbox::{
-    BackendSetup, EgressSetup, EngineSettings, Floor, FloorSource, HostConfig, Isolation, Registry,
-    SecretProvider,
+    BackendSetup, EgressSetup, EngineSettings, Isolation, Registry, SecretProvider,
 };
+
+use crate::config::{Floor, FloorSource, HostConfig};
 
 use crate::assembly::{Host, HostError, HostSetup};
 use crate::keeper::KeptConfig;
@@ -96,9 +97,9 @@ impl HostBuilder {
         self,
         flag: Option<&str>,
         config: Option<&HostConfig>,
-    ) -> Result<HostBuilder, cordon_sandbox::ConfigError> {
-        let env = std::env::var(cordon_sandbox::config::FLOOR_ENV).ok();
-        let floor = cordon_sandbox::resolve_floor(flag, env.as_deref(), config)?;
+    ) -> Result<HostBuilder, crate::config::ConfigError> {
+        let env = std::env::var(crate::config::FLOOR_ENV).ok();
+        let floor = crate::config::resolve_floor(flag, env.as_deref(), config)?;
         Ok(self.floor(floor))
     }
 
@@ -176,12 +177,12 @@ impl HostBuilder {
                 dir.display()
             )));
         }
-        Ok(self.secrets(Some(Arc::new(cordon_sandbox::DirectorySecrets::new(real)))))
+        Ok(self.secrets(Some(Arc::new(crate::secrets::DirectorySecrets::new(real)))))
     }
 
     /// Secrets answered by a command the provider accepts.
     pub fn secrets_command(self, argv: Vec<String>) -> Result<HostBuilder, HostError> {
-        let c = cordon_sandbox::CommandSecrets::new(argv).map_err(HostError::Setup)?;
+        let c = crate::secrets::CommandSecrets::new(argv).map_err(HostError::Setup)?;
         Ok(self.secrets(Some(Arc::new(c))))
     }
 

@@ -15,11 +15,12 @@ use cordon_kits::escape::{
 };
 use cordon_policy::{Identity, Policy};
 use cordon_sandbox::{
-    BackendRegistration, BackendSetup, CallerContext, Capability, Floor, FloorSource, Registry,
-    SandboxSpec, WorkDirView,
+    BackendRegistration, BackendSetup, CallerContext, Capability, Registry, SandboxSpec,
+    WorkDirView,
 };
 
 use crate::assembly::{Host, HostSetup};
+use crate::config::{Floor, FloorSource};
 
 /// Why a kit could not attack a backend.
 #[derive(Debug, thiserror::Error)]

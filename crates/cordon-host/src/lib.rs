@@ -8,22 +8,39 @@
 //!   configuration to a [`HostBuilder`] and gets the host.
 //! - [`assembly`] — from a host setup (floor, policy, backend preference,
 //!   keeper) to the policy, the chosen backends and the router.
+//! - [`config`] — the host configuration file and the floor's resolution.
+//! - [`catalogue`] — what `cordon doctor` reports over a registry.
+//! - [`secrets`] — the secret stores a host configures: a directory of
+//!   files ([`secrets::DirectorySecrets`]) or a command
+//!   ([`secrets::CommandSecrets`]).
+//! - [`exec_json`] — an exec's events as JSON (the CLI's and the server's).
 //! - [`roles`] — the process roles (sandbox init, keeper, egress proxy)
 //!   dispatched from one place, and this binary as each of them.
 //! - [`keeper`] and [`state`] — kept sandboxes for any registered backend:
 //!   a keeper process per sandbox, found through the state directory.
 //! - [`kits`] — the files-out conformance kit and the escape kit, run
 //!   against any registered backend.
+//! - [`config`] — the host configuration file (`min_isolation`, `egress`)
+//!   and where the floor comes from: flag, then `CORDON_MIN_ISOLATION`,
+//!   then the file, then `microvm`.
+//! - [`exec_json`] — an exec's events as JSON, the one shape `cordon run`,
+//!   `cordon sandbox exec` and `cordon serve` report them in.
 //!
 //! Module arrows: `builder` → `assembly` → `keeper` → `state`;
-//! `builder` → `roles` → `keeper`; `kits` → `assembly`.
+//! `builder` → `roles` → `keeper`; `builder`, `assembly` → `config`;
+//! `builder` → `secrets`; `kits` → `assembly`, `config`. `catalogue` and
+//! `exec_json` stand alone.
 //! Nothing here enforces anything: backends do, below the workload.
 
 pub mod assembly;
 pub mod builder;
+pub mod catalogue;
+pub mod config;
+pub mod exec_json;
 pub mod keeper;
 pub mod kits;
 pub mod roles;
+pub mod secrets;
 pub mod state;
 
 pub use assembly::{Host, HostError, HostSetup};

@@ -2,7 +2,9 @@
 //!
 //! Silence here is a functionality claim, not a safety one: a backend that
 //! declares nothing has [`CapabilitySet::DEFAULT`], exec and files in, which
-//! the [`Sandbox`](crate::Sandbox) trait obliges anyway.
+//! the [`Sandbox`](crate::Sandbox) trait obliges anyway. [`ToolIdentity`]
+//! is here too: the identity a host tool acts with, which the router's hard
+//! stops name.
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -15,7 +17,7 @@ pub enum Capability {
     Exec,
     /// Run a snippet of code in an interpreter the image provides.
     RunCode,
-    /// Dispatch calls out to functions in the host process (see [`crate::tools`]).
+    /// Dispatch calls out to functions in the host process (the `cordon-tools` crate).
     HostTools,
     /// Write files into the sandbox.
     FilesIn,
@@ -149,6 +151,27 @@ impl fmt::Display for CapabilitySet {
         }
         let parts: Vec<String> = self.0.iter().map(|c| format!("`{c}`")).collect();
         f.write_str(&parts.join(", "))
+    }
+}
+
+/// Whose authority a host tool acts with: what a tool declares (the
+/// `cordon-tools` crate) and what a host may deny outright
+/// ([`RouterBuilder::deny_identity`](crate::RouterBuilder::deny_identity)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ToolIdentity {
+    /// The application's own credentials: its full authority. Not a safe
+    /// option, only a declared one.
+    App,
+    /// The end user's delegated credentials. Declarable, not servable.
+    User,
+}
+
+impl fmt::Display for ToolIdentity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ToolIdentity::App => "app",
+            ToolIdentity::User => "user",
+        })
     }
 }
 

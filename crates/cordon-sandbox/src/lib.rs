@@ -10,7 +10,8 @@
 //! - [`Isolation`] — the ladder `none < runtime < process < container <
 //!   hardened_container < microvm < vm`, parsed only from its exact
 //!   spellings. [`Egress`] — how far a backend can confine the network.
-//!   [`Capability`] — what a backend can do and a spec requires.
+//!   [`Capability`] — what a backend can do and a spec requires;
+//!   [`ToolIdentity`] — whose authority a host tool acts with.
 //! - [`SandboxSpec`] — what a workload asks for: image, allowlist
 //!   ([`EgressEntry`]), required capabilities, its own floor, resource asks,
 //!   secrets. Loaded from YAML with positioned errors.
@@ -24,59 +25,62 @@
 //!   egress, the host's hard stops, the policy's bounds, egress surface and
 //!   secret surface before any backend is reached. [`Router::scope`]
 //!   reclaims a conversation's sandboxes however its block ends.
-//! - [`HostToolRegistry`] — the contract for host tools: declared source,
-//!   sink and identity, sealed by [`HostToolRegistry::aggregate`], one
-//!   dispatch door with caps ([`tools`]).
-//! - [`catalogue`] — the built-in backends and the probes `cordon doctor`
-//!   runs; [`config`] — where the host's floor comes from.
-//! - Files out ([`outputs`]): a spec's [`DeclaredOutput`]s and its
-//!   `files_out` [`TransferLimits`]; [`collect_outputs`] reads them back in
-//!   four ordered phases and delivers the landing ones to an
-//!   [`OutputSink`]. [`confined`] holds the confinement walk every backend
-//!   serving files uses. The host side lives in the `cordon-files` crate:
+//! - [`SecretProvider`] ([`secrets`]) — the host-side store the router reads
+//!   a granted secret from, and where a secret lands in the sandbox.
+//! - Files out ([`outputs`]): a spec's [`DeclaredOutput`]s, its `files_out`
+//!   [`TransferLimits`], and the phases a collection keeps; the
+//!   [`OutputSink`] the landing ones go to. [`confined`] holds the
+//!   confinement walk every backend serving files uses. The host side
+//!   lives in the `cordon-files` crate:
 //!   the `openat2` primitives (`cordon_files::confined`), a work dir served
 //!   from a host directory (`cordon_files::host_dir`), and
 //!   `cordon_files::FsSink`, which lands outputs under a directory without
 //!   following any link.
-//! - [`kinds`] — the [`kinds::Kind`] trait (a spec, parsing of `consume`
-//!   outputs, display lines) with `codeact` and `diagram`.
 //! - [`registry`] — every backend a host knows, one registration each;
 //!   [`exec`] — exec as a handle; [`guard`] — the compute check around
 //!   every sandbox; [`error::ErrorKind`] — what kind of failure an error is.
 //!   The kits every backend must pass (files-out conformance, escape) are
 //!   `cordon_kits`.
 //!
+//! Only the protocol is here: what a backend implements and what the router
+//! decides with. The host-side parts live above it, each in the crate of its
+//! users, and each depends on this one, never the reverse:
+//!
+//! - `cordon-collect` — reading declared outputs back out in the four
+//!   phases and delivering them (`collect_outputs`, `Collection`,
+//!   `CallDir`); no backend needs it.
+//! - `cordon-kinds` — host code for one workload (`Kind`, `codeact`,
+//!   `diagram`).
+//! - `cordon-tools` — host tools: declarations, the sealed surface, the one
+//!   dispatch door, the argument schemas. The router's check of a surface
+//!   ([`Router::admit_tools`]) takes each tool's name and identity.
+//! - `cordon-host` — the host configuration file and the floor's
+//!   resolution (`config`), the concrete secret stores (`secrets`), doctor's
+//!   report (`catalogue`), an exec's events as JSON (`exec_json`).
+//!
 //! Traits are synchronous: the backends are process-driven, and a host on an
 //! async runtime calls them from its blocking pool.
 
 pub mod backend;
-pub mod calldir;
 pub mod capability;
-pub mod catalogue;
-pub mod collect;
-pub mod config;
 pub mod confined;
 pub mod egress;
 pub mod error;
 pub mod exec;
-pub mod exec_json;
 #[doc(hidden)]
 pub mod fuzz;
 pub mod guard;
 pub mod isolation;
 pub mod key;
-pub mod kinds;
 pub mod limits;
 pub mod outputs;
 pub mod registry;
 pub mod router;
 mod router_error;
 mod sandbox_error;
-pub mod schema;
 pub mod secrets;
 pub mod sink;
 pub mod spec;
-pub mod tools;
 pub mod wire;
 pub mod yaml;
 
@@ -85,12 +89,7 @@ pub use backend::{
     FileRead, FileStat, HostSecretsRecord, HostWorkDirRecord, Limits, Provenance, ResolvedCommand,
     Sandbox, SandboxError, Stream,
 };
-pub use calldir::CallDir;
-pub use capability::{Capability, CapabilitySet};
-pub use collect::{
-    collect_outputs, collect_outputs_named, Cap, CollectError, Collected, Collection,
-};
-pub use config::{resolve_floor, ConfigError, Floor, FloorSource, HostConfig};
+pub use capability::{Capability, CapabilitySet, ToolIdentity};
 pub use cordon_policy::{Deployment, Identity};
 pub use egress::{Egress, EgressEntry, EgressEntryError, HostPattern};
 pub use error::ErrorKind;
@@ -109,11 +108,6 @@ pub use registry::{
     SelfCommand, WorkDirView,
 };
 pub use router::{Refusal, Router, RouterBuilder, RouterError, Scoped, Warning};
-pub use schema::{Schema, SchemaError};
-pub use secrets::{CommandSecrets, DirectorySecrets, SecretError, SecretProvider, SecretValue};
+pub use secrets::{SecretError, SecretProvider, SecretValue};
 pub use sink::{Artifact, ArtifactHandle, LandedArtifact, OutputSink, SinkError};
 pub use spec::{spec_json_schema, ResourceAsk, SandboxSpec, SecretName, SpecError};
-pub use tools::{
-    HostTool, HostToolRegistry, RunLimits, Sink, Source, ToolDeclaration, ToolError, ToolIdentity,
-    ToolRun, ToolSurface,
-};

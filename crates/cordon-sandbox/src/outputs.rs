@@ -1,5 +1,5 @@
 //! Files out: what a workload declares it will produce, and
-//! [`collect_outputs`](crate::collect_outputs), which reads exactly that back — in phases that are
+//! `cordon_collect::collect_outputs`, which reads exactly that back — in phases that are
 //! part of the contract — and hands the landing ones to an [`OutputSink`](crate::OutputSink).
 //!
 //! Two narrownesses are deliberate. cordon never discovers what a workload
@@ -31,12 +31,12 @@
 //!
 //! A warm sandbox serves many rounds, so a file an earlier round left must
 //! never come back as this round's. A kind whose sandbox is reused has each
-//! round write into a fresh directory ([`CallDir`](crate::CallDir)) and collects from there
-//! ([`Collection::in_call_dir`](crate::Collection::in_call_dir)): the declared paths are read beneath the
+//! round write into a fresh directory (`cordon_collect::CallDir`) and collects from there
+//! (`Collection::in_call_dir`): the declared paths are read beneath the
 //! call directory, and the landing names drop it. Create the directory
 //! with a plain `mkdir` (not `mkdir -p`) at the start of the round, so a
 //! directory that already exists fails the round instead of serving stale
-//! files ([`CallDir::create`](crate::CallDir::create)).
+//! files (`CallDir::create`).
 
 use std::fmt;
 

@@ -6,10 +6,10 @@
 //! registering it and by nothing else.
 //!
 //! A backend crate exports its registrations (e.g.
-//! `cordon_backend_local::registrations()`); the host assembly puts them in
-//! a [`Registry`] with the not-yet-built ones of
-//! [`crate::catalogue::planned`]. A test registers its own backend the same
-//! way.
+//! `cordon_backend_local::registrations()`); the host layer
+//! (`cordon_host::builtin_registry`) puts them in a [`Registry`], and
+//! `cordon_host::catalogue` reports on it for `cordon doctor`. A test
+//! registers its own backend the same way.
 
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -21,14 +21,13 @@ use cordon_policy::{
 };
 
 use crate::backend::{AcquireRequest, Backend, Limits, Provenance, Sandbox};
-use crate::capability::{Capability, CapabilitySet};
+use crate::capability::{Capability, CapabilitySet, ToolIdentity};
 use crate::egress::Egress;
 use crate::isolation::Isolation;
 use crate::key::CallerContext;
 pub use crate::router_error::{Refusal, Refusals, RouterError};
 use crate::secrets::{secret_path, SecretError, SecretProvider, SecretValue, SECRET_MODE};
 use crate::spec::{SandboxSpec, SecretName};
-use crate::tools::{ToolIdentity, ToolSurface};
 
 /// Something that is permitted but worth knowing.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -679,16 +678,18 @@ impl Router {
         Scoped { value, disposed }
     }
 
-    /// Checks a sealed host-tool surface against the host's hard stops.
-    pub fn admit_tools(&self, surface: &ToolSurface) -> Result<(), RouterError> {
-        if surface.is_empty() {
-            return Ok(());
-        }
-        if self.denied_capabilities.contains(Capability::HostTools) {
-            return Err(RouterError::ToolsDenied);
-        }
-        for (tool, decl) in surface.declarations() {
-            if let Some(identity) = decl.identity {
+    /// Checks a sealed host-tool surface, each tool's name and declared
+    /// identity (`cordon_tools::ToolSurface::identities`), against the
+    /// host's hard stops. No tools: nothing to refuse.
+    pub fn admit_tools<'a>(
+        &self,
+        tools: impl IntoIterator<Item = (&'a str, Option<ToolIdentity>)>,
+    ) -> Result<(), RouterError> {
+        for (tool, identity) in tools {
+            if self.denied_capabilities.contains(Capability::HostTools) {
+                return Err(RouterError::ToolsDenied);
+            }
+            if let Some(identity) = identity {
                 if self.denied_identities.contains(&identity) {
                     return Err(RouterError::ToolIdentityDenied {
                         tool: tool.to_string(),

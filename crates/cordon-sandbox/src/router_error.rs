@@ -3,10 +3,10 @@
 
 use crate::backend::{BackendError, SandboxError};
 use crate::capability::CapabilitySet;
+use crate::capability::ToolIdentity;
 use crate::isolation::{Isolation, IsolationError};
 use crate::key::{KeyError, SandboxKey};
 use crate::secrets::SecretError;
-use crate::tools::ToolIdentity;
 use cordon_policy::Bound;
 use std::fmt;
 

@@ -1,5 +1,5 @@
 //! Where landed outputs go: the [`OutputSink`] a host passes to
-//! [`crate::collect_outputs`]. `FsSink`, one rooted at a directory, lives
+//! `cordon_collect::collect_outputs`. `FsSink`, one rooted at a directory, lives
 //! in the `cordon-files` crate (`cordon_files::FsSink`) with the host-side
 //! primitives it lands files with.
 //!

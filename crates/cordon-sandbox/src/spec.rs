@@ -248,7 +248,7 @@ impl SandboxSpec {
     }
 
     /// Lets a collection name its outputs at call time
-    /// ([`crate::Collection::named_at_call_time`]), under these caps;
+    /// (`cordon_collect::Collection::named_at_call_time`), under these caps;
     /// `files_out` joins `requires`. Without it, naming outputs at call time
     /// is refused: the tool would land artifacts behind both the sink and the
     /// cap the spec agreed.

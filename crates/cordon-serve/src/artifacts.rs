@@ -203,7 +203,7 @@ impl Artifacts {
             )
         })?;
         sink.sink = Some(cordon_files::FsSink::beneath(made).with_mode(0o600));
-        let got = cordon_sandbox::collect_outputs(sandbox, spec, Some(&sink));
+        let got = cordon_collect::collect_outputs(sandbox, spec, Some(&sink));
         let mut budget = sink.state.lock().unwrap_or_else(|p| p.into_inner());
         let got = match got {
             Ok(got) if !got.landed.is_empty() => got,

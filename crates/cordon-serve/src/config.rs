@@ -210,7 +210,7 @@ struct RawServe {
     #[serde(default)]
     sandboxes: Option<RawSandboxes>,
     #[serde(default)]
-    egress: Option<cordon_sandbox::config::RawEgress>,
+    egress: Option<cordon_host::config::RawEgress>,
     #[serde(default)]
     secrets: Option<RawSecrets>,
     #[serde(default)]
@@ -357,17 +357,17 @@ impl ServeConfig {
         let sandboxes = sandboxes_of(raw.sandboxes.as_ref(), base, &at)?;
         let egress = match raw.egress {
             None => None,
-            Some(e) => Some(cordon_sandbox::config::egress_setup(file, e).map_err(
-                |e| match e {
-                    cordon_sandbox::config::ConfigError::Structure {
+            Some(e) => Some(
+                cordon_host::config::egress_setup(file, e).map_err(|e| match e {
+                    cordon_host::config::ConfigError::Structure {
                         line,
                         column,
                         message,
                         ..
                     } => at.at((line, column), message),
                     other => at.at((1, 1), other.to_string()),
-                },
-            )?),
+                })?,
+            ),
         };
         let secrets = secrets_of(raw.secrets.as_ref(), base, &at)?;
         let tls = raw.tls.as_ref().map(|t| Tls {

@@ -94,7 +94,7 @@ pub(crate) async fn exec(
         }
         Err(e) => return refused(ErrorKind::Failed, e),
     };
-    let (status, killed_by) = cordon_sandbox::exec_json::status(out.status);
+    let (status, killed_by) = cordon_host::exec_json::status(out.status);
     Json(json!({
         "status": status,
         "killed_by": killed_by,
@@ -150,14 +150,11 @@ pub(crate) async fn streamed(
         while let Some(ev) = handle.next_event() {
             let line = match ev {
                 cordon_sandbox::ExecEvent::Output(stream, bytes) => {
-                    format!(
-                        "{}\n",
-                        cordon_sandbox::exec_json::output_event(stream, &bytes)
-                    )
+                    format!("{}\n", cordon_host::exec_json::output_event(stream, &bytes))
                 }
                 cordon_sandbox::ExecEvent::Exited(Ok(end)) => {
                     done.store(true, std::sync::atomic::Ordering::SeqCst);
-                    let (status, killed_by) = cordon_sandbox::exec_json::status(end.status);
+                    let (status, killed_by) = cordon_host::exec_json::status(end.status);
                     format!(
                         "{}\n",
                         json!({

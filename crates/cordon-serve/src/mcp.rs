@@ -506,7 +506,7 @@ async fn read_file<H: McpHost>(
         .consumed();
     let sandbox = sandbox_of(host, ctx).await?;
     let got = blocking(move || {
-        cordon_sandbox::Collection::of(&spec)
+        cordon_collect::Collection::of(&spec)
             .named_at_call_time(&[wanted])
             .collect(&*sandbox, None)
     })
@@ -647,7 +647,7 @@ impl McpHost for StdioHost {
             .ok_or("this server has no place to deliver outputs")?;
         std::fs::create_dir_all(dir).map_err(|e| format!("the outputs directory: {e}"))?;
         let sink = cordon_files::FsSink::new(dir).map_err(|e| e.to_string())?;
-        let got = cordon_sandbox::collect_outputs(sandbox, &self.spec, Some(&sink))
+        let got = cordon_collect::collect_outputs(sandbox, &self.spec, Some(&sink))
             .map_err(|e| e.to_string())?;
         Ok(got.landed.into_iter().map(|a| a.display).collect())
     }

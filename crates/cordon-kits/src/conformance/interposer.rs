@@ -5,10 +5,10 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
+use cordon_collect::Collection;
 use cordon_sandbox::{
-    Artifact, ArtifactHandle, Collection, DeclaredOutput, ExecOutput, ExecRequest, FileRead,
-    FileStat, LandedArtifact, OutputSink, Provenance, Sandbox, SandboxError, SandboxSpec,
-    SinkError,
+    Artifact, ArtifactHandle, DeclaredOutput, ExecOutput, ExecRequest, FileRead, FileStat,
+    LandedArtifact, OutputSink, Provenance, Sandbox, SandboxError, SandboxSpec, SinkError,
 };
 
 use super::judge::Observation;

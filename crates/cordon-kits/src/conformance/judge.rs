@@ -1,7 +1,7 @@
 //! The judges: what each probe's [`Observation`] must show to pass.
 
+use cordon_collect::{Cap, CollectError, Collected};
 use cordon_sandbox::{Artifact, Collision};
-use cordon_sandbox::{Cap, CollectError, Collected};
 
 #[cfg(test)]
 use super::probe::SECRET;

@@ -5,7 +5,7 @@ use std::sync::Mutex;
 
 use unicode_normalization::UnicodeNormalization;
 
-use cordon_sandbox::Cap;
+use cordon_collect::Cap;
 use cordon_sandbox::{Collision, DeclaredOutput, SandboxSpec, TransferLimits};
 
 use super::interposer::observe;

@@ -1,4 +1,5 @@
-//! Test-double backends and sandboxes, and a log capture.
+//! Test-double backends and sandboxes, and a log capture. (The doubles
+//! for collecting outputs are `cordon-collect`'s.)
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -6,10 +7,9 @@ use std::sync::{Arc, Mutex};
 
 use cordon_policy::{Deployment, Identity, Policy};
 use cordon_sandbox::{
-    AcquireRequest, Artifact, ArtifactHandle, Backend, BackendError, CallerContext, Capability,
-    CapabilitySet, Egress, ExecOutput, ExecRequest, ExitStatus, FileKind, FileRead, FileStat,
-    Isolation, IsolationError, LandedArtifact, OutputSink, Provenance, Router, RouterBuilder,
-    Sandbox, SandboxError, SandboxKey, SandboxSpec, SinkError,
+    AcquireRequest, Backend, BackendError, CallerContext, Capability, CapabilitySet, Egress,
+    ExecOutput, ExecRequest, ExitStatus, Isolation, IsolationError, Provenance, Router,
+    RouterBuilder, Sandbox, SandboxError, SandboxKey, SandboxSpec,
 };
 
 pub const POLICY: &str = r#"policy:
@@ -365,155 +365,4 @@ pub fn capture_logs<T>(f: impl FnOnce() -> T) -> (T, String) {
     let value = tracing::subscriber::with_default(subscriber, f);
     let log = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
     (value, log)
-}
-
-/// What a [`FilesSandbox`] holds at a path.
-#[derive(Debug, Clone)]
-pub enum Entry {
-    File(Vec<u8>),
-    /// A file whose stat reports `stat_size` but whose read returns `bytes`
-    /// (it changed between the two).
-    Changing {
-        stat_size: u64,
-        bytes: Vec<u8>,
-    },
-    /// A file whose size the backend cannot tell.
-    SizeUnknown(Vec<u8>),
-    Dir,
-    Symlink,
-    Fifo,
-}
-
-/// A sandbox serving declared outputs from a map, logging every call in
-/// order (`stat PATH`, `read PATH MAX`), so tests can prove phase order.
-pub struct FilesSandbox {
-    pub provenance: Provenance,
-    pub entries: BTreeMap<String, Entry>,
-    pub log: Mutex<Vec<String>>,
-}
-
-impl FilesSandbox {
-    pub fn new(entries: &[(&str, Entry)]) -> FilesSandbox {
-        FilesSandbox {
-            provenance: Provenance {
-                spec: spec(),
-                identity: team_a(),
-                policy_digest: String::new(),
-            },
-            entries: entries
-                .iter()
-                .map(|(p, e)| (format!("/workspace/{p}"), e.clone()))
-                .collect(),
-            log: Mutex::new(Vec::new()),
-        }
-    }
-
-    pub fn log(&self) -> Vec<String> {
-        self.log.lock().unwrap().clone()
-    }
-}
-
-impl Sandbox for FilesSandbox {
-    fn id(&self) -> &str {
-        "files"
-    }
-    fn provenance(&self) -> &Provenance {
-        &self.provenance
-    }
-    fn start_exec(
-        &self,
-        req: &ExecRequest,
-        _attach: cordon_sandbox::Attach,
-    ) -> Result<cordon_sandbox::ExecHandle, SandboxError> {
-        Ok(cordon_sandbox::ExecHandle::finished(self.exec(req)))
-    }
-    fn exec(&self, _req: &ExecRequest) -> Result<ExecOutput, SandboxError> {
-        self.log.lock().unwrap().push("exec".into());
-        Err(SandboxError::Failed {
-            operation: "exec",
-            reason: "not in this double".into(),
-        })
-    }
-    fn write_file(&self, path: &str, _contents: &[u8], _mode: u32) -> Result<(), SandboxError> {
-        self.log.lock().unwrap().push(format!("write {path}"));
-        Ok(())
-    }
-    fn stat_no_follow(&self, path: &str) -> Result<Option<FileStat>, SandboxError> {
-        self.log.lock().unwrap().push(format!("stat {path}"));
-        let stat = |kind, size| {
-            Some(FileStat {
-                kind,
-                size,
-                mode: 0o644,
-            })
-        };
-        Ok(match self.entries.get(path) {
-            None => None,
-            Some(Entry::File(b)) => stat(FileKind::File, Some(b.len() as u64)),
-            Some(Entry::Changing { stat_size, .. }) => stat(FileKind::File, Some(*stat_size)),
-            Some(Entry::SizeUnknown(_)) => stat(FileKind::File, None),
-            Some(Entry::Dir) => stat(FileKind::Dir, Some(4096)),
-            Some(Entry::Symlink) => stat(FileKind::Symlink, Some(10)),
-            Some(Entry::Fifo) => stat(FileKind::Other, Some(0)),
-        })
-    }
-    fn read_file(&self, path: &str, max_bytes: u64) -> Result<FileRead, SandboxError> {
-        self.log
-            .lock()
-            .unwrap()
-            .push(format!("read {path} {max_bytes}"));
-        let bounded = |b: &Vec<u8>| {
-            let n = usize::try_from(max_bytes.saturating_add(1))
-                .unwrap_or(usize::MAX)
-                .min(b.len());
-            FileRead {
-                bytes: b[..n].to_vec(),
-                size: b.len() as u64,
-            }
-        };
-        match self.entries.get(path) {
-            None => Err(SandboxError::NotFound { path: path.into() }),
-            Some(Entry::File(b)) | Some(Entry::SizeUnknown(b)) => Ok(bounded(b)),
-            Some(Entry::Changing { bytes, .. }) => Ok(bounded(bytes)),
-            Some(_) => Err(SandboxError::NotRegularFile {
-                path: path.into(),
-                found: "not a file".into(),
-            }),
-        }
-    }
-}
-
-/// A sink that records what it was handed, and can fail at delivery `n`.
-#[derive(Default)]
-pub struct RecordingSink {
-    pub got: Mutex<Vec<Artifact>>,
-    pub fail_at: Option<usize>,
-}
-
-impl RecordingSink {
-    pub fn names(&self) -> Vec<String> {
-        self.got
-            .lock()
-            .unwrap()
-            .iter()
-            .map(|a| a.name.clone())
-            .collect()
-    }
-}
-
-impl OutputSink for RecordingSink {
-    fn deliver(&self, artifact: &Artifact) -> Result<LandedArtifact, SinkError> {
-        let mut got = self.got.lock().unwrap();
-        if self.fail_at == Some(got.len()) {
-            return Err(SinkError::Failed {
-                name: artifact.name.clone(),
-                reason: "the disk is full".into(),
-            });
-        }
-        got.push(artifact.clone());
-        Ok(LandedArtifact {
-            display: format!("landed `{}`", artifact.name),
-            handle: ArtifactHandle::new(format!("/host/out/{}", artifact.name)),
-        })
-    }
 }

@@ -1,11 +1,9 @@
-mod config;
-mod doctor;
 mod doubles;
 mod egress;
 mod keys;
-mod kinds;
 mod outputs;
 mod policy;
+mod registry;
 mod router;
 mod scope;
 mod secrets;

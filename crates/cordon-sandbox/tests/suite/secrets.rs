@@ -5,21 +5,35 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cordon_sandbox::secrets::{SECRETS_DIR, SECRET_MODE};
-use cordon_sandbox::{DirectorySecrets, ExecRequest, RouterError, SecretName};
+use cordon_sandbox::{
+    ExecRequest, RouterError, SecretError, SecretName, SecretProvider, SecretValue,
+};
 
 use super::doubles::{builder, ctx, spec, Fake};
 
 const VALUE: &str = "s3cr3t-pypi-token";
 
-fn store() -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::create_dir_all(dir.path().join("team-a")).unwrap();
-    std::fs::write(dir.path().join("team-a/pypi-token"), VALUE).unwrap();
-    std::fs::create_dir_all(dir.path().join("platform")).unwrap();
-    std::fs::write(dir.path().join("platform/root-key"), "root").unwrap();
-    std::fs::create_dir_all(dir.path().join("team-b")).unwrap();
-    std::fs::write(dir.path().join("team-b/key"), "b").unwrap();
-    dir
+/// A host's secret store, in memory (the host's own stores are
+/// `cordon_host::secrets`).
+struct Store(BTreeMap<&'static str, &'static str>);
+
+impl SecretProvider for Store {
+    fn read(&self, name: &SecretName) -> Result<SecretValue, SecretError> {
+        match self.0.get(name.as_str()) {
+            Some(v) => Ok(SecretValue::new(v.as_bytes().to_vec())),
+            None => Err(SecretError::Missing {
+                name: name.to_string(),
+            }),
+        }
+    }
+}
+
+fn store() -> Arc<Store> {
+    Arc::new(Store(BTreeMap::from([
+        ("team-a/pypi-token", VALUE),
+        ("platform/root-key", "root"),
+        ("team-b/key", "b"),
+    ])))
 }
 
 fn with_secret(name: &str) -> cordon_sandbox::SandboxSpec {
@@ -30,11 +44,10 @@ fn with_secret(name: &str) -> cordon_sandbox::SandboxSpec {
 
 #[test]
 fn a_granted_secret_is_delivered_read_only_and_never_in_the_environment() {
-    let dir = store();
     let vm = Fake::microvm("vm");
     let router = builder()
         .backend(vm.clone())
-        .secrets(Arc::new(DirectorySecrets::new(dir.path())))
+        .secrets(store())
         .build()
         .unwrap();
     let sb = router
@@ -72,11 +85,10 @@ fn a_granted_secret_is_delivered_read_only_and_never_in_the_environment() {
 
 #[test]
 fn a_secret_the_policy_denies_fails_the_acquire_naming_the_rule() {
-    let dir = store();
     let vm = Fake::microvm("vm");
     let router = builder()
         .backend(vm.clone())
-        .secrets(Arc::new(DirectorySecrets::new(dir.path())))
+        .secrets(store())
         .build()
         .unwrap();
     let err = router
@@ -102,10 +114,9 @@ fn an_undetermined_secret_decision_is_a_deny() {
         when: identity.labels["team"] == "a"
 "#;
     let policy = Arc::new(cordon_policy::Policy::load_str("p.yaml", text).unwrap());
-    let dir = store();
     let router = cordon_sandbox::Router::builder(policy, super::doubles::env())
         .backend(Fake::microvm("vm"))
-        .secrets(Arc::new(DirectorySecrets::new(dir.path())))
+        .secrets(store())
         .build()
         .unwrap();
     let err = router
@@ -117,10 +128,9 @@ fn an_undetermined_secret_decision_is_a_deny() {
 
 #[test]
 fn a_secret_missing_from_the_store_or_without_a_store_is_refused() {
-    let dir = store();
     let router = builder()
         .backend(Fake::microvm("vm"))
-        .secrets(Arc::new(DirectorySecrets::new(dir.path())))
+        .secrets(store())
         .build()
         .unwrap();
     let err = router
@@ -132,58 +142,4 @@ fn a_secret_missing_from_the_store_or_without_a_store_is_refused() {
         .acquire(&ctx(), &with_secret("team-a/pypi-token"))
         .unwrap_err();
     insta::assert_snapshot!("secret_no_provider", err.to_string());
-}
-
-#[cfg(unix)]
-#[test]
-fn a_linked_secret_is_refused_by_the_directory_store() {
-    use cordon_sandbox::SecretProvider;
-    let dir = store();
-    let outside = tempfile::tempdir().unwrap();
-    std::fs::write(outside.path().join("host-key"), "host").unwrap();
-    std::os::unix::fs::symlink(outside.path(), dir.path().join("team-a/linked")).unwrap();
-    std::os::unix::fs::symlink(
-        outside.path().join("host-key"),
-        dir.path().join("team-a/file-link"),
-    )
-    .unwrap();
-    let p = DirectorySecrets::new(dir.path());
-    for name in ["team-a/linked/host-key", "team-a/file-link"] {
-        let err = p.read(&SecretName::parse(name).unwrap()).unwrap_err();
-        assert!(err.to_string().contains("symbolic link"), "{name}: {err}");
-    }
-    assert!(p
-        .read(&SecretName::parse("team-a/pypi-token").unwrap())
-        .is_ok());
-}
-
-#[test]
-fn a_command_store_answers_by_its_exit_status_and_is_bounded() {
-    use cordon_sandbox::{CommandSecrets, SecretError, SecretProvider};
-    use std::os::unix::fs::PermissionsExt as _;
-    let dir = tempfile::tempdir().unwrap();
-    let script = dir.path().join("store");
-    std::fs::write(
-        &script,
-        "#!/bin/sh\ncase \"$1\" in\n  team-a/pypi-token) printf s3cr3t ;;\n  team-a/gone) exit 2 ;;\n  team-a/big) head -c 2000000 /dev/zero ;;\n  team-a/slow) exec sleep 60 ;;\n  *) echo \"no access to $1\" >&2; exit 1 ;;\nesac\n",
-    )
-    .unwrap();
-    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
-    assert!(CommandSecrets::new(vec!["store".into()]).is_err());
-    assert!(CommandSecrets::new(Vec::new()).is_err());
-    let p = CommandSecrets::new(vec![script.display().to_string()]).unwrap();
-    let read = |n: &str| p.read(&SecretName::parse(n).unwrap());
-    assert_eq!(read("team-a/pypi-token").unwrap().expose(), b"s3cr3t");
-    assert!(matches!(
-        read("team-a/gone"),
-        Err(SecretError::Missing { .. })
-    ));
-    let err = read("team-b/key").unwrap_err().to_string();
-    assert!(err.contains("no access to team-b/key"), "{err}");
-    let err = read("team-a/big").unwrap_err().to_string();
-    assert!(err.contains("larger than 1 MiB"), "{err}");
-    let started = std::time::Instant::now();
-    let err = read("team-a/slow").unwrap_err().to_string();
-    assert!(err.contains("did not answer within"), "{err}");
-    assert!(started.elapsed() < CommandSecrets::TIMEOUT + Duration::from_secs(5));
 }

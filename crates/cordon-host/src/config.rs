@@ -13,8 +13,8 @@ use std::path::Path;
 use marked_yaml::Spanned;
 use serde::Deserialize;
 
-use crate::isolation::{Isolation, IsolationError};
-use crate::yaml::{self, pos};
+use cordon_sandbox::yaml::{self, pos};
+use cordon_sandbox::{Isolation, IsolationError};
 
 /// The environment variable a floor may come from.
 pub const FLOOR_ENV: &str = "CORDON_MIN_ISOLATION";
@@ -34,7 +34,7 @@ pub struct HostConfig {
     /// audit_bounds: {rotate_bytes, keep, sandbox_bytes_per_sec,
     /// sandbox_burst_bytes}}`;
     /// absent: the system's resolver and the default audit log.
-    pub egress: Option<crate::registry::EgressSetup>,
+    pub egress: Option<cordon_sandbox::registry::EgressSetup>,
 }
 
 /// A configuration that is refused.
@@ -90,7 +90,7 @@ pub struct RawEgress {
     #[serde(default)]
     audit: Option<Spanned<String>>,
     #[serde(default)]
-    audit_bounds: Option<Spanned<crate::registry::AuditBounds>>,
+    audit_bounds: Option<Spanned<cordon_sandbox::registry::AuditBounds>>,
 }
 
 impl HostConfig {
@@ -149,7 +149,10 @@ impl HostConfig {
 
 /// Checks an `egress:` section of `file`: addresses parse, paths are
 /// absolute; each refusal positioned.
-pub fn egress_setup(file: &str, e: RawEgress) -> Result<crate::registry::EgressSetup, ConfigError> {
+pub fn egress_setup(
+    file: &str,
+    e: RawEgress,
+) -> Result<cordon_sandbox::registry::EgressSetup, ConfigError> {
     let at = |s: &Spanned<String>, message: String| {
         let (line, column) = pos(s);
         ConfigError::Structure {
@@ -192,7 +195,7 @@ pub fn egress_setup(file: &str, e: RawEgress) -> Result<crate::registry::EgressS
             Some(out)
         }
     };
-    let at_bounds = |s: &Spanned<crate::registry::AuditBounds>, message: String| {
+    let at_bounds = |s: &Spanned<cordon_sandbox::registry::AuditBounds>, message: String| {
         let (line, column) = pos(s);
         ConfigError::Structure {
             file: file.to_string(),
@@ -202,14 +205,14 @@ pub fn egress_setup(file: &str, e: RawEgress) -> Result<crate::registry::EgressS
         }
     };
     let audit_bounds = match &e.audit_bounds {
-        None => crate::registry::AuditBounds::default(),
+        None => cordon_sandbox::registry::AuditBounds::default(),
         Some(b) => {
             b.check()
                 .map_err(|why| at_bounds(b, format!("`egress.audit_bounds`: {why}")))?;
             **b
         }
     };
-    Ok(crate::registry::EgressSetup {
+    Ok(cordon_sandbox::registry::EgressSetup {
         nameservers,
         hosts_file: e
             .hosts_file
@@ -293,4 +296,33 @@ pub fn resolve_floor(
         }
     };
     Ok(floor)
+}
+
+/// The host configuration's part of the `load_spec` fuzz target (`fuzz/`):
+/// whatever the bytes, the loader returns. Not API.
+#[doc(hidden)]
+pub fn fuzz_load(data: &[u8]) {
+    if let Ok(text) = std::str::from_utf8(data) {
+        let _ = HostConfig::from_yaml("fuzz.yaml", text);
+    }
+}
+
+#[cfg(test)]
+mod corpus {
+    /// Every input kept in `fuzz/corpus/load_spec` runs through the
+    /// configuration loader here too (the spec loader replays it in
+    /// `cordon_sandbox::fuzz`).
+    #[test]
+    fn the_load_spec_corpus_replays() {
+        let dir =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus/load_spec");
+        let mut n = 0;
+        for entry in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
+            let path = entry.unwrap_or_else(|e| panic!("{e}")).path();
+            let data = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            super::fuzz_load(&data);
+            n += 1;
+        }
+        assert!(n > 0, "no inputs in {}", dir.display());
+    }
 }

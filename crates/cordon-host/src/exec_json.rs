@@ -5,7 +5,7 @@
 use base64::Engine as _;
 use serde_json::{json, Value};
 
-use crate::backend::{ExitStatus, Stream};
+use cordon_sandbox::{ExitStatus, Stream};
 
 /// A chunk of output: `{"event": "stdout"|"stderr", "data": TEXT}`, or
 /// `"data_base64"` for a chunk that is not UTF-8.

@@ -1,24 +1,36 @@
-//! [`collect_outputs`]: read declared outputs back and land them, in the
-//! four phases of [`crate::outputs`]. The phase order is the contract:
+//! cordon's collection of declared outputs, the host side of files out:
+//! [`collect_outputs`] reads a spec's declared outputs back out of a
+//! sandbox and lands them, in the four phases of
+//! [`cordon_sandbox::outputs`]. The phase order is the contract:
 //!
 //! 1. the declaration alone (no sandbox call, no sink call);
 //! 2. stat every output and check every cap (sandbox stats only);
 //! 3. read every present output, bounded, and check the caps again;
 //! 4. deliver the landing ones, in declaration order.
+//!
+//! It drives only the protocol — the [`Sandbox`] file hooks and an
+//! [`OutputSink`] — so it works over any backend, and no backend needs it:
+//! what a backend implements (the hooks, [`cordon_sandbox::DeclaredOutput`],
+//! [`cordon_sandbox::TransferLimits`]) stays in `cordon-sandbox`. A warm
+//! sandbox's rounds each write into a fresh [`CallDir`] ([`calldir`]) and
+//! are collected from there ([`Collection::in_call_dir`]).
 
 use std::fmt;
 
-use crate::backend::{FileKind, Sandbox, SandboxError};
-use crate::calldir::CallDir;
-use crate::confined::kind_name;
-use crate::outputs::{
+pub mod calldir;
+
+use cordon_sandbox::confined::kind_name;
+use cordon_sandbox::outputs::{
     names_collide, shown_name, validate_artifact_name, ArtifactNameError, Collision,
     DeclaredOutput, Disposition,
 };
-use crate::sink::{Artifact, LandedArtifact, OutputSink, SinkError};
-use crate::spec::SandboxSpec;
+use cordon_sandbox::{
+    Artifact, FileKind, LandedArtifact, OutputSink, Sandbox, SandboxError, SandboxSpec, SinkError,
+};
 
-/// Which cap of [`crate::TransferLimits`] a collection breached.
+pub use crate::calldir::CallDir;
+
+/// Which cap of [`cordon_sandbox::TransferLimits`] a collection breached.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Cap {
     BytesPerFile,
@@ -93,8 +105,8 @@ impl CollectError {
     /// that cannot be collected is the caller's to fix (`Invalid`; a cap
     /// breached is `Refused`, a required output absent `NotFound`), a
     /// backend's or sink's failure is `Failed`.
-    pub fn kind(&self) -> crate::ErrorKind {
-        use crate::ErrorKind;
+    pub fn kind(&self) -> cordon_sandbox::ErrorKind {
+        use cordon_sandbox::ErrorKind;
         match self {
             CollectError::NoLimits { .. }
             | CollectError::CallTimeRefused { .. }
@@ -153,7 +165,7 @@ impl<'a> Collection<'a> {
     }
 
     /// Reads the declared paths beneath this call's fresh directory (see
-    /// [`crate::outputs`] on warm reuse); landing names do not include it.
+    /// [`cordon_sandbox::outputs`] on warm reuse); landing names do not include it.
     pub fn in_call_dir(mut self, dir: &CallDir) -> Collection<'a> {
         self.call_dir = Some(dir.clone());
         self
@@ -174,7 +186,7 @@ impl<'a> Collection<'a> {
         }
     }
 
-    /// Runs the four phases; see [`crate::outputs`].
+    /// Runs the four phases; see [`cordon_sandbox::outputs`].
     pub fn collect(
         &self,
         sandbox: &dyn Sandbox,
@@ -246,7 +258,7 @@ impl<'a> Collection<'a> {
         &self,
         sandbox: &dyn Sandbox,
         outputs: &'o [DeclaredOutput],
-        limits: &crate::limits::TransferLimits,
+        limits: &cordon_sandbox::TransferLimits,
     ) -> Result<Vec<&'o DeclaredOutput>, CollectError> {
         let mut present: Vec<&'o DeclaredOutput> = Vec::new();
         let mut total: u64 = 0;
@@ -309,7 +321,7 @@ impl<'a> Collection<'a> {
         &self,
         sandbox: &dyn Sandbox,
         present: Vec<&'o DeclaredOutput>,
-        limits: &crate::limits::TransferLimits,
+        limits: &cordon_sandbox::TransferLimits,
     ) -> Result<Vec<(&'o DeclaredOutput, Vec<u8>)>, CollectError> {
         let mut read: Vec<(&'o DeclaredOutput, Vec<u8>)> = Vec::new();
         let mut total: u64 = 0;
@@ -396,7 +408,7 @@ fn exceeded(cap: Cap, limit: u64, path: String, observed: u64) -> CollectError {
 }
 
 /// Collects the spec's declared outputs from `sandbox` and lands the
-/// `land` ones in `sink`; see [`crate::outputs`] for the phases.
+/// `land` ones in `sink`; see [`cordon_sandbox::outputs`] for the phases.
 pub fn collect_outputs(
     sandbox: &dyn Sandbox,
     spec: &SandboxSpec,

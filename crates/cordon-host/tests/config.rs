@@ -1,6 +1,8 @@
 //! Where the host's floor comes from, and unknown rungs refused everywhere.
+#![allow(clippy::expect_used, clippy::unwrap_used)] // tests may panic on a broken fixture
 
-use cordon_sandbox::{resolve_floor, FloorSource, HostConfig, Isolation};
+use cordon_host::config::{resolve_floor, FloorSource, HostConfig};
+use cordon_sandbox::Isolation;
 
 fn cfg(rung: &str) -> HostConfig {
     HostConfig::from_yaml("cordon.yaml", &format!("min_isolation: {rung}\n")).unwrap()

@@ -1,17 +1,13 @@
 //! A fresh per-call output directory ([`CallDir`]) for a warm sandbox's
-//! rounds (see "Warm reuse" in [`crate::outputs`]), and its creation in the
-//! sandbox through [`Sandbox::exec`].
-//!
-//! Its own module so that `outputs` (declarations, names, collisions) does
-//! not depend on `backend`: `backend` → `spec` → `outputs`, and this module
-//! sits above both (`calldir` → `backend`, `outputs`). The crate's module
-//! graph is acyclic: `backend` → `spec` → `outputs`, and `calldir`,
-//! `collect`, `kinds`, `confined`, `sink` and `router` sit above `backend`.
+//! rounds (see "Warm reuse" in [`cordon_sandbox::outputs`]), and its
+//! creation in the sandbox through [`Sandbox::exec`]. The collection reads
+//! beneath it (`Collection::in_call_dir`); this module uses
+//! nothing of the crate's root.
 
 use std::time::Duration;
 
-use crate::backend::{ExecRequest, ExitStatus, Sandbox, SandboxError};
-use crate::outputs::{plain_env, OutputError};
+use cordon_sandbox::outputs::{plain_env, OutputError};
+use cordon_sandbox::{ExecRequest, ExitStatus, Sandbox, SandboxError};
 
 /// A fresh per-call output directory, relative to `work_dir`.
 ///

@@ -1,4 +1,4 @@
-//! Kinds: host code that knows one workload. A [`Kind`] supplies its spec,
+//! cordon's kinds: host code that knows one workload. A [`Kind`] supplies its spec,
 //! parses its `consume` outputs (the question there is integrity: the
 //! bytes were written by the workload), and words the one `display` line a
 //! model sees for each artifact it lands.
@@ -19,14 +19,13 @@
 
 use serde_json::Value;
 
-use crate::backend::{ExecOutput, ExecRequest, Sandbox, SandboxError};
-use crate::calldir::CallDir;
-use crate::capability::Capability;
-use crate::collect::{CollectError, Collected, Collection};
-use crate::limits::TransferLimits;
-use crate::outputs::{DeclaredOutput, OutputError};
-use crate::sink::{Artifact, LandedArtifact, OutputSink, SinkError};
-use crate::spec::{SandboxSpec, SpecError};
+use cordon_collect::{CallDir, CollectError, Collected, Collection};
+use cordon_sandbox::outputs::{plain_env, DeclaredOutput, OutputError};
+use cordon_sandbox::spec::DEFAULT_WORK_DIR;
+use cordon_sandbox::{
+    Artifact, Capability, ExecOutput, ExecRequest, LandedArtifact, OutputSink, Sandbox,
+    SandboxError, SandboxSpec, SinkError, SpecError, TransferLimits,
+};
 
 /// A round of a kind that failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -114,7 +113,7 @@ fn run_in(
     sandbox
         .exec(&ExecRequest {
             argv: full,
-            env: crate::outputs::plain_env(),
+            env: plain_env(),
             stdin: Vec::new(),
             timeout: std::time::Duration::from_secs(wall),
             max_output_bytes: 64 << 10,
@@ -162,7 +161,7 @@ fn finish(
 #[derive(Debug, Clone)]
 pub struct CodeAct {
     pub image: String,
-    /// The guest work dir (default [`crate::spec::DEFAULT_WORK_DIR`]).
+    /// The guest work dir (default [`DEFAULT_WORK_DIR`]).
     pub work_dir: String,
     /// The interpreter `main.py` is run with (default `python3`).
     pub interpreter: Vec<String>,
@@ -172,7 +171,7 @@ impl CodeAct {
     pub fn new(image: &str) -> CodeAct {
         CodeAct {
             image: image.to_string(),
-            work_dir: crate::spec::DEFAULT_WORK_DIR.to_string(),
+            work_dir: DEFAULT_WORK_DIR.to_string(),
             interpreter: vec!["python3".to_string()],
         }
     }
@@ -252,7 +251,7 @@ impl Kind for CodeAct {
 #[derive(Debug, Clone)]
 pub struct Diagram {
     pub image: String,
-    /// The guest work dir (default [`crate::spec::DEFAULT_WORK_DIR`]).
+    /// The guest work dir (default [`DEFAULT_WORK_DIR`]).
     pub work_dir: String,
     /// The renderer, run in the call directory with `source.txt` there; it
     /// writes `diagram.png` and `render.json`.
@@ -267,7 +266,7 @@ impl Diagram {
     pub fn new(image: &str) -> Diagram {
         Diagram {
             image: image.to_string(),
-            work_dir: crate::spec::DEFAULT_WORK_DIR.to_string(),
+            work_dir: DEFAULT_WORK_DIR.to_string(),
             renderer: vec!["render-diagram".to_string(), "source.txt".to_string()],
         }
     }

@@ -1,16 +1,28 @@
 //! The example kinds over the host-directory test sandbox: fresh call
 //! directories for warm reuse, consumed outputs parsed strictly, display
 //! lines worded by the kind.
+#![cfg(target_os = "linux")]
+#![allow(clippy::expect_used, clippy::unwrap_used)] // tests may panic on a broken fixture
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
+use cordon_collect::CollectError;
 use cordon_files::host_dir::HostDirectorySandbox;
 use cordon_files::FsSink;
-use cordon_sandbox::kinds::{CodeAct, Diagram, Kind, KindError};
-use cordon_sandbox::{CollectError, Provenance, Sandbox};
+use cordon_kinds::{CodeAct, Diagram, Kind, KindError};
+use cordon_policy::Identity;
+use cordon_sandbox::{Provenance, Sandbox};
 
-use super::doubles::team_a;
+fn team_a() -> Identity {
+    Identity {
+        namespace: "team-a".into(),
+        name: "builder".into(),
+        attested: true,
+        labels: BTreeMap::new(),
+    }
+}
 
 fn sandbox(work: &Path, kind: &dyn Kind) -> Arc<dyn Sandbox> {
     let provenance = Provenance {
@@ -132,7 +144,7 @@ fn the_codeact_example_renders_and_lands_a_png() {
         ..CodeAct::new("python:3.12-slim")
     };
     let sb = sandbox(&work, &c);
-    let code = include_str!("../../../../examples/codeact-files/gradient.py");
+    let code = include_str!("../../../examples/codeact-files/gradient.py");
     let round = c
         .round(
             &*sb,

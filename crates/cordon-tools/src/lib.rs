@@ -1,9 +1,9 @@
-//! Host tools: the contract before the capability.
+//! cordon's host tools: the contract before the capability.
 //!
 //! A host tool is a function in the host process, with the host's
 //! privileges, called by code a model wrote, bypassing whatever middleware
 //! the host runs. No backend cordon ships declares
-//! [`Capability::HostTools`](crate::Capability::HostTools) yet; this module
+//! [`Capability::HostTools`](cordon_sandbox::Capability::HostTools) yet; this crate
 //! is the safety contract that exists before anything can use it:
 //!
 //! - [`HostToolRegistry`] starts empty. Registering logs a one-time warning
@@ -28,7 +28,8 @@
 //! A declaration answers every leg:
 //!
 //! ```
-//! use cordon_sandbox::{HostTool, HostToolRegistry, Schema, Sink, ToolDeclaration, ToolIdentity};
+//! use cordon_sandbox::ToolIdentity;
+//! use cordon_tools::{HostTool, HostToolRegistry, Schema, Sink, ToolDeclaration};
 //!
 //! let mut registry = HostToolRegistry::new().acknowledge_risk();
 //! registry
@@ -50,31 +51,35 @@
 //! Leaving one out does not compile:
 //!
 //! ```compile_fail,E0063
-//! use cordon_sandbox::{ToolDeclaration, ToolIdentity};
+//! use cordon_sandbox::ToolIdentity;
+//! use cordon_tools::ToolDeclaration;
 //! let d = ToolDeclaration { source: None, identity: Some(ToolIdentity::App) };
 //! ```
 //!
 //! and there is no default to fall back on:
 //!
 //! ```compile_fail,E0599
-//! let d = cordon_sandbox::ToolDeclaration::default();
+//! let d = cordon_tools::ToolDeclaration::default();
 //! ```
 //!
 //! A sealed registry cannot take another tool:
 //!
 //! ```compile_fail,E0382
-//! let mut registry = cordon_sandbox::HostToolRegistry::new();
+//! let mut registry = cordon_tools::HostToolRegistry::new();
 //! let surface = registry.aggregate();
 //! registry.register(todo!());
 //! ```
+
+pub mod schema;
 
 use std::collections::BTreeMap;
 use std::fmt;
 
 use serde_json::Value;
 
-use crate::limits::TransferLimits;
-use crate::schema::{Schema, SchemaError};
+use cordon_sandbox::{ToolIdentity, TransferLimits};
+
+pub use crate::schema::{Schema, SchemaError};
 
 /// Where the data a tool hands back to the sandbox comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -92,25 +97,6 @@ pub enum Sink {
     Internal,
     /// Leaves them: a message, a post, a third-party API.
     External,
-}
-
-/// Whose authority a tool acts with.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum ToolIdentity {
-    /// The application's own credentials: its full authority. Not a safe
-    /// option, only a declared one.
-    App,
-    /// The end user's delegated credentials. Declarable, not servable.
-    User,
-}
-
-impl fmt::Display for ToolIdentity {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            ToolIdentity::App => "app",
-            ToolIdentity::User => "user",
-        })
-    }
 }
 
 /// A tool's answers to the three information-flow questions. Every field
@@ -216,7 +202,7 @@ impl HostToolRegistry {
     }
 
     /// Suppresses the registration warning, for a host that has read this
-    /// module's documentation.
+    /// crate's documentation.
     pub fn acknowledge_risk(mut self) -> HostToolRegistry {
         self.warned = true;
         self
@@ -344,6 +330,13 @@ impl ToolSurface {
     /// Each tool's declaration as captured at registration.
     pub fn declarations(&self) -> impl Iterator<Item = (&str, &ToolDeclaration)> {
         self.tools.iter().map(|(k, t)| (k.as_str(), &t.declaration))
+    }
+
+    /// Each tool's name and declared identity: what
+    /// [`Router::admit_tools`](cordon_sandbox::Router::admit_tools) checks
+    /// against the host's hard stops.
+    pub fn identities(&self) -> impl Iterator<Item = (&str, Option<ToolIdentity>)> {
+        self.declarations().map(|(name, d)| (name, d.identity))
     }
 
     /// Starts a run: one model turn's worth of dispatches.
