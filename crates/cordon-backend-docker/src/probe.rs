@@ -6,13 +6,14 @@ use std::sync::atomic::Ordering;
 use std::sync::OnceLock;
 
 use bollard::models::ContainerCreateBody;
+use cordon_backend_kit::NEXT;
 use cordon_confine::oci::DockerNet;
 use cordon_sandbox::Limits;
 use futures_util::StreamExt;
 
 use crate::containers::*;
 use crate::engine::{call, endpoints, live_sandboxes, reach, Endpoint, Engine, HOST_VAR};
-use crate::{NEXT, WORKLOAD_ID};
+use crate::WORKLOAD_ID;
 
 /// What the probe's container checks of itself: a seccomp filter,
 /// no-new-privileges, no capability (an engine that took the request but
