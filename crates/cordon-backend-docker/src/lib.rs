@@ -31,71 +31,29 @@
 //!   exec starts outlives it" hold: when its first process ends, the
 //!   engine kills everything in its pid namespace.
 //! - [`register::registration`] is what a host adds to its registry.
+//! - The names the backend goes by and leaves on the host and the engine
+//!   ([`NAME`], [`PREFIX`], the `LABEL_*`s) are `names.rs`'s, a leaf every
+//!   module names them through; [`DockerConfig`] is `config.rs`'s.
 //!
 //! Egress is `closed` in this version (network mode `none`).
 
 #![cfg(target_os = "linux")]
 
 mod backend;
+mod config;
 mod containers;
 pub mod engine;
+mod names;
 pub mod probe;
 pub mod register;
 mod residue;
 mod sandbox;
 
 pub use backend::{backend, Docker, DockerBackend};
+pub use config::DockerConfig;
+pub use names::{
+    DIRS, LABEL_AGENT_DIR, LABEL_DIR, LABEL_ENGINE, LABEL_MAKER, LABEL_OWNER, LABEL_ROLE,
+    LABEL_SANDBOX, LABEL_SCOPE, LABEL_THREAD, NAME, OWNER, PREFIX, SUMMARY, WORKLOAD_ID,
+};
 pub use register::registration;
 pub use sandbox::DockerSandbox;
-
-use cordon_backend_kit::EngineSetup;
-
-use crate::engine::Endpoint;
-
-/// The backend's name.
-pub const NAME: &str = "docker";
-/// What it is, in a line (`cordon doctor`'s).
-pub const SUMMARY: &str =
-    "a Docker Engine container per exec, through the Engine API, egress through cordon's proxy";
-
-/// The uid/gid the workload runs as (the same unprivileged id as the
-/// gvisor backend's).
-pub use cordon_backend_kit::WORKLOAD_ID;
-
-/// Every name this backend leaves on the host or the engine begins so.
-pub const PREFIX: &str = "cordon-docker-";
-
-/// The label every container of cordon's carries, and its value.
-pub const LABEL_OWNER: &str = "dev.cordon.owner";
-pub const OWNER: &str = "cordon";
-/// The sandbox (its id: `cordon-docker-PID-N-STAMP`).
-pub const LABEL_SANDBOX: &str = "dev.cordon.sandbox";
-/// What the container is: `anchor` (the sandbox's labels) or `exec`.
-pub const LABEL_ROLE: &str = "dev.cordon.role";
-pub use cordon_backend_kit::labels::{
-    AGENT_DIR as LABEL_AGENT_DIR, DIR as LABEL_DIR, SCOPE as LABEL_SCOPE, THREAD as LABEL_THREAD,
-};
-/// The pid of the process that made it (a keeper, for a kept sandbox).
-pub const LABEL_MAKER: &str = "dev.cordon.maker";
-/// The engine endpoint the sandbox was placed on, as cordon reaches it.
-pub const LABEL_ENGINE: &str = "dev.cordon.engine";
-
-use cordon_backend_kit::{failed, NEXT};
-
-/// How this backend names its sandbox directories.
-pub const DIRS: cordon_backend_kit::SandboxDirs = cordon_backend_kit::SandboxDirs {
-    backend: NAME,
-    prefix: PREFIX,
-};
-
-/// How a docker backend is set up.
-#[derive(Clone)]
-pub struct DockerConfig {
-    /// What every engine backend is set up with; the operator's work dir
-    /// is owned by [`crate::WORKLOAD_ID`].
-    pub setup: EngineSetup,
-    /// The engines, in the configured order: each acquire places its
-    /// sandbox on one ([`crate::probe::place`]); `dispose_scope` looks
-    /// at every one.
-    pub endpoints: Vec<Endpoint>,
-}

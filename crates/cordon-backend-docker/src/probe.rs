@@ -5,6 +5,7 @@ use std::path::Path;
 use std::sync::atomic::Ordering;
 
 use bollard::models::ContainerCreateBody;
+use cordon_backend_kit::NEXT;
 use cordon_confine::oci::DockerNet;
 use cordon_sandbox::Limits;
 use futures_util::StreamExt;
@@ -13,7 +14,7 @@ use crate::containers::*;
 use cordon_backend_kit::memo::PerSettings;
 
 use crate::engine::{call, live_sandboxes, reach, DockerSettings, Endpoint, Engine, HOST_VAR};
-use crate::{NEXT, WORKLOAD_ID};
+use crate::WORKLOAD_ID;
 
 /// What the probe's container checks of itself: a seccomp filter,
 /// no-new-privileges, no capability (an engine that took the request but

@@ -38,13 +38,13 @@ use tokio::io::AsyncWriteExt;
 use crate::containers::*;
 use crate::engine::{call, Engine};
 use crate::residue::Residue;
-use crate::{failed, DockerConfig, NEXT, WORKLOAD_ID};
+use crate::{DockerConfig, WORKLOAD_ID};
 use cordon_backend_kit::exec::{
     exec_failed, live, mounts_error, refused, resolved_argv, ExecBounds,
 };
 use cordon_backend_kit::register::serve_route;
 use cordon_backend_kit::workarea::{make_masks, Acquiring, WorkArea};
-use cordon_backend_kit::{HostFiles, Serving};
+use cordon_backend_kit::{failed, HostFiles, Serving, NEXT};
 
 /// Why an exec asking for a terminal is refused.
 const NO_TTY: &str = "the docker backend gives no terminal in this version; run without one, or at the native container rung (`--backend container`)";

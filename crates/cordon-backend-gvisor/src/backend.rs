@@ -2,11 +2,11 @@
 
 use std::sync::Arc;
 
-use cordon_backend_kit::{all_done, Engine, EngineBackend, Which};
+use cordon_backend_kit::{all_done, failed, Engine, EngineBackend, Which};
 use cordon_sandbox::{AcquireRequest, BackendError, Isolation, Sandbox};
 
 use crate::sandbox::GvisorSandbox;
-use crate::{failed, GvisorConfig};
+use crate::GvisorConfig;
 
 /// The `gvisor` engine: what differs from the other engines.
 pub struct Gvisor {
@@ -79,7 +79,7 @@ impl Gvisor {
                 bin,
                 &format!("{sandbox}-"),
             ));
-            if named && dir.parent() == Some(scratch.as_path()) && crate::ours(&dir) {
+            if named && dir.parent() == Some(scratch.as_path()) && crate::names::ours(&dir) {
                 failures.extend(crate::sandbox::remove_sandbox_dir(&dir).err());
             } else {
                 failures.push(format!(

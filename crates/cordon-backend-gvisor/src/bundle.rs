@@ -5,10 +5,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use cordon_backend_kit::Serving;
-
+use cordon_confine::oci::{self, HostImage};
 use cordon_sandbox::AcquireRequest;
-
-use crate::oci::HostImage;
 
 /// A sandbox's one route out: a network namespace cordon made holding
 /// only `lo` and the proxy's listener on `127.0.0.1:port`, which every
@@ -57,7 +55,7 @@ pub const SHIM_PATH: &str = "/.cordon/noautomount.so";
 /// `/etc/ld.so.preload`, so every dynamically linked program loads it.
 pub(crate) fn install_shim(rootfs: &Path) -> Result<(), String> {
     use std::os::unix::fs::PermissionsExt as _;
-    let path = crate::oci::under(rootfs, Path::new(SHIM_PATH));
+    let path = oci::under(rootfs, Path::new(SHIM_PATH));
     if let Some(parent) = path.parent() {
         std::fs::DirBuilder::new()
             .mode(0o755)
@@ -102,12 +100,12 @@ pub(crate) fn stored_skeleton(rootfs: &Path, image_root: &Path) -> Result<HostIm
             std::os::unix::fs::symlink(&to, rootfs.join(&name))
                 .map_err(|e| format!("cannot link `{}` in the root: {e}", at.display()))?;
         } else if meta.is_dir() {
-            crate::oci::mkdir_in(rootfs, &Path::new("/").join(&name))?;
+            oci::mkdir_in(rootfs, &Path::new("/").join(&name))?;
             dirs.push(Path::new("/").join(&name));
         }
     }
     for d in own.iter().filter(|d| **d != "sys") {
-        crate::oci::mkdir_in(rootfs, &Path::new("/").join(d))?;
+        oci::mkdir_in(rootfs, &Path::new("/").join(d))?;
     }
     Ok(HostImage {
         rootfs: rootfs.to_path_buf(),

@@ -28,6 +28,9 @@
 //!   `linux.seccomp`, which runsc loads inside its sandbox
 //!   (`--oci-seccomp`).
 //! - [`register::registration`] is what a host adds to its registry.
+//! - The names the backend goes by and leaves on the host ([`NAME`],
+//!   [`PREFIX`], [`STATE_ROOT`]) are `names.rs`'s, a leaf every module
+//!   names them through; [`GvisorConfig`] is `config.rs`'s.
 //!
 //! Egress is the `allowlist` kind: a spec that names no hosts runs with no
 //! network (`--network=none`, gVisor's own loopback only); one that names
@@ -41,6 +44,8 @@
 mod backend;
 mod bundle;
 pub mod cgroup;
+mod config;
+mod names;
 pub mod pod;
 pub mod register;
 pub mod runsc;
@@ -50,50 +55,7 @@ mod running;
 mod sandbox;
 
 pub use backend::{backend, Gvisor, GvisorBackend};
+pub use config::GvisorConfig;
+pub use names::{DIRS, NAME, PREFIX, STATE_ROOT, SUMMARY, WORKLOAD_ID};
 pub use register::registration;
 pub use sandbox::GvisorSandbox;
-
-use std::path::Path;
-
-use crate::runsc::Runsc;
-
-/// The backend's name.
-pub const NAME: &str = "gvisor";
-/// What it is, in a line (`cordon doctor`'s).
-pub const SUMMARY: &str = "a gVisor (`runsc`) sandbox, each exec a container in it; egress through cordon's proxy (the workload's sockets then reach the host kernel, in a namespace holding only the proxy)";
-
-/// Where cordon keeps runsc's container state (`runsc --root`): its own,
-/// never another runtime's, so listing it finds only cordon's containers.
-pub const STATE_ROOT: &str = "/run/cordon/gvisor";
-
-/// The uid/gid the workload runs as inside the sandbox; files it makes in
-/// the work dir are owned by it on the host too. Unprivileged, above every
-/// ordinary account, and the uid an operator's files would be handed to.
-pub use cordon_backend_kit::WORKLOAD_ID;
-
-/// Every name a sandbox of this backend leaves on the host begins so
-/// (its directory, its containers, their cgroups).
-pub const PREFIX: &str = "cordon-gvisor-";
-
-use cordon_backend_kit::{failed, EngineSetup, NEXT};
-
-/// How this backend names its sandbox directories.
-pub const DIRS: cordon_backend_kit::SandboxDirs = cordon_backend_kit::SandboxDirs {
-    backend: NAME,
-    prefix: PREFIX,
-};
-
-/// Whether `p`'s last component is a name this backend made.
-pub(crate) fn ours(p: &Path) -> bool {
-    DIRS.ours(p)
-}
-
-/// How a gvisor backend is set up.
-#[derive(Clone)]
-pub struct GvisorConfig {
-    /// What every engine backend is set up with; the operator's work dir
-    /// is owned by [`crate::WORKLOAD_ID`].
-    pub setup: EngineSetup,
-    /// runsc as the probe found it running.
-    pub runsc: Runsc,
-}

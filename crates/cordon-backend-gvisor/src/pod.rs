@@ -29,8 +29,8 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 
 use crate::cgroup::MemoryBound;
-use crate::oci::{Bundle, HostImage};
 pub use crate::runsc::Listed;
+use cordon_confine::oci::{Bundle, HostImage};
 
 /// runsc's multi-container annotations (the CRI's).
 pub const CONTAINER_TYPE: &str = "io.kubernetes.cri.container-type";

@@ -19,6 +19,8 @@ use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+use cordon_confine::oci;
+
 /// The platform cordon runs runsc on.
 pub const PLATFORM: &str = "ptrace";
 
@@ -232,7 +234,7 @@ fn trivial_container(bin: &Path) -> Result<(), String> {
         "{}{}-{}-probe",
         crate::PREFIX,
         std::process::id(),
-        crate::NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        cordon_backend_kit::NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     ));
     std::fs::DirBuilder::new()
         .mode(0o700)
@@ -245,8 +247,8 @@ fn trivial_container(bin: &Path) -> Result<(), String> {
         .to_string();
     let result = (|| {
         let rootfs = dir.join("rootfs");
-        let layout = crate::oci::HostImage::prepare(&rootfs)?;
-        let config = crate::oci::Bundle {
+        let layout = oci::HostImage::prepare(&rootfs)?;
+        let config = oci::Bundle {
             root: &rootfs,
             argv: vec!["/bin/true".into()],
             env: Default::default(),
@@ -329,7 +331,7 @@ pub fn command(bin: &Path, log: &Path, net: Network) -> Command {
 /// each such rule as its complement (the one written for Docker's
 /// profile, which has the same reading), never wider than the table.
 pub fn join_netns(config: &mut serde_json::Value, path: &str) -> Result<(), String> {
-    let narrowed = crate::oci::docker_seccomp_profile(crate::oci::DockerNet::ProxyRoute)?;
+    let narrowed = oci::docker_seccomp_profile(oci::DockerNet::ProxyRoute)?;
     config["linux"]["seccomp"] = serde_json::from_str(&narrowed)
         .map_err(|e| format!("the syscall table for the egress route: {e}"))?;
     let Some(all) = config["linux"]["namespaces"].as_array_mut() else {
@@ -683,7 +685,7 @@ mod route_tests {
     use super::*;
 
     fn bundle() -> serde_json::Value {
-        crate::oci::Bundle {
+        oci::Bundle {
             root: Path::new("/r"),
             argv: vec!["/bin/true".into()],
             env: Default::default(),

@@ -24,6 +24,7 @@ use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
+use cordon_confine::oci::{self, Bundle, HostImage, Mount, MountKind};
 use cordon_confine::RootedFs;
 use cordon_files::host_dir::{HostSecretsDir, HostWorkDir};
 use cordon_policy::{Deployment, Policy};
@@ -35,14 +36,13 @@ use serde::{Deserialize, Serialize};
 
 use crate::bundle::*;
 use crate::cgroup::MemoryBound;
-use crate::oci::{Bundle, HostImage, Mount, MountKind};
 use crate::pod::{Pod, PodSpec};
 use crate::running::*;
 use crate::runsc::Runsc;
-use crate::{failed, GvisorConfig, NEXT, WORKLOAD_ID};
+use crate::{GvisorConfig, WORKLOAD_ID};
 use cordon_backend_kit::exec::{exec_failed, live, mounts_error, resolved_argv, ExecBounds};
 use cordon_backend_kit::workarea::{make_masks, Acquiring, WorkArea};
-use cordon_backend_kit::HostFiles;
+use cordon_backend_kit::{failed, HostFiles, NEXT};
 
 /// Why an exec asking for a terminal is refused.
 const NO_TTY: &str = "the gvisor backend gives no terminal in this version; run without one, or at `--min-isolation container`";
@@ -124,7 +124,7 @@ impl GvisorSandbox {
                 }
                 image.write_etc(WORKLOAD_ID, WORKLOAD_ID, guest_work)?;
                 install_shim(&image.rootfs)?;
-                crate::oci::mkdir_in(&image.rootfs, Path::new(&guest_work))?;
+                oci::mkdir_in(&image.rootfs, Path::new(&guest_work))?;
                 make_masks(&dir.join("masks"))?;
                 let WorkArea { view, files, .. } = acquiring.work_area(&made_dir)?;
                 // Inside the sandbox's directory (root's, 0700): no other
@@ -142,7 +142,7 @@ impl GvisorSandbox {
                             )
                         })
                         .map_err(|e| format!("the secrets directory `{}`: {e}", host.display()))?;
-                    crate::oci::mkdir_in(
+                    oci::mkdir_in(
                         &image.rootfs,
                         Path::new(cordon_sandbox::secrets::SECRETS_DIR),
                     )?;
@@ -281,7 +281,7 @@ impl GvisorSandbox {
     }
 
     fn make_base(&self) -> Result<Vec<Mount>, SandboxError> {
-        cordon_confine::oci::engine_mounts(
+        oci::engine_mounts(
             &self.policy,
             (
                 &self.provenance.identity,

@@ -11,8 +11,8 @@ use cordon_files::host_dir::HostWorkDir;
 use cordon_linux::{Enforcer, InitProgram, LinuxEnforcer, Rung};
 use cordon_sandbox::registry::Probe;
 use cordon_sandbox::{
-    AcquireRequest, Backend, BackendError, CapabilitySet, Egress, Isolation, IsolationError,
-    Sandbox, SandboxKey, WorkDirView,
+    AcquireRequest, Backend, BackendError, Capability, CapabilitySet, Egress, Isolation,
+    IsolationError, Sandbox, SandboxKey, WorkDirView,
 };
 
 use cordon_egress::EgressService;
@@ -20,7 +20,7 @@ use cordon_egress::EgressService;
 use crate::profile::RungProfile;
 use crate::sandbox::LocalSandbox;
 use crate::workdir::{fresh_volume, given_dir, remove_mount, secrets_cover_point, secrets_dir};
-use crate::{failed, register, LocalConfig, WorkDir, NEXT, WORK_DIR_ID};
+use crate::{failed, LocalConfig, WorkDir, NEXT, WORK_DIR_ID};
 use cordon_backend_kit::{lease_id, HostFiles};
 
 /// The `process` or `container` backend.
@@ -65,6 +65,22 @@ pub fn probe(rung: Rung, init: InitProgram) -> Probe {
                 .collect(),
         },
     }
+}
+
+/// What a local rung serves: exec, code and files at both; the network
+/// (through the egress proxy and the spec's allowlist) where the rung's
+/// egress is `allowlist`.
+pub fn local_capabilities(p: &RungProfile) -> CapabilitySet {
+    let mut caps = vec![
+        Capability::Exec,
+        Capability::RunCode,
+        Capability::FilesIn,
+        Capability::FilesOut,
+    ];
+    if p.egress == cordon_sandbox::Egress::Allowlist {
+        caps.push(Capability::Network);
+    }
+    caps.into_iter().collect()
 }
 
 impl LocalBackend {
@@ -154,7 +170,7 @@ impl Backend for LocalBackend {
     }
 
     fn capabilities(&self) -> CapabilitySet {
-        register::local_capabilities(self.profile)
+        local_capabilities(self.profile)
     }
 
     fn acquire(&self, req: &AcquireRequest) -> Result<Arc<dyn Sandbox>, BackendError> {

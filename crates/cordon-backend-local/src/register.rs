@@ -10,26 +10,10 @@ use std::sync::Arc;
 use cordon_linux::Rung;
 use cordon_policy::{Deployment, Policy};
 use cordon_sandbox::registry::{BackendInfo, Probe};
-use cordon_sandbox::{Backend, BackendRegistration, BackendSetup, Capability, CapabilitySet};
-use serde::{Deserialize, Serialize};
+use cordon_sandbox::{Backend, BackendRegistration, BackendSetup};
 
+pub use crate::backend::local_capabilities;
 use crate::{LocalBackend, LocalConfig, RungProfile, WorkDir, WORK_DIR_ID};
-
-/// What a local rung serves: exec, code and files at both; the network
-/// (through the egress proxy and the spec's allowlist) where the rung's
-/// egress is `allowlist`.
-pub fn local_capabilities(p: &RungProfile) -> CapabilitySet {
-    let mut caps = vec![
-        Capability::Exec,
-        Capability::RunCode,
-        Capability::FilesIn,
-        Capability::FilesOut,
-    ];
-    if p.egress == cordon_sandbox::Egress::Allowlist {
-        caps.push(Capability::Network);
-    }
-    caps.into_iter().collect()
-}
 
 fn info(rung: Rung) -> BackendInfo {
     let p = RungProfile::of(rung);
@@ -83,18 +67,7 @@ fn build_rung(
     })))
 }
 
-/// What a local sandbox leaves if its holder dies: its cgroups and the
-/// directories cordon made for it, and the host uid they belong to.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Residue {
-    pub cgroups: Vec<PathBuf>,
-    pub dirs: Vec<PathBuf>,
-    /// The sandbox's host uid (absent in records of older cordons: the
-    /// directories must then be owned by some sandbox uid).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub uid: Option<u32>,
-}
+pub use crate::sandbox::Residue;
 
 /// Where cgroup hierarchies are mounted: every recorded cgroup is beneath.
 const CGROUP_MOUNT: &str = "/sys/fs/cgroup";

@@ -1,5 +1,6 @@
 //! [`LocalSandbox`]: one sandbox's directories, ids and (container rung)
-//! warm sandbox; each exec's command checked, its plan made and held.
+//! warm sandbox; each exec's command checked, its plan made and held; the
+//! [`Residue`] it records for its cleanup.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -16,10 +17,11 @@ use cordon_sandbox::{
     Attach, BackendError, ExecHandle, ExecRequest, ExitStatus, Killer, Limits, Provenance, Sandbox,
     SandboxError,
 };
+use serde::{Deserialize, Serialize};
 
+use crate::failed;
 use crate::pipes::ExecPipes;
 use crate::profile::RungProfile;
-use crate::{failed, register};
 use cordon_backend_kit::IdLease;
 
 /// One sandbox of a local backend: a work dir and what it was made for.
@@ -67,6 +69,19 @@ pub struct LocalSandbox {
     /// The proxy serving this sandbox's channel; dropped (and the channel
     /// with it) when the sandbox is.
     pub(crate) egress: Mutex<Option<Box<dyn std::any::Any + Send>>>,
+}
+
+/// What a local sandbox leaves if its holder dies: its cgroups and the
+/// directories cordon made for it, and the host uid they belong to.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Residue {
+    pub cgroups: Vec<PathBuf>,
+    pub dirs: Vec<PathBuf>,
+    /// The sandbox's host uid (absent in records of older cordons: the
+    /// directories must then be owned by some sandbox uid).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<u32>,
 }
 
 use cordon_backend_kit::exec::{exec_failed, plan_now, refused, wall_seconds};
@@ -516,7 +531,7 @@ impl Sandbox for LocalSandbox {
         }
         dirs.extend(self.mount.clone());
         dirs.extend(self.files.secrets().map(|s| s.host().to_path_buf()));
-        serde_json::to_value(register::Residue {
+        serde_json::to_value(Residue {
             cgroups: self.cgroup_dirs(),
             dirs,
             uid: Some(self.host_id()),

@@ -150,7 +150,14 @@ impl Engine for Microvm {
             init: self.config.init.clone(),
             scratch: self.config.setup.scratch.clone(),
         };
-        MicrovmSandbox::create(&config, req, &root, &packed, egress, crate::fresh_name())
+        MicrovmSandbox::create(
+            &config,
+            req,
+            &root,
+            &packed,
+            egress,
+            crate::names::fresh_name(),
+        )
     }
 
     fn dispose(&self, sandbox: &MicrovmSandbox) -> Result<(), BackendError> {
