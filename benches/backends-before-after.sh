@@ -10,7 +10,7 @@
 # builds side by side, so their ratio is measured under the same load.
 # A backend this machine cannot run (no runsc, no dockerd, no guest kernel)
 # is skipped, loudly. Needs root and hyperfine. RUNS scales the repetitions
-# (default 20; the microVM gets a quarter of them).
+# (default 20; the microVM gets a quarter of them); BACKENDS names a subset.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 : "${BEFORE:?set BEFORE to the cordon binary to compare against}"
@@ -22,7 +22,6 @@ command -v hyperfine >/dev/null || { echo "hyperfine is missing: apt-get install
 runs="${RUNS:-20}"
 work="$(mktemp -d /var/tmp/cordon-before-after.XXXXXX)"
 export CORDON_STATE_DIR="$work/state"
-export TMPDIR="$work"
 dockerd_pid=
 cleanup() {
   for bin in "$BEFORE" "$AFTER"; do
@@ -76,8 +75,13 @@ measure() {
   echo
 }
 
-measure process process "$runs"
-measure container container "$runs"
-measure gvisor hardened_container "$runs"
-measure docker container "$runs"
-measure microvm container "$(( runs / 4 > 3 ? runs / 4 : 3 ))"
+for b in ${BACKENDS:-process container gvisor docker microvm}; do
+  case "$b" in
+    process) measure process process "$runs" ;;
+    container) measure container container "$runs" ;;
+    gvisor) measure gvisor hardened_container "$runs" ;;
+    docker) measure docker container "$runs" ;;
+    microvm) measure microvm container "$(( runs / 4 > 3 ? runs / 4 : 3 ))" ;;
+    *) echo "unknown backend $b" >&2; exit 2 ;;
+  esac
+done
