@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use cordon_backend_kit::{all_done, refused, Engine, EngineBackend, Which};
-use cordon_sandbox::{AcquireRequest, BackendError, Isolation, Sandbox};
+use cordon_sandbox::{AcquireRequest, BackendError, Sandbox};
 
 use crate::sandbox::DockerSandbox;
 use crate::DockerConfig;
@@ -25,7 +25,7 @@ pub fn backend(config: DockerConfig) -> DockerBackend {
 impl Engine for Docker {
     type Sandbox = DockerSandbox;
 
-    cordon_backend_kit::oci_engine_basics!(crate::NAME, Isolation::Container);
+    cordon_backend_kit::oci_engine_basics!(crate::NAME, crate::names::RUNG);
 
     fn admit(&self, req: &AcquireRequest) -> Result<(), BackendError> {
         cordon_backend_kit::register::refuse_secrets(

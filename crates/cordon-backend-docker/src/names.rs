@@ -4,6 +4,9 @@
 
 /// The backend's name.
 pub const NAME: &str = "docker";
+/// The rung it declares: once, for its registration and its built
+/// backend alike.
+pub const RUNG: cordon_sandbox::Isolation = cordon_sandbox::Isolation::Container;
 /// What it is, in a line (`cordon doctor`'s).
 pub const SUMMARY: &str =
     "a Docker Engine container per exec, through the Engine API, egress through cordon's proxy";

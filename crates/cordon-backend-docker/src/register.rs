@@ -7,7 +7,7 @@ use cordon_backend_kit::register as kit;
 use cordon_backend_kit::EngineSetup;
 use cordon_policy::Policy;
 use cordon_sandbox::registry::{BackendInfo, Probe};
-use cordon_sandbox::{Backend, BackendRegistration, BackendSetup, Isolation};
+use cordon_sandbox::{Backend, BackendRegistration, BackendSetup};
 
 use crate::engine::DockerSettings;
 use crate::residue::{reclaim_residue, vet_residue};
@@ -15,7 +15,7 @@ use crate::DockerConfig;
 
 /// What the backend claims (its built backend declares the same).
 pub fn info() -> BackendInfo {
-    kit::engine_info(crate::NAME, Isolation::Container, crate::SUMMARY)
+    kit::engine_info(crate::NAME, crate::names::RUNG, crate::SUMMARY)
 }
 
 fn probe(setup: &BackendSetup) -> Probe {

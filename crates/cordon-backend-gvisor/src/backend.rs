@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use cordon_backend_kit::{all_done, failed, Engine, EngineBackend, Which};
-use cordon_sandbox::{AcquireRequest, BackendError, Isolation, Sandbox};
+use cordon_sandbox::{AcquireRequest, BackendError, Sandbox};
 
 use crate::sandbox::GvisorSandbox;
 use crate::GvisorConfig;
@@ -25,7 +25,7 @@ pub fn backend(config: GvisorConfig) -> GvisorBackend {
 impl Engine for Gvisor {
     type Sandbox = GvisorSandbox;
 
-    cordon_backend_kit::oci_engine_basics!(crate::NAME, Isolation::HardenedContainer);
+    cordon_backend_kit::oci_engine_basics!(crate::NAME, crate::names::RUNG);
 
     fn create(
         &self,

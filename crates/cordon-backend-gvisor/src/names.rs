@@ -6,6 +6,9 @@ use std::path::Path;
 
 /// The backend's name.
 pub const NAME: &str = "gvisor";
+/// The rung it declares: once, for its registration and its built
+/// backend alike.
+pub const RUNG: cordon_sandbox::Isolation = cordon_sandbox::Isolation::HardenedContainer;
 /// What it is, in a line (`cordon doctor`'s).
 pub const SUMMARY: &str = "a gVisor (`runsc`) sandbox, each exec a container in it; egress through cordon's proxy (the workload's sockets then reach the host kernel, in a namespace holding only the proxy)";
 

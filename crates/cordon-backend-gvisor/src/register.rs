@@ -7,14 +7,14 @@ use cordon_backend_kit::register as kit;
 use cordon_backend_kit::EngineSetup;
 use cordon_policy::Policy;
 use cordon_sandbox::registry::{BackendInfo, Probe};
-use cordon_sandbox::{Backend, BackendRegistration, BackendSetup, Isolation};
+use cordon_sandbox::{Backend, BackendRegistration, BackendSetup};
 
 use crate::sandbox::{remove_containers, remove_sandbox_dir, Residue};
 use crate::GvisorConfig;
 
 /// What the backend claims (its built backend declares the same).
 pub fn info() -> BackendInfo {
-    kit::engine_info(crate::NAME, Isolation::HardenedContainer, crate::SUMMARY)
+    kit::engine_info(crate::NAME, crate::names::RUNG, crate::SUMMARY)
 }
 
 fn probe(_: &BackendSetup) -> Probe {
