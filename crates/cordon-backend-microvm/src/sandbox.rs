@@ -29,8 +29,9 @@ use crate::vm::{Accel, BootSpec, Vm};
 /// container rung's, so plans read the same).
 pub use cordon_backend_kit::INSIDE_ID;
 /// The guest-side "host" id the workload's is mapped to (the guest's root
-/// namespace; nothing on the real host).
-pub const GUEST_WORKLOAD_ID: u32 = 1_999_999_998;
+/// namespace; nothing on the real host): the engine backends' workload id,
+/// so a plan reads the same on every engine.
+pub const GUEST_WORKLOAD_ID: u32 = cordon_backend_kit::WORKLOAD_ID;
 /// Where the agent mounts the work dir's tmpfs in the guest.
 pub const GUEST_WORK_SOURCE: &str = "/run/cordon-work";
 /// Where the agent mounts the packed image in the guest.
