@@ -9,34 +9,8 @@
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
-fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .map(|s| {
-            s.lines()
-                .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
-        })
-        .unwrap_or(false)
-}
-
-fn can_sandbox(case: &str) -> bool {
-    if std::env::var("CI").is_ok_and(|v| v == "true") {
-        assert!(
-            is_root(),
-            "CI=true and `{case}` needs root to launch sandboxes"
-        );
-        return true;
-    }
-    if !is_root() {
-        use std::io::Write;
-        let _ = writeln!(
-            std::io::stderr().lock(),
-            "\n!!!!!!!! SKIPPED {case}: launching a sandbox needs root (CI=true makes this a failure) !!!!!!!!\n"
-        );
-    }
-    is_root()
-}
+use cordon_testkit::can_sandbox;
 
 /// A root policy: `cordon:default` grants no secret and a layer over it
 /// could only narrow. System trees, the work dir and `/tmp` (where the
@@ -129,17 +103,13 @@ impl Files {
     }
 
     fn cordon(&self, args: &[&str]) -> (i32, String, String) {
-        let out = Command::new(env!("CARGO_BIN_EXE_cordon"))
-            .args(args)
-            .env("TMPDIR", self.path("scratch"))
-            .env("CORDON_STATE_DIR", self.path("state"))
-            .env_remove("CORDON_MIN_ISOLATION")
-            .output()
-            .expect("run cordon");
-        (
-            out.status.code().unwrap_or(-1),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
+        cordon_testkit::output(
+            cordon_testkit::cordon!()
+                .command(args)
+                .env("TMPDIR", self.path("scratch"))
+                .env("CORDON_STATE_DIR", self.path("state"))
+                .output()
+                .expect("run cordon"),
         )
     }
 
@@ -346,15 +316,14 @@ fn gc_removes_the_secrets_of_a_run_killed_before_it_could_dispose() {
     let policy = f.path("policy.yaml");
     let store = f.path("store");
     for rung in RUNGS {
-        let mut run = Command::new(env!("CARGO_BIN_EXE_cordon"))
-            .args(["run", "--min-isolation", rung, "--backend", rung])
+        let mut run = cordon_testkit::cordon!()
+            .command(["run", "--min-isolation", rung, "--backend", rung])
             .args(["--policy", policy.to_str().unwrap()])
             .args(["--spec", spec.to_str().unwrap()])
             .args(["--secrets-dir", store.to_str().unwrap()])
             .args(["--", "/bin/sleep", "60"])
             .env("TMPDIR", f.path("scratch"))
             .env("CORDON_STATE_DIR", f.path("state"))
-            .env_remove("CORDON_MIN_ISOLATION")
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .spawn()
@@ -392,15 +361,7 @@ fn run_hands_a_granted_secret_to_a_gvisor_workload_read_only() {
     if !can_sandbox("gvisor run with a secret") {
         return;
     }
-    let has_runsc = std::env::var_os("PATH")
-        .is_some_and(|paths| std::env::split_paths(&paths).any(|d| d.join("runsc").is_file()))
-        || Path::new("/usr/bin/runsc").is_file();
-    if !has_runsc {
-        assert!(
-            !std::env::var("CI").is_ok_and(|v| v == "true"),
-            "CI=true and the gvisor secrets test needs `runsc`"
-        );
-        eprintln!("\n!!!!!!!! SKIPPED gvisor run with a secret: `runsc` is not installed (CI=true makes this a failure) !!!!!!!!\n");
+    if !cordon_testkit::can_run_gvisor("gvisor run with a secret") {
         return;
     }
     let f = Files::new();

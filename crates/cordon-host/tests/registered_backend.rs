@@ -254,11 +254,11 @@ fn setup(scratch: &Path) -> BackendSetup {
 }
 
 fn caller(thread: &'static str) -> CallerContext {
-    CallerContext::new(
-        || "registered".to_string(),
-        move || thread.to_string(),
-        || "agent".to_string(),
-        || Identity {
+    cordon_testkit::caller(
+        "registered",
+        thread,
+        "agent",
+        Identity {
             namespace: "local".into(),
             name: "operator".into(),
             ..Identity::default()
