@@ -392,6 +392,9 @@ fn the_backend_suite_passes() {
         args: ["--backend", "docker", "--min-isolation", "container"]
             .map(String::from)
             .to_vec(),
+        image: "host",
+        scratch: tmp.path().to_path_buf(),
+        secrets: false,
         execs_per_cycle: 1,
         cycles: ("CORDON_DOCKER_CYCLES", 5),
         conformance_cases: None,
@@ -663,6 +666,7 @@ fn a_spec_with_an_allowlist_reaches_it_through_the_proxy_and_nothing_else() {
 /// sweeps them, since their maker is gone.
 #[test]
 fn gc_sweeps_what_a_killed_run_left() {
+    let _alone = KITS_ALONE.read().unwrap_or_else(|e| e.into_inner());
     let Some(engine) = Dockerd::start("docker sweep") else {
         return;
     };
@@ -850,4 +854,3 @@ fn sandboxes_are_placed_over_two_engines_and_found_on_each() {
     assert_eq!(leftovers(&a, tmp.path()), Vec::<String>::new());
     assert_eq!(leftovers(&b, tmp.path()), Vec::<String>::new());
 }
-

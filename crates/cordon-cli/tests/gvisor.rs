@@ -813,6 +813,9 @@ fn the_backend_suite_passes() {
             .env("TMPDIR", tmp.path())
             .env("CORDON_STATE_DIR", tmp.path().join("state")),
         args: vec!["--min-isolation".into(), "hardened_container".into()],
+        image: "host",
+        scratch: tmp.path().to_path_buf(),
+        secrets: true,
         execs_per_cycle: 2,
         cycles: ("CORDON_GVISOR_CYCLES", 3),
         conformance_cases: None,

@@ -98,8 +98,13 @@ const VM: [&str; 4] = ["--backend", "microvm", "--min-isolation", "container"];
 /// What a microvm sandbox leaves on the host: its directories in the
 /// scratch directory, its jail's cgroups, its QEMU processes.
 fn residue() -> Vec<String> {
+    residue_in(&std::env::temp_dir())
+}
+
+/// [`residue`], with `scratch` as the sandboxes' TMPDIR.
+fn residue_in(scratch: &Path) -> Vec<String> {
     let mut out = Vec::new();
-    if let Ok(d) = std::fs::read_dir(std::env::temp_dir()) {
+    if let Ok(d) = std::fs::read_dir(scratch) {
         for e in d.flatten() {
             let n = e.file_name().to_string_lossy().into_owned();
             if n.starts_with("cordon-microvm-") && !n.starts_with("cordon-microvm-probe") {
@@ -332,32 +337,37 @@ fn the_wall_clock_bound_ends_the_command_and_a_killed_keeper_is_reclaimed() {
 }
 
 /// The backend suite (`cordon_testkit::suite`) against `microvm`, guests
-/// booting the CI image: a kept sandbox, the conformance kit (14 cases
-/// here) and the escape kit with and without a route (the guest's proxy
-/// listener, the relay over the channel and the host's proxy namespace
-/// all in place), and up/exec/down cycles, run
-/// `CORDON_MICROVM_CYCLES` times (default 2), and what a sandbox left
-/// (its directory, its jail's cgroups, its QEMU) is gone within 10 s of
-/// its `down`.
+/// booting the CI image: a kept sandbox, a run with a secret, the
+/// conformance kit (14 cases here) and the escape kit with and without a
+/// route (the guest's proxy listener, the relay over the channel and the
+/// host's proxy namespace all in place), and up/exec/down cycles, run
+/// `CORDON_MICROVM_CYCLES` times (default 2); what a sandbox left (its
+/// directory, its jail's cgroups, its QEMU) is gone within 10 s.
 #[test]
 fn the_backend_suite_passes() {
     if !can_boot("microvm backend suite") {
         return;
     }
+    use std::os::unix::fs::PermissionsExt;
     let _one = serial();
     store();
     let dir = tmp();
-    let sp = spec(dir.path(), "requires: [exec, files_in, files_out]\n");
-    let mut args: Vec<String> = ["-q"].into_iter().chain(VM).map(String::from).collect();
-    args.extend(["--spec".into(), sp.display().to_string()]);
+    // The sandboxes' TMPDIR, traversable by the jail.
+    let scratch = dir.path().join("scratch");
+    std::fs::create_dir(&scratch).unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(&scratch, std::fs::Permissions::from_mode(0o755)).unwrap();
     cordon_testkit::suite::run_all(&cordon_testkit::suite::Backend {
         name: "microvm",
-        cordon: cordon_in(dir.path()),
-        args,
+        cordon: cordon_in(&dir.path().join("state")).env("TMPDIR", &scratch),
+        args: ["-q"].into_iter().chain(VM).map(String::from).collect(),
+        image: IMAGE,
+        scratch: scratch.clone(),
+        secrets: false,
         execs_per_cycle: 1,
         cycles: ("CORDON_MICROVM_CYCLES", 2),
-        conformance_cases: Some(14),
         settle: Duration::from_secs(10),
-        residue: Box::new(residue),
+        conformance_cases: Some(14),
+        residue: Box::new(|| residue_in(&scratch)),
     });
 }

@@ -7,6 +7,7 @@
 //! its own (a test double, a private `dockerd`) runs the same suite by
 //! pointing its [`Cordon`] at it.
 
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::Cordon;
@@ -19,8 +20,16 @@ pub struct Backend<'a> {
     /// engine's address, TMPDIR, a state directory of the case's own).
     pub cordon: Cordon,
     /// The arguments of `sandbox up` (and `run`) that land a sandbox on
-    /// it: its floor, `--backend`, a spec naming its image.
+    /// it: its floor, `--backend`.
     pub args: Vec<String>,
+    /// The image its sandboxes run (`host`: the host's directories; any
+    /// other is named in a spec the cases write).
+    pub image: &'a str,
+    /// The TMPDIR its `cordon` makes sandbox directories in.
+    pub scratch: PathBuf,
+    /// Whether it delivers secrets; one that does not must refuse a spec
+    /// naming any, before anything runs, saying so.
+    pub secrets: bool,
     /// Execs per cycle of [`up_exec_down_cycles_leave_nothing`] (gvisor:
     /// 2, the second starts its runsc sandbox, its pod).
     pub execs_per_cycle: usize,
@@ -42,6 +51,25 @@ pub struct Backend<'a> {
 }
 
 impl Backend<'_> {
+    /// `up`/`run` arguments: [`Backend::args`], and a spec in `dir` naming
+    /// the image (with `requires`) when it is not `host`.
+    fn land(&self, dir: &Path) -> Vec<String> {
+        let mut args = self.args.clone();
+        if self.image != "host" {
+            let spec = dir.join("image-spec.yaml");
+            std::fs::write(
+                &spec,
+                format!(
+                    "kind: run\nimage: {}\nrequires: [exec, files_in, files_out]\n",
+                    self.image
+                ),
+            )
+            .unwrap();
+            args.extend(["--spec".into(), spec.display().to_string()]);
+        }
+        args
+    }
+
     /// [`Backend::residue`], sorted.
     fn residue(&self) -> Vec<String> {
         let mut r = (self.residue)();
@@ -77,6 +105,7 @@ impl Backend<'_> {
 /// Every case, against `backend`.
 pub fn run_all(backend: &Backend) {
     a_kept_sandbox_keeps_its_work_dir_and_down_leaves_nothing(backend);
+    run_hands_a_granted_secret_read_only_and_refuses_the_rest(backend);
     up_exec_down_cycles_leave_nothing(backend);
     the_conformance_and_escape_kits_pass_with_and_without_a_route(backend);
 }
@@ -93,10 +122,12 @@ pub fn a_kept_sandbox_keeps_its_work_dir_and_down_leaves_nothing(b: &Backend) {
     let before = b.residue();
     let scope = format!("{name}-kept");
     let key = ["--scope", &scope, "--thread", "kept"];
+    let files = tempfile::tempdir().unwrap();
+    let land = b.land(files.path());
     let up = || {
         let mut up = vec!["sandbox", "up"];
         up.extend(key);
-        up.extend(b.args.iter().map(String::as_str));
+        up.extend(land.iter().map(String::as_str));
         let (code, h, err) = c.run(&up);
         assert_eq!(code, 0, "{name}: {err}");
         h.trim().to_string()
@@ -105,7 +136,6 @@ pub fn a_kept_sandbox_keeps_its_work_dir_and_down_leaves_nothing(b: &Backend) {
     assert!(h.starts_with(&format!("{name}-")), "{name}: {h}");
     // A file in through cordon, made into another by one exec, seen by
     // the next.
-    let files = tempfile::tempdir().unwrap();
     let local = files.path().join("in.txt");
     std::fs::write(&local, "from the host\n").unwrap();
     let (code, _, err) = c.run(["sandbox", "put", &h, local.to_str().unwrap(), "in.txt"]);
@@ -159,10 +189,12 @@ pub fn up_exec_down_cycles_leave_nothing(b: &Backend) {
     let cordon = b.cordon.clone().env("CORDON_LOG", "warn");
     let before = b.residue();
     let scope = format!("{name}-cycles");
+    let files = tempfile::tempdir().unwrap();
+    let land = b.land(files.path());
     for i in 0..b.cycles() {
         let thread = format!("t{i}");
         let mut up = vec!["sandbox", "up", "--scope", &scope, "--thread", &thread];
-        up.extend(b.args.iter().map(String::as_str));
+        up.extend(land.iter().map(String::as_str));
         let (code, handle, err) = cordon.run(&up);
         assert_eq!(code, 0, "{name} cycle {i}: {err}");
         let handle = handle.trim();
@@ -234,4 +266,143 @@ pub fn the_conformance_and_escape_kits_pass_with_and_without_a_route(b: &Backend
         );
         b.settles_to(&before, &format!("after the escape kit {args:?}"));
     }
+}
+
+/// A root policy: `cordon:default` grants no secret and a layer over it
+/// could only narrow. System trees, the work dir and `/tmp` (where the
+/// process rung's private temporary directory is), and secrets under
+/// `granted/` only.
+pub const SECRETS_POLICY: &str = r#"policy:
+  compute:
+    max_memory: 256MiB
+    max_wall_seconds: 30
+    allow:
+      - name: system-programs
+        when: command.startsWith("/usr/") || command.startsWith("/bin/") || command.startsWith("/lib/") || command.startsWith("/lib64/")
+  storage:
+    allow:
+      - name: system
+        when: (path.startsWith("/usr/") || path.startsWith("/lib/") || path.startsWith("/lib64/") || path.startsWith("/bin/")) && mode in ["read", "execute"]
+      - name: etc
+        when: path.startsWith("/etc/") && mode == "read"
+      - name: work
+        when: path.startsWith(work_dir + "/") && mode in ["read", "write"]
+      - name: tmp
+        when: path.startsWith("/tmp/") && mode in ["read", "write"]
+  secret:
+    allow:
+      - name: granted-secrets
+        when: secret.name.startsWith("granted/")
+"#;
+
+/// The script a secrets case runs: reads its secret, tries to write,
+/// remove and re-mode it, reads it again, prints its environment.
+pub const SECRET_SCRIPT: &str = "cat /run/cordon/secrets/granted/token; echo; \
+     (echo x > /run/cordon/secrets/granted/token) 2>&1 && echo WROTE; \
+     rm -f /run/cordon/secrets/granted/token 2>&1 && echo REMOVED; \
+     chmod 0666 /run/cordon/secrets/granted/token 2>&1 && echo CHMODDED; \
+     cat /run/cordon/secrets/granted/token; echo; env";
+
+/// What `cordon run` with [`SECRET_SCRIPT`] printed, judged: the secret
+/// read (`s3cr3t-token`), unchanged, refused every change, and never in
+/// the environment (once read, once again).
+pub fn assert_secret_held(what: &str, out: &str, err: &str) {
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.first(), Some(&"s3cr3t-token"), "{what}: {out}\n{err}");
+    for done in ["WROTE", "REMOVED", "CHMODDED"] {
+        assert!(
+            !out.contains(done),
+            "{what}: the workload changed its secret ({done}): {out}"
+        );
+    }
+    assert!(
+        out.contains("Read-only file system") || out.contains("Permission denied"),
+        "{what}: {out}"
+    );
+    assert_eq!(out.matches("s3cr3t-token").count(), 2, "{what}: {out}");
+}
+
+/// The `cordon-secrets-*` directories in `scratch`.
+pub fn secret_dirs(scratch: &Path) -> Vec<PathBuf> {
+    std::fs::read_dir(scratch)
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.path())
+                .filter(|p| {
+                    p.file_name()
+                        .and_then(|n| n.to_str())
+                        .is_some_and(|n| n.starts_with("cordon-secrets-"))
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// `cordon run` hands a secret the spec names and the policy grants to the
+/// workload read-only at `/run/cordon/secrets/NAME` ([`assert_secret_held`]),
+/// and nothing of it outlives the run; a spec naming one the policy does
+/// not grant is refused before the workload runs. A backend that delivers
+/// no secrets ([`Backend::secrets`]) refuses the granted one too, before
+/// the workload runs, and says so.
+pub fn run_hands_a_granted_secret_read_only_and_refuses_the_rest(b: &Backend) {
+    let name = b.name;
+    let before = b.residue();
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path();
+    std::fs::write(p.join("policy.yaml"), SECRETS_POLICY).unwrap();
+    for (secret, value) in [("granted/token", "s3cr3t-token"), ("other/x", "not-yours")] {
+        let f = p.join("store").join(secret);
+        std::fs::create_dir_all(f.parent().unwrap()).unwrap();
+        std::fs::write(f, value).unwrap();
+    }
+    let run = |secrets: &str, argv: &[&str]| {
+        let spec = p.join("secrets-spec.yaml");
+        std::fs::write(
+            &spec,
+            format!(
+                "kind: secrets-test\nimage: {}\nrequires: [exec]\nsecrets: [{secrets}]\n",
+                b.image
+            ),
+        )
+        .unwrap();
+        let mut args: Vec<String> = vec!["run".into()];
+        args.extend(b.args.iter().cloned());
+        for (flag, at) in [
+            ("--policy", p.join("policy.yaml")),
+            ("--spec", spec),
+            ("--secrets-dir", p.join("store")),
+        ] {
+            args.extend([flag.to_string(), at.display().to_string()]);
+        }
+        args.push("--".into());
+        args.extend(argv.iter().map(|a| a.to_string()));
+        b.cordon.run(&args)
+    };
+    let (code, out, err) = run("granted/token", &["/bin/sh", "-c", SECRET_SCRIPT]);
+    if b.secrets {
+        assert_eq!(code, 0, "{name}: {out}\n{err}");
+        assert!(err.contains(&format!("`{name}` rung")), "{name}: {err}");
+        assert_secret_held(name, &out, &err);
+    } else {
+        assert_ne!(code, 0, "{name}: {out}");
+        assert!(out.is_empty(), "{name}: the workload ran: {out}");
+        assert!(
+            err.contains(&format!("the {name} backend does not"))
+                && err.contains("secrets")
+                && err.contains("not retried on another backend"),
+            "{name}: {err}"
+        );
+    }
+    assert_eq!(secret_dirs(&b.scratch), Vec::<PathBuf>::new(), "{name}");
+    b.settles_to(&before, "after a run with a secret");
+    // An ungranted one is refused before anything runs.
+    let (code, out, err) = run("granted/token, other/x", &["/bin/echo", "RAN"]);
+    assert_ne!(code, 0, "{name}: {out}");
+    assert!(!out.contains("RAN"), "{name}: the workload ran: {out}");
+    assert!(
+        err.contains("`other/x`") && err.contains("refused by the policy"),
+        "{name}: {err}"
+    );
+    assert_eq!(secret_dirs(&b.scratch), Vec::<PathBuf>::new(), "{name}");
+    b.settles_to(&before, "after a refused secret");
 }
