@@ -5,8 +5,7 @@
 #![cfg(target_os = "linux")]
 #![allow(clippy::expect_used, clippy::unwrap_used)] // tests may panic on a broken fixture
 
-#[path = "../../cordon-cli/tests/common/dockerd.rs"]
-mod dockerd;
+use cordon_testkit::dockerd;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -51,14 +50,12 @@ fn backend_over(engines: &[&dockerd::Dockerd], policy: Arc<Policy>) -> Arc<Docke
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn caller(scope: &str, thread: &str, agent: &str) -> CallerContext {
-    let (s, t, a) = (scope.to_string(), thread.to_string(), agent.to_string());
-    let ns = s.clone();
-    CallerContext::new(
-        move || s.clone(),
-        move || t.clone(),
-        move || a.clone(),
-        move || Identity {
-            namespace: ns.clone(),
+    cordon_testkit::caller(
+        scope,
+        thread,
+        agent,
+        Identity {
+            namespace: scope.into(),
             attested: true,
             ..Identity::default()
         },

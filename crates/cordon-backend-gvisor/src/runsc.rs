@@ -634,7 +634,10 @@ mod probe_record_tests {
     #[test]
     fn a_record_is_believed_only_for_its_key_and_only_as_root_s_private_file() {
         if !rustix::process::geteuid().is_root() {
-            eprintln!("SKIPPED probe record test: the record is believed only when owned by root");
+            cordon_testkit::skip(
+                "probe record test",
+                "the record is believed only when owned by root",
+            );
             return;
         }
         use std::os::unix::fs::PermissionsExt as _;

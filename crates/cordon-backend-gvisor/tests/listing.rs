@@ -20,11 +20,7 @@ fn runnable() -> Option<cordon_backend_gvisor::runsc::Runsc> {
         Ok(r) => return Some(r.clone()),
         Err(u) => u.reason.clone(),
     };
-    assert!(
-        !std::env::var("CI").is_ok_and(|v| v == "true"),
-        "CI=true and the gvisor listing test cannot run: {why}"
-    );
-    eprintln!("\n!!!!!!!! SKIPPED the gvisor listing test: {why} (CI=true makes this a failure) !!!!!!!!\n");
+    cordon_testkit::skip("the gvisor listing test", why);
     None
 }
 

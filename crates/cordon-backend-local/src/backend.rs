@@ -495,11 +495,7 @@ mod available_tests {
         m.landlock_abi = 5;
         let e = LinuxEnforcer::with_mechanisms(init, m);
         if let Err(other) = real {
-            assert!(
-                std::env::var("CI").map_or(true, |v| v != "true"),
-                "CI=true and the container rung is missing: {other}"
-            );
-            eprintln!("\n!!!!!!!! SKIPPED landlock scoping check: {other} !!!!!!!!\n");
+            cordon_testkit::skip("landlock scoping check", other);
             return;
         }
         // ABI 5 holds a one-shot container run, not a warm sandbox.

@@ -20,51 +20,22 @@
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream, UdpSocket};
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use cordon_backend_local::{LocalBackend, LocalConfig, WorkDir};
 use cordon_egress::AuditLine;
 use cordon_linux::{InitProgram, Rung};
-use cordon_policy::{Deployment, Identity, Policy};
+use cordon_policy::{Deployment, Identity};
 use cordon_sandbox::{
     CallerContext, Capability, EgressEntry, EgressSetup, ExecOutput, ExecRequest, ExitStatus,
     Isolation, Router, RouterError, Sandbox, SandboxSpec, Warning,
 };
 
-// ---- skipping --------------------------------------------------------------
+mod common;
 
-fn in_ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true")
-}
-
-fn init_program() -> InitProgram {
-    InitProgram::new(PathBuf::from(env!("CARGO_BIN_EXE_cordon-local-init")))
-}
-
-/// `Some(init)` when `rung` can be held here. Without it: panic in CI,
-/// skip loudly elsewhere.
-fn rung_or_skip(rung: Rung, test: &str) -> Option<InitProgram> {
-    let init = init_program();
-    let p = cordon_backend_local::probe(rung, init.clone());
-    if p.runnable {
-        return Some(init);
-    }
-    let missing = p.found.join("; ");
-    assert!(
-        !in_ci(),
-        "CI=true and the egress test `{test}` cannot run at the {rung:?} rung: {missing}"
-    );
-    // Straight to stderr, past the test harness's output capture.
-    let _ = writeln!(
-        std::io::stderr().lock(),
-        "\n!!!!!!!! SKIPPED the egress test `{test}` at the {rung:?} rung: this machine cannot hold it !!!!!!!!\n{missing}\n"
-    );
-    None
-}
+use common::rung_or_skip;
 
 // ---- the policy --------------------------------------------------------------
 
@@ -125,12 +96,11 @@ const NAMESPACE: &str = "egress-ns";
 const NAME: &str = "egress-workload";
 
 fn caller(agent: &str) -> CallerContext {
-    let agent = agent.to_string();
-    CallerContext::new(
-        || SCOPE.to_string(),
-        || THREAD.to_string(),
-        move || agent.clone(),
-        || Identity {
+    cordon_testkit::caller(
+        SCOPE,
+        THREAD,
+        agent,
+        Identity {
             namespace: NAMESPACE.into(),
             name: NAME.into(),
             attested: true,
@@ -245,13 +215,7 @@ struct Fixture {
 /// resolving the test hosts to 127.0.0.1 through a hosts file (no DNS),
 /// auditing to a file of its own.
 fn fixture(rung: Rung, floor: Isolation, init: InitProgram) -> Fixture {
-    // Not under /tmp (the container rung's /tmp is its own); traversable by
-    // the sandbox's init, which binds the work dir as its own uid.
-    let parent = tempfile::Builder::new()
-        .prefix("cordon-egress-")
-        .tempdir_in("/var/tmp")
-        .unwrap();
-    std::fs::set_permissions(parent.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let parent = common::work_parent("cordon-egress-");
     let files = tempfile::Builder::new()
         .prefix("cordon-egress-files-")
         .tempdir()
@@ -266,27 +230,19 @@ fn fixture(rung: Rung, floor: Isolation, init: InitProgram) -> Fixture {
         text = text.replace(
             "    deny:\n      - name: host-secrets",
             &format!(
-                "      - name: process-rung-tmp\n        when: path.startsWith(\"{}/cordon-volume-\") && mode in [\"read\", \"write\"]\n    deny:\n      - name: host-secrets",
-                parent.path().display()
+                "{}    deny:\n      - name: host-secrets",
+                common::process_rung_tmp(parent.path())
             ),
         );
         assert_ne!(text, POLICY);
     }
-    let policy = Arc::new(
-        Policy::load_str("egress-test.yaml", &text)
-            .map_err(|d| d.render())
-            .unwrap(),
-    );
-    let env = Deployment::default();
-    let backend = Arc::new(LocalBackend::new(LocalConfig {
+    let policy = common::policy("egress-test.yaml", &text);
+    let backend = common::backend(
         rung,
-        policy: policy.clone(),
-        env: env.clone(),
-        work_dir: WorkDir::Fresh {
-            parent: parent.path().to_path_buf(),
-        },
+        policy.clone(),
+        parent.path(),
         init,
-        egress: EgressSetup {
+        EgressSetup {
             // Never the system resolver: only the hosts file answers.
             nameservers: Some(Vec::new()),
             hosts_file: Some(hosts),
@@ -297,8 +253,8 @@ fn fixture(rung: Rung, floor: Isolation, init: InitProgram) -> Fixture {
             policy_file: None,
             audit_bounds: Default::default(),
         },
-    }));
-    let router = Router::builder(policy, env)
+    );
+    let router = Router::builder(policy, Deployment::default())
         .min_isolation(floor)
         .backend(backend)
         .build()

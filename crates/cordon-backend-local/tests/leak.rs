@@ -10,46 +10,22 @@
 #![allow(clippy::expect_used, clippy::unwrap_used)] // tests may panic on a broken fixture
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cordon_backend_local::{LocalBackend, LocalConfig, WorkDir, FRESH_ID_BASE};
+use cordon_backend_local::FRESH_ID_BASE;
 use cordon_linux::{InitProgram, Rung};
-use cordon_policy::{Deployment, Identity, Policy};
+use cordon_policy::{Deployment, Identity};
 use cordon_sandbox::{
     Backend, CallerContext, Capability, ExecRequest, ExitStatus, Isolation, Router, SandboxSpec,
 };
 
-fn in_ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true")
-}
-
-fn init_program() -> InitProgram {
-    InitProgram::new(PathBuf::from(env!("CARGO_BIN_EXE_cordon-local-init")))
-}
+mod common;
 
 /// `Some(init)` when the container rung can be held here. Without it:
 /// panic in CI, skip loudly elsewhere.
 fn container_rung() -> Option<InitProgram> {
-    let init = init_program();
-    let p = cordon_backend_local::probe(Rung::Container, init.clone());
-    if p.runnable {
-        return Some(init);
-    }
-    let missing = p.found.join("; ");
-    assert!(
-        !in_ci(),
-        "CI=true and the leak test at the container rung cannot run: {missing}"
-    );
-    // Straight to stderr, past the test harness's output capture.
-    use std::io::Write;
-    let _ = writeln!(
-        std::io::stderr().lock(),
-        "\n!!!!!!!! SKIPPED the leak test at the container rung: this machine cannot hold it !!!!!!!!\n{missing}\n"
-    );
-    None
+    common::rung_or_skip(Rung::Container, "the leak test")
 }
 
 /// `cordon:default` (masks and all), with bounds for a short round.
@@ -63,11 +39,11 @@ const POLICY: &str = r#"policy:
 "#;
 
 fn caller() -> CallerContext {
-    CallerContext::new(
-        || "leak".to_string(),
-        || "cycle".to_string(),
-        || "agent".to_string(),
-        || Identity {
+    cordon_testkit::caller(
+        "leak",
+        "cycle",
+        "agent",
+        Identity {
             namespace: "leak".into(),
             attested: true,
             ..Identity::default()
@@ -111,37 +87,7 @@ fn count_dir(p: &Path) -> usize {
     std::fs::read_dir(p).map(|d| d.count()).unwrap_or(0)
 }
 
-/// Directories at any depth below `root` (bounded) whose path has a
-/// component starting with `cordon-`; `mine` keeps only those naming this
-/// process (`cordon-KEY-PID-N`).
-fn cgroup_dirs(root: &Path, mine: Option<u32>) -> BTreeSet<PathBuf> {
-    fn walk(d: &Path, depth: usize, inside: bool, mine: Option<u32>, out: &mut BTreeSet<PathBuf>) {
-        if depth > 8 {
-            return;
-        }
-        let Ok(entries) = std::fs::read_dir(d) else {
-            return;
-        };
-        for e in entries.flatten() {
-            if !e.file_type().is_ok_and(|t| t.is_dir()) {
-                continue;
-            }
-            let name = e.file_name().to_string_lossy().into_owned();
-            let ours = match mine {
-                Some(pid) => name.starts_with("cordon-") && name.contains(&format!("-{pid}-")),
-                None => name.starts_with("cordon-"),
-            };
-            let here = inside || ours;
-            if here {
-                out.insert(e.path());
-            }
-            walk(&e.path(), depth + 1, here, mine, out);
-        }
-    }
-    let mut out = BTreeSet::new();
-    walk(root, 0, false, mine, &mut out);
-    out
-}
+use cordon_testkit::cgroup_dirs;
 
 const CGROUP_ROOTS: [&str; 4] = [
     "/sys/fs/cgroup/memory",
@@ -366,30 +312,16 @@ fn acquire_exec_dispose_cycles_leave_nothing_behind() {
         .ok()
         .map(|v| v.parse().expect("CORDON_LEAK_CYCLES is a number"))
         .unwrap_or(1000);
-    // Not under /tmp (the container rung's /tmp is its own); traversable by
-    // the sandbox's init, which binds the work dir as its own uid.
-    let parent = tempfile::Builder::new()
-        .prefix("cordon-leak-")
-        .tempdir_in("/var/tmp")
-        .unwrap();
-    std::fs::set_permissions(parent.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let policy = Arc::new(
-        Policy::load_str("leak.yaml", POLICY)
-            .map_err(|d| d.render())
-            .unwrap(),
-    );
-    let env = Deployment::default();
-    let backend = Arc::new(LocalBackend::new(LocalConfig {
-        rung: Rung::Container,
-        policy: policy.clone(),
-        env: env.clone(),
-        work_dir: WorkDir::Fresh {
-            parent: parent.path().to_path_buf(),
-        },
+    let parent = common::work_parent("cordon-leak-");
+    let policy = common::policy("leak.yaml", POLICY);
+    let backend = common::backend(
+        Rung::Container,
+        policy.clone(),
+        parent.path(),
         init,
-        egress: Default::default(),
-    }));
-    let router = Router::builder(policy, env)
+        Default::default(),
+    );
+    let router = Router::builder(policy, Deployment::default())
         .min_isolation(Isolation::Container)
         .backend(backend.clone())
         .build()
@@ -442,7 +374,8 @@ fn acquire_exec_dispose_cycles_leave_nothing_behind() {
         cycle();
     }
     let took = started.elapsed();
-    let strict = in_ci() || std::env::var("CORDON_LEAK_STRICT").is_ok_and(|v| v == "1");
+    let strict =
+        cordon_testkit::in_ci() || std::env::var("CORDON_LEAK_STRICT").is_ok_and(|v| v == "1");
     // A short settle for the kernel to reap and remove.
     let deadline = Instant::now() + Duration::from_secs(5);
     let (after, leaks) = loop {

@@ -12,15 +12,12 @@
 #![cfg(all(target_os = "linux", target_arch = "x86_64"))]
 #![allow(clippy::expect_used, clippy::unwrap_used)] // tests may panic on a broken fixture
 
-use std::io::Write;
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use cordon_backend_local::{LocalBackend, LocalConfig, WorkDir};
 use cordon_linux::{InitProgram, Rung};
-use cordon_policy::{Deployment, Identity, Policy};
+use cordon_policy::{Deployment, Identity};
 use cordon_sandbox::{
     CallerContext, Capability, EgressSetup, ExecOutput, ExecRequest, ExitStatus, Isolation, Router,
     RouterError, Sandbox, SandboxError, SandboxSpec, SecretError, SecretName, SecretProvider,
@@ -48,27 +45,9 @@ impl SecretProvider for StoreDir {
     }
 }
 
-fn in_ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true")
-}
+mod common;
 
-fn init_or_skip(rung: Rung, test: &str) -> Option<InitProgram> {
-    let init = InitProgram::new(PathBuf::from(env!("CARGO_BIN_EXE_cordon-local-init")));
-    let p = cordon_backend_local::probe(rung, init.clone());
-    if p.runnable {
-        return Some(init);
-    }
-    let missing = p.found.join("; ");
-    assert!(
-        !in_ci(),
-        "CI=true and the secrets test `{test}` cannot run at the {rung:?} rung: {missing}"
-    );
-    let _ = writeln!(
-        std::io::stderr().lock(),
-        "\n!!!!!!!! SKIPPED the secrets test `{test}` at the {rung:?} rung: this machine cannot hold it !!!!!!!!\n{missing}\n"
-    );
-    None
-}
+use common::rung_or_skip as init_or_skip;
 
 /// A root policy (`cordon:default` grants no secret, and a layer over it
 /// could only narrow): `cordon:default`'s compute and storage shape, and a
@@ -113,11 +92,7 @@ struct Fixture {
 fn fixture(rung: Rung, init: InitProgram) -> Fixture {
     // Traversable by the sandbox's init, which binds its directories as
     // the workload's uid.
-    let parent = tempfile::Builder::new()
-        .prefix("cordon-test-secrets-")
-        .tempdir_in("/var/tmp")
-        .unwrap();
-    std::fs::set_permissions(parent.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let parent = common::work_parent("cordon-test-secrets-");
     let store = tempfile::Builder::new()
         .prefix("cordon-secret-store-")
         .tempdir()
@@ -137,33 +112,22 @@ fn fixture(rung: Rung, init: InitProgram) -> Fixture {
         // dir's volume, under `parent` (which `/tmp/` does not cover).
         text = text.replace(
             "  secret:\n",
-            &format!(
-                "      - name: process-rung-tmp\n        when: path.startsWith(\"{}/cordon-volume-\") && mode in [\"read\", \"write\"]\n  secret:\n",
-                parent.path().display()
-            ),
+            &format!("{}  secret:\n", common::process_rung_tmp(parent.path())),
         );
     }
-    let policy = Arc::new(
-        Policy::load_str("secrets-test.yaml", &text)
-            .map_err(|d| d.render())
-            .unwrap(),
-    );
-    let env = Deployment::default();
-    let backend = Arc::new(LocalBackend::new(LocalConfig {
+    let policy = common::policy("secrets-test.yaml", &text);
+    let backend = common::backend(
         rung,
-        policy: policy.clone(),
-        env: env.clone(),
-        work_dir: WorkDir::Fresh {
-            parent: parent.path().to_path_buf(),
-        },
+        policy.clone(),
+        parent.path(),
         init,
-        egress: EgressSetup::default(),
-    }));
+        EgressSetup::default(),
+    );
     let floor = match rung {
         Rung::Process => Isolation::Process,
         Rung::Container => Isolation::Container,
     };
-    let router = Router::builder(policy, env)
+    let router = Router::builder(policy, Deployment::default())
         .min_isolation(floor)
         .backend(backend)
         .secrets(Arc::new(StoreDir(store.path().to_path_buf())))
@@ -177,12 +141,11 @@ fn fixture(rung: Rung, init: InitProgram) -> Fixture {
 }
 
 fn caller(agent: &str) -> CallerContext {
-    let agent = agent.to_string();
-    CallerContext::new(
-        || "secrets".to_string(),
-        || "thread".to_string(),
-        move || agent.clone(),
-        || Identity {
+    cordon_testkit::caller(
+        "secrets",
+        "thread",
+        agent,
+        Identity {
             namespace: "secrets-ns".into(),
             name: "secrets-workload".into(),
             ..Identity::default()

@@ -6,14 +6,14 @@
 #![cfg(all(target_os = "linux", target_arch = "x86_64"))]
 #![allow(clippy::expect_used, clippy::unwrap_used)] // tests may panic on a broken fixture
 
-use std::path::PathBuf;
 use std::process::Command;
 use std::sync::Arc;
 
-use cordon_backend_local::{LocalBackend, LocalConfig, WorkDir};
-use cordon_linux::{InitProgram, Rung};
+use cordon_linux::Rung;
 use cordon_policy::{Deployment, Identity, Policy};
-use cordon_sandbox::{Backend, CallerContext, Capability, Isolation, Router, SandboxSpec};
+mod common;
+
+use cordon_sandbox::{Backend, Capability, Isolation, Router, SandboxSpec};
 
 fn rows_of(uid: u32) -> Vec<String> {
     let mut rows = Vec::new();
@@ -33,40 +33,28 @@ fn rows_of(uid: u32) -> Vec<String> {
 
 #[test]
 fn dispose_removes_the_uids_host_ipc_objects() {
-    let init = InitProgram::new(PathBuf::from(env!("CARGO_BIN_EXE_cordon-local-init")));
-    let probe = cordon_backend_local::probe(Rung::Process, init.clone());
-    if !probe.runnable {
-        assert!(
-            std::env::var("CI").map_or(true, |v| v != "true"),
-            "CI=true and the process rung cannot run: {:?}",
-            probe.found
-        );
-        eprintln!("\n!!!!!!!! SKIPPED the IPC sweep: the process rung cannot run here !!!!!!!!\n");
+    let Some(init) = common::rung_or_skip(Rung::Process, "the IPC sweep") else {
         return;
-    }
+    };
     let parent = tempfile::tempdir().unwrap();
     let policy = Arc::new(Policy::load_default().unwrap());
-    let env = Deployment::default();
-    let backend = Arc::new(LocalBackend::new(LocalConfig {
-        rung: Rung::Process,
-        policy: policy.clone(),
-        env: env.clone(),
-        work_dir: WorkDir::Fresh {
-            parent: parent.path().to_path_buf(),
-        },
+    let backend = common::backend(
+        Rung::Process,
+        policy.clone(),
+        parent.path(),
         init,
-        egress: Default::default(),
-    }));
-    let router = Router::builder(policy, env)
+        Default::default(),
+    );
+    let router = Router::builder(policy, Deployment::default())
         .min_isolation(Isolation::Process)
         .backend(backend.clone())
         .build()
         .unwrap();
-    let caller = CallerContext::new(
-        || "sysv".to_string(),
-        || "t".to_string(),
-        || "agent".to_string(),
-        || Identity {
+    let caller = cordon_testkit::caller(
+        "sysv",
+        "t",
+        "agent",
+        Identity {
             namespace: "sysv".into(),
             attested: true,
             ..Identity::default()

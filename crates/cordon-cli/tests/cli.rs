@@ -3,17 +3,11 @@
 
 use std::process::Command;
 
+/// `cordon ARGS` in the workspace's root.
 fn cordon(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_cordon"))
-        .args(args)
+    cordon_testkit::cordon!()
         .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
-        .output()
-        .expect("run cordon");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+        .run(args)
 }
 
 #[test]
@@ -404,18 +398,9 @@ fn explain_refuses_facts_the_enforcing_point_cannot_see() {
 // ---- cordon doctor ----
 
 fn cordon_env(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_cordon"))
-        .args(args)
-        .env_remove("CORDON_MIN_ISOLATION")
-        .envs(env.iter().copied())
+    cordon_testkit::cordon!()
         .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
-        .output()
-        .expect("run cordon");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+        .run_env(args, env)
 }
 
 #[test]
@@ -524,28 +509,10 @@ fn conformance_refuses_a_backend_it_cannot_run_or_does_not_know() {
 
 // ---- cordon run ----
 
-/// The real binary, as CI (root) runs it. Outside CI the sandbox cases skip
-/// loudly; refusals before any launch run everywhere.
-fn can_sandbox(case: &str) -> bool {
-    let root = std::fs::read_to_string("/proc/self/status")
-        .map(|s| {
-            s.lines()
-                .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
-        })
-        .unwrap_or(false);
-    if std::env::var("CI").is_ok_and(|v| v == "true") {
-        assert!(root, "CI=true and `{case}` needs root to launch sandboxes");
-        return true;
-    }
-    if !root {
-        use std::io::Write;
-        let _ = writeln!(
-            std::io::stderr().lock(),
-            "\n!!!!!!!! SKIPPED {case}: launching a sandbox needs root (CI=true makes this a failure) !!!!!!!!\n"
-        );
-    }
-    root
-}
+// The real binary, as CI (root) runs it. Outside CI the sandbox cases skip
+// loudly (`cordon_testkit::can_sandbox`); refusals before any launch run
+// everywhere.
+use cordon_testkit::can_sandbox;
 
 fn run_at(rung: &str, extra: &[&str], cmd: &[&str]) -> (i32, String, String) {
     let mut args = vec!["run", "--min-isolation", rung, "--backend", rung];

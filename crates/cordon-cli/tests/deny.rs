@@ -8,34 +8,8 @@
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
-fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .map(|s| {
-            s.lines()
-                .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
-        })
-        .unwrap_or(false)
-}
-
-fn can_sandbox(case: &str) -> bool {
-    if std::env::var("CI").is_ok_and(|v| v == "true") {
-        assert!(
-            is_root(),
-            "CI=true and `{case}` needs root to launch sandboxes"
-        );
-        return true;
-    }
-    if !is_root() {
-        use std::io::Write;
-        let _ = writeln!(
-            std::io::stderr().lock(),
-            "\n!!!!!!!! SKIPPED {case}: launching a sandbox needs root (CI=true makes this a failure) !!!!!!!!\n"
-        );
-    }
-    is_root()
-}
+use cordon_testkit::can_sandbox;
 
 const RUNGS: [&str; 2] = ["process", "container"];
 
@@ -55,19 +29,15 @@ fn run(
     env: &[(&str, &str)],
     script: &str,
 ) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_cordon"))
-        .args(["run", "--min-isolation", rung, "--backend", rung])
-        .args(["--policy", policy.to_str().unwrap()])
-        .args(extra)
-        .args(["--", "/bin/sh", "-c", script])
-        .env_remove("CORDON_MIN_ISOLATION")
-        .envs(env.iter().copied())
-        .output()
-        .expect("cordon run");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
+    cordon_testkit::output(
+        cordon_testkit::cordon!()
+            .command(["run", "--min-isolation", rung, "--backend", rung])
+            .args(["--policy", policy.to_str().unwrap()])
+            .args(extra)
+            .args(["--", "/bin/sh", "-c", script])
+            .envs(env.iter().copied())
+            .output()
+            .expect("cordon run"),
     )
 }
 
@@ -151,7 +121,7 @@ fn perl_is_denied_under_its_other_name_at_both_rungs() {
     }
     let others = names_beside("/usr/bin/perl");
     if others.is_empty() {
-        eprintln!("!!!!!!!! SKIPPED: /usr/bin/perl has no other name here !!!!!!!!");
+        cordon_testkit::skip("deny perl by file", "/usr/bin/perl has no other name here");
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -298,40 +268,12 @@ fn a_deny_that_names_no_directory_is_refused_with_what_would_work() {
     }
 }
 
-/// The CI image (minimal Debian with python3, hence perl and its other
-/// name), built once per machine and cached in
-/// `/var/cache/cordon-ci-images` (as `tests/sandbox.rs` builds it).
-fn ci_image() -> (PathBuf, &'static str) {
-    let store = PathBuf::from("/var/cache/cordon-ci-images");
-    let name = "ci-bookworm-python3";
-    if !store.join("names").join(format!("{name}.json")).exists() {
-        let out = Command::new(env!("CARGO_BIN_EXE_cordon"))
-            .args([
-                "image",
-                "build",
-                name,
-                "--debootstrap",
-                "--include",
-                "python3",
-            ])
-            .env("CORDON_IMAGE_STORE", &store)
-            .output()
-            .expect("cordon image build");
-        assert!(
-            out.status.success(),
-            "building the CI image: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    (store, name)
-}
-
 #[test]
 fn in_a_stored_image_perl_is_denied_under_every_name() {
     if !can_sandbox("deny by file in an image") {
         return;
     }
-    let (store, name) = ci_image();
+    let (store, name) = cordon_testkit::ci_image(&cordon_testkit::cordon!());
     let dir = tempfile::tempdir().unwrap();
     let spec = dir.path().join("spec.yaml");
     std::fs::write(&spec, format!("kind: run\nimage: {name}\n")).unwrap();

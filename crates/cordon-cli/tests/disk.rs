@@ -8,32 +8,13 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-fn cordon(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_cordon"))
-        .args(args)
-        .env_remove("CORDON_MIN_ISOLATION")
-        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
-        .output()
-        .expect("run cordon");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
+use cordon_testkit::can_sandbox;
 
-fn can_sandbox(case: &str) -> bool {
-    let root = rustix::process::geteuid().is_root();
-    if std::env::var("CI").is_ok_and(|v| v == "true") {
-        assert!(root, "CI=true and `{case}` needs root to launch sandboxes");
-        return true;
-    }
-    if !root {
-        eprintln!(
-            "\n!!!!!!!! SKIPPED {case}: launching a sandbox needs root (CI=true makes this a failure) !!!!!!!!\n"
-        );
-    }
-    root
+/// `cordon ARGS` in the workspace's root.
+fn cordon(args: &[&str]) -> (i32, String, String) {
+    cordon_testkit::cordon!()
+        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
+        .run(args)
 }
 
 /// A policy both rungs hold, with a small `max_disk`.
@@ -313,8 +294,8 @@ fn gc_unmounts_the_volume_of_a_run_killed_before_it_could_dispose() {
     }
     let p = policy("64MiB");
     let pol = p.path().display().to_string();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_cordon"))
-        .args([
+    let mut child = cordon_testkit::cordon!()
+        .command([
             "run",
             "--min-isolation",
             "process",
@@ -327,7 +308,6 @@ fn gc_unmounts_the_volume_of_a_run_killed_before_it_could_dispose() {
             "-c",
             "sleep 20",
         ])
-        .env_remove("CORDON_MIN_ISOLATION")
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()

@@ -1,6 +1,6 @@
 //! The `docker` backend through the real binary and a real Docker Engine
 //! (Debian's `dockerd`, started by each test with a private data root and
-//! socket, see `common/dockerd.rs`): `cordon run --backend docker
+//! socket, see `cordon_testkit::dockerd`): `cordon run --backend docker
 //! --min-isolation container` works, output and exit codes come back, the
 //! workload is not root, has no network, writes only its work dir and
 //! `/tmp`, cannot run what the policy denies, is held to its wall, CPU and
@@ -10,14 +10,12 @@
 //! loudly; `CI=true` makes that a failure.
 #![allow(clippy::expect_used, clippy::unwrap_used)] // tests may panic on a broken fixture
 
-mod common {
-    pub mod dockerd;
-}
-
 use std::path::Path;
 use std::process::Command;
+use std::time::Duration;
 
-use common::dockerd::Dockerd;
+use cordon_testkit::dockerd::Dockerd;
+use cordon_testkit::suite::Backend;
 
 /// The escape kit's `mount` case compares the host's mount table before
 /// and after; every other test here starts containers (whose root
@@ -26,10 +24,7 @@ use common::dockerd::Dockerd;
 static KITS_ALONE: std::sync::RwLock<()> = std::sync::RwLock::new(());
 
 fn scratch() -> tempfile::TempDir {
-    tempfile::Builder::new()
-        .prefix("docker-test-")
-        .tempdir_in("/var/tmp")
-        .unwrap()
+    cordon_testkit::scratch("docker-test-")
 }
 
 /// `cordon ARGS` pointed at `engine`, with `tmp` as TMPDIR and its state
@@ -40,19 +35,15 @@ fn cordon(engine: &Dockerd, tmp: &Path, args: &[&str]) -> (i32, String, String) 
 
 /// `cordon ARGS` pointed at the engines `hosts` (`CORDON_DOCKER_HOST`).
 fn cordon_at(hosts: &str, tmp: &Path, args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_cordon"))
-        .args(args)
+    cordon_for(hosts, tmp).run(args)
+}
+
+/// The `cordon` of [`cordon_at`].
+fn cordon_for(hosts: &str, tmp: &Path) -> cordon_testkit::Cordon {
+    cordon_testkit::cordon!()
         .env("CORDON_DOCKER_HOST", hosts)
         .env("TMPDIR", tmp)
         .env("CORDON_STATE_DIR", tmp.join("state"))
-        .env_remove("CORDON_MIN_ISOLATION")
-        .output()
-        .expect("run cordon");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
 }
 
 fn run(engine: &Dockerd, tmp: &Path, args: &[&str]) -> (i32, String, String) {
@@ -72,7 +63,15 @@ fn leftovers(engine: &Dockerd, tmp: &Path) -> Vec<String> {
         .unwrap()
         .flatten()
         .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|n| n.starts_with("cordon-docker-") || n.starts_with(".cordon-volume-"))
+        .filter_map(|n| {
+            if n.starts_with("cordon-docker-") {
+                Some(format!("dir {n}"))
+            } else if n.starts_with(".cordon-volume-") {
+                Some(format!("volume {n}"))
+            } else {
+                None
+            }
+        })
         .collect();
     let tag = tmp.display().to_string();
     left.extend(
@@ -133,11 +132,11 @@ fn a_command_runs_confined_and_leaves_nothing() {
     let (code, out, err) = sh(&engine, tmp.path(), "echo out; echo err >&2; exit 7");
     assert_eq!((code, out.as_str()), (7, "out\n"));
     assert!(err.contains("err\n"), "{err}");
-    let out = Command::new(env!("CARGO_BIN_EXE_cordon"))
-        .args(["run", "--backend", "docker", "--min-isolation", "container"])
-        .args(["--", "/bin/cat"])
+    let out = cordon_testkit::cordon!()
         .env("CORDON_DOCKER_HOST", engine.host())
         .env("TMPDIR", tmp.path())
+        .command(["run", "--backend", "docker", "--min-isolation", "container"])
+        .args(["--", "/bin/cat"])
         .stdin(std::fs::File::open("/etc/hostname").unwrap())
         .output()
         .unwrap();
@@ -278,50 +277,6 @@ fn wall_cpu_and_memory_bounds_kill_and_are_reported() {
 }
 
 #[test]
-fn the_conformance_and_escape_kits_pass_whole() {
-    let _alone = KITS_ALONE.write().unwrap_or_else(|e| e.into_inner());
-    let Some(engine) = Dockerd::start("docker kits") else {
-        return;
-    };
-    let tmp = scratch();
-    let (code, out, err) = cordon(&engine, tmp.path(), &["conformance", "--backend", "docker"]);
-    assert_eq!(code, 0, "{out}\n{err}");
-    assert!(out.contains(" passed, 0 failed"), "{out}");
-    let (code, out, err) = cordon(&engine, tmp.path(), &["escape", "--backend", "docker"]);
-    eprintln!("{out}");
-    assert_eq!(code, 0, "{out}\n{err}");
-    assert!(out.contains(" passed, 0 failed"), "{out}");
-    for case in [
-        "background-outlives-exec",
-        "concurrent-exec-tampering",
-        "concurrent-exec-proc-info",
-        "exec-denied-binary",
-    ] {
-        assert!(
-            out.lines().any(|l| l.starts_with(&format!("pass {case}:"))),
-            "{case}: {out}"
-        );
-    }
-    assert_eq!(leftovers(&engine, tmp.path()), Vec::<String>::new());
-    // With a route out (the anchor's network namespace and the proxy's
-    // listener in it, the inet sockets the profile then allows), every
-    // case still holds.
-    let (code, out, err) = cordon(
-        &engine,
-        tmp.path(),
-        &["escape", "--backend", "docker", "--with-egress-route"],
-    );
-    eprintln!("{out}");
-    assert_eq!(code, 0, "{out}\n{err}");
-    assert!(
-        out.contains("with a route through the egress proxy"),
-        "{out}"
-    );
-    assert!(out.contains(" passed, 0 failed"), "{out}");
-    assert_eq!(leftovers(&engine, tmp.path()), Vec::<String>::new());
-}
-
-#[test]
 fn a_kept_sandbox_works_and_gc_reclaims_one_whose_keeper_died() {
     let _alone = KITS_ALONE.read().unwrap_or_else(|e| e.into_inner());
     let Some(engine) = Dockerd::start("docker kept") else {
@@ -419,59 +374,45 @@ fn a_kept_sandbox_works_and_gc_reclaims_one_whose_keeper_died() {
     );
 }
 
-/// Up, exec, down, `CORDON_DOCKER_CYCLES` times (default 5; CI sets more):
-/// nothing accumulates on the engine or the host.
+/// The backend suite (`cordon_testkit::suite`) against `docker`, on an
+/// engine of its own: a kept sandbox, the conformance and escape kits
+/// whole (with and without a route), and up/exec/down cycles, run `CORDON_DOCKER_CYCLES`
+/// times (default 5; CI sets more), nothing accumulating on the engine or
+/// the host.
 #[test]
-fn up_exec_down_cycles_leave_nothing() {
-    let _alone = KITS_ALONE.read().unwrap_or_else(|e| e.into_inner());
-    let Some(engine) = Dockerd::start("docker leak cycles") else {
+fn the_backend_suite_passes() {
+    let _alone = KITS_ALONE.write().unwrap_or_else(|e| e.into_inner());
+    let Some(engine) = Dockerd::start("docker backend suite") else {
         return;
     };
-    let cycles: usize = std::env::var("CORDON_DOCKER_CYCLES")
-        .ok()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(5);
     let tmp = scratch();
-    for i in 0..cycles {
-        let (code, handle, err) = cordon(
-            &engine,
-            tmp.path(),
-            &[
-                "sandbox",
-                "up",
-                "--scope",
-                "cycles",
-                "--thread",
-                &format!("t{i}"),
-                "--backend",
-                "docker",
-                "--min-isolation",
-                "container",
-            ],
-        );
-        assert_eq!(code, 0, "cycle {i}: {err}");
-        let handle = handle.trim();
-        let (code, out, err) = cordon(
-            &engine,
-            tmp.path(),
-            &["sandbox", "exec", handle, "--", "/bin/echo", "cycle"],
-        );
-        assert_eq!((code, out.as_str()), (0, "cycle\n"), "cycle {i}: {err}");
-        let (code, _, err) = cordon(&engine, tmp.path(), &["sandbox", "down", handle]);
-        assert_eq!(code, 0, "cycle {i}: {err}");
-        assert_eq!(
-            leftovers(&engine, tmp.path()),
-            Vec::<String>::new(),
-            "cycle {i}"
-        );
-    }
+    cordon_testkit::suite::run_all(&Backend {
+        name: "docker",
+        cordon: cordon_for(&engine.host(), tmp.path()),
+        args: ["--backend", "docker", "--min-isolation", "container"]
+            .map(String::from)
+            .to_vec(),
+        image: "host",
+        scratch: tmp.path().to_path_buf(),
+        secrets: false,
+        execs_per_cycle: 1,
+        cycles: ("CORDON_DOCKER_CYCLES", 5),
+        conformance_cases: None,
+        settle: Duration::ZERO,
+        residue: Box::new(|| leftovers(&engine, tmp.path())),
+    });
 }
 
 #[test]
 fn doctor_reports_the_engine_and_a_missing_one_is_refused_with_the_fix() {
     let tmp = scratch();
-    let out = Command::new(env!("CARGO_BIN_EXE_cordon"))
-        .args([
+    let (code, _, err) = cordon_testkit::cordon!()
+        .env(
+            "CORDON_DOCKER_HOST",
+            format!("unix://{}/none.sock", tmp.path().display()),
+        )
+        .env("TMPDIR", tmp.path())
+        .run([
             "run",
             "--backend",
             "docker",
@@ -479,16 +420,8 @@ fn doctor_reports_the_engine_and_a_missing_one_is_refused_with_the_fix() {
             "container",
             "--",
             "/bin/true",
-        ])
-        .env(
-            "CORDON_DOCKER_HOST",
-            format!("unix://{}/none.sock", tmp.path().display()),
-        )
-        .env("TMPDIR", tmp.path())
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_ne!(out.status.code(), Some(0));
+        ]);
+    assert_ne!(code, 0);
     assert!(err.contains("no Docker Engine socket"), "{err}");
     assert!(err.contains("CORDON_DOCKER_HOST"), "{err}");
     let _alone = KITS_ALONE.read().unwrap_or_else(|e| e.into_inner());
@@ -567,19 +500,12 @@ fn an_image_from_cordons_store_runs_as_the_plan_grants() {
     assert!(made.success());
     let store = tmp.path().join("store");
     std::fs::create_dir(&store).unwrap();
-    let cordon_store = |args: &[&str]| {
-        let out = Command::new(env!("CARGO_BIN_EXE_cordon"))
-            .args(args)
+    let cordon_store = {
+        let c = cordon_testkit::cordon!()
             .env("CORDON_DOCKER_HOST", engine.host())
             .env("CORDON_IMAGE_STORE", &store)
-            .env("TMPDIR", tmp.path())
-            .output()
-            .unwrap();
-        (
-            out.status.code().unwrap_or(-1),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
+            .env("TMPDIR", tmp.path());
+        move |args: &[&str]| c.run(args)
     };
     let (code, _, err) = cordon_store(&["image", "import", "mini", root.to_str().unwrap()]);
     assert_eq!(code, 0, "{err}");
@@ -658,35 +584,7 @@ fn a_spec_with_an_allowlist_reaches_it_through_the_proxy_and_nothing_else() {
     let p = tmp.path();
     std::fs::write(
         p.join("policy.yaml"),
-        r#"
-policy:
-  compute:
-    allow:
-      - name: system-programs
-        when: command.startsWith("/usr/") || command.startsWith("/bin/")
-  storage:
-    allow:
-      - name: system
-        when: >-
-          (path.startsWith("/usr/") || path.startsWith("/lib/") ||
-          path.startsWith("/lib64/") || path.startsWith("/bin/") ||
-          path.startsWith("/sbin/")) && mode in ["read", "execute"]
-      - name: etc
-        when: path.startsWith("/etc/") && mode == "read"
-      - name: work
-        when: path.startsWith(work_dir + "/") && mode in ["read", "write"]
-      - name: tmp
-        when: path.startsWith("/tmp/") && mode in ["read", "write"]
-      - name: devices
-        when: path in ["/dev/null", "/dev/zero", "/dev/urandom"] && mode in ["read", "write"]
-  egress:
-    allow_ranges:
-      - cidr: 127.0.0.0/8
-        hosts: [ok.test, other.test]
-    allow:
-      - name: test-hosts
-        when: host == "ok.test" || host == "other.test"
-"#,
+        cordon_testkit::policy::loopback_egress("", "", ""),
     )
     .unwrap();
     std::fs::write(p.join("hosts"), "127.0.0.1 ok.test other.test\n").unwrap();
@@ -768,16 +666,14 @@ policy:
 /// sweeps them, since their maker is gone.
 #[test]
 fn gc_sweeps_what_a_killed_run_left() {
+    let _alone = KITS_ALONE.read().unwrap_or_else(|e| e.into_inner());
     let Some(engine) = Dockerd::start("docker sweep") else {
         return;
     };
     let tmp = scratch();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_cordon"))
-        .args(["run", "--backend", "docker", "--min-isolation", "container"])
+    let mut child = cordon_for(&engine.host(), tmp.path())
+        .command(["run", "--backend", "docker", "--min-isolation", "container"])
         .args(["--", "/bin/sleep", "60"])
-        .env("CORDON_DOCKER_HOST", engine.host())
-        .env("TMPDIR", tmp.path())
-        .env("CORDON_STATE_DIR", tmp.path().join("state"))
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()

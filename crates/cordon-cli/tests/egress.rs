@@ -23,82 +23,16 @@ use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-const POLICY: &str = r#"
-policy:
-  compute:
-    allow:
-      - name: system-programs
-        when: command.startsWith("/usr/") || command.startsWith("/bin/")
-  storage:
-    allow:
-      - name: system
-        when: >-
-          (path.startsWith("/usr/") || path.startsWith("/lib/") ||
-          path.startsWith("/lib64/") || path.startsWith("/bin/") ||
-          path.startsWith("/sbin/")) && mode in ["read", "execute"]
-      - name: etc
-        when: path.startsWith("/etc/") && mode == "read"
-      - name: work
-        when: path.startsWith(work_dir + "/") && mode in ["read", "write"]
-      - name: tmp
-        when: path.startsWith("/tmp/") && mode in ["read", "write"]
-      - name: devices
-        when: path in ["/dev/null", "/dev/zero", "/dev/urandom"] && mode in ["read", "write"]
-  egress:
-    allow_ranges:
-      - cidr: 127.0.0.0/8
-        hosts: [ok.test, other.test]
-    allow:
-      - name: test-hosts
-        when: host == "ok.test" || host == "other.test"
-    deny:
-      - name: team-b-stays-home
-        when: identity.namespace == "team-b"
-"#;
-
-fn in_ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true")
+/// The shared loopback policy, team-b kept home.
+fn policy() -> String {
+    cordon_testkit::policy::loopback_egress(
+        "",
+        "      - name: team-b-stays-home\n        when: identity.namespace == \"team-b\"\n",
+        "",
+    )
 }
 
-fn is_root() -> bool {
-    rustix_uid() == 0
-}
-
-fn rustix_uid() -> u32 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("Uid:"))
-                .and_then(|l| l.split_whitespace().nth(1).map(str::to_string))
-        })
-        .and_then(|u| u.parse().ok())
-        .unwrap_or(u32::MAX)
-}
-
-/// Says loudly that `case` did not run, and why: on the test's own stderr,
-/// which the harness does not capture (`eprintln!` it would, and a passing
-/// test's output is never shown).
-fn skipped(case: &str, why: &str) {
-    let _ = writeln!(
-        std::io::stderr().lock(),
-        "\n!!!!!!!! SKIPPED {case}: {why} (CI=true makes this a failure) !!!!!!!!\n"
-    );
-}
-
-fn can_sandbox(case: &str) -> bool {
-    if in_ci() {
-        assert!(
-            is_root(),
-            "CI=true and `{case}` needs root to launch sandboxes"
-        );
-        return true;
-    }
-    if !is_root() {
-        skipped(case, "launching a sandbox needs root");
-    }
-    is_root()
-}
+use cordon_testkit::{can_run_gvisor, can_sandbox, CI_IMAGE};
 
 /// A loopback HTTP server answering every request with `body`; counts
 /// the connections it accepted.
@@ -151,7 +85,7 @@ impl Fixture {
     fn with_image(image: &str, allow: &[String]) -> Fixture {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path();
-        std::fs::write(p.join("policy.yaml"), POLICY).unwrap();
+        std::fs::write(p.join("policy.yaml"), policy()).unwrap();
         std::fs::write(p.join("hosts"), "127.0.0.1 ok.test other.test\n").unwrap();
         let allow: Vec<String> = allow.iter().map(|a| format!("  - \"{a}\"\n")).collect();
         let egress = if allow.is_empty() {
@@ -198,19 +132,9 @@ impl Fixture {
     }
 
     fn cordon_env(&self, args: &[&str], env: &[(String, String)]) -> (i32, String, String) {
-        let out = Command::new(env!("CARGO_BIN_EXE_cordon"))
-            .args(args)
-            .envs(env.iter().map(|(k, v)| (k, v)))
+        cordon_testkit::cordon!()
             .env("CORDON_STATE_DIR", self.path("state"))
-            .env_remove("CORDON_MIN_ISOLATION")
-            .stdin(Stdio::null())
-            .output()
-            .unwrap();
-        (
-            out.status.code().unwrap_or(-1),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
+            .run_env(args, env)
     }
 
     fn selection(&self, target: &Target) -> Vec<String> {
@@ -311,13 +235,9 @@ impl Client {
 /// environment, and what must live as long as the case (an engine).
 struct Ready {
     env: Vec<(String, String)>,
-    _engine: Option<common::dockerd::Dockerd>,
+    _engine: Option<cordon_testkit::dockerd::Dockerd>,
     /// A turn the target's cases take one at a time.
     _turn: Option<std::sync::MutexGuard<'static, ()>>,
-}
-
-mod common {
-    pub mod dockerd;
 }
 
 /// The native container rung.
@@ -340,7 +260,7 @@ const DOCKER: Target = Target {
     image: "host",
     client: Client::Curl,
     ready: |case| {
-        let engine = common::dockerd::Dockerd::start(case)?;
+        let engine = cordon_testkit::dockerd::Dockerd::start(case)?;
         Some(Ready {
             env: vec![("CORDON_DOCKER_HOST".into(), engine.host())],
             _engine: Some(engine),
@@ -348,25 +268,6 @@ const DOCKER: Target = Target {
         })
     },
 };
-
-fn has_runsc() -> bool {
-    let on_path = std::env::var_os("PATH")
-        .is_some_and(|paths| std::env::split_paths(&paths).any(|d| d.join("runsc").is_file()));
-    on_path || std::path::Path::new("/usr/bin/runsc").is_file()
-}
-
-/// Whether this machine runs gVisor sandboxes (root and `runsc`); a loud
-/// skip if not, a failure with `CI=true`.
-fn can_run_gvisor(case: &str) -> bool {
-    let missing = match (is_root(), has_runsc()) {
-        (true, true) => return true,
-        (false, _) => "launching a gVisor sandbox needs root",
-        (true, false) => "`runsc` is not installed (`apt-get install runsc`)",
-    };
-    assert!(!in_ci(), "CI=true and `{case}`: {missing}");
-    skipped(case, missing);
-    false
-}
 
 /// The `gvisor` backend (`hardened_container`).
 const GVISOR: Target = Target {
@@ -382,123 +283,6 @@ const GVISOR: Target = Target {
     },
 };
 
-/// The CI image store and the image the microvm guests boot (Debian
-/// minbase with python3, no curl), as `tests/microvm.rs` and
-/// `tests/sandbox.rs` build it.
-const CI_STORE: &str = "/var/cache/cordon-ci-images";
-const CI_IMAGE: &str = "ci-bookworm-python3";
-
-/// Whether the ELF file at `p` names no program interpreter: a static
-/// build, the only kind that can be a guest's PID 1.
-fn is_static_elf(p: &std::path::Path) -> bool {
-    let Ok(b) = std::fs::read(p) else {
-        return false;
-    };
-    let u16_at = |o: usize| {
-        b.get(o..o + 2)
-            .map(|x| u16::from_le_bytes([x[0], x[1]]) as usize)
-    };
-    let u64_at = |o: usize| {
-        b.get(o..o + 8)
-            .map(|x| u64::from_le_bytes(x.try_into().unwrap()) as usize)
-    };
-    if !b.starts_with(b"\x7fELF\x02\x01") {
-        return false;
-    }
-    let (Some(phoff), Some(phentsize), Some(phnum)) = (u64_at(0x20), u16_at(0x36), u16_at(0x38))
-    else {
-        return false;
-    };
-    // PT_INTERP = 3.
-    !(0..phnum).any(|i| {
-        b.get(phoff + i * phentsize..phoff + i * phentsize + 4) == Some(&3u32.to_le_bytes()[..])
-    })
-}
-
-/// What this machine lacks for a microvm guest, if anything.
-fn microvm_missing() -> Option<String> {
-    if !is_root() {
-        return Some("launching a microvm sandbox (the jail around QEMU) needs root".into());
-    }
-    let qemu_on_path = std::env::var_os("PATH").is_some_and(|paths| {
-        std::env::split_paths(&paths).any(|d| d.join("qemu-system-x86_64").is_file())
-    });
-    if !qemu_on_path && !std::path::Path::new("/usr/bin/qemu-system-x86_64").is_file() {
-        return Some(
-            "`qemu-system-x86_64` is not installed (`apt-get install qemu-system-x86`)".into(),
-        );
-    }
-    let kernel = match std::env::var_os("CORDON_VM_KERNEL").filter(|v| !v.is_empty()) {
-        Some(k) => std::path::Path::new(&k).is_file(),
-        None => std::fs::read_dir("/boot")
-            .map(|d| {
-                d.flatten().any(|e| {
-                    let n = e.file_name().to_string_lossy().into_owned();
-                    // The backend boots 6.12 or later.
-                    let version = n
-                        .strip_prefix("vmlinuz-")
-                        .filter(|_| n.ends_with("-cloud-amd64"))
-                        .map(|r| {
-                            r.split(['.', '-'])
-                                .take(2)
-                                .map(|x| x.parse::<u32>().unwrap_or(0))
-                                .collect::<Vec<_>>()
-                        });
-                    version.is_some_and(|v| v >= vec![6, 12])
-                })
-            })
-            .unwrap_or(false),
-    };
-    if !kernel {
-        return Some("no guest kernel: no 6.12+ `/boot/vmlinuz-*-cloud-amd64` (bookworm-backports' `linux-image-cloud-amd64`) and no CORDON_VM_KERNEL".into());
-    }
-    let agent = match std::env::var_os("CORDON_VM_AGENT").filter(|v| !v.is_empty()) {
-        Some(a) => PathBuf::from(a),
-        // target/debug/cordon → target/x86_64-unknown-linux-gnu/guest/.
-        None => PathBuf::from(env!("CARGO_BIN_EXE_cordon"))
-            .parent()
-            .and_then(std::path::Path::parent)
-            .map(|t| t.join("x86_64-unknown-linux-gnu/guest/cordon-vm-agent"))
-            .unwrap_or_default(),
-    };
-    if !is_static_elf(&agent) {
-        return Some(format!(
-            "no static guest agent at `{}` (`RUSTFLAGS=\"-C target-feature=+crt-static\" cargo build --profile guest --locked -p cordon-vm-agent --target x86_64-unknown-linux-gnu`)",
-            agent.display()
-        ));
-    }
-    None
-}
-
-/// The CI image, built once per machine if the store lacks it.
-fn ci_image_store() -> PathBuf {
-    let store = PathBuf::from(CI_STORE);
-    if !store
-        .join("names")
-        .join(format!("{CI_IMAGE}.json"))
-        .exists()
-    {
-        let out = Command::new(env!("CARGO_BIN_EXE_cordon"))
-            .args([
-                "image",
-                "build",
-                CI_IMAGE,
-                "--debootstrap",
-                "--include",
-                "python3",
-            ])
-            .env("CORDON_IMAGE_STORE", &store)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "building the CI image: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    store
-}
-
 /// One microvm case at a time: each boots guests under TCG on few cores.
 static ONE_VM_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
@@ -510,13 +294,15 @@ const MICROVM: Target = Target {
     image: CI_IMAGE,
     client: Client::Python,
     ready: |case| {
-        if let Some(missing) = microvm_missing() {
-            assert!(!in_ci(), "CI=true and `{case}`: {missing}");
-            skipped(&format!("{case} on microvm"), &missing);
+        let cordon = cordon_testkit::cordon!();
+        if !cordon_testkit::runs_here(
+            &format!("{case} on microvm"),
+            cordon_testkit::microvm_missing(cordon.bin()),
+        ) {
             return None;
         }
         let turn = ONE_VM_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-        let store = ci_image_store();
+        let (store, _) = cordon_testkit::ci_image(&cordon);
         Some(Ready {
             env: vec![("CORDON_IMAGE_STORE".into(), store.display().to_string())],
             _engine: None,
@@ -736,8 +522,8 @@ fn a_closed_backend_for_a_spec_that_names_hosts_runs_with_a_warning_on_every_sur
 fn the_proxy_alone_serves_what_its_allowlist_and_policy_allow() {
     let (port, hits) = upstream("from-upstream");
     let f = Fixture::new(&[]);
-    let mut child = Command::new(env!("CARGO_BIN_EXE_cordon"))
-        .args([
+    let mut child = cordon_testkit::cordon!()
+        .command([
             "proxy",
             "--policy",
             f.path("policy.yaml").to_str().unwrap(),
@@ -815,8 +601,8 @@ fn the_proxy_alone_serves_what_its_allowlist_and_policy_allow() {
     assert_eq!(lines[0]["identity"]["namespace"], "team-a");
     assert_eq!(lines[1]["verdict"], "deny");
     // An audit line replays through `cordon policy explain --facts`.
-    let mut explain = Command::new(env!("CARGO_BIN_EXE_cordon"))
-        .args([
+    let mut explain = cordon_testkit::cordon!()
+        .command([
             "policy",
             "explain",
             f.path("policy.yaml").to_str().unwrap(),
@@ -854,8 +640,8 @@ fn the_confined_proxy_rotates_its_audit_log_and_goes_on_serving() {
     let (port, _hits) = upstream("from-upstream");
     let f = Fixture::new(&[]);
     let audit = f.path("audit.jsonl");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_cordon"))
-        .args([
+    let mut child = cordon_testkit::cordon!()
+        .command([
             "proxy",
             "--policy",
             f.path("policy.yaml").to_str().unwrap(),

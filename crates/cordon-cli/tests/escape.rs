@@ -3,8 +3,6 @@
 //! it skips loudly, and `CI=true` without root is a failure.
 #![allow(clippy::expect_used, clippy::unwrap_used)] // tests may panic on a broken fixture
 
-use std::process::Command;
-
 /// Breaches the kit finds today, each with why. The test asserts these
 /// cases still FAIL (so a fix makes it fail until the entry is removed)
 /// and every other case passes. Never add to it to make CI green without
@@ -15,29 +13,13 @@ const KNOWN_BREACHES: &[(&str, &str, &str)] = &[
     // exec A, which is outside its Landlock domain.)
 ];
 
-fn in_ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true")
-}
-
-fn is_root() -> bool {
-    // The binary's own check would refuse; this keeps the skip message clear.
-    Command::new("id")
-        .arg("-u")
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
-        .unwrap_or(false)
-}
-
 fn escape(backend: &str, extra: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_cordon"))
-        .args(["escape", "--backend", backend])
-        .args(extra)
-        .output()
-        .expect("run cordon");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
+    cordon_testkit::output(
+        cordon_testkit::cordon!()
+            .command(["escape", "--backend", backend])
+            .args(extra)
+            .output()
+            .expect("run cordon"),
     )
 }
 
@@ -45,40 +27,18 @@ fn escape(backend: &str, extra: &[&str]) -> (i32, String, String) {
 /// uid, whose process count (`RLIMIT_NPROC`) the bounds cases measure.
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-fn has_runsc() -> bool {
-    let on_path = std::env::var_os("PATH")
-        .is_some_and(|paths| std::env::split_paths(&paths).any(|d| d.join("runsc").is_file()));
-    on_path || std::path::Path::new("/usr/bin/runsc").is_file()
-}
-
 fn run_against(backend: &str) {
     run_against_with(backend, &[]);
 }
 
 fn run_against_with(backend: &str, extra: &[&str]) {
     let _guard = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    if backend == "gvisor" && !has_runsc() {
-        assert!(
-            !in_ci(),
-            "CI=true and the escape kit against `gvisor` needs `runsc` (`apt-get install runsc`)"
-        );
-        use std::io::Write;
-        let _ = writeln!(
-            std::io::stderr().lock(),
-            "\n!!!!!!!! SKIPPED the escape kit against `gvisor`: `runsc` is not installed (`apt-get install runsc`; CI=true makes this a failure) !!!!!!!!\n"
-        );
+    let case = format!("the escape kit against `{backend}`");
+    if backend == "gvisor" && !cordon_testkit::has_runsc() {
+        cordon_testkit::skip(&case, "`runsc` is not installed (`apt-get install runsc`)");
         return;
     }
-    if !is_root() {
-        assert!(
-            !in_ci(),
-            "CI=true and the escape kit against `{backend}` needs root to launch sandboxes"
-        );
-        use std::io::Write;
-        let _ = writeln!(
-            std::io::stderr().lock(),
-            "\n!!!!!!!! SKIPPED the escape kit against `{backend}`: launching a sandbox needs root (CI=true makes this a failure) !!!!!!!!\n"
-        );
+    if !cordon_testkit::can_sandbox(&case) {
         return;
     }
     let started = std::time::Instant::now();
@@ -170,8 +130,8 @@ fn escape_refuses_a_backend_it_does_not_know_or_cannot_build() {
         err.contains("`nope` is not a backend cordon knows"),
         "{err}"
     );
-    let out = Command::new(env!("CARGO_BIN_EXE_cordon"))
-        .args(["escape", "--backend", "docker"])
+    let out = cordon_testkit::cordon!()
+        .command(["escape", "--backend", "docker"])
         .env("CORDON_DOCKER_HOST", "unix:///nonexistent/docker.sock")
         .output()
         .expect("run cordon");

@@ -7,54 +7,30 @@
 //! makes a missing `runsc` or root a failure (`.ci/run` installs runsc).
 #![allow(clippy::expect_used, clippy::unwrap_used)] // tests may panic on a broken fixture
 
+use std::cell::RefCell;
+use std::collections::BTreeSet;
 use std::path::Path;
 use std::process::Command;
+use std::time::Duration;
+
+use cordon_testkit::suite::Backend;
 
 const STATE_ROOT: &str = "/run/cordon/gvisor";
 
-fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .map(|s| {
-            s.lines()
-                .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
-        })
-        .unwrap_or(false)
-}
+use cordon_testkit::can_run_gvisor as can_run;
 
-fn has_runsc() -> bool {
-    let on_path = std::env::var_os("PATH")
-        .is_some_and(|paths| std::env::split_paths(&paths).any(|d| d.join("runsc").is_file()));
-    on_path || Path::new("/usr/bin/runsc").is_file()
-}
-
-/// Whether this machine runs gVisor sandboxes; a loud skip if not.
-fn can_run(case: &str) -> bool {
-    let missing = match (is_root(), has_runsc()) {
-        (true, true) => return true,
-        (false, _) => "launching a gVisor sandbox needs root",
-        (true, false) => "`runsc` is not installed (`apt-get install runsc`)",
-    };
-    assert!(
-        !std::env::var("CI").is_ok_and(|v| v == "true"),
-        "CI=true and `{case}`: {missing}"
-    );
-    eprintln!("\n!!!!!!!! SKIPPED {case}: {missing} (CI=true makes this a failure) !!!!!!!!\n");
-    false
-}
+/// The escape kit's `mount` case compares the host's mount table before
+/// and after; every other test here starts sandboxes (whose directories
+/// and volumes are mounted in the host's namespace). The backend suite,
+/// which runs the kits, runs alone (write), the rest beside each other
+/// (read).
+static KITS_ALONE: std::sync::RwLock<()> = std::sync::RwLock::new(());
 
 /// `cordon run --min-isolation hardened_container` in a scratch TMPDIR.
 fn run(tmp: &Path, args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_cordon"))
-        .args(["run", "--min-isolation", "hardened_container"])
-        .args(args)
-        .env("TMPDIR", tmp)
-        .output()
-        .expect("run cordon");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    let mut all = vec!["run", "--min-isolation", "hardened_container"];
+    all.extend_from_slice(args);
+    cordon_testkit::cordon!().env("TMPDIR", tmp).run(all)
 }
 
 fn sh(tmp: &Path, script: &str) -> (i32, String, String) {
@@ -87,10 +63,7 @@ fn leftovers(tmp: &Path) -> Vec<String> {
 }
 
 fn scratch() -> tempfile::TempDir {
-    tempfile::Builder::new()
-        .prefix("gvisor-test-")
-        .tempdir_in("/var/tmp")
-        .unwrap()
+    cordon_testkit::scratch("gvisor-test-")
 }
 
 #[test]
@@ -98,6 +71,7 @@ fn echo_runs_at_the_hardened_container_rung_and_leaves_nothing() {
     if !can_run("gvisor echo") {
         return;
     }
+    let _alone = KITS_ALONE.read().unwrap_or_else(|e| e.into_inner());
     let tmp = scratch();
     let (code, out, err) = run(tmp.path(), &["--", "/bin/echo", "hi"]);
     assert_eq!((code, out.as_str()), (0, "hi\n"), "stderr: {err}");
@@ -140,6 +114,7 @@ fn exit_codes_come_back() {
     if !can_run("gvisor exit codes") {
         return;
     }
+    let _alone = KITS_ALONE.read().unwrap_or_else(|e| e.into_inner());
     let tmp = scratch();
     let (code, out, _) = sh(tmp.path(), "echo out; echo err >&2; exit 7");
     assert_eq!((code, out.as_str()), (7, "out\n"));
@@ -152,6 +127,7 @@ fn the_workload_is_not_root_and_has_no_network() {
     if !can_run("gvisor uid and network") {
         return;
     }
+    let _alone = KITS_ALONE.read().unwrap_or_else(|e| e.into_inner());
     let tmp = scratch();
     let (code, out, err) = sh(tmp.path(), "id -u; id -g");
     assert_eq!(code, 0, "{err}");
@@ -196,6 +172,7 @@ fn only_the_work_dir_and_tmp_are_writable() {
     if !can_run("gvisor writable") {
         return;
     }
+    let _alone = KITS_ALONE.read().unwrap_or_else(|e| e.into_inner());
     let tmp = scratch();
     let (code, out, err) = sh(
         tmp.path(),
@@ -214,6 +191,7 @@ fn what_the_policy_denies_is_refused_before_it_starts_and_masked_inside() {
     if !can_run("gvisor denied command") {
         return;
     }
+    let _alone = KITS_ALONE.read().unwrap_or_else(|e| e.into_inner());
     let tmp = scratch();
     let (code, out, err) = run(tmp.path(), &["--", "/usr/bin/su", "-c", "id"]);
     assert_ne!(code, 0);
@@ -232,6 +210,7 @@ fn the_wall_clock_bound_kills_the_container() {
     if !can_run("gvisor timeout") {
         return;
     }
+    let _alone = KITS_ALONE.read().unwrap_or_else(|e| e.into_inner());
     let tmp = scratch();
     let spec = tmp.path().join("spec.yaml");
     std::fs::write(
@@ -255,11 +234,9 @@ fn doctor_reports_gvisor_with_its_platform() {
     if !can_run("gvisor doctor") {
         return;
     }
-    let out = Command::new(env!("CARGO_BIN_EXE_cordon"))
-        .args(["doctor", "--min-isolation", "hardened_container"])
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
+    let _alone = KITS_ALONE.read().unwrap_or_else(|e| e.into_inner());
+    let (_, text, _) =
+        cordon_testkit::cordon!().run(["doctor", "--min-isolation", "hardened_container"]);
     let row = text
         .lines()
         .find(|l| l.starts_with("gvisor "))
@@ -278,17 +255,14 @@ fn a_container_floor_lands_on_the_container_rung_unless_gvisor_is_named() {
     if !can_run("gvisor opt-in") {
         return;
     }
+    let _alone = KITS_ALONE.read().unwrap_or_else(|e| e.into_inner());
     let tmp = scratch();
-    let cordon = |args: &[&str]| {
-        let out = Command::new(env!("CARGO_BIN_EXE_cordon"))
-            .args(args)
-            .env("TMPDIR", tmp.path())
-            .output()
-            .unwrap();
-        (
-            out.status.code().unwrap_or(-1),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
+    let cordon = {
+        let c = cordon_testkit::cordon!().env("TMPDIR", tmp.path());
+        move |args: &[&str]| {
+            let (code, _, err) = c.run(args);
+            (code, err)
+        }
     };
     let (code, err) = cordon(&["run", "--min-isolation", "container", "--", "/bin/true"]);
     assert_eq!(code, 0, "{err}");
@@ -306,27 +280,6 @@ fn a_container_floor_lands_on_the_container_rung_unless_gvisor_is_named() {
     assert!(err.contains("`gvisor` rung"), "{err}");
 }
 
-/// The files-out conformance kit passes whole against a real gVisor
-/// sandbox (over an operator's work dir, as the kit gives one).
-#[test]
-fn the_files_out_conformance_kit_passes() {
-    if !can_run("gvisor conformance") {
-        return;
-    }
-    let out = Command::new(env!("CARGO_BIN_EXE_cordon"))
-        .args(["conformance", "--backend", "gvisor"])
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{text}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(text.contains(" passed, 0 failed"), "{text}");
-}
-
 /// The container rung's syscall denials hold inside the gVisor sandbox
 /// too (an OCI `linux.seccomp` runsc loads with `--oci-seccomp`): no
 /// `ptrace`, no new user namespace, no netlink socket.
@@ -335,6 +288,7 @@ fn the_seccomp_denials_hold_inside() {
     if !can_run("gvisor seccomp") {
         return;
     }
+    let _alone = KITS_ALONE.read().unwrap_or_else(|e| e.into_inner());
     let tmp = scratch();
     let script = "import ctypes, socket\n\
                   libc = ctypes.CDLL(None, use_errno=True)\n\
@@ -358,18 +312,11 @@ fn a_kept_sandbox_whose_keeper_died_is_reclaimed_by_gc() {
     if !can_run("gvisor kept and gc") {
         return;
     }
+    let _alone = KITS_ALONE.read().unwrap_or_else(|e| e.into_inner());
     let tmp = scratch();
-    let cordon = |args: &[&str]| {
-        let out = Command::new(env!("CARGO_BIN_EXE_cordon"))
-            .args(args)
-            .env("TMPDIR", tmp.path())
-            .output()
-            .unwrap();
-        (
-            out.status.code().unwrap_or(-1),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
+    let cordon = {
+        let c = cordon_testkit::cordon!().env("TMPDIR", tmp.path());
+        move |args: &[&str]| c.run(args)
     };
     let (code, handle, err) = cordon(&[
         "sandbox",
@@ -445,6 +392,7 @@ fn the_cpu_bound_kills_a_busy_loop() {
     if !can_run("gvisor cpu bound") {
         return;
     }
+    let _alone = KITS_ALONE.read().unwrap_or_else(|e| e.into_inner());
     let tmp = scratch();
     let spec = tmp.path().join("spec.yaml");
     std::fs::write(
@@ -478,6 +426,7 @@ fn coreutils_stat_works_inside() {
     if !can_run("gvisor stat") {
         return;
     }
+    let _alone = KITS_ALONE.read().unwrap_or_else(|e| e.into_inner());
     let tmp = scratch();
     let (code, out, err) = sh(
         tmp.path(),
@@ -498,6 +447,7 @@ fn the_memory_bound_kills_and_is_reported() {
     if !can_run("gvisor memory bound") {
         return;
     }
+    let _alone = KITS_ALONE.read().unwrap_or_else(|e| e.into_inner());
     let tmp = scratch();
     let spec = tmp.path().join("spec.yaml");
     std::fs::write(
@@ -544,18 +494,11 @@ fn warm_execs_are_containers_of_one_runsc_sandbox() {
     if !can_run("gvisor warm execs") {
         return;
     }
+    let _alone = KITS_ALONE.read().unwrap_or_else(|e| e.into_inner());
     let tmp = scratch();
-    let cordon = |args: &[&str]| {
-        let out = Command::new(env!("CARGO_BIN_EXE_cordon"))
-            .args(args)
-            .env("TMPDIR", tmp.path())
-            .output()
-            .unwrap();
-        (
-            out.status.code().unwrap_or(-1),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
+    let cordon = {
+        let c = cordon_testkit::cordon!().env("TMPDIR", tmp.path());
+        move |args: &[&str]| c.run(args)
     };
     let thread = format!("w{}", std::process::id());
     let (code, handle, err) = cordon(&[
@@ -611,6 +554,7 @@ fn a_warm_sandbox_survives_the_end_of_its_runsc_sandbox() {
     if !can_run("gvisor pod restart") {
         return;
     }
+    let _alone = KITS_ALONE.read().unwrap_or_else(|e| e.into_inner());
     let tmp = scratch();
     let spec = tmp.path().join("spec.yaml");
     std::fs::write(
@@ -618,17 +562,9 @@ fn a_warm_sandbox_survives_the_end_of_its_runsc_sandbox() {
         "kind: run\nimage: host\nresources: {memory: 96MiB}\n",
     )
     .unwrap();
-    let cordon = |args: &[&str]| {
-        let out = Command::new(env!("CARGO_BIN_EXE_cordon"))
-            .args(args)
-            .env("TMPDIR", tmp.path())
-            .output()
-            .unwrap();
-        (
-            out.status.code().unwrap_or(-1),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
+    let cordon = {
+        let c = cordon_testkit::cordon!().env("TMPDIR", tmp.path());
+        move |args: &[&str]| c.run(args)
     };
     let thread = format!("r{}", std::process::id());
     let (code, handle, err) = cordon(&[
@@ -717,6 +653,7 @@ fn an_image_from_cordons_store_runs_as_the_plan_grants() {
     if !can_run("gvisor stored image") {
         return;
     }
+    let _alone = KITS_ALONE.read().unwrap_or_else(|e| e.into_inner());
     let tmp = scratch();
     let root = tmp.path().join("mini-root");
     let made = Command::new("/bin/sh")
@@ -738,19 +675,12 @@ fn an_image_from_cordons_store_runs_as_the_plan_grants() {
     let store = tmp.path().join("store");
     std::fs::create_dir(&store).unwrap();
     let state = tmp.path().join("state");
-    let cordon = |args: &[&str]| {
-        let out = Command::new(env!("CARGO_BIN_EXE_cordon"))
-            .args(args)
+    let cordon = {
+        let c = cordon_testkit::cordon!()
             .env("CORDON_IMAGE_STORE", &store)
             .env("CORDON_STATE_DIR", &state)
-            .env("TMPDIR", tmp.path())
-            .output()
-            .unwrap();
-        (
-            out.status.code().unwrap_or(-1),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
+            .env("TMPDIR", tmp.path());
+        move |args: &[&str]| c.run(args)
     };
     let (code, _, err) = cordon(&["image", "import", "mini", root.to_str().unwrap()]);
     assert_eq!(code, 0, "{err}");
@@ -819,39 +749,27 @@ fn an_image_from_cordons_store_runs_as_the_plan_grants() {
     assert_eq!(leftovers(tmp.path()), Vec::<String>::new());
 }
 
-/// Up, two execs (the second starts the sandbox's runsc sandbox, its
-/// pod), down, `CORDON_GVISOR_CYCLES` times (default 3; `.ci/run` sets
-/// more): nothing accumulates — no sandbox directory, no container under
-/// cordon's runsc root, no mount, no cgroup named for a sandbox, no runsc
-/// process of one.
-#[test]
-fn up_exec_down_cycles_leave_nothing() {
-    if !can_run("gvisor leak cycles") {
-        return;
+/// What gvisor sandboxes made with `tmp` as their TMPDIR leave: their
+/// directories; and, of every sandbox whose directory was ever seen here
+/// (its name, kept in `seen`), a mount, a container under cordon's runsc
+/// root, a cgroup, a runsc process.
+fn residue(tmp: &Path, seen: &RefCell<BTreeSet<String>>) -> Vec<String> {
+    let mut out = Vec::new();
+    for d in leftovers(tmp) {
+        out.push(format!("dir {d}"));
+        seen.borrow_mut().insert(d);
     }
-    let cycles: usize = std::env::var("CORDON_GVISOR_CYCLES")
-        .ok()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(3);
-    let tmp = scratch();
-    let cordon = |args: &[&str]| {
-        let out = Command::new(env!("CARGO_BIN_EXE_cordon"))
-            .args(args)
-            .env("TMPDIR", tmp.path())
-            .env("CORDON_STATE_DIR", tmp.path().join("state"))
-            // A keeper that does not answer its dispose is a logged note
-            // (the client reclaims after it): shown, so the check below sees it.
-            .env("CORDON_LOG", "warn")
-            .output()
-            .unwrap();
-        (
-            out.status.code().unwrap_or(-1),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    };
-    let cgroups = |name: &str| -> Vec<String> {
-        let mut found = Vec::new();
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let containers = runsc_containers();
+    let ps = Command::new("ps").args(["-eo", "args"]).output().unwrap();
+    let ps = String::from_utf8_lossy(&ps.stdout);
+    for name in seen.borrow().iter() {
+        if mounts.contains(name.as_str()) {
+            out.push(format!("a mount of {name}"));
+        }
+        for c in containers.iter().filter(|c| c.starts_with(name.as_str())) {
+            out.push(format!("container {c}"));
+        }
         for root in [
             "/sys/fs/cgroup/memory",
             "/sys/fs/cgroup/cpuacct",
@@ -862,63 +780,46 @@ fn up_exec_down_cycles_leave_nothing() {
                 .arg(format!("{name}*"))
                 .output()
                 .unwrap();
-            found.extend(
+            out.extend(
                 String::from_utf8_lossy(&walk.stdout)
                     .lines()
-                    .map(String::from),
+                    .map(|c| format!("cgroup {c}")),
             );
         }
-        found
-    };
-    for i in 0..cycles {
-        let (code, handle, err) = cordon(&[
-            "sandbox",
-            "up",
-            "--scope",
-            "gvisor-cycles",
-            "--thread",
-            &format!("t{i}"),
-            "--min-isolation",
-            "hardened_container",
-        ]);
-        assert_eq!(code, 0, "cycle {i}: {err}");
-        let handle = handle.trim().to_string();
-        for n in 0..2 {
-            let (code, out, err) =
-                cordon(&["sandbox", "exec", &handle, "--", "/bin/echo", "cycle"]);
-            assert_eq!(
-                (code, out.as_str()),
-                (0, "cycle\n"),
-                "cycle {i} exec {n}: {err}"
-            );
+        if ps.contains(name.as_str()) {
+            out.push(format!("a process of {name}"));
         }
-        let dirs = leftovers(tmp.path());
-        assert_eq!(dirs.len(), 1, "cycle {i}: {dirs:?}");
-        let name = dirs[0].clone();
-        let (code, _, err) = cordon(&["sandbox", "down", &handle]);
-        assert_eq!(code, 0, "cycle {i}: {err}");
-        // The keeper disposes of it and answers; the client never has to
-        // reclaim after it.
-        assert!(!err.contains("did not dispose"), "cycle {i}: {err}");
-        assert_eq!(leftovers(tmp.path()), Vec::<String>::new(), "cycle {i}");
-        let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-        assert!(
-            !mounts.contains(&name),
-            "cycle {i}: a mount of `{name}` is left"
-        );
-        assert_eq!(
-            runsc_containers()
-                .into_iter()
-                .filter(|c| c.starts_with(&name))
-                .collect::<Vec<_>>(),
-            Vec::<String>::new(),
-            "cycle {i}: a container of `{name}` is left"
-        );
-        assert_eq!(cgroups(&name), Vec::<String>::new(), "cycle {i}");
-        let ps = Command::new("ps").args(["-eo", "args"]).output().unwrap();
-        assert!(
-            !String::from_utf8_lossy(&ps.stdout).contains(&name),
-            "cycle {i}: a process of `{name}` is still running"
-        );
     }
+    out
+}
+
+/// The backend suite (`cordon_testkit::suite`) against `gvisor`: a kept
+/// sandbox, the conformance kit (files out over an operator's work dir,
+/// as the kit gives one) and the escape kit with and without a route,
+/// and up/exec/down cycles of up, two execs (the second starts the
+/// sandbox's runsc sandbox, its pod), down, `CORDON_GVISOR_CYCLES` times
+/// (default 3; `.ci/run` sets more).
+#[test]
+fn the_backend_suite_passes() {
+    if !can_run("gvisor backend suite") {
+        return;
+    }
+    let _alone = KITS_ALONE.write().unwrap_or_else(|e| e.into_inner());
+    let tmp = scratch();
+    let seen = RefCell::new(BTreeSet::new());
+    cordon_testkit::suite::run_all(&Backend {
+        name: "gvisor",
+        cordon: cordon_testkit::cordon!()
+            .env("TMPDIR", tmp.path())
+            .env("CORDON_STATE_DIR", tmp.path().join("state")),
+        args: vec!["--min-isolation".into(), "hardened_container".into()],
+        image: "host",
+        scratch: tmp.path().to_path_buf(),
+        secrets: true,
+        execs_per_cycle: 2,
+        cycles: ("CORDON_GVISOR_CYCLES", 3),
+        conformance_cases: None,
+        settle: Duration::ZERO,
+        residue: Box::new(|| residue(tmp.path(), &seen)),
+    });
 }

@@ -15,73 +15,16 @@
 #![allow(clippy::expect_used, clippy::unwrap_used)] // tests may panic on a broken fixture
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 /// The CI image store and its image.
-const STORE: &str = "/var/cache/cordon-ci-images";
-const IMAGE: &str = "ci-bookworm-python3";
-
-fn ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true")
-}
-
-/// What is missing for a microvm guest here, if anything.
-fn missing() -> Option<String> {
-    if !rustix::process::geteuid().is_root() {
-        return Some("the jail around QEMU needs root".into());
-    }
-    if !Path::new("/usr/bin/qemu-system-x86_64").is_file() {
-        return Some("`qemu-system-x86_64` (apt-get install qemu-system-x86)".into());
-    }
-    let kernels = std::fs::read_dir("/boot")
-        .map(|d| {
-            d.flatten()
-                .filter_map(|e| e.file_name().to_str().map(str::to_string))
-                .any(|n| {
-                    let Some(r) = n
-                        .strip_prefix("vmlinuz-")
-                        .filter(|r| r.ends_with("-cloud-amd64"))
-                    else {
-                        return false;
-                    };
-                    let v: Vec<u32> = r
-                        .split(['.', '-'])
-                        .take(2)
-                        .filter_map(|x| x.parse().ok())
-                        .collect();
-                    v.len() == 2 && (v[0], v[1]) >= (6, 12)
-                })
-        })
-        .unwrap_or(false);
-    if !kernels {
-        return Some(
-            "a 6.12+ Debian cloud kernel in /boot (bookworm-backports' linux-image-cloud-amd64)"
-                .into(),
-        );
-    }
-    let agent = PathBuf::from(env!("CARGO_BIN_EXE_cordon"))
-        .parent()
-        .and_then(Path::parent)
-        .map(|t| t.join("x86_64-unknown-linux-gnu/guest/cordon-vm-agent"));
-    if !agent.as_deref().is_some_and(Path::is_file) {
-        return Some("the static guest agent (target/x86_64-unknown-linux-gnu/guest/cordon-vm-agent; `.ci/run` builds it)".into());
-    }
-    None
-}
+const STORE: &str = cordon_testkit::CI_STORE;
+const IMAGE: &str = cordon_testkit::CI_IMAGE;
 
 /// Whether the test can run; says why not, loudly, and fails under CI.
 fn can_boot(case: &str) -> bool {
-    match missing() {
-        None => true,
-        Some(what) => {
-            assert!(!ci(), "CI=true and `{case}` needs {what}");
-            eprintln!(
-                "\n!!!!!!!! SKIPPED {case}: a microvm guest needs {what} (CI=true makes this a failure) !!!!!!!!\n"
-            );
-            false
-        }
-    }
+    let missing = cordon_testkit::microvm_missing(cordon_testkit::cordon!().bin());
+    cordon_testkit::runs_here(case, missing.map(|m| format!("a microvm guest needs: {m}")))
 }
 
 /// One VM test at a time: each boots guests under TCG on two cores.
@@ -94,46 +37,20 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
 /// The CI image, built once per machine (as the sandbox tests do), with a
 /// `default` beside it for specs that name `host`.
 fn store() -> PathBuf {
-    let store = PathBuf::from(STORE);
+    let (store, _) = cordon_testkit::ci_image(&cordon_testkit::cordon!());
     let have = |n: &str| store.join("names").join(format!("{n}.json")).exists();
-    if !have(IMAGE) {
-        let out = Command::new(env!("CARGO_BIN_EXE_cordon"))
-            .args([
-                "image",
-                "build",
-                IMAGE,
-                "--debootstrap",
-                "--include",
-                "python3",
-            ])
-            .env("CORDON_IMAGE_STORE", &store)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "building the CI image: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
     if !have("default") {
-        let out = Command::new(env!("CARGO_BIN_EXE_cordon"))
-            .args(["image", "ls", "--format", "json"])
-            .env("CORDON_IMAGE_STORE", &store)
-            .output()
-            .unwrap();
-        assert!(out.status.success());
+        let c = cordon_testkit::cordon!().env("CORDON_IMAGE_STORE", &store);
+        let (code, _, err) = c.run(["image", "ls", "--format", "json"]);
+        assert_eq!(code, 0, "{err}");
         let root = store_root(&store, IMAGE);
-        let out = Command::new(env!("CARGO_BIN_EXE_cordon"))
-            .args(["image", "import", "default"])
-            .arg(&root)
-            .env("CORDON_IMAGE_STORE", &store)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "importing `default`: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let (code, _, err) = c.run([
+            "image".as_ref(),
+            "import".as_ref(),
+            "default".as_ref(),
+            root.as_os_str(),
+        ]);
+        assert_eq!(code, 0, "importing `default`: {err}");
     }
     store
 }
@@ -160,19 +77,14 @@ fn cordon(state: &Path, args: &[&str]) -> (i32, String, String) {
 }
 
 fn cordon_env(state: &Path, args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_cordon"))
-        .args(args)
+    cordon_in(state).run_env(args, env)
+}
+
+/// `cordon` with `state` as its state directory and the CI image store.
+fn cordon_in(state: &Path) -> cordon_testkit::Cordon {
+    cordon_testkit::cordon!()
         .env("CORDON_STATE_DIR", state)
         .env("CORDON_IMAGE_STORE", STORE)
-        .env_remove("CORDON_MIN_ISOLATION")
-        .envs(env.iter().copied())
-        .output()
-        .expect("run cordon");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
 }
 
 fn spec(dir: &Path, extra: &str) -> PathBuf {
@@ -186,8 +98,13 @@ const VM: [&str; 4] = ["--backend", "microvm", "--min-isolation", "container"];
 /// What a microvm sandbox leaves on the host: its directories in the
 /// scratch directory, its jail's cgroups, its QEMU processes.
 fn residue() -> Vec<String> {
+    residue_in(&std::env::temp_dir())
+}
+
+/// [`residue`], with `scratch` as the sandboxes' TMPDIR.
+fn residue_in(scratch: &Path) -> Vec<String> {
     let mut out = Vec::new();
-    if let Ok(d) = std::fs::read_dir(std::env::temp_dir()) {
+    if let Ok(d) = std::fs::read_dir(scratch) {
         for e in d.flatten() {
             let n = e.file_name().to_string_lossy().into_owned();
             if n.starts_with("cordon-microvm-") && !n.starts_with("cordon-microvm-probe") {
@@ -268,8 +185,10 @@ fn run_with_no_image_named_boots_a_guest_kernel_of_its_own() {
     let before = residue();
     // The issue's command, exactly: no spec, so the `host` image, which a
     // guest boots as the store's `default`.
-    let out = Command::new(env!("CARGO_BIN_EXE_cordon"))
-        .args([
+    let (code, stdout, stderr) = cordon_testkit::cordon!()
+        .env("CORDON_STATE_DIR", state.path())
+        .env("CORDON_IMAGE_STORE", &store)
+        .run([
             "run",
             "--backend",
             "microvm",
@@ -278,17 +197,8 @@ fn run_with_no_image_named_boots_a_guest_kernel_of_its_own() {
             "--",
             "uname",
             "-r",
-        ])
-        .env("CORDON_STATE_DIR", state.path())
-        .env("CORDON_IMAGE_STORE", &store)
-        .env_remove("CORDON_MIN_ISOLATION")
-        .output()
-        .unwrap();
-    let (stdout, stderr) = (
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr),
-    );
-    assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
+        ]);
+    assert_eq!(code, 0, "{stdout}{stderr}");
     let guest = stdout.trim();
     assert!(guest.ends_with("-cloud-amd64"), "{guest}");
     assert_ne!(guest, host_release(), "the guest ran the host's kernel");
@@ -379,62 +289,6 @@ fn nothing_ambient_reaches_the_guest() {
 }
 
 #[test]
-fn a_kept_sandbox_keeps_its_work_dir_and_down_leaves_nothing() {
-    if !can_boot("microvm kept") {
-        return;
-    }
-    let _one = serial();
-    store();
-    let dir = tmp();
-    let sp = spec(dir.path(), "requires: [exec, files_in, files_out]\n");
-    let before = residue();
-    let mut up = vec!["sandbox", "up", "-q", "--scope", "vm", "--thread", "kept"];
-    up.extend(VM);
-    up.extend(["--spec", sp.to_str().unwrap()]);
-    let (code, h, err) = cordon(dir.path(), &up);
-    assert_eq!(code, 0, "{err}");
-    let h = h.trim().to_string();
-    assert!(h.starts_with("microvm-"), "{h}");
-    // Files in through cordon, made by one exec, seen by the next.
-    let local = dir.path().join("in.txt");
-    std::fs::write(&local, "from the host\n").unwrap();
-    let (code, _, err) = cordon(
-        dir.path(),
-        &["sandbox", "put", &h, local.to_str().unwrap(), "in.txt"],
-    );
-    assert_eq!(code, 0, "{err}");
-    let (code, _, err) = cordon(
-        dir.path(),
-        &[
-            "sandbox",
-            "exec",
-            &h,
-            "--",
-            "sh",
-            "-c",
-            "cat in.txt > made.txt; echo second >> made.txt",
-        ],
-    );
-    assert_eq!(code, 0, "{err}");
-    let (code, out, err) = cordon(
-        dir.path(),
-        &["sandbox", "exec", &h, "--", "cat", "made.txt"],
-    );
-    assert_eq!(
-        (code, out.as_str()),
-        (0, "from the host\nsecond\n"),
-        "{err}"
-    );
-    // Not root inside, and its bounds are the guest's.
-    let (_, out, _) = cordon(dir.path(), &["sandbox", "exec", &h, "--", "id", "-u"]);
-    assert_ne!(out.trim(), "0");
-    assert_ne!(residue(), before, "a live sandbox shows nothing?");
-    let (code, _, err) = cordon(dir.path(), &["sandbox", "down", &h]);
-    assert_eq!(code, 0, "{err}");
-    settles_to(&before);
-}
-
-#[test]
 fn the_wall_clock_bound_ends_the_command_and_a_killed_keeper_is_reclaimed() {
     if !can_boot("microvm bounds") {
         return;
@@ -482,58 +336,38 @@ fn the_wall_clock_bound_ends_the_command_and_a_killed_keeper_is_reclaimed() {
     settles_to(&before);
 }
 
+/// The backend suite (`cordon_testkit::suite`) against `microvm`, guests
+/// booting the CI image: a kept sandbox, a run with a secret, the
+/// conformance kit (14 cases here) and the escape kit with and without a
+/// route (the guest's proxy listener, the relay over the channel and the
+/// host's proxy namespace all in place), and up/exec/down cycles, run
+/// `CORDON_MICROVM_CYCLES` times (default 2); what a sandbox left (its
+/// directory, its jail's cgroups, its QEMU) is gone within 10 s.
 #[test]
-fn the_conformance_and_escape_kits_pass_with_and_without_a_route() {
-    if !can_boot("microvm kits") {
+fn the_backend_suite_passes() {
+    if !can_boot("microvm backend suite") {
         return;
     }
+    use std::os::unix::fs::PermissionsExt;
     let _one = serial();
     store();
-    let state = tmp();
-    let before = residue();
-    let (code, out, err) = cordon(state.path(), &["conformance", "--backend", "microvm"]);
-    assert_eq!(code, 0, "{out}{err}");
-    assert!(out.trim_end().ends_with("14 passed, 0 failed"), "{out}");
-    let (code, out, err) = cordon(state.path(), &["escape", "--backend", "microvm"]);
-    assert_eq!(code, 0, "{out}{err}");
-    assert!(out.trim_end().ends_with("28 passed, 0 failed"), "{out}");
-    // Again with a route out: the guest's proxy listener, the relay over
-    // the channel and the host's proxy namespace are all in place.
-    let (code, out, err) = cordon(
-        state.path(),
-        &["escape", "--backend", "microvm", "--with-egress-route"],
-    );
-    assert_eq!(code, 0, "{out}{err}");
-    assert!(out.trim_end().ends_with("28 passed, 0 failed"), "{out}");
-    settles_to(&before);
-}
-
-#[test]
-fn up_exec_down_cycles_leave_nothing() {
-    if !can_boot("microvm cycles") {
-        return;
-    }
-    let _one = serial();
-    store();
-    let cycles: usize = std::env::var("CORDON_MICROVM_CYCLES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(2);
     let dir = tmp();
-    let sp = spec(dir.path(), "");
-    let before = residue();
-    for i in 0..cycles {
-        let thread = format!("cycle-{i}");
-        let mut up = vec!["sandbox", "up", "-q", "--scope", "vm", "--thread", &thread];
-        up.extend(VM);
-        up.extend(["--spec", sp.to_str().unwrap()]);
-        let (code, h, err) = cordon(dir.path(), &up);
-        assert_eq!(code, 0, "cycle {i}: {err}");
-        let h = h.trim();
-        let (code, out, err) = cordon(dir.path(), &["sandbox", "exec", h, "--", "echo", "ok"]);
-        assert_eq!((code, out.as_str()), (0, "ok\n"), "cycle {i}: {err}");
-        let (code, _, err) = cordon(dir.path(), &["sandbox", "down", h]);
-        assert_eq!(code, 0, "cycle {i}: {err}");
-    }
-    settles_to(&before);
+    // The sandboxes' TMPDIR, traversable by the jail.
+    let scratch = dir.path().join("scratch");
+    std::fs::create_dir(&scratch).unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(&scratch, std::fs::Permissions::from_mode(0o755)).unwrap();
+    cordon_testkit::suite::run_all(&cordon_testkit::suite::Backend {
+        name: "microvm",
+        cordon: cordon_in(&dir.path().join("state")).env("TMPDIR", &scratch),
+        args: ["-q"].into_iter().chain(VM).map(String::from).collect(),
+        image: IMAGE,
+        scratch: scratch.clone(),
+        secrets: false,
+        execs_per_cycle: 1,
+        cycles: ("CORDON_MICROVM_CYCLES", 2),
+        settle: Duration::from_secs(10),
+        conformance_cases: Some(14),
+        residue: Box::new(|| residue_in(&scratch)),
+    });
 }

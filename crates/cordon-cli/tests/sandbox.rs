@@ -5,32 +5,7 @@
 use std::path::Path;
 use std::process::Command;
 
-fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .map(|s| {
-            s.lines()
-                .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
-        })
-        .unwrap_or(false)
-}
-
-fn can_sandbox(case: &str) -> bool {
-    if std::env::var("CI").is_ok_and(|v| v == "true") {
-        assert!(
-            is_root(),
-            "CI=true and `{case}` needs root to launch sandboxes"
-        );
-        return true;
-    }
-    if !is_root() {
-        use std::io::Write;
-        let _ = writeln!(
-            std::io::stderr().lock(),
-            "\n!!!!!!!! SKIPPED {case}: launching a sandbox needs root (CI=true makes this a failure) !!!!!!!!\n"
-        );
-    }
-    is_root()
-}
+use cordon_testkit::can_sandbox;
 
 fn cordon(state: &Path, args: &[&str]) -> (i32, String, String) {
     cordon_env(state, args, &[])
@@ -38,18 +13,9 @@ fn cordon(state: &Path, args: &[&str]) -> (i32, String, String) {
 
 /// Runs cordon with `env` added; returns (code, stdout, stderr).
 fn cordon_env(state: &Path, args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_cordon"))
-        .args(args)
+    cordon_testkit::cordon!()
         .env("CORDON_STATE_DIR", state)
-        .env_remove("CORDON_MIN_ISOLATION")
-        .envs(env.iter().copied())
-        .output()
-        .expect("run cordon");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+        .run_env(args, env)
 }
 
 fn up(state: &Path, scope: &str, thread: &str) -> String {
@@ -546,39 +512,12 @@ fn a_restarted_owner_adopts_or_reclaims_what_it_made() {
     assert!(!state.join("sandboxes").join(format!("{h}.json")).exists());
 }
 
-/// The CI image (minimal Debian with python3), built once per machine and
-/// cached in `/var/cache/cordon-ci-images`.
-fn ci_image() -> (std::path::PathBuf, &'static str) {
-    let store = std::path::PathBuf::from("/var/cache/cordon-ci-images");
-    let name = "ci-bookworm-python3";
-    if !store.join("names").join(format!("{name}.json")).exists() {
-        let out = Command::new(env!("CARGO_BIN_EXE_cordon"))
-            .args([
-                "image",
-                "build",
-                name,
-                "--debootstrap",
-                "--include",
-                "python3",
-            ])
-            .env("CORDON_IMAGE_STORE", &store)
-            .output()
-            .expect("cordon image build");
-        assert!(
-            out.status.success(),
-            "building the CI image: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    (store, name)
-}
-
 #[test]
 fn a_stored_image_runs_at_the_container_rung_and_its_own_files_are_denied() {
     if !can_sandbox("image run") {
         return;
     }
-    let (store, name) = ci_image();
+    let (store, name) = cordon_testkit::ci_image(&cordon_testkit::cordon!());
     let dir = tempfile::tempdir().unwrap();
     let spec = dir.path().join("spec.yaml");
     std::fs::write(&spec, format!("kind: run\nimage: {name}\n")).unwrap();
@@ -589,22 +528,19 @@ fn a_stored_image_runs_at_the_container_rung_and_its_own_files_are_denied() {
     )
     .unwrap();
     let run = |rung: &str, script: &str| {
-        let out = Command::new(env!("CARGO_BIN_EXE_cordon"))
-            .args(["run", "--min-isolation", rung, "--backend", rung])
-            .args([
-                "--spec",
-                spec.to_str().unwrap(),
-                "--policy",
-                policy.to_str().unwrap(),
-            ])
-            .args(["--", "/bin/sh", "-c", script])
-            .env("CORDON_IMAGE_STORE", &store)
-            .output()
-            .expect("cordon run");
-        (
-            out.status.code().unwrap_or(-1),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
+        cordon_testkit::output(
+            cordon_testkit::cordon!()
+                .command(["run", "--min-isolation", rung, "--backend", rung])
+                .args([
+                    "--spec",
+                    spec.to_str().unwrap(),
+                    "--policy",
+                    policy.to_str().unwrap(),
+                ])
+                .args(["--", "/bin/sh", "-c", script])
+                .env("CORDON_IMAGE_STORE", &store)
+                .output()
+                .expect("cordon run"),
         )
     };
     let (c, out, err) = run(
@@ -722,8 +658,8 @@ fn the_process_rung_does_not_grant_the_hosts_shared_tmp() {
         return;
     }
     let probe = format!("/tmp/cordon-shared-probe-{}", std::process::id());
-    let out = Command::new(env!("CARGO_BIN_EXE_cordon"))
-        .args([
+    let out = cordon_testkit::cordon!()
+        .command([
             "run",
             "--backend",
             "process",
@@ -794,8 +730,8 @@ fn gc_reclaims_the_cgroups_of_a_run_killed_before_it_could_dispose() {
     }
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("state");
-    let mut run = Command::new(env!("CARGO_BIN_EXE_cordon"))
-        .args([
+    let mut run = cordon_testkit::cordon!()
+        .command([
             "run",
             "--min-isolation",
             "container",
@@ -803,7 +739,6 @@ fn gc_reclaims_the_cgroups_of_a_run_killed_before_it_could_dispose() {
             "/bin/sleep",
             "60",
         ])
-        .env_remove("CORDON_MIN_ISOLATION")
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
@@ -856,10 +791,9 @@ fn a_keeper_that_stops_answering_is_replaced_not_waited_on_forever() {
 /// Runs cordon with `input` on its stdin (closed after it).
 fn cordon_with_stdin(state: &Path, args: &[&str], input: &[u8]) -> (i32, String, String) {
     use std::io::Write;
-    let mut child = Command::new(env!("CARGO_BIN_EXE_cordon"))
-        .args(args)
+    let mut child = cordon_testkit::cordon!()
+        .command(args)
         .env("CORDON_STATE_DIR", state)
-        .env_remove("CORDON_MIN_ISOLATION")
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
@@ -966,8 +900,8 @@ fn killing_a_sandbox_exec_client_kills_its_exec_within_a_second() {
     let h = up(&state, "clientkill", "t1");
     // A sleep with a duration nobody else uses, so it can be found by name.
     let token = "600.4242";
-    let mut client = Command::new(env!("CARGO_BIN_EXE_cordon"))
-        .args(["sandbox", "exec", &h, "--", "sleep", token])
+    let mut client = cordon_testkit::cordon!()
+        .command(["sandbox", "exec", &h, "--", "sleep", token])
         .env("CORDON_STATE_DIR", &state)
         .stdin(std::process::Stdio::null())
         .spawn()
@@ -1649,7 +1583,7 @@ fn an_imported_oci_image_runs_at_the_container_rung() {
         return;
     }
     if !Path::new("/lib64/ld-linux-x86-64.so.2").exists() {
-        eprintln!("SKIPPED oci image run: not an x86_64 glibc host");
+        cordon_testkit::skip("oci image run", "not an x86_64 glibc host");
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -1663,17 +1597,13 @@ fn an_imported_oci_image_runs_at_the_container_rung() {
     let layout = dir.path().join("layout");
     tiny_oci_layout(&layout);
     let cordon = |args: &[&str]| {
-        let out = Command::new(env!("CARGO_BIN_EXE_cordon"))
-            .args(args)
-            .env("CORDON_IMAGE_STORE", &store)
-            .env("CORDON_STATE_DIR", dir.path().join("state"))
-            .env_remove("CORDON_MIN_ISOLATION")
-            .output()
-            .expect("run cordon");
-        (
-            out.status.code().unwrap_or(-1),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
+        cordon_testkit::output(
+            cordon_testkit::cordon!()
+                .command(args)
+                .env("CORDON_IMAGE_STORE", &store)
+                .env("CORDON_STATE_DIR", dir.path().join("state"))
+                .output()
+                .expect("run cordon"),
         )
     };
     let (c, _, err) = cordon(&["image", "import", "tiny", layout.to_str().unwrap()]);
@@ -1733,10 +1663,9 @@ fn ls_into_a_closed_pipe_ends_quietly() {
     let dir = tempfile::tempdir().unwrap();
     let (reader, writer) = std::io::pipe().unwrap();
     drop(reader);
-    let out = Command::new(env!("CARGO_BIN_EXE_cordon"))
-        .args(["sandbox", "ls"])
+    let out = cordon_testkit::cordon!()
+        .command(["sandbox", "ls"])
         .env("CORDON_STATE_DIR", dir.path().join("state"))
-        .env_remove("CORDON_MIN_ISOLATION")
         .stdout(writer)
         .stderr(std::process::Stdio::piped())
         .output()

@@ -9,61 +9,10 @@
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
-fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .map(|s| {
-            s.lines()
-                .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
-        })
-        .unwrap_or(false)
-}
+use cordon_testkit::can_sandbox;
 
-fn can_sandbox(case: &str) -> bool {
-    if std::env::var("CI").is_ok_and(|v| v == "true") {
-        assert!(
-            is_root(),
-            "CI=true and `{case}` needs root to launch sandboxes"
-        );
-        return true;
-    }
-    if !is_root() {
-        use std::io::Write;
-        let _ = writeln!(
-            std::io::stderr().lock(),
-            "\n!!!!!!!! SKIPPED {case}: launching a sandbox needs root (CI=true makes this a failure) !!!!!!!!\n"
-        );
-    }
-    is_root()
-}
-
-/// A root policy: `cordon:default` grants no secret and a layer over it
-/// could only narrow. System trees, the work dir and `/tmp` (where the
-/// process rung's private temporary directory is), and secrets under
-/// `granted/` only.
-const POLICY: &str = r#"policy:
-  compute:
-    max_memory: 256MiB
-    max_wall_seconds: 30
-    allow:
-      - name: system-programs
-        when: command.startsWith("/usr/") || command.startsWith("/bin/") || command.startsWith("/lib/") || command.startsWith("/lib64/")
-  storage:
-    allow:
-      - name: system
-        when: (path.startsWith("/usr/") || path.startsWith("/lib/") || path.startsWith("/lib64/") || path.startsWith("/bin/")) && mode in ["read", "execute"]
-      - name: etc
-        when: path.startsWith("/etc/") && mode == "read"
-      - name: work
-        when: path.startsWith(work_dir + "/") && mode in ["read", "write"]
-      - name: tmp
-        when: path.startsWith("/tmp/") && mode in ["read", "write"]
-  secret:
-    allow:
-      - name: granted-secrets
-        when: secret.name.startsWith("granted/")
-"#;
+use cordon_testkit::suite::{assert_secret_held, SECRETS_POLICY as POLICY, SECRET_SCRIPT};
 
 /// The test's files: the policy, specs, the secret store, a scratch
 /// directory (the binary's TMPDIR: where sandbox directories are made) and
@@ -116,30 +65,17 @@ impl Files {
 
     /// The secrets directories in the scratch directory.
     fn secret_dirs(&self) -> Vec<PathBuf> {
-        std::fs::read_dir(self.path("scratch"))
-            .unwrap()
-            .filter_map(Result::ok)
-            .map(|e| e.path())
-            .filter(|p| {
-                p.file_name()
-                    .and_then(|n| n.to_str())
-                    .is_some_and(|n| n.starts_with("cordon-secrets-"))
-            })
-            .collect()
+        cordon_testkit::suite::secret_dirs(&self.path("scratch"))
     }
 
     fn cordon(&self, args: &[&str]) -> (i32, String, String) {
-        let out = Command::new(env!("CARGO_BIN_EXE_cordon"))
-            .args(args)
-            .env("TMPDIR", self.path("scratch"))
-            .env("CORDON_STATE_DIR", self.path("state"))
-            .env_remove("CORDON_MIN_ISOLATION")
-            .output()
-            .expect("run cordon");
-        (
-            out.status.code().unwrap_or(-1),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
+        cordon_testkit::output(
+            cordon_testkit::cordon!()
+                .command(args)
+                .env("TMPDIR", self.path("scratch"))
+                .env("CORDON_STATE_DIR", self.path("state"))
+                .output()
+                .expect("run cordon"),
         )
     }
 
@@ -176,31 +112,9 @@ fn run_hands_a_granted_secret_to_the_workload_read_only_at_both_rungs() {
     let f = Files::new();
     let spec = f.spec(&["granted/token"]);
     for rung in RUNGS {
-        let (code, out, err) = f.run(
-            rung,
-            &spec,
-            true,
-            "cat /run/cordon/secrets/granted/token; echo; \
-             (echo x > /run/cordon/secrets/granted/token) 2>&1 && echo WROTE; \
-             rm -f /run/cordon/secrets/granted/token 2>&1 && echo REMOVED; \
-             chmod 0666 /run/cordon/secrets/granted/token 2>&1 && echo CHMODDED; \
-             cat /run/cordon/secrets/granted/token; echo; env",
-        );
+        let (code, out, err) = f.run(rung, &spec, true, SECRET_SCRIPT);
         assert_eq!(code, 0, "{rung}: {out}\n{err}");
-        let lines: Vec<&str> = out.lines().collect();
-        assert_eq!(lines.first(), Some(&"s3cr3t-token"), "{rung}: {out}\n{err}");
-        for done in ["WROTE", "REMOVED", "CHMODDED"] {
-            assert!(
-                !out.contains(done),
-                "{rung}: the workload changed its secret ({done}): {out}"
-            );
-        }
-        assert!(
-            out.contains("Read-only file system") || out.contains("Permission denied"),
-            "{rung}: {out}"
-        );
-        // Unchanged, and never in the environment (once read, once env).
-        assert_eq!(out.matches("s3cr3t-token").count(), 2, "{rung}: {out}");
+        assert_secret_held(rung, &out, &err);
         assert!(
             f.secret_dirs().is_empty(),
             "{rung}: the secrets outlived the run: {:?}",
@@ -346,15 +260,14 @@ fn gc_removes_the_secrets_of_a_run_killed_before_it_could_dispose() {
     let policy = f.path("policy.yaml");
     let store = f.path("store");
     for rung in RUNGS {
-        let mut run = Command::new(env!("CARGO_BIN_EXE_cordon"))
-            .args(["run", "--min-isolation", rung, "--backend", rung])
+        let mut run = cordon_testkit::cordon!()
+            .command(["run", "--min-isolation", rung, "--backend", rung])
             .args(["--policy", policy.to_str().unwrap()])
             .args(["--spec", spec.to_str().unwrap()])
             .args(["--secrets-dir", store.to_str().unwrap()])
             .args(["--", "/bin/sleep", "60"])
             .env("TMPDIR", f.path("scratch"))
             .env("CORDON_STATE_DIR", f.path("state"))
-            .env_remove("CORDON_MIN_ISOLATION")
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .spawn()
@@ -381,93 +294,4 @@ fn gc_removes_the_secrets_of_a_run_killed_before_it_could_dispose() {
             f.secret_dirs()
         );
     }
-}
-
-/// The gvisor backend (`hardened_container`) delivers secrets as the local
-/// rungs do: a granted secret is a read-only file at
-/// `/run/cordon/secrets/NAME` the workload reads and cannot change, never
-/// in its environment, gone with the sandbox.
-#[test]
-fn run_hands_a_granted_secret_to_a_gvisor_workload_read_only() {
-    if !can_sandbox("gvisor run with a secret") {
-        return;
-    }
-    let has_runsc = std::env::var_os("PATH")
-        .is_some_and(|paths| std::env::split_paths(&paths).any(|d| d.join("runsc").is_file()))
-        || Path::new("/usr/bin/runsc").is_file();
-    if !has_runsc {
-        assert!(
-            !std::env::var("CI").is_ok_and(|v| v == "true"),
-            "CI=true and the gvisor secrets test needs `runsc`"
-        );
-        eprintln!("\n!!!!!!!! SKIPPED gvisor run with a secret: `runsc` is not installed (CI=true makes this a failure) !!!!!!!!\n");
-        return;
-    }
-    let f = Files::new();
-    let spec = f.spec(&["granted/token"]);
-    let policy = f.path("policy.yaml");
-    let store = f.path("store");
-    let (code, out, err) = f.cordon(&[
-        "run",
-        "--min-isolation",
-        "hardened_container",
-        "--backend",
-        "gvisor",
-        "--policy",
-        policy.to_str().unwrap(),
-        "--spec",
-        spec.to_str().unwrap(),
-        "--secrets-dir",
-        store.to_str().unwrap(),
-        "--",
-        "/bin/sh",
-        "-c",
-        "cat /run/cordon/secrets/granted/token; echo; \
-         (echo x > /run/cordon/secrets/granted/token) 2>&1 && echo WROTE; \
-         rm -f /run/cordon/secrets/granted/token 2>&1 && echo REMOVED; \
-         chmod 0666 /run/cordon/secrets/granted/token 2>&1 && echo CHMODDED; \
-         cat /run/cordon/secrets/granted/token; echo; env",
-    ]);
-    assert_eq!(code, 0, "{out}\n{err}");
-    assert!(err.contains("`gvisor` rung"), "{err}");
-    let lines: Vec<&str> = out.lines().collect();
-    assert_eq!(lines.first(), Some(&"s3cr3t-token"), "{out}\n{err}");
-    for done in ["WROTE", "REMOVED", "CHMODDED"] {
-        assert!(
-            !out.contains(done),
-            "the workload changed its secret ({done}): {out}"
-        );
-    }
-    assert_eq!(out.matches("s3cr3t-token").count(), 2, "{out}");
-    let left: Vec<_> = std::fs::read_dir(f.path("scratch"))
-        .unwrap()
-        .flatten()
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|n| n.starts_with("cordon-gvisor-") || n.starts_with("cordon-secrets-"))
-        .collect();
-    assert!(left.is_empty(), "the secrets outlived the run: {left:?}");
-    // An ungranted one is refused before anything runs.
-    let spec = f.spec(&["granted/token", "other/x"]);
-    let (code, out, err) = f.cordon(&[
-        "run",
-        "--min-isolation",
-        "hardened_container",
-        "--backend",
-        "gvisor",
-        "--policy",
-        policy.to_str().unwrap(),
-        "--spec",
-        spec.to_str().unwrap(),
-        "--secrets-dir",
-        store.to_str().unwrap(),
-        "--",
-        "/bin/echo",
-        "RAN",
-    ]);
-    assert_ne!(code, 0, "{out}");
-    assert!(!out.contains("RAN"), "{out}");
-    assert!(
-        err.contains("`other/x`") && err.contains("refused by the policy"),
-        "{err}"
-    );
 }

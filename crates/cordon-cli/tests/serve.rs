@@ -186,16 +186,10 @@ fn cannot_hold(run: &dyn Fn(&str) -> (i32, String), dir: &std::path::Path, good:
 }
 
 fn root() -> bool {
-    let root = rustix::process::geteuid().is_root();
-    if std::env::var("CI").is_ok_and(|v| v == "true") {
-        assert!(
-            root,
-            "CI=true and `cordon serve` needs root to run sandboxes"
-        );
-    } else if !root {
-        eprintln!("\n!!!!!!!! SKIPPED cordon serve: its backends need root !!!!!!!!\n");
-    }
-    root
+    cordon_testkit::runs_here(
+        "cordon serve",
+        (!cordon_testkit::is_root()).then_some("its backends need root"),
+    )
 }
 
 #[test]
@@ -276,8 +270,8 @@ fn a_token_is_its_one_identity_and_no_token_is_none() {
 fn a_configuration_that_does_not_hold_is_refused_at_start_with_its_position() {
     let dir = tempfile::tempdir().expect("dir");
     let run = |body: &str| {
-        let out = Command::new(env!("CARGO_BIN_EXE_cordon"))
-            .args(["serve", "--config"])
+        let out = cordon_testkit::cordon!()
+            .command(["serve", "--config"])
             .arg(config(dir.path(), body))
             .output()
             .expect("cordon serve");
@@ -1251,15 +1245,12 @@ fn mcp_python() -> Option<std::path::PathBuf> {
                 .status()
                 .is_ok_and(|s| s.success());
         if !made || !ready() {
-            assert!(
-                std::env::var("CI").is_err_and(|_| true)
-                    || std::env::var("CI").as_deref() != Ok("true"),
-                "CI=true and the `mcp` package could not be installed into {}",
-                venv.display()
-            );
-            eprintln!(
-                "\n!!!!!!!! SKIPPED MCP client tests: cannot install mcp=={VERSION} from PyPI into {} !!!!!!!!\n",
-                venv.display()
+            cordon_testkit::skip(
+                "MCP client tests",
+                format!(
+                    "cannot install mcp=={VERSION} from PyPI into {}",
+                    venv.display()
+                ),
             );
             return None;
         }
@@ -2365,47 +2356,13 @@ fn the_quickstart_http_python_and_mcp_sections_run_as_written() {
 /// A root policy of the tests' own: system programs, the work dir, two
 /// test hosts on loopback (one address denied), su denied, team-b kept
 /// home, each tenant's own secrets.
-const OWN_POLICY: &str = r#"
-policy:
-  compute:
-    allow:
-      - name: system-programs
-        when: command.startsWith("/usr/") || command.startsWith("/bin/")
-    deny:
-      - name: no-su
-        when: command == "/usr/bin/su"
-  storage:
-    allow:
-      - name: system
-        when: >-
-          (path.startsWith("/usr/") || path.startsWith("/lib/") ||
-          path.startsWith("/lib64/") || path.startsWith("/bin/") ||
-          path.startsWith("/sbin/")) && mode in ["read", "execute"]
-      - name: etc
-        when: path.startsWith("/etc/") && mode == "read"
-      - name: work
-        when: path.startsWith(work_dir + "/") && mode in ["read", "write"]
-      - name: tmp
-        when: path.startsWith("/tmp/") && mode in ["read", "write"]
-      - name: devices
-        when: path in ["/dev/null", "/dev/zero", "/dev/urandom"] && mode in ["read", "write"]
-  egress:
-    allow_ranges:
-      - cidr: 127.0.0.0/8
-        hosts: [ok.test, other.test]
-    allow:
-      - name: test-hosts
-        when: host == "ok.test" || host == "other.test"
-    deny:
-      - name: not-the-second-address
-        when: ip == "127.0.0.2"
-      - name: team-b-stays-home
-        when: identity.namespace == "team-b"
-  secret:
-    allow:
-      - name: own-tenant-secrets
-        when: secret.name.startsWith(identity.namespace + "/")
-"#;
+static OWN_POLICY: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    cordon_testkit::policy::loopback_egress(
+        "      - name: no-su\n        when: command == \"/usr/bin/su\"\n",
+        "      - name: not-the-second-address\n        when: ip == \"127.0.0.2\"\n      - name: team-b-stays-home\n        when: identity.namespace == \"team-b\"\n",
+        "  secret:\n    allow:\n      - name: own-tenant-secrets\n        when: secret.name.startsWith(identity.namespace + \"/\")\n",
+    )
+});
 
 /// A server whose only backend has closed egress (`process`) serves a spec
 /// that names hosts, and says so in the create answer's `warnings`: the
@@ -2418,7 +2375,7 @@ fn create_on_a_closed_backend_for_a_spec_that_names_hosts_carries_the_warning() 
     }
     let dir = tempfile::tempdir().expect("dir");
     let p = dir.path();
-    std::fs::write(p.join("policy.yaml"), OWN_POLICY).expect("policy");
+    std::fs::write(p.join("policy.yaml"), &*OWN_POLICY).expect("policy");
     let body = good_config().replace(
         "min_isolation: container\n",
         "min_isolation: process\nbackends: [process]\npolicy: policy.yaml\n",
@@ -2476,7 +2433,7 @@ fn metrics_count_denials_by_surface_and_rule_and_egress_bytes() {
     });
     let dir = tempfile::tempdir().expect("dir");
     let p = dir.path();
-    std::fs::write(p.join("policy.yaml"), OWN_POLICY).expect("policy");
+    std::fs::write(p.join("policy.yaml"), &*OWN_POLICY).expect("policy");
     std::fs::write(p.join("hosts"), "127.0.0.1 ok.test\n127.0.0.2 other.test\n").expect("hosts");
     let body = good_config().replace(
         "min_isolation: container\n",
@@ -2579,7 +2536,7 @@ fn secrets_come_from_the_configured_store() {
     }
     let dir = tempfile::tempdir().expect("dir");
     let p = dir.path();
-    std::fs::write(p.join("policy.yaml"), OWN_POLICY).expect("policy");
+    std::fs::write(p.join("policy.yaml"), &*OWN_POLICY).expect("policy");
     std::fs::create_dir_all(p.join("secrets/team-a")).expect("store");
     std::fs::write(p.join("secrets/team-a/token"), "s3cr3t").expect("secret");
     let body = good_config().replace(
@@ -2618,8 +2575,8 @@ fn secrets_come_from_the_configured_store() {
         "min_isolation: container\n",
         "min_isolation: container\nsecrets: {dir: secrets, command: [/bin/true]}\n",
     );
-    let out = Command::new(env!("CARGO_BIN_EXE_cordon"))
-        .args(["serve", "--config"])
+    let out = cordon_testkit::cordon!()
+        .command(["serve", "--config"])
         .arg(config(&p.join("secrets"), &bad))
         .output()
         .expect("cordon serve");
@@ -2783,8 +2740,8 @@ fn cordon_mcp_disposes_when_signalled() {
     if !root() {
         return;
     }
-    let mut child = Command::new(env!("CARGO_BIN_EXE_cordon"))
-        .args([
+    let mut child = cordon_testkit::cordon!()
+        .command([
             "mcp",
             "--scope",
             "team-a",
@@ -2794,7 +2751,6 @@ fn cordon_mcp_disposes_when_signalled() {
             "container",
             "--quiet",
         ])
-        .env_remove("CORDON_MIN_ISOLATION")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -3135,7 +3091,7 @@ fn the_configured_audit_budget_holds_for_the_servers_sandboxes() {
     });
     let dir = tempfile::tempdir().expect("dir");
     let p = dir.path();
-    std::fs::write(p.join("policy.yaml"), OWN_POLICY).expect("policy");
+    std::fs::write(p.join("policy.yaml"), OWN_POLICY.as_str()).expect("policy");
     std::fs::write(p.join("hosts"), "127.0.0.1 ok.test\n").expect("hosts");
     // The least burst and rate the proxy takes: about a hundred lines.
     let body = good_config().replace(

@@ -36,14 +36,12 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
+use cordon_testkit::in_ci;
+
 const TOKEN: &str = "token-load";
 const SCOPE: &str = "load";
 /// Host uids of sandboxes start here (cordon_backend_local::FRESH_ID_BASE).
 const FRESH_ID_BASE: u32 = 2_000_000_000;
-
-fn in_ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true")
-}
 
 fn env_n(name: &str, default: usize) -> usize {
     std::env::var(name).map_or(default, |v| {
@@ -53,16 +51,10 @@ fn env_n(name: &str, default: usize) -> usize {
 }
 
 fn root() -> bool {
-    let root = rustix::process::geteuid().is_root();
-    if in_ci() {
-        assert!(
-            root,
-            "CI=true and `cordon serve` needs root to run sandboxes"
-        );
-    } else if !root {
-        eprintln!("\n!!!!!!!! SKIPPED cordon serve under load: its backends need root !!!!!!!!\n");
-    }
-    root
+    cordon_testkit::runs_here(
+        "cordon serve under load",
+        (!cordon_testkit::is_root()).then_some("its backends need root"),
+    )
 }
 
 fn sha256_hex(s: &str) -> String {
@@ -129,9 +121,8 @@ fn start(dir: &Path, sandboxes: usize) -> Server {
     );
     let file = dir.join("serve.yaml");
     std::fs::write(&file, config).expect("config");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_cordon"))
-        .args(["serve", "--config", file.to_str().expect("utf-8")])
-        .env_remove("CORDON_MIN_ISOLATION")
+    let mut child = cordon_testkit::cordon!()
+        .command(["serve", "--config", file.to_str().expect("utf-8")])
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
@@ -326,34 +317,14 @@ fn stat_of(pid: u32) -> Option<(u32, u32, u64)> {
 }
 
 /// Directories (any depth, bounded) under the cgroup roots whose name
-/// starts with `cordon-`; `maker` keeps only those a process of that pid
-/// made (`cordon-KEY-PID-N`).
-fn cgroup_dirs(maker: Option<u32>) -> BTreeSet<String> {
-    fn walk(d: &Path, depth: usize, maker: Option<u32>, out: &mut BTreeSet<String>) {
-        if depth > 8 {
-            return;
-        }
-        let Ok(entries) = std::fs::read_dir(d) else {
-            return;
-        };
-        for e in entries.flatten() {
-            if !e.file_type().is_ok_and(|t| t.is_dir()) {
-                continue;
-            }
-            let name = e.file_name().to_string_lossy().into_owned();
-            let ours = name.starts_with("cordon-")
-                && maker.is_none_or(|pid| name.contains(&format!("-{pid}-")));
-            if ours {
-                out.insert(e.path().display().to_string());
-            }
-            walk(&e.path(), depth + 1, maker, out);
-        }
-    }
-    let mut out = BTreeSet::new();
-    for root in ["/sys/fs/cgroup", "/sys/fs/cgroup/unified"] {
-        walk(Path::new(root), 0, maker, &mut out);
-    }
-    out
+/// starts with `cordon-`, and what is beneath them; `maker` keeps only
+/// those a process of that pid made (`cordon-KEY-PID-N`).
+fn cordon_cgroups(maker: Option<u32>) -> BTreeSet<String> {
+    ["/sys/fs/cgroup", "/sys/fs/cgroup/unified"]
+        .iter()
+        .flat_map(|root| cordon_testkit::cgroup_dirs(Path::new(root), maker))
+        .map(|p| p.display().to_string())
+        .collect()
 }
 
 /// Attached loop devices: `(device, backing file)`.
@@ -448,7 +419,10 @@ impl Held {
         let named = |s: &str| volumes.iter().any(|v| s.contains(v));
         Held {
             processes,
-            cgroup_dirs: owners.iter().flat_map(|p| cgroup_dirs(Some(*p))).collect(),
+            cgroup_dirs: owners
+                .iter()
+                .flat_map(|p| cordon_cgroups(Some(*p)))
+                .collect(),
             mounts: mountinfo().into_iter().filter(|m| named(m)).collect(),
             loop_devices: loop_devices()
                 .into_iter()
@@ -509,7 +483,7 @@ impl MachineWide {
                 .filter(|(_, uid, _)| *uid >= FRESH_ID_BASE)
                 .count(),
             keepers: stats.keys().filter(|p| is_keeper(**p, None)).count(),
-            cordon_cgroup_dirs: cgroup_dirs(None).len(),
+            cordon_cgroup_dirs: cordon_cgroups(None).len(),
             mounts: mounts.len(),
             loop_devices: loops.len(),
             id_leases: held_id_leases(),
@@ -609,8 +583,8 @@ impl Drop for DisposeOnFailure {
             return;
         }
         for i in 0..self.n {
-            let _ = Command::new(env!("CARGO_BIN_EXE_cordon"))
-                .args([
+            let _ = cordon_testkit::cordon!()
+                .command([
                     "sandbox",
                     "down",
                     "--scope",
@@ -1178,9 +1152,8 @@ fn start_limited(dir: &Path, limits: &str) -> Server {
     );
     let file = dir.join("serve.yaml");
     std::fs::write(&file, config).expect("config");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_cordon"))
-        .args(["serve", "--config", file.to_str().expect("utf-8")])
-        .env_remove("CORDON_MIN_ISOLATION")
+    let mut child = cordon_testkit::cordon!()
+        .command(["serve", "--config", file.to_str().expect("utf-8")])
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
@@ -1497,7 +1470,7 @@ fn per_credential_limits_hold_under_load_and_nothing_is_left() {
                 .map(|p| format!("keeper {p}")),
         );
         for k in &keepers {
-            left.extend(cgroup_dirs(Some(*k)));
+            left.extend(cordon_cgroups(Some(*k)));
         }
         if let Ok(locks) = std::fs::read_dir(state.join("locks")) {
             left.extend(

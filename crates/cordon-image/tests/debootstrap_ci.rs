@@ -29,8 +29,9 @@ fn main() {
     let ci = std::env::var("CI").is_ok_and(|v| v == "true");
     let asked = std::env::var("CORDON_TEST_DEBOOTSTRAP").is_ok_and(|v| v == "1");
     if !ci && !asked {
-        eprintln!(
-            "\n!!!!!!!! SKIPPED {NAME}: set CORDON_TEST_DEBOOTSTRAP=1 (or CI=true) to build a Debian image !!!!!!!!\n"
+        cordon_testkit::skip(
+            NAME,
+            "set CORDON_TEST_DEBOOTSTRAP=1 (or CI=true) to build a Debian image",
         );
         return;
     }

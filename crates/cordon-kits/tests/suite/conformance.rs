@@ -17,9 +17,7 @@ use cordon_sandbox::{
     ExecOutput, ExecRequest, FileKind, FileRead, FileStat, Provenance, Sandbox, SandboxError,
 };
 
-fn is_root() -> bool {
-    rustix::process::geteuid().is_root()
-}
+use cordon_testkit::is_root;
 
 fn safe(root: &std::path::Path) -> PosixGuestSubject {
     host_directory_subject(root, is_root()).unwrap()

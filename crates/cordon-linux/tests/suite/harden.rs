@@ -42,18 +42,12 @@ fn available(case: &str) -> bool {
     if !m.seccomp {
         missing.push("seccomp".to_string());
     }
-    if missing.is_empty() {
-        return true;
-    }
-    assert!(
-        !super::in_ci(),
-        "CI=true and {case} cannot run: missing {missing:?}"
-    );
-    let _ = writeln!(
-        std::io::stderr().lock(),
-        "\n!!!!!!!! SKIPPED {case}: this machine cannot hold the proxy's self-confinement !!!!!!!!\nmissing: {missing:?}\n"
-    );
-    false
+    cordon_testkit::runs_here(
+        case,
+        (!missing.is_empty()).then(|| {
+            format!("this machine cannot hold the proxy's self-confinement: missing {missing:?}")
+        }),
+    )
 }
 
 /// Runs `scenario` in a fresh helper process; returns its stdout lines.

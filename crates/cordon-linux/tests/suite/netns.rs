@@ -9,19 +9,10 @@ use std::os::fd::{AsFd, BorrowedFd};
 use cordon_linux::netns;
 
 fn root_or_skip(case: &str) -> bool {
-    if nix::unistd::geteuid().is_root() {
-        return true;
-    }
-    assert!(
-        !super::in_ci(),
-        "CI=true and {case} needs root (a network namespace)"
-    );
-    use std::io::Write as _;
-    let _ = writeln!(
-        std::io::stderr().lock(),
-        "\n!!!!!!!! SKIPPED {case}: making a network namespace needs root !!!!!!!!\n"
-    );
-    false
+    cordon_testkit::runs_here(
+        case,
+        (!cordon_testkit::is_root()).then_some("making a network namespace needs root"),
+    )
 }
 
 /// A port no test here picks twice, away from the ephemeral range.

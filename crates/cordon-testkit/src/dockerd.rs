@@ -5,9 +5,6 @@
 //!
 //! Without root or `dockerd` a test skips loudly; with `CI=true` that is a
 //! failure (`.ci/run` installs `docker.io`).
-// Included by several test crates, each using part of it (`expect` would
-// fail in the ones that use all of it).
-#![allow(dead_code)]
 
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
@@ -15,14 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .map(|s| {
-            s.lines()
-                .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
-        })
-        .unwrap_or(false)
-}
+use crate::{is_root, skip};
 
 fn dockerd_bin() -> Option<PathBuf> {
     // Debian's engine; never a newer one elsewhere on PATH.
@@ -46,11 +36,7 @@ impl Dockerd {
             (false, _) => "a Docker Engine of the test's own needs root",
             (true, None) => "`/usr/sbin/dockerd` is not installed (`apt-get install docker.io`)",
         };
-        assert!(
-            !std::env::var("CI").is_ok_and(|v| v == "true"),
-            "CI=true and `{case}`: {missing}"
-        );
-        eprintln!("\n!!!!!!!! SKIPPED {case}: {missing} (CI=true makes this a failure) !!!!!!!!\n");
+        skip(case, missing);
         None
     }
 
