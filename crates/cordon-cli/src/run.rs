@@ -440,7 +440,7 @@ pub fn prepare(args: &Selection, keep: Option<Keep>) -> Result<Prepared, ExitCod
             .secrets_dir(dir)
             .map_err(|e| usage(format!("`--secrets-dir`: {e}")))?;
     }
-    let floor = builder.setup().map_err(fail)?.floor;
+    let floor = builder.chosen_floor().clone();
     let host = match builder.build() {
         Ok(h) => h,
         Err(HostError::Policy { diagnostics }) => {

@@ -3,7 +3,7 @@
 //! refuses to start when the policy does not load or no backend this
 //! machine can run meets the floor.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -104,13 +104,10 @@ pub fn run(args: ServeArgs) -> ExitCode {
     if reclaimed > 0 {
         eprintln!("cordon serve: reclaimed {reclaimed} sandbox(es) whose keeper was gone");
     }
-    let audit = match builder.backend_setup() {
-        Ok(b) => b
-            .egress
-            .audit
-            .unwrap_or_else(|| state_path.join(EGRESS_AUDIT)),
-        Err(e) => return refuse(e),
-    };
+    // `audit_in` above: the configured log, else the state directory's.
+    let audit = builder
+        .egress_audit()
+        .map_or_else(|| state_path.join(EGRESS_AUDIT), Path::to_path_buf);
     let host = match builder.build() {
         Ok(h) => h,
         Err(HostError::Policy { diagnostics }) => {

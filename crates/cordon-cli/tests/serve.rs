@@ -2411,14 +2411,9 @@ fn create_on_a_closed_backend_for_a_spec_that_names_hosts_carries_the_warning() 
     assert_eq!(made["warnings"], serde_json::json!([]), "{made}");
 }
 
-/// `/metrics` counts policy denials by surface and rule (at create, at
-/// exec, at the egress proxy) and the bytes the proxy carried, by scope.
-#[test]
-fn metrics_count_denials_by_surface_and_rule_and_egress_bytes() {
-    if !root() {
-        return;
-    }
-    // An upstream that answers whatever comes with 1000 bytes and closes.
+/// An upstream on loopback that reads what comes on each connection and
+/// answers `answer`, then closes; its port.
+fn upstream(answer: &'static [u8]) -> u16 {
     let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     let port = l.local_addr().expect("addr").port();
     std::thread::spawn(move || {
@@ -2427,10 +2422,22 @@ fn metrics_count_denials_by_surface_and_rule_and_egress_bytes() {
             std::thread::spawn(move || {
                 let mut buf = [0u8; 4096];
                 let _ = s.read(&mut buf);
-                let _ = s.write_all(&[b'x'; 1000]);
+                let _ = s.write_all(answer);
             });
         }
     });
+    port
+}
+
+/// `/metrics` counts policy denials by surface and rule (at create, at
+/// exec, at the egress proxy) and the bytes the proxy carried, by scope.
+#[test]
+fn metrics_count_denials_by_surface_and_rule_and_egress_bytes() {
+    if !root() {
+        return;
+    }
+    // An upstream that answers whatever comes with 1000 bytes and closes.
+    let port = upstream(&[b'x'; 1000]);
     let dir = tempfile::tempdir().expect("dir");
     let p = dir.path();
     std::fs::write(p.join("policy.yaml"), &*OWN_POLICY).expect("policy");
@@ -3075,20 +3082,7 @@ fn the_configured_audit_budget_holds_for_the_servers_sandboxes() {
         return;
     }
     // An upstream that answers each request with a short 200.
-    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    let port = l.local_addr().expect("addr").port();
-    std::thread::spawn(move || {
-        for s in l.incoming() {
-            let Ok(mut s) = s else { continue };
-            std::thread::spawn(move || {
-                let mut buf = [0u8; 4096];
-                let _ = s.read(&mut buf);
-                let _ = s.write_all(
-                    b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok",
-                );
-            });
-        }
-    });
+    let port = upstream(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok");
     let dir = tempfile::tempdir().expect("dir");
     let p = dir.path();
     std::fs::write(p.join("policy.yaml"), OWN_POLICY.as_str()).expect("policy");

@@ -91,6 +91,11 @@ impl HostBuilder {
         self
     }
 
+    /// The floor the host will be held to.
+    pub fn chosen_floor(&self) -> &Floor {
+        &self.floor
+    }
+
     /// The floor from a flag, `CORDON_MIN_ISOLATION` and a configuration
     /// file, in that order of precedence (else the default).
     pub fn floor_from(
@@ -150,6 +155,12 @@ impl HostBuilder {
             self.egress.audit = Some(state.join(EGRESS_AUDIT));
         }
         self
+    }
+
+    /// Where the egress proxy's decisions are written (`None`: its
+    /// standard error).
+    pub fn egress_audit(&self) -> Option<&Path> {
+        self.egress.audit.as_deref()
     }
 
     /// Sandboxes are kept (a keeper each, this binary in its role).

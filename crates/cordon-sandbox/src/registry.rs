@@ -81,13 +81,15 @@ impl EngineSettings {
         }
     }
 
-    /// Sets `backend`'s settings.
+    /// Sets `backend`'s settings. Settings that do not serialise are
+    /// recorded as that failure, which [`EngineSettings::get`] refuses: the
+    /// backend then cannot be built, rather than built with its defaults
+    /// (another engine, another cache) in their place.
     pub fn set<T: Serialize>(&mut self, backend: &str, settings: &T) {
-        // INVARIANT: settings are plain data (paths, strings, flags);
-        // serialising them to a JSON value cannot fail.
-        if let Ok(v) = serde_json::to_value(settings) {
-            self.0.insert(backend.to_string(), v);
-        }
+        let v = serde_json::to_value(settings).unwrap_or_else(|e| {
+            serde_json::Value::String(format!("settings that did not serialise: {e}"))
+        });
+        self.0.insert(backend.to_string(), v);
     }
 }
 

@@ -70,3 +70,32 @@ fn an_unbuilt_registration_refuses_to_build() {
         .unwrap();
     assert!(err.contains("not built"), "{err}");
 }
+
+/// An engine's settings read back as its own type; settings that do not
+/// read as it, or did not serialise, are refused (never its defaults).
+#[test]
+fn engine_settings_read_back_typed_and_refuse_what_does_not_read() {
+    #[derive(Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Toy {
+        cache: Option<String>,
+    }
+    let mut e = cordon_sandbox::EngineSettings::default();
+    assert_eq!(e.get::<Toy>("toy"), Ok(Toy::default()));
+    let toy = Toy {
+        cache: Some("/var/cache/toy".into()),
+    };
+    e.set("toy", &toy);
+    assert_eq!(e.get::<Toy>("toy"), Ok(toy));
+    e.set("toy", &serde_json::json!({"cahce": "/tmp"}));
+    let err = e.get::<Toy>("toy").unwrap_err();
+    assert!(
+        err.contains("`toy` backend's settings do not read"),
+        "{err}"
+    );
+    // A map with non-string keys does not serialise to JSON.
+    let unserialisable: std::collections::BTreeMap<(u8, u8), u8> = [((1, 2), 3)].into();
+    e.set("toy", &unserialisable);
+    let err = e.get::<Toy>("toy").unwrap_err();
+    assert!(err.contains("did not serialise"), "{err}");
+}
