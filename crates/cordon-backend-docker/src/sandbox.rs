@@ -162,7 +162,7 @@ impl DockerSandbox {
             ),
             base: OnceLock::new(),
             proxy_port,
-            egress: Serving::new(serving),
+            egress: Serving::new(serving.map(|s| s.handle)),
             disposed: AtomicBool::new(false),
         })
     }

@@ -176,12 +176,13 @@ pub fn refuse_secrets(req: &AcquireRequest, why: &str) -> Result<(), BackendErro
 /// Serves `listener` as `req`'s sandbox's one route out: the proxy learns
 /// the sandbox, the identity (the acquire request's, never the
 /// workload's) and the spec's allowlist. The serving lasts as long as
-/// what this returns is held.
+/// what this returns is held; it carries the sandbox's CA certificate
+/// when the policy has the proxy inspect some host.
 pub fn serve_route(
     service: &dyn cordon_egress::EgressService,
     listener: std::net::TcpListener,
     req: &AcquireRequest,
-) -> Result<Box<dyn std::any::Any + Send>, String> {
+) -> Result<cordon_egress::Served, String> {
     service.serve(
         listener,
         cordon_egress::Caller {
@@ -198,6 +199,8 @@ pub struct PrivateRoute {
     pub port: u16,
     pub ns: std::os::fd::OwnedFd,
     pub serving: Box<dyn std::any::Any + Send>,
+    /// The sandbox's CA certificate (PEM), when the proxy inspects.
+    pub ca_pem: Option<String>,
 }
 
 /// Makes `req`'s sandbox's route out in a namespace of its own.
@@ -209,10 +212,12 @@ pub fn private_route(
     let made = cordon_linux::netns::private_with_listener(port).map_err(|e| {
         format!("making the sandbox's network namespace with the egress proxy's listener: {e}")
     })?;
+    let served = serve_route(service, made.listener, req)?;
     Ok(PrivateRoute {
         port,
         ns: made.ns,
-        serving: serve_route(service, made.listener, req)?,
+        serving: served.handle,
+        ca_pem: served.ca_pem,
     })
 }
 

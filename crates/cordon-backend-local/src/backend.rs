@@ -473,7 +473,7 @@ fn route_egress(
         .ok_or_else(|| "the sandbox did not hand over its egress channel".to_string())
         .and_then(|listener| cordon_backend_kit::register::serve_route(host, listener, req));
     match served {
-        Ok(s) => *sandbox.egress.lock().unwrap_or_else(|p| p.into_inner()) = Some(s),
+        Ok(s) => *sandbox.egress.lock().unwrap_or_else(|p| p.into_inner()) = Some(s.handle),
         Err(e) => {
             let _ = sandbox.dispose();
             return Err(failed("acquire", format!("the egress proxy: {e}")));

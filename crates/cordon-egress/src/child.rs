@@ -147,6 +147,9 @@ struct Reply {
     ok: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     error: Option<String>,
+    /// A serve's answer: the sandbox's authority's certificate, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    ca: Option<String>,
 }
 
 impl Reply {
@@ -156,19 +159,21 @@ impl Reply {
                 id,
                 ok: true,
                 error: None,
+                ca: None,
             },
             Err(e) => Reply {
                 id,
                 ok: false,
                 error: Some(e),
+                ca: None,
             },
         }
     }
 
     /// Ok only for `ok: true` with no error: anything else refuses.
-    fn result(self) -> Result<(), String> {
+    fn result(self) -> Result<Option<String>, String> {
         match (self.ok, self.error) {
-            (true, None) => Ok(()),
+            (true, None) => Ok(self.ca),
             (_, Some(e)) => Err(e),
             (false, None) => Err("it refused without saying why".into()),
         }
@@ -219,30 +224,37 @@ fn wait_readable(sock: BorrowedFd<'_>, deadline: Instant) -> Result<(), ()> {
 /// ([`EgressHost`]) or in a process of its own ([`ProxyChild`]). What
 /// [`EgressService::serve`] returns serves until it is dropped.
 pub trait EgressService: Send + Sync {
-    fn serve(
-        &self,
-        listener: std::net::TcpListener,
-        caller: Caller,
-    ) -> Result<Box<dyn Any + Send>, String>;
+    fn serve(&self, listener: std::net::TcpListener, caller: Caller) -> Result<Served, String>;
+}
+
+/// A channel being served: it lasts as long as `handle` is held.
+pub struct Served {
+    pub handle: Box<dyn Any + Send>,
+    /// The certificate (PEM) of the sandbox's own authority, when the
+    /// policy has the proxy inspect some host: the sandbox must trust it
+    /// (and nothing else of it ever leaves the proxy).
+    pub ca_pem: Option<String>,
 }
 
 impl EgressService for EgressHost {
-    fn serve(
-        &self,
-        listener: std::net::TcpListener,
-        caller: Caller,
-    ) -> Result<Box<dyn Any + Send>, String> {
-        EgressHost::serve(self, listener, caller).map(|s| Box::new(s) as Box<dyn Any + Send>)
+    fn serve(&self, listener: std::net::TcpListener, caller: Caller) -> Result<Served, String> {
+        let s = EgressHost::serve(self, listener, caller)?;
+        let ca_pem = s.ca_pem().map(str::to_string);
+        Ok(Served {
+            handle: Box::new(s),
+            ca_pem,
+        })
     }
 }
 
 impl EgressService for ProxyChild {
-    fn serve(
-        &self,
-        listener: std::net::TcpListener,
-        caller: Caller,
-    ) -> Result<Box<dyn Any + Send>, String> {
-        ProxyChild::serve(self, listener, caller).map(|s| Box::new(s) as Box<dyn Any + Send>)
+    fn serve(&self, listener: std::net::TcpListener, caller: Caller) -> Result<Served, String> {
+        let s = ProxyChild::serve(self, listener, caller)?;
+        let ca_pem = s.ca_pem.clone();
+        Ok(Served {
+            handle: Box::new(s),
+            ca_pem,
+        })
     }
 }
 
@@ -282,7 +294,12 @@ impl Channel {
     }
 
     /// Sends `msg` (with `fd` attached) and waits for the reply to `id`.
-    fn request(&self, msg: &Control, id: u64, fd: Option<BorrowedFd<'_>>) -> Result<(), String> {
+    fn request(
+        &self,
+        msg: &Control,
+        id: u64,
+        fd: Option<BorrowedFd<'_>>,
+    ) -> Result<Option<String>, String> {
         let _turn = self.turn.lock().unwrap_or_else(|p| p.into_inner());
         if self.broken.load(Ordering::SeqCst) {
             return Err(
@@ -352,6 +369,8 @@ pub struct ProxyChild {
 pub struct ChildServing {
     channel: Weak<Channel>,
     id: u64,
+    /// The sandbox's authority's certificate, if the proxy inspects.
+    pub ca_pem: Option<String>,
 }
 
 impl Drop for ChildServing {
@@ -500,11 +519,12 @@ impl ProxyChild {
         let ch = self.channel()?;
         let caller = WireCaller::from_caller(&caller)?;
         let id = ch.next_id.fetch_add(1, Ordering::SeqCst);
-        ch.request(&Control::Serve { id, caller }, id, Some(listener.as_fd()))?;
+        let ca_pem = ch.request(&Control::Serve { id, caller }, id, Some(listener.as_fd()))?;
         drop(listener);
         Ok(ChildServing {
             channel: Arc::downgrade(ch),
             id,
+            ca_pem,
         })
     }
 }
@@ -635,6 +655,7 @@ fn control_loop(sock: BorrowedFd<'_>, host: &EgressHost) -> Result<(), String> {
             Ok(None) => return Ok(()),
             Err(e) => return Err(format!("reading a request from its owner: {e}")),
         };
+        let mut ca = None;
         let (id, result) = match msg {
             Control::Serve { id, caller } => {
                 let r = if fds.len() != 1 {
@@ -648,6 +669,7 @@ fn control_loop(sock: BorrowedFd<'_>, host: &EgressHost) -> Result<(), String> {
                         .into_caller()
                         .and_then(|c| serve_one(host, fd, c))
                         .map(|h| {
+                            ca = h.ca_pem().map(str::to_string);
                             slot.insert(h);
                         })
                 } else {
@@ -668,7 +690,9 @@ fn control_loop(sock: BorrowedFd<'_>, host: &EgressHost) -> Result<(), String> {
             }
         };
         drop(fds);
-        send_packet(sock, &Reply::of(Some(id), result), None)
+        let mut reply = Reply::of(Some(id), result);
+        reply.ca = ca;
+        send_packet(sock, &reply, None)
             .map_err(|e| format!("answering its owner: {e}"))?;
     }
 }

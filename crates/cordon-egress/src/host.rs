@@ -56,6 +56,7 @@ pub struct Opened {
     audit_bounds: cordon_sandbox::AuditBounds,
     classifier: Classifier,
     dns: Dns,
+    upstreams: crate::tls::Upstreams,
 }
 
 impl Opened {
@@ -87,6 +88,8 @@ impl Opened {
             audit_bounds: setup.audit_bounds,
             classifier,
             dns,
+            // Read now: the confined proxy may not read them later.
+            upstreams: crate::tls::Upstreams::load(),
         })
     }
 
@@ -111,6 +114,7 @@ impl Opened {
             timeouts,
             max_connections: MAX_CONNECTIONS,
             audit_bounds: self.audit_bounds,
+            upstreams: Arc::new(self.upstreams),
         })
     }
 }
@@ -126,6 +130,15 @@ pub struct EgressHost {
 /// connection it started.
 pub struct Serving {
     task: Option<tokio::task::JoinHandle<()>>,
+    ca: Option<Arc<crate::ca::SandboxCa>>,
+}
+
+impl Serving {
+    /// The sandbox's authority's certificate (PEM), when the policy has
+    /// the proxy inspect some host.
+    pub fn ca_pem(&self) -> Option<&str> {
+        self.ca.as_deref().map(crate::ca::SandboxCa::cert_pem)
+    }
 }
 
 impl Drop for Serving {
@@ -185,8 +198,11 @@ impl EgressHost {
         let _in = self.rt.enter();
         let l = tokio::net::TcpListener::from_std(listener)
             .map_err(|e| format!("the egress channel: {e}"))?;
-        let h = self.rt.spawn(self.proxy.clone().serve(l, Arc::new(caller)));
-        Ok(Serving { task: Some(h) })
+        let ca = self.proxy.sandbox_ca(&caller)?;
+        let h = self
+            .rt
+            .spawn(self.proxy.clone().serve(l, Arc::new(caller), ca.clone()));
+        Ok(Serving { task: Some(h), ca })
     }
 
     /// Stops a channel and waits (at most `within`) until it is gone: its

@@ -7,6 +7,7 @@
 //! the policy crate decides, this crate enforces.
 
 pub mod audit;
+pub mod ca;
 pub mod child;
 pub mod classify;
 #[doc(hidden)]
@@ -17,8 +18,11 @@ pub mod resolve;
 pub mod sni;
 mod splice;
 pub mod target;
+pub mod tls;
 
 pub use audit::{Audit, AuditLine};
-pub use child::{child_main, start_service, ChildServing, ConfineFn, EgressService, ProxyChild};
+pub use child::{
+    child_main, start_service, ChildServing, ConfineFn, EgressService, ProxyChild, Served,
+};
 pub use host::{config_from_setup, EgressHost, Opened, Serving, MAX_CONNECTIONS};
 pub use proxy::{Caller, Capped, Proxy, ProxyConfig, Timeouts};

@@ -338,7 +338,7 @@ fn start_service_with_a_command_runs_a_child() {
     let serving = svc
         .serve(chan, caller(&[format!("ok.test:{}", up.port())]))
         .unwrap();
-    assert!(serving.is::<cordon_egress::ChildServing>());
+    assert!(serving.handle.is::<cordon_egress::ChildServing>());
     let (status, _) = get(addr, &format!("http://ok.test:{}/x", up.port()));
     assert_eq!(status, 200);
     // The decision (and its answer) was recorded by the child, in the file.

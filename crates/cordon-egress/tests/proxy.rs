@@ -282,6 +282,7 @@ async fn proxy_bounded(
         },
         max_connections,
         audit_bounds,
+        upstreams: Arc::new(cordon_egress::tls::Upstreams::with_roots(vec![], None)),
     });
     let caller = Caller {
         sandbox: "tenant/thread/agent".into(),
@@ -293,7 +294,7 @@ async fn proxy_bounded(
         },
         allow: allow.map(|l| l.iter().map(|e| EgressEntry::parse(e).unwrap()).collect()),
     };
-    let task = tokio::spawn(p.clone().serve(l, Arc::new(caller.clone())));
+    let task = tokio::spawn(p.clone().serve(l, Arc::new(caller.clone()), None));
     Setup {
         proxy: addr,
         audit,
@@ -309,7 +310,7 @@ impl Setup {
         let addr = l.local_addr().unwrap();
         let mut caller = self.served.1.clone();
         caller.sandbox = name.to_string();
-        tokio::spawn(self.served.0.clone().serve(l, Arc::new(caller)));
+        tokio::spawn(self.served.0.clone().serve(l, Arc::new(caller), None));
         addr
     }
 }

@@ -50,6 +50,10 @@ pub struct EgressFacts {
     pub path: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ip: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub query: Option<std::collections::BTreeMap<String, Vec<String>>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub headers: Option<std::collections::BTreeMap<String, String>>,
 }
 
 impl EgressFacts {
@@ -71,6 +75,8 @@ impl EgressFacts {
             },
             path: if inside_tunnel { None } else { Some(u.path) },
             ip: None,
+            query: None,
+            headers: None,
         })
     }
 
@@ -87,6 +93,8 @@ impl EgressFacts {
             method: None,
             path: None,
             ip: None,
+            query: None,
+            headers: None,
         }
     }
 }

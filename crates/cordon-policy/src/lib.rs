@@ -28,6 +28,8 @@ pub mod explain;
 pub mod expr;
 #[doc(hidden)]
 pub mod fuzz;
+mod inspect_stub;
+pub use inspect_stub::Inspection;
 mod load;
 mod model;
 mod parse;

@@ -128,6 +128,7 @@ impl Policy {
             layer_index,
             bounds,
             allow_ranges: a.allow_ranges,
+            inspect: Vec::new(),
             warnings: diags,
             digest: a
                 .digest

@@ -26,6 +26,8 @@ pub struct Policy {
     pub bounds: Bounds,
     /// Ranges the egress proxy may reach; only the root may state them.
     pub allow_ranges: Vec<AllowRange>,
+    /// Hosts the egress proxy terminates TLS for.
+    pub inspect: Vec<crate::Inspection>,
     /// Warnings found at load (errors refuse the load).
     pub warnings: Diagnostics,
     /// SHA-256 over every layer's name and text in layer order, hex. Two

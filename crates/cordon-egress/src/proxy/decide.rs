@@ -17,7 +17,7 @@ use crate::target::{Authority, Host};
 type Refusal = (String, Option<Decision>);
 
 impl Proxy {
-    fn request(&self, r: &Record<'_>) -> Request {
+    pub(super) fn request(&self, r: &Record<'_>) -> Request {
         Request {
             identity: r.caller.identity.clone(),
             env: self.cfg.env.clone(),
@@ -83,7 +83,7 @@ impl Proxy {
         Ok(())
     }
 
-    fn why(&self, d: &Decision) -> String {
+    pub(super) fn why(&self, d: &Decision) -> String {
         if d.no_allow_matched() {
             return "no allow rule of the policy matches".into();
         }

@@ -10,7 +10,8 @@ use hyper::StatusCode;
 
 use crate::target::{self, Authority};
 
-pub(super) type Body = BoxBody<Bytes, hyper::Error>;
+pub(super) type BoxError = Box<dyn std::error::Error + Send + Sync>;
+pub(super) type Body = BoxBody<Bytes, BoxError>;
 
 pub(super) fn shown(s: &str) -> String {
     s.chars()
@@ -93,4 +94,16 @@ pub(super) fn strip_hop_by_hop(h: &mut HeaderMap) {
     ] {
         h.remove(n);
     }
+}
+
+/// A path segment `.` or `..`, plainly or percent-encoded.
+pub(super) fn has_dot_segment(path: &str) -> bool {
+    path.split('/').any(|s| {
+        s == "."
+            || s == ".."
+            || s.eq_ignore_ascii_case("%2e")
+            || s.eq_ignore_ascii_case("%2e%2e")
+            || s.eq_ignore_ascii_case(".%2e")
+            || s.eq_ignore_ascii_case("%2e.")
+    })
 }

@@ -42,6 +42,7 @@ mod capped;
 mod decide;
 mod dial;
 mod http;
+mod inspect;
 mod plain;
 mod record;
 mod serve;
@@ -113,6 +114,8 @@ pub struct ProxyConfig {
     /// Each sandbox's budget of audit lines (the rotation in them is the
     /// audit file's, applied where it is opened).
     pub audit_bounds: AuditBounds,
+    /// The verifying TLS clients toward inspected hosts.
+    pub upstreams: Arc<crate::tls::Upstreams>,
 }
 
 /// The largest request head read.
@@ -135,6 +138,25 @@ impl Proxy {
             cfg,
             audit_failing: AtomicBool::new(false),
         })
+    }
+
+    /// A fresh authority for `caller`'s sandbox when the policy has the
+    /// proxy inspect some host; none otherwise.
+    pub fn sandbox_ca(
+        &self,
+        caller: &Caller,
+    ) -> Result<Option<Arc<crate::ca::SandboxCa>>, String> {
+        if !self.cfg.policy.inspects_any() {
+            return Ok(None);
+        }
+        let hosts: Vec<String> = self
+            .cfg
+            .policy
+            .inspect
+            .iter()
+            .map(|i| i.host.clone())
+            .collect();
+        crate::ca::SandboxCa::new(&caller.sandbox, &hosts).map(|c| Some(Arc::new(c)))
     }
 }
 
@@ -161,4 +183,6 @@ struct ConnCtx {
     permit: Arc<tokio::sync::OwnedSemaphorePermit>,
     /// Changes (errs) when the channel is stopped.
     stopped: tokio::sync::watch::Receiver<()>,
+    /// The sandbox's authority, when the policy inspects some host.
+    ca: Option<Arc<crate::ca::SandboxCa>>,
 }

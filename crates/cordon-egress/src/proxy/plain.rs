@@ -16,7 +16,7 @@ use hyper_util::rt::TokioIo;
 
 use super::capped::Capped;
 use super::dial::Dialled;
-use super::http::{host_header_agrees, shown, strip_hop_by_hop, text, Body};
+use super::http::{has_dot_segment, host_header_agrees, shown, strip_hop_by_hop, text, Body, BoxError};
 use super::record::Record;
 use super::{ConnCtx, Proxy, Slot, Upstream, MAX_HEAD, MAX_URL};
 use crate::target::{self, Authority};
@@ -238,7 +238,7 @@ impl Proxy {
                 }
                 let (mut parts, body) = resp.into_parts();
                 strip_hop_by_hop(&mut parts.headers);
-                hyper::Response::from_parts(parts, body.boxed())
+                hyper::Response::from_parts(parts, body.map_err(BoxError::from).boxed())
             }
             Err(e) => {
                 let why = if exceeded.load(Ordering::Relaxed) > 0 {
@@ -251,18 +251,6 @@ impl Proxy {
             }
         }
     }
-}
-
-/// A path segment `.` or `..`, plainly or percent-encoded.
-fn has_dot_segment(path: &str) -> bool {
-    path.split('/').any(|s| {
-        s == "."
-            || s == ".."
-            || s.eq_ignore_ascii_case("%2e")
-            || s.eq_ignore_ascii_case("%2e%2e")
-            || s.eq_ignore_ascii_case(".%2e")
-            || s.eq_ignore_ascii_case("%2e.")
-    })
 }
 
 /// Step 1 of an absolute-form request: its URL, authority, `Host` header,
@@ -343,6 +331,8 @@ fn plain_target(req: &hyper::Request<Incoming>) -> Result<PlainTarget, (StatusCo
         method: Some(method.to_string()),
         path: Some(path),
         ip: None,
+        query: uri.query().map(super::inspect::parse_query),
+        headers: None,
     };
     Ok(PlainTarget {
         a,

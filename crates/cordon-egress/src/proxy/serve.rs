@@ -21,7 +21,12 @@ impl Proxy {
     /// Accepts and serves connections on `listener` for `caller` until the
     /// task is dropped; the connections and tunnels it started end with it.
     /// At most `max_connections` are open at once, tunnels included.
-    pub async fn serve(self: Arc<Self>, listener: TcpListener, caller: Arc<Caller>) {
+    pub async fn serve(
+        self: Arc<Self>,
+        listener: TcpListener,
+        caller: Arc<Caller>,
+        ca: Option<Arc<crate::ca::SandboxCa>>,
+    ) {
         let permits = Arc::new(tokio::sync::Semaphore::new(self.cfg.max_connections.max(1)));
         // This channel's sandbox: its own budget of audit lines.
         let budget = Arc::new(Budget::new(&self.cfg.audit_bounds));
@@ -46,6 +51,7 @@ impl Proxy {
                         slot: Arc::new(std::sync::Mutex::new(None)),
                         permit: Arc::new(permit),
                         stopped: stopped.clone(),
+                        ca: ca.clone(),
                     };
                     conns.spawn(async move {
                         me.serve_connection(stream, ctx).await;
@@ -111,7 +117,7 @@ impl Proxy {
     /// sandbox whose audit budget is spent, or a proxy whose audit log
     /// cannot be written, is refused here (and says so), so neither can
     /// be used to look names up or reach anything unrecorded.
-    fn refused_before_anything(&self, r: &Record<'_>) -> Option<hyper::Response<Body>> {
+    pub(super) fn refused_before_anything(&self, r: &Record<'_>) -> Option<hyper::Response<Body>> {
         if let Err(spent_now) = r.budget.admit() {
             if spent_now {
                 self.note_spent(r);

@@ -16,6 +16,7 @@ use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpStream;
 
 use super::dial::Dialled;
+use super::inspect::Inspecting;
 use super::http::{empty, host_header_agrees, shown, Body};
 use super::record::Record;
 use super::{ConnCtx, Proxy};
@@ -67,6 +68,8 @@ impl Proxy {
             method: None,
             path: None,
             ip: None,
+            query: None,
+            headers: None,
         };
         // Decided for each address before the 200, so a refusal is a 403.
         let checked = match self.steps(&mut r, &a).await {
@@ -83,8 +86,10 @@ impl Proxy {
         // ends, and ends when the channel is stopped.
         let permit = ctx.permit.clone();
         let mut stopped = ctx.stopped.clone();
+        let ca = ctx.ca.clone();
         tokio::spawn(async move {
             let _permit = permit;
+            let owner = caller.clone();
             let r = Record {
                 caller: &caller,
                 budget,
@@ -97,7 +102,7 @@ impl Proxy {
                 Ok(up) => match up.downcast::<TokioIo<TcpStream>>() {
                     Ok(parts) => {
                         tokio::select! {
-                            () = me.tunnel(r, a, checked, parts.io.into_inner(), parts.read_buf) => {}
+                            () = me.tunnel(r, a, checked, parts.io.into_inner(), parts.read_buf, ca.map(|ca| (ca, owner))) => {}
                             _ = stopped.changed() => {}
                         }
                     }
@@ -111,13 +116,16 @@ impl Proxy {
         hyper::Response::new(empty())
     }
 
+    /// `ca`: the sandbox's authority (and the caller, owned), when the
+    /// policy inspects some host.
     async fn tunnel(
-        &self,
+        self: &Arc<Self>,
         mut r: Record<'_>,
         a: Authority,
         checked: Vec<(IpAddr, Decision)>,
         mut client: TcpStream,
         early: Bytes,
+        ca: Option<(Arc<crate::ca::SandboxCa>, Arc<super::Caller>)>,
     ) {
         let (hello, verdict) = self.client_hello(&a, &mut client, early).await;
         if let Err(why) = verdict {
@@ -125,6 +133,16 @@ impl Proxy {
             self.record(&r, "deny", 0, &format!("tunnel closed: {why}"), None);
             let _ = client.shutdown().await;
             return;
+        }
+        if let (Some((ca, caller)), Host::Name(name)) = (ca, &a.host) {
+            if let Some(i) = self.cfg.policy.inspection(name) {
+                let how = Inspecting {
+                    ca,
+                    roots: i.roots_pem.clone(),
+                    caller,
+                };
+                return self.inspect(r, a, checked, client, hello, how).await;
+            }
         }
         // Each address's `allow` line is written before it is dialled: a
         // line that cannot be written (the log failing, or the sandbox's

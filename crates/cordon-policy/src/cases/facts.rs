@@ -347,6 +347,8 @@ fn egress_facts(fields: &Fields) -> Result<SurfaceFacts, FactError> {
         method,
         path,
         ip,
+        query: None,
+        headers: None,
     }))
 }
 
