@@ -75,7 +75,10 @@ impl SandboxCa {
             .filter(|c| c.is_ascii_alphanumeric() || "-_.:".contains(*c))
             .take(40)
             .collect();
-        dn.push(DnType::CommonName, format!("cordon egress CA for sandbox {shown}"));
+        dn.push(
+            DnType::CommonName,
+            format!("cordon egress CA for sandbox {shown}"),
+        );
         p.distinguished_name = dn;
         p.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
         p.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
@@ -129,10 +132,10 @@ impl SandboxCa {
         let mut dn = DistinguishedName::new();
         dn.push(DnType::CommonName, host);
         p.distinguished_name = dn;
-        p.subject_alt_names = vec![SanType::DnsName(
-            host.try_into()
-                .map_err(|e| format!("`{host}` cannot be a certificate's name: {e}"))?,
-        )];
+        p.subject_alt_names =
+            vec![SanType::DnsName(host.try_into().map_err(|e| {
+                format!("`{host}` cannot be a certificate's name: {e}")
+            })?)];
         p.key_usages = vec![KeyUsagePurpose::DigitalSignature];
         p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
         p.use_authority_key_identifier_extension = true;
@@ -144,9 +147,7 @@ impl SandboxCa {
         let signing = rustls::crypto::ring::sign::any_supported_type(&der)
             .map_err(|e| format!("loading the leaf key for `{host}`: {e}"))?;
         Ok(CertifiedKey::new(
-            vec![
-                CertificateDer::from(cert.der().to_vec()),
-            ],
+            vec![CertificateDer::from(cert.der().to_vec())],
             signing,
         ))
     }
@@ -177,6 +178,9 @@ mod tests {
         assert!(Arc::ptr_eq(&l1, &l2));
         let l3 = b.leaf("api.example.com").unwrap();
         assert_ne!(l1.cert[0], l3.cert[0]);
-        assert!(format!("{a:?}").len() < 40, "Debug shows nothing of the key");
+        assert!(
+            format!("{a:?}").len() < 40,
+            "Debug shows nothing of the key"
+        );
     }
 }

@@ -692,8 +692,7 @@ fn control_loop(sock: BorrowedFd<'_>, host: &EgressHost) -> Result<(), String> {
         drop(fds);
         let mut reply = Reply::of(Some(id), result);
         reply.ca = ca;
-        send_packet(sock, &reply, None)
-            .map_err(|e| format!("answering its owner: {e}"))?;
+        send_packet(sock, &reply, None).map_err(|e| format!("answering its owner: {e}"))?;
     }
 }
 

@@ -22,6 +22,10 @@ pub fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
+/// A client config's key: the entry's own roots (PEM), whether h2 is
+/// offered.
+type ConfigKey = (Option<String>, bool);
+
 /// This machine's trust roots, as read (DER), and the client configs
 /// built from them.
 pub struct Upstreams {
@@ -30,7 +34,7 @@ pub struct Upstreams {
     missing: Option<String>,
     store: OnceLock<Arc<RootCertStore>>,
     /// By (the entry's own roots, if any; whether h2 is offered).
-    configs: Mutex<HashMap<(Option<String>, bool), Arc<ClientConfig>>>,
+    configs: Mutex<HashMap<ConfigKey, Arc<ClientConfig>>>,
 }
 
 impl std::fmt::Debug for Upstreams {

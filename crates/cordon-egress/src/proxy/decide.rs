@@ -12,6 +12,10 @@ use super::record::Record;
 use super::Proxy;
 use crate::target::{Authority, Host};
 
+/// The facts of a request inside an inspected tunnel: unknown at the
+/// tunnel, known at each request.
+const REQUEST_FACTS: &[&str] = &["url", "method", "path", "query", "headers"];
+
 /// Why a request is refused, and the decision that refused it if the
 /// policy did.
 type Refusal = (String, Option<Decision>);
@@ -31,10 +35,15 @@ impl Proxy {
     /// again for each address. The addresses that may be dialled, with the
     /// decision that allowed each, or the `403` that was answered (and
     /// audited).
+    ///
+    /// `inspected`: a tunnel the proxy will end TLS for, whose every
+    /// request is decided again with the request's own facts known; at
+    /// the tunnel those facts (and only those) may be unknown.
     pub(super) async fn steps(
         &self,
         r: &mut Record<'_>,
         a: &Authority,
+        inspected: bool,
     ) -> Result<Vec<(IpAddr, Decision)>, hyper::Response<Body>> {
         if let Err((why, d)) = self.first_decision(r, a) {
             return Err(self.refuse(r, StatusCode::FORBIDDEN, &why, d.as_ref()));
@@ -45,7 +54,7 @@ impl Proxy {
                 return Err(self.refuse_shown(r, StatusCode::FORBIDDEN, &logged, &shown, None))
             }
         };
-        self.checked(r, ips)
+        self.checked(r, ips, inspected)
             .map_err(|(why, d)| self.refuse(r, StatusCode::FORBIDDEN, &why, d.as_ref()))
     }
 
@@ -150,10 +159,17 @@ impl Proxy {
         &self,
         r: &mut Record<'_>,
         ip: IpAddr,
+        inspected: bool,
     ) -> Result<Decision, (String, Decision)> {
         r.facts.ip = Some(ip.to_string());
         let d = self.cfg.policy.decide(&self.request(r));
-        if d.is_allowed() {
+        let open_only_inside = inspected
+            && d.verdict == cordon_policy::decide::Verdict::Undetermined
+            && !d.unknown.is_empty()
+            && d.unknown
+                .iter()
+                .all(|f| REQUEST_FACTS.contains(&f.spelling()));
+        if d.is_allowed() || open_only_inside {
             Ok(d)
         } else {
             Err((self.why(&d), d))
@@ -166,11 +182,12 @@ impl Proxy {
         &self,
         r: &mut Record<'_>,
         ips: Vec<IpAddr>,
+        inspected: bool,
     ) -> Result<Vec<(IpAddr, Decision)>, Refusal> {
         let mut checked = Vec::new();
         let mut last = None;
         for ip in ips {
-            match self.final_decision(r, ip) {
+            match self.final_decision(r, ip, inspected) {
                 Ok(d) => checked.push((ip, d)),
                 Err(e) => last = Some(e),
             }

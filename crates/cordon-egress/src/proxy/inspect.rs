@@ -96,17 +96,32 @@ impl Proxy {
         {
             Ok(Ok(s)) => s,
             Ok(Err(e)) => {
-                self.record(&r, "deny", 0, &format!("tunnel closed: the workload's TLS: {e}"), None);
+                self.record(
+                    &r,
+                    "deny",
+                    0,
+                    &format!("tunnel closed: the workload's TLS: {e}"),
+                    None,
+                );
                 return;
             }
             Err(_) => {
-                self.record(&r, "deny", 0, "tunnel closed: the workload's TLS handshake timed out", None);
+                self.record(
+                    &r,
+                    "deny",
+                    0,
+                    "tunnel closed: the workload's TLS handshake timed out",
+                    None,
+                );
                 return;
             }
         };
         let (offered_alpn, offered_h2) = {
             let hello = start.client_hello();
-            let list: Vec<Vec<u8>> = hello.alpn().map(|i| i.map(<[u8]>::to_vec).collect()).unwrap_or_default();
+            let list: Vec<Vec<u8>> = hello
+                .alpn()
+                .map(|i| i.map(<[u8]>::to_vec).collect())
+                .unwrap_or_default();
             let h2 = list.iter().any(|p| p == H2);
             (!list.is_empty(), h2)
         };
@@ -140,9 +155,11 @@ impl Proxy {
             }
         };
         let mut sc = match rustls::ServerConfig::builder_with_provider(crate::tls::provider())
-        .with_safe_default_protocol_versions()
+            .with_safe_default_protocol_versions()
         {
-            Ok(b) => b.with_no_client_auth().with_cert_resolver(Arc::new(OneLeaf(leaf))),
+            Ok(b) => b
+                .with_no_client_auth()
+                .with_cert_resolver(Arc::new(OneLeaf(leaf))),
             Err(e) => {
                 self.record_end(&r, 500, &format!("tunnel closed: TLS: {e}"), &moved);
                 return;
@@ -170,7 +187,12 @@ impl Proxy {
                 return;
             }
             Err(_) => {
-                self.record_end(&r, 0, "tunnel closed: the workload's TLS handshake timed out", &moved);
+                self.record_end(
+                    &r,
+                    0,
+                    "tunnel closed: the workload's TLS handshake timed out",
+                    &moved,
+                );
                 return;
             }
         };
@@ -194,7 +216,13 @@ impl Proxy {
         let service = hyper::service::service_fn(move |req| {
             let me = me.clone();
             let s = session.clone();
-            async move { Ok::<_, Infallible>(me.inspected(&s, req).await) }
+            async move {
+                let mut resp = me.inspected(&s, req).await;
+                // The connection stays up after a refusal inside (and
+                // HTTP/2 has no such header).
+                resp.headers_mut().remove(hyper::header::CONNECTION);
+                Ok::<_, Infallible>(resp)
+            }
         });
         let io = TokioIo::new(Counted {
             inner: tls,
@@ -238,7 +266,9 @@ impl Proxy {
         )
         .await
         .map_err(|_| format!("the upstream `{host}` did not finish its TLS handshake in time"))?
-        .map_err(|e| format!("the upstream `{host}` failed TLS verification or its handshake: {e}"))?;
+        .map_err(|e| {
+            format!("the upstream `{host}` failed TLS verification or its handshake: {e}")
+        })?;
         let h2 = s.get_ref().1.alpn_protocol() == Some(H2);
         Ok((s, h2))
     }
@@ -318,7 +348,10 @@ impl Proxy {
                 }
                 let mut send = send.lock().await;
                 match send.ready().await {
-                    Ok(()) => send.send_request(hyper::Request::from_parts(parts, body)).await,
+                    Ok(()) => {
+                        send.send_request(hyper::Request::from_parts(parts, body))
+                            .await
+                    }
                     Err(e) => Err(e),
                 }
             }
@@ -328,7 +361,10 @@ impl Proxy {
                 parts.headers.remove(hyper::header::HOST);
                 let mut send = send.clone();
                 match send.ready().await {
-                    Ok(()) => send.send_request(hyper::Request::from_parts(parts, body)).await,
+                    Ok(()) => {
+                        send.send_request(hyper::Request::from_parts(parts, body))
+                            .await
+                    }
                     Err(e) => Err(e),
                 }
             }
@@ -401,7 +437,12 @@ fn inspected_target(
         }
         named.push(
             h.to_str()
-                .map_err(|_| (StatusCode::BAD_REQUEST, "the Host header is not text".to_string()))?
+                .map_err(|_| {
+                    (
+                        StatusCode::BAD_REQUEST,
+                        "the Host header is not text".to_string(),
+                    )
+                })?
                 .to_string(),
         );
     }
@@ -458,13 +499,23 @@ fn inspected_target(
         .path_and_query()
         .map(|p| p.as_str().to_string())
         .unwrap_or_else(|| "/".into());
-    let pq = if pq.starts_with('/') { pq } else { format!("/{pq}") };
-    let origin: hyper::Uri = pq
-        .parse()
-        .map_err(|_| (StatusCode::BAD_REQUEST, "the path cannot be sent".to_string()))?;
-    let absolute: hyper::Uri = format!("https://{authority}{pq}")
-        .parse()
-        .map_err(|_| (StatusCode::BAD_REQUEST, "the path cannot be sent".to_string()))?;
+    let pq = if pq.starts_with('/') {
+        pq
+    } else {
+        format!("/{pq}")
+    };
+    let origin: hyper::Uri = pq.parse().map_err(|_| {
+        (
+            StatusCode::BAD_REQUEST,
+            "the path cannot be sent".to_string(),
+        )
+    })?;
+    let absolute: hyper::Uri = format!("https://{authority}{pq}").parse().map_err(|_| {
+        (
+            StatusCode::BAD_REQUEST,
+            "the path cannot be sent".to_string(),
+        )
+    })?;
     let query = uri.query().map(parse_query);
     let url = match uri.query() {
         Some(q) => format!("https://{authority}{path}?{q}"),
@@ -561,7 +612,11 @@ impl AsyncRead for Prefixed {
 }
 
 impl AsyncWrite for Prefixed {
-    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, d: &[u8]) -> Poll<io::Result<usize>> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        d: &[u8],
+    ) -> Poll<io::Result<usize>> {
         Pin::new(&mut self.inner).poll_write(cx, d)
     }
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -593,7 +648,11 @@ impl<S: AsyncRead + Unpin> AsyncRead for Counted<'_, S> {
 }
 
 impl<S: AsyncWrite + Unpin> AsyncWrite for Counted<'_, S> {
-    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, d: &[u8]) -> Poll<io::Result<usize>> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        d: &[u8],
+    ) -> Poll<io::Result<usize>> {
         let r = Pin::new(&mut self.inner).poll_write(cx, d);
         if let Poll::Ready(Ok(n)) = &r {
             self.moved.down.fetch_add(*n as u64, Ordering::Relaxed);
@@ -657,7 +716,10 @@ impl hyper::body::Body for CapBody {
 struct OneLeaf(Arc<rustls::sign::CertifiedKey>);
 
 impl rustls::server::ResolvesServerCert for OneLeaf {
-    fn resolve(&self, _: rustls::server::ClientHello<'_>) -> Option<Arc<rustls::sign::CertifiedKey>> {
+    fn resolve(
+        &self,
+        _: rustls::server::ClientHello<'_>,
+    ) -> Option<Arc<rustls::sign::CertifiedKey>> {
         Some(self.0.clone())
     }
 }

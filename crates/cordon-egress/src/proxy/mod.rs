@@ -142,10 +142,7 @@ impl Proxy {
 
     /// A fresh authority for `caller`'s sandbox when the policy has the
     /// proxy inspect some host; none otherwise.
-    pub fn sandbox_ca(
-        &self,
-        caller: &Caller,
-    ) -> Result<Option<Arc<crate::ca::SandboxCa>>, String> {
+    pub fn sandbox_ca(&self, caller: &Caller) -> Result<Option<Arc<crate::ca::SandboxCa>>, String> {
         if !self.cfg.policy.inspects_any() {
             return Ok(None);
         }

@@ -16,7 +16,9 @@ use hyper_util::rt::TokioIo;
 
 use super::capped::Capped;
 use super::dial::Dialled;
-use super::http::{has_dot_segment, host_header_agrees, shown, strip_hop_by_hop, text, Body, BoxError};
+use super::http::{
+    has_dot_segment, host_header_agrees, shown, strip_hop_by_hop, text, Body, BoxError,
+};
 use super::record::Record;
 use super::{ConnCtx, Proxy, Slot, Upstream, MAX_HEAD, MAX_URL};
 use crate::target::{self, Authority};
@@ -48,7 +50,7 @@ impl Proxy {
         };
         r.target = t.url.clone();
         r.facts = t.facts.clone();
-        let mut checked = match self.steps(&mut r, &t.a).await {
+        let mut checked = match self.steps(&mut r, &t.a, false).await {
             Ok(c) => c,
             Err(refused) => return refused,
         };

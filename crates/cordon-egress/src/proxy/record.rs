@@ -9,7 +9,9 @@ use cordon_policy::{Decision, EgressFacts};
 use hyper::StatusCode;
 
 use super::budget::{budget_spent, Budget, Charge, Take};
-use super::http::{text, Body};
+use http_body_util::BodyExt as _;
+
+use super::http::{shown as shown_text, text, Body};
 use super::{Caller, Proxy};
 use crate::audit::{rfc3339, Audit, AuditLine};
 use crate::splice::Moved;
@@ -201,7 +203,69 @@ impl Proxy {
         d: Option<&Decision>,
     ) -> hyper::Response<Body> {
         let _ = self.record(r, "deny", status.as_u16(), logged, d);
-        text(status, shown)
+        if status != StatusCode::FORBIDDEN {
+            return text(status, shown);
+        }
+        self.denied(shown, d)
+    }
+
+    /// A `403` an agent can act on: JSON saying what refused it (the
+    /// deciding rule and where it is written) and what to change, and an
+    /// `x-cordon-denied` header naming the rule (or why, if no rule did).
+    pub(super) fn denied(&self, why: &str, d: Option<&Decision>) -> hyper::Response<Body> {
+        let rule = d
+            .and_then(|d| d.deciding.first())
+            .map(|id| self.cfg.policy.rule(*id));
+        let (header, fix) = match (d, rule) {
+            (Some(d), Some(rule)) if d.verdict == cordon_policy::decide::Verdict::Deny => (
+                format!("rule={}", rule.name),
+                format!(
+                    "the deny rule `{}` ({}:{}) matches this request; send a request it does not match, or ask whoever runs the policy to change that rule",
+                    rule.name, rule.file, rule.line
+                ),
+            ),
+            (Some(d), _) if d.no_allow_matched() => (
+                "no-allow-rule".to_string(),
+                "no allow rule of the policy matches this request; ask whoever runs the policy for one that does".to_string(),
+            ),
+            (Some(d), _) => (
+                "undetermined".to_string(),
+                format!(
+                    "the policy's rules need {} which the proxy cannot see in this request; a host whose requests are decided by method, path or headers must be inspected (`egress.inspect` in the root layer)",
+                    d.unknown.iter().map(|f| format!("`{}`", f.spelling())).collect::<Vec<_>>().join(", ")
+                ),
+            ),
+            (None, _) => (
+                "not-allowed".to_string(),
+                "the request was refused before the policy decided it (see `error`): the sandbox's egress allowlist, or the proxy's own checks".to_string(),
+            ),
+        };
+        let body = serde_json::json!({
+            "error": shown_text(why),
+            "surface": "egress",
+            "rule": rule.map(|r| r.name.clone()),
+            "at": rule.map(|r| format!("{}:{}", r.file, r.line)),
+            "fix": fix,
+        });
+        let mut resp = hyper::Response::new(
+            http_body_util::Full::new(bytes::Bytes::from(format!("{body}\n")))
+                .map_err(|n: std::convert::Infallible| match n {})
+                .boxed(),
+        );
+        *resp.status_mut() = StatusCode::FORBIDDEN;
+        let h = resp.headers_mut();
+        h.insert(
+            hyper::header::CONTENT_TYPE,
+            hyper::header::HeaderValue::from_static("application/json"),
+        );
+        if let Ok(v) = hyper::header::HeaderValue::from_str(&shown_text(&header)) {
+            h.insert("x-cordon-denied", v);
+        }
+        h.insert(
+            hyper::header::CONNECTION,
+            hyper::header::HeaderValue::from_static("close"),
+        );
+        resp
     }
 
     /// The answer when a request's `allow` line was not written: nothing

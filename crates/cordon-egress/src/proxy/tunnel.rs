@@ -16,8 +16,8 @@ use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpStream;
 
 use super::dial::Dialled;
-use super::inspect::Inspecting;
 use super::http::{empty, host_header_agrees, shown, Body};
+use super::inspect::Inspecting;
 use super::record::Record;
 use super::{ConnCtx, Proxy};
 use crate::sni::{self, Hello};
@@ -72,7 +72,11 @@ impl Proxy {
             headers: None,
         };
         // Decided for each address before the 200, so a refusal is a 403.
-        let checked = match self.steps(&mut r, &a).await {
+        let inspected = match (&ctx.ca, &a.host) {
+            (Some(_), Host::Name(n)) => self.cfg.policy.inspection(n).is_some(),
+            _ => false,
+        };
+        let checked = match self.steps(&mut r, &a, inspected).await {
             Ok(c) => c,
             Err(refused) => return refused,
         };

@@ -1,0 +1,492 @@
+//! The interceptor on real loopback sockets: a real HTTPS upstream with
+//! its own CA (made here), the proxy inspecting its host, and a client
+//! that trusts only the sandbox's CA the proxy made. Every case asserts
+//! the status the client got and what reached the upstream.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use cordon_egress::audit::Audit;
+use cordon_egress::classify::Classifier;
+use cordon_egress::resolve::{Dns, Resolver, StaticHosts};
+use cordon_egress::tls::Upstreams;
+use cordon_egress::{Caller, Proxy, ProxyConfig, Timeouts};
+use cordon_policy::{Deployment, Identity, Policy};
+use cordon_sandbox::{AuditBounds, EgressEntry};
+use http_body_util::{BodyExt as _, Full};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use rustls_pki_types::pem::PemObject as _;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::net::{TcpListener, TcpStream};
+
+const POLICY: &str = r#"
+policy:
+  egress:
+    allow_ranges:
+      - cidr: 127.0.0.0/8
+        hosts: [api.test, other.test]
+    allow:
+      - name: api-get
+        when: host == "api.test" && method == "GET"
+      - name: other
+        when: host == "other.test"
+    deny:
+      - name: no-admin
+        when: host == "api.test" && path.startsWith("/admin")
+    max_response_bytes: 64KiB
+"#;
+
+/// The test's own CA and an upstream leaf for each name.
+struct TestPki {
+    ca_pem: String,
+    issuer: rcgen::Issuer<'static, rcgen::KeyPair>,
+}
+
+fn test_pki() -> TestPki {
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut p = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    p.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    p.distinguished_name
+        .push(rcgen::DnType::CommonName, "cordon test upstream CA");
+    let cert = p.self_signed(&key).unwrap();
+    TestPki {
+        ca_pem: cert.pem(),
+        issuer: rcgen::Issuer::new(p, key),
+    }
+}
+
+fn leaf(pki: &TestPki, names: &[&str]) -> (Vec<CertificateDer<'static>>, PrivateKeyDer<'static>) {
+    let key = rcgen::KeyPair::generate().unwrap();
+    let p = rcgen::CertificateParams::new(names.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+        .unwrap();
+    let cert = p.signed_by(&key, &pki.issuer).unwrap();
+    (
+        vec![cert.der().clone()],
+        PrivateKeyDer::try_from(key.serialize_der()).unwrap(),
+    )
+}
+
+/// What reached the upstream: one line per request, `METHOD path host`.
+type Seen = Arc<Mutex<Vec<String>>>;
+
+/// A loopback HTTPS upstream for `names`, speaking h2 and HTTP/1.1 as the
+/// client's ALPN asks; it answers `hello METHOD PATH`.
+async fn upstream(pki: &TestPki, names: &[&str]) -> (SocketAddr, Seen) {
+    let (chain, key) = leaf(pki, names);
+    let mut cfg = rustls::ServerConfig::builder_with_provider(cordon_egress::tls::provider())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(chain, key)
+        .unwrap();
+    cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(cfg));
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let seen: Seen = Arc::default();
+    let s2 = seen.clone();
+    tokio::spawn(async move {
+        loop {
+            let Ok((tcp, _)) = l.accept().await else {
+                return;
+            };
+            let acceptor = acceptor.clone();
+            let seen = s2.clone();
+            tokio::spawn(async move {
+                let Ok(tls) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
+                let svc = hyper::service::service_fn(
+                    move |req: hyper::Request<hyper::body::Incoming>| {
+                        let seen = seen.clone();
+                        async move {
+                            let host = req
+                                .headers()
+                                .get("host")
+                                .and_then(|v| v.to_str().ok())
+                                .map(str::to_string)
+                                .or_else(|| req.uri().authority().map(|a| a.to_string()))
+                                .unwrap_or_default();
+                            let auth = req
+                                .headers()
+                                .get("authorization")
+                                .and_then(|v| v.to_str().ok())
+                                .unwrap_or("")
+                                .to_string();
+                            let line = format!(
+                                "{} {} {} {:?} {}",
+                                req.method(),
+                                req.uri()
+                                    .path_and_query()
+                                    .map(|p| p.as_str())
+                                    .unwrap_or("/"),
+                                host,
+                                req.version(),
+                                auth
+                            );
+                            let body = format!("hello {} {}", req.method(), req.uri().path());
+                            seen.lock().unwrap().push(line);
+                            Ok::<_, std::convert::Infallible>(hyper::Response::new(Full::new(
+                                Bytes::from(body),
+                            )))
+                        }
+                    },
+                );
+                let io = TokioIo::new(tls);
+                if h2 {
+                    let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+                        .serve_connection(io, svc)
+                        .await;
+                } else {
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(io, svc)
+                        .await;
+                }
+            });
+        }
+    });
+    (addr, seen)
+}
+
+struct Setup {
+    proxy: SocketAddr,
+    ca_pem: String,
+    audit: Arc<Audit>,
+}
+
+/// The proxy with `POLICY`, inspecting `inspect` (each with the test's
+/// roots when `roots`), names resolving to loopback.
+async fn proxy(inspect: &[&str], roots: Option<&str>, port: u16) -> Setup {
+    let mut policy = Policy::load_str("test-policy.yaml", POLICY).unwrap();
+    for h in inspect {
+        policy.inspect.push(cordon_policy::Inspection {
+            host: h.to_string(),
+            roots_pem: roots.map(Arc::from),
+            file: Arc::from("test-policy.yaml"),
+            line: 1,
+        });
+    }
+    let mut map = StaticHosts::default();
+    for n in ["api.test", "other.test"] {
+        map.insert(n, "127.0.0.1".parse().unwrap());
+    }
+    let resolver = Resolver::new(map, &Dns::Off, Duration::from_secs(1)).unwrap();
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let audit = Arc::new(Audit::Memory(Mutex::default()));
+    let p = Proxy::new(ProxyConfig {
+        policy: Arc::new(policy),
+        env: Deployment {
+            name: "test".into(),
+        },
+        resolver: Arc::new(resolver),
+        classifier: Arc::new(Classifier::with_own(vec![], vec![addr])),
+        audit: audit.clone(),
+        timeouts: Timeouts {
+            resolve: Duration::from_secs(1),
+            connect: Duration::from_secs(2),
+            hello: Duration::from_secs(2),
+            header: Duration::from_secs(5),
+        },
+        max_connections: 64,
+        audit_bounds: AuditBounds::default(),
+        // "System" roots that vouch for no test upstream: only the
+        // policy's own roots can.
+        upstreams: Arc::new(Upstreams::with_roots(
+            CertificateDer::pem_slice_iter(test_pki().ca_pem.as_bytes())
+                .map(Result::unwrap)
+                .collect(),
+            None,
+        )),
+    });
+    let caller = Caller {
+        sandbox: "tenant/thread/agent".into(),
+        identity: Identity {
+            namespace: "team-a".into(),
+            name: "bot".into(),
+            attested: true,
+            labels: Default::default(),
+        },
+        allow: Some(vec![
+            EgressEntry::parse(&format!("api.test:{port}")).unwrap(),
+            EgressEntry::parse(&format!("other.test:{port}")).unwrap(),
+        ]),
+    };
+    let ca = p.sandbox_ca(&caller).unwrap();
+    let ca_pem = ca
+        .as_ref()
+        .map(|c| c.cert_pem().to_string())
+        .unwrap_or_default();
+    tokio::spawn(p.clone().serve(l, Arc::new(caller), ca));
+    Setup {
+        proxy: addr,
+        ca_pem,
+        audit,
+    }
+}
+
+/// A TLS connection through the proxy to `host:port`, trusting only
+/// `trust` (PEM), offering `alpn`.
+async fn through(
+    s: &Setup,
+    host: &str,
+    port: u16,
+    trust: &str,
+    alpn: &[&[u8]],
+) -> Result<tokio_rustls::client::TlsStream<TcpStream>, String> {
+    let mut tcp = TcpStream::connect(s.proxy).await.unwrap();
+    tcp.write_all(
+        format!("CONNECT {host}:{port} HTTP/1.1\r\nHost: {host}:{port}\r\n\r\n").as_bytes(),
+    )
+    .await
+    .unwrap();
+    let mut head = Vec::new();
+    let mut b = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        if tcp.read(&mut b).await.unwrap() == 0 {
+            return Err(format!("proxy closed: {}", String::from_utf8_lossy(&head)));
+        }
+        head.push(b[0]);
+    }
+    let head = String::from_utf8_lossy(&head).to_string();
+    if !head.starts_with("HTTP/1.1 200") {
+        return Err(head);
+    }
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_slice_iter(trust.as_bytes()) {
+        roots.add(c.unwrap()).unwrap();
+    }
+    let mut cfg = rustls::ClientConfig::builder_with_provider(cordon_egress::tls::provider())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    cfg.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    tokio_rustls::TlsConnector::from(Arc::new(cfg))
+        .connect(ServerName::try_from(host.to_string()).unwrap(), tcp)
+        .await
+        .map_err(|e| e.to_string())
+}
+
+/// Requests on one connection: (status, body, x-cordon-denied) each.
+async fn requests(
+    tls: tokio_rustls::client::TlsStream<TcpStream>,
+    reqs: Vec<hyper::Request<Full<Bytes>>>,
+) -> Vec<(u16, String, Option<String>)> {
+    let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
+    let io = TokioIo::new(tls);
+    let mut out = Vec::new();
+    if h2 {
+        let (mut send, conn) = hyper::client::conn::http2::handshake(TokioExecutor::new(), io)
+            .await
+            .unwrap();
+        tokio::spawn(conn);
+        for r in reqs {
+            out.push(answer(send.send_request(r).await).await);
+        }
+    } else {
+        let (mut send, conn) = hyper::client::conn::http1::handshake(io).await.unwrap();
+        tokio::spawn(conn);
+        for r in reqs {
+            if send.ready().await.is_err() {
+                out.push((0, "connection closed".into(), None));
+                continue;
+            }
+            out.push(answer(send.send_request(r).await).await);
+        }
+    }
+    out
+}
+
+async fn answer(
+    r: Result<hyper::Response<hyper::body::Incoming>, hyper::Error>,
+) -> (u16, String, Option<String>) {
+    match r {
+        Ok(resp) => {
+            let status = resp.status().as_u16();
+            let denied = resp
+                .headers()
+                .get("x-cordon-denied")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string);
+            let body = resp
+                .into_body()
+                .collect()
+                .await
+                .map(|b| b.to_bytes())
+                .unwrap_or_default();
+            (status, String::from_utf8_lossy(&body).to_string(), denied)
+        }
+        Err(e) => (0, e.to_string(), None),
+    }
+}
+
+fn req(method: &str, uri: &str, host: Option<&str>, h2: bool) -> hyper::Request<Full<Bytes>> {
+    let mut b = hyper::Request::builder().method(method).uri(uri);
+    if h2 {
+        b = b.version(hyper::Version::HTTP_2);
+    }
+    if let Some(h) = host {
+        b = b.header("host", h);
+    }
+    b.body(Full::new(Bytes::new())).unwrap()
+}
+
+/// Over HTTP/1.1 and HTTP/2 alike: GET passes, POST is refused by the
+/// GET-only rule, `/admin` by the path rule, a fronted Host or authority
+/// is refused; nothing refused reaches the upstream.
+#[tokio::test]
+async fn each_request_inside_an_inspected_tunnel_is_decided() {
+    let pki = test_pki();
+    let (up, seen) = upstream(&pki, &["api.test", "other.test"]).await;
+    let port = up.port();
+    let s = proxy(&["api.test"], Some(&pki.ca_pem), port).await;
+    assert!(s.ca_pem.starts_with("-----BEGIN CERTIFICATE-----"));
+    let auth = format!("api.test:{port}");
+
+    for h2 in [false, true] {
+        seen.lock().unwrap().clear();
+        let alpn: &[&[u8]] = if h2 { &[b"h2"] } else { &[b"http/1.1"] };
+        let tls = through(&s, "api.test", port, &s.ca_pem, alpn)
+            .await
+            .unwrap();
+        let (host, base) = if h2 {
+            (None, format!("https://{auth}"))
+        } else {
+            (Some(auth.as_str()), String::new())
+        };
+        let got = requests(
+            tls,
+            vec![
+                req("GET", &format!("{base}/v1/models?x=1"), host, h2),
+                req("POST", &format!("{base}/v1/models"), host, h2),
+                req("GET", &format!("{base}/admin/users"), host, h2),
+            ],
+        )
+        .await;
+        assert_eq!(got[0].0, 200, "h2={h2}: {got:?}");
+        assert_eq!(got[0].1, "hello GET /v1/models");
+        assert_eq!(
+            got[1].0, 403,
+            "POST under a GET-only rule, h2={h2}: {got:?}"
+        );
+        assert!(got[1].2.is_some(), "x-cordon-denied on a refusal: {got:?}");
+        assert_eq!(got[2].0, 403, "a path rule, h2={h2}: {got:?}");
+        assert!(
+            got[2].1.contains("no-admin"),
+            "the deciding rule is named: {got:?}"
+        );
+        let seen_now = seen.lock().unwrap().clone();
+        assert_eq!(
+            seen_now.len(),
+            1,
+            "only the GET reached upstream: {seen_now:?}"
+        );
+        assert!(
+            seen_now[0].starts_with("GET /v1/models?x=1 "),
+            "{seen_now:?}"
+        );
+        if h2 {
+            assert!(
+                seen_now[0].contains("HTTP/2.0"),
+                "h2 end to end: {seen_now:?}"
+            );
+        } else {
+            assert!(seen_now[0].contains("HTTP/1.1"), "{seen_now:?}");
+        }
+    }
+
+    // Fronting: the tunnel and SNI say api.test, the request another host.
+    seen.lock().unwrap().clear();
+    let other = format!("other.test:{port}");
+    let tls = through(&s, "api.test", port, &s.ca_pem, &[b"http/1.1"])
+        .await
+        .unwrap();
+    let got = requests(tls, vec![req("GET", "/", Some(&other), false)]).await;
+    assert_eq!(got[0].0, 403, "a fronted Host: {got:?}");
+    assert!(got[0].1.contains("fronting"), "{got:?}");
+    let tls = through(&s, "api.test", port, &s.ca_pem, &[b"h2"])
+        .await
+        .unwrap();
+    let got = requests(
+        tls,
+        vec![req("GET", &format!("https://{other}/"), None, true)],
+    )
+    .await;
+    assert_eq!(got[0].0, 403, "a fronted :authority: {got:?}");
+    assert!(
+        seen.lock().unwrap().is_empty(),
+        "nothing fronted reached upstream"
+    );
+
+    // The audit log has each inspected request with its method and path.
+    let lines = s.audit.lines();
+    assert!(
+        lines.iter().any(|l| l.kind == "https"
+            && l.verdict == "deny"
+            && l.facts.method.as_deref() == Some("POST")
+            && l.facts.path.as_deref() == Some("/v1/models")),
+        "the refused POST is audited with its method and path"
+    );
+}
+
+/// The upstream's certificate is verified: without the policy's roots for
+/// the host (and no system root vouching for it) nothing is carried.
+#[tokio::test]
+async fn an_upstream_the_proxy_cannot_verify_is_refused() {
+    let pki = test_pki();
+    let (up, seen) = upstream(&pki, &["api.test"]).await;
+    let port = up.port();
+    let s = proxy(&["api.test"], None, port).await;
+    let tls = through(&s, "api.test", port, &s.ca_pem, &[b"http/1.1"])
+        .await
+        .unwrap();
+    let got = requests(
+        tls,
+        vec![req("GET", "/", Some(&format!("api.test:{port}")), false)],
+    )
+    .await;
+    assert_eq!(got[0].0, 502, "{got:?}");
+    assert!(got[0].1.contains("failed TLS verification"), "{got:?}");
+    assert!(seen.lock().unwrap().is_empty());
+}
+
+/// A host not inspected keeps the plain tunnel: the client talks TLS to
+/// the upstream itself (and the sandbox's CA vouches for nothing there).
+#[tokio::test]
+async fn a_host_not_inspected_keeps_its_tunnel() {
+    let pki = test_pki();
+    let (up, seen) = upstream(&pki, &["other.test"]).await;
+    let port = up.port();
+    let s = proxy(&["api.test"], Some(&pki.ca_pem), port).await;
+    assert!(
+        through(&s, "other.test", port, &s.ca_pem, &[b"http/1.1"])
+            .await
+            .is_err(),
+        "the sandbox's CA vouches for no host it does not inspect"
+    );
+    let tls = through(&s, "other.test", port, &pki.ca_pem, &[b"http/1.1"])
+        .await
+        .unwrap();
+    let got = requests(
+        tls,
+        vec![req("GET", "/", Some(&format!("other.test:{port}")), false)],
+    )
+    .await;
+    assert_eq!(got[0].0, 200, "{got:?}");
+    assert_eq!(seen.lock().unwrap().len(), 1);
+}
+
+/// No two sandboxes share an authority.
+#[tokio::test]
+async fn two_sandboxes_get_two_authorities() {
+    let a = proxy(&["api.test"], None, 443).await;
+    let b = proxy(&["api.test"], None, 443).await;
+    assert_ne!(a.ca_pem, b.ca_pem);
+}
