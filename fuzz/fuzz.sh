@@ -20,7 +20,7 @@ cd "$(dirname "$0")"
 export RUSTC_BOOTSTRAP=1
 seconds="${FUZZ_SECONDS:-300}"
 per_input="${FUZZ_TIMEOUT:-10}"
-all=(load_policy load_spec keeper_wire init_wire egress_target egress_sni image_import vm_frames)
+all=(load_policy load_spec keeper_wire init_wire egress_target egress_sni egress_inspected image_import vm_frames)
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=("${all[@]}")
 

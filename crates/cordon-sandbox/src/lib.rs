@@ -110,4 +110,4 @@ pub use registry::{
 pub use router::{Refusal, Router, RouterBuilder, RouterError, Scoped, Warning};
 pub use secrets::{SecretError, SecretProvider, SecretValue};
 pub use sink::{Artifact, ArtifactHandle, LandedArtifact, OutputSink, SinkError};
-pub use spec::{spec_json_schema, ResourceAsk, SandboxSpec, SecretName, SpecError};
+pub use spec::{spec_json_schema, PlaceholderAsk, ResourceAsk, SandboxSpec, SecretName, SpecError};

@@ -97,9 +97,22 @@ pub struct SandboxSpec {
     min_isolation: Option<Isolation>,
     resources: ResourceAsk,
     secrets: Vec<SecretName>,
+    /// The secrets (among `secrets`) asked for `as: placeholder`.
+    placeholders: Vec<PlaceholderAsk>,
     declared_outputs: Vec<DeclaredOutput>,
     files_out: Option<TransferLimits>,
     outputs_named_at_call_time: bool,
+}
+
+/// A secret asked for as a placeholder: the workload gets a stand-in, and
+/// the egress proxy puts the value in its place only in a request to one
+/// of `to` (each inspected by the policy, in the spec's allowlist) that the
+/// policy's secret surface allows.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct PlaceholderAsk {
+    pub name: SecretName,
+    /// Canonical host names.
+    pub to: Vec<String>,
 }
 
 /// A spec that is refused.
@@ -223,6 +236,7 @@ impl SandboxSpec {
             min_isolation: None,
             resources: ResourceAsk::default(),
             secrets: Vec::new(),
+            placeholders: Vec::new(),
             declared_outputs: Vec::new(),
             files_out: None,
             outputs_named_at_call_time: false,
@@ -379,8 +393,17 @@ impl SandboxSpec {
     pub fn resources(&self) -> &ResourceAsk {
         &self.resources
     }
+    /// Every secret asked for, placeholders included.
     pub fn secrets(&self) -> &[SecretName] {
         &self.secrets
+    }
+    /// The secrets asked for `as: placeholder`, with where each may go.
+    pub fn placeholders(&self) -> &[PlaceholderAsk] {
+        &self.placeholders
+    }
+    /// Whether `name` is asked for as a placeholder.
+    pub fn placeholder(&self, name: &SecretName) -> Option<&PlaceholderAsk> {
+        self.placeholders.iter().find(|p| &p.name == name)
     }
     /// In declaration order.
     pub fn declared_outputs(&self) -> &[DeclaredOutput] {
@@ -411,7 +434,10 @@ impl SandboxSpec {
         diff("requires", self.requires != other.requires);
         diff("min_isolation", self.min_isolation != other.min_isolation);
         diff("resources", self.resources != other.resources);
-        diff("secrets", self.secrets != other.secrets);
+        diff(
+            "secrets",
+            self.secrets != other.secrets || self.placeholders != other.placeholders,
+        );
         diff(
             "declared_outputs",
             self.declared_outputs != other.declared_outputs,
@@ -547,10 +573,11 @@ struct RawSpec {
     /// above it is refused.
     #[serde(default)]
     resources: Option<RawResources>,
-    /// Secrets asked for by name (a relative path, `team/db-password`).
+    /// Secrets asked for by name (a relative path, `team/db-password`),
+    /// or `{name, as: placeholder, to: [host, ...]}`.
     #[serde(default)]
-    #[schemars(with = "Vec<String>")]
-    secrets: Vec<Spanned<String>>,
+    #[schemars(with = "Vec<RawSecret>")]
+    secrets: Vec<Spanned<RawSecret>>,
     /// The files `collect` brings back.
     #[serde(default)]
     declared_outputs: Vec<RawOutput>,
@@ -609,6 +636,32 @@ enum Size {
 enum Count {
     Number(u64),
     Text(String),
+}
+
+/// One secret asked for: a name (its value lands in a file), or a map.
+/// (Its fields are plain: an untagged enum cannot hold positions; the
+/// entry's own position is kept around it.)
+#[derive(Deserialize, schemars::JsonSchema)]
+#[serde(untagged)]
+enum RawSecret {
+    Name(String),
+    Asked(RawSecretAsk),
+}
+
+/// A secret asked for in full.
+#[derive(Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct RawSecretAsk {
+    name: String,
+    /// `file` (the value in `/run/cordon/secrets/NAME`, the default) or
+    /// `placeholder` (a stand-in there; the egress proxy puts the value in
+    /// its place toward `to` only).
+    #[serde(default, rename = "as")]
+    delivery: Option<String>,
+    /// Where a placeholder's value may go: exact host names, each in
+    /// `egress_allow` and inspected by the policy.
+    #[serde(default)]
+    to: Vec<String>,
 }
 
 /// One declared output.
@@ -721,18 +774,7 @@ impl RawSpec {
             None => None,
         };
         let resources = resources_of(self.resources.as_ref(), &at)?;
-        let mut secrets: Vec<SecretName> = Vec::new();
-        for s in &self.secrets {
-            let name = SecretName::parse(s).map_err(|err| at("secrets", s, err.to_string()))?;
-            if secrets.contains(&name) {
-                return Err(at(
-                    "secrets",
-                    s,
-                    format!("`{name}` is listed twice; list each secret once"),
-                ));
-            }
-            secrets.push(name);
-        }
+        let (secrets, placeholders) = secrets_of(&self.secrets, &egress_allow, &at)?;
         let declared_outputs = outputs_of(&self.declared_outputs, &at)?;
         let files_out = files_out_of(self.files_out.as_ref(), &at)?;
         let outputs_named_at_call_time = self
@@ -764,6 +806,7 @@ impl RawSpec {
             min_isolation,
             resources,
             secrets,
+            placeholders,
             declared_outputs,
             files_out,
             outputs_named_at_call_time,
@@ -773,6 +816,91 @@ impl RawSpec {
 
 /// The type of the spec's position-taking error maker.
 type At<'a> = dyn Fn(&'static str, &Spanned<String>, String) -> SpecError + 'a;
+
+/// `secrets`: names, each once; a placeholder's `to` exact hosts in the
+/// allowlist.
+fn secrets_of(
+    raw: &[Spanned<RawSecret>],
+    egress_allow: &[EgressEntry],
+    at: &At<'_>,
+) -> Result<(Vec<SecretName>, Vec<PlaceholderAsk>), SpecError> {
+    let mut secrets: Vec<SecretName> = Vec::new();
+    let mut placeholders = Vec::new();
+    for r in raw {
+        let here = |text: &str| Spanned::new(*r.span(), text.to_string());
+        let (s, ask) = match &**r {
+            RawSecret::Name(s) => (here(s), None),
+            RawSecret::Asked(a) => (here(&a.name), Some(a)),
+        };
+        let name = SecretName::parse(&s).map_err(|err| at("secrets", &s, err.to_string()))?;
+        if secrets.contains(&name) {
+            return Err(at(
+                "secrets",
+                &s,
+                format!("`{name}` is listed twice; list each secret once"),
+            ));
+        }
+        if let Some(a) = ask {
+            let placeholder = match a.delivery.as_deref() {
+                None | Some("file") => false,
+                Some("placeholder") => true,
+                Some(d) => {
+                    return Err(at(
+                        "secrets",
+                        &s,
+                        format!("`as: {d}` is not a delivery; write `as: file` (the default) or `as: placeholder`"),
+                    ))
+                }
+            };
+            if !placeholder && !a.to.is_empty() {
+                return Err(at(
+                    "secrets",
+                    &s,
+                    "`to` names where a placeholder's value may go; add `as: placeholder`, or drop `to`".into(),
+                ));
+            }
+            if placeholder {
+                placeholders.push(PlaceholderAsk {
+                    name: name.clone(),
+                    to: placeholder_hosts(&name, &a.to, egress_allow)
+                        .map_err(|why| at("secrets", &s, why))?,
+                });
+            }
+        }
+        secrets.push(name);
+    }
+    Ok((secrets, placeholders))
+}
+
+/// A placeholder's `to`: exact names, canonical, each in the allowlist.
+fn placeholder_hosts(
+    name: &SecretName,
+    to: &[String],
+    egress_allow: &[EgressEntry],
+) -> Result<Vec<String>, String> {
+    if to.is_empty() {
+        return Err(format!("`{name}` is asked for as a placeholder but `to` names no host; add `to: [api.example.com]`, the hosts its value may be sent to"));
+    }
+    let mut out = Vec::new();
+    for h in to {
+        let host = match h.contains('*') {
+            true => String::new(),
+            false => canon::host(h).map_err(|e| e.to_string())?,
+        };
+        if host.is_empty() || host.parse::<std::net::IpAddr>().is_ok() {
+            return Err(format!(
+                "`{h}`: `to` takes exact host names (no address, no wildcard)"
+            ));
+        }
+        if !egress_allow.iter().any(|e| e.matches(&host, 443)) {
+            return Err(format!("`{host}` is not in `egress_allow` (port 443); a placeholder goes only to a host the sandbox may reach: add it there"));
+        }
+        if !out.contains(&host) {
+            out.push(host);
+        }
+    }
+    Ok(out)
+}
 
 /// `resources`: each ask a size or a whole number, as the policy writes them.
 fn resources_of(raw: Option<&RawResources>, at: &At<'_>) -> Result<ResourceAsk, SpecError> {

@@ -212,6 +212,29 @@ impl Proxy {
             up,
             cap: self.cap(r.caller),
         });
+        let io = Counted {
+            inner: tls,
+            moved: &moved,
+        };
+        let served = self.serve_inspected(io, session, h2).await;
+        let reason = match served {
+            Ok(()) => "inspected tunnel closed".to_string(),
+            Err(e) => format!("inspected tunnel closed: {e}"),
+        };
+        self.record_end(&r, 200, &reason, &moved);
+    }
+
+    /// Serves the requests of one inspected connection on `io` (the
+    /// workload's side, its TLS ended), each decided in [`Self::inspected`].
+    async fn serve_inspected<IO>(
+        self: &Arc<Self>,
+        io: IO,
+        session: Arc<Session>,
+        h2: bool,
+    ) -> Result<(), hyper::Error>
+    where
+        IO: AsyncRead + AsyncWrite + Unpin + Send,
+    {
         let me = self.clone();
         let service = hyper::service::service_fn(move |req| {
             let me = me.clone();
@@ -224,11 +247,8 @@ impl Proxy {
                 Ok::<_, Infallible>(resp)
             }
         });
-        let io = TokioIo::new(Counted {
-            inner: tls,
-            moved: &moved,
-        });
-        let served = if h2 {
+        let io = TokioIo::new(io);
+        if h2 {
             hyper::server::conn::http2::Builder::new(TokioExecutor::new())
                 .timer(TokioTimer::new())
                 .max_header_list_size(MAX_HEAD as u32)
@@ -241,12 +261,39 @@ impl Proxy {
                 .max_buf_size(MAX_HEAD)
                 .serve_connection(io, service)
                 .await
-        };
-        let reason = match served {
-            Ok(()) => "inspected tunnel closed".to_string(),
-            Err(e) => format!("inspected tunnel closed: {e}"),
-        };
-        self.record_end(&r, 200, &reason, &moved);
+        }
+    }
+
+    /// For the fuzz target: serves `client` (plaintext, as if its TLS were
+    /// ended) as an inspected connection to `host:443` at 127.0.0.1, whose
+    /// upstream is `upstream` (plaintext too). Not API.
+    #[doc(hidden)]
+    pub async fn serve_inspected_plain<C, U>(
+        self: &Arc<Self>,
+        caller: Arc<Caller>,
+        host: &str,
+        client: C,
+        upstream: U,
+        h2: bool,
+    ) -> Result<(), String>
+    where
+        C: AsyncRead + AsyncWrite + Unpin + Send,
+        U: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let a = target::authority(&format!("{host}:443"), None).map_err(|e| e.to_string())?;
+        let up = self.upstream_http(upstream, h2).await;
+        let session = Arc::new(Session {
+            budget: Arc::new(Budget::new(&self.cfg.audit_bounds)),
+            cap: self.cap(&caller),
+            caller,
+            a,
+            host: host.to_string(),
+            ip: IpAddr::from([127, 0, 0, 1]),
+            up,
+        });
+        self.serve_inspected(client, session, h2)
+            .await
+            .map_err(|e| e.to_string())
     }
 
     /// The verified TLS connection to the upstream, and whether it chose h2.
@@ -274,11 +321,10 @@ impl Proxy {
     }
 
     /// An HTTP client connection over the upstream's TLS.
-    async fn upstream_http(
-        &self,
-        up: tokio_rustls::client::TlsStream<TcpStream>,
-        h2: bool,
-    ) -> Result<UpSend, String> {
+    async fn upstream_http<U>(&self, up: U, h2: bool) -> Result<UpSend, String>
+    where
+        U: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
         let io = TokioIo::new(up);
         if h2 {
             let (send, conn) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())

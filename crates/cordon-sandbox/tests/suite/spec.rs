@@ -287,3 +287,43 @@ fn an_image_name_with_a_dot_segment_is_refused_by_the_spec() {
         );
     }
 }
+
+#[test]
+fn a_secret_asked_as_a_placeholder_names_where_its_value_may_go() {
+    let s = load(
+        "kind: k\nimage: i\negress_allow: [api.openai.com, pypi.org]\nsecrets:\n  - team-a/pypi-token\n  - name: openai/key\n    as: placeholder\n    to: [API.OpenAI.com]\n",
+    )
+    .unwrap();
+    let names: Vec<&str> = s.secrets().iter().map(|n| n.as_str()).collect();
+    assert_eq!(names, ["team-a/pypi-token", "openai/key"]);
+    assert_eq!(s.placeholders().len(), 1);
+    assert_eq!(s.placeholders()[0].to, ["api.openai.com"]);
+    let name = SecretName::parse("openai/key").unwrap();
+    assert!(s.placeholder(&name).is_some());
+    assert!(s
+        .placeholder(&SecretName::parse("team-a/pypi-token").unwrap())
+        .is_none());
+    // A placeholder's destinations are part of what a kept sandbox is.
+    let other = load(
+        "kind: k\nimage: i\negress_allow: [api.openai.com, pypi.org]\nsecrets:\n  - team-a/pypi-token\n  - name: openai/key\n    as: placeholder\n    to: [pypi.org]\n",
+    )
+    .unwrap();
+    assert_eq!(s.differences(&other), ["secrets"]);
+
+    let refused = [
+        ("to without placeholder", "egress_allow: [a.example]\nsecrets:\n  - {name: k, to: [a.example]}\n", "add `as: placeholder`"),
+        ("placeholder without to", "egress_allow: [a.example]\nsecrets:\n  - {name: k, as: placeholder}\n", "names no host"),
+        ("not in the allowlist", "egress_allow: [a.example]\nsecrets:\n  - {name: k, as: placeholder, to: [b.example]}\n", "not in `egress_allow`"),
+        ("a wildcard", "egress_allow: ['*.a.example']\nsecrets:\n  - {name: k, as: placeholder, to: ['*.a.example']}\n", "exact host"),
+        ("an address", "egress_allow: [a.example]\nsecrets:\n  - {name: k, as: placeholder, to: [10.0.0.1]}\n", "exact host"),
+        ("another delivery", "egress_allow: [a.example]\nsecrets:\n  - {name: k, as: env}\n", "is not a delivery"),
+        ("listed twice", "egress_allow: [a.example]\nsecrets:\n  - k\n  - {name: k, as: placeholder, to: [a.example]}\n", "listed twice"),
+    ];
+    for (what, rest, says) in refused {
+        let text = format!("kind: k\nimage: i\n{rest}");
+        match load(&text) {
+            Ok(s) => panic!("{what}: accepted {s:?}"),
+            Err(e) => assert!(e.to_string().contains(says), "{what}: {e}"),
+        }
+    }
+}
