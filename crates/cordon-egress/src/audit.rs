@@ -323,6 +323,8 @@ mod tests {
                 method: None,
                 path: None,
                 ip: None,
+                query: None,
+                headers: None,
             },
             bytes_up: None,
             bytes_down: None,

@@ -46,6 +46,8 @@ pub fn load_policy(data: &[u8]) {
             method: Some("GET".into()),
             path: Some("/a".into()),
             ip: Some("93.184.216.34".into()),
+            query: None,
+            headers: None,
         }),
         SurfaceFacts::Egress(EgressFacts::endpoint(None, 443)),
         SurfaceFacts::Compute(ComputeFacts {
@@ -64,6 +66,7 @@ pub fn load_policy(data: &[u8]) {
         }),
         SurfaceFacts::Secret(SecretFacts {
             name: "team/token".into(),
+            destination: None,
         }),
     ];
     for facts in facts {

@@ -37,7 +37,7 @@ pub mod resolve;
 pub mod vocab;
 
 pub use decide::{
-    ComputeFacts, Decision, Deployment, EgressFacts, Identity, Mode, Request, SecretFacts,
+    ComputeFacts, Decision, Deployment, Destination, EgressFacts, Identity, Mode, Request, SecretFacts,
     StorageFacts, SurfaceFacts, Verdict,
 };
 pub use diag::{Diagnostic, Diagnostics, Severity};

@@ -343,6 +343,8 @@ fn plain_target(req: &hyper::Request<Incoming>) -> Result<PlainTarget, (StatusCo
         method: Some(method.to_string()),
         path: Some(path),
         ip: None,
+        query: None,
+        headers: None,
     };
     Ok(PlainTarget {
         a,

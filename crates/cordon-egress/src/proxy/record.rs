@@ -44,6 +44,8 @@ impl<'c> Record<'c> {
                 method: None,
                 path: None,
                 ip: None,
+                query: None,
+                headers: None,
             },
             now: now(),
         }

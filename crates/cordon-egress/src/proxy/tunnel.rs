@@ -67,6 +67,8 @@ impl Proxy {
             method: None,
             path: None,
             ip: None,
+            query: None,
+            headers: None,
         };
         // Decided for each address before the 200, so a refusal is a 403.
         let checked = match self.steps(&mut r, &a).await {

@@ -347,6 +347,12 @@ fn egress_facts(fields: &Fields) -> Result<SurfaceFacts, FactError> {
         method,
         path,
         ip,
+        query: if tunnel {
+            None
+        } else {
+            Some(canon::query(raw).map_err(|e| canon_err("url", e))?)
+        },
+        headers: None,
     }))
 }
 
@@ -458,7 +464,10 @@ fn secret_facts(fields: &Fields) -> Result<SurfaceFacts, FactError> {
         )
     })?;
     let name = canon::secret_name(raw).map_err(|e| canon_err("secret", e))?;
-    Ok(SurfaceFacts::Secret(SecretFacts { name }))
+    Ok(SurfaceFacts::Secret(SecretFacts {
+        name,
+        destination: None,
+    }))
 }
 
 /// The work dir a case runs in: as stated, else [`DEFAULT_WORK_DIR`].

@@ -1,0 +1,285 @@
+//! Issue 30: what an inspected https request shows (`query`, `headers`,
+//! and `url`, `method`, `path`), and where a brokered secret may go
+//! (`destination`). Negative first: what each stays undetermined for.
+#![allow(clippy::expect_used, clippy::unwrap_used)] // tests may panic on a broken fixture
+
+use cordon_policy::*;
+
+fn load(src: &str) -> Policy {
+    match Policy::load_str("p.yaml", src) {
+        Ok(p) => p,
+        Err(d) => panic!("policy did not load:\n{}", d.render()),
+    }
+}
+
+fn errors(src: &str) -> String {
+    match Policy::load_str("p.yaml", src) {
+        Ok(_) => panic!("policy loaded but should not have"),
+        Err(d) => d.render(),
+    }
+}
+
+fn req(facts: SurfaceFacts) -> Request {
+    Request {
+        identity: Identity {
+            namespace: "team-a".into(),
+            ..Identity::default()
+        },
+        env: Deployment::default(),
+        now: 0,
+        facts,
+    }
+}
+
+fn headers(hs: &[(&str, &str)]) -> Vec<(String, String)> {
+    hs.iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+fn egress(url: &str, method: &str, hs: &[(&str, &str)], inspected: bool) -> Request {
+    req(SurfaceFacts::Egress(
+        EgressFacts::for_request(url, method, &headers(hs), inspected).unwrap(),
+    ))
+}
+
+// ---- the new egress facts ----
+
+const HEADERS: &str = r#"
+policy:
+  egress:
+    allow:
+      - name: api
+        when: host == "api.example.com" && method == "POST" && path.startsWith("/v1/")
+    deny:
+      - name: no-debug
+        when: '"debug" in query && query.debug.exists(v, v == "1")'
+      - name: no-cookies
+        when: '"cookie" in headers'
+"#;
+
+#[test]
+fn headers_and_query_rules_are_undetermined_for_an_uninspected_https_request() {
+    let p = load(HEADERS);
+    let r = egress(
+        "https://api.example.com/v1/x?debug=1",
+        "POST",
+        &[("Cookie", "a=b")],
+        false,
+    );
+    let SurfaceFacts::Egress(e) = &r.facts else {
+        unreachable!()
+    };
+    assert_eq!(
+        e,
+        &EgressFacts::from_url("https://api.example.com/v1/x?debug=1").unwrap(),
+        "uninspected https is exactly from_url"
+    );
+    assert!(e.query.is_none() && e.headers.is_none() && e.method.is_none());
+    let d = p.decide(&r);
+    assert_eq!(d.verdict, Verdict::Undetermined);
+    assert!(d.unknown.contains(&Fact::Query), "{d:?}");
+    assert!(d.unknown.contains(&Fact::Headers), "{d:?}");
+}
+
+#[test]
+fn headers_and_query_rules_decide_for_an_inspected_request() {
+    let p = load(HEADERS);
+    let ok = egress(
+        "https://api.example.com/v1/x?debug=0&debug=2",
+        "post",
+        &[("Accept", "x")],
+        true,
+    );
+    assert_eq!(p.decide(&ok).verdict, Verdict::Allow);
+    let debug = egress(
+        "https://api.example.com/v1/x?a=b&debug=2&debug=1",
+        "POST",
+        &[],
+        true,
+    );
+    let d = p.decide(&debug);
+    assert_eq!(d.verdict, Verdict::Deny);
+    assert_eq!(p.rule(d.deciding[0]).name, "no-debug");
+    let cookie = egress(
+        "https://api.example.com/v1/x",
+        "POST",
+        &[("COOKIE", "a=b")],
+        true,
+    );
+    let d = p.decide(&cookie);
+    assert_eq!(d.verdict, Verdict::Deny);
+    assert_eq!(p.rule(d.deciding[0]).name, "no-cookies");
+    // The method and path decide too: GET and another path are not allowed.
+    for (url, m) in [
+        ("https://api.example.com/v1/x", "GET"),
+        ("https://api.example.com/v2/x", "POST"),
+    ] {
+        let d = p.decide(&egress(url, m, &[], true));
+        assert!(d.no_allow_matched(), "{url} {m}: {d:?}");
+    }
+    // Plain http: the proxy reads the request, so they are known there too.
+    let d = p.decide(&egress(
+        "http://api.example.com/v1/x",
+        "POST",
+        &[("cookie", "1")],
+        false,
+    ));
+    assert_eq!(d.verdict, Verdict::Deny);
+}
+
+#[test]
+fn for_request_keeps_url_canonical_and_without_the_query() {
+    let f = EgressFacts::for_request(
+        "https://API.example.com:443/a/./b?x=%41&y",
+        "get",
+        &headers(&[("X-A", "1"), ("x-a", "2")]),
+        true,
+    )
+    .unwrap();
+    assert_eq!(f.url.as_deref(), Some("https://api.example.com/a/b"));
+    assert_eq!(f.method.as_deref(), Some("GET"));
+    assert_eq!(f.path.as_deref(), Some("/a/b"));
+    let q = f.query.unwrap();
+    assert_eq!(q["x"], ["A"]);
+    assert_eq!(q["y"], [""]);
+    assert_eq!(f.headers.unwrap()["x-a"], "1, 2");
+    assert!(f.ip.is_none());
+    // What cannot be read unambiguously is refused, not guessed.
+    for (url, m, h) in [
+        ("https://x.example/?a=%zz", "GET", vec![]),
+        ("https://x.example/", "GE T", vec![]),
+        ("https://x.example/", "GET", headers(&[("a b", "1")])),
+        ("https://x.example/", "GET", headers(&[("a", "1\r\nb: 2")])),
+    ] {
+        assert!(EgressFacts::for_request(url, m, &h, true).is_err(), "{url} {m} {h:?}");
+    }
+}
+
+#[test]
+fn headers_and_query_type_check_as_maps() {
+    let e = errors(
+        r#"
+policy:
+  egress:
+    allow:
+      - headers == "x"
+      - query.a == "x"
+"#,
+    );
+    assert!(e.contains("p.yaml:5:"), "{e}");
+    assert!(e.contains("p.yaml:6:"), "{e}");
+    // ... and as what they are.
+    load(
+        r#"
+policy:
+  egress:
+    allow:
+      - headers["user-agent"].startsWith("curl/") && size(query) < 3
+      - query.q.all(v, v.size() < 10) && has(headers.authorization)
+"#,
+    );
+}
+
+#[test]
+fn the_wire_form_carries_the_new_facts_and_omits_unknown_ones() {
+    let f = EgressFacts::from_url("https://x.example/").unwrap();
+    let s = serde_json::to_string(&f).unwrap();
+    assert!(!s.contains("query") && !s.contains("headers"), "{s}");
+    let f = EgressFacts::for_request("http://x.example/?a=1", "GET", &headers(&[("A", "b")]), false)
+        .unwrap();
+    let back: EgressFacts = serde_json::from_str(&serde_json::to_string(&f).unwrap()).unwrap();
+    assert_eq!(back, f);
+}
+
+// ---- a secret's destination ----
+
+const SECRET: &str = r#"
+policy:
+  secret:
+    allow:
+      - name: openai-brokered
+        when: >-
+          secret.name == "openai/key" && destination.host == "api.openai.com"
+          && destination.header == "authorization" && destination.method == "POST"
+          && destination.path.startsWith("/v1/")
+    deny:
+      - name: never-to-plain-hosts
+        when: destination.host.endsWith(".internal")
+"#;
+
+fn secret(name: &str, dest: Option<Destination>) -> Request {
+    req(SurfaceFacts::Secret(SecretFacts {
+        name: name.into(),
+        destination: dest,
+    }))
+}
+
+fn dest(host: &str, method: &str, path: &str, header: &str) -> Destination {
+    Destination {
+        host: host.into(),
+        method: Some(method.into()),
+        path: Some(path.into()),
+        header: Some(header.into()),
+    }
+}
+
+#[test]
+fn a_destination_rule_is_undetermined_where_the_secret_is_granted() {
+    let p = load(SECRET);
+    let d = p.decide(&secret("openai/key", None));
+    assert_eq!(d.verdict, Verdict::Undetermined);
+    assert!(d.unknown.contains(&Fact::DestinationHost), "{d:?}");
+    assert!(!d.is_allowed(), "undetermined is not allowed");
+}
+
+#[test]
+fn a_destination_rule_decides_where_the_secret_is_substituted() {
+    let p = load(SECRET);
+    let ok = dest("api.openai.com", "POST", "/v1/chat", "authorization");
+    assert_eq!(
+        p.decide(&secret("openai/key", Some(ok.clone()))).verdict,
+        Verdict::Allow
+    );
+    for bad in [
+        dest("evil.example", "POST", "/v1/chat", "authorization"),
+        dest("api.openai.com", "GET", "/v1/chat", "authorization"),
+        dest("api.openai.com", "POST", "/v2/chat", "authorization"),
+        dest("api.openai.com", "POST", "/v1/chat", "x-debug"),
+    ] {
+        let d = p.decide(&secret("openai/key", Some(bad.clone())));
+        assert!(d.no_allow_matched(), "{bad:?}: {d:?}");
+    }
+    let d = p.decide(&secret(
+        "openai/key",
+        Some(dest("db.internal", "POST", "/v1/", "authorization")),
+    ));
+    assert_eq!(d.verdict, Verdict::Deny);
+    // Another secret is not allowed there.
+    let d = p.decide(&secret("other/key", Some(ok)));
+    assert!(d.no_allow_matched(), "{d:?}");
+    // A field the substitution leaves unbound is unknown, never "".
+    let mut partial = dest("api.openai.com", "POST", "/v1/chat", "x");
+    partial.header = None;
+    let d = p.decide(&secret("openai/key", Some(partial)));
+    assert_eq!(d.verdict, Verdict::Undetermined);
+}
+
+#[test]
+fn destination_is_secret_vocabulary_only() {
+    let e = errors(
+        r#"
+policy:
+  egress:
+    allow: [destination.host == "x"]
+  secret:
+    allow:
+      - destination.hots == "x"
+      - destination == "x"
+"#,
+    );
+    assert!(e.contains("undeclared name `destination` in the egress surface"), "{e}");
+    assert!(e.contains("did you mean `destination.host`?"), "{e}");
+    assert!(e.contains("`destination` is a record"), "{e}");
+}
+
