@@ -41,5 +41,5 @@ pub use decide::{
     StorageFacts, SurfaceFacts, Verdict,
 };
 pub use diag::{Diagnostic, Diagnostics, Severity};
-pub use policy::{AllowRange, Bound, Bounds, Effect, Layer, Policy, Rule, RuleId};
+pub use policy::{AllowRange, Bound, Bounds, Effect, Inspection, Layer, Policy, Rule, RuleId};
 pub use vocab::{Fact, Surface};

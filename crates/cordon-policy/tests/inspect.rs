@@ -283,3 +283,189 @@ policy:
     assert!(e.contains("`destination` is a record"), "{e}");
 }
 
+// ---- egress.inspect ----
+
+/// A certificate-shaped PEM (its base64 decodes to a DER SEQUENCE); the
+/// proxy parses it, the loader only checks its shape.
+const PEM: &str = "-----BEGIN CERTIFICATE-----\nMIIBszCCAVmgAwIBAgIU\n-----END CERTIFICATE-----\n";
+
+fn load_files(files: &[(&str, &str)]) -> Result<Policy, Diagnostics> {
+    let mut mem = resolve::MemoryFiles::default();
+    for (n, t) in files {
+        mem.0.insert(n.to_string(), t.to_string());
+    }
+    let (top, text) = files[0];
+    Policy::load_with(top, text, &mem)
+}
+
+const ROOT: &str = r#"
+policy:
+  extends: [./platform.yaml, ./tenant.yaml]
+"#;
+
+const PLATFORM: &str = r#"
+policy:
+  egress:
+    inspect:
+      - API.Example.com.
+      - {host: "*.corp.example", ca: ./corp-ca.pem}
+    allow:
+      - host == "api.example.com" && method == "GET"
+"#;
+
+#[test]
+fn the_root_names_hosts_and_trusted_roots_for_them_only() {
+    let p = load_files(&[
+        ("top.yaml", ROOT),
+        ("platform.yaml", PLATFORM),
+        ("tenant.yaml", "policy: {}\n"),
+        ("corp-ca.pem", PEM),
+    ])
+    .unwrap_or_else(|d| panic!("{}", d.render()));
+    assert!(p.inspects_any());
+    let api = p.inspection("api.example.com").unwrap();
+    assert_eq!(api.host, "api.example.com");
+    assert!(api.roots_pem.is_none());
+    assert_eq!((&*api.file, api.line), ("platform.yaml", 5));
+    let git = p.inspection("git.corp.example").unwrap();
+    assert_eq!(git.host, "*.corp.example");
+    assert_eq!(git.roots_pem.as_deref(), Some(PEM));
+    // Strictly under the suffix, and nothing else.
+    assert!(p.inspection("corp.example").is_none());
+    assert!(p.inspection("evilcorp.example").is_none());
+    assert!(p.inspection("example.com").is_none());
+    assert!(p.inspection("x.api.example.com").is_none());
+    let plain = load("policy: {egress: {allow: [\"true\"]}}\n");
+    assert!(!plain.inspects_any());
+    assert!(plain.inspection("api.example.com").is_none());
+}
+
+#[test]
+fn a_later_layer_may_add_hosts_to_inspect() {
+    let tenant = r#"
+policy:
+  applies_to: identity.namespace == "team-a"
+  egress:
+    inspect: [uploads.example.net, "*.api.corp.example"]
+"#;
+    let p = load_files(&[
+        ("top.yaml", ROOT),
+        ("platform.yaml", PLATFORM),
+        ("tenant.yaml", tenant),
+        ("corp-ca.pem", PEM),
+    ])
+    .unwrap_or_else(|d| panic!("{}", d.render()));
+    let up = p.inspection("uploads.example.net").unwrap();
+    assert_eq!((&*up.file, up.line), ("tenant.yaml", 5));
+    assert!(up.roots_pem.is_none());
+    // Two wildcards name it; the root's `ca` entry is the one that holds.
+    let deep = p.inspection("x.api.corp.example").unwrap();
+    assert_eq!(deep.host, "*.corp.example");
+    assert!(deep.roots_pem.is_some());
+}
+
+#[test]
+fn an_exact_entry_wins_over_a_wildcard() {
+    let p = load(
+        r#"
+policy:
+  egress:
+    inspect: ["*.example.com", git.example.com]
+"#,
+    );
+    assert_eq!(p.inspection("git.example.com").unwrap().host, "git.example.com");
+    assert_eq!(p.inspection("x.example.com").unwrap().host, "*.example.com");
+}
+
+#[test]
+fn a_later_layer_cannot_add_trust() {
+    let tenant = r#"
+policy:
+  egress:
+    inspect:
+      - {host: uploads.example.net, ca: ./corp-ca.pem}
+"#;
+    let e = load_files(&[
+        ("top.yaml", ROOT),
+        ("platform.yaml", PLATFORM),
+        ("tenant.yaml", tenant),
+        ("corp-ca.pem", PEM),
+    ])
+    .unwrap_err()
+    .render();
+    assert!(e.contains("tenant.yaml:5:41"), "{e}");
+    assert!(e.contains("only the root layer may add trust"), "{e}");
+}
+
+#[test]
+fn a_missing_or_broken_ca_file_is_refused_where_it_is_named() {
+    for (pem, why) in [
+        (None, "cannot be read"),
+        (Some(""), "holds no `-----BEGIN CERTIFICATE-----` block"),
+        (
+            Some("-----BEGIN CERTIFICATE-----\n%%%%\n-----END CERTIFICATE-----\n"),
+            "not base64",
+        ),
+    ] {
+        let mut files = vec![
+            ("top.yaml", ROOT),
+            ("platform.yaml", PLATFORM),
+            ("tenant.yaml", "policy: {}\n"),
+        ];
+        if let Some(pem) = pem {
+            files.push(("corp-ca.pem", pem));
+        }
+        let e = load_files(&files).unwrap_err().render();
+        assert!(e.contains("platform.yaml:6:38"), "{e}");
+        assert!(e.contains("the `ca` file `./corp-ca.pem`"), "{e}");
+        assert!(e.contains(why), "{why}: {e}");
+        assert!(e.contains("help: "), "{e}");
+    }
+}
+
+#[test]
+fn inspect_entries_are_checked_like_the_allowlist() {
+    let e = errors(
+        r#"
+policy:
+  egress:
+    inspect:
+      - 10.0.0.1
+      - "*.com"
+      - "a.*.example"
+      - {host: x.example, cert: ./ca.pem}
+      - {ca: ./ca.pem}
+      - dup.example
+      - DUP.example.
+"#,
+    );
+    for needle in [
+        "p.yaml:5:9: error: `10.0.0.1` cannot be inspected",
+        "p.yaml:6:9: error: `*.com` cannot be inspected",
+        "p.yaml:7:9: error: `a.*.example` cannot be inspected",
+        "unknown key `cert` in an `inspect` entry",
+        "an `inspect` entry needs a `host`",
+        "p.yaml:11:9: error: `dup.example` is inspected twice",
+    ] {
+        assert!(e.contains(needle), "missing {needle:?} in\n{e}");
+    }
+    // A policy loaded from a string reads no files.
+    let e = errors("policy: {egress: {inspect: [{host: x.example, ca: ./ca.pem}]}}\n");
+    assert!(e.contains("cannot be read"), "{e}");
+}
+
+#[test]
+fn the_ca_file_is_part_of_the_digest() {
+    let files = |pem: &'static str| {
+        vec![
+            ("top.yaml", ROOT),
+            ("platform.yaml", PLATFORM),
+            ("tenant.yaml", "policy: {}\n"),
+            ("corp-ca.pem", pem),
+        ]
+    };
+    let other = "-----BEGIN CERTIFICATE-----\nMIIBszCCAVmgAwIBAgIV\n-----END CERTIFICATE-----\n";
+    let a = load_files(&files(PEM)).unwrap().digest;
+    let b = load_files(&files(other)).unwrap().digest;
+    assert_ne!(a, b);
+}
