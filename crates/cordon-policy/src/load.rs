@@ -11,8 +11,8 @@ use sha2::{Digest as _, Sha256};
 use crate::diag::{Diagnostic, Diagnostics, Severity, SourceMap};
 use crate::expr;
 use crate::model::{
-    AllowRange, Bound, Bounds, Effect, Inspection, Layer, LayerIndex, Rule, RuleId, StatedBounds, SurfaceRules,
-    MAX_LAYERS, MAX_RULES,
+    AllowRange, Bound, Bounds, Effect, Inspection, Layer, LayerIndex, Rule, RuleId, StatedBounds,
+    SurfaceRules, MAX_LAYERS, MAX_RULES,
 };
 use crate::parse::{self, ParsedFile, Pos};
 use crate::plan;
@@ -235,7 +235,10 @@ impl Assembler<'_> {
                 }
                 Some((spec, pos, width)) => {
                     let read = if spec.starts_with("cordon:") {
-                        Err(("a `ca` file cannot be a built-in layer".to_string(), String::new()))
+                        Err((
+                            "a `ca` file cannot be a built-in layer".to_string(),
+                            String::new(),
+                        ))
                     } else {
                         self.resolver.resolve(unit, spec)
                     };
@@ -505,12 +508,15 @@ mod tests {
         assert!(pem_certificates("-----BEGIN CERTIFICATE-----\nMIIB\n")
             .unwrap_err()
             .contains("no `-----END"));
-        assert!(
-            pem_certificates("-----BEGIN CERTIFICATE-----\nnot base64!\n-----END CERTIFICATE-----")
-                .unwrap_err()
-                .contains("not base64")
-        );
-        let with_key = format!("{one}\n-----BEGIN PRIVATE KEY-----\nMIIB\n-----END PRIVATE KEY-----");
-        assert!(pem_certificates(&with_key).unwrap_err().contains("private key"));
+        assert!(pem_certificates(
+            "-----BEGIN CERTIFICATE-----\nnot base64!\n-----END CERTIFICATE-----"
+        )
+        .unwrap_err()
+        .contains("not base64"));
+        let with_key =
+            format!("{one}\n-----BEGIN PRIVATE KEY-----\nMIIB\n-----END PRIVATE KEY-----");
+        assert!(pem_certificates(&with_key)
+            .unwrap_err()
+            .contains("private key"));
     }
 }

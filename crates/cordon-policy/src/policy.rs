@@ -10,8 +10,8 @@ use crate::diag::Diagnostics;
 use crate::vocab::Surface;
 
 pub use crate::model::{
-    AllowRange, Inspection, Bound, Bounds, Effect, Guard, Layer, LayerIndex, Rule, RuleId, RuleIndex,
-    StatedBound, StatedBounds, SurfaceRules, MAX_FILE_BYTES, MAX_LAYERS, MAX_RULES,
+    AllowRange, Bound, Bounds, Effect, Guard, Inspection, Layer, LayerIndex, Rule, RuleId,
+    RuleIndex, StatedBound, StatedBounds, SurfaceRules, MAX_FILE_BYTES, MAX_LAYERS, MAX_RULES,
 };
 
 /// A loaded policy.

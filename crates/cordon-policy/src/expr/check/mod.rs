@@ -412,8 +412,7 @@ impl Checker<'_> {
         }
         match name {
             "identity" | "env" | "secret" | "destination"
-                if !matches!(name, "secret" | "destination")
-                    || self.surface == Surface::Secret =>
+                if !matches!(name, "secret" | "destination") || self.surface == Surface::Secret =>
             {
                 return self.err(
                     e,
