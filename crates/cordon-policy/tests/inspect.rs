@@ -152,7 +152,10 @@ fn for_request_keeps_url_canonical_and_without_the_query() {
         ("https://x.example/", "GET", headers(&[("a b", "1")])),
         ("https://x.example/", "GET", headers(&[("a", "1\r\nb: 2")])),
     ] {
-        assert!(EgressFacts::for_request(url, m, &h, true).is_err(), "{url} {m} {h:?}");
+        assert!(
+            EgressFacts::for_request(url, m, &h, true).is_err(),
+            "{url} {m} {h:?}"
+        );
     }
 }
 
@@ -186,8 +189,13 @@ fn the_wire_form_carries_the_new_facts_and_omits_unknown_ones() {
     let f = EgressFacts::from_url("https://x.example/").unwrap();
     let s = serde_json::to_string(&f).unwrap();
     assert!(!s.contains("query") && !s.contains("headers"), "{s}");
-    let f = EgressFacts::for_request("http://x.example/?a=1", "GET", &headers(&[("A", "b")]), false)
-        .unwrap();
+    let f = EgressFacts::for_request(
+        "http://x.example/?a=1",
+        "GET",
+        &headers(&[("A", "b")]),
+        false,
+    )
+    .unwrap();
     let back: EgressFacts = serde_json::from_str(&serde_json::to_string(&f).unwrap()).unwrap();
     assert_eq!(back, f);
 }
@@ -278,7 +286,10 @@ policy:
       - destination == "x"
 "#,
     );
-    assert!(e.contains("undeclared name `destination` in the egress surface"), "{e}");
+    assert!(
+        e.contains("undeclared name `destination` in the egress surface"),
+        "{e}"
+    );
     assert!(e.contains("did you mean `destination.host`?"), "{e}");
     assert!(e.contains("`destination` is a record"), "{e}");
 }
@@ -373,7 +384,10 @@ policy:
     inspect: ["*.example.com", git.example.com]
 "#,
     );
-    assert_eq!(p.inspection("git.example.com").unwrap().host, "git.example.com");
+    assert_eq!(
+        p.inspection("git.example.com").unwrap().host,
+        "git.example.com"
+    );
     assert_eq!(p.inspection("x.example.com").unwrap().host, "*.example.com");
 }
 
@@ -468,4 +482,144 @@ fn the_ca_file_is_part_of_the_digest() {
     let a = load_files(&files(PEM)).unwrap().digest;
     let b = load_files(&files(other)).unwrap().digest;
     assert_ne!(a, b);
+}
+
+// ---- cases and explain see what the proxy sees ----
+
+const INSPECTING: &str = r#"
+policy:
+  egress:
+    inspect: [api.example.com]
+    allow:
+      - name: read-only-api
+        when: host == "api.example.com" && method == "GET" && path.startsWith("/v1/")
+      - name: other-hosts
+        when: host == "other.example.com"
+    deny:
+      - name: no-tokens-in-queries
+        when: '"token" in query'
+      - name: no-debug-header
+        when: '"x-debug" in headers && headers["x-debug"] == "1"'
+
+"#;
+
+const SUITE: &str = r#"
+tests:
+  - name: GET under /v1/ on the inspected host
+    egress: {url: "https://api.example.com/v1/items?page=2"}
+    expect: allow
+  - name: POST on the inspected host
+    egress: {url: "https://api.example.com/v1/items", method: post}
+    expect: deny
+  - name: another path on the inspected host
+    egress: {url: "https://api.example.com/admin"}
+    expect: deny
+  - name: a token in the query
+    egress: {url: "https://api.example.com/v1/x?token=abc"}
+    expect: deny
+    rule: no-tokens-in-queries
+  - name: the debug header
+    egress:
+      url: https://api.example.com/v1/x
+      headers: {X-Debug: "1", Accept: [a, b]}
+    expect: deny
+    rule: no-debug-header
+  - name: an uninspected host is undetermined on the query rule
+    egress: {url: "https://other.example.com/v1/"}
+    expect: deny
+"#;
+
+#[test]
+fn a_case_for_an_inspected_https_host_decides_by_method_and_path() {
+    let p = load(INSPECTING);
+    let cases = cases::load_str("t.yaml", SUITE, &p).unwrap_or_else(|d| panic!("{}", d.render()));
+    let results: Vec<_> = cases.iter().map(|c| cases::run(&p, c)).collect();
+    for (c, r) in cases.iter().zip(&results) {
+        assert!(r.passed, "{}: {:?}", c.name, r.explanation.decision);
+    }
+    // The allow and the method/path denials are decided, not undetermined.
+    let verdicts: Vec<_> = results
+        .iter()
+        .map(|r| r.explanation.decision.verdict)
+        .collect();
+    assert_eq!(verdicts[0], Verdict::Allow);
+    assert_eq!(verdicts[1], Verdict::Deny);
+    assert_eq!(verdicts[2], Verdict::Deny);
+    assert_eq!(verdicts[5], Verdict::Undetermined);
+    // The case is built exactly as the proxy will build it.
+    let SurfaceFacts::Egress(e) = &cases[0].request.facts else {
+        unreachable!()
+    };
+    let proxy =
+        EgressFacts::for_request("https://api.example.com/v1/items?page=2", "GET", &[], true)
+            .unwrap();
+    assert_eq!(e, &proxy);
+    let SurfaceFacts::Egress(e) = &cases[4].request.facts else {
+        unreachable!()
+    };
+    assert_eq!(e.headers.as_ref().unwrap()["accept"], "a, b");
+}
+
+#[test]
+fn a_case_stating_headers_for_an_uninspected_https_host_is_refused() {
+    let p = load(INSPECTING);
+    let err = cases::load_one_str(
+        "c.yaml",
+        "egress:\n  url: https://other.example.com/\n  headers: {accept: x}\n",
+        &p,
+    )
+    .unwrap_err()
+    .render();
+    assert!(err.contains("c.yaml:3:13"), "{err}");
+    assert!(
+        err.contains("does not inspect `other.example.com`"),
+        "{err}"
+    );
+    assert!(err.contains("egress.inspect"), "{err}");
+    // The same case is fine where the policy inspects the host.
+    cases::load_one_str(
+        "c.yaml",
+        "egress:\n  url: https://api.example.com/\n  headers: {accept: x}\n  method: PUT\n",
+        &p,
+    )
+    .unwrap();
+}
+
+#[test]
+fn a_secret_case_may_give_a_destination() {
+    let p = load(SECRET);
+    let at_acquire =
+        cases::load_one_str("c.yaml", "secret: {secret: {name: openai/key}}\n", &p).unwrap();
+    assert_eq!(p.decide(&at_acquire).verdict, Verdict::Undetermined);
+    let text = "secret:\n  secret: {name: openai/key}\n  destination: {host: API.openai.com, method: post, path: /v1/chat, header: Authorization}\n";
+    let r = cases::load_one_str("c.yaml", text, &p).unwrap();
+    assert_eq!(p.decide(&r).verdict, Verdict::Allow);
+    let SurfaceFacts::Secret(s) = &r.facts else {
+        unreachable!()
+    };
+    assert_eq!(
+        s.destination,
+        Some(dest("api.openai.com", "POST", "/v1/chat", "authorization"))
+    );
+    for (bad, needle) in [
+        (
+            "destination: {method: POST}",
+            "a `destination` needs `host`",
+        ),
+        (
+            "destination: {host: x.example, verb: GET}",
+            "unknown key `verb` in `destination`",
+        ),
+        (
+            "destination: {host: x.example, path: /a%2Fb}",
+            "encoded `/`",
+        ),
+    ] {
+        let text = format!("secret:\n  secret: {{name: a/b}}\n  {bad}\n");
+        let err = cases::load_one_str("c.yaml", &text, &p)
+            .unwrap_err()
+            .render();
+        assert!(err.contains(needle), "{bad}: {err}");
+        assert!(err.contains("c.yaml:3:"), "{bad}: {err}");
+    }
 }
