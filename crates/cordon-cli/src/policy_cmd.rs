@@ -96,10 +96,16 @@ pub struct ExplainArgs {
     /// egress: override the port derived from --url.
     #[arg(long)]
     port: Option<String>,
-    /// egress (http only): the method, default GET.
+    /// egress (http, or https to a host the policy inspects): the method,
+    /// default GET.
     #[arg(long)]
     method: Option<String>,
-    /// egress (http only): the request path; storage: the file path.
+    /// egress (http, or https to an inspected host): one request header
+    /// (repeat for each, in the order sent).
+    #[arg(long = "header", value_name = "NAME=VALUE")]
+    headers: Vec<String>,
+    /// egress (http, or https to an inspected host): the request path;
+    /// storage: the file path.
     #[arg(long)]
     path: Option<String>,
     /// egress: the resolved address.
@@ -133,6 +139,11 @@ pub struct ExplainArgs {
     /// Decide a secret hand-out: the secret's name (selects the secret surface).
     #[arg(long, conflicts_with = "surface")]
     secret: Option<String>,
+    /// secret: where a brokered secret is being substituted, one field of
+    /// host=, method=, path=, header= (repeat); none: unknown, as where the
+    /// secret is granted.
+    #[arg(long = "destination", value_name = "KEY=VALUE")]
+    destination: Vec<String>,
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Human)]
     format: Format,
@@ -165,7 +176,12 @@ fn check(files: &[PathBuf], format: Format) -> ExitCode {
         match Policy::load_file(f) {
             Ok(p) => {
                 all.0.extend(p.warnings.0.iter().cloned());
-                summaries.push((f.display().to_string(), p.summary(), bounds_of(&p)));
+                summaries.push((
+                    f.display().to_string(),
+                    p.summary(),
+                    bounds_of(&p),
+                    inspected_of(&p),
+                ));
             }
             Err(d) => all.0.extend(d.0),
         }
@@ -176,7 +192,7 @@ fn check(files: &[PathBuf], format: Format) -> ExitCode {
             let out = json!({
                 "ok": !failed,
                 "diagnostics": all.0,
-                "policies": summaries.iter().map(|(f, s, b)| json!({"file": f, "summary": s, "bounds": b})).collect::<Vec<_>>(),
+                "policies": summaries.iter().map(|(f, s, b, i)| json!({"file": f, "summary": s, "bounds": b, "inspect": i})).collect::<Vec<_>>(),
             });
             println!("{out}");
         }
@@ -192,10 +208,27 @@ fn check(files: &[PathBuf], format: Format) -> ExitCode {
                     .count();
                 eprintln!("\n{n} error(s) in {} file(s)", files.len());
             } else {
-                for (f, s, b) in &summaries {
+                for (f, s, b, i) in &summaries {
                     println!("ok    {f}: {s}");
                     let shown: Vec<String> = b.iter().map(|(k, v)| format!("{k} {v}")).collect();
                     println!("      root bounds: {}", shown.join(", "));
+                    if !i.is_empty() {
+                        let shown: Vec<String> = i
+                            .iter()
+                            .map(|x| {
+                                let host = x["host"].as_str().unwrap_or_default();
+                                if x["ca"].as_bool() == Some(true) {
+                                    format!("{host} (with its own CA roots)")
+                                } else {
+                                    host.to_string()
+                                }
+                            })
+                            .collect();
+                        println!(
+                            "      inspected (TLS terminated by the proxy): {}",
+                            shown.join(", ")
+                        );
+                    }
                 }
             }
         }
@@ -213,6 +246,22 @@ fn bounds_of(p: &Policy) -> std::collections::BTreeMap<&'static str, String> {
     cordon_policy::Bound::ALL
         .into_iter()
         .map(|b| (b.key(), b.show(p.bounds.get(b))))
+        .collect()
+}
+
+/// The hosts the proxy terminates TLS for, in load order, each with where
+/// it is named and whether it brings its own CA roots.
+fn inspected_of(p: &Policy) -> Vec<serde_json::Value> {
+    p.inspections
+        .iter()
+        .map(|i| {
+            json!({
+                "host": i.host,
+                "file": &*i.file,
+                "line": i.line,
+                "ca": i.roots_pem.is_some(),
+            })
+        })
         .collect()
 }
 
@@ -241,7 +290,7 @@ fn test(policy: &Path, tests: &[PathBuf], coverage: bool, format: Format) -> Exi
     let mut cases: Vec<Case> = Vec::new();
     let mut diags = Diagnostics::default();
     for t in tests {
-        match cases::load_file(t) {
+        match cases::load_file(t, &policy) {
             Ok(c) => cases.extend(c),
             Err(d) => diags.0.extend(d.0),
         }
@@ -471,18 +520,19 @@ fn explain(a: ExplainArgs) -> ExitCode {
                     );
                     line.request()
                 }
-                Ok(Facts::Case(text)) => match cases::load_one_str(&f.display().to_string(), &text)
-                {
-                    Ok(r) => r,
-                    Err(d) => return not_loaded(&d, format),
-                },
+                Ok(Facts::Case(text)) => {
+                    match cases::load_one_str(&f.display().to_string(), &text, &policy) {
+                        Ok(r) => r,
+                        Err(d) => return not_loaded(&d, format),
+                    }
+                }
                 Err(msg) => {
                     eprintln!("error: --facts {}: {msg}\n  help: give a YAML case (as in a test file) or one line of an egress audit log (`tail -n 1 egress-audit.jsonl | cordon policy explain POLICY --facts -`)", f.display());
                     return ExitCode::from(EXIT_USAGE);
                 }
             }
         }
-        None => match request_from_flags(&a) {
+        None => match request_from_flags(&a, &policy) {
             Ok(r) => r,
             Err(msg) => {
                 eprintln!("error: {msg}");
@@ -545,6 +595,8 @@ fn has_fact_flags(a: &ExplainArgs) -> bool {
     !a.identity.is_empty()
         || !a.env.is_empty()
         || !a.args.is_empty()
+        || !a.headers.is_empty()
+        || !a.destination.is_empty()
         || [
             &a.now,
             &a.url,
@@ -567,7 +619,7 @@ fn has_fact_flags(a: &ExplainArgs) -> bool {
         .any(|o| o.is_some())
 }
 
-fn request_from_flags(a: &ExplainArgs) -> Result<cordon_policy::Request, String> {
+fn request_from_flags(a: &ExplainArgs, policy: &Policy) -> Result<cordon_policy::Request, String> {
     let surface = if a.egress {
         Surface::Egress
     } else if a.compute {
@@ -621,7 +673,17 @@ fn request_from_flags(a: &ExplainArgs) -> Result<cordon_policy::Request, String>
     for x in &a.args {
         b.arg(x).map_err(fact_err)?;
     }
-    b.build().map_err(fact_err)
+    for kv in &a.headers {
+        let (k, v) = split_kv(kv, "--header", "authorization=Bearer x")?;
+        b.header(k, v)
+            .map_err(|e| format!("--header: {}", fact_err(e)))?;
+    }
+    for kv in &a.destination {
+        let (k, v) = split_kv(kv, "--destination", "host=api.example.com")?;
+        b.destination(k, v)
+            .map_err(|e| format!("--destination: {}", fact_err(e)))?;
+    }
+    b.build(policy).map_err(fact_err)
 }
 
 fn split_kv<'a>(kv: &'a str, flag: &str, example: &str) -> Result<(&'a str, &'a str), String> {

@@ -395,6 +395,136 @@ fn explain_refuses_facts_the_enforcing_point_cannot_see() {
     assert!(err.contains("name the surface to decide"), "{err}");
 }
 
+/// A root policy inspecting `api.example.com` (with its own CA roots), with
+/// a suite deciding by method and path, in a temporary directory.
+fn inspecting_policy() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let pem = "-----BEGIN CERTIFICATE-----\nMIIBszCCAVmgAwIBAgIU\n-----END CERTIFICATE-----\n";
+    std::fs::write(dir.path().join("ca.pem"), pem).expect("ca");
+    std::fs::write(
+        dir.path().join("policy.yaml"),
+        r#"
+policy:
+  egress:
+    inspect:
+      - {host: api.example.com, ca: ./ca.pem}
+    allow:
+      - name: read-only-api
+        when: host == "api.example.com" && method == "GET" && path.startsWith("/v1/")
+  secret:
+    allow:
+      - name: brokered-key
+        when: secret.name == "api/key" && destination.host == "api.example.com"
+"#,
+    )
+    .expect("policy");
+    std::fs::write(
+        dir.path().join("tests.yaml"),
+        r#"
+tests:
+  - name: GET under /v1/
+    egress: {url: "https://api.example.com/v1/items"}
+    expect: allow
+  - name: DELETE under /v1/
+    egress: {url: "https://api.example.com/v1/items", method: DELETE}
+    expect: deny
+  - name: GET elsewhere
+    egress: {url: "https://api.example.com/admin", headers: {accept: "*/*"}}
+    expect: deny
+  - name: the key where it is granted
+    secret: {secret: {name: api/key}}
+    expect: deny
+  - name: the key substituted toward its host
+    secret:
+      secret: {name: api/key}
+      destination: {host: api.example.com, header: authorization}
+    expect: allow
+"#,
+    )
+    .expect("tests");
+    dir
+}
+
+#[test]
+fn policy_test_decides_an_inspected_https_host_by_method_and_path() {
+    let dir = inspecting_policy();
+    let p = dir.path().join("policy.yaml");
+    let t = dir.path().join("tests.yaml");
+    let (code, out, err) = cordon(&[
+        "policy",
+        "test",
+        "--coverage",
+        p.to_str().unwrap(),
+        t.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("5 passed, 0 failed"), "{out}");
+    let (code, out, err) = cordon(&["policy", "check", p.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains(
+            "inspected (TLS terminated by the proxy): api.example.com (with its own CA roots)"
+        ),
+        "{out}"
+    );
+}
+
+#[test]
+fn explain_sees_inside_an_inspected_tunnel_and_a_secret_destination() {
+    let dir = inspecting_policy();
+    let p = dir.path().join("policy.yaml");
+    let p = p.to_str().unwrap();
+    let egress = |method: &str| {
+        cordon(&[
+            "policy",
+            "explain",
+            p,
+            "--egress",
+            "--url",
+            "https://api.example.com/v1/x?q=1",
+            "--method",
+            method,
+            "--header",
+            "Accept=*/*",
+        ])
+    };
+    let (code, out, err) = egress("GET");
+    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(out.lines().next(), Some("allowed"), "{out}");
+    let (code, out, err) = egress("POST");
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(out.contains("method was \"POST\""), "{out}");
+    // Not inspected: the method stays inside the tunnel.
+    let (code, _, err) = cordon(&[
+        "policy",
+        "explain",
+        p,
+        "--egress",
+        "--url",
+        "https://other.example.com/",
+        "--method",
+        "GET",
+    ]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("does not inspect `other.example.com`"),
+        "{err}"
+    );
+    let (code, out, _) = cordon(&["policy", "explain", p, "--secret", "api/key"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("destination.host is unknown"), "{out}");
+    let (code, out, err) = cordon(&[
+        "policy",
+        "explain",
+        p,
+        "--secret",
+        "api/key",
+        "--destination",
+        "host=API.example.com",
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+}
+
 // ---- cordon doctor ----
 
 fn cordon_env(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {

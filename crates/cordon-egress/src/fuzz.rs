@@ -183,7 +183,10 @@ pub fn egress_inspected(data: &[u8]) -> usize {
         served.abort();
     });
     let wrong = wrong.lock().unwrap_or_else(|p| p.into_inner());
-    assert!(wrong.is_empty(), "refused requests reached the upstream: {wrong:?}");
+    assert!(
+        wrong.is_empty(),
+        "refused requests reached the upstream: {wrong:?}"
+    );
     reached.load(std::sync::atomic::Ordering::SeqCst)
 }
 
@@ -215,9 +218,9 @@ async fn fuzz_upstream(io: tokio::io::DuplexStream, h2: bool, (wrong, reached): 
                 .push(format!("{} {} {host}", req.method(), req.uri()));
         }
         async move {
-            Ok::<_, std::convert::Infallible>(hyper::Response::new(Full::new(bytes::Bytes::from_static(
-                b"ok",
-            ))))
+            Ok::<_, std::convert::Infallible>(hyper::Response::new(Full::new(
+                bytes::Bytes::from_static(b"ok"),
+            )))
         }
     });
     let io = hyper_util::rt::TokioIo::new(io);
@@ -273,12 +276,13 @@ mod corpus {
             .unwrap_or_else(|e| panic!("{e}"));
         rt.block_on(async {
             let (client, mut far) = tokio::io::duplex(1 << 20);
-            let (send, conn) = hyper::client::conn::http2::handshake::<_, _, http_body_util::Empty<bytes::Bytes>>(
-                hyper_util::rt::TokioExecutor::new(),
-                hyper_util::rt::TokioIo::new(client),
-            )
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
+            let (send, conn) =
+                hyper::client::conn::http2::handshake::<_, _, http_body_util::Empty<bytes::Bytes>>(
+                    hyper_util::rt::TokioExecutor::new(),
+                    hyper_util::rt::TokioIo::new(client),
+                )
+                .await
+                .unwrap_or_else(|e| panic!("{e}"));
             tokio::spawn(conn);
             for (m, p) in reqs {
                 let mut send = send.clone();
@@ -311,7 +315,11 @@ mod corpus {
         let mut one = vec![0u8];
         one.extend_from_slice(h1);
         let mut two = vec![1u8];
-        two.extend_from_slice(&h2_bytes(&[("GET", "/v1/x"), ("POST", "/v1/x"), ("GET", "/admin/y")]));
+        two.extend_from_slice(&h2_bytes(&[
+            ("GET", "/v1/x"),
+            ("POST", "/v1/x"),
+            ("GET", "/admin/y"),
+        ]));
         vec![("h1", one, 1), ("h2", two, 1)]
     }
 
@@ -328,7 +336,8 @@ mod corpus {
         if std::env::var_os("CORDON_WRITE_SEEDS").is_some() {
             std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
             for (name, data, _) in seeds() {
-                std::fs::write(dir.join(format!("seed-{name}")), data).unwrap_or_else(|e| panic!("{e}"));
+                std::fs::write(dir.join(format!("seed-{name}")), data)
+                    .unwrap_or_else(|e| panic!("{e}"));
             }
         }
         let mut n = 0;

@@ -38,6 +38,10 @@ policy:
     deny:
       - name: no-admin
         when: host == "api.test" && path.startsWith("/admin")
+      - name: no-debug-header
+        when: host == "api.test" && "x-debug" in headers
+      - name: no-debug-query
+        when: host == "api.test" && "debug" in query
     max_response_bytes: 64KiB
 "#;
 
@@ -163,15 +167,27 @@ struct Setup {
 /// The proxy with `POLICY`, inspecting `inspect` (each with the test's
 /// roots when `roots`), names resolving to loopback.
 async fn proxy(inspect: &[&str], roots: Option<&str>, port: u16) -> Setup {
-    let mut policy = Policy::load_str("test-policy.yaml", POLICY).unwrap();
-    for h in inspect {
-        policy.inspect.push(cordon_policy::Inspection {
-            host: h.to_string(),
-            roots_pem: roots.map(Arc::from),
-            file: Arc::from("test-policy.yaml"),
-            line: 1,
-        });
+    // The policy names the inspected hosts (and the test's roots for
+    // them) in its root layer, as a deployment would.
+    let dir = tempfile::tempdir().unwrap();
+    let entries: Vec<String> = inspect
+        .iter()
+        .map(|h| match roots {
+            Some(_) => format!("{{host: {h}, ca: ./upstream-ca.pem}}"),
+            None => h.to_string(),
+        })
+        .collect();
+    if let Some(pem) = roots {
+        std::fs::write(dir.path().join("upstream-ca.pem"), pem).unwrap();
     }
+    let text = POLICY.replace(
+        "  egress:\n",
+        &format!("  egress:\n    inspect: [{}]\n", entries.join(", ")),
+    );
+    let file = dir.path().join("policy.yaml");
+    std::fs::write(&file, text).unwrap();
+    let policy = Policy::load_file(&file).unwrap_or_else(|d| panic!("{}", d.render()));
+    assert_eq!(policy.inspects_any(), !inspect.is_empty());
     let mut map = StaticHosts::default();
     for n in ["api.test", "other.test"] {
         map.insert(n, "127.0.0.1".parse().unwrap());
@@ -328,7 +344,20 @@ async fn answer(
 }
 
 fn req(method: &str, uri: &str, host: Option<&str>, h2: bool) -> hyper::Request<Full<Bytes>> {
+    req_with(method, uri, host, h2, &[])
+}
+
+fn req_with(
+    method: &str,
+    uri: &str,
+    host: Option<&str>,
+    h2: bool,
+    headers: &[(&str, &str)],
+) -> hyper::Request<Full<Bytes>> {
     let mut b = hyper::Request::builder().method(method).uri(uri);
+    for (k, v) in headers {
+        b = b.header(*k, *v);
+    }
     if h2 {
         b = b.version(hyper::Version::HTTP_2);
     }
@@ -367,6 +396,21 @@ async fn each_request_inside_an_inspected_tunnel_is_decided() {
                 req("GET", &format!("{base}/v1/models?x=1"), host, h2),
                 req("POST", &format!("{base}/v1/models"), host, h2),
                 req("GET", &format!("{base}/admin/users"), host, h2),
+                req_with(
+                    "GET",
+                    &format!("{base}/v1/a"),
+                    host,
+                    h2,
+                    &[("X-Debug", "1")],
+                ),
+                req("GET", &format!("{base}/v1/a?debug=%31"), host, h2),
+                req_with(
+                    "GET",
+                    &format!("{base}/v1/b"),
+                    host,
+                    h2,
+                    &[("authorization", "Bearer not-for-the-log")],
+                ),
             ],
         )
         .await;
@@ -382,11 +426,24 @@ async fn each_request_inside_an_inspected_tunnel_is_decided() {
             got[2].1.contains("no-admin"),
             "the deciding rule is named: {got:?}"
         );
+        assert_eq!(got[3].2.as_deref(), Some("rule=no-debug-header"), "{got:?}");
+        assert_eq!(got[4].2.as_deref(), Some("rule=no-debug-query"), "{got:?}");
+        assert_eq!(got[5].0, 200, "{got:?}");
+        let body: serde_json::Value = serde_json::from_str(&got[1].1).unwrap();
+        assert_eq!(body["surface"], "egress");
+        assert!(
+            body["fix"].as_str().unwrap().contains("allow rule"),
+            "{body}"
+        );
         let seen_now = seen.lock().unwrap().clone();
         assert_eq!(
             seen_now.len(),
-            1,
-            "only the GET reached upstream: {seen_now:?}"
+            2,
+            "only the allowed GETs reached upstream: {seen_now:?}"
+        );
+        assert!(
+            seen_now[1].ends_with("Bearer not-for-the-log"),
+            "{seen_now:?}"
         );
         assert!(
             seen_now[0].starts_with("GET /v1/models?x=1 "),
@@ -433,6 +490,18 @@ async fn each_request_inside_an_inspected_tunnel_is_decided() {
             && l.facts.method.as_deref() == Some("POST")
             && l.facts.path.as_deref() == Some("/v1/models")),
         "the refused POST is audited with its method and path"
+    );
+    let text = lines
+        .iter()
+        .map(|l| serde_json::to_string(l).unwrap())
+        .collect::<String>();
+    assert!(
+        text.contains("[redacted]"),
+        "the credential header is named, its value not"
+    );
+    assert!(
+        !text.contains("not-for-the-log"),
+        "no credential value in the audit log"
     );
 }
 

@@ -192,6 +192,7 @@ fn build(ns: &str, raw: &Raw) -> Request {
         }),
         Raw::Secret(_, n) => SurfaceFacts::Secret(SecretFacts {
             name: canon::secret_name(n).unwrap(),
+            destination: None,
         }),
     };
     Request {

@@ -50,16 +50,23 @@ pub struct EgressFacts {
     pub path: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ip: Option<String>,
+    /// The request's query, decoded ([`canon::query`]): keys, and each
+    /// key's values in the order sent. Known where `path` is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub query: Option<std::collections::BTreeMap<String, Vec<String>>>,
+    pub query: Option<BTreeMap<String, Vec<String>>>,
+    /// The request's headers ([`canon::headers`]): names lowercased, a
+    /// repeated header's values joined with `", "`. Known where the proxy
+    /// reads the request (plain http, an inspected https host).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub headers: Option<std::collections::BTreeMap<String, String>>,
+    pub headers: Option<BTreeMap<String, String>>,
 }
 
 impl EgressFacts {
     /// Facts for a URL as the egress proxy sees it: for `https` the method,
-    /// the path and so the whole URL travel inside the tunnel and are
-    /// unknown; the address is unknown until the name is resolved.
+    /// the path, the query and so the whole URL travel inside the tunnel
+    /// and are unknown; the address is unknown until the name is resolved.
+    /// For `http` the method is taken to be `GET`; headers are not given,
+    /// so they are unknown ([`EgressFacts::for_request`] states them).
     pub fn from_url(raw: &str) -> Result<EgressFacts, CanonError> {
         let u = canon::url(raw)?;
         let inside_tunnel = u.scheme == "https";
@@ -75,8 +82,47 @@ impl EgressFacts {
             },
             path: if inside_tunnel { None } else { Some(u.path) },
             ip: None,
-            query: None,
+            query: if inside_tunnel {
+                None
+            } else {
+                Some(canon::query(raw)?)
+            },
             headers: None,
+        })
+    }
+
+    /// What the egress proxy sees of one request: `scheme_url` as the
+    /// client asked for it (`http://...`, or `https://...` rebuilt from the
+    /// CONNECT target and the request line inside the tunnel), its method
+    /// and headers in the order sent, and whether the proxy terminates TLS
+    /// for this host ([`crate::Policy::inspection`]).
+    ///
+    /// For `https` with `inspected == false` it is exactly
+    /// [`EgressFacts::from_url`]: `url`, `method`, `path`, `query` and
+    /// `headers` are unknown. Otherwise all of them are known: `url` is
+    /// canonical and never holds the query (read it from `query`), the
+    /// method is uppercased ([`canon::method`]). `ip` is unknown until the
+    /// name is resolved.
+    pub fn for_request(
+        scheme_url: &str,
+        method: &str,
+        headers: &[(String, String)],
+        inspected: bool,
+    ) -> Result<EgressFacts, CanonError> {
+        let u = canon::url(scheme_url)?;
+        if u.scheme == "https" && !inspected {
+            return EgressFacts::from_url(scheme_url);
+        }
+        Ok(EgressFacts {
+            query: Some(canon::query(scheme_url)?),
+            headers: Some(canon::headers(headers)?),
+            method: Some(canon::method(method)?),
+            url: Some(u.url),
+            scheme: Some(u.scheme),
+            host: Some(u.host),
+            port: u.port,
+            path: Some(u.path),
+            ip: None,
         })
     }
 
@@ -151,10 +197,33 @@ pub struct StorageFacts {
     pub work_dir: Option<String>,
 }
 
-/// Secret facts.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Secret facts. `destination` is unknown where the secret is granted
+/// (the router, at acquire) and bound where the egress proxy substitutes a
+/// brokered secret's placeholder into a request.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct SecretFacts {
     pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub destination: Option<Destination>,
+}
+
+/// Where a brokered secret is about to be sent: the request the egress
+/// proxy substitutes it into. Every field is canonical (`host` as
+/// [`canon::host`], `method` as [`canon::method`], `path` as
+/// [`canon::http_path`], `header` lowercased); an absent one is unknown.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Destination {
+    pub host: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub method: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// The header the placeholder is in (lowercased); absent when it is
+    /// elsewhere in the request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub header: Option<String>,
 }
 
 /// The facts one surface adds to the base.
@@ -265,6 +334,8 @@ impl FactSource for View<'_> {
             (Fact::Method, SurfaceFacts::Egress(e)) => s_opt(&e.method),
             (Fact::HttpPath, SurfaceFacts::Egress(e)) => s_opt(&e.path),
             (Fact::Ip, SurfaceFacts::Egress(e)) => s_opt(&e.ip),
+            (Fact::Query, SurfaceFacts::Egress(e)) => e.query.as_ref().map(Val::ListMap),
+            (Fact::Headers, SurfaceFacts::Egress(e)) => e.headers.as_ref().map(Val::StrMap),
             (Fact::Command, SurfaceFacts::Compute(c)) => s(if self.spelling == 0 {
                 &c.command
             } else {
@@ -283,6 +354,18 @@ impl FactSource for View<'_> {
             (Fact::Mode, SurfaceFacts::Storage(st)) => s(st.mode.as_str()),
             (Fact::Bytes, SurfaceFacts::Storage(st)) => st.bytes.map(Val::Int),
             (Fact::SecretName, SurfaceFacts::Secret(x)) => s(&x.name),
+            (Fact::DestinationHost, SurfaceFacts::Secret(x)) => {
+                x.destination.as_ref().and_then(|d| s(&d.host))
+            }
+            (Fact::DestinationMethod, SurfaceFacts::Secret(x)) => {
+                x.destination.as_ref().and_then(|d| s_opt(&d.method))
+            }
+            (Fact::DestinationPath, SurfaceFacts::Secret(x)) => {
+                x.destination.as_ref().and_then(|d| s_opt(&d.path))
+            }
+            (Fact::DestinationHeader, SurfaceFacts::Secret(x)) => {
+                x.destination.as_ref().and_then(|d| s_opt(&d.header))
+            }
             (Fact::WorkDir, SurfaceFacts::Storage(st)) => s_opt(&st.work_dir),
             (Fact::WorkDir, SurfaceFacts::Compute(c)) => s_opt(&c.work_dir),
             // A fact of another surface cannot be reached: rules are checked

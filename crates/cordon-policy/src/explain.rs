@@ -277,8 +277,14 @@ pub fn one_line(s: &str) -> String {
 /// Why a fact is unknown where it is, for people.
 pub fn why_unknown(f: Fact) -> &'static str {
     match f {
-        Fact::Method | Fact::HttpPath => {
-            "it travels inside the TLS tunnel of an https request; the proxy cannot see it"
+        Fact::Method | Fact::HttpPath | Fact::Query | Fact::Headers => {
+            "it travels inside the TLS tunnel of an https request the proxy does not inspect; the proxy cannot see it (`egress.inspect` names the hosts it does)"
+        }
+        Fact::DestinationHost
+        | Fact::DestinationMethod
+        | Fact::DestinationPath
+        | Fact::DestinationHeader => {
+            "a secret's destination is known only where the egress proxy substitutes it into a request, not where the secret is granted"
         }
         Fact::Ip => "it is not known until the proxy resolves the name",
         Fact::Args => "it is not known for processes the workload starts itself",

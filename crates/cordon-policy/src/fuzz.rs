@@ -66,6 +66,7 @@ pub fn load_policy(data: &[u8]) {
         }),
         SurfaceFacts::Secret(SecretFacts {
             name: "team/token".into(),
+            destination: None,
         }),
     ];
     for facts in facts {

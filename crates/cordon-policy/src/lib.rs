@@ -28,8 +28,6 @@ pub mod explain;
 pub mod expr;
 #[doc(hidden)]
 pub mod fuzz;
-mod inspect_stub;
-pub use inspect_stub::Inspection;
 mod load;
 mod model;
 mod parse;
@@ -39,9 +37,9 @@ pub mod resolve;
 pub mod vocab;
 
 pub use decide::{
-    ComputeFacts, Decision, Deployment, EgressFacts, Identity, Mode, Request, SecretFacts,
-    StorageFacts, SurfaceFacts, Verdict,
+    ComputeFacts, Decision, Deployment, Destination, EgressFacts, Identity, Mode, Request,
+    SecretFacts, StorageFacts, SurfaceFacts, Verdict,
 };
 pub use diag::{Diagnostic, Diagnostics, Severity};
-pub use policy::{AllowRange, Bound, Bounds, Effect, Layer, Policy, Rule, RuleId};
+pub use policy::{AllowRange, Bound, Bounds, Effect, Inspection, Layer, Policy, Rule, RuleId};
 pub use vocab::{Fact, Surface};

@@ -11,8 +11,8 @@ use sha2::{Digest as _, Sha256};
 use crate::diag::{Diagnostic, Diagnostics, Severity, SourceMap};
 use crate::expr;
 use crate::model::{
-    AllowRange, Bound, Bounds, Effect, Layer, LayerIndex, Rule, RuleId, StatedBounds, SurfaceRules,
-    MAX_LAYERS, MAX_RULES,
+    AllowRange, Bound, Bounds, Effect, Inspection, Layer, LayerIndex, Rule, RuleId, StatedBounds,
+    SurfaceRules, MAX_LAYERS, MAX_RULES,
 };
 use crate::parse::{self, ParsedFile, Pos};
 use crate::plan;
@@ -80,6 +80,7 @@ impl Policy {
             rules: Vec::new(),
             layers: Vec::new(),
             allow_ranges: Vec::new(),
+            inspections: Vec::new(),
             diags: Vec::new(),
             root_bounds: None,
             inclusions: 0,
@@ -128,7 +129,7 @@ impl Policy {
             layer_index,
             bounds,
             allow_ranges: a.allow_ranges,
-            inspect: Vec::new(),
+            inspections: a.inspections,
             warnings: diags,
             digest: a
                 .digest
@@ -145,6 +146,7 @@ struct Assembler<'r> {
     rules: Vec<Rule>,
     layers: Vec<Layer>,
     allow_ranges: Vec<AllowRange>,
+    inspections: Vec<Inspection>,
     diags: Vec<Diagnostic>,
     /// The root's bounds with where each came from (None: the default).
     root_bounds: Option<(Arc<str>, StatedBounds)>,
@@ -211,6 +213,76 @@ impl Assembler<'_> {
         }
         stack.pop();
         self.push_layer(&unit, parsed);
+    }
+
+    /// A layer's `egress.inspect`: the root may name `ca` files (read now,
+    /// relative to the layer, and hashed into the digest: they change what
+    /// the proxy trusts); a later layer may only add hosts.
+    fn inspections(&mut self, unit: &Unit, root: bool, parsed: &ParsedFile) {
+        for e in &parsed.inspect {
+            let roots_pem = match &e.ca {
+                None => None,
+                Some((_, pos, width)) if !root => {
+                    let root_name = self.layers[0].origin.clone();
+                    self.err(
+                        unit,
+                        *pos,
+                        *width,
+                        format!("`ca` adds trusted roots for `{}`; only the root layer may add trust ({root_name} is the root)", e.host),
+                        Some("drop `ca` here (the host is then inspected with the public roots and any `ca` the root names for it), or move the entry into the root layer".into()),
+                    );
+                    continue;
+                }
+                Some((spec, pos, width)) => {
+                    let read = if spec.starts_with("cordon:") {
+                        Err((
+                            "a `ca` file cannot be a built-in layer".to_string(),
+                            String::new(),
+                        ))
+                    } else {
+                        self.resolver.resolve(unit, spec)
+                    };
+                    let text = match read {
+                        Ok(u) => u.text,
+                        Err((msg, _)) => {
+                            self.err(
+                                unit,
+                                *pos,
+                                *width,
+                                format!("the `ca` file `{spec}` of `{}` cannot be read: {msg}", e.host),
+                                Some("name a PEM file of CA certificates relative to this policy file, beneath the top policy file's directory".into()),
+                            );
+                            continue;
+                        }
+                    };
+                    match pem_certificates(&text) {
+                        Ok(pem) => {
+                            for part in [spec.as_bytes(), text.as_bytes()] {
+                                self.digest.update((part.len() as u64).to_le_bytes());
+                                self.digest.update(part);
+                            }
+                            Some(Arc::<str>::from(pem))
+                        }
+                        Err(why) => {
+                            self.err(
+                                unit,
+                                *pos,
+                                *width,
+                                format!("the `ca` file `{spec}` of `{}` is refused: {why}", e.host),
+                                Some("put the CA's certificates in it, PEM-encoded: `-----BEGIN CERTIFICATE-----`, base64, `-----END CERTIFICATE-----`".into()),
+                            );
+                            continue;
+                        }
+                    }
+                }
+            };
+            self.inspections.push(Inspection {
+                host: e.host.clone(),
+                roots_pem,
+                file: unit.name.clone(),
+                line: e.pos.0,
+            });
+        }
     }
 
     fn push_layer(&mut self, unit: &Unit, parsed: ParsedFile) {
@@ -286,6 +358,7 @@ impl Assembler<'_> {
                 }
             }
         }
+        self.inspections(unit, root, &parsed);
         if self.rules.len() + parsed.rules.len() > MAX_RULES {
             self.err(
                 unit,
@@ -332,5 +405,118 @@ impl Assembler<'_> {
             surfaces,
             bounds: parsed.bounds,
         });
+    }
+}
+
+/// The certificates of a PEM file, each block as written, joined by
+/// newlines: at least one `CERTIFICATE` block, every one of them closed and
+/// its base64 decoding to something that starts as DER does (a SEQUENCE).
+/// A private key in the file is refused: it has no place in a trust file.
+/// This checks shape only; the proxy parses the certificates.
+pub(crate) fn pem_certificates(text: &str) -> Result<String, String> {
+    const BEGIN: &str = "-----BEGIN CERTIFICATE-----";
+    const END: &str = "-----END CERTIFICATE-----";
+    if text.contains("PRIVATE KEY-----") {
+        return Err("it holds a private key".into());
+    }
+    let mut blocks = Vec::new();
+    let mut rest = text;
+    while let Some(at) = rest.find(BEGIN) {
+        let body_start = at + BEGIN.len();
+        let Some(len) = rest[body_start..].find(END) else {
+            return Err(format!("certificate {} has no `{END}`", blocks.len() + 1));
+        };
+        let body = &rest[body_start..body_start + len];
+        match base64_decode(body) {
+            Some(der) if der.first() == Some(&0x30) => {}
+            _ => {
+                return Err(format!(
+                    "certificate {} is not base64 of a DER certificate",
+                    blocks.len() + 1
+                ))
+            }
+        }
+        let end = body_start + len + END.len();
+        blocks.push(&rest[at..end]);
+        rest = &rest[end..];
+    }
+    if blocks.is_empty() {
+        return Err(format!(
+            "it holds no `{BEGIN}` block (is it empty, or DER rather than PEM?)"
+        ));
+    }
+    let mut out = blocks.join("\n");
+    out.push('\n');
+    Ok(out)
+}
+
+/// Standard base64 with padding; white space between characters is
+/// skipped. `None` when anything else is wrong.
+fn base64_decode(body: &str) -> Option<Vec<u8>> {
+    let chars: Vec<u8> = body.bytes().filter(|b| !b.is_ascii_whitespace()).collect();
+    if chars.is_empty() || !chars.len().is_multiple_of(4) {
+        return None;
+    }
+    let pad = chars.iter().rev().take_while(|&&b| b == b'=').count();
+    if pad > 2 || chars[..chars.len() - pad].contains(&b'=') {
+        return None;
+    }
+    let val = |b: u8| -> Option<u32> {
+        Some(match b {
+            b'A'..=b'Z' => b - b'A',
+            b'a'..=b'z' => b - b'a' + 26,
+            b'0'..=b'9' => b - b'0' + 52,
+            b'+' => 62,
+            b'/' => 63,
+            b'=' => 0,
+            _ => return None,
+        } as u32)
+    };
+    let mut out = Vec::with_capacity(chars.len() / 4 * 3);
+    for quad in chars.chunks(4) {
+        let mut n = 0u32;
+        for &c in quad {
+            n = (n << 6) | val(c)?;
+        }
+        out.extend_from_slice(&[(n >> 16) as u8, (n >> 8) as u8, n as u8]);
+    }
+    out.truncate(out.len() - pad);
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base64_decodes_strictly() {
+        assert_eq!(base64_decode("MA==").unwrap(), [0x30]);
+        assert_eq!(base64_decode("TWFu\n").unwrap(), b"Man");
+        for bad in ["", "MA=", "M===", "MA=A", "M!==", "=MA="] {
+            assert!(base64_decode(bad).is_none(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_pem_file_needs_a_closed_decodable_certificate_and_no_key() {
+        let one = "junk\n-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\ntrailer";
+        assert_eq!(
+            pem_certificates(one).unwrap(),
+            "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
+        );
+        assert!(pem_certificates("").unwrap_err().contains("no `-----BEGIN"));
+        assert!(pem_certificates("-----BEGIN CERTIFICATE-----\nMIIB\n")
+            .unwrap_err()
+            .contains("no `-----END"));
+        assert!(pem_certificates(
+            "-----BEGIN CERTIFICATE-----\nnot base64!\n-----END CERTIFICATE-----"
+        )
+        .unwrap_err()
+        .contains("not base64"));
+        let with_key =
+            format!("{one}\n-----BEGIN PRIVATE KEY-----\nMIIB\n-----END PRIVATE KEY-----");
+        assert!(pem_certificates(&with_key)
+            .unwrap_err()
+            .contains("private key"));
     }
 }

@@ -211,6 +211,38 @@ pub struct AllowRange {
     pub hosts: Vec<String>,
 }
 
+/// A host the egress proxy terminates TLS for (`egress.inspect`), so that
+/// an `https` request to it shows `url`, `method`, `path`, `query` and
+/// `headers` as a plain `http` one does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Inspection {
+    /// As written, canonical: an exact name (`api.example.com`) or
+    /// `*.suffix`, which names every host strictly under the suffix.
+    pub host: String,
+    /// Extra CA certificates (PEM) the proxy trusts toward this entry's
+    /// hosts only, besides the public roots. Only the root layer states them.
+    pub roots_pem: Option<Arc<str>>,
+    pub file: Arc<str>,
+    pub line: usize,
+}
+
+impl Inspection {
+    /// Whether this entry names the canonical `host`.
+    pub fn matches(&self, host: &str) -> bool {
+        match self.host.strip_prefix("*.") {
+            Some(suffix) => host
+                .strip_suffix(suffix)
+                .is_some_and(|prefix| prefix.len() > 1 && prefix.ends_with('.')),
+            None => self.host == host,
+        }
+    }
+
+    /// Whether this entry is a `*.suffix` wildcard.
+    pub fn is_wildcard(&self) -> bool {
+        self.host.starts_with("*.")
+    }
+}
+
 /// A layer's `applies_to` condition, over `identity` and `env` only.
 #[derive(Debug, Clone)]
 pub struct Guard {

@@ -21,11 +21,22 @@ pub(crate) struct ParsedFile {
     pub allow_stated: BTreeSet<Surface>,
     pub bounds: StatedBounds,
     pub allow_ranges: Vec<(AllowRange, Pos)>,
+    /// `egress.inspect` entries in order.
+    pub inspect: Vec<InspectEntry>,
     /// `extends` entries in order, with their positions and widths.
     pub extends: Vec<(String, Pos, usize)>,
     pub applies_to: Option<Guard>,
     /// Where `policy:` itself starts, for errors about the whole layer.
     pub start: Pos,
+}
+
+/// One `egress.inspect` entry as written: its canonical host (or
+/// `*.suffix`) and, when stated, the `ca` file it names.
+pub(crate) struct InspectEntry {
+    pub host: String,
+    pub pos: Pos,
+    /// The path as written, where it stands and its width.
+    pub ca: Option<(String, Pos, usize)>,
 }
 
 /// Parses one policy file. Diagnostics are appended to `diags`; the parsed
@@ -43,6 +54,7 @@ pub(crate) fn parse_file(name: &Arc<str>, text: &str, diags: &mut Vec<Diagnostic
             allow_stated: BTreeSet::new(),
             bounds: StatedBounds::default(),
             allow_ranges: Vec::new(),
+            inspect: Vec::new(),
             extends: Vec::new(),
             applies_to: None,
             start: (1, 1),
@@ -344,11 +356,12 @@ impl Loader<'_> {
                 }
                 "deny" => self.rule_list(s, Effect::Deny, v),
                 "allow_ranges" if s == Surface::Egress => self.allow_ranges(v),
+                "inspect" if s == Surface::Egress => self.inspect(v),
                 key if bounds.contains(&key) => self.bound(key, v),
                 _ => {
                     let mut known = vec!["allow", "deny"];
                     if s == Surface::Egress {
-                        known.push("allow_ranges");
+                        known.extend(["allow_ranges", "inspect"]);
                     }
                     known.extend_from_slice(bounds);
                     self.unknown_key(k, &known, &format!("`{s}`"));
@@ -480,6 +493,94 @@ impl Loader<'_> {
                     None,
                     "an `allow_ranges` entry needs a `cidr` and a non-empty `hosts` list".into(),
                     Some("name the hosts that may resolve into the range: internal ranges are never implied".into()),
+                ),
+            }
+        }
+    }
+
+    /// `egress.inspect`: bare hosts, or `{host: H, ca: PATH}`.
+    fn inspect(&mut self, v: &Node) {
+        let Node::Sequence(seq) = v else {
+            self.err_at(
+                start_of(v),
+                1,
+                None,
+                "`inspect` must be a list of hosts".into(),
+                Some("write `inspect: [api.example.com, \"*.corp.example\"]` or `- {host: H, ca: ./ca.pem}` items".into()),
+            );
+            return;
+        };
+        for item in seq.iter() {
+            let (host, ca) = match item {
+                Node::Scalar(h) => (Some(h), None),
+                Node::Mapping(m) => {
+                    let (mut host, mut ca) = (None, None);
+                    for (k, v) in m.iter() {
+                        match (k.as_str(), v) {
+                            ("host", Node::Scalar(x)) => host = Some(x),
+                            ("ca", Node::Scalar(x)) => ca = Some(x),
+                            ("host" | "ca", other) => self.err_at(
+                                start_of(other),
+                                1,
+                                None,
+                                format!("`{}` must be a string", k.as_str()),
+                                None,
+                            ),
+                            _ => self.unknown_key(k, &["host", "ca"], "an `inspect` entry"),
+                        }
+                    }
+                    if host.is_none() {
+                        self.err_at(
+                            start_of(item),
+                            1,
+                            None,
+                            "an `inspect` entry needs a `host`".into(),
+                            Some("write `{host: api.example.com}` or the host alone".into()),
+                        );
+                    }
+                    (host, ca)
+                }
+                Node::Sequence(_) => {
+                    self.err_at(
+                        start_of(item),
+                        1,
+                        None,
+                        "an `inspect` entry is a host or a `{host, ca}` mapping, not a list".into(),
+                        None,
+                    );
+                    (None, None)
+                }
+            };
+            let Some(h) = host else { continue };
+            let pos = scalar_start(h);
+            let raw = h.as_str();
+            match inspect_host(raw) {
+                Ok(host) => {
+                    if self.out.inspect.iter().any(|e| e.host == host) {
+                        self.err_at(
+                            pos,
+                            raw.chars().count(),
+                            None,
+                            format!("`{host}` is inspected twice in this file"),
+                            Some("list each host once".into()),
+                        );
+                        continue;
+                    }
+                    let ca = ca.map(|c| {
+                        (
+                            c.as_str().to_string(),
+                            scalar_start(c),
+                            c.as_str().chars().count(),
+                        )
+                    });
+                    self.out.inspect.push(InspectEntry { host, pos, ca });
+                }
+                Err(why) => self.err_at(
+                    pos,
+                    raw.chars().count(),
+                    None,
+                    format!("`{raw}` cannot be inspected: {why}"),
+                    Some("write an exact name like `api.example.com`, or `*.example.com` for every name under it".into()),
                 ),
             }
         }
@@ -640,6 +741,32 @@ impl Loader<'_> {
             }
         }
     }
+}
+
+/// An `inspect` host, canonical: an exact DNS name, or `*.suffix` with a
+/// suffix of at least two labels. IP literals are refused: TLS to an
+/// address names no host to check a certificate against.
+fn inspect_host(raw: &str) -> Result<String, String> {
+    let (wildcard, name) = match raw.strip_prefix("*.") {
+        Some(rest) => (true, rest),
+        None => (false, raw),
+    };
+    if name.contains('*') {
+        return Err("`*` may only stand as the whole first label (`*.domain`)".into());
+    }
+    let canonical = canon::host(name).map_err(|e| e.to_string())?;
+    if canonical.parse::<std::net::IpAddr>().is_ok() {
+        return Err("it is an IP address; inspection names hosts".into());
+    }
+    if !wildcard {
+        return Ok(canonical);
+    }
+    if !canonical.contains('.') {
+        return Err(format!(
+            "`*.{canonical}` would inspect a whole top-level domain"
+        ));
+    }
+    Ok(format!("*.{canonical}"))
 }
 
 fn valid_rule_name(s: &str) -> bool {

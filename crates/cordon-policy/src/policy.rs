@@ -10,8 +10,8 @@ use crate::diag::Diagnostics;
 use crate::vocab::Surface;
 
 pub use crate::model::{
-    AllowRange, Bound, Bounds, Effect, Guard, Layer, LayerIndex, Rule, RuleId, RuleIndex,
-    StatedBound, StatedBounds, SurfaceRules, MAX_FILE_BYTES, MAX_LAYERS, MAX_RULES,
+    AllowRange, Bound, Bounds, Effect, Guard, Inspection, Layer, LayerIndex, Rule, RuleId,
+    RuleIndex, StatedBound, StatedBounds, SurfaceRules, MAX_FILE_BYTES, MAX_LAYERS, MAX_RULES,
 };
 
 /// A loaded policy.
@@ -26,8 +26,9 @@ pub struct Policy {
     pub bounds: Bounds,
     /// Ranges the egress proxy may reach; only the root may state them.
     pub allow_ranges: Vec<AllowRange>,
-    /// Hosts the egress proxy terminates TLS for.
-    pub inspect: Vec<crate::Inspection>,
+    /// Hosts the egress proxy terminates TLS for, the root layer's first,
+    /// then each later layer's in order. See [`Policy::inspection`].
+    pub inspections: Vec<Inspection>,
     /// Warnings found at load (errors refuse the load).
     pub warnings: Diagnostics,
     /// SHA-256 over every layer's name and text in layer order, hex. Two
@@ -40,6 +41,32 @@ impl Policy {
     /// A rule by id.
     pub fn rule(&self, id: RuleId) -> &Rule {
         &self.rules[id.0 as usize]
+    }
+
+    /// The entry inspecting `host` (canonical), if any; an exact entry wins
+    /// over a wildcard; with several, the root's `ca` entry.
+    ///
+    /// Among wildcards the longer suffix wins after that, then the first
+    /// listed. Only the chosen entry's `roots_pem` is trusted for `host`.
+    pub fn inspection(&self, host: &str) -> Option<&Inspection> {
+        self.inspections
+            .iter()
+            .enumerate()
+            .filter(|(_, i)| i.matches(host))
+            .min_by_key(|(n, i)| {
+                (
+                    i.is_wildcard(),
+                    i.roots_pem.is_none(),
+                    std::cmp::Reverse(i.host.len()),
+                    *n,
+                )
+            })
+            .map(|(_, i)| i)
+    }
+
+    /// Whether the policy names any host to inspect.
+    pub fn inspects_any(&self) -> bool {
+        !self.inspections.is_empty()
     }
 
     /// One line summarising the policy, for `cordon policy check`.

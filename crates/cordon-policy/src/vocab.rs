@@ -129,6 +129,8 @@ pub enum Fact {
     Method,
     HttpPath,
     Ip,
+    Query,
+    Headers,
     Command,
     Args,
     Cpu,
@@ -138,6 +140,10 @@ pub enum Fact {
     Bytes,
     SecretName,
     WorkDir,
+    DestinationHost,
+    DestinationMethod,
+    DestinationPath,
+    DestinationHeader,
 }
 
 impl Fact {
@@ -157,6 +163,8 @@ impl Fact {
             Fact::Method => "method",
             Fact::HttpPath => "path",
             Fact::Ip => "ip",
+            Fact::Query => "query",
+            Fact::Headers => "headers",
             Fact::Command => "command",
             Fact::Args => "args",
             Fact::Cpu => "cpu",
@@ -166,6 +174,10 @@ impl Fact {
             Fact::Bytes => "bytes",
             Fact::SecretName => "secret.name",
             Fact::WorkDir => "work_dir",
+            Fact::DestinationHost => "destination.host",
+            Fact::DestinationMethod => "destination.method",
+            Fact::DestinationPath => "destination.path",
+            Fact::DestinationHeader => "destination.header",
         }
     }
 
@@ -173,7 +185,13 @@ impl Fact {
     pub fn ty(self) -> Ty {
         match self {
             Fact::IdentityAttested => Ty::Bool,
-            Fact::IdentityLabels => Ty::Map(Box::new(Ty::String), Box::new(Ty::String)),
+            Fact::IdentityLabels | Fact::Headers => {
+                Ty::Map(Box::new(Ty::String), Box::new(Ty::String))
+            }
+            Fact::Query => Ty::Map(
+                Box::new(Ty::String),
+                Box::new(Ty::List(Box::new(Ty::String))),
+            ),
             Fact::Now => Ty::Timestamp,
             Fact::Port | Fact::Cpu | Fact::Memory | Fact::Bytes => Ty::Int,
             Fact::Args => Ty::List(Box::new(Ty::String)),
@@ -187,7 +205,7 @@ impl Fact {
     }
 
     /// Every fact, for turning a bit set back into names.
-    pub const ALL: [Fact; 22] = [
+    pub const ALL: [Fact; 28] = [
         Fact::IdentityNamespace,
         Fact::IdentityName,
         Fact::IdentityAttested,
@@ -201,6 +219,8 @@ impl Fact {
         Fact::Method,
         Fact::HttpPath,
         Fact::Ip,
+        Fact::Query,
+        Fact::Headers,
         Fact::Command,
         Fact::Args,
         Fact::Cpu,
@@ -210,6 +230,10 @@ impl Fact {
         Fact::Bytes,
         Fact::SecretName,
         Fact::WorkDir,
+        Fact::DestinationHost,
+        Fact::DestinationMethod,
+        Fact::DestinationPath,
+        Fact::DestinationHeader,
     ];
 
     /// The facts in a bit set, in declaration order.
@@ -235,6 +259,15 @@ pub const ENV_FIELDS: &[(&str, Fact)] = &[("name", Fact::EnvName)];
 /// The fields of `secret` (secret surface only).
 pub const SECRET_FIELDS: &[(&str, Fact)] = &[("name", Fact::SecretName)];
 
+/// The fields of `destination` (secret surface only): where a brokered
+/// secret is being substituted. Unknown where the secret is granted.
+pub const DESTINATION_FIELDS: &[(&str, Fact)] = &[
+    ("host", Fact::DestinationHost),
+    ("method", Fact::DestinationMethod),
+    ("path", Fact::DestinationPath),
+    ("header", Fact::DestinationHeader),
+];
+
 /// The top-level names a surface adds to the base (`identity`, `env`, `now`).
 pub fn surface_vars(surface: Surface) -> &'static [(&'static str, Fact)] {
     match surface {
@@ -246,6 +279,8 @@ pub fn surface_vars(surface: Surface) -> &'static [(&'static str, Fact)] {
             ("method", Fact::Method),
             ("path", Fact::HttpPath),
             ("ip", Fact::Ip),
+            ("query", Fact::Query),
+            ("headers", Fact::Headers),
         ],
         Surface::Compute => &[
             ("command", Fact::Command),
@@ -269,6 +304,7 @@ pub fn names_in(surface: Surface) -> Vec<&'static str> {
     let mut v = vec!["identity", "env", "now"];
     if surface == Surface::Secret {
         v.push("secret");
+        v.push("destination");
     }
     v.extend(surface_vars(surface).iter().map(|(n, _)| *n));
     v

@@ -23,7 +23,7 @@ fn the_default_loads_without_warnings() {
 fn every_case_passes_and_every_rule_is_covered() {
     let p = default();
     let file = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/default-policy.yaml");
-    let cases = match cases::load_file(std::path::Path::new(file)) {
+    let cases = match cases::load_file(std::path::Path::new(file), &p) {
         Ok(c) => c,
         Err(d) => panic!("{}", d.render()),
     };

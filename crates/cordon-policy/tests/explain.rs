@@ -13,7 +13,12 @@ fn examples() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/policies")
 }
 
+fn example_policy() -> Policy {
+    Policy::load_file(&examples().join("deployment.yaml")).unwrap()
+}
+
 fn example_cases() -> Vec<cases::Case> {
+    let policy = example_policy();
     let mut files: Vec<PathBuf> = std::fs::read_dir(examples().join("tests"))
         .unwrap()
         .map(|e| e.unwrap().path())
@@ -26,7 +31,7 @@ fn example_cases() -> Vec<cases::Case> {
     );
     files
         .iter()
-        .flat_map(|f| match cases::load_file(f) {
+        .flat_map(|f| match cases::load_file(f, &policy) {
             Ok(c) => c,
             Err(d) => panic!("{}", d.render()),
         })
@@ -98,7 +103,7 @@ fn policy() -> Policy {
 }
 
 fn case(text: &str) -> Request {
-    match cases::load_one_str("case.yaml", text) {
+    match cases::load_one_str("case.yaml", text, &policy()) {
         Ok(r) => r,
         Err(d) => panic!("{}", d.render()),
     }
@@ -184,6 +189,7 @@ fn a_case_stating_what_the_proxy_cannot_see_is_refused() {
     let err = cases::load_one_str(
         "case.yaml",
         "egress:\n  identity: {namespace: a}\n  url: https://pypi.org/\n  method: POST\n",
+        &policy(),
     )
     .unwrap_err()
     .render();
@@ -216,7 +222,9 @@ tests:
     egress: {url: "https://pypi.org/"}
     expect: undetermined
 "#;
-    let err = cases::load_str("t.yaml", bad).unwrap_err().render();
+    let err = cases::load_str("t.yaml", bad, &policy())
+        .unwrap_err()
+        .render();
     for needle in [
         "t.yaml:5:32: error: unknown key `atested` in `identity`",
         "did you mean `attested`?",
@@ -238,6 +246,7 @@ fn scalars_are_typed_by_the_vocabulary_not_by_yaml() {
     let err = cases::load_one_str(
         "c.yaml",
         "secret:\n  identity: {attested: yes}\n  secret: {name: a/b}\n",
+        &policy(),
     )
     .unwrap_err()
     .render();

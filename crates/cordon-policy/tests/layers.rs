@@ -112,6 +112,7 @@ policy:
         now: 0,
         facts: SurfaceFacts::Secret(SecretFacts {
             name: "team-a/token".into(),
+            destination: None,
         }),
     };
     let d = p.decide(&req);

@@ -292,7 +292,10 @@ policy:
         identity: ident("team-a"),
         env: Deployment::default(),
         now: 0,
-        facts: SurfaceFacts::Secret(SecretFacts { name: "a/x".into() }),
+        facts: SurfaceFacts::Secret(SecretFacts {
+            name: "a/x".into(),
+            destination: None,
+        }),
     };
     let d = p.decide(&req);
     assert_eq!(d.verdict, Verdict::Undetermined);
@@ -315,7 +318,10 @@ policy:
         identity: ident("team-a"),
         env: Deployment::default(),
         now: 0,
-        facts: SurfaceFacts::Secret(SecretFacts { name: "a/x".into() }),
+        facts: SurfaceFacts::Secret(SecretFacts {
+            name: "a/x".into(),
+            destination: None,
+        }),
     };
     assert_ne!(p.decide(&req).verdict, Verdict::Allow);
 }
@@ -616,7 +622,10 @@ policy:
         identity: ident("team-a"),
         env: Deployment::default(),
         now: 0,
-        facts: SurfaceFacts::Secret(SecretFacts { name: "a/x".into() }),
+        facts: SurfaceFacts::Secret(SecretFacts {
+            name: "a/x".into(),
+            destination: None,
+        }),
     };
     // No labels: both rules are definitely false, so a plain deny, not open.
     let d = p.decide(&req);

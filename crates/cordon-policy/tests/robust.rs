@@ -89,14 +89,15 @@ proptest! {
 
     #[test]
     fn the_test_file_loader_never_panics(t in text()) {
-        let _ = cases::load_str("t.yaml", &t);
-        let _ = cases::load_one_str("c.yaml", &t);
+        let p = Policy::load_default().unwrap();
+        let _ = cases::load_str("t.yaml", &t, &p);
+        let _ = cases::load_one_str("c.yaml", &t, &p);
     }
 
     #[test]
     fn arbitrary_unicode_never_panics(t in "\\PC{0,200}") {
         let _ = Policy::load_str("f.yaml", &t);
-        let _ = cases::load_str("t.yaml", &t);
+        let _ = cases::load_str("t.yaml", &t, &Policy::load_default().unwrap());
     }
 }
 

@@ -455,6 +455,9 @@ impl Router {
         for name in spec.secrets() {
             let facts = SecretFacts {
                 name: name.as_str().to_string(),
+                // Where the value will be sent is unknown here: a rule
+                // that reads `destination` is open, so denied below.
+                destination: None,
             };
             let d = self
                 .policy

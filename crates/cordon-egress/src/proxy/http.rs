@@ -107,3 +107,33 @@ pub(super) fn has_dot_segment(path: &str) -> bool {
             || s.eq_ignore_ascii_case("%2e.")
     })
 }
+
+/// A request's headers as the policy reads them (names lowercase, in
+/// order; a value not UTF-8 is read lossily, so a rule never matches bytes
+/// it was not shown).
+pub(super) fn header_pairs(h: &HeaderMap) -> Vec<(String, String)> {
+    h.iter()
+        .map(|(k, v)| {
+            (
+                k.as_str().to_string(),
+                String::from_utf8_lossy(v.as_bytes()).into_owned(),
+            )
+        })
+        .collect()
+}
+
+/// Header names whose values are credentials: written `[redacted]` in the
+/// audit log (a rule still decides on the value as sent).
+pub(super) fn is_credential_header(name: &str) -> bool {
+    const WORDS: &[&str] = &[
+        "auth",
+        "cookie",
+        "token",
+        "secret",
+        "key",
+        "session",
+        "password",
+        "signature",
+    ];
+    WORDS.iter().any(|w| name.contains(w))
+}

@@ -33,7 +33,7 @@ use tokio::net::TcpStream;
 
 use super::budget::Budget;
 use super::dial::Dialled;
-use super::http::{has_dot_segment, shown, strip_hop_by_hop, text, Body, BoxError};
+use super::http::{has_dot_segment, header_pairs, shown, strip_hop_by_hop, text, Body, BoxError};
 use super::record::Record;
 use super::{Caller, Proxy, MAX_HEAD, MAX_URL};
 use crate::ca::SandboxCa;
@@ -526,7 +526,7 @@ fn inspected_target(
             "the path holds `.` or `..` segments; send it normalised".into(),
         ));
     }
-    let path = cordon_policy::canon::http_path(raw_path)
+    cordon_policy::canon::http_path(raw_path)
         .map_err(|e| (StatusCode::BAD_REQUEST, e.to_string()))?;
     let method = req.method().as_str();
     if method.is_empty() || method.len() > 32 || !method.bytes().all(|b| b.is_ascii_uppercase()) {
@@ -562,33 +562,12 @@ fn inspected_target(
             "the path cannot be sent".to_string(),
         )
     })?;
-    let query = uri.query().map(parse_query);
-    let url = match uri.query() {
-        Some(q) => format!("https://{authority}{path}?{q}"),
-        None => format!("https://{authority}{path}"),
-    };
-    let mut headers: std::collections::BTreeMap<String, String> = std::collections::BTreeMap::new();
-    for (k, v) in req.headers() {
-        let v = String::from_utf8_lossy(v.as_bytes()).into_owned();
-        headers
-            .entry(k.as_str().to_string())
-            .and_modify(|e| {
-                e.push_str(", ");
-                e.push_str(&v);
-            })
-            .or_insert(v);
-    }
-    let facts = EgressFacts {
-        url: Some(url.clone()),
-        scheme: Some("https".into()),
-        host: Some(a.host.fact()),
-        port: i64::from(a.port),
-        method: Some(method.to_string()),
-        path: Some(path),
-        ip: None,
-        query,
-        headers: Some(headers),
-    };
+    let url = format!("https://{authority}{pq}");
+    let headers = header_pairs(req.headers());
+    let mut facts = EgressFacts::for_request(&url, method, &headers, true)
+        .map_err(|e| (StatusCode::BAD_REQUEST, e.to_string()))?;
+    facts.host = Some(a.host.fact());
+    facts.port = i64::from(a.port);
     Ok(InspectedTarget {
         url,
         facts,
@@ -596,41 +575,6 @@ fn inspected_target(
         absolute,
         authority,
     })
-}
-
-/// A query string as a map of lists: keys and values percent-decoded
-/// (`+` is a space), in order.
-pub(crate) fn parse_query(q: &str) -> std::collections::BTreeMap<String, Vec<String>> {
-    let mut m: std::collections::BTreeMap<String, Vec<String>> = std::collections::BTreeMap::new();
-    for pair in q.split('&').filter(|p| !p.is_empty()) {
-        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-        m.entry(decode(k)).or_default().push(decode(v));
-    }
-    m
-}
-
-fn decode(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        let hex = (b[i] == b'%')
-            .then(|| b.get(i + 1..i + 3))
-            .flatten()
-            .and_then(|h| std::str::from_utf8(h).ok())
-            .and_then(|h| u8::from_str_radix(h, 16).ok());
-        match (b[i], hex) {
-            (_, Some(x)) => {
-                out.push(x);
-                i += 3;
-                continue;
-            }
-            (b'+', None) => out.push(b' '),
-            (c, None) => out.push(c),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// The workload's bytes already read (its ClientHello), then the rest.
@@ -767,21 +711,5 @@ impl rustls::server::ResolvesServerCert for OneLeaf {
         _: rustls::server::ClientHello<'_>,
     ) -> Option<Arc<rustls::sign::CertifiedKey>> {
         Some(self.0.clone())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn queries_decode_into_lists_in_order() {
-        let q = parse_query("a=1&b=x%20y&a=2&c&d=%zz&e=1+2&&");
-        assert_eq!(q["a"], vec!["1", "2"]);
-        assert_eq!(q["b"], vec!["x y"]);
-        assert_eq!(q["c"], vec![""]);
-        assert_eq!(q["d"], vec!["%zz"]);
-        assert_eq!(q["e"], vec!["1 2"]);
-        assert_eq!(parse_query("%").get("%"), Some(&vec![String::new()]));
     }
 }

@@ -149,7 +149,7 @@ impl Proxy {
         let hosts: Vec<String> = self
             .cfg
             .policy
-            .inspect
+            .inspections
             .iter()
             .map(|i| i.host.clone())
             .collect();

@@ -17,7 +17,8 @@ use hyper_util::rt::TokioIo;
 use super::capped::Capped;
 use super::dial::Dialled;
 use super::http::{
-    has_dot_segment, host_header_agrees, shown, strip_hop_by_hop, text, Body, BoxError,
+    has_dot_segment, header_pairs, host_header_agrees, shown, strip_hop_by_hop, text, Body,
+    BoxError,
 };
 use super::record::Record;
 use super::{ConnCtx, Proxy, Slot, Upstream, MAX_HEAD, MAX_URL};
@@ -325,17 +326,17 @@ fn plain_target(req: &hyper::Request<Incoming>) -> Result<PlainTarget, (StatusCo
     } else {
         format!("http://{shown_host}:{}{path}", a.port)
     };
-    let facts = EgressFacts {
-        url: Some(url.clone()),
-        scheme: Some("http".into()),
-        host: Some(a.host.fact()),
-        port: i64::from(a.port),
-        method: Some(method.to_string()),
-        path: Some(path),
-        ip: None,
-        query: uri.query().map(super::inspect::parse_query),
-        headers: None,
+    // As the policy reads a plain request: the canonical URL (no query),
+    // the query and the headers known.
+    let with_query = match uri.query() {
+        Some(q) => format!("{url}?{q}"),
+        None => url.clone(),
     };
+    let mut facts =
+        EgressFacts::for_request(&with_query, method, &header_pairs(req.headers()), false)
+            .map_err(|e| (StatusCode::BAD_REQUEST, e.to_string()))?;
+    facts.host = Some(a.host.fact());
+    facts.port = i64::from(a.port);
     Ok(PlainTarget {
         a,
         origin,

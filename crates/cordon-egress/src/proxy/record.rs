@@ -167,7 +167,7 @@ impl Proxy {
             rules,
             unknown,
             reason: reason.to_string(),
-            facts: r.facts.clone(),
+            facts: audited(&r.facts),
             bytes_up: None,
             bytes_down: None,
         }
@@ -291,6 +291,21 @@ impl Proxy {
             })
             .collect()
     }
+}
+
+/// The facts as written in the audit log: a credential header's value
+/// is `[redacted]` (so a replay of a rule on it is undetermined, never
+/// decided on a value the log does not hold).
+fn audited(f: &EgressFacts) -> EgressFacts {
+    let mut f = f.clone();
+    if let Some(h) = &mut f.headers {
+        for (k, v) in h.iter_mut() {
+            if super::http::is_credential_header(k) {
+                *v = "[redacted]".to_string();
+            }
+        }
+    }
+    f
 }
 
 fn now() -> i64 {

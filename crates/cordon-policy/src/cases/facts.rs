@@ -4,11 +4,13 @@
 use std::collections::BTreeMap;
 
 use crate::canon;
+use crate::decide::Destination;
 use crate::decide::{
     ComputeFacts, Deployment, EgressFacts, Identity, Mode, Request, SecretFacts, StorageFacts,
     SurfaceFacts,
 };
 use crate::expr::{self, MAX_LIST_LEN};
+use crate::policy::Policy;
 use crate::vocab::{self, Surface};
 
 /// A refusal of one fact: what is wrong and what to write instead.
@@ -58,6 +60,9 @@ pub fn surface_fields(s: Surface) -> &'static [&'static str] {
     }
 }
 
+/// The fields of a secret case's `destination`.
+pub const DESTINATION_KEYS: &[&str] = &["host", "method", "path", "header"];
+
 /// The fields of `identity` a case may state.
 pub const IDENTITY_KEYS: &[&str] = &["namespace", "name", "attested", "labels"];
 
@@ -71,6 +76,8 @@ pub struct FactsBuilder {
     now: Option<i64>,
     fields: BTreeMap<&'static str, String>,
     args: Option<Vec<String>>,
+    headers: Vec<(String, String)>,
+    destination: BTreeMap<&'static str, String>,
 }
 
 impl FactsBuilder {
@@ -82,6 +89,8 @@ impl FactsBuilder {
             now: None,
             fields: BTreeMap::new(),
             args: None,
+            headers: Vec::new(),
+            destination: BTreeMap::new(),
         }
     }
 
@@ -220,18 +229,69 @@ impl FactsBuilder {
         Ok(())
     }
 
+    /// Appends one request header (egress only), in the order sent; a
+    /// repeated name is joined as the proxy joins it.
+    pub fn header(&mut self, name: &str, value: &str) -> Result<(), FactError> {
+        if self.surface != Surface::Egress {
+            return Err(FactError::new(
+                "headers",
+                format!("`headers` is an egress fact, not a {} one", self.surface),
+                "remove it",
+            ));
+        }
+        if self.headers.len() >= canon::MAX_ENTRIES {
+            return Err(FactError::new(
+                "headers",
+                format!("more than {} headers", canon::MAX_ENTRIES),
+                "the egress proxy refuses a request with more",
+            ));
+        }
+        self.headers.push((name.to_string(), value.to_string()));
+        Ok(())
+    }
+
+    /// Sets one field of a secret's `destination` (secret only): `host`,
+    /// `method`, `path` or `header`.
+    pub fn destination(&mut self, key: &str, value: &str) -> Result<(), FactError> {
+        let field = format!("destination.{key}");
+        if self.surface != Surface::Secret {
+            return Err(FactError::new(
+                &field,
+                format!("`destination` is a secret fact, not a {} one", self.surface),
+                "remove it",
+            ));
+        }
+        let Some(k) = DESTINATION_KEYS.iter().find(|k| **k == key) else {
+            return Err(FactError::new(
+                &field,
+                format!("unknown destination field `{key}`"),
+                vocab::unknown_key_help(key, DESTINATION_KEYS, "`destination`"),
+            ));
+        };
+        if self.destination.insert(k, value.to_string()).is_some() {
+            return Err(FactError::new(
+                &field,
+                format!("`{field}` is given twice"),
+                "give each fact once",
+            ));
+        }
+        Ok(())
+    }
+
     /// Marks `args` as given (an empty list is a list).
     pub fn args_given(&mut self) {
         self.args.get_or_insert_with(Vec::new);
     }
 
-    /// The request, canonicalised, with the unknowns the enforcing layer has.
-    pub fn build(self) -> Result<Request, FactError> {
+    /// The request, canonicalised, with the unknowns the enforcing layer
+    /// has under `policy`: an `https` request shows its URL, method, path,
+    /// query and headers only when the policy inspects its host.
+    pub fn build(self, policy: &Policy) -> Result<Request, FactError> {
         let facts = match self.surface {
-            Surface::Egress => egress_facts(&self.fields)?,
+            Surface::Egress => egress_facts(&self.fields, &self.headers, policy)?,
             Surface::Compute => compute_facts(&self.fields, self.args)?,
             Surface::Storage => storage_facts(&self.fields)?,
-            Surface::Secret => secret_facts(&self.fields)?,
+            Surface::Secret => secret_facts(&self.fields, &self.destination)?,
         };
         let now = self.now.unwrap_or_else(now_secs);
         Ok(Request {
@@ -256,8 +316,13 @@ fn canon_err(field: &str, e: canon::CanonError) -> FactError {
 }
 
 /// An egress case: its URL, and what it states beside (scheme, host, port,
-/// and for plain http the method and path), each canonicalised.
-fn egress_facts(fields: &Fields) -> Result<SurfaceFacts, FactError> {
+/// and where the proxy reads the request — plain http, or https to a host
+/// the policy inspects — the method, path and headers), each canonicalised.
+fn egress_facts(
+    fields: &Fields,
+    headers: &[(String, String)],
+    policy: &Policy,
+) -> Result<SurfaceFacts, FactError> {
     let get = |k: &str| fields.get(k).map(String::as_str);
     let raw = get("url").ok_or_else(|| {
         FactError::new(
@@ -295,61 +360,60 @@ fn egress_facts(fields: &Fields) -> Result<SurfaceFacts, FactError> {
         },
         None => u.port,
     };
-    let tunnel = scheme == "https";
-    for hidden in ["method", "path"] {
-        if tunnel && get(hidden).is_some() {
+    // A tunnel the proxy does not open: what travels inside is unknown.
+    let tunnel = scheme == "https" && policy.inspection(&host).is_none();
+    if tunnel {
+        let stated = ["method", "path"]
+            .into_iter()
+            .find(|k| get(k).is_some())
+            .or((!headers.is_empty()).then_some("headers"));
+        if let Some(hidden) = stated {
             return Err(FactError::new(
                 hidden,
-                format!("an https request's `{hidden}` travels inside the TLS tunnel: the egress proxy cannot see it, so a case cannot state it"),
-                format!("remove `{hidden}` (rules that read it are undetermined for https), or use an http:// URL"),
+                format!("an https request's `{hidden}` travels inside the TLS tunnel: the egress proxy does not inspect `{host}`, so it cannot see it and a case cannot state it"),
+                format!("remove `{hidden}` (rules that read it are undetermined for this request), name the host in `egress.inspect`, or use an http:// URL"),
             ));
         }
+        return Ok(SurfaceFacts::Egress(EgressFacts {
+            scheme: Some(scheme),
+            host: Some(host),
+            port,
+            ip: ip_fact(get("ip"))?,
+            ..EgressFacts::endpoint(None, 0)
+        }));
     }
-    let method = match (tunnel, get("method")) {
-        (true, _) => None,
-        (false, None) => Some("GET".to_string()),
-        (false, Some(m)) => {
-            if m.is_empty() || !m.bytes().all(|b| b.is_ascii_alphabetic()) {
-                return Err(FactError::new(
-                    "method",
-                    format!("`{m}` is not an HTTP method"),
-                    "write e.g. `GET` or `POST`",
-                ));
-            }
-            Some(m.to_ascii_uppercase())
-        }
-    };
-    let path = match (tunnel, get("path")) {
-        (true, _) => None,
-        (false, None) => Some(u.path.clone()),
-        (false, Some(p)) => Some(canon::http_path(p).map_err(|e| canon_err("path", e))?),
-    };
-    let ip = match get("ip") {
-        None => None,
-        Some(raw) => match raw.parse::<std::net::IpAddr>() {
-            Ok(a) => Some(a.to_string()),
-            Err(_) => {
-                return Err(FactError::new(
-                    "ip",
-                    format!("`{raw}` is not an IP address"),
-                    "write e.g. `192.0.2.10`",
-                ))
-            }
-        },
+    let method =
+        canon::method(get("method").unwrap_or("GET")).map_err(|e| canon_err("method", e))?;
+    let path = match get("path") {
+        None => u.path.clone(),
+        Some(p) => canon::http_path(p).map_err(|e| canon_err("path", e))?,
     };
     Ok(SurfaceFacts::Egress(EgressFacts {
-        // A tunnel's URL holds its path, which travels inside
-        // the tunnel: unknown to the proxy, so unknown here.
-        url: if tunnel { None } else { Some(u.url) },
+        url: Some(u.url),
         scheme: Some(scheme),
         host: Some(host),
         port,
-        method,
-        path,
-        ip,
-        query: None,
-        headers: None,
+        method: Some(method),
+        path: Some(path),
+        ip: ip_fact(get("ip"))?,
+        query: Some(canon::query(raw).map_err(|e| canon_err("url", e))?),
+        headers: Some(canon::headers(headers).map_err(|e| canon_err("headers", e))?),
     }))
+}
+
+/// A stated `ip`, normalised; unknown when not given.
+fn ip_fact(raw: Option<&str>) -> Result<Option<String>, FactError> {
+    match raw {
+        None => Ok(None),
+        Some(raw) => match raw.parse::<std::net::IpAddr>() {
+            Ok(a) => Ok(Some(a.to_string())),
+            Err(_) => Err(FactError::new(
+                "ip",
+                format!("`{raw}` is not an IP address"),
+                "write e.g. `192.0.2.10`",
+            )),
+        },
+    }
 }
 
 /// A compute case: its command (and what it resolves to), arguments, bounds
@@ -449,8 +513,13 @@ fn storage_facts(fields: &Fields) -> Result<SurfaceFacts, FactError> {
     }))
 }
 
-/// A secret case: the secret's name.
-fn secret_facts(fields: &Fields) -> Result<SurfaceFacts, FactError> {
+/// A secret case: the secret's name, and where it is being substituted
+/// when the case states a `destination` (else unknown, as where it is
+/// granted).
+fn secret_facts(
+    fields: &Fields,
+    dest: &BTreeMap<&'static str, String>,
+) -> Result<SurfaceFacts, FactError> {
     let get = |k: &str| fields.get(k).map(String::as_str);
     let raw = get("secret").ok_or_else(|| {
         FactError::new(
@@ -460,7 +529,39 @@ fn secret_facts(fields: &Fields) -> Result<SurfaceFacts, FactError> {
         )
     })?;
     let name = canon::secret_name(raw).map_err(|e| canon_err("secret", e))?;
-    Ok(SurfaceFacts::Secret(SecretFacts { name }))
+    let destination = if dest.is_empty() {
+        None
+    } else {
+        let get = |k: &str| dest.get(k).map(String::as_str);
+        let host = get("host").ok_or_else(|| {
+            FactError::new(
+                "destination.host",
+                "a `destination` needs `host`",
+                "add e.g. `host: api.example.com`",
+            )
+        })?;
+        let header = match get("header") {
+            None => None,
+            Some(h) => {
+                let one = canon::headers(&[(h.to_string(), String::new())])
+                    .map_err(|e| canon_err("destination.header", e))?;
+                one.into_keys().next()
+            }
+        };
+        Some(Destination {
+            host: canon::host(host).map_err(|e| canon_err("destination.host", e))?,
+            method: get("method")
+                .map(canon::method)
+                .transpose()
+                .map_err(|e| canon_err("destination.method", e))?,
+            path: get("path")
+                .map(canon::http_path)
+                .transpose()
+                .map_err(|e| canon_err("destination.path", e))?,
+            header,
+        })
+    };
+    Ok(SurfaceFacts::Secret(SecretFacts { name, destination }))
 }
 
 /// The work dir a case runs in: as stated, else [`DEFAULT_WORK_DIR`].

@@ -7,27 +7,29 @@ use std::sync::Arc;
 
 use marked_yaml::types::{MarkedMappingNode, MarkedScalarNode, Node};
 
-use super::facts::{surface_fields, FactError, FactsBuilder, IDENTITY_KEYS};
+use super::facts::{surface_fields, FactError, FactsBuilder, DESTINATION_KEYS, IDENTITY_KEYS};
 use super::{Case, Expect};
 use crate::decide::Request;
 use crate::diag::{Diagnostic, Diagnostics, Severity, SourceMap};
 use crate::model::MAX_FILE_BYTES;
 use crate::parse::{scalar_start, start_of, yaml_error, Pos};
+use crate::policy::Policy;
 use crate::vocab::Surface;
 
-/// Loads a test file: `tests:` and a list of cases.
-pub fn load_file(path: &Path) -> Result<Vec<Case>, Diagnostics> {
+/// Loads a test file: `tests:` and a list of cases, each built as the
+/// enforcing layer builds it under `policy` (which https hosts it inspects).
+pub fn load_file(path: &Path, policy: &Policy) -> Result<Vec<Case>, Diagnostics> {
     let name = path.display().to_string();
     let text = read(path, &name)?;
-    load_str(&name, &text)
+    load_str(&name, &text, policy)
 }
 
 /// Loads one case for `explain --facts`: a mapping like a test case, in
 /// which `name` and `expect` are optional.
-pub fn load_one_file(path: &Path) -> Result<Request, Diagnostics> {
+pub fn load_one_file(path: &Path, policy: &Policy) -> Result<Request, Diagnostics> {
     let name = path.display().to_string();
     let text = read(path, &name)?;
-    load_one_str(&name, &text)
+    load_one_str(&name, &text, policy)
 }
 
 fn read(path: &Path, name: &str) -> Result<String, Diagnostics> {
@@ -53,13 +55,14 @@ fn read(path: &Path, name: &str) -> Result<String, Diagnostics> {
     std::fs::read_to_string(path).map_err(|e| fail(format!("cannot read the file: {e}")))
 }
 
-/// Loads test cases from text.
-pub fn load_str(name: &str, text: &str) -> Result<Vec<Case>, Diagnostics> {
+/// Loads test cases from text (see [`load_file`]).
+pub fn load_str(name: &str, text: &str, policy: &Policy) -> Result<Vec<Case>, Diagnostics> {
     let map = SourceMap { name, text };
     let mut l = CaseLoader {
         map: &map,
         file: Arc::from(name),
         diags: Vec::new(),
+        policy,
     };
     let mut cases = Vec::new();
     if let Some(root) = l.parse() {
@@ -69,12 +72,13 @@ pub fn load_str(name: &str, text: &str) -> Result<Vec<Case>, Diagnostics> {
 }
 
 /// Loads one case from text (see [`load_one_file`]).
-pub fn load_one_str(name: &str, text: &str) -> Result<Request, Diagnostics> {
+pub fn load_one_str(name: &str, text: &str, policy: &Policy) -> Result<Request, Diagnostics> {
     let map = SourceMap { name, text };
     let mut l = CaseLoader {
         map: &map,
         file: Arc::from(name),
         diags: Vec::new(),
+        policy,
     };
     let mut out = None;
     if let Some(root) = l.parse() {
@@ -97,6 +101,7 @@ struct CaseLoader<'a> {
     map: &'a SourceMap<'a>,
     file: Arc<str>,
     diags: Vec<Diagnostic>,
+    policy: &'a Policy,
 }
 
 impl CaseLoader<'_> {
@@ -336,6 +341,19 @@ impl CaseLoader<'_> {
                     ok &= self.args_facts(v, &mut b);
                     continue;
                 }
+                "headers" if surface == Surface::Egress => {
+                    if let Node::Mapping(hm) = v {
+                        if let Some((hk, _)) = hm.iter().next() {
+                            record(&mut at, "headers", hk);
+                        }
+                    }
+                    ok &= self.header_facts(v, &mut b);
+                    continue;
+                }
+                "destination" if surface == Surface::Secret => {
+                    ok &= self.destination_facts(v, &mut b, &mut at);
+                    continue;
+                }
                 "secret" if surface == Surface::Secret => {
                     let Some(sm) = self.mapping(v, "`secret`") else {
                         ok = false;
@@ -365,9 +383,15 @@ impl CaseLoader<'_> {
                     }
                 },
                 _ => {
+                    let extra: &[&str] = match surface {
+                        Surface::Egress => &["headers"],
+                        Surface::Secret => &["destination"],
+                        _ => &[],
+                    };
                     let known: Vec<&str> = ["identity", "env", "now"]
                         .into_iter()
                         .chain(surface_fields(surface).iter().copied())
+                        .chain(extra.iter().copied())
                         .collect();
                     if !known.contains(&key) {
                         self.unknown(k, &known, &format!("a {surface} case"));
@@ -395,7 +419,7 @@ impl CaseLoader<'_> {
         if !ok {
             return None;
         }
-        match b.build() {
+        match b.build(self.policy) {
             Ok(r) => Some(r),
             Err(e) => {
                 let (p, w) = e
@@ -467,6 +491,79 @@ impl CaseLoader<'_> {
             if let Some(s) = self.scalar(ev, "`env.name`") {
                 let _ = b.env("name", s.as_str());
             }
+        }
+        ok
+    }
+
+    /// An egress case's `headers`: a mapping of names to a value, or to a
+    /// list of values for a header sent more than once. `false` when any
+    /// was refused.
+    fn header_facts(&mut self, v: &Node, b: &mut FactsBuilder) -> bool {
+        let mut ok = true;
+        let Some(hm) = self.mapping(v, "`headers`") else {
+            return false;
+        };
+        for (hk, hv) in hm.iter() {
+            let values: Vec<&MarkedScalarNode> = match hv {
+                Node::Scalar(s) => vec![s],
+                Node::Sequence(seq) => seq
+                    .iter()
+                    .filter_map(|x| self.scalar(x, "a header value"))
+                    .collect(),
+                Node::Mapping(_) => {
+                    self.err(
+                        start_of(hv),
+                        1,
+                        "a header's value is a string or a list of strings",
+                        None,
+                    );
+                    ok = false;
+                    continue;
+                }
+            };
+            for s in values {
+                if let Err(e) = b.header(hk.as_str(), s.as_str()) {
+                    self.fact_err(e, scalar_start(hk), hk.as_str().chars().count());
+                    ok = false;
+                }
+            }
+        }
+        ok
+    }
+
+    /// A secret case's `destination`: `host`, `method`, `path`, `header`.
+    /// `false` when any was refused.
+    fn destination_facts(
+        &mut self,
+        v: &Node,
+        b: &mut FactsBuilder,
+        at: &mut BTreeMap<String, (Pos, usize)>,
+    ) -> bool {
+        let mut ok = true;
+        let Some(dm) = self.mapping(v, "`destination`") else {
+            return false;
+        };
+        for (dk, dv) in dm.iter() {
+            if !DESTINATION_KEYS.contains(&dk.as_str()) {
+                self.unknown(dk, DESTINATION_KEYS, "`destination`");
+                ok = false;
+                continue;
+            }
+            let Some(s) = self.scalar(dv, &format!("`destination.{}`", dk.as_str())) else {
+                ok = false;
+                continue;
+            };
+            at.insert(
+                format!("destination.{}", dk.as_str()),
+                (scalar_start(s), s.as_str().chars().count()),
+            );
+            if let Err(e) = b.destination(dk.as_str(), s.as_str()) {
+                self.fact_err(e, scalar_start(s), s.as_str().chars().count());
+                ok = false;
+            }
+        }
+        if ok && !dm.is_empty() && !dm.iter().any(|(k, _)| k.as_str() == "host") {
+            at.insert("destination.host".into(), (start_of(v), 1));
         }
         ok
     }

@@ -11,7 +11,9 @@ mod facts;
 mod load;
 mod run;
 
-pub use facts::{surface_fields, FactError, FactsBuilder, DEFAULT_WORK_DIR, IDENTITY_KEYS};
+pub use facts::{
+    surface_fields, FactError, FactsBuilder, DEFAULT_WORK_DIR, DESTINATION_KEYS, IDENTITY_KEYS,
+};
 pub use load::{load_file, load_one_file, load_one_str, load_str};
 pub use run::{rule_matches, rule_place, run, uncovered, unknown_rules, CaseResult};
 

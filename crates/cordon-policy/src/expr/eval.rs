@@ -20,6 +20,8 @@ pub enum Val<'a> {
     Duration(i64),
     List(Vec<Val<'a>>),
     StrMap(&'a BTreeMap<String, String>),
+    /// A map whose values are lists of strings (`query`).
+    ListMap(&'a BTreeMap<String, Vec<String>>),
 }
 
 impl std::fmt::Display for Val<'_> {
@@ -50,6 +52,16 @@ impl std::fmt::Display for Val<'_> {
                         f.write_str(", ")?;
                     }
                     write!(f, "{k:?}: {v:?}")?;
+                }
+                f.write_str("}")
+            }
+            Val::ListMap(m) => {
+                f.write_str("{")?;
+                for (i, (k, vs)) in m.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(", ")?;
+                    }
+                    write!(f, "{k:?}: {vs:?}")?;
                 }
                 f.write_str("}")
             }
@@ -237,6 +249,7 @@ pub(super) fn ev_inner<'a, F: FactSource, T: Trace<'a>>(
         }
         Kind::Has(m, field) => match ev(m, facts, locals, t)? {
             Val::StrMap(m) => Ok(Val::Bool(m.contains_key(field))),
+            Val::ListMap(m) => Ok(Val::Bool(m.contains_key(field))),
             other => Err(Open::error(format!("has() on {other}"))),
         },
         Kind::In(x, c) => {
@@ -244,6 +257,7 @@ pub(super) fn ev_inner<'a, F: FactSource, T: Trace<'a>>(
             match c {
                 Val::List(xs) => Ok(Val::Bool(xs.contains(&x))),
                 Val::StrMap(m) => Ok(Val::Bool(m.contains_key(as_str(&x)?))),
+                Val::ListMap(m) => Ok(Val::Bool(m.contains_key(as_str(&x)?))),
                 other => Err(Open::error(format!("`in` on {other}"))),
             }
         }
@@ -277,6 +291,7 @@ pub(super) fn ev_inner<'a, F: FactSource, T: Trace<'a>>(
             Val::Str(s) => Ok(Val::Int(s.chars().count() as i64)),
             Val::List(xs) => Ok(Val::Int(xs.len() as i64)),
             Val::StrMap(m) => Ok(Val::Int(m.len() as i64)),
+            Val::ListMap(m) => Ok(Val::Int(m.len() as i64)),
             other => Err(Open::error(format!("size() of {other}"))),
         },
         Kind::ToInt(a) => to_int(ev(a, facts, locals, t)?),
@@ -319,6 +334,16 @@ fn index<'a>(c: Val<'a>, k: Val<'a>) -> Res<'a> {
         (Val::StrMap(m), Val::Str(k)) => m
             .get(k.as_ref())
             .map(|v| Val::Str(Cow::Borrowed(v.as_str())))
+            .ok_or_else(|| Open::error(format!("no such key: {k:?}"))),
+        (Val::ListMap(m), Val::Str(k)) => m
+            .get(k.as_ref())
+            .map(|vs| {
+                Val::List(
+                    vs.iter()
+                        .map(|v| Val::Str(Cow::Borrowed(v.as_str())))
+                        .collect(),
+                )
+            })
             .ok_or_else(|| Open::error(format!("no such key: {k:?}"))),
         (c, k) => Err(Open::error(format!("cannot index {c} with {k}"))),
     }
@@ -374,6 +399,10 @@ fn comprehension<'a, F: FactSource, T: Trace<'a>>(
     let items: Vec<Val<'a>> = match range {
         Val::List(xs) => xs,
         Val::StrMap(m) => m
+            .keys()
+            .map(|k| Val::Str(Cow::Borrowed(k.as_str())))
+            .collect(),
+        Val::ListMap(m) => m
             .keys()
             .map(|k| Val::Str(Cow::Borrowed(k.as_str())))
             .collect(),

@@ -315,6 +315,7 @@ impl Checker<'_> {
             "identity" => vocab::IDENTITY_FIELDS,
             "env" => vocab::ENV_FIELDS,
             "secret" if self.surface == Surface::Secret => vocab::SECRET_FIELDS,
+            "destination" if self.surface == Surface::Secret => vocab::DESTINATION_FIELDS,
             _ => return None,
         };
         match fields.iter().find(|(n, _)| *n == sel.field) {
@@ -410,13 +411,17 @@ impl Checker<'_> {
             return self.fact(*f);
         }
         match name {
-            "identity" | "env" | "secret"
-                if name != "secret" || self.surface == Surface::Secret =>
+            "identity" | "env" | "secret" | "destination"
+                if !matches!(name, "secret" | "destination") || self.surface == Surface::Secret =>
             {
                 return self.err(
                     e,
                     format!("`{name}` is a record; read one of its fields"),
-                    Some(format!("write e.g. `{name}.name`")),
+                    Some(if name == "destination" {
+                        "write e.g. `destination.host`".to_string()
+                    } else {
+                        format!("write e.g. `{name}.name`")
+                    }),
                 )
             }
             _ => {}
