@@ -76,6 +76,9 @@ pub struct DockerSandbox {
     proxy_port: Option<u16>,
     /// What serves that listener; ended at dispose.
     egress: Serving,
+    /// The egress proxy's CA the sandbox trusts (its files in `dir/trust`,
+    /// bound read-only into every exec), when the policy inspects.
+    trust: Option<cordon_backend_kit::trust::Trust>,
     disposed: AtomicBool,
 }
 
@@ -128,7 +131,19 @@ impl DockerSandbox {
             let port = cordon_linux::netns::random_port();
             let listener = listen_in(engine, &id, port)?;
             let serving = serve_route(&**service, listener, req)?;
-            Ok((root, view, files, Some((port, serving))))
+            // The CA is placed before anything runs, or nothing does.
+            let trust = match &serving.ca_pem {
+                Some(pem) => Some(
+                    cordon_backend_kit::trust::Trust::make(
+                        &dir.join("trust"),
+                        &acquiring.image_root,
+                        pem,
+                    )
+                    .map_err(cordon_backend_kit::trust::unplaced)?,
+                ),
+                None => None,
+            };
+            Ok((root, view, files, Some((port, serving, trust))))
         });
         let (_, view, files, route) = match routed {
             Ok(m) => m,
@@ -138,9 +153,9 @@ impl DockerSandbox {
                 return Err(failed("acquire", e));
             }
         };
-        let (proxy_port, serving) = match route {
-            Some((p, s)) => (Some(p), Some(s)),
-            None => (None, None),
+        let (proxy_port, serving, trust) = match route {
+            Some((p, s, t)) => (Some(p), Some(s), t),
+            None => (None, None, None),
         };
         Ok(DockerSandbox {
             id,
@@ -163,6 +178,7 @@ impl DockerSandbox {
             base: OnceLock::new(),
             proxy_port,
             egress: Serving::new(serving.map(|s| s.handle)),
+            trust,
             disposed: AtomicBool::new(false),
         })
     }
@@ -219,6 +235,10 @@ impl DockerSandbox {
         out.push(bind(&masks.join("dir"), Path::new("/sys"), true));
         for (k, m) in mounts.iter().enumerate() {
             out.push(self.docker_mount(k, m).map_err(exec_failed)?);
+        }
+        // Last: over whatever of the image the plan bound there.
+        for (source, target, _) in self.trust.iter().flat_map(|t| t.binds()) {
+            out.push(bind(&source, Path::new(target), true));
         }
         Ok(out)
     }
@@ -328,7 +348,12 @@ impl DockerSandbox {
     /// An exec's environment: cordon's, the proxy's (for the workload's
     /// convenience only), then the request's.
     fn exec_env(&self, req: &ExecRequest) -> std::collections::BTreeMap<String, String> {
-        cordon_backend_kit::workarea::exec_env(&self.guest_work, self.proxy_port, &req.env)
+        cordon_backend_kit::workarea::exec_env(
+            &self.guest_work,
+            self.proxy_port,
+            self.trust.is_some(),
+            &req.env,
+        )
     }
 
     /// The exec's container: the `host` image, the command, no network but

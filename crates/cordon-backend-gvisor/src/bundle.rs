@@ -17,6 +17,10 @@ pub(crate) struct Route {
     pub(crate) port: u16,
     pub(crate) ns: std::os::fd::OwnedFd,
     pub(crate) serving: Serving,
+    /// The egress proxy's CA the sandbox trusts, when the policy
+    /// inspects: its files in the sandbox's `trust`, bound read-only into
+    /// every exec.
+    pub(crate) trust: Option<cordon_backend_kit::trust::Trust>,
 }
 
 impl Route {
@@ -27,17 +31,58 @@ impl Route {
     }
 }
 
-/// Makes the route for `req`'s sandbox: its namespace and listener, served.
+/// Makes the route for `req`'s sandbox: its namespace and listener,
+/// served; and when the proxy inspects, the sandbox's trust of its CA in
+/// `dir/trust` (from the image at `image_root`), with the mount points in
+/// the bundle's `rootfs`. A CA that cannot be placed refuses the route.
 pub(crate) fn route(
     service: &Arc<dyn cordon_egress::EgressService>,
     req: &AcquireRequest,
+    (dir, image_root, rootfs): (&Path, &Path, &Path),
 ) -> Result<Route, String> {
     let r = cordon_backend_kit::register::private_route(&**service, req)?;
+    let trust = match &r.ca_pem {
+        Some(pem) => Some(
+            trust_in(dir, image_root, rootfs, pem).map_err(cordon_backend_kit::trust::unplaced)?,
+        ),
+        None => None,
+    };
     Ok(Route {
         port: r.port,
         ns: r.ns,
         serving: Serving::new(Some(r.serving)),
+        trust,
     })
+}
+
+/// The trust files, and a mount point in `rootfs` for each (the root is
+/// read-only to runsc; one the plan binds over from the image is the
+/// image's own).
+fn trust_in(
+    dir: &Path,
+    image_root: &Path,
+    rootfs: &Path,
+    pem: &str,
+) -> Result<cordon_backend_kit::trust::Trust, String> {
+    let t = cordon_backend_kit::trust::Trust::make(&dir.join("trust"), image_root, pem)?;
+    for (_, target, is_dir) in t.binds() {
+        let target = Path::new(target);
+        if is_dir {
+            oci::mkdir_in(rootfs, target)?;
+            continue;
+        }
+        if let Some(parent) = target.parent() {
+            oci::mkdir_in(rootfs, parent)?;
+        }
+        let at = oci::under(rootfs, target);
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&at)
+            .map_err(|e| format!("cannot make the mount point `{}`: {e}", at.display()))?;
+    }
+    Ok(t)
 }
 
 pub(crate) use cordon_backend_kit::workarea::private_dir;

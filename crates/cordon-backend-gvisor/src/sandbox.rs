@@ -153,7 +153,9 @@ impl GvisorSandbox {
                 Ok((image, view, files, secrets))
             })();
         let made = made.and_then(|m| match &egress {
-            Some(service) => route(service, req).map(|r| (m, Some(r))),
+            Some(service) => {
+                route(service, req, (&dir, image_root, &m.0.rootfs)).map(|r| (m, Some(r)))
+            }
             None => Ok((m, None)),
         });
         let ((image, view, files, secrets), route) = match made {
@@ -309,9 +311,19 @@ impl GvisorSandbox {
                 kind: MountKind::ReadOnly { exec: false },
             });
         }
+        // Last: over whatever of the image the plan bound there.
+        let trust = self.route.as_ref().and_then(|r| r.trust.as_ref());
+        for (source, target, _) in trust.iter().flat_map(|t| t.binds()) {
+            mounts.push(Mount {
+                destination: PathBuf::from(target),
+                source,
+                kind: MountKind::ReadOnly { exec: false },
+            });
+        }
         let env = cordon_backend_kit::workarea::exec_env(
             &self.guest_work,
             self.route.as_ref().map(|r| r.port),
+            trust.is_some(),
             &req.env,
         );
         let k = NEXT.fetch_add(1, Ordering::Relaxed);

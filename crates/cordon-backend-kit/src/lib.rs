@@ -15,7 +15,9 @@
 //!   ([`register`]: its set-up, probe answer, residue, route out);
 //! - what a sandbox does alike whatever runs it: an exec's refusals,
 //!   command and bounds ([`exec`]), its host-side files and the trait
-//!   methods every sandbox writes the same ([`hosted`]).
+//!   methods every sandbox writes the same ([`hosted`]);
+//! - how a sandbox trusts its egress proxy's CA, and its route's
+//!   environment ([`trust`]).
 
 #![cfg(all(target_os = "linux", target_arch = "x86_64"))]
 
@@ -27,6 +29,7 @@ mod ids;
 pub mod memo;
 pub mod profile;
 pub mod register;
+pub mod trust;
 pub mod workarea;
 
 pub use dirs::{remove_sandbox_dir, SandboxDirs};

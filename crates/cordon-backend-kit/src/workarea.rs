@@ -145,13 +145,13 @@ pub fn work_area(s: &WorkAreaSpec<'_>) -> Result<WorkArea, String> {
 }
 
 /// An exec's environment in an engine's sandbox: cordon's (`PATH` of the
-/// image, `HOME` the work dir, `LANG`, `TMPDIR`), the proxy's variables
-/// when the sandbox has a route out (for the workload's convenience only:
-/// the boundary is its network namespace, whose one route is the proxy's
-/// listener), then the request's own.
+/// image, `HOME` the work dir, `LANG`, `TMPDIR`), the route out's
+/// ([`crate::trust::egress_env`]: the proxy's when the sandbox has a route,
+/// the CA's files when it trusts one), then the request's own.
 pub fn exec_env(
     guest_work: &str,
     proxy_port: Option<u16>,
+    trusts_ca: bool,
     request: &std::collections::BTreeMap<String, String>,
 ) -> std::collections::BTreeMap<String, String> {
     let mut env = std::collections::BTreeMap::from([
@@ -163,12 +163,7 @@ pub fn exec_env(
         ("LANG".to_string(), "C.UTF-8".to_string()),
         ("TMPDIR".to_string(), "/tmp".to_string()),
     ]);
-    if let Some(port) = proxy_port {
-        let url = format!("http://127.0.0.1:{port}");
-        for k in ["HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"] {
-            env.insert(k.to_string(), url.clone());
-        }
-    }
+    env.extend(crate::trust::egress_env(proxy_port, trusts_ca));
     env.extend(request.iter().map(|(k, v)| (k.clone(), v.clone())));
     env
 }

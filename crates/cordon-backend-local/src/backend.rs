@@ -308,6 +308,7 @@ impl LocalBackend {
             base: std::sync::OnceLock::new(),
             proxy_port: None,
             egress: Mutex::new(None),
+            trust: None,
         };
         made.secrets = None;
         let allow = req.provenance.spec.egress_allow();
@@ -317,6 +318,20 @@ impl LocalBackend {
             match self.egress_host() {
                 Ok(h) => {
                     sandbox.proxy_port = Some(proxy_port());
+                    if self.config.policy.inspects_any() {
+                        // Bound when the sandbox starts; filled with the
+                        // CA its channel is served with.
+                        match self.prepare_trust(&sandbox) {
+                            Ok(t) => sandbox.trust = Some(t),
+                            Err(e) => {
+                                let _ = sandbox.remove_dirs();
+                                return Err(failed(
+                                    "acquire",
+                                    cordon_backend_kit::trust::unplaced(e),
+                                ));
+                            }
+                        }
+                    }
                     Some(h)
                 }
                 Err(e) => {
@@ -358,6 +373,32 @@ impl LocalBackend {
             secrets_cover_point().map_err(|e| e.to_string())?;
         }
         secrets_dir(parent, id).map_err(|e| e.to_string())
+    }
+
+    /// A directory of `sandbox`'s own (root's with its group, as its
+    /// secrets', beside them; 0755: certificates only) holding its trust
+    /// files, empty until its channel is served.
+    fn prepare_trust(
+        &self,
+        sandbox: &LocalSandbox,
+    ) -> Result<(PathBuf, cordon_backend_kit::trust::Trust), String> {
+        let parent = match &self.config.work_dir {
+            WorkDir::Fresh { parent } => parent.clone(),
+            WorkDir::Given(_) => std::env::temp_dir(),
+        };
+        let dir = crate::workdir::group_dir(&parent, "trust", sandbox.host_id)
+            .map_err(|e| e.to_string())?;
+        let image = sandbox
+            .image_root
+            .clone()
+            .unwrap_or_else(|| PathBuf::from("/"));
+        match cordon_backend_kit::trust::Trust::prepare_in(&dir, &image) {
+            Ok(t) => Ok((dir, t)),
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&dir);
+                Err(e)
+            }
+        }
     }
 
     /// Whether the work dir can be shown where the spec asks (`spec_dir`)
@@ -472,14 +513,39 @@ fn route_egress(
         .and_then(cordon_linux::WarmSandbox::take_proxy_listener)
         .ok_or_else(|| "the sandbox did not hand over its egress channel".to_string())
         .and_then(|listener| cordon_backend_kit::register::serve_route(host, listener, req));
-    match served {
-        Ok(s) => *sandbox.egress.lock().unwrap_or_else(|p| p.into_inner()) = Some(s.handle),
-        Err(e) => {
-            let _ = sandbox.dispose();
-            return Err(failed("acquire", format!("the egress proxy: {e}")));
-        }
+    let served = served.map_err(|e| format!("the egress proxy: {e}"));
+    let placed = served.and_then(|s| {
+        *sandbox.egress.lock().unwrap_or_else(|p| p.into_inner()) = Some(s.handle);
+        place_ca(sandbox.trust.as_mut().map(|(_, t)| t), s.ca_pem.as_deref())
+            .map_err(cordon_backend_kit::trust::unplaced)
+    });
+    if let Err(e) = placed {
+        let _ = sandbox.dispose();
+        return Err(failed("acquire", e));
     }
     Ok(())
+}
+
+/// Fills the trust prepared for the sandbox with the CA its channel was
+/// served with. The sandbox was started with the trust's binds exactly
+/// when the policy inspects, which is exactly when the proxy gives a CA:
+/// either without the other is refused (an empty bundle over the image's,
+/// or a CA the sandbox does not trust).
+fn place_ca(
+    trust: Option<&mut cordon_backend_kit::trust::Trust>,
+    ca_pem: Option<&str>,
+) -> Result<(), String> {
+    match (trust, ca_pem) {
+        (None, None) => Ok(()),
+        (Some(t), Some(pem)) => t.fill(pem),
+        (None, Some(_)) => Err(
+            "the proxy made a CA though the policy inspected no host when the sandbox was made"
+                .into(),
+        ),
+        (Some(_), None) => {
+            Err("the policy inspects, but the proxy served the channel without a CA".into())
+        }
+    }
 }
 
 #[cfg(test)]

@@ -295,7 +295,7 @@ fn sweep(_: &BackendSetup) -> (Vec<String>, Vec<String>) {
     (done, failures)
 }
 
-/// Secrets directories in `scratch` whose making process is gone (an
+/// Secrets and trust directories in `scratch` whose making process is gone (an
 /// owner killed before it could dispose or record them): named
 /// `cordon-secrets-PID-…` by the process that made them, real directories
 /// of root's with a sandbox uid's group. A live process with that pid
@@ -312,7 +312,7 @@ fn orphaned_secrets(scratch: &Path) -> Vec<PathBuf> {
         let Some(name) = name.to_str() else {
             continue;
         };
-        if !name.starts_with("cordon-secrets-") {
+        if !name.starts_with("cordon-secrets-") && !name.starts_with("cordon-trust-") {
             continue;
         }
         let Some(pid) = fresh_dir_maker(name) else {

@@ -69,6 +69,13 @@ pub struct LocalSandbox {
     /// The proxy serving this sandbox's channel; dropped (and the channel
     /// with it) when the sandbox is.
     pub(crate) egress: Mutex<Option<Box<dyn std::any::Any + Send>>>,
+    /// Container rung with a route out, under a policy that has the proxy
+    /// inspect: the sandbox's trust of its proxy's CA, in a directory of
+    /// its own (root's, the workload's group; removed at dispose) bound at
+    /// `/run/cordon/trust`, its bundle over the image's
+    /// system one. Made before the warm sandbox starts (its binds are
+    /// fixed then) and filled once the channel is served.
+    pub(crate) trust: Option<(PathBuf, cordon_backend_kit::trust::Trust)>,
 }
 
 /// What a local sandbox leaves if its holder dies: its cgroups and the
@@ -148,6 +155,9 @@ impl LocalSandbox {
         if let Some(s) = self.files.secrets() {
             remove_secrets(s.host())?;
         }
+        if let Some((t, _)) = &self.trust {
+            remove_secrets(t)?;
+        }
         if let (Some(tmp), false) = (&self.tmp, self.fresh) {
             // In the operator's directory (a fresh volume goes whole).
             // `remove_dir_all` does not follow links the workload planted.
@@ -223,15 +233,10 @@ impl LocalSandbox {
         if let Some(tmp) = &self.tmp {
             env.insert("TMPDIR".into(), tmp.display().to_string());
         }
-        if let Some(port) = self.proxy_port {
-            // For the workload's convenience only: the boundary is the net
-            // namespace and Landlock, so a workload that unsets these gains
-            // nothing.
-            let url = format!("http://127.0.0.1:{port}");
-            for k in ["HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"] {
-                env.insert(k.into(), url.clone());
-            }
-        }
+        env.extend(cordon_backend_kit::trust::egress_env(
+            self.proxy_port,
+            self.trust.is_some(),
+        ));
         let inside = self.profile.inside_id(self.host_id);
         let spec = PlanSpec {
             rung: self.profile.rung,
@@ -244,6 +249,7 @@ impl LocalSandbox {
             tmp_dir: self.tmp.clone(),
             proxy_port: self.proxy_port,
             secrets_dir: self.files.secrets().map(|s| s.host().to_path_buf()),
+            trust_dir: self.trust.as_ref().map(|(_, t)| t.dir().to_path_buf()),
             kvm: false,
             env,
             bounds: Bounds {
@@ -304,6 +310,9 @@ impl Drop for LocalSandbox {
         // No secret stays on the host after its sandbox.
         if let Some(s) = self.files.secrets() {
             let _ = remove_secrets(s.host());
+        }
+        if let Some((t, _)) = &self.trust {
+            let _ = remove_secrets(t);
         }
     }
 }
@@ -531,6 +540,7 @@ impl Sandbox for LocalSandbox {
         }
         dirs.extend(self.mount.clone());
         dirs.extend(self.files.secrets().map(|s| s.host().to_path_buf()));
+        dirs.extend(self.trust.as_ref().map(|(t, _)| t.clone()));
         serde_json::to_value(Residue {
             cgroups: self.cgroup_dirs(),
             dirs,

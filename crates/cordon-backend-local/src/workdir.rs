@@ -41,7 +41,13 @@ pub(crate) fn fresh_dir(parent: &Path, what: &str, id: u32) -> Result<PathBuf, B
 /// gid `gid`) lists and reads it, owns nothing in it, and no other uid
 /// gets in. Bound read-only at the guest's secrets directory.
 pub(crate) fn secrets_dir(parent: &Path, gid: u32) -> Result<PathBuf, BackendError> {
-    let dir = fresh_dir(parent, "secrets", 0)?;
+    group_dir(parent, "secrets", gid)
+}
+
+/// A new directory `cordon-WHAT-…` under `parent`, root's with the
+/// sandbox's group `gid`, mode 0750 (the secrets', the trust's).
+pub(crate) fn group_dir(parent: &Path, what: &str, gid: u32) -> Result<PathBuf, BackendError> {
+    let dir = fresh_dir(parent, what, 0)?;
     let handed = std::os::unix::fs::chown(&dir, Some(0), Some(gid))
         .and_then(|()| std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o750)));
     if let Err(e) = handed {

@@ -215,6 +215,18 @@ struct Fixture {
 /// resolving the test hosts to 127.0.0.1 through a hosts file (no DNS),
 /// auditing to a file of its own.
 fn fixture(rung: Rung, floor: Isolation, init: InitProgram) -> Fixture {
+    fixture_inspecting(rung, floor, init, &[])
+}
+
+/// [`fixture`] under a policy that has the proxy inspect `inspect` (set
+/// on the loaded policy directly, until the policy's `egress.inspect`
+/// parses).
+fn fixture_inspecting(
+    rung: Rung,
+    floor: Isolation,
+    init: InitProgram,
+    inspect: &[&str],
+) -> Fixture {
     let parent = common::work_parent("cordon-egress-");
     let files = tempfile::Builder::new()
         .prefix("cordon-egress-files-")
@@ -236,7 +248,17 @@ fn fixture(rung: Rung, floor: Isolation, init: InitProgram) -> Fixture {
         );
         assert_ne!(text, POLICY);
     }
+    if !inspect.is_empty() {
+        let with = text.replacen(
+            "  egress:\n",
+            &format!("  egress:\n    inspect: [{}]\n", inspect.join(", ")),
+            1,
+        );
+        assert_ne!(with, text, "the test policy has an egress surface to inspect on");
+        text = with;
+    }
     let policy = common::policy("egress-test.yaml", &text);
+    assert_eq!(policy.inspects_any(), !inspect.is_empty());
     let backend = common::backend(
         rung,
         policy.clone(),
@@ -1010,4 +1032,77 @@ fn the_process_rung_holds_an_allowlist_closed() {
     }
     assert_eq!(up.conns(), 1);
     f.dispose("process");
+}
+
+/// Under a policy that has the proxy inspect a host, a container-rung
+/// sandbox with a route trusts its proxy's CA without doing anything: the
+/// variables name its bundle and the CA, the bundle (also over the system
+/// path, where the host image shows one) is the host's own followed by the
+/// CA, the host's bundle is unchanged, and nothing of it outlives the
+/// sandbox.
+#[test]
+fn a_sandbox_under_an_inspecting_policy_trusts_its_proxys_ca() {
+    let Some(init) = rung_or_skip(Rung::Container, "trusts_its_proxys_ca") else {
+        return;
+    };
+    let f = fixture_inspecting(Rung::Container, Isolation::Container, init, &["ok.test"]);
+    let system = std::path::Path::new("/etc/ssl/certs/ca-certificates.crt");
+    let host_bundle = std::fs::read(system).unwrap_or_default();
+    let sb = f.acquire("ca", &["ok.test".to_string()]);
+    let o = sh(
+        &sb,
+        "env; echo '---CA'; cat /run/cordon/trust/egress-ca.pem; echo '---BUNDLE'; \
+         cat /run/cordon/trust/ca-certificates.crt; echo '---SYSTEM'; \
+         cat /etc/ssl/certs/ca-certificates.crt 2>&1; \
+         (echo x > /run/cordon/trust/egress-ca.pem) 2>/dev/null && echo WROTE; true",
+    );
+    let text = ok(&o);
+    let (env, rest) = text.split_once("---CA\n").unwrap();
+    let (ca, rest) = rest.split_once("---BUNDLE\n").unwrap();
+    let (bundle, system_seen) = rest.split_once("---SYSTEM\n").unwrap();
+    for k in [
+        "SSL_CERT_FILE",
+        "REQUESTS_CA_BUNDLE",
+        "CURL_CA_BUNDLE",
+        "PIP_CERT",
+    ] {
+        assert!(
+            env.lines()
+                .any(|l| l == format!("{k}=/run/cordon/trust/ca-certificates.crt")),
+            "{k}: {env}"
+        );
+    }
+    assert!(
+        env.lines()
+            .any(|l| l == "NODE_EXTRA_CA_CERTS=/run/cordon/trust/egress-ca.pem"),
+        "{env}"
+    );
+    assert!(ca.starts_with("-----BEGIN CERTIFICATE-----"), "{ca}");
+    assert!(bundle.ends_with(ca), "the bundle does not end with the CA");
+    let mut expect = host_bundle.clone();
+    if !expect.is_empty() && !expect.ends_with(b"\n") {
+        expect.push(b'\n');
+    }
+    expect.extend_from_slice(ca.as_bytes());
+    assert!(
+        bundle.as_bytes() == expect,
+        "the bundle is not the host's, then the CA"
+    );
+    if !host_bundle.is_empty() && !system_seen.contains("No such file") {
+        assert!(
+            system_seen.trim_end().ends_with(ca.trim_end()) && system_seen.len() > ca.len(),
+            "the system bundle does not end with the CA"
+        );
+    }
+    assert!(!system_seen.is_empty() || host_bundle.is_empty());
+    assert!(!rest.contains("WROTE"), "the CA was writable");
+    assert_eq!(std::fs::read(system).unwrap_or_default(), host_bundle);
+    // A request's own variable still wins.
+    let mine = exec_env(
+        &sb,
+        &["/bin/sh", "-c", "echo $SSL_CERT_FILE"],
+        &[("SSL_CERT_FILE", "/mine")],
+    );
+    assert_eq!(ok(&mine).trim(), "/mine");
+    f.dispose("ca");
 }

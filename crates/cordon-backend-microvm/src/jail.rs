@@ -167,6 +167,7 @@ pub fn plan(spec: &JailSpec, host_id: u32) -> Result<Plan, String> {
         },
         proxy_port: None,
         secrets_dir: None,
+        trust_dir: None,
         kvm: spec.kvm,
     };
     Plan::new(plan).map_err(|e| format!("the jail's plan is refused: {e}"))

@@ -259,12 +259,12 @@ impl MicrovmSandbox {
             ("HOME".to_string(), self.work.clone()),
             ("LANG".to_string(), "C.UTF-8".to_string()),
         ]);
-        if let Some(port) = self.proxy_port {
-            let url = format!("http://127.0.0.1:{port}");
-            for k in ["HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"] {
-                env.insert(k.into(), url.clone());
-            }
-        }
+        // No CA is placed in a guest (see `route`): a sandbox whose proxy
+        // would inspect is refused at its acquire.
+        env.extend(cordon_backend_kit::trust::egress_env(
+            self.proxy_port,
+            false,
+        ));
         let spec = PlanSpec {
             rung: Rung::Container,
             fs: t
@@ -285,6 +285,7 @@ impl MicrovmSandbox {
             tmp_dir: None,
             proxy_port: self.proxy_port,
             secrets_dir: None,
+            trust_dir: None,
             kvm: false,
             env,
             bounds: self.bounds(self.limits.wall_seconds),
@@ -340,6 +341,15 @@ fn route(
     req: &AcquireRequest,
 ) -> Result<(u16, Route), String> {
     let made = cordon_backend_kit::register::private_route(&**service, req)?;
+    if made.ca_pem.is_some() {
+        // Fail closed: the guest's files come from its packed image and
+        // what the agent writes in the work dir; nothing puts a CA in its
+        // system paths yet, so the workload would fail every inspected
+        // host's TLS.
+        return Err(cordon_backend_kit::trust::unplaced(
+            "the microvm backend cannot yet put a CA in its guest; run at the container rung, gvisor or docker",
+        ));
+    }
     Ok((
         made.port,
         Route {

@@ -120,6 +120,7 @@ mod run {
             tmp_dir: None,
             proxy_port: None,
             secrets_dir: None,
+            trust_dir: None,
             kvm: false,
             env: BTreeMap::from([("PATH".to_string(), "/usr/bin:/bin".to_string())]),
             bounds: Bounds {

@@ -62,7 +62,10 @@ pub use enforcer::{
 pub use enforcer::{ConfineError, Enforcer, Refusing};
 pub use missing::{Absent, Mechanism, Missing};
 pub use outcome::{Bound, Cancel, Outcome, Termination};
-pub use plan::{Bounds, FsRule, Ids, Plan, PlanError, PlanSpec, Rung, KVM_DEVICE, SECRETS_AT};
+pub use plan::{
+    Bounds, FsRule, Ids, Plan, PlanError, PlanSpec, Rung, KVM_DEVICE, SECRETS_AT, SYSTEM_BUNDLE,
+    TRUST_AT, TRUST_BUNDLE,
+};
 
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 pub use harden::{confine_self, Applied, HardenError, SelfConfinement};

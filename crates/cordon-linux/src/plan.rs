@@ -142,6 +142,15 @@ pub struct PlanSpec {
     /// nothing at [`SECRETS_AT`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secrets_dir: Option<PathBuf>,
+    /// Container rung only: the host directory holding the sandbox's
+    /// trust of its egress proxy's CA (its bundle [`TRUST_BUNDLE`] and the
+    /// CA alone), bound read-only (never executable) at [`TRUST_AT`] and
+    /// readable there (Landlock); its bundle is also bound read-only over
+    /// [`SYSTEM_BUNDLE`] where the sandbox's root has a file there reached
+    /// through no link. The caller makes it for this sandbox alone. `None`:
+    /// nothing at [`TRUST_AT`], the system bundle the image's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trust_dir: Option<PathBuf>,
     /// Container rung only: the host's [`KVM_DEVICE`] bound into the
     /// sandbox's `/dev`, with read, write and device ioctls (Landlock
     /// `IoctlDev`) on it alone — for a virtual machine monitor (the
@@ -161,6 +170,13 @@ pub const KVM_DEVICE: &str = "/dev/kvm";
 /// Where a sandbox sees its secrets directory ([`PlanSpec::secrets_dir`]):
 /// the protocol's `cordon_sandbox::secrets::SECRETS_DIR`.
 pub const SECRETS_AT: &str = "/run/cordon/secrets";
+
+/// Where a sandbox sees its trust directory ([`PlanSpec::trust_dir`]).
+pub const TRUST_AT: &str = "/run/cordon/trust";
+/// The bundle's name in the trust directory.
+pub const TRUST_BUNDLE: &str = "ca-certificates.crt";
+/// The system bundle path the trust directory's bundle is bound over.
+pub const SYSTEM_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
 
 /// A plan that passed validation. Fields are read through accessors.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -211,6 +227,8 @@ pub enum PlanError {
     ProxyPortZero,
     #[error("`{0}` overlaps the secrets directory `{SECRETS_AT}`, which is the launcher's alone and read-only")]
     SecretsOverlap(PathBuf),
+    #[error("`{0}` overlaps the trust directory `{TRUST_AT}`, which is the launcher's alone and read-only")]
+    TrustOverlap(PathBuf),
 }
 
 fn normal_absolute(what: &'static str, path: &Path) -> Result<(), PlanError> {
@@ -287,6 +305,11 @@ impl Plan {
     pub fn secrets_dir(&self) -> Option<&Path> {
         self.spec.secrets_dir.as_deref()
     }
+    /// The host directory bound read-only at [`TRUST_AT`], if any
+    /// (container rung).
+    pub fn trust_dir(&self) -> Option<&Path> {
+        self.spec.trust_dir.as_deref()
+    }
     /// Whether the sandbox gets [`KVM_DEVICE`] (container rung).
     pub fn kvm(&self) -> bool {
         self.spec.kvm
@@ -357,6 +380,20 @@ fn validate(spec: &PlanSpec) -> Result<(), PlanError> {
         }
         if let Some(r) = spec.fs.iter().find(|r| r.path.starts_with(at)) {
             return Err(PlanError::SecretsOverlap(r.path.clone()));
+        }
+    }
+    if let Some(dir) = &spec.trust_dir {
+        normal_absolute("trust_dir", dir)?;
+        if spec.rung == Rung::Process {
+            return Err(PlanError::ContainerOnly("trust_dir"));
+        }
+        let at = Path::new(TRUST_AT);
+        let overlaps = |p: &Path| p.starts_with(at) || at.starts_with(p);
+        if overlaps(&spec.work_dir) {
+            return Err(PlanError::TrustOverlap(spec.work_dir.clone()));
+        }
+        if let Some(r) = spec.fs.iter().find(|r| r.path.starts_with(at)) {
+            return Err(PlanError::TrustOverlap(r.path.clone()));
         }
     }
     for mask in spec.mask_paths.iter().chain(&spec.mask_executables) {
@@ -455,8 +492,30 @@ mod tests {
             },
             proxy_port: None,
             secrets_dir: None,
+            trust_dir: None,
             kvm: false,
         }
+    }
+
+    #[test]
+    fn a_trust_dir_is_the_container_rungs_and_nothing_is_granted_beneath_it() {
+        let mut s = spec();
+        s.trust_dir = Some("/var/tmp/cordon-x/trust".into());
+        let plan = Plan::new(s.clone()).unwrap();
+        assert_eq!(plan.trust_dir(), Some(Path::new("/var/tmp/cordon-x/trust")));
+        let mut p = s.clone();
+        p.fs[0].path = format!("{TRUST_AT}/a").into();
+        assert!(matches!(Plan::new(p), Err(PlanError::TrustOverlap(_))));
+        let mut p = s.clone();
+        p.work_dir = "/run".into();
+        assert!(matches!(Plan::new(p), Err(PlanError::TrustOverlap(_))));
+        let mut p = s.clone();
+        p.rung = Rung::Process;
+        p.tmp_dir = Some("/tmp/x".into());
+        assert!(matches!(
+            Plan::new(p),
+            Err(PlanError::ContainerOnly("trust_dir"))
+        ));
     }
 
     #[test]

@@ -117,6 +117,17 @@ pub(crate) fn effective(plan: &Plan) -> Vec<Rule> {
             ioctl: false,
         });
     }
+    if plan.trust_dir().is_some() {
+        // Read only: the bind is read-only too (the second layer).
+        rules.push(Rule {
+            path: PathBuf::from(crate::plan::TRUST_AT),
+            read: true,
+            write: false,
+            execute: false,
+            device: false,
+            ioctl: false,
+        });
+    }
     rules.push(Rule {
         path: PathBuf::from("/proc"),
         read: true,

@@ -27,7 +27,7 @@ use nix::sys::stat::Mode;
 use nix::sys::statvfs::{statvfs, FsFlags};
 
 use super::fs_rules::{Rule, DEVICES, SYNTHESIZED};
-use crate::plan::{Plan, SECRETS_AT};
+use crate::plan::{Plan, SECRETS_AT, SYSTEM_BUNDLE, TRUST_AT, TRUST_BUNDLE};
 
 /// The built-in `host` image: the host's system directories, read-only.
 /// `/etc` is not bound whole (unless a rule grants all of it): the sandbox
@@ -170,6 +170,9 @@ struct Bind {
     src: OwnedFd,
     is_dir: bool,
     flags: MsFlags,
+    /// Made only over a file the root already has there, reached through
+    /// no link (else left out): the trust bundle over the system one.
+    over_file: bool,
 }
 
 /// The built-in `host` image's sources: its system directories (read-only
@@ -202,6 +205,7 @@ fn host_image_sources(
                         src,
                         is_dir: true,
                         flags: flags_for(!write, exec_granted(rules, path)),
+                        over_file: false,
                     });
                 }
             }
@@ -236,6 +240,7 @@ fn host_image_sources(
                 src,
                 is_dir: meta.is_dir(),
                 flags: flags_for(!r.write, exec_granted(rules, &r.path)),
+                over_file: false,
             });
         }
     }
@@ -400,6 +405,7 @@ fn stored_image_sources(
                     src: fd,
                     is_dir: kind == FileType::Directory,
                     flags,
+                    over_file: false,
                 });
             }
             _ => {}
@@ -431,6 +437,7 @@ fn work_dir_binds(plan: &Plan, rules: &[Rule]) -> Result<Vec<Bind>, RootfsError>
         // here (the translator refuses an executable tree around it; this
         // is the second layer).
         flags: flags_for(false, false),
+        over_file: false,
     }];
     let mut beneath: Vec<&Rule> = rules
         .iter()
@@ -452,6 +459,7 @@ fn work_dir_binds(plan: &Plan, rules: &[Rule]) -> Result<Vec<Bind>, RootfsError>
                 src,
                 is_dir: meta.is_dir(),
                 flags: flags_for(!r.write, false),
+                over_file: false,
             });
         }
     }
@@ -483,7 +491,74 @@ fn secrets_bind(plan: &Plan) -> Result<Option<Bind>, RootfsError> {
         src,
         is_dir: true,
         flags: flags_for(true, false),
+        over_file: false,
     }))
+}
+
+/// The sandbox's trust directory ([`crate::plan::PlanSpec::trust_dir`]),
+/// bound read-only, never executable, at [`TRUST_AT`]; and its bundle over
+/// [`SYSTEM_BUNDLE`] where the root has a file there (last: over whatever
+/// the image or a rule put there).
+fn trust_binds(plan: &Plan) -> Result<Vec<Bind>, RootfsError> {
+    let Some(dir) = plan.trust_dir() else {
+        return Ok(Vec::new());
+    };
+    let open = |path: &Path, dir: bool| {
+        let mut flags = rustix::fs::OFlags::PATH | rustix::fs::OFlags::CLOEXEC;
+        if dir {
+            flags |= rustix::fs::OFlags::DIRECTORY;
+        }
+        // No link anywhere on the way: the directory is the caller's own,
+        // made for this sandbox.
+        rustix::fs::openat2(
+            rustix::fs::CWD,
+            path,
+            flags,
+            rustix::fs::Mode::empty(),
+            rustix::fs::ResolveFlags::NO_SYMLINKS | rustix::fs::ResolveFlags::NO_MAGICLINKS,
+        )
+        .map_err(|e| RootfsError {
+            step: "open trust dir",
+            path: path.to_path_buf(),
+            source: e.into(),
+        })
+    };
+    Ok(vec![
+        Bind {
+            target: PathBuf::from(TRUST_AT),
+            src: open(dir, true)?,
+            is_dir: true,
+            flags: flags_for(true, false),
+            over_file: false,
+        },
+        Bind {
+            target: PathBuf::from(SYSTEM_BUNDLE),
+            src: open(&dir.join(TRUST_BUNDLE), false)?,
+            is_dir: false,
+            flags: flags_for(true, false),
+            over_file: true,
+        },
+    ])
+}
+
+/// Whether the root being built has a file at `target`, reached through
+/// no link.
+fn file_in_build(target: &Path) -> bool {
+    let mut at = PathBuf::from(BUILD);
+    let parts: Vec<_> = target
+        .strip_prefix("/")
+        .unwrap_or(target)
+        .components()
+        .collect();
+    for (i, c) in parts.iter().enumerate() {
+        at.push(c);
+        match fs::symlink_metadata(&at) {
+            Ok(m) if i + 1 == parts.len() => return m.is_file(),
+            Ok(m) if m.is_dir() => {}
+            _ => return false,
+        }
+    }
+    false
 }
 
 /// A mount point for `target` (a path inside the sandbox) on the root being
@@ -661,6 +736,7 @@ fn pin_sources(plan: &Plan, rules: &[Rule], terminals: bool) -> Result<Sources, 
         .unwrap_or(binds.len());
     binds.splice(at..at, work);
     binds.extend(secrets_bind(plan)?);
+    binds.extend(trust_binds(plan)?);
     let mut devices = Vec::new();
     let kvm = plan.kvm().then(|| PathBuf::from(crate::plan::KVM_DEVICE));
     for path in DEVICES.iter().map(|d| Path::new("/dev").join(d)).chain(kvm) {
@@ -722,6 +798,9 @@ fn build_tree(plan: &Plan, rules: &[Rule], sources: &Sources) -> Result<(), Root
         &tmp_size,
     )?;
     for b in binds {
+        if b.over_file && !file_in_build(&b.target) {
+            continue;
+        }
         let at = if image.is_some() {
             mount_point_no_links(&b.target, b.is_dir)?
         } else {

@@ -145,6 +145,7 @@ impl Case {
             },
             proxy_port: None,
             secrets_dir: None,
+            trust_dir: None,
             kvm: false,
         };
         Case {
