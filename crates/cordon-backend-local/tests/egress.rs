@@ -254,7 +254,10 @@ fn fixture_inspecting(
             &format!("  egress:\n    inspect: [{}]\n", inspect.join(", ")),
             1,
         );
-        assert_ne!(with, text, "the test policy has an egress surface to inspect on");
+        assert_ne!(
+            with, text,
+            "the test policy has an egress surface to inspect on"
+        );
         text = with;
     }
     let policy = common::policy("egress-test.yaml", &text);

@@ -166,6 +166,9 @@ struct Target {
     image: &'static str,
     /// The HTTP client the workload runs in that image.
     client: Client,
+    /// Whether the backend can have its sandboxes trust an egress CA (the
+    /// microvm cannot yet: it refuses a policy that inspects).
+    inspects: bool,
 }
 
 /// An HTTP client in a sandbox's image. Each is run so that the cases read
@@ -196,7 +199,42 @@ o=urllib.request.build_opener(urllib.request.ProxyHandler({}))
 sys.stdout.write(o.open(sys.argv[1],timeout=5).read().decode())
 "#;
 
+/// Python's `urllib` sending METHOD to URL with a header `K: V` if given,
+/// exiting as `curl -f` does.
+const PY_REQUEST: &str = r#"import sys,urllib.request,urllib.error
+r=urllib.request.Request(sys.argv[2],method=sys.argv[1],data=(b"x" if sys.argv[1]=="POST" else None))
+if len(sys.argv)>3:
+    k,v=sys.argv[3].split(":",1); r.add_header(k,v.strip())
+try:
+    sys.stdout.write(urllib.request.urlopen(r,timeout=10).read().decode())
+except urllib.error.HTTPError as e:
+    sys.stderr.write("HTTP error %d\n" % e.code); sys.exit(22)
+"#;
+
 impl Client {
+    /// The argv that sends `method` to `url` (with `header`, `K: V`),
+    /// through the sandbox's proxy variables, with no TLS flag at all.
+    fn request(self, method: &str, url: &str, header: Option<&str>) -> Vec<String> {
+        let mut v: Vec<String> = match self {
+            Client::Curl => {
+                let mut v = curl(url);
+                v.extend(["-X".to_string(), method.to_string()]);
+                if method == "POST" {
+                    v.extend(["-d".to_string(), "x".to_string()]);
+                }
+                if let Some(h) = header {
+                    v.extend(["-H".to_string(), h.to_string()]);
+                }
+                return v;
+            }
+            Client::Python => ["/usr/bin/python3", "-c", PY_REQUEST, method, url]
+                .map(String::from)
+                .to_vec(),
+        };
+        v.extend(header.map(str::to_string));
+        v
+    }
+
     /// The argv that fetches `url` through the sandbox's proxy variables.
     fn fetch(self, url: &str) -> Vec<String> {
         match self {
@@ -245,6 +283,7 @@ const CONTAINER: Target = Target {
     args: &["--min-isolation", "container"],
     image: "host",
     client: Client::Curl,
+    inspects: true,
     ready: |case| {
         can_sandbox(case).then(|| Ready {
             env: Vec::new(),
@@ -259,6 +298,7 @@ const DOCKER: Target = Target {
     args: &["--min-isolation", "container", "--backend", "docker"],
     image: "host",
     client: Client::Curl,
+    inspects: true,
     ready: |case| {
         let engine = cordon_testkit::dockerd::Dockerd::start(case)?;
         Some(Ready {
@@ -274,6 +314,7 @@ const GVISOR: Target = Target {
     args: &["--min-isolation", "hardened_container"],
     image: "host",
     client: Client::Curl,
+    inspects: true,
     ready: |case| {
         can_run_gvisor(case).then(|| Ready {
             env: Vec::new(),
@@ -293,6 +334,7 @@ const MICROVM: Target = Target {
     args: &["--min-isolation", "container", "--backend", "microvm"],
     image: CI_IMAGE,
     client: Client::Python,
+    inspects: false,
     ready: |case| {
         let cordon = cordon_testkit::cordon!();
         if !cordon_testkit::runs_here(
@@ -327,6 +369,10 @@ macro_rules! against_every_backend {
             #[test]
             fn a_kept_sandbox_has_its_route_through_its_keeper() {
                 super::a_kept_sandbox_has_its_route_through_its_keeper(&$t)
+            }
+            #[test]
+            fn https_to_an_inspected_host_is_decided_per_request() {
+                super::https_to_an_inspected_host_is_decided_per_request(&$t)
             }
         }
     )*};
@@ -832,6 +878,102 @@ fn a_spec_entry_the_policy_denies_is_refused_before_anything_starts(t: &Target) 
     let (code, _, err) = f.cordon_env(&argv, &env);
     assert_eq!(code, 125, "{err}");
     assert!(err.contains("ok.test:8080"), "{err}");
+}
+
+/// An inspected host over https, from the workload's own client with no
+/// flag (the sandbox trusts its CA): a GET the policy allows reaches the
+/// upstream (which the proxy verified against the policy's roots for it);
+/// a POST under a GET-only rule, a path under `/admin` and a request
+/// fronting another host are refused (`403`, curl's exit 22) and reach
+/// nothing; the audit log has each with its method and path.
+fn https_to_an_inspected_host_is_decided_per_request(t: &Target) {
+    let Some(ready) = (t.ready)("https_to_an_inspected_host_is_decided_per_request") else {
+        return;
+    };
+    let env = ready.env.clone();
+    let up = cordon_testkit::https::upstream(&["api.test"]);
+    let port = up.port;
+    let f = Fixture::for_target(t, &[format!("api.test:{port}"), format!("ok.test:{port}")]);
+    std::fs::write(f.path("upstream-ca.pem"), &up.ca_pem).unwrap();
+    std::fs::write(f.path("hosts"), "127.0.0.1 ok.test other.test api.test\n").unwrap();
+    let text = policy()
+        .replacen(
+            "  egress:\n",
+            "  egress:\n    inspect: [{host: api.test, ca: ./upstream-ca.pem}]\n",
+            1,
+        )
+        .replace(
+            "hosts: [ok.test, other.test]",
+            "hosts: [ok.test, other.test, api.test]",
+        )
+        .replace(
+            r#"when: host == "ok.test" || host == "other.test""#,
+            r#"when: host == "ok.test" || host == "other.test" || (host == "api.test" && method == "GET")"#,
+        )
+        .replace(
+            "    deny:\n",
+            "    deny:\n      - name: no-admin\n        when: host == \"api.test\" && path.startsWith(\"/admin\")\n",
+        );
+    assert!(
+        text.contains("no-admin") && text.contains("inspect:"),
+        "{text}"
+    );
+    std::fs::write(f.path("policy.yaml"), text).unwrap();
+    let url = |p: &str| format!("https://api.test:{port}{p}");
+    let run = |argv: Vec<String>| {
+        let mut args: Vec<String> = vec!["run".into()];
+        args.extend(f.selection(t));
+        args.push("--".into());
+        args.extend(argv);
+        let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+        f.cordon_env(&argv, &env)
+    };
+    let (code, out, err) = run(t.client.fetch(&url("/v1/models")));
+    if !t.inspects {
+        assert_eq!(code, 125, "{out}{err}");
+        assert!(err.contains("inspect"), "the refusal says why: {err}");
+        assert!(up.seen.lock().unwrap().is_empty());
+        return;
+    }
+    assert_eq!((code, out.as_str()), (0, "hello GET /v1/models"), "{err}");
+    for (what, argv) in [
+        (
+            "a POST under a GET-only rule",
+            t.client.request("POST", &url("/v1/models"), None),
+        ),
+        (
+            "a path under /admin",
+            t.client.request("GET", &url("/admin/users"), None),
+        ),
+        (
+            "a fronted Host",
+            t.client
+                .request("GET", &url("/v1/models"), Some("Host: ok.test")),
+        ),
+    ] {
+        let (code, out, err) = run(argv);
+        assert_eq!(code, 22, "{what}: {out}{err}");
+    }
+    let seen = up.seen.lock().unwrap().clone();
+    assert_eq!(
+        seen.len(),
+        1,
+        "only the allowed GET reached the upstream: {seen:?}"
+    );
+    let lines = f.audit();
+    let https: Vec<&serde_json::Value> = lines.iter().filter(|l| l["kind"] == "https").collect();
+    assert!(
+        https
+            .iter()
+            .any(|l| l["verdict"] == "deny" && l["facts"]["method"] == "POST"),
+        "{https:?}"
+    );
+    assert!(
+        https
+            .iter()
+            .any(|l| l["verdict"] == "deny" && l["facts"]["path"] == "/admin/users"),
+        "{https:?}"
+    );
 }
 
 fn a_kept_sandbox_has_its_route_through_its_keeper(t: &Target) {

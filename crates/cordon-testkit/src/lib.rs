@@ -17,6 +17,7 @@ use std::path::{Path, PathBuf};
 
 mod cordon;
 pub mod dockerd;
+pub mod https;
 mod image;
 pub mod policy;
 pub mod suite;
