@@ -90,6 +90,7 @@ fn another_backend_disposes_of_a_scope_from_runscs_listing() {
             wall_seconds: 60,
             disk_bytes: 1 << 26,
         },
+        brokered: Vec::new(),
     };
     let maker = backend(&policy, scratch.path(), &runsc);
     let sandbox = maker.acquire(&req).unwrap();

@@ -189,6 +189,16 @@ pub fn serve_route(
             sandbox: req.key.to_string(),
             identity: req.provenance.identity.clone(),
             allow: Some(req.provenance.spec.egress_allow().to_vec()),
+            brokered: req
+                .brokered
+                .iter()
+                .map(|b| cordon_egress::BrokeredSecret {
+                    name: b.name.to_string(),
+                    placeholder: b.placeholder.clone(),
+                    value: b.value.expose().to_vec(),
+                    to: b.to.clone(),
+                })
+                .collect(),
         },
     )
 }

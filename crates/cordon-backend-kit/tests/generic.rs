@@ -156,6 +156,7 @@ fn request(thread: &str, agent_dir: &str) -> AcquireRequest {
             wall_seconds: 60,
             disk_bytes: 1 << 28,
         },
+        brokered: Vec::new(),
     }
 }
 

@@ -381,6 +381,7 @@ mod bench {
                     policy_digest: kit.policy.digest.clone(),
                 },
                 limits,
+                brokered: Vec::new(),
             })
             .unwrap()
     }

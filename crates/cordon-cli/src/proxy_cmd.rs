@@ -196,6 +196,7 @@ pub fn run(a: ProxyArgs) -> ExitCode {
         sandbox: format!("proxy@{local}"),
         identity,
         allow,
+        brokered: Vec::new(),
     };
     let _serving = match host.serve(listener, caller) {
         Ok(s) => s,

@@ -417,6 +417,7 @@ fn the_keeper_keeps_it() {
             wall_seconds: 60,
             disk_bytes: 1 << 28,
         },
+        brokered: Vec::new(),
     };
     let s = kept.acquire(&req).unwrap();
     // The keeper holds it: a second acquire finds it through the state

@@ -55,6 +55,10 @@ pub struct AuditLine {
     pub bytes_up: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub bytes_down: Option<u64>,
+    /// The brokered secrets whose value the proxy put in this request
+    /// (names only; never a value).
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub secrets: Vec<String>,
 }
 
 impl AuditLine {
@@ -328,6 +332,7 @@ mod tests {
             },
             bytes_up: None,
             bytes_down: None,
+            secrets: Vec::new(),
         }
     }
 

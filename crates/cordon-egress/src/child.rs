@@ -92,6 +92,18 @@ struct WireCaller {
     sandbox: String,
     identity: Identity,
     allow: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    brokered: Vec<WireBrokered>,
+}
+
+/// A brokered secret on the control channel (owner to child only).
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WireBrokered {
+    name: String,
+    placeholder: String,
+    value: Vec<u8>,
+    to: Vec<String>,
 }
 
 impl WireCaller {
@@ -118,6 +130,16 @@ impl WireCaller {
             sandbox: c.sandbox.clone(),
             identity: c.identity.clone(),
             allow,
+            brokered: c
+                .brokered
+                .iter()
+                .map(|b| WireBrokered {
+                    name: b.name.clone(),
+                    placeholder: b.placeholder.clone(),
+                    value: b.value.clone(),
+                    to: b.to.clone(),
+                })
+                .collect(),
         })
     }
 
@@ -134,6 +156,16 @@ impl WireCaller {
             sandbox: self.sandbox,
             identity: self.identity,
             allow,
+            brokered: self
+                .brokered
+                .into_iter()
+                .map(|b| crate::BrokeredSecret {
+                    name: b.name,
+                    placeholder: b.placeholder,
+                    value: b.value,
+                    to: b.to,
+                })
+                .collect(),
         })
     }
 }

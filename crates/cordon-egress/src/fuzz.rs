@@ -144,6 +144,7 @@ pub fn egress_inspected(data: &[u8]) -> usize {
                 labels: Default::default(),
             },
             allow: None,
+            brokered: Vec::new(),
         });
         let (mut client, proxy_side) = tokio::io::duplex(64 * 1024);
         let (to_upstream, upstream_side) = tokio::io::duplex(64 * 1024);

@@ -25,4 +25,4 @@ pub use child::{
     child_main, start_service, ChildServing, ConfineFn, EgressService, ProxyChild, Served,
 };
 pub use host::{config_from_setup, EgressHost, Opened, Serving, MAX_CONNECTIONS};
-pub use proxy::{Caller, Capped, Proxy, ProxyConfig, Timeouts};
+pub use proxy::{BrokeredSecret, Caller, Capped, Proxy, ProxyConfig, Timeouts};

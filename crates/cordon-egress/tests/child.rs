@@ -155,6 +155,7 @@ fn caller(allow: &[String]) -> Caller {
                 .map(|e| EgressEntry::parse(e).unwrap())
                 .collect(),
         ),
+        brokered: Vec::new(),
     }
 }
 

@@ -43,7 +43,17 @@ policy:
       - name: no-debug-query
         when: host == "api.test" && "debug" in query
     max_response_bytes: 64KiB
+  secret:
+    allow:
+      - name: key-to-models-only
+        when: >-
+          secret.name == "openai/key" && destination.host == "api.test" &&
+          destination.header == "authorization" && destination.path.startsWith("/v1/")
 "#;
+
+/// The brokered secret of the tests: its value never reaches the sandbox.
+const VALUE: &str = "sk-live-0123456789abcdef";
+const PLACEHOLDER: &str = "cordon-secret-00112233445566778899aabbccddeeff";
 
 /// The test's own CA and an upstream leaf for each name.
 struct TestPki {
@@ -167,6 +177,15 @@ struct Setup {
 /// The proxy with `POLICY`, inspecting `inspect` (each with the test's
 /// roots when `roots`), names resolving to loopback.
 async fn proxy(inspect: &[&str], roots: Option<&str>, port: u16) -> Setup {
+    proxy_brokering(inspect, roots, port, Vec::new()).await
+}
+
+async fn proxy_brokering(
+    inspect: &[&str],
+    roots: Option<&str>,
+    port: u16,
+    brokered: Vec<cordon_egress::BrokeredSecret>,
+) -> Setup {
     // The policy names the inspected hosts (and the test's roots for
     // them) in its root layer, as a deployment would.
     let dir = tempfile::tempdir().unwrap();
@@ -233,6 +252,7 @@ async fn proxy(inspect: &[&str], roots: Option<&str>, port: u16) -> Setup {
             EgressEntry::parse(&format!("api.test:{port}")).unwrap(),
             EgressEntry::parse(&format!("other.test:{port}")).unwrap(),
         ]),
+        brokered,
     };
     let ca = p.sandbox_ca(&caller).unwrap();
     let ca_pem = ca
@@ -558,4 +578,142 @@ async fn two_sandboxes_get_two_authorities() {
     let a = proxy(&["api.test"], None, 443).await;
     let b = proxy(&["api.test"], None, 443).await;
     assert_ne!(a.ca_pem, b.ca_pem);
+}
+
+/// A brokered secret: the placeholder becomes the value only in the
+/// `authorization` header of a request to `api.test` under `/v1/` (the
+/// policy's secret rule); anywhere else — another header, another path,
+/// another allowed host, a query string, a body, a tunnel's name — the
+/// request is refused and audited, and the value is in no audit line and
+/// no answer.
+#[tokio::test]
+async fn a_brokered_secret_goes_only_where_the_policy_lets_it() {
+    let pki = test_pki();
+    let (up, seen) = upstream(&pki, &["api.test", "other.test"]).await;
+    let port = up.port();
+    let s = proxy_brokering(
+        &["api.test", "other.test"],
+        Some(&pki.ca_pem),
+        port,
+        vec![cordon_egress::BrokeredSecret {
+            name: "openai/key".into(),
+            placeholder: PLACEHOLDER.into(),
+            value: VALUE.as_bytes().to_vec(),
+            to: vec!["api.test".into()],
+        }],
+    )
+    .await;
+    let bearer = format!("Bearer {PLACEHOLDER}");
+    let auth = format!("api.test:{port}");
+    let tls = through(&s, "api.test", port, &s.ca_pem, &[b"http/1.1"])
+        .await
+        .unwrap();
+    let got = requests(
+        tls,
+        vec![
+            req_with(
+                "GET",
+                "/v1/models",
+                Some(&auth),
+                false,
+                &[("authorization", &bearer)],
+            ),
+            req_with(
+                "GET",
+                "/v2/models",
+                Some(&auth),
+                false,
+                &[("authorization", &bearer)],
+            ),
+            req_with(
+                "GET",
+                "/v1/models",
+                Some(&auth),
+                false,
+                &[("x-api-key", PLACEHOLDER)],
+            ),
+            req(
+                "GET",
+                &format!("/v1/models?k={PLACEHOLDER}"),
+                Some(&auth),
+                false,
+            ),
+        ],
+    )
+    .await;
+    assert_eq!(got[0].0, 200, "{got:?}");
+    for (i, what) in [
+        (1, "another path"),
+        (2, "another header"),
+        (3, "a query string"),
+    ] {
+        assert_eq!(got[i].0, 403, "{what}: {got:?}");
+        assert!(got[i].1.contains("exfiltration"), "{what}: {got:?}");
+    }
+    // Another allowed, inspected host: in a header, and in a body.
+    let other = format!("other.test:{port}");
+    let tls = through(&s, "other.test", port, &s.ca_pem, &[b"http/1.1"])
+        .await
+        .unwrap();
+    let mut body_req = req("POST", "/upload", Some(&other), false);
+    *body_req.body_mut() = Full::new(Bytes::from(format!("data={PLACEHOLDER}&x=1")));
+    let got2 = requests(
+        tls,
+        vec![req_with(
+            "GET",
+            "/",
+            Some(&other),
+            false,
+            &[("authorization", &bearer)],
+        )],
+    )
+    .await;
+    assert_eq!(got2[0].0, 403, "{got2:?}");
+    let tls = through(&s, "other.test", port, &s.ca_pem, &[b"http/1.1"])
+        .await
+        .unwrap();
+    let got3 = requests(tls, vec![body_req]).await;
+    assert_eq!(got3[0].0, 403, "a placeholder in a body: {got3:?}");
+    // A tunnel named with the placeholder: refused before any lookup.
+    let named = format!("{PLACEHOLDER}.api.test");
+    let refused = through(&s, &named, port, &s.ca_pem, &[b"http/1.1"]).await;
+    assert!(
+        refused.as_ref().is_err_and(|e| e.contains("403")),
+        "{:?}",
+        refused.err()
+    );
+
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(
+        seen.len(),
+        1,
+        "only the allowed use reached an upstream: {seen:?}"
+    );
+    assert!(
+        seen[0].ends_with(&format!("Bearer {VALUE}")),
+        "the upstream got the value: {seen:?}"
+    );
+    assert!(seen.iter().all(|l| !l.contains(PLACEHOLDER)));
+    // The audit log names the secret, never its value.
+    let text: String = s
+        .audit
+        .lines()
+        .iter()
+        .map(|l| serde_json::to_string(l).unwrap())
+        .collect();
+    assert!(!text.contains(VALUE), "the value is in the audit log");
+    assert!(
+        text.contains(r#""secrets":["openai/key"]"#),
+        "the use is audited by name"
+    );
+    assert!(
+        text.matches("exfiltration").count() >= 6,
+        "each attempt is audited: {text}"
+    );
+    for answer in got.iter().chain(&got2).chain(&got3) {
+        assert!(
+            !answer.1.contains(VALUE),
+            "an answer holds the value: {answer:?}"
+        );
+    }
 }

@@ -293,6 +293,7 @@ async fn proxy_bounded(
             labels: Default::default(),
         },
         allow: allow.map(|l| l.iter().map(|e| EgressEntry::parse(e).unwrap()).collect()),
+        brokered: Vec::new(),
     };
     let task = tokio::spawn(p.clone().serve(l, Arc::new(caller.clone()), None));
     Setup {

@@ -97,6 +97,9 @@ pub struct AcquireRequest {
     pub key: SandboxKey,
     pub provenance: Provenance,
     pub limits: Limits,
+    /// The spec's secrets asked for as placeholders, with their values:
+    /// for the sandbox's egress proxy only (never the sandbox).
+    pub brokered: Vec<crate::secrets::Brokered>,
 }
 
 /// A failure inside a backend.

@@ -108,6 +108,6 @@ pub use registry::{
     SelfCommand, WorkDirView,
 };
 pub use router::{Refusal, Router, RouterBuilder, RouterError, Scoped, Warning};
-pub use secrets::{SecretError, SecretProvider, SecretValue};
+pub use secrets::{Brokered, SecretError, SecretProvider, SecretValue};
 pub use sink::{Artifact, ArtifactHandle, LandedArtifact, OutputSink, SinkError};
 pub use spec::{spec_json_schema, PlaceholderAsk, ResourceAsk, SandboxSpec, SecretName, SpecError};

@@ -29,6 +29,10 @@ pub use crate::router_error::{Refusal, Refusals, RouterError};
 use crate::secrets::{secret_path, SecretError, SecretProvider, SecretValue, SECRET_MODE};
 use crate::spec::{SandboxSpec, SecretName};
 
+/// The largest value of a secret brokered at the egress proxy: it goes
+/// into a request header (and through the proxy's control channel).
+pub const MAX_BROKERED_BYTES: usize = 8 * 1024;
+
 /// Something that is permitted but worth knowing.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Warning {
@@ -204,6 +208,7 @@ impl RouterBuilder {
             env: self.env,
             secrets: self.secrets,
             clock: self.clock,
+            placeholders: Default::default(),
         })
     }
 }
@@ -218,6 +223,8 @@ pub struct Router {
     env: Deployment,
     secrets: Option<Arc<dyn SecretProvider>>,
     clock: Clock,
+    /// Each placeholder secret's placeholder, by (sandbox, name).
+    placeholders: std::sync::Mutex<std::collections::HashMap<(String, String), String>>,
 }
 
 impl fmt::Debug for Router {
@@ -453,25 +460,21 @@ impl Router {
             }
         }
         for name in spec.secrets() {
-            let facts = SecretFacts {
-                name: name.as_str().to_string(),
-                // Where the value will be sent is unknown here: a rule
-                // that reads `destination` is open, so denied below.
-                destination: None,
-            };
-            let d = self
-                .policy
-                .decide(&self.request(identity, SurfaceFacts::Secret(facts)));
-            // INVARIANT: this is the final enforcing point for secrets, so
-            // undetermined is deny.
-            if !d.is_allowed() {
-                return Err(RouterError::SecretDenied {
-                    kind: spec.kind().to_string(),
-                    name: name.to_string(),
-                    identity: who(identity),
-                    why: self.explain(&d),
-                    rules: self.rule_names(&d),
-                });
+            match spec.placeholder(name) {
+                None => self.ensure_secret_granted(identity, spec, name, None)?,
+                Some(p) => {
+                    for host in &p.to {
+                        // The proxy must see (and rewrite) its requests.
+                        if self.policy.inspection(host).is_none() {
+                            return Err(RouterError::PlaceholderNotInspected {
+                                kind: spec.kind().to_string(),
+                                name: name.to_string(),
+                                host: host.clone(),
+                            });
+                        }
+                        self.ensure_secret_granted(identity, spec, name, Some(host))?;
+                    }
+                }
             }
         }
         Ok(Limits {
@@ -517,6 +520,48 @@ impl Router {
         let a = self.select(spec)?;
         let limits = self.ensure_policy_allows(&caller.identity, spec)?;
         let secrets = self.read_secrets(spec)?;
+        // A placeholder secret: the proxy gets the value, the sandbox
+        // (below) the placeholder.
+        let mut brokered = Vec::new();
+        let mut files = Vec::new();
+        for (name, value) in secrets {
+            match spec.placeholder(&name) {
+                Some(p) => {
+                    // A stored file's one trailing newline is not part of
+                    // a value sent in a header.
+                    let raw = value.expose();
+                    let v = raw
+                        .strip_suffix(b"\r\n")
+                        .or_else(|| raw.strip_suffix(b"\n"))
+                        .unwrap_or(raw);
+                    let value = SecretValue::new(v.to_vec());
+                    let v = value.expose();
+                    if v.len() > MAX_BROKERED_BYTES
+                        || v.iter().any(|b| matches!(b, b'\r' | b'\n' | 0))
+                    {
+                        return Err(RouterError::Secret {
+                            source: SecretError::Refused {
+                                name: name.to_string(),
+                                reason: format!("a placeholder's value is put in a request header, so it must be at most {MAX_BROKERED_BYTES} bytes with no CR, LF or NUL (one trailing newline is dropped); fix the stored value, or ask for the secret as a file"),
+                            },
+                        });
+                    }
+                    let placeholder = self.placeholder(&caller.key, &name)?;
+                    files.push((
+                        name.clone(),
+                        SecretValue::new(placeholder.clone().into_bytes()),
+                    ));
+                    brokered.push(crate::secrets::Brokered {
+                        name,
+                        placeholder,
+                        value,
+                        to: p.to.clone(),
+                    });
+                }
+                None => files.push((name, value)),
+            }
+        }
+        let secrets = files;
         let req = AcquireRequest {
             key: caller.key,
             provenance: Provenance {
@@ -525,6 +570,7 @@ impl Router {
                 policy_digest: self.policy.digest.clone(),
             },
             limits,
+            brokered,
         };
         let sandbox = a
             .backend
@@ -575,6 +621,78 @@ impl Router {
         ))
     }
 
+    /// One secret on the secret surface. A secret handed in as a value
+    /// (`toward` none): this is the final enforcing point, so only an allow
+    /// grants (a rule reading `destination` is open here, so denied). A
+    /// placeholder toward `toward`: decided with `destination.host` bound;
+    /// only a certain deny, or an open rule needing more than the
+    /// request's own destination facts, refuses here — the proxy decides
+    /// every use with method, path and header known, where only an allow
+    /// puts the value in.
+    fn ensure_secret_granted(
+        &self,
+        identity: &Identity,
+        spec: &SandboxSpec,
+        name: &SecretName,
+        toward: Option<&String>,
+    ) -> Result<(), RouterError> {
+        let facts = SecretFacts {
+            name: name.as_str().to_string(),
+            destination: toward.map(|host| cordon_policy::Destination {
+                host: host.clone(),
+                method: None,
+                path: None,
+                header: None,
+            }),
+        };
+        let d = self
+            .policy
+            .decide(&self.request(identity, SurfaceFacts::Secret(facts)));
+        let open_only_at_the_proxy = toward.is_some()
+            && d.verdict == Verdict::Undetermined
+            && d.errors.is_empty()
+            && !d.unknown.is_empty()
+            && d.unknown.iter().all(|f| {
+                matches!(
+                    f.spelling(),
+                    "destination.method" | "destination.path" | "destination.header"
+                )
+            });
+        if d.is_allowed() || open_only_at_the_proxy {
+            return Ok(());
+        }
+        Err(RouterError::SecretDenied {
+            kind: spec.kind().to_string(),
+            name: name.to_string(),
+            identity: who(identity),
+            why: self.explain(&d),
+            rules: self.rule_names(&d),
+        })
+    }
+
+    /// The placeholder of `name` in the sandbox `key`: the same one for
+    /// every acquire of that sandbox through this router (its proxy was
+    /// handed it when the sandbox was made).
+    fn placeholder(
+        &self,
+        key: &crate::key::SandboxKey,
+        name: &SecretName,
+    ) -> Result<String, RouterError> {
+        let mut map = self.placeholders.lock().unwrap_or_else(|p| p.into_inner());
+        let k = (key.id(), name.as_str().to_string());
+        if let Some(p) = map.get(&k) {
+            return Ok(p.clone());
+        }
+        let p = crate::secrets::new_placeholder().map_err(|reason| RouterError::Secret {
+            source: SecretError::Refused {
+                name: name.to_string(),
+                reason: format!("no placeholder could be made: {reason}"),
+            },
+        })?;
+        map.insert(k, p.clone());
+        Ok(p)
+    }
+
     /// Disposes of the caller's sandbox on every backend; returns how many
     /// were disposed. Every backend is asked, whatever another answered;
     /// one that failed (or panicked) makes the whole an error,
@@ -582,6 +700,11 @@ impl Router {
     /// dispose is never a count.
     pub fn dispose(&self, caller: &CallerContext) -> Result<usize, RouterError> {
         let key = caller.resolve()?.key;
+        let id = key.id();
+        self.placeholders
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|(k, _), _| k != &id);
         let mut n = 0;
         let mut failures = Vec::new();
         for a in &self.backends {

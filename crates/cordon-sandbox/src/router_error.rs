@@ -130,6 +130,12 @@ pub enum RouterError {
         /// The deciding rules, `file:line` (none: no rule granted it).
         rules: Box<[String]>,
     },
+    #[error("secret `{name}` of spec `{kind}` is asked for as a placeholder toward `{host}`, which the policy does not inspect: the egress proxy could neither see its requests nor put the value in them; add `{host}` to `egress.inspect` in the root policy, or ask for the secret as a file")]
+    PlaceholderNotInspected {
+        kind: String,
+        name: String,
+        host: String,
+    },
     #[error(transparent)]
     Secret { source: SecretError },
     #[error("sandbox `{key}` exists but was created for a different {what}; it is not handed back: dispose of it (`Router::dispose` or the scope) to create a new one, or use another `agent_dir`")]
@@ -168,6 +174,7 @@ impl RouterError {
             | RouterError::AboveBound { .. }
             | RouterError::EgressDenied { .. }
             | RouterError::SecretDenied { .. }
+            | RouterError::PlaceholderNotInspected { .. }
             | RouterError::Mismatch { .. }
             | RouterError::ToolsDenied
             | RouterError::ToolIdentityDenied { .. } => ErrorKind::Refused,

@@ -49,6 +49,43 @@ impl fmt::Debug for SecretValue {
     }
 }
 
+/// A secret brokered at the egress proxy: the workload holds
+/// `placeholder` (in the secret's file), never `value`; the proxy puts the
+/// value in its place only in a request to one of `to` that the policy's
+/// secret surface allows with every destination fact known.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Brokered {
+    pub name: SecretName,
+    pub placeholder: String,
+    pub value: SecretValue,
+    /// Canonical host names.
+    pub to: Vec<String>,
+}
+
+impl fmt::Debug for Brokered {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Brokered")
+            .field("name", &self.name)
+            .field("placeholder", &self.placeholder)
+            .field("value", &self.value)
+            .field("to", &self.to)
+            .finish()
+    }
+}
+
+/// The prefix of every placeholder: what the proxy looks for.
+pub const PLACEHOLDER_PREFIX: &str = "cordon-secret-";
+
+/// A fresh placeholder: the prefix and 128 random bits, hex.
+pub fn new_placeholder() -> Result<String, String> {
+    let mut b = [0u8; 16];
+    getrandom::fill(&mut b).map_err(|e| format!("the system's randomness: {e}"))?;
+    Ok(format!(
+        "{PLACEHOLDER_PREFIX}{}",
+        b.iter().map(|x| format!("{x:02x}")).collect::<String>()
+    ))
+}
+
 /// A secret that could not be read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SecretError {

@@ -29,11 +29,24 @@ struct SpecDoc<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     min_isolation: Option<&'static str>,
     resources: ResourcesDoc,
-    secrets: Vec<&'a str>,
+    secrets: Vec<SecretDoc<'a>>,
     declared_outputs: Vec<OutputDoc<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     files_out: Option<LimitsDoc>,
     outputs_named_at_call_time: bool,
+}
+
+/// A secret: its name, or (asked for as a placeholder) the map form.
+#[derive(Serialize)]
+#[serde(untagged)]
+enum SecretDoc<'a> {
+    Name(&'a str),
+    Placeholder {
+        name: &'a str,
+        #[serde(rename = "as")]
+        delivery: &'static str,
+        to: &'a [String],
+    },
 }
 
 #[derive(Serialize)]
@@ -85,7 +98,18 @@ impl SandboxSpec {
                 wall_seconds: s(r.wall_seconds),
                 disk: s(r.disk),
             },
-            secrets: self.secrets().iter().map(|n| n.as_str()).collect(),
+            secrets: self
+                .secrets()
+                .iter()
+                .map(|n| match self.placeholder(n) {
+                    Some(p) => SecretDoc::Placeholder {
+                        name: n.as_str(),
+                        delivery: "placeholder",
+                        to: &p.to,
+                    },
+                    None => SecretDoc::Name(n.as_str()),
+                })
+                .collect(),
             declared_outputs: self
                 .declared_outputs()
                 .iter()
@@ -155,11 +179,13 @@ mod tests {
 kind: diagram
 image: diagram-sandbox:1
 work_dir: /work
-egress_allow: [pypi.org, "*.pythonhosted.org:443"]
+egress_allow: [pypi.org, "*.pythonhosted.org:443", api.openai.com]
 requires: [exec, files_in]
 min_isolation: microvm
 resources: {memory: 256MiB, processes: 16, wall_seconds: 120}
-secrets: [team-a/pypi-token]
+secrets:
+  - team-a/pypi-token
+  - {name: openai/key, as: placeholder, to: [api.openai.com]}
 declared_outputs:
   - {path: out/chart.png, media_type: image/png, required: false}
   - {path: result.json, media_type: application/json, disposition: consume, name: r.json}

@@ -379,12 +379,25 @@ impl Proxy {
                 return text(StatusCode::BAD_GATEWAY, why);
             }
         };
+        let (mut parts, body) = req.into_parts();
+        strip_hop_by_hop(&mut parts.headers);
+        // Brokered secrets: each placeholder in a header becomes its value
+        // where the policy allows; anywhere else the request is refused.
+        let method = parts.method.as_str().to_string();
+        let path = r.facts.path.clone().unwrap_or_default();
+        match self.broker_headers(&r, &parts.uri, &mut parts.headers, &s.host, &method, &path) {
+            Ok(used) => r.secrets = used,
+            Err(why) => return self.refuse(&r, StatusCode::FORBIDDEN, &why, None),
+        }
         if !self.record(&r, "allow", 0, "allowed", Some(&d)) {
             return self.unrecorded(&r);
         }
-        let (mut parts, body) = req.into_parts();
-        strip_hop_by_hop(&mut parts.headers);
-        let body: Body = body.map_err(BoxError::from).boxed();
+        let found = Arc::new(super::broker::Found::default());
+        let body = super::broker::ScanBody::wrap(
+            body.map_err(BoxError::from).boxed(),
+            &s.caller,
+            found.clone(),
+        );
         let sent = match up {
             UpSend::H1(send) => {
                 parts.uri = t.origin;
@@ -431,6 +444,15 @@ impl Proxy {
                     cap: s.cap,
                 };
                 hyper::Response::from_parts(parts, body.boxed())
+            }
+            Err(_) if found.hit.load(Ordering::SeqCst) => {
+                let name = found.name.lock().unwrap_or_else(|p| p.into_inner()).clone();
+                let why = format!(
+                    "the placeholder of secret `{}` is in the request body toward `{}`, where its value may not go; refused as an exfiltration attempt (the request was cut off)",
+                    name.unwrap_or_default(),
+                    s.host
+                );
+                self.refuse(&r, StatusCode::FORBIDDEN, &why, None)
             }
             Err(e) => {
                 let why = format!("upstream: {e}");

@@ -37,6 +37,7 @@
 //! - `tunnel`: the CONNECT path; `plain`: the absolute-form HTTP path;
 //! - `serve`: the listener, a connection's service, and step 0.
 
+mod broker;
 mod budget;
 mod capped;
 mod decide;
@@ -55,7 +56,6 @@ use std::time::Duration;
 
 use cordon_policy::{Deployment, Identity, Policy};
 use cordon_sandbox::{AuditBounds, EgressEntry};
-use hyper::body::Incoming;
 
 use crate::audit::Audit;
 use crate::classify::Classifier;
@@ -75,6 +75,30 @@ pub struct Caller {
     /// standalone proxy without `--allow`), and ports are 443 for tunnels
     /// and 80 for plain HTTP.
     pub allow: Option<Vec<EgressEntry>>,
+    /// The sandbox's secrets brokered here: the workload holds each one's
+    /// placeholder; the proxy puts the value in its place only toward
+    /// where the policy allows (see `broker`).
+    pub brokered: Vec<BrokeredSecret>,
+}
+
+/// A secret the proxy brokers for one sandbox. `Debug` shows no value.
+#[derive(Clone)]
+pub struct BrokeredSecret {
+    pub name: String,
+    pub placeholder: String,
+    pub value: Vec<u8>,
+    /// Canonical host names.
+    pub to: Vec<String>,
+}
+
+impl std::fmt::Debug for BrokeredSecret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BrokeredSecret")
+            .field("name", &self.name)
+            .field("placeholder", &self.placeholder)
+            .field("to", &self.to)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Time bounds.
@@ -161,7 +185,7 @@ impl Proxy {
 struct Upstream {
     ip: IpAddr,
     port: u16,
-    send: hyper::client::conn::http1::SendRequest<Incoming>,
+    send: hyper::client::conn::http1::SendRequest<http::Body>,
     /// What may still be read before the cap; reset for each response.
     left: Arc<AtomicU64>,
     exceeded: Arc<AtomicU64>,

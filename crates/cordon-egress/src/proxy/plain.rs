@@ -139,7 +139,7 @@ impl Proxy {
         let io = TokioIo::new(Capped::new(stream, left.clone(), exceeded.clone()));
         let (send, conn) = match hyper::client::conn::http1::Builder::new()
             .max_buf_size(MAX_HEAD)
-            .handshake::<_, Incoming>(io)
+            .handshake::<_, Body>(io)
             .await
         {
             Ok(x) => x,
@@ -167,6 +167,7 @@ impl Proxy {
                         target,
                         facts,
                         now,
+                        secrets: Vec::new(),
                     };
                     me.record(
                         &r,
@@ -217,6 +218,12 @@ impl Proxy {
         if let Ok(v) = HeaderValue::from_str(&host_value) {
             parts.headers.insert(hyper::header::HOST, v);
         }
+        let found = Arc::new(super::broker::Found::default());
+        let body = super::broker::ScanBody::wrap(
+            body.map_err(BoxError::from).boxed(),
+            r.caller,
+            found.clone(),
+        );
         let upstream_req = hyper::Request::from_parts(parts, body);
         match up.send.send_request(upstream_req).await {
             Ok(resp) => {
@@ -242,6 +249,15 @@ impl Proxy {
                 let (mut parts, body) = resp.into_parts();
                 strip_hop_by_hop(&mut parts.headers);
                 hyper::Response::from_parts(parts, body.map_err(BoxError::from).boxed())
+            }
+            Err(_) if found.hit.load(Ordering::SeqCst) => {
+                let name = found.name.lock().unwrap_or_else(|p| p.into_inner()).clone();
+                let why = format!(
+                    "the placeholder of secret `{}` is in the request body toward `{}`, where its value may not go; refused as an exfiltration attempt (the request was cut off)",
+                    name.unwrap_or_default(),
+                    a.host
+                );
+                self.refuse(r, StatusCode::FORBIDDEN, &why, None)
             }
             Err(e) => {
                 let why = if exceeded.load(Ordering::Relaxed) > 0 {

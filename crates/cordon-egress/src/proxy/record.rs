@@ -24,6 +24,8 @@ pub(super) struct Record<'c> {
     pub(super) target: String,
     pub(super) facts: EgressFacts,
     pub(super) now: i64,
+    /// The brokered secrets put in this request (names).
+    pub(super) secrets: Vec<String>,
 }
 
 impl<'c> Record<'c> {
@@ -50,6 +52,7 @@ impl<'c> Record<'c> {
                 headers: None,
             },
             now: now(),
+            secrets: Vec::new(),
         }
     }
 }
@@ -170,6 +173,7 @@ impl Proxy {
             facts: audited(&r.facts),
             bytes_up: None,
             bytes_down: None,
+            secrets: r.secrets.clone(),
         }
     }
 

@@ -106,6 +106,16 @@ impl Proxy {
         if let Some(refused) = self.refused_before_anything(&r) {
             return refused;
         }
+        // Nothing is put in on these paths: a placeholder in a tunnel's
+        // target (its name, then its SNI) or a plain request is refused
+        // before anything is looked up.
+        if let Some((b, place)) =
+            super::broker::placeholder_in_request(&ctx.caller, req.uri(), req.headers())
+        {
+            let host = req.uri().host().unwrap_or("?").to_string();
+            let why = super::broker::exfiltration(b, &place, &shown(&host));
+            return self.refuse(&r, StatusCode::FORBIDDEN, &why, None);
+        }
         if req.method() == Method::CONNECT {
             self.connect(ctx, req).await
         } else {

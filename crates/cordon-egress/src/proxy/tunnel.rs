@@ -101,6 +101,7 @@ impl Proxy {
                 target,
                 facts,
                 now,
+                secrets: Vec::new(),
             };
             match hyper::upgrade::on(req).await {
                 Ok(up) => match up.downcast::<TokioIo<TcpStream>>() {

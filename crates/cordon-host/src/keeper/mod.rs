@@ -46,7 +46,7 @@ use dial::ask;
 pub use serve::keeper_main;
 pub use sweep::{reclaim_dead_keepers, Reclaimed};
 pub use wire::Launch;
-use wire::{Reply, Request};
+use wire::{Reply, Request, WireBrokered};
 
 use crate::state::{self, KeyRecord, ProcessId, Record, StateDir};
 
@@ -604,6 +604,7 @@ impl cordon_sandbox::Backend for KeptBackend {
             limits: req.limits,
             idle_timeout: self.kept.idle_timeout.as_secs().max(1),
             max_age: self.kept.max_age.as_secs().max(1),
+            brokered: req.brokered.iter().map(WireBrokered::of).collect(),
         };
         let rec = match spawn(&self.kept.keeper, &launch, state) {
             Ok(rec) => rec,

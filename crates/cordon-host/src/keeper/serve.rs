@@ -128,10 +128,17 @@ fn serve(registry: &Registry, launch: Launch) -> Result<(), Failure> {
         move || identity.clone(),
     );
     let key = caller.resolve().map_err(|e| e.to_string())?.key;
+    let brokered = launch
+        .brokered
+        .iter()
+        .cloned()
+        .map(crate::keeper::wire::WireBrokered::into_brokered)
+        .collect::<Result<Vec<_>, _>>()?;
     let req = AcquireRequest {
         key: key.clone(),
         provenance: launch.provenance.clone(),
         limits: launch.limits,
+        brokered,
     };
     let sandbox = backend.acquire(&req).map_err(|e| Failure {
         kind: e.kind(),

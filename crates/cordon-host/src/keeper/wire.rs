@@ -36,6 +36,51 @@ pub struct Launch {
     pub limits: Limits,
     pub idle_timeout: u64,
     pub max_age: u64,
+    /// The spec's placeholder secrets with their values, for the
+    /// sandbox's egress proxy (on the keeper's stdin, never on disk).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub brokered: Vec<WireBrokered>,
+}
+
+/// A brokered secret on the keeper's brief.
+#[derive(Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WireBrokered {
+    pub name: String,
+    pub placeholder: String,
+    pub value: Vec<u8>,
+    pub to: Vec<String>,
+}
+
+impl std::fmt::Debug for WireBrokered {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WireBrokered")
+            .field("name", &self.name)
+            .field("placeholder", &self.placeholder)
+            .field("to", &self.to)
+            .finish_non_exhaustive()
+    }
+}
+
+impl WireBrokered {
+    pub fn of(b: &cordon_sandbox::Brokered) -> WireBrokered {
+        WireBrokered {
+            name: b.name.to_string(),
+            placeholder: b.placeholder.clone(),
+            value: b.value.expose().to_vec(),
+            to: b.to.clone(),
+        }
+    }
+
+    pub fn into_brokered(self) -> Result<cordon_sandbox::Brokered, String> {
+        Ok(cordon_sandbox::Brokered {
+            name: cordon_sandbox::SecretName::parse(&self.name)
+                .map_err(|e| format!("a brokered secret's name: {e}"))?,
+            placeholder: self.placeholder,
+            value: cordon_sandbox::SecretValue::new(self.value),
+            to: self.to,
+        })
+    }
 }
 
 /// Client → keeper.
