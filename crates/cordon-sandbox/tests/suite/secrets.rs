@@ -143,3 +143,93 @@ fn a_secret_missing_from_the_store_or_without_a_store_is_refused() {
         .unwrap_err();
     insta::assert_snapshot!("secret_no_provider", err.to_string());
 }
+
+/// A policy that inspects `api.example.com`, lets a tenant reach it, and
+/// lets `openai/key` go to it only in `authorization` under `/v1/`.
+const BROKERING: &str = r#"policy:
+  egress:
+    inspect: [api.example.com]
+    allow:
+      - host == "api.example.com" || host == "other.example.com"
+  secret:
+    allow:
+      - name: key-to-models
+        when: >-
+          secret.name == "openai/key" && destination.host == "api.example.com" &&
+          destination.header == "authorization" && destination.path.startsWith("/v1/")
+"#;
+
+fn placeholder_spec(to: &str) -> cordon_sandbox::SandboxSpec {
+    cordon_sandbox::SandboxSpec::from_yaml(
+        "spec.yaml",
+        &format!(
+            "kind: k\nimage: i\negress_allow: [api.example.com, other.example.com]\nsecrets:\n  - {{name: openai/key, as: placeholder, to: [{to}]}}\n"
+        ),
+    )
+    .unwrap()
+}
+
+fn brokering_router(policy: &str, vm: Arc<Fake>, value: &'static str) -> cordon_sandbox::Router {
+    let policy = Arc::new(cordon_policy::Policy::load_str("p.yaml", policy).unwrap());
+    cordon_sandbox::Router::builder(policy, super::doubles::env())
+        .backend(vm)
+        .secrets(Arc::new(Store(BTreeMap::from([("openai/key", value)]))))
+        .build()
+        .unwrap()
+}
+
+/// A placeholder secret: the sandbox's file holds a random placeholder
+/// (the same on every acquire of that sandbox), the backend is handed the
+/// value for its proxy only (never shown), and the secret's rule is
+/// decided at acquire with the destination host bound (the rest of the
+/// destination is the proxy's to decide per request).
+#[test]
+fn a_placeholder_secret_puts_a_stand_in_in_the_sandbox_and_the_value_with_its_proxy() {
+    let vm = Fake::microvm("vm");
+    let router = brokering_router(BROKERING, vm.clone(), "sk-live-abc\n");
+    router.acquire(&ctx(), &placeholder_spec("api.example.com")).unwrap();
+    let fake = vm.sandbox("tenant-1").unwrap();
+    let files = fake.files.lock().unwrap().clone();
+    let (bytes, mode) = files
+        .get("/run/cordon/secrets/openai/key")
+        .expect("the placeholder is delivered where the value would be");
+    let placeholder = String::from_utf8(bytes.clone()).unwrap();
+    assert!(placeholder.starts_with("cordon-secret-") && placeholder.len() == 46, "{placeholder}");
+    assert_eq!(*mode, SECRET_MODE);
+    let handed = vm.requests.lock().unwrap().join("\n");
+    assert!(handed.contains(&placeholder), "the backend's proxy is handed the placeholder");
+    assert!(!handed.contains("sk-live-abc"), "the value is never shown: {handed}");
+    // Another acquire of the same sandbox: the same placeholder.
+    router.acquire(&ctx(), &placeholder_spec("api.example.com")).unwrap();
+    let again = vm.sandbox("tenant-1").unwrap().files.lock().unwrap().clone();
+    assert_eq!(again.get("/run/cordon/secrets/openai/key").unwrap().0, placeholder.as_bytes());
+}
+
+/// Refused at acquire, before any backend: toward a host the policy does
+/// not inspect (the proxy could not put the value in), toward a host the
+/// secret's rule denies, and a value that cannot go in a header.
+#[test]
+fn a_placeholder_secret_is_refused_where_the_proxy_could_not_hold_it() {
+    let vm = Fake::microvm("vm");
+    let router = brokering_router(BROKERING, vm.clone(), "sk-live-abc");
+    let err = router
+        .acquire(&ctx(), &placeholder_spec("other.example.com"))
+        .unwrap_err();
+    assert!(matches!(err, RouterError::PlaceholderNotInspected { .. }), "{err}");
+    assert!(err.to_string().contains("egress.inspect"), "{err}");
+    let inspecting_both = BROKERING.replace(
+        "inspect: [api.example.com]",
+        "inspect: [api.example.com, other.example.com]",
+    );
+    let router = brokering_router(&inspecting_both, vm.clone(), "sk-live-abc");
+    let err = router
+        .acquire(&ctx(), &placeholder_spec("other.example.com"))
+        .unwrap_err();
+    assert!(matches!(err, RouterError::SecretDenied { .. }), "{err}");
+    let router = brokering_router(BROKERING, vm.clone(), "two\nlines");
+    let err = router
+        .acquire(&ctx(), &placeholder_spec("api.example.com"))
+        .unwrap_err();
+    assert!(err.to_string().contains("no CR, LF or NUL"), "{err}");
+    assert_eq!(vm.acquires(), 0, "refused before any backend was reached");
+}
