@@ -169,6 +169,9 @@ struct Target {
     /// Whether the backend can have its sandboxes trust an egress CA (the
     /// microvm cannot yet: it refuses a policy that inspects).
     inspects: bool,
+    /// Whether the backend delivers secrets (docker does not yet: it
+    /// refuses a spec that names one, placeholders included).
+    secrets: bool,
 }
 
 /// An HTTP client in a sandbox's image. Each is run so that the cases read
@@ -284,6 +287,7 @@ const CONTAINER: Target = Target {
     image: "host",
     client: Client::Curl,
     inspects: true,
+    secrets: true,
     ready: |case| {
         can_sandbox(case).then(|| Ready {
             env: Vec::new(),
@@ -299,6 +303,7 @@ const DOCKER: Target = Target {
     image: "host",
     client: Client::Curl,
     inspects: true,
+    secrets: false,
     ready: |case| {
         let engine = cordon_testkit::dockerd::Dockerd::start(case)?;
         Some(Ready {
@@ -315,6 +320,7 @@ const GVISOR: Target = Target {
     image: "host",
     client: Client::Curl,
     inspects: true,
+    secrets: true,
     ready: |case| {
         can_run_gvisor(case).then(|| Ready {
             env: Vec::new(),
@@ -335,6 +341,7 @@ const MICROVM: Target = Target {
     image: CI_IMAGE,
     client: Client::Python,
     inspects: false,
+    secrets: true,
     ready: |case| {
         let cordon = cordon_testkit::cordon!();
         if !cordon_testkit::runs_here(
@@ -373,6 +380,10 @@ macro_rules! against_every_backend {
             #[test]
             fn https_to_an_inspected_host_is_decided_per_request() {
                 super::https_to_an_inspected_host_is_decided_per_request(&$t)
+            }
+            #[test]
+            fn a_brokered_secret_reaches_only_its_destination_and_never_the_sandbox() {
+                super::a_brokered_secret_reaches_only_its_destination_and_never_the_sandbox(&$t)
             }
         }
     )*};
@@ -974,6 +985,330 @@ fn https_to_an_inspected_host_is_decided_per_request(t: &Target) {
             .any(|l| l["verdict"] == "deny" && l["facts"]["path"] == "/admin/users"),
         "{https:?}"
     );
+}
+
+/// The brokered secret's value: written to the host's secret store only.
+const BROKERED_VALUE: &str = "sk-live-brokered-7f3a9c2e51d04b68";
+
+/// The workload of the brokered-secret case: the placeholder from its
+/// file in the one place the policy lets its value go, then in another
+/// inspected host's header, a query string and a body (each answer's
+/// status printed), then it sleeps (the shell, holding what it read,
+/// waits for it) so the host can look inside.
+const BROKER_WORKLOAD: &str = r#"ph=$(cat /run/cordon/secrets/openai/key)
+c() { /usr/bin/curl -s -o /dev/null -w '%{http_code}\n' --max-time 10 "$@"; }
+c -H "X-Key: $ph" "https://ok.test:$1/"
+c "https://api.test:$1/v1/models?k=$ph"
+c -X POST --data "k=$ph" "https://ok.test:$1/upload"
+/usr/bin/curl -sS -f --max-time 10 -H "Authorization: Bearer $ph" "https://api.test:$1/v1/models"; echo
+/bin/sleep 37.5
+"#;
+
+/// Whether the file at `path` (sparse: its holes skipped) holds `needle`,
+/// read in chunks (a gVisor memory file is as large as its guest's RAM).
+fn sparse_file_has(path: &std::path::Path, needle: &[u8]) -> bool {
+    use std::io::{Seek, SeekFrom};
+    let Ok(mut f) = std::fs::File::open(path) else {
+        return false;
+    };
+    let mut off: i64 = 0;
+    let mut chunk = vec![0u8; 8 << 20];
+    let mut carry: Vec<u8> = Vec::new();
+    loop {
+        let Ok(data) = nix::unistd::lseek(&f, off, nix::unistd::Whence::SeekData) else {
+            return false;
+        };
+        let Ok(hole) = nix::unistd::lseek(&f, data, nix::unistd::Whence::SeekHole) else {
+            return false;
+        };
+        let mut at = data;
+        carry.clear();
+        while at < hole {
+            let want = ((hole - at) as usize).min(chunk.len());
+            let got = match f.seek(SeekFrom::Start(at as u64)) {
+                Ok(_) => f.read(&mut chunk[..want]).unwrap_or(0),
+                Err(_) => 0,
+            };
+            if got == 0 {
+                // Unreadable here: on a page further.
+                at += 4096;
+                carry.clear();
+                continue;
+            }
+            carry.extend_from_slice(&chunk[..got]);
+            if carry.windows(needle.len()).any(|w| w == needle) {
+                return true;
+            }
+            let keep = carry.len().saturating_sub(needle.len());
+            carry.drain(..keep);
+            at += got as i64;
+        }
+        off = hole;
+    }
+}
+
+/// Every readable byte of `pid`'s memory, environment and command line,
+/// and of the files under `roots` (in its own view of the filesystem),
+/// searched for `needle`: where it was found.
+fn found_in_process(pid: u32, needle: &[u8], roots: &[&str]) -> Vec<String> {
+    use std::io::{Seek, SeekFrom};
+    let has = |b: &[u8]| b.windows(needle.len()).any(|w| w == needle);
+    let mut out = Vec::new();
+    for what in ["environ", "cmdline"] {
+        if has(&std::fs::read(format!("/proc/{pid}/{what}")).unwrap_or_default()) {
+            out.push(format!("{pid}: {what}"));
+        }
+    }
+    // Memory files it holds (gVisor keeps its guests' memory in one).
+    if let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) {
+        for fd in fds.flatten() {
+            let is_memfd = std::fs::read_link(fd.path())
+                .is_ok_and(|t| t.to_string_lossy().starts_with("/memfd:"));
+            if is_memfd && sparse_file_has(&fd.path(), needle) {
+                out.push(format!("{pid}: memfd {}", fd.path().display()));
+            }
+        }
+    }
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
+    if let Ok(mut mem) = std::fs::File::open(format!("/proc/{pid}/mem")) {
+        for line in maps.lines() {
+            let mut f = line.split_whitespace();
+            let (Some(range), Some(perms)) = (f.next(), f.next()) else {
+                continue;
+            };
+            let Some((a, b)) = range.split_once('-') else {
+                continue;
+            };
+            let (Ok(a), Ok(b)) = (u64::from_str_radix(a, 16), u64::from_str_radix(b, 16)) else {
+                continue;
+            };
+            if !perms.starts_with('r') || b - a > 1 << 30 {
+                continue;
+            }
+            let mut buf = vec![0u8; (b - a) as usize];
+            if mem.seek(SeekFrom::Start(a)).is_ok() && mem.read_exact(&mut buf).is_ok() && has(&buf)
+            {
+                out.push(format!("{pid}: memory {range} {perms}"));
+            }
+        }
+    }
+    for root in roots {
+        let mut stack = vec![PathBuf::from(format!("/proc/{pid}/root{root}"))];
+        let mut budget: u64 = 256 << 20;
+        while let Some(p) = stack.pop() {
+            let Ok(meta) = std::fs::symlink_metadata(&p) else {
+                continue;
+            };
+            if meta.is_dir() {
+                if let Ok(rd) = std::fs::read_dir(&p) {
+                    stack.extend(rd.flatten().map(|e| e.path()));
+                }
+            } else if meta.is_file() && meta.len() <= budget {
+                budget -= meta.len();
+                if has(&std::fs::read(&p).unwrap_or_default()) {
+                    out.push(format!("{pid}: file {}", p.display()));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// A secret asked for as a placeholder, through the real binary: the
+/// workload's file holds a stand-in; the proxy puts the value in only
+/// where the policy's secret rule allows (the upstream sees it there);
+/// the placeholder toward another inspected host, in a query string or
+/// in a body is refused (`403`) and audited as an exfiltration attempt;
+/// and the value is nowhere in the sandbox — not in its processes'
+/// environment, command lines or memory, nor in the files they see — nor
+/// in the audit log.
+fn a_brokered_secret_reaches_only_its_destination_and_never_the_sandbox(t: &Target) {
+    let Some(ready) =
+        (t.ready)("a_brokered_secret_reaches_only_its_destination_and_never_the_sandbox")
+    else {
+        return;
+    };
+    let env = ready.env.clone();
+    let up = cordon_testkit::https::upstream(&["api.test", "ok.test"]);
+    let port = up.port;
+    let f = Fixture::for_target(t, &[format!("api.test:{port}"), format!("ok.test:{port}")]);
+    std::fs::write(f.path("upstream-ca.pem"), &up.ca_pem).unwrap();
+    std::fs::write(f.path("hosts"), "127.0.0.1 ok.test other.test api.test\n").unwrap();
+    std::fs::create_dir_all(f.path("store/openai")).unwrap();
+    std::fs::write(f.path("store/openai/key"), format!("{BROKERED_VALUE}\n")).unwrap();
+    let spec = format!(
+        "kind: egress-test\nimage: {}\negress_allow: [\"api.test:{port}\", \"ok.test:{port}\", api.test]\nsecrets:\n  - {{name: openai/key, as: placeholder, to: [api.test]}}\n",
+        t.image
+    );
+    std::fs::write(f.path("spec.yaml"), spec).unwrap();
+    let text = policy()
+        .replacen(
+            "  egress:\n",
+            "  egress:\n    inspect:\n      - {host: api.test, ca: ./upstream-ca.pem}\n      - {host: ok.test, ca: ./upstream-ca.pem}\n",
+            1,
+        )
+        .replace(
+            "hosts: [ok.test, other.test]",
+            "hosts: [ok.test, other.test, api.test]",
+        )
+        .replace(
+            r#"when: host == "ok.test" || host == "other.test""#,
+            r#"when: host == "ok.test" || host == "other.test" || host == "api.test""#,
+        )
+        + "  secret:\n    allow:\n      - name: key-to-models\n        when: >-\n          secret.name == \"openai/key\" && destination.host == \"api.test\" &&\n          destination.header == \"authorization\" && destination.path.startsWith(\"/v1/\")\n";
+    std::fs::write(f.path("policy.yaml"), &text).unwrap();
+    let mut args: Vec<String> = vec!["run".into()];
+    args.extend(f.selection(t));
+    args.extend([
+        "--secrets-dir".into(),
+        f.path("store").display().to_string(),
+    ]);
+    args.extend([
+        "--".into(),
+        "/bin/sh".into(),
+        "-c".into(),
+        BROKER_WORKLOAD.into(),
+        "sh".into(),
+        port.to_string(),
+    ]);
+    let mut cmd = cordon_testkit::cordon!()
+        .env("CORDON_STATE_DIR", f.path("state"))
+        .command(&args);
+    cmd.envs(env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    let pid = child.id();
+    // The allowed request is the last before the sleep: once the upstream
+    // has it, the workload is asleep (or about to be).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(180);
+    while up.seen.lock().unwrap().is_empty() && std::time::Instant::now() < deadline {
+        if let Ok(Some(_)) = child.try_wait() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    if !t.inspects || !t.secrets {
+        let out = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(125), "{err}");
+        assert!(up.seen.lock().unwrap().is_empty());
+        return;
+    }
+    std::thread::sleep(std::time::Duration::from_millis(3000));
+    // Every process of the sandbox (not the proxy, which holds the value
+    // by design, nor this test or the `cordon` that read the store).
+    let mut pids: Vec<u32> = descendants(pid);
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(p) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let cmdline = std::fs::read(format!("/proc/{p}/cmdline")).unwrap_or_default();
+        // A gVisor sentry is not a descendant (runsc detaches it); any on
+        // the machine is searched (another holds nothing of this case's).
+        let engine_side =
+            cmdline == b"/bin/sleep\x0037.5\x00" || cmdline.starts_with(b"runsc-sandbox");
+        if engine_side && !pids.contains(&p) {
+            pids.push(p);
+        }
+    }
+    // The sandbox's own: in a mount namespace other than the host's (the
+    // proxy, which holds the value by design, the `cordon` that read the
+    // store and an engine's host-side helpers are in the host's).
+    // A microvm's guest is its QEMU process's memory (its files there
+    // are the host's, not searched).
+    let host_mnt = std::fs::read_link("/proc/self/ns/mnt").unwrap();
+    let is_vm = |p: &u32| {
+        std::fs::read(format!("/proc/{p}/cmdline"))
+            .unwrap_or_default()
+            .starts_with(b"qemu-system")
+    };
+    let sandbox: Vec<(u32, &[&str])> = pids
+        .into_iter()
+        .filter_map(|p| {
+            if is_vm(&p) {
+                return Some((p, &[] as &[&str]));
+            }
+            std::fs::read_link(format!("/proc/{p}/ns/mnt"))
+                .is_ok_and(|ns| ns != host_mnt)
+                .then_some((p, &["/run", "/tmp", "/work"] as &[&str]))
+        })
+        .collect();
+    assert!(!sandbox.is_empty(), "the sandbox's processes were found");
+    let mut found = Vec::new();
+    let mut control = Vec::new();
+    for (p, roots) in &sandbox {
+        found.extend(found_in_process(*p, BROKERED_VALUE.as_bytes(), roots));
+        // The control: the placeholder the workload read is found, so the
+        // search reaches where the value would be.
+        control.extend(found_in_process(*p, b"cordon-secret-", &["/run"]));
+    }
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    );
+    let out = child.wait_with_output().unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout).to_string(),
+        String::from_utf8_lossy(&out.stderr).to_string(),
+    );
+    assert!(
+        found.is_empty(),
+        "the value is in the sandbox: {found:?} (of {sandbox:?})"
+    );
+    let codes: Vec<&str> = stdout.lines().collect();
+    assert_eq!(
+        codes.first().copied(),
+        Some("403"),
+        "toward another inspected host: {stdout}{stderr}"
+    );
+    assert_eq!(
+        codes.get(1).copied(),
+        Some("403"),
+        "in a query string: {stdout}{stderr}"
+    );
+    assert_eq!(
+        codes.get(2).copied(),
+        Some("403"),
+        "in a body: {stdout}{stderr}"
+    );
+    assert_eq!(
+        codes.get(3).copied(),
+        Some("hello GET /v1/models"),
+        "{stdout}{stderr}"
+    );
+    // gVisor: the sentry's memory file, read from here, has not shown the
+    // workload's own placeholder though a reader outside the test finds
+    // it (docs note the gap); its memory half is not proven, its files
+    // are.
+    let gvisor = t.args.contains(&"hardened_container");
+    assert!(
+        if gvisor {
+            !control.is_empty()
+        } else {
+            control
+                .iter()
+                .any(|w| w.contains("memory") || w.contains("memfd"))
+        },
+        "the search did not find the placeholder the sandbox holds: {control:?} (of {sandbox:?})"
+    );
+    let seen = up.seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    assert!(
+        seen[0]
+            .to_ascii_lowercase()
+            .contains(&format!("authorization: bearer {BROKERED_VALUE}").to_ascii_lowercase()),
+        "the upstream got the value: {seen:?}"
+    );
+    let audit = std::fs::read_to_string(f.path("audit.jsonl")).unwrap_or_default();
+    assert!(
+        !audit.contains(BROKERED_VALUE),
+        "the value is in the audit log"
+    );
+    assert!(!stderr.contains(BROKERED_VALUE) && !stdout.contains(BROKERED_VALUE));
+    assert!(audit.matches("exfiltration").count() >= 3, "{audit}");
+    assert!(audit.contains(r#""secrets":["openai/key"]"#), "{audit}");
 }
 
 fn a_kept_sandbox_has_its_route_through_its_keeper(t: &Target) {

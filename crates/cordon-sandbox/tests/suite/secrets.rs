@@ -187,22 +187,44 @@ fn brokering_router(policy: &str, vm: Arc<Fake>, value: &'static str) -> cordon_
 fn a_placeholder_secret_puts_a_stand_in_in_the_sandbox_and_the_value_with_its_proxy() {
     let vm = Fake::microvm("vm");
     let router = brokering_router(BROKERING, vm.clone(), "sk-live-abc\n");
-    router.acquire(&ctx(), &placeholder_spec("api.example.com")).unwrap();
+    router
+        .acquire(&ctx(), &placeholder_spec("api.example.com"))
+        .unwrap();
     let fake = vm.sandbox("tenant-1").unwrap();
     let files = fake.files.lock().unwrap().clone();
     let (bytes, mode) = files
         .get("/run/cordon/secrets/openai/key")
         .expect("the placeholder is delivered where the value would be");
     let placeholder = String::from_utf8(bytes.clone()).unwrap();
-    assert!(placeholder.starts_with("cordon-secret-") && placeholder.len() == 46, "{placeholder}");
+    assert!(
+        placeholder.starts_with("cordon-secret-") && placeholder.len() == 46,
+        "{placeholder}"
+    );
     assert_eq!(*mode, SECRET_MODE);
     let handed = vm.requests.lock().unwrap().join("\n");
-    assert!(handed.contains(&placeholder), "the backend's proxy is handed the placeholder");
-    assert!(!handed.contains("sk-live-abc"), "the value is never shown: {handed}");
+    assert!(
+        handed.contains(&placeholder),
+        "the backend's proxy is handed the placeholder"
+    );
+    assert!(
+        !handed.contains("sk-live-abc"),
+        "the value is never shown: {handed}"
+    );
     // Another acquire of the same sandbox: the same placeholder.
-    router.acquire(&ctx(), &placeholder_spec("api.example.com")).unwrap();
-    let again = vm.sandbox("tenant-1").unwrap().files.lock().unwrap().clone();
-    assert_eq!(again.get("/run/cordon/secrets/openai/key").unwrap().0, placeholder.as_bytes());
+    router
+        .acquire(&ctx(), &placeholder_spec("api.example.com"))
+        .unwrap();
+    let again = vm
+        .sandbox("tenant-1")
+        .unwrap()
+        .files
+        .lock()
+        .unwrap()
+        .clone();
+    assert_eq!(
+        again.get("/run/cordon/secrets/openai/key").unwrap().0,
+        placeholder.as_bytes()
+    );
 }
 
 /// Refused at acquire, before any backend: toward a host the policy does
@@ -215,7 +237,10 @@ fn a_placeholder_secret_is_refused_where_the_proxy_could_not_hold_it() {
     let err = router
         .acquire(&ctx(), &placeholder_spec("other.example.com"))
         .unwrap_err();
-    assert!(matches!(err, RouterError::PlaceholderNotInspected { .. }), "{err}");
+    assert!(
+        matches!(err, RouterError::PlaceholderNotInspected { .. }),
+        "{err}"
+    );
     assert!(err.to_string().contains("egress.inspect"), "{err}");
     let inspecting_both = BROKERING.replace(
         "inspect: [api.example.com]",
