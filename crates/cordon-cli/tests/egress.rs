@@ -166,8 +166,8 @@ struct Target {
     image: &'static str,
     /// The HTTP client the workload runs in that image.
     client: Client,
-    /// Whether the backend can have its sandboxes trust an egress CA (the
-    /// microvm cannot yet: it refuses a policy that inspects).
+    /// Whether the backend can have its sandboxes trust an egress CA (each
+    /// can now; one that cannot must refuse a policy that inspects).
     inspects: bool,
 }
 
@@ -334,7 +334,7 @@ const MICROVM: Target = Target {
     args: &["--min-isolation", "container", "--backend", "microvm"],
     image: CI_IMAGE,
     client: Client::Python,
-    inspects: false,
+    inspects: true,
     ready: |case| {
         let cordon = cordon_testkit::cordon!();
         if !cordon_testkit::runs_here(
