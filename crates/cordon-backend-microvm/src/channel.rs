@@ -169,6 +169,26 @@ impl Channel {
         )
     }
 
+    /// Has the guest place the sandbox's trust of `ca_pem` at `dir` (a
+    /// new directory in the guest), its bundle beginning with the system
+    /// bundle of the image at `image_root` in the guest; before `setup`.
+    pub fn trust(&self, dir: &str, image_root: &str, ca_pem: &str) -> Result<(), SandboxError> {
+        self.call(
+            |req| Msg::Trust {
+                req,
+                dir: dir.to_string(),
+                image_root: image_root.to_string(),
+                ca_pem: ca_pem.to_string(),
+            },
+            &[],
+            0,
+            |m, _| match m {
+                Msg::Done { .. } => Ok(true),
+                other => Err(odd(&other)),
+            },
+        )
+    }
+
     /// Writes a file in the guest.
     pub fn write_file(&self, path: &str, contents: &[u8], mode: u32) -> Result<(), SandboxError> {
         if contents.len() as u64 > proto::MAX_FILE {
@@ -500,7 +520,23 @@ pub fn await_ready(
     let mut reader = FrameReader::new(r);
     let first = reader.read();
     let (agent, kernel) = match first {
-        Ok(Some((Msg::Ready { agent, kernel }, d))) if d.is_empty() => (agent, kernel),
+        Ok(Some((
+            Msg::Ready {
+                agent,
+                kernel,
+                proto,
+            },
+            d,
+        ))) if d.is_empty() => {
+            if proto != proto::PROTOCOL {
+                return Err(format!(
+                    "the guest agent ({agent}) speaks protocol {proto}, this cordon speaks {}: the agent was built from other sources than this cordon; rebuild it with this cordon: {}",
+                    proto::PROTOCOL,
+                    crate::artifacts::BUILD_AGENT
+                ));
+            }
+            (agent, kernel)
+        }
         Ok(Some((other, _))) => {
             return Err(format!(
                 "the guest's first frame was not `ready` ({})",

@@ -36,6 +36,10 @@ pub const GUEST_WORKLOAD_ID: u32 = cordon_backend_kit::WORKLOAD_ID;
 pub const GUEST_WORK_SOURCE: &str = "/run/cordon-work";
 /// Where the agent mounts the packed image in the guest.
 pub const GUEST_IMAGE: &str = "/image";
+/// Where the agent places the sandbox's trust of its egress CA in the
+/// guest (outside anything the workload sees; bound at
+/// `/run/cordon/trust` in the sandbox).
+pub const GUEST_TRUST_DIR: &str = "/run/cordon-trust";
 
 /// What a sandbox needs from its backend.
 #[derive(Clone)]
@@ -60,6 +64,9 @@ pub struct MicrovmSandbox {
     work: String,
     base: OnceLock<PlanSpec>,
     proxy_port: Option<u16>,
+    /// Whether the guest placed the egress proxy's CA for the sandbox to
+    /// trust (the proxy inspects some host).
+    trusts_ca: bool,
     route: Mutex<Option<Route>>,
     dir: PathBuf,
 }
@@ -110,12 +117,13 @@ impl MicrovmSandbox {
                 serde_json::to_vec(&label).map_err(|e| failed("acquire", e.to_string()))?,
             )
             .map_err(|e| failed("acquire", e.to_string()))?;
-            let (proxy_port, route, opener) = match egress {
-                None => (None, None, None),
+            let (proxy_port, route, opener, ca_pem) = match egress {
+                None => (None, None, None, None),
                 Some(service) => {
-                    let (port, route) = route(&service, req).map_err(|e| failed("acquire", e))?;
+                    let (port, route, ca_pem) =
+                        route(&service, req).map_err(|e| failed("acquire", e))?;
                     let (opener, slot) = relay_opener(route.ns.clone(), port);
-                    (Some(port), Some((route, slot)), Some(opener))
+                    (Some(port), Some((route, slot)), Some(opener), ca_pem)
                 }
             };
             let memory_mib = (req.limits.memory_bytes >> 20).max(64) + GUEST_OS_MIB;
@@ -161,9 +169,21 @@ impl MicrovmSandbox {
                 work,
                 base: OnceLock::new(),
                 proxy_port,
+                trusts_ca: ca_pem.is_some(),
                 route: Mutex::new(route),
                 dir: dir.clone(),
             };
+            // The CA is placed before the sandbox starts (its binds are
+            // made then), or it does not start.
+            if let Some(pem) = &ca_pem {
+                if let Err(e) = sb.vm.channel.trust(GUEST_TRUST_DIR, GUEST_IMAGE, pem) {
+                    sb.vm.stop();
+                    return Err(failed(
+                        "acquire",
+                        cordon_backend_kit::trust::unplaced(format!("in the guest: {e}")),
+                    ));
+                }
+            }
             let plan = sb.base_plan().map_err(|e| match e {
                 SandboxError::Refused { reason, .. } => BackendError::Refused {
                     operation: "acquire",
@@ -259,11 +279,9 @@ impl MicrovmSandbox {
             ("HOME".to_string(), self.work.clone()),
             ("LANG".to_string(), "C.UTF-8".to_string()),
         ]);
-        // No CA is placed in a guest (see `route`): a sandbox whose proxy
-        // would inspect is refused at its acquire.
         env.extend(cordon_backend_kit::trust::egress_env(
             self.proxy_port,
-            false,
+            self.trusts_ca,
         ));
         let spec = PlanSpec {
             rung: Rung::Container,
@@ -285,7 +303,7 @@ impl MicrovmSandbox {
             tmp_dir: None,
             proxy_port: self.proxy_port,
             secrets_dir: None,
-            trust_dir: None,
+            trust_dir: self.trusts_ca.then(|| PathBuf::from(GUEST_TRUST_DIR)),
             kvm: false,
             env,
             bounds: self.bounds(self.limits.wall_seconds),
@@ -335,27 +353,20 @@ pub struct Label {
 }
 
 /// Makes the egress route for `req`: the proxy's listener in a network
-/// namespace of its own, served.
+/// namespace of its own, served; and the CA the proxy signs inspected
+/// hosts' leaves with, when it inspects some.
 fn route(
     service: &Arc<dyn cordon_egress::EgressService>,
     req: &AcquireRequest,
-) -> Result<(u16, Route), String> {
+) -> Result<(u16, Route, Option<String>), String> {
     let made = cordon_backend_kit::register::private_route(&**service, req)?;
-    if made.ca_pem.is_some() {
-        // Fail closed: the guest's files come from its packed image and
-        // what the agent writes in the work dir; nothing puts a CA in its
-        // system paths yet, so the workload would fail every inspected
-        // host's TLS.
-        return Err(cordon_backend_kit::trust::unplaced(
-            "the microvm backend cannot yet put a CA in its guest; run at the container rung, gvisor or docker",
-        ));
-    }
     Ok((
         made.port,
         Route {
             ns: Arc::new(made.ns),
             _serving: made.serving,
         },
+        made.ca_pem,
     ))
 }
 
@@ -485,5 +496,31 @@ impl Sandbox for MicrovmSandbox {
 impl Drop for MicrovmSandbox {
     fn drop(&mut self) {
         self.vm.jail.kill();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The files the agent places are the ones the env names in the
+    /// sandbox, where `cordon_linux` binds the plan's trust directory.
+    #[test]
+    fn the_guests_trust_files_are_the_ones_the_env_names() {
+        use cordon_backend_kit::trust::{BUNDLE_AT, CA_AT};
+        assert_eq!(
+            BUNDLE_AT,
+            format!("{}/{}", cordon_linux::TRUST_AT, cordon_linux::TRUST_BUNDLE)
+        );
+        assert_eq!(
+            CA_AT,
+            format!("{}/{}", cordon_linux::TRUST_AT, cordon_vm_proto::TRUST_CA)
+        );
+        // Apart from the work dir's source and the image, which the plan
+        // also names in the guest.
+        let trust = Path::new(GUEST_TRUST_DIR);
+        for other in [GUEST_WORK_SOURCE, GUEST_IMAGE] {
+            assert!(!trust.starts_with(other) && !Path::new(other).starts_with(trust));
+        }
     }
 }

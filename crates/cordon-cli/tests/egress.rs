@@ -166,11 +166,11 @@ struct Target {
     image: &'static str,
     /// The HTTP client the workload runs in that image.
     client: Client,
-    /// Whether the backend can have its sandboxes trust an egress CA (the
-    /// microvm cannot yet: it refuses a policy that inspects).
+    /// Whether the backend can have its sandboxes trust an egress CA (each
+    /// can now; one that cannot must refuse a policy that inspects).
     inspects: bool,
-    /// Whether the backend delivers secrets (docker does not yet: it
-    /// refuses a spec that names one, placeholders included).
+    /// Whether the backend delivers secrets (docker and the microvm do not
+    /// yet: each refuses a spec that names one, placeholders included).
     secrets: bool,
 }
 
@@ -340,8 +340,8 @@ const MICROVM: Target = Target {
     args: &["--min-isolation", "container", "--backend", "microvm"],
     image: CI_IMAGE,
     client: Client::Python,
-    inspects: false,
-    secrets: true,
+    inspects: true,
+    secrets: false,
     ready: |case| {
         let cordon = cordon_testkit::cordon!();
         if !cordon_testkit::runs_here(
@@ -1047,6 +1047,24 @@ fn sparse_file_has(path: &std::path::Path, needle: &[u8]) -> bool {
     }
 }
 
+/// The brokered-secret workload for an image with python3 and no curl.
+const BROKER_WORKLOAD_PY: &str = r#"import sys,time,urllib.request,urllib.error
+port=sys.argv[1]
+ph=open("/run/cordon/secrets/openai/key").read()
+def c(url,headers={},data=None,show=False):
+    r=urllib.request.Request(url,headers=headers,data=data,method="POST" if data else "GET")
+    try:
+        body=urllib.request.urlopen(r,timeout=10).read().decode()
+        print(body if show else "200",flush=True)
+    except urllib.error.HTTPError as e:
+        print(e.code,flush=True)
+c("https://ok.test:%s/"%port,{"X-Key":ph})
+c("https://api.test:%s/v1/models?k=%s"%(port,ph))
+c("https://ok.test:%s/upload"%port,data=("k="+ph).encode())
+c("https://api.test:%s/v1/models"%port,{"Authorization":"Bearer "+ph},show=True)
+time.sleep(37.5)
+"#;
+
 /// Every readable byte of `pid`'s memory, environment and command line,
 /// and of the files under `roots` (in its own view of the filesystem),
 /// searched for `needle`: where it was found.
@@ -1163,14 +1181,22 @@ fn a_brokered_secret_reaches_only_its_destination_and_never_the_sandbox(t: &Targ
         "--secrets-dir".into(),
         f.path("store").display().to_string(),
     ]);
-    args.extend([
-        "--".into(),
-        "/bin/sh".into(),
-        "-c".into(),
-        BROKER_WORKLOAD.into(),
-        "sh".into(),
-        port.to_string(),
-    ]);
+    args.push("--".into());
+    match t.client {
+        Client::Curl => args.extend([
+            "/bin/sh".into(),
+            "-c".into(),
+            BROKER_WORKLOAD.into(),
+            "sh".into(),
+            port.to_string(),
+        ]),
+        Client::Python => args.extend([
+            "/usr/bin/python3".into(),
+            "-c".into(),
+            BROKER_WORKLOAD_PY.into(),
+            port.to_string(),
+        ]),
+    }
     let mut cmd = cordon_testkit::cordon!()
         .env("CORDON_STATE_DIR", f.path("state"))
         .command(&args);
@@ -1207,8 +1233,9 @@ fn a_brokered_secret_reaches_only_its_destination_and_never_the_sandbox(t: &Targ
         let cmdline = std::fs::read(format!("/proc/{p}/cmdline")).unwrap_or_default();
         // A gVisor sentry is not a descendant (runsc detaches it); any on
         // the machine is searched (another holds nothing of this case's).
-        let engine_side =
-            cmdline == b"/bin/sleep\x0037.5\x00" || cmdline.starts_with(b"runsc-sandbox");
+        let engine_side = cmdline == b"/bin/sleep\x0037.5\x00"
+            || cmdline.starts_with(b"runsc-sandbox")
+            || cmdline.windows(11).any(|w| w == b"qemu-system");
         if engine_side && !pids.contains(&p) {
             pids.push(p);
         }
@@ -1222,7 +1249,8 @@ fn a_brokered_secret_reaches_only_its_destination_and_never_the_sandbox(t: &Targ
     let is_vm = |p: &u32| {
         std::fs::read(format!("/proc/{p}/cmdline"))
             .unwrap_or_default()
-            .starts_with(b"qemu-system")
+            .windows(11)
+            .any(|w| w == b"qemu-system")
     };
     let sandbox: Vec<(u32, &[&str])> = pids
         .into_iter()

@@ -17,7 +17,8 @@
 //! (`cordon_linux::WarmSandbox`) built from the host's plan, execs in it
 //! ([`exec`]), files in its work dir through the same confined code the host
 //! uses for a local work dir ([`files`]), and the sandbox's one route out
-//! relayed to the host ([`relay`]).
+//! relayed to the host ([`relay`]), and the sandbox's trust of its egress
+//! proxy's CA placed in the guest before the sandbox starts (`trust`).
 
 mod console;
 mod exec;
@@ -28,6 +29,8 @@ mod guest;
 mod out;
 mod relay;
 mod serve;
+#[cfg(target_os = "linux")]
+mod trust;
 
 use crate::console::say;
 

@@ -8,7 +8,7 @@
 //! ends the session: the channel is out of step or the host is not cordon.
 
 use std::io::{BufReader, Read, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use cordon_files::host_dir::HostWorkDir;
@@ -78,6 +78,8 @@ struct Agent {
     mode: Mode,
     sandbox: Option<Sandbox>,
     execs: Execs,
+    /// Where `Trust` placed the sandbox's trust, which the plan must name.
+    trust: Option<PathBuf>,
 }
 
 /// Serves the host until the channel ends, the host shuts the agent down,
@@ -87,6 +89,7 @@ pub(crate) fn serve(reader: impl Read, writer: Box<dyn Write + Send>, mode: Mode
     let ready = Msg::Ready {
         agent: env!("CARGO_PKG_VERSION").to_string(),
         kernel: kernel_release(),
+        proto: cordon_vm_proto::PROTOCOL,
     };
     if !out.send(&ready, &[]) {
         return End::Channel("the `ready` frame did not go out".into());
@@ -96,6 +99,7 @@ pub(crate) fn serve(reader: impl Read, writer: Box<dyn Write + Send>, mode: Mode
         mode,
         sandbox: None,
         execs: Execs::default(),
+        trust: None,
     };
     let mut frames = FrameReader::new(BufReader::new(reader));
     let end = loop {
@@ -149,6 +153,23 @@ impl Agent {
                     Err((kind, message)) => {
                         say!("setup failed: {message}");
                         self.out.error(req, kind, "", &message);
+                    }
+                }
+                None
+            }
+            Msg::Trust {
+                req,
+                dir,
+                image_root,
+                ca_pem,
+            } => {
+                match self.trust(Path::new(&dir), Path::new(&image_root), &ca_pem) {
+                    Ok(()) => {
+                        self.out.send(&Msg::Done { req }, &[]);
+                    }
+                    Err((kind, message)) => {
+                        say!("the egress CA was not placed: {message}");
+                        self.out.error(req, kind, &dir, &message);
                     }
                 }
                 None
@@ -279,6 +300,38 @@ impl Agent {
         }
     }
 
+    /// Places the sandbox's trust of `ca_pem` at `dir` (before `Setup`:
+    /// the sandbox's binds are made as it starts).
+    fn trust(
+        &mut self,
+        dir: &Path,
+        image_root: &Path,
+        ca_pem: &str,
+    ) -> Result<(), (ErrKind, String)> {
+        let refused = |m: String| (ErrKind::Refused, m);
+        if self.sandbox.is_some() {
+            return Err(refused(
+                "the sandbox is already set up; its trust is placed before `setup`".into(),
+            ));
+        }
+        if let Some(placed) = &self.trust {
+            return Err(refused(format!(
+                "the sandbox's trust is already placed, at `{}`",
+                placed.display()
+            )));
+        }
+        #[cfg(target_os = "linux")]
+        let placed = crate::trust::place(dir, image_root, ca_pem);
+        #[cfg(not(target_os = "linux"))]
+        let placed: Result<(), String> = {
+            let _ = (image_root, ca_pem);
+            Err("the guest is Linux".into())
+        };
+        placed.map_err(|m| (ErrKind::Failed, m))?;
+        self.trust = Some(dir.to_path_buf());
+        Ok(())
+    }
+
     /// Makes the work dir and starts the warm sandbox for `plan`.
     fn setup(&mut self, plan: serde_json::Value, disk_bytes: u64) -> Result<(), (ErrKind, String)> {
         let refused = |m: String| (ErrKind::Refused, m);
@@ -290,6 +343,26 @@ impl Agent {
             serde_json::from_value(plan).map_err(|e| refused(format!("the plan: {e}")))?;
         let plan =
             Plan::new(spec.clone()).map_err(|e| refused(format!("the plan is refused: {e}")))?;
+        // The plan trusts what `Trust` placed, and only that.
+        match (&spec.trust_dir, &self.trust) {
+            (None, None) => {}
+            (Some(named), Some(placed)) if named == placed => {}
+            (Some(named), _) => {
+                return Err(refused(format!(
+                    "the plan's trust directory `{}` is not where `trust` placed the sandbox's CA ({})",
+                    named.display(),
+                    self.trust
+                        .as_deref()
+                        .map_or("nothing was placed".into(), |p| format!("`{}`", p.display()))
+                )))
+            }
+            (None, Some(placed)) => {
+                return Err(refused(format!(
+                    "the sandbox's CA was placed at `{}`, but the plan does not name it as its trust directory",
+                    placed.display()
+                )))
+            }
+        }
         let guest = spec
             .work_dir
             .to_str()
@@ -359,7 +432,7 @@ impl Agent {
         }
     }
 
-    /// Kills every exec and stops the sandbox.
+    /// Kills every exec, stops the sandbox and removes its trust.
     fn teardown(&mut self) {
         self.execs.kill_all();
         if let Some(s) = self.sandbox.take() {
@@ -369,6 +442,10 @@ impl Agent {
             if let Err(e) = s.warm.stop() {
                 say!("stopping the sandbox: {e}");
             }
+        }
+        // Only certificates, but the agent's own: gone with the session.
+        if let Some(dir) = self.trust.take() {
+            let _ = std::fs::remove_dir_all(dir);
         }
     }
 }

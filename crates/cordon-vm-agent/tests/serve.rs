@@ -135,9 +135,17 @@ impl Session {
             work,
         };
         match s.next() {
-            (Msg::Ready { agent, kernel }, _) => {
+            (
+                Msg::Ready {
+                    agent,
+                    kernel,
+                    proto,
+                },
+                _,
+            ) => {
                 assert_eq!(agent, env!("CARGO_PKG_VERSION"));
                 assert!(!kernel.is_empty());
+                assert_eq!(proto, cordon_vm_proto::PROTOCOL);
             }
             other => panic!("the first frame is not `ready`: {other:?}"),
         }
@@ -175,17 +183,22 @@ impl Session {
     }
 
     fn setup_with(&mut self, plan: serde_json::Value) {
-        self.send(
-            &Msg::Setup {
-                req: 1,
-                plan,
-                disk_bytes: 64 << 20,
-            },
-            &[],
-        );
-        match self.next_of(|m| matches!(m, Msg::Done { req: 1 } | Msg::Error { req: 1, .. })) {
-            (Msg::Done { .. }, _) => {}
-            other => panic!("setup: {other:?}"),
+        if let Err(e) = self.try_setup(1, plan) {
+            panic!("setup: {e:?}");
+        }
+    }
+
+    /// `Setup` as request `req`: `Err` with the agent's `Error`.
+    fn try_setup(&mut self, req: u64, plan: serde_json::Value) -> Result<(), Msg> {
+        let msg = Msg::Setup {
+            req,
+            plan,
+            disk_bytes: 64 << 20,
+        };
+        match self.request(req, &msg, &[]).pop() {
+            Some((Msg::Done { .. }, _)) => Ok(()),
+            Some((e, _)) => Err(e),
+            None => unreachable!(),
         }
     }
 
@@ -648,4 +661,93 @@ fn the_route_out_is_relayed_to_the_host() {
     assert_ne!(r.status, Some(Status::Code { code: 0 }), "{r:?}");
     assert!(!r.out().contains("connected"));
     assert!(!r.stderr.is_empty(), "bash says why: {r:?}");
+}
+
+const CA: &str = "-----BEGIN CERTIFICATE-----\nQ0FGT1JURVNU\n-----END CERTIFICATE-----\n";
+
+/// The egress CA placed by `trust` before `setup`: the workload finds the
+/// CA alone and the bundle (the image's, then the CA) at
+/// `/run/cordon/trust`, and the bundle over the image's system bundle,
+/// none of it writable; a plan that does not name what was placed, a
+/// second `trust` and one after `setup` are refused.
+#[test]
+fn the_egress_ca_is_placed_before_setup_and_trusted_in_the_sandbox() {
+    if !can_run("the agent's placing of the egress CA") {
+        return;
+    }
+    let mut s = Session::start();
+    let top = s.work.parent().unwrap().to_path_buf();
+    // The sandbox's init reaches the trust directory as its own uid.
+    std::fs::set_permissions(&top, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let trust = top.join("trust");
+    let mut named = plan(&s.work, host_id(4));
+    named["trust_dir"] = serde_json::json!(trust);
+    // Named before anything was placed: refused, and the agent serves on.
+    match s.try_setup(2, named.clone()) {
+        Err(Msg::Error { kind, message, .. }) => {
+            assert_eq!(kind, ErrKind::Refused);
+            assert!(message.contains("nothing was placed"), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+    let place = |req: u64, dir: &Path| Msg::Trust {
+        req,
+        dir: dir.display().to_string(),
+        image_root: "/".into(),
+        ca_pem: CA.into(),
+    };
+    let got = s.request(3, &place(3, &trust), &[]);
+    assert!(matches!(got[..], [(Msg::Done { req: 3 }, _)]), "{got:?}");
+    let got = s.request(4, &place(4, &top.join("again")), &[]);
+    assert!(
+        matches!(
+            &got[..],
+            [(
+                Msg::Error {
+                    kind: ErrKind::Refused,
+                    ..
+                },
+                _
+            )]
+        ),
+        "{got:?}"
+    );
+    // Placed, but a plan that does not name it is refused too.
+    match s.try_setup(5, plan(&s.work, host_id(4))) {
+        Err(Msg::Error { message, .. }) => assert!(message.contains("does not name"), "{message}"),
+        other => panic!("{other:?}"),
+    }
+    s.try_setup(6, named).unwrap();
+    let has_system =
+        std::fs::symlink_metadata("/etc/ssl/certs/ca-certificates.crt").is_ok_and(|m| m.is_file());
+    let r = s.sh(
+        7,
+        "cat /run/cordon/trust/egress-ca.pem; echo @@; tail -n 3 /run/cordon/trust/ca-certificates.crt; echo @@; \
+         [ -f /etc/ssl/certs/ca-certificates.crt ] && tail -n 3 /etc/ssl/certs/ca-certificates.crt; echo @@; \
+         echo x > /run/cordon/trust/egress-ca.pem && echo wrote; echo x > /etc/ssl/certs/ca-certificates.crt && echo wrote; true",
+    );
+    assert_eq!(r.status, Some(Status::Code { code: 0 }), "{r:?}");
+    let out = r.out();
+    let parts: Vec<&str> = out.split("@@\n").collect();
+    assert_eq!(parts[0], CA, "{r:?}");
+    assert_eq!(parts[1], CA, "the bundle ends with the CA: {r:?}");
+    if has_system {
+        assert_eq!(parts[2], CA, "the system bundle is the sandbox's: {r:?}");
+    }
+    assert!(!parts[3].contains("wrote"), "{r:?}");
+    // The bundle begins with the image's (here the host's) own.
+    let bundle = std::fs::read_to_string(trust.join("ca-certificates.crt")).unwrap();
+    if has_system {
+        let image = std::fs::read_to_string("/etc/ssl/certs/ca-certificates.crt").unwrap();
+        assert!(bundle.starts_with(&image) && bundle.ends_with(CA));
+    }
+    let got = s.request(8, &place(8, &top.join("late")), &[]);
+    match &got[..] {
+        [(Msg::Error { kind, message, .. }, _)] => {
+            assert_eq!(*kind, ErrKind::Refused);
+            assert!(message.contains("already set up"), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(!top.join("again").exists() && !top.join("late").exists());
 }

@@ -21,6 +21,11 @@
 //! otherwise. After an error the stream is out of step and the reader
 //! refuses to read on; the peer is then to be dropped.
 //!
+//! The protocol has a number, [`PROTOCOL`], which the agent names in its
+//! `Ready`; the host refuses an agent that names another (an agent from
+//! before the protocol was numbered names none, read as 1), before it
+//! sends anything the agent might not know.
+//!
 //! Requests carry an id chosen by the host (`req` for setup and file
 //! requests, `id` for execs, `conn` for relayed connections) that every
 //! reply names, so requests can be outstanding concurrently.
@@ -29,6 +34,20 @@ use std::collections::BTreeMap;
 use std::io::{self, Read, Write};
 
 use serde::{Deserialize, Serialize};
+
+/// The protocol this crate speaks: raised whenever a message is added or
+/// changed in a way the other side would refuse. 2: `Trust`.
+pub const PROTOCOL: u32 = 2;
+
+/// What a `Ready` without `proto` means: an agent from before the protocol
+/// was numbered.
+fn unnumbered() -> u32 {
+    1
+}
+
+/// The CA alone, as `Trust` leaves it in its directory (beside
+/// `ca-certificates.crt`, the bundle, `cordon_linux::TRUST_BUNDLE`).
+pub const TRUST_CA: &str = "egress-ca.pem";
 
 /// The largest header (JSON) a frame may have, in bytes.
 pub const MAX_HEADER: u32 = 64 * 1024;
@@ -55,6 +74,9 @@ pub enum Msg {
         agent: String,
         /// The guest kernel's release (`uname -r`).
         kernel: String,
+        /// The protocol the agent speaks ([`PROTOCOL`]).
+        #[serde(default = "unnumbered")]
+        proto: u32,
     },
 
     // ---- sandbox setup ----
@@ -66,6 +88,22 @@ pub enum Msg {
         plan: serde_json::Value,
         /// The size of the work dir's filesystem.
         disk_bytes: u64,
+    },
+
+    /// Host → guest, before `Setup`: the sandbox is to trust `ca_pem`
+    /// (its egress proxy's CA, one or more PEM certificates). The agent
+    /// makes the directory `dir` (absolute; new, its parents made when
+    /// absent) holding the bundle `ca-certificates.crt` (the system bundle
+    /// of the image at `image_root`, `/etc/ssl/certs/ca-certificates.crt`
+    /// resolved inside it, then the CA) and the CA alone ([`TRUST_CA`]),
+    /// read-only for all. The plan `Setup` then hands over must name `dir`
+    /// as its `trust_dir`, and only then may one name a `trust_dir`.
+    /// Answered by `Done` or `Error`.
+    Trust {
+        req: u64,
+        dir: String,
+        image_root: String,
+        ca_pem: String,
     },
 
     // ---- commands ----
@@ -202,6 +240,7 @@ impl Msg {
         match self {
             Msg::Ready { .. } => "ready",
             Msg::Setup { .. } => "setup",
+            Msg::Trust { .. } => "trust",
             Msg::Exec { .. } => "exec",
             Msg::Stdin { .. } => "stdin",
             Msg::StdinEnd { .. } => "stdin_end",

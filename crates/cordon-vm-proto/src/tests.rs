@@ -16,6 +16,7 @@ fn first_kinds() -> Vec<(Msg, Vec<u8>)> {
             Msg::Ready {
                 agent: "0.1.0".into(),
                 kernel: "6.1.0-28-cloud-amd64".into(),
+                proto: PROTOCOL,
             },
             vec![],
         ),
@@ -24,6 +25,15 @@ fn first_kinds() -> Vec<(Msg, Vec<u8>)> {
                 req: 1,
                 plan: serde_json::json!({"rung": "container", "argv": []}),
                 disk_bytes: 1 << 30,
+            },
+            vec![],
+        ),
+        (
+            Msg::Trust {
+                req: 1,
+                dir: "/run/cordon-trust".into(),
+                image_root: "/image".into(),
+                ca_pem: "-----BEGIN CERTIFICATE-----\nQ0E=\n-----END CERTIFICATE-----\n".into(),
             },
             vec![],
         ),
@@ -215,7 +225,7 @@ fn every_kind_round_trips() {
     // Every kind is in the list (a new one must be added above).
     let mut kinds: Vec<_> = frames.iter().map(|(m, _)| m.kind()).collect();
     kinds.dedup();
-    assert_eq!(kinds.len(), 24);
+    assert_eq!(kinds.len(), 25);
 }
 
 #[test]
@@ -421,9 +431,9 @@ fn the_seeds_are_valid_streams() {
     let all = every_kind();
     let seeds: Vec<(String, Vec<u8>)> = vec![
         ("seed-all-kinds".into(), stream_of(&all)),
-        ("seed-exec".into(), stream_of(&all[2..13])),
-        ("seed-files".into(), stream_of(&all[13..25])),
-        ("seed-conn".into(), stream_of(&all[25..])),
+        ("seed-exec".into(), stream_of(&all[3..14])),
+        ("seed-files".into(), stream_of(&all[14..26])),
+        ("seed-conn".into(), stream_of(&all[26..])),
     ];
     if std::env::var_os("CORDON_WRITE_SEEDS").is_some() {
         std::fs::create_dir_all(&dir).unwrap();
@@ -495,7 +505,17 @@ fn err_kind() -> impl Strategy<Value = ErrKind> {
 fn frame() -> impl Strategy<Value = (Msg, Vec<u8>)> {
     let n = any::<u64>();
     let msg = prop_oneof![
-        (text(), text()).prop_map(|(agent, kernel)| Msg::Ready { agent, kernel }),
+        (text(), text(), any::<u32>()).prop_map(|(agent, kernel, proto)| Msg::Ready {
+            agent,
+            kernel,
+            proto
+        }),
+        (n, text(), text(), text()).prop_map(|(req, dir, image_root, ca_pem)| Msg::Trust {
+            req,
+            dir,
+            image_root,
+            ca_pem
+        }),
         (n, json(), n).prop_map(|(req, plan, disk_bytes)| Msg::Setup {
             req,
             plan,
@@ -617,4 +637,45 @@ proptest! {
         bytes[i] ^= with;
         fuzz_decode(&bytes);
     }
+}
+
+#[test]
+fn a_ready_without_a_protocol_is_from_before_protocols_were_numbered() {
+    let old = raw(br#"{"t":"ready","agent":"0.1.0","kernel":"6.1"}"#, &[]);
+    match read_all(&old).unwrap().as_slice() {
+        [(Msg::Ready { proto, .. }, _)] => assert_eq!(*proto, 1),
+        other => panic!("{other:?}"),
+    }
+    const { assert!(PROTOCOL > 1) };
+    let now = encode(
+        &Msg::Ready {
+            agent: "0.2.0".into(),
+            kernel: "6.1".into(),
+            proto: PROTOCOL,
+        },
+        &[],
+    )
+    .unwrap();
+    let header = format!(r#"{{"t":"ready","agent":"0.2.0","kernel":"6.1","proto":{PROTOCOL}}}"#);
+    assert_eq!(now, raw(header.as_bytes(), &[]));
+}
+
+#[test]
+fn trust_carries_its_paths_and_the_ca_in_its_header_and_no_data() {
+    let t = Msg::Trust {
+        req: 9,
+        dir: "/run/cordon-trust".into(),
+        image_root: "/image".into(),
+        ca_pem: "PEM".into(),
+    };
+    let header =
+        br#"{"t":"trust","req":9,"dir":"/run/cordon-trust","image_root":"/image","ca_pem":"PEM"}"#;
+    assert_eq!(encode(&t, &[]).unwrap(), raw(header, &[]));
+    assert!(encode(&t, b"x").is_err());
+    // A field the kind does not have is refused, as for every kind.
+    let odd = raw(
+        br#"{"t":"trust","req":9,"dir":"/d","image_root":"/","ca_pem":"P","mode":1}"#,
+        &[],
+    );
+    assert!(matches!(read_all(&odd), Err(FrameError::Malformed(_))));
 }

@@ -16,6 +16,7 @@ fn pair() -> (
         &Msg::Ready {
             agent: "test".into(),
             kernel: "6.1-test".into(),
+            proto: proto::PROTOCOL,
         },
         &[],
     )
@@ -68,6 +69,7 @@ fn a_connection_the_host_cannot_open_is_closed_and_the_channel_goes_on() {
         &Msg::Ready {
             agent: "test".into(),
             kernel: "6.1-test".into(),
+            proto: proto::PROTOCOL,
         },
         &[],
     )
@@ -117,6 +119,7 @@ fn connections_past_the_cap_end_the_vm() {
         &Msg::Ready {
             agent: "test".into(),
             kernel: "6.1-test".into(),
+            proto: proto::PROTOCOL,
         },
         &[],
     )
@@ -291,4 +294,39 @@ fn output_within_the_cap_is_cut_and_marked() {
     assert!(got.stdout_truncated);
     assert_eq!(got.status, ExitStatus::Code(3));
     assert!(!killed.load(Ordering::SeqCst));
+}
+
+/// An agent built from other sources (another protocol, or one from
+/// before protocols were numbered) is refused as it says it is ready,
+/// saying how to rebuild it.
+#[test]
+fn an_agent_of_another_protocol_is_refused_at_ready() {
+    for (header, proto) in [
+        (
+            format!(
+                r#"{{"t":"ready","agent":"old","kernel":"6.1","proto":{}}}"#,
+                proto::PROTOCOL + 1
+            ),
+            proto::PROTOCOL + 1,
+        ),
+        (
+            r#"{"t":"ready","agent":"old","kernel":"6.1"}"#.to_string(),
+            1,
+        ),
+    ] {
+        let (host, mut guest) = UnixStream::pair().unwrap();
+        let mut frame = Vec::new();
+        frame.extend_from_slice(&(header.len() as u32).to_be_bytes());
+        frame.extend_from_slice(&0u32.to_be_bytes());
+        frame.extend_from_slice(header.as_bytes());
+        std::io::Write::write_all(&mut guest, &frame).unwrap();
+        let e = match await_ready(&host, Duration::from_secs(5)) {
+            Err(e) => e,
+            Ok(_) => panic!("an agent of protocol {proto} was taken"),
+        };
+        assert!(
+            e.contains(&format!("protocol {proto}")) && e.contains("rebuild"),
+            "{e}"
+        );
+    }
 }
