@@ -25,4 +25,6 @@ pub use child::{
     child_main, start_service, ChildServing, ConfineFn, EgressService, ProxyChild, Served,
 };
 pub use host::{config_from_setup, EgressHost, Opened, Serving, MAX_CONNECTIONS};
-pub use proxy::{Caller, Capped, Proxy, ProxyConfig, Timeouts};
+pub use proxy::{
+    Caller, Capped, EgressChange, Generation, LiveEgress, Proxy, ProxyConfig, Timeouts,
+};
