@@ -22,9 +22,10 @@ pub mod tls;
 
 pub use audit::{Audit, AuditLine};
 pub use child::{
-    child_main, start_service, ChildServing, ConfineFn, EgressService, ProxyChild, Served,
+    child_main, start_service, ChannelControl, ChildServing, ConfineFn, EgressService, ProxyChild,
+    Served,
 };
-pub use host::{config_from_setup, EgressHost, Opened, Serving, MAX_CONNECTIONS};
+pub use host::{config_from_setup, EgressHost, HostControl, Opened, Serving, MAX_CONNECTIONS};
 pub use proxy::{
     Caller, Capped, EgressChange, Generation, LiveEgress, Proxy, ProxyConfig, Timeouts,
 };
