@@ -17,6 +17,7 @@
 
 use std::sync::Arc;
 
+pub use cordon_sandbox::EgressChange;
 use cordon_sandbox::EgressEntry;
 use tokio::sync::watch;
 
@@ -79,16 +80,6 @@ pub(super) fn allowlist_admits(
             }
         }
     }
-}
-
-/// What a change asks for.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum EgressChange {
-    /// This allowlist from now on.
-    Replace(Vec<EgressEntry>),
-    /// The replacement did not load (the reason): egress closed until a
-    /// change that loads.
-    Close(String),
 }
 
 /// A channel's allowlist, replaceable while it serves.
