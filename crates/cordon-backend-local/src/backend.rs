@@ -308,6 +308,7 @@ impl LocalBackend {
             base: std::sync::OnceLock::new(),
             proxy_port: None,
             egress: Mutex::new(None),
+            egress_control: Mutex::new(None),
             trust: None,
         };
         made.secrets = None;
@@ -516,6 +517,10 @@ fn route_egress(
     let served = served.map_err(|e| format!("the egress proxy: {e}"));
     let placed = served.and_then(|s| {
         *sandbox.egress.lock().unwrap_or_else(|p| p.into_inner()) = Some(s.handle);
+        *sandbox
+            .egress_control
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Some(s.control);
         place_ca(sandbox.trust.as_mut().map(|(_, t)| t), s.ca_pem.as_deref())
             .map_err(cordon_backend_kit::trust::unplaced)
     });

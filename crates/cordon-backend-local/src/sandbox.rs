@@ -69,6 +69,8 @@ pub struct LocalSandbox {
     /// The proxy serving this sandbox's channel; dropped (and the channel
     /// with it) when the sandbox is.
     pub(crate) egress: Mutex<Option<Box<dyn std::any::Any + Send>>>,
+    /// What changes that channel's allowlist while it serves.
+    pub(crate) egress_control: Mutex<Option<Arc<dyn cordon_egress::ChannelControl>>>,
     /// Container rung with a route out, under a policy that has the proxy
     /// inspect: the sandbox's trust of its proxy's CA, in a directory of
     /// its own (root's, the workload's group; removed at dispose) bound at
@@ -98,6 +100,12 @@ impl LocalSandbox {
     /// removes its cgroups) and removes its directories.
     pub fn dispose(&self) -> Result<(), BackendError> {
         // The route out closes first.
+        drop(
+            self.egress_control
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .take(),
+        );
         drop(self.egress.lock().unwrap_or_else(|p| p.into_inner()).take());
         let stopped = match &self.warm {
             Some(w) => w
@@ -531,6 +539,31 @@ fn status_of(outcome: &cordon_linux::Outcome) -> ExitStatus {
 impl Sandbox for LocalSandbox {
     cordon_backend_kit::host_sandbox!(start_handle, view, files);
 
+    /// Through the proxy serving its channel: the container rung with a
+    /// route out. One without (the process rung, an empty `egress_allow`)
+    /// refuses, as the trait's default says.
+    fn change_egress(
+        &self,
+        change: cordon_sandbox::EgressChange,
+        by: &str,
+    ) -> Result<u64, SandboxError> {
+        let control = self
+            .egress_control
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let Some(control) = control else {
+            return Err(SandboxError::Invalid {
+                reason: "this sandbox has no route out to change: it was made without `egress_allow` (or at a rung whose egress is closed); make a sandbox whose spec names the hosts".into(),
+            });
+        };
+        control
+            .change(change, by)
+            .map_err(|reason| SandboxError::Refused {
+                reason,
+                rules: Vec::new(),
+            })
+    }
     fn residue(&self) -> serde_json::Value {
         // The mount goes whole (it is unmounted before anything under it is
         // removed); a temporary directory in the operator's own first.

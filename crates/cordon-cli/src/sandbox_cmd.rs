@@ -61,6 +61,34 @@ pub enum SandboxCommand {
         #[arg(long, value_name = "DIR")]
         to: PathBuf,
     },
+    /// Replace a live sandbox's egress allowlist at once: new connections
+    /// are decided by the new list, and open ones (tunnels, kept-alive
+    /// connections) it does not admit are closed. The policy still bounds
+    /// what may be asked (each entry is checked for the sandbox's identity,
+    /// as at `up`). A list that does not load, or that the policy denies,
+    /// leaves the sandbox's egress closed — every request refused, saying
+    /// so — until a change that loads; the error says which entry. Each
+    /// change is a line in the egress audit log (old and new list, who
+    /// asked). Only a sandbox made with an `egress_allow` has a route to
+    /// change.
+    Egress {
+        /// The sandbox, by its handle.
+        handle: String,
+        /// The new allowlist, `host[:port]` or `*.domain[:port]` (port 443
+        /// when left out), as a spec's `egress_allow`: repeat the flag or
+        /// separate entries with commas.
+        #[arg(
+            long = "spec-egress",
+            value_name = "HOST[:PORT]",
+            value_delimiter = ',',
+            required_unless_present = "none",
+            conflicts_with = "none"
+        )]
+        spec_egress: Vec<String>,
+        /// Allow nothing: the route stays, and every request is refused.
+        #[arg(long)]
+        none: bool,
+    },
     /// List the recorded sandboxes. Like every subcommand but `gc`, it
     /// first reclaims those whose keeper was killed (said on stderr).
     Ls,
@@ -228,6 +256,11 @@ fn go(cmd: SandboxCommand) -> Result<ExitCode, ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         SandboxCommand::Collect { handle, to } => collect(&handle, &to),
+        SandboxCommand::Egress {
+            handle,
+            spec_egress,
+            none: _,
+        } => egress(&handle, &spec_egress),
         SandboxCommand::Ls => ls(),
         SandboxCommand::Down {
             handle,
@@ -236,6 +269,59 @@ fn go(cmd: SandboxCommand) -> Result<ExitCode, ExitCode> {
         } => down(handle, scope, thread),
         SandboxCommand::Gc => gc(),
     }
+}
+
+/// `cordon sandbox egress`: the sandbox's allowlist replaced; one that
+/// does not load closes its egress, and says so.
+fn egress(handle: &str, raw: &[String]) -> Result<ExitCode, ExitCode> {
+    let s = attach(handle)?;
+    let by = format!(
+        "`cordon sandbox egress` (uid {})",
+        rustix::process::getuid().as_raw()
+    );
+    let mut list: Vec<cordon_sandbox::EgressEntry> = Vec::with_capacity(raw.len());
+    let mut bad = None;
+    for r in raw {
+        match cordon_sandbox::EgressEntry::parse(r.trim()) {
+            Ok(e) if list.contains(&e) => {
+                bad = Some(format!("egress entry `{r}` is listed twice; name it once"));
+                break;
+            }
+            Ok(e) => list.push(e),
+            Err(e) => {
+                bad = Some(e.to_string());
+                break;
+            }
+        }
+    }
+    if let Some(why) = bad {
+        // Never the old list left in force: closed, and said so.
+        return Err(
+            match s.change_egress(cordon_sandbox::EgressChange::Close(why.clone()), &by) {
+                Err(cordon_sandbox::SandboxError::Invalid { reason }) => {
+                    refuse(format!("{why}; {reason}"))
+                }
+                _ => refuse(format!(
+                    "{why}; sandbox `{handle}`'s egress is now closed (every request refused) until a change that loads: run `cordon sandbox egress {handle} --spec-egress ...` again"
+                )),
+            },
+        );
+    }
+    let shown: Vec<String> = list.iter().map(|e| e.to_string()).collect();
+    let generation = s
+        .change_egress(cordon_sandbox::EgressChange::Replace(list), &by)
+        .map_err(fail)?;
+    if json_out::on() {
+        json_out::emit(
+            &json!({"ok": true, "handle": handle, "generation": generation, "egress_allow": shown}),
+        );
+    } else {
+        eprintln!(
+            "sandbox `{handle}`: egress allowlist generation {generation}: [{}]",
+            shown.join(", ")
+        );
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// `cordon sandbox collect`: the declared outputs, landed in `to`.

@@ -19,7 +19,12 @@
 //! | child | `{"ok":true}` or `{"ok":false,"error":"..."}` (ready, once)            | 0   |
 //! | owner | `{"serve":{"id":N,"caller":{"sandbox":S,"identity":Identity,"allow":["host:port",...] or null}}}` | 1: the listener |
 //! | owner | `{"stop":{"id":N}}`                                                    | 0   |
-//! | child | `{"id":N,"ok":true}` or `{"id":N,"ok":false,"error":"..."}` (one per serve/stop) | 0 |
+//! | owner | `{"egress":{"id":N,"allow":["host:port",...] or null,"failed":null or "why","by":"who"}}` (version 2) | 0 |
+//! | child | `{"id":N,"ok":true}` or `{"id":N,"ok":false,"error":"..."}` (one per serve/stop/egress; an egress's ok carries `"generation":G`) | 0 |
+//!
+//! An `egress` replaces channel `N`'s allowlist while it serves (a new
+//! generation: [`crate::LiveEgress`]); `failed` closes its egress instead
+//! (the replacement did not load), and is answered `ok: false` saying so.
 //!
 //! The owner sends one request at a time and waits (bounded) for its reply;
 //! a reply that does not come, or does not match, marks the channel broken
@@ -45,11 +50,11 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use crate::host::{config_from_setup, EgressHost, Opened, Serving};
-use crate::proxy::Caller;
+use crate::proxy::{Caller, EgressChange};
 
 /// The control channel's wire version; the brief carries it and the child
 /// refuses any other.
-pub const WIRE_VERSION: u32 = 1;
+pub const WIRE_VERSION: u32 = 2;
 /// Largest control packet, in bytes of JSON.
 /// How long the child has to confine itself and say it is ready.
 const START_TIMEOUT: Duration = Duration::from_secs(10);
@@ -83,6 +88,15 @@ enum Control {
     /// Stop serving `id`: its listener and every connection it started are
     /// closed before the reply.
     Stop { id: u64 },
+    /// Replace `id`'s allowlist with `allow` (canonical entries), or close
+    /// its egress when `failed` says why the replacement did not load.
+    Egress {
+        id: u64,
+        allow: Option<Vec<String>>,
+        failed: Option<String>,
+        /// Who asked, for the audit line.
+        by: String,
+    },
 }
 
 /// [`Caller`] on the wire: allowlist entries in their canonical spelling.
@@ -106,25 +120,35 @@ struct WireBrokered {
     to: Vec<String>,
 }
 
+/// Allowlist entries in their canonical spelling, each checked to read
+/// back as itself.
+fn allow_to_wire(list: &[EgressEntry]) -> Result<Vec<String>, String> {
+    let mut out = Vec::with_capacity(list.len());
+    for e in list {
+        let text = e.to_string();
+        // The child reads the entry back from this text: refuse one that
+        // would not come back the same.
+        if EgressEntry::parse(&text).as_ref() != Ok(e) {
+            return Err(format!(
+                "the egress allowlist entry `{text}` does not read back as itself; it cannot be handed to the egress proxy process"
+            ));
+        }
+        out.push(text);
+    }
+    Ok(out)
+}
+
+fn allow_from_wire(list: &[String]) -> Result<Vec<EgressEntry>, String> {
+    list.iter()
+        .map(|e| EgressEntry::parse(e).map_err(|e| e.to_string()))
+        .collect()
+}
+
 impl WireCaller {
     fn from_caller(c: &Caller) -> Result<WireCaller, String> {
         let allow = match &c.allow {
             None => None,
-            Some(list) => {
-                let mut out = Vec::with_capacity(list.len());
-                for e in list {
-                    let text = e.to_string();
-                    // The child reads the entry back from this text: refuse
-                    // one that would not come back the same.
-                    if EgressEntry::parse(&text).as_ref() != Ok(e) {
-                        return Err(format!(
-                            "the egress allowlist entry `{text}` does not read back as itself; it cannot be handed to the egress proxy process"
-                        ));
-                    }
-                    out.push(text);
-                }
-                Some(out)
-            }
+            Some(list) => Some(allow_to_wire(list)?),
         };
         Ok(WireCaller {
             sandbox: c.sandbox.clone(),
@@ -146,11 +170,7 @@ impl WireCaller {
     fn into_caller(self) -> Result<Caller, String> {
         let allow = match self.allow {
             None => None,
-            Some(list) => Some(
-                list.iter()
-                    .map(|e| EgressEntry::parse(e).map_err(|e| e.to_string()))
-                    .collect::<Result<Vec<_>, _>>()?,
-            ),
+            Some(list) => Some(allow_from_wire(&list)?),
         };
         Ok(Caller {
             sandbox: self.sandbox,
@@ -182,6 +202,9 @@ struct Reply {
     /// A serve's answer: the sandbox's authority's certificate, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     ca: Option<String>,
+    /// An egress change's answer: the generation now in force.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    generation: Option<u64>,
 }
 
 impl Reply {
@@ -192,12 +215,14 @@ impl Reply {
                 ok: true,
                 error: None,
                 ca: None,
+                generation: None,
             },
             Err(e) => Reply {
                 id,
                 ok: false,
                 error: Some(e),
                 ca: None,
+                generation: None,
             },
         }
     }
@@ -259,8 +284,25 @@ pub trait EgressService: Send + Sync {
     fn serve(&self, listener: std::net::TcpListener, caller: Caller) -> Result<Served, String>;
 }
 
+/// Changes a served channel's allowlist while it serves (see
+/// [`crate::LiveEgress`]).
+pub trait ChannelControl: Send + Sync {
+    /// Replaces the allowlist ([`EgressChange::Replace`]: the new
+    /// generation's number) or closes egress ([`EgressChange::Close`]:
+    /// always an error, saying so); `by` is who asked, for the audit line.
+    fn change(&self, change: EgressChange, by: &str) -> Result<u64, String>;
+}
+
+impl ChannelControl for crate::host::HostControl {
+    fn change(&self, change: EgressChange, by: &str) -> Result<u64, String> {
+        crate::host::HostControl::change(self, change, by)
+    }
+}
+
 /// A channel being served: it lasts as long as `handle` is held.
 pub struct Served {
+    /// Changes its allowlist.
+    pub control: Arc<dyn ChannelControl>,
     pub handle: Box<dyn Any + Send>,
     /// The certificate (PEM) of the sandbox's own authority, when the
     /// policy has the proxy inspect some host: the sandbox must trust it
@@ -273,6 +315,7 @@ impl EgressService for EgressHost {
         let s = EgressHost::serve(self, listener, caller)?;
         let ca_pem = s.ca_pem().map(str::to_string);
         Ok(Served {
+            control: s.control(),
             handle: Box::new(s),
             ca_pem,
         })
@@ -284,6 +327,10 @@ impl EgressService for ProxyChild {
         let s = ProxyChild::serve(self, listener, caller)?;
         let ca_pem = s.ca_pem.clone();
         Ok(Served {
+            control: Arc::new(ChildControl {
+                channel: s.channel.clone(),
+                id: s.id,
+            }),
             handle: Box::new(s),
             ca_pem,
         })
@@ -332,6 +379,18 @@ impl Channel {
         id: u64,
         fd: Option<BorrowedFd<'_>>,
     ) -> Result<Option<String>, String> {
+        self.request_reply(msg, id, fd)?
+            .result()
+            .map_err(|e| format!("the egress proxy process: {e}"))
+    }
+
+    /// Sends `msg` and returns the reply to `id`, whatever it says.
+    fn request_reply(
+        &self,
+        msg: &Control,
+        id: u64,
+        fd: Option<BorrowedFd<'_>>,
+    ) -> Result<Reply, String> {
         let _turn = self.turn.lock().unwrap_or_else(|p| p.into_inner());
         if self.broken.load(Ordering::SeqCst) {
             return Err(
@@ -351,9 +410,38 @@ impl Channel {
                 reply.id
             )));
         }
-        reply
-            .result()
-            .map_err(|e| format!("the egress proxy process: {e}"))
+        Ok(reply)
+    }
+}
+
+/// Changes a channel served by a [`ProxyChild`].
+struct ChildControl {
+    channel: Weak<Channel>,
+    id: u64,
+}
+
+impl ChannelControl for ChildControl {
+    fn change(&self, change: EgressChange, by: &str) -> Result<u64, String> {
+        let ch = self
+            .channel
+            .upgrade()
+            .ok_or("the egress proxy process is gone; run the command again")?;
+        let (allow, failed) = match change {
+            EgressChange::Replace(list) => (Some(allow_to_wire(&list)?), None),
+            EgressChange::Close(why) => (None, Some(why)),
+        };
+        let msg = Control::Egress {
+            id: self.id,
+            allow,
+            failed,
+            by: by.to_string(),
+        };
+        let reply = ch.request_reply(&msg, self.id, None)?;
+        let generation = reply.generation;
+        reply.result()?;
+        generation.ok_or_else(|| {
+            "the egress proxy process did not say which generation is in force; run the same cordon binary".into()
+        })
     }
 }
 
@@ -688,6 +776,7 @@ fn control_loop(sock: BorrowedFd<'_>, host: &EgressHost) -> Result<(), String> {
             Err(e) => return Err(format!("reading a request from its owner: {e}")),
         };
         let mut ca = None;
+        let mut generation = None;
         let (id, result) = match msg {
             Control::Serve { id, caller } => {
                 let r = if fds.len() != 1 {
@@ -709,6 +798,37 @@ fn control_loop(sock: BorrowedFd<'_>, host: &EgressHost) -> Result<(), String> {
                 };
                 (id, r)
             }
+            Control::Egress {
+                id,
+                allow,
+                failed,
+                by,
+            } => {
+                let r = if !fds.is_empty() {
+                    Err("an egress change carries no descriptors".into())
+                } else {
+                    match serving.get(&id) {
+                        None => Err(format!("channel {id} is not served")),
+                        Some(h) => {
+                            let change = match (allow, failed) {
+                                (_, Some(why)) => Ok(EgressChange::Close(why)),
+                                (Some(list), None) => allow_from_wire(&list)
+                                    .map(EgressChange::Replace)
+                                    // Read here, never left wider: closed.
+                                    .or_else(|e| Ok::<_, String>(EgressChange::Close(e))),
+                                (None, None) => {
+                                    Err("an egress change names an allowlist or why it failed"
+                                        .to_string())
+                                }
+                            };
+                            change.and_then(|c| h.control().change(c, &by)).map(|g| {
+                                generation = Some(g);
+                            })
+                        }
+                    }
+                };
+                (id, r)
+            }
             Control::Stop { id } => {
                 let r = if !fds.is_empty() {
                     Err("a stop request carries no descriptors".into())
@@ -724,6 +844,7 @@ fn control_loop(sock: BorrowedFd<'_>, host: &EgressHost) -> Result<(), String> {
         drop(fds);
         let mut reply = Reply::of(Some(id), result);
         reply.ca = ca;
+        reply.generation = generation;
         send_packet(sock, &reply, None).map_err(|e| format!("answering its owner: {e}"))?;
     }
 }

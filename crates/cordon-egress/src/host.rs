@@ -9,7 +9,7 @@ use cordon_sandbox::EgressSetup;
 
 use crate::audit::Audit;
 use crate::classify::Classifier;
-use crate::proxy::{Caller, Proxy, ProxyConfig, Timeouts};
+use crate::proxy::{Caller, EgressChange, LiveEgress, Proxy, ProxyConfig, Timeouts};
 use crate::resolve::{Dns, Resolver, StaticHosts};
 
 /// How often this host's own addresses are read again.
@@ -131,6 +131,25 @@ pub struct EgressHost {
 pub struct Serving {
     task: Option<tokio::task::JoinHandle<()>>,
     ca: Option<Arc<crate::ca::SandboxCa>>,
+    control: Arc<HostControl>,
+}
+
+/// Changes one served channel's allowlist.
+pub struct HostControl {
+    proxy: Arc<Proxy>,
+    live: Arc<LiveEgress>,
+}
+
+impl HostControl {
+    /// See [`Proxy::change_egress`].
+    pub fn change(&self, change: EgressChange, by: &str) -> Result<u64, String> {
+        self.proxy.change_egress(&self.live, change, by)
+    }
+
+    /// The generation in force.
+    pub fn current(&self) -> Arc<crate::proxy::Generation> {
+        self.live.current()
+    }
 }
 
 impl Serving {
@@ -138,6 +157,11 @@ impl Serving {
     /// the proxy inspect some host.
     pub fn ca_pem(&self) -> Option<&str> {
         self.ca.as_deref().map(crate::ca::SandboxCa::cert_pem)
+    }
+
+    /// What changes this channel's allowlist while it serves.
+    pub fn control(&self) -> Arc<HostControl> {
+        self.control.clone()
     }
 }
 
@@ -199,10 +223,18 @@ impl EgressHost {
         let l = tokio::net::TcpListener::from_std(listener)
             .map_err(|e| format!("the egress channel: {e}"))?;
         let ca = self.proxy.sandbox_ca(&caller)?;
+        let live = LiveEgress::new(Arc::new(caller));
         let h = self
             .rt
-            .spawn(self.proxy.clone().serve(l, Arc::new(caller), ca.clone()));
-        Ok(Serving { task: Some(h), ca })
+            .spawn(self.proxy.clone().serve_live(l, live.clone(), ca.clone()));
+        Ok(Serving {
+            task: Some(h),
+            ca,
+            control: Arc::new(HostControl {
+                proxy: self.proxy.clone(),
+                live,
+            }),
+        })
     }
 
     /// Stops a channel and waits (at most `within`) until it is gone: its

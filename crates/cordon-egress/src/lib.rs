@@ -22,7 +22,11 @@ pub mod tls;
 
 pub use audit::{Audit, AuditLine};
 pub use child::{
-    child_main, start_service, ChildServing, ConfineFn, EgressService, ProxyChild, Served,
+    child_main, start_service, ChannelControl, ChildServing, ConfineFn, EgressService, ProxyChild,
+    Served,
 };
-pub use host::{config_from_setup, EgressHost, Opened, Serving, MAX_CONNECTIONS};
-pub use proxy::{BrokeredSecret, Caller, Capped, Proxy, ProxyConfig, Timeouts};
+pub use host::{config_from_setup, EgressHost, HostControl, Opened, Serving, MAX_CONNECTIONS};
+pub use proxy::{
+    BrokeredSecret, Caller, Capped, EgressChange, Generation, LiveEgress, Proxy, ProxyConfig,
+    Timeouts,
+};

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cordon_egress::{start_service, Caller, ProxyChild};
+use cordon_egress::{start_service, Caller, EgressChange, ProxyChild};
 use cordon_policy::{Deployment, Identity, Policy};
 use cordon_sandbox::{EgressEntry, EgressSetup, SelfCommand};
 
@@ -380,4 +380,53 @@ fn a_child_that_died_refuses_every_later_serve() {
     let chan = TcpListener::bind("127.0.0.1:0").unwrap();
     let err = child.serve(chan, caller(&[])).err().unwrap();
     assert!(err.contains("stopped answering earlier"), "{err}");
+}
+
+#[test]
+fn a_channel_served_by_the_child_has_its_allowlist_changed_live() {
+    let fx = fixture(false);
+    let (up, conns) = upstream();
+    let policy = Policy::load_file(&fx.policy_file).unwrap();
+    let child = ProxyChild::start(&fx.setup, &policy, &env()).unwrap();
+    let chan = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = chan.local_addr().unwrap();
+    let port = up.port();
+    let served =
+        cordon_egress::EgressService::serve(&child, chan, caller(&[format!("ok.test:{port}")]))
+            .unwrap();
+    assert_eq!(get(addr, &format!("http://ok.test:{port}/x")).0, 200);
+    assert_eq!(get(addr, &format!("http://no.test:{port}/x")).0, 403);
+
+    // Replaced: the new list decides.
+    let g = served
+        .control
+        .change(
+            EgressChange::Replace(vec![EgressEntry::parse(&format!("no.test:{port}")).unwrap()]),
+            "uid 0",
+        )
+        .unwrap();
+    assert_eq!(g, 2);
+    assert_eq!(get(addr, &format!("http://ok.test:{port}/x")).0, 403);
+    assert_eq!(get(addr, &format!("http://no.test:{port}/x")).0, 200);
+
+    // A change that failed closes egress: nothing is carried, and the
+    // workload is told why.
+    let err = served
+        .control
+        .change(EgressChange::Close("a bad entry".into()), "uid 0")
+        .unwrap_err();
+    assert!(err.contains("a bad entry"), "{err}");
+    let (status, text) = get(addr, &format!("http://no.test:{port}/x"));
+    assert_eq!(status, 403, "{text}");
+    assert!(text.contains("egress is closed"), "{text}");
+    assert_eq!(conns.load(Ordering::SeqCst), 2);
+
+    let lines = audit_lines(&fx.audit);
+    let changes: Vec<&String> = lines
+        .iter()
+        .filter(|l| l.contains("egress_allow"))
+        .collect();
+    assert_eq!(changes.len(), 2, "{lines:?}");
+    assert!(changes[0].contains("uid 0") && changes[0].contains(r#""verdict":"changed""#));
+    assert!(changes[1].contains(r#""verdict":"closed""#));
 }

@@ -17,7 +17,7 @@ use std::time::Duration;
 use cordon_egress::audit::Audit;
 use cordon_egress::classify::Classifier;
 use cordon_egress::resolve::{Dns, Resolver, StaticHosts};
-use cordon_egress::{Caller, Proxy, ProxyConfig, Timeouts};
+use cordon_egress::{Caller, EgressChange, LiveEgress, Proxy, ProxyConfig, Timeouts};
 use cordon_policy::{Deployment, Identity, Policy};
 use cordon_sandbox::{AuditBounds, EgressEntry};
 use hickory_resolver::proto::op::{Message, MessageType, ResponseCode};
@@ -216,6 +216,8 @@ struct Setup {
     task: tokio::task::JoinHandle<()>,
     /// The proxy and the channel's caller.
     served: (Arc<Proxy>, Caller),
+    /// The channel's allowlist, replaceable while it serves.
+    live: Arc<LiveEgress>,
 }
 
 async fn proxy(hosts: &[(&str, &str)], dns: Dns, allow: Option<&[&str]>) -> Setup {
@@ -295,12 +297,14 @@ async fn proxy_bounded(
         allow: allow.map(|l| l.iter().map(|e| EgressEntry::parse(e).unwrap()).collect()),
         brokered: Vec::new(),
     };
-    let task = tokio::spawn(p.clone().serve(l, Arc::new(caller.clone()), None));
+    let live = LiveEgress::new(Arc::new(caller.clone()));
+    let task = tokio::spawn(p.clone().serve_live(l, live.clone(), None));
     Setup {
         proxy: addr,
         audit,
         task,
         served: (p, caller),
+        live,
     }
 }
 
@@ -1439,4 +1443,226 @@ async fn a_flood_from_one_sandbox_is_capped_refused_and_the_log_rotated() {
         assert!(*size <= 64 * 1024, "a file past its bound: {sizes:?}");
     }
     assert!(lines.iter().any(|l| l.sandbox == "tenant/thread/flood-3"));
+}
+
+// ---- the allowlist changed while the channel serves ----------------------
+
+fn entries(list: &[&str]) -> Vec<EgressEntry> {
+    list.iter()
+        .map(|e| EgressEntry::parse(e).unwrap())
+        .collect()
+}
+
+/// Whether `s` is closed within two seconds (a read ends or fails).
+async fn closes(s: &mut TcpStream) -> bool {
+    let mut b = [0u8; 64];
+    matches!(
+        tokio::time::timeout(Duration::from_secs(2), s.read(&mut b)).await,
+        Ok(Ok(0)) | Ok(Err(_))
+    )
+}
+
+/// Whether `s` stays open and silent for 300 ms.
+async fn stays_open(s: &mut TcpStream) -> bool {
+    let mut b = [0u8; 1];
+    tokio::time::timeout(Duration::from_millis(300), s.read(&mut b))
+        .await
+        .is_err()
+}
+
+#[tokio::test]
+async fn a_new_connection_is_decided_by_the_new_allowlist() {
+    let up = upstream(b"hi".to_vec(), None).await;
+    let port = up.addr.port();
+    let s = proxy(
+        &[("ok.test", "127.0.0.1"), ("dns-ok.test", "127.0.0.1")],
+        Dns::Off,
+        Some(&[&format!("ok.test:{port}")]),
+    )
+    .await;
+    let ok = format!("http://ok.test:{port}/");
+    let other = format!("http://dns-ok.test:{port}/");
+    assert_eq!(
+        send(s.proxy, &get(&ok, &format!("ok.test:{port}"))).await.0,
+        200
+    );
+    assert_eq!(
+        send(s.proxy, &get(&other, &format!("dns-ok.test:{port}")))
+            .await
+            .0,
+        403
+    );
+    let g = s
+        .served
+        .0
+        .change_egress(
+            &s.live,
+            EgressChange::Replace(entries(&[&format!("dns-ok.test:{port}")])),
+            "team-a/ops",
+        )
+        .unwrap();
+    assert_eq!(g, 2);
+    assert_eq!(s.live.current().number, 2);
+    let (status, text) = send(s.proxy, &get(&ok, &format!("ok.test:{port}"))).await;
+    assert_eq!(status, 403, "{text}");
+    assert!(text.contains("not in the egress allowlist"), "{text}");
+    assert_eq!(
+        send(s.proxy, &get(&other, &format!("dns-ok.test:{port}")))
+            .await
+            .0,
+        200
+    );
+    // One line for the change: old and new lists, and who asked.
+    let lines = s.audit.lines();
+    let change: Vec<_> = lines.iter().filter(|l| l.kind == "egress_allow").collect();
+    assert_eq!(change.len(), 1, "{lines:?}");
+    let r = &change[0].reason;
+    assert_eq!(change[0].verdict, "changed");
+    assert!(r.contains("generation 2"), "{r}");
+    assert!(r.contains("team-a/ops"), "{r}");
+    assert!(
+        r.contains(&format!("[ok.test:{port}] -> [dns-ok.test:{port}]")),
+        "{r}"
+    );
+}
+
+#[tokio::test]
+async fn an_open_tunnel_the_new_list_denies_is_closed_and_one_it_allows_stays() {
+    let up = holding_upstream().await;
+    let port = up.port();
+    let s = proxy(
+        &[("ok.test", "127.0.0.1"), ("dns-ok.test", "127.0.0.1")],
+        Dns::Off,
+        Some(&[&format!("ok.test:{port}"), &format!("dns-ok.test:{port}")]),
+    )
+    .await;
+    let mut denied = open_tunnel(s.proxy, &format!("ok.test:{port}"), "ok.test").await;
+    let mut kept = open_tunnel(s.proxy, &format!("dns-ok.test:{port}"), "dns-ok.test").await;
+    assert!(stays_open(&mut denied).await);
+    s.served
+        .0
+        .change_egress(
+            &s.live,
+            EgressChange::Replace(entries(&[&format!("dns-ok.test:{port}")])),
+            "test",
+        )
+        .unwrap();
+    assert!(
+        closes(&mut denied).await,
+        "a tunnel the new allowlist denies stayed open"
+    );
+    assert!(
+        stays_open(&mut kept).await,
+        "a tunnel the new allowlist still admits was closed"
+    );
+    // Still carried: the upstream reads what is written.
+    kept.write_all(b"more").await.unwrap();
+    assert!(stays_open(&mut kept).await);
+    let lines = s.audit.lines();
+    assert!(
+        lines.iter().any(|l| l.kind == "connect"
+            && l.verdict == "end"
+            && l.target == format!("ok.test:{port}")
+            && l.reason.contains("no longer admits")),
+        "{lines:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_kept_alive_connection_to_a_now_denied_host_is_closed() {
+    let (up, _conns, reqs) = keepalive_upstream(b"kept").await;
+    let port = up.port();
+    let s = proxy(
+        &[("ok.test", "127.0.0.1"), ("dns-ok.test", "127.0.0.1")],
+        Dns::Off,
+        Some(&[&format!("ok.test:{port}"), &format!("dns-ok.test:{port}")]),
+    )
+    .await;
+    let req =
+        |host: &str| format!("GET http://{host}:{port}/ HTTP/1.1\r\nHost: {host}:{port}\r\n\r\n");
+    let mut denied = TcpStream::connect(s.proxy).await.unwrap();
+    denied.write_all(req("ok.test").as_bytes()).await.unwrap();
+    assert_eq!(read_response(&mut denied).await, (200, b"kept".to_vec()));
+    let mut kept = TcpStream::connect(s.proxy).await.unwrap();
+    kept.write_all(req("dns-ok.test").as_bytes()).await.unwrap();
+    assert_eq!(read_response(&mut kept).await, (200, b"kept".to_vec()));
+    s.served
+        .0
+        .change_egress(
+            &s.live,
+            EgressChange::Replace(entries(&[&format!("dns-ok.test:{port}")])),
+            "test",
+        )
+        .unwrap();
+    assert!(
+        closes(&mut denied).await,
+        "a keep-alive connection to a host the new allowlist denies stayed open"
+    );
+    assert!(stays_open(&mut kept).await);
+    kept.write_all(req("dns-ok.test").as_bytes()).await.unwrap();
+    assert_eq!(read_response(&mut kept).await, (200, b"kept".to_vec()));
+    // The now-denied host, asked on the kept connection, is refused.
+    kept.write_all(req("ok.test").as_bytes()).await.unwrap();
+    assert_eq!(read_response(&mut kept).await.0, 403);
+    assert_eq!(reqs.load(Ordering::SeqCst), 3);
+}
+
+#[tokio::test]
+async fn a_failed_replacement_closes_everything_and_refuses_new_requests() {
+    let up = holding_upstream().await;
+    let port = up.port();
+    let s = proxy(
+        &[("ok.test", "127.0.0.1")],
+        Dns::Off,
+        Some(&[&format!("ok.test:{port}")]),
+    )
+    .await;
+    let mut open = open_tunnel(s.proxy, &format!("ok.test:{port}"), "ok.test").await;
+    let err = s
+        .served
+        .0
+        .change_egress(
+            &s.live,
+            EgressChange::Close("egress entry `10.0.0.1` is refused: it is an IP address".into()),
+            "test",
+        )
+        .unwrap_err();
+    assert!(
+        err.contains("the last change of its egress allowlist failed"),
+        "{err}"
+    );
+    assert!(
+        closes(&mut open).await,
+        "an open tunnel outlived a failed change"
+    );
+    // Every new request is refused, saying why and how to fix it; the old
+    // list is not left in force.
+    let (status, text) = tunnel(
+        s.proxy,
+        &format!("ok.test:{port}"),
+        &client_hello(Some("ok.test")),
+    )
+    .await;
+    assert_eq!(status, 403);
+    let body = String::from_utf8_lossy(&text).to_string();
+    assert!(body.contains("egress is closed"), "{body}");
+    assert!(body.contains("10.0.0.1"), "{body}");
+    assert!(body.contains("cordon sandbox egress"), "{body}");
+    let lines = s.audit.lines();
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.kind == "egress_allow" && l.verdict == "closed"),
+        "{lines:?}"
+    );
+    // A change that loads opens it again.
+    s.served
+        .0
+        .change_egress(
+            &s.live,
+            EgressChange::Replace(entries(&[&format!("ok.test:{port}")])),
+            "test",
+        )
+        .unwrap();
+    let _again = open_tunnel(s.proxy, &format!("ok.test:{port}"), "ok.test").await;
 }

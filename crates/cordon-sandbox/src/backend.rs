@@ -357,6 +357,22 @@ pub trait Sandbox: Send + Sync {
         })
     }
 
+    /// Changes this live sandbox's egress allowlist (a kept sandbox's
+    /// `cordon sandbox egress`): [`crate::EgressChange::Replace`] makes the
+    /// list a new generation at once — new connections decided by it, open
+    /// ones it does not admit closed — and answers the generation's number;
+    /// [`crate::EgressChange::Close`] (the replacement did not load) closes
+    /// egress and answers why, as an error. `by`: who asked, for the audit
+    /// log. The policy's check of the entries for this sandbox's identity
+    /// is the guard's ([`crate::guard`]), as at acquire. The default
+    /// refuses: a backend without a live egress channel cannot change one.
+    fn change_egress(&self, change: crate::EgressChange, by: &str) -> Result<u64, SandboxError> {
+        let _ = (change, by);
+        Err(SandboxError::Invalid {
+            reason: "this sandbox's egress cannot be changed while it lives: its backend has no live egress channel, or it was made without an egress route (a spec with no `egress_allow`); make a sandbox whose spec names the hosts".into(),
+        })
+    }
+
     /// True only when every exec of this sandbox is checked by a
     /// [`crate::guard`] elsewhere — a kept sandbox, whose keeper guards it.
     /// The router then does not guard it twice.

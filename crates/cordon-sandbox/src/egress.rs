@@ -42,6 +42,19 @@ impl fmt::Display for Egress {
     }
 }
 
+/// A change of a live sandbox's egress allowlist (`cordon sandbox egress`):
+/// a new *generation*, decided for every new connection and for every open
+/// one (closed when the new list no longer admits it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EgressChange {
+    /// This allowlist from now on.
+    Replace(Vec<EgressEntry>),
+    /// The replacement did not load (why): egress is closed — every request
+    /// refused, saying so, and every open connection closed — until a
+    /// change that loads. Never the old, wider list left in place.
+    Close(String),
+}
+
 /// The port an entry without one means.
 pub const DEFAULT_PORT: u16 = 443;
 

@@ -22,7 +22,7 @@ use crate::backend::{
     SandboxError,
 };
 use crate::exec::{Attach, ExecHandle};
-use crate::ExecRequest;
+use crate::{EgressChange, ExecRequest};
 
 /// `sandbox` with the compute guard around it (unless it is guarded
 /// downstream already: [`Sandbox::guarded_downstream`]).
@@ -140,6 +140,36 @@ impl Sandbox for Guarded {
     }
     fn resolve_command(&self, program: &str) -> Result<ResolvedCommand, SandboxError> {
         self.inner.resolve_command(program)
+    }
+    /// A replacement is checked as [`crate::Router::ensure_policy_allows`]
+    /// checks a spec's allowlist at acquire, for this sandbox's identity;
+    /// one the policy denies closes egress (never leaves the old, wider
+    /// list in force) and is refused, saying so.
+    fn change_egress(&self, change: EgressChange, by: &str) -> Result<u64, SandboxError> {
+        if let EgressChange::Replace(list) = &change {
+            let p = self.inner.provenance();
+            if let Err(e) = crate::router::ensure_egress_allowed(
+                &self.policy,
+                &self.env,
+                now(),
+                &p.identity,
+                p.spec.kind(),
+                list,
+            ) {
+                let rules = e.denial().map(|(_, r)| r).unwrap_or_default();
+                // Its own answer is the closing's error, expected.
+                let _ = self
+                    .inner
+                    .change_egress(EgressChange::Close(e.to_string()), by);
+                return Err(SandboxError::Refused {
+                    reason: format!(
+                        "{e}; the sandbox's egress is now closed (nothing is carried) until a change the policy allows"
+                    ),
+                    rules,
+                });
+            }
+        }
+        self.inner.change_egress(change, by)
     }
     fn guarded_downstream(&self) -> bool {
         true

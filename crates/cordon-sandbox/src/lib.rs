@@ -91,7 +91,7 @@ pub use backend::{
 };
 pub use capability::{Capability, CapabilitySet, ToolIdentity};
 pub use cordon_policy::{Deployment, Identity};
-pub use egress::{Egress, EgressEntry, EgressEntryError, HostPattern};
+pub use egress::{Egress, EgressChange, EgressEntry, EgressEntryError, HostPattern};
 pub use error::ErrorKind;
 pub use exec::{
     Attach, EventSender, ExecEnd, ExecEvent, ExecHandle, ExecStdin, Killer, Resizer, StdinFeed,
@@ -107,7 +107,9 @@ pub use registry::{
     AuditBounds, BackendRegistration, BackendSetup, EgressSetup, EngineSettings, Registry,
     SelfCommand, WorkDirView,
 };
-pub use router::{Refusal, Router, RouterBuilder, RouterError, Scoped, Warning};
+pub use router::{
+    ensure_egress_allowed, Refusal, Router, RouterBuilder, RouterError, Scoped, Warning,
+};
 pub use secrets::{Brokered, SecretError, SecretProvider, SecretValue};
 pub use sink::{Artifact, ArtifactHandle, LandedArtifact, OutputSink, SinkError};
 pub use spec::{spec_json_schema, PlaceholderAsk, ResourceAsk, SandboxSpec, SecretName, SpecError};

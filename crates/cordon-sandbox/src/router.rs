@@ -22,7 +22,7 @@ use cordon_policy::{
 
 use crate::backend::{AcquireRequest, Backend, Limits, Provenance, Sandbox};
 use crate::capability::{Capability, CapabilitySet, ToolIdentity};
-use crate::egress::Egress;
+use crate::egress::{Egress, EgressEntry};
 use crate::isolation::Isolation;
 use crate::key::CallerContext;
 pub use crate::router_error::{Refusal, Refusals, RouterError};
@@ -244,6 +244,94 @@ impl fmt::Debug for Router {
     }
 }
 
+/// Where a decision's deciding rules stand (`file:line`, as the egress
+/// audit names them).
+fn rule_places(policy: &Policy, d: &Decision) -> Box<[String]> {
+    d.deciding
+        .iter()
+        .map(|id| {
+            let r = policy.rule(*id);
+            format!("{}:{}", r.file, r.line)
+        })
+        .collect()
+}
+
+/// Why a decision did not allow, in words naming the rules.
+fn explain(policy: &Policy, d: &Decision) -> String {
+    let rules = |ids: &[cordon_policy::RuleId]| {
+        ids.iter()
+            .map(|id| {
+                let r = policy.rule(*id);
+
+                format!("`{}` ({}:{})", r.name, r.file, r.line)
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    match d.verdict {
+        Verdict::Deny if d.deciding.is_empty() => {
+            let layer = d
+                .layer
+                .and_then(|l| policy.layers.get(l as usize))
+                .map_or_else(|| "the policy".to_string(), |l| format!("`{}`", l.origin));
+            format!("no allow rule of {layer} matched")
+        }
+        Verdict::Deny => format!("denied by rule {}", rules(&d.deciding)),
+        Verdict::Undetermined => {
+            let unknown: Vec<String> = d
+                .unknown
+                .iter()
+                .map(|f| format!("`{}`", f.spelling()))
+                .collect();
+            let mut s = format!("undetermined: rule {} stayed open", rules(&d.deciding));
+            if !unknown.is_empty() {
+                s.push_str(&format!(" on unknown {}", unknown.join(", ")));
+            }
+            for e in &d.errors {
+                s.push_str(&format!(" ({e})"));
+            }
+            s
+        }
+        Verdict::Allow => "allowed".to_string(),
+    }
+}
+
+/// The egress check [`Router::ensure_policy_allows`] makes at acquire, for
+/// an allowlist alone (a kept sandbox's allowlist changed live goes through
+/// it too): each entry on the egress surface for `identity`, refused only
+/// when denied for certain — an undetermined entry is held per connection
+/// by the egress proxy. `kind`: the spec's, for the message.
+pub fn ensure_egress_allowed(
+    policy: &Policy,
+    env: &Deployment,
+    now: i64,
+    identity: &Identity,
+    kind: &str,
+    entries: &[EgressEntry],
+) -> Result<(), RouterError> {
+    for entry in entries {
+        let facts = EgressFacts::endpoint(entry.exact_host().map(str::to_string), entry.port());
+        let d = policy.decide(&Request {
+            identity: identity.clone(),
+            env: env.clone(),
+            now,
+            facts: SurfaceFacts::Egress(facts),
+        });
+        // INVARIANT: only a certain deny refuses here; an undetermined
+        // entry is held per connection by the egress proxy.
+        if d.verdict == Verdict::Deny {
+            return Err(RouterError::EgressDenied {
+                kind: kind.to_string(),
+                entry: entry.to_string(),
+                identity: who(identity),
+                why: explain(policy, &d),
+                rules: rule_places(policy, &d),
+            });
+        }
+    }
+    Ok(())
+}
+
 /// Who a decision was for, as errors show it.
 fn who(identity: &Identity) -> String {
     format!("{}/{}", identity.namespace, identity.name)
@@ -361,52 +449,12 @@ impl Router {
     /// Where a decision's deciding rules stand (`file:line`, as the egress
     /// audit names them).
     fn rule_names(&self, d: &Decision) -> Box<[String]> {
-        d.deciding
-            .iter()
-            .map(|id| {
-                let r = self.policy.rule(*id);
-                format!("{}:{}", r.file, r.line)
-            })
-            .collect()
+        rule_places(&self.policy, d)
     }
 
     /// Why a decision did not allow, in words naming the rules.
     fn explain(&self, d: &Decision) -> String {
-        let rules = |ids: &[cordon_policy::RuleId]| {
-            ids.iter()
-                .map(|id| {
-                    let r = self.policy.rule(*id);
-                    format!("`{}` ({}:{})", r.name, r.file, r.line)
-                })
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
-        match d.verdict {
-            Verdict::Deny if d.deciding.is_empty() => {
-                let layer = d
-                    .layer
-                    .and_then(|l| self.policy.layers.get(l as usize))
-                    .map_or_else(|| "the policy".to_string(), |l| format!("`{}`", l.origin));
-                format!("no allow rule of {layer} matched")
-            }
-            Verdict::Deny => format!("denied by rule {}", rules(&d.deciding)),
-            Verdict::Undetermined => {
-                let unknown: Vec<String> = d
-                    .unknown
-                    .iter()
-                    .map(|f| format!("`{}`", f.spelling()))
-                    .collect();
-                let mut s = format!("undetermined: rule {} stayed open", rules(&d.deciding));
-                if !unknown.is_empty() {
-                    s.push_str(&format!(" on unknown {}", unknown.join(", ")));
-                }
-                for e in &d.errors {
-                    s.push_str(&format!(" ({e})"));
-                }
-                s
-            }
-            Verdict::Allow => "allowed".to_string(),
-        }
+        explain(&self.policy, d)
     }
 
     /// The policy's checks for one identity: resource asks against its
@@ -442,23 +490,14 @@ impl Router {
                 }
             }
         }
-        for entry in spec.egress_allow() {
-            let facts = EgressFacts::endpoint(entry.exact_host().map(str::to_string), entry.port());
-            let d = self
-                .policy
-                .decide(&self.request(identity, SurfaceFacts::Egress(facts)));
-            // INVARIANT: only a certain deny refuses here; an undetermined
-            // entry is held per connection by the egress proxy.
-            if d.verdict == Verdict::Deny {
-                return Err(RouterError::EgressDenied {
-                    kind: spec.kind().to_string(),
-                    entry: entry.to_string(),
-                    identity: who(identity),
-                    why: self.explain(&d),
-                    rules: self.rule_names(&d),
-                });
-            }
-        }
+        ensure_egress_allowed(
+            &self.policy,
+            &self.env,
+            (self.clock)(),
+            identity,
+            spec.kind(),
+            spec.egress_allow(),
+        )?;
         for name in spec.secrets() {
             match spec.placeholder(name) {
                 None => self.ensure_secret_granted(identity, spec, name, None)?,

@@ -64,27 +64,8 @@ impl Proxy {
         r: &Record<'_>,
         a: &Authority,
     ) -> Result<(), (String, Option<Decision>)> {
-        match &r.caller.allow {
-            Some(list) => {
-                let named = match &a.host {
-                    Host::Name(n) => list.iter().any(|e| e.matches(n, a.port)),
-                    // Allowlist entries are names; an address never matches.
-                    Host::Ip(_) => false,
-                };
-                if !named {
-                    return Err((format!("{a} is not in the egress allowlist"), None));
-                }
-            }
-            None => {
-                let default = if r.kind == "connect" { 443 } else { 80 };
-                if a.port != default {
-                    return Err((
-                        format!("port {} is not open: without an allowlist a tunnel goes to 443 and plain HTTP to 80", a.port),
-                        None,
-                    ));
-                }
-            }
-        }
+        super::live::allowlist_admits(r.caller.allow.as_deref(), a, r.kind == "connect")
+            .map_err(|why| (why, None))?;
         let d = self.cfg.policy.decide(&self.request(r));
         if d.verdict == cordon_policy::decide::Verdict::Deny {
             return Err((self.why(&d), Some(d)));

@@ -33,6 +33,8 @@
 //! - `record`: the audit lines (written before anything is carried) and
 //!   the refusals;
 //! - `decide`: steps 2 to 5;
+//! - `live`: the channel's allowlist, replaced while it serves (a
+//!   generation at a time; open connections decided again on a change);
 //! - `dial`: dialling a checked address once its `allow` line is written;
 //! - `tunnel`: the CONNECT path; `plain`: the absolute-form HTTP path;
 //! - `serve`: the listener, a connection's service, and step 0.
@@ -44,6 +46,7 @@ mod decide;
 mod dial;
 mod http;
 mod inspect;
+mod live;
 mod plain;
 mod record;
 mod serve;
@@ -63,6 +66,7 @@ use crate::resolve::Resolve;
 
 use budget::Budget;
 pub use capped::Capped;
+pub use live::{EgressChange, Generation, LiveEgress};
 
 /// Who is calling: known from the channel the connection arrived on,
 /// never from anything the workload sends.
@@ -189,6 +193,8 @@ struct Upstream {
     /// What may still be read before the cap; reset for each response.
     left: Arc<AtomicU64>,
     exceeded: Arc<AtomicU64>,
+    /// The task driving the connection: aborting it closes it.
+    conn: tokio::task::AbortHandle,
 }
 
 /// One client connection's kept upstream connection.
@@ -196,7 +202,12 @@ type Slot = Arc<std::sync::Mutex<Option<Upstream>>>;
 
 /// What one client connection is served with.
 struct ConnCtx {
-    caller: Arc<Caller>,
+    /// The channel's allowlist: each request is decided by the generation
+    /// current when it starts.
+    live: Arc<LiveEgress>,
+    /// The upstream connections this client connection opened, and where
+    /// to: closed with it when a change of allowlist no longer admits one.
+    opened: std::sync::Mutex<Vec<(crate::target::Authority, tokio::task::AbortHandle)>>,
     /// The channel's budget of audit lines.
     budget: Arc<Budget>,
     slot: Slot,

@@ -20,6 +20,7 @@ use super::http::{
     has_dot_segment, header_pairs, host_header_agrees, shown, strip_hop_by_hop, text, Body,
     BoxError,
 };
+use super::live::Generation;
 use super::record::Record;
 use super::{ConnCtx, Proxy, Slot, Upstream, MAX_HEAD, MAX_URL};
 use crate::target::{self, Authority};
@@ -39,9 +40,10 @@ impl Proxy {
     pub(super) async fn plain(
         self: &Arc<Self>,
         ctx: &ConnCtx,
+        g: &Generation,
         req: hyper::Request<Incoming>,
     ) -> hyper::Response<Body> {
-        let caller = &ctx.caller;
+        let caller = &g.caller;
         let slot = &ctx.slot;
         let uri = req.uri().clone();
         let mut r = Record::new(caller, &ctx.budget, "http", shown(&uri.to_string()));
@@ -66,7 +68,14 @@ impl Proxy {
         let (up, _d) = match kept {
             Some(u) => u,
             None => match self.open_upstream(&mut r, &t.a, checked, cap).await {
-                Ok(u) => u,
+                Ok(u) => {
+                    // Closed with this client connection when a change of
+                    // allowlist no longer admits it.
+                    let mut opened = ctx.opened.lock().unwrap_or_else(|p| p.into_inner());
+                    opened.retain(|(_, h)| !h.is_finished());
+                    opened.push((t.a.clone(), u.0.conn.clone()));
+                    u
+                }
                 Err(resp) => return resp,
             },
         };
@@ -149,6 +158,7 @@ impl Proxy {
                 return Err(text(StatusCode::BAD_GATEWAY, &why));
             }
         };
+        let driving;
         {
             let me = self.clone();
             let caller = Arc::new(r.caller.clone());
@@ -157,7 +167,7 @@ impl Proxy {
             let target = r.target.clone();
             let facts = r.facts.clone();
             let now = r.now;
-            tokio::spawn(async move {
+            driving = tokio::spawn(async move {
                 let _ = conn.await;
                 if exceeded.load(Ordering::Relaxed) > 0 {
                     let r = Record {
@@ -186,6 +196,7 @@ impl Proxy {
                 send,
                 left,
                 exceeded,
+                conn: driving.abort_handle(),
             },
             d,
         ))

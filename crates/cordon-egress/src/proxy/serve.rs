@@ -14,6 +14,7 @@ use tokio::net::{TcpListener, TcpStream};
 
 use super::budget::{budget_spent, Budget};
 use super::http::{shown, text, Body};
+use super::live::{Generation, LiveEgress};
 use super::record::Record;
 use super::{Caller, ConnCtx, Proxy, MAX_HEAD};
 
@@ -25,6 +26,17 @@ impl Proxy {
         self: Arc<Self>,
         listener: TcpListener,
         caller: Arc<Caller>,
+        ca: Option<Arc<crate::ca::SandboxCa>>,
+    ) {
+        self.serve_live(listener, LiveEgress::new(caller), ca).await;
+    }
+
+    /// [`Proxy::serve`] with an allowlist that [`Proxy::change_egress`]
+    /// replaces while the channel serves.
+    pub async fn serve_live(
+        self: Arc<Self>,
+        listener: TcpListener,
+        live: Arc<LiveEgress>,
         ca: Option<Arc<crate::ca::SandboxCa>>,
     ) {
         let permits = Arc::new(tokio::sync::Semaphore::new(self.cfg.max_connections.max(1)));
@@ -46,7 +58,8 @@ impl Proxy {
                 Ok((stream, _)) => {
                     let me = self.clone();
                     let ctx = ConnCtx {
-                        caller: caller.clone(),
+                        live: live.clone(),
+                        opened: std::sync::Mutex::new(Vec::new()),
                         budget: budget.clone(),
                         slot: Arc::new(std::sync::Mutex::new(None)),
                         permit: Arc::new(permit),
@@ -67,10 +80,19 @@ impl Proxy {
     }
 
     /// Serves one client connection.
+    /// Serves one client connection. On a change of allowlist, a
+    /// connection that opened an upstream connection the new generation
+    /// does not admit is closed (both sides, mid-answer or kept alive);
+    /// one whose upstream connections are all still admitted stays. (A
+    /// tunnel watches for itself: see `tunnel.rs`.)
     async fn serve_connection(self: Arc<Self>, stream: TcpStream, ctx: ConnCtx) {
         let _ = stream.set_nodelay(true);
         let me = self.clone();
+        // Subscribed before the first request: every change after any
+        // request's decision is seen here.
+        let mut changes = ctx.live.watch();
         let ctx = Arc::new(ctx);
+        let watched = ctx.clone();
         let service = hyper::service::service_fn(move |req| {
             let me = me.clone();
             let ctx = ctx.clone();
@@ -82,9 +104,54 @@ impl Proxy {
             .max_buf_size(MAX_HEAD)
             .serve_connection(TokioIo::new(stream), service)
             .with_upgrades();
-        if let Err(e) = conn.await {
-            tracing::debug!(target: "cordon::egress", "client connection: {e}");
+        tokio::pin!(conn);
+        loop {
+            tokio::select! {
+                r = &mut conn => {
+                    if let Err(e) = r {
+                        tracing::debug!(target: "cordon::egress", "client connection: {e}");
+                    }
+                    return;
+                }
+                Ok(()) = changes.changed() => {
+                    let g = changes.borrow_and_update().clone();
+                    if !self.still_admitted(&watched, &g) {
+                        return;
+                    }
+                }
+            }
         }
+    }
+
+    /// Whether every open upstream connection `ctx` opened is admitted by
+    /// `g`; those that are not are closed (and audited) here.
+    fn still_admitted(&self, ctx: &ConnCtx, g: &Generation) -> bool {
+        let mut opened = ctx.opened.lock().unwrap_or_else(|p| p.into_inner());
+        opened.retain(|(_, h)| !h.is_finished());
+        let mut all = true;
+        for (a, h) in opened.iter() {
+            if let Err(why) = g.admits(a, false) {
+                all = false;
+                h.abort();
+                let mut r = Record::new(&g.caller, &ctx.budget, "http", a.to_string());
+                r.target = a.to_string();
+                self.record(
+                    &r,
+                    "end",
+                    0,
+                    &format!(
+                        "connection closed: the egress allowlist changed (generation {}) and no longer admits it: {why}",
+                        g.number
+                    ),
+                    None,
+                );
+            }
+        }
+        if !all {
+            opened.clear();
+            *ctx.slot.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        }
+        all
     }
 
     async fn handle(
@@ -97,29 +164,31 @@ impl Proxy {
         } else {
             "http"
         };
-        let r = Record::new(
-            &ctx.caller,
-            &ctx.budget,
-            kind,
-            shown(&req.uri().to_string()),
-        );
+        // Subscribed before the generation is read: a tunnel this request
+        // opens sees every change after its decision.
+        let changes = ctx.live.watch();
+        let g = changes.borrow().clone();
+        let r = Record::new(&g.caller, &ctx.budget, kind, shown(&req.uri().to_string()));
         if let Some(refused) = self.refused_before_anything(&r) {
             return refused;
+        }
+        if let Some(why) = &g.closed {
+            return self.refuse(&r, StatusCode::FORBIDDEN, why, None);
         }
         // Nothing is put in on these paths: a placeholder in a tunnel's
         // target (its name, then its SNI) or a plain request is refused
         // before anything is looked up.
         if let Some((b, place)) =
-            super::broker::placeholder_in_request(&ctx.caller, req.uri(), req.headers())
+            super::broker::placeholder_in_request(&g.caller, req.uri(), req.headers())
         {
             let host = req.uri().host().unwrap_or("?").to_string();
             let why = super::broker::exfiltration(b, &place, &shown(&host));
             return self.refuse(&r, StatusCode::FORBIDDEN, &why, None);
         }
         if req.method() == Method::CONNECT {
-            self.connect(ctx, req).await
+            self.connect(ctx, &g, changes, req).await
         } else {
-            self.plain(ctx, req).await
+            self.plain(ctx, &g, req).await
         }
     }
 

@@ -18,6 +18,7 @@ use tokio::net::TcpStream;
 use super::dial::Dialled;
 use super::http::{empty, host_header_agrees, shown, Body};
 use super::inspect::Inspecting;
+use super::live::Generation;
 use super::record::Record;
 use super::{ConnCtx, Proxy};
 use crate::sni::{self, Hello};
@@ -28,9 +29,11 @@ impl Proxy {
     pub(super) async fn connect(
         self: &Arc<Self>,
         ctx: &ConnCtx,
+        g: &Generation,
+        mut changes: tokio::sync::watch::Receiver<Arc<Generation>>,
         req: hyper::Request<Incoming>,
     ) -> hyper::Response<Body> {
-        let caller = &ctx.caller;
+        let caller = &g.caller;
         let raw = req
             .uri()
             .authority()
@@ -106,9 +109,42 @@ impl Proxy {
             match hyper::upgrade::on(req).await {
                 Ok(up) => match up.downcast::<TokioIo<TcpStream>>() {
                     Ok(parts) => {
-                        tokio::select! {
-                            () = me.tunnel(r, a, checked, parts.io.into_inner(), parts.read_buf, ca.map(|ca| (ca, owner))) => {}
-                            _ = stopped.changed() => {}
+                        let end = Record {
+                            caller: &caller,
+                            budget: r.budget.clone(),
+                            kind: "connect",
+                            target: r.target.clone(),
+                            facts: r.facts.clone(),
+                            now: r.now,
+                            secrets: Vec::new(),
+                        };
+                        let tunnel = me.tunnel(
+                            r,
+                            a.clone(),
+                            checked,
+                            parts.io.into_inner(),
+                            parts.read_buf,
+                            ca.map(|ca| (ca, owner)),
+                        );
+                        tokio::pin!(tunnel);
+                        loop {
+                            tokio::select! {
+                                () = &mut tunnel => break,
+                                _ = stopped.changed() => break,
+                                // A change of allowlist: decided again for
+                                // this tunnel's own target; closed unless
+                                // the new generation admits it.
+                                Ok(()) = changes.changed() => {
+                                    let g = changes.borrow_and_update().clone();
+                                    if let Err(why) = g.admits(&a, true) {
+                                        me.record(&end, "end", 200, &format!(
+                                            "tunnel closed: the egress allowlist changed (generation {}) and no longer admits it: {why}",
+                                            g.number
+                                        ), None);
+                                        break;
+                                    }
+                                }
+                            }
                         }
                     }
                     Err(_) => {

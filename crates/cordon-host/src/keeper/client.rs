@@ -363,6 +363,67 @@ impl Sandbox for KeptSandbox {
     fn residue(&self) -> serde_json::Value {
         self.record.residue.clone()
     }
+    /// Asked of its keeper, whose guard checks the list against the
+    /// policy for the sandbox's identity, and whose proxy changes it.
+    fn change_egress(
+        &self,
+        change: cordon_sandbox::EgressChange,
+        by: &str,
+    ) -> Result<u64, SandboxError> {
+        let allow = match change {
+            cordon_sandbox::EgressChange::Replace(list) => {
+                list.iter().map(|e| e.to_string()).collect()
+            }
+            // Refused here already: closed by a list the keeper refuses
+            // too (no entry may be empty), so the keeper closes it.
+            cordon_sandbox::EgressChange::Close(_) => vec![String::new()],
+        };
+        let req = Request::Egress {
+            allow,
+            by: by.to_string(),
+        };
+        let sock = connect(
+            &self.state.socket_path(&self.record.handle),
+            Duration::from_secs(60),
+        )
+        .map_err(|e| SandboxError::Unavailable {
+            reason: format!(
+                "sandbox `{}` does not answer ({e}); it may have expired or been disposed — `cordon sandbox ls` shows what is live",
+                self.record.handle
+            ),
+        })?;
+        let failed = |reason: String| SandboxError::Failed {
+            operation: "egress",
+            reason,
+        };
+        fdpass::send(&sock, &req, &[]).map_err(|e| failed(e.to_string()))?;
+        match fdpass::recv::<Reply>(&sock) {
+            Ok(Some((Reply::Egress { generation }, _))) => Ok(generation),
+            Ok(Some((
+                Reply::Error {
+                    kind,
+                    message,
+                    rules,
+                },
+                _,
+            ))) => Err(match kind {
+                cordon_sandbox::ErrorKind::Refused => SandboxError::Refused {
+                    reason: message,
+                    rules,
+                },
+                cordon_sandbox::ErrorKind::Invalid => SandboxError::Invalid { reason: message },
+                cordon_sandbox::ErrorKind::Unavailable => {
+                    SandboxError::Unavailable { reason: message }
+                }
+                _ => failed(message),
+            }),
+            Ok(Some((other, _))) => Err(failed(format!("the keeper answered out of turn ({other:?})"))),
+            Ok(None) => Err(failed(
+                "the keeper hung up unanswered (a keeper of an older cordon does not change egress: make the sandbox again)".into(),
+            )),
+            Err(e) => Err(failed(e.to_string())),
+        }
+    }
     /// Its keeper guards every exec (with the policy it loaded and checked
     /// by digest), so a router in this process does not guard it again.
     fn guarded_downstream(&self) -> bool {

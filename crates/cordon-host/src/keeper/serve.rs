@@ -276,6 +276,10 @@ fn serve_sandbox(
                     let _ = backend.dispose(&key);
                     Reply::Disposed
                 }
+                Request::Egress { allow, by } => {
+                    *last.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
+                    egress_for_client(&*sandbox, &allow, &by)
+                }
                 Request::WriteFile { .. }
                 | Request::Stat { .. }
                 | Request::ReadFile { .. }
@@ -311,6 +315,50 @@ fn serve_sandbox(
                 let _ = rustix::io::write(&*wake, b"x");
             }
         });
+    }
+}
+
+/// Replaces the sandbox's egress allowlist for a client: the entries read
+/// here (a bad one, or one listed twice, closes egress: never the old list
+/// left in force), then the sandbox's own change (its guard checks the
+/// policy for the sandbox's identity, and closes egress on a deny).
+fn egress_for_client(sandbox: &dyn Sandbox, allow: &[String], by: &str) -> Reply {
+    let mut list: Vec<cordon_sandbox::EgressEntry> = Vec::with_capacity(allow.len());
+    let mut bad = None;
+    for raw in allow {
+        match cordon_sandbox::EgressEntry::parse(raw) {
+            Ok(e) if list.contains(&e) => {
+                bad = Some(format!("egress entry `{raw}` is listed twice"));
+                break;
+            }
+            Ok(e) => list.push(e),
+            Err(e) => {
+                bad = Some(e.to_string());
+                break;
+            }
+        }
+    }
+    let change = match &bad {
+        Some(why) => cordon_sandbox::EgressChange::Close(why.clone()),
+        None => cordon_sandbox::EgressChange::Replace(list),
+    };
+    match (sandbox.change_egress(change, by), bad) {
+        (Ok(generation), None) => Reply::Egress { generation },
+        (Err(e), None) => error_to_wire(&e),
+        // The list did not load: closed (or, with no route out, nothing to
+        // close); either way the error is the list's.
+        (r, Some(why)) => Reply::Error {
+            kind: cordon_sandbox::ErrorKind::Invalid,
+            message: match r {
+                Err(cordon_sandbox::SandboxError::Invalid { reason }) => {
+                    format!("{why}; {reason}")
+                }
+                _ => format!(
+                    "{why}; the sandbox's egress is now closed (nothing is carried) until a change that loads"
+                ),
+            },
+            rules: Vec::new(),
+        },
     }
 }
 

@@ -127,6 +127,15 @@ pub(crate) enum Request {
     ListDir {
         path: String,
     },
+    /// Replace the sandbox's egress allowlist (`host[:port]` entries, read
+    /// by the keeper): answered [`Reply::Egress`]. A list that does not
+    /// load, or that the policy denies for the sandbox's identity, closes
+    /// its egress and is answered with the error saying so.
+    Egress {
+        allow: Vec<String>,
+        /// Who asked, for the egress audit log.
+        by: String,
+    },
 }
 
 /// The most bytes one file written through a keeper may hold.
@@ -219,6 +228,10 @@ pub(crate) enum Reply {
     /// attached descriptor.
     Listed {
         len: u64,
+    },
+    /// The egress allowlist generation now in force.
+    Egress {
+        generation: u64,
     },
 }
 

@@ -119,6 +119,8 @@ pub struct FakeSandbox {
     pub base_env: BTreeMap<String, String>,
     /// How many commands reached it.
     pub execs: std::sync::atomic::AtomicUsize,
+    /// The egress changes that reached it.
+    pub egress: Mutex<Vec<cordon_sandbox::EgressChange>>,
 }
 
 impl Sandbox for FakeSandbox {
@@ -173,6 +175,22 @@ impl Sandbox for FakeSandbox {
             stdout_truncated: false,
             stderr_truncated: false,
         })
+    }
+    /// Records the change; a closing answers its reason as an error.
+    fn change_egress(
+        &self,
+        change: cordon_sandbox::EgressChange,
+        _by: &str,
+    ) -> Result<u64, SandboxError> {
+        let mut seen = self.egress.lock().unwrap();
+        seen.push(change.clone());
+        match change {
+            cordon_sandbox::EgressChange::Close(why) => Err(SandboxError::Refused {
+                reason: why,
+                rules: Vec::new(),
+            }),
+            cordon_sandbox::EgressChange::Replace(_) => Ok(seen.len() as u64 + 1),
+        }
     }
     fn write_file(&self, path: &str, contents: &[u8], mode: u32) -> Result<(), SandboxError> {
         self.files
@@ -295,6 +313,7 @@ impl Backend for Fake {
                     files: Mutex::new(BTreeMap::new()),
                     base_env: BTreeMap::from([("PATH".to_string(), "/usr/bin".to_string())]),
                     execs: Default::default(),
+                    egress: Default::default(),
                 })
             })
             .clone();

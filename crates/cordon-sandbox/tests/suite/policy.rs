@@ -132,3 +132,46 @@ fn asks_at_the_bound_pass_and_unstated_asks_take_the_bound() {
     let req = vm.requests.lock().unwrap()[0].clone();
     assert!(req.contains("processes: 8"), "{req}");
 }
+
+#[test]
+fn a_live_egress_change_is_checked_as_at_acquire_and_a_denied_one_closes_egress() {
+    let vm = Fake::microvm("vm");
+    let router = builder().backend(vm.clone()).build().unwrap();
+    let sb = router.acquire(&ctx(), &allow(&["pypi.org"])).unwrap();
+    let entries = |l: &[&str]| -> Vec<EgressEntry> {
+        l.iter().map(|e| EgressEntry::parse(e).unwrap()).collect()
+    };
+    // Allowed for this identity: handed to the sandbox as is.
+    let g = sb
+        .change_egress(
+            cordon_sandbox::EgressChange::Replace(entries(&["partner-a.example.com"])),
+            "test",
+        )
+        .unwrap();
+    assert_eq!(g, 2);
+    // Denied by the policy: refused, saying so, and egress closed rather
+    // than the last list left in force.
+    let err = sb
+        .change_egress(
+            cordon_sandbox::EgressChange::Replace(entries(&["evil.example.net"])),
+            "test",
+        )
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(text.contains("evil.example.net"), "{text}");
+    assert!(text.contains("egress is now closed"), "{text}");
+    let fake = vm
+        .sandboxes
+        .lock()
+        .unwrap()
+        .values()
+        .next()
+        .unwrap()
+        .clone();
+    let seen = fake.egress.lock().unwrap().clone();
+    assert_eq!(seen.len(), 2, "{seen:?}");
+    assert!(
+        matches!(&seen[1], cordon_sandbox::EgressChange::Close(why) if why.contains("evil.example.net")),
+        "{seen:?}"
+    );
+}
