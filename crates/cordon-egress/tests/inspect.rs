@@ -172,6 +172,7 @@ struct Setup {
     proxy: SocketAddr,
     ca_pem: String,
     audit: Arc<Audit>,
+    policy: Arc<Policy>,
 }
 
 /// The proxy with `POLICY`, inspecting `inspect` (each with the test's
@@ -205,7 +206,8 @@ async fn proxy_brokering(
     );
     let file = dir.path().join("policy.yaml");
     std::fs::write(&file, text).unwrap();
-    let policy = Policy::load_file(&file).unwrap_or_else(|d| panic!("{}", d.render()));
+    let policy: Arc<Policy> =
+        Arc::new(Policy::load_file(&file).unwrap_or_else(|d| panic!("{}", d.render())));
     assert_eq!(policy.inspects_any(), !inspect.is_empty());
     let mut map = StaticHosts::default();
     for n in ["api.test", "other.test"] {
@@ -216,7 +218,7 @@ async fn proxy_brokering(
     let addr = l.local_addr().unwrap();
     let audit = Arc::new(Audit::Memory(Mutex::default()));
     let p = Proxy::new(ProxyConfig {
-        policy: Arc::new(policy),
+        policy: policy.clone(),
         env: Deployment {
             name: "test".into(),
         },
@@ -264,6 +266,7 @@ async fn proxy_brokering(
         proxy: addr,
         ca_pem,
         audit,
+        policy,
     }
 }
 
@@ -502,8 +505,24 @@ async fn each_request_inside_an_inspected_tunnel_is_decided() {
         "nothing fronted reached upstream"
     );
 
-    // The audit log has each inspected request with its method and path.
+    // The audit log has each inspected request with its method and path,
+    // and each decision line replays (`cordon policy explain --facts`) to
+    // the verdict the proxy reached: every policy-decided request, allowed
+    // or refused by a rule.
     let lines = s.audit.lines();
+    let policy = s.policy.clone();
+    let mut replayed = 0;
+    for line in lines
+        .iter()
+        .filter(|l| l.kind == "https" && !l.rules.is_empty())
+    {
+        let text = serde_json::to_string(line).unwrap();
+        let back = cordon_egress::AuditLine::parse(&text).unwrap();
+        let d = policy.decide(&back.request());
+        assert_eq!(d.is_allowed(), line.verdict == "allow", "{text}");
+        replayed += 1;
+    }
+    assert!(replayed >= 4, "{replayed} lines replayed");
     assert!(
         lines.iter().any(|l| l.kind == "https"
             && l.verdict == "deny"
