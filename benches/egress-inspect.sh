@@ -4,7 +4,7 @@
 # figure measured in the same run, targets rotated within each figure.
 # benches/egress-inspect/README.md says what each figure is.
 #
-#   benches/egress-inspect.sh                  # quick: about 3 minutes
+#   benches/egress-inspect.sh                  # quick: about 1.5 minutes of measuring
 #   RUNS=3 benches/egress-inspect.sh           # counts and durations x3
 #   CORDON=path/to/cordon OUT=table.md benches/egress-inspect.sh
 #
@@ -141,7 +141,7 @@ wait_for mitmproxy "${pids[-1]}" test -s "$work/mitm/mitmproxy-ca-cert.pem"
 # --- run ---------------------------------------------------------------------
 echo "== running (RUNS=$RUNS)" >&2
 "$bench" run --upstream "127.0.0.1:$up_port" \
-  --keepalive $((2000 * RUNS)) --newconn $((200 * RUNS)) --seconds $((4 * RUNS)) \
+  --keepalive $((4000 * RUNS)) --newconn $((400 * RUNS)) --seconds $((8 * RUNS)) \
   --concurrency 8 --bulk-mib 64 --bulk-runs $((2 * RUNS + 1)) --rounds 4 \
   --target "direct,-,bench.test,bench.test,$work/upstream-ca.pem" \
   --target "tunnel,127.0.0.1:$co_port,plain.test,plain.test,$work/upstream-ca.pem" \
