@@ -154,5 +154,5 @@ echo "== running (RUNS=$RUNS)" >&2
 } >"$work/out.md"
 cat "$work/out.md"
 if [ -n "${OUT:-}" ]; then cp "$work/out.md" "$OUT"; fi
-inspected="$(grep -c '"verdict":"allow"' "$work/cordon-audit.jsonl" || true)"
-echo "== cordon's audit log: $inspected allow lines" >&2
+inspected="$(cat "$work"/cordon-audit.jsonl* | grep -c '"verdict":"allow"' || true)"
+echo "== cordon's audit log (rotated files too): $inspected allow lines" >&2
