@@ -31,7 +31,9 @@ and its answer follows on an `end` line. The log is bounded: rotated by size (--
 
 Examples:
   cordon proxy --policy egress.yaml --listen 127.0.0.1:3128 --allow pypi.org --allow files.pythonhosted.org
-  cordon proxy --policy egress.yaml --listen 127.0.0.1:3128 --hosts pins.txt --nameserver 127.0.0.53:53 --audit /var/log/cordon-egress.jsonl")]
+  cordon proxy --policy egress.yaml --listen 127.0.0.1:3128 --hosts pins.txt --nameserver 127.0.0.53:53 --audit /var/log/cordon-egress.jsonl
+  cordon proxy --policy inspect.yaml --listen 127.0.0.1:3128 --ca-out /tmp/cordon-proxy-ca.pem
+    (then e.g. curl --proxy http://127.0.0.1:3128 --cacert /tmp/cordon-proxy-ca.pem https://api.example.com/)")]
 pub struct ProxyArgs {
     /// The policy whose egress surface decides (default: the built-in
     /// `cordon:default`, which allows no egress at all).
@@ -81,6 +83,13 @@ pub struct ProxyArgs {
     /// The audit lines its clients may cause at once (default 2097152).
     #[arg(long, value_name = "BYTES")]
     pub audit_burst_bytes: Option<u64>,
+    /// Write the proxy's CA certificate (PEM, mode 0644) to this new file
+    /// before it serves, for clients to trust: the proxy terminates TLS
+    /// for the hosts the policy's `egress.inspect` names, with a leaf its
+    /// own per-channel CA signs (made at start, never stored elsewhere).
+    /// Refused when FILE exists or when the policy inspects no host.
+    #[arg(long, value_name = "FILE")]
+    pub ca_out: Option<PathBuf>,
     /// Run without confining this process (no Landlock, seccomp or
     /// capability drop). Only for machines that lack them; the proxy
     /// parses hostile input.
@@ -100,6 +109,11 @@ pub fn run(a: ProxyArgs) -> ExitCode {
             return usage("the policy does not load");
         }
     };
+    if a.ca_out.is_some() && !policy.inspects_any() {
+        return usage(
+            "--ca-out: the policy inspects no host (its `egress.inspect` is empty), so this proxy terminates no TLS and has no CA to write",
+        );
+    }
     let identity = match crate::run::identity(&a.identity) {
         Ok(i) => i,
         Err(e) => return usage(e),
@@ -181,9 +195,21 @@ pub fn run(a: ProxyArgs) -> ExitCode {
         Ok(o) => o,
         Err(e) => return usage(e),
     };
+    // Opened now, written once the CA exists: a confined proxy can open
+    // nothing on the host later.
+    let mut ca_out = match &a.ca_out {
+        Some(path) => match CaOut::create(path) {
+            Ok(c) => Some(c),
+            Err(e) => return usage(e),
+        },
+        None => None,
+    };
     if a.unconfined {
         eprintln!("cordon proxy: running UNCONFINED (--unconfined): no Landlock, seccomp or capability drop");
     } else if let Err(e) = cordon_host::roles::confine_proxy(&setup) {
+        if let Some(c) = ca_out.take() {
+            c.abandon();
+        }
         return refuse(format!(
             "{e}; cordon proxy parses hostile input and confines itself before it serves — run it where Landlock and seccomp work, or pass --unconfined to accept the risk"
         ));
@@ -198,12 +224,76 @@ pub fn run(a: ProxyArgs) -> ExitCode {
         allow,
         brokered: Vec::new(),
     };
-    let _serving = match host.serve(listener, caller) {
+    let serving = match host.serve(listener, caller) {
         Ok(s) => s,
         Err(e) => return refuse(e),
     };
+    if let Some(out) = ca_out.take() {
+        let Some(pem) = serving.ca_pem() else {
+            return refuse("--ca-out: the policy inspects, but the channel has no CA");
+        };
+        match out.write(pem) {
+            Ok(path) => eprintln!(
+                "cordon proxy: CA certificate in {} (clients trust it for the inspected hosts)",
+                path.display()
+            ),
+            Err(e) => return refuse(e),
+        }
+    }
     eprintln!("cordon proxy: listening on {local}");
+    let _serving = serving;
     loop {
         std::thread::park();
+    }
+}
+
+/// The `--ca-out` file: created (never over an existing one) before the
+/// proxy confines itself, written once its channel has a CA.
+struct CaOut {
+    path: PathBuf,
+    file: std::fs::File,
+}
+
+impl CaOut {
+    fn create(path: &std::path::Path) -> Result<CaOut, String> {
+        use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o644)
+            .open(path)
+            .map_err(|e| {
+                if e.kind() == std::io::ErrorKind::AlreadyExists {
+                    format!(
+                        "--ca-out {}: the file exists; cordon proxy writes a new file only (remove it, or name another)",
+                        path.display()
+                    )
+                } else {
+                    format!("--ca-out {}: {e}", path.display())
+                }
+            })?;
+        // 0644 whatever the umask: the certificate is public, and clients
+        // running as other users read it.
+        file.set_permissions(std::fs::Permissions::from_mode(0o644))
+            .map_err(|e| format!("--ca-out {}: {e}", path.display()))?;
+        Ok(CaOut {
+            path: path.to_path_buf(),
+            file,
+        })
+    }
+
+    fn write(mut self, pem: &str) -> Result<PathBuf, String> {
+        use std::io::Write;
+        self.file
+            .write_all(pem.as_bytes())
+            .and_then(|()| self.file.sync_all())
+            .map_err(|e| format!("--ca-out {}: {e}", self.path.display()))?;
+        Ok(self.path)
+    }
+
+    /// Removes the still-empty file (best effort) when the proxy gives up
+    /// before it confines itself.
+    fn abandon(self) {
+        let _ = std::fs::remove_file(&self.path);
     }
 }

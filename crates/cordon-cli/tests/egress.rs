@@ -690,6 +690,128 @@ fn the_proxy_alone_serves_what_its_allowlist_and_policy_allow() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("test-hosts"));
 }
 
+/// Issue 30: `cordon proxy --ca-out FILE` writes the proxy's CA (mode
+/// 0644) before it says it listens, and a client trusting that file alone
+/// gets an inspected host's answer through it; an existing FILE is not
+/// overwritten, and a policy that inspects nothing has no CA to write.
+#[test]
+fn the_proxy_writes_its_ca_for_clients_when_its_policy_inspects() {
+    use std::os::unix::fs::PermissionsExt;
+    let up = cordon_testkit::https::upstream(&["api.test"]);
+    let port = up.port;
+    let f = Fixture::new(&[]);
+    std::fs::write(f.path("upstream-ca.pem"), &up.ca_pem).unwrap();
+    std::fs::write(f.path("hosts"), "127.0.0.1 ok.test other.test api.test\n").unwrap();
+    let inspecting = policy()
+        .replacen(
+            "  egress:\n",
+            "  egress:\n    inspect: [{host: api.test, ca: ./upstream-ca.pem}]\n",
+            1,
+        )
+        .replace(
+            "hosts: [ok.test, other.test]",
+            "hosts: [ok.test, other.test, api.test]",
+        )
+        .replace(
+            r#"when: host == "ok.test" || host == "other.test""#,
+            r#"when: host == "ok.test" || host == "other.test" || host == "api.test""#,
+        );
+    std::fs::write(f.path("inspect.yaml"), &inspecting).unwrap();
+    let ca = f.path("proxy-ca.pem");
+    let args = |policy: &str, ca: &std::path::Path| -> Vec<String> {
+        [
+            "proxy",
+            "--policy",
+            f.path(policy).to_str().unwrap(),
+            "--listen",
+            "127.0.0.1:0",
+            "--hosts",
+            f.path("hosts").to_str().unwrap(),
+            "--nameserver",
+            "none",
+            "--allow",
+            &format!("api.test:{port}"),
+            "--audit",
+            f.path("audit.jsonl").to_str().unwrap(),
+            "--ca-out",
+            ca.to_str().unwrap(),
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
+    };
+    let mut child = cordon_testkit::cordon!()
+        .command(args("inspect.yaml", &ca))
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut said = String::new();
+    let mut line = String::new();
+    while !line.contains("listening on") {
+        line.clear();
+        if err.read_line(&mut line).unwrap() == 0 {
+            break;
+        }
+        said.push_str(&line);
+    }
+    let addr = line
+        .trim()
+        .rsplit(' ')
+        .next()
+        .unwrap_or_default()
+        .to_string();
+    assert!(line.contains("listening on"), "{said}");
+    assert!(
+        said.contains(&format!("CA certificate in {}", ca.display())),
+        "{said}"
+    );
+    let pem = std::fs::read_to_string(&ca).unwrap();
+    assert!(pem.starts_with("-----BEGIN CERTIFICATE-----"), "{pem}");
+    assert_ne!(
+        pem.trim(),
+        up.ca_pem.trim(),
+        "the proxy's own CA, not the upstream's"
+    );
+    let mode = std::fs::metadata(&ca).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o644);
+    let out = Command::new("/usr/bin/curl")
+        .args([
+            "-sS",
+            "--fail",
+            "-x",
+            &format!("http://{addr}"),
+            "--cacert",
+            ca.to_str().unwrap(),
+            "--max-time",
+            "10",
+            &format!("https://api.test:{port}/through"),
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "hello GET /through",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let _ = child.kill();
+    let _ = child.wait();
+
+    // The file exists now: a second proxy refuses to overwrite it.
+    let (code, _, err) = cordon_testkit::cordon!().run(args("inspect.yaml", &ca));
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("exists"), "{err}");
+    assert_eq!(std::fs::read_to_string(&ca).unwrap(), pem);
+    // A policy that inspects nothing: no CA, so the flag is an error, and
+    // no file is made.
+    let none = f.path("none.pem");
+    let (code, _, err) = cordon_testkit::cordon!().run(args("policy.yaml", &none));
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("inspects no host"), "{err}");
+    assert!(!none.exists());
+}
+
 /// Issue 28, item 12, where it has to hold: the proxy confines itself
 /// (Landlock, seccomp, its own uid) before it writes a line, and it can
 /// neither create nor rename a file then. Its audit log still rotates by
