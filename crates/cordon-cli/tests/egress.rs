@@ -650,7 +650,10 @@ fn the_proxy_alone_serves_what_its_allowlist_and_policy_allow() {
     // The refusal an agent can act on: JSON naming the surface and a fix.
     let refusal: serde_json::Value = serde_json::from_slice(&literal.stdout).unwrap();
     assert_eq!(refusal["surface"], "egress", "{refusal}");
-    assert!(refusal["fix"].as_str().is_some_and(|f| !f.is_empty()), "{refusal}");
+    assert!(
+        refusal["fix"].as_str().is_some_and(|f| !f.is_empty()),
+        "{refusal}"
+    );
     assert_eq!(hits.load(Ordering::SeqCst), 1);
     let _ = child.kill();
     let _ = child.wait();
