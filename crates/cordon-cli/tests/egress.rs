@@ -1861,3 +1861,263 @@ fn microvm_routes_leave_nothing_after_down_or_a_killed_keeper_and_gc() {
     }
     assert_eq!(hits.load(Ordering::SeqCst), 2);
 }
+
+/// A loopback HTTP server whose every answer streams slowly: the head and
+/// `first` at once (then `started` is set), then a byte every 100 ms for a
+/// minute; `cut` is set when a write fails (the connection was closed).
+fn slow_upstream() -> (
+    u16,
+    Arc<std::sync::atomic::AtomicBool>,
+    Arc<std::sync::atomic::AtomicBool>,
+) {
+    use std::sync::atomic::AtomicBool;
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let started = Arc::new(AtomicBool::new(false));
+    let cut = Arc::new(AtomicBool::new(false));
+    let (st, ct) = (started.clone(), cut.clone());
+    std::thread::spawn(move || {
+        for s in l.incoming() {
+            let Ok(mut s) = s else { continue };
+            let (st, ct) = (st.clone(), ct.clone());
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 4096];
+                let mut seen = Vec::new();
+                while !seen.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match s.read(&mut buf) {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => seen.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let head =
+                    "HTTP/1.1 200 OK\r\nContent-Length: 100000\r\nConnection: close\r\n\r\nfirst\n";
+                if s.write_all(head.as_bytes())
+                    .and_then(|()| s.flush())
+                    .is_err()
+                {
+                    ct.store(true, Ordering::SeqCst);
+                    return;
+                }
+                st.store(true, Ordering::SeqCst);
+                for _ in 0..600 {
+                    std::thread::sleep(std::time::Duration::from_millis(100));
+                    if s.write_all(b".").is_err() {
+                        ct.store(true, Ordering::SeqCst);
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (port, started, cut)
+}
+
+/// Waits up to `secs` for `cond`.
+fn within(secs: u64, cond: impl Fn() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    while std::time::Instant::now() < deadline {
+        if cond() {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    cond()
+}
+
+/// `cordon sandbox egress` on a kept sandbox at the container rung, end to
+/// end through its keeper: a replacement that drops `other.test` closes
+/// the connection open to it mid-answer and refuses a new one (`403`)
+/// while `ok.test` still answers; one the policy denies exits non-zero
+/// saying egress is now closed, and `ok.test` is refused too until a
+/// change that loads; so is one that does not parse; `--none` allows
+/// nothing. The audit log has each change, with both lists and who asked.
+#[test]
+fn container_a_kept_sandbox_s_egress_is_replaced_live_through_its_keeper() {
+    let t = &CONTAINER;
+    let Some(ready) =
+        (t.ready)("container_a_kept_sandbox_s_egress_is_replaced_live_through_its_keeper")
+    else {
+        return;
+    };
+    let env = ready.env.clone();
+    let (ok_port, ok_hits) = upstream("hello-ok");
+    let (slow_port, started, cut) = slow_upstream();
+    let f = Fixture::for_target(
+        t,
+        &[
+            format!("ok.test:{ok_port}"),
+            format!("other.test:{slow_port}"),
+        ],
+    );
+    let mut args: Vec<String> = [
+        "sandbox",
+        "up",
+        "--scope",
+        "egress-test",
+        "--thread",
+        "live",
+    ]
+    .map(String::from)
+    .to_vec();
+    args.extend(f.selection(t));
+    let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (code, out, err) = f.cordon_env(&argv, &env);
+    assert_eq!(code, 0, "up: {err}");
+    let handle = out.trim().to_string();
+    let exec_args = |argv: Vec<String>| -> Vec<String> {
+        let mut args: Vec<String> =
+            vec!["sandbox".into(), "exec".into(), handle.clone(), "--".into()];
+        args.extend(argv);
+        args
+    };
+    let exec = |url: &str| {
+        let args = exec_args(t.client.fetch(url));
+        let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+        f.cordon_env(&argv, &env)
+    };
+    let egress = |entries: &[&str]| {
+        let mut args: Vec<&str> = vec!["sandbox", "egress", &handle];
+        for e in entries {
+            args.extend(["--spec-egress", e]);
+        }
+        f.cordon_env(&args, &env)
+    };
+    let ok_url = format!("http://ok.test:{ok_port}/x");
+    let other_url = format!("http://other.test:{slow_port}/x");
+
+    // The long answer from other.test, open in the background.
+    let long = exec_args(
+        ["/usr/bin/curl", "-sS", "-N", "--max-time", "60", &other_url]
+            .map(String::from)
+            .to_vec(),
+    );
+    let mut cmd = cordon_testkit::cordon!()
+        .env("CORDON_STATE_DIR", f.path("state"))
+        .command(&long);
+    cmd.envs(env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    assert!(
+        within(30, || started.load(Ordering::SeqCst)),
+        "the long request never reached other.test"
+    );
+    let (code, out, err) = exec(&ok_url);
+    assert_eq!((code, out.as_str()), (0, "hello-ok"), "{err}");
+
+    // other.test dropped: the open answer is cut, a new request refused.
+    let (code, out, err) = egress(&[&format!("ok.test:{ok_port}")]);
+    assert_eq!(code, 0, "egress: {out}{err}");
+    assert!(err.contains("generation 2"), "{err}");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the connection open to other.test outlived the change"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let mut long_out = String::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut long_out)
+        .unwrap();
+    assert!(!status.success(), "{long_out}");
+    assert!(long_out.starts_with("first"), "{long_out}");
+    assert!(
+        within(10, || cut.load(Ordering::SeqCst)),
+        "the upstream connection to other.test stayed open"
+    );
+    let (code, _, err) = exec(&other_url);
+    assert_eq!(code, 22, "other.test after the change: {err}");
+    assert!(err.contains("403"), "{err}");
+    let (code, out, err) = exec(&ok_url);
+    assert_eq!((code, out.as_str()), (0, "hello-ok"), "{err}");
+
+    // An entry the policy denies: refused, and egress closed.
+    let (code, _, err) = egress(&[&format!("ok.test:{ok_port}"), "elsewhere.test:80"]);
+    assert_eq!(code, 125, "{err}");
+    assert!(err.contains("elsewhere.test"), "{err}");
+    assert!(err.contains("now closed"), "{err}");
+    let (code, _, err) = exec(&ok_url);
+    assert_eq!(code, 22, "ok.test while egress is closed: {err}");
+    // A change that loads opens it again.
+    let (code, _, err) = egress(&[&format!("ok.test:{ok_port}")]);
+    assert_eq!(code, 0, "{err}");
+    let (code, out, err) = exec(&ok_url);
+    assert_eq!((code, out.as_str()), (0, "hello-ok"), "{err}");
+    // An entry that does not parse (an address) closes it too.
+    let (code, _, err) = egress(&["10.0.0.1"]);
+    assert_eq!(code, 125, "{err}");
+    assert!(err.contains("now closed"), "{err}");
+    let (code, _, err) = exec(&ok_url);
+    assert_eq!(code, 22, "ok.test while egress is closed: {err}");
+    // `--none`: loads, and allows nothing.
+    let (code, _, err) = f.cordon_env(&["sandbox", "egress", &handle, "--none"], &env);
+    assert_eq!(code, 0, "{err}");
+    let (code, _, err) = exec(&ok_url);
+    assert_eq!(code, 22, "ok.test with no allowlist: {err}");
+    assert_eq!(ok_hits.load(Ordering::SeqCst), 3);
+
+    let (code, _, err) = f.cordon_env(&["sandbox", "down", &handle], &env);
+    assert_eq!(code, 0, "down: {err}");
+    let changes: Vec<serde_json::Value> = f
+        .audit()
+        .into_iter()
+        .filter(|l| l["kind"] == "egress_allow")
+        .collect();
+    let verdicts: Vec<&str> = changes
+        .iter()
+        .map(|l| l["verdict"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        verdicts,
+        ["changed", "closed", "changed", "closed", "changed"],
+        "{changes:?}"
+    );
+    for l in &changes {
+        assert_eq!(l["identity"]["name"], "agent-7", "{l}");
+        assert!(
+            l["reason"]
+                .as_str()
+                .unwrap()
+                .contains("asked by `cordon sandbox egress`"),
+            "{l}"
+        );
+    }
+    let first = changes[0]["reason"].as_str().unwrap();
+    assert!(
+        first.contains(&format!(
+            "[ok.test:{ok_port}, other.test:{slow_port}] -> [ok.test:{ok_port}]"
+        )),
+        "{first}"
+    );
+    assert!(
+        changes[1]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("elsewhere.test"),
+        "{}",
+        changes[1]
+    );
+    // A replacement that did not parse is closed with its own reason.
+    assert!(
+        changes[3]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("`10.0.0.1`"),
+        "{}",
+        changes[3]
+    );
+    assert!(
+        changes[4]["reason"].as_str().unwrap().contains("-> []"),
+        "{}",
+        changes[4]
+    );
+}

@@ -276,9 +276,9 @@ fn serve_sandbox(
                     let _ = backend.dispose(&key);
                     Reply::Disposed
                 }
-                Request::Egress { allow, by } => {
+                Request::Egress { allow, closed, by } => {
                     *last.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
-                    egress_for_client(&*sandbox, &allow, &by)
+                    egress_for_client(&*sandbox, &allow, closed, &by)
                 }
                 Request::WriteFile { .. }
                 | Request::Stat { .. }
@@ -321,8 +321,22 @@ fn serve_sandbox(
 /// Replaces the sandbox's egress allowlist for a client: the entries read
 /// here (a bad one, or one listed twice, closes egress: never the old list
 /// left in force), then the sandbox's own change (its guard checks the
-/// policy for the sandbox's identity, and closes egress on a deny).
-fn egress_for_client(sandbox: &dyn Sandbox, allow: &[String], by: &str) -> Reply {
+/// policy for the sandbox's identity, and closes egress on a deny). A
+/// client whose own replacement did not load sends why (`closed`): egress
+/// is closed with that reason.
+fn egress_for_client(
+    sandbox: &dyn Sandbox,
+    allow: &[String],
+    closed: Option<String>,
+    by: &str,
+) -> Reply {
+    if let Some(why) = closed {
+        // The client says why, and what its own caller is told.
+        return match sandbox.change_egress(cordon_sandbox::EgressChange::Close(why), by) {
+            Ok(generation) => Reply::Egress { generation },
+            Err(e) => error_to_wire(&e),
+        };
+    }
     let mut list: Vec<cordon_sandbox::EgressEntry> = Vec::with_capacity(allow.len());
     let mut bad = None;
     for raw in allow {
