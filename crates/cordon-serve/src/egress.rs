@@ -26,19 +26,6 @@ pub(crate) struct EgressBody {
     pub(crate) egress_allow: Vec<String>,
 }
 
-/// The entries read, none twice; else why not (the first that does not).
-fn entries(raw: &[String]) -> Result<Vec<EgressEntry>, String> {
-    let mut list: Vec<EgressEntry> = Vec::with_capacity(raw.len());
-    for r in raw {
-        let e = EgressEntry::parse(r.trim()).map_err(|e| e.to_string())?;
-        if list.contains(&e) {
-            return Err(format!("egress entry `{r}` is listed twice; name it once"));
-        }
-        list.push(e);
-    }
-    Ok(list)
-}
-
 /// Replaces the egress allowlist of the caller's sandbox at the body's
 /// thread and agent dir (its scope and identity the credential's: a caller
 /// reaches only the sandboxes it made). The sandbox's guard checks the
@@ -62,7 +49,7 @@ pub(crate) async fn change_egress(
         "`POST /v1/sandboxes/egress` (credential `{}`, scope `{}`)",
         cred.name, cred.scope
     );
-    let parsed = entries(&body.egress_allow);
+    let parsed = EgressEntry::parse_list(&body.egress_allow);
     let changed = tokio::task::spawn_blocking(move || match parsed {
         Ok(list) => {
             let shown: Vec<String> = list.iter().map(ToString::to_string).collect();

@@ -337,24 +337,9 @@ fn egress_for_client(
             Err(e) => error_to_wire(&e),
         };
     }
-    let mut list: Vec<cordon_sandbox::EgressEntry> = Vec::with_capacity(allow.len());
-    let mut bad = None;
-    for raw in allow {
-        match cordon_sandbox::EgressEntry::parse(raw) {
-            Ok(e) if list.contains(&e) => {
-                bad = Some(format!("egress entry `{raw}` is listed twice"));
-                break;
-            }
-            Ok(e) => list.push(e),
-            Err(e) => {
-                bad = Some(e.to_string());
-                break;
-            }
-        }
-    }
-    let change = match &bad {
-        Some(why) => cordon_sandbox::EgressChange::Close(why.clone()),
-        None => cordon_sandbox::EgressChange::Replace(list),
+    let (change, bad) = match cordon_sandbox::EgressEntry::parse_list(allow) {
+        Ok(list) => (cordon_sandbox::EgressChange::Replace(list), None),
+        Err(why) => (cordon_sandbox::EgressChange::Close(why.clone()), Some(why)),
     };
     match (sandbox.change_egress(change, by), bad) {
         (Ok(generation), None) => Reply::Egress { generation },
