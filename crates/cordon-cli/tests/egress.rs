@@ -1863,18 +1863,14 @@ fn microvm_routes_leave_nothing_after_down_or_a_killed_keeper_and_gc() {
 }
 
 /// A loopback HTTP server whose every answer streams slowly: the head and
-/// `first` at once (then `started` is set), then a byte every 100 ms for a
-/// minute; `cut` is set when a write fails (the connection was closed).
-fn slow_upstream() -> (
-    u16,
-    Arc<std::sync::atomic::AtomicBool>,
-    Arc<std::sync::atomic::AtomicBool>,
-) {
-    use std::sync::atomic::AtomicBool;
+/// `first` at once (then `started` counts it), then a byte every 100 ms
+/// for a minute; `cut` counts the answers whose write failed (their
+/// connection was closed).
+fn slow_upstream() -> (u16, Arc<AtomicUsize>, Arc<AtomicUsize>) {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = l.local_addr().unwrap().port();
-    let started = Arc::new(AtomicBool::new(false));
-    let cut = Arc::new(AtomicBool::new(false));
+    let started = Arc::new(AtomicUsize::new(0));
+    let cut = Arc::new(AtomicUsize::new(0));
     let (st, ct) = (started.clone(), cut.clone());
     std::thread::spawn(move || {
         for s in l.incoming() {
@@ -1895,14 +1891,14 @@ fn slow_upstream() -> (
                     .and_then(|()| s.flush())
                     .is_err()
                 {
-                    ct.store(true, Ordering::SeqCst);
+                    ct.fetch_add(1, Ordering::SeqCst);
                     return;
                 }
-                st.store(true, Ordering::SeqCst);
+                st.fetch_add(1, Ordering::SeqCst);
                 for _ in 0..600 {
                     std::thread::sleep(std::time::Duration::from_millis(100));
                     if s.write_all(b".").is_err() {
-                        ct.store(true, Ordering::SeqCst);
+                        ct.fetch_add(1, Ordering::SeqCst);
                         return;
                     }
                 }
@@ -1926,8 +1922,8 @@ fn within(secs: u64, cond: impl Fn() -> bool) -> bool {
 
 /// `cordon sandbox egress` on a kept sandbox at the container rung, end to
 /// end through its keeper: a replacement that drops `other.test` closes
-/// the connection open to it mid-answer and refuses a new one (`403`)
-/// while `ok.test` still answers; one the policy denies exits non-zero
+/// the connections open to it mid-answer (a plain request and an https
+/// tunnel) and refuses new ones (`403`) while `ok.test` still answers; one the policy denies exits non-zero
 /// saying egress is now closed, and `ok.test` is refused too until a
 /// change that loads; so is one that does not parse; `--none` allows
 /// nothing. The audit log has each change, with both lists and who asked.
@@ -1942,11 +1938,13 @@ fn container_a_kept_sandbox_s_egress_is_replaced_live_through_its_keeper() {
     let env = ready.env.clone();
     let (ok_port, ok_hits) = upstream("hello-ok");
     let (slow_port, started, cut) = slow_upstream();
+    let tls = cordon_testkit::https::upstream(&["other.test"]);
     let f = Fixture::for_target(
         t,
         &[
             format!("ok.test:{ok_port}"),
             format!("other.test:{slow_port}"),
+            format!("other.test:{}", tls.port),
         ],
     );
     let mut args: Vec<String> = [
@@ -1985,23 +1983,31 @@ fn container_a_kept_sandbox_s_egress_is_replaced_live_through_its_keeper() {
     let ok_url = format!("http://ok.test:{ok_port}/x");
     let other_url = format!("http://other.test:{slow_port}/x");
 
-    // The long answer from other.test, open in the background.
-    let long = exec_args(
-        ["/usr/bin/curl", "-sS", "-N", "--max-time", "60", &other_url]
-            .map(String::from)
-            .to_vec(),
-    );
-    let mut cmd = cordon_testkit::cordon!()
-        .env("CORDON_STATE_DIR", f.path("state"))
-        .command(&long);
-    cmd.envs(env.iter().map(|(k, v)| (k, v)))
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut child = cmd.spawn().unwrap();
+    // Two long answers from other.test open in the background: a plain
+    // request through the proxy, and https through a CONNECT tunnel.
+    let tls_url = format!("https://other.test:{}/slow", tls.port);
+    let seen = |line: &str| tls.seen.lock().unwrap().iter().any(|l| l.starts_with(line));
+    let mut children: Vec<std::process::Child> = [&other_url, &tls_url]
+        .iter()
+        .map(|url| {
+            let mut argv: Vec<String> = ["/usr/bin/curl", "-sS", "-N", "-k", "--max-time", "60"]
+                .map(String::from)
+                .to_vec();
+            argv.push(url.to_string());
+            let mut cmd = cordon_testkit::cordon!()
+                .env("CORDON_STATE_DIR", f.path("state"))
+                .command(exec_args(argv));
+            cmd.envs(env.iter().map(|(k, v)| (k, v)))
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
+            cmd.spawn().unwrap()
+        })
+        .collect();
     assert!(
-        within(30, || started.load(Ordering::SeqCst)),
-        "the long request never reached other.test"
+        within(30, || started.load(Ordering::SeqCst) == 1
+            && seen("GET /slow")),
+        "the long requests never both reached other.test"
     );
     let (code, out, err) = exec(&ok_url);
     assert_eq!((code, out.as_str()), (0, "hello-ok"), "{err}");
@@ -2011,32 +2017,54 @@ fn container_a_kept_sandbox_s_egress_is_replaced_live_through_its_keeper() {
     assert_eq!(code, 0, "egress: {out}{err}");
     assert!(err.contains("generation 2"), "{err}");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the connection open to other.test outlived the change"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    };
-    let mut long_out = String::new();
-    child
-        .stdout
-        .take()
-        .unwrap()
-        .read_to_string(&mut long_out)
-        .unwrap();
-    assert!(!status.success(), "{long_out}");
-    assert!(long_out.starts_with("first"), "{long_out}");
+    for (child, how) in children.iter_mut().zip(["plain", "tunnel"]) {
+        let status = loop {
+            if let Some(s) = child.try_wait().unwrap() {
+                break s;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the {how} connection open to other.test outlived the change"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        };
+        let mut long_out = String::new();
+        child
+            .stdout
+            .take()
+            .unwrap()
+            .read_to_string(&mut long_out)
+            .unwrap();
+        assert!(!status.success(), "{how}: {long_out}");
+        assert!(long_out.starts_with("first"), "{how}: {long_out}");
+    }
     assert!(
-        within(10, || cut.load(Ordering::SeqCst)),
-        "the upstream connection to other.test stayed open"
+        within(10, || cut.load(Ordering::SeqCst) == 1 && seen("cut /slow")),
+        "an upstream connection to other.test stayed open (plain cut: {}, tunnel cut: {})",
+        cut.load(Ordering::SeqCst),
+        seen("cut /slow")
     );
     let (code, _, err) = exec(&other_url);
     assert_eq!(code, 22, "other.test after the change: {err}");
     assert!(err.contains("403"), "{err}");
+    // A new tunnel to it: the CONNECT is answered 403.
+    let args = exec_args(
+        [
+            "/usr/bin/curl",
+            "-sS",
+            "-k",
+            "--max-time",
+            "10",
+            &format!("https://other.test:{}/x", tls.port),
+        ]
+        .map(String::from)
+        .to_vec(),
+    );
+    let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (code, _, err) = f.cordon_env(&argv, &env);
+    assert_ne!(code, 0, "a tunnel to other.test after the change: {err}");
+    assert!(err.contains("403"), "{err}");
+    assert!(!seen("GET /x"), "the new tunnel reached other.test");
     let (code, out, err) = exec(&ok_url);
     assert_eq!((code, out.as_str()), (0, "hello-ok"), "{err}");
 
@@ -2094,7 +2122,8 @@ fn container_a_kept_sandbox_s_egress_is_replaced_live_through_its_keeper() {
     let first = changes[0]["reason"].as_str().unwrap();
     assert!(
         first.contains(&format!(
-            "[ok.test:{ok_port}, other.test:{slow_port}] -> [ok.test:{ok_port}]"
+            "[ok.test:{ok_port}, other.test:{slow_port}, other.test:{}] -> [ok.test:{ok_port}]",
+            tls.port
         )),
         "{first}"
     );
