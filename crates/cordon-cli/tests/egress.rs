@@ -1908,6 +1908,16 @@ fn slow_upstream() -> (u16, Arc<AtomicUsize>, Arc<AtomicUsize>) {
     (port, started, cut)
 }
 
+/// Disposes of the sandbox it names when dropped (`cordon sandbox down`;
+/// a sandbox already down is no error here).
+struct DownOnDrop<'a>(&'a Fixture, String, Vec<(String, String)>);
+
+impl Drop for DownOnDrop<'_> {
+    fn drop(&mut self) {
+        let _ = self.0.cordon_env(&["sandbox", "down", &self.1], &self.2);
+    }
+}
+
 /// Waits up to `secs` for `cond`.
 fn within(secs: u64, cond: impl Fn() -> bool) -> bool {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
@@ -1962,6 +1972,8 @@ fn container_a_kept_sandbox_s_egress_is_replaced_live_through_its_keeper() {
     let (code, out, err) = f.cordon_env(&argv, &env);
     assert_eq!(code, 0, "up: {err}");
     let handle = out.trim().to_string();
+    // Down however the case ends: a failed assertion leaves no keeper.
+    let _down = DownOnDrop(&f, handle.clone(), env.clone());
     let exec_args = |argv: Vec<String>| -> Vec<String> {
         let mut args: Vec<String> =
             vec!["sandbox".into(), "exec".into(), handle.clone(), "--".into()];
