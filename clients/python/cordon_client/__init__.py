@@ -177,6 +177,16 @@ class Thread:
         doc = self.client._json("POST", "/v1/sandboxes/outputs", dict(self.at))
         return [Artifact(display=a["display"], handle=a["handle"]) for a in doc["landed"]]
 
+    def set_egress(self, egress_allow: List[str]) -> Dict[str, Any]:
+        """Replaces the sandbox's egress allowlist at once (entries as a
+        spec's `egress_allow`; `[]` allows nothing): `{"generation",
+        "egress_allow"}`. Open connections the new list does not admit are
+        closed. A list the policy denies (403) or that does not load (400)
+        raises, and leaves the sandbox's egress closed until a change that
+        loads."""
+        body = dict(self.at, egress_allow=list(egress_allow))
+        return self.client._json("POST", "/v1/sandboxes/egress", body)
+
     def dispose(self) -> int:
         """Disposes of this one sandbox."""
         return int(self.client._json("POST", "/v1/sandboxes/dispose", dict(self.at))["disposed"])
@@ -212,6 +222,9 @@ class AsyncThread:
 
     async def outputs(self) -> List[Artifact]:
         return await asyncio.to_thread(self._t.outputs)
+
+    async def set_egress(self, egress_allow: List[str]) -> Dict[str, Any]:
+        return await asyncio.to_thread(self._t.set_egress, egress_allow)
 
     async def dispose(self) -> int:
         return await asyncio.to_thread(self._t.dispose)

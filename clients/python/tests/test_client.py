@@ -70,6 +70,25 @@ class LiveServer(unittest.TestCase):
             Client(URL, "not-a-token").backends()
         self.assertEqual(e.exception.status, 401)
 
+    def test_egress_is_changed_only_on_a_sandbox_with_a_route_and_only_by_its_credential(self) -> None:
+        with self.a.thread("py-7") as t:
+            t.create()
+            # Made without `egress_allow`: no route out to change, said so.
+            with self.assertRaises(CordonError) as e:
+                t.set_egress([])
+            self.assertEqual(e.exception.status, 400)
+            self.assertIn("no route out", str(e.exception))
+            with self.assertRaises(CordonError) as e:
+                self.b.thread("py-7").set_egress([])
+            self.assertEqual(e.exception.status, 404)
+
+            async def changed() -> None:
+                with self.assertRaises(CordonError) as e:
+                    await self.a.athread("py-7").set_egress([])
+                self.assertEqual(e.exception.status, 400)
+
+            asyncio.run(changed())
+
     def test_the_async_thread_runs_streams_and_disposes_however_the_block_ends(self) -> None:
         async def main() -> None:
             async with self.a.athread("py-5") as t:

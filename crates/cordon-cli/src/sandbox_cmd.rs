@@ -279,24 +279,11 @@ fn egress(handle: &str, raw: &[String]) -> Result<ExitCode, ExitCode> {
         "`cordon sandbox egress` (uid {})",
         rustix::process::getuid().as_raw()
     );
-    let mut list: Vec<cordon_sandbox::EgressEntry> = Vec::with_capacity(raw.len());
-    let mut bad = None;
-    for r in raw {
-        match cordon_sandbox::EgressEntry::parse(r.trim()) {
-            Ok(e) if list.contains(&e) => {
-                bad = Some(format!("egress entry `{r}` is listed twice; name it once"));
-                break;
-            }
-            Ok(e) => list.push(e),
-            Err(e) => {
-                bad = Some(e.to_string());
-                break;
-            }
-        }
-    }
-    if let Some(why) = bad {
-        // Never the old list left in force: closed, and said so.
-        return Err(
+    let list = match cordon_sandbox::EgressEntry::parse_list(raw) {
+        Ok(list) => list,
+        Err(why) => {
+            // Never the old list left in force: closed, and said so.
+            return Err(
             match s.change_egress(cordon_sandbox::EgressChange::Close(why.clone()), &by) {
                 Err(cordon_sandbox::SandboxError::Invalid { reason }) => {
                     refuse(format!("{why}; {reason}"))
@@ -306,7 +293,8 @@ fn egress(handle: &str, raw: &[String]) -> Result<ExitCode, ExitCode> {
                 )),
             },
         );
-    }
+        }
+    };
     let shown: Vec<String> = list.iter().map(|e| e.to_string()).collect();
     let generation = s
         .change_egress(cordon_sandbox::EgressChange::Replace(list), &by)

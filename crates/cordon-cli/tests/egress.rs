@@ -1989,3 +1989,304 @@ fn microvm_routes_leave_nothing_after_down_or_a_killed_keeper_and_gc() {
     }
     assert_eq!(hits.load(Ordering::SeqCst), 2);
 }
+
+/// A loopback HTTP server whose every answer streams slowly: the head and
+/// `first` at once (then `started` counts it), then a byte every 100 ms
+/// for a minute; `cut` counts the answers whose write failed (their
+/// connection was closed).
+fn slow_upstream() -> (u16, Arc<AtomicUsize>, Arc<AtomicUsize>) {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let started = Arc::new(AtomicUsize::new(0));
+    let cut = Arc::new(AtomicUsize::new(0));
+    let (st, ct) = (started.clone(), cut.clone());
+    std::thread::spawn(move || {
+        for s in l.incoming() {
+            let Ok(mut s) = s else { continue };
+            let (st, ct) = (st.clone(), ct.clone());
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 4096];
+                let mut seen = Vec::new();
+                while !seen.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match s.read(&mut buf) {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => seen.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let head =
+                    "HTTP/1.1 200 OK\r\nContent-Length: 100000\r\nConnection: close\r\n\r\nfirst\n";
+                if s.write_all(head.as_bytes())
+                    .and_then(|()| s.flush())
+                    .is_err()
+                {
+                    ct.fetch_add(1, Ordering::SeqCst);
+                    return;
+                }
+                st.fetch_add(1, Ordering::SeqCst);
+                for _ in 0..600 {
+                    std::thread::sleep(std::time::Duration::from_millis(100));
+                    if s.write_all(b".").is_err() {
+                        ct.fetch_add(1, Ordering::SeqCst);
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (port, started, cut)
+}
+
+/// Disposes of the sandbox it names when dropped (`cordon sandbox down`;
+/// a sandbox already down is no error here).
+struct DownOnDrop<'a>(&'a Fixture, String, Vec<(String, String)>);
+
+impl Drop for DownOnDrop<'_> {
+    fn drop(&mut self) {
+        let _ = self.0.cordon_env(&["sandbox", "down", &self.1], &self.2);
+    }
+}
+
+/// Waits up to `secs` for `cond`.
+fn within(secs: u64, cond: impl Fn() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    while std::time::Instant::now() < deadline {
+        if cond() {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    cond()
+}
+
+/// `cordon sandbox egress` on a kept sandbox at the container rung, end to
+/// end through its keeper: a replacement that drops `other.test` closes
+/// the connections open to it mid-answer (a plain request and an https
+/// tunnel) and refuses new ones (`403`) while `ok.test` still answers; one the policy denies exits non-zero
+/// saying egress is now closed, and `ok.test` is refused too until a
+/// change that loads; so is one that does not parse; `--none` allows
+/// nothing. The audit log has each change, with both lists and who asked.
+#[test]
+fn container_a_kept_sandbox_s_egress_is_replaced_live_through_its_keeper() {
+    let t = &CONTAINER;
+    let Some(ready) =
+        (t.ready)("container_a_kept_sandbox_s_egress_is_replaced_live_through_its_keeper")
+    else {
+        return;
+    };
+    let env = ready.env.clone();
+    let (ok_port, ok_hits) = upstream("hello-ok");
+    let (slow_port, started, cut) = slow_upstream();
+    let tls = cordon_testkit::https::upstream(&["other.test"]);
+    let f = Fixture::for_target(
+        t,
+        &[
+            format!("ok.test:{ok_port}"),
+            format!("other.test:{slow_port}"),
+            format!("other.test:{}", tls.port),
+        ],
+    );
+    let mut args: Vec<String> = [
+        "sandbox",
+        "up",
+        "--scope",
+        "egress-test",
+        "--thread",
+        "live",
+    ]
+    .map(String::from)
+    .to_vec();
+    args.extend(f.selection(t));
+    let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (code, out, err) = f.cordon_env(&argv, &env);
+    assert_eq!(code, 0, "up: {err}");
+    let handle = out.trim().to_string();
+    // Down however the case ends: a failed assertion leaves no keeper.
+    let _down = DownOnDrop(&f, handle.clone(), env.clone());
+    let exec_args = |argv: Vec<String>| -> Vec<String> {
+        let mut args: Vec<String> =
+            vec!["sandbox".into(), "exec".into(), handle.clone(), "--".into()];
+        args.extend(argv);
+        args
+    };
+    let exec = |url: &str| {
+        let args = exec_args(t.client.fetch(url));
+        let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+        f.cordon_env(&argv, &env)
+    };
+    let egress = |entries: &[&str]| {
+        let mut args: Vec<&str> = vec!["sandbox", "egress", &handle];
+        for e in entries {
+            args.extend(["--spec-egress", e]);
+        }
+        f.cordon_env(&args, &env)
+    };
+    let ok_url = format!("http://ok.test:{ok_port}/x");
+    let other_url = format!("http://other.test:{slow_port}/x");
+
+    // Two long answers from other.test open in the background: a plain
+    // request through the proxy, and https through a CONNECT tunnel.
+    let tls_url = format!("https://other.test:{}/slow", tls.port);
+    let seen = |line: &str| tls.seen.lock().unwrap().iter().any(|l| l.starts_with(line));
+    let mut children: Vec<std::process::Child> = [&other_url, &tls_url]
+        .iter()
+        .map(|url| {
+            let mut argv: Vec<String> = ["/usr/bin/curl", "-sS", "-N", "-k", "--max-time", "60"]
+                .map(String::from)
+                .to_vec();
+            argv.push(url.to_string());
+            let mut cmd = cordon_testkit::cordon!()
+                .env("CORDON_STATE_DIR", f.path("state"))
+                .command(exec_args(argv));
+            cmd.envs(env.iter().map(|(k, v)| (k, v)))
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
+            cmd.spawn().unwrap()
+        })
+        .collect();
+    assert!(
+        within(30, || started.load(Ordering::SeqCst) == 1
+            && seen("GET /slow")),
+        "the long requests never both reached other.test"
+    );
+    let (code, out, err) = exec(&ok_url);
+    assert_eq!((code, out.as_str()), (0, "hello-ok"), "{err}");
+
+    // other.test dropped: the open answer is cut, a new request refused.
+    let (code, out, err) = egress(&[&format!("ok.test:{ok_port}")]);
+    assert_eq!(code, 0, "egress: {out}{err}");
+    assert!(err.contains("generation 2"), "{err}");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    for (child, how) in children.iter_mut().zip(["plain", "tunnel"]) {
+        let status = loop {
+            if let Some(s) = child.try_wait().unwrap() {
+                break s;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the {how} connection open to other.test outlived the change"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        };
+        let mut long_out = String::new();
+        child
+            .stdout
+            .take()
+            .unwrap()
+            .read_to_string(&mut long_out)
+            .unwrap();
+        assert!(!status.success(), "{how}: {long_out}");
+        assert!(long_out.starts_with("first"), "{how}: {long_out}");
+    }
+    assert!(
+        within(10, || cut.load(Ordering::SeqCst) == 1 && seen("cut /slow")),
+        "an upstream connection to other.test stayed open (plain cut: {}, tunnel cut: {})",
+        cut.load(Ordering::SeqCst),
+        seen("cut /slow")
+    );
+    let (code, _, err) = exec(&other_url);
+    assert_eq!(code, 22, "other.test after the change: {err}");
+    assert!(err.contains("403"), "{err}");
+    // A new tunnel to it: the CONNECT is answered 403.
+    let args = exec_args(
+        [
+            "/usr/bin/curl",
+            "-sS",
+            "-k",
+            "--max-time",
+            "10",
+            &format!("https://other.test:{}/x", tls.port),
+        ]
+        .map(String::from)
+        .to_vec(),
+    );
+    let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (code, _, err) = f.cordon_env(&argv, &env);
+    assert_ne!(code, 0, "a tunnel to other.test after the change: {err}");
+    assert!(err.contains("403"), "{err}");
+    assert!(!seen("GET /x"), "the new tunnel reached other.test");
+    let (code, out, err) = exec(&ok_url);
+    assert_eq!((code, out.as_str()), (0, "hello-ok"), "{err}");
+
+    // An entry the policy denies: refused, and egress closed.
+    let (code, _, err) = egress(&[&format!("ok.test:{ok_port}"), "elsewhere.test:80"]);
+    assert_eq!(code, 125, "{err}");
+    assert!(err.contains("elsewhere.test"), "{err}");
+    assert!(err.contains("now closed"), "{err}");
+    let (code, _, err) = exec(&ok_url);
+    assert_eq!(code, 22, "ok.test while egress is closed: {err}");
+    // A change that loads opens it again.
+    let (code, _, err) = egress(&[&format!("ok.test:{ok_port}")]);
+    assert_eq!(code, 0, "{err}");
+    let (code, out, err) = exec(&ok_url);
+    assert_eq!((code, out.as_str()), (0, "hello-ok"), "{err}");
+    // An entry that does not parse (an address) closes it too.
+    let (code, _, err) = egress(&["10.0.0.1"]);
+    assert_eq!(code, 125, "{err}");
+    assert!(err.contains("now closed"), "{err}");
+    let (code, _, err) = exec(&ok_url);
+    assert_eq!(code, 22, "ok.test while egress is closed: {err}");
+    // `--none`: loads, and allows nothing.
+    let (code, _, err) = f.cordon_env(&["sandbox", "egress", &handle, "--none"], &env);
+    assert_eq!(code, 0, "{err}");
+    let (code, _, err) = exec(&ok_url);
+    assert_eq!(code, 22, "ok.test with no allowlist: {err}");
+    assert_eq!(ok_hits.load(Ordering::SeqCst), 3);
+
+    let (code, _, err) = f.cordon_env(&["sandbox", "down", &handle], &env);
+    assert_eq!(code, 0, "down: {err}");
+    let changes: Vec<serde_json::Value> = f
+        .audit()
+        .into_iter()
+        .filter(|l| l["kind"] == "egress_allow")
+        .collect();
+    let verdicts: Vec<&str> = changes
+        .iter()
+        .map(|l| l["verdict"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        verdicts,
+        ["changed", "closed", "changed", "closed", "changed"],
+        "{changes:?}"
+    );
+    for l in &changes {
+        assert_eq!(l["identity"]["name"], "agent-7", "{l}");
+        assert!(
+            l["reason"]
+                .as_str()
+                .unwrap()
+                .contains("asked by `cordon sandbox egress`"),
+            "{l}"
+        );
+    }
+    let first = changes[0]["reason"].as_str().unwrap();
+    assert!(
+        first.contains(&format!(
+            "[ok.test:{ok_port}, other.test:{slow_port}, other.test:{}] -> [ok.test:{ok_port}]",
+            tls.port
+        )),
+        "{first}"
+    );
+    assert!(
+        changes[1]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("elsewhere.test"),
+        "{}",
+        changes[1]
+    );
+    // A replacement that did not parse is closed with its own reason.
+    assert!(
+        changes[3]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("`10.0.0.1`"),
+        "{}",
+        changes[3]
+    );
+    assert!(
+        changes[4]["reason"].as_str().unwrap().contains("-> []"),
+        "{}",
+        changes[4]
+    );
+}

@@ -1214,7 +1214,7 @@ fn the_python_client_passes_its_tests_against_a_live_server() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
     assert!(
-        err.contains("Ran 5 tests") && !err.contains("skipped"),
+        err.contains("Ran 6 tests") && !err.contains("skipped"),
         "{err}"
     );
 }
@@ -3123,5 +3123,176 @@ fn the_configured_audit_budget_holds_for_the_servers_sandboxes() {
     assert!(
         counts.contains(" 429"),
         "300 requests within a 32 KiB audit budget were all carried: {v}"
+    );
+}
+
+/// `POST /v1/sandboxes/egress` replaces the egress allowlist of the
+/// credential's own live sandbox (kept, through its keeper): a host
+/// dropped is refused from then on, one kept still answers. Another
+/// credential naming the same thread reaches no sandbox (`404`), and a
+/// body cannot name an identity. A list the policy denies (`403`) or that
+/// does not load (`400`) says egress is now closed, and nothing is carried
+/// until a change that loads.
+#[test]
+fn a_credential_replaces_only_its_own_sandboxes_egress_live() {
+    if !root() {
+        return;
+    }
+    let port = upstream(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello");
+    let dir = tempfile::tempdir().expect("dir");
+    let p = dir.path();
+    // No rule that reads an address: an entry no allow rule names is
+    // denied for certain at the change (as at create), not per connection.
+    std::fs::write(
+        p.join("policy.yaml"),
+        cordon_testkit::policy::loopback_egress("", "", ""),
+    )
+    .expect("policy");
+    std::fs::write(p.join("hosts"), "127.0.0.1 ok.test other.test\n").expect("hosts");
+    let body = good_config().replace(
+        "min_isolation: container\n",
+        &format!(
+            "min_isolation: container\npolicy: policy.yaml\negress: {{nameservers: [], hosts_file: {}, audit: {}}}\n",
+            p.join("hosts").display(),
+            p.join("audit.jsonl").display()
+        ),
+    );
+    let server = start(&config(p, &body));
+    let spec = format!(
+        "kind: fetch\nimage: host\nrequires: [exec]\negress_allow: [\"ok.test:{port}\", \"other.test:{port}\"]\n"
+    );
+    let a = Some("token-a");
+    let (status, v) = post(
+        &server.addr,
+        "/v1/sandboxes",
+        a,
+        serde_json::json!({"thread": "live", "spec": spec}),
+    );
+    assert_eq!(status, 200, "{v}");
+    let fetch = |host: &str| -> (i64, String) {
+        let (status, v) = post(
+            &server.addr,
+            "/v1/sandboxes/exec",
+            a,
+            serde_json::json!({"thread": "live", "argv": [
+                "/usr/bin/curl", "-sS", "-f", "--max-time", "10", format!("http://{host}:{port}/")
+            ]}),
+        );
+        assert_eq!(status, 200, "{v}");
+        (
+            v["status"]["code"].as_i64().expect("status"),
+            format!(
+                "{}{}",
+                v["stdout"].as_str().unwrap_or(""),
+                v["stderr"].as_str().unwrap_or("")
+            ),
+        )
+    };
+    let egress = |token: Option<&str>, allow: serde_json::Value| {
+        post(
+            &server.addr,
+            "/v1/sandboxes/egress",
+            token,
+            serde_json::json!({"thread": "live", "egress_allow": allow}),
+        )
+    };
+    assert_eq!(fetch("other.test"), (0, "hello".into()));
+
+    // Another credential's thread of the same name is not this sandbox.
+    let (status, v) = egress(Some("token-b"), serde_json::json!([]));
+    assert_eq!(status, 404, "{v}");
+    let (status, v) = egress(None, serde_json::json!([]));
+    assert_eq!(status, 401, "{v}");
+    let (status, v) = post(
+        &server.addr,
+        "/v1/sandboxes/egress",
+        a,
+        serde_json::json!({"thread": "live", "egress_allow": [], "identity": {"namespace": "team-b"}}),
+    );
+    assert_eq!(status, 400, "{v}");
+    assert_eq!(fetch("other.test"), (0, "hello".into()));
+
+    let (status, v) = egress(a, serde_json::json!([format!("ok.test:{port}")]));
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["generation"], 2, "{v}");
+    assert_eq!(
+        v["egress_allow"],
+        serde_json::json!([format!("ok.test:{port}")])
+    );
+    let (code, out) = fetch("other.test");
+    assert_eq!(code, 22, "{out}");
+    assert!(out.contains("403"), "{out}");
+    assert_eq!(fetch("ok.test"), (0, "hello".into()));
+
+    // Denied by the policy: closed, and said so.
+    let (status, v) = egress(
+        a,
+        serde_json::json!([format!("ok.test:{port}"), "elsewhere.test"]),
+    );
+    assert_eq!(status, 403, "{v}");
+    let error = v["error"].as_str().expect("error");
+    assert!(
+        error.contains("elsewhere.test") && error.contains("now closed"),
+        "{v}"
+    );
+    assert_eq!(fetch("ok.test").0, 22);
+    // A change that loads opens it again; one that does not closes it.
+    let (status, v) = egress(a, serde_json::json!([format!("ok.test:{port}")]));
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(fetch("ok.test"), (0, "hello".into()));
+    let (status, v) = egress(a, serde_json::json!(["10.0.0.1"]));
+    assert_eq!(status, 400, "{v}");
+    let error = v["error"].as_str().expect("error");
+    assert!(
+        error.contains("`10.0.0.1`") && error.contains("now closed"),
+        "{v}"
+    );
+    assert_eq!(fetch("ok.test").0, 22);
+
+    // A sandbox made without `egress_allow` has no route to change, even
+    // for a list the policy denies: said so, not "now closed".
+    let (status, v) = post(
+        &server.addr,
+        "/v1/sandboxes",
+        a,
+        serde_json::json!({"thread": "offline"}),
+    );
+    assert_eq!(status, 200, "{v}");
+    for allow in [serde_json::json!([]), serde_json::json!(["elsewhere.test"])] {
+        let (status, v) = post(
+            &server.addr,
+            "/v1/sandboxes/egress",
+            a,
+            serde_json::json!({"thread": "offline", "egress_allow": allow}),
+        );
+        assert_eq!(status, 400, "{v}");
+        let error = v["error"].as_str().expect("error");
+        assert!(
+            error.contains("no route out") && !error.contains("now closed"),
+            "{v}"
+        );
+    }
+
+    // The audit log has each change, with who asked.
+    let audit = std::fs::read_to_string(p.join("audit.jsonl")).expect("audit");
+    let changes: Vec<serde_json::Value> = audit
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).expect("json"))
+        .filter(|l| l["kind"] == "egress_allow")
+        .collect();
+    let verdicts: Vec<&str> = changes
+        .iter()
+        .filter_map(|l| l["verdict"].as_str())
+        .collect();
+    assert_eq!(
+        verdicts,
+        ["changed", "closed", "changed", "closed"],
+        "{changes:?}"
+    );
+    assert!(
+        changes.iter().all(|l| l["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("POST /v1/sandboxes/egress` (credential `a`"))),
+        "{changes:?}"
     );
 }

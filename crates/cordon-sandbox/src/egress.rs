@@ -92,6 +92,23 @@ pub enum EgressEntryError {
 }
 
 impl EgressEntry {
+    /// Reads a whole allowlist given at run time (`cordon sandbox egress`,
+    /// `cordon serve`'s `POST /v1/sandboxes/egress`), each entry trimmed
+    /// and read as [`EgressEntry::parse`] reads it, none twice; else why
+    /// not, for the first entry that does not load.
+    pub fn parse_list<S: AsRef<str>>(raw: &[S]) -> Result<Vec<EgressEntry>, String> {
+        let mut list: Vec<EgressEntry> = Vec::with_capacity(raw.len());
+        for r in raw {
+            let r = r.as_ref().trim();
+            let e = EgressEntry::parse(r).map_err(|e| e.to_string())?;
+            if list.contains(&e) {
+                return Err(format!("egress entry `{r}` is listed twice; name it once"));
+            }
+            list.push(e);
+        }
+        Ok(list)
+    }
+
     /// Reads and canonicalises one entry.
     pub fn parse(raw: &str) -> Result<EgressEntry, EgressEntryError> {
         let shape = |why| EgressEntryError::Shape {
@@ -259,5 +276,20 @@ mod tests {
         assert!(exact.matches("example.com", 80));
         assert!(!exact.matches("example.com", 443));
         assert!(!exact.matches("a.example.com", 80));
+    }
+
+    #[test]
+    fn a_list_is_read_whole_or_refused_at_its_first_bad_or_repeated_entry() {
+        let list = EgressEntry::parse_list(&[" ok.test:8080 ", "*.Example.com"]).unwrap();
+        let shown: Vec<String> = list.iter().map(ToString::to_string).collect();
+        assert_eq!(shown, ["ok.test:8080", "*.example.com:443"]);
+        assert!(EgressEntry::parse_list::<&str>(&[]).unwrap().is_empty());
+        let twice = EgressEntry::parse_list(&["a.test", "A.test:443"]).unwrap_err();
+        assert!(twice.contains("`A.test:443` is listed twice"), "{twice}");
+        let bad = EgressEntry::parse_list(&["a.test", "10.0.0.1", ""]).unwrap_err();
+        assert!(
+            bad.contains("`10.0.0.1`") && bad.contains("IP address"),
+            "{bad}"
+        );
     }
 }

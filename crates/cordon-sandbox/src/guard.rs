@@ -157,10 +157,15 @@ impl Sandbox for Guarded {
                 list,
             ) {
                 let rules = e.denial().map(|(_, r)| r).unwrap_or_default();
-                // Its own answer is the closing's error, expected.
-                let _ = self
+                // Its own answer is the closing's error, expected; but a
+                // sandbox with no route out had nothing to close, and says
+                // so (not "now closed").
+                if let Err(SandboxError::Invalid { reason }) = self
                     .inner
-                    .change_egress(EgressChange::Close(e.to_string()), by);
+                    .change_egress(EgressChange::Close(e.to_string()), by)
+                {
+                    return Err(SandboxError::Invalid { reason });
+                }
                 return Err(SandboxError::Refused {
                     reason: format!(
                         "{e}; the sandbox's egress is now closed (nothing is carried) until a change the policy allows"

@@ -9,7 +9,7 @@
 //! `refusal` what every handler shares (the credential and body it reads
 //! first; the answers with an error); `gate` (what every request passes
 //! before its body is read), `sandboxes` (create, attach, dispose),
-//! `exec`, `files`, `outputs` (collected, and fetched) and `artifacts`
+//! `exec`, `files`, `egress` (a live sandbox's allowlist replaced), `outputs` (collected, and fetched) and `artifacts`
 //! (where they land, within each credential's bounds), `limits` (the
 //! request budget, the sandbox cap's lock), `metrics` (`/metrics`, the
 //! egress audit follower) and `counts` (what it counts), `listen`
@@ -27,6 +27,7 @@ pub mod tls;
 
 mod artifacts;
 mod counts;
+mod egress;
 mod exec;
 mod files;
 mod gate;

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use axum::routing::{get, post};
 use axum::Router;
 
+use crate::egress::change_egress;
 use crate::exec::exec;
 use crate::files::write_file;
 use crate::gate;
@@ -32,6 +33,7 @@ pub fn app(state: Arc<Served>) -> Router {
         .route("/v1/sandboxes/exec", post(exec))
         .route("/v1/sandboxes/dispose", post(dispose))
         .route("/v1/sandboxes/files", post(write_file))
+        .route("/v1/sandboxes/egress", post(change_egress))
         .route("/v1/threads/dispose", post(dispose_thread))
         .route("/v1/sandboxes/outputs", post(outputs))
         .route("/v1/artifacts/{handle}", get(artifact))

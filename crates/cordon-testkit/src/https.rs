@@ -17,7 +17,10 @@ pub struct Upstream {
 }
 
 /// Starts an upstream answering for `names`: every request is answered
-/// `200` with the body `hello METHOD PATH`.
+/// `200` with the body `hello METHOD PATH`, but one for `/slow`, whose
+/// answer streams (`first` and a newline at once, then a byte every 100 ms
+/// for a minute) and which adds the line `cut /slow` to `seen` when a
+/// write fails (its connection was closed).
 pub fn upstream(names: &[&str]) -> Upstream {
     let ca_key = rcgen::KeyPair::generate().expect("a CA key");
     let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).expect("CA params");
@@ -101,6 +104,10 @@ fn serve(cfg: Arc<rustls::ServerConfig>, tcp: std::net::TcpStream, seen: Arc<Mut
             String::from_utf8_lossy(&body)
         ));
         let path = target.split('?').next().unwrap_or("");
+        if path == "/slow" {
+            slow(&mut s, &seen);
+            return;
+        }
         let answer = format!("hello {method} {path}");
         if write!(
             s,
@@ -112,5 +119,22 @@ fn serve(cfg: Arc<rustls::ServerConfig>, tcp: std::net::TcpStream, seen: Arc<Mut
             return;
         }
         let _ = s.flush();
+    }
+}
+
+/// The `/slow` answer: `first` at once, then a byte every 100 ms; `cut
+/// /slow` in `seen` when a write fails.
+fn slow(s: &mut impl Write, seen: &Mutex<Vec<String>>) {
+    let head = "HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\nfirst\n";
+    let mut sent = s.write_all(head.as_bytes()).and_then(|()| s.flush());
+    for _ in 0..600 {
+        if sent.is_err() {
+            seen.lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push("cut /slow".into());
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        sent = s.write_all(b".").and_then(|()| s.flush());
     }
 }

@@ -370,16 +370,17 @@ impl Sandbox for KeptSandbox {
         change: cordon_sandbox::EgressChange,
         by: &str,
     ) -> Result<u64, SandboxError> {
-        let allow = match change {
+        let (allow, closed) = match change {
             cordon_sandbox::EgressChange::Replace(list) => {
-                list.iter().map(|e| e.to_string()).collect()
+                (list.iter().map(|e| e.to_string()).collect(), None)
             }
-            // Refused here already: closed by a list the keeper refuses
-            // too (no entry may be empty), so the keeper closes it.
-            cordon_sandbox::EgressChange::Close(_) => vec![String::new()],
+            // Refused here already: the keeper closes egress with this
+            // reason (its audit line says why, not a stand-in's).
+            cordon_sandbox::EgressChange::Close(why) => (Vec::new(), Some(why)),
         };
         let req = Request::Egress {
             allow,
+            closed,
             by: by.to_string(),
         };
         let sock = connect(

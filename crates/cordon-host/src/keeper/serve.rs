@@ -276,9 +276,9 @@ fn serve_sandbox(
                     let _ = backend.dispose(&key);
                     Reply::Disposed
                 }
-                Request::Egress { allow, by } => {
+                Request::Egress { allow, closed, by } => {
                     *last.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
-                    egress_for_client(&*sandbox, &allow, &by)
+                    egress_for_client(&*sandbox, &allow, closed, &by)
                 }
                 Request::WriteFile { .. }
                 | Request::Stat { .. }
@@ -321,26 +321,25 @@ fn serve_sandbox(
 /// Replaces the sandbox's egress allowlist for a client: the entries read
 /// here (a bad one, or one listed twice, closes egress: never the old list
 /// left in force), then the sandbox's own change (its guard checks the
-/// policy for the sandbox's identity, and closes egress on a deny).
-fn egress_for_client(sandbox: &dyn Sandbox, allow: &[String], by: &str) -> Reply {
-    let mut list: Vec<cordon_sandbox::EgressEntry> = Vec::with_capacity(allow.len());
-    let mut bad = None;
-    for raw in allow {
-        match cordon_sandbox::EgressEntry::parse(raw) {
-            Ok(e) if list.contains(&e) => {
-                bad = Some(format!("egress entry `{raw}` is listed twice"));
-                break;
-            }
-            Ok(e) => list.push(e),
-            Err(e) => {
-                bad = Some(e.to_string());
-                break;
-            }
-        }
+/// policy for the sandbox's identity, and closes egress on a deny). A
+/// client whose own replacement did not load sends why (`closed`): egress
+/// is closed with that reason.
+fn egress_for_client(
+    sandbox: &dyn Sandbox,
+    allow: &[String],
+    closed: Option<String>,
+    by: &str,
+) -> Reply {
+    if let Some(why) = closed {
+        // The client says why, and what its own caller is told.
+        return match sandbox.change_egress(cordon_sandbox::EgressChange::Close(why), by) {
+            Ok(generation) => Reply::Egress { generation },
+            Err(e) => error_to_wire(&e),
+        };
     }
-    let change = match &bad {
-        Some(why) => cordon_sandbox::EgressChange::Close(why.clone()),
-        None => cordon_sandbox::EgressChange::Replace(list),
+    let (change, bad) = match cordon_sandbox::EgressEntry::parse_list(allow) {
+        Ok(list) => (cordon_sandbox::EgressChange::Replace(list), None),
+        Err(why) => (cordon_sandbox::EgressChange::Close(why.clone()), Some(why)),
     };
     match (sandbox.change_egress(change, by), bad) {
         (Ok(generation), None) => Reply::Egress { generation },

@@ -133,6 +133,11 @@ pub(crate) enum Request {
     /// its egress and is answered with the error saying so.
     Egress {
         allow: Vec<String>,
+        /// Set when the client's own replacement did not load (why: a bad
+        /// entry, a policy deny): egress is closed with this reason, in
+        /// its audit line and its refusals, and `allow` is not read.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        closed: Option<String>,
         /// Who asked, for the egress audit log.
         by: String,
     },
