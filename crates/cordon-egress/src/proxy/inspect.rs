@@ -147,52 +147,20 @@ impl Proxy {
             .upstream_tls(&host, how.roots.as_deref(), offered_h2, tcp)
             .await;
         let h2 = matches!(&up, Ok((_, true)));
-        let leaf = match how.ca.leaf(&host) {
-            Ok(l) => l,
-            Err(e) => {
-                self.record_end(&r, 500, &format!("tunnel closed: {e}"), &moved);
-                return;
+        let tls = match client_config(&how.ca, &host, h2, offered_alpn) {
+            Ok(sc) => {
+                match tokio::time::timeout(self.cfg.timeouts.hello, start.into_stream(sc)).await {
+                    Ok(Ok(s)) => Ok(s),
+                    Ok(Err(e)) => Err(format!("tunnel closed: the workload refused the sandbox's certificate or its TLS failed ({e}); does it trust the sandbox's CA (SSL_CERT_FILE)?")),
+                    Err(_) => Err("tunnel closed: the workload's TLS handshake timed out".to_string()),
+                }
             }
+            Err(e) => Err(format!("tunnel closed: {e}")),
         };
-        let mut sc = match rustls::ServerConfig::builder_with_provider(crate::tls::provider())
-            .with_safe_default_protocol_versions()
-        {
-            Ok(b) => b
-                .with_no_client_auth()
-                .with_cert_resolver(Arc::new(OneLeaf(leaf))),
-            Err(e) => {
-                self.record_end(&r, 500, &format!("tunnel closed: TLS: {e}"), &moved);
-                return;
-            }
-        };
-        sc.alpn_protocols = match (h2, offered_alpn) {
-            (true, _) => vec![H2.to_vec()],
-            (false, true) => vec![HTTP11.to_vec()],
-            (false, false) => Vec::new(),
-        };
-        let tls = match tokio::time::timeout(
-            self.cfg.timeouts.hello,
-            start.into_stream(Arc::new(sc)),
-        )
-        .await
-        {
-            Ok(Ok(s)) => s,
-            Ok(Err(e)) => {
-                self.record_end(
-                    &r,
-                    0,
-                    &format!("tunnel closed: the workload refused the sandbox's certificate or its TLS failed ({e}); does it trust the sandbox's CA (SSL_CERT_FILE)?"),
-                    &moved,
-                );
-                return;
-            }
-            Err(_) => {
-                self.record_end(
-                    &r,
-                    0,
-                    "tunnel closed: the workload's TLS handshake timed out",
-                    &moved,
-                );
+        let tls = match tls {
+            Ok(s) => s,
+            Err(why) => {
+                self.record_end(&r, 0, &why, &moved);
                 return;
             }
         };
@@ -461,6 +429,29 @@ impl Proxy {
             }
         }
     }
+}
+
+/// The workload's side of an inspected tunnel: the sandbox's leaf for
+/// `host`, offering the one HTTP version the upstream chose (or none, to a
+/// client that offered none).
+fn client_config(
+    ca: &SandboxCa,
+    host: &str,
+    h2: bool,
+    offered_alpn: bool,
+) -> Result<Arc<rustls::ServerConfig>, String> {
+    let leaf = ca.leaf(host)?;
+    let mut sc = rustls::ServerConfig::builder_with_provider(crate::tls::provider())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| format!("TLS: {e}"))?
+        .with_no_client_auth()
+        .with_cert_resolver(Arc::new(OneLeaf(leaf)));
+    sc.alpn_protocols = match (h2, offered_alpn) {
+        (true, _) => vec![H2.to_vec()],
+        (false, true) => vec![HTTP11.to_vec()],
+        (false, false) => Vec::new(),
+    };
+    Ok(Arc::new(sc))
 }
 
 /// An inspected request's target: checked, and the forms it is sent in.
