@@ -191,7 +191,7 @@ pub fn run(a: ProxyArgs) -> ExitCode {
     let local = listener.local_addr().unwrap_or(a.listen);
     // Everything the proxy opens on the host is opened before it confines
     // itself (and switches to its own uid); nothing is opened after.
-    let opened = match cordon_egress::Opened::open(&setup, vec![local]) {
+    let opened = match cordon_egress::Opened::open(&setup, vec![local], policy.inspects_any()) {
         Ok(o) => o,
         Err(e) => return usage(e),
     };

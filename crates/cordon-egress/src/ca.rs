@@ -82,7 +82,7 @@ impl SandboxCa {
         p.distinguished_name = dn;
         p.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
         p.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-        p.serial_number = Some(rcgen::SerialNumber::from_slice(&random_serial()));
+        p.serial_number = Some(rcgen::SerialNumber::from_slice(&random_serial()?));
         let permitted: Vec<GeneralSubtree> = hosts
             .iter()
             .map(|h| GeneralSubtree::DnsName(h.trim_start_matches("*.").to_string()))
@@ -139,7 +139,7 @@ impl SandboxCa {
         p.key_usages = vec![KeyUsagePurpose::DigitalSignature];
         p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
         p.use_authority_key_identifier_extension = true;
-        p.serial_number = Some(rcgen::SerialNumber::from_slice(&random_serial()));
+        p.serial_number = Some(rcgen::SerialNumber::from_slice(&random_serial()?));
         let cert = p
             .signed_by(&key, &self.issuer)
             .map_err(|e| format!("signing the leaf for `{host}`: {e}"))?;
@@ -154,12 +154,20 @@ impl SandboxCa {
 }
 
 /// A positive 16-byte serial from the system's randomness.
-fn random_serial() -> [u8; 16] {
+fn random_serial() -> Result<[u8; 16], String> {
     let mut b = [0u8; 16];
-    let _ = rustix::rand::getrandom(&mut b, rustix::rand::GetRandomFlags::empty());
+    match rustix::rand::getrandom(&mut b, rustix::rand::GetRandomFlags::empty()) {
+        Ok(16) => {}
+        Ok(n) => {
+            return Err(format!(
+                "the system gave {n} random bytes of 16 for a serial"
+            ))
+        }
+        Err(e) => return Err(format!("the system's randomness: {e}")),
+    }
     b[0] &= 0x7f;
     b[0] |= 0x01;
-    b
+    Ok(b)
 }
 
 #[cfg(test)]

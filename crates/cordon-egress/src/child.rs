@@ -757,7 +757,7 @@ fn prepare(sock: BorrowedFd<'_>, confine: ConfineFn) -> Result<Option<EgressHost
         return Err("the policy file changed since it was loaded; run the command again".into());
     }
     // Everything read or opened before confinement.
-    let opened = Opened::open(&setup, Vec::new())?;
+    let opened = Opened::open(&setup, Vec::new(), policy.inspects_any())?;
 
     confine(&setup).map_err(|e| format!("confining itself: {e}"))?;
 

@@ -26,7 +26,7 @@ pub fn config_from_setup(
     policy: Arc<Policy>,
     env: Deployment,
 ) -> Result<ProxyConfig, String> {
-    Opened::open(setup, Vec::new())?.config(policy, env)
+    Opened::open(setup, Vec::new(), policy.inspects_any())?.config(policy, env)
 }
 
 /// The runtime's worker threads: `CORDON_EGRESS_WORKERS` (1 to 64), else
@@ -61,8 +61,14 @@ pub struct Opened {
 
 impl Opened {
     /// Reads the hosts file, opens (creates) the audit log and reads this
-    /// host's interface addresses. `listens`: the proxy's own sockets.
-    pub fn open(setup: &EgressSetup, listens: Vec<std::net::SocketAddr>) -> Result<Opened, String> {
+    /// host's interface addresses; and this machine's trust roots when the
+    /// policy inspects some host (`inspects`), and only then. `listens`:
+    /// the proxy's own sockets.
+    pub fn open(
+        setup: &EgressSetup,
+        listens: Vec<std::net::SocketAddr>,
+        inspects: bool,
+    ) -> Result<Opened, String> {
         let hosts = match &setup.hosts_file {
             Some(p) => StaticHosts::load(p)?,
             None => StaticHosts::default(),
@@ -88,8 +94,17 @@ impl Opened {
             audit_bounds: setup.audit_bounds,
             classifier,
             dns,
-            // Read now: the confined proxy may not read them later.
-            upstreams: crate::tls::Upstreams::load(),
+            // Read now (the confined proxy may not read them later), and
+            // only for a policy that inspects: a proxy that never verifies
+            // an upstream holds none, and would refuse if asked to.
+            upstreams: if inspects {
+                crate::tls::Upstreams::load()
+            } else {
+                crate::tls::Upstreams::with_roots(
+                    Vec::new(),
+                    Some("the policy inspects no host, so no trust roots were read".into()),
+                )
+            },
         })
     }
 
