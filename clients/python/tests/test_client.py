@@ -6,6 +6,7 @@ import os
 import sys
 import time
 import unittest
+from typing import Callable
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
@@ -103,11 +104,11 @@ class LiveServer(unittest.TestCase):
                 # Leaving a stream early hangs up: the command is killed.
                 async for ev in t.exec_stream(["sh", "-c", "echo go; exec sleep 41.5"]):
                     self.assertEqual(ev.get("data"), "go\n")
+                    # `exec sleep` follows the echo: see it run before hanging
+                    # up, or its absence afterwards would prove nothing.
+                    self.assertTrue(await waited(lambda: sleeping("41.5")), "the command is not running")
                     break
-                deadline = time.time() + 5
-                while time.time() < deadline and sleeping("41.5"):
-                    await asyncio.sleep(0.05)
-                self.assertFalse(sleeping("41.5"), "the command outlived its client")
+                self.assertTrue(await waited(lambda: not sleeping("41.5")), "the command outlived its client")
             with self.assertRaises(RuntimeError):
                 async with self.a.athread("py-6") as t:
                     await t.create()
@@ -116,6 +117,16 @@ class LiveServer(unittest.TestCase):
         asyncio.run(main())
         self.assertEqual(self.a.dispose_thread("py-5"), 0)
         self.assertEqual(self.a.dispose_thread("py-6"), 0)
+
+
+async def waited(cond: Callable[[], bool], within: float = 5.0) -> bool:
+    """Whether `cond()` holds within `within` seconds."""
+    deadline = time.time() + within
+    while not cond():
+        if time.time() >= deadline:
+            return False
+        await asyncio.sleep(0.02)
+    return True
 
 
 def sleeping(marker: str) -> bool:
