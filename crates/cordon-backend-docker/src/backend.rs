@@ -27,13 +27,6 @@ impl Engine for Docker {
 
     cordon_backend_kit::oci_engine_basics!(crate::NAME, crate::names::RUNG);
 
-    fn admit(&self, req: &AcquireRequest) -> Result<(), BackendError> {
-        cordon_backend_kit::register::refuse_secrets(
-            req,
-            "the docker backend does not serve secrets in this version; drop the spec's `secrets`, or run on the native container rung (`--backend container`)",
-        )
-    }
-
     fn create(
         &self,
         req: &AcquireRequest,

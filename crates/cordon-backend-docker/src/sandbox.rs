@@ -26,7 +26,7 @@ use std::sync::{Arc, OnceLock};
 use bollard::models::{ContainerCreateBody, HostConfig, Mount as DMount};
 use cordon_confine::oci::{DockerNet, HostImage, Mount, MountKind};
 use cordon_confine::RootedFs;
-use cordon_files::host_dir::HostWorkDir;
+use cordon_files::host_dir::{HostSecretsDir, HostWorkDir};
 use cordon_policy::{Deployment, Policy};
 use cordon_sandbox::{
     AcquireRequest, Attach, BackendError, ExecHandle, ExecRequest, ExitStatus, Killer, Limits,
@@ -105,28 +105,36 @@ impl DockerSandbox {
         let made_dir = crate::DIRS.make(&config.setup.scratch)?;
         let (id, dir) = (made_dir.id.clone(), made_dir.dir.clone());
         let labels = sandbox_labels(req, &id, &dir, engine);
-        let made = (|| -> Result<(HostImage, RootedFs, HostWorkDir), String> {
-            let root = prepare_dir(&dir, &acquiring.guest_work)?;
-            let WorkArea { view, files, .. } = acquiring.work_area(&made_dir)?;
-            // The anchor: the sandbox's labels on the engine, which
-            // `dispose_scope` and `gc` list. Made and never started,
-            // unless the sandbox has an egress route: then it holds the
-            // network namespace every exec joins, where the proxy's
-            // listener is.
-            let anchor_labels: HashMap<String, String> = labels
-                .iter()
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .chain([(crate::LABEL_ROLE.to_string(), "anchor".to_string())])
-                .collect();
-            match &egress {
-                None => make_anchor(engine, &id, &image, anchor_labels)?,
-                Some(_) => start_holder(engine, &id, anchor_labels)?,
-            }
-            Ok((root, view, files))
-        })();
-        let routed = made.and_then(|(root, view, files)| {
+        let wants_secrets = !req.provenance.spec.secrets().is_empty();
+        let made =
+            (|| -> Result<(HostImage, RootedFs, HostWorkDir, Option<HostSecretsDir>), String> {
+                let root = prepare_dir(&dir, &acquiring.guest_work)?;
+                let WorkArea { view, files, .. } = acquiring.work_area(&made_dir)?;
+                // Inside the sandbox's directory (root's, 0700): no other
+                // sandbox's workload, though the same uid, can reach it.
+                let secrets = match wants_secrets {
+                    true => Some(HostSecretsDir::make(dir.join("secrets"), WORKLOAD_ID)?),
+                    false => None,
+                };
+                // The anchor: the sandbox's labels on the engine, which
+                // `dispose_scope` and `gc` list. Made and never started,
+                // unless the sandbox has an egress route: then it holds the
+                // network namespace every exec joins, where the proxy's
+                // listener is.
+                let anchor_labels: HashMap<String, String> = labels
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .chain([(crate::LABEL_ROLE.to_string(), "anchor".to_string())])
+                    .collect();
+                match &egress {
+                    None => make_anchor(engine, &id, &image, anchor_labels)?,
+                    Some(_) => start_holder(engine, &id, anchor_labels)?,
+                }
+                Ok((root, view, files, secrets))
+            })();
+        let routed = made.and_then(|(root, view, files, secrets)| {
             let Some(service) = &egress else {
-                return Ok((root, view, files, None));
+                return Ok((root, view, files, secrets, None));
             };
             let port = cordon_linux::netns::random_port();
             let listener = listen_in(engine, &id, port)?;
@@ -143,9 +151,9 @@ impl DockerSandbox {
                 ),
                 None => None,
             };
-            Ok((root, view, files, Some((port, serving, trust))))
+            Ok((root, view, files, secrets, Some((port, serving, trust))))
         });
-        let (_, view, files, route) = match routed {
+        let (_, view, files, secrets, route) = match routed {
             Ok(m) => m,
             Err(e) => {
                 let _ = engine.remove(&id);
@@ -172,12 +180,10 @@ impl DockerSandbox {
             policy: config.setup.policy.clone(),
             env: config.setup.env.clone(),
             view,
-            files: HostFiles::new(files, None, WORKLOAD_ID).refusing_secrets(
-                "the docker backend serves no secrets in this version; run at the native container rung for secrets",
-            ),
+            files: HostFiles::new(files, secrets, WORKLOAD_ID),
             base: OnceLock::new(),
             proxy_port,
-            egress: Serving::new(serving.map(|s| s.handle)),
+            egress: Serving::new(serving),
             trust,
             disposed: AtomicBool::new(false),
         })
@@ -235,6 +241,13 @@ impl DockerSandbox {
         out.push(bind(&masks.join("dir"), Path::new("/sys"), true));
         for (k, m) in mounts.iter().enumerate() {
             out.push(self.docker_mount(k, m).map_err(exec_failed)?);
+        }
+        if let Some(secrets) = self.files.secrets() {
+            out.push(bind(
+                secrets.host(),
+                Path::new(cordon_sandbox::secrets::SECRETS_DIR),
+                true,
+            ));
         }
         // Last: over whatever of the image the plan bound there.
         for (source, target, _) in self.trust.iter().flat_map(|t| t.binds()) {
@@ -627,6 +640,17 @@ pub(crate) use cordon_backend_kit::remove_sandbox_dir;
 
 impl Sandbox for DockerSandbox {
     cordon_backend_kit::host_sandbox!(start, view, files);
+
+    /// Through the proxy serving its route: replaces the allowlist (new
+    /// connections are decided by the new generation, open ones it denies
+    /// are closed) or closes egress; a sandbox with no route refuses.
+    fn change_egress(
+        &self,
+        change: cordon_sandbox::EgressChange,
+        by: &str,
+    ) -> Result<u64, SandboxError> {
+        self.egress.change(change, by)
+    }
 
     fn residue(&self) -> serde_json::Value {
         serde_json::to_value(Residue {

@@ -50,7 +50,7 @@ pub(crate) fn route(
     Ok(Route {
         port: r.port,
         ns: r.ns,
-        serving: Serving::new(Some(r.serving)),
+        serving: r.serving,
         trust,
     })
 }

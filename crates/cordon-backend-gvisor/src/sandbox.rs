@@ -18,7 +18,6 @@
 //!   [`crate::STATE_ROOT`], with cgroups of the same name.
 
 use std::collections::BTreeMap;
-use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -130,23 +129,11 @@ impl GvisorSandbox {
                 // Inside the sandbox's directory (root's, 0700): no other
                 // sandbox's workload, though the same uid, can reach it.
                 let secrets = if wants_secrets {
-                    let host = dir.join("secrets");
-                    std::fs::DirBuilder::new()
-                        .mode(0o750)
-                        .create(&host)
-                        .and_then(|()| std::os::unix::fs::chown(&host, Some(0), Some(WORKLOAD_ID)))
-                        .and_then(|()| {
-                            std::fs::set_permissions(
-                                &host,
-                                std::os::unix::fs::PermissionsExt::from_mode(0o750),
-                            )
-                        })
-                        .map_err(|e| format!("the secrets directory `{}`: {e}", host.display()))?;
                     oci::mkdir_in(
                         &image.rootfs,
                         Path::new(cordon_sandbox::secrets::SECRETS_DIR),
                     )?;
-                    Some(HostSecretsDir::new(host, WORKLOAD_ID).map_err(|e| e.to_string())?)
+                    Some(HostSecretsDir::make(dir.join("secrets"), WORKLOAD_ID)?)
                 } else {
                     None
                 };
@@ -518,6 +505,20 @@ impl Drop for GvisorSandbox {
 
 impl Sandbox for GvisorSandbox {
     cordon_backend_kit::host_sandbox!(start, view, files);
+
+    /// Through the proxy serving its route: replaces the allowlist (new
+    /// connections are decided by the new generation, open ones it denies
+    /// are closed) or closes egress; a sandbox with no route refuses.
+    fn change_egress(
+        &self,
+        change: cordon_sandbox::EgressChange,
+        by: &str,
+    ) -> Result<u64, SandboxError> {
+        match &self.route {
+            Some(r) => r.serving.change(change, by),
+            None => Err(cordon_backend_kit::no_route()),
+        }
+    }
 
     fn residue(&self) -> serde_json::Value {
         serde_json::to_value(Residue {

@@ -23,24 +23,12 @@ pub struct HostFiles {
     /// The uid the sandbox runs as: what cordon writes in belongs to it
     /// (unless the work dir says another owner), the secrets to its group.
     uid: u32,
-    no_secrets: &'static str,
 }
 
 impl HostFiles {
     /// The files of a sandbox running as `uid`.
     pub fn new(work: HostWorkDir, secrets: Option<HostSecretsDir>, uid: u32) -> HostFiles {
-        HostFiles {
-            work,
-            secrets,
-            uid,
-            no_secrets: NO_SECRETS,
-        }
-    }
-
-    /// A backend that serves no secrets says why (and what to do instead).
-    pub fn refusing_secrets(mut self, why: &'static str) -> HostFiles {
-        self.no_secrets = why;
-        self
+        HostFiles { work, secrets, uid }
     }
 
     pub fn work(&self) -> &HostWorkDir {
@@ -61,7 +49,7 @@ impl HostFiles {
                 Some(s) => s.write_secret(path, contents, mode),
                 None => Err(SandboxError::PathRefused {
                     path: path.to_string(),
-                    reason: self.no_secrets.into(),
+                    reason: NO_SECRETS.into(),
                 }),
             };
         }
@@ -92,18 +80,83 @@ impl HostFiles {
     }
 }
 
+/// Why a sandbox's egress cannot be changed when it has no route out.
+pub const NO_ROUTE: &str = "this sandbox has no route out to change: it was made without `egress_allow` (or at a rung whose egress is closed); make a sandbox whose spec names the hosts";
+
+/// The refusal of an egress change on a sandbox with no route out.
+pub fn no_route() -> SandboxError {
+    SandboxError::Invalid {
+        reason: NO_ROUTE.into(),
+    }
+}
+
+/// Changes a sandbox's egress through `control` (the proxy serving its
+/// route), or refuses: no route, or the change the proxy refused.
+pub fn change_egress(
+    control: Option<&dyn cordon_egress::ChannelControl>,
+    change: cordon_sandbox::EgressChange,
+    by: &str,
+) -> Result<u64, SandboxError> {
+    control
+        .ok_or_else(no_route)?
+        .change(change, by)
+        .map_err(|reason| SandboxError::Refused {
+            reason,
+            rules: Vec::new(),
+        })
+}
+
 /// What serves a sandbox's route out (the egress proxy's serving of its
-/// listener), held for the sandbox's life and ended once at its dispose.
+/// listener) and what changes it, held for the sandbox's life and ended
+/// once at its dispose.
 #[derive(Default)]
-pub struct Serving(Mutex<Option<Box<dyn std::any::Any + Send>>>);
+pub struct Serving(Mutex<Option<Served>>);
+
+/// The serving's handle and its control.
+struct Served {
+    _handle: Box<dyn std::any::Any + Send>,
+    control: std::sync::Arc<dyn cordon_egress::ChannelControl>,
+}
 
 impl Serving {
-    pub fn new(serving: Option<Box<dyn std::any::Any + Send>>) -> Serving {
-        Serving(Mutex::new(serving))
+    /// What [`cordon_egress::EgressService::serve`] gave, kept (its CA is
+    /// the caller's to place).
+    pub fn new(served: Option<cordon_egress::Served>) -> Serving {
+        Serving::of(served.map(|s| (s.handle, s.control)))
+    }
+
+    /// A serving's handle and control, kept.
+    pub fn of(
+        served: Option<(
+            Box<dyn std::any::Any + Send>,
+            std::sync::Arc<dyn cordon_egress::ChannelControl>,
+        )>,
+    ) -> Serving {
+        Serving(Mutex::new(served.map(|(handle, control)| Served {
+            _handle: handle,
+            control,
+        })))
+    }
+
+    /// Replaces the route's allowlist or closes it ([`change_egress`]); a
+    /// sandbox with no route (or one whose serving ended) is refused.
+    pub fn change(
+        &self,
+        change: cordon_sandbox::EgressChange,
+        by: &str,
+    ) -> Result<u64, SandboxError> {
+        // The control alone, out of the lock: a change takes a while.
+        let control = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .as_ref()
+            .map(|s| s.control.clone());
+        change_egress(control.as_deref(), change, by)
     }
 
     /// Ends the serving (through a poisoned lock too: it holds only the
-    /// handle).
+    /// handle and its control).
     pub fn end(&self) {
         drop(
             self.0
@@ -221,12 +274,12 @@ mod tests {
     fn a_sandbox_without_secrets_refuses_writes_there_and_records_its_owner() {
         let dir = tempfile::tempdir().unwrap();
         let work = HostWorkDir::new(dir.path(), "/work").unwrap();
-        let files = HostFiles::new(work.clone(), None, 7).refusing_secrets("none here");
+        let files = HostFiles::new(work.clone(), None, 7);
         let e = files
             .write_file("/run/cordon/secrets/k", b"x", 0o400)
             .unwrap_err();
         assert!(
-            matches!(&e, SandboxError::PathRefused { reason, .. } if reason == "none here"),
+            matches!(&e, SandboxError::PathRefused { reason, .. } if reason == NO_SECRETS),
             "{e:?}"
         );
         assert!(!dir.path().join("k").exists());

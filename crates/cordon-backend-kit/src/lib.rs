@@ -34,7 +34,7 @@ pub mod workarea;
 
 pub use dirs::{remove_sandbox_dir, SandboxDirs};
 pub use engine::{Engine, EngineBackend, Which};
-pub use hosted::{HostFiles, Serving};
+pub use hosted::{change_egress, no_route, HostFiles, Serving, NO_ROUTE};
 pub use ids::{lease_id, sweep_id_leases, IdLease, FRESH_IDS, ID_LEASES};
 pub use profile::RungProfile;
 pub use register::EngineSetup;

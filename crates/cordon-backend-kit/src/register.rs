@@ -10,8 +10,7 @@ use cordon_policy::{Deployment, Policy};
 use cordon_sandbox::registry::BuildFn;
 use cordon_sandbox::registry::{BackendInfo, Probe};
 use cordon_sandbox::{
-    AcquireRequest, BackendError, BackendRegistration, BackendSetup, Egress, EgressSetup,
-    Isolation, WorkDirView,
+    AcquireRequest, BackendRegistration, BackendSetup, Egress, EgressSetup, Isolation, WorkDirView,
 };
 
 use crate::WORKLOAD_ID;
@@ -164,15 +163,6 @@ pub fn reclaim_read<T: serde::de::DeserializeOwned>(
     }
 }
 
-/// Refuses, with `why`, a spec that names secrets, for a backend that
-/// delivers none.
-pub fn refuse_secrets(req: &AcquireRequest, why: &str) -> Result<(), BackendError> {
-    match req.provenance.spec.secrets().is_empty() {
-        true => Ok(()),
-        false => Err(crate::refused("acquire", why)),
-    }
-}
-
 /// Serves `listener` as `req`'s sandbox's one route out: the proxy learns
 /// the sandbox, the identity (the acquire request's, never the
 /// workload's) and the spec's allowlist. The serving lasts as long as
@@ -208,7 +198,9 @@ pub fn serve_route(
 pub struct PrivateRoute {
     pub port: u16,
     pub ns: std::os::fd::OwnedFd,
-    pub serving: Box<dyn std::any::Any + Send>,
+    /// What serves it and changes its allowlist, kept for the sandbox's
+    /// life.
+    pub serving: crate::Serving,
     /// The sandbox's CA certificate (PEM), when the proxy inspects.
     pub ca_pem: Option<String>,
 }
@@ -226,7 +218,7 @@ pub fn private_route(
     Ok(PrivateRoute {
         port,
         ns: made.ns,
-        serving: served.handle,
+        serving: crate::Serving::of(Some((served.handle, served.control))),
         ca_pem: served.ca_pem,
     })
 }

@@ -552,17 +552,7 @@ impl Sandbox for LocalSandbox {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone();
-        let Some(control) = control else {
-            return Err(SandboxError::Invalid {
-                reason: "this sandbox has no route out to change: it was made without `egress_allow` (or at a rung whose egress is closed); make a sandbox whose spec names the hosts".into(),
-            });
-        };
-        control
-            .change(change, by)
-            .map_err(|reason| SandboxError::Refused {
-                reason,
-                rules: Vec::new(),
-            })
+        cordon_backend_kit::change_egress(control.as_deref(), change, by)
     }
     fn residue(&self) -> serde_json::Value {
         // The mount goes whole (it is unmounted before anything under it is

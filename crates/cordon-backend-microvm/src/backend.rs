@@ -119,11 +119,7 @@ impl Engine for Microvm {
         image_tree(image, false).map(drop)
     }
 
-    fn admit(&self, req: &AcquireRequest) -> Result<(), BackendError> {
-        cordon_backend_kit::register::refuse_secrets(
-            req,
-            "the microvm backend does not deliver secrets yet; use the `container` or `gvisor` backend for a spec that names secrets",
-        )?;
+    fn admit(&self, _req: &AcquireRequest) -> Result<(), BackendError> {
         match &self.config.setup.work_dir {
             Some(d) => Err(refused("acquire", format!(
                 "the microvm backend does not share a host directory (`{}`) with the guest; its work dir lives in the guest and files go in and out through cordon (files_in, files_out); drop --work-dir",

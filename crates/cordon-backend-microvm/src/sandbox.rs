@@ -40,6 +40,10 @@ pub const GUEST_IMAGE: &str = "/image";
 /// guest (outside anything the workload sees; bound at
 /// `/run/cordon/trust` in the sandbox).
 pub const GUEST_TRUST_DIR: &str = "/run/cordon-trust";
+/// Where the agent makes the sandbox's secrets directory in the guest
+/// (in its RAM; bound read-only at `/run/cordon/secrets` in the sandbox),
+/// when the spec names secrets.
+pub const GUEST_SECRETS_DIR: &str = "/run/cordon-secrets";
 
 /// What a sandbox needs from its backend.
 #[derive(Clone)]
@@ -75,7 +79,7 @@ pub struct MicrovmSandbox {
 /// the relay connects into for each connection the guest opens.
 struct Route {
     ns: Arc<OwnedFd>,
-    _serving: Box<dyn std::any::Any + Send>,
+    serving: cordon_backend_kit::Serving,
 }
 
 use cordon_backend_kit::failed;
@@ -302,7 +306,8 @@ impl MicrovmSandbox {
             image_root: Some(PathBuf::from(GUEST_IMAGE)),
             tmp_dir: None,
             proxy_port: self.proxy_port,
-            secrets_dir: None,
+            secrets_dir: (!self.provenance.spec.secrets().is_empty())
+                .then(|| PathBuf::from(GUEST_SECRETS_DIR)),
             trust_dir: self.trusts_ca.then(|| PathBuf::from(GUEST_TRUST_DIR)),
             kvm: false,
             env,
@@ -364,7 +369,7 @@ fn route(
         made.port,
         Route {
             ns: Arc::new(made.ns),
-            _serving: made.serving,
+            serving: made.serving,
         },
         made.ca_pem,
     ))
@@ -433,6 +438,20 @@ fn relay_opener(ns: Arc<OwnedFd>, port: u16) -> (ConnOpener, ChannelSlot) {
 }
 
 impl Sandbox for MicrovmSandbox {
+    /// Through the proxy serving its route: replaces the allowlist (new
+    /// connections are decided by the new generation, open ones it denies
+    /// are closed) or closes egress; a sandbox with no route refuses.
+    fn change_egress(
+        &self,
+        change: cordon_sandbox::EgressChange,
+        by: &str,
+    ) -> Result<u64, SandboxError> {
+        match &*self.route.lock().unwrap_or_else(|p| p.into_inner()) {
+            Some(r) => r.serving.change(change, by),
+            None => Err(cordon_backend_kit::no_route()),
+        }
+    }
+
     cordon_backend_kit::sandbox_basics!(view);
 
     fn start_exec(&self, req: &ExecRequest, attach: Attach) -> Result<ExecHandle, SandboxError> {

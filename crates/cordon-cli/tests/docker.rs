@@ -394,7 +394,7 @@ fn the_backend_suite_passes() {
             .to_vec(),
         image: "host",
         scratch: tmp.path().to_path_buf(),
-        secrets: false,
+        secrets: true,
         execs_per_cycle: 1,
         cycles: ("CORDON_DOCKER_CYCLES", 5),
         conformance_cases: None,

@@ -363,7 +363,7 @@ fn the_backend_suite_passes() {
         args: ["-q"].into_iter().chain(VM).map(String::from).collect(),
         image: IMAGE,
         scratch: scratch.clone(),
-        secrets: false,
+        secrets: true,
         execs_per_cycle: 1,
         cycles: ("CORDON_MICROVM_CYCLES", 2),
         settle: Duration::from_secs(10),

@@ -255,6 +255,32 @@ impl HostSecretsDir {
         })
     }
 
+    /// Makes `host` (which must not exist: nothing planted is used),
+    /// root's with group `gid`, mode 0750 — the workload lists and reads
+    /// it, owns nothing in it, and no other uid gets in — and serves it.
+    /// A directory half made is removed.
+    pub fn make(host: impl Into<PathBuf>, gid: u32) -> Result<HostSecretsDir, String> {
+        use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+        let host = host.into();
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&host)
+            .map_err(|e| format!("the secrets directory `{}`: {e}", host.display()))?;
+        let handed = std::os::unix::fs::chown(&host, Some(0), Some(gid))
+            .and_then(|()| std::fs::set_permissions(&host, std::fs::Permissions::from_mode(0o750)))
+            .map_err(|e| {
+                format!(
+                    "handing the secrets directory `{}` to gid {gid}: {e}",
+                    host.display()
+                )
+            })
+            .and_then(|()| HostSecretsDir::new(&host, gid).map_err(|e| e.to_string()));
+        if handed.is_err() {
+            let _ = std::fs::remove_dir(&host);
+        }
+        handed
+    }
+
     pub fn host(&self) -> &Path {
         self.files.host()
     }

@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use cordon_files::host_dir::HostWorkDir;
+use cordon_files::host_dir::{HostSecretsDir, HostWorkDir};
 use cordon_sandbox::{FileKind, SandboxError};
 use cordon_vm_proto::{list_replies, ErrKind, Kind, Msg, WireEntry, WireStat, MAX_DATA, MAX_LIST};
 
@@ -25,6 +25,9 @@ struct Pending {
 
 pub(crate) struct Files {
     dir: HostWorkDir,
+    /// The secrets directory, when the plan names one: the only place
+    /// outside the work dir a write goes.
+    secrets: Option<HostSecretsDir>,
     writes: HashMap<u64, Pending>,
 }
 
@@ -68,9 +71,10 @@ fn kind(k: FileKind) -> Kind {
 }
 
 impl Files {
-    pub(crate) fn new(dir: HostWorkDir) -> Files {
+    pub(crate) fn new(dir: HostWorkDir, secrets: Option<HostSecretsDir>) -> Files {
         Files {
             dir,
+            secrets,
             writes: HashMap::new(),
         }
     }
@@ -134,7 +138,15 @@ impl Files {
     }
 
     fn finish(&self, out: &Out, req: u64, p: Pending) {
-        match self.dir.write_file(&p.path, &p.bytes, p.mode) {
+        let written = match (HostSecretsDir::names(&p.path), &self.secrets) {
+            (true, Some(s)) => s.write_secret(&p.path, &p.bytes, p.mode),
+            (true, None) => Err(SandboxError::PathRefused {
+                path: p.path.clone(),
+                reason: "this sandbox's spec names no secrets, so it has no secrets directory; name the secret in the spec's `secrets`".into(),
+            }),
+            (false, _) => self.dir.write_file(&p.path, &p.bytes, p.mode),
+        };
+        match written {
             Ok(()) => {
                 out.send(&Msg::Done { req }, &[]);
             }

@@ -80,6 +80,8 @@ struct Agent {
     execs: Execs,
     /// Where `Trust` placed the sandbox's trust, which the plan must name.
     trust: Option<PathBuf>,
+    /// The secrets directory `Setup` made.
+    secrets: Option<PathBuf>,
 }
 
 /// Serves the host until the channel ends, the host shuts the agent down,
@@ -100,6 +102,7 @@ pub(crate) fn serve(reader: impl Read, writer: Box<dyn Write + Send>, mode: Mode
         sandbox: None,
         execs: Execs::default(),
         trust: None,
+        secrets: None,
     };
     let mut frames = FrameReader::new(BufReader::new(reader));
     let end = loop {
@@ -386,6 +389,16 @@ impl Agent {
             host_uid: INIT_ID,
             host_gid: INIT_ID,
         };
+        // The secrets directory the plan binds read-only: the agent's,
+        // made now (nothing there before is used), gone at teardown.
+        let secrets = match &spec.secrets_dir {
+            Some(d) => {
+                let made = cordon_files::host_dir::HostSecretsDir::make(d, gid).map_err(failed)?;
+                self.secrets = Some(d.clone());
+                Some(made)
+            }
+            None => None,
+        };
         let mut warm = WarmSandbox::start(&plan, &init, ids, &name)
             .map_err(|e| failed(format!("the sandbox did not start: {e}")))?;
         let listener = warm.take_proxy_listener();
@@ -395,7 +408,7 @@ impl Agent {
         let relay = listener.map(|l| Relay::start(l, self.out.clone()));
         self.sandbox = Some(Sandbox {
             warm: Arc::new(warm),
-            files: Files::new(files),
+            files: Files::new(files, secrets),
             relay,
         });
         say!("the sandbox is up (work dir `{guest}`)");
@@ -432,7 +445,8 @@ impl Agent {
         }
     }
 
-    /// Kills every exec, stops the sandbox and removes its trust.
+    /// Kills every exec, stops the sandbox and removes its trust and its
+    /// secrets directory.
     fn teardown(&mut self) {
         self.execs.kill_all();
         if let Some(s) = self.sandbox.take() {
@@ -445,6 +459,9 @@ impl Agent {
         }
         // Only certificates, but the agent's own: gone with the session.
         if let Some(dir) = self.trust.take() {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+        if let Some(dir) = self.secrets.take() {
             let _ = std::fs::remove_dir_all(dir);
         }
     }

@@ -751,3 +751,87 @@ fn the_egress_ca_is_placed_before_setup_and_trusted_in_the_sandbox() {
     }
     assert!(!top.join("again").exists() && !top.join("late").exists());
 }
+
+/// Writes `body` at `path` through the channel: `Done`, or the error.
+fn write_in(s: &mut Session, req: u64, path: &str, body: &[u8]) -> Msg {
+    s.send(
+        &Msg::WriteStart {
+            req,
+            path: path.to_string(),
+            mode: 0o400,
+            size: body.len() as u64,
+        },
+        &[],
+    );
+    if !body.is_empty() {
+        s.send(&Msg::WriteData { req }, body);
+    }
+    s.next_of(|m| matches!(m, Msg::Done { req: r } | Msg::Error { req: r, .. } if *r == req))
+        .0
+}
+
+/// A plan naming a secrets directory: the agent makes it (refusing one
+/// already there), a write to `/run/cordon/secrets/…` lands there and the
+/// workload reads it and can neither change nor remove it; a plan naming
+/// none refuses such a write, and nothing lands in the work dir; the
+/// directory goes with the agent's session.
+#[test]
+fn a_secret_is_written_where_the_plan_binds_it_and_held_read_only() {
+    if !can_run("the agent's secrets directory") {
+        return;
+    }
+    // No secrets directory named: a write there is refused.
+    let mut s = Session::start();
+    s.setup(host_id(5));
+    match write_in(&mut s, 2, "/run/cordon/secrets/a/key", b"v") {
+        Msg::Error { kind, message, .. } => {
+            assert_eq!(kind, ErrKind::PathRefused);
+            assert!(message.contains("names no secrets"), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+    let r = s.sh(3, "ls -A /run/cordon/secrets 2>&1; ls -A");
+    assert!(!r.out().contains("key"), "{r:?}");
+    drop(s);
+
+    let mut s = Session::start();
+    let top = s.work.parent().unwrap().to_path_buf();
+    std::fs::set_permissions(&top, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let secrets = top.join("secrets");
+    // One already there is never used.
+    std::fs::create_dir(&secrets).unwrap();
+    let mut named = plan(&s.work, host_id(6));
+    named["secrets_dir"] = serde_json::json!(secrets);
+    match s.try_setup(2, named.clone()) {
+        Err(Msg::Error { message, .. }) => assert!(message.contains("exists"), "{message}"),
+        other => panic!("{other:?}"),
+    }
+    drop(s);
+
+    let mut s = Session::start();
+    let top = s.work.parent().unwrap().to_path_buf();
+    std::fs::set_permissions(&top, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let secrets = top.join("secrets");
+    let mut named = plan(&s.work, host_id(6));
+    named["secrets_dir"] = serde_json::json!(secrets);
+    s.try_setup(2, named).unwrap();
+    assert_eq!(
+        write_in(&mut s, 3, "/run/cordon/secrets/a/key", b"s3cr3t"),
+        Msg::Done { req: 3 }
+    );
+    let r = s.sh(
+        4,
+        "cat /run/cordon/secrets/a/key; echo; (echo x > /run/cordon/secrets/a/key) 2>/dev/null && echo WROTE; \
+         rm -f /run/cordon/secrets/a/key 2>/dev/null && echo REMOVED; cat /run/cordon/secrets/a/key; echo; ls -A",
+    );
+    assert_eq!(r.out(), "s3cr3t\ns3cr3t\n", "{r:?}");
+    let meta = std::fs::metadata(secrets.join("a/key")).unwrap();
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!((meta.uid(), meta.mode() & 0o777), (0, 0o440));
+    s.send(&Msg::Shutdown {}, &[]);
+    assert_eq!(s.exit_code(Duration::from_secs(10)), Some(0));
+    assert!(
+        !secrets.exists(),
+        "the secrets directory outlived the session"
+    );
+}

@@ -36,8 +36,9 @@ use std::io::{self, Read, Write};
 use serde::{Deserialize, Serialize};
 
 /// The protocol this crate speaks: raised whenever a message is added or
-/// changed in a way the other side would refuse. 2: `Trust`.
-pub const PROTOCOL: u32 = 2;
+/// changed in a way the other side would refuse. 2: `Trust`. 3: `Setup`
+/// makes the plan's secrets directory, and writes go there.
+pub const PROTOCOL: u32 = 3;
 
 /// What a `Ready` without `proto` means: an agent from before the protocol
 /// was numbered.
