@@ -117,9 +117,29 @@ async fn upstream(pki: &TestPki, names: &[&str]) -> (SocketAddr, Seen) {
                 };
                 let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
                 let svc = hyper::service::service_fn(
-                    move |req: hyper::Request<hyper::body::Incoming>| {
+                    move |mut req: hyper::Request<hyper::body::Incoming>| {
                         let seen = seen.clone();
                         async move {
+                            // A WebSocket-like upgrade: switched, then
+                            // every byte echoed.
+                            if req.headers().contains_key("upgrade") {
+                                seen.lock()
+                                    .unwrap()
+                                    .push(format!("UPGRADE {}", req.uri().path()));
+                                let on = hyper::upgrade::on(&mut req);
+                                tokio::spawn(async move {
+                                    let Ok(up) = on.await else { return };
+                                    let (mut r, mut w) = tokio::io::split(TokioIo::new(up));
+                                    let _ = tokio::io::copy(&mut r, &mut w).await;
+                                });
+                                let mut resp = hyper::Response::new(Full::new(Bytes::new()));
+                                *resp.status_mut() = hyper::StatusCode::SWITCHING_PROTOCOLS;
+                                resp.headers_mut()
+                                    .insert("upgrade", "websocket".parse().unwrap());
+                                resp.headers_mut()
+                                    .insert("connection", "upgrade".parse().unwrap());
+                                return Ok::<_, std::convert::Infallible>(resp);
+                            }
                             let host = req
                                 .headers()
                                 .get("host")
@@ -160,6 +180,7 @@ async fn upstream(pki: &TestPki, names: &[&str]) -> (SocketAddr, Seen) {
                 } else {
                     let _ = hyper::server::conn::http1::Builder::new()
                         .serve_connection(io, svc)
+                        .with_upgrades()
                         .await;
                 }
             });
@@ -735,4 +756,72 @@ async fn a_brokered_secret_goes_only_where_the_policy_lets_it() {
             "an answer holds the value: {answer:?}"
         );
     }
+}
+
+/// Sends an upgrade request for `path` on `tls` and reads the answer's
+/// head: its status line.
+async fn upgrade(
+    tls: &mut tokio_rustls::client::TlsStream<TcpStream>,
+    auth: &str,
+    path: &str,
+) -> String {
+    tls.write_all(
+        format!(
+            "GET {path} HTTP/1.1\r\nHost: {auth}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n"
+        )
+        .as_bytes(),
+    )
+    .await
+    .unwrap();
+    let mut head = Vec::new();
+    let mut b = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        if tls.read(&mut b).await.unwrap_or(0) == 0 {
+            break;
+        }
+        head.push(b[0]);
+    }
+    String::from_utf8_lossy(&head).to_string()
+}
+
+/// A WebSocket upgrade inside an inspected tunnel is decided at its
+/// request: one the policy allows is switched and carried both ways (the
+/// upstream echoes); one it denies (`/admin`) is refused with the 403 an
+/// agent can act on, and never reaches the upstream.
+#[tokio::test]
+async fn an_upgrade_is_decided_at_its_request_and_carried_when_allowed() {
+    let pki = test_pki();
+    let (up, seen) = upstream(&pki, &["api.test"]).await;
+    let port = up.port();
+    let s = proxy(&["api.test"], Some(&pki.ca_pem), port).await;
+    let auth = format!("api.test:{port}");
+
+    let mut tls = through(&s, "api.test", port, &s.ca_pem, &[b"http/1.1"])
+        .await
+        .unwrap();
+    let head = upgrade(&mut tls, &auth, "/ws").await;
+    assert!(head.starts_with("HTTP/1.1 101"), "{head}");
+    assert!(
+        head.to_ascii_lowercase().contains("upgrade: websocket"),
+        "{head}"
+    );
+    for msg in [&b"ping"[..], &b"a longer frame of bytes"[..]] {
+        tls.write_all(msg).await.unwrap();
+        let mut back = vec![0u8; msg.len()];
+        tokio::time::timeout(std::time::Duration::from_secs(5), tls.read_exact(&mut back))
+            .await
+            .expect("the echo came back")
+            .unwrap();
+        assert_eq!(back, msg);
+    }
+    drop(tls);
+
+    let mut tls = through(&s, "api.test", port, &s.ca_pem, &[b"http/1.1"])
+        .await
+        .unwrap();
+    let head = upgrade(&mut tls, &auth, "/admin/ws").await;
+    assert!(head.starts_with("HTTP/1.1 403"), "{head}");
+    assert!(head.contains("x-cordon-denied: rule=no-admin"), "{head}");
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen, ["UPGRADE /ws"], "only the allowed upgrade went up");
 }

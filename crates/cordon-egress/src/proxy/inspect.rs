@@ -64,6 +64,8 @@ struct Session {
     ip: IpAddr,
     up: Result<UpSend, String>,
     cap: u64,
+    /// An upgrade the upstream switched to, for the tunnel to carry.
+    switched: super::upgrade::Switched,
 }
 
 impl Proxy {
@@ -125,7 +127,7 @@ impl Proxy {
             let h2 = list.iter().any(|p| p == H2);
             (!list.is_empty(), h2)
         };
-        let moved = Moved::default();
+        let moved = Arc::new(Moved::default());
         let tcp = match self.dial_recorded(&mut r, a.port, checked, 200).await {
             Dialled::Up { stream, .. } => stream,
             Dialled::Unrecorded => {
@@ -179,15 +181,19 @@ impl Proxy {
             ip,
             up,
             cap: self.cap(r.caller),
+            switched: Default::default(),
         });
         let io = Counted {
             inner: tls,
-            moved: &moved,
+            moved: moved.clone(),
         };
-        let served = self.serve_inspected(io, session, h2).await;
-        let reason = match served {
-            Ok(()) => "inspected tunnel closed".to_string(),
-            Err(e) => format!("inspected tunnel closed: {e}"),
+        let served = self.serve_inspected(io, session.clone(), h2).await;
+        let reason = match (served, session.switched.take()) {
+            // Still in this tunnel's task: a close of the tunnel (a change
+            // of allowlist) closes the upgraded connection too.
+            (Ok(()), Some(both)) => super::upgrade::carry(both, session.cap).await,
+            (Ok(()), None) => "inspected tunnel closed".to_string(),
+            (Err(e), _) => format!("inspected tunnel closed: {e}"),
         };
         self.record_end(&r, 200, &reason, &moved);
     }
@@ -201,7 +207,7 @@ impl Proxy {
         h2: bool,
     ) -> Result<(), hyper::Error>
     where
-        IO: AsyncRead + AsyncWrite + Unpin + Send,
+        IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
         let me = self.clone();
         let service = hyper::service::service_fn(move |req| {
@@ -228,6 +234,7 @@ impl Proxy {
                 .header_read_timeout(self.cfg.timeouts.header)
                 .max_buf_size(MAX_HEAD)
                 .serve_connection(io, service)
+                .with_upgrades()
                 .await
         }
     }
@@ -245,7 +252,7 @@ impl Proxy {
         h2: bool,
     ) -> Result<(), String>
     where
-        C: AsyncRead + AsyncWrite + Unpin + Send,
+        C: AsyncRead + AsyncWrite + Unpin + Send + 'static,
         U: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
         let a = target::authority(&format!("{host}:443"), None).map_err(|e| e.to_string())?;
@@ -258,6 +265,7 @@ impl Proxy {
             host: host.to_string(),
             ip: IpAddr::from([127, 0, 0, 1]),
             up,
+            switched: Default::default(),
         });
         self.serve_inspected(client, session, h2)
             .await
@@ -312,7 +320,7 @@ impl Proxy {
                 .await
                 .map_err(|e| format!("the upstream's HTTP/1.1: {e}"))?;
             tokio::spawn(async move {
-                let _ = conn.await;
+                let _ = conn.with_upgrades().await;
             });
             Ok(UpSend::H1(tokio::sync::Mutex::new(send)))
         }
@@ -320,7 +328,11 @@ impl Proxy {
 
     /// One request inside an inspected tunnel: checked, decided with every
     /// fact known (only allow passes), recorded, then sent.
-    async fn inspected(&self, s: &Session, req: hyper::Request<Incoming>) -> hyper::Response<Body> {
+    async fn inspected(
+        &self,
+        s: &Session,
+        mut req: hyper::Request<Incoming>,
+    ) -> hyper::Response<Body> {
         let mut r = Record::new(&s.caller, &s.budget, "https", shown(&req.uri().to_string()));
         r.target = format!("{}", s.a);
         r.facts.scheme = Some("https".into());
@@ -347,8 +359,18 @@ impl Proxy {
                 return text(StatusCode::BAD_GATEWAY, why);
             }
         };
+        // An upgrade (HTTP/1.1 only: HTTP/2 has none) was decided above
+        // with the rest of the request; it goes up with its two headers.
+        let upgrade = match up {
+            UpSend::H1(_) => super::upgrade::asked(req.headers()),
+            UpSend::H2(_) => None,
+        };
+        let client_side = upgrade.as_ref().map(|_| hyper::upgrade::on(&mut req));
         let (mut parts, body) = req.into_parts();
         strip_hop_by_hop(&mut parts.headers);
+        if let Some(u) = upgrade.clone() {
+            super::upgrade::restore(&mut parts.headers, u);
+        }
         // Brokered secrets: each placeholder in a header becomes its value
         // where the policy allows; anywhere else the request is refused.
         let method = parts.method.as_str().to_string();
@@ -397,7 +419,21 @@ impl Proxy {
             }
         };
         match sent {
-            Ok(resp) => {
+            Ok(resp)
+                if resp.status() == StatusCode::SWITCHING_PROTOCOLS && client_side.is_none() =>
+            {
+                let why = "the upstream switched protocols for a request that asked for no upgrade";
+                self.record(&r, "end", 502, why, None);
+                text(StatusCode::BAD_GATEWAY, why)
+            }
+            Ok(mut resp) => {
+                let switched = match client_side {
+                    Some(client) if resp.status() == StatusCode::SWITCHING_PROTOCOLS => {
+                        s.switched.set(client, hyper::upgrade::on(&mut resp));
+                        resp.headers().get(hyper::header::UPGRADE).cloned()
+                    }
+                    _ => None,
+                };
                 if !self.record(&r, "end", resp.status().as_u16(), "answered", None) {
                     return text(
                         StatusCode::BAD_GATEWAY,
@@ -406,6 +442,9 @@ impl Proxy {
                 }
                 let (mut parts, body) = resp.into_parts();
                 strip_hop_by_hop(&mut parts.headers);
+                if let Some(u) = switched {
+                    super::upgrade::restore(&mut parts.headers, u);
+                }
                 let body = CapBody {
                     inner: body,
                     left: s.cap,
@@ -631,12 +670,12 @@ impl AsyncWrite for Prefixed {
 }
 
 /// The workload's side, its bytes counted for the tunnel's `end` line.
-struct Counted<'m, S> {
+struct Counted<S> {
     inner: S,
-    moved: &'m Moved,
+    moved: Arc<Moved>,
 }
 
-impl<S: AsyncRead + Unpin> AsyncRead for Counted<'_, S> {
+impl<S: AsyncRead + Unpin> AsyncRead for Counted<S> {
     fn poll_read(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -650,7 +689,7 @@ impl<S: AsyncRead + Unpin> AsyncRead for Counted<'_, S> {
     }
 }
 
-impl<S: AsyncWrite + Unpin> AsyncWrite for Counted<'_, S> {
+impl<S: AsyncWrite + Unpin> AsyncWrite for Counted<S> {
     fn poll_write(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,

@@ -51,6 +51,7 @@ mod plain;
 mod record;
 mod serve;
 mod tunnel;
+mod upgrade;
 
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64};
