@@ -93,18 +93,7 @@ impl Trust {
     /// the files made (in place: a bind of them made before shows them),
     /// then makes them read-only for everyone (0444).
     pub fn fill(&mut self, ca_pem: &str) -> Result<(), String> {
-        if !ca_pem.contains("-----BEGIN CERTIFICATE-----") {
-            return Err("the egress proxy's CA is not a PEM certificate".into());
-        }
-        let mut ca = ca_pem.as_bytes().to_vec();
-        if !ca.ends_with(b"\n") {
-            ca.push(b'\n');
-        }
-        let mut bundle = self.image_bundle.clone();
-        if !bundle.is_empty() && !bundle.ends_with(b"\n") {
-            bundle.push(b'\n');
-        }
-        bundle.extend_from_slice(&ca);
+        let (bundle, ca) = cordon_linux::bundle::compose(&self.image_bundle, ca_pem)?;
         for (name, body) in [(BUNDLE, &bundle), (CA, &ca)] {
             let path = self.dir.join(name);
             let written = std::fs::OpenOptions::new()
@@ -158,63 +147,7 @@ impl Trust {
     }
 }
 
-/// The image's system bundle at `image_root` (resolved inside it: an
-/// image's links never reach the host's files), empty when it has none;
-/// and whether it is a file at [`SYSTEM_BUNDLE`] itself, reached through
-/// no link (what a bind can be made over, at every engine).
-pub fn image_bundle(image_root: &Path) -> Result<(Vec<u8>, bool), String> {
-    use rustix::fs::{Mode, OFlags, ResolveFlags};
-    let rel = SYSTEM_BUNDLE.trim_start_matches('/');
-    let root = rustix::fs::open(
-        image_root,
-        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
-        Mode::empty(),
-    )
-    .map_err(|e| format!("the image's root `{}`: {e}", image_root.display()))?;
-    let open = |flags: ResolveFlags| {
-        rustix::fs::openat2(
-            &root,
-            rel,
-            OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NONBLOCK,
-            Mode::empty(),
-            flags | ResolveFlags::NO_MAGICLINKS,
-        )
-    };
-    let bytes = match open(ResolveFlags::IN_ROOT) {
-        Ok(fd) => {
-            let f = std::fs::File::from(fd);
-            if !f.metadata().is_ok_and(|m| m.is_file()) {
-                return Ok((Vec::new(), false));
-            }
-            let mut out = Vec::new();
-            std::io::Read::read_to_end(&mut std::io::Read::take(&f, MAX_BUNDLE), &mut out)
-                .map_err(|e| {
-                    format!(
-                        "cannot read the image's `{SYSTEM_BUNDLE}` (in `{}`): {e}",
-                        image_root.display()
-                    )
-                })?;
-            out
-        }
-        Err(rustix::io::Errno::NOENT | rustix::io::Errno::NOTDIR | rustix::io::Errno::LOOP) => {
-            return Ok((Vec::new(), false))
-        }
-        Err(e) => {
-            return Err(format!(
-                "cannot open the image's `{SYSTEM_BUNDLE}` (in `{}`): {e}",
-                image_root.display()
-            ))
-        }
-    };
-    let direct = open(ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS)
-        .ok()
-        .map(std::fs::File::from)
-        .is_some_and(|f| f.metadata().is_ok_and(|m| m.is_file()));
-    Ok((bytes, direct))
-}
-
-/// The largest system bundle read (Debian's is about 200 KiB).
-const MAX_BUNDLE: u64 = 16 << 20;
+pub use cordon_linux::bundle::image_bundle;
 
 /// The variables a sandbox's execs get for its route out, before the
 /// request's own: the proxy's (`HTTP_PROXY`, `HTTPS_PROXY` and their

@@ -35,6 +35,8 @@ mod outcome;
 mod plan;
 
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+pub mod bundle;
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 pub mod fdpass;
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 pub mod harden;

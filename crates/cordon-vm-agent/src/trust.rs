@@ -6,24 +6,17 @@
 //! and the bundle over the image's system bundle where the image has a
 //! file there, as on a host.
 
-use std::io::{Read as _, Write as _};
+use std::io::Write as _;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Component, Path};
 
-use cordon_linux::{SYSTEM_BUNDLE, TRUST_BUNDLE};
+use cordon_linux::TRUST_BUNDLE;
 use cordon_vm_proto::TRUST_CA;
-
-/// The largest system bundle an image may have (Debian's is about
-/// 200 KiB); a larger one is refused rather than cut.
-const MAX_BUNDLE: u64 = 16 << 20;
 
 /// Makes `dir` (new) with the bundle and the CA alone for `ca_pem`, the
 /// bundle beginning with the system bundle of the image at `image_root`.
 /// On an error nothing is left at `dir`.
 pub(crate) fn place(dir: &Path, image_root: &Path, ca_pem: &str) -> Result<(), String> {
-    if !ca_pem.contains("-----BEGIN CERTIFICATE-----") {
-        return Err("the egress proxy's CA is not a PEM certificate".into());
-    }
     if !dir.is_absolute()
         || dir
             .components()
@@ -34,16 +27,8 @@ pub(crate) fn place(dir: &Path, image_root: &Path, ca_pem: &str) -> Result<(), S
             dir.display()
         ));
     }
-    let image = image_bundle(image_root)?;
-    let mut ca = ca_pem.as_bytes().to_vec();
-    if !ca.ends_with(b"\n") {
-        ca.push(b'\n');
-    }
-    let mut bundle = image;
-    if !bundle.is_empty() && !bundle.ends_with(b"\n") {
-        bundle.push(b'\n');
-    }
-    bundle.extend_from_slice(&ca);
+    let (image, _) = cordon_linux::bundle::image_bundle(image_root)?;
+    let (bundle, ca) = cordon_linux::bundle::compose(&image, ca_pem)?;
     let shown = dir.display();
     if let Some(parent) = dir.parent() {
         std::fs::DirBuilder::new()
@@ -79,48 +64,6 @@ pub(crate) fn place(dir: &Path, image_root: &Path, ca_pem: &str) -> Result<(), S
         let _ = std::fs::remove_dir_all(dir);
     }
     filled
-}
-
-/// The system bundle of the image at `image_root` (resolved inside it, so
-/// no link of the image's reaches outside it), empty when it has none.
-fn image_bundle(image_root: &Path) -> Result<Vec<u8>, String> {
-    use rustix::fs::{Mode, OFlags, ResolveFlags};
-    let root = rustix::fs::open(
-        image_root,
-        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
-        Mode::empty(),
-    )
-    .map_err(|e| format!("the image's root `{}`: {e}", image_root.display()))?;
-    let opened = rustix::fs::openat2(
-        &root,
-        SYSTEM_BUNDLE.trim_start_matches('/'),
-        OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NONBLOCK,
-        Mode::empty(),
-        ResolveFlags::IN_ROOT | ResolveFlags::NO_MAGICLINKS,
-    );
-    let file = match opened {
-        Ok(fd) => std::fs::File::from(fd),
-        Err(rustix::io::Errno::NOENT | rustix::io::Errno::NOTDIR | rustix::io::Errno::LOOP) => {
-            return Ok(Vec::new())
-        }
-        Err(e) => return Err(format!("cannot open the image's `{SYSTEM_BUNDLE}`: {e}")),
-    };
-    let meta = file
-        .metadata()
-        .map_err(|e| format!("the image's `{SYSTEM_BUNDLE}`: {e}"))?;
-    if !meta.is_file() {
-        return Ok(Vec::new());
-    }
-    let mut out = Vec::new();
-    file.take(MAX_BUNDLE + 1)
-        .read_to_end(&mut out)
-        .map_err(|e| format!("cannot read the image's `{SYSTEM_BUNDLE}`: {e}"))?;
-    if out.len() as u64 > MAX_BUNDLE {
-        return Err(format!(
-            "the image's `{SYSTEM_BUNDLE}` is larger than {MAX_BUNDLE} bytes"
-        ));
-    }
-    Ok(out)
 }
 
 #[cfg(test)]
@@ -195,7 +138,10 @@ mod tests {
             img.path().join("etc/ssl/certs/ca-certificates.crt"),
         )
         .unwrap();
-        assert_eq!(image_bundle(img.path()).unwrap(), b"LINKED\n");
+        assert_eq!(
+            cordon_linux::bundle::image_bundle(img.path()).unwrap().0,
+            b"LINKED\n"
+        );
         // An absolute link out of the image reaches nothing outside it.
         let out = image(None);
         std::fs::create_dir_all(out.path().join("etc/ssl/certs")).unwrap();
@@ -204,7 +150,10 @@ mod tests {
             out.path().join("etc/ssl/certs/ca-certificates.crt"),
         )
         .unwrap();
-        assert_eq!(image_bundle(out.path()).unwrap(), b"");
+        assert_eq!(
+            cordon_linux::bundle::image_bundle(out.path()).unwrap().0,
+            b""
+        );
     }
 
     #[test]
