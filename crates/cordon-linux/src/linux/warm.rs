@@ -85,6 +85,8 @@ pub struct WarmSandbox {
     dead: Arc<AtomicBool>,
     next: AtomicU64,
     stopped: AtomicBool,
+    /// Whether [`WarmSandbox::pause`] froze it (and no resume since).
+    paused: AtomicBool,
     /// The sandbox's proxy listener until the caller takes it.
     proxy_listener: Option<std::net::TcpListener>,
 }
@@ -200,6 +202,7 @@ impl WarmSandbox {
                     dead,
                     next: AtomicU64::new(1),
                     stopped: AtomicBool::new(false),
+                    paused: AtomicBool::new(false),
                     proxy_listener,
                 })
             }
@@ -370,6 +373,14 @@ impl WarmSandbox {
                 "the sandbox is no longer running".into(),
             ));
         }
+        // An exec on a paused sandbox resumes it first: its frozen init
+        // would otherwise never start it.
+        if self.paused() {
+            self.resume().map_err(|e| LaunchError::Setup {
+                step: "resume".into(),
+                error: format!("the sandbox was paused and did not resume for the exec: {e}"),
+            })?;
+        }
         let id = self.next.fetch_add(1, Ordering::SeqCst);
         let cg = self
             .cgroup
@@ -439,10 +450,40 @@ impl WarmSandbox {
         }
     }
 
+    /// Freezes every process of the sandbox — its init and every exec's —
+    /// through its cgroup: none runs or uses CPU until
+    /// [`WarmSandbox::resume`]; their memory stays charged to the bound,
+    /// and the wall clock of an exec in progress goes on. Idempotent; an
+    /// error where this machine cannot freeze (no freezer), saying so.
+    pub fn pause(&self) -> io::Result<()> {
+        if self.stopped.load(Ordering::SeqCst) {
+            return Err(io::Error::other("the sandbox is stopped"));
+        }
+        self.cgroup.freeze(true)?;
+        self.paused.store(true, Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// Thaws what [`WarmSandbox::pause`] froze. Idempotent.
+    pub fn resume(&self) -> io::Result<()> {
+        self.cgroup.freeze(false)?;
+        self.paused.store(false, Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// Whether the sandbox is paused.
+    pub fn paused(&self) -> bool {
+        self.paused.load(Ordering::SeqCst)
+    }
+
     /// Kills everything in the sandbox and removes its cgroups. Idempotent.
     pub fn stop(&self) -> io::Result<()> {
         if self.stopped.swap(true, Ordering::SeqCst) {
             return Ok(());
+        }
+        // A frozen init cannot end on EOF.
+        if self.paused() {
+            let _ = self.cgroup.freeze(false);
         }
         {
             let mut child = self.stage1.lock().unwrap_or_else(|p| p.into_inner());

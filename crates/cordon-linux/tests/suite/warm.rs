@@ -206,3 +206,87 @@ fn stop_leaves_no_zombie_of_the_init() {
         assert!(left.is_empty(), "uid {uid}: {left:?}");
     }
 }
+
+/// A paused sandbox runs nothing: a busy loop's count does not move while
+/// paused and moves again once resumed; an exec on a paused sandbox resumes
+/// it first; a paused sandbox stops cleanly.
+#[test]
+fn pause_freezes_every_process_and_resume_or_an_exec_thaws_them() {
+    let Some(_) = enforcer_for(Rung::Container, "warm pause") else {
+        return;
+    };
+    let case = Case::new(Rung::Container, &["/bin/true"]);
+    let w = start(
+        &case,
+        &format!("cordon-test-warm-pause-{}", std::process::id()),
+    );
+    let (in_r, in_w) = pipe();
+    drop(in_w);
+    let (_out_r, out_w) = pipe();
+    let (_err_r, err_w) = pipe();
+    let req = WarmExec {
+        argv: [
+            "/bin/sh",
+            "-c",
+            "i=0; while :; do i=$((i+1)); echo $i > count; done",
+        ]
+        .map(String::from)
+        .to_vec(),
+        env: case.spec.env.clone(),
+        bounds: case.spec.bounds.clone(),
+    };
+    let running = w
+        .exec(
+            &req,
+            ExecStdio {
+                stdin: in_r,
+                stdout: out_w,
+                stderr: err_w,
+            },
+        )
+        .expect("the loop starts");
+    // The loop truncates and rewrites the file: a read between the two
+    // sees nothing, and is read again.
+    let count = || -> u64 {
+        for _ in 0..200 {
+            let read = std::fs::read_to_string(case.work.path().join("count"));
+            if let Some(n) = read.ok().and_then(|s| s.trim().parse().ok()) {
+                return n;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        0
+    };
+    let moving = || {
+        let a = count();
+        std::thread::sleep(std::time::Duration::from_millis(400));
+        count() > a
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while count() == 0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(moving(), "the loop never ran");
+    w.pause().expect("pause");
+    assert!(w.paused());
+    // A write in flight may land just after: then nothing moves.
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    assert!(!moving(), "the loop ran while paused");
+    assert!(!moving(), "the loop ran while paused");
+    w.resume().expect("resume");
+    assert!(!w.paused());
+    assert!(moving(), "the loop did not go on after resume");
+    // Paused again, an exec resumes it first.
+    w.pause().expect("pause");
+    let b = sh(&w, &case, "echo ran");
+    assert_eq!(b.stdout, "ran\n", "{}", b.stderr);
+    assert!(!w.paused());
+    assert!(moving(), "the exec did not resume the sandbox");
+    // Paused, it still stops: everything dies and nothing is left.
+    w.pause().expect("pause");
+    let dirs = w.cgroup_dirs();
+    w.stop().expect("stop");
+    drop(running);
+    assert!(dirs.iter().all(|d| !d.exists()), "cgroups left: {dirs:?}");
+    no_process_left(case.host_uid());
+}

@@ -91,6 +91,9 @@ impl CgroupManager for Cgroup {
     fn kill_all(&self) -> io::Result<()> {
         self.manager().kill_all()
     }
+    fn freeze(&self, frozen: bool) -> io::Result<()> {
+        self.manager().freeze(frozen)
+    }
     fn remove(&self) -> io::Result<()> {
         self.manager().remove()
     }

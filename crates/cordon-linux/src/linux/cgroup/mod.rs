@@ -53,8 +53,14 @@ pub(crate) trait CgroupManager {
     /// Writes the memory and process bounds (swap counts against memory
     /// where it is accounted).
     fn write_bounds(&self, bounds: &Bounds) -> io::Result<()>;
-    /// Sends SIGKILL to every member, by membership (never a bare pid).
+    /// Sends SIGKILL to every member, by membership (never a bare pid);
+    /// a frozen cgroup is thawed first (a frozen task dies only thawed).
     fn kill_all(&self) -> io::Result<()>;
+    /// Freezes every member (and every member of a cgroup below) or thaws
+    /// them, returning once the kernel says it is done; an error where
+    /// this machine has no freezer for the cgroup (v1 `freezer` not
+    /// mounted), saying so.
+    fn freeze(&self, frozen: bool) -> io::Result<()>;
     /// Removes the cgroup directories (members must be gone).
     fn remove(&self) -> io::Result<()>;
 }
@@ -189,7 +195,7 @@ pub(crate) fn orphaned_sandboxes() -> Vec<(String, Vec<PathBuf>)> {
     let Ok(root) = CgroupRoot::host() else {
         return Vec::new();
     };
-    let parents: Vec<PathBuf> = ["memory", "pids", "cpuacct"]
+    let parents: Vec<PathBuf> = ["memory", "pids", "cpuacct", "freezer"]
         .iter()
         .filter_map(|c| root.v1_dir(c))
         .chain(root.v2_dir().map(|(d, _)| d))
@@ -244,6 +250,8 @@ pub(crate) fn reclaim(dirs: &[PathBuf]) -> io::Result<()> {
         }
     };
     for dir in dirs {
+        // A paused sandbox's tasks die only thawed.
+        thaw_dir(dir);
         let mut all = Vec::new();
         below(dir, &mut all);
         // Deepest first: a parent's procs file lists only its own members.
@@ -258,6 +266,36 @@ pub(crate) fn reclaim(dirs: &[PathBuf]) -> io::Result<()> {
         }
     }
     first
+}
+
+/// Thaws the cgroup `dir` if it is a frozen one (v1 `freezer.state`, v2
+/// `cgroup.freeze`); anything else is left as it is.
+pub(super) fn thaw_dir(dir: &Path) {
+    let v1 = dir.join("freezer.state");
+    if v1.exists() {
+        let _ = write(&v1, "THAWED");
+    }
+    let v2 = dir.join("cgroup.freeze");
+    if v2.exists() {
+        let _ = write(&v2, "0");
+    }
+}
+
+/// Waits (up to 5 s) until `done` holds of the file `at`, re-read.
+pub(super) fn wait_for(at: &Path, done: impl Fn(&str) -> bool, what: &str) -> io::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        if done(&read(at)?) {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(io::Error::other(format!(
+                "the kernel did not finish {what} in 5 s ({})",
+                at.display()
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
 }
 
 /// Moves the calling process into the v1 cgroups whose `tasks` files are

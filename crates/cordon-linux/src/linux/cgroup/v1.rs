@@ -1,4 +1,5 @@
-//! cgroup v1: one directory per controller (`memory`, `pids`, `cpuacct`).
+//! cgroup v1: one directory per controller (`memory`, `pids`, `cpuacct`,
+//! and `freezer` where it is mounted: what pauses a sandbox).
 //! The init joins by itself through each controller's `tasks` file; kills
 //! are by membership through pidfds.
 
@@ -18,6 +19,8 @@ pub(crate) struct V1 {
     memory: PathBuf,
     pids: PathBuf,
     cpuacct: PathBuf,
+    /// `None` where this machine mounts no v1 freezer.
+    freezer: Option<PathBuf>,
 }
 
 impl V1 {
@@ -32,6 +35,7 @@ impl V1 {
             memory: dir("memory")?,
             pids: dir("pids")?,
             cpuacct: dir("cpuacct")?,
+            freezer: root.v1_dir("freezer").map(|d| d.join(name)),
         }
         .made()
     }
@@ -42,6 +46,7 @@ impl V1 {
             memory: self.memory.join(name),
             pids: self.pids.join(name),
             cpuacct: self.cpuacct.join(name),
+            freezer: self.freezer.as_ref().map(|f| f.join(name)),
         }
         .made()
     }
@@ -57,8 +62,11 @@ impl V1 {
         Ok(self)
     }
 
-    fn each(&self) -> [&PathBuf; 3] {
+    fn each(&self) -> Vec<&PathBuf> {
         [&self.memory, &self.pids, &self.cpuacct]
+            .into_iter()
+            .chain(self.freezer.as_ref())
+            .collect()
     }
 }
 
@@ -118,7 +126,27 @@ impl CgroupManager for V1 {
     }
 
     fn kill_all(&self) -> io::Result<()> {
+        if let Some(f) = &self.freezer {
+            super::thaw_dir(f);
+        }
         kill_by_membership(&self.pids.join("cgroup.procs"))
+    }
+
+    fn freeze(&self, frozen: bool) -> io::Result<()> {
+        let Some(f) = &self.freezer else {
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "this machine mounts no cgroup v1 `freezer` (at /sys/fs/cgroup/freezer), so a sandbox cannot be paused here; mount it",
+            ));
+        };
+        let state = f.join("freezer.state");
+        let want = if frozen { "FROZEN" } else { "THAWED" };
+        write(&state, want)?;
+        super::wait_for(
+            &state,
+            |s| s.trim() == want,
+            if frozen { "freezing" } else { "thawing" },
+        )
     }
 
     fn remove(&self) -> io::Result<()> {

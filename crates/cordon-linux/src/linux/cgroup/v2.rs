@@ -68,6 +68,17 @@ impl CgroupManager for V2 {
         })
     }
 
+    fn freeze(&self, frozen: bool) -> io::Result<()> {
+        let file = self.dir.join("cgroup.freeze");
+        write(&file, if frozen { "1" } else { "0" })?;
+        let want = if frozen { "frozen 1" } else { "frozen 0" };
+        super::wait_for(
+            &self.dir.join("cgroup.events"),
+            |s| s.lines().any(|l| l.trim() == want),
+            if frozen { "freezing" } else { "thawing" },
+        )
+    }
+
     fn write_bounds(&self, bounds: &Bounds) -> io::Result<()> {
         write(&self.dir.join("memory.max"), &bounds.max_memory.to_string())
             .and_then(|()| {
@@ -87,6 +98,7 @@ impl CgroupManager for V2 {
     }
 
     fn kill_all(&self) -> io::Result<()> {
+        super::thaw_dir(&self.dir);
         let kill = self.dir.join("cgroup.kill");
         if kill.exists() {
             write(&kill, "1")?;
