@@ -139,6 +139,28 @@ impl LocalSandbox {
             .unwrap_or_default()
     }
 
+    /// Freezes (`true`) or thaws the warm sandbox; a machine without a
+    /// freezer refuses, saying what to mount.
+    fn frozen(&self, frozen: bool) -> Result<(), SandboxError> {
+        let operation = if frozen { "pause" } else { "resume" };
+        let Some(w) = self.warm.as_ref() else {
+            return Err(SandboxError::Invalid {
+                reason: format!("this sandbox runs no processes between commands (it has no warm init), so there is nothing to {operation}"),
+            });
+        };
+        let done = if frozen { w.pause() } else { w.resume() };
+        done.map_err(|e| match e.kind() {
+            std::io::ErrorKind::Unsupported => SandboxError::Refused {
+                reason: e.to_string(),
+                rules: Vec::new(),
+            },
+            _ => SandboxError::Failed {
+                operation,
+                reason: e.to_string(),
+            },
+        })
+    }
+
     /// The host uid/gid the workload runs as.
     pub fn host_id(&self) -> u32 {
         self.host_id
@@ -538,6 +560,15 @@ fn status_of(outcome: &cordon_linux::Outcome) -> ExitStatus {
 
 impl Sandbox for LocalSandbox {
     cordon_backend_kit::host_sandbox!(start_handle, view, files);
+
+    /// Through its warm sandbox's cgroup: every process frozen, its
+    /// memory still charged to the bound; an exec resumes it first.
+    fn pause(&self) -> Result<(), SandboxError> {
+        self.frozen(true)
+    }
+    fn resume(&self) -> Result<(), SandboxError> {
+        self.frozen(false)
+    }
 
     /// Through the proxy serving its channel: the container rung with a
     /// route out. One without (the process rung, an empty `egress_allow`)

@@ -89,6 +89,20 @@ pub enum SandboxCommand {
         #[arg(long)]
         none: bool,
     },
+    /// Pause a live sandbox: every process of it is frozen (no CPU), its
+    /// memory still counted against its bound and its files kept, until
+    /// `resume` — or an `exec`, which resumes it first. The wall clock of
+    /// a command in progress goes on. The native container rung pauses;
+    /// another backend refuses, saying so.
+    Pause {
+        /// The sandbox, by its handle.
+        handle: String,
+    },
+    /// Resume a paused sandbox (one not paused is left as it is).
+    Resume {
+        /// The sandbox, by its handle.
+        handle: String,
+    },
     /// List the recorded sandboxes. Like every subcommand but `gc`, it
     /// first reclaims those whose keeper was killed (said on stderr).
     Ls,
@@ -261,6 +275,8 @@ fn go(cmd: SandboxCommand) -> Result<ExitCode, ExitCode> {
             spec_egress,
             none: _,
         } => egress(&handle, &spec_egress),
+        SandboxCommand::Pause { handle } => pause(&handle, true),
+        SandboxCommand::Resume { handle } => pause(&handle, false),
         SandboxCommand::Ls => ls(),
         SandboxCommand::Down {
             handle,
@@ -307,6 +323,25 @@ fn egress(handle: &str, raw: &[String]) -> Result<ExitCode, ExitCode> {
         eprintln!(
             "sandbox `{handle}`: egress allowlist generation {generation}: [{}]",
             shown.join(", ")
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `cordon sandbox pause` / `resume`.
+fn pause(handle: &str, paused: bool) -> Result<ExitCode, ExitCode> {
+    let s = attach(handle)?;
+    if paused { s.pause() } else { s.resume() }.map_err(fail)?;
+    if json_out::on() {
+        json_out::emit(&json!({"ok": true, "handle": handle, "paused": paused}));
+    } else {
+        eprintln!(
+            "sandbox `{handle}` is {}",
+            if paused {
+                "paused (an exec resumes it)"
+            } else {
+                "running"
+            }
         );
     }
     Ok(ExitCode::SUCCESS)

@@ -373,6 +373,25 @@ pub trait Sandbox: Send + Sync {
         })
     }
 
+    /// Freezes every process of this live sandbox: none runs or uses CPU
+    /// until [`Sandbox::resume`] (or an exec, which resumes it first);
+    /// their memory stays charged to the sandbox's bound and its files
+    /// stay. Idempotent. The default refuses: a backend that cannot freeze
+    /// a sandbox says so, and nothing is stopped halfway.
+    fn pause(&self) -> Result<(), SandboxError> {
+        Err(SandboxError::Invalid {
+            reason: PAUSE_UNSUPPORTED.into(),
+        })
+    }
+
+    /// Thaws what [`Sandbox::pause`] froze. Idempotent (a sandbox not
+    /// paused is left as it is). The default refuses, as `pause`'s.
+    fn resume(&self) -> Result<(), SandboxError> {
+        Err(SandboxError::Invalid {
+            reason: PAUSE_UNSUPPORTED.into(),
+        })
+    }
+
     /// True only when every exec of this sandbox is checked by a
     /// [`crate::guard`] elsewhere — a kept sandbox, whose keeper guards it.
     /// The router then does not guard it twice.
@@ -380,6 +399,9 @@ pub trait Sandbox: Send + Sync {
         false
     }
 }
+
+/// Why a sandbox whose backend cannot freeze it is not paused.
+pub const PAUSE_UNSUPPORTED: &str = "this sandbox's backend cannot pause it (only the native container rung freezes a sandbox in this version); leave it running, or make it with `--backend container`";
 
 /// A sandbox's work dir on the host (see [`Sandbox::host_work_dir`]).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

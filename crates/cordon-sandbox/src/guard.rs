@@ -145,6 +145,12 @@ impl Sandbox for Guarded {
     /// checks a spec's allowlist at acquire, for this sandbox's identity;
     /// one the policy denies closes egress (never leaves the old, wider
     /// list in force) and is refused, saying so.
+    fn pause(&self) -> Result<(), SandboxError> {
+        self.inner.pause()
+    }
+    fn resume(&self) -> Result<(), SandboxError> {
+        self.inner.resume()
+    }
     fn change_egress(&self, change: EgressChange, by: &str) -> Result<u64, SandboxError> {
         if let EgressChange::Replace(list) = &change {
             let p = self.inner.provenance();

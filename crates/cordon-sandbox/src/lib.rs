@@ -87,7 +87,7 @@ pub mod yaml;
 pub use backend::{
     AcquireRequest, Backend, BackendError, DirEntry, ExecOutput, ExecRequest, ExitStatus, FileKind,
     FileRead, FileStat, HostSecretsRecord, HostWorkDirRecord, Limits, Provenance, ResolvedCommand,
-    Sandbox, SandboxError, Stream,
+    Sandbox, SandboxError, Stream, PAUSE_UNSUPPORTED,
 };
 pub use capability::{Capability, CapabilitySet, ToolIdentity};
 pub use cordon_policy::{Deployment, Identity};

@@ -82,6 +82,39 @@ impl KeptSandbox {
         &self.record
     }
 
+    /// Asks the keeper to freeze (`true`) or thaw its sandbox.
+    fn paused(&self, paused: bool) -> Result<(), SandboxError> {
+        let operation = if paused { "pause" } else { "resume" };
+        let sock = connect(
+            &self.state.socket_path(&self.record.handle),
+            Duration::from_secs(60),
+        )
+        .map_err(|e| SandboxError::Unavailable {
+            reason: format!(
+                "sandbox `{}` does not answer ({e}); it may have expired or been disposed — `cordon sandbox ls` shows what is live",
+                self.record.handle
+            ),
+        })?;
+        let failed = |reason: String| SandboxError::Failed { operation, reason };
+        fdpass::send(&sock, &Request::Pause { paused }, &[]).map_err(|e| failed(e.to_string()))?;
+        match fdpass::recv::<Reply>(&sock) {
+            Ok(Some((Reply::Paused { paused: now }, _))) if now == paused => Ok(()),
+            Ok(Some((
+                Reply::Error {
+                    kind,
+                    message,
+                    rules,
+                },
+                _,
+            ))) => Err(error_from_wire(kind, message, rules)),
+            Ok(Some((other, _))) => Err(failed(format!("the keeper answered out of turn ({other:?})"))),
+            Ok(None) => Err(failed(
+                "the keeper hung up unanswered (a keeper of an older cordon does not pause: make the sandbox again)".into(),
+            )),
+            Err(e) => Err(failed(e.to_string())),
+        }
+    }
+
     /// Whether the sandbox's spec asked for `capability` (a file call
     /// through the keeper serves only what was declared).
     fn declared(&self, capability: Capability) -> Result<(), SandboxError> {
@@ -362,6 +395,13 @@ impl Sandbox for KeptSandbox {
     }
     fn residue(&self) -> serde_json::Value {
         self.record.residue.clone()
+    }
+    /// Asked of its keeper, whose sandbox freezes.
+    fn pause(&self) -> Result<(), SandboxError> {
+        self.paused(true)
+    }
+    fn resume(&self) -> Result<(), SandboxError> {
+        self.paused(false)
     }
     /// Asked of its keeper, whose guard checks the list against the
     /// policy for the sandbox's identity, and whose proxy changes it.

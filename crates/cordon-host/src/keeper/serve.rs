@@ -276,6 +276,18 @@ fn serve_sandbox(
                     let _ = backend.dispose(&key);
                     Reply::Disposed
                 }
+                Request::Pause { paused } => {
+                    *last.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
+                    let done = if paused {
+                        sandbox.pause()
+                    } else {
+                        sandbox.resume()
+                    };
+                    match done {
+                        Ok(()) => Reply::Paused { paused },
+                        Err(e) => error_to_wire(&e),
+                    }
+                }
                 Request::Egress { allow, closed, by } => {
                     *last.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
                     egress_for_client(&*sandbox, &allow, closed, &by)

@@ -131,6 +131,10 @@ pub(crate) enum Request {
     /// by the keeper): answered [`Reply::Egress`]. A list that does not
     /// load, or that the policy denies for the sandbox's identity, closes
     /// its egress and is answered with the error saying so.
+    /// Freeze every process of the sandbox (`true`) or thaw them.
+    Pause {
+        paused: bool,
+    },
     Egress {
         allow: Vec<String>,
         /// Set when the client's own replacement did not load (why: a bad
@@ -237,6 +241,10 @@ pub(crate) enum Reply {
     /// The egress allowlist generation now in force.
     Egress {
         generation: u64,
+    },
+    /// The sandbox is now paused (`true`) or running.
+    Paused {
+        paused: bool,
     },
 }
 

@@ -249,9 +249,12 @@ pub(crate) fn reclaim(dirs: &[PathBuf]) -> io::Result<()> {
             }
         }
     };
+    // A paused sandbox's tasks die only thawed: every controller's
+    // directory is thawed before any kill (the freezer's may come last).
     for dir in dirs {
-        // A paused sandbox's tasks die only thawed.
         thaw_dir(dir);
+    }
+    for dir in dirs {
         let mut all = Vec::new();
         below(dir, &mut all);
         // Deepest first: a parent's procs file lists only its own members.
