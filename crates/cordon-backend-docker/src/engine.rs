@@ -373,6 +373,41 @@ impl Engine {
         })?
     }
 
+    /// Pauses (the engine's cgroup freezer) or unpauses a container; one
+    /// gone, not running, or already so is no failure.
+    pub fn pause(&self, id: &str, paused: bool) -> Result<(), String> {
+        let d = self.docker();
+        let id = id.to_string();
+        let ep = self.endpoint.clone();
+        call(async move {
+            let done = if paused {
+                d.pause_container(&id).await
+            } else {
+                d.unpause_container(&id).await
+            };
+            match done {
+                Ok(()) => Ok(()),
+                Err(bollard::errors::Error::DockerResponseServerError {
+                    status_code: 404 | 409,
+                    ..
+                }) => Ok(()),
+                // One that has ended, or was never paused (the engine says
+                // so with a 500 in some versions): nothing to do.
+                Err(bollard::errors::Error::DockerResponseServerError { message, .. })
+                    if ["is not paused", "is not running", "is already paused"]
+                        .iter()
+                        .any(|m| message.contains(m)) =>
+                {
+                    Ok(())
+                }
+                Err(e) => Err(format!(
+                    "{} container `{id}` on `{ep}`: {e}",
+                    if paused { "pausing" } else { "unpausing" }
+                )),
+            }
+        })?
+    }
+
     /// Sends SIGKILL to a container (best effort: it may have ended).
     pub fn kill(&self, id: &str) {
         let d = self.docker();

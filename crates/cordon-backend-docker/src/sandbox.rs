@@ -80,6 +80,9 @@ pub struct DockerSandbox {
     /// bound read-only into every exec), when the policy inspects.
     trust: Option<cordon_backend_kit::trust::Trust>,
     disposed: AtomicBool,
+    /// Whether `pause` froze its containers; held while an exec starts,
+    /// so none starts unpaused in a paused sandbox.
+    paused: std::sync::Mutex<bool>,
 }
 
 /// A sandbox dropped without [`DockerSandbox::dispose`] still gives back
@@ -186,7 +189,24 @@ impl DockerSandbox {
             egress: Serving::new(serving),
             trust,
             disposed: AtomicBool::new(false),
+            paused: std::sync::Mutex::new(false),
         })
+    }
+
+    /// Pauses (or unpauses) every container of the sandbox; the first that
+    /// fails fails the whole, saying which (those done stay so: a resume
+    /// undoes them).
+    fn freeze_all(&self, paused: bool) -> Result<(), SandboxError> {
+        let operation = if paused { "pause" } else { "resume" };
+        let failed = |reason: String| SandboxError::Failed { operation, reason };
+        let listed = self
+            .engine
+            .containers(&[(crate::LABEL_SANDBOX, self.id.as_str())])
+            .map_err(failed)?;
+        for (id, _) in listed {
+            self.engine.pause(&id, paused).map_err(failed)?;
+        }
+        Ok(())
     }
 
     /// Removes the sandbox's containers (anchor and any exec still there),
@@ -289,6 +309,13 @@ impl DockerSandbox {
 
     fn start(&self, req: &ExecRequest, attach: Attach) -> Result<ExecHandle, SandboxError> {
         live(&self.disposed)?;
+        // An exec on a paused sandbox resumes it first; no pause comes
+        // between that and its container's start.
+        let mut paused = self.paused.lock().unwrap_or_else(|p| p.into_inner());
+        if *paused {
+            self.freeze_all(false)?;
+            *paused = false;
+        }
         let argv = resolved_argv(&self.view, req, &attach, NO_TTY)?;
         let mounts = self.base()?;
         let env = self.exec_env(req);
@@ -640,6 +667,23 @@ pub(crate) use cordon_backend_kit::remove_sandbox_dir;
 
 impl Sandbox for DockerSandbox {
     cordon_backend_kit::host_sandbox!(start, view, files);
+
+    /// Through the engine: every container of the sandbox (its anchor and
+    /// each exec's) paused by the engine's cgroup freezer.
+    fn pause(&self) -> Result<(), SandboxError> {
+        live(&self.disposed)?;
+        let mut paused = self.paused.lock().unwrap_or_else(|p| p.into_inner());
+        self.freeze_all(true)?;
+        *paused = true;
+        Ok(())
+    }
+    fn resume(&self) -> Result<(), SandboxError> {
+        live(&self.disposed)?;
+        let mut paused = self.paused.lock().unwrap_or_else(|p| p.into_inner());
+        self.freeze_all(false)?;
+        *paused = false;
+        Ok(())
+    }
 
     /// Through the proxy serving its route: replaces the allowlist (new
     /// connections are decided by the new generation, open ones it denies

@@ -854,3 +854,46 @@ fn sandboxes_are_placed_over_two_engines_and_found_on_each() {
     assert_eq!(leftovers(&a, tmp.path()), Vec::<String>::new());
     assert_eq!(leftovers(&b, tmp.path()), Vec::<String>::new());
 }
+
+/// `sandbox pause` at the docker backend: the engine pauses every
+/// container of the sandbox; `resume` and an `exec` thaw them; a paused
+/// sandbox goes at `down` and leaves nothing.
+#[test]
+fn a_kept_sandbox_pauses_and_resumes_through_the_engine() {
+    let Some(engine) = Dockerd::start("docker pause") else {
+        return;
+    };
+    let tmp = scratch();
+    let c = cordon_for(&engine.host(), tmp.path());
+    let (code, handle, err) = c.run([
+        "sandbox",
+        "up",
+        "--scope",
+        "docker-pause",
+        "--thread",
+        "p",
+        "--backend",
+        "docker",
+        "--min-isolation",
+        "container",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let handle = handle.trim().to_string();
+    let rec = cordon_host::state::StateDir::open(&tmp.path().join("state"))
+        .unwrap()
+        .read(&handle)
+        .unwrap()
+        .expect("the sandbox's record");
+    let work = rec
+        .host_work_dir
+        .as_ref()
+        .expect("a host work dir")
+        .host
+        .clone();
+    let busy = cordon_testkit::pause::BusyLoop::start(&c, &handle, &work);
+    cordon_testkit::pause::pause_resume_and_an_exec_thaw(&c, &handle, &busy);
+    let (code, _, err) = c.run(["sandbox", "down", &handle]);
+    assert_eq!(code, 0, "down of a paused sandbox: {err}");
+    busy.reap();
+    assert_eq!(leftovers(&engine, tmp.path()), Vec::<String>::new());
+}

@@ -1687,66 +1687,13 @@ fn pause_freezes_a_kept_sandbox_and_resume_or_an_exec_thaws_it() {
     }
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("state");
-    for round in ["down", "killed keeper"] {
-        let h = up(&state, "s-pause", round.split(' ').next().unwrap());
+    let c = cordon_testkit::cordon!().env("CORDON_STATE_DIR", &state);
+    for round in ["down", "killed"] {
+        let h = up(&state, "s-pause", round);
         let rec = record(&state, &h);
-        let count_at = work_of(&rec).join("count");
-        let count = || -> u64 {
-            for _ in 0..200 {
-                if let Some(n) = std::fs::read_to_string(&count_at)
-                    .ok()
-                    .and_then(|s| s.trim().parse().ok())
-                {
-                    return n;
-                }
-                std::thread::sleep(std::time::Duration::from_millis(1));
-            }
-            0
-        };
-        let moving = || {
-            let a = count();
-            std::thread::sleep(std::time::Duration::from_millis(400));
-            count() > a
-        };
-        let mut busy = cordon_testkit::cordon!()
-            .env("CORDON_STATE_DIR", &state)
-            .command([
-                "sandbox",
-                "exec",
-                &h,
-                "--",
-                "/bin/sh",
-                "-c",
-                "i=0; while :; do i=$((i+1)); echo $i > count; done",
-            ]);
-        let mut busy = busy
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap();
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-        while count() == 0 && std::time::Instant::now() < deadline {
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        }
-        assert!(moving(), "{round}: the loop never ran");
-        let (code, _, err) = cordon(&state, &["sandbox", "pause", &h]);
-        assert_eq!(code, 0, "{round}: pause: {err}");
-        assert!(err.contains("paused"), "{err}");
-        std::thread::sleep(std::time::Duration::from_millis(100));
-        assert!(!moving() && !moving(), "{round}: the loop ran while paused");
+        let busy = cordon_testkit::pause::BusyLoop::start(&c, &h, &work_of(&rec));
+        cordon_testkit::pause::pause_resume_and_an_exec_thaw(&c, &h, &busy);
         if round == "down" {
-            let (code, _, err) = cordon(&state, &["sandbox", "resume", &h]);
-            assert_eq!(code, 0, "resume: {err}");
-            assert!(moving(), "the loop did not go on after resume");
-            let (code, _, err) = cordon(&state, &["sandbox", "pause", &h]);
-            assert_eq!(code, 0, "pause: {err}");
-            let (code, out, err) =
-                cordon(&state, &["sandbox", "exec", &h, "--", "/bin/echo", "ran"]);
-            assert_eq!((code, out.as_str()), (0, "ran\n"), "{err}");
-            assert!(moving(), "the exec did not resume the sandbox");
-            let (code, _, err) = cordon(&state, &["sandbox", "pause", &h]);
-            assert_eq!(code, 0, "pause: {err}");
             let (code, _, err) = cordon(&state, &["sandbox", "down", &h]);
             assert_eq!(code, 0, "down of a paused sandbox: {err}");
         } else {
@@ -1755,17 +1702,12 @@ fn pause_freezes_a_kept_sandbox_and_resume_or_an_exec_thaws_it() {
             let (code, _, err) = cordon(&state, &["sandbox", "ls"]);
             assert_eq!(code, 0, "ls: {err}");
         }
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while busy.try_wait().unwrap().is_none() && std::time::Instant::now() < deadline {
-            std::thread::sleep(std::time::Duration::from_millis(50));
-        }
-        let _ = busy.kill();
-        let _ = busy.wait();
         let left: Vec<_> = cgroups_of(&rec)
             .into_iter()
             .filter(|d| d.exists())
             .collect();
         assert!(left.is_empty(), "{round}: cgroups left: {left:?}");
-        assert!(!moving(), "{round}: the loop outlived its sandbox");
+        assert!(!busy.moving(), "{round}: the loop outlived its sandbox");
+        busy.reap();
     }
 }

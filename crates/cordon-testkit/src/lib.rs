@@ -19,6 +19,7 @@ mod cordon;
 pub mod dockerd;
 pub mod https;
 mod image;
+pub mod pause;
 pub mod policy;
 pub mod suite;
 
