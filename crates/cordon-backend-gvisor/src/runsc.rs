@@ -375,6 +375,28 @@ pub fn delete(bin: &Path, id: &str) -> Result<(), String> {
     }
 }
 
+/// Pauses (`runsc pause`: the whole runsc sandbox stops) or resumes
+/// container `id`. One already so, or stopped, is no failure: what
+/// `runsc state` says then decides.
+pub fn pause(bin: &Path, id: &str, paused: bool) -> Result<(), String> {
+    let verb = if paused { "pause" } else { "resume" };
+    let err = match output(control(bin).args([verb, id]), CONTROL_TIMEOUT) {
+        Ok((0, _, _)) => return Ok(()),
+        Ok((_, _, err)) => String::from_utf8_lossy(&err).trim().to_string(),
+        Err(e) => e,
+    };
+    let status = match output(control(bin).args(["state", id]), CONTROL_TIMEOUT) {
+        Ok((0, out, _)) => serde_json::from_slice::<serde_json::Value>(&out)
+            .ok()
+            .and_then(|v| v["status"].as_str().map(String::from)),
+        _ => None,
+    };
+    match (paused, status.as_deref()) {
+        (_, None | Some("stopped")) | (true, Some("paused")) | (false, Some("running")) => Ok(()),
+        _ => Err(format!("`runsc {verb} {id}`: {err}")),
+    }
+}
+
 /// The containers under cordon's state root.
 pub fn list(bin: &Path) -> Result<Vec<String>, String> {
     if !Path::new(crate::STATE_ROOT).exists() {

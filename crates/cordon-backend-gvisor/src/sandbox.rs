@@ -90,6 +90,9 @@ pub struct GvisorSandbox {
     /// The egress proxy's channel, when the spec names hosts.
     route: Option<Route>,
     disposed: AtomicBool,
+    /// Whether `pause` froze its runsc sandboxes; held while an exec
+    /// starts, so none starts unpaused in a paused sandbox.
+    paused: Mutex<bool>,
 }
 
 impl GvisorSandbox {
@@ -184,8 +187,22 @@ impl GvisorSandbox {
             key: req.key.clone(),
             route,
             disposed: AtomicBool::new(false),
+            paused: Mutex::new(false),
         };
         Ok(sandbox)
+    }
+
+    /// Pauses (or resumes) every runsc container of the sandbox; the first
+    /// that fails fails the whole, saying which.
+    fn freeze_all(&self, paused: bool) -> Result<(), SandboxError> {
+        let operation = if paused { "pause" } else { "resume" };
+        let failed = |reason: String| SandboxError::Failed { operation, reason };
+        let prefix = format!("{}-", self.id);
+        let ids = crate::runsc::list(&self.runsc.bin).map_err(failed)?;
+        for id in ids.iter().filter(|id| id.starts_with(&prefix)) {
+            crate::runsc::pause(&self.runsc.bin, id, paused).map_err(failed)?;
+        }
+        Ok(())
     }
 
     /// The running runsc sandbox, started (again) when there is none or
@@ -289,6 +306,13 @@ impl GvisorSandbox {
 
     fn start(&self, req: &ExecRequest, attach: Attach) -> Result<ExecHandle, SandboxError> {
         live(&self.disposed)?;
+        // An exec on a paused sandbox resumes it first; no pause comes
+        // between that and its start.
+        let mut paused = self.paused.lock().unwrap_or_else(|p| p.into_inner());
+        if *paused {
+            self.freeze_all(false)?;
+            *paused = false;
+        }
         let argv = resolved_argv(&self.view, req, &attach, NO_TTY)?;
         let mut mounts = self.base()?;
         if let Some(secrets) = self.files.secrets() {
@@ -505,6 +529,23 @@ impl Drop for GvisorSandbox {
 
 impl Sandbox for GvisorSandbox {
     cordon_backend_kit::host_sandbox!(start, view, files);
+
+    /// Through runsc: every runsc sandbox of it (its pod, a first exec's
+    /// own) paused whole, its sentry and gofer included.
+    fn pause(&self) -> Result<(), SandboxError> {
+        live(&self.disposed)?;
+        let mut paused = self.paused.lock().unwrap_or_else(|p| p.into_inner());
+        self.freeze_all(true)?;
+        *paused = true;
+        Ok(())
+    }
+    fn resume(&self) -> Result<(), SandboxError> {
+        live(&self.disposed)?;
+        let mut paused = self.paused.lock().unwrap_or_else(|p| p.into_inner());
+        self.freeze_all(false)?;
+        *paused = false;
+        Ok(())
+    }
 
     /// Through the proxy serving its route: replaces the allowlist (new
     /// connections are decided by the new generation, open ones it denies

@@ -823,3 +823,60 @@ fn the_backend_suite_passes() {
         residue: Box::new(|| residue(tmp.path(), &seen)),
     });
 }
+
+/// `sandbox pause` at the gvisor backend: runsc pauses each runsc sandbox
+/// of it (the first exec's own and the pod); `resume` and an `exec` thaw
+/// them; a paused sandbox goes at `down` and leaves nothing.
+#[test]
+fn a_kept_sandbox_pauses_and_resumes_through_runsc() {
+    let _shared = KITS_ALONE.read().unwrap_or_else(|e| e.into_inner());
+    if !can_run("gvisor pause") {
+        return;
+    }
+    let tmp = scratch();
+    let state = tmp.path().join("state");
+    let c = cordon_testkit::cordon!()
+        .env("TMPDIR", tmp.path())
+        .env("CORDON_STATE_DIR", &state);
+    let (code, handle, err) = c.run([
+        "sandbox",
+        "up",
+        "--scope",
+        "gvisor-pause",
+        "--thread",
+        "p",
+        "--min-isolation",
+        "hardened_container",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let handle = handle.trim().to_string();
+    let rec = cordon_host::state::StateDir::open(&state)
+        .unwrap()
+        .read(&handle)
+        .unwrap()
+        .expect("the sandbox's record");
+    let work = rec
+        .host_work_dir
+        .as_ref()
+        .expect("a host work dir")
+        .host
+        .clone();
+    let busy = cordon_testkit::pause::BusyLoop::start(&c, &handle, &work);
+    cordon_testkit::pause::pause_resume_and_an_exec_thaw(&c, &handle, &busy);
+    let (code, _, err) = c.run(["sandbox", "down", &handle]);
+    assert_eq!(code, 0, "down of a paused sandbox: {err}");
+    busy.reap();
+    assert_eq!(leftovers(tmp.path()), Vec::<String>::new());
+    // Every runsc container of it begins with the prefix its residue
+    // records (another test's beside it do not).
+    let prefix = rec.residue["containers"]
+        .as_str()
+        .expect("a prefix")
+        .to_string();
+    assert!(!prefix.is_empty());
+    let left: Vec<String> = runsc_containers()
+        .into_iter()
+        .filter(|c| c.starts_with(&prefix))
+        .collect();
+    assert!(left.is_empty(), "runsc containers left: {left:?}");
+}
