@@ -519,7 +519,9 @@ impl Jailed {
     pub fn killer(&self) -> impl Fn() + Send + Sync + 'static {
         let cancel = self.cancel.clone();
         let end = Arc::clone(&self.end);
+        let dirs = self.cgroup_dirs();
         move || {
+            let _ = cordon_linux::freeze_cgroups(&dirs, false);
             cancel.cancel();
             drop(end.wait());
         }
@@ -533,8 +535,16 @@ impl Jailed {
     /// Kills the whole tree and returns once it is gone and its cgroup
     /// removed.
     pub fn kill(&self) {
+        // A paused guest's QEMU dies only thawed.
+        let _ = cordon_linux::freeze_cgroups(&self.cgroup_dirs(), false);
         self.cancel.cancel();
         drop(self.end.wait());
+    }
+
+    /// Freezes (`true`) or thaws every process of the jail — QEMU and its
+    /// guest — through its cgroup.
+    pub fn freeze(&self, frozen: bool) -> std::io::Result<()> {
+        cordon_linux::freeze_cgroups(&self.cgroup_dirs(), frozen)
     }
 
     /// Waits for the program to end (the tree is then killed and the

@@ -73,6 +73,9 @@ pub struct MicrovmSandbox {
     trusts_ca: bool,
     route: Mutex<Option<Route>>,
     dir: PathBuf,
+    /// Whether `pause` froze the guest; held while anything is asked of
+    /// the guest, which a frozen one would never answer.
+    paused: Mutex<bool>,
 }
 
 /// The egress route: the proxy's listener in a namespace of its own, which
@@ -176,6 +179,7 @@ impl MicrovmSandbox {
                 trusts_ca: ca_pem.is_some(),
                 route: Mutex::new(route),
                 dir: dir.clone(),
+                paused: Mutex::new(false),
             };
             // The CA is placed before the sandbox starts (its binds are
             // made then), or it does not start.
@@ -230,6 +234,32 @@ impl MicrovmSandbox {
     /// How long the boot took.
     pub fn boot_time(&self) -> Duration {
         self.vm.boot
+    }
+
+    /// The guest awake: resumed first when paused; held (no pause comes
+    /// between) while the caller asks something of it.
+    fn awake(&self) -> Result<std::sync::MutexGuard<'_, bool>, SandboxError> {
+        let mut paused = self.paused.lock().unwrap_or_else(|p| p.into_inner());
+        if *paused {
+            self.frozen(false)?;
+            *paused = false;
+        }
+        Ok(paused)
+    }
+
+    /// Freezes or thaws QEMU and its guest through the jail's cgroup.
+    fn frozen(&self, frozen: bool) -> Result<(), SandboxError> {
+        let operation = if frozen { "pause" } else { "resume" };
+        self.vm.jail.freeze(frozen).map_err(|e| match e.kind() {
+            std::io::ErrorKind::Unsupported => SandboxError::Refused {
+                reason: e.to_string(),
+                rules: Vec::new(),
+            },
+            _ => SandboxError::Failed {
+                operation,
+                reason: e.to_string(),
+            },
+        })
     }
 
     /// Ends the guest and removes the sandbox's directory.
@@ -454,7 +484,24 @@ impl Sandbox for MicrovmSandbox {
 
     cordon_backend_kit::sandbox_basics!(view);
 
+    /// Through the jail's cgroup: QEMU — the whole guest, its kernel and
+    /// every process — frozen; its RAM stays. Anything asked of the guest
+    /// (an exec, a file) resumes it first.
+    fn pause(&self) -> Result<(), SandboxError> {
+        let mut paused = self.paused.lock().unwrap_or_else(|p| p.into_inner());
+        self.frozen(true)?;
+        *paused = true;
+        Ok(())
+    }
+    fn resume(&self) -> Result<(), SandboxError> {
+        let mut paused = self.paused.lock().unwrap_or_else(|p| p.into_inner());
+        self.frozen(false)?;
+        *paused = false;
+        Ok(())
+    }
+
     fn start_exec(&self, req: &ExecRequest, attach: Attach) -> Result<ExecHandle, SandboxError> {
+        let _awake = self.awake()?;
         let argv = resolved_argv(
             &*self.view,
             req,
@@ -481,14 +528,17 @@ impl Sandbox for MicrovmSandbox {
     }
 
     fn write_file(&self, path: &str, contents: &[u8], mode: u32) -> Result<(), SandboxError> {
+        let _awake = self.awake()?;
         self.vm.channel.write_file(path, contents, mode)
     }
 
     fn stat_no_follow(&self, path: &str) -> Result<Option<FileStat>, SandboxError> {
+        let _awake = self.awake()?;
         self.vm.channel.stat(path)
     }
 
     fn read_file(&self, path: &str, max_bytes: u64) -> Result<FileRead, SandboxError> {
+        let _awake = self.awake()?;
         let r = self.vm.channel.read(path, max_bytes)?;
         if r.bytes.len() as u64 > max_bytes.saturating_add(1) {
             return Err(SandboxError::Failed {
@@ -500,6 +550,7 @@ impl Sandbox for MicrovmSandbox {
     }
 
     fn list_dir(&self, path: &str) -> Result<Vec<DirEntry>, SandboxError> {
+        let _awake = self.awake()?;
         self.vm.channel.list(path)
     }
 

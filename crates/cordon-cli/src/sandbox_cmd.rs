@@ -92,8 +92,8 @@ pub enum SandboxCommand {
     /// Pause a live sandbox: every process of it is frozen (no CPU), its
     /// memory still counted against its bound and its files kept, until
     /// `resume` — or an `exec`, which resumes it first. The wall clock of
-    /// a command in progress goes on. The native rungs, docker and gvisor
-    /// pause; the microvm refuses, saying so.
+    /// a command in progress goes on. Every backend of cordon's pauses
+    /// (the native rungs, docker, gvisor, the microvm).
     Pause {
         /// The sandbox, by its handle.
         handle: String,

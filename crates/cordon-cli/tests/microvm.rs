@@ -371,3 +371,96 @@ fn the_backend_suite_passes() {
         residue: Box::new(|| residue_in(&scratch)),
     });
 }
+
+/// `sandbox pause` at the microvm: QEMU — the whole guest — is frozen
+/// through its jail's cgroup: a busy loop in the guest burns no CPU while
+/// paused (the jail's `cpuacct.usage` stands still) and does again after
+/// `resume`; an `exec` resumes it first; a paused guest goes at `down`
+/// and leaves nothing.
+#[test]
+fn a_kept_guest_pauses_and_resumes_through_its_jail() {
+    if !can_boot("microvm pause") {
+        return;
+    }
+    let _one = serial();
+    store();
+    let dir = tmp();
+    let before = residue();
+    let sp = spec(dir.path(), "");
+    let mut up = vec!["sandbox", "up", "-q", "--scope", "vm", "--thread", "pause"];
+    up.extend(VM);
+    up.extend(["--spec", sp.to_str().unwrap()]);
+    let (code, h, err) = cordon(dir.path(), &up);
+    assert_eq!(code, 0, "{err}");
+    let h = h.trim().to_string();
+    let rec = cordon_host::state::StateDir::open(dir.path())
+        .unwrap()
+        .read(&h)
+        .unwrap()
+        .expect("the sandbox's record");
+    let cpuacct: PathBuf = rec.residue["cgroups"]
+        .as_array()
+        .expect("the jail's cgroups")
+        .iter()
+        .filter_map(|d| d.as_str().map(PathBuf::from))
+        .find(|d| d.to_string_lossy().contains("cpuacct"))
+        .expect("a cpuacct cgroup")
+        .join("cpuacct.usage");
+    let used = || -> u64 {
+        std::fs::read_to_string(&cpuacct)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    // Burning means over 100 ms of CPU in 400 ms: an idle guest's timer
+    // ticks cost far less.
+    let burning = || {
+        let a = used();
+        std::thread::sleep(Duration::from_millis(400));
+        used() - a > 100_000_000
+    };
+    let mut busy = cordon_in(dir.path()).command([
+        "sandbox",
+        "exec",
+        &h,
+        "--",
+        "/bin/sh",
+        "-c",
+        "while :; do :; done",
+    ]);
+    let mut busy = busy
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let until = Instant::now() + Duration::from_secs(30);
+    while !burning() && Instant::now() < until {}
+    assert!(burning(), "the guest's loop never ran");
+    let c = |args: &[&str]| cordon(dir.path(), args);
+    let (code, _, err) = c(&["sandbox", "pause", &h]);
+    assert_eq!(code, 0, "pause: {err}");
+    let a = used();
+    std::thread::sleep(Duration::from_millis(800));
+    assert_eq!(used(), a, "QEMU ran while paused");
+    let (code, _, err) = c(&["sandbox", "resume", &h]);
+    assert_eq!(code, 0, "resume: {err}");
+    assert!(burning(), "the guest did not go on after resume");
+    let (code, _, err) = c(&["sandbox", "pause", &h]);
+    assert_eq!(code, 0, "pause: {err}");
+    let (code, out, err) = c(&["sandbox", "exec", &h, "--", "/bin/echo", "ran"]);
+    assert_eq!((code, out.as_str()), (0, "ran\n"), "{err}");
+    assert!(burning(), "the exec did not resume the guest");
+    let (code, _, err) = c(&["sandbox", "pause", &h]);
+    assert_eq!(code, 0, "pause: {err}");
+    let (code, _, err) = c(&["sandbox", "down", &h]);
+    assert_eq!(code, 0, "down of a paused guest: {err}");
+    let until = Instant::now() + Duration::from_secs(10);
+    while busy.try_wait().unwrap().is_none() && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = busy.kill();
+    let _ = busy.wait();
+    settles_to(&before);
+}

@@ -93,6 +93,14 @@ pub fn orphaned_sandbox_cgroups() -> Vec<(String, Vec<std::path::PathBuf>)> {
 pub fn reclaim_cgroups(dirs: &[std::path::PathBuf]) -> std::io::Result<()> {
     linux::cgroup::reclaim(dirs)
 }
+/// Freezes (`true`) or thaws every process in the cgroup whose directories
+/// are `dirs` (a run's [`Running::cgroup_dirs`]), returning once the
+/// kernel says it is done; an `Unsupported` error when none of them is a
+/// freezer's (v1 `freezer` not mounted, no v2 `cgroup.freeze`).
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+pub fn freeze_cgroups(dirs: &[std::path::PathBuf], frozen: bool) -> std::io::Result<()> {
+    linux::cgroup::freeze_dirs(dirs, frozen)
+}
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 pub use linux::seccomp::deny_list as seccomp_deny_list;
 pub use linux::seccomp::{container_denials, DeniedCall, DeniedWhen};

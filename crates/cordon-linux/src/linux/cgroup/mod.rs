@@ -284,6 +284,34 @@ pub(super) fn thaw_dir(dir: &Path) {
     }
 }
 
+/// Freezes or thaws the cgroup of `dirs` through whichever of them is a
+/// freezer's (see [`crate::freeze_cgroups`]).
+pub(crate) fn freeze_dirs(dirs: &[PathBuf], frozen: bool) -> io::Result<()> {
+    let what = if frozen { "freezing" } else { "thawing" };
+    for dir in dirs {
+        let v1 = dir.join("freezer.state");
+        if v1.exists() {
+            let want = if frozen { "FROZEN" } else { "THAWED" };
+            write(&v1, want)?;
+            return wait_for(&v1, |s| s.trim() == want, what);
+        }
+        let v2 = dir.join("cgroup.freeze");
+        if v2.exists() {
+            write(&v2, if frozen { "1" } else { "0" })?;
+            let want = if frozen { "frozen 1" } else { "frozen 0" };
+            return wait_for(
+                &dir.join("cgroup.events"),
+                |s| s.lines().any(|l| l.trim() == want),
+                what,
+            );
+        }
+    }
+    Err(io::Error::new(
+        io::ErrorKind::Unsupported,
+        "this machine has no cgroup freezer for the sandbox (no v1 `freezer` mounted at /sys/fs/cgroup/freezer, no v2 `cgroup.freeze`), so it cannot be paused here; mount it",
+    ))
+}
+
 /// Waits (up to 5 s) until `done` holds of the file `at`, re-read.
 pub(super) fn wait_for(at: &Path, done: impl Fn(&str) -> bool, what: &str) -> io::Result<()> {
     let deadline = Instant::now() + Duration::from_secs(5);
