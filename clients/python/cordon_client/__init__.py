@@ -187,6 +187,16 @@ class Thread:
         body = dict(self.at, egress_allow=list(egress_allow))
         return self.client._json("POST", "/v1/sandboxes/egress", body)
 
+    def pause(self) -> None:
+        """Freezes every process of the sandbox (no CPU; its memory and
+        files stay) until `resume`, an exec or a file call, which resume it
+        first. The wall clock of a command in progress goes on."""
+        self.client._json("POST", "/v1/sandboxes/pause", dict(self.at))
+
+    def resume(self) -> None:
+        """Thaws a paused sandbox (one not paused is left as it is)."""
+        self.client._json("POST", "/v1/sandboxes/resume", dict(self.at))
+
     def dispose(self) -> int:
         """Disposes of this one sandbox."""
         return int(self.client._json("POST", "/v1/sandboxes/dispose", dict(self.at))["disposed"])
@@ -225,6 +235,12 @@ class AsyncThread:
 
     async def set_egress(self, egress_allow: List[str]) -> Dict[str, Any]:
         return await asyncio.to_thread(self._t.set_egress, egress_allow)
+
+    async def pause(self) -> None:
+        await asyncio.to_thread(self._t.pause)
+
+    async def resume(self) -> None:
+        await asyncio.to_thread(self._t.resume)
 
     async def dispose(self) -> int:
         return await asyncio.to_thread(self._t.dispose)

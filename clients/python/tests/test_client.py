@@ -90,6 +90,27 @@ class LiveServer(unittest.TestCase):
 
             asyncio.run(changed())
 
+    def test_a_sandbox_pauses_resumes_and_an_exec_wakes_it(self) -> None:
+        with self.a.thread("py-8") as t:
+            t.create()
+            t.pause()
+            t.pause()  # as often as asked
+            # An exec on a paused sandbox resumes it first.
+            r = t.exec(["sh", "-c", "echo awake"])
+            self.assertEqual((r.code, r.stdout), (0, "awake\n"))
+            t.pause()
+            t.resume()
+            t.resume()
+            with self.assertRaises(CordonError) as e:
+                self.b.thread("py-8").pause()
+            self.assertEqual(e.exception.status, 404)
+
+            async def paused() -> None:
+                await self.a.athread("py-8").pause()
+                await self.a.athread("py-8").resume()
+
+            asyncio.run(paused())
+
     def test_the_async_thread_runs_streams_and_disposes_however_the_block_ends(self) -> None:
         async def main() -> None:
             async with self.a.athread("py-5") as t:

@@ -36,6 +36,7 @@ mod listen;
 mod mcp_http;
 mod metrics;
 mod outputs;
+mod pause;
 mod refusal;
 mod request;
 mod routes;

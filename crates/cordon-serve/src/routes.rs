@@ -12,6 +12,7 @@ use crate::gate;
 use crate::mcp_http::mcp_routes;
 use crate::metrics::{count_refusals, metrics};
 use crate::outputs::{artifact, outputs};
+use crate::pause::{pause, resume};
 use crate::sandboxes::{backends, create, dispose, dispose_thread};
 use crate::served::Served;
 
@@ -34,6 +35,8 @@ pub fn app(state: Arc<Served>) -> Router {
         .route("/v1/sandboxes/dispose", post(dispose))
         .route("/v1/sandboxes/files", post(write_file))
         .route("/v1/sandboxes/egress", post(change_egress))
+        .route("/v1/sandboxes/pause", post(pause))
+        .route("/v1/sandboxes/resume", post(resume))
         .route("/v1/threads/dispose", post(dispose_thread))
         .route("/v1/sandboxes/outputs", post(outputs))
         .route("/v1/artifacts/{handle}", get(artifact))
