@@ -145,7 +145,7 @@ impl LocalSandbox {
         let operation = if frozen { "pause" } else { "resume" };
         let Some(w) = self.warm.as_ref() else {
             return Err(SandboxError::Invalid {
-                reason: format!("this sandbox runs no processes between commands (it has no warm init), so there is nothing to {operation}"),
+                reason: format!("the process rung runs each command in a cgroup of its own, with no sandbox-wide one to freeze, so it cannot {operation}; make the sandbox at the container rung (`--min-isolation container`)"),
             });
         };
         let done = if frozen { w.pause() } else { w.resume() };

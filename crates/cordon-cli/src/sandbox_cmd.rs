@@ -92,8 +92,8 @@ pub enum SandboxCommand {
     /// Pause a live sandbox: every process of it is frozen (no CPU), its
     /// memory still counted against its bound and its files kept, until
     /// `resume` — or an `exec`, which resumes it first. The wall clock of
-    /// a command in progress goes on. Every backend of cordon's pauses
-    /// (the native rungs, docker, gvisor, the microvm).
+    /// a command in progress goes on. The container rung, docker, gvisor
+    /// and the microvm pause; the process rung refuses, saying so.
     Pause {
         /// The sandbox, by its handle.
         handle: String,

@@ -1710,4 +1710,29 @@ fn pause_freezes_a_kept_sandbox_and_resume_or_an_exec_thaws_it() {
         assert!(!busy.moving(), "{round}: the loop outlived its sandbox");
         busy.reap();
     }
+    // The process rung has no sandbox-wide cgroup: refused, saying so.
+    let (code, h, err) = cordon(
+        &state,
+        &[
+            "sandbox",
+            "up",
+            "--scope",
+            "s-pause",
+            "--thread",
+            "process",
+            "--backend",
+            "process",
+            "--min-isolation",
+            "process",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    let (code, _, err) = cordon(&state, &["sandbox", "pause", h.trim()]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("process rung") && err.contains("--min-isolation container"),
+        "{err}"
+    );
+    let (code, _, err) = cordon(&state, &["sandbox", "down", h.trim()]);
+    assert_eq!(code, 0, "{err}");
 }

@@ -401,7 +401,7 @@ pub trait Sandbox: Send + Sync {
 }
 
 /// Why a sandbox whose backend cannot freeze it is not paused.
-pub const PAUSE_UNSUPPORTED: &str = "this sandbox's backend cannot pause it (cordon's own backends do: container, process, docker, gvisor, microvm); leave it running, or make it at one of those";
+pub const PAUSE_UNSUPPORTED: &str = "this sandbox's backend cannot pause it (cordon's container, docker, gvisor and microvm backends do); leave it running, or make it at one of those";
 
 /// A sandbox's work dir on the host (see [`Sandbox::host_work_dir`]).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
