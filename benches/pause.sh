@@ -36,8 +36,9 @@ loop=$!
 pid=""
 for _ in $(seq 1 100); do
   pid="$(pgrep -f -- "$marker" | while read -r p; do
-    # The sandbox's shell, not the `cordon sandbox exec` client.
-    if tr '\0' ' ' </proc/"$p"/cmdline | grep -q '^/bin/sh -c'; then echo "$p"; fi
+    # The sandbox's shell (its path resolved in the sandbox's view), not
+    # the `cordon sandbox exec` client.
+    if ! tr '\0' ' ' </proc/"$p"/cmdline | grep -q 'sandbox exec'; then echo "$p"; fi
   done | head -n1)"
   [ -n "$pid" ] && break
   sleep 0.1
