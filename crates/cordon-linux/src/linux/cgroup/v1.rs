@@ -51,10 +51,17 @@ impl V1 {
         .made()
     }
 
-    /// Makes every directory; on failure removes those made.
-    fn made(self) -> io::Result<V1> {
-        for d in self.dirs() {
-            if let Err(e) = fs::create_dir(&d) {
+    /// Makes every directory; on failure removes those made. The freezer
+    /// is optional (it only pauses): one that cannot be made is left out,
+    /// and pausing then refuses, rather than the sandbox not starting.
+    fn made(mut self) -> io::Result<V1> {
+        if let Some(f) = &self.freezer {
+            if fs::create_dir(f).is_err() {
+                self.freezer = None;
+            }
+        }
+        for d in [&self.memory, &self.pids, &self.cpuacct] {
+            if let Err(e) = fs::create_dir(d) {
                 let _ = self.remove();
                 return Err(io::Error::new(e.kind(), format!("{}: {e}", d.display())));
             }
