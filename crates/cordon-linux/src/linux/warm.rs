@@ -87,6 +87,9 @@ pub struct WarmSandbox {
     stopped: AtomicBool,
     /// Whether [`WarmSandbox::pause`] froze it (and no resume since).
     paused: AtomicBool,
+    /// Held by a pause or resume and by an exec's start: a pause never
+    /// freezes the init halfway through starting an exec.
+    gate: Mutex<()>,
     /// The sandbox's proxy listener until the caller takes it.
     proxy_listener: Option<std::net::TcpListener>,
 }
@@ -203,6 +206,7 @@ impl WarmSandbox {
                     next: AtomicU64::new(1),
                     stopped: AtomicBool::new(false),
                     paused: AtomicBool::new(false),
+                    gate: Mutex::new(()),
                     proxy_listener,
                 })
             }
@@ -374,9 +378,10 @@ impl WarmSandbox {
             ));
         }
         // An exec on a paused sandbox resumes it first: its frozen init
-        // would otherwise never start it.
+        // would otherwise never start it. No pause comes until it started.
+        let _gate = self.gate.lock().unwrap_or_else(|p| p.into_inner());
         if self.paused() {
-            self.resume().map_err(|e| LaunchError::Setup {
+            self.thaw().map_err(|e| LaunchError::Setup {
                 step: "resume".into(),
                 error: format!("the sandbox was paused and did not resume for the exec: {e}"),
             })?;
@@ -459,6 +464,7 @@ impl WarmSandbox {
         if self.stopped.load(Ordering::SeqCst) {
             return Err(io::Error::other("the sandbox is stopped"));
         }
+        let _gate = self.gate.lock().unwrap_or_else(|p| p.into_inner());
         self.cgroup.freeze(true)?;
         self.paused.store(true, Ordering::SeqCst);
         Ok(())
@@ -466,6 +472,11 @@ impl WarmSandbox {
 
     /// Thaws what [`WarmSandbox::pause`] froze. Idempotent.
     pub fn resume(&self) -> io::Result<()> {
+        let _gate = self.gate.lock().unwrap_or_else(|p| p.into_inner());
+        self.thaw()
+    }
+
+    fn thaw(&self) -> io::Result<()> {
         self.cgroup.freeze(false)?;
         self.paused.store(false, Ordering::SeqCst);
         Ok(())
