@@ -801,10 +801,10 @@ async fn an_upgrade_is_decided_at_its_request_and_carried_when_allowed() {
         .unwrap();
     let head = upgrade(&mut tls, &auth, "/ws").await;
     assert!(head.starts_with("HTTP/1.1 101"), "{head}");
-    assert!(
-        head.to_ascii_lowercase().contains("upgrade: websocket"),
-        "{head}"
-    );
+    // What a WebSocket client checks of the switch: both headers.
+    let lower = head.to_ascii_lowercase();
+    assert!(lower.contains("upgrade: websocket"), "{head}");
+    assert!(lower.contains("connection: upgrade"), "{head}");
     for msg in [&b"ping"[..], &b"a longer frame of bytes"[..]] {
         tls.write_all(msg).await.unwrap();
         let mut back = vec![0u8; msg.len()];

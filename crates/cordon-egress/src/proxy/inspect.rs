@@ -216,8 +216,11 @@ impl Proxy {
             async move {
                 let mut resp = me.inspected(&s, req).await;
                 // The connection stays up after a refusal inside (and
-                // HTTP/2 has no such header).
-                resp.headers_mut().remove(hyper::header::CONNECTION);
+                // HTTP/2 has no such header); a switch keeps its
+                // `Connection: upgrade`, which clients check.
+                if resp.status() != StatusCode::SWITCHING_PROTOCOLS {
+                    resp.headers_mut().remove(hyper::header::CONNECTION);
+                }
                 Ok::<_, Infallible>(resp)
             }
         });
