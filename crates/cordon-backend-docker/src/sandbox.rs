@@ -80,9 +80,8 @@ pub struct DockerSandbox {
     /// bound read-only into every exec), when the policy inspects.
     trust: Option<cordon_backend_kit::trust::Trust>,
     disposed: AtomicBool,
-    /// Whether `pause` froze its containers; held while an exec starts,
-    /// so none starts unpaused in a paused sandbox.
-    paused: std::sync::Mutex<bool>,
+    /// Its pause (see [`cordon_backend_kit::Pausing`]).
+    paused: cordon_backend_kit::Pausing,
 }
 
 /// A sandbox dropped without [`DockerSandbox::dispose`] still gives back
@@ -189,7 +188,7 @@ impl DockerSandbox {
             egress: Serving::new(serving),
             trust,
             disposed: AtomicBool::new(false),
-            paused: std::sync::Mutex::new(false),
+            paused: Default::default(),
         })
     }
 
@@ -310,12 +309,8 @@ impl DockerSandbox {
     fn start(&self, req: &ExecRequest, attach: Attach) -> Result<ExecHandle, SandboxError> {
         live(&self.disposed)?;
         // An exec on a paused sandbox resumes it first; no pause comes
-        // between that and its container's start.
-        let mut paused = self.paused.lock().unwrap_or_else(|p| p.into_inner());
-        if *paused {
-            self.freeze_all(false)?;
-            *paused = false;
-        }
+        // until it has started.
+        let _awake = self.paused.awake(|p| self.freeze_all(p))?;
         let argv = resolved_argv(&self.view, req, &attach, NO_TTY)?;
         let mounts = self.base()?;
         let env = self.exec_env(req);
@@ -672,17 +667,11 @@ impl Sandbox for DockerSandbox {
     /// each exec's) paused by the engine's cgroup freezer.
     fn pause(&self) -> Result<(), SandboxError> {
         live(&self.disposed)?;
-        let mut paused = self.paused.lock().unwrap_or_else(|p| p.into_inner());
-        self.freeze_all(true)?;
-        *paused = true;
-        Ok(())
+        self.paused.set(true, |p| self.freeze_all(p))
     }
     fn resume(&self) -> Result<(), SandboxError> {
         live(&self.disposed)?;
-        let mut paused = self.paused.lock().unwrap_or_else(|p| p.into_inner());
-        self.freeze_all(false)?;
-        *paused = false;
-        Ok(())
+        self.paused.set(false, |p| self.freeze_all(p))
     }
 
     /// Through the proxy serving its route: replaces the allowlist (new

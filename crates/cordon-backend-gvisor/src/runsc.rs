@@ -376,8 +376,9 @@ pub fn delete(bin: &Path, id: &str) -> Result<(), String> {
 }
 
 /// Pauses (`runsc pause`: the whole runsc sandbox stops) or resumes
-/// container `id`. One already so, or stopped, is no failure: what
-/// `runsc state` says then decides.
+/// container `id`. One already so, stopped, or gone is no failure: what
+/// `runsc state` (and `runsc list`) say then decides; nothing else is
+/// taken for done.
 pub fn pause(bin: &Path, id: &str, paused: bool) -> Result<(), String> {
     let verb = if paused { "pause" } else { "resume" };
     let err = match output(control(bin).args([verb, id]), CONTROL_TIMEOUT) {
@@ -391,9 +392,16 @@ pub fn pause(bin: &Path, id: &str, paused: bool) -> Result<(), String> {
             .and_then(|v| v["status"].as_str().map(String::from)),
         _ => None,
     };
+    // A state runsc does not report is not taken for done: a pause that
+    // may not have happened is refused, never claimed.
     match (paused, status.as_deref()) {
-        (_, None | Some("stopped")) | (true, Some("paused")) | (false, Some("running")) => Ok(()),
-        _ => Err(format!("`runsc {verb} {id}`: {err}")),
+        (_, Some("stopped")) | (true, Some("paused")) | (false, Some("running")) => Ok(()),
+        (_, Some(other)) => Err(format!("`runsc {verb} {id}`: {err} (its state: {other})")),
+        // Gone meanwhile (an exec's container removed as it ended).
+        (_, None) if list(bin).is_ok_and(|all| !all.iter().any(|c| c == id)) => Ok(()),
+        (_, None) => Err(format!(
+            "`runsc {verb} {id}`: {err} (and `runsc state` did not say where it stands)"
+        )),
     }
 }
 

@@ -90,9 +90,8 @@ pub struct GvisorSandbox {
     /// The egress proxy's channel, when the spec names hosts.
     route: Option<Route>,
     disposed: AtomicBool,
-    /// Whether `pause` froze its runsc sandboxes; held while an exec
-    /// starts, so none starts unpaused in a paused sandbox.
-    paused: Mutex<bool>,
+    /// Its pause (see [`cordon_backend_kit::Pausing`]).
+    paused: cordon_backend_kit::Pausing,
 }
 
 impl GvisorSandbox {
@@ -187,7 +186,7 @@ impl GvisorSandbox {
             key: req.key.clone(),
             route,
             disposed: AtomicBool::new(false),
-            paused: Mutex::new(false),
+            paused: Default::default(),
         };
         Ok(sandbox)
     }
@@ -307,12 +306,8 @@ impl GvisorSandbox {
     fn start(&self, req: &ExecRequest, attach: Attach) -> Result<ExecHandle, SandboxError> {
         live(&self.disposed)?;
         // An exec on a paused sandbox resumes it first; no pause comes
-        // between that and its start.
-        let mut paused = self.paused.lock().unwrap_or_else(|p| p.into_inner());
-        if *paused {
-            self.freeze_all(false)?;
-            *paused = false;
-        }
+        // until it has started.
+        let _awake = self.paused.awake(|p| self.freeze_all(p))?;
         let argv = resolved_argv(&self.view, req, &attach, NO_TTY)?;
         let mut mounts = self.base()?;
         if let Some(secrets) = self.files.secrets() {
@@ -534,17 +529,11 @@ impl Sandbox for GvisorSandbox {
     /// own) paused whole, its sentry and gofer included.
     fn pause(&self) -> Result<(), SandboxError> {
         live(&self.disposed)?;
-        let mut paused = self.paused.lock().unwrap_or_else(|p| p.into_inner());
-        self.freeze_all(true)?;
-        *paused = true;
-        Ok(())
+        self.paused.set(true, |p| self.freeze_all(p))
     }
     fn resume(&self) -> Result<(), SandboxError> {
         live(&self.disposed)?;
-        let mut paused = self.paused.lock().unwrap_or_else(|p| p.into_inner());
-        self.freeze_all(false)?;
-        *paused = false;
-        Ok(())
+        self.paused.set(false, |p| self.freeze_all(p))
     }
 
     /// Through the proxy serving its route: replaces the allowlist (new

@@ -27,6 +27,7 @@ pub mod exec;
 pub mod hosted;
 mod ids;
 pub mod memo;
+mod pausing;
 pub mod profile;
 pub mod register;
 pub mod trust;
@@ -36,6 +37,7 @@ pub use dirs::{remove_sandbox_dir, SandboxDirs};
 pub use engine::{Engine, EngineBackend, Which};
 pub use hosted::{change_egress, no_route, HostFiles, Serving, NO_ROUTE};
 pub use ids::{lease_id, sweep_id_leases, IdLease, FRESH_IDS, ID_LEASES};
+pub use pausing::Pausing;
 pub use profile::RungProfile;
 pub use register::EngineSetup;
 

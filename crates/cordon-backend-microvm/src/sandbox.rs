@@ -73,9 +73,9 @@ pub struct MicrovmSandbox {
     trusts_ca: bool,
     route: Mutex<Option<Route>>,
     dir: PathBuf,
-    /// Whether `pause` froze the guest; held while anything is asked of
-    /// the guest, which a frozen one would never answer.
-    paused: Mutex<bool>,
+    /// Its pause: held while anything is asked of the guest, which a
+    /// frozen one would never answer.
+    paused: cordon_backend_kit::Pausing,
 }
 
 /// The egress route: the proxy's listener in a namespace of its own, which
@@ -179,7 +179,7 @@ impl MicrovmSandbox {
                 trusts_ca: ca_pem.is_some(),
                 route: Mutex::new(route),
                 dir: dir.clone(),
-                paused: Mutex::new(false),
+                paused: Default::default(),
             };
             // The CA is placed before the sandbox starts (its binds are
             // made then), or it does not start.
@@ -239,12 +239,7 @@ impl MicrovmSandbox {
     /// The guest awake: resumed first when paused; held (no pause comes
     /// between) while the caller asks something of it.
     fn awake(&self) -> Result<std::sync::MutexGuard<'_, bool>, SandboxError> {
-        let mut paused = self.paused.lock().unwrap_or_else(|p| p.into_inner());
-        if *paused {
-            self.frozen(false)?;
-            *paused = false;
-        }
-        Ok(paused)
+        self.paused.awake(|p| self.frozen(p))
     }
 
     /// Freezes or thaws QEMU and its guest through the jail's cgroup.
@@ -488,16 +483,10 @@ impl Sandbox for MicrovmSandbox {
     /// every process — frozen; its RAM stays. Anything asked of the guest
     /// (an exec, a file) resumes it first.
     fn pause(&self) -> Result<(), SandboxError> {
-        let mut paused = self.paused.lock().unwrap_or_else(|p| p.into_inner());
-        self.frozen(true)?;
-        *paused = true;
-        Ok(())
+        self.paused.set(true, |p| self.frozen(p))
     }
     fn resume(&self) -> Result<(), SandboxError> {
-        let mut paused = self.paused.lock().unwrap_or_else(|p| p.into_inner());
-        self.frozen(false)?;
-        *paused = false;
-        Ok(())
+        self.paused.set(false, |p| self.frozen(p))
     }
 
     fn start_exec(&self, req: &ExecRequest, attach: Attach) -> Result<ExecHandle, SandboxError> {

@@ -82,36 +82,45 @@ impl KeptSandbox {
         &self.record
     }
 
+    /// One request to the keeper, `fds` attached: its reply, an `Error`
+    /// one included (the caller maps it). `hung_up`: what a keeper that
+    /// hangs up unanswered is reported as.
+    fn ask(
+        &self,
+        req: &Request,
+        fds: &[std::os::fd::BorrowedFd<'_>],
+        (operation, wait): (&'static str, Duration),
+        hung_up: &str,
+    ) -> Result<Reply, SandboxError> {
+        let sock = connect(&self.state.socket_path(&self.record.handle), wait).map_err(|e| {
+            SandboxError::Unavailable {
+                reason: format!(
+                    "sandbox `{}` does not answer ({e}); it may have expired or been disposed — `cordon sandbox ls` shows what is live",
+                    self.record.handle
+                ),
+            }
+        })?;
+        let failed = |reason: String| SandboxError::Failed { operation, reason };
+        fdpass::send(&sock, req, fds).map_err(|e| failed(e.to_string()))?;
+        match fdpass::recv::<Reply>(&sock) {
+            Ok(Some((reply, _))) => Ok(reply),
+            Ok(None) => Err(failed(hung_up.to_string())),
+            Err(e) => Err(failed(e.to_string())),
+        }
+    }
+
     /// Asks the keeper to freeze (`true`) or thaw its sandbox.
     fn paused(&self, paused: bool) -> Result<(), SandboxError> {
         let operation = if paused { "pause" } else { "resume" };
-        let sock = connect(
-            &self.state.socket_path(&self.record.handle),
-            Duration::from_secs(60),
-        )
-        .map_err(|e| SandboxError::Unavailable {
-            reason: format!(
-                "sandbox `{}` does not answer ({e}); it may have expired or been disposed — `cordon sandbox ls` shows what is live",
-                self.record.handle
-            ),
-        })?;
-        let failed = |reason: String| SandboxError::Failed { operation, reason };
-        fdpass::send(&sock, &Request::Pause { paused }, &[]).map_err(|e| failed(e.to_string()))?;
-        match fdpass::recv::<Reply>(&sock) {
-            Ok(Some((Reply::Paused { paused: now }, _))) if now == paused => Ok(()),
-            Ok(Some((
-                Reply::Error {
-                    kind,
-                    message,
-                    rules,
-                },
-                _,
-            ))) => Err(error_from_wire(kind, message, rules)),
-            Ok(Some((other, _))) => Err(failed(format!("the keeper answered out of turn ({other:?})"))),
-            Ok(None) => Err(failed(
-                "the keeper hung up unanswered (a keeper of an older cordon does not pause: make the sandbox again)".into(),
-            )),
-            Err(e) => Err(failed(e.to_string())),
+        let reply = self.ask(
+            &Request::Pause { paused },
+            &[],
+            (operation, Duration::from_secs(60)),
+            "the keeper hung up unanswered (a keeper of an older cordon does not pause: make the sandbox again)",
+        )?;
+        match reply {
+            Reply::Paused { paused: now } if now == paused => Ok(()),
+            other => Err(unexpected(other, operation)),
         }
     }
 
@@ -133,34 +142,20 @@ impl KeptSandbox {
         fd: Option<std::os::fd::BorrowedFd<'_>>,
         path: &str,
     ) -> Result<Reply, SandboxError> {
-        let sock = connect(
-            &self.state.socket_path(&self.record.handle),
-            Duration::from_secs(120),
-        )
-        .map_err(|e| SandboxError::Unavailable {
-            reason: format!(
-                "sandbox `{}` does not answer ({e}); it may have expired or been disposed — `cordon sandbox ls` shows what is live",
-                self.record.handle
-            ),
-        })?;
         let fds: Vec<std::os::fd::BorrowedFd<'_>> = fd.into_iter().collect();
-        let failed = |reason: String| SandboxError::Failed {
-            operation: "file",
-            reason,
-        };
-        fdpass::send(&sock, req, &fds).map_err(|e| failed(e.to_string()))?;
-        match fdpass::recv::<Reply>(&sock) {
-            Ok(Some((
-                Reply::Error {
-                    kind,
-                    message,
-                    rules,
-                },
-                _,
-            ))) => Err(file_error_from_wire(kind, message, rules, path)),
-            Ok(Some((reply, _))) => Ok(reply),
-            Ok(None) => Err(failed("the keeper hung up unanswered".into())),
-            Err(e) => Err(failed(e.to_string())),
+        let reply = self.ask(
+            req,
+            &fds,
+            ("file", Duration::from_secs(120)),
+            "the keeper hung up unanswered",
+        )?;
+        match reply {
+            Reply::Error {
+                kind,
+                message,
+                rules,
+            } => Err(file_error_from_wire(kind, message, rules, path)),
+            reply => Ok(reply),
         }
     }
 
@@ -423,51 +418,48 @@ impl Sandbox for KeptSandbox {
             closed,
             by: by.to_string(),
         };
-        let sock = connect(
-            &self.state.socket_path(&self.record.handle),
-            Duration::from_secs(60),
-        )
-        .map_err(|e| SandboxError::Unavailable {
-            reason: format!(
-                "sandbox `{}` does not answer ({e}); it may have expired or been disposed — `cordon sandbox ls` shows what is live",
-                self.record.handle
-            ),
-        })?;
-        let failed = |reason: String| SandboxError::Failed {
-            operation: "egress",
-            reason,
-        };
-        fdpass::send(&sock, &req, &[]).map_err(|e| failed(e.to_string()))?;
-        match fdpass::recv::<Reply>(&sock) {
-            Ok(Some((Reply::Egress { generation }, _))) => Ok(generation),
-            Ok(Some((
-                Reply::Error {
-                    kind,
-                    message,
-                    rules,
-                },
-                _,
-            ))) => Err(match kind {
-                cordon_sandbox::ErrorKind::Refused => SandboxError::Refused {
-                    reason: message,
-                    rules,
-                },
-                cordon_sandbox::ErrorKind::Invalid => SandboxError::Invalid { reason: message },
-                cordon_sandbox::ErrorKind::Unavailable => {
-                    SandboxError::Unavailable { reason: message }
-                }
-                _ => failed(message),
-            }),
-            Ok(Some((other, _))) => Err(failed(format!("the keeper answered out of turn ({other:?})"))),
-            Ok(None) => Err(failed(
-                "the keeper hung up unanswered (a keeper of an older cordon does not change egress: make the sandbox again)".into(),
-            )),
-            Err(e) => Err(failed(e.to_string())),
+        let reply = self.ask(
+            &req,
+            &[],
+            ("egress", Duration::from_secs(60)),
+            "the keeper hung up unanswered (a keeper of an older cordon does not change egress: make the sandbox again)",
+        )?;
+        match reply {
+            Reply::Egress { generation } => Ok(generation),
+            other => Err(unexpected(other, "egress")),
         }
     }
     /// Its keeper guards every exec (with the policy it loaded and checked
     /// by digest), so a router in this process does not guard it again.
     fn guarded_downstream(&self) -> bool {
         true
+    }
+}
+
+/// A keeper's answer that is not the one asked for: its error as the
+/// caller's (what the caller is to fix, what was refused, what is
+/// unavailable kept so), anything else out of turn.
+fn unexpected(reply: Reply, operation: &'static str) -> SandboxError {
+    match reply {
+        Reply::Error {
+            kind,
+            message,
+            rules,
+        } => match kind {
+            cordon_sandbox::ErrorKind::Refused => SandboxError::Refused {
+                reason: message,
+                rules,
+            },
+            cordon_sandbox::ErrorKind::Invalid => SandboxError::Invalid { reason: message },
+            cordon_sandbox::ErrorKind::Unavailable => SandboxError::Unavailable { reason: message },
+            _ => SandboxError::Failed {
+                operation,
+                reason: message,
+            },
+        },
+        other => SandboxError::Failed {
+            operation,
+            reason: format!("the keeper answered out of turn ({other:?})"),
+        },
     }
 }
