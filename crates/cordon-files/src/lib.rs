@@ -15,6 +15,8 @@
 //! - [`host_dir`] — [`host_dir::HostWorkDir`] serves a sandbox's work dir
 //!   from a host directory with them; [`host_dir::HostDirectorySandbox`] is
 //!   the kits' unisolated test subject.
+//! - [`workspace`] — a workspace's changes: the diff read from its upper
+//!   layer, and the apply that writes them back into its directory.
 //! - [`FsSink`] — the [`cordon_sandbox::OutputSink`] that lands artifacts
 //!   under a directory without following any link.
 //!
@@ -26,6 +28,8 @@ pub mod confined;
 pub mod host_dir;
 #[cfg(target_os = "linux")]
 mod sink;
+#[cfg(target_os = "linux")]
+pub mod workspace;
 
 #[cfg(target_os = "linux")]
 pub use sink::FsSink;

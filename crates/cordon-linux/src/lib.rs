@@ -46,6 +46,8 @@ mod linux;
 pub mod netns;
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 pub mod volume;
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+pub mod workspace;
 
 /// Fuzzing entries (`fuzz/`); not API.
 #[doc(hidden)]

@@ -592,6 +592,28 @@ pub fn idmapped_bind(
     from_gid: u32,
     to: u32,
 ) -> Result<(), String> {
+    idmapped(src, at, from_uid, from_gid, to, false)
+}
+
+/// [`idmapped_bind`], read-only: what a workspace's lower layer is.
+pub fn idmapped_bind_read_only(
+    src: &Path,
+    at: &Path,
+    from_uid: u32,
+    from_gid: u32,
+    to: u32,
+) -> Result<(), String> {
+    idmapped(src, at, from_uid, from_gid, to, true)
+}
+
+fn idmapped(
+    src: &Path,
+    at: &Path,
+    from_uid: u32,
+    from_gid: u32,
+    to: u32,
+    read_only: bool,
+) -> Result<(), String> {
     let userns = idmap_userns(from_uid, from_gid, to)
         .map_err(|e| format!("the id mapping for `{}`: {e}", src.display()))?;
     let tree = rustix::mount::open_tree(
@@ -601,7 +623,7 @@ pub fn idmapped_bind(
             | rustix::mount::OpenTreeFlags::OPEN_TREE_CLOEXEC,
     )
     .map_err(|e| format!("cannot clone the mount of `{}`: {e}", src.display()))?;
-    set_idmap(&tree, &userns).map_err(|e| {
+    set_idmap(&tree, &userns, read_only).map_err(|e| {
         let why = if e.raw_os_error() == Some(libc::EINVAL)
             || e.raw_os_error() == Some(libc::EOPNOTSUPP)
         {
@@ -638,16 +660,18 @@ struct MountAttr {
     userns_fd: u64,
 }
 
+const MOUNT_ATTR_RDONLY: u64 = 0x1;
 const MOUNT_ATTR_NOSUID: u64 = 0x2;
 const MOUNT_ATTR_NODEV: u64 = 0x4;
 const MOUNT_ATTR_IDMAP: u64 = 0x0010_0000;
 
 /// `mount_setattr(tree, "", AT_EMPTY_PATH)`: idmapped through `userns`,
-/// `nosuid`, `nodev`, private.
+/// `nosuid`, `nodev`, private (and read-only when asked).
 #[expect(unsafe_code, reason = "mount_setattr has no safe wrapper here")]
-fn set_idmap(tree: &OwnedFd, userns: &OwnedFd) -> io::Result<()> {
+fn set_idmap(tree: &OwnedFd, userns: &OwnedFd, read_only: bool) -> io::Result<()> {
+    let rdonly = if read_only { MOUNT_ATTR_RDONLY } else { 0 };
     let attr = MountAttr {
-        attr_set: MOUNT_ATTR_IDMAP | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
+        attr_set: MOUNT_ATTR_IDMAP | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | rdonly,
         attr_clr: 0,
         propagation: libc::MS_PRIVATE,
         userns_fd: userns.as_raw_fd() as u64,

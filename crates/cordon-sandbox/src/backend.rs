@@ -392,6 +392,28 @@ pub trait Sandbox: Send + Sync {
         })
     }
 
+    /// What the sandbox changed in its workspace (a host directory it
+    /// works in copy-on-write), path by path, against the directory as it
+    /// is now. The default refuses: a sandbox made without a workspace has
+    /// nothing to diff ([`crate::workspace::NO_WORKSPACE`]).
+    fn workspace_diff(&self) -> Result<Vec<crate::WorkspaceChange>, SandboxError> {
+        Err(SandboxError::Invalid {
+            reason: crate::workspace::NO_WORKSPACE.into(),
+        })
+    }
+
+    /// Writes the sandbox's changes back into its workspace's directory
+    /// (those at or beneath `only`'s paths; every change when empty),
+    /// through confined operations: no link followed, nothing written
+    /// outside the directory, a change whose path the host changed since
+    /// the sandbox saw it refused (per path, the others applied).
+    fn workspace_apply(&self, only: &[String]) -> Result<crate::ApplyReport, SandboxError> {
+        let _ = only;
+        Err(SandboxError::Invalid {
+            reason: crate::workspace::NO_WORKSPACE.into(),
+        })
+    }
+
     /// True only when every exec of this sandbox is checked by a
     /// [`crate::guard`] elsewhere — a kept sandbox, whose keeper guards it.
     /// The router then does not guard it twice.

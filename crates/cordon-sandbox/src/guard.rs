@@ -141,16 +141,23 @@ impl Sandbox for Guarded {
     fn resolve_command(&self, program: &str) -> Result<ResolvedCommand, SandboxError> {
         self.inner.resolve_command(program)
     }
-    /// A replacement is checked as [`crate::Router::ensure_policy_allows`]
-    /// checks a spec's allowlist at acquire, for this sandbox's identity;
-    /// one the policy denies closes egress (never leaves the old, wider
-    /// list in force) and is refused, saying so.
     fn pause(&self) -> Result<(), SandboxError> {
         self.inner.pause()
     }
     fn resume(&self) -> Result<(), SandboxError> {
         self.inner.resume()
     }
+    fn workspace_diff(&self) -> Result<Vec<crate::WorkspaceChange>, SandboxError> {
+        self.inner.workspace_diff()
+    }
+    fn workspace_apply(&self, only: &[String]) -> Result<crate::ApplyReport, SandboxError> {
+        self.inner.workspace_apply(only)
+    }
+
+    /// A replacement is checked as [`crate::Router::ensure_policy_allows`]
+    /// checks a spec's allowlist at acquire, for this sandbox's identity;
+    /// one the policy denies closes egress (never leaves the old, wider
+    /// list in force) and is refused, saying so.
     fn change_egress(&self, change: EgressChange, by: &str) -> Result<u64, SandboxError> {
         if let EgressChange::Replace(list) = &change {
             let p = self.inner.provenance();

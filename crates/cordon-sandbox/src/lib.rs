@@ -82,6 +82,7 @@ pub mod secrets;
 pub mod sink;
 pub mod spec;
 pub mod wire;
+pub mod workspace;
 pub mod yaml;
 
 pub use backend::{
@@ -113,3 +114,4 @@ pub use router::{
 pub use secrets::{Brokered, SecretError, SecretProvider, SecretValue};
 pub use sink::{Artifact, ArtifactHandle, LandedArtifact, OutputSink, SinkError};
 pub use spec::{spec_json_schema, PlaceholderAsk, ResourceAsk, SandboxSpec, SecretName, SpecError};
+pub use workspace::{ApplyReport, Change, RefusedChange, WorkspaceChange};

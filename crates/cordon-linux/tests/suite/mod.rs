@@ -13,6 +13,7 @@ mod refusal;
 mod volume;
 mod warm;
 mod workdir;
+mod workspace;
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::{chown, PermissionsExt};
