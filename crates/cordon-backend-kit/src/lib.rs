@@ -32,6 +32,7 @@ pub mod profile;
 pub mod register;
 pub mod trust;
 pub mod workarea;
+pub mod workspace;
 
 pub use dirs::{remove_sandbox_dir, SandboxDirs};
 pub use engine::{Engine, EngineBackend, Which};

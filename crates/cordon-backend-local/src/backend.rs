@@ -76,6 +76,7 @@ pub fn local_capabilities(p: &RungProfile) -> CapabilitySet {
         Capability::RunCode,
         Capability::FilesIn,
         Capability::FilesOut,
+        Capability::Workspace,
     ];
     if p.egress == cordon_sandbox::Egress::Allowlist {
         caps.push(Capability::Network);
@@ -212,6 +213,7 @@ impl LocalBackend {
     /// made is removed when a later step fails.
     fn make_sandbox(&self, req: &AcquireRequest) -> Result<LocalSandbox, BackendError> {
         let mut id_lease = None;
+        let mut workspace = None;
         let private_tmp = self.profile.private_tmp_dir();
         // `files`: where cordon itself writes files in, as whom.
         let (id, mount, host_work, fresh, files_at, files_owner) = match &self.config.work_dir {
@@ -220,8 +222,23 @@ impl LocalBackend {
                 let id = lease.id();
                 id_lease = Some(lease);
                 let vol = fresh_volume(parent, id, req.limits.disk_bytes, private_tmp)?;
+                if let Some(dir) = req.provenance.spec.workspace() {
+                    match cordon_backend_kit::workspace::mount(dir, &vol, id) {
+                        Ok(w) => workspace = Some(w),
+                        Err(e) => {
+                            let _ = crate::workdir::remove_mount(&vol);
+                            return Err(e);
+                        }
+                    }
+                }
                 let work = vol.join("work");
                 (id, vol, work.clone(), true, work, (id, id))
+            }
+            WorkDir::Given(_) if req.provenance.spec.workspace().is_some() => {
+                return Err(cordon_sandbox::BackendError::Invalid {
+                    operation: "acquire",
+                    reason: "a sandbox is made either over an operator's work dir (`--work-dir`) or from a workspace (`--workspace`), not both; drop one".into(),
+                });
             }
             WorkDir::Given(d) => {
                 let g = given_dir(d, &std::env::temp_dir(), req.limits.disk_bytes)?;
@@ -310,6 +327,7 @@ impl LocalBackend {
             egress: Mutex::new(None),
             egress_control: Mutex::new(None),
             trust: None,
+            workspace,
         };
         made.secrets = None;
         let allow = req.provenance.spec.egress_allow();

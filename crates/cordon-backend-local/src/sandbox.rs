@@ -78,6 +78,9 @@ pub struct LocalSandbox {
     /// system one. Made before the warm sandbox starts (its binds are
     /// fixed then) and filled once the channel is served.
     pub(crate) trust: Option<(PathBuf, cordon_backend_kit::trust::Trust)>,
+    /// The host directory the work dir is made from, copy-on-write (a
+    /// spec's `workspace`): its changes, for diff and apply.
+    pub(crate) workspace: Option<cordon_files::workspace::Workspace>,
 }
 
 /// What a local sandbox leaves if its holder dies: its cgroups and the
@@ -568,6 +571,17 @@ impl Sandbox for LocalSandbox {
     }
     fn resume(&self) -> Result<(), SandboxError> {
         self.frozen(false)
+    }
+
+    fn workspace_diff(&self) -> Result<Vec<cordon_sandbox::WorkspaceChange>, SandboxError> {
+        cordon_backend_kit::workspace::diff(self.workspace.as_ref())
+    }
+
+    fn workspace_apply(
+        &self,
+        only: &[String],
+    ) -> Result<cordon_sandbox::ApplyReport, SandboxError> {
+        cordon_backend_kit::workspace::apply(self.workspace.as_ref(), only)
     }
 
     /// Through the proxy serving its channel: the container rung with a

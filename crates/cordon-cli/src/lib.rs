@@ -29,6 +29,7 @@ mod sandbox_cmd;
 mod serve_cmd;
 mod spec_cmd;
 mod state_open;
+mod workspace_cmd;
 
 /// cordon: a sandbox for code that AI agents write and run.
 #[derive(Parser)]

@@ -38,6 +38,13 @@ pub struct RunArgs {
     /// the workload's output, how it ended; docs/cli-json.md).
     #[arg(long, value_enum, default_value_t = crate::Format::Human)]
     pub format: crate::Format,
+    /// With `--workspace`: when the command exits 0, write what it
+    /// changed back into the directory (listed on stderr; a change whose
+    /// path was changed in the directory meanwhile, or a link that would
+    /// point out of it, is refused and named, and the exit is then 125).
+    /// Without it, a run's changes go with its sandbox.
+    #[arg(long, requires = "workspace")]
+    pub apply: bool,
     /// The command and its arguments, after `--` (e.g. `-- python3 job.py`).
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<String>,
@@ -72,8 +79,16 @@ pub struct Selection {
     /// mapped into the sandbox, so what the workload makes there is owned
     /// by the directory's owner (cordon never chowns it); it must be on a
     /// filesystem no larger than `max_disk`, which is what holds the bound.
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", conflicts_with = "workspace")]
     pub work_dir: Option<PathBuf>,
+    /// Work in this project directory copy-on-write: the sandbox sees its
+    /// files at the spec's `work_dir`; what it changes stays on the
+    /// sandbox's own volume (held to `max_disk`, however large the
+    /// directory's filesystem) and reaches DIR only when applied (`cordon
+    /// run --apply`, `cordon sandbox diff` and `apply`). Sets the spec's
+    /// `workspace`.
+    #[arg(long, value_name = "DIR")]
+    pub workspace: Option<PathBuf>,
     /// Where the secrets a spec names are read from: the secret
     /// `team-a/db-password` is the file `DIR/team-a/db-password` (links
     /// refused, at most 1 MiB). Each secret the policy grants is handed to
@@ -207,6 +222,13 @@ pub fn run(args: RunArgs) -> ExitCode {
         let _p = phase("exec");
         exec_attached(&*sandbox, &req, false)
     };
+    let applied = match &result {
+        Ok(out) if args.apply && out.status == ExitStatus::Code(0) => {
+            let _p = phase("apply");
+            Some(crate::workspace_cmd::apply_after_run(&*sandbox))
+        }
+        _ => None,
+    };
     {
         let _p = phase("dispose");
         drop(sandbox);
@@ -217,7 +239,13 @@ pub fn run(args: RunArgs) -> ExitCode {
         }
     }
     match result {
-        Ok(out) => exit_for(&out, req.max_output_bytes),
+        Ok(out) => {
+            let code = exit_for(&out, req.max_output_bytes);
+            match applied {
+                Some(Err(refused)) => refused,
+                _ => code,
+            }
+        }
         Err(e) => fail(e),
     }
 }
@@ -412,6 +440,10 @@ pub fn prepare(args: &Selection, keep: Option<Keep>) -> Result<Prepared, ExitCod
     let spec = match spec {
         Ok(s) => s,
         Err(e) => return Err(fail(e)),
+    };
+    let spec = match &args.workspace {
+        Some(dir) => crate::workspace_cmd::with_workspace(spec, dir)?,
+        None => spec,
     };
     let mut builder = builder
         .policy_file(policy_path(args)?)

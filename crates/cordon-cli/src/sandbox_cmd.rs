@@ -103,6 +103,26 @@ pub enum SandboxCommand {
         /// The sandbox, by its handle.
         handle: String,
     },
+    /// What a sandbox made over a workspace (`up --workspace DIR`)
+    /// changed there, one path a line: `A` added, `M` modified, `D`
+    /// removed. Nothing reaches DIR until `apply`.
+    Diff {
+        /// The sandbox, by its handle.
+        handle: String,
+    },
+    /// Write a sandbox's workspace changes back into its directory: all of
+    /// them, or those at or beneath PATHS (relative to the workspace).
+    /// Through confined writes (no link followed, none written that points
+    /// out of the directory, no set-id bits); a change whose path was
+    /// changed in the directory since the sandbox was made is refused, the
+    /// others applied, and the exit is then 125.
+    Apply {
+        /// The sandbox, by its handle.
+        handle: String,
+        /// Only these paths (and what is beneath them).
+        #[arg(value_name = "PATH")]
+        paths: Vec<String>,
+    },
     /// List the recorded sandboxes. Like every subcommand but `gc`, it
     /// first reclaims those whose keeper was killed (said on stderr).
     Ls,
@@ -277,6 +297,10 @@ fn go(cmd: SandboxCommand) -> Result<ExitCode, ExitCode> {
         } => egress(&handle, &spec_egress),
         SandboxCommand::Pause { handle } => pause(&handle, true),
         SandboxCommand::Resume { handle } => pause(&handle, false),
+        SandboxCommand::Diff { handle } => crate::workspace_cmd::diff(&attach(&handle)?, &handle),
+        SandboxCommand::Apply { handle, paths } => {
+            crate::workspace_cmd::apply(&attach(&handle)?, &paths)
+        }
         SandboxCommand::Ls => ls(),
         SandboxCommand::Down {
             handle,

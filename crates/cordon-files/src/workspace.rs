@@ -44,8 +44,7 @@ pub struct Workspace {
     dir: PathBuf,
     upper: PathBuf,
     /// `ctime` at or after this (seconds, nanoseconds) is a change the
-    /// sandbox did not see. Taken a second before the mount, so a coarse
-    /// clock cannot hide a change made around it.
+    /// sandbox did not see: [`Workspace::clock`] before the mount.
     since: (i64, i64),
     /// The directory's owner: what new files are given.
     owner: (u32, u32),
@@ -184,18 +183,25 @@ fn target_stays_within(rel: &str, target: &str) -> bool {
 
 impl Workspace {
     /// The workspace over `dir` (canonical, the host's) whose changes are
-    /// in `upper`; `owner` is `dir`'s. Made when the layers are mounted.
-    pub fn new(dir: &Path, upper: &Path, owner: (u32, u32)) -> Workspace {
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default();
+    /// in `upper`; `owner` is `dir`'s; `since` is [`Workspace::clock`]
+    /// read before the layers were mounted.
+    pub fn new(dir: &Path, upper: &Path, owner: (u32, u32), since: (i64, i64)) -> Workspace {
         Workspace {
             dir: dir.to_path_buf(),
             upper: upper.to_path_buf(),
-            since: (now.as_secs() as i64 - 1, i64::from(now.subsec_nanos())),
+            since,
             owner,
             written: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Now, on the clock filesystems stamp `ctime` with (the kernel's
+    /// coarse realtime clock): a change made after this reads has a
+    /// `ctime` at or after it. One made within the same tick before it
+    /// may too, and is then taken for the host's — refused, never lost.
+    pub fn clock() -> (i64, i64) {
+        let t = rustix::time::clock_gettime(rustix::time::ClockId::RealtimeCoarse);
+        (t.tv_sec, t.tv_nsec)
     }
 
     /// The host directory.

@@ -41,8 +41,9 @@ fn diff_names_each_change_and_apply_writes_only_safe_ones_back() {
     write(&dir.join("theirs.txt"), "host's\n");
     std::os::unix::fs::chown(&dir, Some(1234), Some(1234)).unwrap();
     // The host's changes are those after the sandbox was made.
-    std::thread::sleep(std::time::Duration::from_millis(1100));
-    let ws = Workspace::new(&dir, &upper, (1234, 1234));
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    let ws = Workspace::new(&dir, &upper, (1234, 1234), Workspace::clock());
+    std::thread::sleep(std::time::Duration::from_millis(20));
     write(&dir.join("theirs.txt"), "host changed it\n");
 
     write(&upper.join("a.txt"), "2\n");
@@ -140,9 +141,9 @@ fn a_link_the_host_has_in_the_directory_is_not_followed() {
     std::fs::create_dir_all(&outside).unwrap();
     std::fs::create_dir_all(&dir).unwrap();
     std::os::unix::fs::symlink(&outside, dir.join("sub")).unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(1100));
+    std::thread::sleep(std::time::Duration::from_millis(20));
     let upper = t.path().join("upper");
-    let ws = Workspace::new(&dir, &upper, (0, 0));
+    let ws = Workspace::new(&dir, &upper, (0, 0), Workspace::clock());
     // The sandbox removed the link `sub` and made a directory there with
     // a file in it: applied, the link is replaced, never written through.
     write(&upper.join("sub/f"), "x");

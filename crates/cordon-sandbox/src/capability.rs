@@ -29,12 +29,15 @@ pub enum Capability {
     Network,
     /// Save and restore the sandbox's state.
     Snapshot,
+    /// Make the work dir from a host directory, copy-on-write, and show
+    /// and apply the changes (a spec's `workspace`).
+    Workspace,
     /// Carry an identity of its own that services can authenticate.
     AttachedIdentity,
 }
 
 impl Capability {
-    pub const ALL: [Capability; 9] = [
+    pub const ALL: [Capability; 10] = [
         Capability::Exec,
         Capability::RunCode,
         Capability::HostTools,
@@ -43,6 +46,7 @@ impl Capability {
         Capability::FilesList,
         Capability::Network,
         Capability::Snapshot,
+        Capability::Workspace,
         Capability::AttachedIdentity,
     ];
 
@@ -56,6 +60,7 @@ impl Capability {
             Capability::FilesList => "files_list",
             Capability::Network => "network",
             Capability::Snapshot => "snapshot",
+            Capability::Workspace => "workspace",
             Capability::AttachedIdentity => "attached_identity",
         }
     }

@@ -10,6 +10,7 @@
 //! kind: diagram
 //! image: diagram-sandbox:1
 //! work_dir: /workspace
+//! workspace: /home/me/project   # a host directory, copy-on-write (optional)
 //! egress_allow: [pypi.org, "*.pythonhosted.org"]   # empty or absent: no network
 //! requires: [exec, files_in]
 //! min_isolation: microvm        # may raise the host's floor, never lower it
@@ -43,7 +44,9 @@ use crate::limits::TransferLimits;
 use crate::outputs::{names_collide, shown_name, DeclaredOutput, Disposition, OutputError};
 use crate::yaml::{self, pos};
 
+mod checks;
 mod secrets;
+use checks::{check_count, check_image, check_memory, check_name, check_work_dir, check_workspace};
 pub use secrets::PlaceholderAsk;
 use secrets::{secrets_of, RawSecret};
 
@@ -97,6 +100,8 @@ pub struct SandboxSpec {
     image: String,
     egress_allow: Vec<EgressEntry>,
     work_dir: String,
+    /// A host directory the work dir is made from, copy-on-write.
+    workspace: Option<String>,
     requires: CapabilitySet,
     min_isolation: Option<Isolation>,
     resources: ResourceAsk,
@@ -144,76 +149,6 @@ pub enum SpecError {
     Read { file: String, reason: String },
 }
 
-/// A `kind` or `image` name; `example` shows a good one.
-fn check_name(example: &str, raw: &str) -> Result<String, String> {
-    if raw.is_empty() {
-        return Err("it is empty".into());
-    }
-    if raw.len() > 256 {
-        return Err("it is longer than 256 bytes".into());
-    }
-    if !raw
-        .bytes()
-        .all(|b| b.is_ascii_alphanumeric() || b"-_.:/@+".contains(&b))
-    {
-        return Err(format!(
-            "`{raw}` holds a character outside `a-z A-Z 0-9 - _ . : / @ +`; write a name like `{example}`"
-        ));
-    }
-    Ok(raw.to_string())
-}
-
-/// An image name: a name, and never a path out of a store (no `.` or
-/// `..` segment, no empty one: no leading, trailing or doubled `/`).
-fn check_image(raw: &str) -> Result<String, String> {
-    let name = check_name("diagram-sandbox:1", raw)?;
-    if name
-        .split('/')
-        .any(|seg| seg.is_empty() || seg == "." || seg == "..")
-    {
-        return Err(format!(
-            "`{raw}` has an empty, `.` or `..` segment; an image is named, never a path (`host`, `python-3.12`, `docker.io/library/python:3.12`)"
-        ));
-    }
-    Ok(name)
-}
-
-fn check_work_dir(raw: &str) -> Result<String, String> {
-    let canonical = canon::fs_path(raw).map_err(|e| e.to_string())?;
-    if canonical != raw {
-        return Err(format!(
-            "`{raw}` is not in canonical form; write `{canonical}`"
-        ));
-    }
-    if canonical == "/" {
-        return Err("`/` is the guest's root; name a directory like `/workspace`".into());
-    }
-    Ok(canonical)
-}
-
-fn check_count(raw: &str) -> Result<u64, String> {
-    if raw.is_empty() || !raw.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(format!("`{raw}` is not a whole number; write it like `30`"));
-    }
-    match raw.parse::<u64>() {
-        Ok(0) => {
-            Err("0 leaves nothing to run; leave the ask out to take the policy's bound".into())
-        }
-        Ok(n) => Ok(n),
-        Err(_) => Err(format!("`{raw}` is too large")),
-    }
-}
-
-fn check_memory(raw: &str) -> Result<u64, String> {
-    match canon::size(raw) {
-        Ok(0) => {
-            Err("0 leaves nothing to run; leave the ask out to take the policy's bound".into())
-        }
-        Ok(n) => Ok(n),
-        Err(e) => Err(e.to_string()),
-    }
-}
-
 impl SandboxSpec {
     /// A spec with the closed configuration: no network, no required
     /// capabilities, no floor of its own, no resource asks, no secrets, work
@@ -225,6 +160,7 @@ impl SandboxSpec {
             image: check_image(image).map_err(invalid("image"))?,
             egress_allow: Vec::new(),
             work_dir: DEFAULT_WORK_DIR.to_string(),
+            workspace: None,
             requires: CapabilitySet::empty(),
             min_isolation: None,
             resources: ResourceAsk::default(),
@@ -377,6 +313,20 @@ impl SandboxSpec {
     pub fn work_dir(&self) -> &str {
         &self.work_dir
     }
+    /// The host directory the work dir is made from, copy-on-write.
+    pub fn workspace(&self) -> Option<&str> {
+        self.workspace.as_deref()
+    }
+    /// Makes the work dir from the host directory `dir` (absolute,
+    /// canonical), copy-on-write: `workspace` joins `requires`.
+    pub fn with_workspace(mut self, dir: &str) -> Result<SandboxSpec, SpecError> {
+        self.workspace = Some(check_workspace(dir).map_err(|reason| SpecError::Invalid {
+            field: "workspace",
+            reason,
+        })?);
+        self.requires.insert(Capability::Workspace);
+        Ok(self)
+    }
     pub fn requires(&self) -> &CapabilitySet {
         &self.requires
     }
@@ -424,6 +374,7 @@ impl SandboxSpec {
         diff("image", self.image != other.image);
         diff("egress_allow", self.egress_allow != other.egress_allow);
         diff("work_dir", self.work_dir != other.work_dir);
+        diff("workspace", self.workspace != other.workspace);
         diff("requires", self.requires != other.requires);
         diff("min_isolation", self.min_isolation != other.min_isolation);
         diff("resources", self.resources != other.resources);
@@ -549,6 +500,12 @@ struct RawSpec {
     #[serde(default)]
     #[schemars(with = "Option<String>")]
     work_dir: Option<Spanned<String>>,
+    /// A host directory the work dir is made from, copy-on-write: the
+    /// sandbox sees its files, its changes stay on the sandbox's volume
+    /// until the host applies them. An absolute, canonical host path.
+    #[serde(default)]
+    #[schemars(with = "Option<String>")]
+    workspace: Option<Spanned<String>>,
     /// Hosts the workload may reach through the egress proxy: `host[:port]`
     /// or `*.domain[:port]` (port 443 by default); no IP addresses.
     #[serde(default)]
@@ -711,6 +668,10 @@ impl RawSpec {
             Some(w) => check_work_dir(w).map_err(|r| at("work_dir", w, r))?,
             None => DEFAULT_WORK_DIR.to_string(),
         };
+        let workspace = match &self.workspace {
+            Some(w) => Some(check_workspace(w).map_err(|r| at("workspace", w, r))?),
+            None => None,
+        };
         let mut egress_allow: Vec<EgressEntry> = Vec::new();
         for e in &self.egress_allow {
             let entry =
@@ -764,11 +725,15 @@ impl RawSpec {
         if files_out.is_some() {
             requires.insert(Capability::FilesOut);
         }
+        if workspace.is_some() {
+            requires.insert(Capability::Workspace);
+        }
         Ok(SandboxSpec {
             kind,
             image,
             egress_allow,
             work_dir,
+            workspace,
             requires,
             min_isolation,
             resources,

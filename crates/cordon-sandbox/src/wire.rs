@@ -24,6 +24,8 @@ struct SpecDoc<'a> {
     kind: &'a str,
     image: &'a str,
     work_dir: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    workspace: Option<&'a str>,
     egress_allow: Vec<String>,
     requires: Vec<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -88,6 +90,7 @@ impl SandboxSpec {
             kind: self.kind(),
             image: self.image(),
             work_dir: self.work_dir(),
+            workspace: self.workspace(),
             egress_allow: self.egress_allow().iter().map(|e| e.to_string()).collect(),
             requires: self.requires().iter().map(|c| c.as_str()).collect(),
             min_isolation: self.min_isolation().map(|i| i.as_str()),

@@ -124,6 +124,31 @@ impl KeptSandbox {
         }
     }
 
+    /// Asks the keeper for the workspace's changes (`apply: None`) or to
+    /// apply them; the JSON answer comes back in a scratch file.
+    fn workspace<T: serde::de::DeserializeOwned>(
+        &self,
+        apply: Option<Vec<String>>,
+    ) -> Result<T, SandboxError> {
+        let operation = if apply.is_some() { "apply" } else { "diff" };
+        let failed = |reason: String| SandboxError::Failed { operation, reason };
+        let mut f = std::fs::File::from(scratch_file("cordon-workspace")?);
+        let req = Request::Workspace { apply };
+        match self.keeper_file(&req, Some(f.as_fd()), "")? {
+            Reply::Workspace { len } => {
+                let mut json = Vec::new();
+                std::io::Seek::rewind(&mut f)
+                    .and_then(|_| {
+                        std::io::Read::read_to_end(&mut std::io::Read::take(&mut f, len), &mut json)
+                    })
+                    .map_err(|e| failed(e.to_string()))?;
+                serde_json::from_slice(&json)
+                    .map_err(|e| failed(format!("the keeper's answer: {e}")))
+            }
+            other => Err(unexpected(other, operation)),
+        }
+    }
+
     /// Whether the sandbox's spec asked for `capability` (a file call
     /// through the keeper serves only what was declared).
     fn declared(&self, capability: Capability) -> Result<(), SandboxError> {
@@ -397,6 +422,16 @@ impl Sandbox for KeptSandbox {
     }
     fn resume(&self) -> Result<(), SandboxError> {
         self.paused(false)
+    }
+    /// Asked of its keeper, which holds the workspace's layers.
+    fn workspace_diff(&self) -> Result<Vec<cordon_sandbox::WorkspaceChange>, SandboxError> {
+        self.workspace(None)
+    }
+    fn workspace_apply(
+        &self,
+        only: &[String],
+    ) -> Result<cordon_sandbox::ApplyReport, SandboxError> {
+        self.workspace(Some(only.to_vec()))
     }
     /// Asked of its keeper, whose guard checks the list against the
     /// policy for the sandbox's identity, and whose proxy changes it.

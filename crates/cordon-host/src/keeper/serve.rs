@@ -295,7 +295,8 @@ fn serve_sandbox(
                 Request::WriteFile { .. }
                 | Request::Stat { .. }
                 | Request::ReadFile { .. }
-                | Request::ListDir { .. } => {
+                | Request::ListDir { .. }
+                | Request::Workspace { .. } => {
                     busy.fetch_add(1, Ordering::SeqCst);
                     let reply = file_for_client(&*sandbox, req, fds);
                     busy.fetch_sub(1, Ordering::SeqCst);
@@ -470,6 +471,28 @@ fn file_for_client(sandbox: &dyn Sandbox, req: Request, fds: Vec<OwnedFd>) -> Re
                         Err(e) => bad(format!("writing to the client's file: {e}")),
                     }
                 }
+                Err(e) => err(e),
+            }
+        }
+        Request::Workspace { apply } => {
+            let Some(mut f) = one(&mut fds) else {
+                return bad("a workspace request carries exactly one descriptor".into());
+            };
+            let json = match apply {
+                None => sandbox
+                    .workspace_diff()
+                    .map(|c| serde_json::to_vec(&c).unwrap_or_default()),
+                Some(only) => sandbox
+                    .workspace_apply(&only)
+                    .map(|r| serde_json::to_vec(&r).unwrap_or_default()),
+            };
+            match json {
+                Ok(json) => match f.write_all(&json) {
+                    Ok(()) => Reply::Workspace {
+                        len: json.len() as u64,
+                    },
+                    Err(e) => bad(format!("writing to the client's file: {e}")),
+                },
                 Err(e) => err(e),
             }
         }

@@ -127,14 +127,22 @@ pub(crate) enum Request {
     ListDir {
         path: String,
     },
-    /// Replace the sandbox's egress allowlist (`host[:port]` entries, read
-    /// by the keeper): answered [`Reply::Egress`]. A list that does not
-    /// load, or that the policy denies for the sandbox's identity, closes
-    /// its egress and is answered with the error saying so.
     /// Freeze every process of the sandbox (`true`) or thaw them.
     Pause {
         paused: bool,
     },
+    /// The workspace's changes (`apply: None`), or apply those at or
+    /// beneath the paths given (`Some`; empty: every one). One descriptor
+    /// attached, writable: the keeper writes the changes (or the apply's
+    /// report) there as JSON and answers [`Reply::Workspace`].
+    Workspace {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        apply: Option<Vec<String>>,
+    },
+    /// Replace the sandbox's egress allowlist (`host[:port]` entries, read
+    /// by the keeper): answered [`Reply::Egress`]. A list that does not
+    /// load, or that the policy denies for the sandbox's identity, closes
+    /// its egress and is answered with the error saying so.
     Egress {
         allow: Vec<String>,
         /// Set when the client's own replacement did not load (why: a bad
@@ -245,6 +253,11 @@ pub(crate) enum Reply {
     /// The sandbox is now paused (`true`) or running.
     Paused {
         paused: bool,
+    },
+    /// `len` bytes of JSON (the changes, or the apply's report) were
+    /// written to the attached descriptor.
+    Workspace {
+        len: u64,
     },
 }
 
