@@ -82,6 +82,8 @@ pub struct DockerSandbox {
     disposed: AtomicBool,
     /// Its pause (see [`cordon_backend_kit::Pausing`]).
     paused: cordon_backend_kit::Pausing,
+    /// The spec's workspace, mounted copy-on-write as the work dir.
+    workspace: Option<cordon_files::workspace::Workspace>,
 }
 
 /// A sandbox dropped without [`DockerSandbox::dispose`] still gives back
@@ -108,10 +110,17 @@ impl DockerSandbox {
         let (id, dir) = (made_dir.id.clone(), made_dir.dir.clone());
         let labels = sandbox_labels(req, &id, &dir, engine);
         let wants_secrets = !req.provenance.spec.secrets().is_empty();
+        let mut workspace = None;
         let made =
             (|| -> Result<(HostImage, RootedFs, HostWorkDir, Option<HostSecretsDir>), String> {
                 let root = prepare_dir(&dir, &acquiring.guest_work)?;
-                let WorkArea { view, files, .. } = acquiring.work_area(&made_dir)?;
+                let WorkArea {
+                    view,
+                    files,
+                    workspace: w,
+                    ..
+                } = acquiring.work_area(&made_dir)?;
+                workspace = w;
                 // Inside the sandbox's directory (root's, 0700): no other
                 // sandbox's workload, though the same uid, can reach it.
                 let secrets = match wants_secrets {
@@ -189,6 +198,7 @@ impl DockerSandbox {
             trust,
             disposed: AtomicBool::new(false),
             paused: Default::default(),
+            workspace,
         })
     }
 
@@ -665,6 +675,17 @@ impl Sandbox for DockerSandbox {
 
     /// Through the engine: every container of the sandbox (its anchor and
     /// each exec's) paused by the engine's cgroup freezer.
+    fn workspace_diff(&self) -> Result<Vec<cordon_sandbox::WorkspaceChange>, SandboxError> {
+        cordon_backend_kit::workspace::diff(self.workspace.as_ref())
+    }
+
+    fn workspace_apply(
+        &self,
+        only: &[String],
+    ) -> Result<cordon_sandbox::ApplyReport, SandboxError> {
+        cordon_backend_kit::workspace::apply(self.workspace.as_ref(), only)
+    }
+
     fn pause(&self) -> Result<(), SandboxError> {
         live(&self.disposed)?;
         self.paused.set(true, |p| self.freeze_all(p))

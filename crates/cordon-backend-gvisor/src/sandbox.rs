@@ -92,6 +92,8 @@ pub struct GvisorSandbox {
     disposed: AtomicBool,
     /// Its pause (see [`cordon_backend_kit::Pausing`]).
     paused: cordon_backend_kit::Pausing,
+    /// The spec's workspace, mounted copy-on-write as the work dir.
+    workspace: Option<cordon_files::workspace::Workspace>,
 }
 
 impl GvisorSandbox {
@@ -106,6 +108,7 @@ impl GvisorSandbox {
         let made_dir = crate::DIRS.make(&config.setup.scratch)?;
         let (id, dir) = (made_dir.id.clone(), made_dir.dir.clone());
         let wants_secrets = !req.provenance.spec.secrets().is_empty();
+        let mut workspace = None;
         let made =
             (|| -> Result<(HostImage, RootedFs, HostWorkDir, Option<HostSecretsDir>), String> {
                 let image = if image_root == Path::new("/") {
@@ -127,7 +130,13 @@ impl GvisorSandbox {
                 install_shim(&image.rootfs)?;
                 oci::mkdir_in(&image.rootfs, Path::new(&guest_work))?;
                 make_masks(&dir.join("masks"))?;
-                let WorkArea { view, files, .. } = acquiring.work_area(&made_dir)?;
+                let WorkArea {
+                    view,
+                    files,
+                    workspace: w,
+                    ..
+                } = acquiring.work_area(&made_dir)?;
+                workspace = w;
                 // Inside the sandbox's directory (root's, 0700): no other
                 // sandbox's workload, though the same uid, can reach it.
                 let secrets = if wants_secrets {
@@ -187,6 +196,7 @@ impl GvisorSandbox {
             route,
             disposed: AtomicBool::new(false),
             paused: Default::default(),
+            workspace,
         };
         Ok(sandbox)
     }
@@ -527,6 +537,17 @@ impl Sandbox for GvisorSandbox {
 
     /// Through runsc: every runsc sandbox of it (its pod, a first exec's
     /// own) paused whole, its sentry and gofer included.
+    fn workspace_diff(&self) -> Result<Vec<cordon_sandbox::WorkspaceChange>, SandboxError> {
+        cordon_backend_kit::workspace::diff(self.workspace.as_ref())
+    }
+
+    fn workspace_apply(
+        &self,
+        only: &[String],
+    ) -> Result<cordon_sandbox::ApplyReport, SandboxError> {
+        cordon_backend_kit::workspace::apply(self.workspace.as_ref(), only)
+    }
+
     fn pause(&self) -> Result<(), SandboxError> {
         live(&self.disposed)?;
         self.paused.set(true, |p| self.freeze_all(p))

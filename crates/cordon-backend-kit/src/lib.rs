@@ -121,8 +121,8 @@ pub fn resolve_in(
 }
 
 /// What every OCI engine backend serves (docker, gvisor): commands, code,
-/// files in and declared files out (from the work dir on the host), and
-/// the network through cordon's egress proxy, the one route out of a
+/// files in and declared files out (from the work dir on the host), a
+/// workspace (mounted copy-on-write on the host), and the network through cordon's egress proxy, the one route out of a
 /// sandbox whose spec names hosts.
 pub fn engine_capabilities() -> cordon_sandbox::CapabilitySet {
     use cordon_sandbox::Capability;
@@ -132,6 +132,7 @@ pub fn engine_capabilities() -> cordon_sandbox::CapabilitySet {
         Capability::FilesIn,
         Capability::FilesOut,
         Capability::Network,
+        Capability::Workspace,
     ]
     .into_iter()
     .collect()

@@ -45,6 +45,8 @@ pub struct WorkArea {
     pub work_host: PathBuf,
     pub view: RootedFs,
     pub files: HostWorkDir,
+    /// The spec's workspace, mounted copy-on-write as the work dir.
+    pub workspace: Option<cordon_files::workspace::Workspace>,
 }
 
 /// What a work area is made from.
@@ -57,6 +59,9 @@ pub struct WorkAreaSpec<'a> {
     /// The operator's work dir (`--work-dir`), checked; `None`: a fresh
     /// one on the volume.
     pub given: Option<&'a Path>,
+    /// The spec's workspace: a host directory the fresh work dir is made
+    /// from, copy-on-write (refused together with `given`).
+    pub workspace: Option<&'a str>,
     /// The image's tree on the host (`/` for `host`).
     pub image_root: &'a Path,
     /// The work dir as the workload sees it.
@@ -107,6 +112,7 @@ impl<'a> Acquiring<'a> {
             scratch: &dir.scratch,
             disk_bytes: self.req.limits.disk_bytes,
             given: self.setup.work_dir.as_deref(),
+            workspace: self.req.provenance.spec.workspace(),
             image_root: &self.image_root,
             guest_work: &self.guest_work,
             backend: self.backend,
@@ -120,10 +126,24 @@ pub fn work_area(s: &WorkAreaSpec<'_>) -> Result<WorkArea, String> {
     private_dir(s.volume)?;
     cordon_linux::volume::mount_volume(s.volume, s.scratch, s.disk_bytes, WORKLOAD_ID)
         .map_err(|e| format!("the work dir's volume: {e}"))?;
-    let work_host = match s.given {
-        Some(d) => cordon_confine::oci::given_work_dir(d, s.disk_bytes, WORKLOAD_ID, s.backend)?,
-        None => {
+    let mut workspace = None;
+    let work_host = match (s.given, s.workspace) {
+        (Some(_), Some(_)) => return Err("a sandbox is made either over an operator's work dir (`--work-dir`) or from a workspace (`--workspace`), not both; drop one".into()),
+        (Some(d), None) => {
+            cordon_confine::oci::given_work_dir(d, s.disk_bytes, WORKLOAD_ID, s.backend)?
+        }
+        (None, w) => {
             owned_dir(&s.volume.join("work"))?;
+            if let Some(dir) = w {
+                workspace = Some(
+                    crate::workspace::mount(dir, s.volume, WORKLOAD_ID).map_err(|e| match e {
+                        cordon_sandbox::BackendError::Invalid { reason, .. }
+                        | cordon_sandbox::BackendError::Failed { reason, .. }
+                        | cordon_sandbox::BackendError::Refused { reason, .. }
+                        | cordon_sandbox::BackendError::Unavailable { reason } => reason,
+                    })?,
+                );
+            }
             s.volume.join("work")
         }
     };
@@ -141,6 +161,7 @@ pub fn work_area(s: &WorkAreaSpec<'_>) -> Result<WorkArea, String> {
         work_host,
         view,
         files,
+        workspace,
     })
 }
 

@@ -897,3 +897,28 @@ fn a_kept_sandbox_pauses_and_resumes_through_the_engine() {
     busy.reap();
     assert_eq!(leftovers(&engine, tmp.path()), Vec::<String>::new());
 }
+
+/// A workspace at Docker: the container binds the copy-on-write work dir;
+/// the shared case (`cordon_testkit::workspace`) holds diff and apply.
+#[test]
+fn the_workspace_case_passes_at_docker() {
+    let Some(engine) = Dockerd::start("docker workspace") else {
+        return;
+    };
+    let tmp = scratch();
+    let c = cordon_for(&engine.host(), tmp.path());
+    cordon_testkit::workspace::diff_then_apply(
+        &c,
+        &[
+            "--scope",
+            "docker-ws",
+            "--thread",
+            "w",
+            "--backend",
+            "docker",
+            "--min-isolation",
+            "container",
+        ],
+    );
+    assert_eq!(leftovers(&engine, tmp.path()), Vec::<String>::new());
+}

@@ -880,3 +880,29 @@ fn a_kept_sandbox_pauses_and_resumes_through_runsc() {
         .collect();
     assert!(left.is_empty(), "runsc containers left: {left:?}");
 }
+
+/// A workspace at gVisor: the gofer serves the copy-on-write work dir; the
+/// shared case (`cordon_testkit::workspace`) holds diff and apply.
+#[test]
+fn the_workspace_case_passes_at_gvisor() {
+    let _shared = KITS_ALONE.read().unwrap_or_else(|e| e.into_inner());
+    if !can_run("gvisor workspace") {
+        return;
+    }
+    let tmp = scratch();
+    let c = cordon_testkit::cordon!()
+        .env("TMPDIR", tmp.path())
+        .env("CORDON_STATE_DIR", tmp.path().join("state"));
+    cordon_testkit::workspace::diff_then_apply(
+        &c,
+        &[
+            "--scope",
+            "gvisor-ws",
+            "--thread",
+            "w",
+            "--min-isolation",
+            "hardened_container",
+        ],
+    );
+    assert_eq!(leftovers(tmp.path()), Vec::<String>::new());
+}

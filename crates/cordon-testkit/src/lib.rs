@@ -22,6 +22,7 @@ mod image;
 pub mod pause;
 pub mod policy;
 pub mod suite;
+pub mod workspace;
 
 pub use cordon::{output, Cordon};
 pub use image::{ci_image, CI_IMAGE, CI_STORE};
