@@ -197,6 +197,23 @@ class Thread:
         """Thaws a paused sandbox (one not paused is left as it is)."""
         self.client._json("POST", "/v1/sandboxes/resume", dict(self.at))
 
+    def diff(self) -> List[Dict[str, Any]]:
+        """The changes this sandbox made to its workspace (a spec's
+        `workspace`: a project directory it works in copy-on-write), each
+        `{path, change: added|modified|removed, kind, size}`. Nothing has
+        reached the directory until `apply`."""
+        return list(self.client._json("POST", "/v1/sandboxes/diff", dict(self.at))["changes"])
+
+    def apply(self, paths: Optional[List[str]] = None) -> Dict[str, Any]:
+        """Writes the workspace changes (all, or those at or beneath
+        `paths`) back into the directory: `{ok, applied, refused}`, where
+        each refused change says why (a link pointing out of the
+        directory, a path changed there since the sandbox was made)."""
+        body = dict(self.at)
+        if paths:
+            body["paths"] = list(paths)
+        return dict(self.client._json("POST", "/v1/sandboxes/apply", body))
+
     def dispose(self) -> int:
         """Disposes of this one sandbox."""
         return int(self.client._json("POST", "/v1/sandboxes/dispose", dict(self.at))["disposed"])
@@ -241,6 +258,12 @@ class AsyncThread:
 
     async def resume(self) -> None:
         await asyncio.to_thread(self._t.resume)
+
+    async def diff(self) -> List[Dict[str, Any]]:
+        return await asyncio.to_thread(self._t.diff)
+
+    async def apply(self, paths: Optional[List[str]] = None) -> Dict[str, Any]:
+        return await asyncio.to_thread(self._t.apply, paths)
 
     async def dispose(self) -> int:
         return await asyncio.to_thread(self._t.dispose)

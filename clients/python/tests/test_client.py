@@ -111,6 +111,33 @@ class LiveServer(unittest.TestCase):
 
             asyncio.run(paused())
 
+    def test_a_workspace_shows_its_diff_and_applies_only_when_asked(self) -> None:
+        project = os.environ["CORDON_WORKSPACE"]
+        with self.a.thread("py-ws") as t:
+            t.create(f"kind: run\nimage: host\nworkspace: {project}\n")
+            r = t.exec(["sh", "-c", "echo more >> notes.md && echo new > new.txt && ln -s /etc/passwd out"])
+            self.assertEqual(r.code, 0, r.stderr)
+            changes = {(c["path"], c["change"]) for c in t.diff()}
+            self.assertEqual(changes, {("notes.md", "modified"), ("new.txt", "added"), ("out", "added")})
+            with open(os.path.join(project, "notes.md")) as f:
+                self.assertEqual(f.read(), "# notes\n")
+            report = t.apply(["notes.md", "out"])
+            self.assertFalse(report["ok"])
+            self.assertEqual([c["path"] for c in report["applied"]], ["notes.md"])
+            self.assertEqual([c["path"] for c in report["refused"]], ["out"])
+            self.assertIn("out of the workspace", report["refused"][0]["reason"])
+            with open(os.path.join(project, "notes.md")) as f:
+                self.assertEqual(f.read(), "# notes\nmore\n")
+            self.assertFalse(os.path.exists(os.path.join(project, "new.txt")))
+            self.assertTrue(asyncio.run(self.a.athread("py-ws").apply(["new.txt"]))["ok"])
+            self.assertTrue(os.path.exists(os.path.join(project, "new.txt")))
+        # A directory outside the server's workspace roots is refused.
+        with self.a.thread("py-ws-2") as t:
+            with self.assertRaises(CordonError) as e:
+                t.create("kind: run\nimage: host\nworkspace: /var/tmp\n")
+            self.assertEqual(e.exception.status, 403)
+            self.assertIn("workspace_roots", str(e.exception))
+
     def test_the_async_thread_runs_streams_and_disposes_however_the_block_ends(self) -> None:
         async def main() -> None:
             async with self.a.athread("py-5") as t:

@@ -1201,7 +1201,16 @@ fn the_python_client_passes_its_tests_against_a_live_server() {
         return;
     }
     let dir = tempfile::tempdir().expect("dir");
-    let server = start(&config(dir.path(), &good_config()));
+    // A project beneath the one workspace root this server allows.
+    let project = dir.path().join("projects/p1");
+    std::fs::create_dir_all(&project).expect("project");
+    std::fs::write(project.join("notes.md"), "# notes\n").expect("project file");
+    let body = good_config().replace(
+        "sandboxes: {state_dir: state, dispose_on_shutdown: true}",
+        "sandboxes: {state_dir: state, dispose_on_shutdown: true, workspace_roots: [projects]}",
+    );
+    assert!(body.contains("workspace_roots"));
+    let server = start(&config(dir.path(), &body));
     let client = concat!(env!("CARGO_MANIFEST_DIR"), "/../../clients/python");
     let out = Command::new("python3")
         .args(["-m", "unittest", "discover", "-s", "tests", "-v"])
@@ -1209,12 +1218,13 @@ fn the_python_client_passes_its_tests_against_a_live_server() {
         .env("CORDON_URL", format!("http://{}", server.addr))
         .env("CORDON_TOKEN_A", "token-a")
         .env("CORDON_TOKEN_B", "token-b")
+        .env("CORDON_WORKSPACE", &project)
         .output()
         .expect("python3");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
     assert!(
-        err.contains("Ran 7 tests") && !err.contains("skipped"),
+        err.contains("Ran 8 tests") && !err.contains("skipped"),
         "{err}"
     );
 }

@@ -25,6 +25,7 @@
 use std::collections::HashMap;
 use std::io::Read;
 use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
@@ -643,6 +644,42 @@ fn remove_tree(parent: &OwnedFd, leaf: &str) -> Result<(), Errno> {
         }
     }
     rustix::fs::unlinkat(parent, leaf, AtFlags::REMOVEDIR)
+}
+
+/// Directories never made a workspace: the host's system trees (a
+/// sandbox would read all of it) and the pseudo-filesystems.
+pub fn refuse_system_dir(real: &Path, what: &str) -> Result<(), String> {
+    let system = [
+        "/", "/usr", "/lib", "/lib64", "/bin", "/sbin", "/etc", "/proc", "/sys", "/dev", "/tmp",
+        "/root", "/home", "/var", "/run", "/boot",
+    ];
+    if system.iter().any(|s| real == Path::new(s))
+        || ["/proc", "/sys", "/dev", "/run/cordon", "/etc"]
+            .iter()
+            .any(|p| real.starts_with(p))
+    {
+        return Err(format!(
+            "{what} `{}` is a system directory; give the sandbox a directory of its own (a project's)",
+            real.display()
+        ));
+    }
+    Ok(())
+}
+
+/// The host directory a spec names as its workspace, checked: it exists
+/// and is a directory, and not a system one. Returns its canonical path
+/// and its owner.
+pub fn check_dir(dir: &str) -> Result<(PathBuf, (u32, u32)), String> {
+    let real = Path::new(dir)
+        .canonicalize()
+        .map_err(|e| format!("workspace `{dir}`: {e}\nhelp: name an existing directory"))?;
+    let meta =
+        std::fs::metadata(&real).map_err(|e| format!("workspace `{}`: {e}", real.display()))?;
+    if !meta.is_dir() {
+        return Err(format!("workspace `{}` is not a directory", real.display()));
+    }
+    refuse_system_dir(&real, "workspace")?;
+    Ok((real, (meta.uid(), meta.gid())))
 }
 
 #[cfg(test)]

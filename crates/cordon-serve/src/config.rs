@@ -87,6 +87,12 @@ pub struct Sandboxes {
     /// `false`: they are left to the other replicas, a restarted server,
     /// the idle timeout or `cordon sandbox gc`).
     pub dispose_on_shutdown: bool,
+    /// The directories beneath which a spec's `workspace` may be (each
+    /// relative to the configuration file); empty: a spec with a
+    /// workspace is refused. A workspace is a host directory a caller's
+    /// sandbox reads and, through `apply`, writes: only what the operator
+    /// lists here.
+    pub workspace_roots: Vec<PathBuf>,
 }
 
 impl Default for Sandboxes {
@@ -96,6 +102,7 @@ impl Default for Sandboxes {
             idle_timeout: 1800,
             max_age: 86_400,
             dispose_on_shutdown: false,
+            workspace_roots: Vec::new(),
         }
     }
 }
@@ -246,6 +253,8 @@ struct RawSandboxes {
     max_age_seconds: Option<Spanned<String>>,
     #[serde(default)]
     dispose_on_shutdown: Option<Spanned<bool>>,
+    #[serde(default)]
+    workspace_roots: Vec<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -606,6 +615,22 @@ fn sandboxes_of(
             sandboxes.max_age = seconds(v, "max_age_seconds")?;
         }
         sandboxes.dispose_on_shutdown = r.dispose_on_shutdown.as_ref().is_some_and(|d| **d);
+        for w in &r.workspace_roots {
+            let root = base.join(&**w).canonicalize().map_err(|e| {
+                at.at(
+                    yaml::pos(w),
+                    format!(
+                        "`sandboxes.workspace_roots`: `{}`: {e}; name an existing directory",
+                        &**w
+                    ),
+                )
+            })?;
+            if let Err(why) = cordon_files::workspace::refuse_system_dir(&root, "a workspace root")
+            {
+                return Err(at.at(yaml::pos(w), format!("`sandboxes.workspace_roots`: {why}")));
+            }
+            sandboxes.workspace_roots.push(root);
+        }
     }
     Ok(sandboxes)
 }

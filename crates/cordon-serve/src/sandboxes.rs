@@ -226,6 +226,11 @@ pub(crate) async fn create(
         Ok(s) => s,
         Err(e) => return refused(ErrorKind::Invalid, e),
     };
+    if let Some(dir) = spec.workspace() {
+        if let Err(why) = workspace_allowed(dir, &s.config.sandboxes.workspace_roots) {
+            return refused(ErrorKind::Refused, why);
+        }
+    }
     let served = s.clone();
     let made = tokio::task::spawn_blocking(move || -> Response {
         match served.get_or_create(&cred, &body.at, &spec) {
@@ -459,5 +464,56 @@ pub(crate) async fn dispose_thread(
         Ok(Ok(n)) => Json(json!({"disposed": n})).into_response(),
         Ok(Err(e)) => refused(e.kind(), e),
         Err(e) => refused(ErrorKind::Failed, e),
+    }
+}
+
+/// Whether a caller's spec may name `dir` as its workspace: beneath one of
+/// the roots the operator configured, named by its real path (no link on
+/// it, so the directory mounted is the one checked).
+fn workspace_allowed(dir: &str, roots: &[std::path::PathBuf]) -> Result<(), String> {
+    if roots.is_empty() {
+        return Err(format!(
+            "this server allows no workspaces, so the spec's `workspace: {dir}` is refused; an operator lists the directories callers may name under `sandboxes.workspace_roots` in the server's configuration"
+        ));
+    }
+    let real = std::path::Path::new(dir)
+        .canonicalize()
+        .map_err(|e| format!("workspace `{dir}`: {e}"))?;
+    if real != std::path::Path::new(dir) {
+        return Err(format!(
+            "workspace `{dir}` has a link on its path; name it by its real path `{}`",
+            real.display()
+        ));
+    }
+    if !roots.iter().any(|r| real.starts_with(r)) {
+        return Err(format!(
+            "workspace `{dir}` is not beneath a directory this server allows (`sandboxes.workspace_roots`)"
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::workspace_allowed;
+
+    #[test]
+    fn a_workspace_is_allowed_only_beneath_a_root_and_by_its_real_path() {
+        let t = tempfile::tempdir().unwrap();
+        let t = t.path().canonicalize().unwrap();
+        let (root, other) = (t.join("root"), t.join("other"));
+        std::fs::create_dir_all(root.join("p")).unwrap();
+        std::fs::create_dir_all(&other).unwrap();
+        std::os::unix::fs::symlink(&other, root.join("l")).unwrap();
+        let p = |x: &std::path::Path| x.to_str().unwrap().to_string();
+        let err =
+            |dir: &str, roots: &[std::path::PathBuf]| workspace_allowed(dir, roots).unwrap_err();
+        assert!(err(&p(&root.join("p")), &[]).contains("allows no workspaces"));
+        let roots = [root.clone()];
+        assert!(workspace_allowed(&p(&root.join("p")), &roots).is_ok());
+        assert!(err(&p(&other), &roots).contains("not beneath"));
+        assert!(err(&p(&root.join("l")), &roots).contains("link on its path"));
+        assert!(err(&p(&root.join("absent")), &roots).contains("No such file"));
     }
 }
