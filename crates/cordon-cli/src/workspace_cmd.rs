@@ -82,6 +82,10 @@ fn report(r: &ApplyReport, dir: Option<&str>, event: Option<&str>) -> Result<(),
             eprintln!("refused: {}: {}", c.path, c.reason);
         }
         let into = dir.map(|d| format!(" to `{d}`")).unwrap_or_default();
+        if r.applied.is_empty() && r.refused.is_empty() {
+            eprintln!("cordon: nothing to apply: the sandbox changed nothing in its workspace");
+            return Ok(());
+        }
         eprintln!(
             "cordon: applied {} change{}{into}",
             r.applied.len(),
