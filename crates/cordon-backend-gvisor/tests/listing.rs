@@ -82,6 +82,7 @@ fn another_backend_disposes_of_a_scope_from_runscs_listing() {
             spec: SandboxSpec::new("run", "host").unwrap(),
             identity: caller.identity,
             policy_digest: policy.digest.clone(),
+            origin: None,
         },
         limits: Limits {
             memory_bytes: 1 << 28,

@@ -133,6 +133,7 @@ pub fn engine_capabilities() -> cordon_sandbox::CapabilitySet {
         Capability::FilesOut,
         Capability::Network,
         Capability::Workspace,
+        Capability::Snapshot,
     ]
     .into_iter()
     .collect()

@@ -62,6 +62,8 @@ pub struct WorkAreaSpec<'a> {
     /// The spec's workspace: a host directory the fresh work dir is made
     /// from, copy-on-write (refused together with `given`).
     pub workspace: Option<&'a str>,
+    /// The snapshot the work dir is made from (its tree underneath).
+    pub origin: Option<&'a cordon_sandbox::Origin>,
     /// The image's tree on the host (`/` for `host`).
     pub image_root: &'a Path,
     /// The work dir as the workload sees it.
@@ -113,6 +115,7 @@ impl<'a> Acquiring<'a> {
             disk_bytes: self.req.limits.disk_bytes,
             given: self.setup.work_dir.as_deref(),
             workspace: self.req.provenance.spec.workspace(),
+            origin: self.req.provenance.origin.as_ref(),
             image_root: &self.image_root,
             guest_work: &self.guest_work,
             backend: self.backend,
@@ -128,12 +131,20 @@ pub fn work_area(s: &WorkAreaSpec<'_>) -> Result<WorkArea, String> {
         .map_err(|e| format!("the work dir's volume: {e}"))?;
     let mut workspace = None;
     let work_host = match (s.given, s.workspace) {
+        (Some(_), _) if s.origin.is_some() => return Err("a sandbox is made from a snapshot or over an operator's work dir (`--work-dir`), not both; drop `--work-dir`".into()),
         (Some(_), Some(_)) => return Err("a sandbox is made either over an operator's work dir (`--work-dir`) or from a workspace (`--workspace`), not both; drop one".into()),
         (Some(d), None) => {
             cordon_confine::oci::given_work_dir(d, s.disk_bytes, WORKLOAD_ID, s.backend)?
         }
         (None, w) => {
             owned_dir(&s.volume.join("work"))?;
+            if let Some(origin) = s.origin {
+                if w.is_some() {
+                    return Err("a sandbox is made from a snapshot or over a workspace, not both".into());
+                }
+                crate::workspace::mount_origin(origin, s.volume, WORKLOAD_ID)
+                    .map_err(|e| e.to_string())?;
+            }
             if let Some(dir) = w {
                 workspace = Some(
                     crate::workspace::mount(dir, s.volume, WORKLOAD_ID).map_err(|e| match e {

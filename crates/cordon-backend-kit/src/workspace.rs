@@ -44,3 +44,33 @@ pub fn apply(w: Option<&Workspace>, only: &[String]) -> Result<ApplyReport, Sand
         }),
     }
 }
+
+/// Mounts a snapshot's tree (`origin.tree`, in cordon's snapshot store,
+/// its files root's) at `VOLUME/work` for a workload running as `to`:
+/// the snapshot's files as the work dir, read-only underneath, what `to`
+/// writes on the volume. Nothing of the snapshot changes, so any number of
+/// sandboxes share it.
+pub fn mount_origin(
+    origin: &cordon_sandbox::Origin,
+    volume: &Path,
+    to: u32,
+) -> Result<(), BackendError> {
+    let tree = &origin.tree;
+    let meta = std::fs::symlink_metadata(tree).map_err(|e| BackendError::Invalid {
+        operation: "acquire",
+        reason: format!("snapshot `{}`: its files at `{}`: {e}\nhelp: `cordon sandbox snapshots` lists the snapshots there are", origin.snapshot, tree.display()),
+    })?;
+    if !meta.is_dir() {
+        return Err(BackendError::Invalid {
+            operation: "acquire",
+            reason: format!(
+                "snapshot `{}`: `{}` is not a directory",
+                origin.snapshot,
+                tree.display()
+            ),
+        });
+    }
+    cordon_linux::workspace::mount_workspace(tree, volume, (0, 0), to)
+        .map(|_| ())
+        .map_err(|e| crate::failed("acquire", e))
+}

@@ -148,6 +148,7 @@ fn request(thread: &str, agent_dir: &str) -> AcquireRequest {
             spec: SandboxSpec::new("run", "host").unwrap(),
             identity: caller.identity,
             policy_digest: String::new(),
+            origin: None,
         },
         limits: cordon_sandbox::Limits {
             memory_bytes: 1 << 28,

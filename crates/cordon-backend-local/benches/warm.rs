@@ -379,6 +379,7 @@ mod bench {
                     spec: kit.spec.clone(),
                     identity: c.identity,
                     policy_digest: kit.policy.digest.clone(),
+                    origin: None,
                 },
                 limits,
                 brokered: Vec::new(),

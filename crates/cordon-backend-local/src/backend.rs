@@ -77,6 +77,7 @@ pub fn local_capabilities(p: &RungProfile) -> CapabilitySet {
         Capability::FilesIn,
         Capability::FilesOut,
         Capability::Workspace,
+        Capability::Snapshot,
     ];
     if p.egress == cordon_sandbox::Egress::Allowlist {
         caps.push(Capability::Network);
@@ -222,6 +223,12 @@ impl LocalBackend {
                 let id = lease.id();
                 id_lease = Some(lease);
                 let vol = fresh_volume(parent, id, req.limits.disk_bytes, private_tmp)?;
+                if let Some(origin) = &req.provenance.origin {
+                    if let Err(e) = cordon_backend_kit::workspace::mount_origin(origin, &vol, id) {
+                        let _ = crate::workdir::remove_mount(&vol);
+                        return Err(e);
+                    }
+                }
                 if let Some(dir) = req.provenance.spec.workspace() {
                     match cordon_backend_kit::workspace::mount(dir, &vol, id) {
                         Ok(w) => workspace = Some(w),
@@ -234,10 +241,12 @@ impl LocalBackend {
                 let work = vol.join("work");
                 (id, vol, work.clone(), true, work, (id, id))
             }
-            WorkDir::Given(_) if req.provenance.spec.workspace().is_some() => {
+            WorkDir::Given(_)
+                if req.provenance.spec.workspace().is_some() || req.provenance.origin.is_some() =>
+            {
                 return Err(cordon_sandbox::BackendError::Invalid {
                     operation: "acquire",
-                    reason: "a sandbox is made either over an operator's work dir (`--work-dir`) or from a workspace (`--workspace`), not both; drop one".into(),
+                    reason: "a sandbox is made over an operator's work dir (`--work-dir`), or from a workspace (`--workspace`) or a snapshot (`--from`): one of them; drop `--work-dir`".into(),
                 });
             }
             WorkDir::Given(d) => {

@@ -27,6 +27,7 @@ mod run;
 mod sandbox_cmd;
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 mod serve_cmd;
+mod snapshot_cmd;
 mod spec_cmd;
 mod state_open;
 mod workspace_cmd;

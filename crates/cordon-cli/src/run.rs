@@ -52,7 +52,7 @@ pub struct RunArgs {
 
 /// The flags that choose a policy, a spec, an identity and a backend; the
 /// same for `cordon run` and `cordon sandbox up`.
-#[derive(clap::Args)]
+#[derive(clap::Args, Clone)]
 pub struct Selection {
     /// The policy (default: the built-in `cordon:default`).
     #[arg(long, value_name = "FILE")]
@@ -119,7 +119,7 @@ pub struct Prepared {
 
 pub use crate::exit::{fail, refuse, usage};
 
-fn config_file(flag: Option<&PathBuf>) -> Option<PathBuf> {
+pub(crate) fn config_file(flag: Option<&PathBuf>) -> Option<PathBuf> {
     if let Some(f) = flag {
         return Some(f.clone());
     }
@@ -414,13 +414,26 @@ pub fn exit_for(out: &cordon_sandbox::ExecOutput, cap: u64) -> ExitCode {
 /// host (through the one host builder) over the backends the floor admits
 /// and this machine holds; `keep`: sandboxes outlive this process.
 pub fn prepare(args: &Selection, keep: Option<Keep>) -> Result<Prepared, ExitCode> {
-    let config = match config_file(args.config.as_ref())
+    prepare_with(args, keep, None)
+}
+
+/// The host configuration `--config` (or the user's) names, if any.
+pub fn host_config(args: &Selection) -> Result<Option<HostConfig>, ExitCode> {
+    config_file(args.config.as_ref())
         .map(|f| HostConfig::from_file(&f))
         .transpose()
-    {
-        Ok(c) => c,
-        Err(e) => return Err(usage(e)),
-    };
+        .map_err(usage)
+}
+
+/// [`prepare`], with `spec` in place of the one the flags name (a
+/// snapshot's, for a restore).
+pub fn prepare_with(
+    args: &Selection,
+    keep: Option<Keep>,
+    spec: Option<SandboxSpec>,
+) -> Result<Prepared, ExitCode> {
+    let config = host_config(args)?;
+    let given_spec = spec;
     let builder = crate::host_builder()
         .floor_from(args.min_isolation.as_deref(), config.as_ref())
         .map_err(usage)?;
@@ -433,9 +446,10 @@ pub fn prepare(args: &Selection, keep: Option<Keep>) -> Result<Prepared, ExitCod
         .as_deref()
         .map(|e| e.strip_prefix("name=").unwrap_or(e).to_string())
         .unwrap_or_default();
-    let spec = match &args.spec {
-        Some(f) => SandboxSpec::from_file(f),
-        None => SandboxSpec::new("run", "host"),
+    let spec = match (given_spec, &args.spec) {
+        (Some(s), _) => Ok(s),
+        (None, Some(f)) => SandboxSpec::from_file(f),
+        (None, None) => SandboxSpec::new("run", "host"),
     };
     let spec = match spec {
         Ok(s) => s,

@@ -922,3 +922,20 @@ fn the_workspace_case_passes_at_docker() {
     );
     assert_eq!(leftovers(&engine, tmp.path()), Vec::<String>::new());
 }
+
+/// Snapshots at Docker: the shared case (`cordon_testkit::snapshot`).
+#[test]
+fn the_snapshot_case_passes_at_docker() {
+    let Some(engine) = Dockerd::start("docker snapshot") else {
+        return;
+    };
+    let tmp = scratch();
+    let c = cordon_for(&engine.host(), tmp.path())
+        .env("CORDON_SNAPSHOT_DIR", tmp.path().join("snapshots"));
+    cordon_testkit::snapshot::restore_and_fork(
+        &c,
+        "docker-snap",
+        &["--backend", "docker", "--min-isolation", "container"],
+    );
+    assert_eq!(leftovers(&engine, tmp.path()), Vec::<String>::new());
+}

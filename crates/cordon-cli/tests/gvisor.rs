@@ -906,3 +906,23 @@ fn the_workspace_case_passes_at_gvisor() {
     );
     assert_eq!(leftovers(tmp.path()), Vec::<String>::new());
 }
+
+/// Snapshots at gVisor: the shared case (`cordon_testkit::snapshot`).
+#[test]
+fn the_snapshot_case_passes_at_gvisor() {
+    let _shared = KITS_ALONE.read().unwrap_or_else(|e| e.into_inner());
+    if !can_run("gvisor snapshot") {
+        return;
+    }
+    let tmp = scratch();
+    let c = cordon_testkit::cordon!()
+        .env("TMPDIR", tmp.path())
+        .env("CORDON_STATE_DIR", tmp.path().join("state"))
+        .env("CORDON_SNAPSHOT_DIR", tmp.path().join("snapshots"));
+    cordon_testkit::snapshot::restore_and_fork(
+        &c,
+        "gvisor-snap",
+        &["--min-isolation", "hardened_container"],
+    );
+    assert_eq!(leftovers(tmp.path()), Vec::<String>::new());
+}

@@ -406,6 +406,7 @@ fn the_keeper_keeps_it() {
         spec: SandboxSpec::new("run", "host").unwrap(),
         identity: resolved.identity,
         policy_digest: policy.digest.clone(),
+        origin: None,
     };
     let req = AcquireRequest {
         key: resolved.key,

@@ -1157,6 +1157,7 @@ fn forged(
             spec: cordon_sandbox::SandboxSpec::new("run", "host").unwrap(),
             identity: cordon_policy::Identity::default(),
             policy_digest: "forged".into(),
+            origin: None,
         },
         host_work_dir: None,
         residue,

@@ -15,6 +15,7 @@
 //! - [`host_dir`] — [`host_dir::HostWorkDir`] serves a sandbox's work dir
 //!   from a host directory with them; [`host_dir::HostDirectorySandbox`] is
 //!   the kits' unisolated test subject.
+//! - [`tree`] — a copy of a work dir into a snapshot's tree, hashed.
 //! - [`workspace`] — a workspace's changes: the diff read from its upper
 //!   layer, and the apply that writes them back into its directory.
 //! - [`FsSink`] — the [`cordon_sandbox::OutputSink`] that lands artifacts
@@ -28,6 +29,8 @@ pub mod confined;
 pub mod host_dir;
 #[cfg(target_os = "linux")]
 mod sink;
+#[cfg(target_os = "linux")]
+pub mod tree;
 #[cfg(target_os = "linux")]
 pub mod workspace;
 

@@ -35,6 +35,27 @@ pub struct HostConfig {
     /// sandbox_burst_bytes}}`;
     /// absent: the system's resolver and the default audit log.
     pub egress: Option<cordon_sandbox::registry::EgressSetup>,
+    /// `snapshots: {dir: PATH, quota_per_scope: SIZE}`: where snapshots
+    /// are kept (default `$CORDON_SNAPSHOT_DIR`, else
+    /// `/var/lib/cordon/snapshots`) and how many bytes of files each
+    /// scope's snapshots hold together (default 4GiB).
+    pub snapshots: SnapshotConfig,
+}
+
+/// Where snapshots are kept, and each scope's quota.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SnapshotConfig {
+    pub dir: Option<std::path::PathBuf>,
+    pub quota_per_scope: u64,
+}
+
+impl Default for SnapshotConfig {
+    fn default() -> SnapshotConfig {
+        SnapshotConfig {
+            dir: None,
+            quota_per_scope: crate::snapshots::DEFAULT_QUOTA_PER_SCOPE,
+        }
+    }
 }
 
 /// A configuration that is refused.
@@ -76,6 +97,17 @@ struct RawConfig {
     min_isolation: Option<Spanned<String>>,
     #[serde(default)]
     egress: Option<RawEgress>,
+    #[serde(default)]
+    snapshots: Option<RawSnapshots>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSnapshots {
+    #[serde(default)]
+    dir: Option<Spanned<String>>,
+    #[serde(default)]
+    quota_per_scope: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -129,10 +161,36 @@ impl HostConfig {
             None => None,
             Some(e) => Some(egress_setup(file, e)?),
         };
+        let mut snapshots = SnapshotConfig::default();
+        if let Some(r) = &raw.snapshots {
+            let at = |v: &Spanned<String>, message: String| {
+                let (line, column) = pos(v);
+                ConfigError::Structure {
+                    file: file.to_string(),
+                    line,
+                    column,
+                    message,
+                }
+            };
+            if let Some(d) = &r.dir {
+                if !d.starts_with('/') {
+                    return Err(at(
+                        d,
+                        format!("`snapshots.dir`: `{}` is not an absolute path", &**d),
+                    ));
+                }
+                snapshots.dir = Some(std::path::PathBuf::from(&**d));
+            }
+            if let Some(q) = &r.quota_per_scope {
+                snapshots.quota_per_scope = cordon_policy::canon::size(q)
+                    .map_err(|e| at(q, format!("`snapshots.quota_per_scope`: {e}")))?;
+            }
+        }
         Ok(HostConfig {
             file: file.to_string(),
             min_isolation,
             egress,
+            snapshots,
         })
     }
 

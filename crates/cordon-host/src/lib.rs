@@ -41,6 +41,7 @@ pub mod keeper;
 pub mod kits;
 pub mod roles;
 pub mod secrets;
+pub mod snapshots;
 pub mod state;
 
 pub use assembly::{Host, HostError, HostSetup};

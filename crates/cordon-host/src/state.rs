@@ -549,6 +549,7 @@ mod tests {
                 spec: cordon_sandbox::SandboxSpec::new("run", "host").unwrap(),
                 identity: cordon_policy::Identity::default(),
                 policy_digest: "d".into(),
+                origin: None,
             },
             host_work_dir: None,
             residue: serde_json::Value::Null,

@@ -29,6 +29,7 @@ fn sandbox(work: &Path, kind: &dyn Kind) -> Arc<dyn Sandbox> {
         spec: kind.spec().unwrap(),
         identity: team_a(),
         policy_digest: String::new(),
+        origin: None,
     };
     Arc::new(HostDirectorySandbox::new(work, provenance).unwrap())
 }

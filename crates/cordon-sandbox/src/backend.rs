@@ -88,6 +88,20 @@ pub struct Provenance {
     pub identity: Identity,
     /// [`cordon_policy::Policy::digest`] of the policy in force at creation.
     pub policy_digest: String,
+    /// The snapshot the sandbox was made from (its work dir the snapshot's
+    /// files, copy-on-write); `None`: a fresh one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<Origin>,
+}
+
+/// A snapshot a sandbox is made from: its id, and the tree of its files
+/// on this host (in cordon's snapshot store), which the backend mounts
+/// read-only beneath the new sandbox's writable work dir.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Origin {
+    pub snapshot: String,
+    pub tree: std::path::PathBuf,
 }
 
 /// Everything a backend needs to get or create a sandbox. It has no

@@ -87,8 +87,8 @@ pub mod yaml;
 
 pub use backend::{
     AcquireRequest, Backend, BackendError, DirEntry, ExecOutput, ExecRequest, ExitStatus, FileKind,
-    FileRead, FileStat, HostSecretsRecord, HostWorkDirRecord, Limits, Provenance, ResolvedCommand,
-    Sandbox, SandboxError, Stream, PAUSE_UNSUPPORTED,
+    FileRead, FileStat, HostSecretsRecord, HostWorkDirRecord, Limits, Origin, Provenance,
+    ResolvedCommand, Sandbox, SandboxError, Stream, PAUSE_UNSUPPORTED,
 };
 pub use capability::{Capability, CapabilitySet, ToolIdentity};
 pub use cordon_policy::{Deployment, Identity};

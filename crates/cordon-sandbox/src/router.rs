@@ -555,6 +555,19 @@ impl Router {
         caller: &CallerContext,
         spec: &SandboxSpec,
     ) -> Result<Arc<dyn Sandbox>, RouterError> {
+        self.acquire_from(caller, spec, None)
+    }
+
+    /// [`Router::acquire`], the sandbox made from `origin` (a snapshot's
+    /// files as its work dir) when it is new. The caller has checked the
+    /// snapshot against the spec and the policy, and put `snapshot` in the
+    /// spec's `requires` (so only a backend that restores one is chosen).
+    pub fn acquire_from(
+        &self,
+        caller: &CallerContext,
+        spec: &SandboxSpec,
+        origin: Option<crate::Origin>,
+    ) -> Result<Arc<dyn Sandbox>, RouterError> {
         let caller = caller.resolve()?;
         let a = self.select(spec)?;
         let limits = self.ensure_policy_allows(&caller.identity, spec)?;
@@ -607,6 +620,7 @@ impl Router {
                 spec: spec.clone(),
                 identity: caller.identity,
                 policy_digest: self.policy.digest.clone(),
+                origin,
             },
             limits,
             brokered,

@@ -249,6 +249,15 @@ impl SandboxSpec {
         if self.files_out.is_some() {
             self.requires.insert(Capability::FilesOut);
         }
+        if self.workspace.is_some() {
+            self.requires.insert(Capability::Workspace);
+        }
+        self
+    }
+
+    /// The same spec, also requiring `cap`.
+    pub fn requiring(mut self, cap: Capability) -> SandboxSpec {
+        self.requires.insert(cap);
         self
     }
 

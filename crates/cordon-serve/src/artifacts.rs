@@ -543,6 +543,7 @@ mod tests {
             spec,
             identity: cred("a").identity,
             policy_digest: String::new(),
+            origin: None,
         };
         cordon_files::host_dir::HostDirectorySandbox::new(work, provenance).unwrap()
     }

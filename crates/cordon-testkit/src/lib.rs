@@ -21,6 +21,7 @@ pub mod https;
 mod image;
 pub mod pause;
 pub mod policy;
+pub mod snapshot;
 pub mod suite;
 pub mod workspace;
 

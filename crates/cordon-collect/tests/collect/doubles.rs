@@ -80,6 +80,7 @@ impl FilesSandbox {
                 spec: spec(),
                 identity: team_a(),
                 policy_digest: String::new(),
+                origin: None,
             },
             entries: entries
                 .iter()

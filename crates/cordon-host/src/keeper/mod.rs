@@ -552,6 +552,9 @@ impl cordon_sandbox::Backend for KeptBackend {
                 if made.policy_digest != req.provenance.policy_digest {
                     what.push("policy (its digest differs)".to_string());
                 }
+                if made.origin != req.provenance.origin {
+                    what.push("origin (another snapshot, or none)".to_string());
+                }
                 if !what.is_empty() {
                     return Err(failed(
                         "acquire",

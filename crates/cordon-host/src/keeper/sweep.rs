@@ -156,6 +156,7 @@ mod reclaim_dead_tests {
                 spec: cordon_sandbox::SandboxSpec::new("run", "host").unwrap(),
                 identity: cordon_policy::Identity::default(),
                 policy_digest: "d".into(),
+                origin: None,
             },
             host_work_dir: None,
             residue: serde_json::Value::Null,

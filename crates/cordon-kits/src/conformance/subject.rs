@@ -149,6 +149,7 @@ pub fn host_directory_subject(
             labels: Default::default(),
         },
         policy_digest: String::new(),
+        origin: None,
     };
     let sandbox = cordon_files::host_dir::HostDirectorySandbox::new(&work, provenance)
         .map_err(|e| e.to_string())?;

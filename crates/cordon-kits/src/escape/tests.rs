@@ -19,6 +19,7 @@ fn unconfined(root: &Path) -> EscapeSubject {
             .unwrap(),
         identity: cordon_policy::Identity::default(),
         policy_digest: String::new(),
+        origin: None,
     };
     let sandbox: Arc<dyn Sandbox> = Arc::new(HostDirectorySandbox::new(&work, provenance).unwrap());
     EscapeSubject {

@@ -1,0 +1,158 @@
+//! Snapshots through the real `cordon` binary: a kept sandbox's files into
+//! the store, new sandboxes made from them (`up --from`, `fork`), each
+//! independent and sharing the snapshot's bytes; refusals with the reason.
+#![allow(clippy::expect_used, clippy::unwrap_used)] // tests may panic on a broken fixture
+
+use std::path::Path;
+
+use cordon_testkit::can_sandbox;
+
+/// `cordon` with a state directory and a snapshot store of the test's own.
+fn cordon_in(dir: &Path) -> cordon_testkit::Cordon {
+    let state = dir.join("state");
+    std::fs::create_dir_all(&state).unwrap();
+    std::fs::set_permissions(&state, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    cordon_testkit::cordon!()
+        .env("CORDON_STATE_DIR", &state)
+        .env("CORDON_SNAPSHOT_DIR", dir.join("snapshots"))
+}
+
+#[test]
+fn the_snapshot_case_passes_at_the_container_and_process_rungs() {
+    if !can_sandbox("snapshots") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let c = cordon_in(dir.path());
+    for rung in ["container", "process"] {
+        cordon_testkit::snapshot::restore_and_fork(
+            &c,
+            &format!("snap-{rung}"),
+            &["--min-isolation", rung, "--backend", rung],
+        );
+    }
+}
+
+#[test]
+fn a_restore_under_another_spec_or_policy_and_a_snapshot_past_the_quota_are_refused() {
+    if !can_sandbox("snapshot refusals") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let c = cordon_in(dir.path());
+    let run = |args: &[&str]| c.run(args);
+    let (code, h, err) = run(&[
+        "sandbox",
+        "up",
+        "--scope",
+        "q",
+        "--thread",
+        "t",
+        "--min-isolation",
+        "container",
+        "-q",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let h = h.trim().to_string();
+    let (code, _, err) = run(&[
+        "sandbox",
+        "exec",
+        &h,
+        "--",
+        "sh",
+        "-c",
+        "head -c 4096 /dev/zero > big",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    // A quota of 1KiB per scope holds a 4 KiB work dir out.
+    let cfg = dir.path().join("config.yaml");
+    std::fs::write(&cfg, "snapshots:\n  quota_per_scope: 1KiB\n").unwrap();
+    let (code, _, err) = run(&["sandbox", "snapshot", &h, "--config", cfg.to_str().unwrap()]);
+    assert_eq!(code, 125, "{err}");
+    assert!(err.contains("quota"), "{err}");
+    assert!(
+        std::fs::read_dir(dir.path().join("snapshots"))
+            .unwrap()
+            .next()
+            .is_none(),
+        "a refused snapshot left something in the store"
+    );
+    let (code, snap, err) = run(&["sandbox", "snapshot", &h]);
+    assert_eq!(code, 0, "{err}");
+    let snap = snap.trim().to_string();
+    // Another spec, another policy: refused, naming what differs.
+    let spec = dir.path().join("spec.yaml");
+    std::fs::write(&spec, "kind: other\nimage: host\n").unwrap();
+    let (code, _, err) = run(&[
+        "sandbox",
+        "up",
+        "--scope",
+        "q",
+        "--thread",
+        "r1",
+        "--min-isolation",
+        "container",
+        "--from",
+        &snap,
+        "--spec",
+        spec.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 125, "{err}");
+    assert!(err.contains("the spec differs in kind"), "{err}");
+    let policy = dir.path().join("policy.yaml");
+    std::fs::write(
+        &policy,
+        "policy:\n  extends: [cordon:default]\n  compute:\n    max_disk: 64MiB\n",
+    )
+    .unwrap();
+    let (code, _, err) = run(&[
+        "sandbox",
+        "up",
+        "--scope",
+        "q",
+        "--thread",
+        "r2",
+        "--min-isolation",
+        "container",
+        "--from",
+        &snap,
+        "--policy",
+        policy.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 125, "{err}");
+    assert!(err.contains("another policy"), "{err}");
+    // Another scope does not find it.
+    let (code, _, err) = run(&[
+        "sandbox",
+        "up",
+        "--scope",
+        "other",
+        "--thread",
+        "r3",
+        "--min-isolation",
+        "container",
+        "--from",
+        &snap,
+    ]);
+    assert_eq!(code, 125, "{err}");
+    assert!(err.contains("no snapshot"), "{err}");
+    // The floor's backend, the microVM, restores none: refused by routing.
+    let (code, _, err) = run(&[
+        "sandbox",
+        "up",
+        "--scope",
+        "q",
+        "--thread",
+        "r4",
+        "--min-isolation",
+        "container",
+        "--backend",
+        "microvm",
+        "--from",
+        &snap,
+    ]);
+    assert_ne!(code, 0);
+    assert!(err.contains("snapshot"), "{err}");
+    let (code, _, err) = run(&["sandbox", "down", &h]);
+    assert_eq!(code, 0, "{err}");
+}

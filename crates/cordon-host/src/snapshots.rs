@@ -1,0 +1,370 @@
+//! cordon's snapshot store: a kept sandbox's files, captured (paused, where
+//! the backend can pause) into a tree of root's, content-addressed, with
+//! the provenance it was made under; the origin a new sandbox is made from.
+//!
+//! ```text
+//! STORE/ (0700, root's; $CORDON_SNAPSHOT_DIR, else /var/lib/cordon/snapshots)
+//!   snap-<sha256 prefix>/
+//!     manifest.json   what it is: scope, thread, name, when, the backend,
+//!                     the provenance (spec, identity, policy digest), every
+//!                     entry with its hash; the id is the hash of all that
+//!                     but the time and the name
+//!     tree/           the work dir's files, root's, permission bits only
+//!   .making-<pid>-<n>/  a capture in progress (removed on failure; a
+//!                     killed one is swept by the next capture)
+//! ```
+//!
+//! A snapshot's tree is never written again once made: the sandboxes made
+//! from it mount it read-only underneath a writable layer of their own
+//! (`cordon_linux::workspace`), so any number of them share its bytes.
+
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use cordon_files::tree::{copy_tree, hex, TreeEntry};
+use cordon_sandbox::{Origin, Provenance, Sandbox};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+/// The environment variable naming the store.
+pub const SNAPSHOT_DIR_ENV: &str = "CORDON_SNAPSHOT_DIR";
+
+/// Each scope's snapshots together hold at most this many bytes of files
+/// unless the host configuration says otherwise (`snapshots.quota_per_scope`).
+pub const DEFAULT_QUOTA_PER_SCOPE: u64 = 4 << 30;
+
+/// The most entries one snapshot holds.
+pub const MAX_ENTRIES: usize = 200_000;
+
+const MANIFEST_VERSION: u32 = 1;
+
+static NEXT: AtomicU64 = AtomicU64::new(0);
+
+/// A snapshot, as its manifest records it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Snapshot {
+    pub version: u32,
+    /// `snap-` and 24 hex digits of the SHA-256 of what it holds and was
+    /// made under (not when, not its name).
+    pub id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    pub scope: String,
+    pub thread: String,
+    /// Seconds since the epoch.
+    pub created: u64,
+    /// The backend of the sandbox it was taken from.
+    pub backend: String,
+    pub provenance: Provenance,
+    pub files: usize,
+    pub bytes: u64,
+    pub entries: Vec<TreeEntry>,
+    /// What was left out (FIFOs, sockets, devices).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skipped: Vec<String>,
+}
+
+/// The store, opened.
+#[derive(Debug, Clone)]
+pub struct SnapshotStore {
+    root: PathBuf,
+    quota_per_scope: u64,
+}
+
+/// Why the store refused.
+pub type StoreError = String;
+
+fn checked_name(name: &str) -> Result<(), StoreError> {
+    let ok = !name.is_empty()
+        && name.len() <= 64
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+        && !name.starts_with('.')
+        && !name.starts_with("snap-");
+    if ok {
+        Ok(())
+    } else {
+        Err(format!("`{name}` is not a snapshot name: 1-64 of `a-z A-Z 0-9 - _ .`, not starting with `.` or `snap-`"))
+    }
+}
+
+impl SnapshotStore {
+    /// `$CORDON_SNAPSHOT_DIR`, else `/var/lib/cordon/snapshots`.
+    pub fn default_path() -> PathBuf {
+        std::env::var_os(SNAPSHOT_DIR_ENV)
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from("/var/lib/cordon/snapshots"))
+    }
+
+    /// Opens (making it, 0700, when absent) the store at `root`: refused
+    /// unless it is a real directory of this user's that lets no group or
+    /// other in (what is in it becomes a sandbox's files).
+    pub fn open(root: &Path, quota_per_scope: u64) -> Result<SnapshotStore, StoreError> {
+        if let Some(parent) = root.parent() {
+            std::fs::create_dir_all(parent)
+                .map_err(|e| format!("snapshot store `{}`: {e}", parent.display()))?;
+        }
+        match std::fs::DirBuilder::new().mode(0o700).create(root) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(format!("snapshot store `{}`: {e}", root.display())),
+        }
+        let m = std::fs::symlink_metadata(root)
+            .map_err(|e| format!("snapshot store `{}`: {e}", root.display()))?;
+        let me = rustix::process::geteuid().as_raw();
+        if !m.is_dir() || m.uid() != me || m.mode() & 0o077 != 0 {
+            return Err(format!(
+                "snapshot store `{}` must be a directory of uid {me}'s with mode 0700 (it holds what sandboxes are made from)\nhelp: `chown {me} {0} && chmod 700 {0}`, or point {SNAPSHOT_DIR_ENV} at a new path",
+                root.display()
+            ));
+        }
+        Ok(SnapshotStore {
+            root: root.to_path_buf(),
+            quota_per_scope,
+        })
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Every snapshot, oldest first (unreadable manifests left out).
+    pub fn list(&self) -> Vec<Snapshot> {
+        let mut out: Vec<Snapshot> = std::fs::read_dir(&self.root)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with("snap-"))
+            .filter_map(|e| self.read(&e.file_name().to_string_lossy()).ok())
+            .collect();
+        out.sort_by(|a, b| (a.created, &a.id).cmp(&(b.created, &b.id)));
+        out
+    }
+
+    fn read(&self, id: &str) -> Result<Snapshot, StoreError> {
+        let text = std::fs::read_to_string(self.root.join(id).join("manifest.json"))
+            .map_err(|e| format!("snapshot `{id}`: {e}"))?;
+        let s: Snapshot =
+            serde_json::from_str(&text).map_err(|e| format!("snapshot `{id}`: {e}"))?;
+        if s.version != MANIFEST_VERSION || s.id != id {
+            return Err(format!(
+                "snapshot `{id}`: a manifest this cordon does not read"
+            ));
+        }
+        Ok(s)
+    }
+
+    /// The snapshot `what` names (its id, or its name) within `scope`.
+    pub fn find(&self, what: &str, scope: &str) -> Result<Snapshot, StoreError> {
+        let found: Vec<Snapshot> = self
+            .list()
+            .into_iter()
+            .filter(|s| s.scope == scope && (s.id == what || s.name.as_deref() == Some(what)))
+            .collect();
+        match found.len() {
+            0 => Err(format!(
+                "no snapshot `{what}` in scope `{scope}`; `cordon sandbox snapshots` lists them"
+            )),
+            1 => Ok(found.into_iter().next().unwrap_or_else(|| unreachable!())),
+            _ => Err(format!(
+                "the name `{what}` is on more than one snapshot; name one by its id"
+            )),
+        }
+    }
+
+    /// Where a sandbox made from `s` finds its files.
+    pub fn origin(&self, s: &Snapshot) -> Origin {
+        Origin {
+            snapshot: s.id.clone(),
+            tree: self.root.join(&s.id).join("tree"),
+        }
+    }
+
+    /// Bytes the snapshots of `scope` hold.
+    pub fn used(&self, scope: &str) -> u64 {
+        self.list()
+            .iter()
+            .filter(|s| s.scope == scope)
+            .map(|s| s.bytes)
+            .sum()
+    }
+
+    /// Captures `sandbox`'s work dir (its host side) as a snapshot of
+    /// `scope`/`thread`: paused meanwhile where the backend can pause (and
+    /// left as it was found), refused where the backend keeps its files
+    /// out of this host's reach. The same files under the same provenance
+    /// are one snapshot: taken again, the existing one is returned.
+    pub fn take(
+        &self,
+        sandbox: &dyn Sandbox,
+        backend: &str,
+        scope: &str,
+        thread: &str,
+        name: Option<&str>,
+    ) -> Result<(Snapshot, Option<String>), StoreError> {
+        if let Some(n) = name {
+            checked_name(n)?;
+        }
+        let Some(work) = sandbox.host_work_dir() else {
+            return Err(format!("the `{backend}` backend keeps this sandbox's files where this host cannot copy them (inside its guest), so it has no snapshot; the container rung, docker and gvisor do"));
+        };
+        let used = self.used(scope);
+        let room = self.quota_per_scope.saturating_sub(used);
+        let making = self.root.join(format!(
+            ".making-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&making)
+            .map_err(|e| format!("`{}`: {e}", making.display()))?;
+        // Paused for a consistent copy; a sandbox the backend cannot pause
+        // is copied running, and said so.
+        let warning = match sandbox.pause() {
+            Ok(()) => None,
+            Err(e) => Some(format!("the sandbox was not paused while its files were copied ({e}); a file being written meanwhile may be caught halfway")),
+        };
+        let copied = copy_tree(
+            &work.host,
+            &making.join("tree"),
+            room,
+            &format!(
+                "scope `{scope}`'s snapshot quota of {} bytes, {used} used",
+                self.quota_per_scope
+            ),
+            MAX_ENTRIES,
+        );
+        if warning.is_none() {
+            let _ = sandbox.resume();
+        }
+        let copied = match copied {
+            Ok(c) => c,
+            Err(e) => {
+                let _ = cordon_files::tree::remove_tree(&making);
+                return Err(format!("snapshot of the work dir: {e}"));
+            }
+        };
+        let provenance = sandbox.provenance().clone();
+        let id = {
+            let mut h = Sha256::new();
+            let doc = serde_json::json!({
+                "scope": scope,
+                "backend": backend,
+                "provenance": provenance,
+                "entries": copied.entries,
+            });
+            h.update(doc.to_string().as_bytes());
+            format!("snap-{}", &hex(&h.finalize())[..24])
+        };
+        let snap = Snapshot {
+            version: MANIFEST_VERSION,
+            id: id.clone(),
+            name: name.map(str::to_string),
+            scope: scope.to_string(),
+            thread: thread.to_string(),
+            created: crate::state::now(),
+            backend: backend.to_string(),
+            provenance,
+            files: copied.entries.iter().filter(|e| e.kind == "file").count(),
+            bytes: copied.bytes,
+            entries: copied.entries,
+            skipped: copied.skipped,
+        };
+        let dest = self.root.join(&id);
+        if dest.exists() {
+            let _ = cordon_files::tree::remove_tree(&making);
+            let mut old = self.read(&id)?;
+            if name.is_some() && old.name.as_deref() != name {
+                old.name = name.map(str::to_string);
+                self.write_manifest(&dest, &old)?;
+            }
+            return Ok((old, warning));
+        }
+        let written = self.write_manifest(&making, &snap).and_then(|()| {
+            std::fs::rename(&making, &dest).map_err(|e| format!("`{}`: {e}", dest.display()))
+        });
+        if let Err(e) = written {
+            let _ = cordon_files::tree::remove_tree(&making);
+            return Err(e);
+        }
+        // The tree is what sandboxes see underneath: world-traversable
+        // inside its 0700 snapshot directory (the mount reaches it as root).
+        let _ = std::fs::set_permissions(&dest, std::fs::Permissions::from_mode(0o700));
+        Ok((snap, warning))
+    }
+
+    fn write_manifest(&self, dir: &Path, s: &Snapshot) -> Result<(), StoreError> {
+        let text = serde_json::to_string_pretty(s).map_err(|e| e.to_string())?;
+        let tmp = dir.join("manifest.json.tmp");
+        std::fs::write(&tmp, text)
+            .and_then(|()| std::fs::rename(&tmp, dir.join("manifest.json")))
+            .map_err(|e| format!("`{}`: {e}", dir.display()))
+    }
+
+    /// Removes the snapshot `what` (id or name) of `scope`. A sandbox made
+    /// from it and still running keeps its mount (the files go when it
+    /// does).
+    pub fn remove(&self, what: &str, scope: &str) -> Result<Snapshot, StoreError> {
+        let s = self.find(what, scope)?;
+        let dir = self.root.join(&s.id);
+        let gone = self.root.join(format!(".removing-{}", s.id));
+        std::fs::rename(&dir, &gone).map_err(|e| format!("`{}`: {e}", dir.display()))?;
+        cordon_files::tree::remove_tree(&gone).map_err(|e| format!("`{}`: {e}", gone.display()))?;
+        Ok(s)
+    }
+
+    /// Whether a sandbox made from `s` for `provenance` would be the one
+    /// it was taken from: the same spec (but `requires: [snapshot]`, which
+    /// a restore adds), identity and policy. `Err` names what differs.
+    pub fn check_restore(
+        s: &Snapshot,
+        spec: &cordon_sandbox::SandboxSpec,
+        identity: &cordon_policy::Identity,
+        policy_digest: &str,
+    ) -> Result<(), StoreError> {
+        let mut what = Vec::new();
+        let differs = s.provenance.spec.differences(spec);
+        let differs: Vec<&str> = differs
+            .into_iter()
+            .filter(|f| {
+                *f != "requires"
+                    || s.provenance
+                        .spec
+                        .requires()
+                        .iter()
+                        .filter(|c| *c != cordon_sandbox::Capability::Snapshot)
+                        .collect::<Vec<_>>()
+                        != spec
+                            .requires()
+                            .iter()
+                            .filter(|c| *c != cordon_sandbox::Capability::Snapshot)
+                            .collect::<Vec<_>>()
+            })
+            .collect();
+        if !differs.is_empty() {
+            what.push(format!("the spec differs in {}", differs.join(", ")));
+        }
+        if s.provenance.identity != *identity {
+            what.push(format!(
+                "it was taken for identity `{}/{}`",
+                s.provenance.identity.namespace, s.provenance.identity.name
+            ));
+        }
+        if s.provenance.policy_digest != policy_digest {
+            what.push("it was taken under another policy (its digest differs)".to_string());
+        }
+        if what.is_empty() {
+            Ok(())
+        } else {
+            Err(format!(
+                "snapshot `{}` cannot be restored here: {}; restore it with its own spec (leave `--spec` out) under the policy and identity it was taken with",
+                s.id,
+                what.join("; ")
+            ))
+        }
+    }
+}
