@@ -111,6 +111,14 @@ class Client:
         with self._request("GET", f"/v1/artifacts/{handle}") as r:
             return r.read()
 
+    def snapshots(self) -> List[Dict[str, Any]]:
+        """This credential's scope's snapshots."""
+        return list(self._json("GET", "/v1/snapshots")["snapshots"])
+
+    def forget_snapshot(self, snapshot: str) -> str:
+        """Removes a snapshot (id or name) of this credential's scope."""
+        return str(self._json("POST", "/v1/snapshots/forget", {"snapshot": snapshot})["removed"])
+
     def dispose_thread(self, thread: str) -> int:
         """Disposes of every sandbox of this credential's scope and `thread`."""
         return int(self._json("POST", "/v1/threads/dispose", {"thread": thread})["disposed"])
@@ -133,12 +141,34 @@ class Thread:
     def __exit__(self, *exc: Any) -> None:
         self.client.dispose_thread(self.at["thread"])
 
-    def create(self, spec: Optional[str] = None) -> Dict[str, Any]:
-        """Gets or creates the sandbox (spec: YAML text, docs/spec.md)."""
+    def create(self, spec: Optional[str] = None, from_snapshot: Optional[str] = None) -> Dict[str, Any]:
+        """Gets or creates the sandbox (spec: YAML text, docs/spec.md); with
+        `from_snapshot` (an id or name of this credential's scope), made
+        from that snapshot's files (and its spec, unless one is given)."""
         body = dict(self.at)
         if spec is not None:
             body["spec"] = spec
+        if from_snapshot is not None:
+            body["from"] = from_snapshot
         return self.client._json("POST", "/v1/sandboxes", body)
+
+    def snapshot(self, name: Optional[str] = None) -> Dict[str, Any]:
+        """Captures the sandbox's files (its work dir) into the server's
+        snapshot store: `{id, name, files, bytes, ...}`. `create(from_snapshot=id)`
+        makes a new sandbox from it."""
+        body = dict(self.at)
+        if name is not None:
+            body["name"] = name
+        return dict(self.client._json("POST", "/v1/sandboxes/snapshot", body))
+
+    def fork(self, count: int, thread_prefix: Optional[str] = None) -> List["Thread"]:
+        """A snapshot of this sandbox and `count` new sandboxes made from
+        it (threads `PREFIX-1`..`PREFIX-N`), each independent; returns them."""
+        body: Dict[str, Any] = dict(self.at, count=count)
+        if thread_prefix is not None:
+            body["thread_prefix"] = thread_prefix
+        doc = self.client._json("POST", "/v1/sandboxes/fork", body)
+        return [Thread(self.client, f["thread"], self.at["agent_dir"]) for f in doc["forks"]]
 
     def exec(self, argv: List[str], stdin: str = "", timeout_seconds: Optional[int] = None) -> ExecResult:
         """Runs a command to its end."""
@@ -238,8 +268,15 @@ class AsyncThread:
         # Shielded: a cancelled block still disposes of its sandboxes.
         await asyncio.shield(asyncio.to_thread(self._t.client.dispose_thread, self.at["thread"]))
 
-    async def create(self, spec: Optional[str] = None) -> Dict[str, Any]:
-        return await asyncio.to_thread(self._t.create, spec)
+    async def create(self, spec: Optional[str] = None, from_snapshot: Optional[str] = None) -> Dict[str, Any]:
+        return await asyncio.to_thread(self._t.create, spec, from_snapshot)
+
+    async def snapshot(self, name: Optional[str] = None) -> Dict[str, Any]:
+        return await asyncio.to_thread(self._t.snapshot, name)
+
+    async def fork(self, count: int, thread_prefix: Optional[str] = None) -> List["AsyncThread"]:
+        forks = await asyncio.to_thread(self._t.fork, count, thread_prefix)
+        return [AsyncThread(t) for t in forks]
 
     async def exec(self, argv: List[str], stdin: str = "", timeout_seconds: Optional[int] = None) -> ExecResult:
         return await asyncio.to_thread(self._t.exec, argv, stdin, timeout_seconds)

@@ -138,6 +138,39 @@ class LiveServer(unittest.TestCase):
             self.assertEqual(e.exception.status, 403)
             self.assertIn("workspace_roots", str(e.exception))
 
+    def test_a_snapshot_restores_and_forks_that_diverge(self) -> None:
+        with self.a.thread("py-snap") as t:
+            t.create()
+            t.exec(["sh", "-c", "echo before > kept.txt"])
+            snap = t.snapshot(name="py-base")
+            self.assertTrue(snap["id"].startswith("snap-"))
+            self.assertEqual(snap["files"], 1)
+            forks = t.fork(2, thread_prefix="py-snap-f")
+            try:
+                for i, f in enumerate(forks):
+                    f.exec(["sh", "-c", f"echo {i} > mark"])
+                for i, f in enumerate(forks):
+                    r = f.exec(["sh", "-c", "cat kept.txt mark"])
+                    self.assertEqual(r.stdout, f"before\n{i}\n")
+                self.assertEqual(t.exec(["sh", "-c", "test -e mark && echo leak || echo ok"]).stdout, "ok\n")
+            finally:
+                for f in forks:
+                    f.dispose()
+            with self.a.thread("py-snap-r") as r:
+                made = r.create(from_snapshot="py-base")
+                self.assertEqual(made["snapshot"], snap["id"])
+                self.assertEqual(r.exec(["cat", "kept.txt"]).stdout, "before\n")
+            # Another credential's scope has none of them.
+            with self.assertRaises(CordonError) as e:
+                self.b.thread("py-snap-x").create(from_snapshot="py-base")
+            self.assertEqual(e.exception.status, 404)
+            self.assertEqual([x["id"] for x in self.b.snapshots()], [])
+            ids = {x["id"] for x in self.a.snapshots()}
+            self.assertIn(snap["id"], ids)
+            for i in ids:
+                self.a.forget_snapshot(i)
+            self.assertEqual(self.a.snapshots(), [])
+
     def test_the_async_thread_runs_streams_and_disposes_however_the_block_ends(self) -> None:
         async def main() -> None:
             async with self.a.athread("py-5") as t:

@@ -134,6 +134,8 @@ pub fn run(args: ServeArgs) -> ExitCode {
         },
     };
     let scheme = if acceptor.is_some() { "https" } else { "http" };
+    let snapshots = crate::snapshot_cmd::store(&config.snapshots);
+    let policy_digest = host.policy.digest.clone();
     let served = Served::new(
         config,
         host.backends.clone(),
@@ -146,6 +148,16 @@ pub fn run(args: ServeArgs) -> ExitCode {
     .with_catalogue(crate::doctor::backend_rows(&crate::doctor::report(
         floor.rung,
     )));
+    // A store that cannot be opened refuses snapshots, not the server.
+    let served = match snapshots {
+        Ok(st) => served.with_snapshots(st, policy_digest),
+        Err(_) => {
+            eprintln!(
+                "warning: snapshots are refused: the snapshot store could not be opened (above)"
+            );
+            served
+        }
+    };
     let served = Arc::new(match acceptor {
         Some(a) => served.with_tls(a),
         None => served,

@@ -8,16 +8,13 @@ use std::time::Duration;
 
 use cordon_host::config::SnapshotConfig;
 use cordon_host::keeper::KeptSandbox;
-use cordon_host::snapshots::{Snapshot, SnapshotStore};
+use cordon_host::snapshots::{Snapshot, SnapshotStore, NO_MEMORY_SNAPSHOT};
 use cordon_sandbox::{CallerContext, Capability, Sandbox};
 use serde_json::json;
 
 use crate::exit::{fail, refuse, usage};
 use crate::json_out;
 use crate::run::{prepare_with, Selection};
-
-/// Why `--memory` is refused at every backend this version has.
-pub const NO_MEMORY_SNAPSHOT: &str = "`--memory` (processes and memory, not only files) is refused: at the container and process rungs and at docker a checkpoint tool could not restore the sandbox's Landlock domains and seccomp filters faithfully, so a restored process would run less confined than it was made; gVisor's `runsc checkpoint` and the microVM's migration could, and are not built yet. Take a snapshot of the files (leave `--memory` out)";
 
 /// The store the configuration (or the environment) names.
 pub fn store(cfg: &SnapshotConfig) -> Result<SnapshotStore, ExitCode> {

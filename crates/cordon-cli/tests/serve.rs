@@ -1207,7 +1207,10 @@ fn the_python_client_passes_its_tests_against_a_live_server() {
     std::fs::write(project.join("notes.md"), "# notes\n").expect("project file");
     let body = good_config().replace(
         "sandboxes: {state_dir: state, dispose_on_shutdown: true}",
-        "sandboxes: {state_dir: state, dispose_on_shutdown: true, workspace_roots: [projects]}",
+        &format!(
+            "sandboxes: {{state_dir: state, dispose_on_shutdown: true, workspace_roots: [projects]}}\nsnapshots: {{dir: {}}}",
+            dir.path().join("snapshots").display()
+        ),
     );
     assert!(body.contains("workspace_roots"));
     let server = start(&config(dir.path(), &body));
@@ -1224,7 +1227,7 @@ fn the_python_client_passes_its_tests_against_a_live_server() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
     assert!(
-        err.contains("Ran 8 tests") && !err.contains("skipped"),
+        err.contains("Ran 9 tests") && !err.contains("skipped"),
         "{err}"
     );
 }

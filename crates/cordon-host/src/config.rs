@@ -101,9 +101,11 @@ struct RawConfig {
     snapshots: Option<RawSnapshots>,
 }
 
+/// A `snapshots:` section as a configuration file holds it (the host
+/// configuration's, `cordon serve`'s); [`snapshots_of`] checks it.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct RawSnapshots {
+pub struct RawSnapshots {
     #[serde(default)]
     dir: Option<Spanned<String>>,
     #[serde(default)]
@@ -161,31 +163,10 @@ impl HostConfig {
             None => None,
             Some(e) => Some(egress_setup(file, e)?),
         };
-        let mut snapshots = SnapshotConfig::default();
-        if let Some(r) = &raw.snapshots {
-            let at = |v: &Spanned<String>, message: String| {
-                let (line, column) = pos(v);
-                ConfigError::Structure {
-                    file: file.to_string(),
-                    line,
-                    column,
-                    message,
-                }
-            };
-            if let Some(d) = &r.dir {
-                if !d.starts_with('/') {
-                    return Err(at(
-                        d,
-                        format!("`snapshots.dir`: `{}` is not an absolute path", &**d),
-                    ));
-                }
-                snapshots.dir = Some(std::path::PathBuf::from(&**d));
-            }
-            if let Some(q) = &r.quota_per_scope {
-                snapshots.quota_per_scope = cordon_policy::canon::size(q)
-                    .map_err(|e| at(q, format!("`snapshots.quota_per_scope`: {e}")))?;
-            }
-        }
+        let snapshots = match &raw.snapshots {
+            Some(r) => snapshots_of(file, r)?,
+            None => SnapshotConfig::default(),
+        };
         Ok(HostConfig {
             file: file.to_string(),
             min_isolation,
@@ -203,6 +184,34 @@ impl HostConfig {
         let text = yaml::read_file(path, MAX_CONFIG_BYTES).map_err(read)?;
         HostConfig::from_yaml(&file, &text)
     }
+}
+
+/// Checks a `snapshots:` section of `file`: an absolute `dir`, a size.
+pub fn snapshots_of(file: &str, r: &RawSnapshots) -> Result<SnapshotConfig, ConfigError> {
+    let mut snapshots = SnapshotConfig::default();
+    let at = |v: &Spanned<String>, message: String| {
+        let (line, column) = pos(v);
+        ConfigError::Structure {
+            file: file.to_string(),
+            line,
+            column,
+            message,
+        }
+    };
+    if let Some(d) = &r.dir {
+        if !d.starts_with('/') {
+            return Err(at(
+                d,
+                format!("`snapshots.dir`: `{}` is not an absolute path", &**d),
+            ));
+        }
+        snapshots.dir = Some(std::path::PathBuf::from(&**d));
+    }
+    if let Some(q) = &r.quota_per_scope {
+        snapshots.quota_per_scope = cordon_policy::canon::size(q)
+            .map_err(|e| at(q, format!("`snapshots.quota_per_scope`: {e}")))?;
+    }
+    Ok(snapshots)
 }
 
 /// Checks an `egress:` section of `file`: addresses parse, paths are

@@ -34,6 +34,9 @@ pub const SNAPSHOT_DIR_ENV: &str = "CORDON_SNAPSHOT_DIR";
 /// unless the host configuration says otherwise (`snapshots.quota_per_scope`).
 pub const DEFAULT_QUOTA_PER_SCOPE: u64 = 4 << 30;
 
+/// Why `--memory` is refused at every backend this version has.
+pub const NO_MEMORY_SNAPSHOT: &str = "`--memory` (processes and memory, not only files) is refused: at the container and process rungs and at docker a checkpoint tool could not restore the sandbox's Landlock domains and seccomp filters faithfully, so a restored process would run less confined than it was made; gVisor's `runsc checkpoint` and the microVM's migration could, and are not built yet. Take a snapshot of the files (leave `--memory` out)";
+
 /// The most entries one snapshot holds.
 pub const MAX_ENTRIES: usize = 200_000;
 

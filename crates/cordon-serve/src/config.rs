@@ -49,6 +49,9 @@ pub struct ServeConfig {
     /// Serve HTTPS (and require client certificates when `client_ca` is
     /// set); `None`: plain HTTP, for loopback.
     pub tls: Option<Tls>,
+    /// Where snapshots are kept and each scope's quota (`snapshots:`, as
+    /// in the host configuration).
+    pub snapshots: cordon_host::config::SnapshotConfig,
 }
 
 /// The server's certificate, and the client CA for mutual TLS.
@@ -222,6 +225,8 @@ struct RawServe {
     secrets: Option<RawSecrets>,
     #[serde(default)]
     tls: Option<RawTls>,
+    #[serde(default)]
+    snapshots: Option<cordon_host::config::RawSnapshots>,
 }
 
 #[derive(Deserialize)]
@@ -385,7 +390,20 @@ impl ServeConfig {
             client_ca: t.client_ca.as_ref().map(|c| base.join(&**c)),
         });
         let backends = backends_of(raw.backends.as_ref(), &at)?;
+        let snapshots = match &raw.snapshots {
+            None => cordon_host::config::SnapshotConfig::default(),
+            Some(r) => cordon_host::config::snapshots_of(file, r).map_err(|e| match e {
+                cordon_host::config::ConfigError::Structure {
+                    line,
+                    column,
+                    message,
+                    ..
+                } => at.at((line, column), message),
+                other => at.at((1, 1), other.to_string()),
+            })?,
+        };
         Ok(ServeConfig {
+            snapshots,
             file: file.to_string(),
             backends,
             egress,

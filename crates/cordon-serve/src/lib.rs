@@ -42,6 +42,7 @@ mod request;
 mod routes;
 mod sandboxes;
 mod served;
+mod snapshots;
 mod workspace;
 
 pub use config::{ConfigError, Credential, ServeConfig};

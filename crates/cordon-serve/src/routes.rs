@@ -15,6 +15,7 @@ use crate::outputs::{artifact, outputs};
 use crate::pause::{pause, resume};
 use crate::sandboxes::{backends, create, dispose, dispose_thread};
 use crate::served::Served;
+use crate::snapshots::{forget, fork, list as snapshots, snapshot};
 use crate::workspace::{apply, diff};
 
 /// The API's OpenAPI document, served at `/openapi.json`; a test holds
@@ -39,6 +40,10 @@ pub fn app(state: Arc<Served>) -> Router {
         .route("/v1/sandboxes/pause", post(pause))
         .route("/v1/sandboxes/resume", post(resume))
         .route("/v1/sandboxes/diff", post(diff))
+        .route("/v1/sandboxes/snapshot", post(snapshot))
+        .route("/v1/sandboxes/fork", post(fork))
+        .route("/v1/snapshots", get(snapshots))
+        .route("/v1/snapshots/forget", post(forget))
         .route("/v1/sandboxes/apply", post(apply))
         .route("/v1/threads/dispose", post(dispose_thread))
         .route("/v1/sandboxes/outputs", post(outputs))

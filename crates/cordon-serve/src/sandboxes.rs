@@ -82,9 +82,13 @@ pub(crate) struct CreateBody {
     #[serde(flatten)]
     pub(crate) at: Address,
     /// A spec as YAML text (docs/spec.md); default: an offline `run` spec
-    /// on the host image.
+    /// on the host image (or, with `from`, the snapshot's).
     #[serde(default)]
     pub(crate) spec: Option<String>,
+    /// Make it from this snapshot of the credential's scope (its id or
+    /// name): its files are the work dir, copy-on-write.
+    #[serde(default)]
+    pub(crate) from: Option<String>,
 }
 
 /// The caller's live sandbox at `at` (its scope, that thread and agent
@@ -156,7 +160,13 @@ impl Served {
         }
         // Attached only: one disposed of since it was found is not made
         // again by an exec (nor outside the cap).
-        match self.acquire_counted(cred, at, &rec.provenance.spec, false) {
+        match self.acquire_counted(
+            cred,
+            at,
+            &rec.provenance.spec,
+            false,
+            rec.provenance.origin.clone(),
+        ) {
             Ok(m) => Ok(Some(m.sandbox)),
             Err(r) if r.status == StatusCode::NOT_FOUND => Ok(None),
             Err(r) => Err(r),
@@ -218,6 +228,9 @@ pub(crate) async fn create(
         Ok(x) => x,
         Err(r) => return *r,
     };
+    if let Some(from) = body.from.clone() {
+        return crate::snapshots::create_from(s, cred, body.at, body.spec, &from).await;
+    }
     let spec = match &body.spec {
         Some(text) => SandboxSpec::from_yaml("spec", text),
         None => SandboxSpec::new("run", "host"),
@@ -270,7 +283,19 @@ impl Served {
         at: &Address,
         spec: &SandboxSpec,
     ) -> Result<Made, Refusal> {
-        self.acquire_counted(cred, at, spec, true)
+        self.acquire_counted(cred, at, spec, true, None)
+    }
+
+    /// [`Served::get_or_create`], a new sandbox made from `origin` (a
+    /// snapshot the caller has checked).
+    pub(crate) fn get_or_create_from(
+        &self,
+        cred: &Credential,
+        at: &Address,
+        spec: &SandboxSpec,
+        origin: cordon_sandbox::Origin,
+    ) -> Result<Made, Refusal> {
+        self.acquire_counted(cred, at, spec, true, Some(origin))
     }
 
     /// The scope's cap lock: this server's threads queue on a mutex, and
@@ -307,6 +332,7 @@ impl Served {
         at: &Address,
         spec: &SandboxSpec,
         may_create: bool,
+        origin: Option<cordon_sandbox::Origin>,
     ) -> Result<Made, Refusal> {
         let caller = caller(cred, at);
         let key = caller
@@ -332,7 +358,7 @@ impl Served {
                 });
             }
         }
-        let acquired = self.router.acquire(&caller, spec);
+        let acquired = self.router.acquire_from(&caller, spec, origin);
         let sandbox = acquired.map_err(|e| {
             if let Some((surface, rules)) = e.denial() {
                 self.denied(&cred.scope, surface, rules);

@@ -47,6 +47,9 @@ pub struct Served {
     /// Every registered backend as this machine's probe found it at start
     /// (what `cordon doctor` shows).
     pub(crate) catalogue: Vec<serde_json::Value>,
+    /// The snapshot store and the digest of the policy in force (a
+    /// restore is checked against it); `None`: snapshots are refused.
+    pub(crate) snapshots: Option<(cordon_host::snapshots::SnapshotStore, String)>,
 }
 
 impl Served {
@@ -64,6 +67,7 @@ impl Served {
             egress_audit: None,
             tls: None,
             catalogue: Vec::new(),
+            snapshots: None,
             config,
             backends,
             floor,
@@ -80,6 +84,17 @@ impl Served {
     /// `state`: found there by any replica, and by this server restarted.
     pub fn kept_in(mut self, state: cordon_host::state::StateDir) -> Served {
         self.state = Some(state);
+        self
+    }
+
+    /// Snapshots are kept in `store`; a restore must be under the policy
+    /// whose digest is `policy_digest` (the one the router holds).
+    pub fn with_snapshots(
+        mut self,
+        store: cordon_host::snapshots::SnapshotStore,
+        policy_digest: String,
+    ) -> Served {
+        self.snapshots = Some((store, policy_digest));
         self
     }
 
