@@ -120,6 +120,16 @@ pub fn copy_tree(
         out: Copied::default(),
     };
     c.dir("", &dst_fd)?;
+    // One flush of the destination's filesystem, not one per file: the
+    // caller publishes the tree (a rename) only after this returns.
+    let flush = rustix::fs::openat(
+        CWD,
+        dst,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .and_then(|fd| rustix::fs::syncfs(&fd));
+    flush.map_err(|e| io(&dst.display().to_string(), e))?;
     let st = rustix::fs::fstat(&c.src).map_err(|e| io("", e))?;
     rustix::fs::chmodat(
         CWD,
@@ -265,7 +275,6 @@ impl Copy<'_> {
             hash.update(&buf[..n]);
             to.write_all(&buf[..n]).map_err(|e| io(rel, e))?;
         }
-        to.sync_all().map_err(|e| io(rel, e))?;
         rustix::fs::fchmod(&to, Mode::from_raw_mode(mode)).map_err(|e| io(rel, e))?;
         Ok((size, hex(&hash.finalize())))
     }
