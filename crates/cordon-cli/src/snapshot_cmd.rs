@@ -77,9 +77,10 @@ pub fn snapshot(
     } else {
         println!("{}", snap.id);
         eprintln!(
-            "snapshot `{}`: {} files, {} bytes, of sandbox `{}`",
+            "snapshot `{}`: {} file{}, {} bytes, of sandbox `{}`",
             snap.id,
             snap.files,
+            if snap.files == 1 { "" } else { "s" },
             snap.bytes,
             s.id()
         );
