@@ -136,6 +136,13 @@ pub fn run(args: ServeArgs) -> ExitCode {
     let scheme = if acceptor.is_some() { "https" } else { "http" };
     let snapshots = crate::snapshot_cmd::store(&config.snapshots);
     let policy_digest = host.policy.digest.clone();
+    let mut pools = Vec::new();
+    for pc in &config.pools {
+        match cordon_sandbox::SandboxSpec::from_file(&pc.spec) {
+            Ok(spec) => pools.push(cordon_serve::pools::Pool::new(pc.clone(), spec)),
+            Err(e) => return usage(format!("in `{}`: pool `{}`: {e}", config.file, pc.name)),
+        }
+    }
     let served = Served::new(
         config,
         host.backends.clone(),
@@ -148,6 +155,7 @@ pub fn run(args: ServeArgs) -> ExitCode {
     .with_catalogue(crate::doctor::backend_rows(&crate::doctor::report(
         floor.rung,
     )));
+    let served = served.with_pools(pools, policy_digest.clone());
     // A store that cannot be opened refuses snapshots, not the server.
     let served = match snapshots {
         Ok(st) => served.with_snapshots(st, policy_digest),
@@ -162,6 +170,7 @@ pub fn run(args: ServeArgs) -> ExitCode {
         Some(a) => served.with_tls(a),
         None => served,
     });
+    cordon_serve::pools::run_pools(served.clone(), std::time::Duration::from_millis(200));
     serve_until_signalled(served, scheme)
 }
 

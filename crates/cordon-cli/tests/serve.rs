@@ -3309,3 +3309,210 @@ fn a_credential_replaces_only_its_own_sandboxes_egress_live() {
         "{changes:?}"
     );
 }
+
+// ---- Warm pools --------------------------------------------------------
+
+/// The server's pool gauge for `pool`, read from `/metrics` as credential a.
+fn pool_ready(addr: &str, pool: &str) -> usize {
+    let (_, text) = get(addr, "/metrics", Some("token-a"));
+    let line = format!("cordon_pool_ready{{pool=\"{pool}\"}} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&line))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+fn wait_for_pool(addr: &str, pool: &str, n: usize) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while pool_ready(addr, pool) < n {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "pool `{pool}` never held {n}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+/// The records in `state` whose thread is a pool's: (handle, policy digest).
+fn pooled_records(state: &std::path::Path) -> Vec<(String, String)> {
+    let (recs, _) = cordon_host::state::StateDir::open(state)
+        .expect("state")
+        .list()
+        .expect("list");
+    recs.into_iter()
+        .filter(|r| r.key.thread.starts_with("cordon-pool-"))
+        .map(|r| (r.handle, r.provenance.policy_digest))
+        .collect()
+}
+
+fn pool_config(
+    dir: &std::path::Path,
+    size: usize,
+    policy: Option<&str>,
+    dispose: bool,
+) -> std::path::PathBuf {
+    std::fs::write(dir.join("pool-spec.yaml"), "kind: run\nimage: host\n").expect("spec");
+    let mut body = good_config()
+        .replace(
+            "sandboxes: {state_dir: state, dispose_on_shutdown: true}",
+            &format!("sandboxes: {{state_dir: state, dispose_on_shutdown: {dispose}}}"),
+        )
+        + &format!(
+            "limits: {{max_sandboxes: 64, requests_per_second: 1000}}\npools:\n  - {{name: warm, spec: pool-spec.yaml, size: {size}, credential: a}}\n"
+        );
+    if let Some(p) = policy {
+        body += &format!("policy: {p}\n");
+    }
+    config(dir, &body)
+}
+
+/// 50 concurrent creates against a pool of 10: each caller gets a sandbox
+/// of its own (the pool's are claimed, rekeyed to the caller's thread,
+/// never handed to two), the rest are made cold, and the pool refills.
+#[test]
+fn a_pool_claim_is_rekeyed_never_handed_to_two_callers_and_the_pool_refills() {
+    if !root() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("dir");
+    let server = start(&pool_config(dir.path(), 10, None, true));
+    wait_for_pool(&server.addr, "warm", 10);
+    let pooled: Vec<String> = pooled_records(&dir.path().join("state"))
+        .into_iter()
+        .map(|(h, _)| h)
+        .collect();
+    assert_eq!(pooled.len(), 10);
+    let addr = server.addr.clone();
+    let made: Vec<(String, String)> = std::thread::scope(|sc| {
+        let joins: Vec<_> = (0..50)
+            .map(|i| {
+                let addr = addr.clone();
+                sc.spawn(move || {
+                    let thread = format!("claim-{i}");
+                    let (status, v) = post(
+                        &addr,
+                        "/v1/sandboxes",
+                        Some("token-a"),
+                        serde_json::json!({"thread": thread}),
+                    );
+                    assert_eq!(status, 200, "{v}");
+                    (thread, v["handle"].as_str().expect("handle").to_string())
+                })
+            })
+            .collect();
+        joins
+            .into_iter()
+            .map(|j| j.join().expect("a create"))
+            .collect()
+    });
+    let mut handles: Vec<&String> = made.iter().map(|(_, h)| h).collect();
+    handles.sort();
+    handles.dedup();
+    assert_eq!(handles.len(), 50, "a sandbox was handed to two callers");
+    let claimed: Vec<&(String, String)> = made.iter().filter(|(_, h)| pooled.contains(h)).collect();
+    assert_eq!(
+        claimed.len(),
+        10,
+        "every pooled sandbox was claimed once: {made:?}"
+    );
+    // Rekeyed: a claimed sandbox is found at its caller's thread (its
+    // record says so), answers there, and its files are its own.
+    let state = cordon_host::state::StateDir::open(&dir.path().join("state")).expect("state");
+    for (thread, h) in &claimed {
+        let rec = state.read(h).expect("read").expect("a record");
+        assert_eq!(&rec.key.thread, thread);
+        let (status, v) = post(
+            &addr,
+            "/v1/sandboxes/exec",
+            Some("token-a"),
+            serde_json::json!({"thread": thread, "argv": ["sh", "-c", format!("echo {thread} > who; cat who")]}),
+        );
+        assert_eq!(
+            (status, v["stdout"].as_str()),
+            (200, Some(format!("{thread}\n").as_str())),
+            "{v}"
+        );
+    }
+    // Another credential's create is not served from credential a's pool.
+    let (status, v) = post(
+        &addr,
+        "/v1/sandboxes",
+        Some("token-b"),
+        serde_json::json!({"thread": "b-1"}),
+    );
+    assert_eq!(status, 200, "{v}");
+    assert!(!pooled.contains(&v["handle"].as_str().unwrap_or_default().to_string()));
+    // A caller cannot name a pool's thread.
+    let (status, _) = post(
+        &addr,
+        "/v1/sandboxes",
+        Some("token-a"),
+        serde_json::json!({"thread": "cordon-pool-warm-1"}),
+    );
+    assert_eq!(status, 400);
+    wait_for_pool(&addr, "warm", 10);
+    let refilled = pooled_records(&dir.path().join("state"));
+    assert_eq!(refilled.len(), 10, "{refilled:?}");
+    assert!(
+        refilled.iter().all(|(h, _)| !pooled.contains(h)),
+        "a claimed sandbox went back to the pool"
+    );
+}
+
+/// A server restarted under another policy finds the old pool in the
+/// state directory: it disposes of it and serves only sandboxes made
+/// under the policy in force.
+#[test]
+fn a_pool_made_under_an_older_policy_is_drained_not_served() {
+    if !root() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("dir");
+    let state = dir.path().join("state");
+    let old = {
+        let server = start(&pool_config(dir.path(), 2, None, false));
+        wait_for_pool(&server.addr, "warm", 2);
+        let old = pooled_records(&state);
+        drop(server); // SIGTERM; `dispose_on_shutdown: false` leaves them
+        old
+    };
+    assert_eq!(old.len(), 2);
+    std::fs::write(
+        dir.path().join("narrower.yaml"),
+        "policy:\n  extends: [cordon:default]\n  compute:\n    max_memory: 256MiB\n",
+    )
+    .expect("policy");
+    let server = start(&pool_config(dir.path(), 2, Some("narrower.yaml"), true));
+    wait_for_pool(&server.addr, "warm", 2);
+    let now = pooled_records(&state);
+    assert_eq!(now.len(), 2, "{now:?}");
+    for (h, digest) in &now {
+        assert!(
+            !old.iter().any(|(o, _)| o == h),
+            "a sandbox of the old pool is still pooled"
+        );
+        assert_ne!(digest, &old[0].1, "pooled under the old policy");
+    }
+    let (status, v) = post(
+        &server.addr,
+        "/v1/sandboxes",
+        Some("token-a"),
+        serde_json::json!({"thread": "after"}),
+    );
+    assert_eq!(status, 200, "{v}");
+    let h = v["handle"].as_str().expect("handle");
+    assert!(
+        !old.iter().any(|(o, _)| o == h),
+        "the old policy's sandbox was served"
+    );
+    for (o, _) in &old {
+        assert!(
+            cordon_host::state::StateDir::open(&state)
+                .unwrap()
+                .read(o)
+                .unwrap()
+                .is_none(),
+            "old `{o}` not drained"
+        );
+    }
+}

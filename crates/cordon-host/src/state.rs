@@ -464,6 +464,43 @@ impl StateDir {
         Ok(self.list()?.0.into_iter().find(|r| &r.key == key))
     }
 
+    /// Moves `handle`'s sandbox to the key `to` (a warm pool's claim): under
+    /// both keys' locks, refused when `to` already has a sandbox or the
+    /// record is gone. The keeper goes on serving it by its handle; every
+    /// later lookup by key finds it at `to`. Returns the rewritten record.
+    pub fn rekey(
+        &self,
+        handle: &str,
+        from: &KeyRecord,
+        to: &KeyRecord,
+    ) -> Result<Record, StateError> {
+        let wait = Duration::from_secs(10);
+        let _to = self.lock(to, wait)?;
+        let _from = self.lock(from, wait)?;
+        if self.find(to)?.is_some() {
+            return Err(StateError::Io {
+                path: self.root.clone(),
+                source: io::Error::other(format!(
+                    "a sandbox already has the key {}/{}/{}",
+                    to.scope, to.thread, to.agent_dir
+                )),
+            });
+        }
+        let mut rec = self.read(handle)?.ok_or_else(|| StateError::Io {
+            path: self.record_path(handle),
+            source: io::Error::other("the sandbox's record is gone"),
+        })?;
+        if &rec.key != from {
+            return Err(StateError::Io {
+                path: self.record_path(handle),
+                source: io::Error::other("the sandbox was claimed already"),
+            });
+        }
+        rec.key = to.clone();
+        self.write(&rec)?;
+        Ok(rec)
+    }
+
     /// Removes the record, socket and log of `handle` (absent ones are fine).
     pub fn remove(&self, handle: &str) -> Result<(), StateError> {
         check_handle(handle)?;

@@ -52,6 +52,8 @@ pub struct ServeConfig {
     /// Where snapshots are kept and each scope's quota (`snapshots:`, as
     /// in the host configuration).
     pub snapshots: cordon_host::config::SnapshotConfig,
+    /// Warm pools (`pools:`).
+    pub pools: Vec<crate::pools::PoolConfig>,
 }
 
 /// The server's certificate, and the client CA for mutual TLS.
@@ -227,6 +229,8 @@ struct RawServe {
     tls: Option<RawTls>,
     #[serde(default)]
     snapshots: Option<cordon_host::config::RawSnapshots>,
+    #[serde(default)]
+    pools: Vec<crate::pools::RawPool>,
 }
 
 #[derive(Deserialize)]
@@ -402,7 +406,9 @@ impl ServeConfig {
                 other => at.at((1, 1), other.to_string()),
             })?,
         };
+        let pools = crate::pools::pools_of(&raw.pools, base, &credentials, &|p, m| at.at(p, m))?;
         Ok(ServeConfig {
+            pools,
             snapshots,
             file: file.to_string(),
             backends,

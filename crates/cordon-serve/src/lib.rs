@@ -37,6 +37,7 @@ mod mcp_http;
 mod metrics;
 mod outputs;
 mod pause;
+pub mod pools;
 mod refusal;
 mod request;
 mod routes;

@@ -163,6 +163,22 @@ pub(crate) async fn metrics(State(s): State<Arc<Served>>, headers: HeaderMap) ->
     let _ = writeln!(out, "# TYPE cordon_requests_refused_total counter");
     let _ = writeln!(out, "# TYPE cordon_policy_denials_total counter");
     let _ = writeln!(out, "# TYPE cordon_egress_bytes_total counter");
+    let _ = writeln!(out, "# TYPE cordon_pool_ready gauge");
+    let _ = writeln!(out, "# TYPE cordon_pool_claims_total counter");
+    // Warm pools: each is a credential's, shown to it (and operators).
+    for pool in s
+        .pools
+        .iter()
+        .filter(|p| cred.operator || p.config.credential == cred.name)
+    {
+        let name = &pool.config.name;
+        let _ = writeln!(out, "cordon_pool_ready{{pool=\"{name}\"}} {}", pool.ready());
+        let _ = writeln!(
+            out,
+            "cordon_pool_claims_total{{pool=\"{name}\"}} {}",
+            pool.claims.load(std::sync::atomic::Ordering::Relaxed)
+        );
+    }
     for (scope, v) in shown {
         let scope = scope.replace(['\\', '"', '\n'], "_");
         for (rung, n) in &v.created {

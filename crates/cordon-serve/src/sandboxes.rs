@@ -59,6 +59,7 @@ impl Served {
     /// Disposes of every sandbox this server made (at shutdown: they
     /// live and die with it until replicas share a state directory).
     pub(crate) fn dispose_all(&self) {
+        self.drain_pools();
         let held: Vec<(SandboxKey, Arc<dyn Sandbox>)> = {
             let mut live = self.live.lock().unwrap_or_else(|p| p.into_inner());
             std::mem::take(&mut *live).into_iter().collect()
@@ -204,7 +205,11 @@ impl Served {
             let now = cordon_host::state::now();
             let live: Vec<_> = records
                 .iter()
-                .filter(|r| r.key.scope == scope && !r.orphaned_or_expired(now))
+                .filter(|r| {
+                    r.key.scope == scope
+                        && !r.orphaned_or_expired(now)
+                        && !r.key.thread.starts_with(crate::pools::POOL_THREAD_PREFIX)
+                })
                 .collect();
             let exists = live
                 .iter()
@@ -334,6 +339,15 @@ impl Served {
         may_create: bool,
         origin: Option<cordon_sandbox::Origin>,
     ) -> Result<Made, Refusal> {
+        if at.thread.starts_with(crate::pools::POOL_THREAD_PREFIX) {
+            return Err(Refusal::of(
+                ErrorKind::Invalid,
+                format!(
+                    "a thread may not begin with `{}` (warm pools keep theirs there)",
+                    crate::pools::POOL_THREAD_PREFIX
+                ),
+            ));
+        }
         let caller = caller(cred, at);
         let key = caller
             .resolve()
@@ -358,7 +372,17 @@ impl Served {
                 });
             }
         }
-        let acquired = self.router.acquire_from(&caller, spec, origin);
+        // A create a warm pool serves is a claim of one of its sandboxes.
+        let claimed = match (exists, &origin) {
+            (false, None) => self
+                .pool_for(cred, spec)
+                .and_then(|pool| self.claim(pool, cred, &key)),
+            _ => None,
+        };
+        let acquired = match claimed {
+            Some(s) => Ok(s),
+            None => self.router.acquire_from(&caller, spec, origin),
+        };
         let sandbox = acquired.map_err(|e| {
             if let Some((surface, rules)) = e.denial() {
                 self.denied(&cred.scope, surface, rules);

@@ -50,6 +50,13 @@ pub struct Served {
     /// The snapshot store and the digest of the policy in force (a
     /// restore is checked against it); `None`: snapshots are refused.
     pub(crate) snapshots: Option<(cordon_host::snapshots::SnapshotStore, String)>,
+    /// Warm pools (`pools:`), live.
+    pub(crate) pools: Vec<std::sync::Arc<crate::pools::Pool>>,
+    /// Set at shutdown: the pools are not refilled again.
+    pub(crate) pools_stopped: std::sync::atomic::AtomicBool,
+    /// The digest of the policy the router holds (pools are drained of
+    /// sandboxes made under another).
+    pub(crate) policy_digest: String,
 }
 
 impl Served {
@@ -68,6 +75,9 @@ impl Served {
             tls: None,
             catalogue: Vec::new(),
             snapshots: None,
+            pools: Vec::new(),
+            pools_stopped: std::sync::atomic::AtomicBool::new(false),
+            policy_digest: String::new(),
             config,
             backends,
             floor,
@@ -95,6 +105,14 @@ impl Served {
         policy_digest: String,
     ) -> Served {
         self.snapshots = Some((store, policy_digest));
+        self
+    }
+
+    /// Keeps the warm pools `pools` (with their specs, loaded) for the
+    /// policy whose digest is `policy_digest`.
+    pub fn with_pools(mut self, pools: Vec<crate::pools::Pool>, policy_digest: String) -> Served {
+        self.pools = pools.into_iter().map(std::sync::Arc::new).collect();
+        self.policy_digest = policy_digest;
         self
     }
 
