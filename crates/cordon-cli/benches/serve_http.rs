@@ -345,6 +345,7 @@ mod bench {
                     owner: "cordon-serve-bench".into(),
                     idle_timeout: Duration::from_secs(1800),
                     max_age: Duration::from_secs(86400),
+                    on_idle_pause: None,
                 });
             }
             let host = builder

@@ -230,6 +230,12 @@ pub struct UpArgs {
     /// Dispose this many seconds after creation, busy or not.
     #[arg(long, default_value_t = 86_400)]
     pub max_age: u64,
+    /// What an idle timeout does: `dispose` (default) or `pause` — the
+    /// sandbox is paused (no CPU, nothing lost; an exec resumes it), and
+    /// idle as long again, its files are snapshotted (`cordon sandbox
+    /// snapshots` lists it; `up --from` restores it) and it is disposed of.
+    #[arg(long, value_name = "pause|dispose", default_value = "dispose", value_parser = ["pause", "dispose"])]
+    pub on_idle: String,
     /// Make it from a snapshot of this scope (its id or name): the
     /// snapshot's files are its work dir (copy-on-write), its spec and
     /// identity the snapshot's unless given (and then they must match);
@@ -668,6 +674,15 @@ fn up(a: UpArgs) -> Result<ExitCode, ExitCode> {
         owner: OWNER.to_string(),
         idle_timeout: Duration::from_secs(a.idle_timeout),
         max_age: Duration::from_secs(a.max_age),
+        on_idle_pause: match a.on_idle.as_str() {
+            "pause" => {
+                let cfg = crate::run::host_config(&a.sel)?
+                    .map(|c| c.snapshots)
+                    .unwrap_or_default();
+                Some(crate::snapshot_cmd::idle_pause(&cfg))
+            }
+            _ => None,
+        },
     };
     if let Some(from) = &a.from {
         let place = crate::snapshot_cmd::Place {

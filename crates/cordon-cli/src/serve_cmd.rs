@@ -81,6 +81,10 @@ pub fn run(args: ServeArgs) -> ExitCode {
             owner: OWNER.to_string(),
             idle_timeout: Duration::from_secs(config.sandboxes.idle_timeout),
             max_age: Duration::from_secs(config.sandboxes.max_age),
+            on_idle_pause: config
+                .sandboxes
+                .on_idle_pause
+                .then(|| crate::snapshot_cmd::idle_pause(&config.snapshots)),
         });
     // Every egress decision of the server's sandboxes lands in the state
     // directory's audit log (unless the configuration names one), which

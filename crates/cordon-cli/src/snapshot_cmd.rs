@@ -269,5 +269,15 @@ pub fn keep_for(state: cordon_host::state::StateDir, idle: u64, max_age: u64) ->
         owner: crate::sandbox_cmd::OWNER.to_string(),
         idle_timeout: Duration::from_secs(idle),
         max_age: Duration::from_secs(max_age),
+        on_idle_pause: None,
+    }
+}
+
+/// `on_idle: pause`: a keeper pauses its idle sandbox, then (idle as long
+/// again) snapshots it into the store `cfg` names and disposes of it.
+pub fn idle_pause(cfg: &SnapshotConfig) -> cordon_host::keeper::IdlePause {
+    cordon_host::keeper::IdlePause {
+        snapshots: Some(cfg.dir.clone().unwrap_or_else(SnapshotStore::default_path)),
+        quota_per_scope: cfg.quota_per_scope,
     }
 }

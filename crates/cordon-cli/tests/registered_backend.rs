@@ -398,6 +398,7 @@ fn the_keeper_keeps_it() {
             idle_timeout: Duration::from_secs(60),
             max_age: Duration::from_secs(600),
             owner: "registered-test".into(),
+            on_idle_pause: None,
         },
     )
     .unwrap();

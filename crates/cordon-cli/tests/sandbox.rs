@@ -494,6 +494,7 @@ fn a_restarted_owner_adopts_or_reclaims_what_it_made() {
                 idle_timeout: std::time::Duration::from_secs(60),
                 max_age: std::time::Duration::from_secs(600),
                 owner: name.to_string(),
+                on_idle_pause: None,
             },
         )
         .unwrap()

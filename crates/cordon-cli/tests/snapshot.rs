@@ -156,3 +156,106 @@ fn a_restore_under_another_spec_or_policy_and_a_snapshot_past_the_quota_are_refu
     let (code, _, err) = run(&["sandbox", "down", &h]);
     assert_eq!(code, 0, "{err}");
 }
+
+/// `--on-idle pause`: idle, the sandbox is frozen (not disposed of); idle
+/// as long again, its files are kept as a snapshot and it goes; `up
+/// --from` brings them back.
+#[test]
+fn an_idle_sandbox_is_paused_then_kept_as_a_snapshot_and_restorable() {
+    if !can_sandbox("on_idle pause") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let c = cordon_in(dir.path());
+    let ok = |args: &[&str]| {
+        let (code, out, err) = c.run(args);
+        assert_eq!(code, 0, "{args:?}: {err}");
+        out.trim().to_string()
+    };
+    let h = ok(&[
+        "sandbox",
+        "up",
+        "--scope",
+        "idle",
+        "--thread",
+        "t",
+        "--min-isolation",
+        "container",
+        "-q",
+        "--idle-timeout",
+        "2",
+        "--on-idle",
+        "pause",
+    ]);
+    ok(&["sandbox", "exec", &h, "--", "sh", "-c", "echo kept > f"]);
+    let rec = cordon_host::state::StateDir::open(&dir.path().join("state"))
+        .unwrap()
+        .read(&h)
+        .unwrap()
+        .expect("a record");
+    let freezer = rec.residue["cgroups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|c| c.as_str())
+        .find(|c| c.contains("/freezer/"))
+        .map(|c| std::path::PathBuf::from(c).join("freezer.state"))
+        .expect("a freezer cgroup");
+    let state = || {
+        std::fs::read_to_string(&freezer)
+            .unwrap_or_default()
+            .trim()
+            .to_string()
+    };
+    assert_eq!(state(), "THAWED");
+    let wait_for = |what: &dyn Fn() -> bool, secs: u64| {
+        let end = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+        while !what() {
+            assert!(std::time::Instant::now() < end, "timed out");
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    };
+    wait_for(&|| state() == "FROZEN", 10);
+    // Still there, and an exec resumes it.
+    assert_eq!(ok(&["sandbox", "exec", &h, "--", "cat", "f"]), "kept");
+    assert_eq!(state(), "THAWED");
+    // Idle twice over: gone, its files kept.
+    wait_for(
+        &|| {
+            !dir.path()
+                .join("state/sandboxes")
+                .join(format!("{h}.json"))
+                .exists()
+        },
+        20,
+    );
+    let list = ok(&[
+        "sandbox",
+        "snapshots",
+        "--scope",
+        "idle",
+        "--format",
+        "json",
+    ]);
+    let doc: serde_json::Value = serde_json::from_str(&list).unwrap();
+    let name = doc["snapshots"][0]["name"]
+        .as_str()
+        .expect("a snapshot")
+        .to_string();
+    assert_eq!(name, format!("idle-{h}"));
+    let back = ok(&[
+        "sandbox",
+        "up",
+        "--scope",
+        "idle",
+        "--thread",
+        "again",
+        "--min-isolation",
+        "container",
+        "-q",
+        "--from",
+        &name,
+    ]);
+    assert_eq!(ok(&["sandbox", "exec", &back, "--", "cat", "f"]), "kept");
+    ok(&["sandbox", "down", &back]);
+}

@@ -33,6 +33,9 @@ pub struct Keep {
     pub owner: String,
     pub idle_timeout: Duration,
     pub max_age: Duration,
+    /// Pause an idle sandbox rather than dispose of it (`on_idle: pause`);
+    /// `None`: dispose.
+    pub on_idle_pause: Option<crate::keeper::IdlePause>,
 }
 
 /// What a host is built from; see the module's doc.
@@ -246,6 +249,7 @@ impl HostBuilder {
                 idle_timeout: k.idle_timeout,
                 max_age: k.max_age,
                 owner: k.owner.clone(),
+                on_idle_pause: k.on_idle_pause.clone(),
             }),
         };
         Ok(HostSetup {
@@ -295,6 +299,7 @@ mod tests {
                 owner: "test".into(),
                 idle_timeout: Duration::from_secs(1),
                 max_age: Duration::from_secs(2),
+                on_idle_pause: None,
             });
         let s = b.setup().unwrap();
         assert_eq!(s.backends.egress.proxy, Some(commands().proxy));

@@ -98,6 +98,9 @@ pub struct Sandboxes {
     /// sandbox reads and, through `apply`, writes: only what the operator
     /// lists here.
     pub workspace_roots: Vec<PathBuf>,
+    /// `on_idle: pause`: an idle sandbox is paused, not disposed of; idle
+    /// as long again, its files are snapshotted and it is disposed of.
+    pub on_idle_pause: bool,
 }
 
 impl Default for Sandboxes {
@@ -108,6 +111,7 @@ impl Default for Sandboxes {
             max_age: 86_400,
             dispose_on_shutdown: false,
             workspace_roots: Vec::new(),
+            on_idle_pause: false,
         }
     }
 }
@@ -264,6 +268,8 @@ struct RawSandboxes {
     dispose_on_shutdown: Option<Spanned<bool>>,
     #[serde(default)]
     workspace_roots: Vec<Spanned<String>>,
+    #[serde(default)]
+    on_idle: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -639,6 +645,18 @@ fn sandboxes_of(
             sandboxes.max_age = seconds(v, "max_age_seconds")?;
         }
         sandboxes.dispose_on_shutdown = r.dispose_on_shutdown.as_ref().is_some_and(|d| **d);
+        if let Some(o) = &r.on_idle {
+            sandboxes.on_idle_pause = match o.as_str() {
+                "pause" => true,
+                "dispose" => false,
+                other => {
+                    return Err(at.at(
+                        yaml::pos(o),
+                        format!("`sandboxes.on_idle`: `{other}` is neither `pause` nor `dispose`"),
+                    ))
+                }
+            };
+        }
         for w in &r.workspace_roots {
             let root = base.join(&**w).canonicalize().map_err(|e| {
                 at.at(

@@ -45,7 +45,7 @@ pub use client::KeptSandbox;
 use dial::ask;
 pub use serve::keeper_main;
 pub use sweep::{reclaim_dead_keepers, Reclaimed};
-pub use wire::Launch;
+pub use wire::{IdlePause, Launch};
 use wire::{Reply, Request, WireBrokered};
 
 use crate::state::{self, KeyRecord, ProcessId, Record, StateDir};
@@ -345,6 +345,9 @@ pub struct KeptConfig {
     pub max_age: Duration,
     /// This owner's name for itself, recorded with each sandbox.
     pub owner: String,
+    /// Pause an idle sandbox instead of disposing of it (see
+    /// [`IdlePause`]); `None`: dispose.
+    pub on_idle_pause: Option<IdlePause>,
 }
 
 /// What a restarted owner does with the sandboxes it made before.
@@ -607,6 +610,7 @@ impl cordon_sandbox::Backend for KeptBackend {
             limits: req.limits,
             idle_timeout: self.kept.idle_timeout.as_secs().max(1),
             max_age: self.kept.max_age.as_secs().max(1),
+            on_idle_pause: self.kept.on_idle_pause.clone(),
             brokered: req.brokered.iter().map(WireBrokered::of).collect(),
         };
         let rec = match spawn(&self.kept.keeper, &launch, state) {

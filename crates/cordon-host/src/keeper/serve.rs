@@ -221,6 +221,7 @@ fn serve_sandbox(
     let wake_w = Arc::new(wake_w);
     let idle = Duration::from_secs(launch.idle_timeout);
     let max_age = Duration::from_secs(launch.max_age);
+    let mut idle_paused = false;
     loop {
         if stop.load(Ordering::SeqCst) {
             return Ok(());
@@ -231,8 +232,31 @@ fn serve_sandbox(
             return Ok(());
         }
         if busy.load(Ordering::SeqCst) == 0 && idle_for > idle {
-            tracing::info!(handle = %launch.handle, "idle timeout reached; disposing");
-            return Ok(());
+            match &launch.on_idle_pause {
+                None => {
+                    tracing::info!(handle = %launch.handle, "idle timeout reached; disposing");
+                    return Ok(());
+                }
+                Some(how) if idle_for > idle * 2 => {
+                    idle_snapshot(launch, sandbox, how);
+                    tracing::info!(handle = %launch.handle, "paused and idle as long again; disposing");
+                    return Ok(());
+                }
+                Some(_) if !idle_paused => match sandbox.pause() {
+                    Ok(()) => {
+                        idle_paused = true;
+                        tracing::info!(handle = %launch.handle, "idle timeout reached; paused");
+                    }
+                    Err(e) => {
+                        tracing::info!(handle = %launch.handle, "idle timeout reached; it cannot pause ({e}); disposing");
+                        return Ok(());
+                    }
+                },
+                Some(_) => {}
+            }
+        } else if idle_for <= idle {
+            // A request came (an exec resumed it): paused again when idle.
+            idle_paused = false;
         }
         let mut fds = [
             rustix::event::PollFd::new(&listener, rustix::event::PollFlags::IN),
@@ -628,5 +652,31 @@ fn watch_client(
         }
         killer.kill();
         return;
+    }
+}
+
+/// `on_idle: pause`, at the end: the sandbox's files kept as a snapshot
+/// (named `idle-HANDLE`) in the store `how` names, so it can be restored;
+/// one that cannot be taken is logged, and the sandbox goes all the same
+/// (its idle time is up).
+fn idle_snapshot(launch: &Launch, sandbox: &Arc<dyn Sandbox>, how: &super::IdlePause) {
+    let Some(dir) = &how.snapshots else { return };
+    let name: String = format!("idle-{}", launch.handle).chars().take(64).collect();
+    let taken = crate::snapshots::SnapshotStore::open(dir, how.quota_per_scope).and_then(|st| {
+        st.take(
+            &**sandbox,
+            &launch.backend,
+            &launch.key.scope,
+            &launch.key.thread,
+            Some(&name),
+        )
+    });
+    match taken {
+        Ok((snap, _)) => {
+            tracing::info!(handle = %launch.handle, snapshot = %snap.id, "its files are kept as snapshot `{name}`")
+        }
+        Err(e) => {
+            tracing::warn!(handle = %launch.handle, "its files could not be kept as a snapshot: {e}")
+        }
     }
 }

@@ -36,10 +36,27 @@ pub struct Launch {
     pub limits: Limits,
     pub idle_timeout: u64,
     pub max_age: u64,
+    /// Paused, not disposed of, when idle (and then, idle as long again,
+    /// snapshotted into the store named here and disposed of).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_idle_pause: Option<IdlePause>,
     /// The spec's placeholder secrets with their values, for the
     /// sandbox's egress proxy (on the keeper's stdin, never on disk).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub brokered: Vec<WireBrokered>,
+}
+
+/// What a keeper does when its sandbox is idle, instead of disposing of
+/// it: pause it; idle as long again, take a snapshot of its files into
+/// `snapshots` (when set: a store dir, with its per-scope quota), then
+/// dispose of it. The snapshot is restorable later (`up --from`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IdlePause {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshots: Option<PathBuf>,
+    #[serde(default)]
+    pub quota_per_scope: u64,
 }
 
 /// A brokered secret on the keeper's brief.
