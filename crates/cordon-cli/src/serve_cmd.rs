@@ -101,7 +101,11 @@ pub fn run(args: ServeArgs) -> ExitCode {
     // What a crashed replica (or this server, before a restart) left whose
     // keeper is gone too, or that is past its age, is reclaimed now; live
     // ones are served again.
+    let before = state.list().map(|(r, _)| r).unwrap_or_default();
     let (reclaimed, failures) = KeptBackend::gc(&state, builder.registry());
+    let after = state.list().map(|(r, _)| r).unwrap_or_default();
+    // Their paused files (if they were paused) make them again on request.
+    let dead_keys = cordon_serve::paused_files::reclaimed_keys(&before, &after);
     for f in failures {
         tracing::warn!("reclaiming at start: {f}");
     }
@@ -159,7 +163,9 @@ pub fn run(args: ServeArgs) -> ExitCode {
     .with_catalogue(crate::doctor::backend_rows(&crate::doctor::report(
         floor.rung,
     )));
-    let served = served.with_pools(pools, policy_digest.clone());
+    let served = served
+        .with_pools(pools, policy_digest.clone())
+        .with_reclaimed(dead_keys);
     // A store that cannot be opened refuses snapshots, not the server.
     let served = match snapshots {
         Ok(st) => served.with_snapshots(st, policy_digest),

@@ -50,7 +50,14 @@ fn shown(s: &Snapshot) -> serde_json::Value {
 fn take(st: &SnapshotStore, s: &KeptSandbox, name: Option<&str>) -> Result<Snapshot, ExitCode> {
     let rec = s.record();
     let (snap, warning) = st
-        .take(s, &rec.backend, &rec.key.scope, &rec.key.thread, name)
+        .take(
+            s,
+            &rec.backend,
+            &rec.key.scope,
+            &rec.key.thread,
+            name,
+            false,
+        )
         .map_err(refuse)?;
     if let Some(w) = warning {
         eprintln!("warning: {w}");

@@ -3516,3 +3516,113 @@ fn a_pool_made_under_an_older_policy_is_drained_not_served() {
         );
     }
 }
+
+/// A paused sandbox's files outlive its keeper: with its keeper and the
+/// server killed (`kill -9` both), the restarted server finds it at its
+/// key, made again from the files it had when paused, and serves it. One
+/// disposed of while paused, and one whose keeper died while it ran, are
+/// not made again.
+#[test]
+fn a_paused_sandbox_survives_kill_9_of_its_keeper_and_of_the_server() {
+    if !root() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("dir");
+    let body = good_config().replace(
+        "sandboxes: {state_dir: state, dispose_on_shutdown: true}",
+        &format!(
+            "sandboxes: {{state_dir: state, dispose_on_shutdown: false}}\nsnapshots: {{dir: {}}}",
+            dir.path().join("snapshots").display()
+        ),
+    );
+    let cfg = config(dir.path(), &body);
+    let mut server = start(&cfg);
+    let a = Some("token-a");
+    let addr = server.addr.clone();
+    let mut handles = Vec::new();
+    for thread in ["paused", "disposed", "running"] {
+        let (status, v) = post(
+            &addr,
+            "/v1/sandboxes",
+            a,
+            serde_json::json!({"thread": thread}),
+        );
+        assert_eq!(status, 200, "{v}");
+        handles.push(v["handle"].as_str().expect("handle").to_string());
+        let (status, v) = post(
+            &addr,
+            "/v1/sandboxes/exec",
+            a,
+            serde_json::json!({"thread": thread, "argv": ["sh", "-c", format!("echo {thread} > kept")]}),
+        );
+        assert_eq!(status, 200, "{v}");
+    }
+    for thread in ["paused", "disposed"] {
+        let (status, v) = post(
+            &addr,
+            "/v1/sandboxes/pause",
+            a,
+            serde_json::json!({"thread": thread}),
+        );
+        assert_eq!(status, 200, "{v}");
+    }
+    let (status, v) = post(
+        &addr,
+        "/v1/sandboxes/dispose",
+        a,
+        serde_json::json!({"thread": "disposed"}),
+    );
+    assert_eq!(status, 200, "{v}");
+    for h in [&handles[0], &handles[2]] {
+        let pid = keeper_of(h);
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid as i32),
+            nix::sys::signal::Signal::SIGKILL,
+        )
+        .expect("kill the keeper");
+    }
+    server.child.kill().expect("kill -9 the server");
+    let _ = server.child.wait();
+    drop(server);
+    let server = start(&cfg);
+    let addr = server.addr.clone();
+    let (status, v) = post(
+        &addr,
+        "/v1/sandboxes/exec",
+        a,
+        serde_json::json!({"thread": "paused", "argv": ["cat", "kept"]}),
+    );
+    assert_eq!(
+        (status, v["stdout"].as_str()),
+        (200, Some("paused\n")),
+        "{v}"
+    );
+    // Served from then on as any sandbox, at its key.
+    let (status, v) = post(
+        &addr,
+        "/v1/sandboxes/exec",
+        a,
+        serde_json::json!({"thread": "paused", "argv": ["sh", "-c", "echo more >> kept; cat kept"]}),
+    );
+    assert_eq!(
+        (status, v["stdout"].as_str()),
+        (200, Some("paused\nmore\n")),
+        "{v}"
+    );
+    for thread in ["disposed", "running"] {
+        let (status, v) = post(
+            &addr,
+            "/v1/sandboxes/exec",
+            a,
+            serde_json::json!({"thread": thread, "argv": ["true"]}),
+        );
+        assert_eq!(status, 404, "`{thread}` was made again: {v}");
+    }
+    let (status, _) = post(
+        &addr,
+        "/v1/sandboxes/dispose",
+        a,
+        serde_json::json!({"thread": "paused"}),
+    );
+    assert_eq!(status, 200);
+}

@@ -153,7 +153,68 @@ fn a_restore_under_another_spec_or_policy_and_a_snapshot_past_the_quota_are_refu
     ]);
     assert_ne!(code, 0);
     assert!(err.contains("snapshot"), "{err}");
-    let (code, _, err) = run(&["sandbox", "down", &h]);
+    // Forgotten while a sandbox made from it runs: gone from the store at
+    // once, its files kept for that sandbox until it goes.
+    let (code, r, err) = run(&[
+        "sandbox",
+        "up",
+        "--scope",
+        "q",
+        "--thread",
+        "r5",
+        "--min-isolation",
+        "container",
+        "--from",
+        &snap,
+        "-q",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let r = r.trim().to_string();
+    let (code, _, err) = run(&["sandbox", "forget", &snap, "--scope", "q"]);
+    assert_eq!(code, 0, "{err}");
+    let (code, out, err) = run(&["sandbox", "exec", &r, "--", "wc", "-c", "big"]);
+    assert_eq!((code, out.trim()), (0, "4096 big"), "{err}");
+    for h in [&h, &r] {
+        let (code, _, err) = run(&["sandbox", "down", h]);
+        assert_eq!(code, 0, "{err}");
+    }
+    // The next store operation deletes what no sandbox holds any more.
+    let (code, _, _) = run(&["sandbox", "forget", "nothing", "--scope", "q"]);
+    assert_eq!(code, 125);
+    let (code, _, err) = run(&[
+        "sandbox",
+        "up",
+        "--scope",
+        "q",
+        "--thread",
+        "t2",
+        "--min-isolation",
+        "container",
+        "-q",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let (code, h2, _) = run(&[
+        "sandbox",
+        "up",
+        "--scope",
+        "q",
+        "--thread",
+        "t2",
+        "--min-isolation",
+        "container",
+        "-q",
+    ]);
+    assert_eq!(code, 0);
+    let (code, _, err) = run(&["sandbox", "snapshot", h2.trim()]);
+    assert_eq!(code, 0, "{err}");
+    let left: Vec<String> = std::fs::read_dir(dir.path().join("snapshots"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(".removing"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+    let (code, _, err) = run(&["sandbox", "down", h2.trim()]);
     assert_eq!(code, 0, "{err}");
 }
 

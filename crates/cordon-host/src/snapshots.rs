@@ -197,7 +197,7 @@ impl SnapshotStore {
 
     /// Captures `sandbox`'s work dir (its host side) as a snapshot of
     /// `scope`/`thread`: paused meanwhile where the backend can pause (and
-    /// left as it was found), refused where the backend keeps its files
+    /// resumed after unless `leave_paused`: a paused sandbox's own), refused where the backend keeps its files
     /// out of this host's reach. The same files under the same provenance
     /// are one snapshot: taken again, the existing one is returned.
     pub fn take(
@@ -207,6 +207,7 @@ impl SnapshotStore {
         scope: &str,
         thread: &str,
         name: Option<&str>,
+        leave_paused: bool,
     ) -> Result<(Snapshot, Option<String>), StoreError> {
         if let Some(n) = name {
             checked_name(n)?;
@@ -216,6 +217,7 @@ impl SnapshotStore {
         };
         let used = self.used(scope);
         let room = self.quota_per_scope.saturating_sub(used);
+        self.sweep_removed();
         let making = self.root.join(format!(
             ".making-{}-{}",
             std::process::id(),
@@ -241,7 +243,7 @@ impl SnapshotStore {
             ),
             MAX_ENTRIES,
         );
-        if warning.is_none() {
+        if warning.is_none() && !leave_paused {
             let _ = sandbox.resume();
         }
         let copied = match copied {
@@ -308,16 +310,47 @@ impl SnapshotStore {
             .map_err(|e| format!("`{}`: {e}", dir.display()))
     }
 
-    /// Removes the snapshot `what` (id or name) of `scope`. A sandbox made
-    /// from it and still running keeps its mount (the files go when it
-    /// does).
+    /// Removes the snapshot `what` (id or name) of `scope`: at once from
+    /// the store's listing; its files once no sandbox made from it is left
+    /// ([`SnapshotStore::sweep_removed`]).
     pub fn remove(&self, what: &str, scope: &str) -> Result<Snapshot, StoreError> {
         let s = self.find(what, scope)?;
         let dir = self.root.join(&s.id);
-        let gone = self.root.join(format!(".removing-{}", s.id));
+        let gone = self.root.join(format!(
+            ".removing-{}-{}-{}",
+            s.id,
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
         std::fs::rename(&dir, &gone).map_err(|e| format!("`{}`: {e}", dir.display()))?;
-        cordon_files::tree::remove_tree(&gone).map_err(|e| format!("`{}`: {e}", gone.display()))?;
+        self.sweep_removed();
         Ok(s)
+    }
+
+    /// Deletes removed snapshots no sandbox has mounted any more. A tree
+    /// a running sandbox was made from is its lower layer — the same
+    /// files, not a copy — so it is deleted only once no mount of it is
+    /// left (this sweep runs again at the next take and removal).
+    pub fn sweep_removed(&self) {
+        let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+        let Ok(entries) = std::fs::read_dir(&self.root) else {
+            return;
+        };
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if !name.starts_with(".removing-") {
+                continue;
+            }
+            let tree = format!("/{name}/tree");
+            let in_use = mounts.lines().any(|l| {
+                l.split(' ')
+                    .nth(3)
+                    .is_some_and(|root| root.ends_with(&tree) || root.contains(&format!("{tree}/")))
+            });
+            if !in_use {
+                let _ = cordon_files::tree::remove_tree(&e.path());
+            }
+        }
     }
 
     /// Whether a sandbox made from `s` for `provenance` would be the one

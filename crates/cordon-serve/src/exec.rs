@@ -66,6 +66,19 @@ pub(crate) async fn exec(
         Ok(x) => x,
         Err(r) => return *r,
     };
+    // An exec resumes a paused sandbox: its kept files are stale now.
+    if s.paused_keys
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .contains(&cordon_sandbox::key::key_id(
+            &cred.scope,
+            &body.at.thread,
+            &body.at.agent_dir,
+        ))
+    {
+        let (s2, c2, a2) = (s.clone(), cred.clone(), body.at.clone());
+        let _ = tokio::task::spawn_blocking(move || s2.drop_paused_files(&c2, &a2, false)).await;
+    }
     let req = ExecRequest {
         argv: body.argv,
         env: Default::default(),

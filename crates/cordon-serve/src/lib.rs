@@ -37,6 +37,7 @@ mod mcp_http;
 mod metrics;
 mod outputs;
 mod pause;
+pub mod paused_files;
 pub mod pools;
 mod refusal;
 mod request;

@@ -49,7 +49,15 @@ async fn paused(s: Arc<Served>, headers: HeaderMap, body: Body<Address>, paused:
         } else {
             sandbox.resume()
         } {
-            Ok(()) => Json(json!({"paused": paused})).into_response(),
+            Ok(()) => {
+                // Its files outlive its keeper while paused.
+                if paused {
+                    s.keep_paused_files(&cred, &at, &*sandbox);
+                } else {
+                    s.drop_paused_files(&cred, &at, false);
+                }
+                Json(json!({"paused": paused})).into_response()
+            }
             Err(e) => refused(e.kind(), e),
         }
     })

@@ -153,11 +153,16 @@ impl Served {
         };
         let rec = match state.find(&key) {
             Ok(Some(r)) => r,
-            Ok(None) => return Ok(None),
+            Ok(None) => return self.resurrect(cred, at, false),
             Err(e) => return Err(Refusal::of(ErrorKind::Failed, e)),
         };
         if rec.orphaned_or_expired(cordon_host::state::now()) {
-            return Ok(None);
+            // Its keeper died: a paused one is found again from its files.
+            let dead = !rec.keeper.alive();
+            if dead {
+                let _ = self.router.dispose(&caller(cred, at));
+            }
+            return self.resurrect(cred, at, dead);
         }
         // Attached only: one disposed of since it was found is not made
         // again by an exec (nor outside the cap).
@@ -464,6 +469,7 @@ pub(crate) async fn dispose(
             .unwrap_or_else(|p| p.into_inner())
             .remove(&key);
         drop(held);
+        served.drop_paused_files(&cred, &at, true);
         // A dispose that did not dispose is its error (with why), never
         // a count: the sandbox may still run.
         match served.router.dispose(&caller) {

@@ -54,6 +54,11 @@ pub struct Served {
     pub(crate) pools: Vec<std::sync::Arc<crate::pools::Pool>>,
     /// Set at shutdown: the pools are not refilled again.
     pub(crate) pools_stopped: std::sync::atomic::AtomicBool,
+    /// Keys (their ids) of paused sandboxes whose files this server kept.
+    pub(crate) paused_keys: Mutex<std::collections::BTreeSet<String>>,
+    /// Keys whose sandboxes the start-up reclaim found dead: found again
+    /// from their paused files, if they were paused.
+    pub(crate) resurrectable: Mutex<std::collections::BTreeSet<String>>,
     /// The digest of the policy the router holds (pools are drained of
     /// sandboxes made under another).
     pub(crate) policy_digest: String,
@@ -77,6 +82,8 @@ impl Served {
             snapshots: None,
             pools: Vec::new(),
             pools_stopped: std::sync::atomic::AtomicBool::new(false),
+            paused_keys: Mutex::new(Default::default()),
+            resurrectable: Mutex::new(Default::default()),
             policy_digest: String::new(),
             config,
             backends,
@@ -105,6 +112,15 @@ impl Served {
         policy_digest: String,
     ) -> Served {
         self.snapshots = Some((store, policy_digest));
+        self
+    }
+
+    /// The keys the start-up reclaim found dead ([`crate::paused_files`]).
+    pub fn with_reclaimed(self, keys: Vec<String>) -> Served {
+        self.resurrectable
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .extend(keys);
         self
     }
 

@@ -118,7 +118,7 @@ fn take(
         .selected(&sandbox.provenance().spec)
         .map(|(n, _)| n.to_string())
         .unwrap_or_default();
-    st.take(sandbox, &backend, &cred.scope, &at.thread, name)
+    st.take(sandbox, &backend, &cred.scope, &at.thread, name, false)
         .map(|(snap, _)| snap)
         .map_err(|e| Refusal::of(ErrorKind::Refused, e))
 }

@@ -669,6 +669,7 @@ fn idle_snapshot(launch: &Launch, sandbox: &Arc<dyn Sandbox>, how: &super::IdleP
             &launch.key.scope,
             &launch.key.thread,
             Some(&name),
+            true,
         )
     });
     match taken {
