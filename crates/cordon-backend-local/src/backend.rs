@@ -85,6 +85,19 @@ pub fn local_capabilities(p: &RungProfile) -> CapabilitySet {
     caps.into_iter().collect()
 }
 
+/// What [`LocalBackend::work_dir_for`] made.
+struct WorkDirMade {
+    id: u32,
+    mount: PathBuf,
+    host_work: PathBuf,
+    fresh: bool,
+    /// Where cordon itself writes files in, as whom.
+    files_at: PathBuf,
+    files_owner: (u32, u32),
+    id_lease: Option<crate::IdLease>,
+    workspace: Option<cordon_files::workspace::Workspace>,
+}
+
 impl LocalBackend {
     pub fn new(config: LocalConfig) -> LocalBackend {
         let enforcer: Arc<dyn Enforcer + Send + Sync> =
@@ -209,58 +222,84 @@ impl LocalBackend {
         Ok(sandbox)
     }
 
+    /// The sandbox's work dir: a fresh volume of its own uid (over a
+    /// snapshot's files or a workspace when asked), or the operator's
+    /// directory mapped.
+    fn work_dir_for(
+        &self,
+        req: &AcquireRequest,
+        private_tmp: bool,
+    ) -> Result<WorkDirMade, BackendError> {
+        let spec = &req.provenance.spec;
+        match &self.config.work_dir {
+            WorkDir::Fresh { parent } => {
+                let lease = lease_id()?;
+                let id = lease.id();
+                let vol = fresh_volume(parent, id, req.limits.disk_bytes, private_tmp)?;
+                let layered = (|| {
+                    if let Some(origin) = &req.provenance.origin {
+                        cordon_backend_kit::workspace::mount_origin(origin, &vol, id)?;
+                    }
+                    spec.workspace()
+                        .map(|dir| cordon_backend_kit::workspace::mount(dir, &vol, id))
+                        .transpose()
+                })();
+                let workspace = match layered {
+                    Ok(w) => w,
+                    Err(e) => {
+                        let _ = crate::workdir::remove_mount(&vol);
+                        return Err(e);
+                    }
+                };
+                let work = vol.join("work");
+                Ok(WorkDirMade {
+                    id,
+                    mount: vol,
+                    host_work: work.clone(),
+                    fresh: true,
+                    files_at: work,
+                    files_owner: (id, id),
+                    id_lease: Some(lease),
+                    workspace,
+                })
+            }
+            WorkDir::Given(_) if spec.workspace().is_some() || req.provenance.origin.is_some() => {
+                Err(cordon_sandbox::BackendError::Invalid {
+                    operation: "acquire",
+                    reason: "a sandbox is made over an operator's work dir (`--work-dir`), or from a workspace (`--workspace`) or a snapshot (`--from`): one of them; drop `--work-dir`".into(),
+                })
+            }
+            WorkDir::Given(d) => {
+                let g = given_dir(d, &std::env::temp_dir(), req.limits.disk_bytes)?;
+                Ok(WorkDirMade {
+                    id: WORK_DIR_ID,
+                    mount: g.mount.clone(),
+                    host_work: g.mount,
+                    fresh: false,
+                    files_at: g.real,
+                    files_owner: g.owner,
+                    id_lease: None,
+                    workspace: None,
+                })
+            }
+        }
+    }
+
     /// A new sandbox for `req`: its uid and directories, its filesystem
     /// view and (when the rung is warm) its running sandbox. Whatever was
     /// made is removed when a later step fails.
     fn make_sandbox(&self, req: &AcquireRequest) -> Result<LocalSandbox, BackendError> {
-        let mut id_lease = None;
-        let mut workspace = None;
         let private_tmp = self.profile.private_tmp_dir();
-        // `files`: where cordon itself writes files in, as whom.
-        let (id, mount, host_work, fresh, files_at, files_owner) = match &self.config.work_dir {
-            WorkDir::Fresh { parent } => {
-                let lease = lease_id()?;
-                let id = lease.id();
-                id_lease = Some(lease);
-                let vol = fresh_volume(parent, id, req.limits.disk_bytes, private_tmp)?;
-                if let Some(origin) = &req.provenance.origin {
-                    if let Err(e) = cordon_backend_kit::workspace::mount_origin(origin, &vol, id) {
-                        let _ = crate::workdir::remove_mount(&vol);
-                        return Err(e);
-                    }
-                }
-                if let Some(dir) = req.provenance.spec.workspace() {
-                    match cordon_backend_kit::workspace::mount(dir, &vol, id) {
-                        Ok(w) => workspace = Some(w),
-                        Err(e) => {
-                            let _ = crate::workdir::remove_mount(&vol);
-                            return Err(e);
-                        }
-                    }
-                }
-                let work = vol.join("work");
-                (id, vol, work.clone(), true, work, (id, id))
-            }
-            WorkDir::Given(_)
-                if req.provenance.spec.workspace().is_some() || req.provenance.origin.is_some() =>
-            {
-                return Err(cordon_sandbox::BackendError::Invalid {
-                    operation: "acquire",
-                    reason: "a sandbox is made over an operator's work dir (`--work-dir`), or from a workspace (`--workspace`) or a snapshot (`--from`): one of them; drop `--work-dir`".into(),
-                });
-            }
-            WorkDir::Given(d) => {
-                let g = given_dir(d, &std::env::temp_dir(), req.limits.disk_bytes)?;
-                (
-                    WORK_DIR_ID,
-                    g.mount.clone(),
-                    g.mount,
-                    false,
-                    g.real,
-                    g.owner,
-                )
-            }
-        };
+        let WorkDirMade {
+            id,
+            mount,
+            host_work,
+            fresh,
+            files_at,
+            files_owner,
+            id_lease,
+            workspace,
+        } = self.work_dir_for(req, private_tmp)?;
         let mut made = Made {
             tmp: None,
             mount: Some(mount.clone()),

@@ -144,13 +144,10 @@ pub fn run(args: ServeArgs) -> ExitCode {
     let scheme = if acceptor.is_some() { "https" } else { "http" };
     let snapshots = crate::snapshot_cmd::store(&config.snapshots);
     let policy_digest = host.policy.digest.clone();
-    let mut pools = Vec::new();
-    for pc in &config.pools {
-        match cordon_sandbox::SandboxSpec::from_file(&pc.spec) {
-            Ok(spec) => pools.push(cordon_serve::pools::Pool::new(pc.clone(), spec)),
-            Err(e) => return usage(format!("in `{}`: pool `{}`: {e}", config.file, pc.name)),
-        }
-    }
+    let pools = match pools_of(&config) {
+        Ok(p) => p,
+        Err(code) => return code,
+    };
     let served = Served::new(
         config,
         host.backends.clone(),
@@ -166,16 +163,7 @@ pub fn run(args: ServeArgs) -> ExitCode {
     let served = served
         .with_pools(pools, policy_digest.clone())
         .with_reclaimed(dead_keys);
-    // A store that cannot be opened refuses snapshots, not the server.
-    let served = match snapshots {
-        Ok(st) => served.with_snapshots(st, policy_digest),
-        Err(_) => {
-            eprintln!(
-                "warning: snapshots are refused: the snapshot store could not be opened (above)"
-            );
-            served
-        }
-    };
+    let served = with_store(served, snapshots, policy_digest);
     let served = Arc::new(match acceptor {
         Some(a) => served.with_tls(a),
         None => served,
@@ -330,4 +318,39 @@ fn startup_check(
         }
     }
     Ok(())
+}
+
+/// The configured warm pools, their specs loaded.
+fn pools_of(config: &ServeConfig) -> Result<Vec<cordon_serve::pools::Pool>, ExitCode> {
+    let mut pools = Vec::new();
+    for pc in &config.pools {
+        match cordon_sandbox::SandboxSpec::from_file(&pc.spec) {
+            Ok(spec) => pools.push(cordon_serve::pools::Pool::new(pc.clone(), spec)),
+            Err(e) => {
+                return Err(usage(format!(
+                    "in `{}`: pool `{}`: {e}",
+                    config.file, pc.name
+                )))
+            }
+        }
+    }
+    Ok(pools)
+}
+
+/// The server with its snapshot store; a store that cannot be opened
+/// refuses snapshots, not the server.
+fn with_store(
+    served: Served,
+    store: Result<cordon_host::snapshots::SnapshotStore, ExitCode>,
+    policy_digest: String,
+) -> Served {
+    match store {
+        Ok(st) => served.with_snapshots(st, policy_digest),
+        Err(_) => {
+            eprintln!(
+                "warning: snapshots are refused: the snapshot store could not be opened (above)"
+            );
+            served
+        }
+    }
 }

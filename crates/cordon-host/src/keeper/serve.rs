@@ -190,21 +190,9 @@ fn serve_sandbox(
 ) -> Result<(), String> {
     let sock_path = state.socket_path(&launch.handle);
     let listener = listen(&sock_path)?;
-    let record = Record {
-        version: cordon_sandbox::wire::WIRE_VERSION,
-        handle: launch.handle.clone(),
-        key: launch.key.clone(),
-        owner: launch.owner.clone(),
-        backend: launch.backend.clone(),
-        keeper: ProcessId::current(),
-        created: state::now(),
-        idle_timeout: launch.idle_timeout,
-        max_age: launch.max_age,
-        provenance: launch.provenance.clone(),
-        host_work_dir: sandbox.host_work_dir(),
-        residue: sandbox.residue(),
-    };
-    state.write(&record).map_err(|e| e.to_string())?;
+    state
+        .write(&record_of(launch, sandbox))
+        .map_err(|e| e.to_string())?;
     // Ready: the acquirer reads this line, then our stdout goes quiet.
     println!("ready");
     let _ = std::io::stdout().flush();
@@ -232,27 +220,8 @@ fn serve_sandbox(
             return Ok(());
         }
         if busy.load(Ordering::SeqCst) == 0 && idle_for > idle {
-            match &launch.on_idle_pause {
-                None => {
-                    tracing::info!(handle = %launch.handle, "idle timeout reached; disposing");
-                    return Ok(());
-                }
-                Some(how) if idle_for > idle * 2 => {
-                    idle_snapshot(launch, sandbox, how);
-                    tracing::info!(handle = %launch.handle, "paused and idle as long again; disposing");
-                    return Ok(());
-                }
-                Some(_) if !idle_paused => match sandbox.pause() {
-                    Ok(()) => {
-                        idle_paused = true;
-                        tracing::info!(handle = %launch.handle, "idle timeout reached; paused");
-                    }
-                    Err(e) => {
-                        tracing::info!(handle = %launch.handle, "idle timeout reached; it cannot pause ({e}); disposing");
-                        return Ok(());
-                    }
-                },
-                Some(_) => {}
+            if !on_idle(launch, sandbox, idle_for, idle, &mut idle_paused) {
+                return Ok(());
             }
         } else if idle_for <= idle {
             // A request came (an exec resumed it): paused again when idle.
@@ -679,5 +648,58 @@ fn idle_snapshot(launch: &Launch, sandbox: &Arc<dyn Sandbox>, how: &super::IdleP
         Err(e) => {
             tracing::warn!(handle = %launch.handle, "its files could not be kept as a snapshot: {e}")
         }
+    }
+}
+
+/// The idle timeout is reached: `false` when the sandbox goes now (the
+/// default; or `on_idle: pause` idle twice over, its files kept first; or
+/// a sandbox that cannot pause); `true` when it stays, paused.
+fn on_idle(
+    launch: &Launch,
+    sandbox: &Arc<dyn Sandbox>,
+    idle_for: Duration,
+    idle: Duration,
+    idle_paused: &mut bool,
+) -> bool {
+    let Some(how) = &launch.on_idle_pause else {
+        tracing::info!(handle = %launch.handle, "idle timeout reached; disposing");
+        return false;
+    };
+    if idle_for > idle * 2 {
+        idle_snapshot(launch, sandbox, how);
+        tracing::info!(handle = %launch.handle, "paused and idle as long again; disposing");
+        return false;
+    }
+    if *idle_paused {
+        return true;
+    }
+    match sandbox.pause() {
+        Ok(()) => {
+            *idle_paused = true;
+            tracing::info!(handle = %launch.handle, "idle timeout reached; paused");
+            true
+        }
+        Err(e) => {
+            tracing::info!(handle = %launch.handle, "idle timeout reached; it cannot pause ({e}); disposing");
+            false
+        }
+    }
+}
+
+/// The record a keeper writes for its sandbox (this process its keeper).
+fn record_of(launch: &Launch, sandbox: &Arc<dyn Sandbox>) -> Record {
+    Record {
+        version: cordon_sandbox::wire::WIRE_VERSION,
+        handle: launch.handle.clone(),
+        key: launch.key.clone(),
+        owner: launch.owner.clone(),
+        backend: launch.backend.clone(),
+        keeper: ProcessId::current(),
+        created: state::now(),
+        idle_timeout: launch.idle_timeout,
+        max_age: launch.max_age,
+        provenance: launch.provenance.clone(),
+        host_work_dir: sandbox.host_work_dir(),
+        residue: sandbox.residue(),
     }
 }
