@@ -1456,11 +1456,42 @@ fn mcp_over_http_binds_each_request_to_its_credential_and_thread_headers() {
         serde_json::json!([
             ["exec", {"argv": ["sh", "-c", "mkdir -p out; echo secret-of-a > out/report.txt; echo ok"]}],
             ["collect_outputs", {}],
+            // A checkpoint, a mistake, and back: the model's own thread only.
+            ["snapshot", {"name": "before"}],
+            ["exec", {"argv": ["sh", "-c", "rm -r out; echo oops > mistake"]}],
+            ["restore", {"snapshot": "before"}],
+            ["exec", {"argv": ["sh", "-c", "cat out/report.txt; ls"]}],
+            ["restore", {"snapshot": "snap-000000000000000000000000"}],
+            ["snapshot", {"name": "x", "thread": "t-2"}],
         ]),
     );
     assert_eq!(
         tool_names(&tools),
-        ["collect_outputs", "exec", "run_code", "write_file"]
+        [
+            "collect_outputs",
+            "exec",
+            "restore",
+            "run_code",
+            "snapshot",
+            "write_file"
+        ]
+    );
+    assert!(
+        !a[2].0 && a[2].1.contains("\"snapshot\": \"snap-"),
+        "{:?}",
+        a[2]
+    );
+    assert!(!a[4].0 && a[4].1.contains("restored"), "{:?}", a[4]);
+    assert!(
+        !a[5].0 && a[5].1.contains("secret-of-a") && !a[5].1.contains("mistake"),
+        "{:?}",
+        a[5]
+    );
+    assert!(a[6].0 && a[6].1.contains("no snapshot"), "{:?}", a[6]);
+    assert!(
+        a[7].0 && a[7].1.contains("no argument `thread`"),
+        "{:?}",
+        a[7]
     );
     assert!(!a[0].0 && a[0].1.contains("ok"), "{:?}", a[0]);
     assert!(!a[1].0 && a[1].1.contains("report.txt"), "{:?}", a[1]);
@@ -1496,6 +1527,19 @@ fn mcp_over_http_binds_each_request_to_its_credential_and_thread_headers() {
             !other[0].1.contains("secret-of-a") && other[0].1.contains("No such file"),
             "{token}/{thread}: {:?}",
             other[0]
+        );
+    }
+    // A's snapshot is not B's to restore, nor A's other thread's.
+    for (token, thread) in [("token-b", "t-1"), ("token-a", "t-2")] {
+        let (_, r) = mcp_client(
+            &python,
+            &["http", &url, token, thread],
+            serde_json::json!([["restore", {"snapshot": "before"}]]),
+        );
+        assert!(
+            r[0].0 && r[0].1.contains("no snapshot"),
+            "{token}/{thread}: {:?}",
+            r[0]
         );
     }
     // No credential, a wrong one, a browser's Origin: refused before MCP.

@@ -63,6 +63,30 @@ pub trait McpHost: Send + Sync + 'static {
         request: &RequestContext<RoleServer>,
         sandbox: &dyn Sandbox,
     ) -> Result<Vec<String>, String>;
+    /// Whether this binding keeps snapshots (the `snapshot` and `restore`
+    /// tools are offered only then).
+    fn snapshots(&self) -> bool {
+        false
+    }
+    /// Keeps the bound sandbox's files as a snapshot of its own thread.
+    fn snapshot(
+        &self,
+        request: &RequestContext<RoleServer>,
+        name: Option<&str>,
+    ) -> Result<Value, String> {
+        let _ = (request, name);
+        Err("this server keeps no snapshots".into())
+    }
+    /// Makes the bound sandbox again from a snapshot of its own thread
+    /// (never another's): what it has now is gone.
+    fn restore(
+        &self,
+        request: &RequestContext<RoleServer>,
+        snapshot: &str,
+    ) -> Result<Value, String> {
+        let _ = (request, snapshot);
+        Err("this server keeps no snapshots".into())
+    }
     /// Told of an exec that did not start (for counting policy denials).
     fn exec_failed(&self, request: &RequestContext<RoleServer>, error: &SandboxError) {
         let _ = (request, error);
@@ -201,6 +225,35 @@ fn all_tools(spec: &SandboxSpec, lands: bool) -> Vec<Tool> {
             "collect_outputs",
             format!("Hand the task's declared outputs ({}) to the user once you have produced them; returns one line per file delivered.", names.join(", ")),
             schema(json!({"type": "object", "properties": {}, "additionalProperties": false})),
+        ));
+    }
+    tools
+}
+
+/// The tools a binding offers: [`all_tools`] of its spec, and `snapshot`
+/// and `restore` where it keeps snapshots.
+fn offered<H: McpHost>(host: &H) -> Vec<Tool> {
+    let mut tools = all_tools(host.spec(), host.lands());
+    if host.snapshots() {
+        let work_dir = host.spec().work_dir();
+        tools.push(Tool::new(
+            "snapshot",
+            format!("Keep the files under {work_dir} as they are now, to come back to later with `restore` (a checkpoint before a risky change). Returns the snapshot's id."),
+            schema(json!({
+                "type": "object",
+                "properties": {"name": {"type": "string", "description": "A name to restore it by (1-64 of a-z A-Z 0-9 - _ .)."}},
+                "additionalProperties": false,
+            })),
+        ));
+        tools.push(Tool::new(
+            "restore",
+            format!("Put the files under {work_dir} back as a snapshot of yours kept them (by its id or name); everything since, files and running programs, is gone."),
+            schema(json!({
+                "type": "object",
+                "properties": {"snapshot": {"type": "string", "description": "The snapshot's id or name."}},
+                "required": ["snapshot"],
+                "additionalProperties": false,
+            })),
         ));
     }
     tools
@@ -352,7 +405,7 @@ impl<H: McpHost> CordonMcp<H> {
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, ErrorData> {
         let spec = self.host.spec().clone();
-        let offered = all_tools(&spec, self.host.lands());
+        let offered = offered(&*self.host);
         if !offered.iter().any(|t| t.name == params.name) {
             return Ok(tool_error(format!(
                 "no tool `{}` here; the tools are {}",
@@ -434,6 +487,20 @@ impl<H: McpHost> CordonMcp<H> {
                     Ok(text_result(json!({"wrote": shown, "bytes": n})))
                 }
                 "list_files" => list_files(&host, &ctx, &params, &spec).await,
+                "snapshot" => {
+                    let args = args_of(&params, &["name"], &[])?;
+                    let name = string_arg(&args, "name")?;
+                    Ok(text_result(
+                        blocking(move || host.snapshot(&ctx, name.as_deref())).await??,
+                    ))
+                }
+                "restore" => {
+                    let args = args_of(&params, &["snapshot"], &["snapshot"])?;
+                    let snap = string_arg(&args, "snapshot")?.unwrap_or_default();
+                    Ok(text_result(
+                        blocking(move || host.restore(&ctx, &snap)).await??,
+                    ))
+                }
                 "read_file" => read_file(&host, &ctx, &params, spec).await,
                 "collect_outputs" => {
                     args_of(&params, &[], &[])?;
@@ -556,16 +623,11 @@ impl<H: McpHost> rmcp::ServerHandler for CordonMcp<H> {
         _context: RequestContext<RoleServer>,
     ) -> impl std::future::Future<Output = Result<ListToolsResult, ErrorData>> + MaybeSendFuture + '_
     {
-        std::future::ready(Ok(ListToolsResult::with_all_items(all_tools(
-            self.host.spec(),
-            self.host.lands(),
-        ))))
+        std::future::ready(Ok(ListToolsResult::with_all_items(offered(&*self.host))))
     }
 
     fn get_tool(&self, name: &str) -> Option<Tool> {
-        all_tools(self.host.spec(), self.host.lands())
-            .into_iter()
-            .find(|t| t.name == name)
+        offered(&*self.host).into_iter().find(|t| t.name == name)
     }
 
     async fn call_tool(

@@ -335,6 +335,82 @@ impl mcp::McpHost for HttpMcp {
         true
     }
 
+    fn snapshots(&self) -> bool {
+        self.served.snapshots.is_some()
+    }
+
+    fn snapshot(
+        &self,
+        ctx: &rmcp::service::RequestContext<rmcp::service::RoleServer>,
+        name: Option<&str>,
+    ) -> Result<serde_json::Value, String> {
+        let (cred, at) = self.bound(ctx)?;
+        let sandbox = mcp::McpHost::sandbox(self, ctx)?;
+        let (st, _) = self
+            .served
+            .snapshots
+            .as_ref()
+            .ok_or("this server keeps no snapshots")?;
+        let backend = self
+            .served
+            .router
+            .selected(&sandbox.provenance().spec)
+            .map(|(b, _)| b.to_string())
+            .unwrap_or_default();
+        let (snap, _) = st.take(&*sandbox, &backend, &cred.scope, &at.thread, name, false)?;
+        Ok(
+            serde_json::json!({"snapshot": snap.id, "name": snap.name, "files": snap.files, "bytes": snap.bytes}),
+        )
+    }
+
+    /// The bound sandbox made again from a snapshot of its own thread:
+    /// only at a backend that restores one (the one this binding's spec is
+    /// served by), never from another thread's snapshot.
+    fn restore(
+        &self,
+        ctx: &rmcp::service::RequestContext<rmcp::service::RoleServer>,
+        snapshot: &str,
+    ) -> Result<serde_json::Value, String> {
+        let (cred, at) = self.bound(ctx)?;
+        let (st, digest) = self
+            .served
+            .snapshots
+            .as_ref()
+            .ok_or("this server keeps no snapshots")?;
+        let snap = st.find(snapshot, &cred.scope)?;
+        if snap.thread != at.thread {
+            return Err(format!(
+                "no snapshot `{snapshot}` of this conversation; `snapshot` makes one"
+            ));
+        }
+        let spec = &self.served.mcp_spec;
+        let plain = self
+            .served
+            .router
+            .selected(spec)
+            .map(|(b, _)| b.to_string());
+        let restoring = self
+            .served
+            .router
+            .selected(&spec.clone().requiring(cordon_sandbox::Capability::Snapshot))
+            .map(|(b, _)| b.to_string());
+        if plain.is_err() || plain.ok() != restoring.ok() {
+            return Err(
+                "this server's sandboxes run at a backend that cannot restore a snapshot".into(),
+            );
+        }
+        cordon_host::snapshots::SnapshotStore::check_restore(&snap, spec, &cred.identity, digest)?;
+        self.served.forget(&cred, &at);
+        self.served
+            .router
+            .dispose(&caller(&cred, &at))
+            .map_err(|e| e.to_string())?;
+        self.served
+            .get_or_create_from(&cred, &at, spec, st.origin(&snap))
+            .map_err(|r| r.message)?;
+        Ok(serde_json::json!({"restored": snap.id}))
+    }
+
     fn land(
         &self,
         ctx: &rmcp::service::RequestContext<rmcp::service::RoleServer>,

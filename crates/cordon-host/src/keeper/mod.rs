@@ -555,7 +555,10 @@ impl cordon_sandbox::Backend for KeptBackend {
                 if made.policy_digest != req.provenance.policy_digest {
                     what.push("policy (its digest differs)".to_string());
                 }
-                if made.origin != req.provenance.origin {
+                // A get-or-create that names no snapshot takes the
+                // sandbox at the key however it was made; one that names
+                // a snapshot must find that one's.
+                if req.provenance.origin.is_some() && made.origin != req.provenance.origin {
                     what.push("origin (another snapshot, or none)".to_string());
                 }
                 if !what.is_empty() {
