@@ -3610,6 +3610,14 @@ fn a_paused_sandbox_survives_kill_9_of_its_keeper_and_of_the_server() {
         );
         assert_eq!(status, 200, "{v}");
     }
+    let paused = || {
+        let (_, text) = get(&addr, "/metrics", a);
+        text.lines()
+            .find_map(|l| l.strip_prefix("cordon_sandboxes_paused{scope=\"team-a\"} "))
+            .map(|n| n.trim().to_string())
+            .unwrap_or_else(|| "0".into())
+    };
+    assert_eq!(paused(), "2");
     let (status, v) = post(
         &addr,
         "/v1/sandboxes/dispose",
@@ -3617,6 +3625,7 @@ fn a_paused_sandbox_survives_kill_9_of_its_keeper_and_of_the_server() {
         serde_json::json!({"thread": "disposed"}),
     );
     assert_eq!(status, 200, "{v}");
+    assert_eq!(paused(), "1");
     for h in [&handles[0], &handles[2]] {
         let pid = keeper_of(h);
         nix::sys::signal::kill(

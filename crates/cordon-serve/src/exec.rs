@@ -70,7 +70,7 @@ pub(crate) async fn exec(
     if s.paused_keys
         .lock()
         .unwrap_or_else(|p| p.into_inner())
-        .contains(&cordon_sandbox::key::key_id(
+        .contains_key(&cordon_sandbox::key::key_id(
             &cred.scope,
             &body.at.thread,
             &body.at.agent_dir,

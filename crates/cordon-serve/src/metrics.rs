@@ -163,6 +163,21 @@ pub(crate) async fn metrics(State(s): State<Arc<Served>>, headers: HeaderMap) ->
     let _ = writeln!(out, "# TYPE cordon_requests_refused_total counter");
     let _ = writeln!(out, "# TYPE cordon_policy_denials_total counter");
     let _ = writeln!(out, "# TYPE cordon_egress_bytes_total counter");
+    let _ = writeln!(out, "# TYPE cordon_sandboxes_paused gauge");
+    {
+        let paused = s.paused_keys.lock().unwrap_or_else(|p| p.into_inner());
+        let mut by_scope: std::collections::BTreeMap<&str, usize> = Default::default();
+        for scope in paused
+            .values()
+            .filter(|sc| cred.operator || **sc == cred.scope)
+        {
+            *by_scope.entry(scope.as_str()).or_default() += 1;
+        }
+        for (scope, n) in by_scope {
+            let scope = scope.replace(['\\', '"', '\n'], "_");
+            let _ = writeln!(out, "cordon_sandboxes_paused{{scope=\"{scope}\"}} {n}");
+        }
+    }
     let _ = writeln!(out, "# TYPE cordon_pool_ready gauge");
     let _ = writeln!(out, "# TYPE cordon_pool_claims_total counter");
     // Warm pools: each is a credential's, shown to it (and operators).

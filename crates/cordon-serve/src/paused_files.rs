@@ -31,6 +31,10 @@ impl Served {
     /// replaces the last). A failure (a quota, a backend whose files are
     /// in a guest) is logged; the pause stands.
     pub(crate) fn keep_paused_files(&self, cred: &Credential, at: &Address, sandbox: &dyn Sandbox) {
+        self.paused_keys
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(key_id(cred, at), cred.scope.clone());
         let Some((st, _)) = &self.snapshots else {
             return;
         };
@@ -41,16 +45,8 @@ impl Served {
             .selected(&sandbox.provenance().spec)
             .map(|(b, _)| b.to_string())
             .unwrap_or_default();
-        match st.take(sandbox, &backend, &cred.scope, &at.thread, Some(&n), true) {
-            Ok(_) => {
-                self.paused_keys
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .insert(key_id(cred, at));
-            }
-            Err(e) => {
-                tracing::warn!(thread = %at.thread, "a paused sandbox's files were not kept: {e}")
-            }
+        if let Err(e) = st.take(sandbox, &backend, &cred.scope, &at.thread, Some(&n), true) {
+            tracing::warn!(thread = %at.thread, "a paused sandbox's files were not kept: {e}");
         }
     }
 
@@ -62,7 +58,8 @@ impl Served {
             .paused_keys
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .remove(&id);
+            .remove(&id)
+            .is_some();
         self.resurrectable
             .lock()
             .unwrap_or_else(|p| p.into_inner())

@@ -54,8 +54,9 @@ pub struct Served {
     pub(crate) pools: Vec<std::sync::Arc<crate::pools::Pool>>,
     /// Set at shutdown: the pools are not refilled again.
     pub(crate) pools_stopped: std::sync::atomic::AtomicBool,
-    /// Keys (their ids) of paused sandboxes whose files this server kept.
-    pub(crate) paused_keys: Mutex<std::collections::BTreeSet<String>>,
+    /// The sandboxes this server paused (their keys' ids, to their
+    /// scopes): their files are kept, and `/metrics` counts them.
+    pub(crate) paused_keys: Mutex<BTreeMap<String, String>>,
     /// Keys whose sandboxes the start-up reclaim found dead: found again
     /// from their paused files, if they were paused.
     pub(crate) resurrectable: Mutex<std::collections::BTreeSet<String>>,
