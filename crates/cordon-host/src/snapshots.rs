@@ -332,7 +332,13 @@ impl SnapshotStore {
     /// files, not a copy — so it is deleted only once no mount of it is
     /// left (this sweep runs again at the next take and removal).
     pub fn sweep_removed(&self) {
-        let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+        // Without the mount table nothing can be shown unused: deleting
+        // then could pull files from under a running sandbox, so nothing
+        // is deleted (the next sweep tries again).
+        let Ok(mounts) = std::fs::read_to_string("/proc/self/mountinfo") else {
+            tracing::warn!("the mount table cannot be read; removed snapshots are kept for now");
+            return;
+        };
         let Ok(entries) = std::fs::read_dir(&self.root) else {
             return;
         };
