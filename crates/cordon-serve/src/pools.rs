@@ -139,6 +139,11 @@ struct Pooled {
 pub struct Pool {
     pub config: PoolConfig,
     pub spec: SandboxSpec,
+    /// `spec`'s fingerprint, taken once (a create compares with it).
+    fingerprint: String,
+    /// Whether the state directory was looked through for this pool's
+    /// sandboxes of an earlier run (once, at the first tending).
+    adopted: std::sync::atomic::AtomicBool,
     ready: Mutex<VecDeque<Pooled>>,
     next: std::sync::atomic::AtomicU64,
     /// Claims served, for `/metrics`.
@@ -149,6 +154,8 @@ impl Pool {
     pub fn new(config: PoolConfig, spec: SandboxSpec) -> Pool {
         Pool {
             config,
+            fingerprint: spec.fingerprint(),
+            adopted: std::sync::atomic::AtomicBool::new(false),
             spec,
             ready: Mutex::new(VecDeque::new()),
             next: std::sync::atomic::AtomicU64::new(0),
@@ -167,7 +174,7 @@ impl Pool {
 
     /// Whether a create of `spec` by `cred` is this pool's to serve.
     pub(crate) fn serves(&self, cred: &Credential, spec: &SandboxSpec) -> bool {
-        cred.name == self.config.credential && spec.fingerprint() == self.spec.fingerprint()
+        cred.name == self.config.credential && spec.fingerprint() == self.fingerprint
     }
 
     /// One waiting sandbox, taken (never to be taken again).
@@ -283,7 +290,11 @@ impl Served {
         for p in stale {
             let _ = self.router.dispose(&crate::request::caller(cred, &p.at));
         }
-        self.adopt_or_drain(pool, cred);
+        // What an earlier run left is looked for once, not at every pass
+        // (each look reads every record in the state directory).
+        if !pool.adopted.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            self.adopt_or_drain(pool, cred);
+        }
         while pool.ready() < pool.config.size
             && !self.pools_stopped.load(std::sync::atomic::Ordering::SeqCst)
         {
@@ -340,7 +351,7 @@ impl Served {
                 agent_dir: rec.key.agent_dir.clone(),
             };
             let same = rec.provenance.policy_digest == self.policy_digest
-                && rec.provenance.spec.fingerprint() == pool.spec.fingerprint()
+                && rec.provenance.spec.fingerprint() == pool.fingerprint
                 && rec.provenance.identity == cred.identity
                 && rec.provenance.origin.is_none()
                 && !rec.orphaned_or_expired(cordon_host::state::now());
