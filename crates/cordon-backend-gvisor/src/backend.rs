@@ -25,14 +25,37 @@ pub fn backend(config: GvisorConfig) -> GvisorBackend {
 impl Engine for Gvisor {
     type Sandbox = GvisorSandbox;
 
-    cordon_backend_kit::oci_engine_basics!(crate::NAME, crate::names::RUNG);
+    // `runsc checkpoint`/`restore` save a sandbox's processes whole,
+    // under the same gVisor kernel they ran in (`crate::sandbox::memory`).
+    cordon_backend_kit::oci_engine_basics!(
+        crate::NAME,
+        crate::names::RUNG,
+        cordon_sandbox::Capability::SnapshotMemory
+    );
 
     fn create(
         &self,
         req: &AcquireRequest,
         egress: Option<Arc<dyn cordon_egress::EgressService>>,
     ) -> Result<GvisorSandbox, BackendError> {
-        GvisorSandbox::create(&self.config, req, egress)
+        let sandbox = GvisorSandbox::create(&self.config, req, egress)?;
+        // A snapshot's saved processes go on in the new sandbox, or it is
+        // not made: never its files alone, claimed as the snapshot.
+        if let Some(memory) = req
+            .provenance
+            .origin
+            .as_ref()
+            .and_then(|o| o.memory.as_ref())
+        {
+            if let Err(e) = sandbox.restore_all(memory) {
+                let _ = sandbox.dispose();
+                return Err(failed(
+                    "acquire",
+                    format!("restoring the snapshot's processes: {e}"),
+                ));
+            }
+        }
+        Ok(sandbox)
     }
 
     /// Another process's sandboxes (or a restarted one's), found in

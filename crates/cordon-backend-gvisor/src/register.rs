@@ -14,7 +14,10 @@ use crate::GvisorConfig;
 
 /// What the backend claims (its built backend declares the same).
 pub fn info() -> BackendInfo {
-    kit::engine_info(crate::NAME, crate::names::RUNG, crate::SUMMARY)
+    let mut info = kit::engine_info(crate::NAME, crate::names::RUNG, crate::SUMMARY);
+    info.capabilities
+        .insert(cordon_sandbox::Capability::SnapshotMemory);
+    info
 }
 
 fn probe(_: &BackendSetup) -> Probe {
@@ -26,6 +29,7 @@ fn probe(_: &BackendSetup) -> Probe {
                     r.platform, r.probe_millis
                 ),
                 "egress: a spec that names hosts runs with `--network=host` in a namespace holding only the proxy's listener, so its sockets are the host kernel's (hostinet), not gVisor's stack".to_string(),
+                "snapshot_memory: `runsc checkpoint`/`restore` save a sandbox made with `requires: [snapshot_memory]` (each exec a runsc sandbox of its own, no egress route); checked when a snapshot is taken, not probed here".to_string(),
         ]),
         Err(u) => u.probe(),
     }

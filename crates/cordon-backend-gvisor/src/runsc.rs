@@ -405,6 +405,41 @@ pub fn pause(bin: &Path, id: &str, paused: bool) -> Result<(), String> {
     }
 }
 
+/// Saves container `id`'s processes and memory into `image` (a directory
+/// of root's), which ends them (`runsc checkpoint`; this runsc's
+/// `--leave-running` cannot be trusted: it timed out and killed the
+/// container when tried). Only a container that is a runsc sandbox's one
+/// container restores: this runsc cannot restore a sandbox of several.
+pub fn checkpoint(bin: &Path, id: &str, image: &Path) -> Result<(), String> {
+    let mut cmd = control(bin);
+    cmd.args(["checkpoint", "--image-path"]).arg(image).arg(id);
+    match output(&mut cmd, CHECKPOINT_TIMEOUT) {
+        Ok((0, _, _)) => Ok(()),
+        Ok((code, _, err)) => Err(format!(
+            "`runsc checkpoint {id}` exited {code}: {}",
+            without_argv(String::from_utf8_lossy(&err).trim())
+        )),
+        Err(e) => Err(e),
+    }
+}
+
+/// How long one `runsc checkpoint` may take (it writes the whole of the
+/// container's memory).
+const CHECKPOINT_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// What `runsc state` says of container `id` (`created`, `running`,
+/// `paused`, `stopped`); `None` when it does not say (gone).
+pub fn status(bin: &Path, id: &str) -> Option<String> {
+    match output(control(bin).args(["state", id]), CONTROL_TIMEOUT) {
+        Ok((0, out, _)) => serde_json::from_slice::<serde_json::Value>(&out)
+            .ok()?
+            .get("status")?
+            .as_str()
+            .map(String::from),
+        _ => None,
+    }
+}
+
 /// The containers under cordon's state root.
 pub fn list(bin: &Path) -> Result<Vec<String>, String> {
     if !Path::new(crate::STATE_ROOT).exists() {

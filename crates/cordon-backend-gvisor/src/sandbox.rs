@@ -94,7 +94,13 @@ pub struct GvisorSandbox {
     paused: cordon_backend_kit::Pausing,
     /// The spec's workspace, mounted copy-on-write as the work dir.
     workspace: Option<cordon_files::workspace::Workspace>,
+    /// For a spec that `requires: [snapshot_memory]`: its running execs,
+    /// which `checkpoint` saves (every exec then a runsc sandbox of its
+    /// own). `None`: nothing is tracked, and `checkpoint` refuses.
+    memory: Option<memory::Execs>,
 }
+
+mod memory;
 
 impl GvisorSandbox {
     /// Makes the sandbox's directory, root and volume; nothing runs yet.
@@ -197,6 +203,12 @@ impl GvisorSandbox {
             disposed: AtomicBool::new(false),
             paused: Default::default(),
             workspace,
+            memory: req
+                .provenance
+                .spec
+                .requires()
+                .contains(cordon_sandbox::Capability::SnapshotMemory)
+                .then(memory::Execs::default),
         };
         Ok(sandbox)
     }
@@ -319,23 +331,8 @@ impl GvisorSandbox {
         // until it has started.
         let _awake = self.paused.awake(|p| self.freeze_all(p))?;
         let argv = resolved_argv(&self.view, req, &attach, NO_TTY)?;
-        let mut mounts = self.base()?;
-        if let Some(secrets) = self.files.secrets() {
-            mounts.push(Mount {
-                destination: PathBuf::from(cordon_sandbox::secrets::SECRETS_DIR),
-                source: secrets.host().to_path_buf(),
-                kind: MountKind::ReadOnly { exec: false },
-            });
-        }
-        // Last: over whatever of the image the plan bound there.
+        let mounts = self.exec_mounts()?;
         let trust = self.route.as_ref().and_then(|r| r.trust.as_ref());
-        for (source, target, _) in trust.iter().flat_map(|t| t.binds()) {
-            mounts.push(Mount {
-                destination: PathBuf::from(target),
-                source,
-                kind: MountKind::ReadOnly { exec: false },
-            });
-        }
         let env = cordon_backend_kit::workarea::exec_env(
             &self.guest_work,
             self.route.as_ref().map(|r| r.port),
@@ -348,9 +345,11 @@ impl GvisorSandbox {
         private_dir(&exec_dir).map_err(exec_failed)?;
         // The first exec is a runsc sandbox of its own (a one-shot `cordon
         // run` never pays for a pod, whose teardown alone costs runsc
-        // 1-2 s); every later one is a container in the sandbox's pod.
+        // 1-2 s); every later one is a container in the sandbox's pod,
+        // but in a sandbox whose processes may be saved (`memory`): this
+        // runsc restores a runsc sandbox of one container only.
         let first = self.execs.fetch_add(1, Ordering::SeqCst) == 0;
-        let held = if first {
+        let held = if first || self.memory.is_some() {
             MemoryBound::make(&cid, self.limits.memory_bytes).map(Held::Own)
         } else {
             self.pod().map(Held::Pod).map_err(|e| e.to_string())
@@ -361,6 +360,11 @@ impl GvisorSandbox {
                 let _ = std::fs::remove_dir_all(&exec_dir);
                 return Err(exec_failed(e));
             }
+        };
+        let saved = memory::Saved {
+            argv: argv.clone(),
+            env: env.clone(),
+            timeout_secs: req.timeout.as_secs(),
         };
         let config = match self.exec_config(&cid, argv, env, mounts, &held) {
             Ok(c) => c,
@@ -440,17 +444,43 @@ impl GvisorSandbox {
             relay_done,
         };
         let bin = self.runsc.bin.clone();
+        let tracked = self.memory.as_ref().map(|m| m.track(&cid, saved));
         Ok(ExecHandle::from_pipes(
             stdin,
             stdout,
             stderr,
             req.max_output_bytes,
-            move || run.wait(),
+            move || match tracked {
+                Some(t) => t.ended(run.wait()),
+                None => run.wait(),
+            },
             Killer::new(move || {
                 killed.store(true, Ordering::SeqCst);
                 crate::runsc::kill(&bin, &cid);
             }),
         ))
+    }
+
+    /// An exec's mounts: the plan's, the secrets, the trust store.
+    fn exec_mounts(&self) -> Result<Vec<Mount>, SandboxError> {
+        let mut mounts = self.base()?;
+        if let Some(secrets) = self.files.secrets() {
+            mounts.push(Mount {
+                destination: PathBuf::from(cordon_sandbox::secrets::SECRETS_DIR),
+                source: secrets.host().to_path_buf(),
+                kind: MountKind::ReadOnly { exec: false },
+            });
+        }
+        // Last: over whatever of the image the plan bound there.
+        let trust = self.route.as_ref().and_then(|r| r.trust.as_ref());
+        for (source, target, _) in trust.iter().flat_map(|t| t.binds()) {
+            mounts.push(Mount {
+                destination: PathBuf::from(target),
+                source,
+                kind: MountKind::ReadOnly { exec: false },
+            });
+        }
+        Ok(mounts)
     }
 
     /// The OCI config of an exec's container: the command as the workload's
@@ -546,6 +576,12 @@ impl Sandbox for GvisorSandbox {
         only: &[String],
     ) -> Result<cordon_sandbox::ApplyReport, SandboxError> {
         cordon_backend_kit::workspace::apply(self.workspace.as_ref(), only)
+    }
+
+    /// Through `runsc checkpoint` of each running exec's runsc sandbox
+    /// (`memory`).
+    fn checkpoint(&self, into: &Path) -> Result<u32, SandboxError> {
+        self.checkpoint_all(into)
     }
 
     fn pause(&self) -> Result<(), SandboxError> {

@@ -109,12 +109,13 @@ pub trait Engine: Send + Sync + 'static {
 
 /// `Engine::name`, `isolation`, `capabilities`, `materialises` and
 /// `dispose` of an OCI engine on this host (docker, gvisor): its name and
-/// rung, what every such engine serves ([`crate::engine_capabilities`]),
+/// rung, what every such engine serves ([`crate::engine_capabilities`])
+/// and any capabilities of its own after them,
 /// the images whose tree is on this host ([`crate::stored_root`]), and a
 /// sandbox's own `dispose`. Used inside `impl Engine for …`.
 #[macro_export]
 macro_rules! oci_engine_basics {
-    ($name:expr, $rung:expr) => {
+    ($name:expr, $rung:expr $(, $extra:expr)*) => {
         fn name(&self) -> &str {
             $name
         }
@@ -126,7 +127,10 @@ macro_rules! oci_engine_basics {
         }
 
         fn capabilities(&self) -> $crate::__sandbox::CapabilitySet {
-            $crate::engine_capabilities()
+            #[allow(unused_mut)]
+            let mut all = $crate::engine_capabilities();
+            $( all.insert($extra); )*
+            all
         }
 
         fn materialises(&self, image: &str) -> Result<(), String> {

@@ -89,6 +89,12 @@ pub struct Selection {
     /// `workspace`.
     #[arg(long, value_name = "DIR")]
     pub workspace: Option<PathBuf>,
+    /// Route only to a backend that offers this capability (repeatable;
+    /// added to the spec's `requires`): e.g. `snapshot_memory`, for a
+    /// sandbox whose running processes `cordon sandbox snapshot --memory`
+    /// can save (gvisor). `cordon doctor` lists what each backend offers.
+    #[arg(long = "require", value_name = "CAPABILITY")]
+    pub require: Vec<cordon_sandbox::Capability>,
     /// Where the secrets a spec names are read from: the secret
     /// `team-a/db-password` is the file `DIR/team-a/db-password` (links
     /// refused, at most 1 MiB). Each secret the policy grants is handed to
@@ -459,6 +465,7 @@ pub fn prepare_with(
         Some(dir) => crate::workspace_cmd::with_workspace(spec, dir)?,
         None => spec,
     };
+    let spec = args.require.iter().fold(spec, |s, c| s.requiring(*c));
     let mut builder = builder
         .policy_file(policy_path(args)?)
         .only(args.backend.clone())

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use cordon_host::config::SnapshotConfig;
 use cordon_host::keeper::KeptSandbox;
-use cordon_host::snapshots::{Snapshot, SnapshotStore, NO_MEMORY_SNAPSHOT};
+use cordon_host::snapshots::{Capture, Snapshot, SnapshotStore};
 use cordon_sandbox::{CallerContext, Capability, Sandbox};
 use serde_json::json;
 
@@ -42,12 +42,18 @@ fn shown(s: &Snapshot) -> serde_json::Value {
         "id": s.id, "name": s.name, "scope": s.scope, "thread": s.thread,
         "created": s.created, "backend": s.backend, "files": s.files,
         "bytes": s.bytes, "kind": s.provenance.spec.kind(),
+        "processes": s.processes, "memory_bytes": s.memory_bytes,
         "policy_digest": s.provenance.policy_digest,
     })
 }
 
 /// Takes a snapshot of a kept sandbox; prints its id.
-fn take(st: &SnapshotStore, s: &KeptSandbox, name: Option<&str>) -> Result<Snapshot, ExitCode> {
+fn take(
+    st: &SnapshotStore,
+    s: &KeptSandbox,
+    name: Option<&str>,
+    capture: Capture,
+) -> Result<Snapshot, ExitCode> {
     let rec = s.record();
     let (snap, warning) = st
         .take(
@@ -56,7 +62,7 @@ fn take(st: &SnapshotStore, s: &KeptSandbox, name: Option<&str>) -> Result<Snaps
             &rec.key.scope,
             &rec.key.thread,
             name,
-            false,
+            capture,
         )
         .map_err(refuse)?;
     if let Some(w) = warning {
@@ -72,19 +78,29 @@ pub fn snapshot(
     memory: bool,
     config: Option<&std::path::PathBuf>,
 ) -> Result<ExitCode, ExitCode> {
-    if memory {
-        return Err(refuse(NO_MEMORY_SNAPSHOT));
-    }
     let st = store_in(config)?;
-    let snap = take(&st, s, name)?;
+    let capture = if memory {
+        Capture::Memory
+    } else {
+        Capture::Files
+    };
+    let snap = take(&st, s, name, capture)?;
     if json_out::on() {
         let mut doc = shown(&snap);
         doc["ok"] = true.into();
         json_out::emit(&doc);
     } else {
         println!("{}", snap.id);
+        let processes = match snap.processes {
+            Some(n) => format!(
+                ", {n} process{} ({} bytes of memory)",
+                if n == 1 { "" } else { "es" },
+                snap.memory_bytes
+            ),
+            None => String::new(),
+        };
         eprintln!(
-            "snapshot `{}`: {} file{}, {} bytes, of sandbox `{}`",
+            "snapshot `{}`: {} file{}, {} bytes{processes}, of sandbox `{}`",
             snap.id,
             snap.files,
             if snap.files == 1 { "" } else { "s" },
@@ -234,7 +250,7 @@ pub fn fork(
         return Err(usage("`--count` is 1 to 64"));
     }
     let st = store_for(sel)?;
-    let snap = take(&st, s, None)?;
+    let snap = take(&st, s, None, Capture::Files)?;
     let rec = s.record();
     let prefix = prefix
         .map(str::to_string)

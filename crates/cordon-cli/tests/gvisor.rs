@@ -926,3 +926,119 @@ fn the_snapshot_case_passes_at_gvisor() {
     );
     assert_eq!(leftovers(tmp.path()), Vec::<String>::new());
 }
+
+/// `snapshot --memory` at gVisor: a Python process's in-memory counter
+/// (written to a file every 50 ms) is saved with its memory; in the
+/// source it ends (its exec answers so), and in each sandbox made from
+/// the snapshot it goes on from where it stood — not from 1, which a
+/// process started again would count from. The sandbox must be made for
+/// it (`--require snapshot_memory`); one with an egress route refuses.
+#[test]
+fn a_processs_memory_goes_on_after_a_memory_snapshot_is_restored() {
+    let _shared = KITS_ALONE.read().unwrap_or_else(|e| e.into_inner());
+    if !can_run("gvisor memory snapshot") {
+        return;
+    }
+    let tmp = scratch();
+    let c = cordon_testkit::cordon!()
+        .env("TMPDIR", tmp.path())
+        .env("CORDON_STATE_DIR", tmp.path().join("state"))
+        .env("CORDON_SNAPSHOT_DIR", tmp.path().join("snapshots"));
+    let ok = |args: &[&str]| {
+        let (code, out, err) = c.run(args);
+        assert_eq!(code, 0, "{args:?}: {err}");
+        out.trim().to_string()
+    };
+    let count = |h: &str| -> u64 {
+        ok(&["sandbox", "exec", h, "--", "cat", "count"])
+            .parse()
+            .unwrap()
+    };
+    let up = |thread: &str, extra: &[&str]| {
+        let mut args = vec![
+            "sandbox",
+            "up",
+            "--scope",
+            "mem",
+            "--thread",
+            thread,
+            "--min-isolation",
+            "hardened_container",
+            "-q",
+        ];
+        args.extend_from_slice(extra);
+        ok(&args)
+    };
+    let src = up("src", &["--require", "snapshot_memory"]);
+    let counter = "import time\ni = 0\nwhile True:\n    i += 1\n    open('count.tmp', 'w').write(str(i))\n    __import__('os').rename('count.tmp', 'count')\n    time.sleep(0.05)\n";
+    let exec = {
+        let c = c.clone();
+        let src = src.clone();
+        let counter = counter.to_string();
+        std::thread::spawn(move || {
+            c.run([
+                "sandbox",
+                "exec",
+                &src,
+                "--timeout",
+                "120",
+                "--",
+                "python3",
+                "-c",
+                &counter,
+            ])
+        })
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while c
+        .run(["sandbox", "exec", &src, "--", "test", "-e", "count"])
+        .0
+        != 0
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the counter never wrote"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_millis(1500));
+    let snap = ok(&["sandbox", "snapshot", &src, "--memory", "--name", "live"]);
+    assert!(snap.starts_with("snap-"), "{snap}");
+    let (code, _, err) = exec.join().unwrap();
+    assert_ne!(code, 0, "the saved exec claimed an exit of its own: {err}");
+    assert!(err.contains("were saved into a snapshot"), "{err}");
+    let at_snapshot = count(&src);
+    assert!(at_snapshot >= 10, "the counter stood at {at_snapshot}");
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(
+        count(&src),
+        at_snapshot,
+        "the saved process ran on in the source"
+    );
+
+    // Two sandboxes from it: each counts on from where it stood.
+    let a = up("a", &["--from", "live"]);
+    let b = up("b", &["--from", "live"]);
+    std::thread::sleep(Duration::from_millis(1000));
+    for h in [&a, &b] {
+        let first = count(h);
+        assert!(first > at_snapshot, "{h}: {first} after {at_snapshot}");
+        std::thread::sleep(Duration::from_millis(500));
+        assert!(
+            count(h) > first,
+            "{h}: the restored counter stopped at {first}"
+        );
+    }
+    let json = ok(&["sandbox", "snapshots", "--format", "json"]);
+    assert!(json.contains("\"processes\":1"), "{json}");
+
+    // Not made for it: refused with the reason, nothing ended.
+    let plain = up("plain", &[]);
+    let (code, _, err) = c.run(["sandbox", "snapshot", &plain, "--memory"]);
+    assert_eq!(code, 125, "{err}");
+    assert!(err.contains("requires: [snapshot_memory]"), "{err}");
+    for h in [&src, &a, &b, &plain] {
+        ok(&["sandbox", "down", h]);
+    }
+    assert_eq!(leftovers(tmp.path()), Vec::<String>::new());
+}

@@ -34,8 +34,20 @@ pub const SNAPSHOT_DIR_ENV: &str = "CORDON_SNAPSHOT_DIR";
 /// unless the host configuration says otherwise (`snapshots.quota_per_scope`).
 pub const DEFAULT_QUOTA_PER_SCOPE: u64 = 4 << 30;
 
-/// Why `--memory` is refused at every backend this version has.
-pub const NO_MEMORY_SNAPSHOT: &str = "`--memory` (processes and memory, not only files) is refused: at the container and process rungs and at docker a checkpoint tool could not restore the sandbox's Landlock domains and seccomp filters faithfully, so a restored process would run less confined than it was made; gVisor's `runsc checkpoint` and the microVM's migration could, and are not built yet. Take a snapshot of the files (leave `--memory` out)";
+pub use cordon_sandbox::NO_MEMORY_SNAPSHOT;
+
+/// What a snapshot captures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Capture {
+    /// The files; the sandbox resumed after.
+    Files,
+    /// The files; the sandbox left paused (a paused sandbox's own).
+    FilesLeftPaused,
+    /// The processes with their memory (`--memory`: they end in the
+    /// sandbox and go on in one made from the snapshot), then the files
+    /// as they left them.
+    Memory,
+}
 
 /// The most entries one snapshot holds.
 pub const MAX_ENTRIES: usize = 200_000;
@@ -67,6 +79,62 @@ pub struct Snapshot {
     /// What was left out (FIFOs, sockets, devices).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub skipped: Vec<String>,
+    /// For a `--memory` snapshot, how many processes it holds (in
+    /// `memory/`, the backend's form); `None`: files only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub processes: Option<u32>,
+    /// The bytes of `memory/` (counted against the quota with `bytes`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub memory_bytes: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+/// What a backend saved of a sandbox's processes.
+struct Saved {
+    processes: u32,
+    bytes: u64,
+    /// Each file's path in `memory/`, size and SHA-256.
+    files: Vec<(String, u64, String)>,
+}
+
+/// Every regular file under `dir` (a backend's, root's: links and other
+/// kinds are refused, not followed), its size and SHA-256, in path order.
+fn hash_files(
+    dir: &Path,
+    prefix: &str,
+    out: &mut Vec<(String, u64, String)>,
+) -> Result<(), StoreError> {
+    let mut names: Vec<_> = std::fs::read_dir(dir)
+        .map_err(|e| format!("`{}`: {e}", dir.display()))?
+        .flatten()
+        .collect();
+    names.sort_by_key(|e| e.file_name());
+    for e in names {
+        let path = e.path();
+        let rel = format!("{prefix}{}", e.file_name().to_string_lossy());
+        let kind = e
+            .file_type()
+            .map_err(|err| format!("`{}`: {err}", path.display()))?;
+        if kind.is_dir() {
+            hash_files(&path, &format!("{rel}/"), out)?;
+        } else if kind.is_file() {
+            let mut f =
+                std::fs::File::open(&path).map_err(|err| format!("`{}`: {err}", path.display()))?;
+            let mut h = Sha256::new();
+            let n = std::io::copy(&mut f, &mut h)
+                .map_err(|err| format!("`{}`: {err}", path.display()))?;
+            out.push((rel, n, hex(&h.finalize())));
+        } else {
+            return Err(format!(
+                "`{}`: the backend saved something not a file or a directory",
+                path.display()
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The store, opened.
@@ -183,6 +251,10 @@ impl SnapshotStore {
         Origin {
             snapshot: s.id.clone(),
             tree: self.root.join(&s.id).join("tree"),
+            memory: s
+                .processes
+                .is_some_and(|n| n > 0)
+                .then(|| self.root.join(&s.id).join("memory")),
         }
     }
 
@@ -191,15 +263,18 @@ impl SnapshotStore {
         self.list()
             .iter()
             .filter(|s| s.scope == scope)
-            .map(|s| s.bytes)
+            .map(|s| s.bytes + s.memory_bytes)
             .sum()
     }
 
     /// Captures `sandbox`'s work dir (its host side) as a snapshot of
     /// `scope`/`thread`: paused meanwhile where the backend can pause (and
-    /// resumed after unless `leave_paused`: a paused sandbox's own), refused where the backend keeps its files
-    /// out of this host's reach. The same files under the same provenance
-    /// are one snapshot: taken again, the existing one is returned.
+    /// resumed after unless [`Capture::FilesLeftPaused`]: a paused
+    /// sandbox's own), refused where the backend keeps its files out of
+    /// this host's reach; with [`Capture::Memory`], its processes first
+    /// ([`Sandbox::checkpoint`], refused where the backend cannot). The
+    /// same files under the same provenance are one snapshot: taken
+    /// again, the existing one is returned.
     pub fn take(
         &self,
         sandbox: &dyn Sandbox,
@@ -207,7 +282,7 @@ impl SnapshotStore {
         scope: &str,
         thread: &str,
         name: Option<&str>,
-        leave_paused: bool,
+        capture: Capture,
     ) -> Result<(Snapshot, Option<String>), StoreError> {
         if let Some(n) = name {
             checked_name(n)?;
@@ -227,6 +302,20 @@ impl SnapshotStore {
             .mode(0o700)
             .create(&making)
             .map_err(|e| format!("`{}`: {e}", making.display()))?;
+        // The processes first: they end saved, so the files copied next
+        // are the ones their memory last saw.
+        let memory = match capture {
+            Capture::Memory => match self.checkpoint(sandbox, &making, used) {
+                Ok(m) => Some(m),
+                Err(e) => {
+                    let _ = cordon_files::tree::remove_tree(&making);
+                    return Err(e);
+                }
+            },
+            _ => None,
+        };
+        let memory_bytes = memory.as_ref().map_or(0, |m| m.bytes);
+        let room = room.saturating_sub(memory_bytes);
         // Paused for a consistent copy; a sandbox the backend cannot pause
         // is copied running, and said so.
         let warning = match sandbox.pause() {
@@ -243,7 +332,7 @@ impl SnapshotStore {
             ),
             MAX_ENTRIES,
         );
-        if warning.is_none() && !leave_paused {
+        if warning.is_none() && capture != Capture::FilesLeftPaused {
             let _ = sandbox.resume();
         }
         let copied = match copied {
@@ -261,6 +350,7 @@ impl SnapshotStore {
                 "backend": backend,
                 "provenance": provenance,
                 "entries": copied.entries,
+                "memory": memory.as_ref().map(|m| &m.files),
             });
             h.update(doc.to_string().as_bytes());
             format!("snap-{}", &hex(&h.finalize())[..24])
@@ -278,6 +368,8 @@ impl SnapshotStore {
             bytes: copied.bytes,
             entries: copied.entries,
             skipped: copied.skipped,
+            processes: memory.as_ref().map(|m| m.processes),
+            memory_bytes,
         };
         let dest = self.root.join(&id);
         if dest.exists() {
@@ -300,6 +392,38 @@ impl SnapshotStore {
         // inside its 0700 snapshot directory (the mount reaches it as root).
         let _ = std::fs::set_permissions(&dest, std::fs::Permissions::from_mode(0o700));
         Ok((snap, warning))
+    }
+
+    /// Asks `sandbox` to save its processes into `making/memory`; then
+    /// hashes what it wrote, held to the scope's quota (`used` taken).
+    fn checkpoint(
+        &self,
+        sandbox: &dyn Sandbox,
+        making: &Path,
+        used: u64,
+    ) -> Result<Saved, StoreError> {
+        let dir = making.join("memory");
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&dir)
+            .map_err(|e| format!("`{}`: {e}", dir.display()))?;
+        let processes = sandbox
+            .checkpoint(&dir)
+            .map_err(|e| format!("snapshot of the processes: {e}"))?;
+        let mut files = Vec::new();
+        hash_files(&dir, "", &mut files)?;
+        let bytes = files.iter().map(|(_, n, _)| *n).sum::<u64>();
+        if used.saturating_add(bytes) > self.quota_per_scope {
+            return Err(format!(
+                "the processes' memory is {bytes} bytes, past scope's quota of {} bytes ({used} used); forget a snapshot (`cordon sandbox forget`), or raise `snapshots.quota_per_scope`",
+                self.quota_per_scope
+            ));
+        }
+        Ok(Saved {
+            processes,
+            bytes,
+            files,
+        })
     }
 
     fn write_manifest(&self, dir: &Path, s: &Snapshot) -> Result<(), StoreError> {

@@ -102,6 +102,11 @@ pub struct Provenance {
 pub struct Origin {
     pub snapshot: String,
     pub tree: std::path::PathBuf,
+    /// The processes the snapshot holds with their memory (`snapshot
+    /// --memory`), as the backend that took them wrote them: the new
+    /// sandbox starts them again where they stood. `None`: files only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<std::path::PathBuf>,
 }
 
 /// Everything a backend needs to get or create a sandbox. It has no
@@ -428,6 +433,21 @@ pub trait Sandbox: Send + Sync {
         })
     }
 
+    /// Saves every process running in this sandbox, with its memory, into
+    /// the directory `into` (which exists, empty, root's) in the backend's
+    /// own form, and ends them here: an exec so taken answers that it was
+    /// checkpointed. Returns how many were saved (none running: 0, and the
+    /// snapshot holds files only). A sandbox made from the snapshot
+    /// ([`Origin::memory`]) starts them again where they stood. The
+    /// default refuses ([`NO_MEMORY_SNAPSHOT`]): a backend that cannot
+    /// restore a process as confined as it was made never saves one.
+    fn checkpoint(&self, into: &std::path::Path) -> Result<u32, SandboxError> {
+        let _ = into;
+        Err(SandboxError::Invalid {
+            reason: NO_MEMORY_SNAPSHOT.into(),
+        })
+    }
+
     /// True only when every exec of this sandbox is checked by a
     /// [`crate::guard`] elsewhere — a kept sandbox, whose keeper guards it.
     /// The router then does not guard it twice.
@@ -435,6 +455,10 @@ pub trait Sandbox: Send + Sync {
         false
     }
 }
+
+/// Why a sandbox whose backend cannot save its processes refuses
+/// `snapshot --memory`.
+pub const NO_MEMORY_SNAPSHOT: &str = "`--memory` (processes and memory, not only files) is refused: at the container and process rungs and at docker a checkpoint tool could not restore the sandbox's Landlock domains and seccomp filters faithfully, so a restored process would run less confined than it was made; the microVM's migration is not built yet. gVisor saves them (`runsc checkpoint`) for a sandbox made with `requires: [snapshot_memory]`. Take a snapshot of the files (leave `--memory` out), or make the sandbox at gvisor with that requirement";
 
 /// Why a sandbox whose backend cannot freeze it is not paused.
 pub const PAUSE_UNSUPPORTED: &str = "this sandbox's backend cannot pause it (cordon's container, docker, gvisor and microvm backends do); leave it running, or make it at one of those";

@@ -29,6 +29,9 @@ pub enum Capability {
     Network,
     /// Save and restore the sandbox's state.
     Snapshot,
+    /// Save the processes running in the sandbox with their memory, not
+    /// only its files, and restore them running (`snapshot --memory`).
+    SnapshotMemory,
     /// Make the work dir from a host directory, copy-on-write, and show
     /// and apply the changes (a spec's `workspace`).
     Workspace,
@@ -37,7 +40,7 @@ pub enum Capability {
 }
 
 impl Capability {
-    pub const ALL: [Capability; 10] = [
+    pub const ALL: [Capability; 11] = [
         Capability::Exec,
         Capability::RunCode,
         Capability::HostTools,
@@ -46,6 +49,7 @@ impl Capability {
         Capability::FilesList,
         Capability::Network,
         Capability::Snapshot,
+        Capability::SnapshotMemory,
         Capability::Workspace,
         Capability::AttachedIdentity,
     ];
@@ -60,6 +64,7 @@ impl Capability {
             Capability::FilesList => "files_list",
             Capability::Network => "network",
             Capability::Snapshot => "snapshot",
+            Capability::SnapshotMemory => "snapshot_memory",
             Capability::Workspace => "workspace",
             Capability::AttachedIdentity => "attached_identity",
         }

@@ -150,6 +150,9 @@ impl Sandbox for Guarded {
     fn workspace_diff(&self) -> Result<Vec<crate::WorkspaceChange>, SandboxError> {
         self.inner.workspace_diff()
     }
+    fn checkpoint(&self, into: &std::path::Path) -> Result<u32, SandboxError> {
+        self.inner.checkpoint(into)
+    }
     fn workspace_apply(&self, only: &[String]) -> Result<crate::ApplyReport, SandboxError> {
         self.inner.workspace_apply(only)
     }

@@ -570,6 +570,23 @@ impl Router {
     ) -> Result<Arc<dyn Sandbox>, RouterError> {
         let caller = caller.resolve()?;
         let a = self.select(spec)?;
+        // Saved processes start again only where the backend restores
+        // them as confined as they were made; anywhere else they would be
+        // left out, and the sandbox not the snapshot it claims to be.
+        if origin.as_ref().is_some_and(|o| o.memory.is_some())
+            && !a.capabilities.contains(Capability::SnapshotMemory)
+        {
+            return Err(RouterError::NoBackendQualifies {
+                kind: spec.kind().to_string(),
+                floor: self.effective_floor(spec),
+                refusals: Refusals(vec![(
+                    a.name.clone(),
+                    vec![crate::router_error::Refusal::Missing {
+                        capabilities: [Capability::SnapshotMemory].into_iter().collect(),
+                    }],
+                )]),
+            });
+        }
         let limits = self.ensure_policy_allows(&caller.identity, spec)?;
         let secrets = self.read_secrets(spec)?;
         // A placeholder secret: the proxy gets the value, the sandbox

@@ -357,7 +357,14 @@ impl mcp::McpHost for HttpMcp {
             .selected(&sandbox.provenance().spec)
             .map(|(b, _)| b.to_string())
             .unwrap_or_default();
-        let (snap, _) = st.take(&*sandbox, &backend, &cred.scope, &at.thread, name, false)?;
+        let (snap, _) = st.take(
+            &*sandbox,
+            &backend,
+            &cred.scope,
+            &at.thread,
+            name,
+            cordon_host::snapshots::Capture::Files,
+        )?;
         Ok(
             serde_json::json!({"snapshot": snap.id, "name": snap.name, "files": snap.files, "bytes": snap.bytes}),
         )

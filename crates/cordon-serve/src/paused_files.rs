@@ -11,6 +11,7 @@
 
 use std::sync::Arc;
 
+use cordon_host::snapshots::Capture;
 use cordon_sandbox::{Capability, Sandbox};
 
 use crate::config::Credential;
@@ -45,7 +46,14 @@ impl Served {
             .selected(&sandbox.provenance().spec)
             .map(|(b, _)| b.to_string())
             .unwrap_or_default();
-        if let Err(e) = st.take(sandbox, &backend, &cred.scope, &at.thread, Some(&n), true) {
+        if let Err(e) = st.take(
+            sandbox,
+            &backend,
+            &cred.scope,
+            &at.thread,
+            Some(&n),
+            Capture::FilesLeftPaused,
+        ) {
             tracing::warn!(thread = %at.thread, "a paused sandbox's files were not kept: {e}");
         }
     }

@@ -100,7 +100,8 @@ pub(crate) struct SnapshotBody {
     pub(crate) at: Address,
     #[serde(default)]
     pub(crate) name: Option<String>,
-    /// Processes and memory too: refused, saying why.
+    /// Processes and memory too (where the backend saves them; refused,
+    /// saying why, elsewhere).
     #[serde(default)]
     pub(crate) memory: bool,
 }
@@ -111,6 +112,7 @@ fn take(
     at: &Address,
     sandbox: &dyn Sandbox,
     name: Option<&str>,
+    capture: cordon_host::snapshots::Capture,
 ) -> Result<Snapshot, Refusal> {
     let (st, _) = store(s)?;
     let backend = s
@@ -118,7 +120,7 @@ fn take(
         .selected(&sandbox.provenance().spec)
         .map(|(n, _)| n.to_string())
         .unwrap_or_default();
-    st.take(sandbox, &backend, &cred.scope, &at.thread, name, false)
+    st.take(sandbox, &backend, &cred.scope, &at.thread, name, capture)
         .map(|(snap, _)| snap)
         .map_err(|e| Refusal::of(ErrorKind::Refused, e))
 }
@@ -133,18 +135,24 @@ pub(crate) async fn snapshot(
         Ok(x) => x,
         Err(r) => return *r,
     };
-    if body.memory {
-        return refused(
-            ErrorKind::Refused,
-            cordon_host::snapshots::NO_MEMORY_SNAPSHOT,
-        );
-    }
     let sandbox = match live_sandbox(&s, &cred, &body.at).await {
         Ok(x) => x,
         Err(r) => return *r,
     };
     let done = tokio::task::spawn_blocking(move || {
-        match take(&s, &cred, &body.at, &*sandbox, body.name.as_deref()) {
+        let capture = if body.memory {
+            cordon_host::snapshots::Capture::Memory
+        } else {
+            cordon_host::snapshots::Capture::Files
+        };
+        match take(
+            &s,
+            &cred,
+            &body.at,
+            &*sandbox,
+            body.name.as_deref(),
+            capture,
+        ) {
             Ok(snap) => Json(shown(&snap)).into_response(),
             Err(r) => r.into_response(),
         }
@@ -185,7 +193,14 @@ pub(crate) async fn fork(
         Err(r) => return *r,
     };
     let done = tokio::task::spawn_blocking(move || -> Response {
-        let snap = match take(&s, &cred, &body.at, &*sandbox, None) {
+        let snap = match take(
+            &s,
+            &cred,
+            &body.at,
+            &*sandbox,
+            None,
+            cordon_host::snapshots::Capture::Files,
+        ) {
             Ok(x) => x,
             Err(r) => return r.into_response(),
         };

@@ -423,6 +423,21 @@ impl Sandbox for KeptSandbox {
     fn resume(&self) -> Result<(), SandboxError> {
         self.paused(false)
     }
+    /// Asked of its keeper, which holds the sandbox's processes.
+    fn checkpoint(&self, into: &std::path::Path) -> Result<u32, SandboxError> {
+        let reply = self.ask(
+            &Request::Checkpoint {
+                into: into.to_path_buf(),
+            },
+            &[],
+            ("checkpoint", Duration::from_secs(300)),
+            "the keeper hung up unanswered (a keeper of an older cordon does not checkpoint: make the sandbox again)",
+        )?;
+        match reply {
+            Reply::Checkpointed { processes } => Ok(processes),
+            other => Err(unexpected(other, "checkpoint")),
+        }
+    }
     /// Asked of its keeper, which holds the workspace's layers.
     fn workspace_diff(&self) -> Result<Vec<cordon_sandbox::WorkspaceChange>, SandboxError> {
         self.workspace(None)

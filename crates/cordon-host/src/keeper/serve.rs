@@ -281,6 +281,13 @@ fn serve_sandbox(
                         Err(e) => error_to_wire(&e),
                     }
                 }
+                Request::Checkpoint { into } => {
+                    *last.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
+                    match sandbox.checkpoint(&into) {
+                        Ok(processes) => Reply::Checkpointed { processes },
+                        Err(e) => error_to_wire(&e),
+                    }
+                }
                 Request::Egress { allow, closed, by } => {
                     *last.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
                     egress_for_client(&*sandbox, &allow, closed, &by)
@@ -638,7 +645,7 @@ fn idle_snapshot(launch: &Launch, sandbox: &Arc<dyn Sandbox>, how: &super::IdleP
             &launch.key.scope,
             &launch.key.thread,
             Some(&name),
-            true,
+            crate::snapshots::Capture::FilesLeftPaused,
         )
     });
     match taken {

@@ -156,6 +156,12 @@ pub(crate) enum Request {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         apply: Option<Vec<String>>,
     },
+    /// Save every process of the sandbox with its memory into `into` (a
+    /// directory the client made, empty, root's), ending them there:
+    /// answered [`Reply::Checkpointed`].
+    Checkpoint {
+        into: std::path::PathBuf,
+    },
     /// Replace the sandbox's egress allowlist (`host[:port]` entries, read
     /// by the keeper): answered [`Reply::Egress`]. A list that does not
     /// load, or that the policy denies for the sandbox's identity, closes
@@ -248,6 +254,10 @@ pub(crate) enum Reply {
         rules: Vec<String>,
     },
     Disposed,
+    /// `processes` were saved.
+    Checkpointed {
+        processes: u32,
+    },
     Written,
     Stat {
         stat: Option<WireStat>,
