@@ -142,9 +142,14 @@ class LiveServer(unittest.TestCase):
         with self.a.thread("py-snap") as t:
             t.create()
             t.exec(["sh", "-c", "echo before > kept.txt"])
+            # Processes too: refused at this rung, with the reason.
+            with self.assertRaises(CordonError) as e:
+                t.snapshot(memory=True)
+            self.assertIn("Landlock", str(e.exception))
             snap = t.snapshot(name="py-base")
             self.assertTrue(snap["id"].startswith("snap-"))
             self.assertEqual(snap["files"], 1)
+            self.assertIsNone(snap["processes"])
             forks = t.fork(2, thread_prefix="py-snap-f")
             try:
                 for i, f in enumerate(forks):

@@ -36,6 +36,7 @@ fn shown(s: &Snapshot) -> serde_json::Value {
         "id": s.id, "name": s.name, "thread": s.thread, "created": s.created,
         "backend": s.backend, "files": s.files, "bytes": s.bytes,
         "kind": s.provenance.spec.kind(),
+        "processes": s.processes, "memory_bytes": s.memory_bytes,
     })
 }
 
