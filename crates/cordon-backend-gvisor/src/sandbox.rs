@@ -219,7 +219,13 @@ impl GvisorSandbox {
         let operation = if paused { "pause" } else { "resume" };
         let failed = |reason: String| SandboxError::Failed { operation, reason };
         let prefix = format!("{}-", self.id);
-        let ids = crate::runsc::list(&self.runsc.bin).map_err(failed)?;
+        // A sandbox made to save its processes has no pod: its runsc
+        // sandboxes are its running execs, which it tracks (no listing of
+        // every container on the host).
+        let ids = match &self.memory {
+            Some(execs) => execs.running(),
+            None => crate::runsc::list(&self.runsc.bin).map_err(failed)?,
+        };
         for id in ids.iter().filter(|id| id.starts_with(&prefix)) {
             crate::runsc::pause(&self.runsc.bin, id, paused).map_err(failed)?;
         }

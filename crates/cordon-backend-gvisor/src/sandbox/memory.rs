@@ -86,6 +86,15 @@ fn lock(execs: &Execs) -> std::sync::MutexGuard<'_, BTreeMap<String, Entry>> {
 }
 
 impl Execs {
+    /// The containers of the execs running now (not those saved).
+    pub(crate) fn running(&self) -> Vec<String> {
+        lock(self)
+            .iter()
+            .filter(|(_, e)| e.state.load(Ordering::SeqCst) == RUNNING)
+            .map(|(cid, _)| cid.clone())
+            .collect()
+    }
+
     /// Tracks the exec whose container is `cid` until it ends.
     pub(crate) fn track(&self, cid: &str, saved: Saved) -> Tracked {
         let state = Arc::new(AtomicU8::new(RUNNING));
@@ -250,20 +259,46 @@ impl GvisorSandbox {
             }
         };
         let log = exec_dir.join("runsc.log");
+        // `restore --detach` returns once the process runs again (or
+        // failed); `runsc wait` then holds it as an exec's `runsc run`
+        // would, for the bounds and the clean-up.
         let mut cmd: Command =
             crate::runsc::command(&self.runsc.bin, &log, crate::runsc::Network::None);
-        cmd.args(["restore", "--image-path"])
+        cmd.args(["restore", "--detach", "--image-path"])
             .arg(image)
             .arg("--bundle")
             .arg(&exec_dir)
-            .arg(&cid)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
-        let child = cmd.spawn().map_err(|e| {
-            let _ = std::fs::remove_dir_all(&exec_dir);
-            format!("cannot start `{}`: {e}", self.runsc.bin.display())
-        })?;
+            .arg(&cid);
+        // No stdio of cordon's: the sandbox it leaves running would hold
+        // a pipe open for ever.
+        let restored = wait_quietly(&mut cmd, Duration::from_secs(60));
+        let waiter = match restored {
+            Ok(0) => Command::new(&self.runsc.bin)
+                .arg("--root")
+                .arg(crate::STATE_ROOT)
+                .args(["wait", &cid])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .map_err(|e| format!("cannot start `{}`: {e}", self.runsc.bin.display())),
+            Ok(code) => Err(format!(
+                "`runsc restore` of `{}` exited {code}: {}",
+                image.display(),
+                crate::runsc::runsc_error(&log).unwrap_or_else(|| "runsc said no more".into())
+            )),
+            Err(e) => Err(format!("`runsc restore` of `{}`: {e}", image.display())),
+        };
+        let child = match waiter {
+            Ok(c) => c,
+            Err(e) => {
+                crate::runsc::kill(&self.runsc.bin, &cid);
+                let _ = crate::runsc::delete(&self.runsc.bin, &cid);
+                crate::runsc::remove_cgroups(&cid);
+                let _ = std::fs::remove_dir_all(&exec_dir);
+                return Err(e);
+            }
+        };
         let req = ExecRequest {
             argv: saved.argv.clone(),
             env: BTreeMap::new(),
@@ -271,7 +306,7 @@ impl GvisorSandbox {
             timeout: Duration::from_secs(saved.timeout_secs),
             max_output_bytes: 0,
         };
-        let mut run = Running {
+        let run = Running {
             child,
             cid: cid.clone(),
             exec_dir,
@@ -284,25 +319,38 @@ impl GvisorSandbox {
             held,
             relay_done: Arc::new(AtomicBool::new(false)),
         };
-        // Running, or it never came back: the sandbox is not made then.
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            if crate::runsc::status(&self.runsc.bin, &cid).as_deref() == Some("running") {
-                break;
-            }
-            let ended = matches!(run.child.try_wait(), Ok(Some(_)));
-            if ended || Instant::now() >= deadline {
-                let why = crate::runsc::runsc_error(&run.log)
-                    .unwrap_or_else(|| "it did not come back running within 60 s".into());
-                run.stop();
-                return Err(format!("`runsc restore` of `{}`: {why}", image.display()));
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
         let tracked = execs.track(&cid, saved);
         std::thread::spawn(move || {
             let _ = tracked.ended(run.wait());
         });
         Ok(())
+    }
+}
+
+/// Runs `cmd` with no stdio to its end, at most `timeout` (then killed).
+fn wait_quietly(cmd: &mut Command, timeout: Duration) -> Result<i32, String> {
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| {
+            format!(
+                "cannot start `{}`: {e}",
+                cmd.get_program().to_string_lossy()
+            )
+        })?;
+    let deadline = Instant::now() + timeout;
+    loop {
+        match child.try_wait() {
+            Ok(Some(s)) => return Ok(s.code().unwrap_or(-1)),
+            Ok(None) if Instant::now() >= deadline => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!("it did not finish in {}s", timeout.as_secs()));
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(5)),
+            Err(e) => return Err(e.to_string()),
+        }
     }
 }
