@@ -85,7 +85,7 @@ pub struct PodSpec<'a> {
 
 /// Runs `cmd` with no stdio (a sandbox runsc starts must not hold a pipe
 /// of cordon's) to its end, at most `timeout`.
-fn quiet(cmd: &mut Command, timeout: Duration) -> Result<i32, String> {
+pub(crate) fn quiet(cmd: &mut Command, timeout: Duration) -> Result<i32, String> {
     let mut child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::null())

@@ -271,7 +271,7 @@ impl GvisorSandbox {
             .arg(&cid);
         // No stdio of cordon's: the sandbox it leaves running would hold
         // a pipe open for ever.
-        let restored = wait_quietly(&mut cmd, Duration::from_secs(60));
+        let restored = crate::pod::quiet(&mut cmd, Duration::from_secs(60));
         let waiter = match restored {
             Ok(0) => Command::new(&self.runsc.bin)
                 .arg("--root")
@@ -324,33 +324,5 @@ impl GvisorSandbox {
             let _ = tracked.ended(run.wait());
         });
         Ok(())
-    }
-}
-
-/// Runs `cmd` with no stdio to its end, at most `timeout` (then killed).
-fn wait_quietly(cmd: &mut Command, timeout: Duration) -> Result<i32, String> {
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .map_err(|e| {
-            format!(
-                "cannot start `{}`: {e}",
-                cmd.get_program().to_string_lossy()
-            )
-        })?;
-    let deadline = Instant::now() + timeout;
-    loop {
-        match child.try_wait() {
-            Ok(Some(s)) => return Ok(s.code().unwrap_or(-1)),
-            Ok(None) if Instant::now() >= deadline => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(format!("it did not finish in {}s", timeout.as_secs()));
-            }
-            Ok(None) => std::thread::sleep(Duration::from_millis(5)),
-            Err(e) => return Err(e.to_string()),
-        }
     }
 }
