@@ -111,6 +111,7 @@ impl DockerSandbox {
         let labels = sandbox_labels(req, &id, &dir, engine);
         let wants_secrets = !req.provenance.spec.secrets().is_empty();
         let mut workspace = None;
+        let mut own_tmp = None;
         let made =
             (|| -> Result<(HostImage, RootedFs, HostWorkDir, Option<HostSecretsDir>), String> {
                 let root = prepare_dir(&dir, &acquiring.guest_work)?;
@@ -118,9 +119,11 @@ impl DockerSandbox {
                     view,
                     files,
                     workspace: w,
+                    tmp: t,
                     ..
                 } = acquiring.work_area(&made_dir)?;
                 workspace = w;
+                own_tmp = t;
                 // Inside the sandbox's directory (root's, 0700): no other
                 // sandbox's workload, though the same uid, can reach it.
                 let secrets = match wants_secrets {
@@ -191,7 +194,7 @@ impl DockerSandbox {
             policy: config.setup.policy.clone(),
             env: config.setup.env.clone(),
             view,
-            files: HostFiles::new(files, secrets, WORKLOAD_ID),
+            files: HostFiles::new(files, secrets, WORKLOAD_ID).with_tmp(own_tmp),
             base: OnceLock::new(),
             proxy_port,
             egress: Serving::new(serving),

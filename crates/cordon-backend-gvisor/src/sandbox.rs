@@ -115,6 +115,7 @@ impl GvisorSandbox {
         let (id, dir) = (made_dir.id.clone(), made_dir.dir.clone());
         let wants_secrets = !req.provenance.spec.secrets().is_empty();
         let mut workspace = None;
+        let mut own_tmp = None;
         let made =
             (|| -> Result<(HostImage, RootedFs, HostWorkDir, Option<HostSecretsDir>), String> {
                 let image = if image_root == Path::new("/") {
@@ -140,9 +141,11 @@ impl GvisorSandbox {
                     view,
                     files,
                     workspace: w,
+                    tmp: t,
                     ..
                 } = acquiring.work_area(&made_dir)?;
                 workspace = w;
+                own_tmp = t;
                 // Inside the sandbox's directory (root's, 0700): no other
                 // sandbox's workload, though the same uid, can reach it.
                 let secrets = if wants_secrets {
@@ -194,7 +197,7 @@ impl GvisorSandbox {
             env: config.setup.env.clone(),
             runsc: config.runsc.clone(),
             view,
-            files: HostFiles::new(files, secrets, WORKLOAD_ID),
+            files: HostFiles::new(files, secrets, WORKLOAD_ID).with_tmp(own_tmp),
             base: OnceLock::new(),
             pod: Mutex::new(None),
             execs: std::sync::atomic::AtomicU64::new(0),

@@ -23,12 +23,27 @@ pub struct HostFiles {
     /// The uid the sandbox runs as: what cordon writes in belongs to it
     /// (unless the work dir says another owner), the secrets to its group.
     uid: u32,
+    /// The sandbox's own `/tmp` on the host, when it has one (recorded
+    /// for snapshots).
+    tmp: Option<std::path::PathBuf>,
 }
 
 impl HostFiles {
     /// The files of a sandbox running as `uid`.
     pub fn new(work: HostWorkDir, secrets: Option<HostSecretsDir>, uid: u32) -> HostFiles {
-        HostFiles { work, secrets, uid }
+        HostFiles {
+            work,
+            secrets,
+            uid,
+            tmp: None,
+        }
+    }
+
+    /// The same, its own `/tmp` at `tmp` on the host (`None`: it has none
+    /// of its own, or none beside a fresh work dir).
+    pub fn with_tmp(mut self, tmp: Option<std::path::PathBuf>) -> HostFiles {
+        self.tmp = tmp;
+        self
     }
 
     pub fn work(&self) -> &HostWorkDir {
@@ -76,6 +91,7 @@ impl HostFiles {
                 host: s.host().to_path_buf(),
                 gid: self.uid,
             }),
+            tmp: self.tmp.clone(),
         }
     }
 }

@@ -47,6 +47,9 @@ pub struct WorkArea {
     pub files: HostWorkDir,
     /// The spec's workspace, mounted copy-on-write as the work dir.
     pub workspace: Option<cordon_files::workspace::Workspace>,
+    /// The sandbox's own `/tmp` on the host, beside a fresh work dir
+    /// (`None` over an operator's work dir): what a snapshot captures.
+    pub tmp: Option<PathBuf>,
 }
 
 /// What a work area is made from.
@@ -158,7 +161,7 @@ pub fn work_area(s: &WorkAreaSpec<'_>) -> Result<WorkArea, String> {
             s.volume.join("work")
         }
     };
-    owned_dir(&s.volume.join("tmp"))?;
+    make_tmp(&s.volume.join("tmp"), s.origin, s.disk_bytes, WORKLOAD_ID)?;
     // The image's own tree with the work dir and `/tmp` bound in: the plan
     // is translated (and commands resolved) in it; the container then
     // shows only what the translated rules reach.
@@ -173,7 +176,33 @@ pub fn work_area(s: &WorkAreaSpec<'_>) -> Result<WorkArea, String> {
         view,
         files,
         workspace,
+        tmp: s.given.is_none().then(|| s.volume.join("tmp")),
     })
+}
+
+/// Makes a sandbox's own `/tmp` at `tmp` (on its volume), owned by `to`:
+/// empty, or a copy of the snapshot's it is made from (at most
+/// `disk_bytes`, the volume's bound).
+pub fn make_tmp(
+    tmp: &Path,
+    origin: Option<&cordon_sandbox::Origin>,
+    disk_bytes: u64,
+    to: u32,
+) -> Result<(), String> {
+    match origin.and_then(|o| o.tmp.as_ref().map(|t| (o, t))) {
+        Some((o, from)) => {
+            cordon_files::tree::copy_tree_owned(from, tmp, disk_bytes, "max_disk", usize::MAX, to)
+                .map(drop)
+                .map_err(|e| format!("snapshot `{}`: its `/tmp`: {e}", o.snapshot))?;
+            std::fs::set_permissions(tmp, std::os::unix::fs::PermissionsExt::from_mode(0o700))
+                .map_err(|e| format!("`{}`: {e}", tmp.display()))
+        }
+        None => {
+            private_dir(tmp)?;
+            std::os::unix::fs::chown(tmp, Some(to), Some(to))
+                .map_err(|e| format!("cannot hand `{}` to uid {to}: {e}", tmp.display()))
+        }
+    }
 }
 
 /// An exec's environment in an engine's sandbox: cordon's (`PATH` of the

@@ -239,6 +239,7 @@ impl LocalBackend {
                 let layered = (|| {
                     if let Some(origin) = &req.provenance.origin {
                         cordon_backend_kit::workspace::mount_origin(origin, &vol, id)?;
+                        restore_tmp(origin, &vol, private_tmp, req.limits.disk_bytes, id)?;
                     }
                     spec.workspace()
                         .map(|dir| cordon_backend_kit::workspace::mount(dir, &vol, id))
@@ -360,7 +361,11 @@ impl LocalBackend {
             policy: self.config.policy.clone(),
             env: self.config.env.clone(),
             enforcer: self.enforcer.clone(),
-            files: HostFiles::new(files, secrets, id),
+            files: HostFiles::new(files, secrets, id).with_tmp(if fresh {
+                tmp.clone()
+            } else {
+                None
+            }),
             host_work,
             fresh,
             mount: made.mount.take(),
@@ -547,6 +552,32 @@ impl Made {
         self.remove();
         failed("acquire", reason)
     }
+}
+
+/// A snapshot's `/tmp` put back as the new sandbox's own (`VOLUME/tmp`,
+/// made empty by [`fresh_volume`]); refused at a rung with no `/tmp` of
+/// its own, which would drop it.
+fn restore_tmp(
+    origin: &cordon_sandbox::Origin,
+    vol: &std::path::Path,
+    private_tmp: bool,
+    disk_bytes: u64,
+    id: u32,
+) -> Result<(), BackendError> {
+    if origin.tmp.is_none() {
+        return Ok(());
+    }
+    if !private_tmp {
+        return Err(failed(
+            "acquire",
+            format!("snapshot `{}` holds a `/tmp`, and this rung gives a sandbox no `/tmp` of its own to put it back in; restore it at the rung it was taken at", origin.snapshot),
+        ));
+    }
+    let tmp = vol.join("tmp");
+    std::fs::remove_dir(&tmp)
+        .map_err(|e| failed("acquire", format!("`{}`: {e}", tmp.display())))?;
+    cordon_backend_kit::workarea::make_tmp(&tmp, Some(origin), disk_bytes, id)
+        .map_err(|e| failed("acquire", e))
 }
 
 /// A private temporary directory in an operator's work dir (the one

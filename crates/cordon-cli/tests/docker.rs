@@ -936,6 +936,7 @@ fn the_snapshot_case_passes_at_docker() {
         &c,
         "docker-snap",
         &["--backend", "docker", "--min-isolation", "container"],
+        true,
     );
     assert_eq!(leftovers(&engine, tmp.path()), Vec::<String>::new());
 }

@@ -923,6 +923,7 @@ fn the_snapshot_case_passes_at_gvisor() {
         &c,
         "gvisor-snap",
         &["--min-isolation", "hardened_container"],
+        true,
     );
     assert_eq!(leftovers(tmp.path()), Vec::<String>::new());
 }

@@ -165,6 +165,7 @@ impl Sandbox for HostDir {
             guest: self.dir.display().to_string(),
             owner: None,
             secrets: None,
+            tmp: None,
         })
     }
     fn residue(&self) -> serde_json::Value {

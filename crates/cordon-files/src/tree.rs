@@ -84,6 +84,32 @@ struct Copy<'a> {
     out: Copied,
 }
 
+/// [`copy_tree`], then every entry of `dst` handed to uid and gid
+/// `owner` (links themselves, never what they name): a tree made for a
+/// sandbox (a snapshot's `/tmp` put back) before anything of it runs.
+pub fn copy_tree_owned(
+    src: &Path,
+    dst: &Path,
+    cap: u64,
+    cap_what: &str,
+    max_entries: usize,
+    owner: u32,
+) -> Result<Copied, TreeError> {
+    let copied = copy_tree(src, dst, cap, cap_what, max_entries)?;
+    chown_tree(dst, owner).map_err(|e| io(&dst.display().to_string(), e))?;
+    Ok(copied)
+}
+
+fn chown_tree(p: &Path, owner: u32) -> std::io::Result<()> {
+    std::os::unix::fs::lchown(p, Some(owner), Some(owner))?;
+    if std::fs::symlink_metadata(p)?.is_dir() {
+        for e in std::fs::read_dir(p)? {
+            chown_tree(&e?.path(), owner)?;
+        }
+    }
+    Ok(())
+}
+
 /// Copies the directory at `src` (the host names it; everything beneath is
 /// confined) into `dst`, which must not exist (made here, 0700, then given
 /// the source's mode bits). At most `cap` bytes of contents (`cap_what`

@@ -86,6 +86,10 @@ pub struct Snapshot {
     /// The bytes of `memory/` (counted against the quota with `bytes`).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub memory_bytes: u64,
+    /// The sandbox's own `/tmp` (in `tmp/`; its files and bytes counted
+    /// in `files` and `bytes` too); `None`: it had none of its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tmp: Option<Vec<TreeEntry>>,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -255,6 +259,7 @@ impl SnapshotStore {
                 .processes
                 .is_some_and(|n| n > 0)
                 .then(|| self.root.join(&s.id).join("memory")),
+            tmp: s.tmp.as_ref().map(|_| self.root.join(&s.id).join("tmp")),
         }
     }
 
@@ -322,24 +327,15 @@ impl SnapshotStore {
             Ok(()) => None,
             Err(e) => Some(format!("the sandbox was not paused while its files were copied ({e}); a file being written meanwhile may be caught halfway")),
         };
-        let copied = copy_tree(
-            &work.host,
-            &making.join("tree"),
-            room,
-            &format!(
-                "scope `{scope}`'s snapshot quota of {} bytes, {used} used",
-                self.quota_per_scope
-            ),
-            MAX_ENTRIES,
-        );
+        let copied = self.copy_files(&work, &making, room, (scope, used));
         if warning.is_none() && capture != Capture::FilesLeftPaused {
             let _ = sandbox.resume();
         }
-        let copied = match copied {
+        let (copied, tmp) = match copied {
             Ok(c) => c,
             Err(e) => {
                 let _ = cordon_files::tree::remove_tree(&making);
-                return Err(format!("snapshot of the work dir: {e}"));
+                return Err(e);
             }
         };
         let provenance = sandbox.provenance().clone();
@@ -351,6 +347,7 @@ impl SnapshotStore {
                 "provenance": provenance,
                 "entries": copied.entries,
                 "memory": memory.as_ref().map(|m| &m.files),
+                "tmp": tmp.as_ref().map(|t| &t.entries),
             });
             h.update(doc.to_string().as_bytes());
             format!("snap-{}", &hex(&h.finalize())[..24])
@@ -364,10 +361,23 @@ impl SnapshotStore {
             created: crate::state::now(),
             backend: backend.to_string(),
             provenance,
-            files: copied.entries.iter().filter(|e| e.kind == "file").count(),
-            bytes: copied.bytes,
+            files: copied
+                .entries
+                .iter()
+                .chain(tmp.iter().flat_map(|t| &t.entries))
+                .filter(|e| e.kind == "file")
+                .count(),
+            bytes: copied.bytes + tmp.as_ref().map_or(0, |t| t.bytes),
             entries: copied.entries,
-            skipped: copied.skipped,
+            skipped: copied
+                .skipped
+                .into_iter()
+                .chain(
+                    tmp.iter()
+                        .flat_map(|t| t.skipped.iter().map(|p| format!("/tmp/{p}"))),
+                )
+                .collect(),
+            tmp: tmp.map(|t| t.entries),
             processes: memory.as_ref().map(|m| m.processes),
             memory_bytes,
         };
@@ -392,6 +402,42 @@ impl SnapshotStore {
         // inside its 0700 snapshot directory (the mount reaches it as root).
         let _ = std::fs::set_permissions(&dest, std::fs::Permissions::from_mode(0o700));
         Ok((snap, warning))
+    }
+
+    /// Copies the work dir into `making/tree` and the sandbox's own
+    /// `/tmp`, when it has one, into `making/tmp`, together within `room`
+    /// bytes (what is left of `scope`'s quota, `used` taken).
+    fn copy_files(
+        &self,
+        work: &cordon_sandbox::HostWorkDirRecord,
+        making: &Path,
+        room: u64,
+        (scope, used): (&str, u64),
+    ) -> Result<
+        (
+            cordon_files::tree::Copied,
+            Option<cordon_files::tree::Copied>,
+        ),
+        StoreError,
+    > {
+        let whose = format!(
+            "scope `{scope}`'s snapshot quota of {} bytes, {used} used",
+            self.quota_per_scope
+        );
+        let tree = copy_tree(&work.host, &making.join("tree"), room, &whose, MAX_ENTRIES)
+            .map_err(|e| format!("snapshot of the work dir: {e}"))?;
+        let Some(tmp) = &work.tmp else {
+            return Ok((tree, None));
+        };
+        let tmp = copy_tree(
+            tmp,
+            &making.join("tmp"),
+            room.saturating_sub(tree.bytes),
+            &whose,
+            MAX_ENTRIES.saturating_sub(tree.entries.len()),
+        )
+        .map_err(|e| format!("snapshot of `/tmp`: {e}"))?;
+        Ok((tree, Some(tmp)))
     }
 
     /// Asks `sandbox` to save its processes into `making/memory`; then

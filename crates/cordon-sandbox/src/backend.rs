@@ -107,6 +107,10 @@ pub struct Origin {
     /// sandbox starts them again where they stood. `None`: files only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory: Option<std::path::PathBuf>,
+    /// The snapshot's copy of the sandbox's `/tmp`, when it took one: the
+    /// new sandbox's `/tmp` starts as a copy of it. `None`: an empty one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tmp: Option<std::path::PathBuf>,
 }
 
 /// Everything a backend needs to get or create a sandbox. It has no
@@ -478,6 +482,11 @@ pub struct HostWorkDirRecord {
     /// `cordon_files::host_dir::HostSecretsDir`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secrets: Option<HostSecretsRecord>,
+    /// The sandbox's own `/tmp` on the host, when it has one beside a
+    /// fresh work dir (on the same volume): what a snapshot captures with
+    /// the work dir. `None`: no `/tmp` of its own to capture.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tmp: Option<std::path::PathBuf>,
 }
 
 /// A sandbox's secrets directory on the host (see [`HostWorkDirRecord`]).

@@ -1,7 +1,9 @@
 //! Snapshots' case, written once for every backend that offers them: a
 //! file written before `snapshot` is there after `up --from`; a restored
 //! sandbox and its source do not see each other's writes; `fork` makes
-//! sandboxes that diverge; `--memory` is refused with the reason.
+//! sandboxes that diverge; the sandbox's own temporary directory comes
+//! back too where it lives on the host; `--memory` is refused with the
+//! reason.
 
 use crate::Cordon;
 
@@ -16,9 +18,12 @@ fn exec(c: &Cordon, h: &str, script: &str) -> String {
 }
 
 /// Runs the case; `sel` is `up`'s selection (floor, backend) without the
-/// key; `scope` is the scope every sandbox of it is in. Every sandbox made
-/// is gone at the end; the snapshot is forgotten.
-pub fn restore_and_fork(c: &Cordon, scope: &str, sel: &[&str]) {
+/// key; `scope` is the scope every sandbox of it is in; `tmp_kept`: the
+/// backend's `$TMPDIR` (else `/tmp`) is on the sandbox's volume, so a
+/// snapshot keeps it (the container rung's is a tmpfs of its own mount
+/// namespace, and a restore starts it empty). Every sandbox made is gone
+/// at the end; the snapshot is forgotten.
+pub fn restore_and_fork(c: &Cordon, scope: &str, sel: &[&str], tmp_kept: bool) {
     let up = |thread: &str, extra: &[&str]| {
         let mut args = vec!["sandbox", "up", "--scope", scope, "--thread", thread, "-q"];
         args.extend_from_slice(sel);
@@ -29,7 +34,7 @@ pub fn restore_and_fork(c: &Cordon, scope: &str, sel: &[&str]) {
     exec(
         c,
         &src,
-        "echo before > kept.txt && mkdir -p d && echo deep > d/f",
+        "echo before > kept.txt && mkdir -p d && echo deep > d/f && echo scratch > \"${TMPDIR:-/tmp}/t\"",
     );
     let (code, _, err) = c.run(["sandbox", "snapshot", &src, "--memory"]);
     assert_eq!(code, 125, "--memory: {err}");
@@ -49,6 +54,15 @@ pub fn restore_and_fork(c: &Cordon, scope: &str, sel: &[&str]) {
 
     let restored = up("restored", &["--from", "base"]);
     assert_eq!(exec(c, &restored, "cat kept.txt d/f"), "before\ndeep");
+    assert_eq!(
+        exec(
+            c,
+            &restored,
+            "cat \"${TMPDIR:-/tmp}/t\" 2>/dev/null || echo empty"
+        ),
+        if tmp_kept { "scratch" } else { "empty" },
+        "the temporary directory after a restore"
+    );
     assert_eq!(
         exec(c, &restored, "test -e late.txt && echo seen || echo absent"),
         "absent",
