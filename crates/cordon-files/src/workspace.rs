@@ -282,7 +282,7 @@ impl Workspace {
                         out.push(change(added_or_modified, &st));
                     }
                     self.walk(upper, dir, &path, lower_dir, out)?;
-                    if lower_dir && self.opaque(upper, &path) {
+                    if lower_dir && self.opaque(upper, &path)? {
                         let sub =
                             open_at(dir, &path, OFlags::PATH | OFlags::DIRECTORY).map_err(io)?;
                         let kept = names(
@@ -342,12 +342,23 @@ impl Workspace {
         Ok(())
     }
 
-    fn opaque(&self, upper: &OwnedFd, rel: &str) -> bool {
-        let Ok(fd) = open_at(upper, rel, OFlags::RDONLY | OFlags::DIRECTORY) else {
-            return false;
-        };
+    /// Whether the upper layer's directory `rel` is opaque (hides what
+    /// the directory held). Unreadable is an error, never "not opaque": a
+    /// diff that took it so would leave out the removals it stands for,
+    /// and an apply would keep files the sandbox removed.
+    fn opaque(&self, upper: &OwnedFd, rel: &str) -> Result<bool, SandboxError> {
+        let fd = open_at(upper, rel, OFlags::RDONLY | OFlags::DIRECTORY)
+            .map_err(|e| failed("diff", rel, e))?;
         let mut v = [0u8; 4];
-        matches!(rustix::fs::fgetxattr(&fd, "trusted.overlay.opaque", &mut v), Ok(1) if v[0] == b'y')
+        match rustix::fs::fgetxattr(&fd, "trusted.overlay.opaque", &mut v) {
+            Ok(n) => Ok(n == 1 && v[0] == b'y'),
+            Err(rustix::io::Errno::NODATA) => Ok(false),
+            Err(e) => Err(failed(
+                "diff",
+                rel,
+                format!("its overlay opaque mark cannot be read: {e}"),
+            )),
+        }
     }
 
     /// Applies the changes at or beneath `only`'s paths (all when empty).

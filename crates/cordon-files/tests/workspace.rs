@@ -25,10 +25,20 @@ fn whiteout(p: &Path) {
     .unwrap();
 }
 
+/// A loud skip outside CI; in CI (`CI=true`, root) a missing mechanism is
+/// a failure, never a pass.
+fn skip(why: &str) {
+    assert!(
+        std::env::var("CI").as_deref() != Ok("true"),
+        "CI must run this test: {why}"
+    );
+    eprintln!("!!!!!!!! SKIPPED: {why} !!!!!!!!");
+}
+
 #[test]
 fn diff_names_each_change_and_apply_writes_only_safe_ones_back() {
     if !rustix::process::geteuid().is_root() {
-        eprintln!("SKIPPED: workspace diff/apply needs root (whiteouts are devices; files are handed to owners)");
+        skip("workspace diff/apply needs root (whiteouts are devices; files are handed to owners)");
         return;
     }
     let t = tempfile::tempdir().unwrap();
@@ -132,7 +142,7 @@ fn diff_names_each_change_and_apply_writes_only_safe_ones_back() {
 #[test]
 fn a_link_the_host_has_in_the_directory_is_not_followed() {
     if !rustix::process::geteuid().is_root() {
-        eprintln!("SKIPPED: workspace apply needs root");
+        skip("workspace apply needs root");
         return;
     }
     let t = tempfile::tempdir().unwrap();
