@@ -1445,9 +1445,14 @@ fn mcp_over_http_binds_each_request_to_its_credential_and_thread_headers() {
         "kind: report\nimage: host\nrequires: [exec, run_code, files_in]\ndeclared_outputs:\n  - {path: out/report.txt, media_type: text/plain}\nfiles_out: {max_bytes_per_file: 1MiB, max_total_bytes: 1MiB, max_files: 1}\n",
     )
     .expect("spec");
+    // Its snapshots go in a store of the test's own, not the host's.
     let server = start(&config(
         dir.path(),
-        &format!("{}mcp: {{spec: mcp-spec.yaml}}\n", good_config()),
+        &format!(
+            "{}mcp: {{spec: mcp-spec.yaml}}\nsnapshots: {{dir: {}}}\n",
+            good_config(),
+            dir.path().join("snapshots").display()
+        ),
     ));
     let url = format!("http://{}/mcp", server.addr);
     let (tools, a) = mcp_client(
