@@ -5,9 +5,10 @@
 #    snapshot_memory` under `cordon:default`, opted down to gvisor's rung)
 #    then `cordon sandbox up --from SNAP` (which returns once the process
 #    runs again);
-#  - bare: `runsc checkpoint` of the same process in a bare bundle (the
-#    host's /usr read-only, a work dir bound), then `runsc restore
-#    --detach` of it as a new container.
+#  - bare: the same container (the bundle cordon wrote for the exec,
+#    copied while it ran) run by runsc alone with cordon's flags, then
+#    `runsc checkpoint` of it and `runsc restore --detach` as a new
+#    container.
 # Median of RUNS (default 7) pairs each, and the ratio. Needs root and
 # Debian's runsc (`apt-get install runsc`).
 set -euo pipefail
@@ -26,7 +27,7 @@ export CORDON_STATE_DIR="$work/state"
 export CORDON_SNAPSHOT_DIR="$work/snapshots"
 export TMPDIR="$work"
 mkdir -m 700 "$CORDON_STATE_DIR"
-R=(runsc --root "$root" --platform=ptrace --network=none)
+R=(runsc --root "$root" --platform=ptrace --network=none --oci-seccomp)
 cleanup() {
   for t in $(seq 1 "$runs"); do
     "$cordon" sandbox down --scope bench-gmem --thread "s$t" </dev/null >/dev/null 2>&1 || true
@@ -48,49 +49,25 @@ while True:
 now() { date +%s%N; }
 median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 
-# The bare bundle: what cordon's exec container is, without cordon.
-mkdir -p "$work/rootfs/usr" "$work/rootfs/proc" "$work/rootfs/work" "$work/bare" "$work/work"
-for l in bin sbin lib lib64; do [ -L "/$l" ] && ln -s "$(readlink "/$l")" "$work/rootfs/$l"; done
-python3 - "$work" "$counter" <<'EOF'
-import json, sys
-w, counter = sys.argv[1], sys.argv[2]
-json.dump({
-    "ociVersion": "1.0.0",
-    "process": {"user": {"uid": 1000, "gid": 1000}, "args": ["/usr/bin/python3", "-c", counter],
-                "env": ["PATH=/usr/bin:/bin"], "cwd": "/work"},
-    "root": {"path": w + "/rootfs", "readonly": True},
-    "mounts": [{"destination": "/proc", "type": "proc", "source": "proc"},
-               {"destination": "/usr", "type": "bind", "source": "/usr", "options": ["rbind", "ro"]},
-               {"destination": "/work", "type": "bind", "source": w + "/work", "options": ["rbind", "rw"]}],
-    "linux": {"namespaces": [{"type": t} for t in ("pid", "network", "ipc", "uts", "mount")]},
-}, open(w + "/bare/config.json", "w"))
-EOF
-chown 1000:1000 "$work/work"
-
+# Each pair: cordon saves and restores its exec's container; then the
+# same container (the bundle cordon wrote for that exec, copied while it
+# ran: its root, the policy plan's mounts, its seccomp table, over the
+# same sandbox's volume) is run, saved and restored by runsc alone, with
+# cordon's flags.
 bare=()
 bare_ck=()
-for t in $(seq 1 "$runs"); do
-  rm -f "$work/work/count"
-  "${R[@]}" run --detach --bundle "$work/bare" "b$t" </dev/null >/dev/null 2>&1
-  until [ -s "$work/work/count" ]; do sleep 0.05; done
-  sleep 0.5
-  t0=$(now)
-  "${R[@]}" checkpoint --image-path "$work/img-$t" "b$t" </dev/null >/dev/null
-  tm=$(now); bare_ck+=($(( (tm - t0) / 1000000 )))
-  "${R[@]}" restore --detach --image-path "$work/img-$t" --bundle "$work/bare" "c$t" </dev/null >/dev/null 2>&1
-  t1=$(now)
-  before=$(cat "$work/work/count"); sleep 0.3; after=$(cat "$work/work/count")
-  [ "$after" -gt "$before" ] || { echo "bare: the restored counter did not go on" >&2; exit 1; }
-  bare+=($(( (t1 - t0) / 1000000 )))
-  "${R[@]}" delete --force "b$t" "c$t" >/dev/null 2>&1 || true
-done
-
 cdn=()
 cdn_ck=()
 for t in $(seq 1 "$runs"); do
   h="$("$cordon" sandbox up -q --scope bench-gmem --thread "s$t" --min-isolation hardened_container --require snapshot_memory </dev/null)"
   ("$cordon" sandbox exec "$h" -- python3 -c "$counter" </dev/null >/dev/null 2>&1 || true) &
   until "$cordon" sandbox exec "$h" -- test -s count </dev/null >/dev/null 2>&1; do sleep 0.05; done
+  cfg="$(ls -t "$work"/cordon-gvisor-*/exec-*/config.json | head -1)"
+  mkdir -p "$work/same-$t"
+  python3 -c 'import json, sys
+c = json.load(open(sys.argv[1]))
+c["linux"]["cgroupsPath"] = "/" + sys.argv[3]
+json.dump(c, open(sys.argv[2], "w"))' "$cfg" "$work/same-$t/config.json" "bench-gmem-$$-$t"
   sleep 0.5
   t0=$(now)
   snap="$("$cordon" sandbox snapshot "$h" --memory </dev/null 2>/dev/null)"
@@ -103,9 +80,23 @@ for t in $(seq 1 "$runs"); do
   after=$("$cordon" sandbox exec "$r" -- cat count </dev/null)
   [ "$after" -gt "$before" ] || { echo "cordon: the restored counter did not go on" >&2; exit 1; }
   cdn+=($(( (t1 - t0) / 1000000 )))
+
+  # The same container, bare, over the source sandbox's volume.
+  "${R[@]}" run --detach --bundle "$work/same-$t" "b$t" </dev/null >/dev/null 2>&1
+  sleep 0.5
+  t0=$(now)
+  "${R[@]}" checkpoint --image-path "$work/img-$t" "b$t" </dev/null >/dev/null
+  tm=$(now); bare_ck+=($(( (tm - t0) / 1000000 )))
+  "${R[@]}" restore --detach --image-path "$work/img-$t" --bundle "$work/same-$t" "c$t" </dev/null >/dev/null 2>&1
+  t1=$(now)
+  "${R[@]}" state "c$t" 2>/dev/null | grep -q '"running"' || { echo "bare: the restore is not running" >&2; exit 1; }
+  bare+=($(( (t1 - t0) / 1000000 )))
+  "${R[@]}" delete --force "b$t" >/dev/null 2>&1 || true
+  "${R[@]}" delete --force "c$t" >/dev/null 2>&1 || true
+  rm -rf "$work/img-$t"
   "$cordon" sandbox down "$h" </dev/null >/dev/null
   "$cordon" sandbox down "$r" </dev/null >/dev/null
-  "$cordon" sandbox forget "$snap" --scope bench-gmem </dev/null >/dev/null
+  "$cordon" sandbox forget "$snap" --scope bench-gmem </dev/null >/dev/null 2>&1
 done
 
 b=$(printf '%s\n' "${bare[@]}" | median)
