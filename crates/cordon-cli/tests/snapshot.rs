@@ -99,7 +99,49 @@ fn a_restore_under_another_spec_or_policy_and_a_snapshot_past_the_quota_are_refu
         spec.to_str().unwrap(),
     ]);
     assert_eq!(code, 125, "{err}");
-    assert!(err.contains("the spec differs in kind"), "{err}");
+    assert!(
+        err.contains("widens what it was taken with in kind"),
+        "{err}"
+    );
+    // A narrower spec (a bound set where the snapshot left it to the
+    // policy) is taken; a wider one (an egress entry it had not) is not.
+    let narrower = dir.path().join("narrower.yaml");
+    std::fs::write(
+        &narrower,
+        "kind: run\nimage: host\nresources: {memory: 256MiB}\n",
+    )
+    .unwrap();
+    let wider = dir.path().join("wider.yaml");
+    std::fs::write(
+        &wider,
+        "kind: run\nimage: host\negress_allow: [pypi.org:443]\n",
+    )
+    .unwrap();
+    for (thread, file, ok) in [("n1", &narrower, true), ("w1", &wider, false)] {
+        let (code, out, err) = run(&[
+            "sandbox",
+            "up",
+            "--scope",
+            "q",
+            "--thread",
+            thread,
+            "--min-isolation",
+            "container",
+            "--from",
+            &snap,
+            "--spec",
+            file.to_str().unwrap(),
+            "-q",
+        ]);
+        if ok {
+            assert_eq!(code, 0, "{err}");
+            let (code, _, err) = run(&["sandbox", "down", out.trim()]);
+            assert_eq!(code, 0, "{err}");
+        } else {
+            assert_eq!(code, 125, "{err}");
+            assert!(err.contains("in egress_allow"), "{err}");
+        }
+    }
     let policy = dir.path().join("policy.yaml");
     std::fs::write(
         &policy,

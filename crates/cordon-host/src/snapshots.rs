@@ -529,9 +529,13 @@ impl SnapshotStore {
         }
     }
 
-    /// Whether a sandbox made from `s` for `provenance` would be the one
-    /// it was taken from: the same spec (but `requires: [snapshot]`, which
-    /// a restore adds), identity and policy. `Err` names what differs.
+    /// Whether a sandbox may be made from `s` with `spec` for `identity`
+    /// under the policy `policy_digest`: the snapshot's spec or a narrower
+    /// one ([`cordon_sandbox::SandboxSpec::wider_than`]; the `snapshot`
+    /// requirement a restore adds is a narrowing), the same identity, and
+    /// the same policy — a narrower policy cannot be told from a wider one
+    /// by comparing two CEL programs, so only the one it was taken under
+    /// is taken. `Err` names what differs.
     pub fn check_restore(
         s: &Snapshot,
         spec: &cordon_sandbox::SandboxSpec,
@@ -539,26 +543,12 @@ impl SnapshotStore {
         policy_digest: &str,
     ) -> Result<(), StoreError> {
         let mut what = Vec::new();
-        let differs = s.provenance.spec.differences(spec);
-        let differs: Vec<&str> = differs
-            .into_iter()
-            .filter(|f| {
-                *f != "requires"
-                    || s.provenance
-                        .spec
-                        .requires()
-                        .iter()
-                        .filter(|c| *c != cordon_sandbox::Capability::Snapshot)
-                        .collect::<Vec<_>>()
-                        != spec
-                            .requires()
-                            .iter()
-                            .filter(|c| *c != cordon_sandbox::Capability::Snapshot)
-                            .collect::<Vec<_>>()
-            })
-            .collect();
-        if !differs.is_empty() {
-            what.push(format!("the spec differs in {}", differs.join(", ")));
+        let wider = spec.wider_than(&s.provenance.spec);
+        if !wider.is_empty() {
+            what.push(format!(
+                "the spec changes or widens what it was taken with in {}",
+                wider.join(", ")
+            ));
         }
         if s.provenance.identity != *identity {
             what.push(format!(
@@ -573,7 +563,7 @@ impl SnapshotStore {
             Ok(())
         } else {
             Err(format!(
-                "snapshot `{}` cannot be restored here: {}; restore it with its own spec (leave `--spec` out) under the policy and identity it was taken with",
+                "snapshot `{}` cannot be restored here: {}; restore it with its own spec (leave `--spec` out) or a narrower one, under the policy and identity it was taken with",
                 s.id,
                 what.join("; ")
             ))

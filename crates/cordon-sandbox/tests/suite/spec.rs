@@ -327,3 +327,30 @@ fn a_secret_asked_as_a_placeholder_names_where_its_value_may_go() {
         }
     }
 }
+
+/// What a restore may ask of a snapshot's spec: the same or narrower,
+/// each widening named by its field.
+#[test]
+fn a_narrower_spec_is_not_wider_and_each_widening_is_named() {
+    let was = load(
+        "kind: run\nimage: host\nrequires: [exec, snapshot]\nmin_isolation: container\negress_allow: [pypi.org:443, files.pythonhosted.org:443]\nresources: {memory: 512MiB, wall_seconds: 60}\n",
+    )
+    .unwrap();
+    assert_eq!(was.wider_than(&was), Vec::<&str>::new());
+    let cases = [
+        // Narrower: fewer hosts, lower bounds, a bound the snapshot left
+        // to the policy, a higher floor, one more requirement.
+        ("kind: run\nimage: host\nrequires: [exec, snapshot, workspace]\nmin_isolation: hardened_container\negress_allow: [pypi.org:443]\nresources: {memory: 256MiB, wall_seconds: 30, cpu_seconds: 5}\n", vec![]),
+        ("kind: other\nimage: host\nrequires: [exec, snapshot]\nmin_isolation: container\negress_allow: [pypi.org:443]\nresources: {memory: 512MiB, wall_seconds: 60}\n", vec!["kind"]),
+        ("kind: run\nimage: host\nrequires: [exec, snapshot]\nmin_isolation: container\negress_allow: [pypi.org:443, example.com:443]\nresources: {memory: 512MiB, wall_seconds: 60}\n", vec!["egress_allow"]),
+        ("kind: run\nimage: host\nrequires: [exec]\nmin_isolation: container\negress_allow: [pypi.org:443]\nresources: {memory: 512MiB, wall_seconds: 60}\n", vec!["requires"]),
+        ("kind: run\nimage: host\nrequires: [exec, snapshot]\nmin_isolation: process\negress_allow: [pypi.org:443]\nresources: {memory: 512MiB, wall_seconds: 60}\n", vec!["min_isolation"]),
+        ("kind: run\nimage: host\nrequires: [exec, snapshot]\nmin_isolation: container\negress_allow: [pypi.org:443]\nresources: {memory: 1GiB, wall_seconds: 60}\n", vec!["resources"]),
+        // A bound left to the policy where the snapshot set one is wider.
+        ("kind: run\nimage: host\nrequires: [exec, snapshot]\nmin_isolation: container\negress_allow: [pypi.org:443]\nresources: {memory: 512MiB}\n", vec!["resources"]),
+    ];
+    for (text, want) in cases {
+        let now = load(text).unwrap();
+        assert_eq!(now.wider_than(&was), want, "{text}");
+    }
+}
