@@ -59,6 +59,8 @@ const SAVED: u8 = 2;
 struct Entry {
     saved: Saved,
     state: Arc<AtomicU8>,
+    /// Set as soon as the exec's `runsc run` returned.
+    ended: Arc<AtomicBool>,
 }
 
 /// The execs running now, by container id.
@@ -70,6 +72,7 @@ pub(crate) struct Tracked {
     execs: Execs,
     cid: String,
     state: Arc<AtomicU8>,
+    ended: Arc<AtomicBool>,
 }
 
 /// What an exec whose process was saved answers.
@@ -98,17 +101,20 @@ impl Execs {
     /// Tracks the exec whose container is `cid` until it ends.
     pub(crate) fn track(&self, cid: &str, saved: Saved) -> Tracked {
         let state = Arc::new(AtomicU8::new(RUNNING));
+        let ended = Arc::new(AtomicBool::new(false));
         lock(self).insert(
             cid.to_string(),
             Entry {
                 saved,
                 state: state.clone(),
+                ended: ended.clone(),
             },
         );
         Tracked {
             execs: self.clone(),
             cid: cid.to_string(),
             state,
+            ended,
         }
     }
 }
@@ -121,6 +127,7 @@ impl Tracked {
         self,
         result: Result<ExitStatus, SandboxError>,
     ) -> Result<ExitStatus, SandboxError> {
+        self.ended.store(true, Ordering::SeqCst);
         // A checkpoint under way settles first (it is bounded by runsc's
         // own timeout).
         let deadline = Instant::now() + Duration::from_secs(150);
@@ -158,12 +165,19 @@ impl GvisorSandbox {
         };
         // Awake: runsc saves a running container.
         let _awake = self.paused.awake(|p| self.freeze_all(p))?;
-        let running: Vec<(String, Saved, Arc<AtomicU8>)> = lock(execs)
+        let running: Vec<(String, Saved, Arc<AtomicU8>, Arc<AtomicBool>)> = lock(execs)
             .iter()
-            .map(|(cid, e)| (cid.clone(), e.saved.clone(), e.state.clone()))
+            .map(|(cid, e)| {
+                (
+                    cid.clone(),
+                    e.saved.clone(),
+                    e.state.clone(),
+                    e.ended.clone(),
+                )
+            })
             .collect();
         let mut n = 0u32;
-        for (cid, saved, state) in running {
+        for (cid, saved, state, ended) in running {
             if state
                 .compare_exchange(RUNNING, SAVING, Ordering::SeqCst, Ordering::SeqCst)
                 .is_err()
@@ -175,11 +189,11 @@ impl GvisorSandbox {
                 .mode(0o700)
                 .create(&dir)
                 .map_err(|e| format!("`{}`: {e}", dir.display()))
-                .and_then(|()| crate::runsc::checkpoint(&self.runsc.bin, &cid, &dir));
+                .and_then(|()| self.save_one(&cid, &dir, &ended));
             match done {
-                Ok(()) => {}
+                Ok(true) => {}
                 // Ended by itself meanwhile: nothing to save.
-                Err(_) if crate::runsc::status(&self.runsc.bin, &cid).is_none() => {
+                Ok(false) => {
                     state.store(RUNNING, Ordering::SeqCst);
                     let _ = std::fs::remove_dir_all(&dir);
                     continue;
@@ -201,6 +215,34 @@ impl GvisorSandbox {
             n += 1;
         }
         Ok(n)
+    }
+
+    /// `runsc checkpoint` of the exec's container `cid` into `dir`:
+    /// `Ok(false)` when the exec ended by itself first. One still starting
+    /// (tracked, its container not running yet) is waited for, a while:
+    /// it is not taken for ended, and not left out of the snapshot.
+    fn save_one(&self, cid: &str, dir: &Path, ended: &AtomicBool) -> Result<bool, String> {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let err = match crate::runsc::checkpoint(&self.runsc.bin, cid, dir) {
+                Ok(()) => return Ok(true),
+                Err(e) => e,
+            };
+            if ended.load(Ordering::SeqCst) {
+                return Ok(false);
+            }
+            match crate::runsc::status(&self.runsc.bin, cid).as_deref() {
+                None | Some("created") if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                None | Some("created") => {
+                    return Err(format!(
+                        "exec container `{cid}` did not start running within 10 s, so it could not be saved ({err}); take the snapshot again"
+                    ))
+                }
+                _ => return Err(err),
+            }
+        }
     }
 
     /// Starts again each process saved in `from` (a snapshot's `memory/`),
