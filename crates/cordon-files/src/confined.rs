@@ -135,6 +135,8 @@ pub enum Existing {
 
 #[cfg(target_os = "linux")]
 pub use linux::ConfinedDir;
+#[cfg(target_os = "linux")]
+pub(crate) use linux::{beneath, classify, found, kind_of};
 
 #[cfg(target_os = "linux")]
 mod linux {
@@ -150,12 +152,12 @@ mod linux {
     use cordon_sandbox::{validate_artifact_name, FileKind, FileRead, FileStat};
 
     /// Beneath the directory descriptor, and no link anywhere on the path.
-    fn beneath() -> ResolveFlags {
+    pub(crate) fn beneath() -> ResolveFlags {
         ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS
     }
 
     /// Maps an errno from a confined call to what it means.
-    pub(super) fn classify(errno: Errno, path: &str, operation: &'static str) -> ConfinedError {
+    pub(crate) fn classify(errno: Errno, path: &str, operation: &'static str) -> ConfinedError {
         let path = path.to_string();
         match errno {
             Errno::NOSYS => ConfinedError::Unavailable {
@@ -179,7 +181,7 @@ mod linux {
         }
     }
 
-    fn kind_of(mode: u32) -> FileKind {
+    pub(crate) fn kind_of(mode: u32) -> FileKind {
         match FileType::from_raw_mode(mode) {
             FileType::RegularFile => FileKind::File,
             FileType::Directory => FileKind::Dir,
@@ -188,7 +190,7 @@ mod linux {
         }
     }
 
-    fn found(mode: u32) -> &'static str {
+    pub(crate) fn found(mode: u32) -> &'static str {
         match FileType::from_raw_mode(mode) {
             FileType::RegularFile => "regular file",
             FileType::Directory => "directory",
@@ -367,7 +369,12 @@ mod linux {
             &self.shown
         }
 
-        fn check(&self, rel: &str) -> Result<(), ConfinedError> {
+        /// The directory's descriptor (for the files API, [`crate::api`]).
+        pub(crate) fn fd(&self) -> &OwnedFd {
+            &self.fd
+        }
+
+        pub(crate) fn check(&self, rel: &str) -> Result<(), ConfinedError> {
             validate_artifact_name(rel).map_err(|source| ConfinedError::Name {
                 path: rel.to_string(),
                 source,

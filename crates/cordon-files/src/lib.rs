@@ -15,6 +15,9 @@
 //! - [`host_dir`] — [`host_dir::HostWorkDir`] serves a sandbox's work dir
 //!   from a host directory with them; [`host_dir::HostDirectorySandbox`] is
 //!   the kits' unisolated test subject.
+//! - [`api`] — the files API's operations beneath a confined directory:
+//!   a listing to a depth with metadata, a byte range read, an append, a
+//!   removal of a file or a tree, a rename.
 //! - [`tree`] — a copy of a work dir into a snapshot's tree, hashed.
 //! - [`workspace`] — a workspace's changes: the diff read from its upper
 //!   layer, and the apply that writes them back into its directory.
@@ -24,6 +27,8 @@
 //! The primitives exist only on Linux: `ConfinedDir`, `host_dir` and
 //! `FsSink` are `cfg(target_os = "linux")`.
 
+#[cfg(target_os = "linux")]
+pub mod api;
 pub mod confined;
 #[cfg(target_os = "linux")]
 pub mod host_dir;

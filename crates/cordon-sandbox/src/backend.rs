@@ -234,7 +234,8 @@ pub struct ExecRequest {
 }
 
 /// The type of a path, as seen without following a final link.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum FileKind {
     File,
     Dir,
