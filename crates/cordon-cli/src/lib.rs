@@ -13,6 +13,8 @@ mod doctor;
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 mod escape;
 mod exit;
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+mod files_cmd;
 #[cfg(target_os = "linux")]
 mod image_cmd;
 mod json_out;

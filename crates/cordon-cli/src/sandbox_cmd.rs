@@ -167,9 +167,58 @@ pub enum SandboxCommand {
     /// writes, no other (nor the source) sees. They share the snapshot's
     /// files underneath, copy-on-write. Prints their handles.
     Fork(Box<ForkArgs>),
-    /// List the recorded sandboxes. Like every subcommand but `gc`, it
-    /// first reclaims those whose keeper was killed (said on stderr).
-    Ls,
+    /// List the recorded sandboxes; with a HANDLE, the files of that
+    /// sandbox's work dir instead (PATH in it, `--depth` levels down): kind
+    /// and mode, size, path; links listed, never followed. Like every
+    /// subcommand but `gc`, it first reclaims sandboxes whose keeper was
+    /// killed (said on stderr).
+    Ls {
+        /// A sandbox, by its handle: list its files.
+        handle: Option<String>,
+        /// The directory to list (relative to the work dir, or absolute
+        /// within it; default the work dir).
+        #[arg(requires = "handle")]
+        path: Option<String>,
+        /// How many levels below PATH to list too (at most 32).
+        #[arg(long, default_value_t = 0, requires = "handle")]
+        depth: u32,
+    },
+    /// Print a file of a sandbox's work dir (a regular file only; no link
+    /// followed): all of it up to the cap (16 MiB, or the spec's
+    /// `files_out.max_bytes_per_file`), or `--len` bytes from `--offset`.
+    Cat {
+        /// The sandbox, by its handle.
+        handle: String,
+        /// The file (relative to the work dir, or absolute within it).
+        path: String,
+        #[arg(long, default_value_t = 0)]
+        offset: u64,
+        #[arg(long)]
+        len: Option<u64>,
+    },
+    /// Remove a file or link (the link itself) from a sandbox's work dir;
+    /// a directory with `-r` (links inside removed, never followed).
+    Rm {
+        /// The sandbox, by its handle.
+        handle: String,
+        path: String,
+        #[arg(short, long)]
+        recursive: bool,
+    },
+    /// Make a directory, and its parents, in a sandbox's work dir.
+    Mkdir {
+        /// The sandbox, by its handle.
+        handle: String,
+        path: String,
+    },
+    /// Rename FROM to TO within a sandbox's work dir; something at TO is
+    /// refused, never replaced.
+    Mv {
+        /// The sandbox, by its handle.
+        handle: String,
+        from: String,
+        to: String,
+    },
     /// Dispose of a sandbox by handle, or of every sandbox of a scope and thread.
     Down {
         /// The sandbox, by its handle (or name `--scope` and `--thread`).
@@ -406,7 +455,33 @@ fn go(cmd: SandboxCommand) -> Result<ExitCode, ExitCode> {
                 ))
             })
         }
-        SandboxCommand::Ls => ls(),
+        SandboxCommand::Ls { handle: None, .. } => ls(),
+        SandboxCommand::Ls {
+            handle: Some(h),
+            path,
+            depth,
+        } => crate::files_cmd::ls(&attach(&h)?, path.as_deref().unwrap_or(""), depth),
+        SandboxCommand::Cat {
+            handle,
+            path,
+            offset,
+            len,
+        } => crate::files_cmd::cat(&attach(&handle)?, &path, offset, len),
+        SandboxCommand::Rm {
+            handle,
+            path,
+            recursive,
+        } => crate::files_cmd::change(
+            &attach(&handle)?,
+            cordon_sandbox::FileOp::Remove { path, recursive },
+        ),
+        SandboxCommand::Mkdir { handle, path } => {
+            crate::files_cmd::change(&attach(&handle)?, cordon_sandbox::FileOp::Mkdir { path })
+        }
+        SandboxCommand::Mv { handle, from, to } => crate::files_cmd::change(
+            &attach(&handle)?,
+            cordon_sandbox::FileOp::Rename { from, to },
+        ),
         SandboxCommand::Down {
             handle,
             scope,

@@ -102,7 +102,7 @@ fn names(fd: &OwnedFd, shown: &str) -> Result<Vec<String>, ConfinedError> {
     Ok(out)
 }
 
-fn entry_of(dir: &OwnedFd, name: &str, path: String) -> Result<Option<Entry>, ConfinedError> {
+fn entry_of(dir: &impl AsFd, name: &str, path: String) -> Result<Option<Entry>, ConfinedError> {
     match rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
         Ok(st) => Ok(Some(Entry {
             path,
@@ -182,6 +182,31 @@ impl ConfinedDir {
             }
         }
         Ok(())
+    }
+
+    /// What is at `rel` (a link itself, never what it names); `None`:
+    /// nothing there.
+    pub fn info(&self, rel: &str) -> Result<Option<Entry>, ConfinedError> {
+        let rel = root_or(rel);
+        if rel.is_empty() {
+            let st = rustix::fs::fstat(self.fd()).map_err(|e| classify(e, ".", "stat"))?;
+            return Ok(Some(Entry {
+                path: String::new(),
+                kind: kind_of(st.st_mode),
+                size: u64::try_from(st.st_size).unwrap_or(0),
+                mode: st.st_mode & 0o7777,
+                mtime: st.st_mtime,
+            }));
+        }
+        let (parent, leaf) = match self.parent_of(rel) {
+            Ok(p) => p,
+            Err(ConfinedError::NotFound { .. }) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        match &parent {
+            Some(fd) => entry_of(fd, leaf, rel.to_string()),
+            None => entry_of(self.fd(), leaf, rel.to_string()),
+        }
     }
 
     /// Opens the regular file `rel` with `flags` (no link followed, a

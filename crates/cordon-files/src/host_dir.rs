@@ -22,8 +22,8 @@ use std::time::{Duration, Instant};
 
 use cordon_sandbox::confined::{refuse_symlinked_parents, Parents};
 use cordon_sandbox::{
-    validate_artifact_name, Attach, ExecHandle, ExecRequest, ExitStatus, FileRead, FileStat,
-    Killer, Provenance, Sandbox, SandboxError, StdinFeed,
+    validate_artifact_name, Attach, ExecHandle, ExecRequest, ExitStatus, FileAnswer, FileOp,
+    FileRead, FileStat, Killer, Provenance, Sandbox, SandboxError, StdinFeed, WriteHow,
 };
 
 use crate::confined::{host_lstat, ConfinedDir, Existing};
@@ -210,6 +210,79 @@ impl HostWorkDir {
             }
             self.guest_view(e)
         })
+    }
+
+    /// One operation of the files API ([`cordon_sandbox::files`]) on the
+    /// work dir, through [`crate::api`]: nothing followed out, what it
+    /// makes handed to the work dir's owner. The policy's decision is the
+    /// guard's, before this.
+    pub fn files(&self, op: &FileOp) -> Result<FileAnswer, SandboxError> {
+        use cordon_sandbox::files::{absolute, MAX_LIST_DEPTH, MAX_LIST_ENTRIES};
+        let rel_of = |p: &str| -> Result<String, SandboxError> {
+            let abs = absolute(&self.guest, p);
+            if abs.trim_end_matches('/') == self.guest {
+                Ok(String::new())
+            } else {
+                self.relative(&abs).map(str::to_string)
+            }
+        };
+        let mut dir =
+            ConfinedDir::open_no_links(&self.host).map_err(|e| self.guest_view(e.into()))?;
+        if let Some((uid, gid)) = self.owner {
+            dir = dir.owned_by(uid, gid);
+        }
+        let info = |e: crate::api::Entry| cordon_sandbox::FileInfo {
+            path: e.path,
+            kind: e.kind,
+            size: e.size,
+            mode: e.mode,
+            mtime: e.mtime,
+        };
+        let done: Result<FileAnswer, crate::confined::ConfinedError> = match op {
+            FileOp::List { path, depth } => {
+                let l = dir.list_tree(
+                    &rel_of(path)?,
+                    (*depth).min(MAX_LIST_DEPTH),
+                    MAX_LIST_ENTRIES,
+                );
+                l.map(|l| FileAnswer::Listing {
+                    entries: l.entries.into_iter().map(info).collect(),
+                    truncated: l.truncated,
+                })
+            }
+            FileOp::Stat { path } => dir
+                .info(&rel_of(path)?)
+                .map(|e| FileAnswer::Stat(e.map(info))),
+            FileOp::Read { path, offset, len } => dir
+                .read_range(&rel_of(path)?, *offset, *len)
+                .map(|(data, size)| FileAnswer::Read { data, size }),
+            FileOp::Write {
+                path,
+                data,
+                mode,
+                how,
+            } => {
+                let rel = rel_of(path)?;
+                match how {
+                    WriteHow::Append => dir.append(&rel, data),
+                    WriteHow::Create => dir.write_file(&rel, data, *mode, Existing::Refuse, None),
+                    WriteHow::Truncate => {
+                        dir.write_file(&rel, data, *mode, Existing::Replace, None)
+                    }
+                }
+                .map(|()| FileAnswer::Done(true))
+            }
+            FileOp::Mkdir { path } => dir
+                .create_dirs(&rel_of(path)?)
+                .map(|_| FileAnswer::Done(true)),
+            FileOp::Remove { path, recursive } => {
+                dir.remove(&rel_of(path)?, *recursive).map(FileAnswer::Done)
+            }
+            FileOp::Rename { from, to } => dir
+                .rename(&rel_of(from)?, &rel_of(to)?)
+                .map(|()| FileAnswer::Done(true)),
+        };
+        done.map_err(|e| self.guest_view(e.into()))
     }
 
     /// A confined host-side write: parents created beneath the work dir's

@@ -438,6 +438,19 @@ pub trait Sandbox: Send + Sync {
         })
     }
 
+    /// One operation of the files API ([`crate::files`]) on this sandbox's
+    /// files, confined to what its plan lets the workload itself touch and
+    /// following no link, none of it running the workload's programs. The
+    /// policy's storage decision is the guard's ([`crate::guard`]), made
+    /// before this is called. The default refuses: a backend that cannot
+    /// serve them does not declare `files_list`.
+    fn files(&self, op: &crate::FileOp) -> Result<crate::FileAnswer, SandboxError> {
+        let _ = op;
+        Err(SandboxError::Unsupported {
+            capability: Capability::FilesList,
+        })
+    }
+
     /// Saves every process running in this sandbox, with its memory, into
     /// the directory `into` (which exists, empty, root's) in the backend's
     /// own form, and ends them here: an exec so taken answers that it was

@@ -15,7 +15,9 @@
 
 use std::sync::Arc;
 
-use cordon_policy::{ComputeFacts, Deployment, Policy, Request, Surface, SurfaceFacts};
+use cordon_policy::{
+    ComputeFacts, Deployment, Policy, Request, StorageFacts, Surface, SurfaceFacts,
+};
 
 use crate::backend::{
     DirEntry, FileRead, FileStat, HostWorkDirRecord, Limits, Provenance, ResolvedCommand, Sandbox,
@@ -109,6 +111,60 @@ impl Guarded {
     }
 }
 
+impl Guarded {
+    /// The operation as it may run (a read's length held to the cap), or
+    /// the storage rule that refuses one of the paths it touches.
+    fn check_files(&self, op: &crate::FileOp) -> Result<crate::FileOp, SandboxError> {
+        let work_dir = match self.inner.host_work_dir() {
+            Some(d) => d.guest,
+            None => self.inner.provenance().spec.work_dir().to_string(),
+        };
+        for (path, mode) in op.accesses() {
+            let mut path = crate::files::absolute(&work_dir, path);
+            // A listing reads what is in the directory: decided as its
+            // contents (`D/`), as the workload's own reads beneath it are.
+            if matches!(op, crate::FileOp::List { .. }) {
+                path = format!("{}/", path.trim_end_matches('/'));
+            }
+            let request = Request {
+                identity: self.inner.provenance().identity.clone(),
+                env: self.env.clone(),
+                now: now(),
+                facts: SurfaceFacts::Storage(StorageFacts {
+                    path: path.clone(),
+                    mode,
+                    bytes: op.bytes(),
+                    work_dir: Some(work_dir.clone()),
+                }),
+            };
+            if !self.policy.decide(&request).is_allowed() {
+                let explanation = self.policy.explain(&request);
+                return Err(SandboxError::Refused {
+                    reason: format!(
+                        "the policy's storage surface refuses the files API's `{}` ({} of `{path}`):",
+                        op.name(),
+                        mode.as_str()
+                    ),
+                    rules: explanation.why(&self.policy, Surface::Storage),
+                });
+            }
+        }
+        let mut op = op.clone();
+        if let crate::FileOp::Read { len, .. } = &mut op {
+            let cap = self
+                .inner
+                .provenance()
+                .spec
+                .files_out()
+                .map_or(crate::files::MAX_READ_BYTES, |l| {
+                    l.max_bytes_per_file.min(crate::files::MAX_READ_BYTES)
+                });
+            *len = (*len).min(cap);
+        }
+        Ok(op)
+    }
+}
+
 impl Sandbox for Guarded {
     fn id(&self) -> &str {
         self.inner.id()
@@ -152,6 +208,40 @@ impl Sandbox for Guarded {
     }
     fn checkpoint(&self, into: &std::path::Path) -> Result<u32, SandboxError> {
         self.inner.checkpoint(into)
+    }
+    /// Each path it touches decided by the policy's storage surface first;
+    /// a listing then keeps only the entries the policy lets be read (a
+    /// directory the workload may list can hold what it may not read).
+    fn files(&self, op: &crate::FileOp) -> Result<crate::FileAnswer, SandboxError> {
+        let allowed = self.check_files(op)?;
+        match self.inner.files(&allowed)? {
+            crate::FileAnswer::Listing {
+                mut entries,
+                truncated,
+            } => {
+                let work_dir = match self.inner.host_work_dir() {
+                    Some(d) => d.guest,
+                    None => self.inner.provenance().spec.work_dir().to_string(),
+                };
+                entries.retain(|e| {
+                    self.policy
+                        .decide(&Request {
+                            identity: self.inner.provenance().identity.clone(),
+                            env: self.env.clone(),
+                            now: now(),
+                            facts: SurfaceFacts::Storage(StorageFacts {
+                                path: crate::files::absolute(&work_dir, &e.path),
+                                mode: cordon_policy::Mode::Read,
+                                bytes: None,
+                                work_dir: Some(work_dir.clone()),
+                            }),
+                        })
+                        .is_allowed()
+                });
+                Ok(crate::FileAnswer::Listing { entries, truncated })
+            }
+            other => Ok(other),
+        }
     }
     fn workspace_apply(&self, only: &[String]) -> Result<crate::ApplyReport, SandboxError> {
         self.inner.workspace_apply(only)

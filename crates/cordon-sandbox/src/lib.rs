@@ -67,6 +67,7 @@ pub mod confined;
 pub mod egress;
 pub mod error;
 pub mod exec;
+pub mod files;
 #[doc(hidden)]
 pub mod fuzz;
 pub mod guard;
@@ -98,6 +99,7 @@ pub use exec::{
     Attach, EventSender, ExecEnd, ExecEvent, ExecHandle, ExecStdin, Killer, Resizer, StdinFeed,
     TtySize,
 };
+pub use files::{FileAnswer, FileInfo, FileOp, WriteHow};
 pub use isolation::{Isolation, IsolationError};
 pub use key::{Caller, CallerContext, KeyError, SandboxKey};
 pub use limits::TransferLimits;

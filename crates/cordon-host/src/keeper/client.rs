@@ -423,6 +423,58 @@ impl Sandbox for KeptSandbox {
     fn resume(&self) -> Result<(), SandboxError> {
         self.paused(false)
     }
+    /// Asked of its keeper, whose guard decides each path with the policy
+    /// it loaded; the operation and its answer go through a scratch file.
+    fn files(
+        &self,
+        op: &cordon_sandbox::FileOp,
+    ) -> Result<cordon_sandbox::FileAnswer, SandboxError> {
+        use std::io::{Read, Seek, Write};
+        let failed = |reason: String| SandboxError::Failed {
+            operation: "file",
+            reason,
+        };
+        let json = serde_json::to_vec(op).map_err(|e| failed(e.to_string()))?;
+        let mut f = std::fs::File::from(scratch_file("cordon-files")?);
+        f.write_all(&json).map_err(|e| failed(e.to_string()))?;
+        let req = Request::Files {
+            len: json.len() as u64,
+        };
+        let path = match op.accesses().first() {
+            Some((p, _)) => p.to_string(),
+            None => String::new(),
+        };
+        let reply = self.ask(
+            &req,
+            &[f.as_fd()],
+            ("file", Duration::from_secs(120)),
+            "the keeper hung up unanswered (a keeper of an older cordon has no files API: make the sandbox again)",
+        )?;
+        match reply {
+            // The keeper's message says what and where already.
+            Reply::Error {
+                kind: cordon_sandbox::ErrorKind::Invalid,
+                message,
+                ..
+            } => Err(SandboxError::Invalid { reason: message }),
+            Reply::Error {
+                kind,
+                message,
+                rules,
+            } => Err(super::wire::file_error_from_wire(
+                kind, message, rules, &path,
+            )),
+            Reply::Files { len } => {
+                let mut out = Vec::new();
+                f.seek(std::io::SeekFrom::Start(0))
+                    .and_then(|_| (&mut f).take(len).read_to_end(&mut out))
+                    .map_err(|e| failed(e.to_string()))?;
+                serde_json::from_slice(&out)
+                    .map_err(|e| failed(format!("the keeper's answer: {e}")))
+            }
+            other => Err(unexpected(other, "file")),
+        }
+    }
     /// Asked of its keeper, which holds the sandbox's processes.
     fn checkpoint(&self, into: &std::path::Path) -> Result<u32, SandboxError> {
         let reply = self.ask(

@@ -296,6 +296,7 @@ fn serve_sandbox(
                 | Request::Stat { .. }
                 | Request::ReadFile { .. }
                 | Request::ListDir { .. }
+                | Request::Files { .. }
                 | Request::Workspace { .. } => {
                     busy.fetch_add(1, Ordering::SeqCst);
                     let reply = file_for_client(&*sandbox, req, fds);
@@ -496,7 +497,56 @@ fn file_for_client(sandbox: &dyn Sandbox, req: Request, fds: Vec<OwnedFd>) -> Re
                 Err(e) => err(e),
             }
         }
+        Request::Files { len } => {
+            let Some(f) = one(&mut fds) else {
+                return bad("a files request carries exactly one descriptor".into());
+            };
+            files_for_client(sandbox, f, len)
+        }
         _ => bad("not a file request".into()),
+    }
+}
+
+/// The files API for a client: the operation read from its file, the
+/// answer written back in its place.
+fn files_for_client(sandbox: &dyn Sandbox, mut f: std::fs::File, len: u64) -> Reply {
+    use std::io::{Read, Seek, Write};
+    let bad = |message: String| Reply::Error {
+        kind: cordon_sandbox::ErrorKind::Invalid,
+        message,
+        rules: Vec::new(),
+    };
+    if len > super::wire::MAX_FILES_JSON {
+        return bad(format!(
+            "a files operation of {len} bytes is over the {}-byte limit",
+            super::wire::MAX_FILES_JSON
+        ));
+    }
+    let mut json = Vec::new();
+    let read = f
+        .seek(std::io::SeekFrom::Start(0))
+        .and_then(|_| (&mut f).take(len).read_to_end(&mut json));
+    if let Err(e) = read {
+        return bad(format!("reading the client's file: {e}"));
+    }
+    let op: cordon_sandbox::FileOp = match serde_json::from_slice(&json) {
+        Ok(op) => op,
+        Err(e) => return bad(format!("the files operation: {e}")),
+    };
+    let answer = match sandbox.files(&op) {
+        Ok(a) => a,
+        Err(e) => return super::wire::error_to_wire(&e),
+    };
+    let out = serde_json::to_vec(&answer).unwrap_or_default();
+    let written = f
+        .set_len(0)
+        .and_then(|()| f.seek(std::io::SeekFrom::Start(0)))
+        .and_then(|_| f.write_all(&out));
+    match written {
+        Ok(()) => Reply::Files {
+            len: out.len() as u64,
+        },
+        Err(e) => bad(format!("writing to the client's file: {e}")),
     }
 }
 

@@ -156,6 +156,13 @@ pub(crate) enum Request {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         apply: Option<Vec<String>>,
     },
+    /// One operation of the files API: one descriptor attached, holding
+    /// the operation as JSON (`len` bytes, at most [`MAX_FILES_JSON`]);
+    /// the keeper writes the answer there in its place and answers
+    /// [`Reply::Files`].
+    Files {
+        len: u64,
+    },
     /// Save every process of the sandbox with its memory into `into` (a
     /// directory the client made, empty, root's), ending them there:
     /// answered [`Reply::Checkpointed`].
@@ -180,6 +187,10 @@ pub(crate) enum Request {
 
 /// The most bytes one file written through a keeper may hold.
 pub(crate) const MAX_FILE_BYTES: u64 = 64 << 20;
+
+/// The most bytes of JSON one files API operation may be on the way in (a
+/// write's contents, base64: four thirds of [`MAX_FILE_BYTES`], and room).
+pub(crate) const MAX_FILES_JSON: u64 = MAX_FILE_BYTES / 3 * 4 + (1 << 20);
 
 /// A `stat` that did not follow links, on the wire.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize)]
@@ -254,6 +265,11 @@ pub(crate) enum Reply {
         rules: Vec<String>,
     },
     Disposed,
+    /// The files API's answer is in the attached descriptor: `len` bytes
+    /// of JSON.
+    Files {
+        len: u64,
+    },
     /// `processes` were saved.
     Checkpointed {
         processes: u32,
