@@ -191,8 +191,10 @@ pub enum SandboxCommand {
         handle: String,
         /// The file (relative to the work dir, or absolute within it).
         path: String,
+        /// The first byte to read.
         #[arg(long, default_value_t = 0)]
         offset: u64,
+        /// How many bytes to read (default: to the end, or the cap).
         #[arg(long)]
         len: Option<u64>,
     },
@@ -201,7 +203,9 @@ pub enum SandboxCommand {
     Rm {
         /// The sandbox, by its handle.
         handle: String,
+        /// What to remove (relative to the work dir, or absolute within it).
         path: String,
+        /// A directory and everything in it.
         #[arg(short, long)]
         recursive: bool,
     },
@@ -209,6 +213,8 @@ pub enum SandboxCommand {
     Mkdir {
         /// The sandbox, by its handle.
         handle: String,
+        /// The directory to make (relative to the work dir, or absolute
+        /// within it).
         path: String,
     },
     /// Rename FROM to TO within a sandbox's work dir; something at TO is
@@ -216,7 +222,9 @@ pub enum SandboxCommand {
     Mv {
         /// The sandbox, by its handle.
         handle: String,
+        /// What to rename (relative to the work dir, or absolute within it).
         from: String,
+        /// Its new path; its directory must exist.
         to: String,
     },
     /// Dispose of a sandbox by handle, or of every sandbox of a scope and thread.
