@@ -204,7 +204,7 @@ impl GvisorSandbox {
                     return Err(failed(if n == 0 {
                         e
                     } else {
-                        format!("{e} ({n} exec(s) were saved before it, and ended)")
+                        format!("{e}; {}", self.put_back(execs, into, n))
                     }));
                 }
             }
@@ -215,6 +215,32 @@ impl GvisorSandbox {
             n += 1;
         }
         Ok(n)
+    }
+
+    /// After a checkpoint that failed part way: the `n` processes already
+    /// saved (and ended) into `into` are started again here, detached, so
+    /// none is lost with the snapshot that is not made. Says what became
+    /// of them.
+    fn put_back(&self, execs: &Execs, into: &Path, n: u32) -> String {
+        let mut lost = Vec::new();
+        for i in 0..n {
+            let dir = into.join(i.to_string());
+            let back = std::fs::read(dir.join("exec.json"))
+                .map_err(|e| e.to_string())
+                .and_then(|t| serde_json::from_slice::<Saved>(&t).map_err(|e| e.to_string()))
+                .and_then(|saved| self.restore_one(execs, &dir, saved));
+            if let Err(e) = back {
+                lost.push(format!("process {i}: {e}"));
+            }
+        }
+        if lost.is_empty() {
+            format!("the {n} process(es) saved before it were started again in this sandbox, detached (their execs had ended)")
+        } else {
+            format!(
+                "of the {n} process(es) saved before it, these could not be started again and are lost: {}",
+                lost.join("; ")
+            )
+        }
     }
 
     /// `runsc checkpoint` of the exec's container `cid` into `dir`:
