@@ -87,12 +87,6 @@ impl HostFiles {
         self.work.files(op)
     }
 
-    /// One directory of the work dir, confined.
-    pub fn list_dir(&self, path: &str) -> Result<Vec<cordon_sandbox::DirEntry>, SandboxError> {
-        self.work
-            .list_dir(path, cordon_sandbox::files::MAX_LIST_ENTRIES)
-    }
-
     /// Where cordon writes files in, as whom: the work dir's owner when it
     /// names one (an operator's directory), else the sandbox's uid; the
     /// secrets directory with the sandbox's group.
@@ -222,8 +216,8 @@ macro_rules! sandbox_basics {
     };
 }
 
-/// `Sandbox::write_file`, `stat_no_follow`, `read_file`, `list_dir`,
-/// `files` and `host_work_dir` through the sandbox's [`HostFiles`] (the
+/// `Sandbox::write_file`, `stat_no_follow`, `read_file`, `files` and
+/// `host_work_dir` through the sandbox's [`HostFiles`] (the
 /// field named).
 /// Used inside `impl Sandbox for …`.
 #[macro_export]
@@ -251,13 +245,6 @@ macro_rules! host_files {
             max_bytes: u64,
         ) -> Result<$crate::__sandbox::FileRead, $crate::__sandbox::SandboxError> {
             self.$files.read_file(path, max_bytes)
-        }
-
-        fn list_dir(
-            &self,
-            path: &str,
-        ) -> Result<Vec<$crate::__sandbox::DirEntry>, $crate::__sandbox::SandboxError> {
-            self.$files.list_dir(path)
         }
 
         fn files(

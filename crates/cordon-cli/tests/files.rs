@@ -125,6 +125,10 @@ fn each_operation_works_in_the_work_dir_follows_no_link_and_the_policy_decides()
 
     // The policy decides each operation, naming its rule.
     refused(&["cat", &h, "locked/x"], "locked-away");
+    // Spelled around the rule: refused before any decision is made.
+    refused(&["cat", &h, "/workspace//locked/x"], "not a canonical path");
+    refused(&["cat", &h, "x/../locked/x"], "not a canonical path");
+    refused(&["rm", &h, "./locked/x"], "not a canonical path");
     refused(&["rm", &h, "locked/x"], "locked-away");
     refused(&["mv", &h, "x/y/z/a.txt", "locked/a.txt"], "locked-away");
     ok(&["down", &h]);

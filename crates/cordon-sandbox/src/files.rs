@@ -161,6 +161,18 @@ pub fn absolute(work_dir: &str, path: &str) -> String {
     }
 }
 
+/// Whether an absolute path is canonical: no empty, `.` or `..` part. The
+/// policy decides on the path's text, so `/w//locked/x` or
+/// `/w/x/../locked/x` must never reach a decision that a rule on
+/// `/w/locked/` would have refused.
+pub fn is_canonical(abs: &str) -> bool {
+    abs.starts_with('/')
+        && abs[1..]
+            .trim_end_matches('/')
+            .split('/')
+            .all(|p| !p.is_empty() && p != "." && p != "..")
+}
+
 /// Bytes as standard base64 in JSON (a file's contents on every wire).
 mod bytes_b64 {
     use base64::Engine;

@@ -121,6 +121,11 @@ impl Guarded {
         };
         for (path, mode) in op.accesses() {
             let mut path = crate::files::absolute(&work_dir, path);
+            if !crate::files::is_canonical(&path) {
+                return Err(SandboxError::Invalid {
+                    reason: format!("`{path}` is not a canonical path (an empty, `.` or `..` part); name the path plainly"),
+                });
+            }
             // A listing reads what is in the directory: decided as its
             // contents (`D/`), as the workload's own reads beneath it are.
             if matches!(op, crate::FileOp::List { .. }) {
