@@ -131,6 +131,7 @@ pub fn engine_capabilities() -> cordon_sandbox::CapabilitySet {
         Capability::RunCode,
         Capability::FilesIn,
         Capability::FilesOut,
+        Capability::FilesList,
         Capability::Network,
         Capability::Workspace,
         Capability::Snapshot,

@@ -76,6 +76,7 @@ pub fn local_capabilities(p: &RungProfile) -> CapabilitySet {
         Capability::RunCode,
         Capability::FilesIn,
         Capability::FilesOut,
+        Capability::FilesList,
         Capability::Workspace,
         Capability::Snapshot,
     ];

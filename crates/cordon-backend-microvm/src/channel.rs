@@ -110,6 +110,19 @@ impl Channel {
         make: impl FnOnce(u64) -> Msg,
         data: &[u8],
         max_data: u64,
+        each: impl FnMut(Msg, Vec<u8>) -> Result<bool, SandboxError>,
+    ) -> Result<(), SandboxError> {
+        self.call_writing(make, data, &[], max_data, each)
+    }
+
+    /// [`Self::call`], the request followed by `bytes` in `WriteData`
+    /// frames.
+    fn call_writing(
+        &self,
+        make: impl FnOnce(u64) -> Msg,
+        data: &[u8],
+        bytes: &[u8],
+        max_data: u64,
         mut each: impl FnMut(Msg, Vec<u8>) -> Result<bool, SandboxError>,
     ) -> Result<(), SandboxError> {
         let req = self.id();
@@ -123,6 +136,9 @@ impl Channel {
         }
         let done = (|| {
             self.send(&make(req), data)?;
+            for chunk in bytes.chunks(proto::MAX_DATA as usize) {
+                self.send(&Msg::WriteData { req }, chunk)?;
+            }
             loop {
                 let (msg, bytes) = rx.recv_timeout(CALL_TIMEOUT).map_err(|e| match e {
                     mpsc::RecvTimeoutError::Timeout => unavailable(format!(
@@ -325,6 +341,55 @@ impl Channel {
             },
         )?;
         Ok(out)
+    }
+
+    /// One operation of the files API, done in the guest by its agent
+    /// (the same confined code as a host work dir's); a write's bytes go
+    /// in `WriteData` frames after it.
+    pub fn files(
+        &self,
+        op: &cordon_sandbox::FileOp,
+    ) -> Result<cordon_sandbox::FileAnswer, SandboxError> {
+        let failed = |reason: String| SandboxError::Failed {
+            operation: "files",
+            reason,
+        };
+        let mut head = op.clone();
+        let bytes = match &mut head {
+            cordon_sandbox::FileOp::Write { data, .. } => std::mem::take(data),
+            _ => Vec::new(),
+        };
+        if bytes.len() as u64 > proto::MAX_FILE {
+            return Err(SandboxError::Refused {
+                reason: format!(
+                    "the write is {} bytes; one written into a microvm sandbox is at most {} bytes",
+                    bytes.len(),
+                    proto::MAX_FILE
+                ),
+                rules: Vec::new(),
+            });
+        }
+        let head = serde_json::to_value(&head).map_err(|e| failed(e.to_string()))?;
+        let mut json = Vec::new();
+        self.call_writing(
+            |req| Msg::FilesOp {
+                req,
+                op: head,
+                size: bytes.len() as u64,
+            },
+            &[],
+            &bytes,
+            proto::MAX_FILES_ANSWER,
+            |m, data| match m {
+                Msg::FilesData { .. } => {
+                    json.extend_from_slice(&data);
+                    Ok(false)
+                }
+                Msg::FilesEnd { .. } => Ok(true),
+                other => Err(odd(&other)),
+            },
+        )?;
+        serde_json::from_slice(&json).map_err(|e| failed(format!("the guest's answer: {e}")))
     }
 
     /// Starts an exec; its output and end arrive on the returned handle.

@@ -543,6 +543,14 @@ impl Sandbox for MicrovmSandbox {
         self.vm.channel.list(path)
     }
 
+    fn files(
+        &self,
+        op: &cordon_sandbox::FileOp,
+    ) -> Result<cordon_sandbox::FileAnswer, SandboxError> {
+        let _awake = self.awake()?;
+        self.vm.channel.files(op)
+    }
+
     fn residue(&self) -> serde_json::Value {
         serde_json::to_value(crate::Residue {
             dir: self.dir.clone(),

@@ -613,6 +613,196 @@ fn files_threads_and_limits() {
     assert!(mcp.iter().take(20).all(|s| *s != 429), "{mcp:?}");
 }
 
+/// The files API over HTTP: every operation on the caller's sandbox, a
+/// link the workload planted never followed, the storage surface's rule
+/// named in a refusal, and another credential's call the same `404` as a
+/// missing sandbox.
+#[test]
+fn the_files_api_over_http() {
+    if !root() {
+        return;
+    }
+    use base64::Engine as _;
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    let dir = tempfile::tempdir().expect("dir");
+    let server = start(&config(dir.path(), &good_config()));
+    let (a, b) = (Some("token-a"), Some("token-b"));
+    let at = |extra: serde_json::Value| {
+        let mut v = serde_json::json!({"thread": "f"});
+        v.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        v
+    };
+    let call = |who, path: &str, extra: serde_json::Value| {
+        post(
+            &server.addr,
+            &format!("/v1/sandboxes/files{path}"),
+            who,
+            at(extra),
+        )
+    };
+    let (status, out) = post(&server.addr, "/v1/sandboxes", a, at(serde_json::json!({})));
+    assert_eq!(status, 200, "{out}");
+    // The workload plants a link to a host file and one to a directory.
+    let (status, out) = post(
+        &server.addr,
+        "/v1/sandboxes/exec",
+        a,
+        at(
+            serde_json::json!({"argv": ["sh", "-c", "ln -s /etc/passwd pw; ln -s /etc etc; echo ok"]}),
+        ),
+    );
+    assert_eq!(
+        (status, out["stdout"].as_str()),
+        (200, Some("ok\n")),
+        "{out}"
+    );
+    let (status, out) = call(a, "/mkdir", serde_json::json!({"path": "src/lib"}));
+    assert_eq!(
+        (status, &out["made"]),
+        (200, &serde_json::json!(true)),
+        "{out}"
+    );
+    let (status, out) = call(
+        a,
+        "",
+        serde_json::json!({"path": "src/lib/a.txt", "content_base64": b64("hello")}),
+    );
+    assert_eq!(status, 200, "{out}");
+    let (status, out) = call(
+        a,
+        "",
+        serde_json::json!({"path": "src/lib/a.txt", "content_base64": b64(" world"), "how": "append"}),
+    );
+    assert_eq!(status, 200, "{out}");
+    let (status, out) = call(
+        a,
+        "",
+        serde_json::json!({"path": "src/lib/a.txt", "content_base64": b64("x"), "how": "create"}),
+    );
+    assert_eq!(status, 400, "create over an existing file: {out}");
+    let (status, out) = call(
+        a,
+        "/read",
+        serde_json::json!({"path": "src/lib/a.txt", "offset": 6, "length": 3}),
+    );
+    assert_eq!(status, 200, "{out}");
+    assert_eq!(
+        (out["content_base64"].as_str(), out["size"].as_u64()),
+        (Some(b64("wor").as_str()), Some(11)),
+        "{out}"
+    );
+    let (status, out) = call(a, "/list", serde_json::json!({"depth": 2}));
+    assert_eq!(status, 200, "{out}");
+    let listed: Vec<(String, String)> = out["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["path"].as_str().unwrap().to_string(),
+                e["kind"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    for want in [
+        ("src/lib/a.txt", "file"),
+        ("pw", "symlink"),
+        ("etc", "symlink"),
+    ] {
+        assert!(
+            listed.contains(&(want.0.into(), want.1.into())),
+            "{want:?} in {listed:?}"
+        );
+    }
+    assert!(
+        !listed.iter().any(|(p, _)| p.starts_with("etc/")),
+        "a link followed: {listed:?}"
+    );
+    let (status, out) = call(a, "/stat", serde_json::json!({"path": "pw"}));
+    assert_eq!(
+        (status, out["entry"]["kind"].as_str()),
+        (200, Some("symlink")),
+        "{out}"
+    );
+    // Links are never followed: read, list, write, rename beneath them.
+    for (path, body) in [
+        ("/read", serde_json::json!({"path": "pw"})),
+        ("/read", serde_json::json!({"path": "etc/hostname"})),
+        ("/list", serde_json::json!({"path": "etc"})),
+        (
+            "",
+            serde_json::json!({"path": "etc/cordon-x", "content_base64": b64("x")}),
+        ),
+        (
+            "/rename",
+            serde_json::json!({"from": "src/lib/a.txt", "to": "etc/cordon-x"}),
+        ),
+        ("/mkdir", serde_json::json!({"path": "etc/cordon-dir"})),
+    ] {
+        let (status, out) = call(a, path, body.clone());
+        assert!(
+            status == 403 || status == 400 || status == 404,
+            "{path} {body}: {status} {out}"
+        );
+        assert!(!out.to_string().contains("root:x:0"), "{out}");
+    }
+    assert!(!std::path::Path::new("/etc/cordon-x").exists());
+    assert!(!std::path::Path::new("/etc/cordon-dir").exists());
+    // Removing a link removes the link, not what it names.
+    let (status, out) = call(a, "/remove", serde_json::json!({"path": "pw"}));
+    assert_eq!(
+        (status, &out["removed"]),
+        (200, &serde_json::json!(true)),
+        "{out}"
+    );
+    assert!(std::path::Path::new("/etc/passwd").exists());
+    let (status, out) = call(
+        a,
+        "/rename",
+        serde_json::json!({"from": "src/lib/a.txt", "to": "b.txt"}),
+    );
+    assert_eq!(status, 200, "{out}");
+    let (status, out) = call(a, "/remove", serde_json::json!({"path": "src"}));
+    assert_eq!(status, 400, "a directory without recursive: {out}");
+    let (status, out) = call(
+        a,
+        "/remove",
+        serde_json::json!({"path": "src", "recursive": true}),
+    );
+    assert_eq!(
+        (status, &out["removed"]),
+        (200, &serde_json::json!(true)),
+        "{out}"
+    );
+    // The policy's storage surface decides, and its rule is named.
+    let (status, out) = call(a, "/read", serde_json::json!({"path": "/etc/shadow"}));
+    assert_eq!(status, 403, "{out}");
+    assert!(
+        out["error"].as_str().unwrap().contains("host-secrets"),
+        "{out}"
+    );
+    let (status, out) = call(
+        a,
+        "/read",
+        serde_json::json!({"path": "/workspace/../etc/passwd"}),
+    );
+    assert_eq!(status, 400, "{out}");
+    // Another credential: the very answer a missing sandbox gets.
+    let (status, theirs) = call(b, "/read", serde_json::json!({"path": "b.txt"}));
+    let (missing_status, missing) = post(
+        &server.addr,
+        "/v1/sandboxes/files/read",
+        a,
+        serde_json::json!({"thread": "nope", "path": "b.txt"}),
+    );
+    assert_eq!((status, &theirs), (missing_status, &missing));
+    assert_eq!(status, 404);
+    let (status, out) = call(a, "/read", serde_json::json!({"path": "b.txt", "key": "x"}));
+    assert_eq!(status, 400, "an unknown field: {out}");
+}
+
 /// The per-credential cap counts every replica's sandboxes from the state
 /// directory; when that cannot be listed, a create is refused (`503`,
 /// saying why), never counted against this server's own alone, which
@@ -1355,10 +1545,17 @@ fn cordon_mcp_on_stdio_serves_one_sandbox_bound_by_its_command_line() {
             ["exec", {"argv": ["sh", "-c", "exit 3"]}],
         ]),
     );
-    // The default MCP spec: what every local rung holds (no files_list).
+    // The default MCP spec: what every backend holds, the files API too.
     assert_eq!(
         tool_names(&tools),
-        ["exec", "read_file", "run_code", "write_file"]
+        [
+            "exec",
+            "list_files",
+            "read_file",
+            "remove_file",
+            "run_code",
+            "write_file"
+        ]
     );
     for (name, schema) in tools.as_object().expect("tools") {
         assert_eq!(schema["additionalProperties"], false, "{name}");
@@ -1385,14 +1582,15 @@ fn cordon_mcp_on_stdio_serves_one_sandbox_bound_by_its_command_line() {
         "{:?}",
         r[5]
     );
+    // Decided by the policy's storage surface, its rule named.
     assert!(
-        r[6].0 && r[6].1.contains("only under the working directory"),
+        r[6].0 && r[6].1.contains("storage surface refuses") && r[6].1.contains("host-secrets"),
         "{:?}",
         r[6]
     );
     assert!(r[7].0, "{:?}", r[7]);
     assert!(
-        r[8].0 && r[8].1.contains("no tool `list_files`"),
+        !r[8].0 && r[8].1.contains("\"path\": \"notes\"") && r[8].1.contains("\"kind\": \"dir\""),
         "{:?}",
         r[8]
     );
@@ -1425,7 +1623,7 @@ fn cordon_mcp_on_stdio_serves_one_sandbox_bound_by_its_command_line() {
         serde_json::json!([["read_file", {"path": "notes/a.txt"}]]),
     );
     assert!(
-        again[0].0 && again[0].1.contains("no file"),
+        again[0].0 && again[0].1.contains("does not exist"),
         "{:?}",
         again[0]
     );
@@ -1475,6 +1673,7 @@ fn mcp_over_http_binds_each_request_to_its_credential_and_thread_headers() {
         [
             "collect_outputs",
             "exec",
+            "remove_file",
             "restore",
             "run_code",
             "snapshot",

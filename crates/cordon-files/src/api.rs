@@ -322,10 +322,8 @@ impl ConfinedDir {
                 empty_tree(&child, rel)?;
             }
             rustix::fs::unlinkat(dir, leaf, AtFlags::REMOVEDIR).map_err(|e| match e {
-                Errno::NOTEMPTY => ConfinedError::Io {
+                Errno::NOTEMPTY => ConfinedError::NotEmpty {
                     path: rel.to_string(),
-                    operation: "remove",
-                    reason: "the directory is not empty; remove it recursively".into(),
                 },
                 e => classify(e, rel, "remove"),
             })?;

@@ -51,6 +51,8 @@ pub enum ConfinedError {
     NotFound { path: String },
     #[error("something already exists at `{path}`; land under another name, or remove it first")]
     Exists { path: String },
+    #[error("`{path}` is a directory that is not empty; remove it recursively")]
+    NotEmpty { path: String },
     #[error("`{path}` is refused: {source}")]
     Name {
         path: String,
@@ -79,6 +81,7 @@ impl From<ConfinedError> for SandboxError {
             | ConfinedError::Escapes { ref path }
             | ConfinedError::NotADirectory { ref path }
             | ConfinedError::Exists { ref path }
+            | ConfinedError::NotEmpty { ref path }
             | ConfinedError::Name { ref path, .. } => SandboxError::PathRefused {
                 path: path.clone(),
                 reason: e.to_string(),

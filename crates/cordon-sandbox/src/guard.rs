@@ -190,8 +190,26 @@ impl Sandbox for Guarded {
     fn read_file(&self, path: &str, max_bytes: u64) -> Result<FileRead, SandboxError> {
         self.inner.read_file(path, max_bytes)
     }
+    /// The files API's listing of one directory (decided as it is),
+    /// named as `list_dir` names entries.
     fn list_dir(&self, path: &str) -> Result<Vec<DirEntry>, SandboxError> {
-        self.inner.list_dir(path)
+        let op = crate::FileOp::List {
+            path: path.to_string(),
+            depth: 0,
+        };
+        match self.files(&op)? {
+            crate::FileAnswer::Listing { entries, .. } => Ok(entries
+                .into_iter()
+                .map(|e| DirEntry {
+                    name: e.path.rsplit('/').next().unwrap_or(&e.path).to_string(),
+                    kind: e.kind,
+                })
+                .collect()),
+            other => Err(SandboxError::Failed {
+                operation: "list",
+                reason: format!("the backend answered a listing with {other:?}"),
+            }),
+        }
     }
     fn host_work_dir(&self) -> Option<HostWorkDirRecord> {
         self.inner.host_work_dir()

@@ -1,4 +1,7 @@
-//! Files in: one file written into a sandbox.
+//! The files API over HTTP: one file written into a sandbox (files in),
+//! and list, stat, read, mkdir, remove and rename — each path decided by
+//! the policy's storage surface in the sandbox's guard, each answered from
+//! the sandbox's own files without running anything in it.
 
 use std::sync::Arc;
 
@@ -6,7 +9,7 @@ use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use cordon_sandbox::ErrorKind;
+use cordon_sandbox::{ErrorKind, FileAnswer, FileOp};
 use serde::Deserialize;
 use serde_json::json;
 
@@ -25,6 +28,14 @@ pub(crate) struct FileBody {
     pub(crate) content_base64: String,
     #[serde(default = "default_mode")]
     pub(crate) mode: u32,
+    /// `truncate` (the default: made or replaced), `create` (refused when
+    /// something is there) or `append`.
+    #[serde(default = "default_how")]
+    pub(crate) how: cordon_sandbox::WriteHow,
+}
+
+fn default_how() -> cordon_sandbox::WriteHow {
+    cordon_sandbox::WriteHow::Truncate
 }
 
 pub(crate) fn default_mode() -> u32 {
@@ -53,22 +64,248 @@ pub(crate) async fn write_file(
             "`mode` takes permission bits only (at most 0o777, 511)",
         );
     }
-    let sandbox = match live_sandbox(&s, &cred, &body.at).await {
+    let n = bytes.len();
+    let op = FileOp::Write {
+        path: body.path,
+        data: bytes,
+        mode: body.mode,
+        how: body.how,
+    };
+    match on_sandbox(&s, &cred, &body.at, op).await {
+        Ok((path, FileAnswer::Done(_))) => Json(json!({"path": path, "bytes": n})).into_response(),
+        Ok((_, other)) => odd(&other),
+        Err(r) => *r,
+    }
+}
+
+/// `{thread, agent_dir?, path?, depth?}`: a directory, to a depth.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ListBody {
+    #[serde(flatten)]
+    at: Address,
+    #[serde(default)]
+    path: String,
+    #[serde(default)]
+    depth: u32,
+}
+
+/// `{thread, agent_dir?, path}`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct PathBody {
+    #[serde(flatten)]
+    at: Address,
+    path: String,
+}
+
+/// `{thread, agent_dir?, path, offset?, length?}`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ReadBody {
+    #[serde(flatten)]
+    at: Address,
+    path: String,
+    #[serde(default)]
+    offset: u64,
+    #[serde(default = "max_read")]
+    length: u64,
+}
+
+fn max_read() -> u64 {
+    cordon_sandbox::files::MAX_READ_BYTES
+}
+
+/// `{thread, agent_dir?, path, recursive?}`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RemoveBody {
+    #[serde(flatten)]
+    at: Address,
+    path: String,
+    #[serde(default)]
+    recursive: bool,
+}
+
+/// `{thread, agent_dir?, from, to}`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RenameBody {
+    #[serde(flatten)]
+    at: Address,
+    from: String,
+    to: String,
+}
+
+fn entry(e: &cordon_sandbox::FileInfo) -> serde_json::Value {
+    json!({
+        "path": e.path,
+        "kind": e.kind,
+        "size": e.size,
+        "mode": e.mode,
+        "mtime": e.mtime,
+    })
+}
+
+fn odd(a: &FileAnswer) -> Response {
+    refused(
+        ErrorKind::Failed,
+        format!("the sandbox answered oddly: {a:?}"),
+    )
+}
+
+/// `op` on the caller's live sandbox, and the path it names as the
+/// workload sees it (a relative one in the work dir).
+async fn on_sandbox(
+    s: &Arc<Served>,
+    cred: &crate::config::Credential,
+    at: &Address,
+    op: FileOp,
+) -> Result<(String, FileAnswer), Box<Response>> {
+    let sandbox = live_sandbox(s, cred, at).await?;
+    let work_dir = sandbox.provenance().spec.work_dir().to_string();
+    let shown = op
+        .accesses()
+        .first()
+        .map(|(p, _)| cordon_sandbox::files::absolute(&work_dir, p))
+        .unwrap_or_default();
+    match tokio::task::spawn_blocking(move || sandbox.files(&op)).await {
+        Ok(Ok(a)) => Ok((shown, a)),
+        Ok(Err(e)) => Err(Box::new(refused(e.kind(), &e))),
+        Err(e) => Err(Box::new(refused(ErrorKind::Failed, e))),
+    }
+}
+
+/// `POST /v1/sandboxes/files/list`: `{path, entries, truncated}`.
+pub(crate) async fn list(
+    State(s): State<Arc<Served>>,
+    headers: HeaderMap,
+    body: Body<ListBody>,
+) -> Response {
+    let (cred, body) = match authed(&s, &headers, body) {
         Ok(x) => x,
         Err(r) => return *r,
     };
-    let path = if body.path.starts_with('/') {
-        body.path
-    } else {
-        format!("{}/{}", sandbox.provenance().spec.work_dir(), body.path)
+    let op = FileOp::List {
+        path: body.path,
+        depth: body.depth,
     };
-    let n = bytes.len();
-    let mode = body.mode;
-    let shown = path.clone();
-    let wrote = tokio::task::spawn_blocking(move || sandbox.write_file(&path, &bytes, mode)).await;
-    match wrote {
-        Ok(Ok(())) => Json(json!({"path": shown, "bytes": n})).into_response(),
-        Ok(Err(e)) => refused(e.kind(), &e),
-        Err(e) => refused(ErrorKind::Failed, e),
+    match on_sandbox(&s, &cred, &body.at, op).await {
+        Ok((path, FileAnswer::Listing { entries, truncated })) => Json(json!({
+            "path": path,
+            "entries": entries.iter().map(entry).collect::<Vec<_>>(),
+            "truncated": truncated,
+        }))
+        .into_response(),
+        Ok((_, other)) => odd(&other),
+        Err(r) => *r,
+    }
+}
+
+/// `POST /v1/sandboxes/files/stat`: `{path, entry}` (`entry` null when
+/// nothing is there; a link is described, not followed).
+pub(crate) async fn stat(
+    State(s): State<Arc<Served>>,
+    headers: HeaderMap,
+    body: Body<PathBody>,
+) -> Response {
+    let (cred, body) = match authed(&s, &headers, body) {
+        Ok(x) => x,
+        Err(r) => return *r,
+    };
+    let op = FileOp::Stat { path: body.path };
+    match on_sandbox(&s, &cred, &body.at, op).await {
+        Ok((path, FileAnswer::Stat(e))) => {
+            Json(json!({"path": path, "entry": e.as_ref().map(entry)})).into_response()
+        }
+        Ok((_, other)) => odd(&other),
+        Err(r) => *r,
+    }
+}
+
+/// `POST /v1/sandboxes/files/read`: `{path, content_base64, offset, size}`
+/// (`size` the file's; fewer bytes than asked at its end or the cap).
+pub(crate) async fn read(
+    State(s): State<Arc<Served>>,
+    headers: HeaderMap,
+    body: Body<ReadBody>,
+) -> Response {
+    use base64::Engine as _;
+    let (cred, body) = match authed(&s, &headers, body) {
+        Ok(x) => x,
+        Err(r) => return *r,
+    };
+    let op = FileOp::Read {
+        path: body.path,
+        offset: body.offset,
+        len: body.length,
+    };
+    match on_sandbox(&s, &cred, &body.at, op).await {
+        Ok((path, FileAnswer::Read { data, size })) => Json(json!({
+            "path": path,
+            "offset": body.offset,
+            "content_base64": base64::engine::general_purpose::STANDARD.encode(&data),
+            "size": size,
+        }))
+        .into_response(),
+        Ok((_, other)) => odd(&other),
+        Err(r) => *r,
+    }
+}
+
+/// `POST /v1/sandboxes/files/mkdir`: with its parents.
+pub(crate) async fn mkdir(
+    State(s): State<Arc<Served>>,
+    headers: HeaderMap,
+    body: Body<PathBody>,
+) -> Response {
+    let (cred, body) = match authed(&s, &headers, body) {
+        Ok(x) => x,
+        Err(r) => return *r,
+    };
+    let op = FileOp::Mkdir { path: body.path };
+    done(on_sandbox(&s, &cred, &body.at, op).await, "made")
+}
+
+/// `POST /v1/sandboxes/files/remove`: `{path, removed}` (`false`: nothing
+/// was there).
+pub(crate) async fn remove(
+    State(s): State<Arc<Served>>,
+    headers: HeaderMap,
+    body: Body<RemoveBody>,
+) -> Response {
+    let (cred, body) = match authed(&s, &headers, body) {
+        Ok(x) => x,
+        Err(r) => return *r,
+    };
+    let op = FileOp::Remove {
+        path: body.path,
+        recursive: body.recursive,
+    };
+    done(on_sandbox(&s, &cred, &body.at, op).await, "removed")
+}
+
+/// `POST /v1/sandboxes/files/rename`: nothing at `to` is replaced.
+pub(crate) async fn rename(
+    State(s): State<Arc<Served>>,
+    headers: HeaderMap,
+    body: Body<RenameBody>,
+) -> Response {
+    let (cred, body) = match authed(&s, &headers, body) {
+        Ok(x) => x,
+        Err(r) => return *r,
+    };
+    let op = FileOp::Rename {
+        from: body.from,
+        to: body.to,
+    };
+    done(on_sandbox(&s, &cred, &body.at, op).await, "renamed")
+}
+
+fn done(got: Result<(String, FileAnswer), Box<Response>>, what: &str) -> Response {
+    match got {
+        Ok((path, FileAnswer::Done(b))) => Json(json!({"path": path, what: b})).into_response(),
+        Ok((_, other)) => odd(&other),
+        Err(r) => *r,
     }
 }

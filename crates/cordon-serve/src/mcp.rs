@@ -11,11 +11,12 @@
 //!
 //! A tool is offered only where the sandbox's spec requires the capability
 //! behind it, which the router guarantees the chosen backend offers:
-//! `exec` (exec), `run_code` (run_code), `write_file` (files_in),
-//! `list_files` (files_list), `read_file` (files_out with outputs named at
-//! call time: it reads through the confined files-out path under the
-//! spec's caps), `collect_outputs` (files_out with declared outputs, and a
-//! place to land them).
+//! `exec` (exec), `run_code` (run_code), `write_file` and `remove_file`
+//! (files_in), `list_files` and `read_file` (files_list: the files API,
+//! each path decided by the policy's storage surface; without files_list,
+//! `read_file` is offered for files_out with outputs named at call time,
+//! through the confined files-out path), `collect_outputs` (files_out with
+//! declared outputs, and a place to land them).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -35,6 +36,10 @@ use serde_json::{json, Value};
 /// The most bytes of each of stdout and stderr a tool result keeps (a
 /// model's context is the scarce thing; the result says when it was cut).
 pub const MAX_TOOL_OUTPUT_BYTES: u64 = 64 << 10;
+/// The most entries a `list_files` result holds.
+pub const MAX_TOOL_ENTRIES: usize = 1000;
+/// The deepest `list_files` goes.
+pub const MAX_TOOL_DEPTH: u32 = 8;
 /// The longest a tool's command may run unless the call asks for less.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
 /// The most a call may ask for.
@@ -113,13 +118,17 @@ impl<H: McpHost> CordonMcp<H> {
 }
 
 /// The spec `cordon mcp` and `/mcp` use when the host names none: an
-/// offline sandbox on the host image whose work dir a model may write and
-/// read back (1 MiB a file, 8 MiB in all, 64 files). It does not require
-/// `files_list` (the local rungs do not offer it; a model lists with
-/// `exec`), so `list_files` is offered only by a spec that asks for it.
+/// offline sandbox on the host image whose work dir a model may list,
+/// write, read back (1 MiB a read) and remove from, through the files API
+/// every backend serves.
 pub fn default_spec() -> Result<SandboxSpec, cordon_sandbox::SpecError> {
     SandboxSpec::new("mcp", "host")?
-        .with_requires([Capability::Exec, Capability::RunCode, Capability::FilesIn])
+        .with_requires([
+            Capability::Exec,
+            Capability::RunCode,
+            Capability::FilesIn,
+            Capability::FilesList,
+        ])
         .with_outputs_named_at_call_time(cordon_sandbox::TransferLimits::DEFAULT)
 }
 
@@ -179,13 +188,14 @@ fn all_tools(spec: &SandboxSpec, lands: bool) -> Vec<Tool> {
     if requires.contains(Capability::FilesIn) {
         tools.push(Tool::new(
             "write_file",
-            format!("Create or replace a text file in your sandbox (parent directories are made). A relative path is under {work_dir}."),
+            format!("Create or replace a text file in your sandbox (parent directories are made), or add to its end. A relative path is under {work_dir}."),
             schema(json!({
                 "type": "object",
                 "properties": {
                     "path": {"type": "string", "description": "Where to write, e.g. \"data/input.csv\"."},
                     "content": {"type": "string", "description": "The file's text (UTF-8)."},
                     "executable": {"type": "boolean", "description": "Make it executable (mode 0755 instead of 0644)."},
+                    "append": {"type": "boolean", "description": "Add to the end of the existing file instead of replacing it."},
                 },
                 "required": ["path", "content"],
                 "additionalProperties": false,
@@ -195,17 +205,50 @@ fn all_tools(spec: &SandboxSpec, lands: bool) -> Vec<Tool> {
     if requires.contains(Capability::FilesList) {
         tools.push(Tool::new(
             "list_files",
-            format!("List a directory of your sandbox: each entry's name and whether it is a file, a directory or a link. Default: {work_dir}."),
+            format!("List a directory of your sandbox: each entry's path (relative to {work_dir}), kind (file, dir, link), size and mode. Links are listed, never followed. At most {MAX_TOOL_ENTRIES} entries (the result says when more were left out)."),
             schema(json!({
                 "type": "object",
                 "properties": {
-                    "path": {"type": "string", "description": "The directory; a relative path is under the working directory."},
+                    "path": {"type": "string", "description": "The directory; a relative path is under the working directory. Default: the working directory."},
+                    "depth": {"type": "integer", "minimum": 0, "maximum": MAX_TOOL_DEPTH, "description": "How many levels below the directory to list too (default 0: the directory's own entries)."},
                 },
                 "additionalProperties": false,
             })),
         ));
+        tools.push(Tool::new(
+            "read_file",
+            format!("Read a regular file of your sandbox (links are not followed), up to {} KiB from `offset`. Text comes back as text; other bytes as base64. The result gives the file's size, so a larger file is read in parts.", MAX_TOOL_OUTPUT_BYTES >> 10),
+            schema(json!({
+                "type": "object",
+                "properties": {
+                    "path": {"type": "string", "description": "The file; a relative path is under the working directory."},
+                    "offset": {"type": "integer", "minimum": 0, "description": "The byte to start at (default 0)."},
+                },
+                "required": ["path"],
+                "additionalProperties": false,
+            })),
+        ));
     }
-    if let (Some(limits), true) = (spec.files_out(), spec.outputs_named_at_call_time()) {
+    if requires.contains(Capability::FilesIn) {
+        tools.push(Tool::new(
+            "remove_file",
+            format!("Remove a file or a link (never what it points to) from your sandbox; a directory only with `recursive`. A relative path is under {work_dir}."),
+            schema(json!({
+                "type": "object",
+                "properties": {
+                    "path": {"type": "string", "description": "What to remove."},
+                    "recursive": {"type": "boolean", "description": "Remove a directory and everything in it."},
+                },
+                "required": ["path"],
+                "additionalProperties": false,
+            })),
+        ));
+    }
+    if let (Some(limits), true, false) = (
+        spec.files_out(),
+        spec.outputs_named_at_call_time(),
+        requires.contains(Capability::FilesList),
+    ) {
         tools.push(Tool::new(
             "read_file",
             format!("Read a regular file under {work_dir} (links are not followed), up to {} bytes. Text comes back as text; other bytes as base64.", limits.max_bytes_per_file),
@@ -465,26 +508,21 @@ impl<H: McpHost> CordonMcp<H> {
                     let sandbox = sandbox_of(&host, &ctx).await?;
                     Ok(run(&host, &ctx, sandbox, req).await)
                 }
-                "write_file" => {
-                    let args = args_of(
-                        &params,
-                        &["path", "content", "executable"],
-                        &["path", "content"],
-                    )?;
+                "write_file" => write_file(&host, &ctx, &params, &spec).await,
+                "remove_file" => {
+                    let args = args_of(&params, &["path", "recursive"], &["path"])?;
                     let path = in_work_dir(&spec, &string_arg(&args, "path")?.unwrap_or_default());
-                    let content = string_arg(&args, "content")?.unwrap_or_default();
-                    let mode = match args.get("executable") {
-                        Some(Value::Bool(true)) => 0o755,
-                        None | Some(Value::Bool(false)) | Some(Value::Null) => 0o644,
-                        Some(_) => return Err("`executable` must be true or false".into()),
+                    let recursive = bool_arg(&args, "recursive")?;
+                    let op = cordon_sandbox::FileOp::Remove {
+                        path: path.clone(),
+                        recursive,
                     };
-                    let sandbox = sandbox_of(&host, &ctx).await?;
-                    let shown = path.clone();
-                    let n = content.len();
-                    blocking(move || sandbox.write_file(&path, content.as_bytes(), mode))
-                        .await?
-                        .map_err(|e| e.to_string())?;
-                    Ok(text_result(json!({"wrote": shown, "bytes": n})))
+                    match files_op(&host, &ctx, op).await? {
+                        cordon_sandbox::FileAnswer::Done(removed) => {
+                            Ok(text_result(json!({"path": path, "removed": removed})))
+                        }
+                        other => Err(format!("an odd answer: {other:?}")),
+                    }
                 }
                 "list_files" => list_files(&host, &ctx, &params, &spec).await,
                 "snapshot" => {
@@ -501,6 +539,9 @@ impl<H: McpHost> CordonMcp<H> {
                         blocking(move || host.restore(&ctx, &snap)).await??,
                     ))
                 }
+                "read_file" if spec.requires().contains(Capability::FilesList) => {
+                    read_range(&host, &ctx, &params, &spec).await
+                }
                 "read_file" => read_file(&host, &ctx, &params, spec).await,
                 "collect_outputs" => {
                     args_of(&params, &[], &[])?;
@@ -516,23 +557,101 @@ impl<H: McpHost> CordonMcp<H> {
     }
 }
 
-/// The `list_files` tool: a directory of the work dir, links listed never
-/// followed.
+fn bool_arg(args: &JsonObject, name: &str) -> Result<bool, String> {
+    match args.get(name) {
+        None | Some(Value::Null) => Ok(false),
+        Some(Value::Bool(b)) => Ok(*b),
+        Some(_) => Err(format!("`{name}` must be true or false")),
+    }
+}
+
+/// One files-API operation on the bound sandbox (the guard decides each
+/// path with the policy's storage surface), its error in the model's words.
+async fn files_op<H: McpHost>(
+    host: &Arc<H>,
+    ctx: &RequestContext<RoleServer>,
+    op: cordon_sandbox::FileOp,
+) -> Result<cordon_sandbox::FileAnswer, String> {
+    let sandbox = sandbox_of(host, ctx).await?;
+    blocking(move || sandbox.files(&op))
+        .await?
+        .map_err(|e| e.to_string())
+}
+
+/// The `write_file` tool: created or replaced (a link there replaced, never
+/// followed), or appended to.
+async fn write_file<H: McpHost>(
+    host: &Arc<H>,
+    ctx: &RequestContext<RoleServer>,
+    params: &CallToolRequestParams,
+    spec: &SandboxSpec,
+) -> Result<CallToolResult, String> {
+    let args = args_of(
+        params,
+        &["path", "content", "executable", "append"],
+        &["path", "content"],
+    )?;
+    let path = in_work_dir(spec, &string_arg(&args, "path")?.unwrap_or_default());
+    let content = string_arg(&args, "content")?.unwrap_or_default();
+    let mode = if bool_arg(&args, "executable")? {
+        0o755
+    } else {
+        0o644
+    };
+    let how = if bool_arg(&args, "append")? {
+        cordon_sandbox::WriteHow::Append
+    } else {
+        cordon_sandbox::WriteHow::Truncate
+    };
+    let n = content.len();
+    let op = cordon_sandbox::FileOp::Write {
+        path: path.clone(),
+        data: content.into_bytes(),
+        mode,
+        how,
+    };
+    files_op(host, ctx, op).await?;
+    Ok(text_result(json!({"wrote": path, "bytes": n})))
+}
+
+/// The `list_files` tool: a directory of the sandbox (to a depth), links
+/// listed never followed, entries the policy keeps from reading left out.
 async fn list_files<H: McpHost>(
     host: &Arc<H>,
     ctx: &RequestContext<RoleServer>,
     params: &CallToolRequestParams,
     spec: &SandboxSpec,
 ) -> Result<CallToolResult, String> {
-    let args = args_of(params, &["path"], &[])?;
+    let args = args_of(params, &["path", "depth"], &[])?;
     let path = in_work_dir(spec, &string_arg(&args, "path")?.unwrap_or_default());
-    let sandbox = sandbox_of(host, ctx).await?;
-    let shown = path.clone();
-    let entries = blocking(move || sandbox.list_dir(&path))
-        .await?
-        .map_err(|e| e.to_string())?;
+    let depth = match args.get("depth") {
+        None | Some(Value::Null) => 0,
+        Some(v) => match v.as_u64() {
+            Some(n) if n <= u64::from(MAX_TOOL_DEPTH) => n as u32,
+            _ => {
+                return Err(format!(
+                    "`depth` must be a whole number from 0 to {MAX_TOOL_DEPTH}"
+                ))
+            }
+        },
+    };
+    let op = cordon_sandbox::FileOp::List {
+        path: path.clone(),
+        depth,
+    };
+    let cordon_sandbox::FileAnswer::Listing {
+        entries,
+        mut truncated,
+    } = files_op(host, ctx, op).await?
+    else {
+        return Err("the sandbox answered a listing oddly".into());
+    };
+    if entries.len() > MAX_TOOL_ENTRIES {
+        truncated = true;
+    }
     let listed: Vec<Value> = entries
         .iter()
+        .take(MAX_TOOL_ENTRIES)
         .map(|e| {
             let kind = match e.kind {
                 FileKind::File => "file",
@@ -540,10 +659,53 @@ async fn list_files<H: McpHost>(
                 FileKind::Symlink => "link",
                 FileKind::Other => "other",
             };
-            json!({"name": e.name, "kind": kind})
+            json!({"path": e.path, "kind": kind, "size": e.size, "mode": format!("{:o}", e.mode)})
         })
         .collect();
-    Ok(text_result(json!({"path": shown, "entries": listed})))
+    let mut v = json!({"path": path, "entries": listed});
+    if truncated {
+        v["truncated"] = true.into();
+    }
+    Ok(text_result(v))
+}
+
+/// The `read_file` tool over the files API: at most
+/// [`MAX_TOOL_OUTPUT_BYTES`] from `offset`, as text or base64.
+async fn read_range<H: McpHost>(
+    host: &Arc<H>,
+    ctx: &RequestContext<RoleServer>,
+    params: &CallToolRequestParams,
+    spec: &SandboxSpec,
+) -> Result<CallToolResult, String> {
+    let args = args_of(params, &["path", "offset"], &["path"])?;
+    let path = in_work_dir(spec, &string_arg(&args, "path")?.unwrap_or_default());
+    let offset = match args.get("offset") {
+        None | Some(Value::Null) => 0,
+        Some(v) => v
+            .as_u64()
+            .ok_or("`offset` must be a whole number of bytes")?,
+    };
+    let op = cordon_sandbox::FileOp::Read {
+        path: path.clone(),
+        offset,
+        len: MAX_TOOL_OUTPUT_BYTES,
+    };
+    let cordon_sandbox::FileAnswer::Read { data, size } = files_op(host, ctx, op).await? else {
+        return Err("the sandbox answered a read oddly".into());
+    };
+    let end = offset.saturating_add(data.len() as u64);
+    let mut v = match String::from_utf8(data) {
+        Ok(text) => json!({"path": path, "text": text}),
+        Err(e) => {
+            use base64::Engine as _;
+            json!({"path": path, "base64": base64::engine::general_purpose::STANDARD.encode(e.as_bytes())})
+        }
+    };
+    v["size"] = size.into();
+    if end < size {
+        v["more_from_offset"] = end.into();
+    }
+    Ok(text_result(v))
 }
 
 /// The `read_file` tool: one file under the work dir, read as a declared
@@ -753,13 +915,23 @@ mod tests {
             .into_iter()
             .map(|t| t.name.to_string())
             .collect();
-        assert_eq!(names, ["exec", "run_code", "write_file", "read_file"]);
-        let listing = default_spec()
-            .unwrap()
-            .with_requires([Capability::Exec, Capability::FilesList]);
-        assert!(all_tools(&listing, true)
-            .iter()
-            .any(|t| t.name == "list_files"));
+        assert_eq!(
+            names,
+            [
+                "exec",
+                "run_code",
+                "write_file",
+                "list_files",
+                "read_file",
+                "remove_file"
+            ]
+        );
+        let no_listing = default_spec().unwrap().with_requires([Capability::Exec]);
+        let names: Vec<String> = all_tools(&no_listing, true)
+            .into_iter()
+            .map(|t| t.name.to_string())
+            .collect();
+        assert_eq!(names, ["exec", "read_file"], "read through files out");
     }
 
     #[test]

@@ -7,6 +7,7 @@ use axum::Router;
 
 use crate::egress::change_egress;
 use crate::exec::exec;
+use crate::files;
 use crate::files::write_file;
 use crate::gate;
 use crate::mcp_http::mcp_routes;
@@ -36,6 +37,12 @@ pub fn app(state: Arc<Served>) -> Router {
         .route("/v1/sandboxes/exec", post(exec))
         .route("/v1/sandboxes/dispose", post(dispose))
         .route("/v1/sandboxes/files", post(write_file))
+        .route("/v1/sandboxes/files/list", post(files::list))
+        .route("/v1/sandboxes/files/stat", post(files::stat))
+        .route("/v1/sandboxes/files/read", post(files::read))
+        .route("/v1/sandboxes/files/mkdir", post(files::mkdir))
+        .route("/v1/sandboxes/files/remove", post(files::remove))
+        .route("/v1/sandboxes/files/rename", post(files::rename))
         .route("/v1/sandboxes/egress", post(change_egress))
         .route("/v1/sandboxes/pause", post(pause))
         .route("/v1/sandboxes/resume", post(resume))

@@ -7,8 +7,10 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use cordon_files::host_dir::{HostSecretsDir, HostWorkDir};
-use cordon_sandbox::{FileKind, SandboxError};
-use cordon_vm_proto::{list_replies, ErrKind, Kind, Msg, WireEntry, WireStat, MAX_DATA, MAX_LIST};
+use cordon_sandbox::{FileKind, FileOp, SandboxError};
+use cordon_vm_proto::{
+    list_replies, ErrKind, Kind, Msg, WireEntry, WireStat, MAX_DATA, MAX_FILES_ANSWER, MAX_LIST,
+};
 
 use crate::out::Out;
 
@@ -21,6 +23,9 @@ struct Pending {
     mode: u32,
     size: u64,
     bytes: Vec<u8>,
+    /// A files-API write (`FilesOp`) whose bytes these are; `None` for a
+    /// `WriteStart`.
+    op: Option<FileOp>,
 }
 
 pub(crate) struct Files {
@@ -79,7 +84,102 @@ impl Files {
         }
     }
 
-    pub(crate) fn write_start(&mut self, out: &Out, req: u64, path: String, mode: u32, size: u64) {
+    pub(crate) fn write_start(
+        &mut self,
+        out: &Arc<Out>,
+        req: u64,
+        path: String,
+        mode: u32,
+        size: u64,
+    ) {
+        self.pend(out, req, path, mode, size, None);
+    }
+
+    /// A files-API operation: run at once, or once a write's `size` bytes
+    /// arrived in `WriteData` frames.
+    pub(crate) fn files_start(
+        &mut self,
+        out: &Arc<Out>,
+        req: u64,
+        op: serde_json::Value,
+        size: u64,
+    ) {
+        let op: FileOp = match serde_json::from_value(op) {
+            Ok(op) => op,
+            Err(e) => {
+                return out.error(
+                    req,
+                    ErrKind::Refused,
+                    "",
+                    &format!("not a files-API operation: {e}"),
+                )
+            }
+        };
+        match (&op, size) {
+            (FileOp::Write { path, mode, .. }, _) => {
+                let (path, mode) = (path.clone(), *mode);
+                self.pend(out, req, path, mode, size, Some(op));
+            }
+            (_, 0) => self.run_op(out.clone(), req, op),
+            (_, _) => out.error(
+                req,
+                ErrKind::Refused,
+                "",
+                &format!("a files-API `{}` carries no bytes", op.name()),
+            ),
+        }
+    }
+
+    /// Runs one operation in a thread of its own (a listing or a read may
+    /// be large) and streams its answer.
+    fn run_op(&self, out: Arc<Out>, req: u64, op: FileOp) {
+        let dir = self.dir.clone();
+        std::thread::spawn(move || {
+            let path = op.accesses().first().map(|(p, _)| p.to_string());
+            let json = dir
+                .files(&op)
+                .and_then(|a| {
+                    serde_json::to_vec(&a).map_err(|e| SandboxError::Failed {
+                        operation: "files",
+                        reason: e.to_string(),
+                    })
+                })
+                .and_then(|j| {
+                    if j.len() as u64 > MAX_FILES_ANSWER {
+                        Err(SandboxError::Refused {
+                            reason: format!(
+                                "the answer is {} bytes, more than the channel's {MAX_FILES_ANSWER}; list less deep or read less",
+                                j.len()
+                            ),
+                            rules: Vec::new(),
+                        })
+                    } else {
+                        Ok(j)
+                    }
+                });
+            match json {
+                Ok(j) => {
+                    for chunk in j.chunks(MAX_DATA as usize) {
+                        if !out.send(&Msg::FilesData { req }, chunk) {
+                            return;
+                        }
+                    }
+                    out.send(&Msg::FilesEnd { req }, &[]);
+                }
+                Err(e) => send_error(&out, req, &e, path.as_deref().unwrap_or("")),
+            }
+        });
+    }
+
+    fn pend(
+        &mut self,
+        out: &Arc<Out>,
+        req: u64,
+        path: String,
+        mode: u32,
+        size: u64,
+        op: Option<FileOp>,
+    ) {
         if self.writes.contains_key(&req) {
             // The one already pending for `req` goes too: the host lost
             // track of it.
@@ -106,6 +206,7 @@ impl Files {
             mode,
             size,
             bytes: Vec::new(),
+            op,
         };
         if size == 0 {
             return self.finish(out, req, pending);
@@ -113,7 +214,7 @@ impl Files {
         self.writes.insert(req, pending);
     }
 
-    pub(crate) fn write_data(&mut self, out: &Out, req: u64, data: Vec<u8>) {
+    pub(crate) fn write_data(&mut self, out: &Arc<Out>, req: u64, data: Vec<u8>) {
         // A write refused at its start has nothing pending: its data goes.
         let Some(p) = self.writes.get_mut(&req) else {
             return;
@@ -137,7 +238,19 @@ impl Files {
         }
     }
 
-    fn finish(&self, out: &Out, req: u64, p: Pending) {
+    fn finish(&self, out: &Arc<Out>, req: u64, p: Pending) {
+        if let Some(FileOp::Write {
+            path, mode, how, ..
+        }) = p.op
+        {
+            let op = FileOp::Write {
+                path,
+                data: p.bytes,
+                mode,
+                how,
+            };
+            return self.run_op(out.clone(), req, op);
+        }
         let written = match (HostSecretsDir::names(&p.path), &self.secrets) {
             (true, Some(s)) => s.write_secret(&p.path, &p.bytes, p.mode),
             (true, None) => Err(SandboxError::PathRefused {

@@ -239,6 +239,12 @@ impl Agent {
                 }
                 None
             }
+            Msg::FilesOp { req, op, size } => {
+                if let Some(f) = self.files_or_refuse(req, "") {
+                    f.files_start(&out, req, op, size);
+                }
+                None
+            }
             Msg::Stat { req, path } => {
                 if let Some(f) = self.files_or_refuse(req, &path) {
                     f.stat(&out, req, &path);
@@ -279,6 +285,8 @@ impl Agent {
             | Msg::ReadData { .. }
             | Msg::ReadEnd { .. }
             | Msg::ListReply { .. }
+            | Msg::FilesData { .. }
+            | Msg::FilesEnd { .. }
             | Msg::Error { .. }
             | Msg::ConnOpen { .. } => Some(End::Malformed(format!(
                 "a `{}` frame is the guest's to send, not the host's",

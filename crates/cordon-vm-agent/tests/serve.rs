@@ -256,11 +256,12 @@ impl Session {
         loop {
             let f = self.next_of(|m| {
                 matches!(m, Msg::Done { req: r } | Msg::StatReply { req: r, .. } | Msg::ReadData { req: r }
-                    | Msg::ReadEnd { req: r, .. } | Msg::ListReply { req: r, .. } | Msg::Error { req: r, .. } if *r == req)
+                    | Msg::ReadEnd { req: r, .. } | Msg::ListReply { req: r, .. } | Msg::Error { req: r, .. }
+                    | Msg::FilesData { req: r } | Msg::FilesEnd { req: r } if *r == req)
             });
             let last = !matches!(
                 f.0,
-                Msg::ReadData { .. } | Msg::ListReply { more: true, .. }
+                Msg::ReadData { .. } | Msg::FilesData { .. } | Msg::ListReply { more: true, .. }
             );
             got.push(f);
             if last {
@@ -318,6 +319,7 @@ fn execs_and_files_through_the_channel() {
     execs_run_apart_and_end(&mut s);
     a_file_goes_in_and_comes_back(&mut s);
     links_are_listed_never_followed(&mut s);
+    the_files_api_through_the_channel(&mut s);
 
     // Shut down: the agent ends cleanly and leaves nothing running.
     s.send(&Msg::Shutdown {}, &[]);
@@ -571,6 +573,170 @@ fn links_are_listed_never_followed(s: &mut Session) {
             }
         ),
         "{r:?}"
+    );
+}
+
+/// One files-API operation (a write's bytes in `WriteData` frames): its
+/// answer, or the error frame.
+fn files_op(
+    s: &mut Session,
+    req: u64,
+    op: cordon_sandbox::FileOp,
+) -> Result<cordon_sandbox::FileAnswer, Msg> {
+    let mut head = op;
+    let bytes = match &mut head {
+        cordon_sandbox::FileOp::Write { data, .. } => std::mem::take(data),
+        _ => Vec::new(),
+    };
+    s.send(
+        &Msg::FilesOp {
+            req,
+            op: serde_json::to_value(&head).unwrap(),
+            size: bytes.len() as u64,
+        },
+        &[],
+    );
+    if !bytes.is_empty() {
+        s.send(&Msg::WriteData { req }, &bytes);
+    }
+    let mut json = Vec::new();
+    loop {
+        let (m, data) = s.next_of(|m| {
+            matches!(m, Msg::FilesData { req: r } | Msg::FilesEnd { req: r } | Msg::Error { req: r, .. } if *r == req)
+        });
+        match m {
+            Msg::FilesData { .. } => json.extend_from_slice(&data),
+            Msg::FilesEnd { .. } => return Ok(serde_json::from_slice(&json).unwrap()),
+            other => return Err(other),
+        }
+    }
+}
+
+/// The files API in the guest: a write (appended to), a listing to a
+/// depth, a ranged read, a rename, a removal; links planted by the
+/// workload (by `links_are_listed_never_followed`) never followed.
+fn the_files_api_through_the_channel(s: &mut Session) {
+    use cordon_sandbox::{FileAnswer, FileOp, WriteHow};
+    let write = |path: &str, data: &[u8], how| FileOp::Write {
+        path: path.into(),
+        data: data.to_vec(),
+        mode: 0o644,
+        how,
+    };
+    assert_eq!(
+        files_op(s, 40, write("api/a.txt", b"hello", WriteHow::Truncate)),
+        Ok(FileAnswer::Done(true))
+    );
+    assert_eq!(
+        files_op(s, 41, write("api/a.txt", b" world", WriteHow::Append)),
+        Ok(FileAnswer::Done(true))
+    );
+    let read = files_op(
+        s,
+        42,
+        FileOp::Read {
+            path: format!("{GUEST_WORK}/api/a.txt"),
+            offset: 6,
+            len: 100,
+        },
+    );
+    assert_eq!(
+        read,
+        Ok(FileAnswer::Read {
+            data: b"world".to_vec(),
+            size: 11
+        })
+    );
+    let Ok(FileAnswer::Listing { entries, .. }) = files_op(
+        s,
+        43,
+        FileOp::List {
+            path: String::new(),
+            depth: 3,
+        },
+    ) else {
+        panic!("a listing");
+    };
+    let paths: Vec<&str> = entries.iter().map(|e| e.path.as_str()).collect();
+    assert!(
+        paths.contains(&"api/a.txt") && paths.contains(&"sub/root"),
+        "{paths:?}"
+    );
+    assert!(
+        !paths.iter().any(|p| p.starts_with("sub/root/")),
+        "a link followed: {paths:?}"
+    );
+    for (req, op) in [
+        (
+            44,
+            FileOp::Read {
+                path: "link".into(),
+                offset: 0,
+                len: 100,
+            },
+        ),
+        (
+            45,
+            FileOp::List {
+                path: "sub/root/etc".into(),
+                depth: 0,
+            },
+        ),
+        (
+            46,
+            write("sub/root/tmp/planted-by-api", b"x", WriteHow::Create),
+        ),
+        (
+            47,
+            FileOp::Mkdir {
+                path: "sub/root/tmp/planted-dir".into(),
+            },
+        ),
+        (
+            48,
+            FileOp::Rename {
+                from: "api/a.txt".into(),
+                to: "sub/root/tmp/planted-by-api".into(),
+            },
+        ),
+        (
+            49,
+            FileOp::Remove {
+                path: "sub/root/etc/hostname".into(),
+                recursive: false,
+            },
+        ),
+    ] {
+        let got = files_op(s, req, op.clone());
+        assert!(matches!(got, Err(Msg::Error { .. })), "{op:?}: {got:?}");
+    }
+    assert!(!Path::new("/tmp/planted-by-api").exists());
+    assert!(!Path::new("/tmp/planted-dir").exists());
+    assert_eq!(
+        files_op(
+            s,
+            50,
+            FileOp::Rename {
+                from: "api/a.txt".into(),
+                to: "api/b.txt".into()
+            }
+        ),
+        Ok(FileAnswer::Done(true))
+    );
+    assert_eq!(
+        files_op(
+            s,
+            51,
+            FileOp::Remove {
+                path: "api".into(),
+                recursive: true
+            }
+        ),
+        Ok(FileAnswer::Done(true))
+    );
+    assert_eq!(
+        files_op(s, 52, FileOp::Stat { path: "api".into() }),
+        Ok(FileAnswer::Stat(None))
     );
 }
 

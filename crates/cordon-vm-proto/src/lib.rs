@@ -37,8 +37,9 @@ use serde::{Deserialize, Serialize};
 
 /// The protocol this crate speaks: raised whenever a message is added or
 /// changed in a way the other side would refuse. 2: `Trust`. 3: `Setup`
-/// makes the plan's secrets directory, and writes go there.
-pub const PROTOCOL: u32 = 3;
+/// makes the plan's secrets directory, and writes go there. 4: `FilesOp`
+/// (the files API).
+pub const PROTOCOL: u32 = 4;
 
 /// What a `Ready` without `proto` means: an agent from before the protocol
 /// was numbered.
@@ -59,6 +60,9 @@ pub const MAX_FILE: u64 = 64 * 1024 * 1024;
 /// The most entries one `List` answers with (over all its `ListReply`
 /// frames); a larger directory is refused.
 pub const MAX_LIST: usize = 10_000;
+/// The largest answer to one `FilesOp` (its JSON, over all its
+/// `FilesData` frames): a 16 MiB read, base64, with room to spare.
+pub const MAX_FILES_ANSWER: u64 = 32 * 1024 * 1024;
 /// The most relayed connections open at once. The guest closes one past
 /// it as it is accepted (no `ConnOpen`); a `ConnOpen` past it breaks the
 /// protocol. A connection counts from its `ConnOpen` until a `ConnClose`.
@@ -157,6 +161,21 @@ pub enum Msg {
     /// Host → guest: list a directory. Answered by `ListReply`s (the last
     /// with `more: false`) or by `Error`.
     List { req: u64, path: String },
+    /// Host → guest: one operation of the files API, `op` a
+    /// `cordon_sandbox::FileOp` as JSON (paths as the workload sees them),
+    /// whose write carries no bytes in it: its `size` bytes follow in
+    /// `WriteData` frames (none when 0; `size` ≤ [`MAX_FILE`]). Answered
+    /// by `FilesData` frames (the JSON of a `cordon_sandbox::FileAnswer`,
+    /// at most [`MAX_FILES_ANSWER`] bytes) then `FilesEnd`, or by `Error`.
+    FilesOp {
+        req: u64,
+        op: serde_json::Value,
+        size: u64,
+    },
+    /// Guest → host: the next bytes (the data) of a `FilesOp`'s answer.
+    FilesData { req: u64 },
+    /// Guest → host: the `FilesOp`'s answer is complete.
+    FilesEnd { req: u64 },
     /// Guest → host: the request succeeded.
     Done { req: u64 },
     /// Guest → host: `None` when nothing is at the path.
@@ -211,6 +230,7 @@ impl Msg {
                 | Msg::Output { .. }
                 | Msg::WriteData { .. }
                 | Msg::ReadData { .. }
+                | Msg::FilesData { .. }
                 | Msg::ConnData { .. }
         )
     }
@@ -225,9 +245,9 @@ impl Msg {
             ));
         }
         match self {
-            Msg::WriteStart { size, .. } if *size > MAX_FILE => Err(format!(
-                "a file written in is at most {MAX_FILE} bytes, this one announces {size}"
-            )),
+            Msg::WriteStart { size, .. } | Msg::FilesOp { size, .. } if *size > MAX_FILE => Err(
+                format!("a file written in is at most {MAX_FILE} bytes, this one announces {size}"),
+            ),
             Msg::ListReply { entries, .. } if entries.len() > MAX_LIST => Err(format!(
                 "a listing has at most {MAX_LIST} entries, this frame has {}",
                 entries.len()
@@ -254,6 +274,9 @@ impl Msg {
             Msg::Stat { .. } => "stat",
             Msg::Read { .. } => "read",
             Msg::List { .. } => "list",
+            Msg::FilesOp { .. } => "files_op",
+            Msg::FilesData { .. } => "files_data",
+            Msg::FilesEnd { .. } => "files_end",
             Msg::Done { .. } => "done",
             Msg::StatReply { .. } => "stat_reply",
             Msg::ReadData { .. } => "read_data",

@@ -122,13 +122,19 @@ fn route(
                 let _ = tx.send((msg, data));
             }
         }
-        Msg::ReadData { req } => {
+        Msg::FilesEnd { req } => {
+            no_data(&data)?;
+            if let Some((tx, _)) = r.calls.remove(&req) {
+                let _ = tx.send((msg, data));
+            }
+        }
+        Msg::ReadData { req } | Msg::FilesData { req } => {
             if let Some((tx, left)) = r.calls.get_mut(&req) {
                 if data.len() as u64 > *left {
                     return Err(format!("read {req} sent more than it was asked for"));
                 }
                 *left -= data.len() as u64;
-                let _ = tx.send((Msg::ReadData { req }, data));
+                let _ = tx.send((msg, data));
             }
         }
         Msg::ConnOpen { conn } => {

@@ -385,10 +385,26 @@ pub(crate) fn file_error_from_wire(
             path: path.to_string(),
             reason: message,
         },
-        ErrorKind::Failed => SandboxError::Failed {
-            operation: "file",
-            reason: message,
-        },
+        ErrorKind::Failed => {
+            // The keeper's message is the whole error (`remove failed:
+            // …`): its operation kept, not named twice.
+            const OPERATIONS: [&str; 9] = [
+                "list", "stat", "read", "write", "mkdir", "remove", "rename", "file", "files",
+            ];
+            match message
+                .split_once(" failed: ")
+                .and_then(|(op, rest)| Some((OPERATIONS.iter().find(|o| **o == op)?, rest)))
+            {
+                Some((operation, rest)) => SandboxError::Failed {
+                    operation,
+                    reason: rest.to_string(),
+                },
+                None => SandboxError::Failed {
+                    operation: "file",
+                    reason: message,
+                },
+            }
+        }
         _ => error_from_wire(kind, message, rules),
     }
 }
