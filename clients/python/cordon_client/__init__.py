@@ -10,6 +10,8 @@
         for artifact in t.outputs():
             print(artifact.display)              # what a model may be shown
             data = client.fetch(artifact)        # the bytes, for the host
+        for entry in t.files.list(depth=1):      # its files, links not followed
+            print(entry.path, entry.kind, entry.size)
 
 The credential decides the scope and the identity; a request names only a
 thread and an agent dir.
@@ -26,7 +28,19 @@ import urllib.request
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Dict, Iterator, List, Optional, Union
 
-__all__ = ["Client", "Thread", "AsyncThread", "ExecResult", "Artifact", "CordonError"]
+__all__ = [
+    "Client",
+    "Thread",
+    "AsyncThread",
+    "Files",
+    "AsyncFiles",
+    "ExecResult",
+    "Artifact",
+    "FileEntry",
+    "Listing",
+    "FileChunk",
+    "CordonError",
+]
 
 
 class CordonError(Exception):
@@ -57,6 +71,45 @@ class Artifact:
 
     display: str
     handle: str
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    """One entry of a sandbox's files, as `lstat` sees it (a link is
+    described, never followed): `path` relative to the work dir, `kind`
+    one of "file", "dir", "symlink", "other", `size` in bytes, `mode` its
+    permission bits, `mtime` seconds since the epoch."""
+
+    path: str
+    kind: str
+    size: int
+    mode: int
+    mtime: int
+
+
+class Listing(List[FileEntry]):
+    """A directory's entries (a list of [`FileEntry`]); `truncated` is set
+    when the server stopped at its cap on entries, `path` is the directory
+    as the workload sees it."""
+
+    def __init__(self, entries: List[FileEntry], truncated: bool, path: str) -> None:
+        super().__init__(entries)
+        self.truncated = truncated
+        self.path = path
+
+
+@dataclass(frozen=True)
+class FileChunk:
+    """Bytes read from a file: `data` from `offset`, and `size`, the whole
+    file's (fewer bytes than asked come back at its end or the read cap)."""
+
+    data: bytes
+    offset: int
+    size: int
+
+
+def _entry(doc: Dict[str, Any]) -> FileEntry:
+    return FileEntry(path=doc["path"], kind=doc["kind"], size=doc["size"], mode=doc["mode"], mtime=doc["mtime"])
 
 
 def _status(doc: Dict[str, Any]) -> Dict[str, Optional[Any]]:
@@ -134,6 +187,7 @@ class Thread:
     def __init__(self, client: Client, thread: str, agent_dir: str) -> None:
         self.client = client
         self.at = {"thread": thread, "agent_dir": agent_dir}
+        self.files = Files(self)
 
     def __enter__(self) -> "Thread":
         return self
@@ -254,6 +308,119 @@ class Thread:
         return int(self.client._json("POST", "/v1/sandboxes/dispose", dict(self.at))["disposed"])
 
 
+class Files:
+    """A sandbox's files, `thread.files`, read and changed without running
+    anything in it. A relative path is in its work dir. Each path is
+    decided by the policy's storage surface (a refusal, `403`, names the
+    rule); a link is never followed (a path through one is refused, `400`),
+    nor is a path with an empty, `.` or `..` part taken; a file or sandbox
+    that is not there is `404`. Each call resumes a paused sandbox first.
+    """
+
+    def __init__(self, thread: Thread) -> None:
+        self._t = thread
+
+    def _call(self, op: str, body: Dict[str, Any]) -> Dict[str, Any]:
+        return self._t.client._json("POST", f"/v1/sandboxes/files/{op}", dict(self._t.at, **body))
+
+    def list(self, path: str = "", depth: int = 0) -> Listing:
+        """The entries of a directory (the work dir by default), and with
+        `depth` those of its directories that many levels down (links to
+        directories are listed, not entered); `.truncated` says the
+        server's cap on entries cut it short."""
+        doc = self._call("list", {"path": path, "depth": depth})
+        return Listing([_entry(e) for e in doc["entries"]], doc["truncated"], doc["path"])
+
+    def stat(self, path: str) -> Optional[FileEntry]:
+        """The entry at `path` (a link described, not followed), or None
+        when nothing is there."""
+        entry = self._call("stat", {"path": path})["entry"]
+        return None if entry is None else _entry(entry)
+
+    def exists(self, path: str) -> bool:
+        """Whether something (a link too) is at `path`."""
+        return self.stat(path) is not None
+
+    def read_chunk(self, path: str, offset: int = 0, length: Optional[int] = None) -> FileChunk:
+        """Up to `length` bytes of a regular file from `offset`, and the
+        file's size. Without `length`, as many as one read answers (16 MiB,
+        or the spec's `files_out.max_bytes_per_file` when lower)."""
+        body: Dict[str, Any] = {"path": path, "offset": offset}
+        if length is not None:
+            body["length"] = length
+        doc = self._call("read", body)
+        return FileChunk(data=base64.b64decode(doc["content_base64"]), offset=doc["offset"], size=doc["size"])
+
+    def read(self, path: str, offset: int = 0, length: Optional[int] = None) -> bytes:
+        """A regular file's bytes (see `read_chunk` for the size and the cap)."""
+        return self.read_chunk(path, offset, length).data
+
+    def read_text(self, path: str, encoding: str = "utf-8") -> str:
+        """A regular file's text."""
+        return self.read(path).decode(encoding)
+
+    def write(self, path: str, data: Union[bytes, str], mode: int = 0o644, how: str = "truncate") -> int:
+        """Writes a file (text as UTF-8), its parents made: `how` is
+        "truncate" (made or replaced; a link there is replaced, never
+        followed), "create" (refused, `400`, when something is there) or
+        "append" (to an existing regular file). The bytes written."""
+        raw = data.encode() if isinstance(data, str) else bytes(data)
+        body = dict(self._t.at, path=path, content_base64=base64.b64encode(raw).decode(), mode=mode, how=how)
+        return int(self._t.client._json("POST", "/v1/sandboxes/files", body)["bytes"])
+
+    def mkdir(self, path: str) -> None:
+        """Makes a directory, with its parents."""
+        self._call("mkdir", {"path": path})
+
+    def remove(self, path: str, recursive: bool = False) -> bool:
+        """Removes a file, a link (not what it names) or an empty directory;
+        a directory with something in it only with `recursive` (else
+        `400`). False when nothing was there."""
+        return bool(self._call("remove", {"path": path, "recursive": recursive})["removed"])
+
+    def rename(self, src: str, dst: str) -> None:
+        """Moves `src` to `dst`; something already at `dst` is refused, not
+        replaced."""
+        self._call("rename", {"from": src, "to": dst})
+
+
+class AsyncFiles:
+    """[`Files`] for asyncio hosts: the same calls, awaited."""
+
+    def __init__(self, files: Files) -> None:
+        self._f = files
+
+    async def list(self, path: str = "", depth: int = 0) -> Listing:
+        return await asyncio.to_thread(self._f.list, path, depth)
+
+    async def stat(self, path: str) -> Optional[FileEntry]:
+        return await asyncio.to_thread(self._f.stat, path)
+
+    async def exists(self, path: str) -> bool:
+        return await asyncio.to_thread(self._f.exists, path)
+
+    async def read_chunk(self, path: str, offset: int = 0, length: Optional[int] = None) -> FileChunk:
+        return await asyncio.to_thread(self._f.read_chunk, path, offset, length)
+
+    async def read(self, path: str, offset: int = 0, length: Optional[int] = None) -> bytes:
+        return await asyncio.to_thread(self._f.read, path, offset, length)
+
+    async def read_text(self, path: str, encoding: str = "utf-8") -> str:
+        return await asyncio.to_thread(self._f.read_text, path, encoding)
+
+    async def write(self, path: str, data: Union[bytes, str], mode: int = 0o644, how: str = "truncate") -> int:
+        return await asyncio.to_thread(self._f.write, path, data, mode, how)
+
+    async def mkdir(self, path: str) -> None:
+        await asyncio.to_thread(self._f.mkdir, path)
+
+    async def remove(self, path: str, recursive: bool = False) -> bool:
+        return await asyncio.to_thread(self._f.remove, path, recursive)
+
+    async def rename(self, src: str, dst: str) -> None:
+        await asyncio.to_thread(self._f.rename, src, dst)
+
+
 class AsyncThread:
     """A [`Thread`] for asyncio hosts: the same calls, awaited (each runs on a
     worker thread, so the event loop never blocks on the server).
@@ -265,6 +432,7 @@ class AsyncThread:
     def __init__(self, thread: Thread) -> None:
         self._t = thread
         self.at = thread.at
+        self.files = AsyncFiles(thread.files)
 
     async def __aenter__(self) -> "AsyncThread":
         return self

@@ -176,6 +176,101 @@ class LiveServer(unittest.TestCase):
                 self.a.forget_snapshot(i)
             self.assertEqual(self.a.snapshots(), [])
 
+    def test_files_are_written_read_listed_moved_and_removed(self) -> None:
+        with self.a.thread("py-files") as t:
+            t.create()
+            f = t.files
+            self.assertEqual(f.write("notes/a.txt", "hello"), 5)
+            self.assertEqual(f.read("notes/a.txt"), b"hello")
+            self.assertEqual(f.write("notes/a.txt", b" world", how="append"), 6)
+            self.assertEqual(f.read_text("notes/a.txt"), "hello world")
+            with self.assertRaises(CordonError) as e:
+                f.write("notes/a.txt", b"x", how="create")
+            self.assertEqual(e.exception.status, 400)
+            self.assertEqual(f.read("notes/a.txt"), b"hello world")
+            # A range, and the whole file's size beside it.
+            self.assertEqual(f.read("notes/a.txt", offset=6, length=3), b"wor")
+            chunk = f.read_chunk("notes/a.txt", offset=6, length=100)
+            self.assertEqual((chunk.data, chunk.offset, chunk.size), (b"world", 6, 11))
+            entry = f.stat("notes/a.txt")
+            assert entry is not None
+            self.assertEqual((entry.path, entry.kind, entry.size), ("notes/a.txt", "file", 11))
+            self.assertEqual(entry.mode & 0o777, 0o644)
+            self.assertGreater(entry.mtime, 0)
+            self.assertIsNone(f.stat("nothing-here"))
+            self.assertFalse(f.exists("nothing-here"))
+            with self.assertRaises(CordonError) as e:
+                f.read("nothing-here")
+            self.assertEqual(e.exception.status, 404)
+            f.mkdir("src/lib")
+            self.assertEqual(f.stat("src/lib").kind, "dir")
+            f.rename("notes/a.txt", "src/lib/b.txt")
+            self.assertFalse(f.exists("notes/a.txt"))
+            self.assertEqual(f.read("src/lib/b.txt"), b"hello world")
+            # The workload sees what the files API wrote.
+            self.assertEqual(t.exec(["cat", "src/lib/b.txt"]).stdout, "hello world")
+            listing = f.list(depth=2)
+            self.assertFalse(listing.truncated)
+            kinds = {(e.path, e.kind) for e in listing}
+            self.assertLessEqual({("notes", "dir"), ("src", "dir"), ("src/lib", "dir"), ("src/lib/b.txt", "file")}, kinds)
+            self.assertEqual([e.path for e in f.list("src")], ["src/lib"])
+            # A directory with something in it goes only recursively.
+            with self.assertRaises(CordonError) as e:
+                f.remove("src")
+            self.assertEqual(e.exception.status, 400)
+            self.assertTrue(f.remove("src", recursive=True))
+            self.assertFalse(f.remove("src", recursive=True))
+            self.assertFalse(f.exists("src"))
+            # Another credential: the answer a missing sandbox gets.
+            with self.assertRaises(CordonError) as e:
+                self.b.thread("py-files").files.read("notes")
+            self.assertEqual(e.exception.status, 404)
+
+            async def awaited() -> None:
+                af = self.a.athread("py-files").files
+                self.assertEqual(await af.write("async.txt", b"abc"), 3)
+                self.assertEqual(await af.read("async.txt"), b"abc")
+                self.assertIn("async.txt", [e.path for e in await af.list()])
+                self.assertTrue(await af.remove("async.txt"))
+
+            asyncio.run(awaited())
+
+    def test_files_never_follow_a_link_and_the_policy_decides(self) -> None:
+        with self.a.thread("py-links") as t:
+            t.create()
+            r = t.exec(["sh", "-c", "ln -s /etc/passwd pw && ln -s /etc etc"])
+            self.assertEqual(r.code, 0, r.stderr)
+            listing = t.files.list(depth=3)
+            kinds = {e.path: e.kind for e in listing}
+            self.assertEqual((kinds.get("pw"), kinds.get("etc")), ("symlink", "symlink"))
+            self.assertEqual([p for p in kinds if p.startswith("etc/")], [], "a link followed")
+            self.assertEqual(t.files.stat("pw").kind, "symlink")
+            # Reading, listing or writing through a link is refused.
+            for call in (
+                lambda: t.files.read("pw"),
+                lambda: t.files.read("etc/hostname"),
+                lambda: t.files.list("etc"),
+                lambda: t.files.write("etc/cordon-py", b"x"),
+            ):
+                with self.assertRaises(CordonError) as e:
+                    call()
+                self.assertEqual(e.exception.status, 400)
+                self.assertIn("symbolic link on its path", e.exception.message)
+            self.assertFalse(os.path.exists("/etc/cordon-py"))
+            # Removing a link removes the link, not what it names.
+            self.assertTrue(t.files.remove("pw"))
+            self.assertFalse(t.files.exists("pw"))
+            self.assertTrue(os.path.exists("/etc/passwd"))
+            # The policy's storage surface decides, and says which rule.
+            with self.assertRaises(CordonError) as e:
+                t.files.read("/etc/shadow")
+            self.assertEqual(e.exception.status, 403)
+            self.assertIn("storage surface", e.exception.message)
+            self.assertIn("host-secrets", e.exception.message)
+            with self.assertRaises(CordonError) as e:
+                t.files.read("/workspace/../etc/passwd")
+            self.assertEqual(e.exception.status, 400)
+
     def test_the_async_thread_runs_streams_and_disposes_however_the_block_ends(self) -> None:
         async def main() -> None:
             async with self.a.athread("py-5") as t:

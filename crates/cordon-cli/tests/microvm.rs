@@ -338,7 +338,7 @@ fn the_wall_clock_bound_ends_the_command_and_a_killed_keeper_is_reclaimed() {
 
 /// The backend suite (`cordon_testkit::suite`) against `microvm`, guests
 /// booting the CI image: a kept sandbox, a run with a secret, the
-/// conformance kit (14 cases here) and the escape kit with and without a
+/// conformance kit (21 cases here) and the escape kit with and without a
 /// route (the guest's proxy listener, the relay over the channel and the
 /// host's proxy namespace all in place), and up/exec/down cycles, run
 /// `CORDON_MICROVM_CYCLES` times (default 2); what a sandbox left (its
@@ -367,7 +367,7 @@ fn the_backend_suite_passes() {
         execs_per_cycle: 1,
         cycles: ("CORDON_MICROVM_CYCLES", 2),
         settle: Duration::from_secs(10),
-        conformance_cases: Some(14),
+        conformance_cases: Some(21),
         residue: Box::new(|| residue_in(&scratch)),
     });
 }

@@ -54,9 +54,14 @@ struct HostDir {
 }
 
 fn caps() -> CapabilitySet {
-    [Capability::Exec, Capability::FilesIn, Capability::FilesOut]
-        .into_iter()
-        .collect()
+    [
+        Capability::Exec,
+        Capability::FilesIn,
+        Capability::FilesOut,
+        Capability::FilesList,
+    ]
+    .into_iter()
+    .collect()
 }
 
 impl Engine for HostDirEngine {
@@ -144,6 +149,12 @@ impl Sandbox for HostDir {
     }
     fn read_file(&self, path: &str, max_bytes: u64) -> Result<FileRead, SandboxError> {
         self.inner.read_file(path, max_bytes)
+    }
+    fn files(
+        &self,
+        op: &cordon_sandbox::FileOp,
+    ) -> Result<cordon_sandbox::FileAnswer, SandboxError> {
+        Sandbox::files(&self.inner, op)
     }
     /// Resolved on the host, as the process rung does.
     fn resolve_command(&self, program: &str) -> Result<ResolvedCommand, SandboxError> {

@@ -414,6 +414,10 @@ impl Sandbox for HostDirectorySandbox {
         &self.id
     }
 
+    fn files(&self, op: &FileOp) -> Result<FileAnswer, SandboxError> {
+        self.files.files(op)
+    }
+
     fn provenance(&self) -> &Provenance {
         &self.provenance
     }

@@ -32,6 +32,13 @@
 //! | `host-write-through-link` | for every host-side write: a link to a file outside where the host writes | the file outside is unchanged |
 //! | `host-write-through-dangling-link` | a link to a path outside that does not exist | nothing is created outside |
 //! | `host-write-under-linked-parent` | a parent of the write is a link to a directory outside | nothing is created outside |
+//! | `files-api-operations` | none | list, stat, read, write (create, append), mkdir, rename and remove do what they say |
+//! | `files-api-read-through-link` | a link to a file outside, a link to a directory outside | reads of both refused, nothing of the file read |
+//! | `files-api-list-through-link` | the same | listed as links, nothing beneath them listed; a listing of the linked directory refused |
+//! | `files-api-write-through-link` | the same | a write of each kind, and a mkdir, changes and makes nothing outside |
+//! | `files-api-remove-through-link` | the same | a removal beneath the link refused; removing a link removes it, not what it names |
+//! | `files-api-rename-through-link` | the same | nothing moved out of or into the linked directory |
+//! | `files-api-read-bounded` | a 4 KiB file, a FIFO | a read returns its length, no more; the FIFO refused without hanging |
 //!
 //! Device nodes cannot be made by a confined guest, so that probe runs only
 //! for subjects that declare [`ConformanceSubject::plants_device_nodes`]
@@ -45,6 +52,7 @@ mod interposer;
 mod judge;
 mod probe;
 mod probes_collect;
+mod probes_files_api;
 mod probes_host_write;
 mod subject;
 
@@ -58,6 +66,7 @@ pub use subject::PosixGuestSubject;
 pub use subject::{can_make_device_nodes, host_directory_subject};
 
 use probes_collect::collect_probe;
+use probes_files_api::files_api_probe;
 use probes_host_write::host_write_probe;
 
 /// Every probe, in the order they run. `device-node-at-output-path` runs
@@ -79,6 +88,18 @@ pub const PROBES: [&str; 15] = [
     "host-write-through-link",
     "host-write-through-dangling-link",
     "host-write-under-linked-parent",
+];
+
+/// The files API's probes ([`cordon_sandbox::Sandbox::files`]), run after
+/// [`PROBES`] on every subject: every backend serves `files_list`.
+pub const FILES_API_PROBES: [&str; 7] = [
+    "files-api-operations",
+    "files-api-read-through-link",
+    "files-api-list-through-link",
+    "files-api-write-through-link",
+    "files-api-remove-through-link",
+    "files-api-rename-through-link",
+    "files-api-read-bounded",
 ];
 
 /// One probe's outcome.
@@ -161,6 +182,9 @@ pub fn run_files_out_conformance_with(
             n => plan.push((n.to_string(), Probe::Collect(n))),
         }
     }
+    for n in FILES_API_PROBES {
+        plan.push((n.to_string(), Probe::FilesApi(n)));
+    }
     let mut results = Vec::new();
     for (label, probe) in plan {
         let (tx, rx) = mpsc::channel();
@@ -206,6 +230,7 @@ pub fn run_files_out_conformance_with(
 enum Probe {
     Collect(&'static str),
     HostWrite(&'static str, usize),
+    FilesApi(&'static str),
 }
 
 impl Probe {
@@ -213,6 +238,7 @@ impl Probe {
         match self {
             Probe::Collect(name) => collect_probe(name, s),
             Probe::HostWrite(name, which) => host_write_probe(name, which, s),
+            Probe::FilesApi(name) => files_api_probe(name, s),
         }
     }
 }

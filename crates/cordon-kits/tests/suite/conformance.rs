@@ -14,7 +14,8 @@ use cordon_kits::conformance::{
     PosixGuestSubject, Report,
 };
 use cordon_sandbox::{
-    ExecOutput, ExecRequest, FileKind, FileRead, FileStat, Provenance, Sandbox, SandboxError,
+    ExecOutput, ExecRequest, FileAnswer, FileInfo, FileKind, FileOp, FileRead, FileStat,
+    Provenance, Sandbox, SandboxError, WriteHow,
 };
 
 use cordon_testkit::is_root;
@@ -58,7 +59,7 @@ fn the_safe_host_directory_subject_passes_every_probe() {
         shown.lines().last().unwrap().ends_with(" passed, 0 failed"),
         "{shown}"
     );
-    let expected = if is_root() { 15 } else { 14 };
+    let expected = if is_root() { 22 } else { 21 };
     assert_eq!(report.results.len(), expected, "{report}");
 }
 
@@ -84,6 +85,8 @@ enum How {
     BlockingOpen,
     /// Writes with `std::fs::write`, following links.
     WritesThroughLinks,
+    /// Serves the files API with `std::fs`, following every link.
+    FilesApiFollowsLinks,
 }
 
 fn wrap(how: How) -> impl FnOnce(Arc<dyn Sandbox>) -> Arc<dyn Sandbox> {
@@ -206,8 +209,83 @@ impl Sandbox for Unsafe {
                 other => other,
             },
             How::BlockingOpen => read_following(path, Some(max_bytes)),
-            How::WritesThroughLinks => self.inner.read_file(path, max_bytes),
+            How::WritesThroughLinks | How::FilesApiFollowsLinks => {
+                self.inner.read_file(path, max_bytes)
+            }
         }
+    }
+    fn files(&self, op: &FileOp) -> Result<FileAnswer, SandboxError> {
+        match self.how {
+            How::FilesApiFollowsLinks => files_following(op),
+            _ => self.inner.files(op),
+        }
+    }
+}
+
+/// The files API done with `std::fs` on the guest path (the host-directory
+/// subject's paths are the host's), following every link.
+fn files_following(op: &FileOp) -> Result<FileAnswer, SandboxError> {
+    use std::io::Write;
+    let info = |p: &std::path::Path, root: &str| -> std::io::Result<FileInfo> {
+        let m = std::fs::metadata(p)?;
+        Ok(FileInfo {
+            path: p.display().to_string().trim_start_matches(root).into(),
+            kind: if m.is_dir() {
+                FileKind::Dir
+            } else {
+                FileKind::File
+            },
+            size: m.len(),
+            mode: 0o644,
+            mtime: 0,
+        })
+    };
+    let done =
+        |r: std::io::Result<()>, p: &str| r.map(|()| FileAnswer::Done(true)).map_err(|e| io(e, p));
+    match op {
+        FileOp::List { path, .. } => {
+            let mut entries = Vec::new();
+            let mut stack = vec![std::path::PathBuf::from(path)];
+            while let Some(d) = stack.pop() {
+                for e in std::fs::read_dir(&d).map_err(|e| io(e, path))? {
+                    let p = e.map_err(|e| io(e, path))?.path();
+                    if p.is_dir() {
+                        stack.push(p.clone());
+                    }
+                    entries.push(info(&p, "/").map_err(|e| io(e, path))?);
+                }
+            }
+            Ok(FileAnswer::Listing {
+                entries,
+                truncated: false,
+            })
+        }
+        FileOp::Stat { path } => Ok(FileAnswer::Stat(info(std::path::Path::new(path), "/").ok())),
+        FileOp::Read { path, len, .. } => {
+            let r = read_following(path, Some(*len))?;
+            Ok(FileAnswer::Read {
+                data: r.bytes,
+                size: r.size,
+            })
+        }
+        FileOp::Write {
+            path, data, how, ..
+        } => {
+            let mut f = std::fs::OpenOptions::new()
+                .create(true)
+                .append(*how == WriteHow::Append)
+                .write(true)
+                .truncate(*how != WriteHow::Append)
+                .open(path)
+                .map_err(|e| io(e, path))?;
+            done(f.write_all(data), path)
+        }
+        FileOp::Mkdir { path } => done(std::fs::create_dir_all(path), path),
+        FileOp::Remove { path, .. } => {
+            let r = std::fs::remove_file(path).or_else(|_| std::fs::remove_dir_all(path));
+            done(r, path)
+        }
+        FileOp::Rename { from, to } => done(std::fs::rename(from, to), from),
     }
 }
 
@@ -287,6 +365,27 @@ fn a_backend_whose_host_writes_follow_links_fails_every_host_write_probe() {
             "host-write-through-link (Sandbox::write_file)",
             "host-write-through-dangling-link (Sandbox::write_file)",
             "host-write-under-linked-parent (Sandbox::write_file)",
+        ],
+        "{report}"
+    );
+}
+
+#[test]
+fn a_backend_whose_files_api_follows_links_fails_every_files_api_link_probe() {
+    let t = tempfile::tempdir().unwrap();
+    let report =
+        run_files_out_conformance(Arc::new(variant(t.path(), wrap(How::FilesApiFollowsLinks))));
+    assert_eq!(
+        failed(&report),
+        [
+            // It also replaces on create and reads one byte past a length.
+            "files-api-operations",
+            "files-api-read-through-link",
+            "files-api-list-through-link",
+            "files-api-write-through-link",
+            "files-api-remove-through-link",
+            "files-api-rename-through-link",
+            "files-api-read-bounded",
         ],
         "{report}"
     );
