@@ -87,6 +87,15 @@ impl HostFiles {
         self.work.files(op)
     }
 
+    /// A watch of the work dir ([`HostWorkDir::watch`]).
+    pub fn watch(
+        &self,
+        path: &str,
+        recursive: bool,
+    ) -> Result<Box<dyn cordon_sandbox::WatchSource>, SandboxError> {
+        self.work.watch(path, recursive)
+    }
+
     /// Where cordon writes files in, as whom: the work dir's owner when it
     /// names one (an operator's directory), else the sandbox's uid; the
     /// secrets directory with the sandbox's group.
@@ -252,6 +261,14 @@ macro_rules! host_files {
             op: &$crate::__sandbox::FileOp,
         ) -> Result<$crate::__sandbox::FileAnswer, $crate::__sandbox::SandboxError> {
             self.$files.files(op)
+        }
+
+        fn watch(
+            &self,
+            path: &str,
+            recursive: bool,
+        ) -> Result<Box<dyn $crate::__sandbox::WatchSource>, $crate::__sandbox::SandboxError> {
+            self.$files.watch(path, recursive)
         }
 
         fn host_work_dir(&self) -> Option<$crate::__sandbox::HostWorkDirRecord> {

@@ -29,6 +29,7 @@ mod convert;
 mod route;
 #[cfg(test)]
 mod tests;
+mod watch;
 
 use convert::{guest_error, kind, odd, short};
 use route::{lock, read_loop, ExecMsg, ExecState, Routes};
@@ -78,6 +79,7 @@ impl Channel {
             r.ended = Some(why.clone());
             r.execs.clear();
             r.calls.clear();
+            r.watches.clear();
             r.conns.clear();
             drop(r);
             broken(&why);
@@ -390,6 +392,38 @@ impl Channel {
             },
         )?;
         serde_json::from_slice(&json).map_err(|e| failed(format!("the guest's answer: {e}")))
+    }
+
+    /// Starts a watch in the guest: its events arrive on the returned
+    /// source once the agent has it running (an `Error` answers one that
+    /// cannot start).
+    pub fn watch(
+        self: &Arc<Self>,
+        path: &str,
+        recursive: bool,
+    ) -> Result<Box<dyn cordon_sandbox::WatchSource>, SandboxError> {
+        let req = self.id();
+        let (route, source) = watch::pair(req, self);
+        {
+            let mut r = lock(&self.routes);
+            if let Some(why) = &r.ended {
+                return Err(unavailable(format!("the VM is gone: {why}")));
+            }
+            r.watches.insert(req, route);
+        }
+        let sent = self.send(
+            &Msg::WatchStart {
+                req,
+                path: path.to_string(),
+                recursive,
+            },
+            &[],
+        );
+        if let Err(e) = sent {
+            lock(&self.routes).watches.remove(&req);
+            return Err(e);
+        }
+        Ok(Box::new(source))
     }
 
     /// Starts an exec; its output and end arrive on the returned handle.

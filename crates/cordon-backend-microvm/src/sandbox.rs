@@ -551,6 +551,15 @@ impl Sandbox for MicrovmSandbox {
         self.vm.channel.files(op)
     }
 
+    fn watch(
+        &self,
+        path: &str,
+        recursive: bool,
+    ) -> Result<Box<dyn cordon_sandbox::WatchSource>, SandboxError> {
+        let _awake = self.awake()?;
+        self.vm.channel.watch(path, recursive)
+    }
+
     fn residue(&self) -> serde_json::Value {
         serde_json::to_value(crate::Residue {
             dir: self.dir.clone(),

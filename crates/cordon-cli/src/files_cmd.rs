@@ -1,5 +1,5 @@
 //! The files API on the command line: `cordon sandbox ls H [PATH]`,
-//! `cat`, `rm`, `mkdir` and `mv` on a kept sandbox's files, each one
+//! `cat`, `rm`, `mkdir`, `mv` and `watch` on a kept sandbox's files, each one
 //! operation ([`cordon_sandbox::FileOp`]) its keeper's guard decides with
 //! the policy's storage surface before the backend runs it, confined and
 //! following no link.
@@ -113,4 +113,25 @@ pub fn change(s: &dyn Sandbox, op: FileOp) -> Result<ExitCode, ExitCode> {
         eprintln!("{what}: nothing was there");
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `cordon sandbox watch H [PATH] [-r]`: each event a line as it comes,
+/// then `{"event": "ended", "reason"}` when the sandbox goes.
+pub fn watch(s: &dyn Sandbox, path: &str, recursive: bool) -> Result<ExitCode, ExitCode> {
+    let mut source = s.watch(path, recursive).map_err(fail)?;
+    let mut out = std::io::stdout().lock();
+    loop {
+        let line = match source.next(std::time::Duration::from_secs(1)) {
+            cordon_sandbox::Next::Event(e) => serde_json::to_string(&e).unwrap_or_default(),
+            cordon_sandbox::Next::Quiet => continue,
+            cordon_sandbox::Next::Ended(reason) => {
+                let _ = writeln!(out, "{}", json!({"event": "ended", "reason": reason}));
+                return Ok(ExitCode::SUCCESS);
+            }
+        };
+        // A reader that went away ends the watch.
+        if writeln!(out, "{line}").and_then(|()| out.flush()).is_err() {
+            return Ok(ExitCode::SUCCESS);
+        }
+    }
 }

@@ -227,6 +227,20 @@ pub enum SandboxCommand {
         /// Its new path; its directory must exist.
         to: String,
     },
+    /// Stream what changes in a sandbox's work dir, one JSON object a line
+    /// (`created`, `modified`, `removed`, `renamed` with `to`, `overflow`
+    /// when events were lost), until the sandbox goes (`ended`, with why)
+    /// or this is stopped.
+    Watch {
+        /// The sandbox, by its handle.
+        handle: String,
+        /// The directory to watch (relative to the work dir, or absolute
+        /// within it; default the work dir).
+        path: Option<String>,
+        /// The directories beneath it too.
+        #[arg(short, long)]
+        recursive: bool,
+    },
     /// Dispose of a sandbox by handle, or of every sandbox of a scope and thread.
     Down {
         /// The sandbox, by its handle (or name `--scope` and `--thread`).
@@ -490,6 +504,11 @@ fn go(cmd: SandboxCommand) -> Result<ExitCode, ExitCode> {
             &attach(&handle)?,
             cordon_sandbox::FileOp::Rename { from, to },
         ),
+        SandboxCommand::Watch {
+            handle,
+            path,
+            recursive,
+        } => crate::files_cmd::watch(&attach(&handle)?, path.as_deref().unwrap_or(""), recursive),
         SandboxCommand::Down {
             handle,
             scope,

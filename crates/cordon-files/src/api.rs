@@ -41,7 +41,7 @@ pub struct Listing {
     pub truncated: bool,
 }
 
-fn join(dir: &str, name: &str) -> String {
+pub(crate) fn join(dir: &str, name: &str) -> String {
     if dir.is_empty() {
         name.to_string()
     } else {
@@ -57,7 +57,7 @@ fn root_or(rel: &str) -> &str {
     }
 }
 
-fn open_dir(at: &ConfinedDir, rel: &str) -> Result<OwnedFd, ConfinedError> {
+pub(crate) fn open_dir(at: &ConfinedDir, rel: &str) -> Result<OwnedFd, ConfinedError> {
     let shown = if rel.is_empty() { "." } else { rel };
     if !rel.is_empty() {
         at.check(rel)?;
@@ -88,7 +88,7 @@ fn dir_error(at: &ConfinedDir, rel: &str, e: ConfinedError) -> ConfinedError {
 }
 
 /// The sorted names in the directory `fd` (`.` and `..` left out).
-fn names(fd: &OwnedFd, shown: &str) -> Result<Vec<String>, ConfinedError> {
+pub(crate) fn names(fd: &OwnedFd, shown: &str) -> Result<Vec<String>, ConfinedError> {
     let dir = rustix::fs::Dir::read_from(fd).map_err(|e| classify(e, shown, "list"))?;
     let mut out = Vec::new();
     for e in dir {
@@ -118,7 +118,7 @@ fn entry_of(dir: &impl AsFd, name: &str, path: String) -> Result<Option<Entry>, 
 }
 
 /// Opens the directory `name` in `dir`, itself no link.
-fn open_child(dir: &OwnedFd, name: &str, shown: &str) -> Result<OwnedFd, ConfinedError> {
+pub(crate) fn open_child(dir: &OwnedFd, name: &str, shown: &str) -> Result<OwnedFd, ConfinedError> {
     rustix::fs::openat(
         dir,
         name,

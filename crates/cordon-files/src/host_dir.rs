@@ -285,6 +285,32 @@ impl HostWorkDir {
         done.map_err(|e| self.guest_view(e.into()))
     }
 
+    /// A watch of the directory `guest_path` (beneath it too when
+    /// `recursive`) on the work dir's own inodes ([`crate::watch`]).
+    pub fn watch(
+        &self,
+        guest_path: &str,
+        recursive: bool,
+    ) -> Result<Box<dyn cordon_sandbox::WatchSource>, SandboxError> {
+        let abs = cordon_sandbox::files::absolute(&self.guest, guest_path);
+        let rel = if abs.trim_end_matches('/') == self.guest {
+            ""
+        } else {
+            self.relative(&abs)?
+        };
+        crate::watch::Watcher::open(&self.host, rel, recursive)
+            .map(|w| Box::new(w) as Box<dyn cordon_sandbox::WatchSource>)
+            .map_err(|e| {
+                let mut e = SandboxError::from(e);
+                if let SandboxError::NotFound { path } | SandboxError::PathRefused { path, .. } =
+                    &mut e
+                {
+                    *path = guest_path.to_string();
+                }
+                self.guest_view(e)
+            })
+    }
+
     /// A confined host-side write: parents created beneath the work dir's
     /// descriptor, a temporary file renamed into place. A link the guest
     /// planted at the destination is replaced, never followed; one on a
@@ -416,6 +442,14 @@ impl Sandbox for HostDirectorySandbox {
 
     fn files(&self, op: &FileOp) -> Result<FileAnswer, SandboxError> {
         self.files.files(op)
+    }
+
+    fn watch(
+        &self,
+        path: &str,
+        recursive: bool,
+    ) -> Result<Box<dyn cordon_sandbox::WatchSource>, SandboxError> {
+        self.files.watch(path, recursive)
     }
 
     fn provenance(&self) -> &Provenance {

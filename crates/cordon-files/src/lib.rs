@@ -37,6 +37,8 @@ mod sink;
 #[cfg(target_os = "linux")]
 pub mod tree;
 #[cfg(target_os = "linux")]
+pub mod watch;
+#[cfg(target_os = "linux")]
 pub mod workspace;
 
 #[cfg(target_os = "linux")]

@@ -451,6 +451,21 @@ pub trait Sandbox: Send + Sync {
         })
     }
 
+    /// Watches the directory `path` (as the workload sees it; beneath it
+    /// too when `recursive`) for changes ([`crate::watch`]), following no
+    /// link. The policy's decision is the guard's, made before this is
+    /// called. The default refuses, as [`Self::files`] does.
+    fn watch(
+        &self,
+        path: &str,
+        recursive: bool,
+    ) -> Result<Box<dyn crate::WatchSource>, SandboxError> {
+        let _ = (path, recursive);
+        Err(SandboxError::Unsupported {
+            capability: Capability::FilesList,
+        })
+    }
+
     /// Saves every process running in this sandbox, with its memory, into
     /// the directory `into` (which exists, empty, root's) in the backend's
     /// own form, and ends them here: an exec so taken answers that it was

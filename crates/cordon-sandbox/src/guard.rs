@@ -112,6 +112,27 @@ impl Guarded {
 }
 
 impl Guarded {
+    /// Whether the policy lets a path relative to `work_dir` be read.
+    fn readable(&self, work_dir: String) -> impl FnMut(&str) -> bool + Send + 'static {
+        let (policy, env) = (self.policy.clone(), self.env.clone());
+        let identity = self.inner.provenance().identity.clone();
+        move |rel: &str| {
+            policy
+                .decide(&Request {
+                    identity: identity.clone(),
+                    env: env.clone(),
+                    now: now(),
+                    facts: SurfaceFacts::Storage(StorageFacts {
+                        path: crate::files::absolute(&work_dir, rel),
+                        mode: cordon_policy::Mode::Read,
+                        bytes: None,
+                        work_dir: Some(work_dir.clone()),
+                    }),
+                })
+                .is_allowed()
+        }
+    }
+
     /// The operation as it may run (a read's length held to the cap), or
     /// the storage rule that refuses one of the paths it touches.
     fn check_files(&self, op: &crate::FileOp) -> Result<crate::FileOp, SandboxError> {
@@ -246,25 +267,36 @@ impl Sandbox for Guarded {
                     Some(d) => d.guest,
                     None => self.inner.provenance().spec.work_dir().to_string(),
                 };
-                entries.retain(|e| {
-                    self.policy
-                        .decide(&Request {
-                            identity: self.inner.provenance().identity.clone(),
-                            env: self.env.clone(),
-                            now: now(),
-                            facts: SurfaceFacts::Storage(StorageFacts {
-                                path: crate::files::absolute(&work_dir, &e.path),
-                                mode: cordon_policy::Mode::Read,
-                                bytes: None,
-                                work_dir: Some(work_dir.clone()),
-                            }),
-                        })
-                        .is_allowed()
-                });
+                let mut readable = self.readable(work_dir);
+                entries.retain(|e| readable(&e.path));
                 Ok(crate::FileAnswer::Listing { entries, truncated })
             }
             other => Ok(other),
         }
+    }
+    /// Decided as a listing of `path` is; then each event only for a path
+    /// the policy lets be read (half a rename as a creation or removal).
+    fn watch(
+        &self,
+        path: &str,
+        recursive: bool,
+    ) -> Result<Box<dyn crate::WatchSource>, SandboxError> {
+        let op = crate::FileOp::List {
+            path: path.to_string(),
+            depth: 0,
+        };
+        let crate::FileOp::List { path, .. } = self.check_files(&op)? else {
+            unreachable!("a listing checks as a listing");
+        };
+        let inner = self.inner.watch(&path, recursive)?;
+        let work_dir = match self.inner.host_work_dir() {
+            Some(d) => d.guest,
+            None => self.inner.provenance().spec.work_dir().to_string(),
+        };
+        Ok(Box::new(crate::watch::Filtered {
+            inner,
+            keep: self.readable(work_dir),
+        }))
     }
     fn workspace_apply(&self, only: &[String]) -> Result<crate::ApplyReport, SandboxError> {
         self.inner.workspace_apply(only)

@@ -82,6 +82,7 @@ mod sandbox_error;
 pub mod secrets;
 pub mod sink;
 pub mod spec;
+pub mod watch;
 pub mod wire;
 pub mod workspace;
 pub mod yaml;
@@ -116,4 +117,5 @@ pub use router::{
 pub use secrets::{Brokered, SecretError, SecretProvider, SecretValue};
 pub use sink::{Artifact, ArtifactHandle, LandedArtifact, OutputSink, SinkError};
 pub use spec::{spec_json_schema, PlaceholderAsk, ResourceAsk, SandboxSpec, SecretName, SpecError};
+pub use watch::{Next, WatchEvent, WatchKind, WatchSource};
 pub use workspace::{ApplyReport, Change, RefusedChange, WorkspaceChange};

@@ -105,6 +105,7 @@ impl Backend<'_> {
 /// Every case, against `backend`.
 pub fn run_all(backend: &Backend) {
     a_kept_sandbox_keeps_its_work_dir_and_down_leaves_nothing(backend);
+    a_watch_sees_the_workloads_changes_and_ends_with_the_sandbox(backend);
     run_hands_a_granted_secret_read_only_and_refuses_the_rest(backend);
     up_exec_down_cycles_leave_nothing(backend);
     the_conformance_and_escape_kits_pass_with_and_without_a_route(backend);
@@ -224,6 +225,122 @@ pub fn up_exec_down_cycles_leave_nothing(b: &Backend) {
         assert!(!err.contains("did not dispose"), "{name} cycle {i}: {err}");
         b.settles_to(&before, &format!("cycle {i}"));
     }
+}
+
+/// `cordon sandbox watch H -r` streams the workload's changes as they
+/// happen — a directory and a file made, the file changed, renamed,
+/// removed — with paths relative to the work dir, and ends (its last line
+/// says so) when the sandbox goes. The files API's own cases are the
+/// conformance kit's.
+pub fn a_watch_sees_the_workloads_changes_and_ends_with_the_sandbox(b: &Backend) {
+    use std::io::BufRead;
+    let name = b.name;
+    let c = &b.cordon;
+    let before = b.residue();
+    let scope = format!("{name}-watch");
+    let files = tempfile::tempdir().unwrap();
+    let mut up = vec!["sandbox", "up", "--scope", &scope, "--thread", "watch"];
+    let land = b.land(files.path());
+    up.extend(land.iter().map(String::as_str));
+    let (code, h, err) = c.run(&up);
+    assert_eq!(code, 0, "{name}: {err}");
+    let h = h.trim().to_string();
+    let mut watch = c
+        .command(["sandbox", "watch", &h, "--recursive"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel::<serde_json::Value>();
+    let stdout = watch.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines() {
+            let Ok(line) = line else { return };
+            let v = serde_json::from_str(&line).unwrap_or(serde_json::json!({"unparsed": line}));
+            if tx.send(v).is_err() {
+                return;
+            }
+        }
+    });
+    let mut seen: Vec<serde_json::Value> = Vec::new();
+    let mut wait_for = |want: &dyn Fn(&serde_json::Value) -> bool, within: Duration| {
+        let until = Instant::now() + within;
+        if seen.iter().any(want) {
+            return true;
+        }
+        while let Ok(v) = rx.recv_timeout(until.saturating_duration_since(Instant::now())) {
+            let hit = want(&v);
+            seen.push(v);
+            if hit {
+                return true;
+            }
+        }
+        false
+    };
+    let is = |event: &'static str, path: &str| {
+        let path = path.to_string();
+        move |v: &serde_json::Value| v["event"] == event && v["path"] == path.as_str()
+    };
+    // The watch is in place once a change made after its start is seen.
+    let mut ready = false;
+    for i in 0..40 {
+        let mark = format!("ready-{i}");
+        let (code, _, err) = c.run([
+            "sandbox",
+            "exec",
+            &h,
+            "--",
+            "/bin/sh",
+            "-c",
+            &format!(": > {mark}"),
+        ]);
+        assert_eq!(code, 0, "{name}: {err}");
+        if wait_for(&is("created", &mark), Duration::from_millis(500)) {
+            ready = true;
+            break;
+        }
+    }
+    assert!(ready, "{name}: the watch never saw a change: {seen:?}");
+    let script = "mkdir d && echo a > d/f && sleep 0.2 && echo b >> d/f && sleep 0.2 && mv d/f d/g && sleep 0.2 && rm d/g";
+    let (code, _, err) = c.run(["sandbox", "exec", &h, "--", "/bin/sh", "-c", script]);
+    assert_eq!(code, 0, "{name}: {err}");
+    let within = Duration::from_secs(20);
+    assert!(wait_for(&is("created", "d"), within), "{name}: {seen:?}");
+    assert!(
+        wait_for(
+            &|v| v["path"] == "d/f" && (v["event"] == "created" || v["event"] == "modified"),
+            within
+        ),
+        "{name}: {seen:?}"
+    );
+    assert!(
+        wait_for(
+            &|v| v["event"] == "renamed" && v["path"] == "d/f" && v["to"] == "d/g",
+            within
+        ),
+        "{name}: {seen:?}"
+    );
+    assert!(wait_for(&is("removed", "d/g"), within), "{name}: {seen:?}");
+    let (code, _, err) = c.run(["sandbox", "down", &h]);
+    assert_eq!(code, 0, "{name}: {err}");
+    assert!(
+        wait_for(&|v| v["event"] == "ended", Duration::from_secs(30)),
+        "{name}: the watch outlived its sandbox: {seen:?}"
+    );
+    let until = Instant::now() + Duration::from_secs(10);
+    while watch.try_wait().unwrap().is_none() && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let ended = watch.try_wait().unwrap();
+    if ended.is_none() {
+        let _ = watch.kill();
+    }
+    assert!(
+        ended.is_some_and(|s| s.success()),
+        "{name}: `sandbox watch` did not exit 0 after its sandbox went: {ended:?}"
+    );
+    b.settles_to(&before, "after the watch");
 }
 
 /// The conformance kit passes whole against the backend (as many cases

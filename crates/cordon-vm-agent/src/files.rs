@@ -34,6 +34,7 @@ pub(crate) struct Files {
     /// outside the work dir a write goes.
     secrets: Option<HostSecretsDir>,
     writes: HashMap<u64, Pending>,
+    pub(crate) watches: crate::watch::Watches,
 }
 
 /// A `SandboxError` as the protocol's `Error`: the kind, and the detail the
@@ -81,7 +82,12 @@ impl Files {
             dir,
             secrets,
             writes: HashMap::new(),
+            watches: Default::default(),
         }
+    }
+
+    pub(crate) fn watch_start(&self, out: &Arc<Out>, req: u64, path: &str, recursive: bool) {
+        self.watches.start(&self.dir, out, req, path, recursive);
     }
 
     pub(crate) fn write_start(

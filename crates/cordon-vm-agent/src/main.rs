@@ -31,6 +31,7 @@ mod relay;
 mod serve;
 #[cfg(target_os = "linux")]
 mod trust;
+mod watch;
 
 use crate::console::say;
 

@@ -239,6 +239,22 @@ impl Agent {
                 }
                 None
             }
+            Msg::WatchStart {
+                req,
+                path,
+                recursive,
+            } => {
+                if let Some(f) = self.files_or_refuse(req, &path) {
+                    f.watch_start(&out, req, &path, recursive);
+                }
+                None
+            }
+            Msg::WatchStop { req } => {
+                if let Some(s) = &self.sandbox {
+                    s.files.watches.stop(req);
+                }
+                None
+            }
             Msg::FilesOp { req, op, size } => {
                 if let Some(f) = self.files_or_refuse(req, "") {
                     f.files_start(&out, req, op, size);
@@ -287,6 +303,8 @@ impl Agent {
             | Msg::ListReply { .. }
             | Msg::FilesData { .. }
             | Msg::FilesEnd { .. }
+            | Msg::WatchEvent { .. }
+            | Msg::WatchEnd { .. }
             | Msg::Error { .. }
             | Msg::ConnOpen { .. } => Some(End::Malformed(format!(
                 "a `{}` frame is the guest's to send, not the host's",
@@ -458,6 +476,7 @@ impl Agent {
     fn teardown(&mut self) {
         self.execs.kill_all();
         if let Some(s) = self.sandbox.take() {
+            s.files.watches.stop_all();
             if let Some(r) = &s.relay {
                 r.stop();
             }

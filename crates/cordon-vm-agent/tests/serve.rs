@@ -320,6 +320,7 @@ fn execs_and_files_through_the_channel() {
     a_file_goes_in_and_comes_back(&mut s);
     links_are_listed_never_followed(&mut s);
     the_files_api_through_the_channel(&mut s);
+    a_watch_sees_the_workloads_changes(&mut s);
 
     // Shut down: the agent ends cleanly and leaves nothing running.
     s.send(&Msg::Shutdown {}, &[]);
@@ -737,6 +738,66 @@ fn the_files_api_through_the_channel(s: &mut Session) {
     assert_eq!(
         files_op(s, 52, FileOp::Stat { path: "api".into() }),
         Ok(FileAnswer::Stat(None))
+    );
+}
+
+/// A watch in the guest: the workload's changes come as events until the
+/// host stops it; a watch of a planted link is refused.
+fn a_watch_sees_the_workloads_changes(s: &mut Session) {
+    s.send(
+        &Msg::WatchStart {
+            req: 60,
+            path: GUEST_WORK.into(),
+            recursive: true,
+        },
+        &[],
+    );
+    // Until the watch is in place, a change would go unseen: an exec after
+    // the start frame is read after it (one reader, in order).
+    let r = s.sh(61, "mkdir -p w && echo x > w/f && mv w/f w/g");
+    assert_eq!(r.status, Some(Status::Code { code: 0 }), "{r:?}");
+    let mut seen = Vec::new();
+    while !seen
+        .iter()
+        .any(|e: &cordon_sandbox::WatchEvent| e.event == cordon_sandbox::WatchKind::Renamed)
+    {
+        let (m, _) = s.next_of(|m| {
+            matches!(
+                m,
+                Msg::WatchEvent { req: 60, .. }
+                    | Msg::WatchEnd { req: 60, .. }
+                    | Msg::Error { req: 60, .. }
+            )
+        });
+        match m {
+            Msg::WatchEvent { event, .. } => seen.push(serde_json::from_value(event).unwrap()),
+            other => panic!("the watch ended early: {other:?} after {seen:?}"),
+        }
+    }
+    let has = |kind, path: &str| seen.iter().any(|e| e.event == kind && e.path == path);
+    assert!(has(cordon_sandbox::WatchKind::Created, "w"), "{seen:?}");
+    s.send(&Msg::WatchStop { req: 60 }, &[]);
+    let (end, _) = s.next_of(|m| matches!(m, Msg::WatchEnd { req: 60, .. }));
+    assert!(matches!(end, Msg::WatchEnd { .. }), "{end:?}");
+    s.send(
+        &Msg::WatchStart {
+            req: 62,
+            path: format!("{GUEST_WORK}/sub/root"),
+            recursive: false,
+        },
+        &[],
+    );
+    let (m, _) = s.next_of(|m| {
+        matches!(
+            m,
+            Msg::WatchEvent { req: 62, .. }
+                | Msg::WatchEnd { req: 62, .. }
+                | Msg::Error { req: 62, .. }
+        )
+    });
+    assert!(
+        matches!(m, Msg::Error { .. }),
+        "a watch through a link: {m:?}"
     );
 }
 

@@ -38,7 +38,8 @@ use serde::{Deserialize, Serialize};
 /// The protocol this crate speaks: raised whenever a message is added or
 /// changed in a way the other side would refuse. 2: `Trust`. 3: `Setup`
 /// makes the plan's secrets directory, and writes go there. 4: `FilesOp`
-/// (the files API).
+/// (the files API) and the watch (`WatchStart`, `WatchEvent`, `WatchEnd`,
+/// `WatchStop`).
 pub const PROTOCOL: u32 = 4;
 
 /// What a `Ready` without `proto` means: an agent from before the protocol
@@ -63,6 +64,8 @@ pub const MAX_LIST: usize = 10_000;
 /// The largest answer to one `FilesOp` (its JSON, over all its
 /// `FilesData` frames): a 16 MiB read, base64, with room to spare.
 pub const MAX_FILES_ANSWER: u64 = 32 * 1024 * 1024;
+/// The most watches open at once; a `WatchStart` past it is refused.
+pub const MAX_WATCHES: usize = 16;
 /// The most relayed connections open at once. The guest closes one past
 /// it as it is accepted (no `ConnOpen`); a `ConnOpen` past it breaks the
 /// protocol. A connection counts from its `ConnOpen` until a `ConnClose`.
@@ -176,6 +179,23 @@ pub enum Msg {
     FilesData { req: u64 },
     /// Guest → host: the `FilesOp`'s answer is complete.
     FilesEnd { req: u64 },
+    /// Host → guest: watch the directory `path` (as the workload sees it;
+    /// beneath it too when `recursive`), at most [`MAX_WATCHES`] at once.
+    /// Answered by `WatchEvent`s while it runs, then one `WatchEnd`; or by
+    /// `Error` when it cannot start.
+    WatchStart {
+        req: u64,
+        path: String,
+        recursive: bool,
+    },
+    /// Host → guest: stop the watch `req` (answered by its `WatchEnd`).
+    WatchStop { req: u64 },
+    /// Guest → host: one event of the watch `req`, a
+    /// `cordon_sandbox::WatchEvent` as JSON.
+    WatchEvent { req: u64, event: serde_json::Value },
+    /// Guest → host: the watch `req` is over, and why; nothing names it
+    /// after this.
+    WatchEnd { req: u64, reason: String },
     /// Guest → host: the request succeeded.
     Done { req: u64 },
     /// Guest → host: `None` when nothing is at the path.
@@ -277,6 +297,10 @@ impl Msg {
             Msg::FilesOp { .. } => "files_op",
             Msg::FilesData { .. } => "files_data",
             Msg::FilesEnd { .. } => "files_end",
+            Msg::WatchStart { .. } => "watch_start",
+            Msg::WatchStop { .. } => "watch_stop",
+            Msg::WatchEvent { .. } => "watch_event",
+            Msg::WatchEnd { .. } => "watch_end",
             Msg::Done { .. } => "done",
             Msg::StatReply { .. } => "stat_reply",
             Msg::ReadData { .. } => "read_data",

@@ -39,6 +39,7 @@ pub(super) struct Routes {
     /// Each call's replies, and how many data bytes it may still get.
     pub(super) calls: HashMap<u64, (Sender<Frame>, u64)>,
     pub(super) conns: HashMap<u64, ConnSink>,
+    pub(super) watches: HashMap<u64, super::watch::WatchRoute>,
     /// Why the channel ended, once it has.
     pub(super) ended: Option<String>,
 }
@@ -73,6 +74,22 @@ fn route(
 ) -> Result<(), String> {
     let mut r = lock(routes);
     match msg {
+        // A watch that could not start.
+        Msg::Error { req, .. } if r.watches.contains_key(&req) => {
+            no_data(&data)?;
+            if let (
+                Some(w),
+                Msg::Error {
+                    kind,
+                    path,
+                    message,
+                    ..
+                },
+            ) = (r.watches.remove(&req), msg)
+            {
+                w.end(super::convert::guest_error(kind, path, message).to_string());
+            }
+        }
         Msg::Output { id, stream } => {
             let stream = match stream {
                 proto::Stream::Stdout => Stream::Stdout,
@@ -120,6 +137,18 @@ fn route(
             no_data(&data)?;
             if let Some((tx, _)) = r.calls.remove(&req) {
                 let _ = tx.send((msg, data));
+            }
+        }
+        Msg::WatchEvent { req, event } => {
+            no_data(&data)?;
+            if let Some(w) = r.watches.get(&req) {
+                w.event(event)?;
+            }
+        }
+        Msg::WatchEnd { req, reason } => {
+            no_data(&data)?;
+            if let Some(w) = r.watches.remove(&req) {
+                w.end(reason);
             }
         }
         Msg::FilesEnd { req } => {

@@ -423,6 +423,43 @@ impl Sandbox for KeptSandbox {
     fn resume(&self) -> Result<(), SandboxError> {
         self.paused(false)
     }
+    /// Asked of its keeper, whose guard decides the path with the policy it
+    /// loaded; the events come back on a pipe, until the keeper (with its
+    /// sandbox) is gone or this is dropped.
+    fn watch(
+        &self,
+        path: &str,
+        recursive: bool,
+    ) -> Result<Box<dyn cordon_sandbox::WatchSource>, SandboxError> {
+        let (read, write) =
+            rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(|e| {
+                SandboxError::Failed {
+                    operation: "watch",
+                    reason: format!("a pipe: {e}"),
+                }
+            })?;
+        let reply = self.ask(
+            &Request::Watch {
+                path: path.to_string(),
+                recursive,
+            },
+            &[write.as_fd()],
+            ("watch", Duration::from_secs(60)),
+            "the keeper hung up unanswered (a keeper of an older cordon has no watch: make the sandbox again)",
+        )?;
+        drop(write);
+        match reply {
+            Reply::Watching => Ok(Box::new(super::watch::PipeWatch::new(read))),
+            Reply::Error {
+                kind,
+                message,
+                rules,
+            } => Err(super::wire::file_error_from_wire(
+                kind, message, rules, path,
+            )),
+            other => Err(unexpected(other, "watch")),
+        }
+    }
     /// Asked of its keeper, whose guard decides each path with the policy
     /// it loaded; the operation and its answer go through a scratch file.
     fn files(

@@ -27,6 +27,7 @@ mod client;
 mod dial;
 mod serve;
 mod sweep;
+mod watch;
 pub mod wire;
 
 use std::io::{BufRead, BufReader, Write};

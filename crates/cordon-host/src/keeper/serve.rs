@@ -288,6 +288,10 @@ fn serve_sandbox(
                         Err(e) => error_to_wire(&e),
                     }
                 }
+                Request::Watch { path, recursive } => {
+                    *last.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
+                    watch_for_client(&*sandbox, &path, recursive, fds)
+                }
                 Request::Egress { allow, closed, by } => {
                     *last.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
                     egress_for_client(&*sandbox, &allow, closed, &by)
@@ -330,6 +334,54 @@ fn serve_sandbox(
             }
         });
     }
+}
+
+/// Starts a watch for a client: its events are written to the pipe it
+/// attached, one JSON line each, by a thread of their own until the watch
+/// ends (its last line says why) or the client closes its end. The
+/// keeper's exit (the sandbox disposed of) closes the pipe: the client's
+/// end of the watch.
+fn watch_for_client(
+    sandbox: &dyn Sandbox,
+    path: &str,
+    recursive: bool,
+    fds: Vec<OwnedFd>,
+) -> Reply {
+    let mut fds = fds.into_iter();
+    let (Some(pipe), None) = (fds.next(), fds.next()) else {
+        return Reply::Error {
+            kind: cordon_sandbox::ErrorKind::Invalid,
+            message: "a watch carries exactly one descriptor".into(),
+            rules: Vec::new(),
+        };
+    };
+    let mut source = match sandbox.watch(path, recursive) {
+        Ok(s) => s,
+        Err(e) => return super::wire::error_to_wire(&e),
+    };
+    std::thread::spawn(move || {
+        let mut out = std::fs::File::from(pipe);
+        loop {
+            let line = match source.next(Duration::from_millis(500)) {
+                cordon_sandbox::Next::Event(e) => serde_json::to_string(&e),
+                cordon_sandbox::Next::Quiet => {
+                    if super::watch::reader_gone(&out) {
+                        return;
+                    }
+                    continue;
+                }
+                cordon_sandbox::Next::Ended(reason) => {
+                    let _ = writeln!(out, "{}", super::watch::ended_line(&reason));
+                    return;
+                }
+            };
+            let Ok(line) = line else { continue };
+            if writeln!(out, "{line}").is_err() {
+                return;
+            }
+        }
+    });
+    Reply::Watching
 }
 
 /// Replaces the sandbox's egress allowlist for a client: the entries read

@@ -163,6 +163,15 @@ pub(crate) enum Request {
     Files {
         len: u64,
     },
+    /// Watch the directory `path` (beneath it too when `recursive`): one
+    /// descriptor attached, a pipe's writing end, where the keeper writes
+    /// the events, one JSON object a line (a `cordon_sandbox::WatchEvent`,
+    /// or `{"event": "ended", "reason"}` last), until the watch ends or the
+    /// client closes its end; answered [`Reply::Watching`] first.
+    Watch {
+        path: String,
+        recursive: bool,
+    },
     /// Save every process of the sandbox with its memory into `into` (a
     /// directory the client made, empty, root's), ending them there:
     /// answered [`Reply::Checkpointed`].
@@ -270,6 +279,8 @@ pub(crate) enum Reply {
     Files {
         len: u64,
     },
+    /// The watch runs: its events come on the attached pipe.
+    Watching,
     /// `processes` were saved.
     Checkpointed {
         processes: u32,

@@ -1,0 +1,374 @@
+//! Watch beneath a confined directory ([`cordon_sandbox::watch`]): inotify
+//! on the directories themselves, each opened beneath the root from
+//! descriptors with no link followed (`openat2`), and watched through its
+//! descriptor (`/proc/self/fd/N`), so a directory swapped for a link
+//! after it was opened is still the one watched and nothing outside is
+//! ever added. A new directory in a recursive watch is opened and watched
+//! the same way, and what it already holds is reported as created (the
+//! race between its creation and its watch).
+//!
+//! Events for one path within [`COALESCE`] are one event; at most
+//! [`MAX_PENDING`] wait for the reader, past it (or when the kernel's
+//! queue overflows) they give way to one `overflow`.
+
+use std::collections::{HashMap, VecDeque};
+use std::mem::MaybeUninit;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use rustix::fs::inotify::{self, CreateFlags, ReadFlags, WatchFlags};
+use rustix::io::Errno;
+
+use cordon_sandbox::watch::{COALESCE, MAX_PENDING, MAX_WATCHED_DIRS};
+use cordon_sandbox::{Next, WatchEvent, WatchKind, WatchSource};
+
+use crate::api::{join, names, open_child, open_dir};
+use crate::confined::{classify, ConfinedDir, ConfinedError};
+
+/// One watch beneath a directory.
+pub struct Watcher {
+    root: ConfinedDir,
+    inotify: OwnedFd,
+    /// Watch descriptor → the directory's path relative to the root.
+    dirs: HashMap<i32, String>,
+    /// The watched directory's own descriptor.
+    top: i32,
+    recursive: bool,
+    /// Gathering: (path, event), in the order first seen.
+    pending: Vec<WatchEvent>,
+    since: Option<Instant>,
+    ready: VecDeque<WatchEvent>,
+    /// A `moved_from` waiting for its `moved_to` (cookie, event).
+    moved: Option<(u32, WatchEvent)>,
+    overflowed: bool,
+    ended: Option<String>,
+    buf: Vec<MaybeUninit<u8>>,
+}
+
+fn mask() -> WatchFlags {
+    WatchFlags::CREATE
+        | WatchFlags::MODIFY
+        | WatchFlags::CLOSE_WRITE
+        | WatchFlags::DELETE
+        | WatchFlags::MOVED_FROM
+        | WatchFlags::MOVED_TO
+        | WatchFlags::DELETE_SELF
+        | WatchFlags::MOVE_SELF
+        | WatchFlags::ONLYDIR
+        | WatchFlags::EXCL_UNLINK
+}
+
+impl Watcher {
+    /// Watches `rel` beneath `root` (`""`: the root itself), and every
+    /// directory beneath it when `recursive`.
+    pub fn open(root: &Path, rel: &str, recursive: bool) -> Result<Watcher, ConfinedError> {
+        let at = ConfinedDir::open_no_links(root)?;
+        let rel = rel.trim_matches('/').to_string();
+        let fd = open_dir(&at, &rel)?;
+        let inotify = inotify::init(CreateFlags::CLOEXEC | CreateFlags::NONBLOCK)
+            .map_err(|e| classify(e, &rel, "watch"))?;
+        let mut w = Watcher {
+            root: at,
+            inotify,
+            dirs: HashMap::new(),
+            top: -1,
+            recursive,
+            pending: Vec::new(),
+            since: None,
+            ready: VecDeque::new(),
+            moved: None,
+            overflowed: false,
+            ended: None,
+            buf: vec![MaybeUninit::uninit(); 64 << 10],
+        };
+        w.top = w.add(&fd, &rel)?;
+        if recursive {
+            w.add_beneath(&fd, &rel, false);
+        }
+        Ok(w)
+    }
+
+    fn add(&mut self, fd: &OwnedFd, rel: &str) -> Result<i32, ConfinedError> {
+        if self.dirs.len() >= MAX_WATCHED_DIRS {
+            self.overflow();
+            return Err(ConfinedError::Io {
+                path: rel.to_string(),
+                operation: "watch",
+                reason: format!("more than {MAX_WATCHED_DIRS} directories"),
+            });
+        }
+        let via = format!("/proc/self/fd/{}", fd.as_raw_fd());
+        let wd = inotify::add_watch(&self.inotify, via.as_str(), mask())
+            .map_err(|e| classify(e, rel, "watch"))?;
+        self.dirs.insert(wd, rel.to_string());
+        Ok(wd)
+    }
+
+    /// Watches every directory beneath `fd` (at `rel`); with `report`, each
+    /// entry found is a creation (a directory made before its watch).
+    fn add_beneath(&mut self, fd: &OwnedFd, rel: &str, report: bool) {
+        let mut stack = vec![(rustix::io::dup(fd), rel.to_string())];
+        while let Some((Ok(dir), at)) = stack.pop() {
+            let Ok(entries) = names(&dir, &at) else {
+                continue;
+            };
+            for name in entries {
+                let path = join(&at, &name);
+                let child = open_child(&dir, &name, &path);
+                if report {
+                    self.gather(WatchEvent {
+                        event: WatchKind::Created,
+                        path: path.clone(),
+                        to: None,
+                        dir: child.is_ok(),
+                    });
+                }
+                // A link, a file: not a directory to watch.
+                let Ok(child) = child else { continue };
+                if self.add(&child, &path).is_err() {
+                    return;
+                }
+                stack.push((Ok(child), path));
+            }
+        }
+    }
+
+    /// What is gathered gives way to one `overflow`; events are taken
+    /// again once the window it opens has passed.
+    fn overflow(&mut self) {
+        if !self.overflowed {
+            self.pending.clear();
+            self.ready.push_back(WatchEvent::overflow());
+            self.overflowed = true;
+        }
+        self.since.get_or_insert_with(Instant::now);
+    }
+
+    /// One event into the gathering, merged with one for the same path.
+    fn gather(&mut self, e: WatchEvent) {
+        if self.overflowed {
+            return;
+        }
+        if e.event != WatchKind::Renamed {
+            if let Some(p) = self
+                .pending
+                .iter_mut()
+                .rev()
+                .find(|p| p.path == e.path && p.event != WatchKind::Renamed)
+            {
+                p.event = match (p.event, e.event) {
+                    (WatchKind::Created, WatchKind::Modified) => WatchKind::Created,
+                    (WatchKind::Removed, WatchKind::Created) => WatchKind::Modified,
+                    (_, k) => k,
+                };
+                p.dir |= e.dir;
+                return;
+            }
+        }
+        if self.pending.len() + self.ready.len() >= MAX_PENDING {
+            return self.overflow();
+        }
+        self.since.get_or_insert_with(Instant::now);
+        self.pending.push(e);
+    }
+
+    /// Reads what the kernel has (without waiting) into the gathering.
+    fn drain(&mut self) {
+        let mut found = Vec::new();
+        {
+            let mut reader = inotify::Reader::new(&self.inotify, &mut self.buf);
+            loop {
+                match reader.next() {
+                    Ok(ev) => found.push((
+                        ev.wd(),
+                        ev.events(),
+                        ev.cookie(),
+                        ev.file_name()
+                            .map(|n| n.to_string_lossy().into_owned())
+                            .unwrap_or_default(),
+                    )),
+                    Err(Errno::AGAIN) => break,
+                    Err(Errno::INTR) => continue,
+                    Err(e) => {
+                        self.ended = Some(format!("the watch failed: {e}"));
+                        break;
+                    }
+                }
+            }
+        }
+        for (wd, flags, cookie, name) in found {
+            self.one(wd, flags, cookie, name);
+        }
+        // A move out of the watched tree: its `moved_to` never comes.
+        if let Some((_, e)) = self.moved.take() {
+            self.moved_out(e);
+        }
+    }
+
+    fn one(&mut self, wd: i32, flags: ReadFlags, cookie: u32, name: String) {
+        if flags.contains(ReadFlags::QUEUE_OVERFLOW) {
+            return self.overflow();
+        }
+        if flags.contains(ReadFlags::IGNORED) {
+            self.dirs.remove(&wd);
+            if wd == self.top {
+                self.ended
+                    .get_or_insert_with(|| "the watched directory is gone".into());
+            }
+            return;
+        }
+        let Some(at) = self.dirs.get(&wd).cloned() else {
+            return;
+        };
+        if flags.intersects(ReadFlags::DELETE_SELF | ReadFlags::MOVE_SELF) {
+            if wd == self.top {
+                self.ended
+                    .get_or_insert_with(|| "the watched directory was removed or moved".into());
+            }
+            return;
+        }
+        let dir = flags.contains(ReadFlags::ISDIR);
+        let path = join(&at, &name);
+        let event = |event| WatchEvent {
+            event,
+            path: path.clone(),
+            to: None,
+            dir,
+        };
+        if let Some((c, from)) = self.moved.take() {
+            if !(flags.contains(ReadFlags::MOVED_TO) && c == cookie) {
+                self.moved_out(from);
+            } else {
+                if dir && self.recursive {
+                    self.moved_dirs(&from.path, Some(&path));
+                }
+                self.gather(WatchEvent {
+                    event: WatchKind::Renamed,
+                    path: from.path,
+                    to: Some(path.clone()),
+                    dir,
+                });
+                return;
+            }
+        }
+        if flags.contains(ReadFlags::MOVED_FROM) {
+            self.moved = Some((cookie, event(WatchKind::Removed)));
+        } else if flags.intersects(ReadFlags::CREATE | ReadFlags::MOVED_TO) {
+            self.gather(event(WatchKind::Created));
+            if dir && self.recursive {
+                self.watch_new(&path);
+            }
+        } else if flags.contains(ReadFlags::DELETE) {
+            self.gather(event(WatchKind::Removed));
+        } else if flags.intersects(ReadFlags::MODIFY | ReadFlags::CLOSE_WRITE) {
+            self.gather(event(WatchKind::Modified));
+        }
+    }
+
+    /// What moved out of the tree is removed, and a directory's watches
+    /// beneath it go with it.
+    fn moved_out(&mut self, mut e: WatchEvent) {
+        e.event = WatchKind::Removed;
+        if e.dir && self.recursive {
+            self.moved_dirs(&e.path, None);
+        }
+        self.gather(e);
+    }
+
+    /// The watches at or beneath the directory `from`, renamed to `to`
+    /// (their descriptors stay: the kernel watches inodes), or dropped.
+    fn moved_dirs(&mut self, from: &str, to: Option<&str>) {
+        let beneath =
+            |p: &str| p == from || p.strip_prefix(from).is_some_and(|r| r.starts_with('/'));
+        let hit: Vec<i32> = self
+            .dirs
+            .iter()
+            .filter(|(_, p)| beneath(p))
+            .map(|(w, _)| *w)
+            .collect();
+        for wd in hit {
+            match to {
+                Some(to) => {
+                    if let Some(p) = self.dirs.get_mut(&wd) {
+                        *p = format!("{to}{}", &p[from.len()..]);
+                    }
+                }
+                None => {
+                    self.dirs.remove(&wd);
+                    let _ = inotify::remove_watch(&self.inotify, wd);
+                }
+            }
+        }
+    }
+
+    /// Watches a directory made in (or moved into) a watched one, and
+    /// reports what it already holds.
+    fn watch_new(&mut self, path: &str) {
+        let Ok(fd) = open_dir(&self.root, path) else {
+            // Gone already, or a link put in its place: nothing to watch.
+            return;
+        };
+        if self.add(&fd, path).is_ok() {
+            self.add_beneath(&fd, path, true);
+        }
+    }
+
+    fn flush(&mut self) {
+        if let Some(t) = self.since {
+            if t.elapsed() >= COALESCE {
+                self.ready.extend(self.pending.drain(..));
+                self.since = None;
+                self.overflowed = false;
+            }
+        }
+    }
+}
+
+impl WatchSource for Watcher {
+    fn next(&mut self, wait: Duration) -> Next {
+        let deadline = Instant::now() + wait;
+        loop {
+            if let Some(e) = self.ready.pop_front() {
+                return Next::Event(e);
+            }
+            if let Some(why) = &self.ended {
+                if self.pending.is_empty() {
+                    return Next::Ended(why.clone());
+                }
+                self.ready.extend(self.pending.drain(..));
+                continue;
+            }
+            self.flush();
+            if !self.ready.is_empty() {
+                continue;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Next::Quiet;
+            }
+            let mut until = deadline - now;
+            if let Some(t) = self.since {
+                until = until.min((t + COALESCE).saturating_duration_since(now));
+            }
+            let mut fds = [rustix::event::PollFd::new(
+                &self.inotify,
+                rustix::event::PollFlags::IN,
+            )];
+            let ts = rustix::time::Timespec::try_from(until).unwrap_or(rustix::time::Timespec {
+                tv_sec: 1,
+                tv_nsec: 0,
+            });
+            match rustix::event::poll(&mut fds, Some(&ts)) {
+                Ok(_) | Err(Errno::INTR) => self.drain(),
+                Err(e) => self.ended = Some(format!("the watch failed: {e}")),
+            }
+        }
+    }
+}
+
+impl AsFd for Watcher {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.inotify.as_fd()
+    }
+}
