@@ -220,63 +220,15 @@ impl Agent {
                 self.execs.kill(id);
                 None
             }
-            Msg::WriteStart {
-                req,
-                path,
-                mode,
-                size,
-            } => {
-                // Refused: the host's `write_data` frames for `req` that
-                // follow are dropped, as nothing is pending for it.
-                if let Some(f) = self.files_or_refuse(req, &path) {
-                    f.write_start(&out, req, path, mode, size);
-                }
-                None
-            }
-            Msg::WriteData { req } => {
-                if let Some(s) = &mut self.sandbox {
-                    s.files.write_data(&self.out, req, data);
-                }
-                None
-            }
-            Msg::WatchStart {
-                req,
-                path,
-                recursive,
-            } => {
-                if let Some(f) = self.files_or_refuse(req, &path) {
-                    f.watch_start(&out, req, &path, recursive);
-                }
-                None
-            }
-            Msg::WatchStop { req } => {
-                if let Some(s) = &self.sandbox {
-                    s.files.watches.stop(req);
-                }
-                None
-            }
-            Msg::FilesOp { req, op, size } => {
-                if let Some(f) = self.files_or_refuse(req, "") {
-                    f.files_start(&out, req, op, size);
-                }
-                None
-            }
-            Msg::Stat { req, path } => {
-                if let Some(f) = self.files_or_refuse(req, &path) {
-                    f.stat(&out, req, &path);
-                }
-                None
-            }
-            Msg::Read { req, path, max } => {
-                if let Some(f) = self.files_or_refuse(req, &path) {
-                    f.read(out, req, path, max);
-                }
-                None
-            }
-            Msg::List { req, path } => {
-                if let Some(f) = self.files_or_refuse(req, &path) {
-                    f.list(&out, req, &path);
-                }
+            Msg::WriteStart { .. }
+            | Msg::WriteData { .. }
+            | Msg::Stat { .. }
+            | Msg::Read { .. }
+            | Msg::List { .. }
+            | Msg::FilesOp { .. }
+            | Msg::WatchStart { .. }
+            | Msg::WatchStop { .. } => {
+                self.files_msg(msg, data);
                 None
             }
             Msg::ConnData { conn } => {
@@ -310,6 +262,65 @@ impl Agent {
                 "a `{}` frame is the guest's to send, not the host's",
                 msg.kind()
             ))),
+        }
+    }
+
+    /// A files frame: writes in, stat, read, list, the files API, watches.
+    fn files_msg(&mut self, msg: Msg, data: Vec<u8>) {
+        let out = self.out.clone();
+        match msg {
+            Msg::WriteStart {
+                req,
+                path,
+                mode,
+                size,
+            } => {
+                // Refused: the host's `write_data` frames for `req` that
+                // follow are dropped, as nothing is pending for it.
+                if let Some(f) = self.files_or_refuse(req, &path) {
+                    f.write_start(&out, req, path, mode, size);
+                }
+            }
+            Msg::WriteData { req } => {
+                if let Some(s) = &mut self.sandbox {
+                    s.files.write_data(&self.out, req, data);
+                }
+            }
+            Msg::WatchStart {
+                req,
+                path,
+                recursive,
+            } => {
+                if let Some(f) = self.files_or_refuse(req, &path) {
+                    f.watch_start(&out, req, &path, recursive);
+                }
+            }
+            Msg::WatchStop { req } => {
+                if let Some(s) = &self.sandbox {
+                    s.files.watches.stop(req);
+                }
+            }
+            Msg::FilesOp { req, op, size } => {
+                if let Some(f) = self.files_or_refuse(req, "") {
+                    f.files_start(&out, req, op, size);
+                }
+            }
+            Msg::Stat { req, path } => {
+                if let Some(f) = self.files_or_refuse(req, &path) {
+                    f.stat(&out, req, &path);
+                }
+            }
+            Msg::Read { req, path, max } => {
+                if let Some(f) = self.files_or_refuse(req, &path) {
+                    f.read(out, req, path, max);
+                }
+            }
+            Msg::List { req, path } => {
+                if let Some(f) = self.files_or_refuse(req, &path) {
+                    f.list(&out, req, &path);
+                }
+            }
+            _ => {}
         }
     }
 

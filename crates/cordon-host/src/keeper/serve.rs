@@ -271,22 +271,14 @@ fn serve_sandbox(
                 }
                 Request::Pause { paused } => {
                     *last.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
-                    let done = if paused {
-                        sandbox.pause()
-                    } else {
-                        sandbox.resume()
-                    };
-                    match done {
-                        Ok(()) => Reply::Paused { paused },
-                        Err(e) => error_to_wire(&e),
-                    }
+                    pause_for_client(&*sandbox, paused)
                 }
                 Request::Checkpoint { into } => {
                     *last.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
-                    match sandbox.checkpoint(&into) {
-                        Ok(processes) => Reply::Checkpointed { processes },
-                        Err(e) => error_to_wire(&e),
-                    }
+                    sandbox.checkpoint(&into).map_or_else(
+                        |e| error_to_wire(&e),
+                        |processes| Reply::Checkpointed { processes },
+                    )
                 }
                 Request::Watch { path, recursive } => {
                     *last.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
@@ -333,6 +325,19 @@ fn serve_sandbox(
                 let _ = rustix::io::write(&*wake, b"x");
             }
         });
+    }
+}
+
+/// Freezes (`true`) or thaws the sandbox for a client.
+fn pause_for_client(sandbox: &dyn Sandbox, paused: bool) -> Reply {
+    let done = if paused {
+        sandbox.pause()
+    } else {
+        sandbox.resume()
+    };
+    match done {
+        Ok(()) => Reply::Paused { paused },
+        Err(e) => super::wire::error_to_wire(&e),
     }
 }
 

@@ -58,6 +58,36 @@ fn refused(got: Result<FileAnswer, SandboxError>, what: &str) -> Result<String, 
     }
 }
 
+/// Where a probe plants: its directory in the work dir, its directory
+/// outside, the outside file.
+struct Layout {
+    name: &'static str,
+    dir: String,
+    out: String,
+    secret: String,
+}
+
+/// The outside file, a link to it and a link to its directory, in the
+/// probe's directory; the file checked to be there.
+fn planted(s: &dyn ConformanceSubject, l: &Layout) -> Result<(), String> {
+    let (dir, out, secret) = (&l.dir, &l.out, &l.secret);
+    plant("the outside file", s.plant_file(secret, SECRET))?;
+    plant("a link to it", s.plant_link(&format!("{dir}/link"), secret))?;
+    plant(
+        "a link to its directory",
+        s.plant_link(&format!("{dir}/sub"), &format!("{out}/dir")),
+    )?;
+    let seen = s
+        .read_back(secret)
+        .map_err(|e| format!("could not plant its layout: reading the outside file back: {e}"))?;
+    if seen.as_deref() != Some(SECRET) {
+        return Err(format!(
+            "could not plant its layout: the outside file `{secret}` is not there"
+        ));
+    }
+    Ok(())
+}
+
 pub(super) fn files_api_probe(
     name: &'static str,
     s: &dyn ConformanceSubject,
@@ -69,216 +99,222 @@ pub(super) fn files_api_probe(
         s.remove(&dir).and(s.remove(&out)),
     )?;
     let secret = format!("{out}/dir/secret");
-    let planted = || -> Result<(), String> {
-        plant("the outside file", s.plant_file(&secret, SECRET))?;
-        plant(
-            "a link to it",
-            s.plant_link(&format!("{dir}/link"), &secret),
-        )?;
-        plant(
-            "a link to its directory",
-            s.plant_link(&format!("{dir}/sub"), &format!("{out}/dir")),
-        )?;
-        let seen = s.read_back(&secret).map_err(|e| {
-            format!("could not plant its layout: reading the outside file back: {e}")
-        })?;
-        if seen.as_deref() != Some(SECRET) {
-            return Err(format!(
-                "could not plant its layout: the outside file `{secret}` is not there"
-            ));
-        }
-        Ok(())
+    let l = Layout {
+        name,
+        dir,
+        out,
+        secret,
     };
     match name {
-        "files-api-operations" => {
-            plant("the probe's directory", s.plant_dir(&dir))?;
-            operations(s, &dir)
-        }
-        "files-api-read-through-link" => {
-            planted()?;
-            let a = refused(
-                op(s, read(&format!("{dir}/link"), 4096)),
-                "a read of the link",
-            )?;
-            let b = refused(
-                op(s, read(&format!("{dir}/sub/secret"), 4096)),
-                "a read beneath the linked directory",
-            )?;
-            Ok(format!("refused: {a}; {b}"))
-        }
-        "files-api-list-through-link" => {
-            planted()?;
-            let listed = op(
-                s,
-                FileOp::List {
-                    path: dir.clone(),
-                    depth: 4,
-                },
-            )
-            .map_err(|e| format!("the probe's own directory could not be listed: {e}"))?;
-            let FileAnswer::Listing { entries, .. } = listed else {
-                return Err(format!("a listing answered {listed:?}"));
-            };
-            let rel = format!("cordon-probe-{name}/");
-            let names: Vec<&str> = entries
-                .iter()
-                .filter_map(|e| e.path.strip_prefix(&rel))
-                .collect();
-            if names.iter().any(|n| n.starts_with("sub/")) {
-                return Err(format!(
-                    "the listing went through the linked directory: {names:?}"
-                ));
-            }
-            let kind_of = |n: &str| {
-                entries
-                    .iter()
-                    .find(|e| e.path.strip_prefix(&rel) == Some(n))
-                    .map(|e| e.kind)
-            };
-            if kind_of("sub") != Some(FileKind::Symlink)
-                || kind_of("link") != Some(FileKind::Symlink)
-            {
-                return Err(format!("the links are not listed as links: {entries:?}"));
-            }
-            let b = refused(
-                op(
-                    s,
-                    FileOp::List {
-                        path: format!("{dir}/sub"),
-                        depth: 0,
-                    },
-                ),
-                "a listing of the linked directory",
-            )?;
-            Ok(format!("the links listed as links, not followed; {b}"))
-        }
-        "files-api-write-through-link" => {
-            planted()?;
-            for how in [WriteHow::Truncate, WriteHow::Append, WriteHow::Create] {
-                let _ = op(s, write(&format!("{dir}/link"), how));
-                unchanged(s, &secret, Some(SECRET), &format!("a {how:?} write"))?;
-                plant(
-                    "the link again",
-                    s.plant_link(&format!("{dir}/link"), &secret),
-                )?;
-                let _ = op(s, write(&format!("{dir}/sub/new-{how:?}"), how));
-                unchanged(
-                    s,
-                    &format!("{out}/dir/new-{how:?}"),
-                    None,
-                    &format!("a {how:?} write beneath the linked directory"),
-                )?;
-            }
-            let _ = op(
-                s,
-                FileOp::Mkdir {
-                    path: format!("{dir}/sub/made"),
-                },
-            );
-            unchanged(
-                s,
-                &format!("{out}/dir/made"),
-                None,
-                "a mkdir beneath the linked directory",
-            )?;
-            Ok("nothing outside written or made".into())
-        }
-        "files-api-remove-through-link" => {
-            planted()?;
-            let _ = op(
-                s,
-                FileOp::Remove {
-                    path: format!("{dir}/sub/secret"),
-                    recursive: false,
-                },
-            );
-            unchanged(
-                s,
-                &secret,
-                Some(SECRET),
-                "a removal beneath the linked directory",
-            )?;
-            for path in ["link", "sub"] {
-                let got = op(
-                    s,
-                    FileOp::Remove {
-                        path: format!("{dir}/{path}"),
-                        recursive: true,
-                    },
-                );
-                unchanged(
-                    s,
-                    &secret,
-                    Some(SECRET),
-                    &format!("removing the link `{path}`"),
-                )?;
-                if got != Ok(FileAnswer::Done(true)) {
-                    return Err(format!("the link `{path}` itself was not removed: {got:?}"));
-                }
-            }
-            Ok("the links removed, what they name left".into())
-        }
-        "files-api-rename-through-link" => {
-            planted()?;
-            let _ = op(
-                s,
-                FileOp::Rename {
-                    from: format!("{dir}/sub/secret"),
-                    to: format!("{dir}/stolen"),
-                },
-            );
-            unchanged(
-                s,
-                &secret,
-                Some(SECRET),
-                "a rename from beneath the linked directory",
-            )?;
-            if let Ok(Some(b)) = s.read_back(&format!("{dir}/stolen")) {
-                if b == SECRET {
-                    return Err("a rename moved the file outside into the work dir".into());
-                }
-            }
-            plant(
-                "a file to move",
-                s.plant_file(&format!("{dir}/mine"), b"mine\n"),
-            )?;
-            let _ = op(
-                s,
-                FileOp::Rename {
-                    from: format!("{dir}/mine"),
-                    to: format!("{dir}/sub/mine"),
-                },
-            );
-            unchanged(
-                s,
-                &format!("{out}/dir/mine"),
-                None,
-                "a rename into the linked directory",
-            )?;
-            Ok("nothing moved across the links".into())
-        }
-        "files-api-read-bounded" => {
-            plant("a file", s.plant_file(&format!("{dir}/big"), &[b'x'; 4096]))?;
-            let got = op(
-                s,
-                FileOp::Read {
-                    path: format!("{dir}/big"),
-                    offset: 100,
-                    len: 10,
-                },
-            );
-            match got {
-                Ok(FileAnswer::Read { data, size: 4096 }) if data.len() == 10 => {}
-                other => return Err(format!("a 10-byte read at 100 of 4096 answered {other:?}")),
-            }
-            plant("a FIFO", s.plant_fifo(&format!("{dir}/fifo")))?;
-            let f = refused(op(s, read(&format!("{dir}/fifo"), 10)), "a read of a FIFO")?;
-            Ok(format!(
-                "bounded to its length; the FIFO refused without hanging: {f}"
-            ))
-        }
+        "files-api-operations" => operations_probe(s, &l),
+        "files-api-read-through-link" => read_through_link(s, &l),
+        "files-api-list-through-link" => list_through_link(s, &l),
+        "files-api-write-through-link" => write_through_link(s, &l),
+        "files-api-remove-through-link" => remove_through_link(s, &l),
+        "files-api-rename-through-link" => rename_through_link(s, &l),
+        "files-api-read-bounded" => read_bounded(s, &l.dir),
         other => Err(format!("unknown probe `{other}`")),
     }
+}
+
+fn operations_probe(s: &dyn ConformanceSubject, l: &Layout) -> Result<String, String> {
+    let dir = &l.dir;
+    plant("the probe's directory", s.plant_dir(dir))?;
+    operations(s, dir)
+}
+
+fn read_through_link(s: &dyn ConformanceSubject, l: &Layout) -> Result<String, String> {
+    let dir = &l.dir;
+    planted(s, l)?;
+    let a = refused(
+        op(s, read(&format!("{dir}/link"), 4096)),
+        "a read of the link",
+    )?;
+    let b = refused(
+        op(s, read(&format!("{dir}/sub/secret"), 4096)),
+        "a read beneath the linked directory",
+    )?;
+    Ok(format!("refused: {a}; {b}"))
+}
+
+fn list_through_link(s: &dyn ConformanceSubject, l: &Layout) -> Result<String, String> {
+    let (dir, name) = (&l.dir, l.name);
+    planted(s, l)?;
+    let listed = op(
+        s,
+        FileOp::List {
+            path: dir.clone(),
+            depth: 4,
+        },
+    )
+    .map_err(|e| format!("the probe's own directory could not be listed: {e}"))?;
+    let FileAnswer::Listing { entries, .. } = listed else {
+        return Err(format!("a listing answered {listed:?}"));
+    };
+    let rel = format!("cordon-probe-{name}/");
+    let names: Vec<&str> = entries
+        .iter()
+        .filter_map(|e| e.path.strip_prefix(&rel))
+        .collect();
+    if names.iter().any(|n| n.starts_with("sub/")) {
+        return Err(format!(
+            "the listing went through the linked directory: {names:?}"
+        ));
+    }
+    let kind_of = |n: &str| {
+        entries
+            .iter()
+            .find(|e| e.path.strip_prefix(&rel) == Some(n))
+            .map(|e| e.kind)
+    };
+    if kind_of("sub") != Some(FileKind::Symlink) || kind_of("link") != Some(FileKind::Symlink) {
+        return Err(format!("the links are not listed as links: {entries:?}"));
+    }
+    let b = refused(
+        op(
+            s,
+            FileOp::List {
+                path: format!("{dir}/sub"),
+                depth: 0,
+            },
+        ),
+        "a listing of the linked directory",
+    )?;
+    Ok(format!("the links listed as links, not followed; {b}"))
+}
+
+fn write_through_link(s: &dyn ConformanceSubject, l: &Layout) -> Result<String, String> {
+    let (dir, out, secret) = (&l.dir, &l.out, &l.secret);
+    planted(s, l)?;
+    for how in [WriteHow::Truncate, WriteHow::Append, WriteHow::Create] {
+        let _ = op(s, write(&format!("{dir}/link"), how));
+        unchanged(s, secret, Some(SECRET), &format!("a {how:?} write"))?;
+        plant(
+            "the link again",
+            s.plant_link(&format!("{dir}/link"), secret),
+        )?;
+        let _ = op(s, write(&format!("{dir}/sub/new-{how:?}"), how));
+        unchanged(
+            s,
+            &format!("{out}/dir/new-{how:?}"),
+            None,
+            &format!("a {how:?} write beneath the linked directory"),
+        )?;
+    }
+    let _ = op(
+        s,
+        FileOp::Mkdir {
+            path: format!("{dir}/sub/made"),
+        },
+    );
+    unchanged(
+        s,
+        &format!("{out}/dir/made"),
+        None,
+        "a mkdir beneath the linked directory",
+    )?;
+    Ok("nothing outside written or made".into())
+}
+
+fn remove_through_link(s: &dyn ConformanceSubject, l: &Layout) -> Result<String, String> {
+    let (dir, secret) = (&l.dir, &l.secret);
+    planted(s, l)?;
+    let _ = op(
+        s,
+        FileOp::Remove {
+            path: format!("{dir}/sub/secret"),
+            recursive: false,
+        },
+    );
+    unchanged(
+        s,
+        secret,
+        Some(SECRET),
+        "a removal beneath the linked directory",
+    )?;
+    for path in ["link", "sub"] {
+        let got = op(
+            s,
+            FileOp::Remove {
+                path: format!("{dir}/{path}"),
+                recursive: true,
+            },
+        );
+        unchanged(
+            s,
+            secret,
+            Some(SECRET),
+            &format!("removing the link `{path}`"),
+        )?;
+        if got != Ok(FileAnswer::Done(true)) {
+            return Err(format!("the link `{path}` itself was not removed: {got:?}"));
+        }
+    }
+    Ok("the links removed, what they name left".into())
+}
+
+fn rename_through_link(s: &dyn ConformanceSubject, l: &Layout) -> Result<String, String> {
+    let (dir, out, secret) = (&l.dir, &l.out, &l.secret);
+    planted(s, l)?;
+    let _ = op(
+        s,
+        FileOp::Rename {
+            from: format!("{dir}/sub/secret"),
+            to: format!("{dir}/stolen"),
+        },
+    );
+    unchanged(
+        s,
+        secret,
+        Some(SECRET),
+        "a rename from beneath the linked directory",
+    )?;
+    if let Ok(Some(b)) = s.read_back(&format!("{dir}/stolen")) {
+        if b == SECRET {
+            return Err("a rename moved the file outside into the work dir".into());
+        }
+    }
+    plant(
+        "a file to move",
+        s.plant_file(&format!("{dir}/mine"), b"mine\n"),
+    )?;
+    let _ = op(
+        s,
+        FileOp::Rename {
+            from: format!("{dir}/mine"),
+            to: format!("{dir}/sub/mine"),
+        },
+    );
+    unchanged(
+        s,
+        &format!("{out}/dir/mine"),
+        None,
+        "a rename into the linked directory",
+    )?;
+    Ok("nothing moved across the links".into())
+}
+
+/// A ranged read returns its length, no more; a FIFO is refused, not
+/// opened to hang.
+fn read_bounded(s: &dyn ConformanceSubject, dir: &str) -> Result<String, String> {
+    plant("a file", s.plant_file(&format!("{dir}/big"), &[b'x'; 4096]))?;
+    let got = op(
+        s,
+        FileOp::Read {
+            path: format!("{dir}/big"),
+            offset: 100,
+            len: 10,
+        },
+    );
+    match got {
+        Ok(FileAnswer::Read { data, size: 4096 }) if data.len() == 10 => {}
+        other => return Err(format!("a 10-byte read at 100 of 4096 answered {other:?}")),
+    }
+    plant("a FIFO", s.plant_fifo(&format!("{dir}/fifo")))?;
+    let f = refused(op(s, read(&format!("{dir}/fifo"), 10)), "a read of a FIFO")?;
+    Ok(format!(
+        "bounded to its length; the FIFO refused without hanging: {f}"
+    ))
 }
 
 /// Every operation does what it says, in a directory of the probe's own.
