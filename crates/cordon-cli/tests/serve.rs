@@ -803,6 +803,108 @@ fn the_files_api_over_http() {
     assert_eq!(status, 400, "an unknown field: {out}");
 }
 
+/// A watch over HTTP: the workload's changes as NDJSON lines while the
+/// request is open, `ended` when the sandbox goes; another credential's
+/// watch is the `404` of a missing sandbox.
+#[test]
+fn a_watch_over_http_streams_changes_and_ends_with_the_sandbox() {
+    if !root() {
+        return;
+    }
+    use std::io::{BufRead, Write};
+    let dir = tempfile::tempdir().expect("dir");
+    let server = start(&config(dir.path(), &good_config()));
+    let a = Some("token-a");
+    let (status, out) = post(
+        &server.addr,
+        "/v1/sandboxes",
+        a,
+        serde_json::json!({"thread": "w"}),
+    );
+    assert_eq!(status, 200, "{out}");
+    let (status, _) = post(
+        &server.addr,
+        "/v1/sandboxes/files/watch",
+        Some("token-b"),
+        serde_json::json!({"thread": "w"}),
+    );
+    assert_eq!(status, 404);
+    let body = serde_json::json!({"thread": "w", "recursive": true}).to_string();
+    let mut conn = std::net::TcpStream::connect(&server.addr).expect("connect");
+    write!(
+        conn,
+        "POST /v1/sandboxes/files/watch HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer token-a\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        server.addr,
+        body.len()
+    )
+    .expect("send");
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    let reader = conn.try_clone().expect("clone");
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(reader).lines() {
+            let Ok(line) = line else { return };
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    let mut seen = Vec::new();
+    let mut saw = |want: &str, within: std::time::Duration| {
+        let until = std::time::Instant::now() + within;
+        if seen.iter().any(|l: &String| l.contains(want)) {
+            return true;
+        }
+        while let Ok(l) =
+            rx.recv_timeout(until.saturating_duration_since(std::time::Instant::now()))
+        {
+            let hit = l.contains(want);
+            seen.push(l);
+            if hit {
+                return true;
+            }
+        }
+        false
+    };
+    let mut ready = false;
+    for i in 0..40 {
+        let (status, _) = post(
+            &server.addr,
+            "/v1/sandboxes/exec",
+            a,
+            serde_json::json!({"thread": "w", "argv": ["sh", "-c", format!(": > ready-{i}")]}),
+        );
+        assert_eq!(status, 200);
+        if saw(
+            &format!("\"path\":\"ready-{i}\""),
+            std::time::Duration::from_millis(500),
+        ) {
+            ready = true;
+            break;
+        }
+    }
+    assert!(ready, "no event: {seen:?}");
+    let (status, _) = post(
+        &server.addr,
+        "/v1/sandboxes/exec",
+        a,
+        serde_json::json!({"thread": "w", "argv": ["sh", "-c", "mkdir d && echo x > d/f && mv d/f d/g"]}),
+    );
+    assert_eq!(status, 200);
+    let ten = std::time::Duration::from_secs(10);
+    assert!(saw("\"to\":\"d/g\"", ten), "{seen:?}");
+    let (status, _) = post(
+        &server.addr,
+        "/v1/sandboxes/dispose",
+        a,
+        serde_json::json!({"thread": "w"}),
+    );
+    assert_eq!(status, 200);
+    assert!(
+        saw("\"event\":\"ended\"", std::time::Duration::from_secs(30)),
+        "{seen:?}"
+    );
+}
+
 /// The per-credential cap counts every replica's sandboxes from the state
 /// directory; when that cannot be listed, a create is refused (`503`,
 /// saying why), never counted against this server's own alone, which

@@ -309,3 +309,111 @@ fn done(got: Result<(String, FileAnswer), Box<Response>>, what: &str) -> Respons
         Err(r) => *r,
     }
 }
+
+/// The most watches one credential holds open at once (each holds a
+/// thread of the server's until it ends).
+pub const MAX_WATCHES_PER_CREDENTIAL: usize = 8;
+
+/// `{thread, agent_dir?, path?, recursive?}`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct WatchBody {
+    #[serde(flatten)]
+    at: Address,
+    #[serde(default)]
+    path: String,
+    #[serde(default)]
+    recursive: bool,
+}
+
+/// One credential's place among its open watches, given back on drop.
+struct WatchPlace {
+    served: Arc<Served>,
+    name: String,
+}
+
+impl Drop for WatchPlace {
+    fn drop(&mut self) {
+        let mut w = self
+            .served
+            .watches
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = w.get_mut(&self.name) {
+            *n = n.saturating_sub(1);
+        }
+    }
+}
+
+/// `POST /v1/sandboxes/files/watch`: `application/x-ndjson`, one event a
+/// line (`created`, `modified`, `removed`, `renamed` with `to`, `overflow`)
+/// as the sandbox's files change, `{"event": "ended", "reason"}` last when
+/// the sandbox goes; a client that hangs up ends it.
+pub(crate) async fn watch(
+    State(s): State<Arc<Served>>,
+    headers: HeaderMap,
+    body: Body<WatchBody>,
+) -> Response {
+    let (cred, body) = match authed(&s, &headers, body) {
+        Ok(x) => x,
+        Err(r) => return *r,
+    };
+    let sandbox = match live_sandbox(&s, &cred, &body.at).await {
+        Ok(x) => x,
+        Err(r) => return *r,
+    };
+    {
+        let mut w = s.watches.lock().unwrap_or_else(|p| p.into_inner());
+        let n = w.entry(cred.name.clone()).or_default();
+        if *n >= MAX_WATCHES_PER_CREDENTIAL {
+            return crate::refusal::Refusal {
+                status: axum::http::StatusCode::TOO_MANY_REQUESTS,
+                message: format!("this credential has {MAX_WATCHES_PER_CREDENTIAL} watches open already; close one (hang up its request) first"),
+            }
+            .into_response();
+        }
+        *n += 1;
+    }
+    let place = WatchPlace {
+        served: s.clone(),
+        name: cred.name.clone(),
+    };
+    let (path, recursive) = (body.path, body.recursive);
+    let started = tokio::task::spawn_blocking(move || sandbox.watch(&path, recursive)).await;
+    let mut source = match started {
+        Ok(Ok(w)) => w,
+        Ok(Err(e)) => return refused(e.kind(), &e),
+        Err(e) => return refused(ErrorKind::Failed, e),
+    };
+    let (tx, rx) = tokio::sync::mpsc::channel::<String>(64);
+    tokio::task::spawn_blocking(move || {
+        let _place = place;
+        loop {
+            let line = match source.next(std::time::Duration::from_millis(500)) {
+                cordon_sandbox::Next::Event(e) => serde_json::to_string(&e).unwrap_or_default(),
+                cordon_sandbox::Next::Quiet if tx.is_closed() => return,
+                cordon_sandbox::Next::Quiet => continue,
+                cordon_sandbox::Next::Ended(reason) => {
+                    let _ = tx.blocking_send(format!(
+                        "{}\n",
+                        json!({"event": "ended", "reason": reason})
+                    ));
+                    return;
+                }
+            };
+            if tx.blocking_send(format!("{line}\n")).is_err() {
+                return;
+            }
+        }
+    });
+    let body = futures_util::stream::unfold(rx, |mut rx| async move {
+        rx.recv()
+            .await
+            .map(|line| (Ok::<_, std::convert::Infallible>(line), rx))
+    });
+    (
+        [("content-type", "application/x-ndjson")],
+        axum::body::Body::from_stream(body),
+    )
+        .into_response()
+}

@@ -43,6 +43,7 @@ pub fn app(state: Arc<Served>) -> Router {
         .route("/v1/sandboxes/files/mkdir", post(files::mkdir))
         .route("/v1/sandboxes/files/remove", post(files::remove))
         .route("/v1/sandboxes/files/rename", post(files::rename))
+        .route("/v1/sandboxes/files/watch", post(files::watch))
         .route("/v1/sandboxes/egress", post(change_egress))
         .route("/v1/sandboxes/pause", post(pause))
         .route("/v1/sandboxes/resume", post(resume))

@@ -63,6 +63,8 @@ pub struct Served {
     /// The digest of the policy the router holds (pools are drained of
     /// sandboxes made under another).
     pub(crate) policy_digest: String,
+    /// Watches open, by credential name (each holds a thread).
+    pub(crate) watches: Mutex<BTreeMap<String, usize>>,
 }
 
 impl Served {
@@ -86,6 +88,7 @@ impl Served {
             paused_keys: Mutex::new(Default::default()),
             resurrectable: Mutex::new(Default::default()),
             policy_digest: String::new(),
+            watches: Mutex::new(BTreeMap::new()),
             config,
             backends,
             floor,
