@@ -12,6 +12,9 @@
             data = client.fetch(artifact)        # the bytes, for the host
         for entry in t.files.list(depth=1):      # its files, links not followed
             print(entry.path, entry.kind, entry.size)
+        with t.files.watch(recursive=True) as w: # its changes as they happen
+            for event in w:
+                print(event.event, event.path)   # ends after "ended"
 
 The credential decides the scope and the identity; a request names only a
 thread and an agent dir.
@@ -39,6 +42,9 @@ __all__ = [
     "FileEntry",
     "Listing",
     "FileChunk",
+    "WatchEvent",
+    "Watch",
+    "AsyncWatch",
     "CordonError",
 ]
 
@@ -106,6 +112,152 @@ class FileChunk:
     data: bytes
     offset: int
     size: int
+
+
+@dataclass(frozen=True)
+class WatchEvent:
+    """One change seen by a watch: `event` is "created", "modified",
+    "removed", "renamed" (`path` became `to`) or "overflow" (events were
+    lost: look again with a listing), `path` relative to the work dir,
+    `dir` whether it is (or was) a directory. The last event is "ended"
+    (the sandbox, or the watched directory, went), with `reason` and an
+    empty `path`."""
+
+    event: str
+    path: str
+    to: Optional[str] = None
+    dir: bool = False
+    reason: Optional[str] = None
+
+
+def _socket(response: Any) -> Optional[socket.socket]:
+    """The socket beneath an open `urlopen` response, when it shows."""
+    return getattr(getattr(getattr(response, "fp", None), "raw", None), "_sock", None)
+
+
+def _hang_up(response: Any) -> None:
+    """Closes a streamed response at once: shutting its socket down wakes
+    a thread blocked reading it, and the server sees the client go."""
+    sock = _socket(response)
+    if sock is not None:
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+    response.close()
+
+
+class Watch:
+    """An open watch of a sandbox's files (`Files.watch`): an iterator of
+    [`WatchEvent`]s as they happen, blocking until the next. It yields the
+    "ended" event (its `reason` also kept as `.reason`) and then stops.
+    `close()`, or leaving its `with` block, hangs up, which ends the watch
+    on the server (and gives back its place among the credential's 8);
+    it may be called from another thread, and an iteration blocked then
+    stops."""
+
+    def __init__(self, response: Any) -> None:
+        self._r = response
+        self._closed = False
+        self._done = False
+        self.reason: Optional[str] = None
+        # Waiting for the next change has no deadline: a quiet sandbox
+        # is not a failure (the client's timeout was for the answer).
+        sock = _socket(response)
+        if sock is not None:
+            sock.settimeout(None)
+
+    def __iter__(self) -> "Watch":
+        return self
+
+    def __next__(self) -> WatchEvent:
+        while not self._done:
+            try:
+                line = self._r.readline()
+            except Exception:
+                if self._closed:
+                    break
+                raise
+            if not line:
+                break
+            if not line.strip():
+                continue
+            doc = json.loads(line)
+            event = WatchEvent(
+                event=doc["event"],
+                path=doc.get("path", ""),
+                to=doc.get("to"),
+                dir=bool(doc.get("dir", False)),
+                reason=doc.get("reason"),
+            )
+            if event.event == "ended":
+                self.reason = event.reason
+                self.close()
+            return event
+        self.close()
+        raise StopIteration
+
+    def close(self) -> None:
+        """Hangs up (again is a no-op)."""
+        self._done = True
+        if not self._closed:
+            self._closed = True
+            _hang_up(self._r)
+
+    def __enter__(self) -> "Watch":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+class AsyncWatch:
+    """A [`Watch`] for asyncio hosts: `async with af.watch() as w: async
+    for event in w:`. It opens on entering the block (or on the first
+    event), each blocking read on a worker thread; leaving the block (or
+    `aclose()`) hangs up. Like `Watch`, it yields "ended" and then stops."""
+
+    def __init__(self, files: "Files", path: str, recursive: bool) -> None:
+        self._f = files
+        self._args = (path, recursive)
+        self._w: Optional[Watch] = None
+        self._closed = False
+
+    @property
+    def reason(self) -> Optional[str]:
+        return None if self._w is None else self._w.reason
+
+    async def _open(self) -> Watch:
+        if self._w is None:
+            if self._closed:
+                raise RuntimeError("this watch is closed")
+            self._w = await asyncio.to_thread(self._f.watch, *self._args)
+        return self._w
+
+    def __aiter__(self) -> "AsyncWatch":
+        return self
+
+    async def __anext__(self) -> WatchEvent:
+        if self._closed:
+            raise StopAsyncIteration
+        w = await self._open()
+        event = await asyncio.to_thread(next, w, None)
+        if event is None:
+            raise StopAsyncIteration
+        return event
+
+    async def aclose(self) -> None:
+        """Hangs up (again is a no-op)."""
+        self._closed = True
+        if self._w is not None:
+            self._w.close()
+
+    async def __aenter__(self) -> "AsyncWatch":
+        await self._open()
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.aclose()
 
 
 def _entry(doc: Dict[str, Any]) -> FileEntry:
@@ -383,6 +535,19 @@ class Files:
         replaced."""
         self._call("rename", {"from": src, "to": dst})
 
+    def watch(self, path: str = "", recursive: bool = False) -> Watch:
+        """Watches a directory (the work dir by default; with `recursive`,
+        the directories beneath it too) for changes the sandbox makes: a
+        [`Watch`], iterated for [`WatchEvent`]s as they happen, and closed
+        (`with` or `close()`) to end it. It yields the "ended" event when
+        the sandbox or the directory goes, and stops. A refusal comes
+        before any event, raised here: a sandbox not there (or another
+        credential's) `404`, a path refused `400`/`403`, more than 8
+        watches open for this credential `429`. Events start once the
+        server has placed the watch, shortly after this returns."""
+        body = dict(self._t.at, path=path, recursive=recursive)
+        return Watch(self._t.client._request("POST", "/v1/sandboxes/files/watch", body))
+
 
 class AsyncFiles:
     """[`Files`] for asyncio hosts: the same calls, awaited."""
@@ -419,6 +584,11 @@ class AsyncFiles:
 
     async def rename(self, src: str, dst: str) -> None:
         await asyncio.to_thread(self._f.rename, src, dst)
+
+    def watch(self, path: str = "", recursive: bool = False) -> AsyncWatch:
+        """An [`AsyncWatch`] (see `Files.watch`); not awaited: `async with
+        t.files.watch() as w:` opens it, raising a refusal there."""
+        return AsyncWatch(self._f, path, recursive)
 
 
 class AsyncThread:
@@ -511,13 +681,5 @@ class AsyncThread:
         finally:
             response = held.get("response")
             if response is not None:
-                # Hang up now: shutting the socket down wakes the worker
-                # blocked reading it, and the server sees the client go.
-                sock = getattr(getattr(getattr(response, "fp", None), "raw", None), "_sock", None)
-                if sock is not None:
-                    try:
-                        sock.shutdown(socket.SHUT_RDWR)
-                    except OSError:
-                        pass
-                response.close()
+                _hang_up(response)
             await asyncio.shield(pumping)

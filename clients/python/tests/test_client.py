@@ -3,14 +3,16 @@ tests/serve.rs, which passes CORDON_URL, CORDON_TOKEN_A and CORDON_TOKEN_B)."""
 
 import asyncio
 import os
+import queue
 import sys
+import threading
 import time
 import unittest
-from typing import Callable
+from typing import Any, Callable, List, Optional
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from cordon_client import Client, CordonError  # noqa: E402
+from cordon_client import Client, CordonError, Thread, Watch, WatchEvent  # noqa: E402
 
 URL = os.environ.get("CORDON_URL")
 SPEC = """kind: report
@@ -298,6 +300,187 @@ class LiveServer(unittest.TestCase):
         asyncio.run(main())
         self.assertEqual(self.a.dispose_thread("py-5"), 0)
         self.assertEqual(self.a.dispose_thread("py-6"), 0)
+
+    def test_a_watch_streams_the_changes_and_ends_with_the_sandbox(self) -> None:
+        t = self.a.thread("py-watch")
+        try:
+            t.create()
+            # Another credential's watch: the answer a missing sandbox gets.
+            with self.assertRaises(CordonError) as e:
+                self.b.thread("py-watch").files.watch()
+            self.assertEqual(e.exception.status, 404)
+            with t.files.watch(recursive=True) as w:
+                events = Events(w)
+                events.ready(self, t)
+                r = t.exec(["sh", "-c", "mkdir d && echo x > d/f && mv d/f d/g && rm d/g"])
+                self.assertEqual(r.code, 0, r.stderr)
+                ten = 10.0
+                self.assertIsNotNone(events.saw(lambda e: (e.event, e.path, e.dir) == ("created", "d", True), ten), events.seen)
+                self.assertIsNotNone(
+                    events.saw(lambda e: e.event in ("created", "modified") and e.path == "d/f", ten), events.seen
+                )
+                self.assertIsNotNone(events.saw(lambda e: (e.event, e.path, e.to) == ("renamed", "d/f", "d/g"), ten), events.seen)
+                self.assertIsNotNone(events.saw(lambda e: (e.event, e.path) == ("removed", "d/g"), ten), events.seen)
+                self.assertEqual([e for e in events.seen if e.event == "overflow"], [])
+                self.assertEqual(t.dispose(), 1)
+                ended = events.saw(lambda e: e.event == "ended", 30.0)
+                self.assertIsNotNone(ended, events.seen)
+                assert ended is not None
+                self.assertEqual((ended.path, ended.to, ended.dir), ("", None, False))
+                self.assertTrue(ended.reason, ended)
+                self.assertEqual(w.reason, ended.reason)
+                # The iterator stops after `ended`.
+                self.assertTrue(events.finished(5.0), events.seen)
+                self.assertIsNone(events.error)
+        finally:
+            self.a.dispose_thread("py-watch")
+
+    def test_a_closed_watch_gives_back_its_place(self) -> None:
+        with self.a.thread("py-watch-2") as t:
+            t.create()
+            # One after another: each closed watch's place comes back (the
+            # server notices a hang-up within half a second).
+            for _ in range(9):
+                opened(self, t).close()
+            # Eight at once is the most; the ninth is refused, saying why.
+            held = [opened(self, t) for _ in range(8)]
+            try:
+                with self.assertRaises(CordonError) as e:
+                    t.files.watch()
+                self.assertEqual(e.exception.status, 429)
+                self.assertIn("close one", e.exception.message)
+                held.pop().close()
+                held.append(opened(self, t))
+            finally:
+                for w in held:
+                    w.close()
+            # Closed means closed: iterating it ends at once.
+            w = opened(self, t)
+            w.close()
+            w.close()
+            self.assertEqual(list(w), [])
+            # Closing from another thread stops an iteration blocked on it.
+            w = opened(self, t)
+            events = Events(w)
+            w.close()
+            self.assertTrue(events.finished(5.0), events.seen)
+            self.assertIsNone(events.error)
+            opened(self, t).close()
+
+    def test_an_async_watch_streams_and_hangs_up_on_leaving_its_block(self) -> None:
+        async def main() -> None:
+            async with self.a.athread("py-watch-3") as t:
+                await t.create()
+                with self.assertRaises(CordonError) as e:
+                    async with self.b.athread("py-watch-3").files.watch():
+                        pass
+                self.assertEqual(e.exception.status, 404)
+                got: "asyncio.Queue[WatchEvent]" = asyncio.Queue()
+                seen: List[WatchEvent] = []
+                async with t.files.watch() as w:
+
+                    async def read() -> None:
+                        async for ev in w:
+                            got.put_nowait(ev)
+
+                    reading = asyncio.ensure_future(read())
+                    for i in range(40):
+                        await t.exec(["sh", "-c", f": > ready-{i}"])
+                        try:
+                            seen.append(await asyncio.wait_for(got.get(), 0.5))
+                            break
+                        except asyncio.TimeoutError:
+                            continue
+                    self.assertTrue(any(e.event == "created" and e.path.startswith("ready-") for e in seen), seen)
+                # Leaving the block hung up: the reading loop ends.
+                await asyncio.wait_for(reading, 5.0)
+                # Left: its place is given back (eight more open).
+                for _ in range(8):
+                    await asyncio.to_thread(lambda: held.append(opened(self, t._t)))
+
+        held: List[Watch] = []
+        try:
+            asyncio.run(main())
+        finally:
+            for w in held:
+                w.close()
+
+
+class Events:
+    """A watch read on a thread of its own into a queue, so that a test
+    waits for an event with a deadline and never hangs."""
+
+    def __init__(self, watch: Watch) -> None:
+        self.seen: List[WatchEvent] = []
+        self.error: Optional[BaseException] = None
+        self._q: "queue.Queue[Any]" = queue.Queue()
+        self._end = object()
+        self._ended = False
+
+        def read() -> None:
+            try:
+                for event in watch:
+                    self._q.put(event)
+            except BaseException as e:  # noqa: BLE001 - kept for the test to see
+                self.error = e
+            finally:
+                self._q.put(self._end)
+
+        threading.Thread(target=read, daemon=True).start()
+
+    def _take(self, until: float) -> Any:
+        """The next thing read, or None at the deadline."""
+        try:
+            item = self._q.get(timeout=max(0.0, until - time.time()))
+        except queue.Empty:
+            return None
+        if item is self._end:
+            self._ended = True
+            return None
+        self.seen.append(item)
+        return item
+
+    def saw(self, want: Callable[[WatchEvent], bool], within: float) -> Optional[WatchEvent]:
+        """The first event (read already, or within `within` s) `want` takes."""
+        for e in self.seen:
+            if want(e):
+                return e
+        until = time.time() + within
+        while not self._ended and time.time() < until:
+            e = self._take(until)
+            if e is not None and want(e):
+                return e
+        return None
+
+    def finished(self, within: float) -> bool:
+        """Whether the iteration ended within `within` s."""
+        until = time.time() + within
+        while not self._ended and time.time() < until:
+            self._take(until)
+        return self._ended
+
+    def ready(self, case: unittest.TestCase, t: Thread) -> None:
+        """Waits until the watch is in place: the server places it shortly
+        after answering, so touch a file until its creation is seen."""
+        for i in range(40):
+            r = t.exec(["sh", "-c", f": > ready-{i}"])
+            case.assertEqual(r.code, 0, r.stderr)
+            if self.saw(lambda e, i=i: (e.event, e.path) == ("created", f"ready-{i}"), 0.5):
+                return
+        case.fail(f"the watch saw nothing: {self.seen} {self.error!r}")
+
+
+def opened(case: unittest.TestCase, t: Thread, within: float = 5.0) -> Watch:
+    """A watch of `t`'s sandbox, retried while the credential's 8 places
+    are taken (a closed watch's comes back once the server notices)."""
+    deadline = time.time() + within
+    while True:
+        try:
+            return t.files.watch()
+        except CordonError as e:
+            if e.status != 429 or time.time() >= deadline:
+                raise
+            time.sleep(0.1)
 
 
 async def waited(cond: Callable[[], bool], within: float = 5.0) -> bool:

@@ -57,7 +57,7 @@ pub enum PolicyCommand {
 
 /// The facts of one request, mirroring a test case.
 #[derive(Args)]
-#[command(group = clap::ArgGroup::new("surface").args(["egress", "compute", "storage"]))]
+#[command(group = clap::ArgGroup::new("surface").args(["egress", "compute", "storage", "ingress"]))]
 pub struct ExplainArgs {
     /// The policy (with the layers it extends).
     policy: PathBuf,
@@ -70,6 +70,9 @@ pub struct ExplainArgs {
     /// Decide a filesystem access (give --path and --mode).
     #[arg(long)]
     storage: bool,
+    /// Decide a port reached from the host (give --port, --caller ...).
+    #[arg(long)]
+    ingress: bool,
     /// A YAML file holding one case (as in a test file; `name` and `expect`
     /// optional), or one line of the egress audit log (JSON), instead of the
     /// flags below; `-` reads standard input.
@@ -93,9 +96,16 @@ pub struct ExplainArgs {
     /// egress: override the host derived from --url.
     #[arg(long)]
     host: Option<String>,
-    /// egress: override the port derived from --url.
+    /// egress: override the port derived from --url; ingress: the port.
     #[arg(long)]
     port: Option<String>,
+    /// ingress: where it would listen on the host (default 127.0.0.1).
+    #[arg(long)]
+    listen: Option<String>,
+    /// ingress: who asks, one field of namespace=, name=, attested=
+    /// (repeat).
+    #[arg(long = "caller", value_name = "KEY=VALUE")]
+    caller: Vec<String>,
     /// egress (http, or https to a host the policy inspects): the method,
     /// default GET.
     #[arg(long)]
@@ -628,8 +638,10 @@ fn request_from_flags(a: &ExplainArgs, policy: &Policy) -> Result<cordon_policy:
         Surface::Storage
     } else if a.secret.is_some() {
         Surface::Secret
+    } else if a.ingress {
+        Surface::Ingress
     } else {
-        return Err("name the surface to decide: --egress, --compute, --storage, or --secret NAME (or give --facts FILE)".into());
+        return Err("name the surface to decide: --egress, --compute, --storage, --ingress, or --secret NAME (or give --facts FILE)".into());
     };
     let mut b = FactsBuilder::new(surface);
     let fact_err = |e: cases::FactError| e.to_string();
@@ -644,7 +656,7 @@ fn request_from_flags(a: &ExplainArgs, policy: &Policy) -> Result<cordon_policy:
     if let Some(n) = &a.now {
         b.now(n).map_err(fact_err)?;
     }
-    let fields: [(&str, &Option<String>); 15] = [
+    let fields: [(&str, &Option<String>); 16] = [
         ("url", &a.url),
         ("scheme", &a.scheme),
         ("host", &a.host),
@@ -660,6 +672,7 @@ fn request_from_flags(a: &ExplainArgs, policy: &Policy) -> Result<cordon_policy:
         ("bytes", &a.bytes),
         ("work_dir", &a.work_dir),
         ("secret", &a.secret),
+        ("listen", &a.listen),
     ];
     for (k, v) in fields {
         if let Some(v) = v {
@@ -677,6 +690,11 @@ fn request_from_flags(a: &ExplainArgs, policy: &Policy) -> Result<cordon_policy:
         let (k, v) = split_kv(kv, "--header", "authorization=Bearer x")?;
         b.header(k, v)
             .map_err(|e| format!("--header: {}", fact_err(e)))?;
+    }
+    for kv in &a.caller {
+        let (k, v) = split_kv(kv, "--caller", "namespace=team-a")?;
+        b.caller(k, v)
+            .map_err(|e| format!("--caller: {}", fact_err(e)))?;
     }
     for kv in &a.destination {
         let (k, v) = split_kv(kv, "--destination", "host=api.example.com")?;

@@ -1519,7 +1519,7 @@ fn the_python_client_passes_its_tests_against_a_live_server() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
     assert!(
-        err.contains("Ran 11 tests") && !err.contains("skipped"),
+        err.contains("Ran 14 tests") && !err.contains("skipped"),
         "{err}"
     );
 }

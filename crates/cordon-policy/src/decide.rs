@@ -226,6 +226,18 @@ pub struct Destination {
     pub header: Option<String>,
 }
 
+/// Ingress facts: a port of the sandbox a caller asks to reach from the
+/// host, at the host address `listen` (`127.0.0.1` for loopback; for
+/// `cordon serve`, the server's own listening address).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IngressFacts {
+    pub port: i64,
+    pub listen: String,
+    /// Who asks.
+    pub caller: Identity,
+}
+
 /// The facts one surface adds to the base.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SurfaceFacts {
@@ -233,6 +245,7 @@ pub enum SurfaceFacts {
     Compute(ComputeFacts),
     Storage(StorageFacts),
     Secret(SecretFacts),
+    Ingress(IngressFacts),
 }
 
 impl SurfaceFacts {
@@ -242,6 +255,7 @@ impl SurfaceFacts {
             SurfaceFacts::Compute(_) => Surface::Compute,
             SurfaceFacts::Storage(_) => Surface::Storage,
             SurfaceFacts::Secret(_) => Surface::Secret,
+            SurfaceFacts::Ingress(_) => Surface::Ingress,
         }
     }
 }
@@ -331,6 +345,11 @@ impl FactSource for View<'_> {
             (Fact::Scheme, SurfaceFacts::Egress(e)) => s_opt(&e.scheme),
             (Fact::Host, SurfaceFacts::Egress(e)) => s_opt(&e.host),
             (Fact::Port, SurfaceFacts::Egress(e)) => Some(Val::Int(e.port)),
+            (Fact::Port, SurfaceFacts::Ingress(i)) => Some(Val::Int(i.port)),
+            (Fact::Listen, SurfaceFacts::Ingress(i)) => s(&i.listen),
+            (Fact::CallerNamespace, SurfaceFacts::Ingress(i)) => s(&i.caller.namespace),
+            (Fact::CallerName, SurfaceFacts::Ingress(i)) => s(&i.caller.name),
+            (Fact::CallerAttested, SurfaceFacts::Ingress(i)) => Some(Val::Bool(i.caller.attested)),
             (Fact::Method, SurfaceFacts::Egress(e)) => s_opt(&e.method),
             (Fact::HttpPath, SurfaceFacts::Egress(e)) => s_opt(&e.path),
             (Fact::Ip, SurfaceFacts::Egress(e)) => s_opt(&e.ip),

@@ -37,8 +37,8 @@ pub mod resolve;
 pub mod vocab;
 
 pub use decide::{
-    ComputeFacts, Decision, Deployment, Destination, EgressFacts, Identity, Mode, Request,
-    SecretFacts, StorageFacts, SurfaceFacts, Verdict,
+    ComputeFacts, Decision, Deployment, Destination, EgressFacts, Identity, IngressFacts, Mode,
+    Request, SecretFacts, StorageFacts, SurfaceFacts, Verdict,
 };
 pub use diag::{Diagnostic, Diagnostics, Severity};
 pub use policy::{AllowRange, Bound, Bounds, Effect, Inspection, Layer, Policy, Rule, RuleId};

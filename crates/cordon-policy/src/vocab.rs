@@ -7,7 +7,7 @@
 
 use std::fmt;
 
-/// The four policy surfaces.
+/// The five policy surfaces.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Surface {
     /// Network connections and requests leaving a sandbox.
@@ -18,15 +18,19 @@ pub enum Surface {
     Storage,
     /// Secrets handed into a sandbox.
     Secret,
+    /// Connections into a sandbox from the host: a port a workload
+    /// listens on, forwarded to a caller.
+    Ingress,
 }
 
 impl Surface {
     /// Every surface, in file order.
-    pub const ALL: [Surface; 4] = [
+    pub const ALL: [Surface; 5] = [
         Surface::Egress,
         Surface::Compute,
         Surface::Storage,
         Surface::Secret,
+        Surface::Ingress,
     ];
 
     /// The key this surface has in a policy file and a test file.
@@ -36,6 +40,7 @@ impl Surface {
             Surface::Compute => "compute",
             Surface::Storage => "storage",
             Surface::Secret => "secret",
+            Surface::Ingress => "ingress",
         }
     }
 
@@ -144,6 +149,10 @@ pub enum Fact {
     DestinationMethod,
     DestinationPath,
     DestinationHeader,
+    CallerNamespace,
+    CallerName,
+    CallerAttested,
+    Listen,
 }
 
 impl Fact {
@@ -178,13 +187,17 @@ impl Fact {
             Fact::DestinationMethod => "destination.method",
             Fact::DestinationPath => "destination.path",
             Fact::DestinationHeader => "destination.header",
+            Fact::CallerNamespace => "caller.namespace",
+            Fact::CallerName => "caller.name",
+            Fact::CallerAttested => "caller.attested",
+            Fact::Listen => "listen",
         }
     }
 
     /// The fact's declared type.
     pub fn ty(self) -> Ty {
         match self {
-            Fact::IdentityAttested => Ty::Bool,
+            Fact::IdentityAttested | Fact::CallerAttested => Ty::Bool,
             Fact::IdentityLabels | Fact::Headers => {
                 Ty::Map(Box::new(Ty::String), Box::new(Ty::String))
             }
@@ -205,7 +218,7 @@ impl Fact {
     }
 
     /// Every fact, for turning a bit set back into names.
-    pub const ALL: [Fact; 28] = [
+    pub const ALL: [Fact; 32] = [
         Fact::IdentityNamespace,
         Fact::IdentityName,
         Fact::IdentityAttested,
@@ -234,6 +247,10 @@ impl Fact {
         Fact::DestinationMethod,
         Fact::DestinationPath,
         Fact::DestinationHeader,
+        Fact::CallerNamespace,
+        Fact::CallerName,
+        Fact::CallerAttested,
+        Fact::Listen,
     ];
 
     /// The facts in a bit set, in declaration order.
@@ -268,6 +285,15 @@ pub const DESTINATION_FIELDS: &[(&str, Fact)] = &[
     ("header", Fact::DestinationHeader),
 ];
 
+/// The fields of `caller` (ingress surface only): who asks for a port —
+/// the credential's identity on `cordon serve`, the host operator's on the
+/// command line.
+pub const CALLER_FIELDS: &[(&str, Fact)] = &[
+    ("namespace", Fact::CallerNamespace),
+    ("name", Fact::CallerName),
+    ("attested", Fact::CallerAttested),
+];
+
 /// The top-level names a surface adds to the base (`identity`, `env`, `now`).
 pub fn surface_vars(surface: Surface) -> &'static [(&'static str, Fact)] {
     match surface {
@@ -296,6 +322,7 @@ pub fn surface_vars(surface: Surface) -> &'static [(&'static str, Fact)] {
             ("work_dir", Fact::WorkDir),
         ],
         Surface::Secret => &[],
+        Surface::Ingress => &[("port", Fact::Port), ("listen", Fact::Listen)],
     }
 }
 
@@ -305,6 +332,9 @@ pub fn names_in(surface: Surface) -> Vec<&'static str> {
     if surface == Surface::Secret {
         v.push("secret");
         v.push("destination");
+    }
+    if surface == Surface::Ingress {
+        v.push("caller");
     }
     v.extend(surface_vars(surface).iter().map(|(n, _)| *n));
     v

@@ -665,3 +665,57 @@ fn the_same_evaluation_can_record_every_node_value() {
         Some(Ok(Val::Bool(false)))
     );
 }
+
+fn ingress(sandbox_ns: &str, caller_ns: &str, port: i64, listen: &str) -> Request {
+    Request {
+        identity: ident(sandbox_ns),
+        env: Deployment::default(),
+        now: 0,
+        facts: SurfaceFacts::Ingress(IngressFacts {
+            port,
+            listen: listen.into(),
+            caller: ident(caller_ns),
+        }),
+    }
+}
+
+#[test]
+fn ingress_is_decided_by_port_listen_and_caller_and_nothing_without_a_rule() {
+    let p = load(
+        "policy:\n  ingress:\n    allow:\n      - name: own\n        when: caller.namespace == identity.namespace && port == 8000 && listen == \"127.0.0.1\"\n",
+    );
+    assert_eq!(
+        p.decide(&ingress("a", "b", 8000, "127.0.0.1")).verdict,
+        Verdict::Deny
+    );
+    assert_eq!(
+        p.decide(&ingress("a", "a", 8001, "127.0.0.1")).verdict,
+        Verdict::Deny
+    );
+    assert_eq!(
+        p.decide(&ingress("a", "a", 8000, "0.0.0.0")).verdict,
+        Verdict::Deny
+    );
+    assert_eq!(
+        p.decide(&ingress("a", "a", 8000, "127.0.0.1")).verdict,
+        Verdict::Allow
+    );
+    // A policy with no ingress section exposes nothing.
+    let none =
+        load("policy:\n  storage:\n    allow:\n      - name: x\n        when: mode == \"read\"\n");
+    assert_eq!(
+        none.decide(&ingress("a", "a", 8000, "127.0.0.1")).verdict,
+        Verdict::Deny
+    );
+}
+
+#[test]
+fn caller_is_an_ingress_fact_only_and_misspellings_are_named() {
+    let e = errors("policy:\n  storage:\n    allow:\n      - name: x\n        when: caller.namespace == \"a\"\n");
+    assert!(e.contains("caller"), "{e}");
+    let e = errors("policy:\n  ingress:\n    allow:\n      - name: x\n        when: caller.nmespace == \"a\"\n");
+    assert!(e.contains("did you mean `caller.namespace`"), "{e}");
+    let e =
+        errors("policy:\n  ingress:\n    allow:\n      - name: x\n        when: host == \"a\"\n");
+    assert!(e.contains("host"), "{e}");
+}

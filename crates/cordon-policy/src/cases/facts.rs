@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 use crate::canon;
 use crate::decide::Destination;
 use crate::decide::{
-    ComputeFacts, Deployment, EgressFacts, Identity, Mode, Request, SecretFacts, StorageFacts,
-    SurfaceFacts,
+    ComputeFacts, Deployment, EgressFacts, Identity, IngressFacts, Mode, Request, SecretFacts,
+    StorageFacts, SurfaceFacts,
 };
 use crate::expr::{self, MAX_LIST_LEN};
 use crate::policy::Policy;
@@ -57,8 +57,12 @@ pub fn surface_fields(s: Surface) -> &'static [&'static str] {
         ],
         Surface::Storage => &["path", "mode", "bytes", "work_dir"],
         Surface::Secret => &["secret"],
+        Surface::Ingress => &["port", "listen"],
     }
 }
+
+/// The fields of an ingress case's `caller`.
+pub const CALLER_KEYS: &[&str] = &["namespace", "name", "attested"];
 
 /// The fields of a secret case's `destination`.
 pub const DESTINATION_KEYS: &[&str] = &["host", "method", "path", "header"];
@@ -78,6 +82,7 @@ pub struct FactsBuilder {
     args: Option<Vec<String>>,
     headers: Vec<(String, String)>,
     destination: BTreeMap<&'static str, String>,
+    caller: Identity,
 }
 
 impl FactsBuilder {
@@ -91,7 +96,46 @@ impl FactsBuilder {
             args: None,
             headers: Vec::new(),
             destination: BTreeMap::new(),
+            caller: Identity::default(),
         }
+    }
+
+    /// Sets a field of who asks (ingress only): `namespace`, `name` or
+    /// `attested`.
+    pub fn caller(&mut self, key: &str, value: &str) -> Result<(), FactError> {
+        let field = format!("caller.{key}");
+        if self.surface != Surface::Ingress {
+            return Err(FactError::new(
+                &field,
+                format!("`caller` is an ingress fact, not a {} one", self.surface),
+                "remove it",
+            ));
+        }
+        match key {
+            "namespace" => self.caller.namespace = value.to_string(),
+            "name" => self.caller.name = value.to_string(),
+            "attested" => {
+                self.caller.attested = match value {
+                    "true" => true,
+                    "false" => false,
+                    _ => {
+                        return Err(FactError::new(
+                            &field,
+                            format!("`caller.attested` is a bool, not `{value}`"),
+                            "write `true` or `false`",
+                        ))
+                    }
+                }
+            }
+            _ => {
+                return Err(FactError::new(
+                    &field,
+                    format!("unknown caller field `{key}`"),
+                    vocab::unknown_key_help(key, CALLER_KEYS, "`caller`"),
+                ))
+            }
+        }
+        Ok(())
     }
 
     pub fn surface(&self) -> Surface {
@@ -292,6 +336,7 @@ impl FactsBuilder {
             Surface::Compute => compute_facts(&self.fields, self.args)?,
             Surface::Storage => storage_facts(&self.fields)?,
             Surface::Secret => secret_facts(&self.fields, &self.destination)?,
+            Surface::Ingress => ingress_facts(&self.fields, self.caller)?,
         };
         let now = self.now.unwrap_or_else(now_secs);
         Ok(Request {
@@ -562,6 +607,42 @@ fn secret_facts(
         })
     };
     Ok(SurfaceFacts::Secret(SecretFacts { name, destination }))
+}
+
+/// An ingress case: the port (required), where it would listen on the
+/// host (default `127.0.0.1`), who asks.
+fn ingress_facts(fields: &Fields, caller: Identity) -> Result<SurfaceFacts, FactError> {
+    let get = |k: &str| fields.get(k).map(String::as_str);
+    let p = get("port").ok_or_else(|| {
+        FactError::new(
+            "port",
+            "an ingress case needs `port`",
+            "add e.g. `port: 8000`",
+        )
+    })?;
+    let port = match p.parse::<u16>() {
+        Ok(n) if n > 0 => i64::from(n),
+        _ => {
+            return Err(FactError::new(
+                "port",
+                format!("`{p}` is not a port"),
+                "write a number from 1 to 65535",
+            ))
+        }
+    };
+    let listen = get("listen").unwrap_or("127.0.0.1").to_string();
+    if listen.parse::<std::net::IpAddr>().is_err() {
+        return Err(FactError::new(
+            "listen",
+            format!("`{listen}` is not an IP address"),
+            "write the host address to listen on, e.g. `127.0.0.1` or `::1`",
+        ));
+    }
+    Ok(SurfaceFacts::Ingress(IngressFacts {
+        port,
+        listen,
+        caller,
+    }))
 }
 
 /// The work dir a case runs in: as stated, else [`DEFAULT_WORK_DIR`].

@@ -354,6 +354,10 @@ impl CaseLoader<'_> {
                     ok &= self.destination_facts(v, &mut b, &mut at);
                     continue;
                 }
+                "caller" if surface == Surface::Ingress => {
+                    ok &= self.caller_facts(v, &mut b);
+                    continue;
+                }
                 "secret" if surface == Surface::Secret => {
                     let Some(sm) = self.mapping(v, "`secret`") else {
                         ok = false;
@@ -386,6 +390,7 @@ impl CaseLoader<'_> {
                     let extra: &[&str] = match surface {
                         Surface::Egress => &["headers"],
                         Surface::Secret => &["destination"],
+                        Surface::Ingress => &["caller"],
                         _ => &[],
                     };
                     let known: Vec<&str> = ["identity", "env", "now"]
@@ -435,6 +440,29 @@ impl CaseLoader<'_> {
 
     /// A case's `identity`: its keys and its `labels`. `false` when any was
     /// refused (each said why).
+    fn caller_facts(&mut self, v: &Node, b: &mut FactsBuilder) -> bool {
+        let mut ok = true;
+        let Some(cm) = self.mapping(v, "`caller`") else {
+            return false;
+        };
+        for (ck, cv) in cm.iter() {
+            if !super::facts::CALLER_KEYS.contains(&ck.as_str()) {
+                self.unknown(ck, super::facts::CALLER_KEYS, "`caller`");
+                ok = false;
+                continue;
+            }
+            let Some(s) = self.scalar(cv, &format!("`caller.{}`", ck.as_str())) else {
+                ok = false;
+                continue;
+            };
+            if let Err(e) = b.caller(ck.as_str(), s.as_str()) {
+                self.fact_err(e, scalar_start(s), s.as_str().chars().count());
+                ok = false;
+            }
+        }
+        ok
+    }
+
     fn identity_facts(&mut self, v: &Node, b: &mut FactsBuilder) -> bool {
         let mut ok = true;
         let Some(im) = self.mapping(v, "`identity`") else {

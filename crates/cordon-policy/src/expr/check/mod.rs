@@ -316,6 +316,7 @@ impl Checker<'_> {
             "env" => vocab::ENV_FIELDS,
             "secret" if self.surface == Surface::Secret => vocab::SECRET_FIELDS,
             "destination" if self.surface == Surface::Secret => vocab::DESTINATION_FIELDS,
+            "caller" if self.surface == Surface::Ingress => vocab::CALLER_FIELDS,
             _ => return None,
         };
         match fields.iter().find(|(n, _)| *n == sel.field) {
@@ -411,8 +412,10 @@ impl Checker<'_> {
             return self.fact(*f);
         }
         match name {
-            "identity" | "env" | "secret" | "destination"
-                if !matches!(name, "secret" | "destination") || self.surface == Surface::Secret =>
+            "identity" | "env" | "secret" | "destination" | "caller"
+                if !matches!(name, "secret" | "destination" | "caller")
+                    || (self.surface == Surface::Secret && name != "caller")
+                    || (self.surface == Surface::Ingress && name == "caller") =>
             {
                 return self.err(
                     e,
