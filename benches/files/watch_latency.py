@@ -17,9 +17,19 @@ import threading
 import time
 
 cordon, handle, n, burst = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+# A directory of this run's own: files already there would change, not be made.
+D = f"lat-{os.getpid()}"
 
+def run(script):
+    return subprocess.run(
+        [cordon, "sandbox", "exec", handle, "--", "python3", "-c", script],
+        stdin=subprocess.DEVNULL, capture_output=True, text=True, check=True,
+    ).stdout
+
+
+run(f"import os; os.makedirs('{D}', exist_ok=True)")
 watch = subprocess.Popen(
-    [cordon, "sandbox", "watch", handle, "lat"],
+    [cordon, "sandbox", "watch", handle, D],
     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True,
 )
 seen = {}
@@ -40,23 +50,18 @@ def reader():
 
 
 threading.Thread(target=reader, daemon=True).start()
-run = lambda script: subprocess.run(
-    [cordon, "sandbox", "exec", handle, "--", "python3", "-c", script],
-    stdin=subprocess.DEVNULL, capture_output=True, text=True, check=True,
-).stdout
-run("import os; os.makedirs('lat', exist_ok=True)")
 # The watch is in place once a change made after it is seen.
 for i in range(100):
-    run(f"open('lat/ready-{i}', 'w').close()")
+    run(f"open('{D}/ready-{i}', 'w').close()")
     time.sleep(0.2)
-    if f"lat/ready-{i}" in seen:
+    if f"{D}/ready-{i}" in seen:
         break
 else:
     sys.exit("the watch never saw a change")
 stamps = run(
     "import time\n"
     f"for i in range({n}):\n"
-    "    t = time.time(); open(f'lat/f{i}', 'w').close(); print(i, t)\n"
+    f"    t = time.time(); open(f'{D}/f{{i}}', 'w').close(); print(i, t)\n"
     "    time.sleep(0.02)\n"
 )
 time.sleep(1)
@@ -65,7 +70,7 @@ for line in stamps.split("\n"):
     if not line:
         continue
     i, t = line.split()
-    got = seen.get(f"lat/f{i}")
+    got = seen.get(f"{D}/f{i}")
     if got is not None:
         lat.append((got - float(t)) * 1000)
 lat.sort()
@@ -89,19 +94,39 @@ def peak(pattern):
     return out
 
 
-before = peak(re.escape(handle) + "|sandbox watch")
-lines_before = lines[0]
-t0 = time.time()
-run(
-    "import os\n"
-    f"for i in range({burst}):\n"
-    "    fd = os.open(f'lat/b{i % 5000}', os.O_WRONLY | os.O_CREAT | os.O_TRUNC); os.write(fd, b'x'); os.close(fd)\n"
-)
-took = time.time() - t0
-time.sleep(2)
-after = peak(re.escape(handle) + "|sandbox watch")
-print(f"burst: {burst} writes in {took:.1f} s; {lines[0] - lines_before} events reached the reader, {overflows[0]} overflow(s)")
-for pid, (cmd, hwm) in sorted(after.items()):
-    was = before.get(pid, (cmd, 0))[1]
-    print(f"  peak memory {hwm / 1024:.1f} MiB (before the burst {was / 1024:.1f} MiB): {cmd}")
+import signal
+
+
+def burst_once(stopped):
+    """BURST writes; with `stopped`, the reader (`sandbox watch`) is held
+    still meanwhile (SIGSTOP), so the watch must bound what waits."""
+    before = peak(re.escape(handle) + "|sandbox watch")
+    lines_before, over_before = lines[0], overflows[0]
+    if stopped:
+        os.kill(watch.pid, signal.SIGSTOP)
+    t0 = time.time()
+    run(
+        "import os\n"
+        f"for i in range({burst}):\n"
+        f"    fd = os.open(f'{D}/b{{i % 5000}}', os.O_WRONLY | os.O_CREAT | os.O_TRUNC); os.write(fd, b'x'); os.close(fd)\n"
+    )
+    took = time.time() - t0
+    if stopped:
+        time.sleep(1)
+        os.kill(watch.pid, signal.SIGCONT)
+    time.sleep(2)
+    after = peak(re.escape(handle) + "|sandbox watch")
+    how = "the reader held still" if stopped else "the reader reading"
+    print(f"burst, {how}: {burst} writes in {took:.1f} s; {lines[0] - lines_before} events reached the reader, {overflows[0] - over_before} overflow(s)")
+    for pid, (cmd, hwm) in sorted(after.items()):
+        was = before.get(pid, (cmd, 0))[1]
+        print(f"  peak memory {hwm / 1024:.1f} MiB (before {was / 1024:.1f} MiB): {cmd}")
+
+
+burst_once(False)
+burst_once(True)
+# The watch goes on after an overflow.
+run(f"open('{D}/after-burst', 'w').close()")
+time.sleep(1)
+print("after the bursts, a new file seen:", f"{D}/after-burst" in seen)
 watch.terminate()

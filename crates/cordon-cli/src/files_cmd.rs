@@ -43,8 +43,11 @@ pub fn ls(s: &dyn Sandbox, path: &str, depth: u32) -> Result<ExitCode, ExitCode>
     if json_out::on() {
         json_out::emit(&json!({"ok": true, "entries": entries, "truncated": truncated}));
     } else {
+        // One write for the listing, not one a line.
+        let mut out = std::io::BufWriter::new(std::io::stdout().lock());
         for e in &entries {
-            println!(
+            let _ = writeln!(
+                out,
                 "{}{:04o} {:>12} {}",
                 kind_char(e.kind),
                 e.mode & 0o7777,
@@ -52,6 +55,7 @@ pub fn ls(s: &dyn Sandbox, path: &str, depth: u32) -> Result<ExitCode, ExitCode>
                 e.path
             );
         }
+        let _ = out.flush();
         if truncated {
             eprintln!(
                 "warning: the listing stops at {} entries; name a directory, or a smaller --depth",

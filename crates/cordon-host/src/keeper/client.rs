@@ -509,6 +509,19 @@ impl Sandbox for KeptSandbox {
                 serde_json::from_slice(&out)
                     .map_err(|e| failed(format!("the keeper's answer: {e}")))
             }
+            Reply::FileRead { size, len } => {
+                let mut data = Vec::new();
+                f.seek(std::io::SeekFrom::Start(0))
+                    .and_then(|_| (&mut f).take(len).read_to_end(&mut data))
+                    .map_err(|e| failed(e.to_string()))?;
+                if data.len() as u64 != len {
+                    return Err(failed(format!(
+                        "the keeper said {len} bytes and wrote {}",
+                        data.len()
+                    )));
+                }
+                Ok(cordon_sandbox::FileAnswer::Read { data, size })
+            }
             other => Err(unexpected(other, "file")),
         }
     }

@@ -594,15 +594,25 @@ fn files_for_client(sandbox: &dyn Sandbox, mut f: std::fs::File, len: u64) -> Re
         Ok(a) => a,
         Err(e) => return super::wire::error_to_wire(&e),
     };
-    let out = serde_json::to_vec(&answer).unwrap_or_default();
+    // A read's bytes go raw: as JSON they were base64, a third larger and
+    // encoded and decoded on each side.
+    let (out, reply) = match answer {
+        cordon_sandbox::FileAnswer::Read { data, size } => {
+            let len = data.len() as u64;
+            (data, Reply::FileRead { size, len })
+        }
+        other => {
+            let out = serde_json::to_vec(&other).unwrap_or_default();
+            let len = out.len() as u64;
+            (out, Reply::Files { len })
+        }
+    };
     let written = f
         .set_len(0)
         .and_then(|()| f.seek(std::io::SeekFrom::Start(0)))
         .and_then(|_| f.write_all(&out));
     match written {
-        Ok(()) => Reply::Files {
-            len: out.len() as u64,
-        },
+        Ok(()) => reply,
         Err(e) => bad(format!("writing to the client's file: {e}")),
     }
 }

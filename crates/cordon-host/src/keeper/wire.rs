@@ -279,6 +279,12 @@ pub(crate) enum Reply {
     Files {
         len: u64,
     },
+    /// A files-API read's answer: the bytes, raw (`len` of them), in the
+    /// attached descriptor; `size` is the file's.
+    FileRead {
+        size: u64,
+        len: u64,
+    },
     /// The watch runs: its events come on the attached pipe.
     Watching,
     /// `processes` were saved.
