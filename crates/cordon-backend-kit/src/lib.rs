@@ -28,6 +28,7 @@ pub mod hosted;
 mod ids;
 pub mod memo;
 mod pausing;
+pub mod ports;
 pub mod profile;
 pub mod register;
 pub mod trust;

@@ -83,6 +83,11 @@ pub fn local_capabilities(p: &RungProfile) -> CapabilitySet {
     if p.egress == cordon_sandbox::Egress::Allowlist {
         caps.push(Capability::Network);
     }
+    // A warm sandbox has a network namespace of its own to reach a port
+    // in; the process rung's commands each have their own, or the host's.
+    if p.warm {
+        caps.push(Capability::Ports);
+    }
     caps.into_iter().collect()
 }
 

@@ -281,6 +281,12 @@ impl LocalSandbox {
             image_root: self.image_root.clone(),
             tmp_dir: self.tmp.clone(),
             proxy_port: self.proxy_port,
+            listen: self.profile.warm
+                && self
+                    .provenance
+                    .spec
+                    .requires()
+                    .contains(cordon_sandbox::Capability::Ports),
             secrets_dir: self.files.secrets().map(|s| s.host().to_path_buf()),
             trust_dir: self.trust.as_ref().map(|(_, t)| t.dir().to_path_buf()),
             kvm: false,
@@ -575,6 +581,26 @@ impl Sandbox for LocalSandbox {
 
     fn workspace_diff(&self) -> Result<Vec<cordon_sandbox::WorkspaceChange>, SandboxError> {
         cordon_backend_kit::workspace::diff(self.workspace.as_ref())
+    }
+
+    /// Inside the warm sandbox's network namespace (the container rung's
+    /// own); the process rung has no sandbox-wide one, and refuses.
+    fn open_port(
+        &self,
+        req: &cordon_sandbox::PortRequest,
+    ) -> Result<std::net::TcpStream, SandboxError> {
+        let Some(w) = self.warm.as_ref() else {
+            return Err(SandboxError::Unsupported {
+                capability: cordon_sandbox::Capability::Ports,
+            });
+        };
+        let ns = cordon_linux::netns::of_cgroups(&w.cgroup_dirs()).map_err(|e| {
+            SandboxError::Failed {
+                operation: "port",
+                reason: format!("finding the sandbox's network namespace: {e}"),
+            }
+        })?;
+        cordon_backend_kit::ports::connect(ns, req.port)
     }
 
     fn workspace_apply(

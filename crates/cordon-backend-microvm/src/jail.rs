@@ -166,6 +166,7 @@ pub fn plan(spec: &JailSpec, host_id: u32) -> Result<Plan, String> {
             host_gid: host_id,
         },
         proxy_port: None,
+        listen: false,
         secrets_dir: None,
         trust_dir: None,
         kvm: spec.kvm,

@@ -331,6 +331,7 @@ impl MicrovmSandbox {
             image_root: Some(PathBuf::from(GUEST_IMAGE)),
             tmp_dir: None,
             proxy_port: self.proxy_port,
+            listen: false,
             secrets_dir: (!self.provenance.spec.secrets().is_empty())
                 .then(|| PathBuf::from(GUEST_SECRETS_DIR)),
             trust_dir: self.trusts_ca.then(|| PathBuf::from(GUEST_TRUST_DIR)),

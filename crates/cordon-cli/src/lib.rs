@@ -21,6 +21,7 @@ mod json_out;
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 mod mcp_cmd;
 mod policy_cmd;
+mod port_cmd;
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 mod proxy_cmd;
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]

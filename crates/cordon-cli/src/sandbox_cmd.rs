@@ -241,6 +241,24 @@ pub enum SandboxCommand {
         #[arg(short, long)]
         recursive: bool,
     },
+    /// Forward a port the workload listens on to an address on the host,
+    /// as the policy's ingress surface allows, until stopped or the
+    /// sandbox goes. Prints the host address it listens on.
+    Port {
+        /// The sandbox, by its handle.
+        handle: String,
+        /// The port in the sandbox (its server listens on 127.0.0.1 or
+        /// 0.0.0.0 there).
+        port: u16,
+        /// Where on the host to listen (`0`: any free port); the policy
+        /// decides the address (`cordon:default`: loopback only).
+        #[arg(long, default_value = "127.0.0.1:0")]
+        listen: String,
+        /// Who asks, as the policy's `caller` sees it: namespace=,
+        /// name=, attested=true|false (default: as `--identity` defaults).
+        #[arg(long = "caller", value_name = "KEY=VALUE")]
+        caller: Vec<String>,
+    },
     /// Dispose of a sandbox by handle, or of every sandbox of a scope and thread.
     Down {
         /// The sandbox, by its handle (or name `--scope` and `--thread`).
@@ -509,6 +527,18 @@ fn go(cmd: SandboxCommand) -> Result<ExitCode, ExitCode> {
             path,
             recursive,
         } => crate::files_cmd::watch(&attach(&handle)?, path.as_deref().unwrap_or(""), recursive),
+        SandboxCommand::Port {
+            handle,
+            port,
+            listen,
+            caller,
+        } => {
+            let caller = crate::run::identity(&caller).map_err(refuse)?;
+            let st = state()?;
+            let s = attach(&handle)?;
+            let alive = || matches!(st.read(&handle), Ok(Some(rec)) if cordon_host::keeper::ping(&st, &rec));
+            crate::port_cmd::forward(&s, port, &listen, caller, &alive)
+        }
         SandboxCommand::Down {
             handle,
             scope,

@@ -119,6 +119,7 @@ mod run {
             image_root: Some(root),
             tmp_dir: None,
             proxy_port: None,
+            listen: false,
             secrets_dir: None,
             trust_dir: None,
             kvm: false,

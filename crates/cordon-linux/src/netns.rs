@@ -58,6 +58,21 @@ pub fn listen_in(netns: BorrowedFd<'_>, port: u16) -> io::Result<TcpListener> {
     Ok(TcpListener::from(fd))
 }
 
+/// Connects to `127.0.0.1:port` inside the network namespace `netns` (a
+/// sandbox's), bringing its `lo` up first when it is down (a sandbox
+/// without a route out has only `lo`, and at the container rung it is
+/// left down until something needs it): loopback only, no route out.
+pub fn connect_loopback_in(netns: BorrowedFd<'_>, port: u16) -> io::Result<std::net::TcpStream> {
+    let (_, stream) = in_namespace(Some(netns), || {
+        crate::linux::proxy::loopback_up()?;
+        std::net::TcpStream::connect_timeout(
+            &std::net::SocketAddr::from(([127, 0, 0, 1], port)),
+            std::time::Duration::from_secs(5),
+        )
+    })?;
+    Ok(stream)
+}
+
 /// Connects to `addr` from inside the network namespace `netns`: the
 /// socket stays the namespace's (the microvm backend's egress relay
 /// reaches the proxy's listener so, never through the host's loopback).
@@ -69,6 +84,43 @@ pub fn connect_in(
         std::net::TcpStream::connect_timeout(&addr, std::time::Duration::from_secs(5))
     })?;
     Ok(stream)
+}
+
+/// The network namespace the processes of a sandbox's cgroups (`dirs`)
+/// run in, when it is not this process's own: the first member whose
+/// namespace differs. `None`: every member shares this process's (the
+/// host's) namespace, or none runs.
+pub fn of_cgroups(dirs: &[std::path::PathBuf]) -> io::Result<Option<OwnedFd>> {
+    let own = std::fs::File::open("/proc/self/ns/net")?;
+    // The sandbox's cgroups and theirs beneath (each exec has one), a
+    // bounded walk.
+    let mut all: Vec<std::path::PathBuf> = dirs.to_vec();
+    let mut i = 0;
+    while i < all.len() && all.len() < 4096 {
+        if let Ok(rd) = std::fs::read_dir(&all[i]) {
+            for e in rd.flatten() {
+                if e.file_type().is_ok_and(|t| t.is_dir()) {
+                    all.push(e.path());
+                }
+            }
+        }
+        i += 1;
+    }
+    for d in &all {
+        let Ok(procs) = std::fs::read_to_string(d.join("cgroup.procs")) else {
+            continue;
+        };
+        for pid in procs.lines().filter_map(|l| l.trim().parse::<u32>().ok()) {
+            // Gone meanwhile, or not ours to open: the next.
+            let Ok(ns) = std::fs::File::open(format!("/proc/{pid}/ns/net")) else {
+                continue;
+            };
+            if !same(ns.as_fd(), own.as_fd())? {
+                return Ok(Some(OwnedFd::from(ns)));
+            }
+        }
+    }
+    Ok(None)
 }
 
 /// A new network namespace holding only `lo` (up) and a listener on

@@ -134,6 +134,13 @@ pub struct PlanSpec {
     /// sandbox, so any port works; never 0.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub proxy_port: Option<u16>,
+    /// Container rung only: the workload may bind TCP ports (and listen)
+    /// in its own network namespace, for a server the host reaches through
+    /// cordon as the policy's ingress surface allows (a spec that requires
+    /// `ports`). The namespace holds only `lo` and the proxy's listener:
+    /// binding opens no route out. `false`: it may bind no TCP port.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub listen: bool,
     /// The host directory holding this sandbox's secrets, bound read-only
     /// (never executable) at [`SECRETS_AT`] in the sandbox's own mount
     /// namespace (process rung) or root (container rung), and readable
@@ -318,6 +325,10 @@ impl Plan {
     pub fn proxy_port(&self) -> Option<u16> {
         self.spec.proxy_port
     }
+    /// Whether the workload may bind TCP ports in its own namespace.
+    pub fn listen(&self) -> bool {
+        self.spec.listen
+    }
     /// The wire form.
     pub fn spec(&self) -> &PlanSpec {
         &self.spec
@@ -411,6 +422,9 @@ fn validate(spec: &PlanSpec) -> Result<(), PlanError> {
     if spec.kvm && spec.rung == Rung::Process {
         return Err(PlanError::ContainerOnly("kvm"));
     }
+    if spec.listen && spec.rung == Rung::Process {
+        return Err(PlanError::ContainerOnly("listen"));
+    }
     match (spec.rung, spec.proxy_port) {
         (_, None) => {}
         (Rung::Process, Some(_)) => return Err(PlanError::ProxyPortNeedsContainer),
@@ -491,6 +505,7 @@ mod tests {
                 host_gid: 100_000,
             },
             proxy_port: None,
+            listen: false,
             secrets_dir: None,
             trust_dir: None,
             kvm: false,

@@ -466,6 +466,18 @@ pub trait Sandbox: Send + Sync {
         })
     }
 
+    /// A connection to `port` on the sandbox's own loopback, made inside
+    /// its network namespace (or its guest): ingress only, no route out.
+    /// The policy's ingress decision is the guard's
+    /// ([`crate::guard`], [`crate::PortRequest`]), made before this. The
+    /// default refuses: a backend that cannot does not declare `ports`.
+    fn open_port(&self, req: &crate::PortRequest) -> Result<std::net::TcpStream, SandboxError> {
+        let _ = req;
+        Err(SandboxError::Unsupported {
+            capability: Capability::Ports,
+        })
+    }
+
     /// Saves every process running in this sandbox, with its memory, into
     /// the directory `into` (which exists, empty, root's) in the backend's
     /// own form, and ends them here: an exec so taken answers that it was

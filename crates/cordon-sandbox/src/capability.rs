@@ -37,10 +37,13 @@ pub enum Capability {
     Workspace,
     /// Carry an identity of its own that services can authenticate.
     AttachedIdentity,
+    /// Reach a port the workload listens on from the host, as the
+    /// policy's ingress surface allows (`cordon sandbox port`).
+    Ports,
 }
 
 impl Capability {
-    pub const ALL: [Capability; 11] = [
+    pub const ALL: [Capability; 12] = [
         Capability::Exec,
         Capability::RunCode,
         Capability::HostTools,
@@ -52,6 +55,7 @@ impl Capability {
         Capability::SnapshotMemory,
         Capability::Workspace,
         Capability::AttachedIdentity,
+        Capability::Ports,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -67,6 +71,7 @@ impl Capability {
             Capability::SnapshotMemory => "snapshot_memory",
             Capability::Workspace => "workspace",
             Capability::AttachedIdentity => "attached_identity",
+            Capability::Ports => "ports",
         }
     }
 

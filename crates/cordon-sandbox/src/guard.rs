@@ -291,6 +291,42 @@ impl Sandbox for Guarded {
             other => Ok(other),
         }
     }
+    /// Decided by the policy's ingress surface for this sandbox's identity
+    /// and the caller, the refusal naming the rule; then opened.
+    fn open_port(&self, req: &crate::PortRequest) -> Result<std::net::TcpStream, SandboxError> {
+        if !self
+            .inner
+            .provenance()
+            .spec
+            .requires()
+            .contains(crate::Capability::Ports)
+        {
+            return Err(SandboxError::Invalid {
+                reason: "this sandbox was made without `requires: [ports]`, so its workload may listen on no port; make it with `--require ports` (or the spec's `requires`)".into(),
+            });
+        }
+        let request = Request {
+            identity: self.inner.provenance().identity.clone(),
+            env: self.env.clone(),
+            now: now(),
+            facts: SurfaceFacts::Ingress(cordon_policy::IngressFacts {
+                port: i64::from(req.port),
+                listen: req.listen.clone(),
+                caller: req.caller.clone(),
+            }),
+        };
+        if !self.policy.decide(&request).is_allowed() {
+            let explanation = self.policy.explain(&request);
+            return Err(SandboxError::Refused {
+                reason: format!(
+                    "the policy's ingress surface refuses port {} at {} to `{}/{}`:",
+                    req.port, req.listen, req.caller.namespace, req.caller.name
+                ),
+                rules: explanation.why(&self.policy, Surface::Ingress),
+            });
+        }
+        self.inner.open_port(req)
+    }
     /// Decided as a listing of `path` is; then each event only for a path
     /// the policy lets be read (half a rename as a creation or removal).
     fn watch(

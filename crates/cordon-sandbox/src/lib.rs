@@ -117,5 +117,5 @@ pub use router::{
 pub use secrets::{Brokered, SecretError, SecretProvider, SecretValue};
 pub use sink::{Artifact, ArtifactHandle, LandedArtifact, OutputSink, SinkError};
 pub use spec::{spec_json_schema, PlaceholderAsk, ResourceAsk, SandboxSpec, SecretName, SpecError};
-pub use watch::{Next, WatchEvent, WatchKind, WatchSource};
+pub use watch::{Next, PortRequest, WatchEvent, WatchKind, WatchSource};
 pub use workspace::{ApplyReport, Change, RefusedChange, WorkspaceChange};

@@ -116,3 +116,17 @@ impl<F: FnMut(&str) -> bool + Send> WatchSource for Filtered<F> {
         }
     }
 }
+
+/// A port of a sandbox a caller asks to reach from the host: decided by
+/// the policy's ingress surface (`port`, `listen`, `caller`) with the
+/// sandbox's identity, then opened by the backend.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PortRequest {
+    pub port: u16,
+    /// The host address the port is reached at (`127.0.0.1`, `::1`, or
+    /// the server's own listening address).
+    pub listen: String,
+    /// Who asks.
+    pub caller: cordon_policy::Identity,
+}

@@ -423,6 +423,48 @@ impl Sandbox for KeptSandbox {
     fn resume(&self) -> Result<(), SandboxError> {
         self.paused(false)
     }
+    /// Asked of its keeper, whose guard decides with the policy's ingress
+    /// surface; the keeper connects inside the sandbox and hands the
+    /// socket back.
+    fn open_port(
+        &self,
+        req: &cordon_sandbox::PortRequest,
+    ) -> Result<std::net::TcpStream, SandboxError> {
+        let failed = |reason: String| SandboxError::Failed {
+            operation: "port",
+            reason,
+        };
+        let sock = connect(
+            &self.state.socket_path(&self.record.handle),
+            Duration::from_secs(30),
+        )
+        .map_err(|e| SandboxError::Unavailable {
+            reason: format!(
+                "sandbox `{}` does not answer ({e}); it may have expired or been disposed",
+                self.record.handle
+            ),
+        })?;
+        let ask = Request::Port {
+            port: req.port,
+            listen: req.listen.clone(),
+            caller: req.caller.clone(),
+        };
+        fdpass::send(&sock, &ask, &[]).map_err(|e| failed(e.to_string()))?;
+        match fdpass::recv::<Reply>(&sock) {
+            Ok(Some((Reply::PortOpen, mut fds))) if fds.len() == 1 => {
+                Ok(std::net::TcpStream::from(fds.remove(0)))
+            }
+            Ok(Some((Reply::Error { kind, message, rules }, _))) => {
+                Err(super::wire::error_from_wire(kind, message, rules))
+            }
+            Ok(Some((other, _))) => Err(unexpected(other, "port")),
+            Ok(None) => Err(failed(
+                "the keeper hung up unanswered (a keeper of an older cordon has no ports: make the sandbox again)".into(),
+            )),
+            Err(e) => Err(failed(e.to_string())),
+        }
+    }
+
     /// Asked of its keeper, whose guard decides the path with the policy it
     /// loaded; the events come back on a pipe, until the keeper (with its
     /// sandbox) is gone or this is dropped.

@@ -256,11 +256,21 @@ fn serve_sandbox(
             };
             let reply = match req {
                 Request::Ping => Reply::Pong { handle },
-                Request::Resize { .. } => Reply::Error {
-                    kind: cordon_sandbox::ErrorKind::Invalid,
-                    message: "a resize belongs on an exec's connection".into(),
-                    rules: Vec::new(),
-                },
+                Request::Port {
+                    port,
+                    listen,
+                    caller,
+                } => {
+                    let req = cordon_sandbox::PortRequest {
+                        port,
+                        listen,
+                        caller,
+                    };
+                    return port_for_client(&*sandbox, &req, &conn);
+                }
+                Request::Resize { .. } => error_to_wire(&cordon_sandbox::SandboxError::Invalid {
+                    reason: "a resize belongs on an exec's connection".into(),
+                }),
                 // The loop is stopped only once the sandbox is gone and the
                 // client has its answer: stopping first let the keeper exit
                 // mid-dispose (a slow backend's, gVisor's pod takes seconds)
@@ -269,23 +279,15 @@ fn serve_sandbox(
                     let _ = backend.dispose(&key);
                     Reply::Disposed
                 }
-                Request::Pause { paused } => {
-                    *last.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
-                    pause_for_client(&*sandbox, paused)
-                }
-                Request::Checkpoint { into } => {
-                    *last.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
-                    sandbox.checkpoint(&into).map_or_else(
-                        |e| error_to_wire(&e),
-                        |processes| Reply::Checkpointed { processes },
-                    )
-                }
+                Request::Pause { paused } => pause_for_client(&*sandbox, paused),
+                Request::Checkpoint { into } => sandbox.checkpoint(&into).map_or_else(
+                    |e| error_to_wire(&e),
+                    |processes| Reply::Checkpointed { processes },
+                ),
                 Request::Watch { path, recursive } => {
-                    *last.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
                     watch_for_client(&*sandbox, &path, recursive, fds)
                 }
                 Request::Egress { allow, closed, by } => {
-                    *last.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
                     egress_for_client(&*sandbox, &allow, closed, &by)
                 }
                 Request::WriteFile { .. }
@@ -307,10 +309,7 @@ fn serve_sandbox(
                     tty,
                 } => {
                     busy.fetch_add(1, Ordering::SeqCst);
-                    let attach = match tty {
-                        Some(size) => Attach::terminal(size),
-                        None => Attach::streamed_stdin(),
-                    };
+                    let attach = tty.map_or_else(Attach::streamed_stdin, Attach::terminal);
                     let reply =
                         exec_for_client(&*sandbox, &conn, argv, env, timeout_secs, attach, fds);
                     busy.fetch_sub(1, Ordering::SeqCst);
@@ -326,6 +325,17 @@ fn serve_sandbox(
             }
         });
     }
+}
+
+/// Opens a port of the sandbox for a client (the guard decides it with
+/// the policy's ingress surface) and sends the connected socket back with
+/// the answer, or the refusal.
+fn port_for_client(sandbox: &dyn Sandbox, req: &cordon_sandbox::PortRequest, conn: &OwnedFd) {
+    use std::os::fd::AsFd;
+    let _ = match sandbox.open_port(req) {
+        Ok(stream) => fdpass::send(conn, &Reply::PortOpen, &[stream.as_fd()]),
+        Err(e) => fdpass::send(conn, &super::wire::error_to_wire(&e), &[]),
+    };
 }
 
 /// Freezes (`true`) or thaws the sandbox for a client.

@@ -172,6 +172,15 @@ pub(crate) enum Request {
         path: String,
         recursive: bool,
     },
+    /// Open a connection to a port of the sandbox for `caller`, reached at
+    /// `listen` on the host: decided by the policy's ingress surface in
+    /// the keeper's guard, answered [`Reply::PortOpen`] with the connected
+    /// socket attached.
+    Port {
+        port: u16,
+        listen: String,
+        caller: cordon_policy::Identity,
+    },
     /// Save every process of the sandbox with its memory into `into` (a
     /// directory the client made, empty, root's), ending them there:
     /// answered [`Reply::Checkpointed`].
@@ -287,6 +296,8 @@ pub(crate) enum Reply {
     },
     /// The watch runs: its events come on the attached pipe.
     Watching,
+    /// The connection to the port: the socket is attached.
+    PortOpen,
     /// `processes` were saved.
     Checkpointed {
         processes: u32,

@@ -258,10 +258,19 @@ pub(crate) fn ruleset(
     let abi = abi_enum(found);
     let all = AccessFs::from_all(abi);
     let file_only = AccessFs::from_file(abi);
+    // TCP: connect is always handled (only the proxy's port granted);
+    // bind is left unhandled only where the plan lets the workload listen
+    // in its own namespace (`listen`: a server the host reaches through
+    // cordon; the namespace has no route out).
+    let net = if plan.listen() {
+        BitFlags::from(AccessNet::ConnectTcp)
+    } else {
+        AccessNet::from_all(abi)
+    };
     let mut ruleset = Ruleset::default()
         .set_compatibility(CompatLevel::HardRequirement)
         .handle_access(all)?
-        .handle_access(AccessNet::from_all(abi))?;
+        .handle_access(net)?;
     if found >= 6 {
         ruleset = ruleset.scope(Scope::from_all(abi))?;
     }

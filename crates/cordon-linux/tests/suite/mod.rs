@@ -145,6 +145,7 @@ impl Case {
                 host_gid: host,
             },
             proxy_port: None,
+            listen: false,
             secrets_dir: None,
             trust_dir: None,
             kvm: false,
