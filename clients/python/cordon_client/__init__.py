@@ -358,6 +358,36 @@ class Thread:
             body["from"] = from_snapshot
         return self.client._json("POST", "/v1/sandboxes", body)
 
+    def url(self, port: int, path: str = "/") -> str:
+        """The preview URL of `port` in this sandbox: where a server the
+        workload runs there is reached through the server, as the policy's
+        ingress surface allows (the sandbox made with `requires: [ports]`).
+        A request to it needs this client's credential (`get_port` sends
+        it); the sandbox never sees the credential."""
+        from urllib.parse import quote
+        if not 0 < int(port) < 65536:
+            raise ValueError(f"a port is from 1 to 65535, not {port}")
+        thread = quote(self.at["thread"], safe="")
+        return f"{self.client.url}/v1/sandboxes/{thread}/ports/{int(port)}/{path.lstrip('/')}"
+
+    def get_port(self, port: int, path: str = "/") -> bytes:
+        """GET the preview URL of `port` (`url`) with this client's
+        credential; the body. A refusal raises CordonError."""
+        req = urllib.request.Request(self.url(port, path), method="GET")
+        req.add_header("Authorization", f"Bearer {self.client._token}")
+        if self.at["agent_dir"] != "default":
+            req.add_header("cordon-agent-dir", self.at["agent_dir"])
+        try:
+            with urllib.request.urlopen(req, timeout=self.client.timeout) as r:
+                return r.read()
+        except urllib.error.HTTPError as e:
+            text = e.read().decode("utf-8", "replace")
+            try:
+                message = json.loads(text).get("error", text)
+            except ValueError:
+                message = text
+            raise CordonError(e.code, message) from None
+
     def snapshot(self, name: Optional[str] = None, memory: bool = False) -> Dict[str, Any]:
         """Captures the sandbox's files (its work dir) into the server's
         snapshot store: `{id, name, files, bytes, processes, ...}`.

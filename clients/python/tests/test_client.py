@@ -29,6 +29,35 @@ class LiveServer(unittest.TestCase):
         self.a = Client(URL, os.environ["CORDON_TOKEN_A"])
         self.b = Client(URL, os.environ["CORDON_TOKEN_B"])
 
+    def test_a_preview_url_reaches_a_server_in_the_sandbox(self) -> None:
+        with self.a.thread("py-port") as t:
+            t.create(spec="kind: run\nimage: host\nrequires: [exec, files_in, ports]\n")
+            t.files.write("index.html", "hello from the sandbox\n")
+            def serve() -> None:
+                try:
+                    t.exec(["python3", "-m", "http.server", "8000", "--bind", "127.0.0.1"], timeout_seconds=30)
+                except CordonError:
+                    pass  # ended by the thread's disposal
+
+            server = threading.Thread(target=serve, daemon=True)
+            server.start()
+            self.assertTrue(t.url(8000).endswith("/v1/sandboxes/py-port/ports/8000/"))
+            body = None
+            for _ in range(50):
+                try:
+                    body = t.get_port(8000, "/index.html")
+                    break
+                except CordonError:
+                    time.sleep(0.2)
+            self.assertEqual(body, b"hello from the sandbox\n")
+            with self.assertRaises(CordonError) as e:
+                self.b.thread("py-port").get_port(8000, "/index.html")
+            self.assertEqual(e.exception.status, 404)
+            with self.assertRaises(CordonError) as e:
+                t.get_port(80)
+            self.assertEqual(e.exception.status, 403)
+            self.assertIn("ingress", str(e.exception))
+
     def test_a_round_files_in_exec_outputs_out_and_disposal_on_exit(self) -> None:
         with self.a.thread("py-1") as t:
             made = t.create(spec=SPEC)

@@ -905,6 +905,117 @@ fn a_watch_over_http_streams_changes_and_ends_with_the_sandbox() {
     );
 }
 
+/// A preview URL: `/v1/sandboxes/{thread}/ports/{port}/...` reaches a
+/// server the owner's sandbox runs (made with `ports`), never with the
+/// host's credential forwarded; another credential's is the `404` of a
+/// missing sandbox; a port the policy does not allow is `403`, the rule
+/// named.
+#[test]
+fn a_preview_url_reaches_the_owners_server_as_the_policy_allows() {
+    if !root() {
+        return;
+    }
+    use base64::Engine as _;
+    let dir = tempfile::tempdir().expect("dir");
+    let server = start(&config(dir.path(), &good_config()));
+    let a = Some("token-a");
+    let spec = "kind: run\nimage: host\nrequires: [exec, files_in, ports]\n";
+    let (status, out) = post(
+        &server.addr,
+        "/v1/sandboxes",
+        a,
+        serde_json::json!({"thread": "web", "spec": spec}),
+    );
+    assert_eq!(status, 200, "{out}");
+    // A server that answers with the path and whether a credential reached it.
+    let srv = "import http.server\nclass H(http.server.BaseHTTPRequestHandler):\n    def do_GET(self):\n        body = ('path=%s auth=%s' % (self.path, self.headers.get('Authorization'))).encode()\n        self.send_response(200); self.send_header('Content-Length', str(len(body))); self.end_headers(); self.wfile.write(body)\nhttp.server.HTTPServer(('127.0.0.1', 8000), H).serve_forever()\n";
+    let (status, out) = post(
+        &server.addr,
+        "/v1/sandboxes/files",
+        a,
+        serde_json::json!({"thread": "web", "path": "srv.py", "content_base64": base64::engine::general_purpose::STANDARD.encode(srv)}),
+    );
+    assert_eq!(status, 200, "{out}");
+    let addr = server.addr.clone();
+    let running = std::thread::spawn(move || {
+        request(
+            &addr,
+            "POST",
+            "/v1/sandboxes/exec",
+            Some("token-a"),
+            Some(&serde_json::json!({"thread": "web", "argv": ["python3", "srv.py"], "stream": true, "timeout_seconds": 60}).to_string()),
+        )
+    });
+    let mut got = (0, String::new());
+    for _ in 0..50 {
+        got = request(
+            &server.addr,
+            "GET",
+            "/v1/sandboxes/web/ports/8000/hello?x=1",
+            a,
+            None,
+        );
+        if got.0 == 200 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    assert_eq!(got.0, 200, "{}", got.1);
+    assert!(
+        got.1.contains("path=/hello?x=1") && got.1.contains("auth=None"),
+        "{}",
+        got.1
+    );
+    let (status, _) = request(
+        &server.addr,
+        "GET",
+        "/v1/sandboxes/web/ports/8000/",
+        a,
+        None,
+    );
+    assert_eq!(status, 200);
+    // Another credential: the very answer a missing sandbox gets.
+    let theirs = request(
+        &server.addr,
+        "GET",
+        "/v1/sandboxes/web/ports/8000/hello",
+        Some("token-b"),
+        None,
+    );
+    let missing = request(
+        &server.addr,
+        "GET",
+        "/v1/sandboxes/nope/ports/8000/hello",
+        a,
+        None,
+    );
+    assert_eq!(theirs, missing);
+    assert_eq!(theirs.0, 404);
+    assert_eq!(
+        request(
+            &server.addr,
+            "GET",
+            "/v1/sandboxes/web/ports/8000/",
+            None,
+            None
+        )
+        .0,
+        401
+    );
+    // A privileged port: refused by the ingress surface, the rule named.
+    let (status, out) = request(&server.addr, "GET", "/v1/sandboxes/web/ports/80/", a, None);
+    assert_eq!(status, 403, "{out}");
+    assert!(out.contains("own-loopback-preview"), "{out}");
+    let (status, _) = post(
+        &server.addr,
+        "/v1/sandboxes/dispose",
+        a,
+        serde_json::json!({"thread": "web"}),
+    );
+    assert_eq!(status, 200);
+    let _ = running.join();
+}
+
 /// The per-credential cap counts every replica's sandboxes from the state
 /// directory; when that cannot be listed, a create is refused (`503`,
 /// saying why), never counted against this server's own alone, which
@@ -1519,7 +1630,7 @@ fn the_python_client_passes_its_tests_against_a_live_server() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
     assert!(
-        err.contains("Ran 14 tests") && !err.contains("skipped"),
+        err.contains("Ran 15 tests") && !err.contains("skipped"),
         "{err}"
     );
 }

@@ -39,6 +39,7 @@ mod outputs;
 mod pause;
 pub mod paused_files;
 pub mod pools;
+mod ports;
 mod refusal;
 mod request;
 mod routes;

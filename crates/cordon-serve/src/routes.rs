@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use axum::routing::{get, post};
+use axum::routing::{any, get, post};
 use axum::Router;
 
 use crate::egress::change_egress;
@@ -54,6 +54,14 @@ pub fn app(state: Arc<Served>) -> Router {
         .route("/v1/snapshots/forget", post(forget))
         .route("/v1/sandboxes/apply", post(apply))
         .route("/v1/threads/dispose", post(dispose_thread))
+        .route(
+            "/v1/sandboxes/{thread}/ports/{port}/",
+            any(crate::ports::preview_root),
+        )
+        .route(
+            "/v1/sandboxes/{thread}/ports/{port}/{*rest}",
+            any(crate::ports::preview),
+        )
         .route("/v1/sandboxes/outputs", post(outputs))
         .route("/v1/artifacts/{handle}", get(artifact))
         .route("/metrics", get(metrics))

@@ -1,0 +1,129 @@
+//! Preview URLs (issue 32): `ANY /v1/sandboxes/{thread}/ports/{port}/...`
+//! forwards one HTTP request to a port the caller's sandbox listens on —
+//! decided by the policy's ingress surface (the port, this server's
+//! listening address as `listen`, the credential's identity as `caller`)
+//! in the sandbox's guard, connected inside the sandbox's own network
+//! namespace. Another credential's sandbox is the `404` of a missing one.
+//! The credential itself never reaches the sandbox: `Authorization` and
+//! cordon's own headers are dropped from what is forwarded.
+
+use std::sync::Arc;
+
+use axum::extract::{Path, Request, State};
+use axum::response::{IntoResponse, Response};
+use cordon_sandbox::{ErrorKind, PortRequest};
+
+use crate::refusal::refused;
+use crate::request::{who, Address};
+use crate::sandboxes::live_sandbox;
+use crate::served::Served;
+
+/// Headers of the caller's that never reach the sandbox: its credential,
+/// cordon's addressing, and the hop-by-hop ones.
+const DROPPED: [&str; 10] = [
+    "authorization",
+    "cordon-agent-dir",
+    "connection",
+    "keep-alive",
+    "proxy-authorization",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+];
+
+/// `/v1/sandboxes/{thread}/ports/{port}/` (the tail empty).
+pub(crate) async fn preview_root(
+    State(s): State<Arc<Served>>,
+    Path((thread, port)): Path<(String, u16)>,
+    req: Request,
+) -> Response {
+    forward(s, thread, port, String::new(), req).await
+}
+
+/// `/v1/sandboxes/{thread}/ports/{port}/{*rest}`.
+pub(crate) async fn preview(
+    State(s): State<Arc<Served>>,
+    Path((thread, port, rest)): Path<(String, u16, String)>,
+    req: Request,
+) -> Response {
+    forward(s, thread, port, rest, req).await
+}
+
+async fn forward(
+    s: Arc<Served>,
+    thread: String,
+    port: u16,
+    rest: String,
+    req: Request,
+) -> Response {
+    let cred = match who(&s, req.headers()) {
+        Ok(c) => c,
+        Err(r) => return *r,
+    };
+    let agent_dir = req
+        .headers()
+        .get("cordon-agent-dir")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("default")
+        .to_string();
+    let at = Address { thread, agent_dir };
+    let sandbox = match live_sandbox(&s, &cred, &at).await {
+        Ok(x) => x,
+        Err(r) => return *r,
+    };
+    let ask = PortRequest {
+        port,
+        listen: s.config.listen.ip().to_string(),
+        caller: cred.identity.clone(),
+    };
+    let opened = tokio::task::spawn_blocking(move || sandbox.open_port(&ask)).await;
+    let stream = match opened {
+        Ok(Ok(st)) => st,
+        Ok(Err(e)) => return refused(e.kind(), &e),
+        Err(e) => return refused(ErrorKind::Failed, e),
+    };
+    let stream = match stream
+        .set_nonblocking(true)
+        .and_then(|()| tokio::net::TcpStream::from_std(stream))
+    {
+        Ok(st) => st,
+        Err(e) => {
+            return refused(
+                ErrorKind::Failed,
+                format!("the connection into the sandbox: {e}"),
+            )
+        }
+    };
+    let (mut sender, conn) =
+        match hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await {
+            Ok(x) => x,
+            Err(e) => return refused(ErrorKind::Failed, format!("the sandbox's server: {e}")),
+        };
+    tokio::spawn(conn);
+    let (mut parts, body) = req.into_parts();
+    let query = parts
+        .uri
+        .query()
+        .map(|q| format!("?{q}"))
+        .unwrap_or_default();
+    parts.uri = match format!("/{rest}{query}").parse() {
+        Ok(u) => u,
+        Err(e) => return refused(ErrorKind::Invalid, format!("the path: {e}")),
+    };
+    for h in DROPPED {
+        parts.headers.remove(h);
+    }
+    if let Ok(v) = format!("127.0.0.1:{port}").parse() {
+        parts.headers.insert(axum::http::header::HOST, v);
+    }
+    let out = axum::http::Request::from_parts(parts, body);
+    match sender.send_request(out).await {
+        Ok(resp) => resp.map(axum::body::Body::new).into_response(),
+        Err(e) => refused(
+            ErrorKind::Unavailable,
+            format!("the sandbox's server on port {port} did not answer: {e}"),
+        ),
+    }
+}
