@@ -62,7 +62,13 @@ pub fn forward(
     let bound = listener
         .local_addr()
         .map_err(|e| refuse(format!("listening on {addr}: {e}")))?;
-    println!("{bound}");
+    if crate::json_out::on() {
+        crate::json_out::emit(
+            &serde_json::json!({"ok": true, "port": port, "listen": bound.to_string()}),
+        );
+    } else {
+        println!("{bound}");
+    }
     eprintln!(
         "cordon: port {port} of the sandbox is at {bound} (http://{bound}/); stop with Ctrl-C"
     );

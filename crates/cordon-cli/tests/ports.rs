@@ -149,6 +149,30 @@ fn a_port_is_reached_as_the_policy_allows_and_the_forward_ends_with_the_sandbox(
     assert!(addr.starts_with("127.0.0.1:"), "{addr}");
     let page = get(&addr, "/index.html").unwrap();
     assert!(page.contains("hello-from-the-sandbox"), "{page}");
+    // `--format json`: one object once it listens.
+    let mut json = c
+        .command(["sandbox", "port", &h, "8000", "--format", "json"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(json.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let _ = json.kill();
+    let _ = json.wait();
+    let v: serde_json::Value = serde_json::from_str(&line).expect(&line);
+    assert_eq!(
+        (v["ok"].as_bool(), v["port"].as_u64()),
+        (Some(true), Some(8000)),
+        "{v}"
+    );
+    assert!(
+        v["listen"].as_str().unwrap().starts_with("127.0.0.1:"),
+        "{v}"
+    );
     // The forward is ingress only: the workload reaches nothing through
     // it, the host's address of the forward included.
     let reach = format!(

@@ -33,6 +33,7 @@ mod files;
 mod gate;
 mod limits;
 mod listen;
+mod mcp_files;
 mod mcp_http;
 mod metrics;
 mod outputs;

@@ -22,8 +22,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cordon_sandbox::{
-    Capability, DeclaredOutput, ExecRequest, ExitStatus, FileKind, Sandbox, SandboxError,
-    SandboxSpec,
+    Capability, DeclaredOutput, ExecRequest, ExitStatus, Sandbox, SandboxError, SandboxSpec,
 };
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorData,
@@ -307,7 +306,7 @@ fn tool_error(message: impl Into<String>) -> CallToolResult {
     CallToolResult::error(vec![ContentBlock::text(message.into())])
 }
 
-fn text_result(v: Value) -> CallToolResult {
+pub(crate) fn text_result(v: Value) -> CallToolResult {
     CallToolResult::success(vec![ContentBlock::text(
         serde_json::to_string_pretty(&v).unwrap_or_default(),
     )])
@@ -315,7 +314,7 @@ fn text_result(v: Value) -> CallToolResult {
 
 /// The arguments, checked against what the tool takes: an unknown field is
 /// refused (a model must not think it can pass a key or a thread).
-fn args_of(
+pub(crate) fn args_of(
     params: &CallToolRequestParams,
     allowed: &[&str],
     required: &[&str],
@@ -342,7 +341,7 @@ fn args_of(
     Ok(args)
 }
 
-fn string_arg(args: &JsonObject, name: &str) -> Result<Option<String>, String> {
+pub(crate) fn string_arg(args: &JsonObject, name: &str) -> Result<Option<String>, String> {
     match args.get(name) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(s)) => Ok(Some(s.clone())),
@@ -363,7 +362,7 @@ fn timeout_arg(args: &JsonObject) -> Result<Duration, String> {
 }
 
 /// A guest path for a model's `path`: relative ones are under the work dir.
-fn in_work_dir(spec: &SandboxSpec, path: &str) -> String {
+pub(crate) fn in_work_dir(spec: &SandboxSpec, path: &str) -> String {
     if path.starts_with('/') {
         path.to_string()
     } else if path.is_empty() || path == "." {
@@ -508,23 +507,23 @@ impl<H: McpHost> CordonMcp<H> {
                     let sandbox = sandbox_of(&host, &ctx).await?;
                     Ok(run(&host, &ctx, sandbox, req).await)
                 }
-                "write_file" => write_file(&host, &ctx, &params, &spec).await,
+                "write_file" => crate::mcp_files::write_file(&host, &ctx, &params, &spec).await,
                 "remove_file" => {
                     let args = args_of(&params, &["path", "recursive"], &["path"])?;
                     let path = in_work_dir(&spec, &string_arg(&args, "path")?.unwrap_or_default());
-                    let recursive = bool_arg(&args, "recursive")?;
+                    let recursive = crate::mcp_files::bool_arg(&args, "recursive")?;
                     let op = cordon_sandbox::FileOp::Remove {
                         path: path.clone(),
                         recursive,
                     };
-                    match files_op(&host, &ctx, op).await? {
+                    match crate::mcp_files::files_op(&host, &ctx, op).await? {
                         cordon_sandbox::FileAnswer::Done(removed) => {
                             Ok(text_result(json!({"path": path, "removed": removed})))
                         }
                         other => Err(format!("an odd answer: {other:?}")),
                     }
                 }
-                "list_files" => list_files(&host, &ctx, &params, &spec).await,
+                "list_files" => crate::mcp_files::list_files(&host, &ctx, &params, &spec).await,
                 "snapshot" => {
                     let args = args_of(&params, &["name"], &[])?;
                     let name = string_arg(&args, "name")?;
@@ -540,7 +539,7 @@ impl<H: McpHost> CordonMcp<H> {
                     ))
                 }
                 "read_file" if spec.requires().contains(Capability::FilesList) => {
-                    read_range(&host, &ctx, &params, &spec).await
+                    crate::mcp_files::read_range(&host, &ctx, &params, &spec).await
                 }
                 "read_file" => read_file(&host, &ctx, &params, spec).await,
                 "collect_outputs" => {
@@ -555,157 +554,6 @@ impl<H: McpHost> CordonMcp<H> {
         .await;
         Ok(result.unwrap_or_else(tool_error))
     }
-}
-
-fn bool_arg(args: &JsonObject, name: &str) -> Result<bool, String> {
-    match args.get(name) {
-        None | Some(Value::Null) => Ok(false),
-        Some(Value::Bool(b)) => Ok(*b),
-        Some(_) => Err(format!("`{name}` must be true or false")),
-    }
-}
-
-/// One files-API operation on the bound sandbox (the guard decides each
-/// path with the policy's storage surface), its error in the model's words.
-async fn files_op<H: McpHost>(
-    host: &Arc<H>,
-    ctx: &RequestContext<RoleServer>,
-    op: cordon_sandbox::FileOp,
-) -> Result<cordon_sandbox::FileAnswer, String> {
-    let sandbox = sandbox_of(host, ctx).await?;
-    blocking(move || sandbox.files(&op))
-        .await?
-        .map_err(|e| e.to_string())
-}
-
-/// The `write_file` tool: created or replaced (a link there replaced, never
-/// followed), or appended to.
-async fn write_file<H: McpHost>(
-    host: &Arc<H>,
-    ctx: &RequestContext<RoleServer>,
-    params: &CallToolRequestParams,
-    spec: &SandboxSpec,
-) -> Result<CallToolResult, String> {
-    let args = args_of(
-        params,
-        &["path", "content", "executable", "append"],
-        &["path", "content"],
-    )?;
-    let path = in_work_dir(spec, &string_arg(&args, "path")?.unwrap_or_default());
-    let content = string_arg(&args, "content")?.unwrap_or_default();
-    let mode = if bool_arg(&args, "executable")? {
-        0o755
-    } else {
-        0o644
-    };
-    let how = if bool_arg(&args, "append")? {
-        cordon_sandbox::WriteHow::Append
-    } else {
-        cordon_sandbox::WriteHow::Truncate
-    };
-    let n = content.len();
-    let op = cordon_sandbox::FileOp::Write {
-        path: path.clone(),
-        data: content.into_bytes(),
-        mode,
-        how,
-    };
-    files_op(host, ctx, op).await?;
-    Ok(text_result(json!({"wrote": path, "bytes": n})))
-}
-
-/// The `list_files` tool: a directory of the sandbox (to a depth), links
-/// listed never followed, entries the policy keeps from reading left out.
-async fn list_files<H: McpHost>(
-    host: &Arc<H>,
-    ctx: &RequestContext<RoleServer>,
-    params: &CallToolRequestParams,
-    spec: &SandboxSpec,
-) -> Result<CallToolResult, String> {
-    let args = args_of(params, &["path", "depth"], &[])?;
-    let path = in_work_dir(spec, &string_arg(&args, "path")?.unwrap_or_default());
-    let depth = match args.get("depth") {
-        None | Some(Value::Null) => 0,
-        Some(v) => match v.as_u64() {
-            Some(n) if n <= u64::from(MAX_TOOL_DEPTH) => n as u32,
-            _ => {
-                return Err(format!(
-                    "`depth` must be a whole number from 0 to {MAX_TOOL_DEPTH}"
-                ))
-            }
-        },
-    };
-    let op = cordon_sandbox::FileOp::List {
-        path: path.clone(),
-        depth,
-    };
-    let cordon_sandbox::FileAnswer::Listing {
-        entries,
-        mut truncated,
-    } = files_op(host, ctx, op).await?
-    else {
-        return Err("the sandbox answered a listing oddly".into());
-    };
-    if entries.len() > MAX_TOOL_ENTRIES {
-        truncated = true;
-    }
-    let listed: Vec<Value> = entries
-        .iter()
-        .take(MAX_TOOL_ENTRIES)
-        .map(|e| {
-            let kind = match e.kind {
-                FileKind::File => "file",
-                FileKind::Dir => "dir",
-                FileKind::Symlink => "link",
-                FileKind::Other => "other",
-            };
-            json!({"path": e.path, "kind": kind, "size": e.size, "mode": format!("{:o}", e.mode)})
-        })
-        .collect();
-    let mut v = json!({"path": path, "entries": listed});
-    if truncated {
-        v["truncated"] = true.into();
-    }
-    Ok(text_result(v))
-}
-
-/// The `read_file` tool over the files API: at most
-/// [`MAX_TOOL_OUTPUT_BYTES`] from `offset`, as text or base64.
-async fn read_range<H: McpHost>(
-    host: &Arc<H>,
-    ctx: &RequestContext<RoleServer>,
-    params: &CallToolRequestParams,
-    spec: &SandboxSpec,
-) -> Result<CallToolResult, String> {
-    let args = args_of(params, &["path", "offset"], &["path"])?;
-    let path = in_work_dir(spec, &string_arg(&args, "path")?.unwrap_or_default());
-    let offset = match args.get("offset") {
-        None | Some(Value::Null) => 0,
-        Some(v) => v
-            .as_u64()
-            .ok_or("`offset` must be a whole number of bytes")?,
-    };
-    let op = cordon_sandbox::FileOp::Read {
-        path: path.clone(),
-        offset,
-        len: MAX_TOOL_OUTPUT_BYTES,
-    };
-    let cordon_sandbox::FileAnswer::Read { data, size } = files_op(host, ctx, op).await? else {
-        return Err("the sandbox answered a read oddly".into());
-    };
-    let end = offset.saturating_add(data.len() as u64);
-    let mut v = match String::from_utf8(data) {
-        Ok(text) => json!({"path": path, "text": text}),
-        Err(e) => {
-            use base64::Engine as _;
-            json!({"path": path, "base64": base64::engine::general_purpose::STANDARD.encode(e.as_bytes())})
-        }
-    };
-    v["size"] = size.into();
-    if end < size {
-        v["more_from_offset"] = end.into();
-    }
-    Ok(text_result(v))
 }
 
 /// The `read_file` tool: one file under the work dir, read as a declared
@@ -756,13 +604,15 @@ async fn read_file<H: McpHost>(
     })
 }
 
-async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T, String> {
+pub(crate) async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, String> {
     tokio::task::spawn_blocking(f)
         .await
         .map_err(|e| format!("the operation failed: {e}"))
 }
 
-async fn sandbox_of<H: McpHost>(
+pub(crate) async fn sandbox_of<H: McpHost>(
     host: &Arc<H>,
     ctx: &RequestContext<RoleServer>,
 ) -> Result<Arc<dyn Sandbox>, String> {
