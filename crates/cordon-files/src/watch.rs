@@ -39,8 +39,10 @@ pub struct Watcher {
     pending: Vec<WatchEvent>,
     since: Option<Instant>,
     ready: VecDeque<WatchEvent>,
-    /// A `moved_from` waiting for its `moved_to` (cookie, event).
-    moved: Option<(u32, WatchEvent)>,
+    /// A `moved_from` waiting for its `moved_to` (cookie, event, when
+    /// read): the pair can fall into two reads of the queue, so it waits
+    /// [`COALESCE`] before it is taken for a move out of the tree.
+    moved: Option<(u32, WatchEvent, Instant)>,
     overflowed: bool,
     ended: Option<String>,
     buf: Vec<MaybeUninit<u8>>,
@@ -200,10 +202,7 @@ impl Watcher {
         for (wd, flags, cookie, name) in found {
             self.one(wd, flags, cookie, name);
         }
-        // A move out of the watched tree: its `moved_to` never comes.
-        if let Some((_, e)) = self.moved.take() {
-            self.moved_out(e);
-        }
+        self.moved_expired();
     }
 
     fn one(&mut self, wd: i32, flags: ReadFlags, cookie: u32, name: String) {
@@ -236,7 +235,7 @@ impl Watcher {
             to: None,
             dir,
         };
-        if let Some((c, from)) = self.moved.take() {
+        if let Some((c, from, _)) = self.moved.take() {
             if !(flags.contains(ReadFlags::MOVED_TO) && c == cookie) {
                 self.moved_out(from);
             } else {
@@ -253,7 +252,7 @@ impl Watcher {
             }
         }
         if flags.contains(ReadFlags::MOVED_FROM) {
-            self.moved = Some((cookie, event(WatchKind::Removed)));
+            self.moved = Some((cookie, event(WatchKind::Removed), Instant::now()));
         } else if flags.intersects(ReadFlags::CREATE | ReadFlags::MOVED_TO) {
             self.gather(event(WatchKind::Created));
             if dir && self.recursive {
@@ -263,6 +262,18 @@ impl Watcher {
             self.gather(event(WatchKind::Removed));
         } else if flags.intersects(ReadFlags::MODIFY | ReadFlags::CLOSE_WRITE) {
             self.gather(event(WatchKind::Modified));
+        }
+    }
+
+    /// A move out of the watched tree: its `moved_to` never came within
+    /// the window.
+    fn moved_expired(&mut self) {
+        if let Some((_, _, at)) = &self.moved {
+            if at.elapsed() >= COALESCE {
+                if let Some((_, e, _)) = self.moved.take() {
+                    self.moved_out(e);
+                }
+            }
         }
     }
 
@@ -332,13 +343,17 @@ impl WatchSource for Watcher {
             if let Some(e) = self.ready.pop_front() {
                 return Next::Event(e);
             }
-            if let Some(why) = &self.ended {
+            if self.ended.is_some() {
+                if let Some((_, e, _)) = self.moved.take() {
+                    self.moved_out(e);
+                }
                 if self.pending.is_empty() {
-                    return Next::Ended(why.clone());
+                    return Next::Ended(self.ended.clone().unwrap_or_default());
                 }
                 self.ready.extend(self.pending.drain(..));
                 continue;
             }
+            self.moved_expired();
             self.flush();
             if !self.ready.is_empty() {
                 continue;
@@ -350,6 +365,9 @@ impl WatchSource for Watcher {
             let mut until = deadline - now;
             if let Some(t) = self.since {
                 until = until.min((t + COALESCE).saturating_duration_since(now));
+            }
+            if let Some((_, _, t)) = &self.moved {
+                until = until.min((*t + COALESCE).saturating_duration_since(now));
             }
             let mut fds = [rustix::event::PollFd::new(
                 &self.inotify,
@@ -370,5 +388,42 @@ impl WatchSource for Watcher {
 impl AsFd for Watcher {
     fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
         self.inotify.as_fd()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A rename whose two halves fall into two reads of the queue is still
+    /// one rename; a half whose pair never comes is a removal, once the
+    /// window has passed.
+    #[test]
+    fn a_rename_split_across_reads_is_one_rename() {
+        let t = tempfile::tempdir().unwrap();
+        let mut w = Watcher::open(t.path(), "", false).unwrap();
+        let top = w.top;
+        w.one(top, ReadFlags::MOVED_FROM, 7, "a".into());
+        w.moved_expired();
+        assert!(w.pending.is_empty(), "{:?}", w.pending);
+        w.one(top, ReadFlags::MOVED_TO, 7, "b".into());
+        assert_eq!(
+            (
+                w.pending[0].event,
+                w.pending[0].path.as_str(),
+                w.pending[0].to.as_deref()
+            ),
+            (WatchKind::Renamed, "a", Some("b"))
+        );
+        w.one(top, ReadFlags::MOVED_FROM, 9, "c".into());
+        std::thread::sleep(COALESCE + Duration::from_millis(5));
+        w.moved_expired();
+        assert!(
+            w.pending
+                .iter()
+                .any(|e| e.event == WatchKind::Removed && e.path == "c"),
+            "{:?}",
+            w.pending
+        );
     }
 }
