@@ -184,6 +184,39 @@ fn second_kinds() -> Vec<(Msg, Vec<u8>)> {
             },
             vec![],
         ),
+        (
+            Msg::FilesOp {
+                req: 6,
+                op: serde_json::json!({"list": {"path": "", "depth": 1}}),
+                size: 0,
+            },
+            vec![],
+        ),
+        (Msg::FilesData { req: 6 }, b"{\"listing\":".to_vec()),
+        (Msg::FilesEnd { req: 6 }, vec![]),
+        (
+            Msg::WatchStart {
+                req: 7,
+                path: "/work".into(),
+                recursive: true,
+            },
+            vec![],
+        ),
+        (
+            Msg::WatchEvent {
+                req: 7,
+                event: serde_json::json!({"event": "created", "path": "a"}),
+            },
+            vec![],
+        ),
+        (Msg::WatchStop { req: 7 }, vec![]),
+        (
+            Msg::WatchEnd {
+                req: 7,
+                reason: "stopped by the host".into(),
+            },
+            vec![],
+        ),
         (Msg::ConnOpen { conn: 1 }, vec![]),
         (Msg::ConnData { conn: 1 }, b"GET / HTTP/1.1\r\n".to_vec()),
         (Msg::ConnClose { conn: 1 }, vec![]),
@@ -225,7 +258,7 @@ fn every_kind_round_trips() {
     // Every kind is in the list (a new one must be added above).
     let mut kinds: Vec<_> = frames.iter().map(|(m, _)| m.kind()).collect();
     kinds.dedup();
-    assert_eq!(kinds.len(), 25);
+    assert_eq!(kinds.len(), 32);
 }
 
 #[test]
@@ -432,8 +465,8 @@ fn the_seeds_are_valid_streams() {
     let seeds: Vec<(String, Vec<u8>)> = vec![
         ("seed-all-kinds".into(), stream_of(&all)),
         ("seed-exec".into(), stream_of(&all[3..14])),
-        ("seed-files".into(), stream_of(&all[14..26])),
-        ("seed-conn".into(), stream_of(&all[26..])),
+        ("seed-files".into(), stream_of(&all[14..33])),
+        ("seed-conn".into(), stream_of(&all[33..])),
     ];
     if std::env::var_os("CORDON_WRITE_SEEDS").is_some() {
         std::fs::create_dir_all(&dir).unwrap();
