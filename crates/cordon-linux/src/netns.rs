@@ -111,16 +111,54 @@ pub fn of_cgroups(dirs: &[std::path::PathBuf]) -> io::Result<Option<OwnedFd>> {
             continue;
         };
         for pid in procs.lines().filter_map(|l| l.trim().parse::<u32>().ok()) {
+            // A pid read from the list may be another process's by the
+            // time it is opened (reused: another sandbox's, whose
+            // namespace this would hand out). As `cgroup::kill_by_membership`
+            // does: pin it with a pidfd, check it is still a member, open
+            // its namespace, and keep that only if the pinned process is
+            // still alive (so the pid was not reused in between).
+            let Some(p) = i32::try_from(pid)
+                .ok()
+                .and_then(rustix::process::Pid::from_raw)
+            else {
+                continue;
+            };
+            let Ok(pinned) = rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty())
+            else {
+                continue;
+            };
+            let member = std::fs::read_to_string(d.join("cgroup.procs"))
+                .is_ok_and(|l| l.lines().any(|x| x.trim() == pid.to_string()));
+            if !member {
+                continue;
+            }
             // Gone meanwhile, or not ours to open: the next.
             let Ok(ns) = std::fs::File::open(format!("/proc/{pid}/ns/net")) else {
                 continue;
             };
+            if !alive(&pinned) {
+                continue;
+            }
             if !same(ns.as_fd(), own.as_fd())? {
                 return Ok(Some(OwnedFd::from(ns)));
             }
         }
     }
     Ok(None)
+}
+
+/// Whether the process a pidfd pins is still running (its pidfd is
+/// readable once it has exited).
+fn alive(pidfd: &OwnedFd) -> bool {
+    let mut fds = [rustix::event::PollFd::new(
+        pidfd,
+        rustix::event::PollFlags::IN,
+    )];
+    let zero = rustix::event::Timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    matches!(rustix::event::poll(&mut fds, Some(&zero)), Ok(0))
 }
 
 /// A new network namespace holding only `lo` (up) and a listener on
