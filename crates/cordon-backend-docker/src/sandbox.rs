@@ -228,6 +228,7 @@ impl DockerSandbox {
             return Ok(());
         }
         self.egress.end();
+        self.files.end_watches();
         let failures = self.engine.remove_labelled(crate::LABEL_SANDBOX, &self.id);
         cordon_backend_kit::dirs::remove_last(&self.dir, failures)
     }

@@ -297,6 +297,7 @@ impl GvisorSandbox {
                 p.dead.store(true, Ordering::SeqCst);
             }
         }
+        self.files.end_watches();
         let failures = remove_containers(&self.runsc.bin, &format!("{}-", self.id));
         // Its runsc sandboxes are gone: the serving ends and the
         // namespace closes when the sandbox is dropped.

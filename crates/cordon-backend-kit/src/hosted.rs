@@ -26,6 +26,9 @@ pub struct HostFiles {
     /// The sandbox's own `/tmp` on the host, when it has one (recorded
     /// for snapshots).
     tmp: Option<std::path::PathBuf>,
+    /// The watches open on the work dir, ended before the sandbox's
+    /// filesystem goes ([`HostFiles::end_watches`]).
+    watches: std::sync::Arc<cordon_files::watch::Watches>,
 }
 
 impl HostFiles {
@@ -36,6 +39,7 @@ impl HostFiles {
             secrets,
             uid,
             tmp: None,
+            watches: Default::default(),
         }
     }
 
@@ -93,7 +97,25 @@ impl HostFiles {
         path: &str,
         recursive: bool,
     ) -> Result<Box<dyn cordon_sandbox::WatchSource>, SandboxError> {
-        self.work.watch(path, recursive)
+        self.work.watch_tracked(path, recursive, &self.watches)
+    }
+
+    /// Ends every watch open on the work dir (each one's last line says
+    /// the sandbox was disposed of) and waits until they have let go of
+    /// its descriptors: a dispose calls it before it unmounts, so the
+    /// volume and its loop device are gone when the dispose returns, not
+    /// when a watch's reader next looks. A reader that does not look
+    /// within [`WATCH_END`] is logged and left: its descriptors go with it.
+    pub fn end_watches(&self) {
+        let left = self
+            .watches
+            .end_all("the sandbox was disposed of", WATCH_END);
+        if left > 0 {
+            tracing::warn!(
+                left,
+                "dispose: watches still open on the work dir; its mount goes when they do"
+            );
+        }
     }
 
     /// Where cordon writes files in, as whom: the work dir's owner when it
@@ -112,6 +134,9 @@ impl HostFiles {
         }
     }
 }
+
+/// How long a dispose waits for the watches on a work dir to end.
+pub const WATCH_END: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Why a sandbox's egress cannot be changed when it has no route out.
 pub const NO_ROUTE: &str = "this sandbox has no route out to change: it was made without `egress_allow` (or at a rung whose egress is closed); make a sandbox whose spec names the hosts";

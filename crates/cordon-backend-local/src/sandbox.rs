@@ -110,6 +110,7 @@ impl LocalSandbox {
                 .take(),
         );
         drop(self.egress.lock().unwrap_or_else(|p| p.into_inner()).take());
+        self.files.end_watches();
         let stopped = match &self.warm {
             Some(w) => w
                 .stop()

@@ -292,23 +292,43 @@ impl HostWorkDir {
         guest_path: &str,
         recursive: bool,
     ) -> Result<Box<dyn cordon_sandbox::WatchSource>, SandboxError> {
+        self.watcher(guest_path, recursive)
+            .map(|w| Box::new(w) as Box<dyn cordon_sandbox::WatchSource>)
+    }
+
+    /// The same, tracked by `watches` (ended by
+    /// [`crate::watch::Watches::end_all`] when the sandbox goes).
+    pub fn watch_tracked(
+        &self,
+        guest_path: &str,
+        recursive: bool,
+        watches: &crate::watch::Watches,
+    ) -> Result<Box<dyn cordon_sandbox::WatchSource>, SandboxError> {
+        let w = self.watcher(guest_path, recursive)?;
+        watches
+            .track(w)
+            .map_err(|e| self.guest_view(SandboxError::from(e)))
+    }
+
+    fn watcher(
+        &self,
+        guest_path: &str,
+        recursive: bool,
+    ) -> Result<crate::watch::Watcher, SandboxError> {
         let abs = cordon_sandbox::files::absolute(&self.guest, guest_path);
         let rel = if abs.trim_end_matches('/') == self.guest {
             ""
         } else {
             self.relative(&abs)?
         };
-        crate::watch::Watcher::open(&self.host, rel, recursive)
-            .map(|w| Box::new(w) as Box<dyn cordon_sandbox::WatchSource>)
-            .map_err(|e| {
-                let mut e = SandboxError::from(e);
-                if let SandboxError::NotFound { path } | SandboxError::PathRefused { path, .. } =
-                    &mut e
-                {
-                    *path = guest_path.to_string();
-                }
-                self.guest_view(e)
-            })
+        crate::watch::Watcher::open(&self.host, rel, recursive).map_err(|e| {
+            let mut e = SandboxError::from(e);
+            if let SandboxError::NotFound { path } | SandboxError::PathRefused { path, .. } = &mut e
+            {
+                *path = guest_path.to_string();
+            }
+            self.guest_view(e)
+        })
     }
 
     /// A confined host-side write: parents created beneath the work dir's

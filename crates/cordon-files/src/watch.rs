@@ -15,6 +15,7 @@ use std::collections::{HashMap, VecDeque};
 use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::Path;
+use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use rustix::fs::inotify::{self, CreateFlags, ReadFlags, WatchFlags};
@@ -46,6 +47,9 @@ pub struct Watcher {
     overflowed: bool,
     ended: Option<String>,
     buf: Vec<MaybeUninit<u8>>,
+    /// Set when the watch is tracked by [`Watches`]: its end, told from
+    /// another thread.
+    ending: Option<Arc<Ending>>,
 }
 
 fn mask() -> WatchFlags {
@@ -83,6 +87,7 @@ impl Watcher {
             overflowed: false,
             ended: None,
             buf: vec![MaybeUninit::uninit(); 64 << 10],
+            ending: None,
         };
         w.top = w.add(&fd, &rel)?;
         if recursive {
@@ -369,19 +374,163 @@ impl WatchSource for Watcher {
             if let Some((_, _, t)) = &self.moved {
                 until = until.min((*t + COALESCE).saturating_duration_since(now));
             }
-            let mut fds = [rustix::event::PollFd::new(
-                &self.inotify,
-                rustix::event::PollFlags::IN,
-            )];
             let ts = rustix::time::Timespec::try_from(until).unwrap_or(rustix::time::Timespec {
                 tv_sec: 1,
                 tv_nsec: 0,
             });
-            match rustix::event::poll(&mut fds, Some(&ts)) {
+            let polled = match &self.ending {
+                Some(end) => {
+                    let mut fds = [
+                        rustix::event::PollFd::new(&self.inotify, rustix::event::PollFlags::IN),
+                        rustix::event::PollFd::new(&end.wake_r, rustix::event::PollFlags::IN),
+                    ];
+                    let polled = rustix::event::poll(&mut fds, Some(&ts));
+                    if !fds[1].revents().is_empty() {
+                        self.ended.get_or_insert_with(|| end.reason());
+                    }
+                    polled
+                }
+                None => rustix::event::poll(
+                    &mut [rustix::event::PollFd::new(
+                        &self.inotify,
+                        rustix::event::PollFlags::IN,
+                    )],
+                    Some(&ts),
+                ),
+            };
+            match polled {
                 Ok(_) | Err(Errno::INTR) => self.drain(),
                 Err(e) => self.ended = Some(format!("the watch failed: {e}")),
             }
         }
+    }
+}
+
+/// The watches opened on one sandbox's files, ended together when the
+/// sandbox goes ([`Watches::end_all`]). Each is told through a pipe its
+/// reader polls with its inotify queue; it ends (its last events first)
+/// and drops every descriptor it holds, so nothing of the sandbox's
+/// filesystem stays open past its dispose: a volume unmounted lazily (and
+/// the loop device under it) goes only with the last descriptor on it.
+#[derive(Debug, Default)]
+pub struct Watches {
+    live: Mutex<Vec<Weak<Ending>>>,
+}
+
+/// One tracked watch's end: told through `wake_w`, done once its reader
+/// has let go of the watch.
+#[derive(Debug)]
+struct Ending {
+    wake_r: OwnedFd,
+    wake_w: OwnedFd,
+    why: Mutex<String>,
+    done: Mutex<bool>,
+    gone: Condvar,
+}
+
+impl Ending {
+    fn reason(&self) -> String {
+        self.why.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    fn finished(&self) {
+        *self.done.lock().unwrap_or_else(|p| p.into_inner()) = true;
+        self.gone.notify_all();
+    }
+}
+
+impl Watches {
+    /// `w`, tracked: ended by [`Watches::end_all`].
+    pub fn track(&self, mut w: Watcher) -> Result<Box<dyn WatchSource>, ConfinedError> {
+        let (wake_r, wake_w) = rustix::pipe::pipe_with(
+            rustix::pipe::PipeFlags::CLOEXEC | rustix::pipe::PipeFlags::NONBLOCK,
+        )
+        .map_err(|e| classify(e, "", "watch"))?;
+        let end = Arc::new(Ending {
+            wake_r,
+            wake_w,
+            why: Mutex::new(String::new()),
+            done: Mutex::new(false),
+            gone: Condvar::new(),
+        });
+        w.ending = Some(end.clone());
+        let mut live = self.live.lock().unwrap_or_else(|p| p.into_inner());
+        live.retain(|e| e.strong_count() > 0);
+        live.push(Arc::downgrade(&end));
+        Ok(Box::new(Tracked {
+            w: Some(w),
+            end,
+            ended: String::new(),
+        }))
+    }
+
+    /// Ends every watch still open (each one's last line says `why`) and
+    /// waits, at most `within`, until each has let go of its descriptors;
+    /// how many had not by then (a reader that stopped reading: its
+    /// descriptors go when it does).
+    pub fn end_all(&self, why: &str, within: Duration) -> usize {
+        let live: Vec<Arc<Ending>> = self
+            .live
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .drain(..)
+            .filter_map(|e| e.upgrade())
+            .collect();
+        for e in &live {
+            *e.why.lock().unwrap_or_else(|p| p.into_inner()) = why.to_string();
+            let _ = rustix::io::write(&e.wake_w, b"x");
+        }
+        let until = Instant::now() + within;
+        let mut left = 0;
+        for e in &live {
+            let mut done = e.done.lock().unwrap_or_else(|p| p.into_inner());
+            while !*done {
+                let now = Instant::now();
+                if now >= until {
+                    break;
+                }
+                done = match e.gone.wait_timeout(done, until - now) {
+                    Ok((d, _)) => d,
+                    Err(p) => p.into_inner().0,
+                };
+            }
+            if !*done {
+                left += 1;
+            }
+        }
+        left
+    }
+}
+
+/// A tracked watch: the watcher is dropped (its descriptors closed) as
+/// soon as it ends, before its end is said.
+struct Tracked {
+    w: Option<Watcher>,
+    end: Arc<Ending>,
+    ended: String,
+}
+
+impl WatchSource for Tracked {
+    fn next(&mut self, wait: Duration) -> Next {
+        let Some(w) = self.w.as_mut() else {
+            return Next::Ended(self.ended.clone());
+        };
+        match w.next(wait) {
+            Next::Ended(why) => {
+                self.w = None;
+                self.end.finished();
+                self.ended = why.clone();
+                Next::Ended(why)
+            }
+            n => n,
+        }
+    }
+}
+
+impl Drop for Tracked {
+    fn drop(&mut self) {
+        self.w = None;
+        self.end.finished();
     }
 }
 
@@ -425,5 +574,61 @@ mod tests {
             "{:?}",
             w.pending
         );
+    }
+
+    /// The descriptors of this process open on `dir` or beneath it.
+    fn open_beneath(dir: &Path) -> Vec<std::path::PathBuf> {
+        std::fs::read_dir("/proc/self/fd")
+            .unwrap()
+            .flatten()
+            .filter_map(|e| std::fs::read_link(e.path()).ok())
+            .filter(|t| t.starts_with(dir))
+            .collect()
+    }
+
+    /// A tracked watch whose reader sits in `next` is ended from another
+    /// thread: its last events come first, then its end with the reason,
+    /// and by the time `end_all` returns it holds no descriptor on the
+    /// directory (what lets a lazily unmounted volume go with its
+    /// dispose). An untracked watch would still hold them.
+    #[test]
+    fn end_all_ends_a_waiting_watch_and_lets_go_of_the_directory() {
+        let t = tempfile::tempdir().unwrap();
+        let dir = t.path().canonicalize().unwrap();
+        std::fs::create_dir(dir.join("sub")).unwrap();
+        let watches = Watches::default();
+        let mut w = watches
+            .track(Watcher::open(&dir, "", true).unwrap())
+            .unwrap();
+        assert!(
+            !open_beneath(&dir).is_empty(),
+            "the watch holds the directory"
+        );
+        std::fs::write(dir.join("sub/f"), b"x").unwrap();
+        let reader = std::thread::spawn(move || {
+            let mut seen = Vec::new();
+            let started = Instant::now();
+            loop {
+                match w.next(Duration::from_secs(30)) {
+                    Next::Event(e) => seen.push(e.path),
+                    Next::Quiet => {}
+                    Next::Ended(why) => return (seen, why, started.elapsed(), w),
+                }
+            }
+        });
+        std::thread::sleep(Duration::from_millis(200));
+        assert_eq!(watches.end_all("gone", Duration::from_secs(5)), 0);
+        assert_eq!(open_beneath(&dir), Vec::<std::path::PathBuf>::new());
+        let (seen, why, took, mut w) = reader.join().unwrap();
+        assert_eq!((seen, why.as_str()), (vec!["sub/f".to_string()], "gone"));
+        assert!(took < Duration::from_secs(5), "{took:?}");
+        assert!(matches!(w.next(Duration::ZERO), Next::Ended(r) if r == "gone"));
+        // Ending twice, or with no watch left, waits for nothing.
+        assert_eq!(watches.end_all("again", Duration::from_secs(5)), 0);
+        // Untracked, the same watch keeps its descriptors until dropped.
+        let plain = Watcher::open(&dir, "", true).unwrap();
+        assert!(!open_beneath(&dir).is_empty());
+        drop(plain);
+        assert!(open_beneath(&dir).is_empty());
     }
 }
