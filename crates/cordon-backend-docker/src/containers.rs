@@ -226,14 +226,9 @@ pub(crate) fn create(
     })?
 }
 
-/// Listens on `127.0.0.1:port` inside the network namespace of the running
-/// container `id` (`cordon_linux::netns::listen_in`: a short-lived thread
-/// enters it, binds, and ends; the socket stays in that namespace).
-pub(crate) fn listen_in(
-    engine: &Engine,
-    id: &str,
-    port: u16,
-) -> Result<std::net::TcpListener, String> {
+/// The pid of the running container `id`'s first process, as the engine
+/// reports it (`None`: not running).
+fn pid_of(engine: &Engine, id: &str) -> Result<Option<i32>, String> {
     let d = engine.docker();
     let n = id.to_string();
     let pid = call(async move {
@@ -246,13 +241,37 @@ pub(crate) fn listen_in(
         .and_then(|c| c.state?.pid)
         .unwrap_or(0)
     })?;
-    if pid <= 0 {
-        return Err(format!(
-            "the anchor container `{id}` is not running, so the sandbox has no network namespace for its egress route"
-        ));
-    }
-    let ns = std::fs::File::open(format!("/proc/{pid}/ns/net"))
-        .map_err(|e| format!("the anchor's network namespace: {e}"))?;
+    Ok(i32::try_from(pid).ok().filter(|p| *p > 0))
+}
+
+/// The network namespace of the running anchor container `id`: its first
+/// process's, pinned (`cordon_linux::netns::of_pid`) and asked of the
+/// engine again once opened, so a pid reused in between never hands out
+/// another process's namespace.
+pub(crate) fn anchor_netns(engine: &Engine, id: &str) -> Result<std::os::fd::OwnedFd, String> {
+    let not_running = || {
+        format!(
+            "the anchor container `{id}` is not running, so the sandbox has no network namespace"
+        )
+    };
+    let pid = pid_of(engine, id)?.ok_or_else(not_running)?;
+    cordon_linux::netns::of_pid(pid, || pid_of(engine, id).is_ok_and(|p| p == Some(pid))).map_err(
+        |e| match e.kind() {
+            std::io::ErrorKind::NotFound => not_running(),
+            _ => format!("the anchor's network namespace: {e}"),
+        },
+    )
+}
+
+/// Listens on `127.0.0.1:port` inside the network namespace of the running
+/// container `id` (`cordon_linux::netns::listen_in`: a short-lived thread
+/// enters it, binds, and ends; the socket stays in that namespace).
+pub(crate) fn listen_in(
+    engine: &Engine,
+    id: &str,
+    port: u16,
+) -> Result<std::net::TcpListener, String> {
+    let ns = anchor_netns(engine, id)?;
     use std::os::fd::AsFd;
     cordon_linux::netns::listen_in(ns.as_fd(), port)
         .map_err(|e| format!("listening on 127.0.0.1:{port} in the sandbox: {e}"))

@@ -76,6 +76,10 @@ pub struct DockerSandbox {
     proxy_port: Option<u16>,
     /// What serves that listener; ended at dispose.
     egress: Serving,
+    /// Made with `requires: [ports]`: the anchor holds a network namespace
+    /// of loopback only (beside the proxy's listener, with a route) which
+    /// every exec joins and listens in, and a forward connects in.
+    ports: bool,
     /// The egress proxy's CA the sandbox trusts (its files in `dir/trust`,
     /// bound read-only into every exec), when the policy inspects.
     trust: Option<cordon_backend_kit::trust::Trust>,
@@ -110,6 +114,11 @@ impl DockerSandbox {
         let (id, dir) = (made_dir.id.clone(), made_dir.dir.clone());
         let labels = sandbox_labels(req, &id, &dir, engine);
         let wants_secrets = !req.provenance.spec.secrets().is_empty();
+        let ports = req
+            .provenance
+            .spec
+            .requires()
+            .contains(cordon_sandbox::Capability::Ports);
         let mut workspace = None;
         let mut own_tmp = None;
         let made =
@@ -132,17 +141,17 @@ impl DockerSandbox {
                 };
                 // The anchor: the sandbox's labels on the engine, which
                 // `dispose_scope` and `gc` list. Made and never started,
-                // unless the sandbox has an egress route: then it holds the
-                // network namespace every exec joins, where the proxy's
-                // listener is.
+                // unless the sandbox has an egress route or serves ports:
+                // then it holds the network namespace every exec joins,
+                // where the proxy's listener is and its servers listen.
                 let anchor_labels: HashMap<String, String> = labels
                     .iter()
                     .map(|(k, v)| (k.clone(), v.clone()))
                     .chain([(crate::LABEL_ROLE.to_string(), "anchor".to_string())])
                     .collect();
-                match &egress {
-                    None => make_anchor(engine, &id, &image, anchor_labels)?,
-                    Some(_) => start_holder(engine, &id, anchor_labels)?,
+                match (&egress, ports) {
+                    (None, false) => make_anchor(engine, &id, &image, anchor_labels)?,
+                    _ => start_holder(engine, &id, anchor_labels)?,
                 }
                 Ok((root, view, files, secrets))
             })();
@@ -198,6 +207,7 @@ impl DockerSandbox {
             base: OnceLock::new(),
             proxy_port,
             egress: Serving::new(serving),
+            ports,
             trust,
             disposed: AtomicBool::new(false),
             paused: Default::default(),
@@ -415,6 +425,14 @@ impl DockerSandbox {
         labels: HashMap<String, String>,
         mounts: Vec<DMount>,
     ) -> Result<ContainerCreateBody, SandboxError> {
+        // The anchor's namespace is joined when it holds one: the proxy's
+        // listener, or the loopback a port is served on.
+        let joined = self.proxy_port.is_some() || self.ports;
+        let net = match (self.ports, self.proxy_port) {
+            (true, _) => DockerNet::Listening,
+            (false, Some(_)) => DockerNet::ProxyRoute,
+            (false, None) => DockerNet::None,
+        };
         Ok(ContainerCreateBody {
             image: Some(self.image.clone()),
             cmd: Some(argv),
@@ -424,10 +442,7 @@ impl DockerSandbox {
             working_dir: Some(self.guest_work.clone()),
             user: Some(format!("{WORKLOAD_ID}:{WORKLOAD_ID}")),
             // A container in another's network namespace takes its name.
-            hostname: self
-                .proxy_port
-                .is_none()
-                .then(|| cordon_confine::oci::HOSTNAME.to_string()),
+            hostname: (!joined).then(|| cordon_confine::oci::HOSTNAME.to_string()),
             attach_stdin: Some(with_stdin),
             open_stdin: Some(with_stdin),
             stdin_once: Some(with_stdin),
@@ -436,19 +451,11 @@ impl DockerSandbox {
             tty: Some(false),
             labels: Some(labels),
             host_config: Some(HostConfig {
-                network_mode: Some(match self.proxy_port {
-                    Some(_) => format!("container:{}", self.id),
-                    None => "none".into(),
+                network_mode: Some(match joined {
+                    true => format!("container:{}", self.id),
+                    false => "none".into(),
                 }),
-                ..host_config(
-                    mounts,
-                    &self.limits,
-                    match self.proxy_port {
-                        Some(_) => DockerNet::ProxyRoute,
-                        None => DockerNet::None,
-                    },
-                )
-                .map_err(refused)?
+                ..host_config(mounts, &self.limits, net).map_err(refused)?
             }),
             ..Default::default()
         })
@@ -708,6 +715,27 @@ impl Sandbox for DockerSandbox {
         by: &str,
     ) -> Result<u64, SandboxError> {
         self.egress.change(change, by)
+    }
+
+    /// Inside the anchor's network namespace, which every exec of a
+    /// sandbox made with `requires: [ports]` joins; refused otherwise.
+    fn open_port(
+        &self,
+        req: &cordon_sandbox::PortRequest,
+    ) -> Result<std::net::TcpStream, SandboxError> {
+        live(&self.disposed)?;
+        if !self.ports {
+            return Err(SandboxError::Unsupported {
+                capability: cordon_sandbox::Capability::Ports,
+            });
+        }
+        let ns = crate::containers::anchor_netns(&self.engine, &self.id).map_err(|e| {
+            SandboxError::Failed {
+                operation: "port",
+                reason: e,
+            }
+        })?;
+        cordon_backend_kit::ports::connect(Some(ns), req.port)
     }
 
     fn residue(&self) -> serde_json::Value {

@@ -8,19 +8,22 @@ use cordon_backend_kit::Serving;
 use cordon_confine::oci::{self, HostImage};
 use cordon_sandbox::AcquireRequest;
 
-/// A sandbox's one route out: a network namespace cordon made holding
-/// only `lo` and the proxy's listener on `127.0.0.1:port`, which every
-/// runsc sandbox of it runs in (`--network=host` there), and the egress
-/// service serving that listener. Both are held for the sandbox's life;
-/// dropping them closes the namespace and ends the serving.
+/// A sandbox's own network namespace, made by cordon, which every runsc
+/// sandbox of it runs in (`--network=host` there): holding only `lo`,
+/// and the egress proxy's listener on `127.0.0.1:port` when the spec names
+/// hosts (its one route out, served). Held for the sandbox's life;
+/// dropping it closes the namespace and ends the serving.
 pub(crate) struct Route {
-    pub(crate) port: u16,
+    /// The proxy's listener's port; `None`: no route out.
+    pub(crate) port: Option<u16>,
     pub(crate) ns: std::os::fd::OwnedFd,
     pub(crate) serving: Serving,
     /// The egress proxy's CA the sandbox trusts, when the policy
     /// inspects: its files in the sandbox's `trust`, bound read-only into
     /// every exec.
     pub(crate) trust: Option<cordon_backend_kit::trust::Trust>,
+    /// Made with `requires: [ports]`: the workload listens in it.
+    pub(crate) listen: bool,
 }
 
 impl Route {
@@ -31,15 +34,28 @@ impl Route {
     }
 }
 
-/// Makes the route for `req`'s sandbox: its namespace and listener,
-/// served; and when the proxy inspects, the sandbox's trust of its CA in
-/// `dir/trust` (from the image at `image_root`), with the mount points in
-/// the bundle's `rootfs`. A CA that cannot be placed refuses the route.
+/// Makes the namespace for `req`'s sandbox: with `service`, the route out
+/// (its listener, served; and when the proxy inspects, the sandbox's trust
+/// of its CA in `dir/trust` from the image at `image_root`, with the mount
+/// points in the bundle's `rootfs` — a CA that cannot be placed refuses
+/// the route); without, loopback only. `listen`: the workload may listen.
 pub(crate) fn route(
-    service: &Arc<dyn cordon_egress::EgressService>,
+    service: Option<&Arc<dyn cordon_egress::EgressService>>,
     req: &AcquireRequest,
     (dir, image_root, rootfs): (&Path, &Path, &Path),
+    listen: bool,
 ) -> Result<Route, String> {
+    let Some(service) = service else {
+        let ns = cordon_linux::netns::private_loopback()
+            .map_err(|e| format!("making the sandbox's network namespace: {e}"))?;
+        return Ok(Route {
+            port: None,
+            ns,
+            serving: Serving::of(None),
+            trust: None,
+            listen,
+        });
+    };
     let r = cordon_backend_kit::register::private_route(&**service, req)?;
     let trust = match &r.ca_pem {
         Some(pem) => Some(
@@ -48,10 +64,11 @@ pub(crate) fn route(
         None => None,
     };
     Ok(Route {
-        port: r.port,
+        port: Some(r.port),
         ns: r.ns,
         serving: r.serving,
         trust,
+        listen,
     })
 }
 

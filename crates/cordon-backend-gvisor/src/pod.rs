@@ -136,11 +136,12 @@ impl Pod {
                 cgroup: format!("/{}/{}", spec.id, crate::cgroup::LEAF),
             }
             .config();
+            crate::runsc::for_runsc(&mut config);
             let mut annotations = spec.annotations.clone();
             annotations.insert(CONTAINER_TYPE.into(), "sandbox".into());
             config["annotations"] = json!(annotations);
             if let Some(path) = &spec.netns {
-                crate::runsc::join_netns(&mut config, path)?;
+                crate::runsc::join_netns(&mut config, path, false)?;
             }
             std::fs::write(spec.dir.join("config.json"), config.to_string())
                 .map_err(|e| format!("cannot write the pause container's bundle: {e}"))?;

@@ -263,6 +263,8 @@ fn trivial_container(bin: &Path) -> Result<(), String> {
             cgroup: format!("/{id}"),
         }
         .config();
+        let mut config = config;
+        for_runsc(&mut config);
         std::fs::write(dir.join("config.json"), config.to_string())
             .map_err(|e| format!("cannot write the probe's bundle: {e}"))?;
         let mut cmd = command(bin, &dir.join("runsc.log"), Network::None);
@@ -317,11 +319,32 @@ pub fn command(bin: &Path, log: &Path, net: Network) -> Command {
     c
 }
 
+/// The syscall table as this runsc can hold it: the table's `clone3` rule
+/// dropped. runsc answers every `SCMP_ACT_ERRNO` rule with `EPERM`
+/// whatever its `errnoRet` (checked: Debian's `0.0~20221219`), and the C
+/// library falls back from `clone3` to `clone` (whose flags the table
+/// reads) only on `ENOSYS` — so with the rule no thread could start, and
+/// without it the sentry answers `clone3` with `ENOSYS` itself, as the
+/// table means to. The escape kit's `clone3` case holds it either way: a
+/// runsc that implements `clone3` (and so could be asked for namespaces
+/// through it) fails that case, and with it the backend's suite.
+pub fn for_runsc(config: &mut serde_json::Value) {
+    if let Some(rules) = config["linux"]["seccomp"]["syscalls"].as_array_mut() {
+        rules.retain(|r| {
+            !r["names"]
+                .as_array()
+                .is_some_and(|n| n.iter().any(|n| n == "clone3"))
+        });
+    }
+}
+
 /// Makes a bundle's `config.json` run in the network namespace `path`
 /// (`/proc/PID/fd/N` of the process holding it open), with the syscall
 /// table narrowed for it. The workload's sockets are then the host
-/// kernel's, so `listen` is refused (`EPERM`): the namespace is the
-/// proxy's, and nothing in it is for the workload to serve on.
+/// kernel's, so `listen` is refused (`EPERM`) unless the sandbox was made
+/// to serve ports (`listen`): the namespace is the proxy's (or loopback
+/// only), and what listens in it is reached only through cordon's
+/// forward.
 ///
 /// This runsc reads the conditions a rule puts on one argument as "any
 /// of" (as runc does), so the table's "none of these families" rule for
@@ -330,8 +353,11 @@ pub fn command(bin: &Path, log: &Path, net: Network) -> Command {
 /// sockets to reach the proxy: the table goes in the form that states
 /// each such rule as its complement (the one written for Docker's
 /// profile, which has the same reading), never wider than the table.
-pub fn join_netns(config: &mut serde_json::Value, path: &str) -> Result<(), String> {
-    let narrowed = oci::docker_seccomp_profile(oci::DockerNet::ProxyRoute)?;
+pub fn join_netns(config: &mut serde_json::Value, path: &str, listen: bool) -> Result<(), String> {
+    let narrowed = oci::docker_seccomp_profile(match listen {
+        true => oci::DockerNet::Listening,
+        false => oci::DockerNet::ProxyRoute,
+    })?;
     config["linux"]["seccomp"] = serde_json::from_str(&narrowed)
         .map_err(|e| format!("the syscall table for the egress route: {e}"))?;
     let Some(all) = config["linux"]["namespaces"].as_array_mut() else {
@@ -339,6 +365,7 @@ pub fn join_netns(config: &mut serde_json::Value, path: &str) -> Result<(), Stri
     };
     all.retain(|n| n["type"] != "network");
     all.push(serde_json::json!({"type": "network", "path": path}));
+    for_runsc(config);
     Ok(())
 }
 
@@ -773,7 +800,7 @@ mod route_tests {
     #[test]
     fn a_route_names_its_namespace_once_refuses_listen_and_states_each_socket_rule_alone() {
         let mut c = bundle();
-        join_netns(&mut c, "/proc/1/fd/5").unwrap();
+        join_netns(&mut c, "/proc/1/fd/5", false).unwrap();
         let ns = c["linux"]["namespaces"].as_array().unwrap();
         let net: Vec<_> = ns.iter().filter(|n| n["type"] == "network").collect();
         assert_eq!(net.len(), 1);
@@ -798,6 +825,13 @@ mod route_tests {
             .unwrap()
             .iter()
             .any(|r| r["names"][0] == "listen"));
+        // A sandbox made to serve ports joins its namespace the same way,
+        // and listens there.
+        let mut ports = bundle();
+        join_netns(&mut ports, "/proc/1/fd/5", true).unwrap();
+        let rules = ports["linux"]["seccomp"]["syscalls"].as_array().unwrap();
+        assert!(!rules.iter().any(|r| r["names"][0] == "listen"));
+        assert!(rules.iter().any(|r| r["names"][0] == "socket"));
     }
 }
 

@@ -159,11 +159,20 @@ impl GvisorSandbox {
                 };
                 Ok((image, view, files, secrets))
             })();
-        let made = made.and_then(|m| match &egress {
-            Some(service) => {
-                route(service, req, (&dir, image_root, &m.0.rootfs)).map(|r| (m, Some(r)))
-            }
-            None => Ok((m, None)),
+        let ports = req
+            .provenance
+            .spec
+            .requires()
+            .contains(cordon_sandbox::Capability::Ports);
+        let made = made.and_then(|m| match (&egress, ports) {
+            (None, false) => Ok((m, None)),
+            (service, _) => route(
+                service.as_ref(),
+                req,
+                (&dir, image_root, &m.0.rootfs),
+                ports,
+            )
+            .map(|r| (m, Some(r))),
         });
         let ((image, view, files, secrets), route) = match made {
             Ok(m) => m,
@@ -345,7 +354,7 @@ impl GvisorSandbox {
         let trust = self.route.as_ref().and_then(|r| r.trust.as_ref());
         let env = cordon_backend_kit::workarea::exec_env(
             &self.guest_work,
-            self.route.as_ref().map(|r| r.port),
+            self.route.as_ref().and_then(|r| r.port),
             trust.is_some(),
             &req.env,
         );
@@ -525,10 +534,11 @@ impl GvisorSandbox {
         }
         .config();
         let mut config = config;
+        crate::runsc::for_runsc(&mut config);
         if let Some(r) = &self.route {
             // A sub-container shares its runsc sandbox's network; the
             // namespace is named all the same, and the table narrowed.
-            crate::runsc::join_netns(&mut config, &r.path())?;
+            crate::runsc::join_netns(&mut config, &r.path(), r.listen)?;
         }
         if let Held::Pod(pod) = held {
             config["annotations"] = serde_json::json!({
@@ -612,9 +622,29 @@ impl Sandbox for GvisorSandbox {
         by: &str,
     ) -> Result<u64, SandboxError> {
         match &self.route {
-            Some(r) => r.serving.change(change, by),
-            None => Err(cordon_backend_kit::no_route()),
+            Some(r) if r.port.is_some() => r.serving.change(change, by),
+            _ => Err(cordon_backend_kit::no_route()),
         }
+    }
+
+    /// Inside the sandbox's own network namespace, where a sandbox made
+    /// with `requires: [ports]` runs its workload's sockets (hostinet);
+    /// refused otherwise.
+    fn open_port(
+        &self,
+        req: &cordon_sandbox::PortRequest,
+    ) -> Result<std::net::TcpStream, SandboxError> {
+        live(&self.disposed)?;
+        let Some(r) = self.route.as_ref().filter(|r| r.listen) else {
+            return Err(SandboxError::Unsupported {
+                capability: cordon_sandbox::Capability::Ports,
+            });
+        };
+        let ns = r.ns.try_clone().map_err(|e| SandboxError::Failed {
+            operation: "port",
+            reason: format!("the sandbox's network namespace: {e}"),
+        })?;
+        cordon_backend_kit::ports::connect(Some(ns), req.port)
     }
 
     fn residue(&self) -> serde_json::Value {

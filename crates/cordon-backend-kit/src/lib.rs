@@ -123,8 +123,10 @@ pub fn resolve_in(
 
 /// What every OCI engine backend serves (docker, gvisor): commands, code,
 /// files in and declared files out (from the work dir on the host), a
-/// workspace (mounted copy-on-write on the host), and the network through cordon's egress proxy, the one route out of a
-/// sandbox whose spec names hosts.
+/// workspace (mounted copy-on-write on the host), the network through
+/// cordon's egress proxy (the one route out of a sandbox whose spec names
+/// hosts), and ports (a sandbox made with `requires: [ports]` listens in
+/// a namespace of its own, which cordon's forward connects into).
 pub fn engine_capabilities() -> cordon_sandbox::CapabilitySet {
     use cordon_sandbox::Capability;
     [
@@ -136,6 +138,7 @@ pub fn engine_capabilities() -> cordon_sandbox::CapabilitySet {
         Capability::Network,
         Capability::Workspace,
         Capability::Snapshot,
+        Capability::Ports,
     ]
     .into_iter()
     .collect()

@@ -85,6 +85,7 @@ fn the_backend_suite_passes() {
         cycles: ("CORDON_CONTAINER_CYCLES", 3),
         settle: Duration::ZERO,
         conformance_cases: None,
+        ports: true,
         residue: Box::new(|| residue(tmp.path(), &keepers)),
     });
 }

@@ -398,6 +398,7 @@ fn the_backend_suite_passes() {
         execs_per_cycle: 1,
         cycles: ("CORDON_DOCKER_CYCLES", 5),
         conformance_cases: None,
+        ports: true,
         settle: Duration::ZERO,
         residue: Box::new(|| leftovers(&engine, tmp.path())),
     });

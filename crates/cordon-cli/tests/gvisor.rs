@@ -819,6 +819,7 @@ fn the_backend_suite_passes() {
         execs_per_cycle: 2,
         cycles: ("CORDON_GVISOR_CYCLES", 3),
         conformance_cases: None,
+        ports: true,
         settle: Duration::ZERO,
         residue: Box::new(|| residue(tmp.path(), &seen)),
     });

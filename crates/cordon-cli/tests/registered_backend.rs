@@ -727,6 +727,7 @@ fn the_backend_suite_serves_it() {
         cycles: ("CORDON_TEST_ENGINE_CYCLES", 3),
         settle: Duration::ZERO,
         conformance_cases: None,
+        ports: false,
         residue: Box::new(move || {
             let mut dirs: Vec<String> = std::fs::read_dir(&listed)
                 .unwrap()

@@ -262,7 +262,10 @@ pub fn seccomp() -> Value {
 /// `net` narrows the table for what a Docker container's network namespace
 /// cannot hold the way the native rung's Landlock does (no TCP bind):
 /// without an egress route no inet socket is made at all; with one, inet
-/// sockets are made (to reach the proxy) but nothing listens.
+/// sockets are made (to reach the proxy) but nothing listens; in a sandbox
+/// made to serve a port ([`DockerNet::Listening`]) inet sockets listen —
+/// in a namespace holding only its loopback (and the proxy's listener),
+/// reached from the host only through cordon's forward.
 pub fn docker_seccomp_profile(net: DockerNet) -> Result<String, String> {
     use cordon_linux::DeniedWhen;
     let mut profile = seccomp();
@@ -312,6 +315,9 @@ pub enum DockerNet {
     None,
     /// The egress proxy's listener: inet sockets to reach it, no `listen`.
     ProxyRoute,
+    /// A sandbox made with `requires: [ports]`: inet sockets, and `listen`
+    /// on its own loopback (with or without the proxy's listener beside).
+    Listening,
 }
 
 /// Comparisons on argument `arg`, any one of which holds exactly when its
@@ -729,6 +735,25 @@ mod tests {
             && r["args"][0]["op"] == "SCMP_CMP_GT"
             && r["args"][0]["value"] == 1));
         assert!(!rules.iter().any(|r| r["names"][0] == "listen"));
+        // Made to serve a port: inet sockets, and they listen; every other
+        // family is still denied, and the rest of the table is the same.
+        let p: Value =
+            serde_json::from_str(&docker_seccomp_profile(DockerNet::Listening).unwrap()).unwrap();
+        let rules = p["syscalls"].as_array().unwrap();
+        let socket: Vec<u64> = rules
+            .iter()
+            .filter(|r| r["names"][0] == "socket" && r["args"][0]["op"] == "SCMP_CMP_MASKED_EQ")
+            .map(|r| r["args"][0]["valueTwo"].as_u64().unwrap())
+            .collect();
+        assert_eq!(socket, [0, 3, 4, 5, 6, 7, 8, 9]);
+        assert!(!rules.iter().any(|r| r["names"][0] == "listen"));
+        let route: Value =
+            serde_json::from_str(&docker_seccomp_profile(DockerNet::ProxyRoute).unwrap()).unwrap();
+        assert_eq!(
+            rules.len() + 1,
+            route["syscalls"].as_array().unwrap().len(),
+            "Listening is ProxyRoute less its `listen` denial"
+        );
     }
 
     /// The rules of [`none_of`] hold exactly off the allowed set.

@@ -147,6 +147,25 @@ pub fn of_cgroups(dirs: &[std::path::PathBuf]) -> io::Result<Option<OwnedFd>> {
     Ok(None)
 }
 
+/// The network namespace of process `pid`, which `still_it` says (asked
+/// after the namespace is opened) is still the process meant — a
+/// container's first process as its engine reports it, say. The pid is
+/// pinned with a pidfd first, and the namespace kept only if the pinned
+/// process is alive after it was opened and `still_it` holds: a pid that
+/// ended and was reused in between (another sandbox's process) never
+/// hands out its namespace.
+pub fn of_pid(pid: i32, still_it: impl FnOnce() -> bool) -> io::Result<OwnedFd> {
+    let gone = || io::Error::new(io::ErrorKind::NotFound, format!("process {pid} is gone"));
+    let p = rustix::process::Pid::from_raw(pid).ok_or_else(gone)?;
+    let pinned =
+        rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty()).map_err(|_| gone())?;
+    let ns = std::fs::File::open(format!("/proc/{pid}/ns/net"))?;
+    if !alive(&pinned) || !still_it() {
+        return Err(gone());
+    }
+    Ok(OwnedFd::from(ns))
+}
+
 /// Whether the process a pidfd pins is still running (its pidfd is
 /// readable once it has exited).
 fn alive(pidfd: &OwnedFd) -> bool {
@@ -170,6 +189,14 @@ pub fn private_with_listener(port: u16) -> io::Result<PrivateNetns> {
         ns,
         listener: TcpListener::from(fd),
     })
+}
+
+/// A new network namespace holding only `lo` (up): a runtime started in it
+/// (runsc's spec names it) reaches nothing, and what listens in it is
+/// reached only from inside, or through the namespace ([`connect_loopback_in`]).
+pub fn private_loopback() -> io::Result<OwnedFd> {
+    let (ns, ()) = in_namespace(None, crate::linux::proxy::loopback_up)?;
+    Ok(ns)
 }
 
 /// A port for a sandbox's proxy listener, inside a network namespace of

@@ -43,6 +43,9 @@ pub struct Backend<'a> {
     /// backend holds a known number of its cases (`None`: any number, none
     /// failed).
     pub conformance_cases: Option<usize>,
+    /// Whether it serves ports (`requires: [ports]`): the ports case runs
+    /// against it; one that does not is said to be skipped.
+    pub ports: bool,
     /// What this backend's sandboxes leave on this machine, one line each.
     /// A sandbox's own directory is a line starting `dir `; while one
     /// sandbox is up, exactly one such line is new (else this check could
@@ -53,7 +56,7 @@ pub struct Backend<'a> {
 impl Backend<'_> {
     /// `up`/`run` arguments: [`Backend::args`], and a spec in `dir` naming
     /// the image (with `requires`) when it is not `host`.
-    fn land(&self, dir: &Path) -> Vec<String> {
+    pub(crate) fn land(&self, dir: &Path) -> Vec<String> {
         let mut args = self.args.clone();
         if self.image != "host" {
             let spec = dir.join("image-spec.yaml");
@@ -71,7 +74,7 @@ impl Backend<'_> {
     }
 
     /// [`Backend::residue`], sorted.
-    fn residue(&self) -> Vec<String> {
+    pub(crate) fn residue(&self) -> Vec<String> {
         let mut r = (self.residue)();
         r.sort();
         r
@@ -86,7 +89,7 @@ impl Backend<'_> {
 
     /// Waits (at most [`Backend::settle`]) until the residue is `before`
     /// again; what is new then is a leak.
-    fn settles_to(&self, before: &[String], what: &str) {
+    pub(crate) fn settles_to(&self, before: &[String], what: &str) {
         let until = Instant::now() + self.settle;
         let mut now = self.residue();
         while now != before && Instant::now() < until {
@@ -106,6 +109,16 @@ impl Backend<'_> {
 pub fn run_all(backend: &Backend) {
     a_kept_sandbox_keeps_its_work_dir_and_down_leaves_nothing(backend);
     a_watch_sees_the_workloads_changes_and_ends_with_the_sandbox(backend);
+    if backend.ports {
+        crate::suite_ports::a_port_is_forwarded_as_the_policy_allows_and_ends_with_the_sandbox(
+            backend,
+        );
+    } else {
+        eprintln!(
+            "SKIPPED: {}: the ports case (this backend does not serve ports)",
+            backend.name
+        );
+    }
     run_hands_a_granted_secret_read_only_and_refuses_the_rest(backend);
     up_exec_down_cycles_leave_nothing(backend);
     the_conformance_and_escape_kits_pass_with_and_without_a_route(backend);
@@ -114,7 +127,8 @@ pub fn run_all(backend: &Backend) {
 /// A kept sandbox (`sandbox up`) lands on the backend (its handle names
 /// it), takes a file in through cordon, keeps what one exec writes in its
 /// work dir for the next, runs its workload as a user other than root, is
-/// the same sandbox when its key is asked for again, and is listed live;
+/// the same sandbox when its key is asked for again (a threaded program
+/// runs in it), and is listed live;
 /// `down` by its key disposes of it and leaves nothing, and an exec on it
 /// after that is refused (125).
 pub fn a_kept_sandbox_keeps_its_work_dir_and_down_leaves_nothing(b: &Backend) {
@@ -157,6 +171,11 @@ pub fn a_kept_sandbox_keeps_its_work_dir_and_down_leaves_nothing(b: &Backend) {
         !out.trim().is_empty() && out.trim() != "0",
         "{name}: the workload runs as `{out}`"
     );
+    // A threaded program runs: a thread starts (a runtime that answers
+    // `clone3` with EPERM, not ENOSYS, stops every one).
+    let threads = "import threading\nt = threading.Thread(target=print, args=('thread ok',))\nt.start(); t.join()";
+    let (code, out, err) = c.run(["sandbox", "exec", &h, "--", "python3", "-c", threads]);
+    assert_eq!((code, out.trim()), (0, "thread ok"), "{name}: {err}");
     // The same key gives the same sandbox, listed live.
     assert_eq!(up(), h, "{name}: the same key");
     let (code, out, err) = c.run(["sandbox", "ls"]);

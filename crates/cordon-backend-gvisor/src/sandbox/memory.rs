@@ -81,8 +81,8 @@ pub(crate) const CHECKPOINTED: &str = "its processes were saved into a snapshot 
 /// Why a sandbox not made for it saves no process.
 const NOT_MADE_FOR: &str = "this gvisor sandbox was not made to save its processes: its execs are containers of one pod, which this runsc cannot restore; make it with `requires: [snapshot_memory]` (`--require snapshot_memory`), which runs each exec as a runsc sandbox of its own, or take a snapshot of the files (leave `--memory` out)";
 
-/// Why a sandbox with a route out saves no process.
-const HAS_ROUTE: &str = "this gvisor sandbox has an egress route: its workload's sockets are the host kernel's (runsc's hostinet), which `runsc checkpoint` cannot save; make the sandbox without `egress_allow` to save its processes, or take a snapshot of the files (leave `--memory` out)";
+/// Why a sandbox with a route out (or ports) saves no process.
+const HAS_ROUTE: &str = "this gvisor sandbox runs its workload's sockets on the host kernel (runsc's hostinet, in a namespace of its own: it has an egress route or serves ports), which `runsc checkpoint` cannot save; make the sandbox without `egress_allow` and `ports` to save its processes, or take a snapshot of the files (leave `--memory` out)";
 
 fn lock(execs: &Execs) -> std::sync::MutexGuard<'_, BTreeMap<String, Entry>> {
     execs.0.lock().unwrap_or_else(|p| p.into_inner())
