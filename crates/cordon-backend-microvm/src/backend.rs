@@ -46,6 +46,7 @@ pub fn capabilities() -> CapabilitySet {
         Capability::FilesOut,
         Capability::FilesList,
         Capability::Network,
+        Capability::Ports,
     ]
     .into_iter()
     .collect()

@@ -510,6 +510,48 @@ impl Channel {
         Ok(())
     }
 
+    /// Opens connection `conn` (a [`proto::HOST_CONN`] id from
+    /// [`Channel::host_conn`]) to `127.0.0.1:port` in the guest's sandbox
+    /// (a forwarded port): `sink` takes what the guest sends on it (from
+    /// before the guest answers: its bytes may come first). Refused, with
+    /// the guest's reason, when nothing listens there.
+    pub fn port_open(&self, conn: u64, port: u16, sink: ConnSink) -> Result<(), SandboxError> {
+        {
+            let mut r = lock(&self.routes);
+            if r.conns.len() >= proto::MAX_CONNS {
+                return Err(unavailable(format!(
+                    "the sandbox has {} connections open already; close one first",
+                    proto::MAX_CONNS
+                )));
+            }
+            r.conns.insert(conn, sink);
+        }
+        let done = self.call(
+            |req| Msg::PortOpen { req, conn, port },
+            &[],
+            0,
+            |m, _| match m {
+                Msg::Done { .. } => Ok(true),
+                other => Err(odd(&other)),
+            },
+        );
+        if done.is_err() {
+            lock(&self.routes).conns.remove(&conn);
+        }
+        done
+    }
+
+    /// A connection id of the host's own ([`proto::HOST_CONN`] set).
+    pub fn host_conn(&self) -> u64 {
+        proto::HOST_CONN | self.id()
+    }
+
+    /// The host stops sending on `conn`; what the guest sends still comes
+    /// (a half close), until its own close.
+    pub fn conn_half_close(&self, conn: u64) {
+        let _ = self.send(&Msg::ConnClose { conn }, &[]);
+    }
+
     /// Closes a relayed connection from the host's side.
     pub fn conn_close(&self, conn: u64) {
         lock(&self.routes).conns.remove(&conn);

@@ -30,6 +30,7 @@ mod backend;
 pub mod channel;
 pub mod jail;
 mod names;
+mod ports;
 pub mod probe;
 pub mod register;
 mod residue;

@@ -76,6 +76,10 @@ pub struct MicrovmSandbox {
     /// Its pause: held while anything is asked of the guest, which a
     /// frozen one would never answer.
     paused: cordon_backend_kit::Pausing,
+    /// Made with `requires: [ports]`: the workload listens in the guest,
+    /// and forwards cross the channel ([`crate::ports`]); the host's side
+    /// of them made at the first.
+    ports: Option<OnceLock<crate::ports::PortPairs>>,
 }
 
 /// The egress route: the proxy's listener in a namespace of its own, which
@@ -180,6 +184,12 @@ impl MicrovmSandbox {
                 route: Mutex::new(route),
                 dir: dir.clone(),
                 paused: Default::default(),
+                ports: req
+                    .provenance
+                    .spec
+                    .requires()
+                    .contains(cordon_sandbox::Capability::Ports)
+                    .then(OnceLock::new),
             };
             // The CA is placed before the sandbox starts (its binds are
             // made then), or it does not start.
@@ -331,7 +341,7 @@ impl MicrovmSandbox {
             image_root: Some(PathBuf::from(GUEST_IMAGE)),
             tmp_dir: None,
             proxy_port: self.proxy_port,
-            listen: false,
+            listen: self.ports.is_some(),
             secrets_dir: (!self.provenance.spec.secrets().is_empty())
                 .then(|| PathBuf::from(GUEST_SECRETS_DIR)),
             trust_dir: self.trusts_ca.then(|| PathBuf::from(GUEST_TRUST_DIR)),
@@ -422,43 +432,11 @@ fn relay_opener(ns: Arc<OwnedFd>, port: u16) -> (ConnOpener, ChannelSlot) {
                 return None;
             }
         };
-        let (tx, rx) = std::sync::mpsc::channel::<Option<Vec<u8>>>();
-        let mut writer = match stream.try_clone() {
-            Ok(w) => w,
-            Err(_) => {
-                ch.conn_close(conn);
-                return None;
-            }
-        };
-        std::thread::spawn(move || {
-            use std::io::Write;
-            while let Ok(Some(bytes)) = rx.recv() {
-                if writer.write_all(&bytes).is_err() {
-                    break;
-                }
-            }
-            let _ = writer.shutdown(std::net::Shutdown::Write);
-        });
-        let weak = Arc::downgrade(&ch);
-        let mut reader = stream;
-        std::thread::spawn(move || {
-            use std::io::Read;
-            let mut buf = vec![0u8; 64 * 1024];
-            loop {
-                let n = match reader.read(&mut buf) {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => n,
-                };
-                let Some(ch) = weak.upgrade() else { return };
-                if ch.conn_data(conn, &buf[..n]).is_err() {
-                    return;
-                }
-            }
-            if let Some(ch) = weak.upgrade() {
-                ch.conn_close(conn);
-            }
-        });
-        Some(tx)
+        let sink = crate::ports::relay_stream(Arc::downgrade(&ch), conn, stream, true);
+        if sink.is_none() {
+            ch.conn_close(conn);
+        }
+        sink
     });
     (opener, slot)
 }
@@ -559,6 +537,36 @@ impl Sandbox for MicrovmSandbox {
     ) -> Result<Box<dyn cordon_sandbox::WatchSource>, SandboxError> {
         let _awake = self.awake()?;
         self.vm.channel.watch(path, recursive)
+    }
+
+    /// Opened by the guest agent in the sandbox's network namespace there,
+    /// relayed over the channel ([`crate::ports`]); refused for a sandbox
+    /// not made to listen.
+    fn open_port(
+        &self,
+        req: &cordon_sandbox::PortRequest,
+    ) -> Result<std::net::TcpStream, SandboxError> {
+        let Some(pairs) = &self.ports else {
+            return Err(SandboxError::Unsupported {
+                capability: cordon_sandbox::Capability::Ports,
+            });
+        };
+        let _awake = self.awake()?;
+        if pairs.get().is_none() {
+            let made = crate::ports::PortPairs::make().map_err(|reason| SandboxError::Failed {
+                operation: "port",
+                reason,
+            })?;
+            // Another forward may have made them meanwhile: one is kept.
+            let _ = pairs.set(made);
+        }
+        let Some(made) = pairs.get() else {
+            return Err(SandboxError::Failed {
+                operation: "port",
+                reason: "the forward's namespace is gone".into(),
+            });
+        };
+        crate::ports::open(&self.vm.channel, made, req.port)
     }
 
     fn residue(&self) -> serde_json::Value {

@@ -368,8 +368,7 @@ fn the_backend_suite_passes() {
         cycles: ("CORDON_MICROVM_CYCLES", 2),
         settle: Duration::from_secs(10),
         conformance_cases: Some(21),
-        // Not yet: a forward into the guest would cross its channel.
-        ports: false,
+        ports: true,
         residue: Box::new(|| residue_in(&scratch)),
     });
 }

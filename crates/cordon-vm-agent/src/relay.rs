@@ -6,6 +6,11 @@
 //! Per connection: `ConnOpen`, then `ConnData` both ways, and a `ConnClose`
 //! from each side when it stops sending (a half close: the other direction
 //! goes on until its own `ConnClose`).
+//!
+//! A forwarded port's connections run the other way: the host asks
+//! (`PortOpen`), the agent connects to the workload's port inside the
+//! sandbox's network namespace, and the connection is relayed the same
+//! way from then on ([`Relay::adopt`]).
 
 use std::collections::HashMap;
 use std::io::Read;
@@ -13,7 +18,7 @@ use std::net::{Shutdown, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use cordon_vm_proto::{Msg, MAX_CONNS, MAX_DATA};
+use cordon_vm_proto::{Msg, HOST_CONN, MAX_CONNS, MAX_DATA};
 
 use crate::console::say;
 use crate::feed::{Feed, Refused};
@@ -38,16 +43,69 @@ fn lock(c: &Conns) -> std::sync::MutexGuard<'_, HashMap<u64, Conn>> {
 pub(crate) struct Relay {
     conns: Conns,
     stopped: Arc<AtomicBool>,
+    out: Arc<Out>,
 }
 
 impl Relay {
-    /// Accepts on `listener` from now on.
-    pub(crate) fn start(listener: TcpListener, out: Arc<Out>) -> Relay {
+    /// Relays the connections the host opens (`PortOpen`), and with a
+    /// `listener` (the proxy port's) accepts the workload's on it from now
+    /// on.
+    pub(crate) fn start(listener: Option<TcpListener>, out: Arc<Out>) -> Relay {
         let conns: Conns = Arc::default();
         let stopped = Arc::new(AtomicBool::new(false));
-        let (c, s) = (conns.clone(), stopped.clone());
-        std::thread::spawn(move || accept(listener, out, c, s));
-        Relay { conns, stopped }
+        if let Some(listener) = listener {
+            let (c, s, o) = (conns.clone(), stopped.clone(), out.clone());
+            std::thread::spawn(move || accept(listener, o, c, s));
+        }
+        Relay {
+            conns,
+            stopped,
+            out,
+        }
+    }
+
+    /// Takes `stream` (connected to the workload's port for the host's
+    /// `PortOpen` `req`) as connection `conn`: known before the host is
+    /// told (`Done`), relayed from then on. `Err`: why it was not.
+    pub(crate) fn adopt(&self, req: u64, conn: u64, stream: TcpStream) -> Result<(), String> {
+        if conn & HOST_CONN == 0 {
+            return Err(format!("connection {conn} is not an id the host chooses"));
+        }
+        if self.stopped.load(Ordering::SeqCst) {
+            return Err("the sandbox is stopping".into());
+        }
+        let (Ok(writer), Ok(reader)) = (stream.try_clone(), stream.try_clone()) else {
+            return Err("the connection could not be shared".into());
+        };
+        {
+            let mut conns = lock(&self.conns);
+            if conns.len() >= MAX_CONNS {
+                return Err(format!(
+                    "the sandbox has {MAX_CONNS} connections open already; close one first"
+                ));
+            }
+            if conns.contains_key(&conn) {
+                return Err(format!("connection {conn} is open already"));
+            }
+            let feed = Feed::spawn(writer, |w: TcpStream| {
+                let _ = w.shutdown(Shutdown::Write);
+            });
+            conns.insert(
+                conn,
+                Conn {
+                    feed,
+                    stream,
+                    host_closed: false,
+                    guest_closed: false,
+                },
+            );
+        }
+        if !self.out.send(&Msg::Done { req }, &[]) {
+            return Ok(());
+        }
+        let (out, conns) = (self.out.clone(), self.conns.clone());
+        std::thread::spawn(move || pump(reader, conn, &out, &conns));
+        Ok(())
     }
 
     /// Bytes from the host for `conn`'s workload side.

@@ -70,7 +70,7 @@ impl std::fmt::Display for End {
 struct Sandbox {
     warm: Arc<WarmSandbox>,
     files: Files,
-    relay: Option<Relay>,
+    relay: Relay,
 }
 
 struct Agent {
@@ -232,15 +232,19 @@ impl Agent {
                 None
             }
             Msg::ConnData { conn } => {
-                if let Some(r) = self.sandbox.as_ref().and_then(|s| s.relay.as_ref()) {
-                    r.data(conn, data);
+                if let Some(s) = &self.sandbox {
+                    s.relay.data(conn, data);
                 }
                 None
             }
             Msg::ConnClose { conn } => {
-                if let Some(r) = self.sandbox.as_ref().and_then(|s| s.relay.as_ref()) {
-                    r.close(conn);
+                if let Some(s) = &self.sandbox {
+                    s.relay.close(conn);
                 }
+                None
+            }
+            Msg::PortOpen { req, conn, port } => {
+                self.port_open(req, conn, port);
                 None
             }
             Msg::Shutdown {} => Some(End::Shutdown),
@@ -442,7 +446,7 @@ impl Agent {
         let files = HostWorkDir::new(&host, &guest)
             .map_err(|e| failed(e.to_string()))?
             .owned_by(uid, gid);
-        let relay = listener.map(|l| Relay::start(l, self.out.clone()));
+        let relay = Relay::start(listener, self.out.clone());
         self.sandbox = Some(Sandbox {
             warm: Arc::new(warm),
             files: Files::new(files, secrets),
@@ -482,15 +486,55 @@ impl Agent {
         }
     }
 
+    /// Connects to `127.0.0.1:port` inside the sandbox's network namespace
+    /// (its members' — nothing runs there yet: refused) for the host's
+    /// forward, and relays it as `conn`; `Error` with why otherwise.
+    fn port_open(&self, req: u64, conn: u64, port: u16) {
+        use std::os::fd::AsFd;
+        let opened = (|| {
+            let s = self.sandbox.as_ref().ok_or((
+                ErrKind::Unavailable,
+                "the sandbox is not set up".to_string(),
+            ))?;
+            let ns = cordon_linux::netns::of_cgroups(&s.warm.cgroup_dirs())
+                .map_err(|e| (ErrKind::Failed, format!("finding the sandbox's network namespace: {e}")))?
+                .ok_or((
+                    ErrKind::Unavailable,
+                    format!("nothing runs in the sandbox, so nothing listens on port {port}; start the server first"),
+                ))?;
+            let stream = cordon_linux::netns::connect_loopback_in(ns.as_fd(), port).map_err(|e| {
+                match e.kind() {
+                    std::io::ErrorKind::ConnectionRefused => (
+                        ErrKind::Unavailable,
+                        format!("nothing listens on port {port} in the sandbox; start the server first (listening on 127.0.0.1 or 0.0.0.0)"),
+                    ),
+                    _ => (ErrKind::Failed, format!("connecting to port {port} in the sandbox: {e}")),
+                }
+            })?;
+            s.relay
+                .adopt(req, conn, stream)
+                .map_err(|e| (ErrKind::Failed, e))
+        })();
+        if let Err((kind, message)) = opened {
+            self.out.send(
+                &Msg::Error {
+                    req,
+                    kind,
+                    path: String::new(),
+                    message,
+                },
+                &[],
+            );
+        }
+    }
+
     /// Kills every exec, stops the sandbox and removes its trust and its
     /// secrets directory.
     fn teardown(&mut self) {
         self.execs.kill_all();
         if let Some(s) = self.sandbox.take() {
             s.files.watches.stop_all();
-            if let Some(r) = &s.relay {
-                r.stop();
-            }
+            s.relay.stop();
             if let Err(e) = s.warm.stop() {
                 say!("stopping the sandbox: {e}");
             }

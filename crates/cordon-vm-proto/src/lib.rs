@@ -39,8 +39,9 @@ use serde::{Deserialize, Serialize};
 /// changed in a way the other side would refuse. 2: `Trust`. 3: `Setup`
 /// makes the plan's secrets directory, and writes go there. 4: `FilesOp`
 /// (the files API) and the watch (`WatchStart`, `WatchEvent`, `WatchEnd`,
-/// `WatchStop`).
-pub const PROTOCOL: u32 = 4;
+/// `WatchStop`). 5: `PortOpen` (a connection the host opens to a port
+/// the workload listens on).
+pub const PROTOCOL: u32 = 5;
 
 /// What a `Ready` without `proto` means: an agent from before the protocol
 /// was numbered.
@@ -70,6 +71,9 @@ pub const MAX_WATCHES: usize = 16;
 /// it as it is accepted (no `ConnOpen`); a `ConnOpen` past it breaks the
 /// protocol. A connection counts from its `ConnOpen` until a `ConnClose`.
 pub const MAX_CONNS: usize = 256;
+/// The bit every connection id the host chooses (`PortOpen`) has set, and
+/// none the guest chooses (`ConnOpen`) has: the two never collide.
+pub const HOST_CONN: u64 = 1 << 63;
 
 /// One message: the header of a frame.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -227,10 +231,16 @@ pub enum Msg {
         message: String,
     },
 
-    // ---- egress relay ----
+    // ---- relayed connections ----
     /// Guest → host: the workload opened a connection to the sandbox's
     /// proxy port; the host connects it to the egress proxy.
     ConnOpen { conn: u64 },
+    /// Host → guest: connect to `127.0.0.1:port` in the sandbox's network
+    /// namespace (a forwarded port); `Done { req }` once connected (then
+    /// it is connection `conn`, relayed as the guest's own are), `Error`
+    /// otherwise. The host's `conn` ids have [`HOST_CONN`] set, the
+    /// guest's never do.
+    PortOpen { req: u64, conn: u64, port: u16 },
     /// Both ways: bytes (the data) of the connection.
     ConnData { conn: u64 },
     /// Both ways: the sender's side of the connection is closed.
@@ -308,6 +318,7 @@ impl Msg {
             Msg::ListReply { .. } => "list_reply",
             Msg::Error { .. } => "error",
             Msg::ConnOpen { .. } => "conn_open",
+            Msg::PortOpen { .. } => "port_open",
             Msg::ConnData { .. } => "conn_data",
             Msg::ConnClose { .. } => "conn_close",
             Msg::Shutdown {} => "shutdown",

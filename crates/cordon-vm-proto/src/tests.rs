@@ -218,6 +218,14 @@ fn second_kinds() -> Vec<(Msg, Vec<u8>)> {
             vec![],
         ),
         (Msg::ConnOpen { conn: 1 }, vec![]),
+        (
+            Msg::PortOpen {
+                req: 40,
+                conn: HOST_CONN | 1,
+                port: 8000,
+            },
+            vec![],
+        ),
         (Msg::ConnData { conn: 1 }, b"GET / HTTP/1.1\r\n".to_vec()),
         (Msg::ConnClose { conn: 1 }, vec![]),
         (Msg::Shutdown {}, vec![]),
@@ -258,7 +266,7 @@ fn every_kind_round_trips() {
     // Every kind is in the list (a new one must be added above).
     let mut kinds: Vec<_> = frames.iter().map(|(m, _)| m.kind()).collect();
     kinds.dedup();
-    assert_eq!(kinds.len(), 32);
+    assert_eq!(kinds.len(), 33);
 }
 
 #[test]
@@ -620,6 +628,7 @@ fn frame() -> impl Strategy<Value = (Msg, Vec<u8>)> {
             message
         }),
         n.prop_map(|conn| Msg::ConnOpen { conn }),
+        (n, n, any::<u16>()).prop_map(|(req, conn, port)| Msg::PortOpen { req, conn, port }),
         n.prop_map(|conn| Msg::ConnData { conn }),
         n.prop_map(|conn| Msg::ConnClose { conn }),
         Just(Msg::Shutdown {}),

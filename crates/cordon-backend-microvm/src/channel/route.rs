@@ -168,6 +168,9 @@ fn route(
         }
         Msg::ConnOpen { conn } => {
             no_data(&data)?;
+            if conn & proto::HOST_CONN != 0 {
+                return Err(format!("connection {conn} has an id only the host chooses"));
+            }
             if r.conns.contains_key(&conn) {
                 return Err(format!("connection {conn} opened twice"));
             }

@@ -330,3 +330,78 @@ fn an_agent_of_another_protocol_is_refused_at_ready() {
         );
     }
 }
+
+/// A guest that opens a connection with an id only the host chooses
+/// (one of a forwarded port's) breaks the protocol: it could otherwise
+/// take over that forward's bytes.
+#[test]
+fn a_guest_connection_with_a_hosts_id_ends_the_vm() {
+    let (_ch, mut guest, killed, why) = pair();
+    let conn = proto::HOST_CONN | 3;
+    proto::write_frame(&mut guest, &Msg::ConnOpen { conn }, &[]).unwrap();
+    wait_for(&killed);
+    assert!(
+        why.lock().unwrap().contains("only the host chooses"),
+        "{}",
+        why.lock().unwrap()
+    );
+}
+
+/// A forwarded port: the host asks (`PortOpen` with a host id), the
+/// guest's refusal comes back as its reason and the connection is
+/// forgotten; once the guest says `Done`, what it sends on the
+/// connection reaches the sink, and its close ends it.
+#[test]
+fn a_port_open_is_refused_with_the_guests_reason_or_relayed() {
+    let (ch, guest, _killed, _) = pair();
+    let mut g = guest.try_clone().unwrap();
+    let answer = std::thread::spawn(move || {
+        let mut r = FrameReader::new(guest);
+        let mut seen = Vec::new();
+        for n in 0..2 {
+            let (req, conn, port) = loop {
+                if let Some((Msg::PortOpen { req, conn, port }, _)) = r.read().unwrap() {
+                    break (req, conn, port);
+                }
+            };
+            seen.push((conn, port));
+            if n == 0 {
+                let refusal = Msg::Error {
+                    req,
+                    kind: proto::ErrKind::Unavailable,
+                    path: String::new(),
+                    message: "nothing listens on port 8000".into(),
+                };
+                proto::write_frame(&mut g, &refusal, &[]).unwrap();
+            } else {
+                proto::write_frame(&mut g, &Msg::ConnData { conn }, b"hello").unwrap();
+                proto::write_frame(&mut g, &Msg::Done { req }, &[]).unwrap();
+                proto::write_frame(&mut g, &Msg::ConnClose { conn }, &[]).unwrap();
+            }
+        }
+        seen
+    });
+    let (tx, rx) = mpsc::channel();
+    let first = ch.host_conn();
+    let e = ch.port_open(first, 8000, tx).unwrap_err();
+    assert!(
+        e.to_string().contains("nothing listens on port 8000"),
+        "{e}"
+    );
+    assert!(!lock(&ch.routes).conns.contains_key(&first));
+    assert_eq!(
+        rx.recv_timeout(Duration::from_secs(5)),
+        Err(mpsc::RecvTimeoutError::Disconnected)
+    );
+    let (tx, rx) = mpsc::channel();
+    let second = ch.host_conn();
+    ch.port_open(second, 9000, tx).unwrap();
+    assert_eq!(
+        rx.recv_timeout(Duration::from_secs(5)).unwrap(),
+        Some(b"hello".to_vec())
+    );
+    assert_eq!(rx.recv_timeout(Duration::from_secs(5)).unwrap(), None);
+    let seen = answer.join().unwrap();
+    assert_eq!(seen, [(first, 8000), (second, 9000)]);
+    assert!(seen.iter().all(|(c, _)| c & proto::HOST_CONN != 0));
+}
