@@ -928,7 +928,8 @@ fn a_preview_url_reaches_the_owners_server_as_the_policy_allows() {
     );
     assert_eq!(status, 200, "{out}");
     // A server that answers with the path and whether a credential reached it.
-    let srv = "import http.server\nclass H(http.server.BaseHTTPRequestHandler):\n    def do_GET(self):\n        body = ('path=%s auth=%s' % (self.path, self.headers.get('Authorization'))).encode()\n        self.send_response(200); self.send_header('Content-Length', str(len(body))); self.end_headers(); self.wfile.write(body)\nhttp.server.HTTPServer(('127.0.0.1', 8000), H).serve_forever()\n";
+    // A WebSocket's handshake is answered `101` and what follows echoed.
+    let srv = "import http.server\nclass H(http.server.BaseHTTPRequestHandler):\n    protocol_version = 'HTTP/1.1'\n    def do_GET(self):\n        if self.headers.get('Upgrade') == 'websocket':\n            self.send_response(101); self.send_header('Upgrade', 'websocket'); self.send_header('Connection', 'Upgrade'); self.end_headers(); self.wfile.flush()\n            while True:\n                b = self.connection.recv(4096)\n                if not b: return\n                self.connection.sendall(b'echo:' + b)\n        body = ('path=%s auth=%s hop=%s' % (self.path, self.headers.get('Authorization'), self.headers.get('X-Hop'))).encode()\n        self.send_response(200); self.send_header('Content-Length', str(len(body))); self.end_headers(); self.wfile.write(body)\nhttp.server.ThreadingHTTPServer(('127.0.0.1', 8000), H).serve_forever()\n";
     let (status, out) = post(
         &server.addr,
         "/v1/sandboxes/files",
@@ -974,6 +975,49 @@ fn a_preview_url_reaches_the_owners_server_as_the_policy_allows() {
         None,
     );
     assert_eq!(status, 200);
+    // A header the request's own `Connection` names is hop-by-hop: it
+    // does not reach the sandbox.
+    let raw = |head: &str| {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(&server.addr).unwrap();
+        s.set_read_timeout(Some(std::time::Duration::from_secs(20)))
+            .unwrap();
+        s.write_all(head.as_bytes()).unwrap();
+        let mut got = Vec::new();
+        let mut buf = [0u8; 4096];
+        while !String::from_utf8_lossy(&got).contains("\r\n\r\n") {
+            let n = s.read(&mut buf).unwrap();
+            assert!(n > 0, "{}", String::from_utf8_lossy(&got));
+            got.extend_from_slice(&buf[..n]);
+        }
+        (s, got)
+    };
+    let (mut hop, got) = raw("GET /v1/sandboxes/web/ports/8000/h HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer token-a\r\nConnection: close, X-Hop\r\nX-Hop: secret\r\n\r\n");
+    let mut answer = String::from_utf8_lossy(&got).to_string();
+    {
+        use std::io::Read;
+        let _ = hop.read_to_string(&mut answer);
+    }
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(answer.contains("hop=None"), "{answer}");
+    // A WebSocket: switched (`101`), then bytes both ways, unread by cordon.
+    let (mut ws, got) = raw("GET /v1/sandboxes/web/ports/8000/ws HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer token-a\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n");
+    let head = String::from_utf8_lossy(&got).to_string();
+    assert!(head.starts_with("HTTP/1.1 101"), "{head}");
+    assert!(
+        head.to_ascii_lowercase().contains("upgrade: websocket"),
+        "{head}"
+    );
+    {
+        use std::io::{Read, Write};
+        for word in ["ping", "pong"] {
+            ws.write_all(word.as_bytes()).unwrap();
+            let mut buf = [0u8; 64];
+            let n = ws.read(&mut buf).unwrap();
+            assert_eq!(&buf[..n], format!("echo:{word}").as_bytes());
+        }
+    }
+    drop(ws);
     // Another credential: the very answer a missing sandbox gets.
     let theirs = request(
         &server.addr,

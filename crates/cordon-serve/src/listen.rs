@@ -53,7 +53,9 @@ pub(crate) async fn accept(
     listener: tokio::net::TcpListener,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) {
-    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    // Each connection holds a receiver: told to finish at the shutdown,
+    // and waited for until the last is gone.
+    let (drain, draining) = tokio::sync::watch::channel(false);
     let routes = app(state.clone());
     let limits = within_descriptors(state.config.limits, open_files_limit());
     let open = Arc::new(Connections::default());
@@ -79,14 +81,16 @@ pub(crate) async fn accept(
                     }
                     continue;
                 };
-                let (tls, routes, watcher, http) =
-                    (state.tls.clone(), routes.clone(), graceful.watcher(), http.clone());
+                let (tls, routes, stop, http) =
+                    (state.tls.clone(), routes.clone(), draining.clone(), http.clone());
                 tokio::spawn(async move {
                     let _slot = slot;
                     let Some(acceptor) = tls else {
                         let service = hyper_util::service::TowerToHyperService::new(routes);
-                        let conn = http.serve_connection(hyper_util::rt::TokioIo::new(tcp), service);
-                        let _ = watcher.watch(conn).await;
+                        let conn = http
+                            .serve_connection(hyper_util::rt::TokioIo::new(tcp), service)
+                            .with_upgrades();
+                        finishing(conn, stop).await;
                         return;
                     };
                     let Ok(Ok(stream)) =
@@ -100,18 +104,45 @@ pub(crate) async fn accept(
                     let service = hyper_util::service::TowerToHyperService::new(
                         routes.layer(axum::Extension(peer)),
                     );
-                    let conn = http.serve_connection(hyper_util::rt::TokioIo::new(stream), service);
-                    let _ = watcher.watch(conn).await;
+                    let conn = http
+                        .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                        .with_upgrades();
+                    finishing(conn, stop).await;
                 });
             }
             () = &mut shutdown => break,
         }
     }
     drop(listener);
+    drop(draining);
+    let _ = drain.send(true);
     tokio::select! {
-        () = graceful.shutdown() => {}
+        () = drain.closed() => {}
         () = tokio::time::sleep(SHUTDOWN_GRACE) => {}
     }
+}
+
+/// Serves one connection until it ends; once `stop` turns true, it is told
+/// to finish (the request it is in, then close) and served until it has.
+/// Upgradeable (a preview URL's WebSocket): an upgraded connection leaves
+/// this at its upgrade, its tunnel a task of the preview's own.
+async fn finishing<I, S, B>(
+    conn: hyper::server::conn::http1::UpgradeableConnection<I, S>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) where
+    I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+    S: hyper::service::HttpService<hyper::body::Incoming, ResBody = B>,
+    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    B: hyper::body::Body + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let mut conn = std::pin::pin!(conn);
+    tokio::select! {
+        _ = conn.as_mut() => return,
+        _ = stop.wait_for(|s| *s) => {}
+    }
+    conn.as_mut().graceful_shutdown();
+    let _ = conn.await;
 }
 
 /// What a plain-HTTP connection past a connection cap is told before it

@@ -6,6 +6,11 @@
 //! namespace. Another credential's sandbox is the `404` of a missing one.
 //! The credential itself never reaches the sandbox: `Authorization` and
 //! cordon's own headers are dropped from what is forwarded.
+//!
+//! An upgrade (a WebSocket's handshake) is forwarded with its `Upgrade`
+//! and `Connection: upgrade`; when the sandbox's server switches protocols
+//! (`101`), the two connections are joined byte for byte until either
+//! side closes — cordon reads no frame of it.
 
 use std::sync::Arc;
 
@@ -101,7 +106,12 @@ async fn forward(
             Ok(x) => x,
             Err(e) => return refused(ErrorKind::Failed, format!("the sandbox's server: {e}")),
         };
-    tokio::spawn(conn);
+    tokio::spawn(conn.with_upgrades());
+    let mut req = req;
+    // A WebSocket (or another upgrade): its protocol goes on, and the
+    // client's side of the switch is awaited once the sandbox agrees.
+    let upgrade = upgrade_of(req.headers());
+    let client_side = upgrade.as_ref().map(|_| hyper::upgrade::on(&mut req));
     let (mut parts, body) = req.into_parts();
     let query = parts
         .uri
@@ -112,18 +122,69 @@ async fn forward(
         Ok(u) => u,
         Err(e) => return refused(ErrorKind::Invalid, format!("the path: {e}")),
     };
+    // The headers the request's own `Connection` names are hop-by-hop
+    // too (RFC 9110 §7.6.1): dropped with the fixed list.
+    let named: Vec<axum::http::HeaderName> = parts
+        .headers
+        .get_all(axum::http::header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|t| axum::http::HeaderName::from_bytes(t.trim().as_bytes()).ok())
+        .collect();
+    for h in named {
+        parts.headers.remove(h);
+    }
     for h in DROPPED {
         parts.headers.remove(h);
     }
     if let Ok(v) = format!("127.0.0.1:{port}").parse() {
         parts.headers.insert(axum::http::header::HOST, v);
     }
-    let out = axum::http::Request::from_parts(parts, body);
-    match sender.send_request(out).await {
-        Ok(resp) => resp.map(axum::body::Body::new).into_response(),
-        Err(e) => refused(
-            ErrorKind::Unavailable,
-            format!("the sandbox's server on port {port} did not answer: {e}"),
-        ),
+    if let Some(protocol) = &upgrade {
+        parts
+            .headers
+            .insert(axum::http::header::UPGRADE, protocol.clone());
+        parts.headers.insert(
+            axum::http::header::CONNECTION,
+            axum::http::HeaderValue::from_static("upgrade"),
+        );
     }
+    let out = axum::http::Request::from_parts(parts, body);
+    let mut resp = match sender.send_request(out).await {
+        Ok(resp) => resp,
+        Err(e) => {
+            return refused(
+                ErrorKind::Unavailable,
+                format!("the sandbox's server on port {port} did not answer: {e}"),
+            )
+        }
+    };
+    if let (Some(client_side), axum::http::StatusCode::SWITCHING_PROTOCOLS) =
+        (client_side, resp.status())
+    {
+        let sandbox_side = hyper::upgrade::on(&mut resp);
+        tokio::spawn(async move {
+            let (Ok(client), Ok(sandbox)) = (client_side.await, sandbox_side.await) else {
+                return;
+            };
+            let mut client = hyper_util::rt::TokioIo::new(client);
+            let mut sandbox = hyper_util::rt::TokioIo::new(sandbox);
+            let _ = tokio::io::copy_bidirectional(&mut client, &mut sandbox).await;
+        });
+    }
+    resp.map(axum::body::Body::new).into_response()
+}
+
+/// The protocol a request asks to switch to (`Upgrade`, with `upgrade`
+/// among its `Connection` tokens), if any.
+fn upgrade_of(headers: &axum::http::HeaderMap) -> Option<axum::http::HeaderValue> {
+    let asks = headers
+        .get_all(axum::http::header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|t| t.trim().eq_ignore_ascii_case("upgrade"));
+    asks.then(|| headers.get(axum::http::header::UPGRADE).cloned())
+        .flatten()
 }
