@@ -381,6 +381,7 @@ impl LocalBackend {
             image_root,
             view,
             warm: None,
+            netns: Mutex::new(None),
             base: std::sync::OnceLock::new(),
             proxy_port: None,
             egress: Mutex::new(None),

@@ -59,6 +59,10 @@ pub struct LocalSandbox {
     pub(crate) view: Box<dyn FsView + Send + Sync>,
     /// Container rung: the live sandbox every exec runs in.
     pub(crate) warm: Option<cordon_linux::WarmSandbox>,
+    /// Its network namespace, once a forward found it (every exec runs in
+    /// the one namespace for the sandbox's life; held, so it is never
+    /// another's): later connections do not walk its cgroups again.
+    pub(crate) netns: Mutex<Option<std::os::fd::OwnedFd>>,
     /// The translated plan without a command, made once per sandbox (the
     /// translation walks the filesystem).
     pub(crate) base: std::sync::OnceLock<(PlanSpec, Vec<String>)>,
@@ -595,12 +599,20 @@ impl Sandbox for LocalSandbox {
                 capability: cordon_sandbox::Capability::Ports,
             });
         };
-        let ns = cordon_linux::netns::of_cgroups(&w.cgroup_dirs()).map_err(|e| {
-            SandboxError::Failed {
-                operation: "port",
-                reason: format!("finding the sandbox's network namespace: {e}"),
+        let failed = |e: std::io::Error| SandboxError::Failed {
+            operation: "port",
+            reason: format!("finding the sandbox's network namespace: {e}"),
+        };
+        let ns = {
+            let mut held = self.netns.lock().unwrap_or_else(|p| p.into_inner());
+            if held.is_none() {
+                *held = cordon_linux::netns::of_cgroups(&w.cgroup_dirs()).map_err(failed)?;
             }
-        })?;
+            held.as_ref()
+                .map(|n| n.try_clone())
+                .transpose()
+                .map_err(failed)?
+        };
         cordon_backend_kit::ports::connect(ns, req.port)
     }
 

@@ -74,23 +74,35 @@ pub fn forward(
     );
     let mut checked = std::time::Instant::now();
     std::thread::scope(|scope| loop {
-        match listener.accept() {
-            Ok((client, _)) => {
-                let _ = client.set_nonblocking(false);
-                let req = req.clone();
-                scope.spawn(move || match s.open_port(&req) {
-                    Ok(inside) => splice(client, inside),
-                    Err(e) => {
-                        eprintln!("cordon: a connection to port {port} was not forwarded: {e}")
-                    }
-                });
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            Err(e) => {
-                eprintln!("cordon: accepting on {bound}: {e}");
-                std::thread::sleep(Duration::from_millis(100));
+        // Asleep until a connection comes or the liveness check is due.
+        let due = LIVENESS.saturating_sub(checked.elapsed());
+        let mut fds = [rustix::event::PollFd::new(
+            &listener,
+            rustix::event::PollFlags::IN,
+        )];
+        let ts = rustix::event::Timespec::try_from(due).unwrap_or(rustix::event::Timespec {
+            tv_sec: 2,
+            tv_nsec: 0,
+        });
+        let _ = rustix::event::poll(&mut fds, Some(&ts));
+        loop {
+            match listener.accept() {
+                Ok((client, _)) => {
+                    let _ = client.set_nonblocking(false);
+                    let req = req.clone();
+                    scope.spawn(move || match s.open_port(&req) {
+                        Ok(inside) => splice(client, inside),
+                        Err(e) => {
+                            eprintln!("cordon: a connection to port {port} was not forwarded: {e}")
+                        }
+                    });
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(e) => {
+                    eprintln!("cordon: accepting on {bound}: {e}");
+                    std::thread::sleep(Duration::from_millis(100));
+                    break;
+                }
             }
         }
         if checked.elapsed() >= LIVENESS {

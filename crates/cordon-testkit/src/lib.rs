@@ -23,7 +23,7 @@ pub mod pause;
 pub mod policy;
 pub mod snapshot;
 pub mod suite;
-mod suite_ports;
+pub mod suite_ports;
 pub mod workspace;
 
 pub use cordon::{output, Cordon};

@@ -9,13 +9,78 @@ use std::time::{Duration, Instant};
 
 use crate::suite::Backend;
 
-fn get(addr: &str, path: &str) -> std::io::Result<String> {
+/// `GET path` over HTTP/1.0 at `addr`: the whole answer.
+pub fn get(addr: &str, path: &str) -> std::io::Result<String> {
     let mut s = std::net::TcpStream::connect(addr)?;
     s.set_read_timeout(Some(Duration::from_secs(10)))?;
     write!(s, "GET {path} HTTP/1.0\r\nHost: x\r\n\r\n")?;
     let mut out = String::new();
     s.read_to_string(&mut out)?;
     Ok(out)
+}
+
+/// Writes `index.html` (`hello-from-the-sandbox`) into sandbox `h`'s work
+/// dir and serves the work dir on its `127.0.0.1:8000` (`python3 -m
+/// http.server`), as a running exec (its stderr piped).
+pub fn serve_a_page(c: &crate::Cordon, h: &str) -> std::process::Child {
+    let (code, _, err) = c.run([
+        "sandbox",
+        "exec",
+        h,
+        "--",
+        "/bin/sh",
+        "-c",
+        "echo hello-from-the-sandbox > index.html",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    c.command([
+        "sandbox",
+        "exec",
+        h,
+        "--",
+        "python3",
+        "-m",
+        "http.server",
+        "8000",
+        "--bind",
+        "127.0.0.1",
+    ])
+    .stdin(std::process::Stdio::null())
+    .stdout(std::process::Stdio::null())
+    .stderr(std::process::Stdio::piped())
+    .spawn()
+    .unwrap()
+}
+
+/// `cordon sandbox port H PORT`, tried until the server in the sandbox
+/// listens (60 s): the running forward and the host address it printed.
+/// `None`: it never started (the last refusal is on stderr).
+pub fn start_forward(
+    c: &crate::Cordon,
+    h: &str,
+    port: u16,
+) -> Option<(std::process::Child, String)> {
+    let port = port.to_string();
+    let until = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < until {
+        let mut f = c
+            .command(["sandbox", "port", h, &port])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufReader::new(f.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        if !line.trim().is_empty() {
+            return Some((f, line.trim().to_string()));
+        }
+        let _ = f.wait();
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    None
 }
 
 /// A sandbox made with `--require ports` serves a page from its work dir
@@ -37,34 +102,7 @@ pub fn a_port_is_forwarded_as_the_policy_allows_and_ends_with_the_sandbox(b: &Ba
     let (code, h, err) = c.run(&up);
     assert_eq!(code, 0, "{name}: {err}");
     let h = h.trim().to_string();
-    let (code, _, err) = c.run([
-        "sandbox",
-        "exec",
-        &h,
-        "--",
-        "/bin/sh",
-        "-c",
-        "echo hello-from-the-sandbox > index.html",
-    ]);
-    assert_eq!(code, 0, "{name}: {err}");
-    let mut server = c
-        .command([
-            "sandbox",
-            "exec",
-            &h,
-            "--",
-            "python3",
-            "-m",
-            "http.server",
-            "8000",
-            "--bind",
-            "127.0.0.1",
-        ])
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut server = serve_a_page(c, &h);
     let (code, _, err) = c.run(["sandbox", "port", &h, "8000", "--listen", "0.0.0.0:0"]);
     assert!(
         code != 0
@@ -72,37 +110,11 @@ pub fn a_port_is_forwarded_as_the_policy_allows_and_ends_with_the_sandbox(b: &Ba
             && err.contains("own-loopback-preview"),
         "{name}: {err}"
     );
-    // Started once the server listens.
-    let mut forward = None;
-    let mut last = String::new();
-    let until = Instant::now() + Duration::from_secs(60);
-    while forward.is_none() && Instant::now() < until {
-        let mut f = c
-            .command(["sandbox", "port", &h, "8000"])
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        std::io::BufReader::new(f.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        if line.trim().is_empty() {
-            let _ = f.wait();
-            let mut e = String::new();
-            let _ = f.stderr.take().unwrap().read_to_string(&mut e);
-            last = e;
-            std::thread::sleep(Duration::from_millis(300));
-            continue;
-        }
-        forward = Some((f, line.trim().to_string()));
-    }
-    let Some((mut forward, addr)) = forward else {
+    let Some((mut forward, addr)) = start_forward(c, &h, 8000) else {
         let _ = server.kill();
         let mut e = String::new();
         let _ = server.stderr.take().unwrap().read_to_string(&mut e);
-        panic!("{name}: the forward never started: {last}; the server said: {e}");
+        panic!("{name}: the forward never started; the server said: {e}");
     };
     assert!(addr.starts_with("127.0.0.1:"), "{name}: {addr}");
     let page = get(&addr, "/index.html").unwrap();

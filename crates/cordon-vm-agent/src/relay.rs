@@ -34,6 +34,21 @@ struct Conn {
     guest_closed: bool,
 }
 
+impl Conn {
+    /// A connection just opened: the host's bytes fed to `writer` (its
+    /// write side shut once the host closes), both sides open.
+    fn open(stream: TcpStream, writer: TcpStream) -> Conn {
+        Conn {
+            feed: Feed::spawn(writer, |w: TcpStream| {
+                let _ = w.shutdown(Shutdown::Write);
+            }),
+            stream,
+            host_closed: false,
+            guest_closed: false,
+        }
+    }
+}
+
 type Conns = Arc<Mutex<HashMap<u64, Conn>>>;
 
 fn lock(c: &Conns) -> std::sync::MutexGuard<'_, HashMap<u64, Conn>> {
@@ -87,18 +102,7 @@ impl Relay {
             if conns.contains_key(&conn) {
                 return Err(format!("connection {conn} is open already"));
             }
-            let feed = Feed::spawn(writer, |w: TcpStream| {
-                let _ = w.shutdown(Shutdown::Write);
-            });
-            conns.insert(
-                conn,
-                Conn {
-                    feed,
-                    stream,
-                    host_closed: false,
-                    guest_closed: false,
-                },
-            );
+            conns.insert(conn, Conn::open(stream, writer));
         }
         if !self.out.send(&Msg::Done { req }, &[]) {
             return Ok(());
@@ -169,20 +173,9 @@ fn accept(listener: TcpListener, out: Arc<Out>, conns: Conns, stopped: Arc<Atomi
             continue;
         };
         let conn = next.fetch_add(1, Ordering::SeqCst);
-        let feed = Feed::spawn(writer, |w: TcpStream| {
-            let _ = w.shutdown(Shutdown::Write);
-        });
         // INVARIANT: the connection is known before the host hears of it,
         // so its first `ConnData` finds it.
-        lock(&conns).insert(
-            conn,
-            Conn {
-                feed,
-                stream,
-                host_closed: false,
-                guest_closed: false,
-            },
-        );
+        lock(&conns).insert(conn, Conn::open(stream, writer));
         if !out.send(&Msg::ConnOpen { conn }, &[]) {
             return;
         }
