@@ -111,29 +111,12 @@ impl FactsBuilder {
                 "remove it",
             ));
         }
-        match key {
-            "namespace" => self.caller.namespace = value.to_string(),
-            "name" => self.caller.name = value.to_string(),
-            "attested" => {
-                self.caller.attested = match value {
-                    "true" => true,
-                    "false" => false,
-                    _ => {
-                        return Err(FactError::new(
-                            &field,
-                            format!("`caller.attested` is a bool, not `{value}`"),
-                            "write `true` or `false`",
-                        ))
-                    }
-                }
-            }
-            _ => {
-                return Err(FactError::new(
-                    &field,
-                    format!("unknown caller field `{key}`"),
-                    vocab::unknown_key_help(key, CALLER_KEYS, "`caller`"),
-                ))
-            }
+        if !who_field(&mut self.caller, "caller", key, value)? {
+            return Err(FactError::new(
+                &field,
+                format!("unknown caller field `{key}`"),
+                vocab::unknown_key_help(key, CALLER_KEYS, "`caller`"),
+            ));
         }
         Ok(())
     }
@@ -145,42 +128,27 @@ impl FactsBuilder {
     /// Sets an identity field: `namespace`, `name`, `attested` (`true` or
     /// `false`) or `labels.KEY`.
     pub fn identity(&mut self, key: &str, value: &str) -> Result<(), FactError> {
-        let field = format!("identity.{key}");
-        match key {
-            "namespace" => self.identity.namespace = value.to_string(),
-            "name" => self.identity.name = value.to_string(),
-            "attested" => {
-                self.identity.attested = match value {
-                    "true" => true,
-                    "false" => false,
-                    _ => {
-                        return Err(FactError::new(
-                            &field,
-                            format!("`identity.attested` is a bool, not `{value}`"),
-                            "write `true` or `false`",
-                        ))
-                    }
-                }
+        if who_field(&mut self.identity, "identity", key, value)? {
+            return Ok(());
+        }
+        match key.strip_prefix("labels.") {
+            Some(label) if !label.is_empty() => {
+                self.identity
+                    .labels
+                    .insert(label.to_string(), value.to_string());
             }
-            k => match k.strip_prefix("labels.") {
-                Some(label) if !label.is_empty() => {
-                    self.identity
-                        .labels
-                        .insert(label.to_string(), value.to_string());
-                }
-                _ => {
-                    let help = match vocab::did_you_mean(k, IDENTITY_KEYS.iter().copied()) {
-                        Some(s) => format!("did you mean `{s}`?"),
-                        None => "identity takes `namespace`, `name`, `attested` and `labels.KEY`"
-                            .to_string(),
-                    };
-                    return Err(FactError::new(
-                        &field,
-                        format!("unknown identity field `{k}`"),
-                        help,
-                    ));
-                }
-            },
+            _ => {
+                let help = match vocab::did_you_mean(key, IDENTITY_KEYS.iter().copied()) {
+                    Some(s) => format!("did you mean `{s}`?"),
+                    None => "identity takes `namespace`, `name`, `attested` and `labels.KEY`"
+                        .to_string(),
+                };
+                return Err(FactError::new(
+                    &format!("identity.{key}"),
+                    format!("unknown identity field `{key}`"),
+                    help,
+                ));
+            }
         }
         Ok(())
     }
@@ -665,4 +633,34 @@ fn now_secs() -> i64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs() as i64)
         .unwrap_or(0)
+}
+
+/// Sets `who`'s (the `identity`'s or the `caller`'s, as `prefix` says)
+/// `namespace`, `name` or `attested` (`true` or `false`); `Ok(false)`: the
+/// key is none of these.
+fn who_field(
+    who: &mut Identity,
+    prefix: &str,
+    key: &str,
+    value: &str,
+) -> Result<bool, FactError> {
+    match key {
+        "namespace" => who.namespace = value.to_string(),
+        "name" => who.name = value.to_string(),
+        "attested" => {
+            who.attested = match value {
+                "true" => true,
+                "false" => false,
+                _ => {
+                    return Err(FactError::new(
+                        &format!("{prefix}.{key}"),
+                        format!("`{prefix}.attested` is a bool, not `{value}`"),
+                        "write `true` or `false`",
+                    ))
+                }
+            }
+        }
+        _ => return Ok(false),
+    }
+    Ok(true)
 }
