@@ -12,8 +12,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use crate::refusal::refused;
-use crate::request::{authed, Address, Body};
-use crate::sandboxes::live_sandbox;
+use crate::request::{Address, Body};
 use crate::served::Served;
 
 #[derive(Deserialize)]
@@ -37,11 +36,7 @@ pub(crate) async fn change_egress(
     headers: HeaderMap,
     body: Body<EgressBody>,
 ) -> Response {
-    let (cred, body) = match authed(&s, &headers, body) {
-        Ok(x) => x,
-        Err(r) => return *r,
-    };
-    let sandbox = match live_sandbox(&s, &cred, &body.at).await {
+    let (cred, body, sandbox) = match crate::sandboxes::authed_sandbox(&s, &headers, body).await {
         Ok(x) => x,
         Err(r) => return *r,
     };
@@ -75,4 +70,10 @@ pub(crate) async fn change_egress(
     })
     .await;
     changed.unwrap_or_else(|e| refused(ErrorKind::Failed, e))
+}
+
+impl crate::sandboxes::Addressed for EgressBody {
+    fn at(&self) -> &Address {
+        &self.at
+    }
 }

@@ -176,21 +176,33 @@ async fn on_sandbox(
     }
 }
 
+/// A files call: the caller authenticated, its body made into the
+/// operation and where (`op`), run on its live sandbox ([`on_sandbox`]).
+async fn files_call<B>(
+    s: &Arc<Served>,
+    headers: &HeaderMap,
+    body: Body<B>,
+    op: impl FnOnce(B) -> (Address, FileOp),
+) -> Result<(String, FileAnswer), Box<Response>> {
+    let (cred, body) = authed(s, headers, body)?;
+    let (at, op) = op(body);
+    on_sandbox(s, &cred, &at, op).await
+}
+
 /// `POST /v1/sandboxes/files/list`: `{path, entries, truncated}`.
 pub(crate) async fn list(
     State(s): State<Arc<Served>>,
     headers: HeaderMap,
     body: Body<ListBody>,
 ) -> Response {
-    let (cred, body) = match authed(&s, &headers, body) {
-        Ok(x) => x,
-        Err(r) => return *r,
-    };
-    let op = FileOp::List {
-        path: body.path,
-        depth: body.depth,
-    };
-    match on_sandbox(&s, &cred, &body.at, op).await {
+    let got = files_call(&s, &headers, body, |b| {
+        let op = FileOp::List {
+            path: b.path,
+            depth: b.depth,
+        };
+        (b.at, op)
+    });
+    match got.await {
         Ok((path, FileAnswer::Listing { entries, truncated })) => Json(json!({
             "path": path,
             "entries": entries.iter().map(entry).collect::<Vec<_>>(),
@@ -209,12 +221,10 @@ pub(crate) async fn stat(
     headers: HeaderMap,
     body: Body<PathBody>,
 ) -> Response {
-    let (cred, body) = match authed(&s, &headers, body) {
-        Ok(x) => x,
-        Err(r) => return *r,
-    };
-    let op = FileOp::Stat { path: body.path };
-    match on_sandbox(&s, &cred, &body.at, op).await {
+    let got = files_call(&s, &headers, body, |b| {
+        (b.at, FileOp::Stat { path: b.path })
+    });
+    match got.await {
         Ok((path, FileAnswer::Stat(e))) => {
             Json(json!({"path": path, "entry": e.as_ref().map(entry)})).into_response()
         }
@@ -231,19 +241,20 @@ pub(crate) async fn read(
     body: Body<ReadBody>,
 ) -> Response {
     use base64::Engine as _;
-    let (cred, body) = match authed(&s, &headers, body) {
-        Ok(x) => x,
-        Err(r) => return *r,
-    };
-    let op = FileOp::Read {
-        path: body.path,
-        offset: body.offset,
-        len: body.length,
-    };
-    match on_sandbox(&s, &cred, &body.at, op).await {
+    let mut offset = 0;
+    let got = files_call(&s, &headers, body, |b| {
+        offset = b.offset;
+        let op = FileOp::Read {
+            path: b.path,
+            offset: b.offset,
+            len: b.length,
+        };
+        (b.at, op)
+    });
+    match got.await {
         Ok((path, FileAnswer::Read { data, size })) => Json(json!({
             "path": path,
-            "offset": body.offset,
+            "offset": offset,
             "content_base64": base64::engine::general_purpose::STANDARD.encode(&data),
             "size": size,
         }))
@@ -259,12 +270,10 @@ pub(crate) async fn mkdir(
     headers: HeaderMap,
     body: Body<PathBody>,
 ) -> Response {
-    let (cred, body) = match authed(&s, &headers, body) {
-        Ok(x) => x,
-        Err(r) => return *r,
-    };
-    let op = FileOp::Mkdir { path: body.path };
-    done(on_sandbox(&s, &cred, &body.at, op).await, "made")
+    let got = files_call(&s, &headers, body, |b| {
+        (b.at, FileOp::Mkdir { path: b.path })
+    });
+    done(got.await, "made")
 }
 
 /// `POST /v1/sandboxes/files/remove`: `{path, removed}` (`false`: nothing
@@ -274,15 +283,14 @@ pub(crate) async fn remove(
     headers: HeaderMap,
     body: Body<RemoveBody>,
 ) -> Response {
-    let (cred, body) = match authed(&s, &headers, body) {
-        Ok(x) => x,
-        Err(r) => return *r,
-    };
-    let op = FileOp::Remove {
-        path: body.path,
-        recursive: body.recursive,
-    };
-    done(on_sandbox(&s, &cred, &body.at, op).await, "removed")
+    let got = files_call(&s, &headers, body, |b| {
+        let op = FileOp::Remove {
+            path: b.path,
+            recursive: b.recursive,
+        };
+        (b.at, op)
+    });
+    done(got.await, "removed")
 }
 
 /// `POST /v1/sandboxes/files/rename`: nothing at `to` is replaced.
@@ -291,15 +299,14 @@ pub(crate) async fn rename(
     headers: HeaderMap,
     body: Body<RenameBody>,
 ) -> Response {
-    let (cred, body) = match authed(&s, &headers, body) {
-        Ok(x) => x,
-        Err(r) => return *r,
-    };
-    let op = FileOp::Rename {
-        from: body.from,
-        to: body.to,
-    };
-    done(on_sandbox(&s, &cred, &body.at, op).await, "renamed")
+    let got = files_call(&s, &headers, body, |b| {
+        let op = FileOp::Rename {
+            from: b.from,
+            to: b.to,
+        };
+        (b.at, op)
+    });
+    done(got.await, "renamed")
 }
 
 fn done(got: Result<(String, FileAnswer), Box<Response>>, what: &str) -> Response {
@@ -354,11 +361,7 @@ pub(crate) async fn watch(
     headers: HeaderMap,
     body: Body<WatchBody>,
 ) -> Response {
-    let (cred, body) = match authed(&s, &headers, body) {
-        Ok(x) => x,
-        Err(r) => return *r,
-    };
-    let sandbox = match live_sandbox(&s, &cred, &body.at).await {
+    let (cred, body, sandbox) = match crate::sandboxes::authed_sandbox(&s, &headers, body).await {
         Ok(x) => x,
         Err(r) => return *r,
     };
@@ -416,4 +419,10 @@ pub(crate) async fn watch(
         axum::body::Body::from_stream(body),
     )
         .into_response()
+}
+
+impl crate::sandboxes::Addressed for WatchBody {
+    fn at(&self) -> &Address {
+        &self.at
+    }
 }

@@ -98,6 +98,24 @@ pub(crate) struct CreateBody {
 /// A sandbox another replica made, or this server made before a restart,
 /// is found in the shared state directory and attached again (through the
 /// router, which checks that it was made for this identity and policy).
+/// A request body that names a sandbox (its thread and agent dir).
+pub(crate) trait Addressed {
+    fn at(&self) -> &Address;
+}
+
+/// The request's credential, its body and the live sandbox the body
+/// names (the credential's own: another's is the `404` of none) — or the
+/// refusal to answer.
+pub(crate) async fn authed_sandbox<B: Addressed>(
+    s: &Arc<Served>,
+    headers: &axum::http::HeaderMap,
+    body: crate::request::Body<B>,
+) -> Result<(Credential, B, Arc<dyn Sandbox>), Box<Response>> {
+    let (cred, body) = crate::request::authed(s, headers, body)?;
+    let sandbox = live_sandbox(s, &cred, body.at()).await?;
+    Ok((cred, body, sandbox))
+}
+
 pub(crate) async fn live_sandbox(
     s: &Arc<Served>,
     cred: &Credential,

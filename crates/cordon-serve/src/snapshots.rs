@@ -132,11 +132,7 @@ pub(crate) async fn snapshot(
     headers: HeaderMap,
     body: Body<SnapshotBody>,
 ) -> Response {
-    let (cred, body) = match authed(&s, &headers, body) {
-        Ok(x) => x,
-        Err(r) => return *r,
-    };
-    let sandbox = match live_sandbox(&s, &cred, &body.at).await {
+    let (cred, body, sandbox) = match crate::sandboxes::authed_sandbox(&s, &headers, body).await {
         Ok(x) => x,
         Err(r) => return *r,
     };
@@ -274,5 +270,11 @@ pub(crate) async fn forget(
             Err(e) => refused(ErrorKind::NotFound, e),
         },
         Err(r) => r.into_response(),
+    }
+}
+
+impl crate::sandboxes::Addressed for SnapshotBody {
+    fn at(&self) -> &Address {
+        &self.at
     }
 }

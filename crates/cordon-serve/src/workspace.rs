@@ -58,11 +58,7 @@ pub(crate) async fn apply(
     headers: HeaderMap,
     body: Body<ApplyBody>,
 ) -> Response {
-    let (cred, body) = match authed(&s, &headers, body) {
-        Ok(x) => x,
-        Err(r) => return *r,
-    };
-    let sandbox = match live_sandbox(&s, &cred, &body.at).await {
+    let (_, body, sandbox) = match crate::sandboxes::authed_sandbox(&s, &headers, body).await {
         Ok(x) => x,
         Err(r) => return *r,
     };
@@ -75,4 +71,10 @@ pub(crate) async fn apply(
     })
     .await;
     done.unwrap_or_else(|e| refused(ErrorKind::Failed, e))
+}
+
+impl crate::sandboxes::Addressed for ApplyBody {
+    fn at(&self) -> &Address {
+        &self.at
+    }
 }

@@ -638,12 +638,7 @@ fn now_secs() -> i64 {
 /// Sets `who`'s (the `identity`'s or the `caller`'s, as `prefix` says)
 /// `namespace`, `name` or `attested` (`true` or `false`); `Ok(false)`: the
 /// key is none of these.
-fn who_field(
-    who: &mut Identity,
-    prefix: &str,
-    key: &str,
-    value: &str,
-) -> Result<bool, FactError> {
+fn who_field(who: &mut Identity, prefix: &str, key: &str, value: &str) -> Result<bool, FactError> {
     match key {
         "namespace" => who.namespace = value.to_string(),
         "name" => who.name = value.to_string(),
