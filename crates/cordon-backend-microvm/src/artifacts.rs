@@ -444,6 +444,62 @@ fn write_newc(out: &mut impl Write, members: &[Member<'_>]) -> std::io::Result<(
 /// The initramfs for `kernel` with `agent` as its init: built when no
 /// cached one has the same content, else the cached one.
 pub fn initramfs(settings: &VmSettings, kernel: &Kernel, agent: &Path) -> Result<PathBuf, String> {
+    // Every `cordon` command that considers this backend asks for it: a
+    // small index keyed by what the image is made from (the agent's and
+    // the kernel's files by path, size and mtime) names the one made
+    // before, without reading and hashing them all again.
+    let index =
+        cache_dir(settings)?.join(format!("initramfs-index-{}.txt", quick_key(kernel, agent)));
+    if let Some(known) = std::fs::read_to_string(&index)
+        .ok()
+        .map(PathBuf::from)
+        .filter(|p| p.is_file())
+    {
+        return Ok(known);
+    }
+    let made = initramfs_made(settings, kernel, agent)?;
+    let tmp = index.with_extension(format!("tmp-{}", std::process::id()));
+    if std::fs::write(&tmp, made.display().to_string()).is_ok() {
+        let _ = std::fs::rename(&tmp, &index);
+    }
+    Ok(made)
+}
+
+/// What [`initramfs`]'s index is keyed by: the layout, the guest modules
+/// asked for, and the stamps (path, size, mtime, inode) of the agent, the
+/// kernel image, its `modules.dep` and `modules.builtin` (a kernel package
+/// upgrade rewrites them) and its configuration.
+fn quick_key(kernel: &Kernel, agent: &Path) -> String {
+    use std::os::unix::fs::MetadataExt;
+    let mut h = Sha256::new();
+    h.update(LAYOUT);
+    h.update(GUEST_MODULES.join(",").as_bytes());
+    let config = PathBuf::from(format!("/boot/config-{}", kernel.release));
+    for p in [
+        agent,
+        kernel.image.as_path(),
+        &kernel.modules.join("modules.dep"),
+        &kernel.modules.join("modules.builtin"),
+        config.as_path(),
+    ] {
+        let stamp = std::fs::metadata(p)
+            .map(|m| {
+                format!(
+                    "{}:{}:{}:{}",
+                    p.display(),
+                    m.len(),
+                    m.mtime_nsec() + m.mtime() * 1_000_000_000,
+                    m.ino()
+                )
+            })
+            .unwrap_or_else(|_| format!("{}:absent", p.display()));
+        h.update(stamp.as_bytes());
+    }
+    hex(&h.finalize())[..32].to_string()
+}
+
+/// [`initramfs`], made (or found by its contents' digest).
+fn initramfs_made(settings: &VmSettings, kernel: &Kernel, agent: &Path) -> Result<PathBuf, String> {
     let agent_bytes = std::fs::read(agent)
         .map_err(|e| format!("cannot read the guest agent `{}`: {e}", agent.display()))?;
     let mods = module_closure(&kernel.modules, &GUEST_MODULES)?;

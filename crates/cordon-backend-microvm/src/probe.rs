@@ -92,17 +92,7 @@ fn probe(settings: &VmSettings) -> Result<Machine, Unavailable> {
             found,
         });
     };
-    let qemu_version = std::process::Command::new(&qemu)
-        .arg("--version")
-        .output()
-        .ok()
-        .and_then(|o| {
-            String::from_utf8_lossy(&o.stdout)
-                .lines()
-                .next()
-                .map(str::to_string)
-        })
-        .unwrap_or_else(|| "version unknown".into());
+    let qemu_version = qemu_version(settings, &qemu);
     found.push(format!("`{}` ({qemu_version})", qemu.display()));
     let kernel = artifacts::kernel(settings).map_err(|reason| Unavailable {
         reason,
@@ -138,6 +128,50 @@ struct Cached {
     at: u64,
     kvm: bool,
     why: Option<String>,
+}
+
+/// `qemu --version`'s first line, kept on disk beside the accelerator's
+/// probe keyed by the binary's stamp (path, size, mtime): a `cordon`
+/// command that merely considers this backend (any `--min-isolation
+/// container` run here) starts no QEMU. A new QEMU is asked again.
+fn qemu_version(settings: &VmSettings, qemu: &Path) -> String {
+    let key = stamp(qemu);
+    let file = artifacts::cache_dir(settings).ok().map(|d| {
+        let mut h = Sha256::new();
+        h.update(&key);
+        d.join(format!(
+            "qemu-version-{}.txt",
+            &artifacts::hex(&h.finalize())[..16]
+        ))
+    });
+    if let Some(known) = file
+        .as_ref()
+        .and_then(|f| std::fs::read_to_string(f).ok())
+        .and_then(|t| t.strip_prefix(&format!("{key}\n")).map(str::to_string))
+    {
+        return known;
+    }
+    let version = std::process::Command::new(qemu)
+        .arg("--version")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .ok()
+        .and_then(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .next()
+                .map(str::to_string)
+        });
+    let Some(version) = version else {
+        return "version unknown".into();
+    };
+    if let Some(f) = &file {
+        let tmp = f.with_extension(format!("tmp{}", std::process::id()));
+        if std::fs::write(&tmp, format!("{key}\n{version}")).is_ok() {
+            let _ = std::fs::rename(&tmp, f);
+        }
+    }
+    version
 }
 
 fn stamp(p: &Path) -> String {
