@@ -1017,7 +1017,29 @@ fn a_preview_url_reaches_the_owners_server_as_the_policy_allows() {
             assert_eq!(&buf[..n], format!("echo:{word}").as_bytes());
         }
     }
-    drop(ws);
+    // Joined connections are bounded per credential (16): the next is 429
+    // until one closes.
+    let handshake = "GET /v1/sandboxes/web/ports/8000/ws HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer token-a\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n";
+    let mut held: Vec<std::net::TcpStream> = (0..15).map(|_| raw(handshake).0).collect();
+    held.push(ws);
+    let (_, got) = raw(handshake);
+    let head = String::from_utf8_lossy(&got).to_string();
+    assert!(head.starts_with("HTTP/1.1 429"), "{head}");
+    drop(held.pop());
+    let mut ok = false;
+    for _ in 0..50 {
+        let (_, got) = raw(handshake);
+        if String::from_utf8_lossy(&got).starts_with("HTTP/1.1 101") {
+            ok = true;
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert!(
+        ok,
+        "a joined connection's place was not given back when it closed"
+    );
+    drop(held);
     // Another credential: the very answer a missing sandbox gets.
     let theirs = request(
         &server.addr,

@@ -333,25 +333,6 @@ pub(crate) struct WatchBody {
     recursive: bool,
 }
 
-/// One credential's place among its open watches, given back on drop.
-struct WatchPlace {
-    served: Arc<Served>,
-    name: String,
-}
-
-impl Drop for WatchPlace {
-    fn drop(&mut self) {
-        let mut w = self
-            .served
-            .watches
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        if let Some(n) = w.get_mut(&self.name) {
-            *n = n.saturating_sub(1);
-        }
-    }
-}
-
 /// `POST /v1/sandboxes/files/watch`: `application/x-ndjson`, one event a
 /// line (`created`, `modified`, `removed`, `renamed` with `to`, `overflow`)
 /// as the sandbox's files change, `{"event": "ended", "reason"}` last when
@@ -365,21 +346,14 @@ pub(crate) async fn watch(
         Ok(x) => x,
         Err(r) => return *r,
     };
-    {
-        let mut w = s.watches.lock().unwrap_or_else(|p| p.into_inner());
-        let n = w.entry(cred.name.clone()).or_default();
-        if *n >= MAX_WATCHES_PER_CREDENTIAL {
-            return crate::refusal::Refusal {
-                status: axum::http::StatusCode::TOO_MANY_REQUESTS,
-                message: format!("this credential has {MAX_WATCHES_PER_CREDENTIAL} watches open already; close one (hang up its request) first"),
-            }
-            .into_response();
+    let Some(place) =
+        crate::served::take_place(&s, |s| &s.watches, &cred.name, MAX_WATCHES_PER_CREDENTIAL)
+    else {
+        return crate::refusal::Refusal {
+            status: axum::http::StatusCode::TOO_MANY_REQUESTS,
+            message: format!("this credential has {MAX_WATCHES_PER_CREDENTIAL} watches open already; close one (hang up its request) first"),
         }
-        *n += 1;
-    }
-    let place = WatchPlace {
-        served: s.clone(),
-        name: cred.name.clone(),
+        .into_response();
     };
     let (path, recursive) = (body.path, body.recursive);
     let started = tokio::task::spawn_blocking(move || sandbox.watch(&path, recursive)).await;

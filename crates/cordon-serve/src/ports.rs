@@ -38,6 +38,11 @@ const DROPPED: [&str; 10] = [
     "upgrade",
 ];
 
+/// The most upgraded (joined) preview connections one credential holds
+/// open at once: once joined, a connection is past the server's own
+/// connection caps, and each holds two sockets.
+pub const MAX_TUNNELS_PER_CREDENTIAL: usize = 16;
+
 /// `/v1/sandboxes/{thread}/ports/{port}/` (the tail empty).
 pub(crate) async fn preview_root(
     State(s): State<Arc<Served>>,
@@ -111,6 +116,24 @@ async fn forward(
     // A WebSocket (or another upgrade): its protocol goes on, and the
     // client's side of the switch is awaited once the sandbox agrees.
     let upgrade = upgrade_of(req.headers());
+    let place = match &upgrade {
+        Some(_) => match crate::served::take_place(
+            &s,
+            |s| &s.tunnels,
+            &cred.name,
+            MAX_TUNNELS_PER_CREDENTIAL,
+        ) {
+            Some(p) => Some(p),
+            None => {
+                return crate::refusal::Refusal {
+                    status: axum::http::StatusCode::TOO_MANY_REQUESTS,
+                    message: format!("this credential has {MAX_TUNNELS_PER_CREDENTIAL} upgraded preview connections (WebSockets) open already; close one first"),
+                }
+                .into_response()
+            }
+        },
+        None => None,
+    };
     let client_side = upgrade.as_ref().map(|_| hyper::upgrade::on(&mut req));
     let (mut parts, body) = req.into_parts();
     let query = parts
@@ -165,6 +188,7 @@ async fn forward(
     {
         let sandbox_side = hyper::upgrade::on(&mut resp);
         tokio::spawn(async move {
+            let _place = place;
             let (Ok(client), Ok(sandbox)) = (client_side.await, sandbox_side.await) else {
                 return;
             };

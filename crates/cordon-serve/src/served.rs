@@ -64,7 +64,55 @@ pub struct Served {
     /// sandboxes made under another).
     pub(crate) policy_digest: String,
     /// Watches open, by credential name (each holds a thread).
-    pub(crate) watches: Mutex<BTreeMap<String, usize>>,
+    pub(crate) watches: Places,
+    /// Preview connections joined after an upgrade (a WebSocket's), by
+    /// credential name: past the connection caps, each holds two sockets.
+    pub(crate) tunnels: Places,
+}
+
+/// Long-lived things open, counted by credential name, each kind bounded.
+#[derive(Default)]
+pub(crate) struct Places(Mutex<BTreeMap<String, usize>>);
+
+/// One credential's place among the things of one kind it holds open,
+/// given back on drop.
+pub(crate) struct Place {
+    served: Arc<Served>,
+    name: String,
+    of: fn(&Served) -> &Places,
+}
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        let mut w = (self.of)(&self.served)
+            .0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = w.get_mut(&self.name) {
+            *n = n.saturating_sub(1);
+        }
+    }
+}
+
+/// A place for credential `name` among what `of` counts, if it holds
+/// fewer than `max`.
+pub(crate) fn take_place(
+    s: &Arc<Served>,
+    of: fn(&Served) -> &Places,
+    name: &str,
+    max: usize,
+) -> Option<Place> {
+    let mut w = of(s).0.lock().unwrap_or_else(|p| p.into_inner());
+    let n = w.entry(name.to_string()).or_default();
+    if *n >= max {
+        return None;
+    }
+    *n += 1;
+    Some(Place {
+        served: s.clone(),
+        name: name.to_string(),
+        of,
+    })
 }
 
 impl Served {
@@ -88,7 +136,8 @@ impl Served {
             paused_keys: Mutex::new(Default::default()),
             resurrectable: Mutex::new(Default::default()),
             policy_digest: String::new(),
-            watches: Mutex::new(BTreeMap::new()),
+            watches: Places::default(),
+            tunnels: Places::default(),
             config,
             backends,
             floor,
