@@ -16,6 +16,9 @@ if [ "$(id -u)" != 0 ]; then
   echo "!!!!!!!! SKIPPED latency-table.sh: building sandboxes needs root !!!!!!!!" >&2
   exit 1
 fi
+for t in python3 bwrap; do
+  command -v "$t" >/dev/null || { echo "latency-table.sh needs $t (apt-get install python3 bubblewrap)" >&2; exit 1; }
+done
 target="${CARGO_TARGET_DIR:-$PWD/target}"
 cargo build --release --locked -q -p cordon-cli
 export CORDON="$target/release/cordon"

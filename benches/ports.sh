@@ -12,14 +12,14 @@
 #     8000/...`, with its credential).
 # Latency p50/p99 over N sequential requests (default 500), then requests/s
 # with CONCURRENCY clients (default 8) for SECONDS (default 5).
-# Needs root, nsenter (util-linux), python3.
+# Needs root, nsenter (util-linux), ip (iproute2), python3, curl.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ "$(id -u)" != 0 ]; then
   echo "!!!!!!!! SKIPPED ports.sh: building sandboxes needs root !!!!!!!!" >&2
   exit 1
 fi
-for t in nsenter python3 curl; do
+for t in nsenter ip python3 curl; do
   command -v "$t" >/dev/null || { echo "ports.sh needs $t" >&2; exit 1; }
 done
 n="${N:-500}"
@@ -53,8 +53,11 @@ h="$("$cordon" sandbox up -q --scope bench-ports --thread t --min-isolation cont
 "$cordon" sandbox exec "$h" -- python3 -c "$server" </dev/null >/dev/null 2>&1 &
 pids+=($!)
 for _ in $(seq 50); do
-  pid="$(pgrep -f 'ThreadingHTTPServer\(\("127.0.0.1", 8000\)' | head -1 || true)"
-  [ -n "$pid" ] && nsenter -t "$pid" -n python3 -c 'import socket; socket.create_connection(("127.0.0.1", 8000), timeout=1)' 2>/dev/null && break
+  # The server itself (its argv starts with python3), not the `cordon`
+  # command that carries the same script in its own argv.
+  pid="$(pgrep -f '^[^ ]*python3 -c import http.server' | head -1 || true)"
+  # The sandbox's `lo` is brought up by cordon's first forward; here by hand.
+  [ -n "$pid" ] && nsenter -t "$pid" -n ip link set lo up 2>/dev/null && nsenter -t "$pid" -n python3 -c 'import socket; socket.create_connection(("127.0.0.1", 8000), timeout=1)' 2>/dev/null && break
   sleep 0.2
 done
 [ -n "$pid" ] || { echo "the server did not start" >&2; exit 1; }
@@ -90,8 +93,8 @@ pids+=($!)
 for _ in $(seq 100); do grep -q "listening on" "$work/serve.out" && break; sleep 0.1; done
 addr="$(grep -o 'listening on http://[^ ]*' "$work/serve.out" | head -1 | sed 's#listening on http://##')"
 auth="Authorization: Bearer $token"
-curl -fsS -H "$auth" -d '{"thread": "web", "spec": "kind: run\nimage: host\nrequires: [exec, ports]\n"}' "http://$addr/v1/sandboxes" >/dev/null
-curl -fsS -H "$auth" -N -d "$(python3 -c 'import json,sys; print(json.dumps({"thread": "web", "argv": ["python3", "-c", sys.argv[1]], "stream": True, "timeout_seconds": 600}))' "$server")" "http://$addr/v1/sandboxes/exec" >/dev/null 2>&1 &
+curl -fsS -H "$auth" -H "Content-Type: application/json" -d '{"thread": "web", "spec": "kind: run\nimage: host\nrequires: [exec, ports]\n"}' "http://$addr/v1/sandboxes" >/dev/null
+curl -fsS -H "$auth" -H "Content-Type: application/json" -N -d "$(python3 -c 'import json,sys; print(json.dumps({"thread": "web", "argv": ["python3", "-c", sys.argv[1]], "stream": True, "timeout_seconds": 600}))' "$server")" "http://$addr/v1/sandboxes/exec" >/dev/null 2>&1 &
 pids+=($!)
 for _ in $(seq 100); do
   curl -fsS -H "$auth" "http://$addr/v1/sandboxes/web/ports/8000/small" >/dev/null 2>&1 && break

@@ -1,6 +1,7 @@
 """One latency table for every backend present (issue 33), in one run.
 
-For each backend: create (`sandbox up`, cold), its first exec, warm execs
+For each backend: create (`sandbox up`, cold), its first exec, the two
+together (a start: what the bare engine's one command does), warm execs
 (`sandbox exec H -- /bin/true`), dispose (`sandbox down`), and `cordon
 serve`'s HTTP create and exec — p50 and p99 of each, each beside the bare
 engine doing the nearest thing, measured in the same run. Times are whole
@@ -48,26 +49,33 @@ def summary(xs):
 
 def cli_rows(b):
     runs = b.get("runs") or default_runs
-    create, first, warm, dispose = [], [], [], []
+    create, first, start, warm, dispose = [], [], [], [], []
     for i in range(runs):
         ms, h = timed([cordon, "sandbox", "up", "-q", "--scope", "latency", "--thread", f"{b['name']}-{i}", *b["args"]])
         h = h.strip()
         create.append(ms)
         ms, _ = timed([cordon, "sandbox", "exec", h, "--", "/bin/true"])
         first.append(ms)
+        start.append(create[-1] + ms)
         for _ in range(warm_n):
             ms, _ = timed([cordon, "sandbox", "exec", h, "--", "/bin/true"])
             warm.append(ms)
         ms, _ = timed([cordon, "sandbox", "down", h])
         dispose.append(ms)
-    return {"create": summary(create), "first exec": summary(first), "warm exec": summary(warm), "dispose": summary(dispose)}
+    return {
+        "create": summary(create),
+        "first exec": summary(first),
+        "start (create + first exec)": summary(start),
+        "warm exec": summary(warm),
+        "dispose": summary(dispose),
+    }
 
 
 def bare_rows(b):
     out = {}
     runs = b.get("runs") or default_runs
     if b.get("bare_start"):
-        out["create"] = summary([timed(b["bare_start"])[0] for _ in range(runs)])
+        out["start (create + first exec)"] = summary([timed(b["bare_start"])[0] for _ in range(runs)])
     be = b.get("bare_exec")
     if be:
         if be.get("setup"):
