@@ -11,6 +11,8 @@
 #  3. watch: the latency from a write in the sandbox to the host's reader
 #     of `sandbox watch` (p50, p95), and a burst of BURST writes (default
 #     100,000): events read, overflows, the watching processes' peak memory.
+#  4. through the library: `Sandbox::files` against `Sandbox::exec` of the
+#     same commands (crates/cordon-cli/benches/serve_http.rs, `files`).
 # Needs root, hyperfine, curl. RUNS scales the hyperfine runs (default 10),
 # WRITES the small files (default 1000).
 set -euo pipefail
@@ -101,3 +103,7 @@ hyperfine -w 2 -r "$runs" \
 
 echo "== 3. watch"
 python3 benches/files/watch_latency.py "$cordon" "$h" 200 "$burst"
+
+echo "== 4. the library (Sandbox::files on a host built as the server builds its own, a keeper per sandbox)"
+RUNS="$runs" WRITES="$writes" CORDON_BIN="$cordon" \
+  cargo bench --locked -q -p cordon-cli --bench serve_http -- files </dev/null
