@@ -121,6 +121,7 @@ impl DockerSandbox {
             .contains(cordon_sandbox::Capability::Ports);
         let mut workspace = None;
         let mut own_tmp = None;
+        let mut tmp_files = None;
         let made =
             (|| -> Result<(HostImage, RootedFs, HostWorkDir, Option<HostSecretsDir>), String> {
                 let root = prepare_dir(&dir, &acquiring.guest_work)?;
@@ -129,10 +130,12 @@ impl DockerSandbox {
                     files,
                     workspace: w,
                     tmp: t,
+                    tmp_files: tf,
                     ..
                 } = acquiring.work_area(&made_dir)?;
                 workspace = w;
                 own_tmp = t;
+                tmp_files = Some(tf);
                 // Inside the sandbox's directory (root's, 0700): no other
                 // sandbox's workload, though the same uid, can reach it.
                 let secrets = match wants_secrets {
@@ -203,7 +206,9 @@ impl DockerSandbox {
             policy: config.setup.policy.clone(),
             env: config.setup.env.clone(),
             view,
-            files: HostFiles::new(files, secrets, WORKLOAD_ID).with_tmp(own_tmp),
+            files: HostFiles::new(files, secrets, WORKLOAD_ID)
+                .with_tmp(own_tmp)
+                .with_tmp_files(tmp_files),
             base: OnceLock::new(),
             proxy_port,
             egress: Serving::new(serving),

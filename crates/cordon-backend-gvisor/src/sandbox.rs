@@ -116,6 +116,7 @@ impl GvisorSandbox {
         let wants_secrets = !req.provenance.spec.secrets().is_empty();
         let mut workspace = None;
         let mut own_tmp = None;
+        let mut tmp_files = None;
         let made =
             (|| -> Result<(HostImage, RootedFs, HostWorkDir, Option<HostSecretsDir>), String> {
                 let image = if image_root == Path::new("/") {
@@ -142,10 +143,12 @@ impl GvisorSandbox {
                     files,
                     workspace: w,
                     tmp: t,
+                    tmp_files: tf,
                     ..
                 } = acquiring.work_area(&made_dir)?;
                 workspace = w;
                 own_tmp = t;
+                tmp_files = Some(tf);
                 // Inside the sandbox's directory (root's, 0700): no other
                 // sandbox's workload, though the same uid, can reach it.
                 let secrets = if wants_secrets {
@@ -206,7 +209,9 @@ impl GvisorSandbox {
             env: config.setup.env.clone(),
             runsc: config.runsc.clone(),
             view,
-            files: HostFiles::new(files, secrets, WORKLOAD_ID).with_tmp(own_tmp),
+            files: HostFiles::new(files, secrets, WORKLOAD_ID)
+                .with_tmp(own_tmp)
+                .with_tmp_files(tmp_files),
             base: OnceLock::new(),
             pod: Mutex::new(None),
             execs: std::sync::atomic::AtomicU64::new(0),

@@ -26,6 +26,9 @@ pub struct HostFiles {
     /// The sandbox's own `/tmp` on the host, when it has one (recorded
     /// for snapshots).
     tmp: Option<std::path::PathBuf>,
+    /// Its `/tmp` as the files API serves it, where the backend reaches
+    /// it ([`HostFiles::with_tmp_files`]).
+    tmp_files: Option<HostWorkDir>,
     /// The watches open on the work dir, ended before the sandbox's
     /// filesystem goes ([`HostFiles::end_watches`]).
     watches: std::sync::Arc<cordon_files::watch::Watches>,
@@ -39,10 +42,31 @@ impl HostFiles {
             secrets,
             uid,
             tmp: None,
+            tmp_files: None,
             watches: Default::default(),
         }
     }
 
+    /// The same, the files API serving the sandbox's `/tmp` from `tmp`
+    /// too (its guest path `/tmp`, as the policy names it).
+    pub fn with_tmp_files(mut self, tmp: Option<HostWorkDir>) -> HostFiles {
+        self.tmp_files = tmp;
+        self
+    }
+
+    /// Sets what [`HostFiles::with_tmp_files`] sets, once the sandbox
+    /// holds its `/tmp` open (the container rung's is in its own mount
+    /// namespace, reached once its init runs).
+    pub fn set_tmp_files(&mut self, tmp: HostWorkDir) {
+        self.tmp_files = Some(tmp);
+    }
+
+    fn roots(&self) -> cordon_files::roots::Roots<'_> {
+        cordon_files::roots::Roots {
+            work: &self.work,
+            tmp: self.tmp_files.as_ref(),
+        }
+    }
     /// The same, its own `/tmp` at `tmp` on the host (`None`: it has none
     /// of its own, or none beside a fresh work dir).
     pub fn with_tmp(mut self, tmp: Option<std::path::PathBuf>) -> HostFiles {
@@ -72,7 +96,8 @@ impl HostFiles {
                 }),
             };
         }
-        self.work.write_file(path, contents, mode)
+        let (dir, abs, _) = self.roots().place(path);
+        dir.write_file(&abs, contents, mode)
     }
 
     pub fn stat_no_follow(&self, path: &str) -> Result<Option<FileStat>, SandboxError> {
@@ -83,21 +108,22 @@ impl HostFiles {
         self.work.read_file(path, max_bytes)
     }
 
-    /// The files API on the work dir ([`HostWorkDir::files`]).
+    /// The files API on the work dir and the sandbox's `/tmp`
+    /// ([`cordon_files::roots::Roots::files`]).
     pub fn files(
         &self,
         op: &cordon_sandbox::FileOp,
     ) -> Result<cordon_sandbox::FileAnswer, SandboxError> {
-        self.work.files(op)
+        self.roots().files(op)
     }
 
-    /// A watch of the work dir ([`HostWorkDir::watch`]).
+    /// A watch of a directory of the work dir or of `/tmp`.
     pub fn watch(
         &self,
         path: &str,
         recursive: bool,
     ) -> Result<Box<dyn cordon_sandbox::WatchSource>, SandboxError> {
-        self.work.watch_tracked(path, recursive, &self.watches)
+        self.roots().watch(path, recursive, Some(&self.watches))
     }
 
     /// Ends every watch open on the work dir (each one's last line says

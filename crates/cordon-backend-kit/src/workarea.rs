@@ -50,6 +50,9 @@ pub struct WorkArea {
     /// The sandbox's own `/tmp` on the host, beside a fresh work dir
     /// (`None` over an operator's work dir): what a snapshot captures.
     pub tmp: Option<PathBuf>,
+    /// The sandbox's `/tmp` (on its volume, whatever the work dir) as the
+    /// files API serves it.
+    pub tmp_files: HostWorkDir,
 }
 
 /// What a work area is made from.
@@ -171,12 +174,16 @@ pub fn work_area(s: &WorkAreaSpec<'_>) -> Result<WorkArea, String> {
     let files = HostWorkDir::new(&work_host, s.guest_work)
         .map_err(|e| e.to_string())?
         .owned_by(WORKLOAD_ID, WORKLOAD_ID);
+    let tmp_files = HostWorkDir::new(s.volume.join("tmp"), "/tmp")
+        .map_err(|e| e.to_string())?
+        .owned_by(WORKLOAD_ID, WORKLOAD_ID);
     Ok(WorkArea {
         work_host,
         view,
         files,
         workspace,
         tmp: s.given.is_none().then(|| s.volume.join("tmp")),
+        tmp_files,
     })
 }
 

@@ -367,11 +367,21 @@ impl LocalBackend {
             policy: self.config.policy.clone(),
             env: self.config.env.clone(),
             enforcer: self.enforcer.clone(),
-            files: HostFiles::new(files, secrets, id).with_tmp(if fresh {
-                tmp.clone()
-            } else {
-                None
-            }),
+            files: HostFiles::new(files, secrets, id)
+                .with_tmp(if fresh { tmp.clone() } else { None })
+                .with_tmp_files(
+                    // The process rung's own temporary directory, which the
+                    // policy names `/tmp` (as the workload's rules do);
+                    // over an operator's work dir it is inside that.
+                    match (&tmp, fresh) {
+                        (Some(t), true) => Some(
+                            HostWorkDir::new(t, "/tmp")
+                                .map_err(|e| made.fail(e.to_string()))?
+                                .owned_by(files_owner.0, files_owner.1),
+                        ),
+                        _ => None,
+                    },
+                ),
             host_work,
             fresh,
             mount: made.mount.take(),
@@ -424,7 +434,21 @@ impl LocalBackend {
         if self.profile.warm {
             let started = sandbox.start_warm(&self.warm_name(&req.key));
             match started {
-                Ok(w) => sandbox.warm = Some(w),
+                Ok(w) => {
+                    // Its /tmp is a tmpfs in its own mount namespace, held
+                    // open by its init: the files API serves it from there.
+                    match HostWorkDir::pinned(w.tmp_dir(), "/tmp", "/tmp") {
+                        Ok(t) => sandbox
+                            .files
+                            .set_tmp_files(t.owned_by(files_owner.0, files_owner.1).as_owner()),
+                        Err(e) => {
+                            drop(w);
+                            let _ = sandbox.remove_dirs();
+                            return Err(failed("acquire", e.to_string()));
+                        }
+                    }
+                    sandbox.warm = Some(w);
+                }
                 Err(e) => {
                     let _ = sandbox.remove_dirs();
                     return Err(e);

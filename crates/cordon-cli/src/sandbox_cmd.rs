@@ -42,13 +42,14 @@ pub enum SandboxCommand {
         #[arg(last = true, required = true, value_name = "CMD")]
         command: Vec<String>,
     },
-    /// Copy a local file into the sandbox's work dir.
+    /// Copy a local file into the sandbox's work dir (or its `/tmp`).
     Put {
         /// The sandbox, by its handle.
         handle: String,
         /// The file on this machine to copy in.
         local: PathBuf,
-        /// The path inside the sandbox (relative paths are in the work dir).
+        /// The path inside the sandbox (relative paths are in the work dir;
+        /// `/tmp/...` is the sandbox's own `/tmp`).
         remote: String,
     },
     /// Collect the outputs the sandbox's spec declares into DIR (through a
@@ -168,7 +169,7 @@ pub enum SandboxCommand {
     /// files underneath, copy-on-write. Prints their handles.
     Fork(Box<ForkArgs>),
     /// List the recorded sandboxes; with a HANDLE, the files of that
-    /// sandbox's work dir instead (PATH in it, `--depth` levels down): kind
+    /// sandbox's work dir (or its `/tmp`) instead (PATH in it, `--depth` levels down): kind
     /// and mode, size, path; links listed, never followed. Like every
     /// subcommand but `gc`, it first reclaims sandboxes whose keeper was
     /// killed (said on stderr).
@@ -176,20 +177,21 @@ pub enum SandboxCommand {
         /// A sandbox, by its handle: list its files.
         handle: Option<String>,
         /// The directory to list (relative to the work dir, or absolute
-        /// within it; default the work dir).
+        /// within it or the sandbox's `/tmp`; default the work dir).
         #[arg(requires = "handle")]
         path: Option<String>,
         /// How many levels below PATH to list too (at most 32).
         #[arg(long, default_value_t = 0, requires = "handle")]
         depth: u32,
     },
-    /// Print a file of a sandbox's work dir (a regular file only; no link
+    /// Print a file of a sandbox's work dir or `/tmp` (a regular file only; no link
     /// followed): all of it up to the cap (16 MiB, or the spec's
     /// `files_out.max_bytes_per_file`), or `--len` bytes from `--offset`.
     Cat {
         /// The sandbox, by its handle.
         handle: String,
-        /// The file (relative to the work dir, or absolute within it).
+        /// The file (relative to the work dir, or absolute within it or
+        /// the sandbox's `/tmp`).
         path: String,
         /// The first byte to read.
         #[arg(long, default_value_t = 0)]
@@ -198,36 +200,38 @@ pub enum SandboxCommand {
         #[arg(long)]
         len: Option<u64>,
     },
-    /// Remove a file or link (the link itself) from a sandbox's work dir;
+    /// Remove a file or link (the link itself) from a sandbox's work dir or `/tmp`;
     /// a directory with `-r` (links inside removed, never followed).
     Rm {
         /// The sandbox, by its handle.
         handle: String,
-        /// What to remove (relative to the work dir, or absolute within it).
+        /// What to remove (relative to the work dir, or absolute within it
+        /// or the sandbox's `/tmp`).
         path: String,
         /// A directory and everything in it.
         #[arg(short, long)]
         recursive: bool,
     },
-    /// Make a directory, and its parents, in a sandbox's work dir.
+    /// Make a directory, and its parents, in a sandbox's work dir or `/tmp`.
     Mkdir {
         /// The sandbox, by its handle.
         handle: String,
         /// The directory to make (relative to the work dir, or absolute
-        /// within it).
+        /// within it or the sandbox's `/tmp`).
         path: String,
     },
-    /// Rename FROM to TO within a sandbox's work dir; something at TO is
-    /// refused, never replaced.
+    /// Rename FROM to TO within a sandbox's work dir (or within its
+    /// `/tmp`); something at TO is refused, never replaced.
     Mv {
         /// The sandbox, by its handle.
         handle: String,
-        /// What to rename (relative to the work dir, or absolute within it).
+        /// What to rename (relative to the work dir, or absolute within it
+        /// or the sandbox's `/tmp`).
         from: String,
         /// Its new path; its directory must exist.
         to: String,
     },
-    /// Stream what changes in a sandbox's work dir, one JSON object a line
+    /// Stream what changes in a sandbox's work dir (or its `/tmp`), one JSON object a line
     /// (`created`, `modified`, `removed`, `renamed` with `to`, `overflow`
     /// when events were lost), until the sandbox goes (`ended`, with why)
     /// or this is stopped.
@@ -235,7 +239,7 @@ pub enum SandboxCommand {
         /// The sandbox, by its handle.
         handle: String,
         /// The directory to watch (relative to the work dir, or absolute
-        /// within it; default the work dir).
+        /// within it or the sandbox's `/tmp`; default the work dir).
         path: Option<String>,
         /// The directories beneath it too.
         #[arg(short, long)]

@@ -269,6 +269,23 @@ mod linux {
             })
         }
 
+        /// A directory already open (`fd`, with `O_PATH` or not), shown as
+        /// `shown` in errors: a place with no path cordon can walk, such as
+        /// a sandbox's own `/tmp` held open in its mount namespace. Its
+        /// own descriptor, duplicated.
+        pub fn pinned(fd: &OwnedFd, shown: &str) -> Result<ConfinedDir, ConfinedError> {
+            let fd = fd.try_clone().map_err(|e| ConfinedError::Io {
+                path: shown.to_string(),
+                operation: "open the directory",
+                reason: e.to_string(),
+            })?;
+            Ok(ConfinedDir {
+                fd,
+                shown: shown.to_string(),
+                owner: None,
+            })
+        }
+
         /// Makes a new directory `name` in the host's directory `parent`
         /// (reached as [`ConfinedDir::open`] reaches it) and opens it: see
         /// [`ConfinedDir::make_private`].

@@ -34,7 +34,24 @@ pub struct HostWorkDir {
     host: PathBuf,
     guest: String,
     owner: Option<(u32, u32)>,
+    /// The directory held open, when it has no host path cordon can walk
+    /// (`host` is then only what errors show).
+    pinned: Option<Pinned>,
+    /// Whether its files API runs as its owner ([`HostWorkDir::as_owner`]).
+    as_owner: bool,
 }
+
+/// A directory's descriptor shared by the clones of one [`HostWorkDir`].
+#[derive(Debug, Clone)]
+struct Pinned(Arc<std::os::fd::OwnedFd>);
+
+impl PartialEq for Pinned {
+    fn eq(&self, other: &Pinned) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for Pinned {}
 
 impl HostWorkDir {
     /// `host` is the absolute host directory the guest sees as `guest`.
@@ -55,7 +72,76 @@ impl HostWorkDir {
             host,
             guest: guest.trim_end_matches('/').to_string(),
             owner: None,
+            pinned: None,
+            as_owner: false,
         })
+    }
+
+    /// A directory the guest sees as `guest`, served beneath `dir` (held
+    /// open: a sandbox's own `/tmp` in its mount namespace, say), which no
+    /// host path reaches; `shown` names it in what the host logs.
+    pub fn pinned(
+        dir: Arc<std::os::fd::OwnedFd>,
+        shown: &str,
+        guest: &str,
+    ) -> Result<HostWorkDir, SandboxError> {
+        let mut d = HostWorkDir::new(shown, guest)?;
+        d.pinned = Some(Pinned(dir));
+        Ok(d)
+    }
+
+    /// Its files API (and writes in) run on a thread whose effective ids
+    /// are the owner's ([`HostWorkDir::owned_by`]) for the call: a
+    /// filesystem mounted in the sandbox's user namespace (the container
+    /// rung's `/tmp`) makes no inode for a uid that namespace does not
+    /// map, and host root is not mapped there. What runs as the owner may
+    /// do no more than the workload could.
+    pub fn as_owner(mut self) -> HostWorkDir {
+        self.as_owner = true;
+        self
+    }
+
+    /// `f`, as the owner when [`HostWorkDir::as_owner`] asks (and this
+    /// process is root, which can switch and switch back); the ids are
+    /// restored after, a panic included.
+    fn acting<T>(&self, f: impl FnOnce() -> Result<T, SandboxError>) -> Result<T, SandboxError> {
+        let Some((uid, gid)) = self.owner.filter(|_| self.as_owner) else {
+            return f();
+        };
+        if !rustix::process::geteuid().is_root() {
+            return f();
+        }
+        struct Back(rustix::process::Gid);
+        impl Drop for Back {
+            fn drop(&mut self) {
+                // INVARIANT: the saved uid stayed root, so both succeed.
+                let _ = rustix::thread::set_thread_res_uid(None, rustix::process::Uid::ROOT, None);
+                let _ = rustix::thread::set_thread_res_gid(None, self.0, None);
+            }
+        }
+        let switch = |e: rustix::io::Errno| SandboxError::Failed {
+            operation: "act as the files' owner",
+            reason: e.to_string(),
+        };
+        let back = Back(rustix::process::getegid());
+        // Per-thread ids (rustix makes the raw system calls, which change
+        // this thread's alone), the group first while still root.
+        rustix::thread::set_thread_res_gid(None, rustix::process::Gid::from_raw(gid), None)
+            .map_err(switch)?;
+        rustix::thread::set_thread_res_uid(None, rustix::process::Uid::from_raw(uid), None)
+            .map_err(switch)?;
+        let out = f();
+        drop(back);
+        out
+    }
+
+    /// The directory, opened with no link on its path (or the pinned one).
+    fn root(&self) -> Result<ConfinedDir, SandboxError> {
+        match &self.pinned {
+            Some(Pinned(fd)) => ConfinedDir::pinned(fd, &self.host.display().to_string()),
+            None => ConfinedDir::open_no_links(&self.host),
+        }
+        .map_err(|e| self.guest_view(e.into()))
     }
 
     /// Files and directories [`HostWorkDir::write_file`] creates belong to
@@ -101,6 +187,13 @@ impl HostWorkDir {
     /// The walk over the whole host path, then a confined no-follow stat.
     pub fn stat_no_follow(&self, guest_path: &str) -> Result<Option<FileStat>, SandboxError> {
         let rel = self.relative(guest_path)?;
+        if self.pinned.is_some() {
+            // No host path to walk: beneath the descriptor, no link.
+            return self
+                .root()?
+                .stat(rel)
+                .map_err(|e| self.guest_view(e.into()));
+        }
         let host = self.host.display().to_string();
         let mut last = String::new();
         let walked = refuse_symlinked_parents(&self.host_string(rel), |p| {
@@ -128,7 +221,7 @@ impl HostWorkDir {
             }
             Err(e) => return Err(self.guest_view(e)),
         }
-        let dir = ConfinedDir::open_no_links(&self.host).map_err(|e| self.guest_view(e.into()))?;
+        let dir = self.root()?;
         dir.stat(rel).map_err(|e| self.guest_view(e.into()))
     }
 
@@ -177,7 +270,7 @@ impl HostWorkDir {
     /// A bounded, confined read (see [`Sandbox::read_file`]).
     pub fn read_file(&self, guest_path: &str, max_bytes: u64) -> Result<FileRead, SandboxError> {
         let rel = self.relative(guest_path)?;
-        let dir = ConfinedDir::open_no_links(&self.host).map_err(|e| self.guest_view(e.into()))?;
+        let dir = self.root()?;
         dir.read_capped(rel, max_bytes).map_err(|e| {
             let mut e = SandboxError::from(e);
             if let SandboxError::NotFound { path } | SandboxError::PathRefused { path, .. } = &mut e
@@ -201,7 +294,7 @@ impl HostWorkDir {
         } else {
             self.relative(guest_path)?
         };
-        let dir = ConfinedDir::open_no_links(&self.host).map_err(|e| self.guest_view(e.into()))?;
+        let dir = self.root()?;
         dir.list(rel, max_entries).map_err(|e| {
             let mut e = SandboxError::from(e);
             if let SandboxError::NotFound { path } | SandboxError::PathRefused { path, .. } = &mut e
@@ -217,6 +310,10 @@ impl HostWorkDir {
     /// makes handed to the work dir's owner. The policy's decision is the
     /// guard's, before this.
     pub fn files(&self, op: &FileOp) -> Result<FileAnswer, SandboxError> {
+        self.acting(|| self.files_now(op))
+    }
+
+    fn files_now(&self, op: &FileOp) -> Result<FileAnswer, SandboxError> {
         use cordon_sandbox::files::{absolute, MAX_LIST_DEPTH, MAX_LIST_ENTRIES};
         let rel_of = |p: &str| -> Result<String, SandboxError> {
             let abs = absolute(&self.guest, p);
@@ -226,8 +323,7 @@ impl HostWorkDir {
                 self.relative(&abs).map(str::to_string)
             }
         };
-        let mut dir =
-            ConfinedDir::open_no_links(&self.host).map_err(|e| self.guest_view(e.into()))?;
+        let mut dir = self.root()?;
         if let Some((uid, gid)) = self.owner {
             dir = dir.owned_by(uid, gid);
         }
@@ -321,7 +417,7 @@ impl HostWorkDir {
         } else {
             self.relative(&abs)?
         };
-        crate::watch::Watcher::open(&self.host, rel, recursive).map_err(|e| {
+        crate::watch::Watcher::open_in(self.root()?, rel, recursive).map_err(|e| {
             let mut e = SandboxError::from(e);
             if let SandboxError::NotFound { path } | SandboxError::PathRefused { path, .. } = &mut e
             {
@@ -341,9 +437,17 @@ impl HostWorkDir {
         contents: &[u8],
         mode: u32,
     ) -> Result<(), SandboxError> {
+        self.acting(|| self.write_file_now(guest_path, contents, mode))
+    }
+
+    fn write_file_now(
+        &self,
+        guest_path: &str,
+        contents: &[u8],
+        mode: u32,
+    ) -> Result<(), SandboxError> {
         let rel = self.relative(guest_path)?;
-        let mut dir =
-            ConfinedDir::open_no_links(&self.host).map_err(|e| self.guest_view(e.into()))?;
+        let mut dir = self.root()?;
         if let Some((uid, gid)) = self.owner {
             dir = dir.owned_by(uid, gid);
         }

@@ -33,6 +33,8 @@ pub mod confined;
 #[cfg(target_os = "linux")]
 pub mod host_dir;
 #[cfg(target_os = "linux")]
+pub mod roots;
+#[cfg(target_os = "linux")]
 mod sink;
 #[cfg(target_os = "linux")]
 pub mod tree;

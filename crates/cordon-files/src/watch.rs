@@ -69,7 +69,11 @@ impl Watcher {
     /// Watches `rel` beneath `root` (`""`: the root itself), and every
     /// directory beneath it when `recursive`.
     pub fn open(root: &Path, rel: &str, recursive: bool) -> Result<Watcher, ConfinedError> {
-        let at = ConfinedDir::open_no_links(root)?;
+        Watcher::open_in(ConfinedDir::open_no_links(root)?, rel, recursive)
+    }
+
+    /// The same beneath a directory already open.
+    pub fn open_in(at: ConfinedDir, rel: &str, recursive: bool) -> Result<Watcher, ConfinedError> {
         let rel = rel.trim_matches('/').to_string();
         let fd = open_dir(&at, &rel)?;
         let inotify = inotify::init(CreateFlags::CLOEXEC | CreateFlags::NONBLOCK)

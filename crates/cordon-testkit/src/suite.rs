@@ -183,6 +183,7 @@ pub fn a_kept_sandbox_keeps_its_work_dir_and_down_leaves_nothing(b: &Backend) {
         code != 0 && out.is_empty() && err.contains("host-secrets"),
         "{name}: {code} {out} {err}"
     );
+    the_files_api_reaches_tmp(b, &h, files.path());
     // The same key gives the same sandbox, listed live.
     assert_eq!(up(), h, "{name}: the same key");
     let (code, out, err) = c.run(["sandbox", "ls"]);
@@ -202,6 +203,55 @@ pub fn a_kept_sandbox_keeps_its_work_dir_and_down_leaves_nothing(b: &Backend) {
     b.settles_to(&before, "after down");
     let (code, _, err) = c.run(["sandbox", "exec", &h, "--", "/bin/true"]);
     assert_eq!(code, 125, "{name}: an exec after down is refused: {err}");
+}
+
+/// The files API reaches the sandbox's own `/tmp` as it reaches the work
+/// dir (`/tmp` as the policy names it; the workload finds it at
+/// `$TMPDIR`, else `/tmp`): what the workload made there is listed and
+/// read, what is put there the workload reads, a removal goes, a link the
+/// workload planted there pointing out is never followed, and a rename
+/// from `/tmp` into the work dir is refused, saying why.
+pub fn the_files_api_reaches_tmp(b: &Backend, h: &str, scratch: &Path) {
+    let (name, c) = (b.name, &b.cordon);
+    let tmp = "T=\"${TMPDIR:-/tmp}\"";
+    let script = format!(
+        "{tmp}; echo made > \"$T/made\" && ln -s /etc/passwd \"$T/out\" && mkdir -p \"$T/d\""
+    );
+    let (code, _, err) = c.run(["sandbox", "exec", h, "--", "/bin/sh", "-c", &script]);
+    assert_eq!(code, 0, "{name}: {err}");
+    let (code, out, err) = c.run(["sandbox", "cat", h, "/tmp/made"]);
+    assert_eq!((code, out.as_str()), (0, "made\n"), "{name}: {err}");
+    let (code, out, err) = c.run(["sandbox", "ls", h, "/tmp"]);
+    assert!(
+        code == 0 && out.contains("/tmp/made") && out.contains("/tmp/d"),
+        "{name}: {out}{err}"
+    );
+    let local = scratch.join("to-tmp.txt");
+    std::fs::write(&local, "put in /tmp\n").unwrap();
+    let (code, _, err) = c.run(["sandbox", "put", h, local.to_str().unwrap(), "/tmp/d/put"]);
+    assert_eq!(code, 0, "{name}: {err}");
+    let read = format!("{tmp}; cat \"$T/d/put\"");
+    let (code, out, err) = c.run(["sandbox", "exec", h, "--", "/bin/sh", "-c", &read]);
+    assert_eq!((code, out.as_str()), (0, "put in /tmp\n"), "{name}: {err}");
+    // The planted link is not followed: not read, not listed through.
+    let (code, out, err) = c.run(["sandbox", "cat", h, "/tmp/out"]);
+    assert!(
+        code != 0 && out.is_empty() && err.contains("link"),
+        "{name}: a link in /tmp was followed: {code} {out} {err}"
+    );
+    let (code, _, err) = c.run(["sandbox", "mv", h, "/tmp/made", "moved"]);
+    assert!(
+        code != 0 && err.contains("two filesystems"),
+        "{name}: {code} {err}"
+    );
+    let (code, _, err) = c.run(["sandbox", "rm", h, "/tmp/made"]);
+    assert_eq!(code, 0, "{name}: {err}");
+    let gone = format!("{tmp}; test ! -e \"$T/made\" && test -L \"$T/out\"");
+    let (code, _, err) = c.run(["sandbox", "exec", h, "--", "/bin/sh", "-c", &gone]);
+    assert_eq!(
+        code, 0,
+        "{name}: the removal did not reach the workload's /tmp: {err}"
+    );
 }
 
 /// Up, exec (`execs_per_cycle` times), down, as many times as

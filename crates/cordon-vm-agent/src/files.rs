@@ -30,6 +30,9 @@ struct Pending {
 
 pub(crate) struct Files {
     dir: HostWorkDir,
+    /// The sandbox's `/tmp` (its init's, held open), served beside the
+    /// work dir.
+    tmp: Option<HostWorkDir>,
     /// The secrets directory, when the plan names one: the only place
     /// outside the work dir a write goes.
     secrets: Option<HostSecretsDir>,
@@ -77,9 +80,14 @@ fn kind(k: FileKind) -> Kind {
 }
 
 impl Files {
-    pub(crate) fn new(dir: HostWorkDir, secrets: Option<HostSecretsDir>) -> Files {
+    pub(crate) fn new(
+        dir: HostWorkDir,
+        tmp: Option<HostWorkDir>,
+        secrets: Option<HostSecretsDir>,
+    ) -> Files {
         Files {
             dir,
+            tmp,
             secrets,
             writes: HashMap::new(),
             watches: Default::default(),
@@ -87,7 +95,11 @@ impl Files {
     }
 
     pub(crate) fn watch_start(&self, out: &Arc<Out>, req: u64, path: &str, recursive: bool) {
-        self.watches.start(&self.dir, out, req, path, recursive);
+        let roots = cordon_files::roots::Roots {
+            work: &self.dir,
+            tmp: self.tmp.as_ref(),
+        };
+        self.watches.start(roots, out, req, path, recursive);
     }
 
     pub(crate) fn write_start(
@@ -139,10 +151,14 @@ impl Files {
     /// Runs one operation in a thread of its own (a listing or a read may
     /// be large) and streams its answer.
     fn run_op(&self, out: Arc<Out>, req: u64, op: FileOp) {
-        let dir = self.dir.clone();
+        let (dir, tmp) = (self.dir.clone(), self.tmp.clone());
         std::thread::spawn(move || {
             let path = op.accesses().first().map(|(p, _)| p.to_string());
-            let json = dir
+            let roots = cordon_files::roots::Roots {
+                work: &dir,
+                tmp: tmp.as_ref(),
+            };
+            let json = roots
                 .files(&op)
                 .and_then(|a| {
                     serde_json::to_vec(&a).map_err(|e| SandboxError::Failed {
@@ -263,7 +279,14 @@ impl Files {
                 path: p.path.clone(),
                 reason: "this sandbox's spec names no secrets, so it has no secrets directory; name the secret in the spec's `secrets`".into(),
             }),
-            (false, _) => self.dir.write_file(&p.path, &p.bytes, p.mode),
+            (false, _) => {
+                let roots = cordon_files::roots::Roots {
+                    work: &self.dir,
+                    tmp: self.tmp.as_ref(),
+                };
+                let (dir, abs, _) = roots.place(&p.path);
+                dir.write_file(&abs, &p.bytes, p.mode)
+            }
         };
         match written {
             Ok(()) => {

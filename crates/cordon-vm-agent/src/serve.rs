@@ -446,10 +446,16 @@ impl Agent {
         let files = HostWorkDir::new(&host, &guest)
             .map_err(|e| failed(e.to_string()))?
             .owned_by(uid, gid);
+        // The sandbox's /tmp, a tmpfs of its user namespace that the
+        // agent (root of the guest, unmapped there) writes as the workload.
+        let tmp = HostWorkDir::pinned(warm.tmp_dir(), "/tmp", "/tmp")
+            .map_err(|e| failed(e.to_string()))?
+            .owned_by(uid, gid)
+            .as_owner();
         let relay = Relay::start(listener, self.out.clone());
         self.sandbox = Some(Sandbox {
             warm: Arc::new(warm),
-            files: Files::new(files, secrets),
+            files: Files::new(files, Some(tmp), secrets),
             relay,
         });
         say!("the sandbox is up (work dir `{guest}`)");

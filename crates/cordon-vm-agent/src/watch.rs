@@ -9,7 +9,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use cordon_files::host_dir::HostWorkDir;
 use cordon_sandbox::Next;
 use cordon_vm_proto::{ErrKind, Msg, MAX_WATCHES};
 
@@ -28,7 +27,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 impl Watches {
     pub(crate) fn start(
         &self,
-        dir: &HostWorkDir,
+        dir: cordon_files::roots::Roots<'_>,
         out: &Arc<Out>,
         req: u64,
         path: &str,
@@ -47,7 +46,7 @@ impl Watches {
             }
             running.insert(req, stop.clone());
         }
-        let mut source = match dir.watch(path, recursive) {
+        let mut source = match dir.watch(path, recursive, None) {
             Ok(s) => s,
             Err(e) => {
                 lock(&self.running).remove(&req);

@@ -287,10 +287,15 @@ impl Sandbox for KeptSandbox {
                 }),
             };
         }
-        if let Some(f) = &self.files {
+        // Into the work dir through its host path; anything else (the
+        // sandbox's `/tmp`, which the keeper reaches and this process may
+        // not) through the keeper.
+        if let Some(f) = self.files.as_ref().filter(|f| f.relative(path).is_ok()) {
             return f.write_file(path, contents, mode);
         }
-        self.declared(Capability::FilesIn)?;
+        if self.files.is_none() {
+            self.declared(Capability::FilesIn)?;
+        }
         if contents.len() as u64 > MAX_FILE_BYTES {
             return Err(SandboxError::Refused {
                 reason: format!(

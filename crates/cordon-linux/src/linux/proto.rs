@@ -95,6 +95,11 @@ pub(crate) enum Handover {
     /// The TCP listener on `127.0.0.1:port` of the sandbox's network
     /// namespace; the init kept no copy.
     ProxyListener { port: u16 },
+    /// The warm init's `/tmp` (a tmpfs of the sandbox's mount namespace),
+    /// opened `O_PATH` once the root is built and before any exec ran:
+    /// what the owner serves the files API's `/tmp` beneath, as no host
+    /// path reaches it. After the proxy listener, when there is one.
+    Tmp,
 }
 
 /// The checks on an exec request before anything is built: the descriptor

@@ -92,6 +92,8 @@ pub struct WarmSandbox {
     gate: Mutex<()>,
     /// The sandbox's proxy listener until the caller takes it.
     proxy_listener: Option<std::net::TcpListener>,
+    /// The sandbox's `/tmp`, held open (see [`WarmSandbox::tmp_dir`]).
+    tmp: Arc<OwnedFd>,
 }
 
 impl std::fmt::Debug for WarmSandbox {
@@ -118,6 +120,16 @@ fn write_id_maps(pid: u32, plan: &Plan, init: InitIds) -> io::Result<()> {
         format!("0 {} 1\n{} {} 1\n", init.host_gid, ids.gid, ids.host_gid),
     )?;
     Ok(())
+}
+
+/// The init's `/tmp`, already queued on the control socket.
+fn receive_tmp(sock: &OwnedFd) -> Result<OwnedFd, String> {
+    match fdpass::recv::<super::proto::Handover>(sock) {
+        Ok(Some((super::proto::Handover::Tmp, mut fds))) if fds.len() == 1 => Ok(fds.remove(0)),
+        Ok(Some((msg, fds))) => Err(format!("got {msg:?} with {} descriptors", fds.len())),
+        Ok(None) => Err("the init closed the channel".into()),
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 fn event_reader(control: Arc<OwnedFd>, waiters: Waiters, dead: Arc<AtomicBool>) {
@@ -192,7 +204,7 @@ impl WarmSandbox {
         let cgroup = Cgroup::create(&root, name, &total).map_err(LaunchError::Cgroup)?;
         let started = Self::start_in(plan, init, init_ids, &cgroup);
         match started {
-            Ok((child, control, proxy_listener)) => {
+            Ok((child, control, proxy_listener, tmp)) => {
                 let control = Arc::new(control);
                 let waiters: Waiters = Arc::default();
                 let dead = Arc::new(AtomicBool::new(false));
@@ -208,6 +220,7 @@ impl WarmSandbox {
                     paused: AtomicBool::new(false),
                     gate: Mutex::new(()),
                     proxy_listener,
+                    tmp: Arc::new(tmp),
                 })
             }
             Err((e, child)) => {
@@ -227,7 +240,10 @@ impl WarmSandbox {
         init: &InitProgram,
         init_ids: InitIds,
         cgroup: &Cgroup,
-    ) -> Result<(Child, OwnedFd, Option<std::net::TcpListener>), (LaunchError, Option<Child>)> {
+    ) -> Result<
+        (Child, OwnedFd, Option<std::net::TcpListener>, OwnedFd),
+        (LaunchError, Option<Child>),
+    > {
         let no_child = |e| (e, None);
         let init_cg = cgroup
             .child("init", None)
@@ -294,17 +310,24 @@ impl WarmSandbox {
             }
             // The control socket's first packet, sent by stage 1 before the
             // init existed (so queued now, and before any event).
-            plan.proxy_port()
+            let listener = plan
+                .proxy_port()
                 .map(|port| {
                     super::proxy::receive(&ours, port).map_err(|error| LaunchError::Setup {
                         step: "proxy listener".into(),
                         error,
                     })
                 })
-                .transpose()
+                .transpose()?;
+            // Then the init's /tmp, sent before it reported `Started`.
+            let tmp = receive_tmp(&ours).map_err(|error| LaunchError::Setup {
+                step: "the sandbox's /tmp".into(),
+                error,
+            })?;
+            Ok((listener, tmp))
         })();
         match result {
-            Ok(listener) => Ok((child, ours, listener)),
+            Ok((listener, tmp)) => Ok((child, ours, listener, tmp)),
             Err(e) => Err((e, Some(child))),
         }
     }
@@ -316,6 +339,13 @@ impl WarmSandbox {
     /// before it served any exec; nothing in the sandbox holds it.
     pub fn take_proxy_listener(&mut self) -> Option<std::net::TcpListener> {
         self.proxy_listener.take()
+    }
+
+    /// The sandbox's `/tmp` (a tmpfs in its mount namespace), opened
+    /// `O_PATH` by its init before any exec ran: the files API serves it
+    /// beneath this descriptor, no link followed.
+    pub fn tmp_dir(&self) -> Arc<OwnedFd> {
+        self.tmp.clone()
     }
 
     /// The cgroup directories of the whole sandbox (for a record that lets

@@ -109,6 +109,21 @@ pub(crate) fn serve(plan: &Plan, report: &mut File, control: File) -> Result<i32
     mask.thread_block().map_err(fail("block SIGCHLD"))?;
     let children = SignalFd::with_flags(&mask, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
         .map_err(fail("signalfd"))?;
+    // The sandbox's /tmp for its owner's files API: opened before any
+    // workload runs, with no link followed (it is the tmpfs just made).
+    let tmp = rustix::fs::openat2(
+        rustix::fs::CWD,
+        "/tmp",
+        rustix::fs::OFlags::PATH
+            | rustix::fs::OFlags::DIRECTORY
+            | rustix::fs::OFlags::NOFOLLOW
+            | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+        rustix::fs::ResolveFlags::NO_SYMLINKS | rustix::fs::ResolveFlags::NO_MAGICLINKS,
+    )
+    .map_err(fail("open /tmp"))?;
+    fdpass::send(&control, &proto::Handover::Tmp, &[tmp.as_fd()]).map_err(fail("send /tmp"))?;
+    drop(tmp);
     proto::send(report, &Report::Started).map_err(fail("report"))?;
     let control = OwnedFd::from(control);
     let mut running: HashMap<i32, u64> = HashMap::new();
