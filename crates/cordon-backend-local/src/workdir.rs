@@ -177,7 +177,7 @@ pub(crate) fn given_dir(d: &Path, parent: &Path, max_disk: u64) -> Result<Given,
         return Err(failed(
             "acquire",
             format!(
-                "work dir `{dir}` is owned by {uid}:{gid}; the sandbox writes as the directory's owner, and root's files are not a sandbox's to make\nhelp: give a directory an ordinary user owns (`chown USER:GROUP {dir}`), or omit `--work-dir` to get a fresh one",
+                "work dir `{dir}` is owned by {uid}:{gid}; the sandbox writes as the directory's owner, and root's files are not a sandbox's to make\nhelp: to let the sandbox work on what is in `{dir}`, use `--workspace {dir}` instead (it sees the files copy-on-write, held to max_disk; they change only when applied); else give a directory an ordinary user owns (`chown USER:GROUP {dir}`), or omit `--work-dir` to get a fresh one",
                 dir = real.display(),
                 uid = meta.uid(),
                 gid = meta.gid(),
@@ -200,7 +200,7 @@ pub(crate) fn given_dir(d: &Path, parent: &Path, max_disk: u64) -> Result<Given,
         return Err(failed(
             "acquire",
             format!(
-                "work dir `{dir}` is on a filesystem of {size} bytes, more than max_disk ({max_disk} bytes), and cordon holds a bound on a directory it did not make only through that directory's own filesystem (it sets no quotas), so nothing would stop the sandbox filling it\nhelp: omit `--work-dir` (a fresh work dir is a volume of exactly max_disk), or put the directory on a filesystem of its own no larger than max_disk (e.g. a loop-mounted image), or run under a policy whose `max_disk` is at least the filesystem's size",
+                "work dir `{dir}` is on a filesystem of {size} bytes, more than max_disk ({max_disk} bytes), and cordon holds a bound on a directory it did not make only through that directory's own filesystem (it sets no quotas), so nothing would stop the sandbox filling it\nhelp: to let the sandbox work on what is in `{dir}`, use `--workspace {dir}` instead (it sees the files copy-on-write, held to max_disk whatever the filesystem; they change only when applied); else omit `--work-dir` (a fresh work dir is a volume of exactly max_disk), or put the directory on a filesystem of its own no larger than max_disk (e.g. a loop-mounted image)",
                 dir = real.display(),
             ),
         ));

@@ -20,7 +20,9 @@ pub struct DoctorArgs {
     /// `CORDON_MIN_ISOLATION` and the configuration file; the default is microvm.
     #[arg(long, value_name = "RUNG")]
     pub min_isolation: Option<String>,
-    /// A host configuration file (YAML) whose `min_isolation:` sets the floor.
+    /// A host configuration file (YAML) whose `min_isolation:` sets the
+    /// floor (default: the user's, which `cordon setup` writes, when it
+    /// exists).
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// Output format.
@@ -156,8 +158,7 @@ fn mechanisms() -> Vec<(String, String)> {
 }
 
 fn floor(args: &DoctorArgs) -> Result<Floor, ConfigError> {
-    let config = args
-        .config
+    let config = crate::config_file(args.config.as_ref())
         .as_deref()
         .map(HostConfig::from_file)
         .transpose()?;
@@ -273,17 +274,32 @@ fn print_human(floor: &Floor, report: &DoctorReport) {
     }
     println!();
     if report.can_serve() {
-        let names: Vec<&str> = report
+        let (used, named): (Vec<_>, Vec<_>) = report
             .rows
             .iter()
             .filter(|r| r.can_serve())
-            .map(|r| r.backend.name)
+            .partition(|r| r.used_by_default(floor.rung));
+        let used: Vec<&str> = used.iter().map(|r| r.backend.name).collect();
+        let named: Vec<String> = named
+            .iter()
+            .map(|r| format!("`{}` (`--backend {}`)", r.backend.name, r.backend.name))
             .collect();
-        println!(
-            "ok: {} can serve under the floor `{}`; the first is used",
-            names.join(", "),
-            floor.rung
-        );
+        let mut line = match used.split_first() {
+            Some((first, [])) => format!(
+                "ok: under the floor `{}`, a workload runs on `{first}`",
+                floor.rung
+            ),
+            Some((first, rest)) => format!(
+                "ok: under the floor `{}`, a workload runs on `{first}` (on `{}` when a spec needs what `{first}` does not offer, in that order)",
+                floor.rung,
+                rest.join("`, `")
+            ),
+            None => format!("ok: under the floor `{}`, no backend is used unless named", floor.rung),
+        };
+        if !named.is_empty() {
+            line.push_str(&format!("; only when named: {}", named.join(", ")));
+        }
+        println!("{line}");
         return;
     }
     eprintln!(
@@ -292,7 +308,7 @@ fn print_human(floor: &Floor, report: &DoctorReport) {
     );
     match opt_down(report) {
         Some((rung, true)) => eprintln!(
-            "help: to opt down where a `{rung}` boundary is enough, pass `--min-isolation {rung}` (or write `min_isolation: {rung}` in the configuration file, or set `{FLOOR_ENV}={rung}`)"
+            "help: where a `{rung}` boundary is enough, choose it once for this host: `cordon setup --min-isolation {rung}` (or for one command: `--min-isolation {rung}`, or `{FLOOR_ENV}={rung}`)"
         ),
         Some((rung, false)) => eprintln!(
             "help: no backend below the floor can run here either, so opting down does not help yet; once one can, the line that opts down to the next rung is `--min-isolation {rung}` (or `min_isolation: {rung}` in the configuration file, or `{FLOOR_ENV}={rung}`)"

@@ -30,6 +30,7 @@ mod run;
 mod sandbox_cmd;
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 mod serve_cmd;
+mod setup_cmd;
 mod snapshot_cmd;
 mod spec_cmd;
 mod state_open;
@@ -62,6 +63,10 @@ enum Command {
         #[command(subcommand)]
         command: spec_cmd::SpecCommand,
     },
+    /// Choose this host's floor once, on purpose: shows what this machine
+    /// can hold; with `--min-isolation RUNG`, records it in the user's host
+    /// configuration, so no later command needs the flag.
+    Setup(setup_cmd::SetupArgs),
     /// Show every backend cordon knows, its rung, egress and capabilities,
     /// whether this machine can run it, and whether the floor admits it.
     Doctor(doctor::DoctorArgs),
@@ -182,6 +187,35 @@ fn init_logging() {
         .try_init();
 }
 
+/// The user's host configuration: `$XDG_CONFIG_HOME/cordon/config.yaml`,
+/// else `$HOME/.config/cordon/config.yaml` (XDG's own fallback); only from
+/// an absolute base, never the current directory, so a cloned repository
+/// cannot lower anyone's floor. `None`: neither is set absolute.
+pub(crate) fn user_config_path() -> Option<std::path::PathBuf> {
+    let abs = |v: std::ffi::OsString| {
+        let p = std::path::PathBuf::from(v);
+        p.is_absolute().then_some(p)
+    };
+    let base = std::env::var_os("XDG_CONFIG_HOME")
+        .filter(|v| !v.is_empty())
+        .and_then(abs)
+        .or_else(|| {
+            std::env::var_os("HOME")
+                .and_then(abs)
+                .map(|h| h.join(".config"))
+        })?;
+    Some(base.join("cordon/config.yaml"))
+}
+
+/// The host configuration a command reads: `--config FILE`, else the
+/// user's ([`user_config_path`]) when it exists.
+pub(crate) fn config_file(flag: Option<&std::path::PathBuf>) -> Option<std::path::PathBuf> {
+    if let Some(f) = flag {
+        return Some(f.clone());
+    }
+    user_config_path().filter(|f| f.is_file())
+}
+
 /// The `cordon` binary over `registry`'s backends: its process roles
 /// (sandbox init, keeper, egress proxy) and its commands.
 pub fn main_with(registry: fn() -> cordon_sandbox::Registry) -> ExitCode {
@@ -208,6 +242,7 @@ pub fn main_with(registry: fn() -> cordon_sandbox::Registry) -> ExitCode {
     match cli.command {
         Command::Policy { command } => policy_cmd::run(command),
         Command::Spec { command } => spec_cmd::run(command),
+        Command::Setup(args) => setup_cmd::run(args),
         Command::Doctor(args) => doctor::run(args),
         Command::Conformance(args) => conformance::run(args),
         #[cfg(all(target_os = "linux", target_arch = "x86_64"))]

@@ -3,7 +3,8 @@
 //!
 //! The floor comes from `--min-isolation`, then `CORDON_MIN_ISOLATION`, then
 //! the configuration file (`--config FILE`, else
-//! `$XDG_CONFIG_HOME/cordon/config.yaml` when present — never a file from
+//! `$XDG_CONFIG_HOME/cordon/config.yaml`, or `~/.config/cordon/config.yaml`
+//! without it, when present — what `cordon setup` writes; never a file from
 //! the current directory, so a cloned repository cannot lower anyone's
 //! floor), then `microvm`. The router is given only the local backends the
 //! floor admits and this machine can hold, strongest first.
@@ -125,15 +126,7 @@ pub struct Prepared {
 
 pub use crate::exit::{fail, refuse, usage};
 
-pub(crate) fn config_file(flag: Option<&PathBuf>) -> Option<PathBuf> {
-    if let Some(f) = flag {
-        return Some(f.clone());
-    }
-    let base = std::env::var_os("XDG_CONFIG_HOME").map(PathBuf::from)?;
-    // Only an absolute base: a relative one would be the current directory.
-    let f = base.join("cordon/config.yaml");
-    (base.is_absolute() && f.is_file()).then_some(f)
-}
+pub(crate) use crate::config_file;
 
 pub(crate) fn identity(args: &[String]) -> Result<Identity, String> {
     let mut id = Identity {
@@ -246,6 +239,11 @@ pub fn run(args: RunArgs) -> ExitCode {
     }
     match result {
         Ok(out) => {
+            if out.status != ExitStatus::Code(0) && !crate::json_out::on() && !args.sel.quiet {
+                if let Some(note) = not_in_the_work_dir(&args) {
+                    eprintln!("{note}");
+                }
+            }
             let code = exit_for(&out, req.max_output_bytes);
             match applied {
                 Some(Err(refused)) => refused,
@@ -254,6 +252,22 @@ pub fn run(args: RunArgs) -> ExitCode {
         }
         Err(e) => fail(e),
     }
+}
+
+/// After a failed run in a fresh work dir: the first argument that names
+/// a file of the caller's current directory by a relative path, which the
+/// sandbox did not have — the new user's `cordon run -- python3
+/// script.py` — with the flag that shows it the directory.
+fn not_in_the_work_dir(args: &RunArgs) -> Option<String> {
+    if args.sel.work_dir.is_some() || args.sel.workspace.is_some() || args.sel.spec.is_some() {
+        return None;
+    }
+    let arg = args.command.iter().skip(1).find(|a| {
+        !a.starts_with('/') && !a.starts_with('-') && std::path::Path::new(a.as_str()).is_file()
+    })?;
+    Some(format!(
+        "note: `{arg}` is a file of this directory, but a run starts in a fresh, empty work dir; to let the sandbox see this directory, add `--workspace .` (copy-on-write: your files change only with `--apply`)"
+    ))
 }
 
 /// The policy file named by `--policy`, canonical: the digest covers each
@@ -539,7 +553,7 @@ pub fn prepare_with(
     if below && floor.source == FloorSource::Flag && !args.quiet && !crate::json_out::on() {
         let source = floor.source.to_string();
         eprintln!(
-            "cordon: running at the `{selected}` rung, below the default floor `{}`: the floor `{}` comes from {source}",
+            "cordon: running on the `{selected}` backend at the `{rung}` rung, below the default floor `{}`: the floor `{}` comes from {source} (`cordon setup` records a floor once)",
             Isolation::DEFAULT_FLOOR,
             floor.rung
         );

@@ -674,7 +674,7 @@ pub fn given_work_dir(d: &Path, max_disk: u64, owner: u32, rung: &str) -> Result
         .map_err(|e| format!("work dir `{dir}`: {e}"))?;
     if size == 0 || size > max_disk {
         return Err(format!(
-            "work dir `{dir}` is on a filesystem of {size} bytes, not one of at most max_disk ({max_disk} bytes), and nothing else would hold the bound there\nhelp: omit `--work-dir` (a fresh work dir is a volume of exactly max_disk), or put the directory on a filesystem of its own no larger than max_disk"
+            "work dir `{dir}` is on a filesystem of {size} bytes, not one of at most max_disk ({max_disk} bytes), and nothing else would hold the bound there\nhelp: to let the sandbox work on what is in `{dir}`, use `--workspace {dir}` instead (copy-on-write, held to max_disk whatever the filesystem; it changes only when applied); else omit `--work-dir` (a fresh work dir is a volume of exactly max_disk), or put the directory on a filesystem of its own no larger than max_disk"
         ));
     }
     Ok(real)

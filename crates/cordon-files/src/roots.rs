@@ -218,7 +218,6 @@ impl WatchSource for Prefixed {
 
 #[cfg(test)]
 mod tests {
-    #![expect(clippy::unwrap_used, reason = "tests")]
 
     use super::*;
     use cordon_sandbox::WriteHow;

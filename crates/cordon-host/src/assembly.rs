@@ -241,7 +241,7 @@ impl Host {
                 .max();
             if let Some(to) = runnable_below {
                 msg.push_str(&format!(
-                    "\nhelp: where a `{to}` boundary is enough, opt down explicitly: `--min-isolation {to}` (or `{}={to}`, or `min_isolation: {to}` in the configuration file); `cordon doctor` says what each rung protects against",
+                    "\nhelp: where a `{to}` boundary is enough, choose it once for this host: `cordon setup --min-isolation {to}` (recorded in your configuration; no flag needed after it) — or for one command: `--min-isolation {to}` (or `{}={to}`); `cordon doctor` says what each rung protects against",
                     crate::config::FLOOR_ENV
                 ));
             } else {

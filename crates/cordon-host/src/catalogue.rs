@@ -48,12 +48,21 @@ pub struct DoctorRow {
     pub probe: Probe,
     /// Whether the floor admits the backend's rung.
     pub admitted: bool,
+    /// Used only when named or at a floor of its own rung
+    /// (`BackendRegistration::opt_in`).
+    pub opt_in: bool,
 }
 
 impl DoctorRow {
     /// The floor admits it and this machine can run it.
     pub fn can_serve(&self) -> bool {
         self.admitted && self.probe.runnable
+    }
+
+    /// It can serve and a host that names no backend uses it under
+    /// `floor` (an opt-in backend above the floor is passed over).
+    pub fn used_by_default(&self, floor: Isolation) -> bool {
+        self.can_serve() && !(self.opt_in && self.backend.isolation > floor)
     }
 }
 
@@ -71,13 +80,17 @@ impl DoctorReport {
         registry: &Registry,
         setup: &BackendSetup,
     ) -> DoctorReport {
-        DoctorReport::from_probes(
+        let mut report = DoctorReport::from_probes(
             floor,
             registry
                 .iter()
                 .map(|r| (r.info.clone(), (r.probe)(setup)))
                 .collect(),
-        )
+        );
+        for (row, reg) in report.rows.iter_mut().zip(registry.iter()) {
+            row.opt_in = reg.opt_in;
+        }
+        report
     }
 
     pub fn from_probes(floor: Isolation, probes: Vec<(BackendInfo, Probe)>) -> DoctorReport {
@@ -87,6 +100,7 @@ impl DoctorReport {
                 .into_iter()
                 .map(|(backend, probe)| DoctorRow {
                     admitted: backend.admitted_by(floor),
+                    opt_in: false,
                     backend,
                     probe,
                 })

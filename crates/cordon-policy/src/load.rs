@@ -285,6 +285,33 @@ impl Assembler<'_> {
         }
     }
 
+    /// The warning on a later layer's allow rule that can never take
+    /// effect: the root allows nothing on its surface, and a later layer
+    /// only narrows. Said once per layer and surface, at its first allow.
+    fn dead_allow(&self, unit: &Unit, rule: &Rule) -> Diagnostic {
+        let root = self.layers[0].origin.clone();
+        let surface = rule.surface.key();
+        let map = SourceMap {
+            name: &unit.name,
+            text: &unit.text,
+        };
+        let off = map.offset_of(rule.line, rule.column);
+        let help = if rule.surface == Surface::Egress && &*root == crate::resolve::DEFAULT_NAME {
+            "extend `cordon:spec-egress` instead of `cordon:default` (the same policy, with egress to the hosts a sandbox's spec names, public addresses only); this layer then narrows it. Or make your own root: `cordon policy show-default` prints the default to start from".to_string()
+        } else {
+            format!("state the allow in the root layer ({root}), or make a root of your own that allows it; later layers can only narrow what the root allows (docs/policy.md, \"Layers\")")
+        };
+        let mut d = map.at(
+            off,
+            off + rule.source.chars().count(),
+            Some(&rule.name),
+            format!("this allow can never take effect: the root layer {root} allows nothing on the {surface} surface, and every later layer only narrows"),
+            Some(help),
+        );
+        d.severity = Severity::Warning;
+        d
+    }
+
     fn push_layer(&mut self, unit: &Unit, parsed: ParsedFile) {
         // Length-prefixed, so no two sequences of layers hash alike.
         for part in [unit.name.as_bytes(), unit.text.as_bytes()] {
@@ -373,7 +400,18 @@ impl Assembler<'_> {
         for s in &parsed.surfaces {
             surfaces.entry(*s).or_default().allow_stated = parsed.allow_stated.contains(s);
         }
+        let mut dead_warned: Vec<Surface> = Vec::new();
         for mut rule in parsed.rules {
+            if !root && rule.effect == Effect::Allow && !dead_warned.contains(&rule.surface) {
+                let root_allows = self.rules.iter().any(|r| {
+                    r.layer == 0 && r.surface == rule.surface && r.effect == Effect::Allow
+                });
+                if !root_allows {
+                    dead_warned.push(rule.surface);
+                    let d = self.dead_allow(unit, &rule);
+                    self.diags.push(d);
+                }
+            }
             if let Some(msg) = plan::lint(&rule) {
                 let map = SourceMap {
                     name: &unit.name,

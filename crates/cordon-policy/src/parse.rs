@@ -84,13 +84,8 @@ pub(crate) fn parse_file(name: &Arc<str>, text: &str, diags: &mut Vec<Diagnostic
         Err(e) => {
             let (line, col, msg) = yaml_error(&e);
             let off = map.offset_of(line, col);
-            l.diags.push(map.at(
-                off,
-                off + 1,
-                None,
-                msg,
-                Some("fix the YAML syntax; anchors, aliases and tags are not accepted".into()),
-            ));
+            l.diags
+                .push(map.at(off, off + 1, None, msg, Some(yaml_help(&e).into())));
         }
     }
     diags.append(&mut l.diags);
@@ -99,6 +94,14 @@ pub(crate) fn parse_file(name: &Arc<str>, text: &str, diags: &mut Vec<Diagnostic
 
 /// A 1-based line and column.
 pub type Pos = (usize, usize);
+
+/// What to do about a YAML error.
+pub(crate) fn yaml_help(e: &marked_yaml::LoadError) -> &'static str {
+    match e {
+        marked_yaml::LoadError::DuplicateKey(_) => "merge the two into one: to change a surface of a policy you copied (`cordon policy show-default`), edit the section that is there rather than adding another; to narrow a policy, `extends:` it from a file of your own",
+        _ => "fix the YAML syntax; anchors, aliases and tags are not accepted",
+    }
+}
 
 pub(crate) fn yaml_error(e: &marked_yaml::LoadError) -> (usize, usize, String) {
     use marked_yaml::LoadError as E;
@@ -114,9 +117,15 @@ pub(crate) fn yaml_error(e: &marked_yaml::LoadError) -> (usize, usize, String) {
         E::DuplicateKey(d) => {
             let m = d.key.span().start().copied();
             let key = d.key.as_str().to_string();
+            let first = d
+                .prev_key
+                .span()
+                .start()
+                .map_or(String::new(), |p| format!(" (first at line {})", p.line()));
+            let msg = format!("duplicate key `{key}`: it is given twice in one mapping{first}; a key may appear once — put everything under `{key}` in one place");
             return match m {
-                Some(m) => (m.line(), m.column(), format!("duplicate key `{key}`")),
-                None => (1, 1, format!("duplicate key `{key}`")),
+                Some(m) => (m.line(), m.column(), msg),
+                None => (1, 1, msg),
             };
         }
     };

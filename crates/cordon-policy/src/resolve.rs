@@ -207,13 +207,79 @@ pub const BUILTINS: &[(&str, &str)] = &[
 /// The policy that applies when none is named.
 pub const DEFAULT_NAME: &str = "cordon:default";
 
+/// `cordon:spec-egress`: `cordon:default` whole, but for its egress
+/// surface, which allows what a sandbox's spec names. A root of its own
+/// (a layer that extends `cordon:default` could never widen its egress),
+/// made from the default's text so the two never drift apart.
+pub const SPEC_EGRESS: &str = "spec-egress";
+
+/// The default's closed egress, as it is written there.
+const DEFAULT_EGRESS: &str = "  egress:\n    allow: []\n";
+
+/// What `cordon:spec-egress` says in its place.
+const SPEC_EGRESS_RULES: &str =
+    "  # cordon:spec-egress: the hosts a sandbox's spec names (`egress_allow`),
+  # each reached through cordon's egress proxy, which still refuses every
+  # address that is not public (loopback, private, link-local, metadata)
+  # unless a root states `allow_ranges`. A later layer narrows it (its own
+  # `egress.allow` must also allow).
+  egress:
+    allow:
+      # Every request: the spec's `egress_allow` is the list, and the
+      # proxy lets through nothing else.
+      - name: hosts-the-spec-names
+        when: \"true\"
+";
+
+/// `cordon:local-dev`: `cordon:spec-egress`, and the proxy may dial this
+/// machine's loopback for the name `localhost` (only): what a workload
+/// needs to reach a server the developer runs on the host. For local
+/// development only — it opens the host's loopback services to whatever
+/// `localhost` port a spec names.
+pub const LOCAL_DEV: &str = "local-dev";
+
+/// What `cordon:local-dev` adds to the egress surface.
+const LOCAL_DEV_RANGES: &str = "  egress:
+    # cordon:local-dev: the host's loopback, for the name `localhost` only
+    # (a spec names `localhost:PORT`), through the proxy as any host.
+    allow_ranges:
+      - {cidr: 127.0.0.0/8, hosts: [localhost]}
+      - {cidr: \"::1/128\", hosts: [localhost]}
+";
+
+/// The text of the built-in layer `name`.
+fn builtin_text(name: &str) -> Option<String> {
+    if name == LOCAL_DEV {
+        let open = builtin_text(SPEC_EGRESS)?;
+        let body = open.find("policy:").map_or(open.as_str(), |i| &open[i..]);
+        let header = "# cordon:local-dev — cordon:spec-egress, and the host's loopback for the\n# name `localhost`: a workload reaches a server you run on this machine\n# (its spec names `localhost:PORT`). For development on your own machine.\n";
+        return Some(format!(
+            "{header}{}",
+            body.replacen("  egress:\n", LOCAL_DEV_RANGES, 1)
+        ));
+    }
+    if name == SPEC_EGRESS {
+        let default = BUILTINS[0].1;
+        let header_end = default.find("policy:").unwrap_or(0);
+        let header = "# cordon:spec-egress — cordon:default, with egress to the hosts a\n# sandbox's spec names (`egress_allow`), at public addresses only.\n# Name it as your root (`extends: [\"cordon:spec-egress\"]`) to let a spec\n# reach hosts without copying the default.\n";
+        return Some(format!(
+            "{header}{}",
+            default[header_end..].replacen(DEFAULT_EGRESS, SPEC_EGRESS_RULES, 1)
+        ));
+    }
+    BUILTINS
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, t)| (*t).to_string())
+}
+
 /// A built-in layer.
 pub fn builtin(name: &str) -> Result<Unit, Refusal> {
-    match BUILTINS.iter().find(|(n, _)| *n == name) {
-        Some((n, text)) => Ok(Unit {
-            name: Arc::from(format!("cordon:{n}")),
-            key: format!("cordon:{n}"),
-            text: (*text).to_string(),
+    match builtin_text(name) {
+        Some(text) => Ok(Unit {
+            name: Arc::from(format!("cordon:{name}")),
+            key: format!("cordon:{name}"),
+            text,
         }),
         None => Err((
             format!("there is no built-in layer `cordon:{name}`"),
@@ -221,7 +287,9 @@ pub fn builtin(name: &str) -> Result<Unit, Refusal> {
                 "built-in layers: {}",
                 BUILTINS
                     .iter()
-                    .map(|(n, _)| format!("`cordon:{n}`"))
+                    .map(|(n, _)| *n)
+                    .chain([SPEC_EGRESS, LOCAL_DEV])
+                    .map(|n| format!("`cordon:{n}`"))
                     .collect::<Vec<_>>()
                     .join(", ")
             ),

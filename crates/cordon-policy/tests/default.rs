@@ -73,3 +73,70 @@ fn the_default_applies_to_every_identity_alike() {
         (512 << 20, 64, 60, 300)
     );
 }
+
+/// `cordon:spec-egress` is `cordon:default` but for egress, which allows
+/// what a spec names (the proxy holds the list and the public-address
+/// rule); it loads clean, and a layer narrowing it draws no warning.
+#[test]
+fn spec_egress_is_the_default_with_egress_open_to_the_spec() {
+    use cordon_policy::resolve::MemoryFiles;
+    use cordon_policy::{EgressFacts, Request, SurfaceFacts};
+    let load = |top: &str| {
+        Policy::load_with("top.yaml", top, &MemoryFiles(Default::default())).map_err(|d| d.render())
+    };
+    let open = load("policy:\n  extends: [\"cordon:spec-egress\"]\n").unwrap();
+    assert!(open.warnings.0.is_empty(), "{}", open.warnings.render());
+    let closed = default();
+    let egress = |p: &Policy, url: &str| {
+        p.decide(&Request {
+            identity: Identity::default(),
+            env: Deployment::default(),
+            now: 0,
+            facts: SurfaceFacts::Egress(EgressFacts::from_url(url).unwrap()),
+        })
+        .is_allowed()
+    };
+    assert!(
+        !egress(&closed, "https://pypi.org/"),
+        "the default allows no egress"
+    );
+    assert!(egress(&open, "https://pypi.org/"));
+    // Everything else is the default's: the same plan for the workload.
+    let plan = |p: &Policy| {
+        p.plan(&Identity::default(), &Deployment::default(), 0, "/w")
+            .unwrap()
+    };
+    assert_eq!(plan(&open), plan(&closed));
+    assert_eq!(open.bounds, closed.bounds);
+    // A layer over it narrows, silently.
+    let narrowed = load(
+        "policy:\n  extends: [\"cordon:spec-egress\"]\n  egress:\n    allow:\n      - name: pypi\n        when: host == \"pypi.org\"\n",
+    )
+    .unwrap();
+    assert!(
+        narrowed.warnings.0.is_empty(),
+        "{}",
+        narrowed.warnings.render()
+    );
+    assert!(egress(&narrowed, "https://pypi.org/"));
+    assert!(!egress(&narrowed, "https://example.com/"));
+}
+
+/// A layer over `cordon:default` that allows egress loads, but is told
+/// that its allow can never take effect, and what to extend instead.
+#[test]
+fn an_allow_the_root_forbids_is_a_warning_that_names_the_fix() {
+    use cordon_policy::resolve::MemoryFiles;
+    let p = Policy::load_with(
+        "mine.yaml",
+        "policy:\n  extends: [\"cordon:default\"]\n  egress:\n    allow:\n      - name: pypi\n        when: host == \"pypi.org\"\n",
+        &MemoryFiles(Default::default()),
+    )
+    .unwrap();
+    let w = p.warnings.render();
+    assert!(
+        w.contains("mine.yaml:6:15") && w.contains("this allow can never take effect"),
+        "{w}"
+    );
+    assert!(w.contains("cordon:spec-egress"), "{w}");
+}

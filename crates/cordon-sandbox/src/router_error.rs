@@ -112,7 +112,7 @@ pub enum RouterError {
         limit: u64,
         identity: String,
     },
-    #[error("egress entry `{entry}` of spec `{kind}` is denied by the policy for identity `{identity}`: {why}; drop the entry, or have the policy allow it")]
+    #[error("egress entry `{entry}` of spec `{kind}` is denied by the policy for identity `{identity}`: {why}; drop the entry, or have the policy allow it (a policy that extends `cordon:spec-egress` instead of `cordon:default` allows the hosts a spec names)")]
     EgressDenied {
         kind: String,
         entry: String,

@@ -4,6 +4,9 @@ use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
+/// An absolute directory that holds no `cordon/config.yaml`.
+pub const NO_USER_CONFIG: &str = "/nonexistent/cordon-test-has-no-user-config";
+
 /// The built `cordon` binary and the environment a test gives it: every
 /// invocation through it gets the same variables.
 ///
@@ -19,7 +22,9 @@ pub struct Cordon {
 
 impl Cordon {
     /// The binary at `bin`, run with no `CORDON_MIN_ISOLATION` of the
-    /// caller's environment (a test says the floor it means).
+    /// caller's environment and none of the user's host configuration
+    /// (`XDG_CONFIG_HOME` names a directory with none in it): a test says
+    /// the floor it means, whatever `cordon setup` recorded on the machine.
     pub fn new(bin: impl Into<PathBuf>) -> Cordon {
         Cordon {
             bin: bin.into(),
@@ -27,6 +32,7 @@ impl Cordon {
             dir: None,
         }
         .env_remove("CORDON_MIN_ISOLATION")
+        .env("XDG_CONFIG_HOME", NO_USER_CONFIG)
     }
 
     /// The `cordon` built beside this test binary

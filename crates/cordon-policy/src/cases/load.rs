@@ -133,7 +133,7 @@ impl CaseLoader<'_> {
                     (line, col),
                     1,
                     msg,
-                    Some("fix the YAML syntax; anchors, aliases and tags are not accepted".into()),
+                    Some(crate::parse::yaml_help(&e).into()),
                 );
                 None
             }
