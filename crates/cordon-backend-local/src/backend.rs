@@ -370,17 +370,8 @@ impl LocalBackend {
             files: HostFiles::new(files, secrets, id)
                 .with_tmp(if fresh { tmp.clone() } else { None })
                 .with_tmp_files(
-                    // The process rung's own temporary directory, which the
-                    // policy names `/tmp` (as the workload's rules do);
-                    // over an operator's work dir it is inside that.
-                    match (&tmp, fresh) {
-                        (Some(t), true) => Some(
-                            HostWorkDir::new(t, "/tmp")
-                                .map_err(|e| made.fail(e.to_string()))?
-                                .owned_by(files_owner.0, files_owner.1),
-                        ),
-                        _ => None,
-                    },
+                    private_tmp_files(tmp.as_deref(), fresh, files_owner)
+                        .map_err(|e| made.fail(e))?,
                 ),
             host_work,
             fresh,
@@ -432,33 +423,34 @@ impl LocalBackend {
             None
         };
         if self.profile.warm {
-            let started = sandbox.start_warm(&self.warm_name(&req.key));
-            match started {
-                Ok(w) => {
-                    // Its /tmp is a tmpfs in its own mount namespace, held
-                    // open by its init: the files API serves it from there.
-                    match HostWorkDir::pinned(w.tmp_dir(), "/tmp", "/tmp") {
-                        Ok(t) => sandbox
-                            .files
-                            .set_tmp_files(t.owned_by(files_owner.0, files_owner.1).as_owner()),
-                        Err(e) => {
-                            drop(w);
-                            let _ = sandbox.remove_dirs();
-                            return Err(failed("acquire", e.to_string()));
-                        }
-                    }
-                    sandbox.warm = Some(w);
-                }
-                Err(e) => {
-                    let _ = sandbox.remove_dirs();
-                    return Err(e);
-                }
+            if let Err(e) = self.start_warm_in(&mut sandbox, &req.key, files_owner) {
+                let _ = sandbox.remove_dirs();
+                return Err(e);
             }
         }
         if let Some(host) = host {
             route_egress(&mut sandbox, host.as_ref(), req)?;
         }
         Ok(sandbox)
+    }
+
+    /// Starts `sandbox`'s warm sandbox and serves its `/tmp` — a tmpfs in
+    /// its own mount namespace, held open by its init — to the files API,
+    /// written as `owner` (the workload).
+    fn start_warm_in(
+        &self,
+        sandbox: &mut LocalSandbox,
+        key: &SandboxKey,
+        owner: (u32, u32),
+    ) -> Result<(), BackendError> {
+        let w = sandbox.start_warm(&self.warm_name(key))?;
+        let tmp = HostWorkDir::pinned(w.tmp_dir(), "/tmp", "/tmp")
+            .map_err(|e| failed("acquire", e.to_string()))?;
+        sandbox
+            .files
+            .set_tmp_files(tmp.owned_by(owner.0, owner.1).as_owner());
+        sandbox.warm = Some(w);
+        Ok(())
     }
 
     /// A new secrets directory for a sandbox running as `id`, under
@@ -729,5 +721,21 @@ mod secrets_tests {
         let e = b.secrets_dir_for(WORK_DIR_ID, parent.path()).unwrap_err();
         assert!(e.contains("omit `--work-dir`"), "{e}");
         assert_eq!(std::fs::read_dir(parent.path()).unwrap().count(), 0);
+    }
+}
+
+/// The process rung's own temporary directory as the files API serves it:
+/// the policy names it `/tmp`, as the workload's own rules do. Over an
+/// operator's work dir it is inside that directory, reached through it.
+fn private_tmp_files(
+    tmp: Option<&std::path::Path>,
+    fresh: bool,
+    owner: (u32, u32),
+) -> Result<Option<HostWorkDir>, String> {
+    match (tmp, fresh) {
+        (Some(t), true) => HostWorkDir::new(t, "/tmp")
+            .map(|d| Some(d.owned_by(owner.0, owner.1)))
+            .map_err(|e| e.to_string()),
+        _ => Ok(None),
     }
 }

@@ -191,6 +191,7 @@ fn check(files: &[PathBuf], format: Format) -> ExitCode {
                     p.summary(),
                     bounds_of(&p),
                     inspected_of(&p),
+                    lowered_of(&p),
                 ));
             }
             Err(d) => all.0.extend(d.0),
@@ -202,7 +203,7 @@ fn check(files: &[PathBuf], format: Format) -> ExitCode {
             let out = json!({
                 "ok": !failed,
                 "diagnostics": all.0,
-                "policies": summaries.iter().map(|(f, s, b, i)| json!({"file": f, "summary": s, "bounds": b, "inspect": i})).collect::<Vec<_>>(),
+                "policies": summaries.iter().map(|(f, s, b, i, l)| json!({"file": f, "summary": s, "bounds": b, "inspect": i, "lowered": l.iter().map(|(o, a, b)| json!({"layer": o, "applies_to": a, "bounds": b})).collect::<Vec<_>>()})).collect::<Vec<_>>(),
             });
             println!("{out}");
         }
@@ -218,10 +219,20 @@ fn check(files: &[PathBuf], format: Format) -> ExitCode {
                     .count();
                 eprintln!("\n{n} error(s) in {} file(s)", files.len());
             } else {
-                for (f, s, b, i) in &summaries {
+                for (f, s, b, i, lowered) in &summaries {
                     println!("ok    {f}: {s}");
                     let shown: Vec<String> = b.iter().map(|(k, v)| format!("{k} {v}")).collect();
                     println!("      root bounds: {}", shown.join(", "));
+                    for (origin, applies, b) in lowered {
+                        let shown: Vec<String> =
+                            b.iter().map(|(k, v)| format!("{k} {v}")).collect();
+                        let whom = if *applies {
+                            " (for whom it applies to)"
+                        } else {
+                            ""
+                        };
+                        println!("      lowered by {origin}{whom}: {}", shown.join(", "));
+                    }
                     if !i.is_empty() {
                         let shown: Vec<String> = i
                             .iter()
@@ -256,6 +267,30 @@ fn bounds_of(p: &Policy) -> std::collections::BTreeMap<&'static str, String> {
     cordon_policy::Bound::ALL
         .into_iter()
         .map(|b| (b.key(), b.show(p.bounds.get(b))))
+        .collect()
+}
+
+/// Each later layer that lowers a bound: its name, whether it applies to
+/// some identities only (`applies_to`), and the bounds it states.
+#[allow(clippy::type_complexity)]
+fn lowered_of(
+    p: &Policy,
+) -> Vec<(
+    String,
+    bool,
+    std::collections::BTreeMap<&'static str, String>,
+)> {
+    p.layers
+        .iter()
+        .skip(1)
+        .filter_map(|l| {
+            let stated: std::collections::BTreeMap<&'static str, String> =
+                cordon_policy::Bound::ALL
+                    .into_iter()
+                    .filter_map(|b| l.bounds.get(b).map(|s| (b.key(), b.show(s.value))))
+                    .collect();
+            (!stated.is_empty()).then(|| (l.origin.to_string(), l.applies_to.is_some(), stated))
+        })
         .collect()
 }
 

@@ -197,3 +197,65 @@ fn local_dev_reaches_a_server_on_this_machine_and_the_defaults_do_not() {
         "spec-egress dialled loopback: {code} {out} {err}"
     );
 }
+
+/// docs/quickstart.md's section 4 as a reader runs it: its `mine.yaml`
+/// saved as shown, then each command of its console block, whose output
+/// (line numbers and all) must be what the section shows. The run's
+/// refusal names the file by its full path: `/home/you/` there.
+#[test]
+fn the_quickstart_policy_section_prints_what_it_shows() {
+    let repo = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
+    let doc = std::fs::read_to_string(repo.join("docs/quickstart.md")).unwrap();
+    let from = doc.find("## 4.").expect("section 4");
+    let to = from + doc[from..].find("## 5.").expect("section 5");
+    let part = &doc[from..to];
+    let block = |lang: &str| -> String {
+        let start = part.find(&format!("```{lang}\n")).expect(lang) + lang.len() + 4;
+        let len = part[start..].find("```").expect("end of block");
+        part[start..start + len].to_string()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("mine.yaml"), block("yaml")).unwrap();
+    let console = block("console");
+    let mut steps: Vec<(String, Vec<String>)> = Vec::new();
+    for line in console.lines() {
+        match line.strip_prefix("$ ") {
+            Some(cmd) => steps.push((cmd.to_string(), Vec::new())),
+            None => steps
+                .last_mut()
+                .expect("a command first")
+                .1
+                .push(line.to_string()),
+        }
+    }
+    let shown_dir = format!("{}/", dir.path().display());
+    let mut ran = 0;
+    for (cmd, expected) in &steps {
+        let Some(args) = cmd.strip_prefix("cordon ") else {
+            continue;
+        };
+        let args: Vec<&str> = args.split_whitespace().collect();
+        if args[0] == "run" && !root() {
+            eprintln!(
+                "\n!!!!!!!! SKIPPED the quickstart's `cordon run` step: needs root !!!!!!!!\n"
+            );
+            assert!(std::env::var_os("CI").is_none(), "CI runs as root");
+            continue;
+        }
+        let (_, out, err) = cordon_testkit::cordon!()
+            .current_dir(dir.path())
+            .env("CORDON_MIN_ISOLATION", "container")
+            .run(&args);
+        let got: Vec<String> = format!("{out}{err}")
+            .replace(&shown_dir, "/home/you/")
+            .lines()
+            .map(str::to_string)
+            .collect();
+        assert_eq!(
+            &got, expected,
+            "`{cmd}`: docs/quickstart.md shows otherwise"
+        );
+        ran += 1;
+    }
+    assert_eq!(ran, if root() { 3 } else { 2 }, "{steps:?}");
+}

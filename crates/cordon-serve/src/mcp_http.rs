@@ -185,6 +185,14 @@ pub(crate) async fn mcp_credential(
         let response = next.run(req).await;
         if deleting && response.status().is_success() {
             sessions.forget(&id);
+            // rmcp answers an ended session `202`; MCP clients (the
+            // official SDKs) expect `200` or `204` and report anything
+            // else as a failed termination. It ended: `204`. (The
+            // sandbox is the credential's thread's, not the session's,
+            // and stays until it is disposed of or idles out.)
+            if response.status() == StatusCode::ACCEPTED {
+                return StatusCode::NO_CONTENT.into_response();
+            }
         }
         return response;
     }
