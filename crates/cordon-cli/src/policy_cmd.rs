@@ -180,6 +180,15 @@ pub fn run(cmd: PolicyCommand) -> ExitCode {
 }
 
 fn check(files: &[PathBuf], format: Format) -> ExitCode {
+    // A file that is not there is a usage error (2), as for every other
+    // command; problems found in a file that is are 1.
+    if let Some(missing) = files.iter().find(|f| !f.exists()) {
+        eprintln!(
+            "error: policy `{}`: no such file\nhelp: check the path; `cordon policy show-default` prints the built-in policy to start from",
+            missing.display()
+        );
+        return ExitCode::from(crate::exit::USAGE);
+    }
     let mut all = Diagnostics::default();
     let mut summaries = Vec::new();
     for f in files {

@@ -27,8 +27,10 @@ use cordon_sandbox::{
 
 pub use crate::exit::BOUND as EXIT_BOUND;
 
-/// Each of stdout and stderr is cut at this many bytes (the policy's
-/// `max_response_bytes` when lower).
+/// Each of stdout and stderr is cut at this many bytes, by `cordon run`
+/// and `cordon sandbox exec` alike (the `output_cap_bytes` their JSON
+/// reports). The policy's `max_response_bytes` bounds what the egress proxy
+/// carries, not what a command prints.
 pub const MAX_OUTPUT_BYTES: u64 = 16 << 20;
 
 #[derive(clap::Args)]
@@ -215,7 +217,7 @@ pub fn run(args: RunArgs) -> ExitCode {
         env: Default::default(),
         stdin: Vec::new(),
         timeout: Duration::from_secs(limits.max_wall_seconds),
-        max_output_bytes: MAX_OUTPUT_BYTES.min(limits.max_response_bytes),
+        max_output_bytes: MAX_OUTPUT_BYTES,
     };
     let result = {
         let _p = phase("exec");
@@ -244,7 +246,20 @@ pub fn run(args: RunArgs) -> ExitCode {
                     eprintln!("{note}");
                 }
             }
-            let code = exit_for(&out, req.max_output_bytes);
+            // The bounds the sandbox ran under: the spec's asks, within
+            // the policy's.
+            let mut ran_under = limits;
+            let ask = spec.resources();
+            for (v, a) in [
+                (&mut ran_under.max_memory, ask.memory),
+                (&mut ran_under.max_processes, ask.processes),
+                (&mut ran_under.max_cpu_seconds, ask.cpu_seconds),
+                (&mut ran_under.max_wall_seconds, ask.wall_seconds),
+                (&mut ran_under.max_disk, ask.disk),
+            ] {
+                *v = a.map_or(*v, |a| a.min(*v));
+            }
+            let code = exit_for(&out, req.max_output_bytes, Some(&ran_under));
             match applied {
                 Some(Err(refused)) => refused,
                 _ => code,
@@ -278,7 +293,12 @@ pub fn policy_path(args: &Selection) -> Result<Option<std::path::PathBuf>, ExitC
         Some(p) => p
             .canonicalize()
             .map(Some)
-            .map_err(|e| usage(format!("policy `{}`: {e}", p.display()))),
+            .map_err(|e| {
+                usage(format!(
+                    "policy `{}`: {e}\nhelp: check the path given to `--policy`; without `--policy` the built-in `cordon:default` applies (`cordon policy show-default` prints it)",
+                    p.display()
+                ))
+            }),
         None => Ok(None),
     }
 }
@@ -397,7 +417,11 @@ pub fn show(stream: Stream, bytes: &[u8]) {
 }
 
 /// The exit code for how a workload ended (and a note on cut output).
-pub fn exit_for(out: &cordon_sandbox::ExecOutput, cap: u64) -> ExitCode {
+pub fn exit_for(
+    out: &cordon_sandbox::ExecOutput,
+    cap: u64,
+    bounds: Option<&cordon_policy::Bounds>,
+) -> ExitCode {
     let json = crate::json_out::on();
     for (cut, which) in [
         (out.stdout_truncated, "stdout"),
@@ -425,9 +449,30 @@ pub fn exit_for(out: &cordon_sandbox::ExecOutput, cap: u64) -> ExitCode {
             "output_cap_bytes": cap,
         }));
     } else if let Some(bound) = &killed_by {
-        eprintln!("cordon: the workload was killed at the `{bound}` bound");
+        eprintln!("{}", killed_note(bound, bounds));
     }
     ExitCode::from(code)
+}
+
+/// What a bound's kill says: which bound, its value where known, and the
+/// two ways to give the workload more.
+fn killed_note(bound: &str, bounds: Option<&cordon_policy::Bounds>) -> String {
+    let b = cordon_policy::Bound::from_key(bound);
+    let value = match (b, bounds) {
+        (Some(b), Some(all)) => format!(" ({} here)", b.show(all.get(b))),
+        _ => String::new(),
+    };
+    let ask = match bound {
+        "max_memory" => "resources.memory",
+        "max_processes" => "resources.processes",
+        "max_cpu_seconds" => "resources.cpu_seconds",
+        "max_wall_seconds" => "resources.wall_seconds",
+        "max_disk" => "resources.disk",
+        _ => return format!("cordon: the workload was killed at the `{bound}` bound{value}"),
+    };
+    format!(
+        "cordon: the workload was killed at the `{bound}` bound{value}. To give it more: ask in the spec (`{ask}`, up to the policy's `{bound}`), or run under a policy whose root layer sets a higher `{bound}` (`cordon policy check` shows a policy's bounds)"
+    )
 }
 
 /// Resolves the floor, the policy, the spec and the identity, and builds the

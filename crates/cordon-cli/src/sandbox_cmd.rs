@@ -432,7 +432,7 @@ fn go(cmd: SandboxCommand) -> Result<ExitCode, ExitCode> {
                 max_output_bytes: MAX_OUTPUT_BYTES,
             };
             let out = crate::run::exec_attached(&s, &req, tty).map_err(fail)?;
-            Ok(exit_for(&out, req.max_output_bytes))
+            Ok(exit_for(&out, req.max_output_bytes, None))
         }
         SandboxCommand::Put {
             handle,

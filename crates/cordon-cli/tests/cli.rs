@@ -80,9 +80,33 @@ fn json_output_carries_positions() {
 
 #[test]
 fn a_missing_file_is_an_error_not_a_pass() {
+    // A usage error (2), as at every policy command, with what to do.
     let (code, _, err) = cordon(&["policy", "check", "no/such/policy.yaml"]);
-    assert_eq!(code, 1);
-    assert!(err.contains("cannot read the policy"), "{err}");
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("no such file") && err.contains("help:"),
+        "{err}"
+    );
+    for args in [
+        &[
+            "policy",
+            "explain",
+            "no/such/policy.yaml",
+            "--compute",
+            "--command",
+            "/bin/true",
+        ][..],
+        &[
+            "policy",
+            "test",
+            "no/such/policy.yaml",
+            "no/such/tests.yaml",
+        ][..],
+    ] {
+        let (code, _, err) = cordon(args);
+        assert_eq!(code, 2, "{args:?}: {err}");
+        assert!(err.contains("help:"), "{args:?}: {err}");
+    }
 }
 
 // ---- cordon policy test ----

@@ -259,3 +259,152 @@ fn the_quickstart_policy_section_prints_what_it_shows() {
     }
     assert_eq!(ran, if root() { 3 } else { 2 }, "{steps:?}");
 }
+
+/// A spec key misspelt is answered with the nearest field.
+#[test]
+fn a_misspelt_spec_field_gets_a_did_you_mean() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = dir.path().join("spec.yaml");
+    std::fs::write(&spec, "kind: x\nimage: host\negres_allow: [pypi.org]\n").unwrap();
+    let (code, _, err) = as_user(dir.path(), &["spec", "check", spec.to_str().unwrap()]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("did you mean `egress_allow`?"), "{err}");
+}
+
+/// A policy file that is not there: every command says so with what to
+/// do — `run` with 125 (all its own failures are), the policy commands
+/// with 2 (a usage error).
+#[test]
+fn a_missing_policy_file_says_what_to_do_everywhere() {
+    let dir = tempfile::tempdir().unwrap();
+    let (code, _, err) = as_user(
+        dir.path(),
+        &[
+            "run",
+            "--min-isolation",
+            "container",
+            "--policy",
+            "nope.yaml",
+            "--",
+            "/bin/true",
+        ],
+    );
+    assert_eq!(code, 125, "{err}");
+    assert!(
+        err.contains("help:") && err.contains("show-default"),
+        "{err}"
+    );
+    let (code, _, err) = as_user(dir.path(), &["policy", "check", "nope.yaml"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("help:"), "{err}");
+}
+
+/// The README's exit codes are the ones `cordon --help` lists.
+#[test]
+fn the_readme_lists_every_exit_code_help_does() {
+    let repo = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
+    let readme = std::fs::read_to_string(repo.join("README.md")).unwrap();
+    let at = readme.find("Exit codes:").expect("the README's exit codes");
+    let para = readme[at..at + readme[at..].find("\n\n").unwrap()]
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    let (_, help, _) = cordon_testkit::cordon!().run(["--help"]);
+    let codes = &help[help.find("Exit codes:").expect("help's exit codes")..];
+    let mut seen = 0;
+    for code in ["0", "1", "2", "3", "124", "125"] {
+        if codes.contains(&format!(" {code} ")) {
+            seen += 1;
+            assert!(
+                para.contains(&format!(" {code} ")),
+                "`cordon --help` lists exit code {code}; the README does not:\n{para}"
+            );
+        }
+    }
+    assert_eq!(seen, 6, "{codes}");
+}
+
+/// What a new user hits running things: a memory kill names the bound's
+/// value and how to raise it; a program the image lacks is said to be
+/// missing, not misnamed; `run` and `sandbox exec` cut output at one cap.
+#[test]
+fn run_messages_name_the_value_and_the_fix() {
+    if !root() {
+        eprintln!(
+            "\n!!!!!!!! SKIPPED run_messages_name_the_value_and_the_fix: needs root !!!!!!!!\n"
+        );
+        assert!(std::env::var_os("CI").is_none(), "CI runs as root");
+        return;
+    }
+    let home = tempfile::tempdir().unwrap();
+    let run = |args: &[&str]| {
+        let mut all = vec![
+            "run",
+            "-q",
+            "--min-isolation",
+            "container",
+            "--backend",
+            "container",
+        ];
+        all.extend(args);
+        as_user(home.path(), &all)
+    };
+    let (code, _, err) = run(&["--", "python3", "-c", "x = bytearray(700 << 20)"]);
+    assert_eq!(code, 124, "{err}");
+    assert!(
+        err.contains("`max_memory` bound (512MiB here)") && err.contains("resources.memory"),
+        "{err}"
+    );
+    let (code, _, err) = run(&["--", "ruby", "-e", "1"]);
+    assert_eq!(code, 125, "{err}");
+    assert!(
+        err.contains("`ruby` is not in the image") && err.contains("Install it"),
+        "{err}"
+    );
+    let cap = |out: &str| -> u64 {
+        out.lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .find(|v| v["event"] == "exit")
+            .and_then(|v| v["output_cap_bytes"].as_u64())
+            .expect("an exit event with its cap")
+    };
+    let (code, out, err) = run(&["--format", "json", "--", "/bin/true"]);
+    assert_eq!(code, 0, "{err}");
+    let state = home.path().join("state");
+    let kept = |args: &[&str]| {
+        cordon_testkit::cordon!()
+            .env("HOME", home.path())
+            .env("CORDON_STATE_DIR", &state)
+            .run(args)
+    };
+    let (code, h, err) = kept(&[
+        "sandbox",
+        "up",
+        "-q",
+        "--scope",
+        "s",
+        "--thread",
+        "t",
+        "--min-isolation",
+        "container",
+        "--backend",
+        "container",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let (code, exec_out, err) = kept(&[
+        "sandbox",
+        "--format",
+        "json",
+        "exec",
+        h.trim(),
+        "--",
+        "/bin/true",
+    ]);
+    let _ = kept(&["sandbox", "down", h.trim()]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        cap(&out),
+        cap(&exec_out),
+        "run and exec cut output at different caps"
+    );
+}

@@ -22,7 +22,7 @@ pub struct Canonical {
 pub enum CommandError {
     #[error("the command is empty")]
     Empty,
-    #[error("`{0}` is not found in the image's PATH ({IMAGE_PATH}); name it by its absolute path")]
+    #[error("`{0}` is not in the image: no program of that name in its PATH ({IMAGE_PATH}). Install it into the image the spec names (`cordon image` builds and imports images; `image: host` is this machine's /usr), or, if it is there outside the PATH, name it by its absolute path")]
     NotFound(String),
     #[error("`{0}` is a relative path; name the command by its absolute path or a bare name looked up in {IMAGE_PATH}")]
     Relative(String),

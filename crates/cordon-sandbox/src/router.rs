@@ -324,7 +324,7 @@ pub fn ensure_egress_allowed(
                 kind: kind.to_string(),
                 entry: entry.to_string(),
                 identity: who(identity),
-                why: explain(policy, &d),
+                why: crate::router_error::with_egress_hint(explain(policy, &d), policy),
                 rules: rule_places(policy, &d),
             });
         }

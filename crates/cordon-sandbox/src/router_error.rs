@@ -112,7 +112,7 @@ pub enum RouterError {
         limit: u64,
         identity: String,
     },
-    #[error("egress entry `{entry}` of spec `{kind}` is denied by the policy for identity `{identity}`: {why}; drop the entry, or have the policy allow it (a policy that extends `cordon:spec-egress` instead of `cordon:default` allows the hosts a spec names)")]
+    #[error("egress entry `{entry}` of spec `{kind}` is denied by the policy for identity `{identity}`: {why}; drop the entry, or have the policy allow it")]
     EgressDenied {
         kind: String,
         entry: String,
@@ -217,5 +217,18 @@ fn ask_field(bound: Bound) -> &'static str {
 impl From<KeyError> for RouterError {
     fn from(source: KeyError) -> RouterError {
         RouterError::Caller { source }
+    }
+}
+
+/// An egress refusal's reason, with the way out when the root is
+/// `cordon:default` and nothing allowed the entry (that root allows no
+/// egress, and no later layer can widen it).
+pub(crate) fn with_egress_hint(why: String, policy: &cordon_policy::Policy) -> String {
+    let default = cordon_policy::resolve::DEFAULT_NAME;
+    let root_is_default = policy.layers.first().is_some_and(|l| &*l.origin == default);
+    if root_is_default && why.starts_with("no allow rule") {
+        format!("{why} (the root `{default}` allows no egress, and later layers only narrow: extend `cordon:spec-egress` instead, which allows the hosts a spec names)")
+    } else {
+        why
     }
 }

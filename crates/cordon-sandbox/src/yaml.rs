@@ -40,11 +40,18 @@ pub fn load<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, Failure> {
         let (line, column) = e.start_mark().map_or((1, 1), |m| (m.line(), m.column()));
         let message = match &*e {
             marked_yaml::Error::UnknownFieldError(field, expected, _) => {
-                let expected: Vec<String> = expected.iter().map(|f| format!("`{f}`")).collect();
-                format!(
-                    "unknown field `{field}`; the fields here are {}",
-                    expected.join(", ")
-                )
+                let guess = cordon_policy::vocab::did_you_mean(field, expected.iter().copied());
+                let listed: Vec<String> = expected.iter().map(|f| format!("`{f}`")).collect();
+                match guess {
+                    Some(g) => format!(
+                        "unknown field `{field}`: did you mean `{g}`? (the fields here are {})",
+                        listed.join(", ")
+                    ),
+                    None => format!(
+                        "unknown field `{field}`; the fields here are {}",
+                        listed.join(", ")
+                    ),
+                }
             }
             marked_yaml::Error::NotBoolean(_) => "expected `true` or `false`".to_string(),
             other => {
