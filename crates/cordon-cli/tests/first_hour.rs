@@ -31,6 +31,12 @@ fn setup_shows_the_machine_and_records_only_a_choice() {
     assert!(out.contains("what this machine can hold"), "{out}");
     assert!(out.contains("nothing recorded"), "{out}");
     assert!(!file.exists(), "setup without a choice wrote {file:?}");
+    // Whether this machine holds the default floor, said plainly either
+    // way: a microvm line, or why there is none.
+    assert!(
+        out.lines().any(|l| l.trim_start().starts_with("microvm")),
+        "{out}"
+    );
     let (code, _, err) = as_user(home.path(), &["setup", "--min-isolation", "sturdy"]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("one of none, runtime"), "{err}");
@@ -406,5 +412,55 @@ fn run_messages_name_the_value_and_the_fix() {
         cap(&out),
         cap(&exec_out),
         "run and exec cut output at different caps"
+    );
+}
+
+/// The documented install puts the guest agent beside `cordon`
+/// (`install.sh`: both `cargo install`s into one bin directory); there
+/// `doctor`'s microvm row finds it and says the backend can run, naming
+/// the rung this machine really gives it.
+#[test]
+fn an_agent_installed_beside_cordon_makes_the_microvm_ready() {
+    let repo = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
+    let script = std::fs::read_to_string(repo.join("install.sh")).unwrap();
+    assert!(
+        script.contains("--path crates/cordon-cli")
+            && script.contains("--path crates/cordon-vm-agent"),
+        "install.sh installs cordon and its guest agent"
+    );
+    let built = std::path::Path::new(env!("CARGO_BIN_EXE_cordon"));
+    if let Some(why) = cordon_testkit::microvm_missing(built) {
+        eprintln!("\n!!!!!!!! SKIPPED an_agent_installed_beside_cordon_makes_the_microvm_ready: {why} !!!!!!!!\n");
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI installs what the microvm needs: {why}"
+        );
+        return;
+    }
+    // An installed layout: the two binaries in one directory.
+    let bin = tempfile::tempdir().unwrap();
+    let agent = built
+        .parent()
+        .and_then(std::path::Path::parent)
+        .unwrap()
+        .join("x86_64-unknown-linux-gnu/guest/cordon-vm-agent");
+    std::fs::copy(built, bin.path().join("cordon")).unwrap();
+    std::fs::copy(&agent, bin.path().join("cordon-vm-agent")).unwrap();
+    let (_, out, err) = cordon_testkit::Cordon::new(bin.path().join("cordon"))
+        .env_remove("CORDON_VM_AGENT")
+        .run(["doctor", "--min-isolation", "container"]);
+    let row = out
+        .lines()
+        .find(|l| l.starts_with("microvm"))
+        .unwrap_or_else(|| panic!("no microvm row:\n{out}{err}"));
+    let beside = format!(
+        "guest agent `{}`",
+        bin.path().join("cordon-vm-agent").display()
+    );
+    assert!(row.contains(&beside) && row.contains("can run"), "{row}");
+    // The rung it declares is the one this machine holds, said plainly.
+    assert!(
+        row.contains("accelerator: kvm") || row.contains("not a security boundary"),
+        "{row}"
     );
 }
