@@ -464,3 +464,122 @@ fn an_agent_installed_beside_cordon_makes_the_microvm_ready() {
         "{row}"
     );
 }
+
+/// Egress in the policy, as a new user tries it: appending an `egress:`
+/// to the default's text is told that the key is given twice (not about
+/// anchors); a layer over `cordon:default` that allows egress is told its
+/// allow can never take effect, and what to extend instead.
+#[test]
+fn egress_mistakes_are_named_with_their_fix() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, default, _) = as_user(dir.path(), &["policy", "show-default"]);
+    let appended = dir.path().join("appended.yaml");
+    std::fs::write(
+        &appended,
+        format!("{default}  egress:\n    allow:\n      - name: pypi\n        when: host == \"pypi.org\"\n"),
+    )
+    .unwrap();
+    let (code, _, err) = as_user(dir.path(), &["policy", "check", appended.to_str().unwrap()]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("duplicate key `egress`: it is given twice") && !err.contains("anchors"),
+        "{err}"
+    );
+    let layered = dir.path().join("layered.yaml");
+    std::fs::write(
+        &layered,
+        "policy:\n  extends: [\"cordon:default\"]\n  egress:\n    allow:\n      - name: pypi\n        when: host == \"pypi.org\"\n",
+    )
+    .unwrap();
+    let (code, out, err) = as_user(dir.path(), &["policy", "check", layered.to_str().unwrap()]);
+    assert_eq!(code, 0, "a warning, not an error: {err}");
+    assert!(out.starts_with("ok "), "{out}");
+    assert!(
+        err.contains("warning: this allow can never take effect")
+            && err.contains("cordon:spec-egress"),
+        "{err}"
+    );
+}
+
+/// A one-shot run does not see the caller's files: the promise in the
+/// default's header says so, a failed `python3 script.py` is followed by
+/// the flag that shows the directory, and `--work-dir` over a directory
+/// it refuses points to `--workspace`.
+#[test]
+fn a_run_that_cannot_see_your_files_says_how_it_can() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, default, _) = as_user(dir.path(), &["policy", "show-default"]);
+    let header: String = default.lines().take_while(|l| l.starts_with('#')).collect();
+    assert!(!header.contains("cordon run -- python3 script.py"), "{header}");
+    assert!(header.contains("--workspace"), "{header}");
+    if !root() {
+        eprintln!("\n!!!!!!!! SKIPPED the run half of a_run_that_cannot_see_your_files_says_how_it_can: needs root !!!!!!!!\n");
+        assert!(std::env::var_os("CI").is_none(), "CI runs as root");
+        return;
+    }
+    std::fs::write(dir.path().join("script.py"), "print('ran')\n").unwrap();
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "run",
+            "--min-isolation",
+            "container",
+            "--backend",
+            "container",
+        ];
+        args.extend(extra);
+        cordon_testkit::cordon!()
+            .current_dir(dir.path())
+            .env("HOME", dir.path())
+            .run(&args)
+    };
+    let (code, _, err) = run(&["--", "python3", "script.py"]);
+    assert_ne!(code, 0, "{err}");
+    assert!(
+        err.contains("`script.py` is a file of this directory") && err.contains("--workspace ."),
+        "{err}"
+    );
+    // Root's directory: refused, pointing to the flag that works.
+    let (code, _, err) = run(&["--work-dir", ".", "--", "python3", "script.py"]);
+    assert_eq!(code, 125, "{err}");
+    assert!(err.contains("--workspace"), "{err}");
+    let (code, out, err) = run(&["--workspace", ".", "--", "python3", "script.py"]);
+    assert_eq!((code, out.as_str()), (0, "ran\n"), "{err}");
+}
+
+/// `doctor` names the backend a run uses under the floor, as the router
+/// picks it (an opt-in backend above the floor only when named).
+#[test]
+fn doctor_names_the_backend_a_run_uses() {
+    if !root() {
+        eprintln!("\n!!!!!!!! SKIPPED doctor_names_the_backend_a_run_uses: needs root !!!!!!!!\n");
+        assert!(std::env::var_os("CI").is_none(), "CI runs as root");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (code, out, err) = as_user(dir.path(), &["doctor", "--min-isolation", "container"]);
+    assert_eq!(code, 0, "{err}");
+    let ok = out
+        .lines()
+        .find(|l| l.starts_with("ok: "))
+        .expect("the ok line");
+    assert!(ok.contains("a workload runs on `container`"), "{ok}");
+    if out
+        .lines()
+        .any(|l| l.starts_with("gvisor") && l.contains("can run"))
+    {
+        assert!(ok.contains("only when named: `gvisor`"), "{ok}");
+    }
+    let (_, json, _) = as_user(
+        dir.path(),
+        &[
+            "run",
+            "--min-isolation",
+            "container",
+            "--format",
+            "json",
+            "--",
+            "/bin/true",
+        ],
+    );
+    assert!(json.contains("\"backend\":\"container\""), "{json}");
+}
