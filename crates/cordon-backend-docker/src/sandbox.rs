@@ -80,6 +80,10 @@ pub struct DockerSandbox {
     /// of loopback only (beside the proxy's listener, with a route) which
     /// every exec joins and listens in, and a forward connects in.
     ports: bool,
+    /// The anchor's network namespace, found by the first forward and
+    /// held (pinned by the descriptor: the anchor lives as long as the
+    /// sandbox), so a connection costs no engine round trip.
+    port_netns: std::sync::Mutex<Option<std::os::fd::OwnedFd>>,
     /// The egress proxy's CA the sandbox trusts (its files in `dir/trust`,
     /// bound read-only into every exec), when the policy inspects.
     trust: Option<cordon_backend_kit::trust::Trust>,
@@ -213,6 +217,7 @@ impl DockerSandbox {
             proxy_port,
             egress: Serving::new(serving),
             ports,
+            port_netns: std::sync::Mutex::new(None),
             trust,
             disposed: AtomicBool::new(false),
             paused: Default::default(),
@@ -244,6 +249,9 @@ impl DockerSandbox {
         }
         self.egress.end();
         self.files.end_watches();
+        // The anchor's namespace goes with the anchor, not with this
+        // struct's last reference.
+        *self.port_netns.lock().unwrap_or_else(|p| p.into_inner()) = None;
         let failures = self.engine.remove_labelled(crate::LABEL_SANDBOX, &self.id);
         cordon_backend_kit::dirs::remove_last(&self.dir, failures)
     }
@@ -734,13 +742,21 @@ impl Sandbox for DockerSandbox {
                 capability: cordon_sandbox::Capability::Ports,
             });
         }
-        let ns = crate::containers::anchor_netns(&self.engine, &self.id).map_err(|e| {
-            SandboxError::Failed {
-                operation: "port",
-                reason: e,
+        let failed = |reason: String| SandboxError::Failed {
+            operation: "port",
+            reason,
+        };
+        let ns = {
+            let mut held = self.port_netns.lock().unwrap_or_else(|p| p.into_inner());
+            if held.is_none() {
+                *held =
+                    Some(crate::containers::anchor_netns(&self.engine, &self.id).map_err(failed)?);
             }
-        })?;
-        cordon_backend_kit::ports::connect(Some(ns), req.port)
+            held.as_ref()
+                .map(|fd| fd.try_clone().map_err(|e| failed(e.to_string())))
+                .transpose()?
+        };
+        cordon_backend_kit::ports::connect(ns, req.port)
     }
 
     fn residue(&self) -> serde_json::Value {

@@ -470,7 +470,6 @@ pub fn initramfs(settings: &VmSettings, kernel: &Kernel, agent: &Path) -> Result
 /// kernel image, its `modules.dep` and `modules.builtin` (a kernel package
 /// upgrade rewrites them) and its configuration.
 fn quick_key(kernel: &Kernel, agent: &Path) -> String {
-    use std::os::unix::fs::MetadataExt;
     let mut h = Sha256::new();
     h.update(LAYOUT);
     h.update(GUEST_MODULES.join(",").as_bytes());
@@ -482,18 +481,7 @@ fn quick_key(kernel: &Kernel, agent: &Path) -> String {
         &kernel.modules.join("modules.builtin"),
         config.as_path(),
     ] {
-        let stamp = std::fs::metadata(p)
-            .map(|m| {
-                format!(
-                    "{}:{}:{}:{}",
-                    p.display(),
-                    m.len(),
-                    m.mtime_nsec() + m.mtime() * 1_000_000_000,
-                    m.ino()
-                )
-            })
-            .unwrap_or_else(|_| format!("{}:absent", p.display()));
-        h.update(stamp.as_bytes());
+        h.update(crate::probe::stamp(p).as_bytes());
     }
     hex(&h.finalize())[..32].to_string()
 }

@@ -174,9 +174,21 @@ fn qemu_version(settings: &VmSettings, qemu: &Path) -> String {
     version
 }
 
-fn stamp(p: &Path) -> String {
+/// A file as a cache key sees it: its path, size, modification time (to
+/// the nanosecond), inode and device number — any change of the file, or
+/// another file put in its place, changes it.
+pub(crate) fn stamp(p: &Path) -> String {
     std::fs::metadata(p)
-        .map(|m| format!("{}:{}:{}:{}", p.display(), m.len(), m.mtime(), m.rdev()))
+        .map(|m| {
+            format!(
+                "{}:{}:{}:{}:{}",
+                p.display(),
+                m.len(),
+                i128::from(m.mtime()) * 1_000_000_000 + i128::from(m.mtime_nsec()),
+                m.ino(),
+                m.rdev()
+            )
+        })
         .unwrap_or_else(|_| format!("{}:absent", p.display()))
 }
 

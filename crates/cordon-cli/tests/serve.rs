@@ -1663,6 +1663,20 @@ fn a_terminated_server_finishes_what_runs_and_disposes_of_its_sandboxes() {
     // some first: this server landed none.)
 }
 
+/// Node (for the TypeScript client): `/usr/bin/node`,
+/// `/usr/local/bin/node`, else the first on `PATH`.
+fn node_binary() -> Option<std::path::PathBuf> {
+    ["/usr/bin/node", "/usr/local/bin/node"]
+        .into_iter()
+        .map(std::path::PathBuf::from)
+        .find(|p| p.is_file())
+        .or_else(|| {
+            std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
+                .map(|d| d.join("node"))
+                .find(|p| p.is_file())
+        })
+}
+
 /// The Python client's own tests, against this live server.
 #[test]
 fn the_python_client_passes_its_tests_against_a_live_server() {
@@ -1698,6 +1712,76 @@ fn the_python_client_passes_its_tests_against_a_live_server() {
     assert!(
         err.contains("Ran 15 tests") && !err.contains("skipped"),
         "{err}"
+    );
+}
+
+/// The TypeScript client's own tests (`node --test`, no packages), against
+/// this live server.
+#[test]
+fn the_typescript_client_passes_its_tests_against_a_live_server() {
+    if !root() {
+        return;
+    }
+    let Some(node) = node_binary() else {
+        cordon_testkit::skip(
+            "the TypeScript client's tests",
+            "needs node (18 or later), on PATH or /usr/bin/node",
+        );
+        return;
+    };
+    let dir = tempfile::tempdir().expect("dir");
+    // A project beneath the one workspace root this server allows.
+    let project = dir.path().join("projects/p1");
+    std::fs::create_dir_all(&project).expect("project");
+    std::fs::write(project.join("notes.md"), "# notes\n").expect("project file");
+    let body = good_config().replace(
+        "sandboxes: {state_dir: state, dispose_on_shutdown: true}",
+        &format!(
+            "sandboxes: {{state_dir: state, dispose_on_shutdown: true, workspace_roots: [projects]}}\nsnapshots: {{dir: {}}}",
+            dir.path().join("snapshots").display()
+        ),
+    );
+    assert!(body.contains("workspace_roots"));
+    let server = start(&config(dir.path(), &body));
+    let client = concat!(env!("CARGO_MANIFEST_DIR"), "/../../clients/typescript");
+    let out = Command::new(&node)
+        .args(["--test", "test/"])
+        .current_dir(client)
+        .env("CORDON_URL", format!("http://{}", server.addr))
+        .env("CORDON_TOKEN_A", "token-a")
+        .env("CORDON_TOKEN_B", "token-b")
+        .env("CORDON_WORKSPACE", &project)
+        .output()
+        .expect("node");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{text}");
+    // The summary: `# pass 11` (TAP, Node 18 and 20 off a terminal) or
+    // `ℹ pass 11` (the spec reporter, later Nodes).
+    let count = |what: &str| {
+        text.lines()
+            .find_map(|l| {
+                let l = l.trim_start_matches(['#', 'ℹ', ' ']);
+                l.strip_prefix(what)?
+                    .strip_prefix(' ')?
+                    .trim()
+                    .parse::<u32>()
+                    .ok()
+            })
+            .unwrap_or_else(|| panic!("no `{what}` count in:\n{text}"))
+    };
+    assert_eq!(
+        (
+            count("tests"),
+            count("pass"),
+            count("fail"),
+            count("skipped")
+        ),
+        (11, 11, 0, 0),
+        "{text}"
     );
 }
 
@@ -2251,7 +2335,8 @@ fn an_mcp_session_is_answered_only_to_the_credential_that_made_it() {
     assert!(ran.contains("still-a"), "{ran}");
     // A ends it; then it is nobody's, to A too.
     let ended = mcp_request(addr, "DELETE", "token-a", Some(&a), &[], None);
-    assert!(ended.starts_with("HTTP/1.1 2"), "{ended}");
+    // `204`: what MCP clients expect of an ended session (rmcp says 202).
+    assert!(ended.starts_with("HTTP/1.1 204"), "{ended}");
     let gone = mcp_request(addr, "POST", "token-a", Some(&a), &[], Some(&call));
     let nobodys = mcp_request(addr, "POST", "token-a", Some(unknown), &[], Some(&call));
     assert_eq!(gone, nobodys);
@@ -2799,8 +2884,12 @@ fn the_quickstart_http_python_and_mcp_sections_run_as_written() {
             .map(|(_, b)| b.clone())
             .collect()
     };
-    let (sh, py, js) = (of("sh"), of("python"), of("json"));
-    assert_eq!((sh.len(), py.len(), js.len()), (1, 3, 2), "{blocks:?}");
+    let (sh, py, js, node) = (of("sh"), of("python"), of("json"), of("js"));
+    assert_eq!(
+        (sh.len(), py.len(), js.len(), node.len()),
+        (1, 3, 2, 1),
+        "{blocks:?}"
+    );
     // The reader's clone: its root, with the server's files written there.
     let dir = tempfile::tempdir().expect("dir");
     for d in ["clients", "examples"] {
@@ -2820,9 +2909,28 @@ fn the_quickstart_http_python_and_mcp_sections_run_as_written() {
          for _ in $(seq 200); do curl -sf http://127.0.0.1:8787/healthz >/dev/null && break; sleep 0.1; done\n",
     );
     for (i, block) in py.iter().enumerate() {
+        // As the reader runs them: the client's blocks with the venv the
+        // shell block made (`pip install ./clients/python`), the MCP one
+        // with a venv holding PyPI's `mcp`.
+        let runner = if block.contains("import mcp") || block.contains("from mcp") {
+            "\"$PYTHON\""
+        } else {
+            ".venv/bin/python"
+        };
         script.push_str(&format!(
-            "echo '== python {i}'\n\"$PYTHON\" - <<'PYTHON_BLOCK'\n{block}PYTHON_BLOCK\n"
+            "echo '== python {i}'\n{runner} - <<'PYTHON_BLOCK'\n{block}PYTHON_BLOCK\n"
         ));
+    }
+    // The TypeScript client's block, saved and run as the section says
+    // (`node agent.mjs`), where there is a node.
+    if let Some(bin) = node_binary() {
+        std::fs::write(dir.path().join("agent.mjs"), &node[0]).expect("agent.mjs");
+        script.push_str(&format!("echo '== node'\n{} agent.mjs\n", bin.display()));
+    } else {
+        cordon_testkit::skip(
+            "the quickstart's TypeScript block",
+            "no `node` on this machine",
+        );
     }
     let out = Command::new("bash")
         .arg("-c")
@@ -2860,6 +2968,13 @@ fn the_quickstart_http_python_and_mcp_sections_run_as_written() {
             > 0
     );
     assert!(section(1).trim_end().ends_with("285"), "{stdout}");
+    if let Some(at) = stdout.find("== node") {
+        let node_out = &stdout[at..];
+        assert!(
+            node_out.contains("\n285\n") && node_out.contains("first: 1"),
+            "{stdout}\n{stderr}"
+        );
+    }
     assert!(
         section(2).contains("run_code") && section(2).contains("\"exit_code\": 0"),
         "{stdout}\n{stderr}"

@@ -83,6 +83,29 @@ async fn forward(
         Ok(x) => x,
         Err(r) => return *r,
     };
+    // A WebSocket (or another upgrade): its protocol goes on, and the
+    // client's side of the switch is awaited once the sandbox agrees. Its
+    // place is taken first, so a credential past its cap costs no
+    // decision and no connection into the sandbox.
+    let upgrade = upgrade_of(req.headers());
+    let place = match &upgrade {
+        Some(_) => match crate::served::take_place(
+            &s,
+            |s| &s.tunnels,
+            &cred.name,
+            MAX_TUNNELS_PER_CREDENTIAL,
+        ) {
+            Some(p) => Some(p),
+            None => {
+                return crate::refusal::Refusal {
+                    status: axum::http::StatusCode::TOO_MANY_REQUESTS,
+                    message: format!("this credential has {MAX_TUNNELS_PER_CREDENTIAL} upgraded preview connections (WebSockets) open already; close one first"),
+                }
+                .into_response()
+            }
+        },
+        None => None,
+    };
     let ask = PortRequest {
         port,
         listen: s.config.listen.ip().to_string(),
@@ -113,27 +136,6 @@ async fn forward(
         };
     tokio::spawn(conn.with_upgrades());
     let mut req = req;
-    // A WebSocket (or another upgrade): its protocol goes on, and the
-    // client's side of the switch is awaited once the sandbox agrees.
-    let upgrade = upgrade_of(req.headers());
-    let place = match &upgrade {
-        Some(_) => match crate::served::take_place(
-            &s,
-            |s| &s.tunnels,
-            &cred.name,
-            MAX_TUNNELS_PER_CREDENTIAL,
-        ) {
-            Some(p) => Some(p),
-            None => {
-                return crate::refusal::Refusal {
-                    status: axum::http::StatusCode::TOO_MANY_REQUESTS,
-                    message: format!("this credential has {MAX_TUNNELS_PER_CREDENTIAL} upgraded preview connections (WebSockets) open already; close one first"),
-                }
-                .into_response()
-            }
-        },
-        None => None,
-    };
     let client_side = upgrade.as_ref().map(|_| hyper::upgrade::on(&mut req));
     let (mut parts, body) = req.into_parts();
     let query = parts

@@ -55,6 +55,7 @@ fn lock(c: &Conns) -> std::sync::MutexGuard<'_, HashMap<u64, Conn>> {
     c.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+#[derive(Clone)]
 pub(crate) struct Relay {
     conns: Conns,
     stopped: Arc<AtomicBool>,

@@ -496,42 +496,39 @@ impl Agent {
     /// (its members' — nothing runs there yet: refused) for the host's
     /// forward, and relays it as `conn`; `Error` with why otherwise.
     fn port_open(&self, req: u64, conn: u64, port: u16) {
-        use std::os::fd::AsFd;
-        let opened = (|| {
-            let s = self.sandbox.as_ref().ok_or((
-                ErrKind::Unavailable,
-                "the sandbox is not set up".to_string(),
-            ))?;
-            let ns = cordon_linux::netns::of_cgroups(&s.warm.cgroup_dirs())
-                .map_err(|e| (ErrKind::Failed, format!("finding the sandbox's network namespace: {e}")))?
-                .ok_or((
-                    ErrKind::Unavailable,
-                    format!("nothing runs in the sandbox, so nothing listens on port {port}; start the server first"),
-                ))?;
-            let stream = cordon_linux::netns::connect_loopback_in(ns.as_fd(), port).map_err(|e| {
-                match e.kind() {
-                    std::io::ErrorKind::ConnectionRefused => (
+        let out = self.out.clone();
+        let Some(s) = self.sandbox.as_ref() else {
+            return port_refused(&out, req, ErrKind::Unavailable, "the sandbox is not set up".into());
+        };
+        // On a thread of its own: finding the namespace walks the
+        // sandbox's cgroups, and the frame loop (exec output, other
+        // connections) never waits behind it. The host waits for `Done`
+        // before it sends on the connection.
+        let (warm, relay) = (s.warm.clone(), s.relay.clone());
+        std::thread::spawn(move || {
+            use std::os::fd::AsFd;
+            let opened = (|| {
+                let ns = cordon_linux::netns::of_cgroups(&warm.cgroup_dirs())
+                    .map_err(|e| (ErrKind::Failed, format!("finding the sandbox's network namespace: {e}")))?
+                    .ok_or((
                         ErrKind::Unavailable,
-                        format!("nothing listens on port {port} in the sandbox; start the server first (listening on 127.0.0.1 or 0.0.0.0)"),
-                    ),
-                    _ => (ErrKind::Failed, format!("connecting to port {port} in the sandbox: {e}")),
-                }
-            })?;
-            s.relay
-                .adopt(req, conn, stream)
-                .map_err(|e| (ErrKind::Failed, e))
-        })();
-        if let Err((kind, message)) = opened {
-            self.out.send(
-                &Msg::Error {
-                    req,
-                    kind,
-                    path: String::new(),
-                    message,
-                },
-                &[],
-            );
-        }
+                        format!("nothing runs in the sandbox, so nothing listens on port {port}; start the server first"),
+                    ))?;
+                let stream = cordon_linux::netns::connect_loopback_in(ns.as_fd(), port).map_err(|e| {
+                    match e.kind() {
+                        std::io::ErrorKind::ConnectionRefused => (
+                            ErrKind::Unavailable,
+                            format!("nothing listens on port {port} in the sandbox; start the server first (listening on 127.0.0.1 or 0.0.0.0)"),
+                        ),
+                        _ => (ErrKind::Failed, format!("connecting to port {port} in the sandbox: {e}")),
+                    }
+                })?;
+                relay.adopt(req, conn, stream).map_err(|e| (ErrKind::Failed, e))
+            })();
+            if let Err((kind, message)) = opened {
+                port_refused(&out, req, kind, message);
+            }
+        });
     }
 
     /// Kills every exec, stops the sandbox and removes its trust and its
@@ -571,4 +568,17 @@ fn mount_work_dir(dir: &std::path::Path, bytes: u64, uid: u32, gid: u32) -> Resu
         Some(data.as_str()),
     )
     .map_err(|e| format!("mounting the work dir `{}` ({data}): {e}", dir.display()))
+}
+
+/// The answer to a `PortOpen` that did not open.
+fn port_refused(out: &Out, req: u64, kind: ErrKind, message: String) {
+    out.send(
+        &Msg::Error {
+            req,
+            kind,
+            path: String::new(),
+            message,
+        },
+        &[],
+    );
 }
