@@ -510,7 +510,10 @@ fn a_run_that_cannot_see_your_files_says_how_it_can() {
     let dir = tempfile::tempdir().unwrap();
     let (_, default, _) = as_user(dir.path(), &["policy", "show-default"]);
     let header: String = default.lines().take_while(|l| l.starts_with('#')).collect();
-    assert!(!header.contains("cordon run -- python3 script.py"), "{header}");
+    assert!(
+        !header.contains("cordon run -- python3 script.py"),
+        "{header}"
+    );
     assert!(header.contains("--workspace"), "{header}");
     if !root() {
         eprintln!("\n!!!!!!!! SKIPPED the run half of a_run_that_cannot_see_your_files_says_how_it_can: needs root !!!!!!!!\n");

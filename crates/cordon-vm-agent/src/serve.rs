@@ -498,7 +498,12 @@ impl Agent {
     fn port_open(&self, req: u64, conn: u64, port: u16) {
         let out = self.out.clone();
         let Some(s) = self.sandbox.as_ref() else {
-            return port_refused(&out, req, ErrKind::Unavailable, "the sandbox is not set up".into());
+            return port_refused(
+                &out,
+                req,
+                ErrKind::Unavailable,
+                "the sandbox is not set up".into(),
+            );
         };
         // On a thread of its own: finding the namespace walks the
         // sandbox's cgroups, and the frame loop (exec output, other
@@ -523,7 +528,9 @@ impl Agent {
                         _ => (ErrKind::Failed, format!("connecting to port {port} in the sandbox: {e}")),
                     }
                 })?;
-                relay.adopt(req, conn, stream).map_err(|e| (ErrKind::Failed, e))
+                relay
+                    .adopt(req, conn, stream)
+                    .map_err(|e| (ErrKind::Failed, e))
             })();
             if let Err((kind, message)) = opened {
                 port_refused(&out, req, kind, message);
