@@ -123,7 +123,7 @@ fn a_command_runs_confined_and_leaves_nothing() {
     let (code, out, err) = sh(&engine, tmp.path(), "id; echo hi");
     assert_eq!(code, 0, "{err}");
     assert!(out.ends_with("hi\n"), "{out}");
-    assert!(err.contains("`docker` rung"), "{err}");
+    assert!(err.contains("running on the `docker` backend"), "{err}");
     // Not root.
     let (code, out, err) = sh(&engine, tmp.path(), "id -u; id -g");
     assert_eq!(code, 0, "{err}");

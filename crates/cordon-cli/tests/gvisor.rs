@@ -75,7 +75,7 @@ fn echo_runs_at_the_hardened_container_rung_and_leaves_nothing() {
     let tmp = scratch();
     let (code, out, err) = run(tmp.path(), &["--", "/bin/echo", "hi"]);
     assert_eq!((code, out.as_str()), (0, "hi\n"), "stderr: {err}");
-    assert!(err.contains("`gvisor` rung"), "{err}");
+    assert!(err.contains("running on the `gvisor` backend"), "{err}");
     // Nothing of the sandbox is left: no directory, no container of its
     // under cordon's state root, no runsc process of its.
     assert_eq!(leftovers(tmp.path()), Vec::<String>::new());
@@ -266,7 +266,7 @@ fn a_container_floor_lands_on_the_container_rung_unless_gvisor_is_named() {
     };
     let (code, err) = cordon(&["run", "--min-isolation", "container", "--", "/bin/true"]);
     assert_eq!(code, 0, "{err}");
-    assert!(err.contains("`container` rung"), "{err}");
+    assert!(err.contains("running on the `container` backend"), "{err}");
     let (code, err) = cordon(&[
         "run",
         "--min-isolation",
@@ -277,7 +277,7 @@ fn a_container_floor_lands_on_the_container_rung_unless_gvisor_is_named() {
         "/bin/true",
     ]);
     assert_eq!(code, 0, "{err}");
-    assert!(err.contains("`gvisor` rung"), "{err}");
+    assert!(err.contains("running on the `gvisor` backend"), "{err}");
 }
 
 /// The container rung's syscall denials hold inside the gVisor sandbox
@@ -710,7 +710,7 @@ fn an_image_from_cordons_store_runs_as_the_plan_grants() {
         script,
     ]);
     assert_eq!(code, 0, "{err}");
-    assert!(err.contains("`gvisor` rung"), "{err}");
+    assert!(err.contains("running on the `gvisor` backend"), "{err}");
     check(&out);
     // A kept sandbox: the second exec is a container in the pod.
     let (code, out, err) = cordon(&[

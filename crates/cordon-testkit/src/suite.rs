@@ -604,7 +604,10 @@ pub fn run_hands_a_granted_secret_read_only_and_refuses_the_rest(b: &Backend) {
         assert_eq!(code, 0, "{name}: {out}\n{err}");
         // Which rung ran it, unless the backend's cases run quiet (`-q`).
         if !b.args.iter().any(|a| a == "-q") {
-            assert!(err.contains(&format!("`{name}` rung")), "{name}: {err}");
+            assert!(
+                err.contains(&format!("running on the `{name}` backend")),
+                "{name}: {err}"
+            );
         }
         assert_secret_held(name, &out, &err);
     } else {
