@@ -208,12 +208,51 @@ pub(crate) fn user_config_path() -> Option<std::path::PathBuf> {
 }
 
 /// The host configuration a command reads: `--config FILE`, else the
-/// user's ([`user_config_path`]) when it exists.
+/// user's ([`user_config_path`]) when it exists and is the user's own.
 pub(crate) fn config_file(flag: Option<&std::path::PathBuf>) -> Option<std::path::PathBuf> {
     if let Some(f) = flag {
         return Some(f.clone());
     }
-    user_config_path().filter(|f| f.is_file())
+    let f = user_config_path().filter(|f| f.is_file())?;
+    match owned_alone(&f) {
+        Ok(()) => Some(f),
+        Err(why) => {
+            // Ignored, never obeyed: it can only lower the floor, so
+            // without it the stricter default holds.
+            eprintln!(
+                "warning: ignoring `{}`: {why}; a floor is read only from a file of your own that no one else can write (`chmod go-w`, or write it again with `cordon setup`)",
+                f.display()
+            );
+            None
+        }
+    }
+}
+
+/// Whether `f` (and the directory holding it) belong to this process's
+/// user and no one else may write them: the user configuration sets the
+/// floor, so a file another user controls (a `HOME` that is not root's
+/// under `sudo`, say) must not.
+fn owned_alone(f: &std::path::Path) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
+    let me = rustix::process::geteuid().as_raw();
+    for p in [Some(f), f.parent()].into_iter().flatten() {
+        let m = std::fs::symlink_metadata(p).map_err(|e| format!("{}: {e}", p.display()))?;
+        if m.uid() != me {
+            return Err(format!(
+                "`{}` belongs to uid {}, not to you (uid {me})",
+                p.display(),
+                m.uid()
+            ));
+        }
+        if m.mode() & 0o022 != 0 {
+            return Err(format!(
+                "`{}` may be written by others (mode {:o})",
+                p.display(),
+                m.mode() & 0o7777
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The `cordon` binary over `registry`'s backends: its process roles

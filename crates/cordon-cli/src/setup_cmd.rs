@@ -10,6 +10,7 @@
 //! there, so none needs a flag; a `--min-isolation` flag or
 //! `CORDON_MIN_ISOLATION` still overrides it for one command.
 
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -230,13 +231,26 @@ fn record(file: &Path, rung: Isolation) -> Result<(), String> {
         format!("`{shown}` would not load with the floor in it, so it was left as it was: {e}")
     })?;
     if let Some(dir) = file.parent() {
-        std::fs::create_dir_all(dir).map_err(|e| format!("making `{}`: {e}", dir.display()))?;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o755)
+            .create(dir)
+            .map_err(|e| format!("making `{}`: {e}", dir.display()))?;
     }
+    // A new file beside it (never one already there, nor through a link
+    // planted at its name), renamed over it; only its owner may write it,
+    // as every command requires of the file it reads the floor from.
     let tmp = file.with_extension("yaml.cordon-setup");
-    std::fs::write(&tmp, &text)
-        .and_then(|()| std::fs::rename(&tmp, file))
-        .map_err(|e| {
-            let _ = std::fs::remove_file(&tmp);
-            format!("writing `{shown}`: {e}")
-        })
+    let _ = std::fs::remove_file(&tmp);
+    let written = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o644)
+        .open(&tmp)
+        .and_then(|mut f| std::io::Write::write_all(&mut f, text.as_bytes()))
+        .and_then(|()| std::fs::rename(&tmp, file));
+    written.map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        format!("writing `{shown}`: {e}")
+    })
 }

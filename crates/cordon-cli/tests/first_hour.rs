@@ -586,3 +586,31 @@ fn doctor_names_the_backend_a_run_uses() {
     );
     assert!(json.contains("\"backend\":\"container\""), "{json}");
 }
+
+/// A user configuration another user could write is never obeyed (it can
+/// only lower the floor): ignored, said, and the default floor holds.
+#[test]
+fn a_configuration_others_can_write_is_ignored_and_said() {
+    use std::os::unix::fs::PermissionsExt;
+    let home = tempfile::tempdir().unwrap();
+    let (code, _, err) = as_user(home.path(), &["setup", "--min-isolation", "process"]);
+    assert_eq!(code, 0, "{err}");
+    let file = home.path().join(".config/cordon/config.yaml");
+    let (_, out, _) = as_user(home.path(), &["doctor"]);
+    assert!(out.starts_with("floor: process"), "{out}");
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let (_, out, err) = as_user(home.path(), &["doctor"]);
+    assert!(
+        out.starts_with("floor: microvm (from the default)"),
+        "{out}"
+    );
+    assert!(
+        err.contains("warning: ignoring") && err.contains("written by others"),
+        "{err}"
+    );
+    // Written again by setup: its own, and obeyed.
+    let (code, _, err) = as_user(home.path(), &["setup", "--min-isolation", "process"]);
+    assert_eq!(code, 0, "{err}");
+    let (_, out, _) = as_user(home.path(), &["doctor"]);
+    assert!(out.starts_with("floor: process"), "{out}");
+}
