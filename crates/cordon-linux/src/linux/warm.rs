@@ -122,8 +122,21 @@ fn write_id_maps(pid: u32, plan: &Plan, init: InitIds) -> io::Result<()> {
     Ok(())
 }
 
-/// The init's `/tmp`, already queued on the control socket.
+/// The init's `/tmp`, already queued on the control socket (sent before
+/// it reported `Started`); the wait only bounds a mismatch — an init of
+/// another cordon that sends none — which refuses rather than hangs.
 fn receive_tmp(sock: &OwnedFd) -> Result<OwnedFd, String> {
+    use rustix::event::{poll, PollFd, PollFlags, Timespec};
+    let wait = Timespec {
+        tv_sec: 2,
+        tv_nsec: 0,
+    };
+    let mut fds = [PollFd::new(sock, PollFlags::IN)];
+    match poll(&mut fds, Some(&wait)) {
+        Ok(0) => return Err("the sandbox's init sent no descriptor of its /tmp (is `cordon-init` from another version of cordon? install both together: `bash install.sh`)".into()),
+        Ok(_) => {}
+        Err(e) => return Err(e.to_string()),
+    }
     match fdpass::recv::<super::proto::Handover>(sock) {
         Ok(Some((super::proto::Handover::Tmp, mut fds))) if fds.len() == 1 => Ok(fds.remove(0)),
         Ok(Some((msg, fds))) => Err(format!("got {msg:?} with {} descriptors", fds.len())),
