@@ -246,19 +246,8 @@ pub fn run(args: RunArgs) -> ExitCode {
                     eprintln!("{note}");
                 }
             }
-            // The bounds the sandbox ran under: the spec's asks, within
-            // the policy's.
-            let mut ran_under = limits;
-            let ask = spec.resources();
-            for (v, a) in [
-                (&mut ran_under.max_memory, ask.memory),
-                (&mut ran_under.max_processes, ask.processes),
-                (&mut ran_under.max_cpu_seconds, ask.cpu_seconds),
-                (&mut ran_under.max_wall_seconds, ask.wall_seconds),
-                (&mut ran_under.max_disk, ask.disk),
-            ] {
-                *v = a.map_or(*v, |a| a.min(*v));
-            }
+            // What it ran under: the spec's asks, else the policy's bounds.
+            let ran_under = cordon_sandbox::Limits::of(&limits, spec.resources());
             let code = exit_for(&out, req.max_output_bytes, Some(&ran_under));
             match applied {
                 Some(Err(refused)) => refused,
@@ -420,7 +409,7 @@ pub fn show(stream: Stream, bytes: &[u8]) {
 pub fn exit_for(
     out: &cordon_sandbox::ExecOutput,
     cap: u64,
-    bounds: Option<&cordon_policy::Bounds>,
+    limits: Option<&cordon_sandbox::Limits>,
 ) -> ExitCode {
     let json = crate::json_out::on();
     for (cut, which) in [
@@ -449,17 +438,17 @@ pub fn exit_for(
             "output_cap_bytes": cap,
         }));
     } else if let Some(bound) = &killed_by {
-        eprintln!("{}", killed_note(bound, bounds));
+        eprintln!("{}", killed_note(bound, limits));
     }
     ExitCode::from(code)
 }
 
 /// What a bound's kill says: which bound, its value where known, and the
 /// two ways to give the workload more.
-fn killed_note(bound: &str, bounds: Option<&cordon_policy::Bounds>) -> String {
+fn killed_note(bound: &str, limits: Option<&cordon_sandbox::Limits>) -> String {
     let b = cordon_policy::Bound::from_key(bound);
-    let value = match (b, bounds) {
-        (Some(b), Some(all)) => format!(" ({} here)", b.show(all.get(b))),
+    let value = match (b, limits.and_then(|l| l.named(bound))) {
+        (Some(b), Some(v)) => format!(" ({} here)", b.show(v)),
         _ => String::new(),
     };
     let ask = match bound {

@@ -74,6 +74,32 @@ pub struct Limits {
     pub disk_bytes: u64,
 }
 
+impl Limits {
+    /// The spec's `ask` where it asks, else the policy's `bounds` (an ask
+    /// above a bound is refused before this: [`crate::Router::ensure_policy_allows`]).
+    pub fn of(bounds: &cordon_policy::Bounds, ask: &crate::spec::ResourceAsk) -> Limits {
+        Limits {
+            memory_bytes: ask.memory.unwrap_or(bounds.max_memory),
+            processes: ask.processes.unwrap_or(bounds.max_processes),
+            cpu_seconds: ask.cpu_seconds.unwrap_or(bounds.max_cpu_seconds),
+            wall_seconds: ask.wall_seconds.unwrap_or(bounds.max_wall_seconds),
+            disk_bytes: ask.disk.unwrap_or(bounds.max_disk),
+        }
+    }
+
+    /// The limit a policy bound (`max_memory`, ...) names, if it is one.
+    pub fn named(&self, bound: &str) -> Option<u64> {
+        Some(match bound {
+            "max_memory" => self.memory_bytes,
+            "max_processes" => self.processes,
+            "max_cpu_seconds" => self.cpu_seconds,
+            "max_wall_seconds" => self.wall_seconds,
+            "max_disk" => self.disk_bytes,
+            _ => return None,
+        })
+    }
+}
+
 fn default_disk_bytes() -> u64 {
     cordon_policy::Bounds::DEFAULT.max_disk
 }

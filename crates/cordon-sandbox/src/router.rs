@@ -516,13 +516,7 @@ impl Router {
                 }
             }
         }
-        Ok(Limits {
-            memory_bytes: ask.memory.unwrap_or(bounds.max_memory),
-            processes: ask.processes.unwrap_or(bounds.max_processes),
-            cpu_seconds: ask.cpu_seconds.unwrap_or(bounds.max_cpu_seconds),
-            wall_seconds: ask.wall_seconds.unwrap_or(bounds.max_wall_seconds),
-            disk_bytes: ask.disk.unwrap_or(bounds.max_disk),
-        })
+        Ok(Limits::of(&bounds, ask))
     }
 
     fn read_secrets(
