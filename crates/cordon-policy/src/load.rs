@@ -83,6 +83,7 @@ impl Policy {
             inspections: Vec::new(),
             diags: Vec::new(),
             root_bounds: None,
+            root_allows: Vec::new(),
             inclusions: 0,
             digest: Sha256::new(),
         };
@@ -150,6 +151,9 @@ struct Assembler<'r> {
     diags: Vec<Diagnostic>,
     /// The root's bounds with where each came from (None: the default).
     root_bounds: Option<(Arc<str>, StatedBounds)>,
+    /// The surfaces the root layer states an allow rule on (a later
+    /// layer's allow elsewhere can never take effect).
+    root_allows: Vec<Surface>,
     inclusions: usize,
     digest: Sha256,
 }
@@ -402,11 +406,16 @@ impl Assembler<'_> {
         }
         let mut dead_warned: Vec<Surface> = Vec::new();
         for mut rule in parsed.rules {
-            if !root && rule.effect == Effect::Allow && !dead_warned.contains(&rule.surface) {
-                let root_allows = self.rules.iter().any(|r| {
-                    r.layer == 0 && r.surface == rule.surface && r.effect == Effect::Allow
-                });
-                if !root_allows {
+            // One lookup per rule: the root's allowed surfaces are kept as
+            // it loads, not found again by a walk of every rule.
+            if rule.effect == Effect::Allow {
+                if root {
+                    if !self.root_allows.contains(&rule.surface) {
+                        self.root_allows.push(rule.surface);
+                    }
+                } else if !self.root_allows.contains(&rule.surface)
+                    && !dead_warned.contains(&rule.surface)
+                {
                     dead_warned.push(rule.surface);
                     let d = self.dead_allow(unit, &rule);
                     self.diags.push(d);
