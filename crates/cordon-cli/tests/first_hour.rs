@@ -19,6 +19,16 @@ fn root() -> bool {
     rustix::process::geteuid().is_root()
 }
 
+/// Whether `case` can run here (it builds sandboxes: root); else it is
+/// skipped loudly (a failure under `CI=true`).
+fn runs_as_root(case: &str) -> bool {
+    let ok = root();
+    if !ok {
+        cordon_testkit::skip(case, "needs root (a sandbox maps a dedicated uid)");
+    }
+    ok
+}
+
 /// `cordon setup` alone shows what the machine holds and records nothing;
 /// an unknown rung and a rung nothing here serves are refused, nothing
 /// written.
@@ -79,9 +89,7 @@ fn setup_records_the_floor_and_keeps_the_rest_of_the_file() {
 /// it, the refusal names `cordon setup`.
 #[test]
 fn after_setup_container_a_run_needs_no_flag() {
-    if !root() {
-        eprintln!("\n!!!!!!!! SKIPPED after_setup_container_a_run_needs_no_flag: needs root (a sandbox maps a dedicated uid) !!!!!!!!\n");
-        assert!(std::env::var_os("CI").is_none(), "CI runs as root");
+    if !runs_as_root("after_setup_container_a_run_needs_no_flag") {
         return;
     }
     let home = tempfile::tempdir().unwrap();
@@ -102,9 +110,7 @@ fn after_setup_container_a_run_needs_no_flag() {
 /// backend and the rung as a rung.
 #[test]
 fn the_below_floor_notice_names_backend_and_rung() {
-    if !root() {
-        eprintln!("\n!!!!!!!! SKIPPED the_below_floor_notice_names_backend_and_rung: needs root !!!!!!!!\n");
-        assert!(std::env::var_os("CI").is_none(), "CI runs as root");
+    if !runs_as_root("the_below_floor_notice_names_backend_and_rung") {
         return;
     }
     let home = tempfile::tempdir().unwrap();
@@ -134,9 +140,7 @@ fn the_below_floor_notice_names_backend_and_rung() {
 #[test]
 fn local_dev_reaches_a_server_on_this_machine_and_the_defaults_do_not() {
     use std::io::{Read, Write};
-    if !root() {
-        eprintln!("\n!!!!!!!! SKIPPED local_dev_reaches_a_server_on_this_machine_and_the_defaults_do_not: needs root !!!!!!!!\n");
-        assert!(std::env::var_os("CI").is_none(), "CI runs as root");
+    if !runs_as_root("local_dev_reaches_a_server_on_this_machine_and_the_defaults_do_not") {
         return;
     }
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -241,11 +245,7 @@ fn the_quickstart_policy_section_prints_what_it_shows() {
             continue;
         };
         let args: Vec<&str> = args.split_whitespace().collect();
-        if args[0] == "run" && !root() {
-            eprintln!(
-                "\n!!!!!!!! SKIPPED the quickstart's `cordon run` step: needs root !!!!!!!!\n"
-            );
-            assert!(std::env::var_os("CI").is_none(), "CI runs as root");
+        if args[0] == "run" && !runs_as_root("the quickstart's `cordon run` step") {
             continue;
         }
         let (_, out, err) = cordon_testkit::cordon!()
@@ -335,11 +335,7 @@ fn the_readme_lists_every_exit_code_help_does() {
 /// missing, not misnamed; `run` and `sandbox exec` cut output at one cap.
 #[test]
 fn run_messages_name_the_value_and_the_fix() {
-    if !root() {
-        eprintln!(
-            "\n!!!!!!!! SKIPPED run_messages_name_the_value_and_the_fix: needs root !!!!!!!!\n"
-        );
-        assert!(std::env::var_os("CI").is_none(), "CI runs as root");
+    if !runs_as_root("run_messages_name_the_value_and_the_fix") {
         return;
     }
     let home = tempfile::tempdir().unwrap();
@@ -429,12 +425,10 @@ fn an_agent_installed_beside_cordon_makes_the_microvm_ready() {
         "install.sh installs cordon and its guest agent"
     );
     let built = std::path::Path::new(env!("CARGO_BIN_EXE_cordon"));
-    if let Some(why) = cordon_testkit::microvm_missing(built) {
-        eprintln!("\n!!!!!!!! SKIPPED an_agent_installed_beside_cordon_makes_the_microvm_ready: {why} !!!!!!!!\n");
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "CI installs what the microvm needs: {why}"
-        );
+    if !cordon_testkit::runs_here(
+        "an_agent_installed_beside_cordon_makes_the_microvm_ready",
+        cordon_testkit::microvm_missing(built),
+    ) {
         return;
     }
     // An installed layout: the two binaries in one directory.
@@ -515,9 +509,7 @@ fn a_run_that_cannot_see_your_files_says_how_it_can() {
         "{header}"
     );
     assert!(header.contains("--workspace"), "{header}");
-    if !root() {
-        eprintln!("\n!!!!!!!! SKIPPED the run half of a_run_that_cannot_see_your_files_says_how_it_can: needs root !!!!!!!!\n");
-        assert!(std::env::var_os("CI").is_none(), "CI runs as root");
+    if !runs_as_root("the run half of a_run_that_cannot_see_your_files_says_how_it_can") {
         return;
     }
     std::fs::write(dir.path().join("script.py"), "print('ran')\n").unwrap();
@@ -553,9 +545,7 @@ fn a_run_that_cannot_see_your_files_says_how_it_can() {
 /// picks it (an opt-in backend above the floor only when named).
 #[test]
 fn doctor_names_the_backend_a_run_uses() {
-    if !root() {
-        eprintln!("\n!!!!!!!! SKIPPED doctor_names_the_backend_a_run_uses: needs root !!!!!!!!\n");
-        assert!(std::env::var_os("CI").is_none(), "CI runs as root");
+    if !runs_as_root("doctor_names_the_backend_a_run_uses") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();

@@ -1677,12 +1677,10 @@ fn node_binary() -> Option<std::path::PathBuf> {
         })
 }
 
-/// The Python client's own tests, against this live server.
-#[test]
-fn the_python_client_passes_its_tests_against_a_live_server() {
-    if !root() {
-        return;
-    }
+/// A live server for a client's own tests: the test credentials, a
+/// snapshot store, and a project (`projects/p1`, one file) beneath the one
+/// workspace root it allows. The directory goes when the first is dropped.
+fn client_server() -> (tempfile::TempDir, std::path::PathBuf, Server) {
     let dir = tempfile::tempdir().expect("dir");
     // A project beneath the one workspace root this server allows.
     let project = dir.path().join("projects/p1");
@@ -1697,6 +1695,16 @@ fn the_python_client_passes_its_tests_against_a_live_server() {
     );
     assert!(body.contains("workspace_roots"));
     let server = start(&config(dir.path(), &body));
+    (dir, project, server)
+}
+
+/// The Python client's own tests, against this live server.
+#[test]
+fn the_python_client_passes_its_tests_against_a_live_server() {
+    if !root() {
+        return;
+    }
+    let (_dir, project, server) = client_server();
     let client = concat!(env!("CARGO_MANIFEST_DIR"), "/../../clients/python");
     let out = Command::new("python3")
         .args(["-m", "unittest", "discover", "-s", "tests", "-v"])
@@ -1729,20 +1737,7 @@ fn the_typescript_client_passes_its_tests_against_a_live_server() {
         );
         return;
     };
-    let dir = tempfile::tempdir().expect("dir");
-    // A project beneath the one workspace root this server allows.
-    let project = dir.path().join("projects/p1");
-    std::fs::create_dir_all(&project).expect("project");
-    std::fs::write(project.join("notes.md"), "# notes\n").expect("project file");
-    let body = good_config().replace(
-        "sandboxes: {state_dir: state, dispose_on_shutdown: true}",
-        &format!(
-            "sandboxes: {{state_dir: state, dispose_on_shutdown: true, workspace_roots: [projects]}}\nsnapshots: {{dir: {}}}",
-            dir.path().join("snapshots").display()
-        ),
-    );
-    assert!(body.contains("workspace_roots"));
-    let server = start(&config(dir.path(), &body));
+    let (_dir, project, server) = client_server();
     let client = concat!(env!("CARGO_MANIFEST_DIR"), "/../../clients/typescript");
     let out = Command::new(&node)
         .args(["--test", "test/"])
