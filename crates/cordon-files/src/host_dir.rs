@@ -103,7 +103,10 @@ impl HostWorkDir {
 
     /// `f`, as the owner when [`HostWorkDir::as_owner`] asks (and this
     /// process is root, which can switch and switch back); the ids are
-    /// restored after, a panic included.
+    /// restored after, a panic included. The switch is this thread's
+    /// alone: `f` must do its work on this thread, synchronously (a
+    /// thread or task it started would run as root, and the tmpfs would
+    /// refuse it).
     fn acting<T>(&self, f: impl FnOnce() -> Result<T, SandboxError>) -> Result<T, SandboxError> {
         let Some((uid, gid)) = self.owner.filter(|_| self.as_owner) else {
             return f();

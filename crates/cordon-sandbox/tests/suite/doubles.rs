@@ -376,6 +376,19 @@ pub fn capture_logs<T>(f: impl FnOnce() -> T) -> (T, String) {
             Ok(())
         }
     }
+    // A global subscriber that wants every event (and writes none): with
+    // only scoped ones, a callsite first reached on a thread that has none
+    // could be cached as uninteresting while another test's subscriber
+    // came and went, and this capture would miss its event (a flake, seen).
+    static GLOBAL: std::sync::Once = std::sync::Once::new();
+    GLOBAL.call_once(|| {
+        let _ = tracing::subscriber::set_global_default(
+            tracing_subscriber::fmt()
+                .with_max_level(tracing::Level::TRACE)
+                .with_writer(std::io::sink)
+                .finish(),
+        );
+    });
     let buf = Buf(Arc::new(Mutex::new(Vec::new())));
     let writer = buf.clone();
     let subscriber = tracing_subscriber::fmt()
