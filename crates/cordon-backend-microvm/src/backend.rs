@@ -47,6 +47,7 @@ pub fn capabilities() -> CapabilitySet {
         Capability::FilesList,
         Capability::Network,
         Capability::Ports,
+        Capability::Snapshot,
     ]
     .into_iter()
     .collect()

@@ -218,12 +218,37 @@ impl MicrovmSandbox {
                     format!("the guest could not set the sandbox up: {e}"),
                 ));
             }
+            if let Some(origin) = &req.provenance.origin {
+                if let Err(e) = sb.restore(origin) {
+                    sb.vm.stop();
+                    return Err(failed(
+                        "acquire",
+                        format!(
+                            "the snapshot `{}` could not be put in the guest: {e}",
+                            origin.snapshot
+                        ),
+                    ));
+                }
+            }
             Ok(sb)
         })();
         if made.is_err() {
             let _ = std::fs::remove_dir_all(&dir);
         }
         made
+    }
+
+    /// A snapshot's files written into the new guest's work dir and
+    /// `/tmp` through its files API, before anything runs there (what
+    /// the other backends mount as a lower layer: a guest reaches no host
+    /// directory). Processes are refused by the router before this.
+    fn restore(&self, origin: &cordon_sandbox::Origin) -> Result<(), String> {
+        let files = |op: &cordon_sandbox::FileOp| self.vm.channel.files(op);
+        cordon_files::through::copy_in(&files, &origin.tree, "")?;
+        if let Some(tmp) = &origin.tmp {
+            cordon_files::through::copy_in(&files, tmp, "/tmp")?;
+        }
+        Ok(())
     }
 
     /// The sandbox's directory on the host.
@@ -528,6 +553,35 @@ impl Sandbox for MicrovmSandbox {
     ) -> Result<cordon_sandbox::FileAnswer, SandboxError> {
         let _awake = self.awake()?;
         self.vm.channel.files(op)
+    }
+
+    /// Through the guest's files API ([`cordon_files::through`]), the
+    /// guest awake and held so for the copy.
+    fn copy_files_out(
+        &self,
+        into: &Path,
+        room: u64,
+        max_entries: usize,
+    ) -> Result<Vec<String>, SandboxError> {
+        let _awake = self.awake()?;
+        let files = |op: &cordon_sandbox::FileOp| self.vm.channel.files(op);
+        let (mut room, mut left) = (room, max_entries);
+        let failed = |reason: String| SandboxError::Failed {
+            operation: "snapshot",
+            reason,
+        };
+        let work =
+            cordon_files::through::copy_out(&files, "", &into.join("tree"), &mut room, &mut left)
+                .map_err(failed)?;
+        let tmp = cordon_files::through::copy_out(
+            &files,
+            "/tmp",
+            &into.join("tmp"),
+            &mut room,
+            &mut left,
+        )
+        .map_err(|e| failed(format!("`/tmp`: {e}")))?;
+        Ok(work.skipped.into_iter().chain(tmp.skipped).collect())
     }
 
     fn watch(

@@ -166,7 +166,8 @@ pub enum SandboxCommand {
     /// Snapshot a kept sandbox and make N new sandboxes from it in its
     /// scope (threads PREFIX-1..PREFIX-N), each independent: what one
     /// writes, no other (nor the source) sees. They share the snapshot's
-    /// files underneath, copy-on-write. Prints their handles.
+    /// files underneath, copy-on-write (a microVM guest is given a copy
+    /// of its own). Prints their handles.
     Fork(Box<ForkArgs>),
     /// List the recorded sandboxes; with a HANDLE, the files of that
     /// sandbox's work dir (or its `/tmp`) instead (PATH in it, `--depth` levels down): kind

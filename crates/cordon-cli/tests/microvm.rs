@@ -465,3 +465,81 @@ fn a_kept_guest_pauses_and_resumes_through_its_jail() {
     let _ = busy.wait();
     settles_to(&before);
 }
+
+/// Snapshots at the microvm: the shared case (`cordon_testkit::snapshot`),
+/// the files copied out of the source guest and into each new one through
+/// the guest agent's files API (`/tmp` too); `--memory` refused with the
+/// reason; nothing of the five guests left behind.
+#[test]
+fn the_snapshot_case_passes_at_the_microvm() {
+    if !can_boot("microvm snapshot") {
+        return;
+    }
+    let _one = serial();
+    store();
+    let dir = tmp();
+    let before = residue();
+    let sp = spec(dir.path(), "");
+    let c = cordon_in(dir.path()).env("CORDON_SNAPSHOT_DIR", dir.path().join("snapshots"));
+    let mut sel: Vec<&str> = VM.to_vec();
+    sel.extend(["--spec", sp.to_str().unwrap()]);
+    cordon_testkit::snapshot::restore_and_fork(&c, "vm-snap", &sel, true);
+
+    // A snapshot taken at the container rung is restored in a guest: its
+    // files are files. One holding a link is refused, naming it (the
+    // guest's files API makes no link), and nothing is left of the guest.
+    let ok = |args: &[&str]| {
+        let (code, out, err) = c.run(args);
+        assert_eq!(code, 0, "{args:?}: {err}");
+        out.trim().to_string()
+    };
+    let sp = sp.to_str().unwrap();
+    let native = ok(&[
+        "sandbox",
+        "up",
+        "-q",
+        "--scope",
+        "vm-snap",
+        "--thread",
+        "native",
+        "--backend",
+        "container",
+        "--min-isolation",
+        "container",
+        "--spec",
+        sp,
+    ]);
+    ok(&[
+        "sandbox",
+        "exec",
+        &native,
+        "--",
+        "sh",
+        "-c",
+        "mkdir -p d && echo from-native > d/f && ln -s d/f l",
+    ]);
+    ok(&["sandbox", "snapshot", &native, "--name", "linked"]);
+    ok(&["sandbox", "exec", &native, "--", "rm", "l"]);
+    ok(&["sandbox", "snapshot", &native, "--name", "plain"]);
+    let up_vm = |thread: &str, from: &str| {
+        let mut a = vec![
+            "sandbox", "up", "-q", "--scope", "vm-snap", "--thread", thread,
+        ];
+        a.extend(sel.iter().copied());
+        a.extend(["--from", from]);
+        c.run(a)
+    };
+    let (code, _, err) = up_vm("linked", "linked");
+    assert_ne!(code, 0);
+    assert!(err.contains("`l`") && err.contains("link"), "{err}");
+    let (code, h, err) = up_vm("plain", "plain");
+    assert_eq!(code, 0, "{err}");
+    let h = h.trim();
+    assert_eq!(
+        ok(&["sandbox", "exec", h, "--", "cat", "d/f"]),
+        "from-native"
+    );
+    ok(&["sandbox", "down", h]);
+    ok(&["sandbox", "down", &native]);
+    settles_to(&before);
+}

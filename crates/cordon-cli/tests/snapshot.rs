@@ -179,23 +179,6 @@ fn a_restore_under_another_spec_or_policy_and_a_snapshot_past_the_quota_are_refu
     ]);
     assert_eq!(code, 125, "{err}");
     assert!(err.contains("no snapshot"), "{err}");
-    // The floor's backend, the microVM, restores none: refused by routing.
-    let (code, _, err) = run(&[
-        "sandbox",
-        "up",
-        "--scope",
-        "q",
-        "--thread",
-        "r4",
-        "--min-isolation",
-        "container",
-        "--backend",
-        "microvm",
-        "--from",
-        &snap,
-    ]);
-    assert_ne!(code, 0);
-    assert!(err.contains("snapshot"), "{err}");
     // Forgotten while a sandbox made from it runs: gone from the store at
     // once, its files kept for that sandbox until it goes.
     let (code, r, err) = run(&[

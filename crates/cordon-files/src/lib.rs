@@ -19,6 +19,8 @@
 //!   a listing to a depth with metadata, a byte range read, an append, a
 //!   removal of a file or a tree, a rename.
 //! - [`tree`] — a copy of a work dir into a snapshot's tree, hashed.
+//! - [`through`] — a sandbox's files copied out into a host tree, and a
+//!   tree copied in, through the files API alone (the microVM's guest).
 //! - [`workspace`] — a workspace's changes: the diff read from its upper
 //!   layer, and the apply that writes them back into its directory.
 //! - [`FsSink`] — the [`cordon_sandbox::OutputSink`] that lands artifacts
@@ -36,6 +38,8 @@ pub mod host_dir;
 pub mod roots;
 #[cfg(target_os = "linux")]
 mod sink;
+#[cfg(target_os = "linux")]
+pub mod through;
 #[cfg(target_os = "linux")]
 pub mod tree;
 #[cfg(target_os = "linux")]

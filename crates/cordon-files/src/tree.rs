@@ -337,6 +337,60 @@ pub fn remove_tree(dst: &Path) -> std::io::Result<()> {
     }
 }
 
+/// The entries of a tree the host made itself (a backend's copy out of
+/// its guest, its saved processes), each file hashed, in the order
+/// [`copy_tree`] lists them: directories, files and links. Anything else
+/// is an error: the host makes nothing else.
+pub fn hash_tree(dir: &Path) -> Result<Copied, TreeError> {
+    let mut out = Copied::default();
+    hash_into(dir, "", &mut out)?;
+    Ok(out)
+}
+
+fn hash_into(dir: &Path, rel: &str, out: &mut Copied) -> Result<(), TreeError> {
+    let here = dir.join(rel);
+    let mut names: Vec<_> = std::fs::read_dir(&here)
+        .map_err(|e| io(rel, e))?
+        .flatten()
+        .collect();
+    names.sort_by_key(|e| e.file_name());
+    for e in names {
+        let name = e.file_name();
+        let name = name
+            .to_str()
+            .ok_or_else(|| io(rel, "a name that is not UTF-8 cannot be kept"))?;
+        let path = if rel.is_empty() {
+            name.to_string()
+        } else {
+            format!("{rel}/{name}")
+        };
+        let meta = std::fs::symlink_metadata(e.path()).map_err(|e| io(&path, e))?;
+        let mode = std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o777;
+        let ft = meta.file_type();
+        if ft.is_dir() {
+            out.entries.push(entry(&path, FileKind::Dir, mode));
+            hash_into(dir, &path, out)?;
+        } else if ft.is_file() {
+            let mut f = std::fs::File::open(e.path()).map_err(|e| io(&path, e))?;
+            let mut h = Sha256::new();
+            let n = std::io::copy(&mut f, &mut h).map_err(|e| io(&path, e))?;
+            out.bytes += n;
+            let mut t = entry(&path, FileKind::File, mode);
+            t.size = Some(n);
+            t.sha256 = Some(hex(&h.finalize()));
+            out.entries.push(t);
+        } else if ft.is_symlink() {
+            let target = std::fs::read_link(e.path()).map_err(|e| io(&path, e))?;
+            let mut t = entry(&path, FileKind::Symlink, 0o777);
+            t.target = Some(target.to_string_lossy().into_owned());
+            out.entries.push(t);
+        } else {
+            return Err(io(&path, "not a file, a directory or a link"));
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -363,6 +417,9 @@ mod tests {
             Path::new("/etc/passwd")
         );
         assert_eq!(c.bytes, 3);
+        // The copy hashed again is what the copy said it made.
+        let h = hash_tree(&dst).unwrap();
+        assert_eq!((h.entries, h.bytes), (c.entries.clone(), c.bytes));
         let err = copy_tree(&src, &t.path().join("small"), 2, "test", 100).unwrap_err();
         assert!(matches!(err, TreeError::TooLarge { .. }), "{err}");
         let err = copy_tree(&src, &t.path().join("few"), 1 << 20, "test", 2).unwrap_err();

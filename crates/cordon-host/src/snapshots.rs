@@ -104,41 +104,25 @@ struct Saved {
     files: Vec<(String, u64, String)>,
 }
 
-/// Every regular file under `dir` (a backend's, root's: links and other
-/// kinds are refused, not followed), its size and SHA-256, in path order.
-fn hash_files(
-    dir: &Path,
-    prefix: &str,
-    out: &mut Vec<(String, u64, String)>,
-) -> Result<(), StoreError> {
-    let mut names: Vec<_> = std::fs::read_dir(dir)
-        .map_err(|e| format!("`{}`: {e}", dir.display()))?
-        .flatten()
-        .collect();
-    names.sort_by_key(|e| e.file_name());
-    for e in names {
-        let path = e.path();
-        let rel = format!("{prefix}{}", e.file_name().to_string_lossy());
-        let kind = e
-            .file_type()
-            .map_err(|err| format!("`{}`: {err}", path.display()))?;
-        if kind.is_dir() {
-            hash_files(&path, &format!("{rel}/"), out)?;
-        } else if kind.is_file() {
-            let mut f =
-                std::fs::File::open(&path).map_err(|err| format!("`{}`: {err}", path.display()))?;
-            let mut h = Sha256::new();
-            let n = std::io::copy(&mut f, &mut h)
-                .map_err(|err| format!("`{}`: {err}", path.display()))?;
-            out.push((rel, n, hex(&h.finalize())));
-        } else {
-            return Err(format!(
-                "`{}`: the backend saved something not a file or a directory",
-                path.display()
-            ));
+/// The files a backend saved its processes into (`dir`, the host's):
+/// each file's path, size and hash. A link or anything else but a file or
+/// a directory is refused: no backend saves one.
+fn hash_files(dir: &Path) -> Result<Vec<(String, u64, String)>, StoreError> {
+    let t = cordon_files::tree::hash_tree(dir).map_err(|e| format!("`{}`: {e}", dir.display()))?;
+    let mut out = Vec::new();
+    for e in t.entries {
+        match (e.kind.as_str(), e.size, e.sha256) {
+            ("dir", ..) => {}
+            ("file", Some(n), Some(sha)) => out.push((e.path, n, sha)),
+            _ => {
+                return Err(format!(
+                    "`{}`: the backend saved something not a file or a directory",
+                    dir.join(&e.path).display()
+                ))
+            }
         }
     }
-    Ok(())
+    Ok(out)
 }
 
 /// The store, opened.
@@ -292,9 +276,7 @@ impl SnapshotStore {
         if let Some(n) = name {
             checked_name(n)?;
         }
-        let Some(work) = sandbox.host_work_dir() else {
-            return Err(format!("the `{backend}` backend keeps this sandbox's files where this host cannot copy them (inside its guest), so it has no snapshot; the container rung, docker and gvisor do"));
-        };
+        let work = sandbox.host_work_dir();
         let used = self.used(scope);
         let room = self.quota_per_scope.saturating_sub(used);
         self.sweep_removed();
@@ -321,16 +303,22 @@ impl SnapshotStore {
         };
         let memory_bytes = memory.as_ref().map_or(0, |m| m.bytes);
         let room = room.saturating_sub(memory_bytes);
-        // Paused for a consistent copy; a sandbox the backend cannot pause
-        // is copied running, and said so.
-        let warning = match sandbox.pause() {
-            Ok(()) => None,
-            Err(e) => Some(format!("the sandbox was not paused while its files were copied ({e}); a file being written meanwhile may be caught halfway")),
+        let (copied, warning) = match &work {
+            Some(work) => {
+                // Paused for a consistent copy; a sandbox the backend
+                // cannot pause is copied running, and said so.
+                let warning = match sandbox.pause() {
+                    Ok(()) => None,
+                    Err(e) => Some(format!("the sandbox was not paused while its files were copied ({e}); a file being written meanwhile may be caught halfway")),
+                };
+                let copied = self.copy_files(work, &making, room, (scope, used));
+                if warning.is_none() && capture != Capture::FilesLeftPaused {
+                    let _ = sandbox.resume();
+                }
+                (copied, warning)
+            }
+            None => self.copy_through(sandbox, &making, room, capture),
         };
-        let copied = self.copy_files(&work, &making, room, (scope, used));
-        if warning.is_none() && capture != Capture::FilesLeftPaused {
-            let _ = sandbox.resume();
-        }
         let (copied, tmp) = match copied {
             Ok(c) => c,
             Err(e) => {
@@ -440,6 +428,60 @@ impl SnapshotStore {
         Ok((tree, Some(tmp)))
     }
 
+    /// The files of a sandbox the host cannot open, copied by its backend
+    /// (through the guest's files API, at the microVM) into
+    /// `making/tree` and `making/tmp`, then hashed here. The guest answers
+    /// the copy, so it runs meanwhile (a paused one is woken for it, and
+    /// paused again after when `capture` leaves it paused): said in the
+    /// warning.
+    #[allow(clippy::type_complexity)]
+    fn copy_through(
+        &self,
+        sandbox: &dyn Sandbox,
+        making: &Path,
+        room: u64,
+        capture: Capture,
+    ) -> (
+        Result<
+            (
+                cordon_files::tree::Copied,
+                Option<cordon_files::tree::Copied>,
+            ),
+            StoreError,
+        >,
+        Option<String>,
+    ) {
+        let warning = Some("the sandbox ran while its files were copied (its guest serves the copy, so it is not paused meanwhile); a file being written meanwhile may be caught halfway".to_string());
+        let copied = sandbox.copy_files_out(making, room, MAX_ENTRIES);
+        if capture == Capture::FilesLeftPaused {
+            let _ = sandbox.pause();
+        }
+        let hashed = |dir: &Path| {
+            cordon_files::tree::hash_tree(dir).map_err(|e| format!("snapshot of the files: {e}"))
+        };
+        let result = copied
+            .map_err(|e| format!("snapshot of the files: {e}"))
+            .and_then(|skipped| {
+                let mut tree = hashed(&making.join("tree"))?;
+                tree.skipped = skipped;
+                let tmp_dir = making.join("tmp");
+                let tmp = if tmp_dir.exists() {
+                    let mut t = hashed(&tmp_dir)?;
+                    // What `/tmp` left out is named in the tree's list.
+                    t.skipped.clear();
+                    Some(t)
+                } else {
+                    None
+                };
+                let bytes = tree.bytes + tmp.as_ref().map_or(0, |t| t.bytes);
+                if bytes > room {
+                    return Err(format!("the files come to {bytes} bytes, past the {room} bytes left of the scope's snapshot quota; forget a snapshot (`cordon sandbox forget`), or raise `snapshots.quota_per_scope`"));
+                }
+                Ok((tree, tmp))
+            });
+        (result, warning)
+    }
+
     /// Asks `sandbox` to save its processes into `making/memory`; then
     /// hashes what it wrote, held to the scope's quota (`used` taken).
     fn checkpoint(
@@ -456,8 +498,7 @@ impl SnapshotStore {
         let processes = sandbox
             .checkpoint(&dir)
             .map_err(|e| format!("snapshot of the processes: {e}"))?;
-        let mut files = Vec::new();
-        hash_files(&dir, "", &mut files)?;
+        let files = hash_files(&dir)?;
         let bytes = files.iter().map(|(_, n, _)| *n).sum::<u64>();
         if used.saturating_add(bytes) > self.quota_per_scope {
             return Err(format!(

@@ -519,6 +519,26 @@ pub trait Sandbox: Send + Sync {
         })
     }
 
+    /// Copies this sandbox's files — its work dir into `into/tree`, its
+    /// own `/tmp`, where it has one, into `into/tmp` (neither exists yet;
+    /// `into` is root's) — for a snapshot, at most `room` bytes and
+    /// `max_entries` entries together. Only a backend whose files the host
+    /// cannot open ([`Sandbox::host_work_dir`] is `None`) is asked; the
+    /// host copies the others itself. Returns what was left out, by the
+    /// path the workload knows it by. The default refuses
+    /// ([`NO_FILES_SNAPSHOT`]).
+    fn copy_files_out(
+        &self,
+        into: &std::path::Path,
+        room: u64,
+        max_entries: usize,
+    ) -> Result<Vec<String>, SandboxError> {
+        let _ = (into, room, max_entries);
+        Err(SandboxError::Invalid {
+            reason: NO_FILES_SNAPSHOT.into(),
+        })
+    }
+
     /// True only when every exec of this sandbox is checked by a
     /// [`crate::guard`] elsewhere — a kept sandbox, whose keeper guards it.
     /// The router then does not guard it twice.
@@ -527,9 +547,13 @@ pub trait Sandbox: Send + Sync {
     }
 }
 
+/// Why a sandbox whose files neither the host nor its backend can copy
+/// has no snapshot.
+pub const NO_FILES_SNAPSHOT: &str = "this sandbox's backend keeps its files where this host cannot copy them and offers no copy of its own, so it has no snapshot; the container rung, docker, gvisor and microvm do";
+
 /// Why a sandbox whose backend cannot save its processes refuses
 /// `snapshot --memory`.
-pub const NO_MEMORY_SNAPSHOT: &str = "`--memory` (processes and memory, not only files) is refused: at the container and process rungs and at docker a checkpoint tool could not restore the sandbox's Landlock domains and seccomp filters faithfully, so a restored process would run less confined than it was made; the microVM's migration is not built yet. gVisor saves them (`runsc checkpoint`) for a sandbox made with `requires: [snapshot_memory]`. Take a snapshot of the files (leave `--memory` out), or make the sandbox at gvisor with that requirement";
+pub const NO_MEMORY_SNAPSHOT: &str = "`--memory` (processes and memory, not only files) is refused: at the container and process rungs and at docker a checkpoint tool could not restore the sandbox's Landlock domains and seccomp filters faithfully, so a restored process would run less confined than it was made; the microVM's migration is not built yet (its snapshots hold files). gVisor saves them (`runsc checkpoint`) for a sandbox made with `requires: [snapshot_memory]`. Take a snapshot of the files (leave `--memory` out), or make the sandbox at gvisor with that requirement";
 
 /// Why a sandbox whose backend cannot freeze it is not paused.
 pub const PAUSE_UNSUPPORTED: &str = "this sandbox's backend cannot pause it (cordon's container, docker, gvisor and microvm backends do); leave it running, or make it at one of those";

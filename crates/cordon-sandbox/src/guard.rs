@@ -270,6 +270,18 @@ impl Sandbox for Guarded {
     fn checkpoint(&self, into: &std::path::Path) -> Result<u32, SandboxError> {
         self.inner.checkpoint(into)
     }
+
+    /// The host's copy for a snapshot, not the workload's access: not
+    /// decided here, as the host's own copy of a work dir on this host is
+    /// not.
+    fn copy_files_out(
+        &self,
+        into: &std::path::Path,
+        room: u64,
+        max_entries: usize,
+    ) -> Result<Vec<String>, SandboxError> {
+        self.inner.copy_files_out(into, room, max_entries)
+    }
     /// Each path it touches decided by the policy's storage surface first;
     /// a listing then keeps only the entries the policy lets be read (a
     /// directory the workload may list can hold what it may not read).

@@ -90,7 +90,8 @@ pub mod yaml;
 pub use backend::{
     AcquireRequest, Backend, BackendError, DirEntry, ExecOutput, ExecRequest, ExitStatus, FileKind,
     FileRead, FileStat, HostSecretsRecord, HostWorkDirRecord, Limits, Origin, Provenance,
-    ResolvedCommand, Sandbox, SandboxError, Stream, NO_MEMORY_SNAPSHOT, PAUSE_UNSUPPORTED,
+    ResolvedCommand, Sandbox, SandboxError, Stream, NO_FILES_SNAPSHOT, NO_MEMORY_SNAPSHOT,
+    PAUSE_UNSUPPORTED,
 };
 pub use capability::{Capability, CapabilitySet, ToolIdentity};
 pub use cordon_policy::{Deployment, Identity};

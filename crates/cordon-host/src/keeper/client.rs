@@ -587,6 +587,28 @@ impl Sandbox for KeptSandbox {
             other => Err(unexpected(other, "checkpoint")),
         }
     }
+    /// Asked of its keeper, which holds the sandbox.
+    fn copy_files_out(
+        &self,
+        into: &std::path::Path,
+        room: u64,
+        max_entries: usize,
+    ) -> Result<Vec<String>, SandboxError> {
+        let reply = self.ask(
+            &Request::CopyFilesOut {
+                into: into.to_path_buf(),
+                room,
+                max_entries,
+            },
+            &[],
+            ("copy files", Duration::from_secs(600)),
+            "the keeper hung up unanswered (a keeper of an older cordon does not copy files out: make the sandbox again)",
+        )?;
+        match reply {
+            Reply::FilesCopied { skipped } => Ok(skipped),
+            other => Err(unexpected(other, "copy files")),
+        }
+    }
     /// Asked of its keeper, which holds the workspace's layers.
     fn workspace_diff(&self) -> Result<Vec<cordon_sandbox::WorkspaceChange>, SandboxError> {
         self.workspace(None)

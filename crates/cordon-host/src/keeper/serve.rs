@@ -284,6 +284,16 @@ fn serve_sandbox(
                     |e| error_to_wire(&e),
                     |processes| Reply::Checkpointed { processes },
                 ),
+                Request::CopyFilesOut {
+                    into,
+                    room,
+                    max_entries,
+                } => sandbox
+                    .copy_files_out(&into, room, max_entries)
+                    .map_or_else(
+                        |e| error_to_wire(&e),
+                        |skipped| Reply::FilesCopied { skipped },
+                    ),
                 Request::Watch { path, recursive } => {
                     watch_for_client(&*sandbox, &path, recursive, fds)
                 }

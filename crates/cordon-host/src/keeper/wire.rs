@@ -187,6 +187,14 @@ pub(crate) enum Request {
     Checkpoint {
         into: std::path::PathBuf,
     },
+    /// Copy the sandbox's files into `into/tree` and `into/tmp` for a
+    /// snapshot (a backend whose files the host cannot open): answered
+    /// [`Reply::FilesCopied`].
+    CopyFilesOut {
+        into: std::path::PathBuf,
+        room: u64,
+        max_entries: usize,
+    },
     /// Replace the sandbox's egress allowlist (`host[:port]` entries, read
     /// by the keeper): answered [`Reply::Egress`]. A list that does not
     /// load, or that the policy denies for the sandbox's identity, closes
@@ -301,6 +309,10 @@ pub(crate) enum Reply {
     /// `processes` were saved.
     Checkpointed {
         processes: u32,
+    },
+    /// What the copy left out.
+    FilesCopied {
+        skipped: Vec<String>,
     },
     Written,
     Stat {
