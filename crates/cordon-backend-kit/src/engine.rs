@@ -317,6 +317,13 @@ impl<E: Engine> Backend for EngineBackend<E> {
         Ok(self.engine.dispose_found(which, &held)? > 0)
     }
 
+    /// The table's entry moved: the engine's own labels keep the key it
+    /// was made at (a sandbox held here is disposed of from the table, by
+    /// its new key; one a crash left is found by its old one).
+    fn rekey(&self, from: &SandboxKey, to: &SandboxKey) -> Result<bool, BackendError> {
+        cordon_sandbox::backend::rekey_in(&mut self.table(), from, to)
+    }
+
     fn dispose_scope(&self, scope: &str, thread_id: &str) -> Result<usize, BackendError> {
         self.dispose_which(Which {
             scope,

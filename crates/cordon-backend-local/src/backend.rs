@@ -205,6 +205,14 @@ impl Backend for LocalBackend {
     fn dispose_scope(&self, scope: &str, thread_id: &str) -> Result<usize, BackendError> {
         self.dispose_scope_local(scope, thread_id)
     }
+
+    fn rekey(&self, from: &SandboxKey, to: &SandboxKey) -> Result<bool, BackendError> {
+        let mut all = self
+            .sandboxes
+            .lock()
+            .map_err(|_| failed("rekey", "the sandbox registry is poisoned"))?;
+        cordon_sandbox::backend::rekey_in(&mut all, from, to)
+    }
 }
 
 impl LocalBackend {

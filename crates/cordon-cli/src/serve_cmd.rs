@@ -324,8 +324,11 @@ fn startup_check(
 fn pools_of(config: &ServeConfig) -> Result<Vec<cordon_serve::pools::Pool>, ExitCode> {
     let mut pools = Vec::new();
     for pc in &config.pools {
-        match cordon_sandbox::SandboxSpec::from_file(&pc.spec) {
-            Ok(spec) => pools.push(cordon_serve::pools::Pool::new(pc.clone(), spec)),
+        let pool = cordon_sandbox::SandboxSpec::from_file(&pc.spec)
+            .map_err(|e| e.to_string())
+            .and_then(|spec| cordon_serve::pools::Pool::new(pc.clone(), spec, &config.credentials));
+        match pool {
+            Ok(p) => pools.push(p),
             Err(e) => {
                 return Err(usage(format!(
                     "in `{}`: pool `{}`: {e}",

@@ -18,6 +18,8 @@
 //!   dispatched from one place, and this binary as each of them.
 //! - [`keeper`] and [`state`] — kept sandboxes for any registered backend:
 //!   a keeper process per sandbox, found through the state directory.
+//! - [`pool`] — warm pools: sandboxes made ahead, claimed by a
+//!   get-or-create of their spec (`cordon serve`'s pools are these).
 //! - [`kits`] — the files-out conformance kit and the escape kit, run
 //!   against any registered backend.
 //! - [`config`] — the host configuration file (`min_isolation`, `egress`)
@@ -39,6 +41,7 @@ pub mod config;
 pub mod exec_json;
 pub mod keeper;
 pub mod kits;
+pub mod pool;
 pub mod roles;
 pub mod secrets;
 pub mod snapshots;

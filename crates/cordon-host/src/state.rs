@@ -481,8 +481,11 @@ impl StateDir {
             return Err(StateError::Io {
                 path: self.root.clone(),
                 source: io::Error::other(format!(
-                    "a sandbox already has the key {}/{}/{}",
-                    to.scope, to.thread, to.agent_dir
+                    "{} {}/{}/{}",
+                    cordon_sandbox::backend::KEY_TAKEN,
+                    to.scope,
+                    to.thread,
+                    to.agent_dir
                 )),
             });
         }

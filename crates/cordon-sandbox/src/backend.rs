@@ -246,7 +246,49 @@ pub trait Backend: Send + Sync {
     /// Disposes of every sandbox of a scope and thread, found from the
     /// backend's own system state; returns how many.
     fn dispose_scope(&self, scope: &str, thread_id: &str) -> Result<usize, BackendError>;
+
+    /// Moves the sandbox this backend holds at `from` to the key `to`,
+    /// where it holds none: a warm pool's claim ([`crate::Router::rekey`]).
+    /// `Ok(false)`: nothing is held at `from` here. Nothing of the sandbox
+    /// changes but the key it is found by. The default refuses
+    /// ([`NO_REKEY`]).
+    fn rekey(&self, from: &SandboxKey, to: &SandboxKey) -> Result<bool, BackendError> {
+        let _ = (from, to);
+        Err(BackendError::Refused {
+            operation: "rekey",
+            reason: NO_REKEY.into(),
+        })
+    }
 }
+
+/// [`Backend::rekey`] over a backend's table of the sandboxes it holds:
+/// the entry at `from` moved to `to`, refused when `to` holds one.
+pub fn rekey_in<S>(
+    table: &mut std::collections::HashMap<SandboxKey, S>,
+    from: &SandboxKey,
+    to: &SandboxKey,
+) -> Result<bool, BackendError> {
+    if !table.contains_key(from) {
+        return Ok(false);
+    }
+    if table.contains_key(to) {
+        return Err(BackendError::Refused {
+            operation: "rekey",
+            reason: format!("{KEY_TAKEN} `{to}`"),
+        });
+    }
+    if let Some(s) = table.remove(from) {
+        table.insert(to.clone(), s);
+    }
+    Ok(true)
+}
+
+/// What a rekey's refusal says when the key it was to move to holds a
+/// sandbox already (a pool's claim then leaves the caller theirs).
+pub const KEY_TAKEN: &str = "a sandbox already has the key";
+
+/// Why a backend that cannot move a sandbox to another key refuses.
+pub const NO_REKEY: &str = "this backend cannot move a sandbox to another key, so a warm pool over it cannot hand one out; use it without a pool";
 
 /// One command to run.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -10,6 +10,8 @@
 //! another. Nothing here degrades: a check that cannot be satisfied is an
 //! error that names what to change.
 
+mod rekey;
+
 use std::collections::BTreeSet;
 use std::fmt;
 use std::panic::{catch_unwind, AssertUnwindSafe};

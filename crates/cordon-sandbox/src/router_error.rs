@@ -140,6 +140,14 @@ pub enum RouterError {
     Secret { source: SecretError },
     #[error("sandbox `{key}` exists but was created for a different {what}; it is not handed back: dispose of it (`Router::dispose` or the scope) to create a new one, or use another `agent_dir`")]
     Mismatch { key: SandboxKey, what: String },
+    /// A warm pool's claim could not move the sandbox.
+    #[error("sandbox `{from}` could not be moved to `{to}`: {reason}")]
+    Rekey {
+        /// The keys, as they print.
+        from: String,
+        to: String,
+        reason: String,
+    },
     #[error("backend `{backend}`: {source}; it is not retried on another backend")]
     Backend {
         backend: String,
@@ -181,7 +189,8 @@ impl RouterError {
             RouterError::NoBackendQualifies { .. } => ErrorKind::Unavailable,
             RouterError::Secret { .. }
             | RouterError::Delivery { .. }
-            | RouterError::NotDisposed { .. } => ErrorKind::Failed,
+            | RouterError::NotDisposed { .. }
+            | RouterError::Rekey { .. } => ErrorKind::Failed,
             RouterError::Backend { source, .. } => source.kind(),
         }
     }

@@ -191,7 +191,7 @@ pub(crate) async fn metrics(State(s): State<Arc<Served>>, headers: HeaderMap) ->
         let _ = writeln!(
             out,
             "cordon_pool_claims_total{{pool=\"{name}\"}} {}",
-            pool.claims.load(std::sync::atomic::Ordering::Relaxed)
+            pool.warm.claims()
         );
     }
     for (scope, v) in shown {

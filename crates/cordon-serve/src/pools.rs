@@ -3,20 +3,22 @@
 //! credential is a claim of one — rekeyed to the caller's thread, never
 //! handed out twice — instead of a cold start.
 //!
-//! A pooled sandbox is an ordinary kept sandbox at a key of the pool's
+//! The pool itself is the library's ([`cordon_host::pool::WarmPool`]):
+//! a pooled sandbox is an ordinary kept sandbox at a key of the pool's
 //! own (`cordon-pool-NAME-N` threads, which no caller may name and no cap
-//! counts); a claim moves its record to the caller's key
-//! (`StateDir::rekey`, under both keys' locks and the scope's cap lock).
-//! The pool refills in the background, one at a time, up to its size. A
-//! pooled sandbox made under another policy (a server restarted with a
-//! new one finds the old pool in the state directory), another spec or
-//! identity, or past the pool's `max_age`, is disposed of, never claimed.
+//! counts); a claim moves its record to the caller's key (the router's
+//! rekey, the kept backend's `StateDir::rekey`, under both keys' locks,
+//! while the server holds the scope's cap lock). Here: the configuration,
+//! the background refill, and what a restarted server finds of an
+//! earlier run's pool in the state directory — adopted, or disposed of
+//! when made under another policy, spec or identity, or past the pool's
+//! `max_age`, never claimed.
 
-use std::collections::VecDeque;
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use cordon_host::pool::{PoolOptions, Waiting, WarmPool};
 use cordon_sandbox::{Sandbox, SandboxKey, SandboxSpec};
 use marked_yaml::Spanned;
 use serde::Deserialize;
@@ -26,7 +28,7 @@ use crate::request::Address;
 use crate::served::Served;
 
 /// The threads pooled sandboxes wait at; a caller's thread may not begin so.
-pub const POOL_THREAD_PREFIX: &str = "cordon-pool-";
+pub use cordon_host::pool::POOL_THREAD_PREFIX;
 
 /// `pools:` as the configuration file holds one.
 #[derive(Deserialize)]
@@ -65,14 +67,8 @@ pub(crate) fn pools_of(
     let mut out: Vec<PoolConfig> = Vec::new();
     for p in raw {
         let name = p.name.to_string();
-        if name.is_empty()
-            || name.len() > 32
-            || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
-        {
-            return Err(at(
-                pos(&p.name),
-                format!("`pools.name`: `{name}` is not 1-32 of `a-z A-Z 0-9 -`"),
-            ));
+        if let Err(e) = cordon_host::pool::check_name(&name) {
+            return Err(at(pos(&p.name), format!("`pools.name`: {e}")));
         }
         if out.iter().any(|o| o.name == name) {
             return Err(at(
@@ -127,62 +123,50 @@ pub(crate) fn pools_of(
     Ok(out)
 }
 
-/// A sandbox waiting in a pool.
-struct Pooled {
-    sandbox: Arc<dyn Sandbox>,
-    /// Where it waits (the pool credential's scope).
-    at: Address,
-    made: Instant,
-}
-
-/// A pool, live.
+/// A pool, live: the library's, under one credential.
 pub struct Pool {
     pub config: PoolConfig,
-    pub spec: SandboxSpec,
-    /// `spec`'s fingerprint, taken once (a create compares with it).
-    fingerprint: String,
+    pub warm: WarmPool,
     /// Whether the state directory was looked through for this pool's
     /// sandboxes of an earlier run (once, at the first tending).
     adopted: std::sync::atomic::AtomicBool,
-    ready: Mutex<VecDeque<Pooled>>,
-    next: std::sync::atomic::AtomicU64,
-    /// Claims served, for `/metrics`.
-    pub claims: std::sync::atomic::AtomicU64,
 }
 
 impl Pool {
-    pub fn new(config: PoolConfig, spec: SandboxSpec) -> Pool {
-        Pool {
-            config,
-            fingerprint: spec.fingerprint(),
-            adopted: std::sync::atomic::AtomicBool::new(false),
+    /// The pool `config` names, of `spec`, under its credential (one of
+    /// `credentials`).
+    pub fn new(
+        config: PoolConfig,
+        spec: SandboxSpec,
+        credentials: &[Credential],
+    ) -> Result<Pool, String> {
+        let cred = credentials
+            .iter()
+            .find(|c| c.name == config.credential)
+            .ok_or_else(|| format!("no credential is named `{}`", config.credential))?;
+        let warm = WarmPool::new(PoolOptions {
+            name: config.name.clone(),
             spec,
-            ready: Mutex::new(VecDeque::new()),
-            next: std::sync::atomic::AtomicU64::new(0),
-            claims: std::sync::atomic::AtomicU64::new(0),
-        }
+            identity: cred.identity.clone(),
+            scope: cred.scope.clone(),
+            size: config.size,
+            max_age: Duration::from_secs(config.max_age),
+        })?;
+        Ok(Pool {
+            config,
+            warm,
+            adopted: std::sync::atomic::AtomicBool::new(false),
+        })
     }
 
     /// How many wait now.
     pub fn ready(&self) -> usize {
-        self.ready.lock().unwrap_or_else(|p| p.into_inner()).len()
-    }
-
-    fn thread_prefix(&self) -> String {
-        format!("{POOL_THREAD_PREFIX}{}-", self.config.name)
+        self.warm.ready()
     }
 
     /// Whether a create of `spec` by `cred` is this pool's to serve.
     pub(crate) fn serves(&self, cred: &Credential, spec: &SandboxSpec) -> bool {
-        cred.name == self.config.credential && spec.fingerprint() == self.fingerprint
-    }
-
-    /// One waiting sandbox, taken (never to be taken again).
-    fn take(&self) -> Option<Pooled> {
-        self.ready
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .pop_front()
+        cred.name == self.config.credential && self.warm.serves(&cred.identity, &cred.scope, spec)
     }
 }
 
@@ -201,36 +185,21 @@ impl Served {
         cred: &Credential,
         key: &SandboxKey,
     ) -> Option<Arc<dyn Sandbox>> {
-        let state = self.state.as_ref()?;
-        while let Some(p) = pool.take() {
-            let from = cordon_host::state::KeyRecord {
-                scope: cred.scope.clone(),
-                thread: p.at.thread.clone(),
-                agent_dir: p.at.agent_dir.clone(),
-            };
-            let to = cordon_host::state::KeyRecord {
-                scope: key.scope().to_string(),
-                thread: key.thread_id().to_string(),
-                agent_dir: key.agent_dir().to_string(),
-            };
-            match state.rekey(p.sandbox.id(), &from, &to) {
-                Ok(rec) => {
-                    pool.claims
-                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    match cordon_host::keeper::KeptSandbox::new(state.clone(), rec) {
-                        Ok(s) => return Some(Arc::new(s)),
-                        Err(e) => {
-                            tracing::warn!(pool = %pool.config.name, "a claimed sandbox could not be attached: {e}")
-                        }
-                    }
-                }
-                Err(e) => {
-                    tracing::warn!(pool = %pool.config.name, handle = p.sandbox.id(), "a pooled sandbox could not be claimed: {e}");
-                    let _ = self.router.dispose(&crate::request::caller(cred, &p.at));
-                }
+        let at = Address {
+            thread: key.thread_id().to_string(),
+            agent_dir: key.agent_dir().to_string(),
+        };
+        let caller = crate::request::caller(cred, &at);
+        match pool
+            .warm
+            .claim(&self.router, &caller, &pool.warm.options().spec)
+        {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(pool = %pool.config.name, "a claim failed, and a cold create serves it: {e}");
+                None
             }
         }
-        None
     }
 
     /// Stops refilling and disposes of every pooled sandbox (at shutdown,
@@ -239,19 +208,7 @@ impl Served {
         self.pools_stopped
             .store(true, std::sync::atomic::Ordering::SeqCst);
         for pool in &self.pools {
-            let Some(cred) = self
-                .config
-                .credentials
-                .iter()
-                .find(|c| c.name == pool.config.credential)
-            else {
-                continue;
-            };
-            while let Some(p) = pool.take() {
-                if let Err(e) = self.router.dispose(&crate::request::caller(cred, &p.at)) {
-                    tracing::warn!(pool = %pool.config.name, "at shutdown: {e}");
-                }
-            }
+            pool.warm.drain(&self.router);
         }
     }
 
@@ -265,60 +222,22 @@ impl Served {
     }
 
     fn tend(&self, pool: &Pool) {
-        let Some(cred) = self
-            .config
-            .credentials
-            .iter()
-            .find(|c| c.name == pool.config.credential)
-        else {
+        if self.pools_stopped.load(std::sync::atomic::Ordering::SeqCst) {
             return;
-        };
-        let max_age = Duration::from_secs(pool.config.max_age);
-        // Stale or gone: out.
-        let stale: Vec<Pooled> = {
-            let mut ready = pool.ready.lock().unwrap_or_else(|p| p.into_inner());
-            let (keep, stale): (Vec<Pooled>, Vec<Pooled>) = ready.drain(..).partition(|p| {
-                p.made.elapsed() < max_age
-                    && self
-                        .state
-                        .as_ref()
-                        .is_none_or(|st| st.record_path(p.sandbox.id()).exists())
-            });
-            ready.extend(keep);
-            stale
-        };
-        for p in stale {
-            let _ = self.router.dispose(&crate::request::caller(cred, &p.at));
         }
         // What an earlier run left is looked for once, not at every pass
         // (each look reads every record in the state directory).
         if !pool.adopted.swap(true, std::sync::atomic::Ordering::SeqCst) {
-            self.adopt_or_drain(pool, cred);
+            self.adopt_or_drain(pool);
         }
-        while pool.ready() < pool.config.size
-            && !self.pools_stopped.load(std::sync::atomic::Ordering::SeqCst)
-        {
-            let n = pool.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let at = Address {
-                thread: format!("{}{}-{n}", pool.thread_prefix(), std::process::id()),
-                agent_dir: "default".into(),
-            };
-            let caller = crate::request::caller(cred, &at);
-            match self.router.acquire(&caller, &pool.spec) {
-                Ok(sandbox) => pool
-                    .ready
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .push_back(Pooled {
-                        sandbox,
-                        at,
-                        made: Instant::now(),
-                    }),
-                Err(e) => {
-                    tracing::warn!(pool = %pool.config.name, "a pooled sandbox could not be made: {e}");
-                    return;
-                }
-            }
+        // Gone from the state directory (disposed of from elsewhere): out.
+        let gone = |w: &Waiting| {
+            self.state
+                .as_ref()
+                .is_some_and(|st| !st.record_path(w.sandbox.id()).exists())
+        };
+        if let Err(e) = pool.warm.fill(&self.router, &gone) {
+            tracing::warn!(pool = %pool.config.name, "a pooled sandbox could not be made: {e}");
         }
     }
 
@@ -326,50 +245,43 @@ impl Served {
     /// does not hold: the same spec, identity and policy are taken into
     /// the pool; any other is disposed of (a pool made under an older
     /// policy is drained, not served).
-    fn adopt_or_drain(&self, pool: &Pool, cred: &Credential) {
+    fn adopt_or_drain(&self, pool: &Pool) {
         let Some(state) = &self.state else { return };
         let Ok((records, _)) = state.list() else {
             return;
         };
-        let held: Vec<String> = pool
-            .ready
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .iter()
-            .map(|p| p.sandbox.id().to_string())
-            .collect();
-        let prefix = pool.thread_prefix();
+        let held = pool.warm.threads();
+        let prefix = pool.warm.thread_prefix();
+        let scope = &pool.warm.options().scope;
         for rec in records {
-            if rec.key.scope != cred.scope
+            if rec.key.scope != *scope
                 || !rec.key.thread.starts_with(&prefix)
-                || held.contains(&rec.handle)
+                || held.contains(&rec.key.thread)
             {
                 continue;
             }
-            let at = Address {
-                thread: rec.key.thread.clone(),
-                agent_dir: rec.key.agent_dir.clone(),
-            };
+            let at = pool.warm.caller_at(&rec.key.thread);
             let same = rec.provenance.policy_digest == self.policy_digest
-                && rec.provenance.spec.fingerprint() == pool.fingerprint
-                && rec.provenance.identity == cred.identity
+                && pool
+                    .warm
+                    .serves(&rec.provenance.identity, scope, &rec.provenance.spec)
+                && rec.key.agent_dir == "default"
                 && rec.provenance.origin.is_none()
                 && !rec.orphaned_or_expired(cordon_host::state::now());
-            if same && pool.ready() < pool.config.size {
+            if same {
                 if let Ok(s) = cordon_host::keeper::KeptSandbox::new(state.clone(), rec.clone()) {
-                    pool.ready
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .push_back(Pooled {
-                            sandbox: Arc::new(s),
-                            at,
-                            made: Instant::now(),
-                        });
-                    continue;
+                    let waiting = Waiting {
+                        sandbox: Arc::new(s),
+                        thread: rec.key.thread.clone(),
+                        made: Instant::now(),
+                    };
+                    if pool.warm.adopt(waiting).is_ok() {
+                        continue;
+                    }
                 }
             }
             tracing::info!(pool = %pool.config.name, handle = %rec.handle, "draining a pooled sandbox made under another policy, spec or identity");
-            let _ = self.router.dispose(&crate::request::caller(cred, &at));
+            let _ = self.router.dispose(&at);
         }
     }
 }

@@ -702,6 +702,27 @@ impl cordon_sandbox::Backend for KeptBackend {
             ))
         }
     }
+
+    /// The record's key rewritten (`StateDir::rekey`, under both keys'
+    /// locks): the next lookup by key, from any process, finds it at `to`.
+    fn rekey(
+        &self,
+        from: &cordon_sandbox::SandboxKey,
+        to: &cordon_sandbox::SandboxKey,
+    ) -> Result<bool, cordon_sandbox::BackendError> {
+        let state = &self.kept.state;
+        let (from, to) = (key_record(from), key_record(to));
+        match state
+            .find(&from)
+            .map_err(|e| failed("rekey", e.to_string()))?
+        {
+            Some(rec) if rec.backend == self.inner.name() => state
+                .rekey(&rec.handle, &from, &to)
+                .map(|_| true)
+                .map_err(|e| failed("rekey", e.to_string())),
+            _ => Ok(false),
+        }
+    }
 }
 
 /// Disposes of every recorded sandbox of `scope`/`thread_id` (of one

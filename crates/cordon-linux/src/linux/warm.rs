@@ -175,6 +175,44 @@ fn event_reader(control: Arc<OwnedFd>, waiters: Waiters, dead: Arc<AtomicBool>) 
 // spawn; serialising them keeps one sandbox's descriptors out of another's.
 static SPAWN: Mutex<()> = Mutex::new(());
 
+/// A spawn for [`spawn_held`]: the command, and where its child goes.
+type SpawnJob = (Command, mpsc::SyncSender<io::Result<Child>>);
+
+static SPAWNER: std::sync::OnceLock<Mutex<Sender<SpawnJob>>> = std::sync::OnceLock::new();
+
+/// Spawns `command` from a thread that lives as long as this process.
+///
+/// The init sets `PR_SET_PDEATHSIG` so that its owner's death takes the
+/// sandbox with it — but the kernel sends it when the *thread* that
+/// forked the init exits, not the process. Spawned from the caller's
+/// thread, a warm sandbox died with that thread: a library host's worker
+/// thread, a Tokio blocking thread that idles out, a pool filled from a
+/// thread of its own (found by the library pool's test, whose callers'
+/// sandboxes were dead once their threads were joined). Every warm init
+/// is forked from this one thread instead.
+fn spawn_held(command: Command) -> io::Result<Child> {
+    let gone = || io::Error::other("the thread warm sandboxes are started from is gone");
+    let jobs = SPAWNER.get_or_init(|| {
+        let (tx, rx) = mpsc::channel::<SpawnJob>();
+        // A thread that cannot be made leaves `rx` dropped: every spawn
+        // then fails, saying so.
+        let _ = std::thread::Builder::new()
+            .name("cordon-warm-spawner".into())
+            .spawn(move || {
+                for (mut command, reply) in rx {
+                    let _ = reply.send(command.spawn());
+                }
+            });
+        Mutex::new(tx)
+    });
+    let (tx, rx) = mpsc::sync_channel(1);
+    jobs.lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .send((command, tx))
+        .map_err(|_| gone())?;
+    rx.recv().map_err(|_| gone())?
+}
+
 impl WarmSandbox {
     /// Builds the sandbox for `plan` (container rung; its `argv` is unused)
     /// with the init running as `init_ids`, in a cgroup called `name` below
@@ -271,7 +309,8 @@ impl WarmSandbox {
                 fcntl(fd, FcntlArg::F_SETFD(FdFlag::empty()))
                     .map_err(|e| no_child(LaunchError::Pipe(e.into())))?;
             }
-            let spawned = Command::new(&init.path)
+            let mut command = Command::new(&init.path);
+            command
                 .args(&init.args)
                 .arg(format!("{ARG_PLAN_FD}{}", plan_r.as_raw_fd()))
                 .arg(format!("{ARG_REPORT_FD}{}", report_w.as_raw_fd()))
@@ -281,8 +320,8 @@ impl WarmSandbox {
                 .env_clear()
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
-                .stderr(Stdio::inherit())
-                .spawn();
+                .stderr(Stdio::inherit());
+            let spawned = spawn_held(command);
             drop((plan_r, report_w, theirs));
             spawned.map_err(|source| {
                 no_child(LaunchError::Spawn {
