@@ -280,20 +280,9 @@ fn serve_sandbox(
                     Reply::Disposed
                 }
                 Request::Pause { paused } => pause_for_client(&*sandbox, paused),
-                Request::Checkpoint { into } => sandbox.checkpoint(&into).map_or_else(
-                    |e| error_to_wire(&e),
-                    |processes| Reply::Checkpointed { processes },
-                ),
-                Request::CopyFilesOut {
-                    into,
-                    room,
-                    max_entries,
-                } => sandbox
-                    .copy_files_out(&into, room, max_entries)
-                    .map_or_else(
-                        |e| error_to_wire(&e),
-                        |skipped| Reply::FilesCopied { skipped },
-                    ),
+                Request::Checkpoint { .. } | Request::CopyFilesOut { .. } => {
+                    snapshot_for_client(&*sandbox, req)
+                }
                 Request::Watch { path, recursive } => {
                     watch_for_client(&*sandbox, &path, recursive, fds)
                 }
@@ -845,5 +834,29 @@ fn record_of(launch: &Launch, sandbox: &Arc<dyn Sandbox>) -> Record {
         provenance: launch.provenance.clone(),
         host_work_dir: sandbox.host_work_dir(),
         residue: sandbox.residue(),
+    }
+}
+
+/// A snapshot's part the backend takes: its processes saved, or the
+/// files of a sandbox whose files the host cannot open copied out.
+fn snapshot_for_client(sandbox: &dyn cordon_sandbox::Sandbox, req: Request) -> Reply {
+    match req {
+        Request::Checkpoint { into } => sandbox.checkpoint(&into).map_or_else(
+            |e| error_to_wire(&e),
+            |processes| Reply::Checkpointed { processes },
+        ),
+        Request::CopyFilesOut {
+            into,
+            room,
+            max_entries,
+        } => sandbox
+            .copy_files_out(&into, room, max_entries)
+            .map_or_else(
+                |e| error_to_wire(&e),
+                |skipped| Reply::FilesCopied { skipped },
+            ),
+        _ => error_to_wire(&cordon_sandbox::SandboxError::Invalid {
+            reason: "not a snapshot request".into(),
+        }),
     }
 }
