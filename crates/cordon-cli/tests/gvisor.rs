@@ -1043,4 +1043,20 @@ fn a_processs_memory_goes_on_after_a_memory_snapshot_is_restored() {
         ok(&["sandbox", "down", h]);
     }
     assert_eq!(leftovers(tmp.path()), Vec::<String>::new());
+    // Nor a process: no runsc sandbox, restored or not, nor its gofer
+    // (their arguments name their logs in this test's directory).
+    let tag = tmp.path().display().to_string();
+    let running = || {
+        let ps = Command::new("ps").args(["-eo", "args"]).output().unwrap();
+        String::from_utf8_lossy(&ps.stdout)
+            .lines()
+            .filter(|l| l.contains(&tag))
+            .map(String::from)
+            .collect::<Vec<_>>()
+    };
+    let until = std::time::Instant::now() + Duration::from_secs(10);
+    while !running().is_empty() && std::time::Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(running(), Vec::<String>::new(), "left running");
 }
