@@ -34,7 +34,8 @@ const WRITE_CHUNK: usize = 16 << 20;
 pub struct CopiedOut {
     /// Bytes of file contents copied.
     pub bytes: u64,
-    /// Entries made (directories and files).
+    /// Entries made (directories and files; every entry listed, a
+    /// skipped one too, counts against the caller's `max_entries`).
     pub entries: usize,
     /// What was left out (links, FIFOs, sockets, devices), by path as the
     /// workload names it.
@@ -118,13 +119,15 @@ pub fn copy_out(
             let name = name_in(&listed, &e.path)?;
             let rel = join(&rel, name);
             let host = dst.join(&rel);
+            // Every entry counts, a skipped one too (the list of what was
+            // left out is held to the same bound).
+            if *max_entries == 0 {
+                return Err(
+                    "more entries than a snapshot holds; remove some, or take fewer".into(),
+                );
+            }
+            *max_entries -= 1;
             if matches!(e.kind, FileKind::Dir | FileKind::File) {
-                if *max_entries == 0 {
-                    return Err(
-                        "more entries than a snapshot holds; remove some, or take fewer".into(),
-                    );
-                }
-                *max_entries -= 1;
                 out.entries += 1;
             }
             match e.kind {
@@ -332,7 +335,7 @@ mod tests {
         let (mut room, mut left) = (1000, 100);
         let e = copy_out(&files, "", &t.path().join("small"), &mut room, &mut left).unwrap_err();
         assert!(e.contains("more than the room left"), "{e}");
-        let (mut room, mut left) = (u64::MAX, 2);
+        let (mut room, mut left) = (u64::MAX, 4);
         let e = copy_out(&files, "", &t.path().join("few"), &mut room, &mut left).unwrap_err();
         assert!(e.contains("more entries"), "{e}");
     }
