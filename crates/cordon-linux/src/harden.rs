@@ -162,7 +162,11 @@ pub fn deny_list() -> Vec<(&'static str, &'static str)> {
 }
 
 fn compile_filter() -> Result<Vec<BpfProgram>, HardenError> {
-    compile_entries(proxy_entries()).map_err(step("compiling the seccomp filter"))
+    let programs =
+        compile_entries(proxy_entries()).map_err(step("compiling the seccomp filter"))?;
+    crate::linux::seccomp_merge::merge(&programs)
+        .map(|one| vec![one])
+        .map_err(step("compiling the seccomp filter"))
 }
 
 /// Which Landlock ABI to apply, from the one `found`: `Ok(None)` when

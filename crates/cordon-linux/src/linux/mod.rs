@@ -10,6 +10,7 @@ pub(crate) mod proxy;
 pub(crate) mod pty;
 pub(crate) mod rootfs;
 pub(crate) mod seccomp;
+pub(crate) mod seccomp_merge;
 pub(crate) mod setup;
 pub(crate) mod sysv;
 pub(crate) mod warm;

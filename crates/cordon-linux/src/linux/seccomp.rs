@@ -389,6 +389,8 @@ pub enum SeccompError {
     Compile(seccompiler::BackendError),
     #[error("installing the seccomp filter: {0}")]
     Install(seccompiler::Error),
+    #[error("making one seccomp program of the filter's: {0}")]
+    Merge(String),
 }
 
 fn condition(
@@ -533,10 +535,13 @@ pub(crate) fn compile_entries<'a>(
 /// Installs the filter for `rung` on the calling thread (and so on every
 /// process it later starts). Sets `no_new_privs` (required by the kernel).
 pub(crate) fn install(rung: Rung) -> Result<(), SeccompError> {
-    for program in compile(rung)? {
-        seccompiler::apply_filter(&program).map_err(SeccompError::Install)?;
-    }
-    Ok(())
+    seccompiler::apply_filter(&compile_one(rung)?).map_err(SeccompError::Install)
+}
+
+/// [`compile`]'s programs as one ([`super::seccomp_merge`]): one attach,
+/// one run per system call, the same decisions.
+pub(crate) fn compile_one(rung: Rung) -> Result<BpfProgram, SeccompError> {
+    super::seccomp_merge::merge(&compile(rung)?)
 }
 
 #[cfg(test)]

@@ -100,7 +100,9 @@ pub(crate) fn serve(plan: &Plan, report: &mut File, control: File) -> Result<i32
     let layers = Layers {
         ruleset: fs_rules::ruleset(plan, &exec_rules, WARM_LANDLOCK_ABI)
             .map_err(fail("landlock"))?,
-        seccomp: std::sync::Arc::new(seccomp::compile(Rung::Container).map_err(fail("seccomp"))?),
+        seccomp: std::sync::Arc::new(vec![
+            seccomp::compile_one(Rung::Container).map_err(fail("seccomp"))?
+        ]),
     };
     // SIGCHLD arrives on a descriptor, so one poll waits for both requests
     // and children.
