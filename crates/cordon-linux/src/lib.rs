@@ -105,6 +105,27 @@ pub fn freeze_cgroups(dirs: &[std::path::PathBuf], frozen: bool) -> std::io::Res
 }
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 pub use linux::seccomp::deny_list as seccomp_deny_list;
+/// The container rung's seccomp filter as the programs it is made of (in
+/// installation order) and as the one program cordon installs: for
+/// `benches/seccomp.rs`, which times a workload's system calls under each.
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+#[doc(hidden)]
+pub fn seccomp_container_filter(
+) -> Result<(Vec<Vec<libc::sock_filter>>, Vec<libc::sock_filter>), String> {
+    let parts = linux::seccomp::compile(plan::Rung::Container).map_err(|e| e.to_string())?;
+    let one = linux::seccomp_merge::merge(&parts).map_err(|e| e.to_string())?;
+    let conv = |p: &Vec<seccompiler::sock_filter>| {
+        p.iter()
+            .map(|i| libc::sock_filter {
+                code: i.code,
+                jt: i.jt,
+                jf: i.jf,
+                k: i.k,
+            })
+            .collect::<Vec<_>>()
+    };
+    Ok((parts.iter().map(conv).collect(), conv(&one)))
+}
 pub use linux::seccomp::{container_denials, DeniedCall, DeniedWhen};
 /// Removes the System V IPC objects of the caller's namespace that `uid`
 /// owns or created (see `linux::sysv`): (how many, what failed).
