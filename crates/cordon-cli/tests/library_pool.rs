@@ -165,6 +165,21 @@ fn claims_are_never_shared_and_the_pool_refills(host: Host) {
         "{e}"
     );
     assert_eq!(router.dispose(&caller("stolen", "stranger")).unwrap(), 0);
+    // Nor out of its scope, even for its own identity.
+    let (id, elsewhere) = (identity("agent"), "stolen".to_string());
+    let other_scope = CallerContext::new(
+        || "another-scope".to_string(),
+        move || elsewhere.clone(),
+        || "default".to_string(),
+        move || id.clone(),
+    );
+    let e = router.rekey(&pool.caller_at(&t), &other_scope).unwrap_err();
+    assert!(
+        matches!(e, cordon_sandbox::RouterError::Mismatch { .. })
+            && e.to_string().contains("scope"),
+        "{e}"
+    );
+    assert_eq!(router.dispose(&other_scope).unwrap(), 0);
 
     assert_eq!(pool.drain(&router), 3);
     assert_eq!(pool.ready(), 0);

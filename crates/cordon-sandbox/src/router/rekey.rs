@@ -11,8 +11,8 @@ impl Router {
     /// Moves the sandbox at `from`'s key to `to`'s, where there is none: a
     /// warm pool's claim, so the next acquire at `to` finds it, and so do
     /// dispose and every lookup by key. Only between callers of one
-    /// identity (a pool is made under the identity it serves; anything
-    /// else is a [`RouterError::Mismatch`]). The placeholders its brokered
+    /// identity in one scope (a pool is made under the identity it serves,
+    /// in its scope; anything else is a [`RouterError::Mismatch`]). The placeholders its brokered
     /// secrets were given move with it. The caller still acquires at `to`
     /// to have it, which checks its spec and policy as any acquire does.
     pub fn rekey(&self, from: &CallerContext, to: &CallerContext) -> Result<(), RouterError> {
@@ -26,6 +26,13 @@ impl Router {
                     who(&from.identity),
                     who(&to.identity)
                 ),
+            });
+        }
+        // A scope is a tenant's: nothing moves out of one.
+        if from.key.scope() != to.key.scope() {
+            return Err(RouterError::Mismatch {
+                what: format!("scope (`{}`, not `{}`)", from.key.scope(), to.key.scope()),
+                key: from.key,
             });
         }
         let mut refusals = Vec::new();
