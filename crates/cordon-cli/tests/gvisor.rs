@@ -80,9 +80,10 @@ fn echo_runs_at_the_hardened_container_rung_and_leaves_nothing() {
     // under cordon's state root, no runsc process of its.
     assert_eq!(leftovers(tmp.path()), Vec::<String>::new());
     let tag = tmp.path().display().to_string();
-    let ps = Command::new("ps").args(["-eo", "args"]).output().unwrap();
     assert!(
-        !String::from_utf8_lossy(&ps.stdout).contains(&tag),
+        !cordon_testkit::process_args()
+            .iter()
+            .any(|a| a.contains(&tag)),
         "a process of the sandbox is still running"
     );
     let mine: Vec<String> = runsc_containers()
@@ -761,8 +762,7 @@ fn residue(tmp: &Path, seen: &RefCell<BTreeSet<String>>) -> Vec<String> {
     }
     let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
     let containers = runsc_containers();
-    let ps = Command::new("ps").args(["-eo", "args"]).output().unwrap();
-    let ps = String::from_utf8_lossy(&ps.stdout);
+    let ps = cordon_testkit::process_args().join("\n");
     for name in seen.borrow().iter() {
         if mounts.contains(name.as_str()) {
             out.push(format!("a mount of {name}"));
@@ -1047,11 +1047,9 @@ fn a_processs_memory_goes_on_after_a_memory_snapshot_is_restored() {
     // (their arguments name their logs in this test's directory).
     let tag = tmp.path().display().to_string();
     let running = || {
-        let ps = Command::new("ps").args(["-eo", "args"]).output().unwrap();
-        String::from_utf8_lossy(&ps.stdout)
-            .lines()
+        cordon_testkit::process_args()
+            .into_iter()
             .filter(|l| l.contains(&tag))
-            .map(String::from)
             .collect::<Vec<_>>()
     };
     let until = std::time::Instant::now() + Duration::from_secs(10);

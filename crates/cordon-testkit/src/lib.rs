@@ -188,6 +188,33 @@ pub fn microvm_missing(cordon_bin: &Path) -> Option<String> {
     None
 }
 
+/// Every running process's command line (arguments joined by spaces),
+/// read from `/proc`: what `ps -eo args` prints, without needing `ps`
+/// (procps is not on every fresh machine, and `.ci/run` installs no
+/// package for it). A process that ends while it is read is left out.
+pub fn process_args() -> Vec<String> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .bytes()
+                .all(|b| b.is_ascii_digit())
+        })
+        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+        .filter(|c| !c.is_empty())
+        .map(|c| {
+            c.split(|b| *b == 0)
+                .filter(|a| !a.is_empty())
+                .map(|a| String::from_utf8_lossy(a).into_owned())
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .collect()
+}
+
 /// A scratch directory in `/var/tmp` (a real filesystem, not a tmpfs),
 /// named `{prefix}…`.
 pub fn scratch(prefix: &str) -> tempfile::TempDir {
@@ -257,4 +284,23 @@ pub fn cgroup_dirs(root: &Path, maker: Option<u32>) -> std::collections::BTreeSe
     let mut out = std::collections::BTreeSet::new();
     walk(root, 0, false, maker, &mut out);
     out
+}
+
+#[cfg(test)]
+mod process_args_tests {
+    /// A process started with a unique argument is listed with it while
+    /// it runs, and not after.
+    #[test]
+    fn a_running_process_is_listed_with_its_arguments() {
+        let tag = format!("cordon-testkit-tag-{}", std::process::id());
+        let mut child = std::process::Command::new("/bin/sh")
+            .args(["-c", "sleep 30", &tag])
+            .spawn()
+            .unwrap();
+        let seen = super::process_args().iter().any(|a| a.contains(&tag));
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(seen, "the process was not listed");
+        assert!(!super::process_args().iter().any(|a| a.contains(&tag)));
+    }
 }
