@@ -320,8 +320,16 @@ impl<E: Engine> Backend for EngineBackend<E> {
     /// The table's entry moved: the engine's own labels keep the key it
     /// was made at (a sandbox held here is disposed of from the table, by
     /// its new key; one a crash left is found by its old one).
-    fn rekey(&self, from: &SandboxKey, to: &SandboxKey) -> Result<bool, BackendError> {
-        cordon_sandbox::backend::rekey_in(&mut self.table(), from, to)
+    fn rekey(
+        &self,
+        from: &SandboxKey,
+        to: &SandboxKey,
+    ) -> Result<cordon_sandbox::backend::Rekeyed, BackendError> {
+        Ok(cordon_sandbox::backend::rekey_in(
+            &mut self.table(),
+            from,
+            to,
+        ))
     }
 
     fn dispose_scope(&self, scope: &str, thread_id: &str) -> Result<usize, BackendError> {

@@ -206,12 +206,16 @@ impl Backend for LocalBackend {
         self.dispose_scope_local(scope, thread_id)
     }
 
-    fn rekey(&self, from: &SandboxKey, to: &SandboxKey) -> Result<bool, BackendError> {
+    fn rekey(
+        &self,
+        from: &SandboxKey,
+        to: &SandboxKey,
+    ) -> Result<cordon_sandbox::backend::Rekeyed, BackendError> {
         let mut all = self
             .sandboxes
             .lock()
             .map_err(|_| failed("rekey", "the sandbox registry is poisoned"))?;
-        cordon_sandbox::backend::rekey_in(&mut all, from, to)
+        Ok(cordon_sandbox::backend::rekey_in(&mut all, from, to))
     }
 }
 

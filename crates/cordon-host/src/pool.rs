@@ -224,9 +224,7 @@ impl WarmPool {
                 Ok(()) => {}
                 // The caller has a sandbox at its key already: it is
                 // theirs (get-or-create), and this one waits on.
-                Err(RouterError::Rekey { reason, .. })
-                    if reason.contains(cordon_sandbox::backend::KEY_TAKEN) =>
-                {
+                Err(RouterError::KeyTaken { .. }) => {
                     self.queue().push_front(w);
                     return Ok(None);
                 }

@@ -38,6 +38,9 @@ pub enum StateError {
     NotAHandle(String),
     #[error("another owner holds the lock on this sandbox key (`{0}`) for over {1:?}; try again, or run `cordon sandbox gc` if an owner crashed")]
     Busy(PathBuf, Duration),
+    /// A rekey's new key has a sandbox already (`scope/thread/agent_dir`).
+    #[error("a sandbox already has the key {0}")]
+    KeyTaken(String),
 }
 
 fn io_err(path: &Path) -> impl FnOnce(io::Error) -> StateError + '_ {
@@ -478,16 +481,10 @@ impl StateDir {
         let _to = self.lock(to, wait)?;
         let _from = self.lock(from, wait)?;
         if self.find(to)?.is_some() {
-            return Err(StateError::Io {
-                path: self.root.clone(),
-                source: io::Error::other(format!(
-                    "{} {}/{}/{}",
-                    cordon_sandbox::backend::KEY_TAKEN,
-                    to.scope,
-                    to.thread,
-                    to.agent_dir
-                )),
-            });
+            return Err(StateError::KeyTaken(format!(
+                "{}/{}/{}",
+                to.scope, to.thread, to.agent_dir
+            )));
         }
         let mut rec = self.read(handle)?.ok_or_else(|| StateError::Io {
             path: self.record_path(handle),

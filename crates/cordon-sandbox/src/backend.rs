@@ -249,10 +249,9 @@ pub trait Backend: Send + Sync {
 
     /// Moves the sandbox this backend holds at `from` to the key `to`,
     /// where it holds none: a warm pool's claim ([`crate::Router::rekey`]).
-    /// `Ok(false)`: nothing is held at `from` here. Nothing of the sandbox
-    /// changes but the key it is found by. The default refuses
-    /// ([`NO_REKEY`]).
-    fn rekey(&self, from: &SandboxKey, to: &SandboxKey) -> Result<bool, BackendError> {
+    /// Nothing of the sandbox changes but the key it is found by. The
+    /// default refuses ([`NO_REKEY`]).
+    fn rekey(&self, from: &SandboxKey, to: &SandboxKey) -> Result<Rekeyed, BackendError> {
         let _ = (from, to);
         Err(BackendError::Refused {
             operation: "rekey",
@@ -261,31 +260,36 @@ pub trait Backend: Send + Sync {
     }
 }
 
+/// What a [`Backend::rekey`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rekeyed {
+    /// The sandbox is found at the new key now.
+    Moved,
+    /// This backend holds nothing at the old key.
+    NotHeld,
+    /// The new key holds a sandbox already: nothing was moved (a pool's
+    /// claim then leaves the caller theirs).
+    KeyTaken,
+}
+
 /// [`Backend::rekey`] over a backend's table of the sandboxes it holds:
-/// the entry at `from` moved to `to`, refused when `to` holds one.
+/// the entry at `from` moved to `to`, unless `to` holds one.
 pub fn rekey_in<S>(
     table: &mut std::collections::HashMap<SandboxKey, S>,
     from: &SandboxKey,
     to: &SandboxKey,
-) -> Result<bool, BackendError> {
+) -> Rekeyed {
     if !table.contains_key(from) {
-        return Ok(false);
+        return Rekeyed::NotHeld;
     }
     if table.contains_key(to) {
-        return Err(BackendError::Refused {
-            operation: "rekey",
-            reason: format!("{KEY_TAKEN} `{to}`"),
-        });
+        return Rekeyed::KeyTaken;
     }
     if let Some(s) = table.remove(from) {
         table.insert(to.clone(), s);
     }
-    Ok(true)
+    Rekeyed::Moved
 }
-
-/// What a rekey's refusal says when the key it was to move to holds a
-/// sandbox already (a pool's claim then leaves the caller theirs).
-pub const KEY_TAKEN: &str = "a sandbox already has the key";
 
 /// Why a backend that cannot move a sandbox to another key refuses.
 pub const NO_REKEY: &str = "this backend cannot move a sandbox to another key, so a warm pool over it cannot hand one out; use it without a pool";

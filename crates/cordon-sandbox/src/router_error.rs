@@ -140,6 +140,10 @@ pub enum RouterError {
     Secret { source: SecretError },
     #[error("sandbox `{key}` exists but was created for a different {what}; it is not handed back: dispose of it (`Router::dispose` or the scope) to create a new one, or use another `agent_dir`")]
     Mismatch { key: SandboxKey, what: String },
+    /// A warm pool's claim found a sandbox at the caller's key already:
+    /// nothing was moved (the caller keeps theirs).
+    #[error("sandbox `{key}` exists already; no other is moved to its key")]
+    KeyTaken { key: String },
     /// A warm pool's claim could not move the sandbox.
     #[error("sandbox `{from}` could not be moved to `{to}`: {reason}")]
     Rekey {
@@ -184,6 +188,7 @@ impl RouterError {
             | RouterError::SecretDenied { .. }
             | RouterError::PlaceholderNotInspected { .. }
             | RouterError::Mismatch { .. }
+            | RouterError::KeyTaken { .. }
             | RouterError::ToolsDenied
             | RouterError::ToolIdentityDenied { .. } => ErrorKind::Refused,
             RouterError::NoBackendQualifies { .. } => ErrorKind::Unavailable,

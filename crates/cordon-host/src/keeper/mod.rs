@@ -709,18 +709,22 @@ impl cordon_sandbox::Backend for KeptBackend {
         &self,
         from: &cordon_sandbox::SandboxKey,
         to: &cordon_sandbox::SandboxKey,
-    ) -> Result<bool, cordon_sandbox::BackendError> {
+    ) -> Result<cordon_sandbox::backend::Rekeyed, cordon_sandbox::BackendError> {
+        use cordon_sandbox::backend::Rekeyed;
         let state = &self.kept.state;
         let (from, to) = (key_record(from), key_record(to));
         match state
             .find(&from)
             .map_err(|e| failed("rekey", e.to_string()))?
         {
-            Some(rec) if rec.backend == self.inner.name() => state
-                .rekey(&rec.handle, &from, &to)
-                .map(|_| true)
-                .map_err(|e| failed("rekey", e.to_string())),
-            _ => Ok(false),
+            Some(rec) if rec.backend == self.inner.name() => {
+                match state.rekey(&rec.handle, &from, &to) {
+                    Ok(_) => Ok(Rekeyed::Moved),
+                    Err(crate::state::StateError::KeyTaken(_)) => Ok(Rekeyed::KeyTaken),
+                    Err(e) => Err(failed("rekey", e.to_string())),
+                }
+            }
+            _ => Ok(Rekeyed::NotHeld),
         }
     }
 }

@@ -4,6 +4,7 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use super::{who, Router};
+use crate::backend::Rekeyed;
 use crate::key::CallerContext;
 use crate::router_error::RouterError;
 
@@ -38,7 +39,7 @@ impl Router {
         let mut refusals = Vec::new();
         for a in &self.backends {
             match catch_unwind(AssertUnwindSafe(|| a.backend.rekey(&from.key, &to.key))) {
-                Ok(Ok(true)) => {
+                Ok(Ok(Rekeyed::Moved)) => {
                     let (old, new) = (from.key.id(), to.key.id());
                     let mut map = self.placeholders.lock().unwrap_or_else(|p| p.into_inner());
                     let moved: Vec<_> = map
@@ -52,7 +53,12 @@ impl Router {
                     }
                     return Ok(());
                 }
-                Ok(Ok(false)) => {}
+                Ok(Ok(Rekeyed::NotHeld)) => {}
+                Ok(Ok(Rekeyed::KeyTaken)) => {
+                    return Err(RouterError::KeyTaken {
+                        key: to.key.to_string(),
+                    })
+                }
                 Ok(Err(e)) => refusals.push(format!("backend `{}`: {e}", a.name)),
                 Err(_) => refusals.push(format!("backend `{}`: its rekey panicked", a.name)),
             }
