@@ -293,11 +293,22 @@ mod process_args_tests {
     #[test]
     fn a_running_process_is_listed_with_its_arguments() {
         let tag = format!("cordon-testkit-tag-{}", std::process::id());
+        // `; :` keeps the shell from exec'ing `sleep` in its place (dash
+        // does for a lone last command, and the tag would go with it);
+        // the listing is polled, since between fork and exec the child's
+        // cmdline is still the test's own.
         let mut child = std::process::Command::new("/bin/sh")
-            .args(["-c", "sleep 30", &tag])
+            .args(["-c", "sleep 30; :", &tag])
             .spawn()
             .unwrap();
-        let seen = super::process_args().iter().any(|a| a.contains(&tag));
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let mut seen = false;
+        while !seen && std::time::Instant::now() < deadline {
+            seen = super::process_args().iter().any(|a| a.contains(&tag));
+            if !seen {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+        }
         child.kill().unwrap();
         child.wait().unwrap();
         assert!(seen, "the process was not listed");
