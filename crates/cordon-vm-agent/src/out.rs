@@ -3,7 +3,7 @@
 
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
+use std::sync::{Condvar, Mutex};
 
 use cordon_vm_proto::{write_frame, ErrKind, Msg};
 
@@ -15,26 +15,61 @@ const MAX_MESSAGE: usize = 4096;
 
 /// The channel's writing half: every frame goes out whole under the lock.
 pub(crate) struct Out {
-    w: Mutex<Box<dyn Write + Send>>,
+    w: Mutex<Writer>,
+    /// Signalled when a park ends.
+    unparked: Condvar,
     broken: AtomicBool,
+}
+
+struct Writer {
+    w: Box<dyn Write + Send>,
+    /// Parked (`Msg::Park`): nothing goes out until `unpark`.
+    parked: bool,
 }
 
 impl Out {
     pub(crate) fn new(w: Box<dyn Write + Send>) -> Out {
         Out {
-            w: Mutex::new(w),
+            w: Mutex::new(Writer { w, parked: false }),
+            unparked: Condvar::new(),
             broken: AtomicBool::new(false),
         }
+    }
+
+    /// Answers `Park` with `Done` and parks: the `Done` is the last frame
+    /// out until [`Self::unpark`]; every sender meanwhile waits.
+    pub(crate) fn park(&self, req: u64) -> bool {
+        let mut w = self.w.lock().unwrap_or_else(|p| p.into_inner());
+        while w.parked {
+            w = self.unparked.wait(w).unwrap_or_else(|p| p.into_inner());
+        }
+        let sent = self.write(&mut w, &Msg::Done { req }, &[]);
+        w.parked = sent;
+        sent
+    }
+
+    /// Ends a park: the senders waiting go on.
+    pub(crate) fn unpark(&self) {
+        let mut w = self.w.lock().unwrap_or_else(|p| p.into_inner());
+        w.parked = false;
+        self.unparked.notify_all();
     }
 
     /// Sends one frame; `false` when it did not go out (the channel is
     /// broken, and the reader will see that too).
     pub(crate) fn send(&self, msg: &Msg, data: &[u8]) -> bool {
+        let mut w = self.w.lock().unwrap_or_else(|p| p.into_inner());
+        while w.parked {
+            w = self.unparked.wait(w).unwrap_or_else(|p| p.into_inner());
+        }
+        self.write(&mut w, msg, data)
+    }
+
+    fn write(&self, w: &mut Writer, msg: &Msg, data: &[u8]) -> bool {
         if self.broken.load(Ordering::SeqCst) {
             return false;
         }
-        let mut w = self.w.lock().unwrap_or_else(|p| p.into_inner());
-        match write_frame(&mut *w, msg, data) {
+        match write_frame(&mut w.w, msg, data) {
             Ok(()) => true,
             Err(e) if e.kind() == std::io::ErrorKind::InvalidInput => {
                 // Ours to fix, not the channel's: say so, keep serving.

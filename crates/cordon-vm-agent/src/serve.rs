@@ -82,18 +82,16 @@ struct Agent {
     trust: Option<PathBuf>,
     /// The secrets directory `Setup` made.
     secrets: Option<PathBuf>,
+    /// Parked (`Park`): the host saves the VM; the channel's end is then
+    /// awaited out, not the session's end (in the guest).
+    parked: bool,
 }
 
 /// Serves the host until the channel ends, the host shuts the agent down,
 /// or a frame is malformed; then stops everything the sandbox runs.
 pub(crate) fn serve(reader: impl Read, writer: Box<dyn Write + Send>, mode: Mode) -> End {
     let out = Arc::new(Out::new(writer));
-    let ready = Msg::Ready {
-        agent: env!("CARGO_PKG_VERSION").to_string(),
-        kernel: kernel_release(),
-        proto: cordon_vm_proto::PROTOCOL,
-    };
-    if !out.send(&ready, &[]) {
+    if !out.send(&ready(), &[]) {
         return End::Channel("the `ready` frame did not go out".into());
     }
     let mut agent = Agent {
@@ -103,10 +101,18 @@ pub(crate) fn serve(reader: impl Read, writer: Box<dyn Write + Send>, mode: Mode
         execs: Execs::default(),
         trust: None,
         secrets: None,
+        parked: false,
     };
     let mut frames = FrameReader::new(BufReader::new(reader));
     let end = loop {
         match frames.read() {
+            // Parked in a guest, the end of the channel is the host that
+            // saved the VM letting go (or, in a copy restored from it, the
+            // port not yet connected): the next host connects, and the
+            // port reads again. Between frames, so nothing is lost.
+            Ok(None) if agent.parked && matches!(agent.mode, Mode::Guest) => {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
             Ok(None) => break End::Eof,
             Ok(Some((msg, data))) => {
                 if let Some(end) = agent.handle(msg, data) {
@@ -119,6 +125,16 @@ pub(crate) fn serve(reader: impl Read, writer: Box<dyn Write + Send>, mode: Mode
     };
     agent.teardown();
     end
+}
+
+/// The agent's announcement: at its start, and in a copy restored from
+/// a saved VM.
+fn ready() -> Msg {
+    Msg::Ready {
+        agent: env!("CARGO_PKG_VERSION").to_string(),
+        kernel: kernel_release(),
+        proto: cordon_vm_proto::PROTOCOL,
+    }
 }
 
 /// The warm sandbox's init program in the guest: this binary, `/init`.
@@ -248,6 +264,27 @@ impl Agent {
                 None
             }
             Msg::Shutdown {} => Some(End::Shutdown),
+            Msg::Park { req } => {
+                if self.parked {
+                    return Some(End::Malformed("`park` while parked".into()));
+                }
+                self.parked = self.out.park(req);
+                say!("parked: the host saves the VM");
+                None
+            }
+            Msg::Unpark { restored } => {
+                if !self.parked {
+                    return Some(End::Malformed("`unpark` while not parked".into()));
+                }
+                self.parked = false;
+                self.out.unpark();
+                if restored {
+                    // A copy: its host knows nothing of this guest yet.
+                    say!("restored from a saved VM");
+                    self.out.send(&ready(), &[]);
+                }
+                None
+            }
             Msg::Ready { .. }
             | Msg::Output { .. }
             | Msg::Exited { .. }

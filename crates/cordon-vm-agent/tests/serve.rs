@@ -321,6 +321,7 @@ fn execs_and_files_through_the_channel() {
     links_are_listed_never_followed(&mut s);
     the_files_api_through_the_channel(&mut s);
     a_watch_sees_the_workloads_changes(&mut s);
+    parked_nothing_goes_out(&mut s);
 
     // Shut down: the agent ends cleanly and leaves nothing running.
     s.send(&Msg::Shutdown {}, &[]);
@@ -335,6 +336,45 @@ fn execs_and_files_through_the_channel() {
         "{:?}",
         started.elapsed()
     );
+}
+
+/// Whether the agent sent anything within `within` (nothing is read).
+fn anything_within(s: &Session, within: Duration) -> bool {
+    use std::os::fd::AsFd;
+    let mut fds = [nix::poll::PollFd::new(
+        s.w.as_fd(),
+        nix::poll::PollFlags::POLLIN,
+    )];
+    let ms = u16::try_from(within.as_millis()).unwrap_or(u16::MAX);
+    nix::poll::poll(&mut fds, ms).unwrap() > 0
+}
+
+/// `Park`: `Done`, then nothing goes out — an exec's output waits — until
+/// `Unpark`; a restored `Unpark` is answered with `Ready`, as a boot.
+fn parked_nothing_goes_out(s: &mut Session) {
+    assert!(s.stash.is_empty(), "{:?}", s.stash);
+    s.exec(70, &["/bin/sh", "-c", "sleep 0.3; echo late"], 20);
+    s.send(&Msg::Park { req: 71 }, &[]);
+    let (m, _) = s.next();
+    assert_eq!(m, Msg::Done { req: 71 }, "the first frame after `park`");
+    assert!(
+        !anything_within(s, Duration::from_millis(1500)),
+        "a frame went out while parked"
+    );
+    s.send(&Msg::Unpark { restored: false }, &[]);
+    let r = s.collect(70);
+    assert_eq!(r.out(), "late\n", "{r:?}");
+    assert_eq!(r.status, Some(Status::Code { code: 0 }));
+
+    s.send(&Msg::Park { req: 72 }, &[]);
+    assert_eq!(s.next().0, Msg::Done { req: 72 });
+    s.send(&Msg::Unpark { restored: true }, &[]);
+    match s.next().0 {
+        Msg::Ready { proto, .. } => assert_eq!(proto, cordon_vm_proto::PROTOCOL),
+        other => panic!("a restored unpark is answered with `ready`, not {other:?}"),
+    }
+    // It serves on.
+    assert_eq!(s.sh(73, "echo on").out(), "on\n");
 }
 
 /// Exit codes, stdout and stderr apart, stdin, the wall bound, kill, two

@@ -40,8 +40,9 @@ use serde::{Deserialize, Serialize};
 /// makes the plan's secrets directory, and writes go there. 4: `FilesOp`
 /// (the files API) and the watch (`WatchStart`, `WatchEvent`, `WatchEnd`,
 /// `WatchStop`). 5: `PortOpen` (a connection the host opens to a port
-/// the workload listens on).
-pub const PROTOCOL: u32 = 5;
+/// the workload listens on). 6: `Park` and `Unpark` (a guest saved with
+/// its memory, and a copy of it restored).
+pub const PROTOCOL: u32 = 6;
 
 /// What a `Ready` without `proto` means: an agent from before the protocol
 /// was numbered.
@@ -248,6 +249,21 @@ pub enum Msg {
 
     /// Host → guest: sync and power off.
     Shutdown {},
+
+    // ---- saving the guest with its memory ----
+    /// Host → guest: answer `Done` and then send nothing until `Unpark`
+    /// (every frame the guest sends after `Done` waits), so that both
+    /// directions stand between frames while the host saves the VM. The
+    /// host itself sends nothing after `Park` but `Unpark`. While parked,
+    /// the end of the channel is not the end of the session: the host
+    /// that restores a copy of the VM connects anew.
+    Park { req: u64 },
+    /// Host → guest: send again. `restored`: this is a copy of the parked
+    /// guest, made from its saved memory by a new host, which knows none
+    /// of the requests in flight when it was parked (their frames go on
+    /// and are dropped there, as every host drops ids it does not know);
+    /// the guest then announces itself with `Ready` again, as at a boot.
+    Unpark { restored: bool },
 }
 
 impl Msg {
@@ -322,6 +338,8 @@ impl Msg {
             Msg::ConnData { .. } => "conn_data",
             Msg::ConnClose { .. } => "conn_close",
             Msg::Shutdown {} => "shutdown",
+            Msg::Park { .. } => "park",
+            Msg::Unpark { .. } => "unpark",
         }
     }
 }

@@ -229,6 +229,8 @@ fn second_kinds() -> Vec<(Msg, Vec<u8>)> {
         (Msg::ConnData { conn: 1 }, b"GET / HTTP/1.1\r\n".to_vec()),
         (Msg::ConnClose { conn: 1 }, vec![]),
         (Msg::Shutdown {}, vec![]),
+        (Msg::Park { req: 41 }, vec![]),
+        (Msg::Unpark { restored: true }, vec![]),
     ]
 }
 
@@ -266,7 +268,7 @@ fn every_kind_round_trips() {
     // Every kind is in the list (a new one must be added above).
     let mut kinds: Vec<_> = frames.iter().map(|(m, _)| m.kind()).collect();
     kinds.dedup();
-    assert_eq!(kinds.len(), 33);
+    assert_eq!(kinds.len(), 35);
 }
 
 #[test]
@@ -632,6 +634,8 @@ fn frame() -> impl Strategy<Value = (Msg, Vec<u8>)> {
         n.prop_map(|conn| Msg::ConnData { conn }),
         n.prop_map(|conn| Msg::ConnClose { conn }),
         Just(Msg::Shutdown {}),
+        n.prop_map(|req| Msg::Park { req }),
+        any::<bool>().prop_map(|restored| Msg::Unpark { restored }),
     ];
     (msg, prop::collection::vec(any::<u8>(), 0..64)).prop_map(|(m, d)| {
         let d = if m.carries_data() { d } else { vec![] };
