@@ -48,6 +48,7 @@ pub fn capabilities() -> CapabilitySet {
         Capability::Network,
         Capability::Ports,
         Capability::Snapshot,
+        Capability::SnapshotMemory,
     ]
     .into_iter()
     .collect()

@@ -105,6 +105,58 @@ impl Channel {
         self.next.fetch_add(1, Ordering::Relaxed)
     }
 
+    /// How many execs run in the guest (their ends not yet come).
+    pub fn running_execs(&self) -> usize {
+        lock(&self.routes).execs.len()
+    }
+
+    /// The next id this channel would give a request.
+    pub fn next_id(&self) -> u64 {
+        self.next.load(Ordering::Relaxed)
+    }
+
+    /// Ids from here on start at `first` at least: a channel to a copy of
+    /// a saved guest, which may still answer the saving host's requests.
+    pub fn skip_ids(&self, first: u64) {
+        self.next.fetch_max(first, Ordering::Relaxed);
+    }
+
+    /// Parks the channel for a save of the VM: the guest answers `Park`
+    /// and then sends nothing; this side sends nothing either while the
+    /// [`Parked`] is held (it holds the writer: every other sender waits).
+    /// So both directions stand between frames. Dropped, it unparks.
+    pub fn park(&self) -> Result<Parked<'_>, SandboxError> {
+        let req = self.id();
+        let (tx, rx) = mpsc::channel();
+        {
+            let mut r = lock(&self.routes);
+            if let Some(why) = &r.ended {
+                return Err(unavailable(format!("the VM is gone: {why}")));
+            }
+            r.calls.insert(req, (tx, 0));
+        }
+        let mut w = lock(&self.writer);
+        let answered = proto::write_frame(&mut *w, &Msg::Park { req }, &[])
+            .map_err(|e| unavailable(format!("the VM's channel: {e}")))
+            .and_then(|()| match rx.recv_timeout(CALL_TIMEOUT) {
+                Ok((Msg::Done { .. }, _)) => Ok(()),
+                Ok((other, _)) => Err(odd(&other)),
+                Err(_) => Err(unavailable(format!(
+                    "the VM did not park within {} s",
+                    CALL_TIMEOUT.as_secs()
+                ))),
+            });
+        lock(&self.routes).calls.remove(&req);
+        match answered {
+            Ok(()) => Ok(Parked { w: Some(w) }),
+            Err(e) => {
+                // It may have parked after all: let it go on.
+                let _ = proto::write_frame(&mut *w, &Msg::Unpark { restored: false }, &[]);
+                Err(e)
+            }
+        }
+    }
+
     /// Sends `msg` (built with a fresh request id) and waits for the
     /// replies that carry that id, until one `is_last` says it is the end.
     fn call(
@@ -561,6 +613,32 @@ impl Channel {
     /// Asks the guest to power off (best effort).
     pub fn shutdown(&self) {
         let _ = self.send(&Msg::Shutdown {}, &[]);
+    }
+}
+
+/// A parked channel ([`Channel::park`]): holds its writer.
+pub struct Parked<'a> {
+    w: Option<std::sync::MutexGuard<'a, UnixStream>>,
+}
+
+impl Parked<'_> {
+    /// Lets the guest send again.
+    pub fn unpark(mut self) -> Result<(), SandboxError> {
+        self.send_unpark()
+    }
+
+    fn send_unpark(&mut self) -> Result<(), SandboxError> {
+        match self.w.take() {
+            Some(mut w) => proto::write_frame(&mut *w, &Msg::Unpark { restored: false }, &[])
+                .map_err(|e| unavailable(format!("the VM's channel: {e}"))),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for Parked<'_> {
+    fn drop(&mut self) {
+        let _ = self.send_unpark();
     }
 }
 

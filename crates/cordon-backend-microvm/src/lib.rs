@@ -32,6 +32,7 @@ pub mod jail;
 mod names;
 mod ports;
 pub mod probe;
+mod qmp;
 pub mod register;
 mod residue;
 pub mod sandbox;

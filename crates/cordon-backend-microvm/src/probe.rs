@@ -325,6 +325,7 @@ fn boot_probe(
         run_dir: run.clone(),
         deadline: KVM_PROBE_DEADLINE,
         name: format!("cordon-microvm-probe-{}", std::process::id()),
+        incoming: false,
     };
     let r = boot_plain(&spec).map_err(|e| format!(
         "`/dev/kvm` opens but a guest did not boot under KVM within {} s ({e}), so guests here run under TCG, which is not a security boundary",

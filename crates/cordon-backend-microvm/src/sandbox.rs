@@ -25,6 +25,9 @@ use cordon_sandbox::{
 use crate::channel::{Channel, ConnOpener, ConnSink};
 use crate::vm::{Accel, BootSpec, Vm};
 
+mod memory;
+pub use memory::NO_MEMORY_WITH_EGRESS;
+
 /// The workload's uid/gid inside its namespace in the guest (the
 /// container rung's, so plans read the same).
 pub use cordon_backend_kit::INSIDE_ID;
@@ -63,6 +66,9 @@ pub struct MicrovmSandbox {
     policy: Arc<Policy>,
     env: Deployment,
     vm: Vm,
+    /// The guest's RAM and CPUs (a copy saved with its memory needs the same).
+    memory_mib: u64,
+    cpus: u32,
     /// The image's tree as the workload sees it (resolution, translation).
     view: Box<dyn FsView + Send + Sync>,
     work: String,
@@ -128,6 +134,9 @@ impl MicrovmSandbox {
                 serde_json::to_vec(&label).map_err(|e| failed("acquire", e.to_string()))?,
             )
             .map_err(|e| failed("acquire", e.to_string()))?;
+            // A copy of a guest saved with its memory: read what it was
+            // made with, and refuse before anything boots what cannot load.
+            let saved = memory::of_origin(req, egress.is_some()).map_err(refused_acquire)?;
             let (proxy_port, route, opener, ca_pem) = match egress {
                 None => (None, None, None, None),
                 Some(service) => {
@@ -149,9 +158,17 @@ impl MicrovmSandbox {
                 run_dir: dir.join("run"),
                 deadline: boot_deadline(config.machine.accel),
                 name: crate::jail_name(&name),
+                incoming: saved.is_some(),
             };
             std::fs::create_dir(&boot.run_dir).map_err(|e| failed("acquire", e.to_string()))?;
-            let vm = Vm::boot(&boot, &config.init, opener).map_err(|e| failed("acquire", e))?;
+            let vm = match &saved {
+                Some((s, state)) => {
+                    s.fits(&boot).map_err(refused_acquire)?;
+                    Vm::restore(&boot, &config.init, opener, state, s.first_id)
+                }
+                None => Vm::boot(&boot, &config.init, opener),
+            }
+            .map_err(|e| failed("acquire", e))?;
             let residue = crate::Residue {
                 dir: dir.clone(),
                 cgroups: vm.jail.cgroup_dirs(),
@@ -176,6 +193,8 @@ impl MicrovmSandbox {
                 policy: config.policy.clone(),
                 env: config.env.clone(),
                 vm,
+                memory_mib,
+                cpus: boot.cpus,
                 view,
                 work,
                 base: OnceLock::new(),
@@ -191,45 +210,17 @@ impl MicrovmSandbox {
                     .contains(cordon_sandbox::Capability::Ports)
                     .then(OnceLock::new),
             };
-            // The CA is placed before the sandbox starts (its binds are
-            // made then), or it does not start.
-            if let Some(pem) = &ca_pem {
-                if let Err(e) = sb.vm.channel.trust(GUEST_TRUST_DIR, GUEST_IMAGE, pem) {
+            // A copy holds its sandbox already: the plan it was saved
+            // with, which must be the one its host gives it now.
+            if let Some((s, _)) = &saved {
+                if let Err(e) = memory::same_plan(&sb, s) {
                     sb.vm.stop();
-                    return Err(failed(
-                        "acquire",
-                        cordon_backend_kit::trust::unplaced(format!("in the guest: {e}")),
-                    ));
+                    return Err(refused_acquire(e));
                 }
+                return Ok(sb);
             }
-            let plan = sb.base_plan().map_err(|e| match e {
-                SandboxError::Refused { reason, .. } => BackendError::Refused {
-                    operation: "acquire",
-                    reason,
-                },
-                e => failed("acquire", e.to_string()),
-            })?;
-            let plan_json =
-                serde_json::to_value(&plan).map_err(|e| failed("acquire", e.to_string()))?;
-            if let Err(e) = sb.vm.channel.setup(plan_json, req.limits.disk_bytes) {
-                sb.vm.stop();
-                return Err(failed(
-                    "acquire",
-                    format!("the guest could not set the sandbox up: {e}"),
-                ));
-            }
-            if let Some(origin) = &req.provenance.origin {
-                if let Err(e) = sb.restore(origin) {
-                    sb.vm.stop();
-                    return Err(failed(
-                        "acquire",
-                        format!(
-                            "the snapshot `{}` could not be put in the guest: {e}",
-                            origin.snapshot
-                        ),
-                    ));
-                }
-            }
+            sb.set_up(req, ca_pem.as_deref())
+                .inspect_err(|_| sb.vm.stop())?;
             Ok(sb)
         })();
         if made.is_err() {
@@ -238,10 +229,55 @@ impl MicrovmSandbox {
         made
     }
 
+    /// A booted guest made ready: the egress CA placed (before the
+    /// sandbox starts: its binds are made then), the sandbox set up with
+    /// its plan, and a snapshot's files put in.
+    fn set_up(&self, req: &AcquireRequest, ca_pem: Option<&str>) -> Result<(), BackendError> {
+        if let Some(pem) = ca_pem {
+            self.vm
+                .channel
+                .trust(GUEST_TRUST_DIR, GUEST_IMAGE, pem)
+                .map_err(|e| {
+                    failed(
+                        "acquire",
+                        cordon_backend_kit::trust::unplaced(format!("in the guest: {e}")),
+                    )
+                })?;
+        }
+        let plan = self.base_plan().map_err(|e| match e {
+            SandboxError::Refused { reason, .. } => refused_acquire(reason),
+            e => failed("acquire", e.to_string()),
+        })?;
+        let plan_json =
+            serde_json::to_value(&plan).map_err(|e| failed("acquire", e.to_string()))?;
+        self.vm
+            .channel
+            .setup(plan_json, req.limits.disk_bytes)
+            .map_err(|e| {
+                failed(
+                    "acquire",
+                    format!("the guest could not set the sandbox up: {e}"),
+                )
+            })?;
+        if let Some(origin) = &req.provenance.origin {
+            self.restore(origin).map_err(|e| {
+                failed(
+                    "acquire",
+                    format!(
+                        "the snapshot `{}` could not be put in the guest: {e}",
+                        origin.snapshot
+                    ),
+                )
+            })?;
+        }
+        Ok(())
+    }
+
     /// A snapshot's files written into the new guest's work dir and
     /// `/tmp` through its files API, before anything runs there (what
     /// the other backends mount as a lower layer: a guest reaches no host
-    /// directory). Processes are refused by the router before this.
+    /// directory). A snapshot with processes is loaded whole instead
+    /// ([`memory`]).
     fn restore(&self, origin: &cordon_sandbox::Origin) -> Result<(), String> {
         let files = |op: &cordon_sandbox::FileOp| self.vm.channel.files(op);
         cordon_files::through::copy_in(&files, &origin.tree, "")?;
@@ -392,6 +428,13 @@ impl MicrovmSandbox {
             max_wall_seconds: wall,
             max_disk: self.limits.disk_bytes,
         }
+    }
+}
+
+fn refused_acquire(reason: String) -> BackendError {
+    BackendError::Refused {
+        operation: "acquire",
+        reason,
     }
 }
 
@@ -553,6 +596,13 @@ impl Sandbox for MicrovmSandbox {
     ) -> Result<cordon_sandbox::FileAnswer, SandboxError> {
         let _awake = self.awake()?;
         self.vm.channel.files(op)
+    }
+
+    /// The whole guest saved through QEMU's migration into a file
+    /// ([`memory`]): its processes, memory and confinement; the source
+    /// goes on as it was (its execs too). Refused with an egress route.
+    fn checkpoint(&self, into: &Path) -> Result<u32, SandboxError> {
+        memory::save(self, into)
     }
 
     /// Through the guest's files API ([`cordon_files::through`]), the

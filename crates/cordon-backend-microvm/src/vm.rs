@@ -46,6 +46,9 @@ pub struct BootSpec {
     pub deadline: Duration,
     /// The cgroup name of the jail.
     pub name: String,
+    /// Wait for a saved guest's state (`-incoming defer`, then
+    /// `migrate-incoming`) instead of booting the kernel.
+    pub incoming: bool,
 }
 
 impl BootSpec {
@@ -110,6 +113,10 @@ impl BootSpec {
             ),
             "-device".into(),
             "virtio-blk-device,drive=img".into(),
+            // The host's handle on QEMU itself (saving a guest with its
+            // memory; [`crate::qmp`]): root's, in the run directory.
+            "-qmp".into(),
+            format!("unix:{},server=on,wait=off", run("qmp.sock")),
             "-kernel".into(),
             self.kernel.display().to_string(),
             "-initrd".into(),
@@ -120,6 +127,9 @@ impl BootSpec {
             "-sandbox".into(),
             "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny".into(),
         ]);
+        if self.incoming {
+            a.extend(["-incoming".into(), "defer".into()]);
+        }
         a
     }
 }
@@ -217,45 +227,125 @@ impl Vm {
         opener: Option<ConnOpener>,
     ) -> Result<Vm, BootError> {
         let started = Instant::now();
-        let sock = spec.run_dir.join("ctl.sock");
-        let _ = std::fs::remove_file(&sock);
-        let _ = std::fs::remove_file(spec.run_dir.join("console.log"));
-        let mut read_only = vec![
-            spec.kernel.clone(),
-            spec.initramfs.clone(),
-            spec.image.clone(),
-        ];
-        read_only.dedup();
-        let jail = crate::jail::start(
-            &crate::jail::JailSpec {
-                program: spec.qemu.clone(),
-                args: spec.args(),
-                run_dir: spec.run_dir.clone(),
-                read_only,
-                kvm: spec.accel == Accel::Kvm,
-                memory_bytes: (spec.memory_mib + QEMU_OVERHEAD_MIB) << 20,
-                name: spec.name.clone(),
-            },
-            init,
-        )
-        .map_err(BootError::Other)?;
         let deadline = started + spec.deadline;
-        let stream = loop {
-            match UnixStream::connect(&sock) {
-                Ok(s) => break s,
-                Err(_) if Instant::now() < deadline && jail.alive() => {
-                    std::thread::sleep(Duration::from_millis(10))
-                }
-                Err(e) => {
-                    jail.kill();
-                    return Err(BootError::Other(format!(
-                        "QEMU did not open its control socket `{}`: {e}; console: {}",
-                        sock.display(),
-                        console_tail(&spec.run_dir)
-                    )));
-                }
-            }
+        let jail = start_jail(spec, init).map_err(BootError::Other)?;
+        let stream = connect_ctl(spec, &jail, deadline).map_err(BootError::Other)?;
+        Vm::ready(spec, jail, stream, started, opener)
+    }
+
+    /// A copy of a saved guest: QEMU started to wait for a state
+    /// (`-incoming defer`), given `state` (a file [`Vm::save`] wrote),
+    /// and, once the guest runs, asked through its channel to go on as a
+    /// copy (`Unpark`, answered by the agent's `Ready`). The channel's ids
+    /// start at `first_id`, past every id the saved guest may still name.
+    pub fn restore(
+        spec: &BootSpec,
+        init: &cordon_linux::InitProgram,
+        opener: Option<ConnOpener>,
+        state: &Path,
+        first_id: u64,
+    ) -> Result<Vm, String> {
+        let started = Instant::now();
+        let deadline = started + spec.deadline;
+        let file = std::fs::File::open(state)
+            .map_err(|e| format!("the saved guest `{}`: {e}", state.display()))?;
+        let jail = start_jail(spec, init)?;
+        let fail = |jail: &crate::jail::Jailed, e: String| {
+            jail.kill();
+            format!("{e}; console: {}", console_tail(&spec.run_dir))
         };
+        let loaded = (|| {
+            let mut qmp =
+                crate::qmp::Qmp::connect(&spec.run_dir.join("qmp.sock"), deadline, || {
+                    jail.alive()
+                })?;
+            use std::os::fd::AsFd;
+            qmp.give_fd("saved", file.as_fd())?;
+            qmp.execute(
+                "migrate-incoming",
+                Some(serde_json::json!({ "uri": "fd:saved" })),
+            )?;
+            qmp.await_migration(deadline)?;
+            // Saved stopped, loaded stopped: it runs from here.
+            qmp.execute("cont", None).map(drop)
+        })();
+        if let Err(e) = loaded {
+            return Err(fail(
+                &jail,
+                format!("QEMU did not load the saved guest: {e}"),
+            ));
+        }
+        let stream = connect_ctl(spec, &jail, deadline)?;
+        let unpark = cordon_vm_proto::write_frame(
+            &mut &stream,
+            &cordon_vm_proto::Msg::Unpark { restored: true },
+            &[],
+        );
+        if let Err(e) = unpark {
+            return Err(fail(&jail, format!("the restored guest's channel: {e}")));
+        }
+        let vm = Vm::ready(spec, jail, stream, started, opener).map_err(|e| match e {
+            BootError::Missed(e) | BootError::Other(e) => {
+                format!("the restored guest did not answer: {e}")
+            }
+        })?;
+        vm.channel.skip_ids(first_id);
+        Ok(vm)
+    }
+
+    /// Saves the guest with its memory into `state` (a new file): the
+    /// channel parked between frames ([`Channel::park`]), the CPUs
+    /// stopped, the machine migrated into the file, then the guest let go
+    /// on as it was. Returns the first channel id a copy may use.
+    pub fn save(&self, state: &Path) -> Result<u64, String> {
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(state)
+            .map_err(|e| format!("`{}`: {e}", state.display()))?;
+        let deadline = Instant::now() + SAVE_DEADLINE;
+        let mut qmp = crate::qmp::Qmp::connect(&self.run_dir.join("qmp.sock"), deadline, || {
+            self.jail.alive()
+        })?;
+        let parked = self
+            .channel
+            .park()
+            .map_err(|e| format!("the guest agent did not park: {e}"))?;
+        let first_id = self.channel.next_id() + FIRST_ID_MARGIN;
+        qmp.execute("stop", None)?;
+        let saved = (|| {
+            // QEMU's default holds a migration to 32 MiB/s; the guest is
+            // stopped, so the file is written as fast as it goes.
+            qmp.execute(
+                "migrate-set-parameters",
+                Some(serde_json::json!({ "max-bandwidth": SAVE_BANDWIDTH })),
+            )?;
+            use std::os::fd::AsFd;
+            qmp.give_fd("saved", file.as_fd())?;
+            qmp.execute("migrate", Some(serde_json::json!({ "uri": "fd:saved" })))?;
+            qmp.await_migration(deadline)?;
+            file.sync_all()
+                .map_err(|e| format!("`{}`: {e}", state.display()))
+        })();
+        // The guest goes on whatever came of it.
+        let went_on = qmp.execute("cont", None);
+        let unparked = parked.unpark();
+        saved?;
+        went_on.map_err(|e| format!("the guest was saved but did not go on: {e}"))?;
+        unparked.map_err(|e| format!("the guest was saved but its channel did not: {e}"))?;
+        Ok(first_id)
+    }
+
+    /// The guest's `Ready` read from `stream` within the spec's deadline,
+    /// and its channel served.
+    fn ready(
+        spec: &BootSpec,
+        jail: crate::jail::Jailed,
+        stream: UnixStream,
+        started: Instant,
+        opener: Option<ConnOpener>,
+    ) -> Result<Vm, BootError> {
+        let deadline = started + spec.deadline;
         let left = deadline.saturating_duration_since(Instant::now());
         let (reader, agent, kernel) =
             match channel::await_ready(&stream, left.max(Duration::from_millis(1))) {
@@ -303,6 +393,71 @@ impl Vm {
         self.jail.kill();
     }
 }
+
+/// QEMU in its jail, with the guest's files (kernel, initramfs, image)
+/// readable; its sockets in the run directory.
+fn start_jail(
+    spec: &BootSpec,
+    init: &cordon_linux::InitProgram,
+) -> Result<crate::jail::Jailed, String> {
+    for f in ["ctl.sock", "qmp.sock", "console.log"] {
+        let _ = std::fs::remove_file(spec.run_dir.join(f));
+    }
+    let mut read_only = vec![
+        spec.kernel.clone(),
+        spec.initramfs.clone(),
+        spec.image.clone(),
+    ];
+    read_only.dedup();
+    crate::jail::start(
+        &crate::jail::JailSpec {
+            program: spec.qemu.clone(),
+            args: spec.args(),
+            run_dir: spec.run_dir.clone(),
+            read_only,
+            kvm: spec.accel == Accel::Kvm,
+            memory_bytes: (spec.memory_mib + QEMU_OVERHEAD_MIB) << 20,
+            name: spec.name.clone(),
+        },
+        init,
+    )
+}
+
+/// The control channel's socket, connected once QEMU opened it (killed
+/// when it does not by `deadline`).
+fn connect_ctl(
+    spec: &BootSpec,
+    jail: &crate::jail::Jailed,
+    deadline: Instant,
+) -> Result<UnixStream, String> {
+    let sock = spec.run_dir.join("ctl.sock");
+    loop {
+        match UnixStream::connect(&sock) {
+            Ok(s) => return Ok(s),
+            Err(_) if Instant::now() < deadline && jail.alive() => {
+                std::thread::sleep(Duration::from_millis(10))
+            }
+            Err(e) => {
+                jail.kill();
+                return Err(format!(
+                    "QEMU did not open its control socket `{}`: {e}; console: {}",
+                    sock.display(),
+                    console_tail(&spec.run_dir)
+                ));
+            }
+        }
+    }
+}
+
+/// How long saving a guest may take, its CPUs stopped meanwhile.
+const SAVE_DEADLINE: Duration = Duration::from_secs(120);
+/// The rate a save is allowed to write at, in bytes per second (QEMU's
+/// default is 32 MiB/s, made for a guest that runs on meanwhile).
+const SAVE_BANDWIDTH: u64 = 8 << 30;
+/// How far past the saving host's last id a copy's ids start: the saved
+/// guest may still answer requests in flight when it was saved, which
+/// the copy's host must take for no request of its own.
+const FIRST_ID_MARGIN: u64 = 1 << 20;
 
 /// QEMU's own memory beyond the guest's RAM, held by the jail's bound
 /// (under TCG, its translation cache of 96 MiB within it).

@@ -293,6 +293,12 @@ pub struct ForkArgs {
     /// Their threads' prefix (default: the source's thread and `-fork`).
     #[arg(long)]
     pub thread_prefix: Option<String>,
+    /// Fork its running processes too, with their memory (a snapshot
+    /// `--memory`): at microvm the source goes on; at gvisor (a sandbox
+    /// made `--require snapshot_memory`) its execs end there; refused
+    /// elsewhere, saying why.
+    #[arg(long)]
+    pub memory: bool,
     /// Dispose of each after this many seconds without a request.
     #[arg(long, default_value_t = 1800)]
     pub idle_timeout: u64,
@@ -492,13 +498,11 @@ fn go(cmd: SandboxCommand) -> Result<ExitCode, ExitCode> {
         } => crate::snapshot_cmd::forget(&snapshot, &scope, config.as_ref()),
         SandboxCommand::Fork(f) => {
             let s = attach(&f.handle)?;
-            crate::snapshot_cmd::fork(&s, f.count, f.thread_prefix.as_deref(), &f.sel, || {
-                Ok(crate::snapshot_cmd::keep_for(
-                    state()?,
-                    f.idle_timeout,
-                    f.max_age,
-                ))
-            })
+            let keep = || {
+                let st = state()?;
+                Ok(crate::snapshot_cmd::keep_for(st, f.idle_timeout, f.max_age))
+            };
+            crate::snapshot_cmd::fork(&s, &f, keep)
         }
         SandboxCommand::Ls { handle: None, .. } => ls(),
         SandboxCommand::Ls {

@@ -241,16 +241,20 @@ pub fn up_from(
 /// (default prefix: H's thread and `-fork`), each independent.
 pub fn fork(
     s: &KeptSandbox,
-    count: u32,
-    prefix: Option<&str>,
-    sel: &Selection,
+    f: &crate::sandbox_cmd::ForkArgs,
     keep: impl Fn() -> Result<cordon_host::Keep, ExitCode>,
 ) -> Result<ExitCode, ExitCode> {
+    let (count, prefix, memory, sel) = (f.count, f.thread_prefix.as_deref(), f.memory, &f.sel);
     if count == 0 || count > 64 {
         return Err(usage("`--count` is 1 to 64"));
     }
     let st = store_for(sel)?;
-    let snap = take(&st, s, None, Capture::Files)?;
+    let capture = if memory {
+        Capture::Memory
+    } else {
+        Capture::Files
+    };
+    let snap = take(&st, s, None, capture)?;
     let rec = s.record();
     let prefix = prefix
         .map(str::to_string)

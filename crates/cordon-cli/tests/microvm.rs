@@ -466,6 +466,168 @@ fn a_kept_guest_pauses_and_resumes_through_its_jail() {
     settles_to(&before);
 }
 
+/// `snapshot --memory` at the microVM: the whole guest is saved (QEMU's
+/// migration into a file) while a shell counts in memory, writing each
+/// value to a file; the source goes on counting, and each sandbox made
+/// from the snapshot (and each fork `--memory`) goes on from where the
+/// guest stood — not from 1,
+/// which a command started again would count from — with the files
+/// written before, and what one copy writes the other does not see. A
+/// copy whose machine would differ (a narrower memory bound) is refused
+/// before anything boots. Nothing of the guests is left.
+#[test]
+fn a_guest_saved_with_its_memory_goes_on_in_each_copy() {
+    if !can_boot("microvm memory snapshot") {
+        return;
+    }
+    let _one = serial();
+    store();
+    let dir = tmp();
+    let before = residue();
+    let sp = spec(dir.path(), "resources: {memory: 64MiB}\n");
+    let c = cordon_in(dir.path()).env("CORDON_SNAPSHOT_DIR", dir.path().join("snapshots"));
+    let ok = |args: &[&str]| {
+        let (code, out, err) = c.run(args);
+        assert_eq!(code, 0, "{args:?}: {err}");
+        out.trim().to_string()
+    };
+    let sp = sp.to_str().unwrap();
+    let up = |thread: &str, extra: &[&str]| {
+        let mut a = vec![
+            "sandbox", "up", "-q", "--scope", "vm-mem", "--thread", thread,
+        ];
+        a.extend(VM);
+        a.extend(["--spec", sp]);
+        a.extend_from_slice(extra);
+        c.run(a)
+    };
+    let count = |h: &str| -> u64 {
+        let (code, out, err) = c.run(["sandbox", "exec", h, "--", "cat", "count"]);
+        assert_eq!(code, 0, "{err}");
+        out.trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("count: {out:?}"))
+    };
+    let (code, src, err) = up("src", &[]);
+    assert_eq!(code, 0, "{err}");
+    let src = src.trim().to_string();
+    ok(&[
+        "sandbox",
+        "exec",
+        &src,
+        "--",
+        "sh",
+        "-c",
+        "echo before > kept.txt",
+    ]);
+    let counter = {
+        let c = c.clone();
+        let src = src.clone();
+        std::thread::spawn(move || {
+            c.run([
+                "sandbox",
+                "exec",
+                &src,
+                "--timeout",
+                "600",
+                "--",
+                "sh",
+                "-c",
+                "i=0; while :; do i=$((i+1)); echo $i > count.tmp; mv count.tmp count; sleep 0.05; done",
+            ])
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut stood = 0;
+    while stood < 15 {
+        assert!(Instant::now() < deadline, "the counter stood at {stood}");
+        std::thread::sleep(Duration::from_millis(300));
+        let (code, out, _) = c.run(["sandbox", "exec", &src, "--", "cat", "count"]);
+        if code == 0 {
+            stood = out.trim().parse().unwrap_or(0);
+        }
+    }
+    let (code, snap, err) = c.run(["sandbox", "snapshot", &src, "--memory", "--name", "live"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(snap.trim().starts_with("snap-"), "{snap}");
+    assert!(err.contains(", 1 process ("), "{err}");
+    // The source went on: its counter too.
+    let after = count(&src);
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(
+        count(&src) > after,
+        "the source's counter stopped at {after}"
+    );
+
+    // Two copies: one made from the snapshot, one a fork with memory
+    // (a second snapshot, taken now, and a sandbox from it).
+    let (code, a, err) = up("a", &["--from", "live"]);
+    assert_eq!(code, 0, "{err}");
+    let mut fork = vec!["sandbox", "fork", &src, "--count", "1", "--memory"];
+    fork.extend(["--thread-prefix", "forked"]);
+    fork.extend(VM);
+    let b = ok(&fork);
+    let copies = [a.trim().to_string(), b];
+    for h in &copies {
+        let first = count(h);
+        assert!(
+            first >= stood,
+            "{h}: {first}, where the guest stood at {stood} or past"
+        );
+        std::thread::sleep(Duration::from_millis(1500));
+        assert!(
+            count(h) > first,
+            "{h}: the copy's counter stopped at {first}"
+        );
+        assert_eq!(
+            ok(&["sandbox", "exec", h, "--", "cat", "kept.txt"]),
+            "before"
+        );
+    }
+    ok(&[
+        "sandbox",
+        "exec",
+        &copies[0],
+        "--",
+        "sh",
+        "-c",
+        "echo mine > only-a",
+    ]);
+    let (code, _, _) = c.run(["sandbox", "exec", &copies[1], "--", "test", "-e", "only-a"]);
+    assert_ne!(code, 0, "a copy saw the other's file");
+    let json = ok(&["sandbox", "snapshots", "--format", "json"]);
+    assert!(json.contains("\"processes\":1"), "{json}");
+
+    // A narrower spec: the copy would go on enforcing the plan its guest
+    // was saved with, so it is refused, naming what differs.
+    let narrower = dir.path().join("narrower.yaml");
+    std::fs::write(
+        &narrower,
+        format!("kind: run\nimage: {IMAGE}\nresources: {{memory: 32MiB}}\n"),
+    )
+    .unwrap();
+    let mut a = vec![
+        "sandbox", "up", "-q", "--scope", "vm-mem", "--thread", "narrow",
+    ];
+    a.extend(VM);
+    a.extend(["--spec", narrower.to_str().unwrap(), "--from", "live"]);
+    let (code, _, err) = c.run(a);
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("`bounds`")
+            && err.contains("\"max_memory\":33554432")
+            && err.contains("leave `--spec` out"),
+        "{err}"
+    );
+
+    for h in copies.iter().chain([&src]) {
+        ok(&["sandbox", "down", h]);
+    }
+    let (code, _, _) = counter.join().unwrap();
+    assert_ne!(code, 0, "the counter ended by itself");
+    settles_to(&before);
+}
+
 /// Snapshots at the microvm: the shared case (`cordon_testkit::snapshot`),
 /// the files copied out of the source guest and into each new one through
 /// the guest agent's files API (`/tmp` too); `--memory` refused with the

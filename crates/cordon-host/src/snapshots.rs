@@ -243,6 +243,10 @@ impl SnapshotStore {
                 .processes
                 .is_some_and(|n| n > 0)
                 .then(|| self.root.join(&s.id).join("memory")),
+            memory_of: s
+                .processes
+                .is_some_and(|n| n > 0)
+                .then(|| s.backend.clone()),
             tmp: s.tmp.as_ref().map(|_| self.root.join(&s.id).join("tmp")),
         }
     }

@@ -133,6 +133,10 @@ pub struct Origin {
     /// sandbox starts them again where they stood. `None`: files only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory: Option<std::path::PathBuf>,
+    /// The backend that saved [`Self::memory`], in its own form: the only
+    /// one that starts the processes again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_of: Option<String>,
     /// The snapshot's copy of the sandbox's `/tmp`, when it took one: the
     /// new sandbox's `/tmp` starts as a copy of it. `None`: an empty one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -552,8 +556,9 @@ pub trait Sandbox: Send + Sync {
 
     /// Saves every process running in this sandbox, with its memory, into
     /// the directory `into` (which exists, empty, root's) in the backend's
-    /// own form, and ends them here: an exec so taken answers that it was
-    /// checkpointed. Returns how many were saved (none running: 0, and the
+    /// own form. At gvisor they end here (an exec so taken answers that it
+    /// was checkpointed); the microVM saves its whole guest, which goes
+    /// on. Returns how many were saved (none running: 0, and the
     /// snapshot holds files only). A sandbox made from the snapshot
     /// ([`Origin::memory`]) starts them again where they stood. The
     /// default refuses ([`NO_MEMORY_SNAPSHOT`]): a backend that cannot
@@ -599,7 +604,7 @@ pub const NO_FILES_SNAPSHOT: &str = "this sandbox's backend keeps its files wher
 
 /// Why a sandbox whose backend cannot save its processes refuses
 /// `snapshot --memory`.
-pub const NO_MEMORY_SNAPSHOT: &str = "`--memory` (processes and memory, not only files) is refused: at the container and process rungs and at docker a checkpoint tool could not restore the sandbox's Landlock domains and seccomp filters faithfully, so a restored process would run less confined than it was made; the microVM's migration is not built yet (its snapshots hold files). gVisor saves them (`runsc checkpoint`) for a sandbox made with `requires: [snapshot_memory]`. Take a snapshot of the files (leave `--memory` out), or make the sandbox at gvisor with that requirement";
+pub const NO_MEMORY_SNAPSHOT: &str = "`--memory` (processes and memory, not only files) is refused: at the container and process rungs and at docker a checkpoint tool could not restore the sandbox's Landlock domains and seccomp filters faithfully, so a restored process would run less confined than it was made; gVisor saves them (`runsc checkpoint`) for a sandbox made with `requires: [snapshot_memory]`, and the microVM saves its whole guest (QEMU's migration into a file). Take a snapshot of the files (leave `--memory` out), or make the sandbox at gvisor (with that requirement) or at microvm";
 
 /// Why a sandbox whose backend cannot freeze it is not paused.
 pub const PAUSE_UNSUPPORTED: &str = "this sandbox's backend cannot pause it (cordon's container, docker, gvisor and microvm backends do); leave it running, or make it at one of those";

@@ -21,6 +21,9 @@ pub enum Refusal {
     EgressUnrestricted,
     /// Cannot materialise the spec's image.
     Image { image: String, reason: String },
+    /// The snapshot's processes were saved by another backend, in its
+    /// own form.
+    SavedBy { backend: String },
 }
 
 impl fmt::Display for Refusal {
@@ -41,6 +44,10 @@ impl fmt::Display for Refusal {
             Refusal::Image { image, reason } => {
                 write!(f, "it cannot run the image `{image}`: {reason}")
             }
+            Refusal::SavedBy { backend } => write!(
+                f,
+                "the snapshot's processes were saved by `{backend}`, in its own form, and only `{backend}` starts them again (name it with `--backend {backend}`, or restore a snapshot of the files)"
+            ),
         }
     }
 }

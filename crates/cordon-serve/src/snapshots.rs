@@ -168,6 +168,9 @@ pub(crate) struct ForkBody {
     /// source's thread and `-fork`).
     #[serde(default)]
     pub(crate) thread_prefix: Option<String>,
+    /// Fork the running processes too (a snapshot with `memory`).
+    #[serde(default)]
+    pub(crate) memory: bool,
 }
 
 /// `POST /v1/sandboxes/fork`: a snapshot of the caller's sandbox and
@@ -196,7 +199,11 @@ pub(crate) async fn fork(
             &body.at,
             &*sandbox,
             None,
-            cordon_host::snapshots::Capture::Files,
+            if body.memory {
+                cordon_host::snapshots::Capture::Memory
+            } else {
+                cordon_host::snapshots::Capture::Files
+            },
         ) {
             Ok(x) => x,
             Err(r) => return r.into_response(),

@@ -400,3 +400,49 @@ fn every_exec_is_decided_on_the_compute_surface_before_it_reaches_the_backend() 
     run(&["true"]).unwrap();
     assert_eq!(fake.execs.load(std::sync::atomic::Ordering::SeqCst), 1);
 }
+
+/// A snapshot's saved processes start again only at a backend that
+/// declares `snapshot_memory` and is the one that saved them (each saves
+/// in its own form): anywhere else the restore is refused, naming why,
+/// before the backend is asked.
+#[test]
+fn saved_processes_go_only_to_the_backend_that_saved_them() {
+    let caps = [
+        Capability::Exec,
+        Capability::Snapshot,
+        Capability::SnapshotMemory,
+    ];
+    let vm = Arc::new(Fake::new("vm", Isolation::Microvm, Egress::Allowlist).with_caps(&caps));
+    let router = builder().backend(vm.clone()).build().unwrap();
+    let origin = |of: &str| cordon_sandbox::Origin {
+        snapshot: "snap-1".into(),
+        tree: "/nonexistent/tree".into(),
+        memory: Some("/nonexistent/memory".into()),
+        memory_of: Some(of.into()),
+        tmp: None,
+    };
+    let err = router
+        .acquire_from(&ctx(), &spec(), Some(origin("gvisor")))
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        err.contains("saved by `gvisor`") && err.contains("--backend gvisor"),
+        "{err}"
+    );
+    assert_eq!(vm.acquires(), 0);
+    // Its own: served.
+    assert!(router
+        .acquire_from(&ctx(), &spec(), Some(origin("vm")))
+        .is_ok());
+    // A backend that saves none: refused, naming the capability.
+    let plain = Fake::microvm("plain");
+    let router = builder().backend(plain.clone()).build().unwrap();
+    let err = router
+        .acquire_from(&ctx(), &spec(), Some(origin("plain")))
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(err.contains("snapshot_memory"), "{err}");
+    assert_eq!(plain.acquires(), 0);
+}
