@@ -98,12 +98,24 @@ pub fn copy_out(
     let mut stack = vec![String::new()];
     while let Some(rel) = stack.pop() {
         let listed = at(root, &rel);
-        let entries = match files(&FileOp::List {
+        let listing = match files(&FileOp::List {
             path: listed.clone(),
             depth: 0,
-        })
-        .map_err(|e| format!("listing `{listed}`: {e}"))?
-        {
+        }) {
+            // Removed by the running workload since its parent was
+            // listed: it is not there to copy (it is said so).
+            Err(SandboxError::NotFound { .. }) if !rel.is_empty() => {
+                let host = dst.join(&rel);
+                std::fs::remove_dir(&host).map_err(|e| format!("`{}`: {e}", host.display()))?;
+                modes.retain(|(h, _)| *h != host);
+                out.entries -= 1;
+                out.skipped
+                    .push(format!("{listed} (removed while it was copied)"));
+                continue;
+            }
+            r => r.map_err(|e| format!("listing `{listed}`: {e}"))?,
+        };
+        let entries = match listing {
             FileAnswer::Listing {
                 truncated: true, ..
             } => {
@@ -140,8 +152,14 @@ pub fn copy_out(
                     stack.push(rel);
                 }
                 FileKind::File => {
-                    let n = copy_file_out(files, &e.path, &host, e.mode & 0o777, room)?;
-                    out.bytes += n;
+                    match copy_file_out(files, &e.path, &host, e.mode & 0o777, room)? {
+                        Some(n) => out.bytes += n,
+                        None => {
+                            out.entries -= 1;
+                            out.skipped
+                                .push(format!("{} (removed while it was copied)", e.path));
+                        }
+                    }
                 }
                 FileKind::Symlink | FileKind::Other => out.skipped.push(e.path),
             }
@@ -162,7 +180,7 @@ fn copy_file_out(
     host: &Path,
     mode: u32,
     room: &mut u64,
-) -> Result<u64, String> {
+) -> Result<Option<u64>, String> {
     let mut f = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
@@ -173,13 +191,20 @@ fn copy_file_out(
     let mut offset = 0u64;
     let mut size = None;
     loop {
-        let (data, now) = match files(&FileOp::Read {
+        let read = files(&FileOp::Read {
             path: path.to_string(),
             offset,
             len: READ_CHUNK,
-        })
-        .map_err(|e| format!("reading `{path}`: {e}"))?
-        {
+        });
+        // Listed, then removed or renamed away by the running workload
+        // before its first read: gone, not copied (a file removed after
+        // its reading began is taken as far as it was read).
+        if offset == 0 && matches!(read, Err(SandboxError::NotFound { .. })) {
+            drop(f);
+            std::fs::remove_file(host).map_err(|e| format!("`{}`: {e}", host.display()))?;
+            return Ok(None);
+        }
+        let (data, now) = match read.map_err(|e| format!("reading `{path}`: {e}"))? {
             FileAnswer::Read { data, size } => (data, size),
             other => return Err(format!("reading `{path}` was answered {other:?}")),
         };
@@ -206,7 +231,7 @@ fn copy_file_out(
     }
     f.set_permissions(std::fs::Permissions::from_mode(mode))
         .map_err(|e| format!("`{}`: {e}", host.display()))?;
-    Ok(offset)
+    Ok(Some(offset))
 }
 
 /// Copies the host tree `src` (a snapshot's, the host's own) into the
@@ -370,6 +395,43 @@ mod tests {
             assert!(e.contains("not a name in it"), "{bad}: {e}");
             assert_eq!(std::fs::read_dir(&dst).unwrap().count(), 0, "{bad}");
         }
+    }
+
+    /// A file or directory the running workload removes between its
+    /// listing and its copy (a rename's old name) is left out and named,
+    /// not a failed snapshot; the rest is copied.
+    #[test]
+    fn what_goes_away_while_it_is_copied_is_left_out_and_named() {
+        let t = tempfile::tempdir().unwrap();
+        let src = t.path().join("src");
+        std::fs::create_dir_all(src.join("gone-dir")).unwrap();
+        std::fs::write(src.join("count.tmp"), b"41").unwrap();
+        std::fs::write(src.join("kept"), b"k").unwrap();
+        let real = served(&src);
+        let racing = |op: &FileOp| {
+            let answer = real(op);
+            // The workload moves on right after the root was listed.
+            if matches!(op, FileOp::List { path, .. } if path.is_empty()) {
+                let _ = std::fs::rename(src.join("count.tmp"), src.join("count"));
+                let _ = std::fs::remove_dir(src.join("gone-dir"));
+            }
+            answer
+        };
+        let (mut room, mut left) = (u64::MAX, 100);
+        let out = copy_out(&racing, "", &t.path().join("out"), &mut room, &mut left).unwrap();
+        let mut skipped = out.skipped.clone();
+        skipped.sort();
+        assert_eq!(
+            skipped,
+            [
+                "count.tmp (removed while it was copied)",
+                "gone-dir (removed while it was copied)"
+            ]
+        );
+        assert_eq!(std::fs::read(t.path().join("out/kept")).unwrap(), b"k");
+        assert!(!t.path().join("out/count.tmp").exists());
+        assert!(!t.path().join("out/gone-dir").exists());
+        assert_eq!((out.bytes, out.entries), (1, 1));
     }
 
     /// A tree holding a link is refused on the way in, naming it.
