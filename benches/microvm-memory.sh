@@ -27,6 +27,7 @@ if [ "$(id -u)" != 0 ] || ! command -v qemu-system-x86_64 >/dev/null \
   exit 1
 fi
 work="$(mktemp -d /var/tmp/cordon-bench-vmem-XXXXXX)"
+chmod 711 "$work"  # the jail around QEMU reaches its run directory through it
 export CORDON_STATE_DIR="$work/state"
 export CORDON_SNAPSHOT_DIR="$work/snapshots"
 export TMPDIR="$work"
