@@ -298,9 +298,12 @@ impl Vm {
     /// stopped, the machine migrated into the file, then the guest let go
     /// on as it was. Returns the first channel id a copy may use.
     pub fn save(&self, state: &Path) -> Result<u64, String> {
+        use std::os::unix::fs::OpenOptionsExt;
+        // Root's alone: it holds everything the guest held in RAM.
         let file = std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
+            .mode(0o600)
             .open(state)
             .map_err(|e| format!("`{}`: {e}", state.display()))?;
         let deadline = Instant::now() + SAVE_DEADLINE;
