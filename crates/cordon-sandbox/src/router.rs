@@ -10,6 +10,7 @@
 //! another. Nothing here degrades: a check that cannot be satisfied is an
 //! error that names what to change.
 
+mod origin;
 mod rekey;
 
 use std::collections::BTreeSet;
@@ -566,29 +567,12 @@ impl Router {
     ) -> Result<Arc<dyn Sandbox>, RouterError> {
         let caller = caller.resolve()?;
         let a = self.select(spec)?;
-        // Saved processes start again only where the backend restores
-        // them as confined as they were made; anywhere else they would be
-        // left out, and the sandbox not the snapshot it claims to be.
-        if let Some(o) = origin.as_ref().filter(|o| o.memory.is_some()) {
-            let refusal = if !a.capabilities.contains(Capability::SnapshotMemory) {
-                Some(crate::router_error::Refusal::Missing {
-                    capabilities: [Capability::SnapshotMemory].into_iter().collect(),
-                })
-            } else {
-                // Each backend saves in its own form: only the one that
-                // saved them starts them again.
-                o.memory_of
-                    .as_ref()
-                    .filter(|b| **b != a.name)
-                    .map(|b| crate::router_error::Refusal::SavedBy { backend: b.clone() })
-            };
-            if let Some(refusal) = refusal {
-                return Err(RouterError::NoBackendQualifies {
-                    kind: spec.kind().to_string(),
-                    floor: self.effective_floor(spec),
-                    refusals: Refusals(vec![(a.name.clone(), vec![refusal])]),
-                });
-            }
+        if let Some(refusal) = origin::refusal(origin.as_ref(), &a.name, &a.capabilities) {
+            return Err(RouterError::NoBackendQualifies {
+                kind: spec.kind().to_string(),
+                floor: self.effective_floor(spec),
+                refusals: Refusals(vec![(a.name.clone(), vec![refusal])]),
+            });
         }
         let limits = self.ensure_policy_allows(&caller.identity, spec)?;
         let secrets = self.read_secrets(spec)?;
