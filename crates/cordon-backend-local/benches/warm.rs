@@ -353,6 +353,11 @@ mod bench {
     /// One measure of a round: where its samples go, and how one is taken.
     type Step<'a> = (&'a mut Series, &'a mut dyn FnMut() -> Duration);
 
+    /// Time for the sandbox's next exec to be made ahead (untimed).
+    fn settle() {
+        std::thread::sleep(Duration::from_millis(15));
+    }
+
     /// Runs every closure once per round, in an order rotated each round.
     fn rounds(n: usize, steps: &mut [Step<'_>]) {
         let k = steps.len();
@@ -469,32 +474,71 @@ mod bench {
         // The same warm sandbox, as the backend holds it, for the breakdown.
         let local = local_of(kit, &wc);
         assert_eq!(local.id(), warm.id(), "the breakdown uses the same sandbox");
+        // The same, with nothing made ahead (`CORDON_WARM_AHEAD=off`, read
+        // as a warm sandbox starts): the peer of the path made ahead.
+        let oc = caller("exec-warm-off");
+        let off = {
+            #[expect(
+                clippy::disallowed_methods,
+                reason = "the bench's own process, one sandbox starting: the switch is read as a warm sandbox starts"
+            )]
+            let set = || std::env::set_var("CORDON_WARM_AHEAD", "off");
+            #[expect(clippy::disallowed_methods, reason = "as above")]
+            let unset = || std::env::remove_var("CORDON_WARM_AHEAD");
+            set();
+            let off = kit.warm_router.acquire(&oc, &kit.spec).unwrap();
+            unset();
+            off
+        };
         for _ in 0..20 {
             bare_true();
             exec_ok(&*warm, &req);
+            exec_ok(&*off, &req);
             exec_ok(&*process, &req);
         }
         let mut bare = Series::new("bare fork+exec");
-        let mut w = Series::new("warm exec (container rung)");
+        let mut w = Series::new("warm exec, made ahead (container rung)");
+        let mut o = Series::new("warm exec, nothing made ahead");
+        let mut b2b = Series::new("warm exec, made ahead, right after the last");
+        let mut ob2b = Series::new("warm exec, nothing made ahead, right after the last");
         let mut p = Series::new("process rung exec (one-shot)");
         rounds(
             n,
             &mut [
                 (&mut bare, &mut || time(bare_true)),
-                (&mut w, &mut || time(|| exec_ok(&*warm, &req))),
+                // An agent host's next request comes after its model's
+                // turn: the exec made ahead is ready by then (untimed).
+                (&mut w, &mut || {
+                    settle();
+                    time(|| exec_ok(&*warm, &req))
+                }),
+                (&mut o, &mut || {
+                    settle();
+                    time(|| exec_ok(&*off, &req))
+                }),
+                (&mut b2b, &mut || {
+                    exec_ok(&*warm, &req);
+                    time(|| exec_ok(&*warm, &req))
+                }),
+                (&mut ob2b, &mut || {
+                    exec_ok(&*off, &req);
+                    time(|| exec_ok(&*off, &req))
+                }),
                 (&mut p, &mut || time(|| exec_ok(&*process, &req))),
             ],
         );
         table(
             "exec of /bin/true through Sandbox::exec",
-            &[&bare, &w, &p],
+            &[&bare, &w, &o, &b2b, &ob2b, &p],
             &bare,
         );
+        assert_eq!(kit.warm_router.dispose(&oc).unwrap(), 1);
 
         // The warm exec taken apart: the policy check and plan; the start
-        // (the exec's cgroup, the request to the init, its fork and the
-        // child's confinement, until the init reports it started); the wait
-        // (the exit, its report, killing and removing the exec's cgroup).
+        // (the exec made ahead taken — its bounds written, the request to
+        // the init, the command sent what to run — until the init reports
+        // it started); the wait (the exit, its report, killing the exec's
+        // cgroup; its removal is the sandbox's thread's).
         let mut bare = Series::new("bare fork+exec");
         let mut whole = Series::new("Sandbox::exec, whole");
         let mut plan = Series::new("  plan_for (policy + plan)");
@@ -509,6 +553,7 @@ mod bench {
         let dirs = local.cgroup_dirs();
         for i in 0..n {
             bare.s.push(time(bare_true));
+            settle();
             whole.s.push(time(|| exec_ok(&*warm, &req)));
             plan.s.push(time(|| {
                 local.plan_for(&req).unwrap();
@@ -516,6 +561,7 @@ mod bench {
             let t = Instant::now();
             let (stdio, ours) = ExecPipes::new(false).unwrap().split();
             pipes.s.push(t.elapsed());
+            settle();
             let t = Instant::now();
             let started = local.start(&req, stdio).unwrap();
             start.s.push(t.elapsed());

@@ -14,4 +14,5 @@ pub(crate) mod seccomp_merge;
 pub(crate) mod setup;
 pub(crate) mod sysv;
 pub(crate) mod warm;
+pub(crate) mod warm_ahead;
 pub(crate) mod warm_init;

@@ -70,6 +70,23 @@ pub(crate) enum WarmRequest {
         #[serde(default)]
         tty: Option<super::pty::TtySize>,
     },
+    /// Make an exec ahead of its request (a spare): a shim that joins the
+    /// cgroup whose `joins` files are attached (opened by the owner), its
+    /// own pid and mount namespaces, its PID 1 and its command forked and
+    /// confined, the command waiting for what to run. An `Exec` with this
+    /// `id`, no `joins` and no `tty` takes it (the owner writes the exec's
+    /// bounds into the cgroup first); nothing is answered until then.
+    Prepare { id: u64, joins: usize },
+}
+
+/// Warm init → a spare's command (see [`WarmRequest::Prepare`]): what to
+/// run. Descriptors attached: stdin, stdout, stderr, and the pipe the
+/// command's setup failures go to (close-on-exec: its end is the start).
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Order {
+    pub(crate) argv: Vec<String>,
+    pub(crate) env: std::collections::BTreeMap<String, String>,
 }
 
 /// Warm init → owner, on the control socket.
@@ -136,6 +153,17 @@ pub(crate) fn check_exec<'a>(
     Ok((n_stdio, program))
 }
 
+/// Checks a `Prepare`'s descriptors: exactly its `joins` cgroup files.
+pub(crate) fn check_prepare(joins: usize, fds: usize) -> Result<(), String> {
+    if joins == 0 || joins > crate::fdpass::MAX_FDS || joins != fds {
+        return Err(format!(
+            "a spare joins its cgroup through 1 to {} files, and this one says {joins} with {fds} attached",
+            crate::fdpass::MAX_FDS
+        ));
+    }
+    Ok(())
+}
+
 /// The body of the `init_wire` fuzz target (`fuzz/`), through
 /// [`crate::fuzz::init_frames`]. Whatever the bytes, every frame between
 /// the owner and the init either decodes or is refused; a decoded frame
@@ -182,14 +210,23 @@ pub(crate) fn fuzz_frames(data: &[u8]) {
     let fds = usize::from(n) % (crate::fdpass::MAX_FDS + 1);
     if let Ok(req) = serde_json::from_slice::<WarmRequest>(packet) {
         again(&req);
-        let WarmRequest::Exec {
-            argv,
-            env,
-            joins,
-            tty,
-            ..
-        } = req;
-        let _ = check_exec(&argv, &env, joins, tty, fds);
+        match req {
+            WarmRequest::Exec {
+                argv,
+                env,
+                joins,
+                tty,
+                ..
+            } => {
+                let _ = check_exec(&argv, &env, joins, tty, fds);
+            }
+            WarmRequest::Prepare { joins, .. } => {
+                let _ = check_prepare(joins, fds);
+            }
+        }
+    }
+    if let Ok(o) = serde_json::from_slice::<Order>(packet) {
+        again(&o);
     }
     if let Ok(ev) = serde_json::from_slice::<WarmEvent>(packet) {
         again(&ev);

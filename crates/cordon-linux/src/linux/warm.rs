@@ -80,10 +80,12 @@ type Waiters = Arc<Mutex<HashMap<u64, Sender<Event>>>>;
 pub struct WarmSandbox {
     stage1: Mutex<Child>,
     control: Arc<OwnedFd>,
-    cgroup: Cgroup,
+    cgroup: Arc<Cgroup>,
     waiters: Waiters,
     dead: Arc<AtomicBool>,
-    next: AtomicU64,
+    next: Arc<AtomicU64>,
+    /// The next exec, made ahead ([`super::warm_ahead`]).
+    ahead: super::warm_ahead::Ahead,
     stopped: AtomicBool,
     /// Whether [`WarmSandbox::pause`] froze it (and no resume since).
     paused: AtomicBool,
@@ -260,13 +262,18 @@ impl WarmSandbox {
                 let waiters: Waiters = Arc::default();
                 let dead = Arc::new(AtomicBool::new(false));
                 event_reader(control.clone(), waiters.clone(), dead.clone());
+                let cgroup = Arc::new(cgroup);
+                let next = Arc::new(AtomicU64::new(1));
+                let ahead =
+                    super::warm_ahead::Ahead::start(control.clone(), cgroup.clone(), next.clone());
                 Ok(WarmSandbox {
                     stage1: Mutex::new(child),
                     control,
                     cgroup,
                     waiters,
                     dead,
-                    next: AtomicU64::new(1),
+                    next,
+                    ahead,
                     stopped: AtomicBool::new(false),
                     paused: AtomicBool::new(false),
                     gate: Mutex::new(()),
@@ -468,21 +475,42 @@ impl WarmSandbox {
                 error: format!("the sandbox was paused and did not resume for the exec: {e}"),
             })?;
         }
-        let id = self.next.fetch_add(1, Ordering::SeqCst);
-        let cg = self
-            .cgroup
-            .child(&format!("exec-{id}"), Some(&exec.bounds))
-            .map_err(LaunchError::Cgroup)?;
-        let joins: Vec<File> = match cg
-            .join_files()
-            .iter()
-            .map(|p| std::fs::OpenOptions::new().write(true).open(p))
-            .collect::<io::Result<Vec<File>>>()
-        {
-            Ok(f) => f,
-            Err(e) => {
-                let _ = cg.remove();
-                return Err(LaunchError::Cgroup(e));
+        // The exec made ahead, when one is (not for a terminal, which its
+        // PID 1 opens before it is confined): its bounds written now,
+        // before anything of the workload's runs in it.
+        let spare = match tty {
+            None => self.ahead.take(),
+            Some(_) => None,
+        };
+        let made_ahead = spare.is_some();
+        let (id, cg, joins) = match spare {
+            Some((id, cg)) => {
+                if let Err(e) = cg.write_bounds(&exec.bounds) {
+                    let _ = cg.kill_all();
+                    let _ = cg.remove();
+                    return Err(LaunchError::Cgroup(e));
+                }
+                (id, cg, Vec::new())
+            }
+            None => {
+                let id = self.next.fetch_add(1, Ordering::SeqCst);
+                let cg = self
+                    .cgroup
+                    .child(&format!("exec-{id}"), Some(&exec.bounds))
+                    .map_err(LaunchError::Cgroup)?;
+                let joins: Vec<File> = match cg
+                    .join_files()
+                    .iter()
+                    .map(|p| std::fs::OpenOptions::new().write(true).open(p))
+                    .collect::<io::Result<Vec<File>>>()
+                {
+                    Ok(f) => f,
+                    Err(e) => {
+                        let _ = cg.remove();
+                        return Err(LaunchError::Cgroup(e));
+                    }
+                };
+                (id, cg, joins)
             }
         };
         let (tx, rx) = mpsc::channel();
@@ -492,6 +520,8 @@ impl WarmSandbox {
             .insert(id, tx);
         let mut running = WarmRunning {
             id,
+            made_ahead,
+            ahead: self.ahead.wanter(),
             cgroup: Some(cg),
             events: rx,
             waiters: self.waiters.clone(),
@@ -574,6 +604,7 @@ impl WarmSandbox {
         if self.stopped.swap(true, Ordering::SeqCst) {
             return Ok(());
         }
+        self.ahead.close();
         // A frozen init cannot end on EOF.
         if self.paused() {
             let _ = self.cgroup.freeze(false);
@@ -606,6 +637,10 @@ impl Drop for WarmSandbox {
 /// An exec in progress. Dropping it kills everything the exec started.
 pub struct WarmRunning {
     id: u64,
+    made_ahead: bool,
+    /// Given this exec's cgroup to remove once it ended (and asked for
+    /// the next spare then).
+    ahead: super::warm_ahead::Wanter,
     cgroup: Option<Cgroup>,
     events: Receiver<Event>,
     waiters: Waiters,
@@ -621,6 +656,13 @@ impl WarmRunning {
     /// [`WarmRunning::wait`] waits (the exec then ends as killed by `SIGKILL`).
     pub fn canceller(&self) -> crate::Cancel {
         self.cancel.clone()
+    }
+
+    /// Whether this exec's processes were made ahead of its request (see
+    /// the module `warm_ahead`): its namespaces, mounts and confinement
+    /// were in place before it was asked for.
+    pub fn made_ahead(&self) -> bool {
+        self.made_ahead
     }
 
     fn kill(&self) {
@@ -681,9 +723,16 @@ impl WarmRunning {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(&self.id);
+        // Nothing of the exec outlives this: its processes are killed
+        // here; only its emptied cgroup's removal is left to the
+        // sandbox's thread (with the next spare's making).
         if let Some(cg) = self.cgroup.take() {
-            let _ = cg.kill_all();
-            let _ = cg.remove();
+            match cg.kill_all() {
+                Ok(()) => self.ahead.retire(cg),
+                Err(_) => {
+                    let _ = cg.remove();
+                }
+            }
         }
     }
 }

@@ -31,7 +31,7 @@ use nix::unistd::ForkResult;
 use rustix::event::{poll, PollFd, PollFlags};
 use seccompiler::BpfProgram;
 
-use super::proto::{self, check_exec, Report, WarmEvent, WarmRequest};
+use super::proto::{self, check_exec, check_prepare, Order, Report, WarmEvent, WarmRequest};
 use super::pty::{self, TtySize};
 use super::setup::{die_with_parent, drop_privileges, fail, rlimits_for, Failure, SETUP_FAILED};
 use super::{fs_rules, rootfs, seccomp};
@@ -129,6 +129,7 @@ pub(crate) fn serve(plan: &Plan, report: &mut File, control: File) -> Result<i32
     proto::send(report, &Report::Started).map_err(fail("report"))?;
     let control = OwnedFd::from(control);
     let mut running: HashMap<i32, u64> = HashMap::new();
+    let mut spares: HashMap<u64, Spare> = HashMap::new();
     loop {
         let (requests, exits) = {
             let mut fds = [
@@ -144,7 +145,7 @@ pub(crate) fn serve(plan: &Plan, report: &mut File, control: File) -> Result<i32
         };
         if exits {
             while let Ok(Some(_)) = children.read_signal() {}
-            reap(&control, &mut running);
+            reap(&control, &mut running, &mut spares);
         }
         if requests {
             match fdpass::recv::<WarmRequest>(&control) {
@@ -161,18 +162,37 @@ pub(crate) fn serve(plan: &Plan, report: &mut File, control: File) -> Result<i32
                     },
                     fds,
                 ))) => {
-                    let (event, master) =
-                        match spawn_exec(plan, &layers, &argv, &env, joins, tty, fds) {
-                            Ok((pid, master)) => {
-                                running.insert(pid, id);
-                                (WarmEvent::Started { id }, master)
-                            }
-                            Err(error) => (WarmEvent::Failed { id, error }, None),
-                        };
+                    let started = match spares.remove(&id) {
+                        Some(spare) if joins == 0 && tty.is_none() => {
+                            take_spare(plan, &layers, spare, &argv, &env, fds)
+                        }
+                        Some(_) => Err("a spare is taken by an exec with no terminal and no cgroup files of its own".into()),
+                        // Every exec joins a cgroup of its own: one with
+                        // none to join (and no spare that joined one) is
+                        // never started.
+                        None if joins == 0 => Err("an exec without a cgroup to join is not started".into()),
+                        None => spawn_exec(plan, &layers, &argv, &env, joins, tty, fds),
+                    };
+                    let (event, master) = match started {
+                        Ok((pid, master)) => {
+                            running.insert(pid, id);
+                            (WarmEvent::Started { id }, master)
+                        }
+                        Err(error) => (WarmEvent::Failed { id, error }, None),
+                    };
                     let attached: Vec<_> = master.iter().map(AsFd::as_fd).collect();
                     if fdpass::send(&control, &event, &attached).is_err() {
                         return Ok(0);
                     }
+                }
+                Ok(Some((WarmRequest::Prepare { id, joins }, fds))) => {
+                    if let Err(e) = check_prepare(joins, fds.len()) {
+                        return Err(fail("control socket")(e));
+                    }
+                    if spares.contains_key(&id) || running.values().any(|r| *r == id) {
+                        return Err(fail("control socket")(format!("exec {id} is already made")));
+                    }
+                    spares.insert(id, spawn_spare(plan, &layers, fds));
                 }
                 // A malformed request from our own owner: stop serving.
                 Err(e) => return Err(fail("control socket")(e)),
@@ -182,8 +202,10 @@ pub(crate) fn serve(plan: &Plan, report: &mut File, control: File) -> Result<i32
 }
 
 /// Reaps every child that ended; reports the ones that were an exec's
-/// first process. Orphans reparented to PID 1 are reaped silently.
-fn reap(control: &OwnedFd, running: &mut HashMap<i32, u64>) {
+/// first process. A spare that ended before it was taken is marked gone
+/// (its exec is then made the ordinary way). Orphans reparented to PID 1
+/// are reaped silently.
+fn reap(control: &OwnedFd, running: &mut HashMap<i32, u64>, spares: &mut HashMap<u64, Spare>) {
     loop {
         let (pid, termination) = match waitpid(None, Some(WaitPidFlag::WNOHANG)) {
             Ok(WaitStatus::Exited(p, code)) => (p, Termination::Exited(code)),
@@ -193,8 +215,134 @@ fn reap(control: &OwnedFd, running: &mut HashMap<i32, u64>) {
         };
         if let Some(id) = running.remove(&pid.as_raw()) {
             let _ = fdpass::send(control, &WarmEvent::Exited { id, termination }, &[]);
+        } else if let Some(spare) = spares.values_mut().find(|s| s.pid == Some(pid.as_raw())) {
+            spare.pid = None;
         }
     }
+}
+
+/// An exec made ahead ([`WarmRequest::Prepare`]), not yet taken.
+struct Spare {
+    /// Its shim, while it runs.
+    pid: Option<i32>,
+    /// To its command: what to run ([`Order`]).
+    order: Option<OwnedFd>,
+    /// The cgroup files it joined (the init's copies): an exec that takes
+    /// a spare that is gone is made the ordinary way, in the same cgroup.
+    joins: Vec<OwnedFd>,
+}
+
+/// Makes a spare: the ordinary exec's processes (shim, PID 1, command),
+/// each as far as it goes without the request: the command, confined,
+/// waits for its [`Order`]. Until it is taken, a setup failure ends the
+/// spare (said nowhere: the exec that takes it is then made the ordinary
+/// way, and says it again).
+fn spawn_spare(plan: &Plan, layers: &Layers, joins: Vec<OwnedFd>) -> Spare {
+    let mut spare = Spare {
+        pid: None,
+        order: None,
+        joins,
+    };
+    let made = (|| -> Result<(i32, OwnedFd), String> {
+        let (ours, theirs) = fdpass::pair().map_err(|e| format!("socketpair: {e}"))?;
+        // (std opens close-on-exec.)
+        let errors: OwnedFd = std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/null")
+            .map_err(|e| format!("/dev/null: {e}"))?
+            .into();
+        let joins = spare
+            .joins
+            .iter()
+            .map(|f| f.try_clone().map(File::from))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| format!("dup: {e}"))?;
+        let setup = ExecSetup {
+            joins,
+            stdin: None,
+            stdout: None,
+            stderr: None,
+            tty: None,
+            master_to: None,
+            errors,
+            ruleset: Some(
+                layers
+                    .ruleset
+                    .try_clone()
+                    .map_err(|e| format!("copying the landlock ruleset: {e}"))?,
+            ),
+            seccomp: layers.seccomp.clone(),
+            ids: plan.ids().clone(),
+            bounds: plan.bounds().clone(),
+            work_dir: plan.work_dir().to_path_buf(),
+            program: CString::default(),
+            argv: Vec::new(),
+            env: Vec::new(),
+            order: Some(theirs),
+        };
+        #[expect(unsafe_code, reason = "a spare's processes are forked by hand")]
+        // SAFETY: as in `spawn_exec`: this process is single-threaded, and
+        // the child never returns into the caller's frames.
+        let forked = unsafe { nix::unistd::fork() };
+        match forked {
+            Ok(ForkResult::Child) => shim(setup),
+            Ok(ForkResult::Parent { child }) => {
+                // The order's other end is the command's alone: were it
+                // held here too, an order to a command that is gone would
+                // wait for nobody.
+                drop(setup);
+                Ok((child.as_raw(), ours))
+            }
+            Err(e) => Err(format!("fork: {e}")),
+        }
+    })();
+    if let Ok((pid, order)) = made {
+        spare.pid = Some(pid);
+        spare.order = Some(order);
+    }
+    spare
+}
+
+/// Starts an exec in `spare`: its command is sent what to run, with the
+/// owner's stdio and a pipe for its setup failures, which reaches its end
+/// when the command is exec'd. A spare that is gone (or whose command
+/// cannot be reached) gives way to the ordinary path, in its cgroup.
+fn take_spare(
+    plan: &Plan,
+    layers: &Layers,
+    spare: Spare,
+    argv: &[String],
+    env: &std::collections::BTreeMap<String, String>,
+    fds: Vec<OwnedFd>,
+) -> Result<(i32, Option<OwnedFd>), String> {
+    check_exec(argv, env, 0, None, fds.len())?;
+    if let (Some(pid), Some(to)) = (spare.pid, &spare.order) {
+        let (errors_r, errors_w) =
+            nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| format!("pipe: {e}"))?;
+        let mut attached: Vec<_> = fds.iter().map(AsFd::as_fd).collect();
+        attached.push(errors_w.as_fd());
+        let order = Order {
+            argv: argv.to_vec(),
+            env: env.clone(),
+        };
+        if fdpass::send(to, &order, &attached).is_ok() {
+            drop(attached);
+            drop(errors_w);
+            drop(fds);
+            // EOF once the command is exec'd; otherwise the reason.
+            let mut why = String::new();
+            let _ = File::from(errors_r).read_to_string(&mut why);
+            return if why.is_empty() {
+                Ok((pid, None))
+            } else {
+                Err(why)
+            };
+        }
+    }
+    let joins = spare.joins.len();
+    let mut all = fds;
+    all.extend(spare.joins);
+    spawn_exec(plan, layers, argv, env, joins, None, all)
 }
 
 /// Everything one exec's processes need, built before the fork.
@@ -219,6 +367,9 @@ struct ExecSetup {
     program: CString,
     argv: Vec<CString>,
     env: Vec<CString>,
+    /// A spare's: where its command receives what to run ([`Order`]);
+    /// `program`, `argv`, `env` and stdio are empty until then.
+    order: Option<OwnedFd>,
 }
 
 /// Starts one exec; returns the pid of its first process (in the sandbox's
@@ -292,6 +443,7 @@ fn spawn_exec(
         program: cstr(program)?,
         argv: c_argv,
         env: c_env,
+        order: None,
     };
     #[expect(unsafe_code, reason = "an exec's processes are forked by hand")]
     // SAFETY: this process is single-threaded (module invariant), so the
@@ -614,6 +766,9 @@ fn run_command(mut setup: ExecSetup, gate_r: OwnedFd) -> ! {
         std::process::exit(SETUP_FAILED);
     }
     drop(gate_r);
+    if let Some(order) = setup.order.take() {
+        take_order(&mut setup, &order);
+    }
     if let (Some(_), Some(slave)) = (setup.tty, &setup.stdin) {
         step(
             &setup,
@@ -640,6 +795,48 @@ fn run_command(mut setup: ExecSetup, gate_r: OwnedFd) -> ! {
             setup.program.to_string_lossy()
         )),
     )
+}
+
+/// A spare's command, confined: waits for what to run. The init gone
+/// (the sandbox ends) is the end of it, quietly.
+fn take_order(setup: &mut ExecSetup, from: &OwnedFd) {
+    let (order, fds) = match fdpass::recv::<Order>(from) {
+        Ok(Some(got)) => got,
+        Ok(None) | Err(_) => std::process::exit(SETUP_FAILED),
+    };
+    let mut fds = fds.into_iter();
+    let (Some(i), Some(o), Some(e), Some(errors), None) =
+        (fds.next(), fds.next(), fds.next(), fds.next(), fds.next())
+    else {
+        std::process::exit(SETUP_FAILED)
+    };
+    setup.errors = errors;
+    setup.stdin = Some(i);
+    setup.stdout = Some(o);
+    setup.stderr = Some(e);
+    let cstr = |s: &str| CString::new(s).map_err(fail("the order"));
+    let program = order
+        .argv
+        .first()
+        .map_or(Err(fail("the order")("no command")), |p| cstr(p));
+    let argv = order
+        .argv
+        .iter()
+        .map(|a| cstr(a))
+        .collect::<Result<Vec<_>, _>>();
+    let env = order
+        .env
+        .iter()
+        .map(|(k, v)| cstr(&format!("{k}={v}")))
+        .collect::<Result<Vec<_>, _>>();
+    match (program, argv, env) {
+        (Ok(p), Ok(a), Ok(e)) => {
+            setup.program = p;
+            setup.argv = a;
+            setup.env = e;
+        }
+        (Err(f), _, _) | (_, Err(f), _) | (_, _, Err(f)) => refuse_exec(setup, f),
+    }
 }
 
 /// The exec's PID 1 once the command is forked: confines itself, opens the

@@ -30,6 +30,11 @@ pub(super) fn start(case: &Case, name: &str) -> WarmSandbox {
 }
 
 fn exec(w: &WarmSandbox, case: &Case, argv: &[&str]) -> Out {
+    exec_ahead(w, case, argv).0
+}
+
+/// [`exec`], and whether the exec was made ahead of its request.
+fn exec_ahead(w: &WarmSandbox, case: &Case, argv: &[&str]) -> (Out, bool) {
     let (in_r, in_w) = pipe();
     drop(in_w);
     let (out_r, out_w) = pipe();
@@ -57,12 +62,99 @@ fn exec(w: &WarmSandbox, case: &Case, argv: &[&str]) -> Out {
         })
     };
     let (o, e) = (read(out_r), read(err_r));
+    let ahead = running.made_ahead();
     let outcome = running.wait().expect("exec ends");
-    Out {
+    let out = Out {
         outcome,
         stdout: o.join().unwrap_or_default(),
         stderr: e.join().unwrap_or_default(),
+    };
+    (out, ahead)
+}
+
+fn sh_ahead(w: &WarmSandbox, case: &Case, script: &str) -> (Out, bool) {
+    exec_ahead(w, case, &["/bin/sh", "-c", script])
+}
+
+/// An exec made ahead of its request keeps every promise of one made on
+/// request: it cannot see or signal another exec (nor the spare beside it
+/// see it), nothing it leaves running outlives it, and its bounds — written
+/// only as it is taken — kill at the bound and are reported as that bound.
+#[test]
+fn an_exec_made_ahead_keeps_the_promises_of_one_made_on_request() {
+    let Some(_) = enforcer_for(Rung::Container, "warm execs made ahead") else {
+        return;
+    };
+    let case = Case::new(Rung::Container, &["/bin/true"]);
+    let w = std::sync::Arc::new(start(
+        &case,
+        &format!("cordon-test-warm-ahead-{}", std::process::id()),
+    ));
+    // A, made ahead as the sandbox started, sleeps.
+    let (w2, case_a) = (w.clone(), Case::new(Rung::Container, &["/bin/true"]));
+    let a = std::thread::spawn(move || sh_ahead(&w2, &case_a, "sleep 3; echo a-finished"));
+    std::thread::sleep(std::time::Duration::from_millis(800));
+    // B (made on request: A took the spare, and the next is made once an
+    // exec ends) and then C (made ahead, once B ended) look for A and
+    // signal every pid they can name.
+    let sweep = "n=0; for p in /proc/[0-9]*; do c=$(cat $p/comm 2>/dev/null); case \"$c\" in sleep) n=$((n+1));; esac; done; echo sleep-seen=$n; \
+         for p in $(seq 3 4000); do kill -9 $p 2>/dev/null; done; echo done";
+    let (b, b_ahead) = sh_ahead(&w, &case, sweep);
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let (c, c_ahead) = sh_ahead(&w, &case, sweep);
+    let (a, a_ahead) = a.join().expect("exec a");
+    assert!(
+        (a_ahead, b_ahead, c_ahead) == (true, false, true),
+        "{a_ahead} {b_ahead} {c_ahead}"
+    );
+    assert!(
+        a.stdout.contains("a-finished"),
+        "a was reached: {:?}",
+        a.outcome
+    );
+    for x in [&b, &c] {
+        assert!(x.stdout.contains("sleep-seen=0"), "{}", x.stdout);
+        assert!(x.stdout.contains("done"), "{}{}", x.stdout, x.stderr);
     }
+    // What one leaves running dies with it.
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let (d, d_ahead) = sh_ahead(
+        &w,
+        &case,
+        "(sleep 1; echo survived > late) >/dev/null 2>&1 & echo started",
+    );
+    assert!(
+        d_ahead && d.stdout.trim() == "started",
+        "{d_ahead} {}",
+        d.stdout
+    );
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let e = sh(&w, &case, "ls late 2>&1");
+    assert!(e.stdout.contains("No such file"), "{}", e.stdout);
+    // Its bounds, written as it is taken, kill and are reported.
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let mut hog = Case::new(Rung::Container, &["/bin/true"]);
+    hog.spec.bounds.max_memory = 64 << 20;
+    let (f, f_ahead) = exec_ahead(
+        &w,
+        &hog,
+        &[
+            "/usr/bin/python3",
+            "-c",
+            "x=[]\nwhile True: x.append(b'\\x01'*(8<<20))",
+        ],
+    );
+    assert!(f_ahead, "the memory hog was not made ahead");
+    assert_eq!(
+        f.outcome.killed_by,
+        Some(cordon_linux::Bound::Memory),
+        "{:?} {}",
+        f.outcome,
+        f.stderr
+    );
+    assert!(w.alive());
+    w.stop().expect("stop");
+    no_process_left(case.host_uid());
 }
 
 pub(super) fn sh(w: &WarmSandbox, case: &Case, script: &str) -> Out {
