@@ -30,6 +30,10 @@ use super::cgroup::{Cgroup, CgroupManager};
 use super::proto::WarmRequest;
 use crate::fdpass;
 
+/// How long an exec waits for a spare being made before it takes the
+/// ordinary path (making one takes a fraction of a millisecond).
+const TAKE_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// The spare of one warm sandbox, and the thread that makes it.
 pub(crate) struct Ahead {
     shared: Arc<Shared>,
@@ -100,9 +104,21 @@ impl Ahead {
     /// asked, so an exec that takes it never waits longer than one made
     /// the ordinary way beside it, which would share the CPU with it.
     pub(crate) fn take(&self) -> Option<(u64, Cgroup)> {
+        // Bounded: a spare that does not come in time (its thread stuck,
+        // or gone) leaves the exec to the ordinary path.
+        let until = std::time::Instant::now() + TAKE_WAIT;
         let mut st = self.shared.lock();
         while !st.closed && (st.making || (st.wanted && st.spare.is_none())) {
-            st = self.shared.wake.wait(st).unwrap_or_else(|p| p.into_inner());
+            let left = until.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            st = self
+                .shared
+                .wake
+                .wait_timeout(st, left)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
         }
         st.spare.take()
     }
@@ -155,6 +171,20 @@ impl Drop for Ahead {
     }
 }
 
+/// Ends the spares if the thread unwinds while making one.
+struct Unwound<'a>(&'a Shared);
+
+impl Drop for Unwound<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let mut st = self.0.lock();
+            st.making = false;
+            st.closed = true;
+            self.0.wake.notify_all();
+        }
+    }
+}
+
 impl Shared {
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
@@ -187,7 +217,11 @@ impl Shared {
                 // Made without the lock. A stop meanwhile removes the
                 // sandbox's cgroups, this one's too (made, or failing to be
                 // made).
-                let made = self.make();
+                let made = {
+                    // Should making panic, no exec waits for it.
+                    let _unwound = Unwound(self);
+                    self.make()
+                };
                 let mut st = self.lock();
                 st.making = false;
                 match made {
