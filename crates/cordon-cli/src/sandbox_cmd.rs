@@ -135,8 +135,10 @@ pub enum SandboxCommand {
         /// A name to find it by within its scope (besides its id).
         #[arg(long)]
         name: Option<String>,
-        /// Capture processes and memory too: refused at every backend of
-        /// this version, saying why (never narrowed to files silently).
+        /// Capture its running processes and memory too: at gvisor (a
+        /// sandbox made `--require snapshot_memory`; they end there) and
+        /// at microvm (the whole guest saved; it goes on); refused
+        /// elsewhere, saying why (never narrowed to files silently).
         #[arg(long)]
         memory: bool,
         /// A host configuration file (`snapshots: {dir, quota_per_scope}`).
