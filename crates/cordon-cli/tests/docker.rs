@@ -938,6 +938,7 @@ fn the_snapshot_case_passes_at_docker() {
         "docker-snap",
         &["--backend", "docker", "--min-isolation", "container"],
         true,
+        false,
     );
     assert_eq!(leftovers(&engine, tmp.path()), Vec::<String>::new());
 }

@@ -925,6 +925,7 @@ fn the_snapshot_case_passes_at_gvisor() {
         "gvisor-snap",
         &["--min-isolation", "hardened_container"],
         true,
+        false,
     );
     assert_eq!(leftovers(tmp.path()), Vec::<String>::new());
 }

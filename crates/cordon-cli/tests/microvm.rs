@@ -645,7 +645,7 @@ fn the_snapshot_case_passes_at_the_microvm() {
     let c = cordon_in(dir.path()).env("CORDON_SNAPSHOT_DIR", dir.path().join("snapshots"));
     let mut sel: Vec<&str> = VM.to_vec();
     sel.extend(["--spec", sp.to_str().unwrap()]);
-    cordon_testkit::snapshot::restore_and_fork(&c, "vm-snap", &sel, true);
+    cordon_testkit::snapshot::restore_and_fork(&c, "vm-snap", &sel, true, true);
 
     // A snapshot taken at the container rung is restored in a guest: its
     // files are files. One holding a link is refused, naming it (the

@@ -30,6 +30,7 @@ fn the_snapshot_case_passes_at_the_container_and_process_rungs() {
             &format!("snap-{rung}"),
             &["--min-isolation", rung, "--backend", rung],
             rung == "process",
+            false,
         );
     }
 }
