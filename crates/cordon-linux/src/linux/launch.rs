@@ -109,9 +109,18 @@ const SETUP_TIMEOUT: Duration = Duration::from_secs(20);
 /// How often [`Running::wait`] checks the CPU and wall-clock bounds.
 const BOUNDS_TICK: Duration = Duration::from_millis(10);
 
+/// A pidfd of `child`, which must be the caller's own unreaped child (its
+/// pid cannot then have been reused); `None` where this kernel has none.
+pub(crate) fn pidfd_of(child: &Child) -> Option<std::os::fd::OwnedFd> {
+    i32::try_from(child.id())
+        .ok()
+        .and_then(rustix::process::Pid::from_raw)
+        .and_then(|p| rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty()).ok())
+}
+
 /// Blocks until the process behind `pidfd` exits or `tick` passes (whichever
 /// is first); sleeps for `tick` when there is no pidfd.
-fn wait_exit(pidfd: Option<&std::os::fd::OwnedFd>, tick: Duration) {
+pub(crate) fn wait_exit(pidfd: Option<&std::os::fd::OwnedFd>, tick: Duration) {
     use rustix::event::{poll, PollFd, PollFlags, Timespec};
     let Some(fd) = pidfd else {
         std::thread::sleep(tick);
@@ -447,12 +456,7 @@ impl Running {
         let mut cancelled = false;
         // Our own unreaped child: its pid cannot have been reused. Without
         // pidfds (Linux < 5.3) the loop falls back to sleeping for the tick.
-        let pidfd = i32::try_from(self.child.id())
-            .ok()
-            .and_then(rustix::process::Pid::from_raw)
-            .and_then(|p| {
-                rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty()).ok()
-            });
+        let pidfd = pidfd_of(&self.child);
         let status = loop {
             if let Some(status) = self.child.try_wait().map_err(LaunchError::Wait)? {
                 break status;
