@@ -121,20 +121,32 @@ impl Channel {
         self.next.fetch_max(first, Ordering::Relaxed);
     }
 
+    /// A fresh request id and the route its replies come back on (data
+    /// replies held to `max_data` bytes in all), or why the channel ended.
+    /// The caller takes the route down ([`Self::unroute`]) when its call is
+    /// over, answered or not.
+    fn route(&self, max_data: u64) -> Result<(u64, Receiver<route::Frame>), SandboxError> {
+        let req = self.id();
+        let (tx, rx) = mpsc::channel();
+        let mut r = lock(&self.routes);
+        if let Some(why) = &r.ended {
+            return Err(unavailable(format!("the VM is gone: {why}")));
+        }
+        r.calls.insert(req, (tx, max_data));
+        Ok((req, rx))
+    }
+
+    /// Takes down the route of `req` ([`Self::route`]).
+    fn unroute(&self, req: u64) {
+        lock(&self.routes).calls.remove(&req);
+    }
+
     /// Parks the channel for a save of the VM: the guest answers `Park`
     /// and then sends nothing; this side sends nothing either while the
     /// [`Parked`] is held (it holds the writer: every other sender waits).
     /// So both directions stand between frames. Dropped, it unparks.
     pub fn park(&self) -> Result<Parked<'_>, SandboxError> {
-        let req = self.id();
-        let (tx, rx) = mpsc::channel();
-        {
-            let mut r = lock(&self.routes);
-            if let Some(why) = &r.ended {
-                return Err(unavailable(format!("the VM is gone: {why}")));
-            }
-            r.calls.insert(req, (tx, 0));
-        }
+        let (req, rx) = self.route(0)?;
         let mut w = lock(&self.writer);
         let answered = proto::write_frame(&mut *w, &Msg::Park { req }, &[])
             .map_err(|e| unavailable(format!("the VM's channel: {e}")))
@@ -146,7 +158,7 @@ impl Channel {
                     CALL_TIMEOUT.as_secs()
                 ))),
             });
-        lock(&self.routes).calls.remove(&req);
+        self.unroute(req);
         match answered {
             Ok(()) => Ok(Parked { w: Some(w) }),
             Err(e) => {
@@ -179,15 +191,7 @@ impl Channel {
         max_data: u64,
         mut each: impl FnMut(Msg, Vec<u8>) -> Result<bool, SandboxError>,
     ) -> Result<(), SandboxError> {
-        let req = self.id();
-        let (tx, rx) = mpsc::channel();
-        {
-            let mut r = lock(&self.routes);
-            if let Some(why) = &r.ended {
-                return Err(unavailable(format!("the VM is gone: {why}")));
-            }
-            r.calls.insert(req, (tx, max_data));
-        }
+        let (req, rx) = self.route(max_data)?;
         let done = (|| {
             self.send(&make(req), data)?;
             for chunk in bytes.chunks(proto::MAX_DATA as usize) {
@@ -218,7 +222,7 @@ impl Channel {
                 }
             }
         })();
-        lock(&self.routes).calls.remove(&req);
+        self.unroute(req);
         done
     }
 
@@ -271,15 +275,7 @@ impl Channel {
                 rules: Vec::new(),
             });
         }
-        let req = self.id();
-        let (tx, rx) = mpsc::channel();
-        {
-            let mut r = lock(&self.routes);
-            if let Some(why) = &r.ended {
-                return Err(unavailable(format!("the VM is gone: {why}")));
-            }
-            r.calls.insert(req, (tx, 0));
-        }
+        let (req, rx) = self.route(0)?;
         let done = (|| {
             // The frames of one file go out under one lock, so another
             // writer's frames cannot interleave within them... they may,
@@ -314,7 +310,7 @@ impl Channel {
                 ))),
             }
         })();
-        lock(&self.routes).calls.remove(&req);
+        self.unroute(req);
         done
     }
 

@@ -258,27 +258,8 @@ fn spawn_spare(plan: &Plan, layers: &Layers, joins: Vec<OwnedFd>) -> Spare {
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| format!("dup: {e}"))?;
         let setup = ExecSetup {
-            joins,
-            stdin: None,
-            stdout: None,
-            stderr: None,
-            tty: None,
-            master_to: None,
-            errors,
-            ruleset: Some(
-                layers
-                    .ruleset
-                    .try_clone()
-                    .map_err(|e| format!("copying the landlock ruleset: {e}"))?,
-            ),
-            seccomp: layers.seccomp.clone(),
-            ids: plan.ids().clone(),
-            bounds: plan.bounds().clone(),
-            work_dir: plan.work_dir().to_path_buf(),
-            program: CString::default(),
-            argv: Vec::new(),
-            env: Vec::new(),
             order: Some(theirs),
+            ..ExecSetup::of_plan(plan, layers, joins, errors)?
         };
         #[expect(unsafe_code, reason = "a spare's processes are forked by hand")]
         // SAFETY: as in `spawn_exec`: this process is single-threaded, and
@@ -372,6 +353,43 @@ struct ExecSetup {
     order: Option<OwnedFd>,
 }
 
+impl ExecSetup {
+    /// What every exec of `plan` holds alike — its cgroup files to join,
+    /// where setup failures go, the Landlock ruleset and seccomp filter,
+    /// the ids, bounds and work dir — with no stdio, terminal, command or
+    /// order yet: an exec on request and a spare fill in their own.
+    fn of_plan(
+        plan: &Plan,
+        layers: &Layers,
+        joins: Vec<File>,
+        errors: OwnedFd,
+    ) -> Result<ExecSetup, String> {
+        Ok(ExecSetup {
+            joins,
+            stdin: None,
+            stdout: None,
+            stderr: None,
+            tty: None,
+            master_to: None,
+            errors,
+            ruleset: Some(
+                layers
+                    .ruleset
+                    .try_clone()
+                    .map_err(|e| format!("copying the landlock ruleset: {e}"))?,
+            ),
+            seccomp: layers.seccomp.clone(),
+            ids: plan.ids().clone(),
+            bounds: plan.bounds().clone(),
+            work_dir: plan.work_dir().to_path_buf(),
+            program: CString::default(),
+            argv: Vec::new(),
+            env: Vec::new(),
+            order: None,
+        })
+    }
+}
+
 /// Starts one exec; returns the pid of its first process (in the sandbox's
 /// pid namespace) and, for a tty exec, the terminal's master; or why it did
 /// not start.
@@ -423,27 +441,15 @@ fn spawn_exec(
         None => (None, None),
     };
     let setup = ExecSetup {
-        joins,
         stdin,
         stdout,
         stderr,
         tty,
         master_to,
-        errors,
-        ruleset: Some(
-            layers
-                .ruleset
-                .try_clone()
-                .map_err(|e| format!("copying the landlock ruleset: {e}"))?,
-        ),
-        seccomp: layers.seccomp.clone(),
-        ids: plan.ids().clone(),
-        bounds: plan.bounds().clone(),
-        work_dir: plan.work_dir().to_path_buf(),
         program: cstr(program)?,
         argv: c_argv,
         env: c_env,
-        order: None,
+        ..ExecSetup::of_plan(plan, layers, joins, errors)?
     };
     #[expect(unsafe_code, reason = "an exec's processes are forked by hand")]
     // SAFETY: this process is single-threaded (module invariant), so the
