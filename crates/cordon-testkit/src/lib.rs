@@ -293,12 +293,14 @@ mod process_args_tests {
     #[test]
     fn a_running_process_is_listed_with_its_arguments() {
         let tag = format!("cordon-testkit-tag-{}", std::process::id());
-        // `; :` keeps the shell from exec'ing `sleep` in its place (dash
-        // does for a lone last command, and the tag would go with it);
-        // the listing is polled, since between fork and exec the child's
+        // The shell waits in `read`, a builtin: no process of its own
+        // forks (a forked child of the shell carries the tag until it
+        // execs, and outlived a kill of the shell here under CI's load).
+        // The listing is polled, since between fork and exec the shell's
         // cmdline is still the test's own.
         let mut child = std::process::Command::new("/bin/sh")
-            .args(["-c", "sleep 30; :", &tag])
+            .args(["-c", "read x", &tag])
+            .stdin(std::process::Stdio::piped())
             .spawn()
             .unwrap();
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
