@@ -4,9 +4,11 @@
 #  1. start: `cordon run --min-isolation hardened_container -- /bin/true`
 #     against `runsc do /bin/true` and `runsc run` of a bare bundle;
 #  2. warm exec: `cordon sandbox exec H -- /bin/true` (H kept, its pod
-#     running) against `runsc exec` into a running bare sandbox and
-#     `runsc run` of a bare sub-container in it (what cordon's warm exec
-#     is), and `/usr/bin/env /bin/true` for the CLI's own floor.
+#     running: each exec one `runsc exec` of cordon's helper, which makes
+#     the exec's pid and mount namespace) against `runsc exec` into a
+#     running bare sandbox, `runsc run` of a bare sub-container in it
+#     (what cordon's warm exec was before issue 33), and
+#     `/usr/bin/env /bin/true` for the CLI's own floor.
 # Needs root, Debian's runsc and hyperfine. RUNS scales it.
 set -euo pipefail
 cd "$(dirname "$0")/.."

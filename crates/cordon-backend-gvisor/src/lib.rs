@@ -1,7 +1,9 @@
 //! cordon's `gvisor` backend: the `hardened_container` rung, gVisor
 //! (`runsc`) over OCI bundles cordon builds itself: a sandbox's first exec
-//! is a runsc sandbox of its own, every later one a container in the
-//! sandbox's running runsc sandbox ([`pod`]).
+//! is a runsc sandbox of its own, every later one a `runsc exec` of
+//! cordon's helper into the sandbox's running runsc sandbox ([`pod`]),
+//! which gives the exec a pid and mount namespace of its own
+//! (`podexec.rs`, `shim/podexec.c`).
 //!
 //! - [`runsc`] finds the binary, reads its version and probes — once per
 //!   process, by really running a trivial container on the `ptrace`
@@ -24,9 +26,10 @@
 //!   one runsc makes, so a kill at the bound is still counted after runsc
 //!   removed its own; the sandbox's root preloads a stat shim
 //!   (`shim/noautomount.c`) for a gap of this runsc (see `sandbox.rs`).
-//! - The container rung's syscall deny table goes into every bundle as
-//!   `linux.seccomp`, which runsc loads inside its sandbox
-//!   (`--oci-seccomp`).
+//! - The container rung's syscall deny table goes into every exec's bundle
+//!   as `linux.seccomp`, which runsc loads inside its sandbox
+//!   (`--oci-seccomp`); an exec in the pod gets it as one seccomp program
+//!   its helper installs.
 //! - [`register::registration`] is what a host adds to its registry.
 //! - The names the backend goes by and leaves on the host ([`NAME`],
 //!   [`PREFIX`], [`STATE_ROOT`]) are `names.rs`'s, a leaf every module
@@ -47,6 +50,7 @@ pub mod cgroup;
 mod config;
 mod names;
 pub mod pod;
+mod podexec;
 pub mod register;
 pub mod runsc;
 /// The OCI pieces, shared with every OCI-shaped backend.

@@ -2,12 +2,12 @@
 //! and annotations that let any process find it in runsc's listing.
 //!
 //! A cordon sandbox is one runsc *sandbox* (a gVisor kernel, its sentry
-//! and gofers), started at acquire with a pause container
-//! (`ID-pK`, `io.kubernetes.cri.container-type: sandbox`) that only
-//! sleeps; every exec is a new *container* in it (`ID-eK`, type
-//! `container`, `io.kubernetes.cri.sandbox-id: ID-pK`): its own root
-//! mounts, its own pid namespace and `/proc`, and when it is deleted every
-//! process in it dies. The pause container carries cordon's annotations
+//! and gofers), started at its second exec with a pause container
+//! (`ID-pK`, `io.kubernetes.cri.container-type: sandbox`) in the root and
+//! mounts every exec has, whose process is cordon's helper
+//! (`crate::podexec`) reaping orphans; every later exec is one `runsc
+//! exec` of the helper into it, which gives the exec a pid and mount
+//! namespace and `/proc` of its own, and ends them with it. The pause container carries cordon's annotations
 //! (scope, thread, agent dir, the sandbox's directory), which `runsc list
 //! --format=json` returns, so `dispose` and `dispose_scope` work from the
 //! engine's own listing in any process.
@@ -30,7 +30,7 @@ use serde_json::json;
 
 use crate::cgroup::MemoryBound;
 pub use crate::runsc::Listed;
-use cordon_confine::oci::{Bundle, HostImage};
+use cordon_confine::oci::{Bundle, Mount};
 
 /// runsc's multi-container annotations (the CRI's).
 pub const CONTAINER_TYPE: &str = "io.kubernetes.cri.container-type";
@@ -72,7 +72,9 @@ pub struct Pod {
 pub struct PodSpec<'a> {
     pub id: String,
     pub dir: &'a Path,
-    pub image: &'a HostImage,
+    /// The root every exec has, with the helper in it, and its mounts.
+    pub root: &'a Path,
+    pub mounts: Vec<Mount>,
     pub bin: &'a Path,
     pub uid: u32,
     pub memory_bytes: u64,
@@ -119,8 +121,8 @@ impl Pod {
         let memory = MemoryBound::make(&spec.id, spec.memory_bytes)?;
         let started = (|| {
             let mut config = Bundle {
-                root: &spec.image.rootfs,
-                argv: vec!["/usr/bin/sleep".into(), "infinity".into()],
+                root: spec.root,
+                argv: crate::podexec::pause_argv(),
                 env: BTreeMap::from([(
                     "PATH".to_string(),
                     cordon_confine::command::IMAGE_PATH.to_string(),
@@ -128,7 +130,7 @@ impl Pod {
                 cwd: "/".into(),
                 uid: spec.uid,
                 gid: spec.uid,
-                mounts: spec.image.whole_image_read_only(),
+                mounts: spec.mounts,
                 memory_bytes: None,
                 processes: 16,
                 cpu_seconds: u64::MAX,
@@ -136,12 +138,17 @@ impl Pod {
                 cgroup: format!("/{}/{}", spec.id, crate::cgroup::LEAF),
             }
             .config();
-            crate::runsc::for_runsc(&mut config);
+            // The pause process is cordon's; each exec's helper installs
+            // the table on its command (`crate::podexec`), which a
+            // filter here would refuse its namespaces and mounts.
+            if let Some(linux) = config["linux"].as_object_mut() {
+                linux.remove("seccomp");
+            }
             let mut annotations = spec.annotations.clone();
             annotations.insert(CONTAINER_TYPE.into(), "sandbox".into());
             config["annotations"] = json!(annotations);
             if let Some(path) = &spec.netns {
-                crate::runsc::join_netns(&mut config, path, false)?;
+                crate::runsc::name_netns(&mut config, path)?;
             }
             std::fs::write(spec.dir.join("config.json"), config.to_string())
                 .map_err(|e| format!("cannot write the pause container's bundle: {e}"))?;

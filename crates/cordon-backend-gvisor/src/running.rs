@@ -1,4 +1,4 @@
-//! An exec in flight: its sub-container, its relayed output and the bounds held over it until it ends.
+//! An exec in flight: its container (the first exec) or its helper in the pod, its relayed output and the bounds held over it until it ends.
 
 use std::path::PathBuf;
 use std::process::Child;
@@ -13,10 +13,20 @@ use crate::pod::Pod;
 use crate::runsc::runsc_error;
 use cordon_backend_kit::exec::{exec_failed, ExecBounds};
 
-/// One `runsc run` under way.
+/// What an exec runs as.
+pub(crate) enum Target {
+    /// A container of its own (`runsc run`), `cid`.
+    Container,
+    /// The helper in the pod (`runsc exec`, `crate::podexec`), whose pid
+    /// in the pod runsc writes to `pid_file`.
+    PodExec { pod: String, pid_file: PathBuf },
+}
+
+/// One `runsc run` or `runsc exec` under way.
 pub(crate) struct Running {
     pub(crate) child: Child,
     pub(crate) cid: String,
+    pub(crate) target: Target,
     pub(crate) exec_dir: PathBuf,
     pub(crate) log: PathBuf,
     pub(crate) bin: PathBuf,
@@ -129,9 +139,13 @@ impl Running {
         // The bound killed something, or refused memory and gVisor then
         // killed the workload itself (`SIGKILL`'s 137).
         let memory = self.held.memory();
-        // A sub-container whose runsc sandbox ended under it comes back
-        // as runsc's own failure (128: its `Wait` lost the sandbox).
-        let ended_under = matches!(self.held, Held::Pod(_)) && status.code() == Some(128);
+        // An exec whose runsc sandbox ended under it comes back as runsc's
+        // own failure (128: its `Wait` lost the sandbox), or finds the
+        // sandbox gone.
+        let ended_under = match &self.held {
+            Held::Pod(pod) => status.code() == Some(128) || !pod.alive(),
+            Held::Own(_) => false,
+        };
         let oom = memory.oom_kills().unwrap_or(0) > self.kills_at_start
             || ((status.code() == Some(137) || ended_under)
                 && memory.refusals() > self.refusals_at_start);
@@ -155,17 +169,40 @@ impl Running {
         }
     }
 
-    /// Kills the container and runsc, then cleans up.
+    /// Kills the exec (its container, or its helper and with it its
+    /// namespace) and runsc, then cleans up.
     pub(crate) fn stop(&mut self) {
-        crate::runsc::kill(&self.bin, &self.cid);
+        match &self.target {
+            Target::Container => crate::runsc::kill(&self.bin, &self.cid),
+            Target::PodExec { pod, pid_file } => {
+                let child = &mut self.child;
+                let mut running = || matches!(child.try_wait(), Ok(None));
+                let killed = crate::podexec::kill(
+                    &self.bin,
+                    pod,
+                    pid_file,
+                    crate::podexec::PID_PATIENCE,
+                    &mut running,
+                );
+                if !killed && running() {
+                    // runsc never said the helper's pid: the pod is
+                    // beyond reach of this exec's kill, so it goes.
+                    if let Held::Pod(p) = &self.held {
+                        p.dead.store(true, Ordering::SeqCst);
+                    }
+                }
+            }
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
         self.clean();
     }
 
     pub(crate) fn clean(&self) {
-        let _ = crate::runsc::delete(&self.bin, &self.cid);
-        crate::runsc::remove_cgroups(&self.cid);
+        if let Target::Container = self.target {
+            let _ = crate::runsc::delete(&self.bin, &self.cid);
+            crate::runsc::remove_cgroups(&self.cid);
+        }
         let _ = std::fs::remove_dir_all(&self.exec_dir);
         self.relay_done.store(true, Ordering::SeqCst);
     }

@@ -360,12 +360,19 @@ pub fn join_netns(config: &mut serde_json::Value, path: &str, listen: bool) -> R
     })?;
     config["linux"]["seccomp"] = serde_json::from_str(&narrowed)
         .map_err(|e| format!("the syscall table for the egress route: {e}"))?;
+    name_netns(config, path)?;
+    for_runsc(config);
+    Ok(())
+}
+
+/// Makes a bundle's `config.json` run in the network namespace `path`,
+/// its syscall table untouched (a pod's, whose execs hold their own).
+pub fn name_netns(config: &mut serde_json::Value, path: &str) -> Result<(), String> {
     let Some(all) = config["linux"]["namespaces"].as_array_mut() else {
         return Err("the bundle names no namespaces".into());
     };
     all.retain(|n| n["type"] != "network");
     all.push(serde_json::json!({"type": "network", "path": path}));
-    for_runsc(config);
     Ok(())
 }
 
@@ -381,6 +388,18 @@ pub fn kill(bin: &Path, id: &str) {
         control(bin).args(["kill", "--all", id, "KILL"]),
         CONTROL_TIMEOUT,
     );
+}
+
+/// Kills process `pid` (as the sandbox numbers it) of container `id`;
+/// whether runsc said it did.
+pub fn kill_pid(bin: &Path, id: &str, pid: u32) -> bool {
+    matches!(
+        output(
+            control(bin).args(["kill", "--pid", &pid.to_string(), id, "KILL"]),
+            CONTROL_TIMEOUT,
+        ),
+        Ok((0, _, _))
+    )
 }
 
 /// Deletes container `id`, killing it first; `Ok` when it is gone.

@@ -6,8 +6,6 @@
 //! - `rootfs/` — the read-only root ([`crate::oci::HostImage`]): the
 //!   `host` image's mount points, or a stored image's skeleton (its
 //!   directories bound from cordon's store as the plan grants);
-//! - `pause-root/` — for a stored image, the pause container's root (the
-//!   host's system directories: it runs cordon's `sleep`);
 //! - `volume/` — an ext4 volume of `max_disk`: `work/` (the work dir) and
 //!   `tmp/` (`/tmp`), owned by [`crate::WORKLOAD_ID`], so one bound holds
 //!   both, as at the local rungs;
@@ -22,6 +20,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
 
 use cordon_confine::oci::{self, Bundle, HostImage, Mount, MountKind};
 use cordon_confine::RootedFs;
@@ -64,10 +63,6 @@ pub struct GvisorSandbox {
     /// Where the image's tree is on the host: `/` for the `host` image, a
     /// stored image's root in cordon's store otherwise.
     image_root: PathBuf,
-    /// The pause container's root when the image is not `host`: the
-    /// host's system directories (the pause container runs cordon's
-    /// `sleep`, never the workload's).
-    pause_image: Option<HostImage>,
     volume: PathBuf,
     guest_work: String,
     provenance: Provenance,
@@ -82,6 +77,9 @@ pub struct GvisorSandbox {
     files: HostFiles,
     /// The mounts the policy's plan translates to, made at the first exec.
     base: OnceLock<Result<Vec<Mount>, SandboxError>>,
+    /// The syscall table as one seccomp program (hex), which the helper
+    /// installs on every exec in the pod (`crate::podexec`), made once.
+    filter: OnceLock<Result<String, String>>,
     /// The runsc sandbox every exec is a container in (`crate::pod`).
     pod: Mutex<Option<Arc<Pod>>>,
     /// Execs started so far (the first runs in a runsc sandbox of its own).
@@ -136,6 +134,7 @@ impl GvisorSandbox {
                 }
                 image.write_etc(WORKLOAD_ID, WORKLOAD_ID, guest_work)?;
                 install_shim(&image.rootfs)?;
+                crate::podexec::install(&image.rootfs)?;
                 oci::mkdir_in(&image.rootfs, Path::new(&guest_work))?;
                 make_masks(&dir.join("masks"))?;
                 let WorkArea {
@@ -184,23 +183,11 @@ impl GvisorSandbox {
                 return Err(failed("acquire", e));
             }
         };
-        let pause_image = if image_root == Path::new("/") {
-            None
-        } else {
-            match HostImage::prepare(&dir.join("pause-root")) {
-                Ok(i) => Some(i),
-                Err(e) => {
-                    let _ = remove_sandbox_dir(&dir);
-                    return Err(failed("acquire", e));
-                }
-            }
-        };
         let sandbox = GvisorSandbox {
             id,
             dir,
             image,
             image_root: image_root.clone(),
-            pause_image,
             volume: made_dir.dir.join("volume"),
             guest_work: guest_work.clone(),
             provenance: req.provenance.clone(),
@@ -213,6 +200,7 @@ impl GvisorSandbox {
                 .with_tmp(own_tmp)
                 .with_tmp_files(tmp_files),
             base: OnceLock::new(),
+            filter: OnceLock::new(),
             pod: Mutex::new(None),
             execs: std::sync::atomic::AtomicU64::new(0),
             key: req.key.clone(),
@@ -287,7 +275,8 @@ impl GvisorSandbox {
         let pod = Pod::start(PodSpec {
             id,
             dir: &pod_dir,
-            image: self.pause_image.as_ref().unwrap_or(&self.image),
+            root: &self.image.rootfs,
+            mounts: self.exec_mounts()?,
             bin: &self.runsc.bin,
             uid: WORKLOAD_ID,
             memory_bytes: self.limits.memory_bytes,
@@ -355,7 +344,6 @@ impl GvisorSandbox {
         // until it has started.
         let _awake = self.paused.awake(|p| self.freeze_all(p))?;
         let argv = resolved_argv(&self.view, req, &attach, NO_TTY)?;
-        let mounts = self.exec_mounts()?;
         let trust = self.route.as_ref().and_then(|r| r.trust.as_ref());
         let env = cordon_backend_kit::workarea::exec_env(
             &self.guest_work,
@@ -390,33 +378,22 @@ impl GvisorSandbox {
             env: env.clone(),
             timeout_secs: req.timeout.as_secs(),
         };
-        let config = match self.exec_config(&cid, argv, env, mounts, &held) {
+        let target = match &held {
+            Held::Pod(pod) => Target::PodExec {
+                pod: pod.id.clone(),
+                pid_file: crate::podexec::pid_file(&exec_dir),
+            },
+            Held::Own(_) => Target::Container,
+        };
+        let with_stdin = attach.stdin_stream || !req.stdin.is_empty();
+        let made = self.exec_command(&target, &held, (&cid, &exec_dir), argv, env, with_stdin);
+        let (mut cmd, log) = match made {
             Ok(c) => c,
             Err(e) => {
                 let _ = std::fs::remove_dir_all(&exec_dir);
                 return Err(exec_failed(e));
             }
         };
-        let log = exec_dir.join("runsc.log");
-        let written = std::fs::write(exec_dir.join("config.json"), config.to_string());
-        if let Err(e) = written {
-            let _ = std::fs::remove_dir_all(&exec_dir);
-            return Err(exec_failed(format!("cannot write the bundle: {e}")));
-        }
-        let with_stdin = attach.stdin_stream || !req.stdin.is_empty();
-        let net = match self.route {
-            Some(_) => crate::runsc::Network::ProxyRoute,
-            None => crate::runsc::Network::None,
-        };
-        let mut cmd: Command = crate::runsc::command(&self.runsc.bin, &log, net);
-        cmd.args(["run", "--bundle"])
-            .arg(&exec_dir)
-            .arg(&cid)
-            .stdin(if with_stdin {
-                Stdio::piped()
-            } else {
-                Stdio::null()
-            });
         // runsc hands a container's stdio to the sentry, which keeps it
         // when the container's process never started (a masked program):
         // a plain pipe would then never end. The output comes through
@@ -452,9 +429,14 @@ impl GvisorSandbox {
             None => StdinFeed::None,
         };
         let killed = Arc::new(AtomicBool::new(false));
+        let in_pod = match &target {
+            Target::PodExec { pod, pid_file } => Some((pod.clone(), pid_file.clone())),
+            Target::Container => None,
+        };
         let run = Running {
             child,
             cid: cid.clone(),
+            target,
             exec_dir,
             log,
             bin: self.runsc.bin.clone(),
@@ -480,9 +462,63 @@ impl GvisorSandbox {
             },
             Killer::new(move || {
                 killed.store(true, Ordering::SeqCst);
-                crate::runsc::kill(&bin, &cid);
+                match &in_pod {
+                    // At once if runsc has said the helper's pid; the
+                    // exec's wait (which sees `killed`) kills it otherwise.
+                    Some((pod, pid_file)) => {
+                        crate::podexec::kill(&bin, pod, pid_file, Duration::ZERO, &mut || false);
+                    }
+                    None => crate::runsc::kill(&bin, &cid),
+                }
             }),
         ))
+    }
+
+    /// Writes what runsc reads for an exec (the bundle of its container,
+    /// or the helper's process in the pod) into `exec_dir`, and the `runsc
+    /// run` or `runsc exec` that starts it, with its log.
+    fn exec_command(
+        &self,
+        target: &Target,
+        held: &Held,
+        (cid, exec_dir): (&str, &Path),
+        argv: Vec<String>,
+        env: BTreeMap<String, String>,
+        with_stdin: bool,
+    ) -> Result<(Command, PathBuf), String> {
+        let (config, file) = match target {
+            Target::PodExec { .. } => (self.pod_process(argv, &env)?, "process.json"),
+            Target::Container => {
+                let mounts = self.exec_mounts().map_err(|e| e.to_string())?;
+                (
+                    self.exec_config(cid, argv, env, mounts, held)?,
+                    "config.json",
+                )
+            }
+        };
+        let log = exec_dir.join("runsc.log");
+        std::fs::write(exec_dir.join(file), config.to_string())
+            .map_err(|e| format!("cannot write the bundle: {e}"))?;
+        let net = match self.route {
+            Some(_) => crate::runsc::Network::ProxyRoute,
+            None => crate::runsc::Network::None,
+        };
+        let mut cmd: Command = crate::runsc::command(&self.runsc.bin, &log, net);
+        match target {
+            Target::PodExec { pod, pid_file } => cmd
+                .args(["exec", "--process"])
+                .arg(exec_dir.join(file))
+                .arg("--internal-pid-file")
+                .arg(pid_file)
+                .arg(pod),
+            Target::Container => cmd.args(["run", "--bundle"]).arg(exec_dir).arg(cid),
+        };
+        cmd.stdin(if with_stdin {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        });
+        Ok((cmd, log))
     }
 
     /// An exec's mounts: the plan's, the secrets, the trust store.
@@ -505,6 +541,40 @@ impl GvisorSandbox {
             });
         }
         Ok(mounts)
+    }
+
+    /// The process `runsc exec` starts in the pod for an exec: the helper
+    /// (`crate::podexec`) with the command, its bounds and the table.
+    fn pod_process(
+        &self,
+        argv: Vec<String>,
+        env: &BTreeMap<String, String>,
+    ) -> Result<serde_json::Value, String> {
+        let filter = self
+            .filter
+            .get_or_init(|| {
+                let net = match &self.route {
+                    None => crate::podexec::Net::Own,
+                    Some(r) if r.listen => crate::podexec::Net::Listening,
+                    Some(_) => crate::podexec::Net::ProxyRoute,
+                };
+                crate::podexec::filter_hex(net)
+            })
+            .clone()
+            .map_err(|e| format!("the syscall table as one seccomp program: {e}"))?;
+        let limits = crate::podexec::Limits {
+            uid: WORKLOAD_ID,
+            processes: self.limits.processes,
+            cpu_seconds: self.limits.cpu_seconds,
+            file_bytes: self.limits.disk_bytes,
+        };
+        Ok(crate::podexec::process(
+            argv,
+            env,
+            &self.guest_work,
+            &limits,
+            &filter,
+        ))
     }
 
     /// The OCI config of an exec's container: the command as the workload's

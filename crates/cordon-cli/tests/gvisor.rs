@@ -491,7 +491,7 @@ fn the_memory_bound_kills_and_is_reported() {
 /// child there, and sees no other exec), state in the work dir carries
 /// over, and what an exec leaves running is gone when it ends.
 #[test]
-fn warm_execs_are_containers_of_one_runsc_sandbox() {
+fn warm_execs_are_namespaces_of_their_own_in_one_runsc_sandbox() {
     if !can_run("gvisor warm execs") {
         return;
     }
@@ -526,11 +526,15 @@ fn warm_execs_are_containers_of_one_runsc_sandbox() {
         ]);
         assert_eq!(code, 0, "{err}");
         let lines: Vec<&str> = out.lines().collect();
+        // The first exec is a runsc sandbox of its own (the command its
+        // PID 1); in the pod, PID 1 of the exec's namespace is cordon's
+        // helper and the command its child (as at the container rung).
+        let pid = if round == 0 { "1" } else { "2" };
         assert_eq!(
-            lines[0], "1",
-            "the exec is not PID 1 of its own namespace: {out}"
+            lines[0], pid,
+            "round {round}: the exec is not where it should be in its own namespace: {out}"
         );
-        // Itself and `ls` (and `grep`): nothing of the earlier rounds.
+        // PID 1, itself and `ls` (and `grep`): nothing of the earlier rounds.
         let seen: u32 = lines[1].parse().unwrap();
         assert!(seen <= 4, "an exec sees {seen} processes: {out}");
         assert_eq!(lines[2], (round + 1).to_string(), "{out}");
@@ -540,6 +544,112 @@ fn warm_execs_are_containers_of_one_runsc_sandbox() {
         "down",
         "--scope",
         "gvisor-warm",
+        "--thread",
+        &thread,
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(leftovers(tmp.path()), Vec::<String>::new());
+}
+
+/// An exec in the pod (`runsc exec` of cordon's helper) killed at its wall
+/// clock is reported as that bound, and takes everything it started with
+/// it — a `setsid` daemon and a background child among them — while the
+/// pod's own helper stays and serves the next exec.
+#[test]
+fn a_warm_exec_killed_at_its_wall_clock_takes_what_it_started_with_it() {
+    if !can_run("gvisor warm exec timeout") {
+        return;
+    }
+    let _alone = KITS_ALONE.read().unwrap_or_else(|e| e.into_inner());
+    let tmp = scratch();
+    let cordon = {
+        let c = cordon_testkit::cordon!().env("TMPDIR", tmp.path());
+        move |args: &[&str]| c.run(args)
+    };
+    let thread = format!("t{}", std::process::id());
+    let (code, handle, err) = cordon(&[
+        "sandbox",
+        "up",
+        "--scope",
+        "gvisor-kill",
+        "--thread",
+        &thread,
+        "--min-isolation",
+        "hardened_container",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let handle = handle.trim().to_string();
+    // The first exec is a runsc sandbox of its own; the pod starts here.
+    for _ in 0..2 {
+        let (code, _, err) = cordon(&["sandbox", "exec", &handle, "--", "/bin/true"]);
+        assert_eq!(code, 0, "{err}");
+    }
+    // This sandbox's pod, by the thread its annotations carry.
+    let listed = Command::new("runsc")
+        .args(["--root", STATE_ROOT, "list", "--format=json"])
+        .output()
+        .expect("runsc list");
+    let listed: serde_json::Value = serde_json::from_slice(&listed.stdout).unwrap();
+    let pod = listed
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["annotations"]["dev.cordon.thread"] == thread.as_str())
+        .and_then(|c| c["id"].as_str())
+        .unwrap_or_else(|| panic!("no pod of this sandbox in runsc's listing: {listed}"))
+        .to_string();
+    let ps = |pod: &str| {
+        let out = Command::new("runsc")
+            .args(["--root", STATE_ROOT, "ps", pod])
+            .output()
+            .expect("runsc ps");
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .skip(1)
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
+    assert!(
+        ps(&pod).iter().any(|l| l.contains("podexec")),
+        "the pod does not run cordon's helper: {:?}",
+        ps(&pod)
+    );
+    let started = std::time::Instant::now();
+    let (code, _, err) = cordon(&[
+        "sandbox",
+        "exec",
+        "--timeout",
+        "2",
+        &handle,
+        "--",
+        "/bin/sh",
+        "-c",
+        "setsid /bin/sleep 300 & /bin/sleep 301 & /bin/sleep 302",
+    ]);
+    assert_eq!(code, 124, "{err}");
+    assert!(err.contains("`max_wall_seconds` bound"), "{err}");
+    assert!(started.elapsed().as_secs() < 20, "{err}");
+    // Only the pod's helper is left (the kill ends the exec's namespace;
+    // give the sentry a moment to reap it).
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let left = ps(&pod);
+        if left.len() == 1 && left[0].contains("podexec") {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the killed exec left processes in the pod: {left:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (code, out, err) = cordon(&["sandbox", "exec", &handle, "--", "/bin/echo", "next"]);
+    assert_eq!((code, out.trim()), (0, "next"), "{err}");
+    let (code, _, err) = cordon(&[
+        "sandbox",
+        "down",
+        "--scope",
+        "gvisor-kill",
         "--thread",
         &thread,
     ]);

@@ -127,6 +127,8 @@ pub fn seccomp_container_filter(
     Ok((parts.iter().map(conv).collect(), conv(&one)))
 }
 pub use linux::seccomp::{container_denials, DeniedCall, DeniedWhen};
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+pub use linux::seccomp::{engine_program as seccomp_engine_program, SeccompError};
 /// Removes the System V IPC objects of the caller's namespace that `uid`
 /// owns or created (see `linux::sysv`): (how many, what failed).
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]

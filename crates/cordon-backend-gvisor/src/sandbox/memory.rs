@@ -39,7 +39,7 @@ use serde::{Deserialize, Serialize};
 use super::GvisorSandbox;
 use crate::bundle::private_dir;
 use crate::cgroup::MemoryBound;
-use crate::running::{Held, Running};
+use crate::running::{Held, Running, Target};
 
 /// What an exec's container is made again from: the command and its
 /// environment as the container ran them, and its wall-clock bound.
@@ -377,6 +377,7 @@ impl GvisorSandbox {
         let run = Running {
             child,
             cid: cid.clone(),
+            target: Target::Container,
             exec_dir,
             log,
             bin: self.runsc.bin.clone(),

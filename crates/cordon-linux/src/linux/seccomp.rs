@@ -532,6 +532,55 @@ pub(crate) fn compile_entries<'a>(
     Ok(programs)
 }
 
+/// A denial an engine's sandbox adds when its network namespace holds no
+/// route out: unix sockets only (the table's Docker form, `DockerNet::None`).
+const ENGINE_UNIX_ONLY: Deny = Deny {
+    name: "socket",
+    nr: libc::SYS_socket,
+    when: When::NotIn32 {
+        arg: 0,
+        values: &[libc::AF_UNIX as u64],
+    },
+    errno: libc::EAFNOSUPPORT,
+    rungs: Rungs::Both,
+    why: "an engine sandbox without a route out holds no Landlock: no inet socket is made at all",
+};
+
+/// A denial an engine's sandbox adds when nothing in it may serve.
+const ENGINE_NO_LISTEN: Deny = Deny {
+    name: "listen",
+    nr: libc::SYS_listen,
+    when: When::Always,
+    errno: libc::EPERM,
+    rungs: Rungs::Both,
+    why: "an engine sandbox holds no Landlock to refuse a bind: nothing listens unless the spec asks for ports",
+};
+
+/// The container rung's filter narrowed as an engine's sandbox without
+/// Landlock needs it (`unix_only`: no route out, so no inet socket;
+/// `no_listen`: a route but no ports), as one program's bytes (`struct
+/// sock_filter` in this machine's order): for a helper of cordon's that
+/// installs it inside the engine (the gvisor backend's warm exec).
+pub fn engine_program(unix_only: bool, no_listen: bool) -> Result<Vec<u8>, SeccompError> {
+    let extra = [
+        unix_only.then_some(&ENGINE_UNIX_ONLY),
+        no_listen.then_some(&ENGINE_NO_LISTEN),
+    ];
+    let entries = DENY
+        .iter()
+        .filter(|entry| entry.rungs == Rungs::Both)
+        .chain(extra.into_iter().flatten());
+    let one = super::seccomp_merge::merge(&compile_entries(entries)?)?;
+    let mut bytes = Vec::with_capacity(one.len() * 8);
+    for i in &one {
+        bytes.extend_from_slice(&i.code.to_ne_bytes());
+        bytes.push(i.jt);
+        bytes.push(i.jf);
+        bytes.extend_from_slice(&i.k.to_ne_bytes());
+    }
+    Ok(bytes)
+}
+
 /// Installs the filter for `rung` on the calling thread (and so on every
 /// process it later starts). Sets `no_new_privs` (required by the kernel).
 pub(crate) fn install(rung: Rung) -> Result<(), SeccompError> {

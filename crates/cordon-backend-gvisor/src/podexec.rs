@@ -1,0 +1,279 @@
+//! A warm exec as one `runsc exec` into the sandbox's pod, through
+//! cordon's helper (`shim/podexec.c`, linked statically and placed in the
+//! sandbox's root at [`PATH`]).
+//!
+//! `runsc exec` alone would put every exec in the pod's one pid namespace,
+//! where exec B lists, signals and reads `/proc` of exec A. The helper,
+//! started by runsc as the sentry's root (never the host's: every
+//! capability it holds is gVisor's) with the four capabilities it needs,
+//! makes the exec a pid and mount namespace of its own with its own
+//! `/proc` (the bundle's masks applied), and starts the command as the
+//! workload's uid with every capability gone, the bundle's rlimits,
+//! `no_new_privs` and the syscall table compiled here into one seccomp
+//! program ([`cordon_linux::seccomp_engine_program`]). When the command
+//! ends, the namespace's PID 1 (the helper's child) exits and the sentry
+//! kills what is left in it; when the helper is killed (the wall clock,
+//! a cancel), its PID 1 follows (`PR_SET_PDEATHSIG`). A failure of the
+//! helper before the command starts refuses it: exit 125 and a message,
+//! the command never run.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+/// The helper, built with the crate.
+pub(crate) const HELPER: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/podexec"));
+
+/// Where the helper is in the sandbox's root.
+pub const PATH: &str = "/.cordon/podexec";
+
+/// The capabilities the helper starts with (inside the sentry): new
+/// namespaces and the `/proc` mount, the change of user, emptying the
+/// bounding set before it, and the command's rlimits (above the pod's own).
+const CAPS: &[&str] = &[
+    "CAP_SYS_ADMIN",
+    "CAP_SETUID",
+    "CAP_SETGID",
+    "CAP_SETPCAP",
+    "CAP_SYS_RESOURCE",
+];
+
+/// The pod's first process: the helper reaping orphans, forever.
+pub(crate) fn pause_argv() -> Vec<String> {
+    vec![PATH.into(), "pause".into()]
+}
+
+/// Puts the helper in `rootfs` (root's, mode 0555: the root is read-only
+/// to runsc anyway).
+pub(crate) fn install(rootfs: &Path) -> Result<(), String> {
+    use std::os::unix::fs::PermissionsExt as _;
+    cordon_confine::oci::mkdir_in(rootfs, Path::new("/.cordon"))?;
+    let path = cordon_confine::oci::under(rootfs, Path::new(PATH));
+    std::fs::write(&path, HELPER)
+        .and_then(|()| std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o555)))
+        .map_err(|e| format!("cannot write the exec helper `{}`: {e}", path.display()))
+}
+
+/// What the syscall table must add for the sandbox's network namespace
+/// (as `runsc::join_netns` narrows a bundle's).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Net {
+    /// No route out (gVisor's own stack, loopback only): unix sockets
+    /// only, as at Docker without a route (nothing listens on a port).
+    Own,
+    /// The egress proxy's namespace: no `listen`.
+    ProxyRoute,
+    /// Made with `requires: [ports]`: the container rung's table.
+    Listening,
+}
+
+/// The seccomp program for `net`, as the helper reads it (hex).
+pub(crate) fn filter_hex(net: Net) -> Result<String, String> {
+    let bytes = cordon_linux::seccomp_engine_program(net == Net::Own, net == Net::ProxyRoute)
+        .map_err(|e| e.to_string())?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// One exec's bounds, as the helper sets them on the command.
+pub(crate) struct Limits {
+    pub(crate) uid: u32,
+    pub(crate) processes: u64,
+    pub(crate) cpu_seconds: u64,
+    pub(crate) file_bytes: u64,
+}
+
+/// The OCI process `runsc exec --process` starts: the helper, as the
+/// sentry's root with [`CAPS`], told the command, its bounds and its
+/// seccomp program; the command's own environment beside.
+pub(crate) fn process(
+    argv: Vec<String>,
+    env: &BTreeMap<String, String>,
+    cwd: &str,
+    limits: &Limits,
+    filter_hex: &str,
+) -> Value {
+    let mut args: Vec<String> = vec![
+        PATH.into(),
+        "exec".into(),
+        limits.uid.to_string(),
+        limits.uid.to_string(),
+        limits.processes.to_string(),
+        limits.cpu_seconds.to_string(),
+        limits.file_bytes.to_string(),
+        "1024".into(),
+        "--".into(),
+    ];
+    args.extend(argv);
+    let mut env: Vec<String> = env
+        .iter()
+        .filter(|(k, _)| !k.starts_with("CORDON_PODEXEC_"))
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    env.push(format!("CORDON_PODEXEC_FILTER={filter_hex}"));
+    env.push(format!(
+        "CORDON_PODEXEC_MASK={}",
+        cordon_confine::oci::MASKED_PROC
+            .iter()
+            .filter(|p| p.starts_with("/proc/"))
+            .copied()
+            .collect::<Vec<_>>()
+            .join(":")
+    ));
+    json!({
+        "terminal": false,
+        "user": {"uid": 0, "gid": 0, "additionalGids": []},
+        "args": args,
+        "env": env,
+        "cwd": cwd,
+        "capabilities": {
+            "bounding": CAPS, "effective": CAPS, "permitted": CAPS,
+            "inheritable": [], "ambient": []
+        },
+        "noNewPrivileges": true
+    })
+}
+
+/// How long a kill waits for runsc to say the helper's pid.
+pub(crate) const PID_PATIENCE: Duration = Duration::from_secs(10);
+
+/// The file `runsc exec` writes the helper's pid (in the pod) to.
+pub(crate) fn pid_file(exec_dir: &Path) -> PathBuf {
+    exec_dir.join("pid")
+}
+
+/// Kills the helper of an exec in `pod` (and so the exec's whole
+/// namespace), once runsc has said its pid; waits for the pid at most
+/// `patience` while `running()` holds. Whether it was killed.
+pub(crate) fn kill(
+    bin: &Path,
+    pod: &str,
+    pid_file: &Path,
+    patience: Duration,
+    running: &mut dyn FnMut() -> bool,
+) -> bool {
+    let deadline = Instant::now() + patience;
+    loop {
+        let pid = std::fs::read_to_string(pid_file)
+            .ok()
+            .and_then(|s| s.trim().parse::<u32>().ok());
+        if let Some(pid) = pid {
+            return crate::runsc::kill_pid(bin, pod, pid);
+        }
+        if !running() || Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_helper_is_told_the_command_after_its_bounds_and_never_runs_as_root() {
+        let limits = Limits {
+            uid: 1999999998,
+            processes: 64,
+            cpu_seconds: 30,
+            file_bytes: 1 << 20,
+        };
+        let env = BTreeMap::from([
+            ("PATH".to_string(), "/usr/bin".to_string()),
+            ("CORDON_PODEXEC_FILTER".to_string(), "00".to_string()),
+        ]);
+        let p = process(vec!["/bin/true".into()], &env, "/work", &limits, "abcd");
+        let strings = |v: &Value| -> Vec<String> {
+            v.as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .map(str::to_string)
+                .collect()
+        };
+        let args = strings(&p["args"]);
+        assert_eq!(
+            args,
+            [
+                PATH,
+                "exec",
+                "1999999998",
+                "1999999998",
+                "64",
+                "30",
+                "1048576",
+                "1024",
+                "--",
+                "/bin/true"
+            ]
+        );
+        let env = strings(&p["env"]);
+        // The caller's own `CORDON_PODEXEC_FILTER` never reaches the helper.
+        assert_eq!(
+            env.iter()
+                .filter(|e| e.starts_with("CORDON_PODEXEC_FILTER="))
+                .collect::<Vec<_>>(),
+            ["CORDON_PODEXEC_FILTER=abcd"]
+        );
+        assert!(env.iter().any(|e| e == "PATH=/usr/bin"));
+        assert_eq!(p["capabilities"]["ambient"], json!([]));
+    }
+
+    /// The helper's refusals come before anything is made: run here on the
+    /// host (root or not), each ends with 125 and says why, and the
+    /// command never runs.
+    #[test]
+    fn the_helper_refuses_without_a_whole_program_or_as_root() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let helper = dir.path().join("podexec");
+        let marker = dir.path().join("ran");
+        std::fs::write(&helper, HELPER).unwrap_or_else(|e| panic!("{e}"));
+        {
+            use std::os::unix::fs::PermissionsExt as _;
+            let _ = std::fs::set_permissions(&helper, std::fs::Permissions::from_mode(0o755));
+        }
+        let touch = format!("touch {}", marker.display());
+        let run = |uid: &str, filter: Option<&str>| {
+            let mut c = std::process::Command::new(&helper);
+            c.args([
+                "exec", uid, uid, "64", "10", "1024", "1024", "--", "/bin/sh", "-c", &touch,
+            ])
+            .env_remove("CORDON_PODEXEC_FILTER");
+            if let Some(f) = filter {
+                c.env("CORDON_PODEXEC_FILTER", f);
+            }
+            let out = c.output().unwrap_or_else(|e| panic!("{e}"));
+            (
+                out.status.code(),
+                String::from_utf8_lossy(&out.stderr).into_owned(),
+            )
+        };
+        let cases = [
+            ("1999999998", None, "no seccomp program"),
+            ("1999999998", Some("0600"), "malformed"),
+            ("1999999998", Some("zz00000000000000"), "malformed"),
+            ("0", Some("0600000000007fff"), "must not run as root"),
+        ];
+        for (uid, filter, says) in cases {
+            let (code, err) = run(uid, filter);
+            assert_eq!(code, Some(125), "{uid} {filter:?}: {err}");
+            assert!(err.contains(says), "{uid} {filter:?}: {err}");
+            assert!(!marker.exists(), "the command ran: {uid} {filter:?}");
+        }
+    }
+
+    #[test]
+    fn the_program_is_whole_instructions_and_narrower_with_a_route() {
+        let own = filter_hex(Net::Own).unwrap_or_default();
+        let route = filter_hex(Net::ProxyRoute).unwrap_or_default();
+        assert!(!own.is_empty() && own.len() % 16 == 0, "{}", own.len());
+        let ports = filter_hex(Net::Listening).unwrap_or_default();
+        assert!(
+            route.len() > ports.len(),
+            "the route's program adds `listen`"
+        );
+        assert!(own.len() > ports.len(), "no route: unix sockets only");
+    }
+}
