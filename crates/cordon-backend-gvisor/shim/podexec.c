@@ -137,21 +137,90 @@ static void pause_forever(void) {
     }
 }
 
+/* What the exec's PID 1 is told (it shares this process's memory). */
+struct exec {
+    uid_t uid;
+    gid_t gid;
+    unsigned long long nproc, cpu, fsize, nofile;
+    char **command;
+    struct sock_fprog prog;
+    char *masks;
+    int alive;   /* the read end: hung up once the helper is gone */
+    int alive_w; /* the helper's write end (PID 1 closes its copy) */
+};
+
+/* The command, in PID 1's vfork child: confined, then exec'd. Only system
+ * calls and _exit here (the memory is PID 1's until the exec). */
+static void start_command(const struct exec *x) {
+    close(x->alive);
+    set_limit(RLIMIT_NPROC, x->nproc, "setting RLIMIT_NPROC");
+    set_limit(RLIMIT_CPU, x->cpu, "setting RLIMIT_CPU");
+    set_limit(RLIMIT_FSIZE, x->fsize, "setting RLIMIT_FSIZE");
+    set_limit(RLIMIT_NOFILE, x->nofile, "setting RLIMIT_NOFILE");
+    set_limit(RLIMIT_CORE, 0, "setting RLIMIT_CORE");
+    for (int c = 0; c <= 63; c++) {
+        if (prctl(PR_CAPBSET_DROP, c, 0, 0, 0) != 0 && errno != EINVAL)
+            die("dropping the capability bounding set");
+    }
+    if (setgroups(0, NULL) != 0) die("dropping supplementary groups");
+    if (setresgid(x->gid, x->gid, x->gid) != 0) die("changing group");
+    if (setresuid(x->uid, x->uid, x->uid) != 0) die("changing user");
+    /* Every capability went with the change of user; hold it. */
+    if (setresuid(0, 0, 0) == 0) die_msg("root could be regained after the change of user");
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) die("setting no_new_privs");
+    if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &x->prog) != 0) die("installing the seccomp program");
+    char **command = x->command;
+    if (strchr(command[0], '/') != NULL)
+        execv(command[0], command);
+    else
+        execvp(command[0], command);
+    int e = errno;
+    fprintf(stderr, "cordon: the command could not be started: %s\n", strerror(e));
+    _exit(e == ENOENT ? 127 : 126);
+}
+
+/* PID 1 of the exec's namespace: its /proc, the command, and its end. */
+static int exec_init(void *arg) {
+    const struct exec *x = arg;
+    close(x->alive_w);
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) die("tying the exec to its helper");
+    struct pollfd pf = {.fd = x->alive, .events = POLLIN};
+    if (poll(&pf, 1, 0) != 0) _exit(REFUSED); /* the helper is gone already */
+    if (mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) != 0)
+        die("mounting the exec's /proc");
+    mask_all(x->masks);
+    /* vfork: no address space of its own until the exec (each one costs
+     * gVisor a new stub process on its ptrace platform). */
+    pid_t cmd = vfork();
+    if (cmd < 0) die("starting the command");
+    if (cmd == 0) start_command(x);
+    for (;;) {
+        int st;
+        pid_t p = waitpid(-1, &st, 0);
+        if (p == cmd) _exit(status_code(st));
+        if (p < 0 && errno != EINTR) _exit(REFUSED);
+    }
+}
+
+/* PID 1's stack: it shares the helper's memory (CLONE_VM), not its stack. */
+static char init_stack[256 * 1024] __attribute__((aligned(16)));
+
 int main(int argc, char **argv) {
     if (argc == 2 && strcmp(argv[1], "pause") == 0) pause_forever();
     if (argc < 10 || strcmp(argv[1], "exec") != 0 || strcmp(argv[8], "--") != 0)
         die_msg("usage: podexec exec UID GID NPROC CPU FSIZE NOFILE -- ARGV... (or: podexec pause)");
-    uid_t uid = (uid_t)number(argv[2], "UID is not a number");
-    gid_t gid = (gid_t)number(argv[3], "GID is not a number");
-    unsigned long long nproc = number(argv[4], "NPROC is not a number");
-    unsigned long long cpu = number(argv[5], "CPU is not a number");
-    unsigned long long fsize = number(argv[6], "FSIZE is not a number");
-    unsigned long long nofile = number(argv[7], "NOFILE is not a number");
-    char **command = &argv[9];
-    if (uid == 0 || gid == 0) die_msg("the command must not run as root");
-
-    struct sock_fprog prog = filter_from_env();
-    char *masks = list_from_env("CORDON_PODEXEC_MASK");
+    struct exec x = {
+        .uid = (uid_t)number(argv[2], "UID is not a number"),
+        .gid = (gid_t)number(argv[3], "GID is not a number"),
+        .nproc = number(argv[4], "NPROC is not a number"),
+        .cpu = number(argv[5], "CPU is not a number"),
+        .fsize = number(argv[6], "FSIZE is not a number"),
+        .nofile = number(argv[7], "NOFILE is not a number"),
+        .command = &argv[9],
+    };
+    if (x.uid == 0 || x.gid == 0) die_msg("the command must not run as root");
+    x.prog = filter_from_env();
+    x.masks = list_from_env("CORDON_PODEXEC_MASK");
     unsetenv("CORDON_PODEXEC_FILTER");
     unsetenv("CORDON_PODEXEC_MASK");
 
@@ -159,59 +228,17 @@ int main(int argc, char **argv) {
      * hang-up if it was gone before PR_SET_PDEATHSIG took. */
     int alive[2];
     if (pipe2(alive, O_CLOEXEC) != 0) die("making a pipe");
+    x.alive = alive[0];
+    x.alive_w = alive[1];
     if (unshare(CLONE_NEWPID | CLONE_NEWNS) != 0) die("making the exec's pid and mount namespaces");
-    pid_t init = fork();
+    /* PID 1 shares this memory (no copy of it: see the vfork above); its
+     * descriptors are its own, and this process only waits. */
+    pid_t init = clone(exec_init, init_stack + sizeof init_stack, CLONE_VM | SIGCHLD, &x);
     if (init < 0) die("starting the exec's PID 1");
-    if (init > 0) {
-        close(alive[0]);
-        int st;
-        while (waitpid(init, &st, 0) < 0) {
-            if (errno != EINTR) die("waiting for the exec");
-        }
-        _exit(status_code(st));
+    close(alive[0]);
+    int st;
+    while (waitpid(init, &st, 0) < 0) {
+        if (errno != EINTR) die("waiting for the exec");
     }
-
-    /* PID 1 of the exec's namespace. */
-    close(alive[1]);
-    if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) die("tying the exec to its helper");
-    struct pollfd pf = {.fd = alive[0], .events = POLLIN};
-    if (poll(&pf, 1, 0) != 0) _exit(REFUSED); /* the helper is gone already */
-    if (mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) != 0)
-        die("mounting the exec's /proc");
-    mask_all(masks);
-
-    pid_t cmd = fork();
-    if (cmd < 0) die("starting the command");
-    if (cmd == 0) {
-        close(alive[0]);
-        set_limit(RLIMIT_NPROC, nproc, "setting RLIMIT_NPROC");
-        set_limit(RLIMIT_CPU, cpu, "setting RLIMIT_CPU");
-        set_limit(RLIMIT_FSIZE, fsize, "setting RLIMIT_FSIZE");
-        set_limit(RLIMIT_NOFILE, nofile, "setting RLIMIT_NOFILE");
-        set_limit(RLIMIT_CORE, 0, "setting RLIMIT_CORE");
-        for (int c = 0; c <= 63; c++) {
-            if (prctl(PR_CAPBSET_DROP, c, 0, 0, 0) != 0 && errno != EINVAL)
-                die("dropping the capability bounding set");
-        }
-        if (setgroups(0, NULL) != 0) die("dropping supplementary groups");
-        if (setresgid(gid, gid, gid) != 0) die("changing group");
-        if (setresuid(uid, uid, uid) != 0) die("changing user");
-        /* Every capability went with the change of user; hold it. */
-        if (setresuid(0, 0, 0) == 0) die_msg("root could be regained after the change of user");
-        if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) die("setting no_new_privs");
-        if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) != 0) die("installing the seccomp program");
-        if (strchr(command[0], '/') != NULL)
-            execv(command[0], command);
-        else
-            execvp(command[0], command);
-        int e = errno;
-        fprintf(stderr, "cordon: the command could not be started: %s\n", strerror(e));
-        _exit(e == ENOENT ? 127 : 126);
-    }
-    for (;;) {
-        int st;
-        pid_t p = waitpid(-1, &st, 0);
-        if (p == cmd) _exit(status_code(st));
-        if (p < 0 && errno != EINTR) _exit(REFUSED);
-    }
+    _exit(status_code(st));
 }

@@ -37,8 +37,42 @@ pub(crate) struct Running {
     pub(crate) kills_at_start: u64,
     pub(crate) refusals_at_start: u64,
     pub(crate) held: Held,
-    /// Set when the exec's container is gone: the relays then end.
-    pub(crate) relay_done: Arc<AtomicBool>,
+    /// Ended when the exec's container is gone: the relays then end.
+    pub(crate) relay_done: Arc<RelayEnd>,
+}
+
+/// The end of an exec's relays: set once its container is gone (or its
+/// `runsc exec` has ended), which wakes every relay at once (the write end
+/// of a pipe they poll is closed).
+pub(crate) struct RelayEnd {
+    done: AtomicBool,
+    wake: Option<std::os::fd::OwnedFd>,
+    wake_w: std::sync::Mutex<Option<std::os::fd::OwnedFd>>,
+}
+
+impl RelayEnd {
+    /// Without its pipe (none could be made), a relay looks at `done`
+    /// every [`STEP`].
+    pub(crate) fn new() -> Arc<RelayEnd> {
+        let (wake, wake_w) = match rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC) {
+            Ok((r, w)) => (Some(r), Some(w)),
+            Err(_) => (None, None),
+        };
+        Arc::new(RelayEnd {
+            done: AtomicBool::new(false),
+            wake,
+            wake_w: std::sync::Mutex::new(wake_w),
+        })
+    }
+
+    pub(crate) fn end(&self) {
+        self.done.store(true, Ordering::SeqCst);
+        drop(self.wake_w.lock().unwrap_or_else(|p| p.into_inner()).take());
+    }
+
+    fn is_done(&self) -> bool {
+        self.done.load(Ordering::SeqCst)
+    }
 }
 
 /// The read end of an output pipe whose write end runsc holds, read
@@ -48,11 +82,11 @@ pub(crate) struct Running {
 /// file descriptor synchronously, and the container was deleted.
 pub(crate) struct Relayed {
     pub(crate) file: std::fs::File,
-    pub(crate) done: Arc<AtomicBool>,
+    pub(crate) done: Arc<RelayEnd>,
 }
 
 impl Relayed {
-    pub(crate) fn pipe(done: &Arc<AtomicBool>) -> Result<(Relayed, std::os::fd::OwnedFd), String> {
+    pub(crate) fn pipe(done: &Arc<RelayEnd>) -> Result<(Relayed, std::os::fd::OwnedFd), String> {
         let (r, w) =
             rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(|e| e.to_string())?;
         rustix::fs::fcntl_setfl(&r, rustix::fs::OFlags::NONBLOCK).map_err(|e| e.to_string())?;
@@ -71,13 +105,21 @@ impl std::io::Read for Relayed {
         loop {
             // Read `done` before trying: a read that finds nothing after
             // it was set has drained the pipe.
-            let done = self.done.load(Ordering::SeqCst);
+            let done = self.done.is_done();
             match self.file.read(buf) {
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                     if done {
                         return Ok(0);
                     }
-                    std::thread::sleep(Duration::from_millis(5));
+                    // Woken by what comes, or by the end.
+                    let mut fds = vec![rustix::event::PollFd::new(
+                        &self.file,
+                        rustix::event::PollFlags::IN,
+                    )];
+                    if let Some(w) = &self.done.wake {
+                        fds.push(rustix::event::PollFd::new(w, rustix::event::PollFlags::IN));
+                    }
+                    poll_within(&mut fds, STEP);
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 other => return other,
@@ -111,10 +153,37 @@ impl Held {
     }
 }
 
+/// How often an exec's bounds are looked at while it runs, and a relay's
+/// end: a wait is woken at once by what it waits for, else after this.
+const STEP: Duration = Duration::from_millis(10);
+
+/// Sleeps until `fd` is readable (or hung up), at most `timeout`.
+fn readable_within(fd: &impl std::os::fd::AsFd, timeout: Duration) {
+    poll_within(
+        &mut [rustix::event::PollFd::new(fd, rustix::event::PollFlags::IN)],
+        timeout,
+    );
+}
+
+/// Sleeps until one of `fds` is ready, at most `timeout`.
+fn poll_within(fds: &mut [rustix::event::PollFd<'_>], timeout: Duration) {
+    match rustix::event::Timespec::try_from(timeout) {
+        Ok(ts) => {
+            let _ = rustix::event::poll(fds, Some(&ts));
+        }
+        Err(_) => std::thread::sleep(timeout),
+    }
+}
+
 impl Running {
     /// Waits for the container to end, holding the wall clock and the CPU
-    /// bound from the host; then removes what the exec made.
+    /// bound from the host; then removes what the exec made. Woken the
+    /// moment runsc exits (its pidfd), else every [`STEP`].
     pub(crate) fn wait(mut self) -> Result<ExitStatus, SandboxError> {
+        // Not reaped before `try_wait` below: the pid is still runsc's.
+        let pidfd = rustix::process::Pid::from_raw(self.child.id() as i32).and_then(|p| {
+            rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty()).ok()
+        });
         let ended = loop {
             match self.child.try_wait() {
                 Ok(Some(s)) => break Ok(s),
@@ -127,7 +196,10 @@ impl Running {
                 self.stop();
                 return end;
             }
-            std::thread::sleep(Duration::from_millis(10));
+            match &pidfd {
+                Some(fd) => readable_within(fd, STEP),
+                None => std::thread::sleep(STEP),
+            }
         };
         let status = match ended {
             Ok(s) => s,
@@ -204,6 +276,6 @@ impl Running {
             crate::runsc::remove_cgroups(&self.cid);
         }
         let _ = std::fs::remove_dir_all(&self.exec_dir);
-        self.relay_done.store(true, Ordering::SeqCst);
+        self.relay_done.end();
     }
 }

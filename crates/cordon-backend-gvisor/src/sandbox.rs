@@ -398,7 +398,7 @@ impl GvisorSandbox {
         // when the container's process never started (a masked program):
         // a plain pipe would then never end. The output comes through
         // relays that end once the exec has (see `Relayed`).
-        let relay_done = Arc::new(AtomicBool::new(false));
+        let relay_done = RelayEnd::new();
         let relays = Relayed::pipe(&relay_done).and_then(|(out, out_w)| {
             Relayed::pipe(&relay_done).map(|(err, err_w)| (out, out_w, err, err_w))
         });

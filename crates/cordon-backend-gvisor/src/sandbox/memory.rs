@@ -386,7 +386,7 @@ impl GvisorSandbox {
             kills_at_start: held.memory().oom_kills().unwrap_or(0),
             refusals_at_start: held.memory().refusals(),
             held,
-            relay_done: Arc::new(AtomicBool::new(false)),
+            relay_done: crate::running::RelayEnd::new(),
         };
         let tracked = execs.track(&cid, saved);
         std::thread::spawn(move || {
