@@ -57,6 +57,7 @@ pub mod runsc;
 pub use cordon_confine::oci;
 mod running;
 mod sandbox;
+mod stateroot;
 
 pub use backend::{backend, Gvisor, GvisorBackend};
 pub use config::GvisorConfig;

@@ -272,7 +272,11 @@ impl Running {
 
     pub(crate) fn clean(&self) {
         if let Target::Container = self.target {
-            let _ = crate::runsc::delete(&self.bin, &self.cid);
+            // `runsc run` deletes its container as it ends; ask runsc only
+            // when its state root does not say so.
+            if !crate::stateroot::gone_from_state_root(&self.cid) {
+                let _ = crate::runsc::delete(&self.bin, &self.cid);
+            }
             crate::runsc::remove_cgroups(&self.cid);
         }
         let _ = std::fs::remove_dir_all(&self.exec_dir);
