@@ -13,6 +13,31 @@ use crate::pod::Pod;
 use crate::runsc::runsc_error;
 use cordon_backend_kit::exec::{exec_failed, ExecBounds};
 
+/// One container in its sandbox's count of those not known gone (which
+/// lets dispose skip asking runsc when it is zero). Taken off only by
+/// [`Unsettled::settle`]: one forgotten stays counted, and dispose asks.
+pub(crate) struct Unsettled(Option<Arc<std::sync::atomic::AtomicUsize>>);
+
+impl Unsettled {
+    /// Counted in `n` from now.
+    pub(crate) fn counted(n: &Arc<std::sync::atomic::AtomicUsize>) -> Unsettled {
+        n.fetch_add(1, Ordering::SeqCst);
+        Unsettled(Some(n.clone()))
+    }
+
+    /// Not counted (no container of its own).
+    pub(crate) fn none() -> Unsettled {
+        Unsettled(None)
+    }
+
+    /// The container is gone (or was never made).
+    pub(crate) fn settle(&mut self) {
+        if let Some(n) = self.0.take() {
+            n.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+}
+
 /// What an exec runs as.
 pub(crate) enum Target {
     /// A container of its own (`runsc run`), `cid`.
@@ -27,6 +52,11 @@ pub(crate) struct Running {
     pub(crate) child: Child,
     pub(crate) cid: String,
     pub(crate) target: Target,
+    /// Its state file in runsc's root, as seen while it ran.
+    pub(crate) state: crate::stateroot::Seen,
+    /// This exec's place in the sandbox's count of containers not known
+    /// gone.
+    pub(crate) unsettled: Unsettled,
     pub(crate) exec_dir: PathBuf,
     pub(crate) log: PathBuf,
     pub(crate) bin: PathBuf,
@@ -185,6 +215,9 @@ impl Running {
             rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty()).ok()
         });
         let ended = loop {
+            if let Target::Container = self.target {
+                self.state.look(&self.cid);
+            }
             match self.child.try_wait() {
                 Ok(Some(s)) => break Ok(s),
                 Ok(None) => {}
@@ -270,12 +303,14 @@ impl Running {
         self.clean();
     }
 
-    pub(crate) fn clean(&self) {
+    pub(crate) fn clean(&mut self) {
         if let Target::Container = self.target {
             // `runsc run` deletes its container as it ends; ask runsc only
             // when its state root does not say so.
-            if !crate::stateroot::gone_from_state_root(&self.cid) {
-                let _ = crate::runsc::delete(&self.bin, &self.cid);
+            let gone =
+                self.state.gone(&self.cid) || crate::runsc::delete(&self.bin, &self.cid).is_ok();
+            if gone {
+                self.unsettled.settle();
             }
             crate::runsc::remove_cgroups(&self.cid);
         }

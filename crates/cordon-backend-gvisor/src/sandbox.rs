@@ -84,6 +84,10 @@ pub struct GvisorSandbox {
     pod: Mutex<Option<Arc<Pod>>>,
     /// Execs started so far (the first runs in a runsc sandbox of its own).
     execs: std::sync::atomic::AtomicU64,
+    /// Exec containers not known gone yet, and whether a pod was ever
+    /// started: with neither, dispose has no container to look for.
+    unsettled: Arc<std::sync::atomic::AtomicUsize>,
+    pod_started: AtomicBool,
     key: SandboxKey,
     /// The egress proxy's channel, when the spec names hosts.
     route: Option<Route>,
@@ -203,6 +207,8 @@ impl GvisorSandbox {
             filter: OnceLock::new(),
             pod: Mutex::new(None),
             execs: std::sync::atomic::AtomicU64::new(0),
+            unsettled: Default::default(),
+            pod_started: AtomicBool::new(false),
             key: req.key.clone(),
             route,
             disposed: AtomicBool::new(false),
@@ -256,6 +262,7 @@ impl GvisorSandbox {
         if self.disposed.load(Ordering::SeqCst) {
             return Err(exec_failed("the sandbox was disposed of"));
         }
+        self.pod_started.store(true, Ordering::SeqCst);
         let k = NEXT.fetch_add(1, Ordering::Relaxed);
         let id = format!("{}-p{k}", self.id);
         let pod_dir = self.dir.join(format!("pod-{k}"));
@@ -301,7 +308,16 @@ impl GvisorSandbox {
             }
         }
         self.files.end_watches();
-        let failures = remove_containers(&self.runsc.bin, &format!("{}-", self.id));
+        // Every container this sandbox made is known gone (no pod, each
+        // exec's deleted): nothing to list. A sandbox that saves its
+        // processes restores containers of its own, so it always looks.
+        let settled = self.memory.is_none()
+            && !self.pod_started.load(Ordering::SeqCst)
+            && self.unsettled.load(Ordering::SeqCst) == 0;
+        let failures = match settled {
+            true => Vec::new(),
+            false => remove_containers(&self.runsc.bin, &format!("{}-", self.id)),
+        };
         // Its runsc sandboxes are gone: the serving ends and the
         // namespace closes when the sandbox is dropped.
         if let Some(r) = &self.route {
@@ -385,11 +401,18 @@ impl GvisorSandbox {
             },
             Held::Own(_) => Target::Container,
         };
+        // Counted before its container can exist: a dispose beside it
+        // then asks runsc.
+        let mut unsettled = match &target {
+            Target::Container => Unsettled::counted(&self.unsettled),
+            Target::PodExec { .. } => Unsettled::none(),
+        };
         let with_stdin = attach.stdin_stream || !req.stdin.is_empty();
         let made = self.exec_command(&target, &held, (&cid, &exec_dir), argv, env, with_stdin);
         let (mut cmd, log) = match made {
             Ok(c) => c,
             Err(e) => {
+                unsettled.settle();
                 let _ = std::fs::remove_dir_all(&exec_dir);
                 return Err(exec_failed(e));
             }
@@ -405,6 +428,7 @@ impl GvisorSandbox {
         let (stdout, out_w, stderr, err_w) = match relays {
             Ok(r) => r,
             Err(e) => {
+                unsettled.settle();
                 let _ = std::fs::remove_dir_all(&exec_dir);
                 return Err(exec_failed(format!("cannot make the output pipes: {e}")));
             }
@@ -416,6 +440,7 @@ impl GvisorSandbox {
         let mut child = match spawned {
             Ok(c) => c,
             Err(e) => {
+                unsettled.settle();
                 let _ = std::fs::remove_dir_all(&exec_dir);
                 return Err(exec_failed(format!(
                     "cannot start `{}`: {e}",
@@ -436,6 +461,8 @@ impl GvisorSandbox {
         let run = Running {
             child,
             cid: cid.clone(),
+            state: crate::stateroot::Seen::new(),
+            unsettled,
             target,
             exec_dir,
             log,

@@ -377,6 +377,8 @@ impl GvisorSandbox {
         let run = Running {
             child,
             cid: cid.clone(),
+            state: crate::stateroot::Seen::new(),
+            unsettled: crate::running::Unsettled::none(),
             target: Target::Container,
             exec_dir,
             log,
