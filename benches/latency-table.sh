@@ -69,7 +69,28 @@ fi
 
 if [ "$(runnable gvisor)" = True ]; then
   r='["runsc", "--root", "'"$work"'/runsc", "--platform=ptrace", "--network=none"'
-  backends+=("{\"name\": \"gvisor\", \"args\": [\"--backend\", \"gvisor\", \"--min-isolation\", \"hardened_container\"], \"bare_start\": $r, \"do\", \"/bin/true\"], \"bare_exec\": null}")
+  # The warm exec's peer: `runsc exec` into a running bare sandbox (the
+  # host's /usr read-only, a non-root uid, no network), as benches/gvisor.sh.
+  mkdir -p "$work/pod/rootfs/usr" "$work/pod/rootfs/proc"
+  for l in bin sbin lib lib64; do [ -L "/$l" ] && ln -s "$(readlink "/$l")" "$work/pod/rootfs/$l"; done
+  python3 - "$work/pod" <<'EOF2'
+import json, sys
+d = sys.argv[1]
+json.dump({
+    "ociVersion": "1.0.0",
+    "process": {"user": {"uid": 1000, "gid": 1000}, "args": ["/usr/bin/sleep", "infinity"],
+                "env": ["PATH=/usr/bin:/bin"], "cwd": "/"},
+    "root": {"path": d + "/rootfs", "readonly": True},
+    "mounts": [{"destination": "/proc", "type": "proc", "source": "proc"},
+               {"destination": "/usr", "type": "bind", "source": "/usr", "options": ["rbind", "ro"]}],
+    "annotations": {"io.kubernetes.cri.container-type": "sandbox"},
+    "linux": {"namespaces": [{"type": t} for t in ("pid", "network", "ipc", "uts", "mount")]},
+}, open(d + "/config.json", "w"))
+EOF2
+  # Started with no pipe of the script's (a running sandbox keeps its stdio).
+  rs="runsc --root $work/runsc --platform=ptrace --network=none"
+  up="$rs create --bundle $work/pod cordon-latency-pod </dev/null >/dev/null 2>&1 && $rs start cordon-latency-pod </dev/null >/dev/null 2>&1"
+  backends+=("{\"name\": \"gvisor\", \"args\": [\"--backend\", \"gvisor\", \"--min-isolation\", \"hardened_container\"], \"bare_start\": $r, \"do\", \"/bin/true\"], \"bare_exec\": {\"setup\": [\"sh\", \"-c\", \"$up\"], \"exec\": $r, \"exec\", \"cordon-latency-pod\", \"/bin/true\"], \"teardown\": $r, \"delete\", \"--force\", \"cordon-latency-pod\"]}}")
 else
   echo "gvisor: not runnable here (cordon doctor); its rows are left out" >&2
 fi
