@@ -20,7 +20,7 @@ use std::collections::HashMap;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{Receiver, TryRecvError};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::{Arc, OnceLock};
 
 use bollard::models::{ContainerCreateBody, HostConfig, Mount as DMount};
@@ -594,13 +594,6 @@ impl Running {
     fn wait(mut self) -> Result<ExitStatus, SandboxError> {
         let mut cpu_file: Option<PathBuf> = None;
         let ended = loop {
-            match self.done.try_recv() {
-                Ok(r) => break r,
-                Err(TryRecvError::Disconnected) => {
-                    break Err("the engine's wait for the exec was lost".into())
-                }
-                Err(TryRecvError::Empty) => {}
-            }
             if cpu_file.is_none() && self.pid > 0 {
                 cpu_file = crate::engine::cpu_file_of(self.pid, &self.cid);
             }
@@ -609,7 +602,15 @@ impl Running {
                 self.stop();
                 return end;
             }
-            std::thread::sleep(crate::engine::POLL);
+            // Woken the moment the engine says the exec ended; the bounds
+            // are looked at again every `POLL`.
+            match self.done.recv_timeout(crate::engine::POLL) {
+                Ok(r) => break r,
+                Err(RecvTimeoutError::Disconnected) => {
+                    break Err("the engine's wait for the exec was lost".into())
+                }
+                Err(RecvTimeoutError::Timeout) => {}
+            }
         };
         let oom = self.oom_killed();
         let _ = self.engine.remove(&self.name);

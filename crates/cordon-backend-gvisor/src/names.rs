@@ -10,7 +10,7 @@ pub const NAME: &str = "gvisor";
 /// backend alike.
 pub const RUNG: cordon_sandbox::Isolation = cordon_sandbox::Isolation::HardenedContainer;
 /// What it is, in a line (`cordon doctor`'s).
-pub const SUMMARY: &str = "a gVisor (`runsc`) sandbox, each exec a container in it; egress through cordon's proxy (the workload's sockets then reach the host kernel, in a namespace holding only the proxy)";
+pub const SUMMARY: &str = "a gVisor (`runsc`) sandbox, each exec a pid and mount namespace of its own in it; egress through cordon's proxy (the workload's sockets then reach the host kernel, in a namespace holding only the proxy)";
 
 /// Where cordon keeps runsc's container state (`runsc --root`): its own,
 /// never another runtime's, so listing it finds only cordon's containers.

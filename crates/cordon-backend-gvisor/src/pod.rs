@@ -32,9 +32,9 @@ use crate::cgroup::MemoryBound;
 pub use crate::runsc::Listed;
 use cordon_confine::oci::{Bundle, Mount};
 
-/// runsc's multi-container annotations (the CRI's).
+/// runsc's multi-container annotation (the CRI's): the pod's container is
+/// the runsc sandbox's first (`sandbox`).
 pub const CONTAINER_TYPE: &str = "io.kubernetes.cri.container-type";
-pub const SANDBOX_ID: &str = "io.kubernetes.cri.sandbox-id";
 
 /// cordon's own annotations on a pause container.
 pub use cordon_backend_kit::labels::{AGENT_DIR, DIR, SCOPE, THREAD};

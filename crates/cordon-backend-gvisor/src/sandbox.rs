@@ -408,7 +408,7 @@ impl GvisorSandbox {
             Target::PodExec { .. } => Unsettled::none(),
         };
         let with_stdin = attach.stdin_stream || !req.stdin.is_empty();
-        let made = self.exec_command(&target, &held, (&cid, &exec_dir), argv, env, with_stdin);
+        let made = self.exec_command(&target, (&cid, &exec_dir), argv, env, with_stdin);
         let (mut cmd, log) = match made {
             Ok(c) => c,
             Err(e) => {
@@ -507,7 +507,6 @@ impl GvisorSandbox {
     fn exec_command(
         &self,
         target: &Target,
-        held: &Held,
         (cid, exec_dir): (&str, &Path),
         argv: Vec<String>,
         env: BTreeMap<String, String>,
@@ -517,10 +516,7 @@ impl GvisorSandbox {
             Target::PodExec { .. } => (self.pod_process(argv, &env)?, "process.json"),
             Target::Container => {
                 let mounts = self.exec_mounts().map_err(|e| e.to_string())?;
-                (
-                    self.exec_config(cid, argv, env, mounts, held)?,
-                    "config.json",
-                )
+                (self.exec_config(cid, argv, env, mounts)?, "config.json")
             }
         };
         let log = exec_dir.join("runsc.log");
@@ -604,17 +600,16 @@ impl GvisorSandbox {
         ))
     }
 
-    /// The OCI config of an exec's container: the command as the workload's
-    /// uid in the sandbox's root with its mounts and bounds, in the route's
-    /// network namespace when there is one, a container of the pod when
-    /// the exec is not the first.
+    /// The OCI config of an exec's container (a runsc sandbox of its own:
+    /// the first exec, or one of a sandbox that saves its processes): the
+    /// command as the workload's uid in the sandbox's root with its mounts
+    /// and bounds, in the route's network namespace when there is one.
     fn exec_config(
         &self,
         cid: &str,
         argv: Vec<String>,
         env: BTreeMap<String, String>,
         mounts: Vec<Mount>,
-        held: &Held,
     ) -> Result<serde_json::Value, String> {
         let config = Bundle {
             root: &self.image.rootfs,
@@ -629,24 +624,14 @@ impl GvisorSandbox {
             processes: self.limits.processes,
             cpu_seconds: self.limits.cpu_seconds,
             file_bytes: self.limits.disk_bytes,
-            cgroup: match held {
-                Held::Own(_) => format!("/{cid}/{}", crate::cgroup::LEAF),
-                Held::Pod(_) => format!("/{cid}"),
-            },
+            cgroup: format!("/{cid}/{}", crate::cgroup::LEAF),
         }
         .config();
         let mut config = config;
         crate::runsc::for_runsc(&mut config);
         if let Some(r) = &self.route {
-            // A sub-container shares its runsc sandbox's network; the
-            // namespace is named all the same, and the table narrowed.
+            // The namespace holding the route, and the table narrowed.
             crate::runsc::join_netns(&mut config, &r.path(), r.listen)?;
-        }
-        if let Held::Pod(pod) = held {
-            config["annotations"] = serde_json::json!({
-                crate::pod::CONTAINER_TYPE: "container",
-                crate::pod::SANDBOX_ID: pod.id,
-            });
         }
         Ok(config)
     }

@@ -313,8 +313,7 @@ impl GvisorSandbox {
         private_dir(&exec_dir)?;
         let made = (|| {
             let held = MemoryBound::make(&cid, self.limits.memory_bytes).map(Held::Own)?;
-            let config =
-                self.exec_config(&cid, saved.argv.clone(), saved.env.clone(), mounts, &held)?;
+            let config = self.exec_config(&cid, saved.argv.clone(), saved.env.clone(), mounts)?;
             std::fs::write(exec_dir.join("config.json"), config.to_string())
                 .map_err(|e| format!("cannot write the bundle: {e}"))?;
             Ok::<_, String>(held)
