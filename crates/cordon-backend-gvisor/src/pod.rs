@@ -7,8 +7,9 @@
 //! mounts every exec has, whose process is cordon's helper
 //! (`crate::podexec`) reaping orphans; every later exec is one `runsc
 //! exec` of the helper into it, which gives the exec a pid and mount
-//! namespace and `/proc` of its own, and ends them with it. The pause container carries cordon's annotations
-//! (scope, thread, agent dir, the sandbox's directory), which `runsc list
+//! namespace and `/proc` of its own, and ends them with it. The pause
+//! container carries cordon's annotations (scope, thread, agent dir, the
+//! sandbox's directory), which `runsc list
 //! --format=json` returns, so `dispose` and `dispose_scope` work from the
 //! engine's own listing in any process.
 //!

@@ -102,7 +102,7 @@ pub(crate) fn process(
         limits.processes.to_string(),
         limits.cpu_seconds.to_string(),
         limits.file_bytes.to_string(),
-        "1024".into(),
+        cordon_confine::oci::NOFILE.to_string(),
         "--".into(),
     ];
     args.extend(argv);

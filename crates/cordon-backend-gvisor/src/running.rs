@@ -246,14 +246,14 @@ impl Running {
         let memory = self.held.memory();
         // An exec whose runsc sandbox ended under it comes back as runsc's
         // own failure (128: its `Wait` lost the sandbox), or finds the
-        // sandbox gone.
-        let ended_under = match &self.held {
+        // sandbox gone (looked at only when memory was refused).
+        let ended_under = || match &self.held {
             Held::Pod(pod) => status.code() == Some(128) || !pod.alive(),
             Held::Own(_) => false,
         };
         let oom = memory.oom_kills().unwrap_or(0) > self.kills_at_start
-            || ((status.code() == Some(137) || ended_under)
-                && memory.refusals() > self.refusals_at_start);
+            || (memory.refusals() > self.refusals_at_start
+                && (status.code() == Some(137) || ended_under()));
         if let (true, Held::Pod(pod)) = (oom, &self.held) {
             // The kill at the bound ended the whole runsc sandbox.
             pod.dead.store(true, Ordering::SeqCst);
@@ -290,10 +290,13 @@ impl Running {
                     &mut running,
                 );
                 if !killed && running() {
-                    // runsc never said the helper's pid: the pod is
-                    // beyond reach of this exec's kill, so it goes.
+                    // runsc never said the helper's pid, or would not
+                    // kill it: the exec is beyond reach of its own kill,
+                    // so the whole pod goes now (every exec in it with
+                    // it), not at the next exec — nothing of a killed
+                    // exec may go on running.
                     if let Held::Pod(p) = &self.held {
-                        p.dead.store(true, Ordering::SeqCst);
+                        let _ = p.stop(&self.bin);
                     }
                 }
             }

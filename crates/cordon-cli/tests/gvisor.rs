@@ -486,6 +486,30 @@ fn the_memory_bound_kills_and_is_reported() {
     assert_eq!(leftovers(tmp.path()), Vec::<String>::new());
 }
 
+/// The CLI bound to a scratch TMPDIR: (exit code, stdout, stderr).
+type Cli = Box<dyn Fn(&[&str]) -> (i32, String, String)>;
+
+/// A kept sandbox at the `hardened_container` rung in a scratch TMPDIR (kept
+/// alive by the returned directory): the CLI bound to it, and its handle.
+fn kept(scope: &str, thread: &str) -> (tempfile::TempDir, Cli, String) {
+    let tmp = scratch();
+    let c = cordon_testkit::cordon!().env("TMPDIR", tmp.path());
+    let cordon: Cli = Box::new(move |args: &[&str]| c.run(args));
+    let (code, handle, err) = cordon(&[
+        "sandbox",
+        "up",
+        "--scope",
+        scope,
+        "--thread",
+        thread,
+        "--min-isolation",
+        "hardened_container",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let handle = handle.trim().to_string();
+    (tmp, cordon, handle)
+}
+
 /// A kept sandbox's execs after the first are containers in one running
 /// runsc sandbox: each has a pid namespace of its own (it is PID 1's
 /// child there, and sees no other exec), state in the work dir carries
@@ -496,24 +520,8 @@ fn warm_execs_are_namespaces_of_their_own_in_one_runsc_sandbox() {
         return;
     }
     let _alone = KITS_ALONE.read().unwrap_or_else(|e| e.into_inner());
-    let tmp = scratch();
-    let cordon = {
-        let c = cordon_testkit::cordon!().env("TMPDIR", tmp.path());
-        move |args: &[&str]| c.run(args)
-    };
     let thread = format!("w{}", std::process::id());
-    let (code, handle, err) = cordon(&[
-        "sandbox",
-        "up",
-        "--scope",
-        "gvisor-warm",
-        "--thread",
-        &thread,
-        "--min-isolation",
-        "hardened_container",
-    ]);
-    assert_eq!(code, 0, "{err}");
-    let handle = handle.trim().to_string();
+    let (tmp, cordon, handle) = kept("gvisor-warm", &thread);
     for round in 0..3 {
         let (code, out, err) = cordon(&[
             "sandbox",
@@ -561,24 +569,8 @@ fn a_warm_exec_killed_at_its_wall_clock_takes_what_it_started_with_it() {
         return;
     }
     let _alone = KITS_ALONE.read().unwrap_or_else(|e| e.into_inner());
-    let tmp = scratch();
-    let cordon = {
-        let c = cordon_testkit::cordon!().env("TMPDIR", tmp.path());
-        move |args: &[&str]| c.run(args)
-    };
     let thread = format!("t{}", std::process::id());
-    let (code, handle, err) = cordon(&[
-        "sandbox",
-        "up",
-        "--scope",
-        "gvisor-kill",
-        "--thread",
-        &thread,
-        "--min-isolation",
-        "hardened_container",
-    ]);
-    assert_eq!(code, 0, "{err}");
-    let handle = handle.trim().to_string();
+    let (tmp, cordon, handle) = kept("gvisor-kill", &thread);
     // The first exec is a runsc sandbox of its own; the pod starts here.
     for _ in 0..2 {
         let (code, _, err) = cordon(&["sandbox", "exec", &handle, "--", "/bin/true"]);

@@ -380,6 +380,9 @@ fn mount_json(m: &Mount) -> Value {
     })
 }
 
+/// The open-file limit of every engine sandbox's workload (`RLIMIT_NOFILE`).
+pub const NOFILE: u64 = 1024;
+
 impl Bundle<'_> {
     /// The OCI runtime configuration.
     pub fn config(&self) -> Value {
@@ -412,7 +415,7 @@ impl Bundle<'_> {
                     rlimit("RLIMIT_NPROC", self.processes),
                     rlimit("RLIMIT_CPU", self.cpu_seconds),
                     rlimit("RLIMIT_FSIZE", self.file_bytes),
-                    rlimit("RLIMIT_NOFILE", 1024),
+                    rlimit("RLIMIT_NOFILE", NOFILE),
                     rlimit("RLIMIT_CORE", 0),
                 ],
                 "noNewPrivileges": true
