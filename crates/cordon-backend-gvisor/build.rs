@@ -1,7 +1,7 @@
 //! Builds the compatibility shim (`shim/noautomount.c`) a gVisor sandbox
-//! preloads and the warm exec's helper (`shim/podexec.c`); see those files
-//! for why. The C compiler is the one Rust already
-//! links with (`cc`, or `$CC`).
+//! preloads; see that file for why. (The warm exec's helper is
+//! `cordon-backend-kit`'s.) The C compiler is the one Rust already links
+//! with (`cc`, or `$CC`).
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -19,13 +19,6 @@ fn main() {
         "shim/noautomount.c",
         &out_dir.join("noautomount.so"),
         &["-shared", "-fPIC"],
-    );
-    // The warm exec's helper: linked statically, as it runs in any root.
-    build(
-        &cc,
-        "shim/podexec.c",
-        &out_dir.join("podexec"),
-        &["-static"],
     );
 }
 

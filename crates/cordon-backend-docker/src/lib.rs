@@ -44,6 +44,7 @@ mod config;
 mod containers;
 pub mod engine;
 mod names;
+mod pod;
 pub mod probe;
 pub mod register;
 mod residue;

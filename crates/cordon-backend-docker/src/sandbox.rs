@@ -13,15 +13,17 @@
 //!   read-write, which keeps the flags it has. Unmounted at dispose.
 //!
 //! On the engine: the anchor container `cordon-docker-PID-N-STAMP` (made,
-//! never started: it holds the labels) and one container per exec,
-//! `…-eK`, removed when the exec ends.
+//! never started: it holds the labels), the first exec's container
+//! (`…-eK`, removed when it ends), and from the second exec on the pod
+//! (`…-pod`, [`crate::pod`]) every later exec runs in; an exec's container
+//! again whenever the pod cannot be had.
 
 use std::collections::HashMap;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use bollard::models::{ContainerCreateBody, HostConfig, Mount as DMount};
 use cordon_confine::oci::{DockerNet, HostImage, Mount, MountKind};
@@ -45,6 +47,8 @@ use cordon_backend_kit::exec::{
 use cordon_backend_kit::register::serve_route;
 use cordon_backend_kit::workarea::{make_masks, Acquiring, WorkArea};
 use cordon_backend_kit::{failed, HostFiles, Serving, NEXT};
+
+mod warm;
 
 /// Why an exec asking for a terminal is refused.
 const NO_TTY: &str = "the docker backend gives no terminal in this version; run without one, or at the native container rung (`--backend container`)";
@@ -92,6 +96,12 @@ pub struct DockerSandbox {
     paused: cordon_backend_kit::Pausing,
     /// The spec's workspace, mounted copy-on-write as the work dir.
     workspace: Option<cordon_files::workspace::Workspace>,
+    /// Execs begun: the first is a container of its own.
+    execs: std::sync::atomic::AtomicU64,
+    /// The pod every later exec runs in (see [`crate::pod`]).
+    pod: Mutex<warm::PodSlot>,
+    /// The syscall table as the pod's helper installs it, made once.
+    filter: OnceLock<Result<String, String>>,
 }
 
 /// A sandbox dropped without [`DockerSandbox::dispose`] still gives back
@@ -222,6 +232,9 @@ impl DockerSandbox {
             disposed: AtomicBool::new(false),
             paused: Default::default(),
             workspace,
+            execs: Default::default(),
+            pod: Default::default(),
+            filter: OnceLock::new(),
         })
     }
 
@@ -351,6 +364,15 @@ impl DockerSandbox {
         let argv = resolved_argv(&self.view, req, &attach, NO_TTY)?;
         let mounts = self.base()?;
         let env = self.exec_env(req);
+        if self.execs.fetch_add(1, Ordering::Relaxed) > 0 {
+            if let Some(pod) = self.pod(&mounts) {
+                let started =
+                    self.start_in_pod(pod, req, argv.clone(), &env, attach.stdin_stream)?;
+                if let Some(handle) = started {
+                    return Ok(handle);
+                }
+            }
+        }
         let k = NEXT.fetch_add(1, Ordering::Relaxed);
         let name = format!("{}-e{k}", self.id);
         let with_stdin = attach.stdin_stream || !req.stdin.is_empty();

@@ -3,7 +3,7 @@
 //! is a runsc sandbox of its own, every later one a `runsc exec` of
 //! cordon's helper into the sandbox's running runsc sandbox ([`pod`]),
 //! which gives the exec a pid and mount namespace of its own
-//! (`podexec.rs`, `shim/podexec.c`).
+//! (`podexec.rs`, the kit's `podexec.c`).
 //!
 //! - [`runsc`] finds the binary, reads its version and probes — once per
 //!   process, by really running a trivial container on the `ptrace`

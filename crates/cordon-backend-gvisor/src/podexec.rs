@@ -1,5 +1,5 @@
 //! A warm exec as one `runsc exec` into the sandbox's pod, through
-//! cordon's helper (`shim/podexec.c`, linked statically and placed in the
+//! cordon's helper (`cordon_backend_kit::podexec`, linked statically and placed in the
 //! sandbox's root at [`PATH`]).
 //!
 //! `runsc exec` alone would put every exec in the pod's one pid namespace,
@@ -23,11 +23,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-/// The helper, built with the crate.
-pub(crate) const HELPER: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/podexec"));
-
-/// Where the helper is in the sandbox's root.
-pub const PATH: &str = "/.cordon/podexec";
+pub(crate) use cordon_backend_kit::podexec::{filter_hex, pause_argv, Limits, Net, HELPER, PATH};
 
 /// The capabilities the helper starts with (inside the sentry): new
 /// namespaces and the `/proc` mount, the change of user, emptying the
@@ -40,11 +36,6 @@ const CAPS: &[&str] = &[
     "CAP_SYS_RESOURCE",
 ];
 
-/// The pod's first process: the helper reaping orphans, forever.
-pub(crate) fn pause_argv() -> Vec<String> {
-    vec![PATH.into(), "pause".into()]
-}
-
 /// Puts the helper in `rootfs` (root's, mode 0555: the root is read-only
 /// to runsc anyway).
 pub(crate) fn install(rootfs: &Path) -> Result<(), String> {
@@ -54,34 +45,6 @@ pub(crate) fn install(rootfs: &Path) -> Result<(), String> {
     std::fs::write(&path, HELPER)
         .and_then(|()| std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o555)))
         .map_err(|e| format!("cannot write the exec helper `{}`: {e}", path.display()))
-}
-
-/// What the syscall table must add for the sandbox's network namespace
-/// (as `runsc::join_netns` narrows a bundle's).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Net {
-    /// No route out (gVisor's own stack, loopback only): unix sockets
-    /// only, as at Docker without a route (nothing listens on a port).
-    Own,
-    /// The egress proxy's namespace: no `listen`.
-    ProxyRoute,
-    /// Made with `requires: [ports]`: the container rung's table.
-    Listening,
-}
-
-/// The seccomp program for `net`, as the helper reads it (hex).
-pub(crate) fn filter_hex(net: Net) -> Result<String, String> {
-    let bytes = cordon_linux::seccomp_engine_program(net == Net::Own, net == Net::ProxyRoute)
-        .map_err(|e| e.to_string())?;
-    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
-}
-
-/// One exec's bounds, as the helper sets them on the command.
-pub(crate) struct Limits {
-    pub(crate) uid: u32,
-    pub(crate) processes: u64,
-    pub(crate) cpu_seconds: u64,
-    pub(crate) file_bytes: u64,
 }
 
 /// The OCI process `runsc exec --process` starts: the helper, as the
@@ -94,33 +57,21 @@ pub(crate) fn process(
     limits: &Limits,
     filter_hex: &str,
 ) -> Value {
-    let mut args: Vec<String> = vec![
-        PATH.into(),
-        "exec".into(),
-        limits.uid.to_string(),
-        limits.uid.to_string(),
-        limits.processes.to_string(),
-        limits.cpu_seconds.to_string(),
-        limits.file_bytes.to_string(),
-        cordon_confine::oci::NOFILE.to_string(),
-        "--".into(),
-    ];
-    args.extend(argv);
-    let mut env: Vec<String> = env
+    let masked: Vec<&str> = cordon_confine::oci::MASKED_PROC
         .iter()
-        .filter(|(k, _)| !k.starts_with("CORDON_PODEXEC_"))
-        .map(|(k, v)| format!("{k}={v}"))
+        .filter(|p| p.starts_with("/proc/"))
+        .copied()
         .collect();
-    env.push(format!("CORDON_PODEXEC_FILTER={filter_hex}"));
-    env.push(format!(
-        "CORDON_PODEXEC_MASK={}",
-        cordon_confine::oci::MASKED_PROC
-            .iter()
-            .filter(|p| p.starts_with("/proc/"))
-            .copied()
-            .collect::<Vec<_>>()
-            .join(":")
-    ));
+    // gVisor's procfs answers EINVAL to a read-only remount: nothing is
+    // made read-only inside (see docs/design.md).
+    let told = cordon_backend_kit::podexec::Told {
+        filter_hex,
+        masked: &masked,
+        read_only: &[],
+        own_net: false,
+    };
+    let args = cordon_backend_kit::podexec::argv(argv, limits);
+    let env = cordon_backend_kit::podexec::env(env, &told);
     json!({
         "terminal": false,
         "user": {"uid": 0, "gid": 0, "additionalGids": []},
@@ -219,61 +170,5 @@ mod tests {
         );
         assert!(env.iter().any(|e| e == "PATH=/usr/bin"));
         assert_eq!(p["capabilities"]["ambient"], json!([]));
-    }
-
-    /// The helper's refusals come before anything is made: run here on the
-    /// host (root or not), each ends with 125 and says why, and the
-    /// command never runs.
-    #[test]
-    fn the_helper_refuses_without_a_whole_program_or_as_root() {
-        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-        let helper = dir.path().join("podexec");
-        let marker = dir.path().join("ran");
-        std::fs::write(&helper, HELPER).unwrap_or_else(|e| panic!("{e}"));
-        {
-            use std::os::unix::fs::PermissionsExt as _;
-            let _ = std::fs::set_permissions(&helper, std::fs::Permissions::from_mode(0o755));
-        }
-        let touch = format!("touch {}", marker.display());
-        let run = |uid: &str, filter: Option<&str>| {
-            let mut c = std::process::Command::new(&helper);
-            c.args([
-                "exec", uid, uid, "64", "10", "1024", "1024", "--", "/bin/sh", "-c", &touch,
-            ])
-            .env_remove("CORDON_PODEXEC_FILTER");
-            if let Some(f) = filter {
-                c.env("CORDON_PODEXEC_FILTER", f);
-            }
-            let out = c.output().unwrap_or_else(|e| panic!("{e}"));
-            (
-                out.status.code(),
-                String::from_utf8_lossy(&out.stderr).into_owned(),
-            )
-        };
-        let cases = [
-            ("1999999998", None, "no seccomp program"),
-            ("1999999998", Some("0600"), "malformed"),
-            ("1999999998", Some("zz00000000000000"), "malformed"),
-            ("0", Some("0600000000007fff"), "must not run as root"),
-        ];
-        for (uid, filter, says) in cases {
-            let (code, err) = run(uid, filter);
-            assert_eq!(code, Some(125), "{uid} {filter:?}: {err}");
-            assert!(err.contains(says), "{uid} {filter:?}: {err}");
-            assert!(!marker.exists(), "the command ran: {uid} {filter:?}");
-        }
-    }
-
-    #[test]
-    fn the_program_is_whole_instructions_and_narrower_with_a_route() {
-        let own = filter_hex(Net::Own).unwrap_or_default();
-        let route = filter_hex(Net::ProxyRoute).unwrap_or_default();
-        assert!(!own.is_empty() && own.len() % 16 == 0, "{}", own.len());
-        let ports = filter_hex(Net::Listening).unwrap_or_default();
-        assert!(
-            route.len() > ports.len(),
-            "the route's program adds `listen`"
-        );
-        assert!(own.len() > ports.len(), "no route: unix sockets only");
     }
 }

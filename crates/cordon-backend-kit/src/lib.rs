@@ -17,7 +17,9 @@
 //!   command and bounds ([`exec`]), its host-side files and the trait
 //!   methods every sandbox writes the same ([`hosted`]);
 //! - how a sandbox trusts its egress proxy's CA, and its route's
-//!   environment ([`trust`]).
+//!   environment ([`trust`]);
+//! - the warm exec's helper a warm container runs every exec through
+//!   ([`podexec`]).
 
 #![cfg(all(target_os = "linux", target_arch = "x86_64"))]
 
@@ -28,6 +30,7 @@ pub mod hosted;
 mod ids;
 pub mod memo;
 mod pausing;
+pub mod podexec;
 pub mod ports;
 pub mod profile;
 pub mod register;

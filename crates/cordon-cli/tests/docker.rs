@@ -374,6 +374,144 @@ fn a_kept_sandbox_works_and_gc_reclaims_one_whose_keeper_died() {
     );
 }
 
+/// A kept sandbox's execs after the first run in one warm container (its
+/// pod), each through cordon's helper: a pid, mount, IPC and network
+/// namespace of its own (it is PID 1's child there and sees no other
+/// exec's processes), state in the work dir carries over, and what an exec
+/// leaves running is gone when it ends. An exec killed at its wall clock
+/// is reported as that bound and takes what it started with it (a `setsid`
+/// daemon and a background child), and the pod serves the next exec.
+#[test]
+fn warm_execs_are_namespaces_of_their_own_in_one_pod_and_nothing_outlives_them() {
+    let _alone = KITS_ALONE.read().unwrap_or_else(|e| e.into_inner());
+    let Some(engine) = Dockerd::start("docker warm execs") else {
+        return;
+    };
+    let tmp = scratch();
+    let c = |args: &[&str]| cordon(&engine, tmp.path(), args);
+    let (code, handle, err) = c(&[
+        "sandbox",
+        "up",
+        "--scope",
+        "docker-warm",
+        "--thread",
+        "w",
+        "--backend",
+        "docker",
+        "--min-isolation",
+        "container",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let handle = handle.trim().to_string();
+    let mut namespaces = Vec::new();
+    for round in 0..3 {
+        let (code, out, err) = c(&[
+            "sandbox",
+            "exec",
+            &handle,
+            "--",
+            "/bin/sh",
+            "-c",
+            "echo $$; ls /proc | grep -c '^[0-9]'; echo x >> rounds; wc -l < rounds; \
+             readlink /proc/self/ns/net /proc/self/ns/ipc | tr '\\n' ' '; echo; sleep 60 &",
+        ]);
+        assert_eq!(code, 0, "{err}");
+        let lines: Vec<&str> = out.lines().collect();
+        // The first exec is a container of its own (the command its PID
+        // 1); in the pod, PID 1 of the exec's namespace is cordon's helper.
+        let pid = if round == 0 { "1" } else { "2" };
+        assert_eq!(lines[0], pid, "round {round}: {out}");
+        let seen: u32 = lines[1].parse().unwrap();
+        assert!(
+            seen <= 4,
+            "round {round}: an exec sees {seen} processes: {out}"
+        );
+        assert_eq!(lines[2], (round + 1).to_string(), "{out}");
+        namespaces.push(lines[3].to_string());
+    }
+    let pods: Vec<String> = engine
+        .containers()
+        .into_iter()
+        .filter(|(_, l)| l["dev.cordon.role"] == "pod")
+        .map(|(name, _)| name.trim_start_matches('/').to_string())
+        .collect();
+    assert_eq!(pods.len(), 1, "one pod per sandbox: {pods:?}");
+    // The pod's own namespaces (its helper's, read on the host) are not
+    // an exec's: each exec in it had a network and IPC namespace of its
+    // own. (Two execs one after the other may be given the same numbers:
+    // the kernel reuses a freed namespace's.)
+    let inspected: serde_json::Value = engine
+        .get(&format!("/containers/{}/json", pods[0]))
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or_default();
+    let pod_pid = inspected["State"]["Pid"].as_i64().unwrap_or(0);
+    assert!(pod_pid > 0, "the pod is not running: {inspected}");
+    let pod_ns: String = ["net", "ipc"]
+        .iter()
+        .map(|n| {
+            let link = std::fs::read_link(format!("/proc/{pod_pid}/ns/{n}")).unwrap();
+            format!("{} ", link.display())
+        })
+        .collect();
+    for (round, ns) in namespaces.iter().enumerate().skip(1) {
+        for (theirs, ours) in pod_ns.split_whitespace().zip(ns.split_whitespace()) {
+            assert_ne!(
+                theirs, ours,
+                "round {round}: the exec shares the pod's namespace ({pod_ns} / {ns})"
+            );
+        }
+    }
+    let top = |id: &str| -> Vec<String> {
+        let listed: serde_json::Value = engine
+            .get(&format!("/containers/{id}/top"))
+            .and_then(|t| serde_json::from_str(&t).ok())
+            .unwrap_or_default();
+        listed["Processes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|p| p.to_string())
+            .collect()
+    };
+    // Nothing of the three execs is left in the pod: its helper only.
+    let only_pause = |id: &str| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let left = top(id);
+            if left.len() == 1 && left[0].contains("podexec pause") {
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the pod holds what execs left: {left:?}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    only_pause(&pods[0]);
+    let started = std::time::Instant::now();
+    let (code, _, err) = c(&[
+        "sandbox",
+        "exec",
+        "--timeout",
+        "2",
+        &handle,
+        "--",
+        "/bin/sh",
+        "-c",
+        "setsid /bin/sleep 300 & /bin/sleep 301 & /bin/sleep 302",
+    ]);
+    assert_eq!(code, 124, "{err}");
+    assert!(err.contains("`max_wall_seconds` bound"), "{err}");
+    assert!(started.elapsed().as_secs() < 20, "{err}");
+    only_pause(&pods[0]);
+    let (code, out, err) = c(&["sandbox", "exec", &handle, "--", "/bin/cat", "rounds"]);
+    assert_eq!((code, out.lines().count()), (0, 3), "{err}");
+    let (code, _, err) = c(&["sandbox", "down", &handle]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(leftovers(&engine, tmp.path()), Vec::<String>::new());
+}
+
 /// The backend suite (`cordon_testkit::suite`) against `docker`, on an
 /// engine of its own: a kept sandbox, the conformance and escape kits
 /// whole (with and without a route), and up/exec/down cycles, run `CORDON_DOCKER_CYCLES`

@@ -40,8 +40,18 @@ pub const ETC_KEPT: &[&str] = &[
 /// The sandbox's host name, as at the container rung.
 pub const HOSTNAME: &str = "cordon";
 
-/// `/proc` paths hidden from the workload (runc's default list; gVisor's
-/// `/proc` is its own, and these are masked all the same).
+/// `/proc` paths an engine holds read-only in a container (runc's default
+/// list).
+pub const READONLY_PROC: &[&str] = &[
+    "/proc/bus",
+    "/proc/fs",
+    "/proc/irq",
+    "/proc/sys",
+    "/proc/sysrq-trigger",
+];
+
+/// `/proc` (and `/sys`) paths hidden from the workload (runc's default
+/// list; gVisor's `/proc` is its own, and these are masked all the same).
 pub const MASKED_PROC: &[&str] = &[
     "/proc/acpi",
     "/proc/asound",
@@ -307,6 +317,26 @@ pub fn docker_seccomp_profile(net: DockerNet) -> Result<String, String> {
     Ok(profile.to_string())
 }
 
+/// The profile of a warm container whose processes are cordon's exec
+/// helper only (`cordon_backend_kit::podexec`): [`docker_seccomp_profile`]
+/// with `unshare` and `mount` allowed, which the helper needs to make an
+/// exec's namespaces and `/proc`. Every command it starts runs under the
+/// whole table besides (the helper installs it, stacked on this one), so
+/// nothing a workload runs is allowed what this profile adds.
+pub fn docker_helper_seccomp_profile(net: DockerNet) -> Result<String, String> {
+    const HELPER_NEEDS: &[&str] = &["unshare", "mount"];
+    let mut profile: Value = serde_json::from_str(&docker_seccomp_profile(net)?)
+        .map_err(|e| format!("the seccomp profile for Docker: {e}"))?;
+    if let Some(all) = profile["syscalls"].as_array_mut() {
+        all.retain(|r| {
+            !r["names"]
+                .as_array()
+                .is_some_and(|n| n.iter().any(|n| HELPER_NEEDS.iter().any(|h| n == h)))
+        });
+    }
+    Ok(profile.to_string())
+}
+
 /// What a Docker container's network namespace holds (see
 /// [`docker_seccomp_profile`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -432,7 +462,7 @@ impl Bundle<'_> {
                 "cgroupsPath": self.cgroup,
                 "seccomp": seccomp(),
                 "maskedPaths": MASKED_PROC,
-                "readonlyPaths": ["/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"]
+                "readonlyPaths": READONLY_PROC
             }
         })
     }
@@ -707,6 +737,29 @@ pub fn check_work_dir(guest: &str, rung: &str) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The pod's profile is the exec's less exactly what the helper needs
+    /// (`unshare`, `mount`): every other denial stays, for every network.
+    #[test]
+    fn the_helpers_profile_allows_only_unshare_and_mount_beyond_the_execs() {
+        let names = |p: &str| -> Vec<String> {
+            let v: Value = serde_json::from_str(p).unwrap();
+            v["syscalls"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|r| r["names"].to_string())
+                .collect()
+        };
+        for net in [DockerNet::None, DockerNet::ProxyRoute, DockerNet::Listening] {
+            let exec = names(&docker_seccomp_profile(net).unwrap());
+            let helper = names(&docker_helper_seccomp_profile(net).unwrap());
+            let dropped: Vec<&String> = exec.iter().filter(|n| !helper.contains(n)).collect();
+            assert_eq!(dropped, ["[\"mount\"]", "[\"unshare\"]"], "{net:?}");
+            assert!(helper.iter().all(|n| exec.contains(n)), "{net:?}");
+            assert!(helper.iter().any(|n| n == "[\"setns\"]"), "{net:?}");
+        }
+    }
 
     #[test]
     fn the_docker_profile_denies_the_complement_of_an_allowed_set_rule_by_rule() {
