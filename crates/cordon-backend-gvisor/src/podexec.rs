@@ -68,6 +68,10 @@ pub(crate) fn process(
         filter_hex,
         masked: &masked,
         read_only: &[],
+        // The pod's network namespace is every exec's: this runsc's
+        // netstack answers EINVAL to an abstract unix socket's bind in a
+        // namespace made inside the sandbox (checked), which would break
+        // programs that use them (see docs/security.md).
         own_net: false,
     };
     let args = cordon_backend_kit::podexec::argv(argv, limits);
