@@ -45,8 +45,9 @@
 //! | `background-outlives-exec` | exec 1 leaves tamperers behind (`&`, `nohup`, `setsid`, double fork, a python daemon, a pid-hopping forker) | none alive after exec 1 (host `/proc` and exec 2's); their writes never happen |
 //! | `concurrent-exec-tampering` | while exec A sleeps, exec B signals, traces, reads `/proc/A/{environ,mem}` and A's descriptors' targets, writes A's stdin/stdout through `/proc/A/fd`, and signals, traces or reads PID 1 | every call refused; A finishes normally with its own output; the sandbox still serves an exec |
 //! | `concurrent-exec-proc-info` | the same run; B lists `/proc/A/fd` and reads `/proc/A/cmdline` | both refused |
+//! | `concurrent-exec-sysv-ipc` | while exec A holds a System V shared-memory segment and message queue under a key only this run knows, exec B looks them up by it | B finds neither |
 //!
-//! The last three are **cross-exec** cases: several execs in one sandbox
+//! The last four are **cross-exec** cases: several execs in one sandbox
 //! (a warm sandbox serves them all from one init), each trying to tamper
 //! with the next or with a concurrent one.
 //!
@@ -71,6 +72,7 @@ use crate::conformance::{ProbeResult, Report};
 mod bounds;
 mod case;
 mod cross_exec;
+mod cross_ipc;
 mod fs;
 mod host;
 mod net;
@@ -97,7 +99,7 @@ use proc::{clone3, host_processes, mount, ptrace, unshare};
 use system::{devices, host_environment, proc_sys_write, tiocsti};
 
 /// Every case, in the order they run.
-pub const CASES: [&str; 28] = [
+pub const CASES: [&str; 29] = [
     "read-host-files",
     "write-outside-work-dir",
     "exec-denied-binary",
@@ -126,6 +128,7 @@ pub const CASES: [&str; 28] = [
     "background-outlives-exec",
     "concurrent-exec-tampering",
     "concurrent-exec-proc-info",
+    "concurrent-exec-sysv-ipc",
 ];
 
 /// Runs every case against `subject`.
@@ -192,6 +195,7 @@ fn run_case(name: &str, s: &EscapeSubject) -> Result<String, String> {
         "background-outlives-exec" => background_outlives(s),
         "concurrent-exec-tampering" => concurrent_exec(s, &TAMPERING),
         "concurrent-exec-proc-info" => concurrent_exec(s, &PROC_INFO),
+        "concurrent-exec-sysv-ipc" => cross_ipc::concurrent_sysv_ipc(s),
         other => Err(format!("unknown case `{other}`")),
     }
 }

@@ -598,7 +598,11 @@ fn shim(mut setup: ExecSetup) -> ! {
         }
     }
     setup.joins.clear();
-    if let Err(e) = unshare(CloneFlags::CLONE_NEWPID | CloneFlags::CLONE_NEWNS) {
+    // IPC of its own too: no System V segment, queue or semaphore of one
+    // exec is another's to find (`concurrent-exec-sysv-ipc`).
+    if let Err(e) =
+        unshare(CloneFlags::CLONE_NEWPID | CloneFlags::CLONE_NEWNS | CloneFlags::CLONE_NEWIPC)
+    {
         refuse_exec(&setup, fail("unshare the exec's namespaces")(e));
     }
     let (status_r, status_w) = match nix::unistd::pipe2(OFlag::O_CLOEXEC) {
