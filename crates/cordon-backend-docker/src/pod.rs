@@ -66,6 +66,8 @@ pub(crate) fn install(dir: &Path) -> Result<PathBuf, String> {
 /// A running pod.
 pub(crate) struct Pod {
     pub(crate) name: String,
+    /// Its full id, which its cgroup's path holds.
+    id: String,
     /// Its cgroup's CPU time and OOM kill count, as the host reads them.
     cpu_file: Option<PathBuf>,
     oom_file: Option<PathBuf>,
@@ -104,6 +106,7 @@ impl Pod {
             name: name.to_string(),
             cpu_file: crate::engine::cpu_file_of(pid, &id),
             oom_file: oom_file_of(pid, &id),
+            id,
             dead: AtomicBool::new(false),
         })
     }
@@ -173,13 +176,14 @@ pub(crate) struct PodExec {
 /// every byte is forwarded.
 pub(crate) fn launch(
     engine: &Engine,
-    pod: &str,
+    pod: &Pod,
     config: ExecConfig,
     stdin_r: Option<OwnedFd>,
     (out_w, err_w): (OwnedFd, OwnedFd),
 ) -> Result<PodExec, String> {
     let d = engine.docker();
-    let pod = pod.to_string();
+    let pod_id = pod.id.clone();
+    let pod = pod.name.clone();
     let (done_tx, done) = std::sync::mpsc::sync_channel::<Result<i64, String>>(1);
     let pid = call(async move {
         let id = d
@@ -237,7 +241,7 @@ pub(crate) fn launch(
         Ok(pid)
     })??;
     Ok(PodExec {
-        helper: pin(pid),
+        helper: pin(pid, &pod_id),
         done,
     })
 }
@@ -279,14 +283,25 @@ async fn exit_of(d: &bollard::Docker, id: &str) -> Result<i64, String> {
 }
 
 /// A pidfd of the helper's host process, when it is still there: killing
-/// it ends the exec's namespace. (An exec that ended before it was seen
-/// has nothing to kill; a pid reused in between could only be another
-/// process of the pod's, which the pidfd then pins and the kill ends —
-/// never a process outside the sandbox, as the pod's pid namespace holds
-/// only the sandbox's.)
-fn pin(pid: i64) -> Option<OwnedFd> {
+/// it ends the exec's namespace. The pid is the engine's word from a
+/// moment before; the process pinned is taken only if it is in the pod's
+/// cgroup (`pod_id` in its path) while the pidfd shows it alive, so a pid
+/// reused in between is at worst another process of the same sandbox,
+/// never one outside it. `None`: the exec ended (nothing to kill).
+fn pin(pid: i64, pod_id: &str) -> Option<OwnedFd> {
     let p = rustix::process::Pid::from_raw(i32::try_from(pid).ok()?)?;
-    rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty()).ok()
+    let fd = rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty()).ok()?;
+    let cgroup = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+    let mut fds = [rustix::event::PollFd::new(
+        &fd,
+        rustix::event::PollFlags::IN,
+    )];
+    let zero = rustix::event::Timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    let alive = matches!(rustix::event::poll(&mut fds, Some(&zero)), Ok(0));
+    (alive && !pod_id.is_empty() && cgroup.contains(pod_id)).then_some(fd)
 }
 
 impl PodExec {

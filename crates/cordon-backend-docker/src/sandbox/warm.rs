@@ -122,7 +122,7 @@ impl DockerSandbox {
         let (err_r, err_w) = pipe().map_err(|e| e.to_string())?;
         drop(out_r);
         let config = self.exec_config(podexec::probe_argv(), &BTreeMap::new(), false)?;
-        let exec = crate::pod::launch(&self.engine, &pod.name, config, None, (out_w, err_w))?;
+        let exec = crate::pod::launch(&self.engine, pod, config, None, (out_w, err_w))?;
         let code = exec.code_within(PROBE_TIMEOUT);
         let mut said = String::new();
         {
@@ -213,18 +213,17 @@ impl DockerSandbox {
             }
             false => (None, None),
         };
-        let exec =
-            match crate::pod::launch(&self.engine, &pod.name, config, stdin_r, (out_w, err_w)) {
-                Ok(exec) => exec,
-                Err(e) => {
-                    // It may have started unseen: the pod goes with it, and
-                    // the next exec starts another.
-                    tracing::debug!(pod = %pod.name, "the pod did not take the exec: {e}");
-                    pod.end();
-                    let _ = self.engine.remove(&pod.name);
-                    return Ok(None);
-                }
-            };
+        let exec = match crate::pod::launch(&self.engine, &pod, config, stdin_r, (out_w, err_w)) {
+            Ok(exec) => exec,
+            Err(e) => {
+                // It may have started unseen: the pod goes with it, and
+                // the next exec starts another.
+                tracing::debug!(pod = %pod.name, "the pod did not take the exec: {e}");
+                pod.end();
+                let _ = self.engine.remove(&pod.name);
+                return Ok(None);
+            }
+        };
         let stdin = match stdin_w {
             Some(w) if stdin_stream => StdinFeed::Stream(Box::new(std::fs::File::from(w))),
             Some(w) => StdinFeed::Bytes(Box::new(std::fs::File::from(w)), req.stdin.clone()),
