@@ -434,6 +434,37 @@ fn an_idle_sandbox_disposes_of_itself() {
     assert!(!Path::new(&work).exists());
 }
 
+/// A keeper asked to end (SIGTERM, as a service manager stops it) disposes
+/// of its sandbox on the way out — its record, work dir and cgroups gone —
+/// with no `cordon sandbox gc`.
+#[test]
+fn a_keeper_asked_to_end_disposes_of_its_sandbox() {
+    if !can_sandbox("keeper SIGTERM") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let h = up(&state, "s-term", "t");
+    let rec = record(&state, &h);
+    let work = work_of(&rec);
+    let cgroups = cgroups_of(&rec);
+    assert!(work.exists() && !cgroups.is_empty(), "{work:?} {cgroups:?}");
+    let pid = nix::unistd::Pid::from_raw(rec.keeper.pid as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::SIGTERM).unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    while rec.keeper.alive() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(!rec.keeper.alive(), "the keeper outlived SIGTERM");
+    assert!(
+        !state.join("sandboxes").join(format!("{h}.json")).exists(),
+        "the sandbox is still recorded"
+    );
+    assert!(!work.exists(), "its work dir is left: {work:?}");
+    let left: Vec<_> = cgroups.iter().filter(|c| c.exists()).collect();
+    assert!(left.is_empty(), "its cgroups are left: {left:?}");
+}
+
 #[test]
 fn a_state_directory_others_can_write_is_refused() {
     let dir = tempfile::tempdir().unwrap();

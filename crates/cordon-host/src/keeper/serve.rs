@@ -203,6 +203,14 @@ fn serve_sandbox(
     let last = Arc::new(Mutex::new(Instant::now()));
     let busy = Arc::new(AtomicUsize::new(0));
     let stop = Arc::new(AtomicBool::new(false));
+    // Asked to end (a service manager's SIGTERM, a Ctrl-C): the loop stops
+    // and the sandbox is disposed of as at its idle timeout, not left for
+    // `cordon sandbox gc`.
+    let term = Arc::new(AtomicBool::new(false));
+    for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        signal_hook::flag::register(signal, term.clone())
+            .map_err(|e| format!("cannot watch for signal {signal}: {e}"))?;
+    }
     // A dispose request wakes the loop at once through this pipe.
     let (wake_r, wake_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
         .map_err(|e| format!("pipe: {e}"))?;
@@ -212,6 +220,10 @@ fn serve_sandbox(
     let mut idle_paused = false;
     loop {
         if stop.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        if term.load(Ordering::SeqCst) {
+            tracing::info!(handle = %launch.handle, "asked to end; disposing");
             return Ok(());
         }
         let idle_for = last.lock().map(|l| l.elapsed()).unwrap_or_default();
