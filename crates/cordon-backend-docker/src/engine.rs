@@ -455,15 +455,22 @@ pub fn live_sandboxes(engine: &Engine) -> Result<usize, String> {
 /// container `id`'s: a process that is exiting shows the root cgroup,
 /// whose time is the whole host's, never the container's.
 pub fn cpu_file_of(pid: i64, id: &str) -> Option<PathBuf> {
+    cgroup_file_of(pid, id, ("cpuacct", "cpuacct.usage"), "cpu.stat")
+}
+
+/// The file `v1` (controller, file) or, on a unified hierarchy, `v2` of
+/// the cgroup process `pid` is in, if that cgroup is container `id`'s.
+pub fn cgroup_file_of(pid: i64, id: &str, v1: (&str, &str), v2: &str) -> Option<PathBuf> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
     for line in text.lines() {
         let mut parts = line.splitn(3, ':');
         let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
-        if controllers.split(',').any(|c| c == "cpuacct") {
+        if controllers.split(',').any(|c| c == v1.0) {
             return path.contains(id).then(|| {
-                Path::new("/sys/fs/cgroup/cpuacct")
+                Path::new("/sys/fs/cgroup")
+                    .join(v1.0)
                     .join(path.trim_start_matches('/'))
-                    .join("cpuacct.usage")
+                    .join(v1.1)
             });
         }
     }
@@ -471,7 +478,7 @@ pub fn cpu_file_of(pid: i64, id: &str) -> Option<PathBuf> {
     path.contains(id).then(|| {
         Path::new("/sys/fs/cgroup")
             .join(path.trim_start_matches('/'))
-            .join("cpu.stat")
+            .join(v2)
     })
 }
 

@@ -135,24 +135,7 @@ impl Pod {
 /// The cgroup file that counts OOM kills in the container `id` whose
 /// process is `pid` (v1 `memory.oom_control`, v2 `memory.events`).
 fn oom_file_of(pid: i64, id: &str) -> Option<PathBuf> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
-    for line in text.lines() {
-        let mut parts = line.splitn(3, ':');
-        let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
-        if controllers.split(',').any(|c| c == "memory") {
-            return path.contains(id).then(|| {
-                Path::new("/sys/fs/cgroup/memory")
-                    .join(path.trim_start_matches('/'))
-                    .join("memory.oom_control")
-            });
-        }
-    }
-    let path = text.lines().find_map(|l| l.strip_prefix("0::"))?;
-    path.contains(id).then(|| {
-        Path::new("/sys/fs/cgroup")
-            .join(path.trim_start_matches('/'))
-            .join("memory.events")
-    })
+    crate::engine::cgroup_file_of(pid, id, ("memory", "memory.oom_control"), "memory.events")
 }
 
 fn oom_kills_in(file: &Path) -> Option<u64> {

@@ -148,21 +148,11 @@ mod tests {
                 .map(str::to_string)
                 .collect()
         };
-        let args = strings(&p["args"]);
+        // The argv and environment are the kit's (tested there); here,
+        // that the process carries them.
         assert_eq!(
-            args,
-            [
-                PATH,
-                "exec",
-                "1999999998",
-                "1999999998",
-                "64",
-                "30",
-                "1048576",
-                "1024",
-                "--",
-                "/bin/true"
-            ]
+            strings(&p["args"]),
+            cordon_backend_kit::podexec::argv(vec!["/bin/true".into()], &limits)
         );
         let env = strings(&p["env"]);
         // The caller's own `CORDON_PODEXEC_FILTER` never reaches the helper.
