@@ -181,6 +181,18 @@ fn listen(path: &Path) -> Result<OwnedFd, String> {
     Ok(s)
 }
 
+/// A flag set when the keeper is asked to end (a service manager's
+/// SIGTERM, a Ctrl-C): the serving loop stops and the sandbox is disposed
+/// of as at its idle timeout, not left for `cordon sandbox gc`.
+fn asked_to_end() -> Result<Arc<AtomicBool>, String> {
+    let term = Arc::new(AtomicBool::new(false));
+    for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        signal_hook::flag::register(signal, term.clone())
+            .map_err(|e| format!("cannot watch for signal {signal}: {e}"))?;
+    }
+    Ok(term)
+}
+
 fn serve_sandbox(
     launch: &Launch,
     state: &StateDir,
@@ -203,14 +215,7 @@ fn serve_sandbox(
     let last = Arc::new(Mutex::new(Instant::now()));
     let busy = Arc::new(AtomicUsize::new(0));
     let stop = Arc::new(AtomicBool::new(false));
-    // Asked to end (a service manager's SIGTERM, a Ctrl-C): the loop stops
-    // and the sandbox is disposed of as at its idle timeout, not left for
-    // `cordon sandbox gc`.
-    let term = Arc::new(AtomicBool::new(false));
-    for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
-        signal_hook::flag::register(signal, term.clone())
-            .map_err(|e| format!("cannot watch for signal {signal}: {e}"))?;
-    }
+    let term = asked_to_end()?;
     // A dispose request wakes the loop at once through this pipe.
     let (wake_r, wake_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
         .map_err(|e| format!("pipe: {e}"))?;
