@@ -148,10 +148,20 @@ fn oom_kills_in(file: &Path) -> Option<u64> {
 
 /// One exec's helper under way in a pod.
 pub(crate) struct PodExec {
-    /// The helper on the host, pinned (`None`: it ended before it was
-    /// seen).
-    helper: Option<OwnedFd>,
+    helper: Helper,
     done: Receiver<Result<i64, String>>,
+}
+
+/// The helper's host process, as far as the host could tell.
+#[derive(Clone)]
+enum Helper {
+    /// Pinned: a kill reaches it.
+    Pinned(std::sync::Arc<OwnedFd>),
+    /// It ended before it could be pinned: nothing to kill.
+    Ended,
+    /// Could not be pinned, though it may run (`/proc` unreadable, a
+    /// pidfd refused): a kill cannot reach it, and says so.
+    Unreachable,
 }
 
 /// Creates and starts one `docker exec` of `config` in `pod`, forwarding
@@ -265,16 +275,31 @@ async fn exit_of(d: &bollard::Docker, id: &str) -> Result<i64, String> {
     Err("the engine still says the exec runs after its streams ended".into())
 }
 
-/// A pidfd of the helper's host process, when it is still there: killing
-/// it ends the exec's namespace. The pid is the engine's word from a
-/// moment before; the process pinned is taken only if it is in the pod's
-/// cgroup (`pod_id` in its path) while the pidfd shows it alive, so a pid
-/// reused in between is at worst another process of the same sandbox,
-/// never one outside it. `None`: the exec ended (nothing to kill).
-fn pin(pid: i64, pod_id: &str) -> Option<OwnedFd> {
-    let p = rustix::process::Pid::from_raw(i32::try_from(pid).ok()?)?;
-    let fd = rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty()).ok()?;
-    let cgroup = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+/// The helper's host process `pid`, pinned. The pid is the engine's word
+/// from a moment before; the process pinned is taken only if it is in the
+/// pod's cgroup (`pod_id` in its path) while the pidfd shows it alive, so
+/// a pid reused in between is at worst another process of the same
+/// sandbox, never one outside it. Whatever cannot be told apart from a
+/// running helper is [`Helper::Unreachable`], never "ended".
+fn pin(pid: i64, pod_id: &str) -> Helper {
+    use rustix::io::Errno;
+    if pid == 0 {
+        return Helper::Ended;
+    }
+    let Some(p) = i32::try_from(pid)
+        .ok()
+        .and_then(rustix::process::Pid::from_raw)
+    else {
+        return Helper::Unreachable;
+    };
+    let fd = match rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty()) {
+        Ok(fd) => fd,
+        Err(Errno::SRCH) => return Helper::Ended,
+        Err(_) => return Helper::Unreachable,
+    };
+    let Ok(cgroup) = std::fs::read_to_string(format!("/proc/{pid}/cgroup")) else {
+        return Helper::Unreachable;
+    };
     let mut fds = [rustix::event::PollFd::new(
         &fd,
         rustix::event::PollFlags::IN,
@@ -283,8 +308,14 @@ fn pin(pid: i64, pod_id: &str) -> Option<OwnedFd> {
         tv_sec: 0,
         tv_nsec: 0,
     };
-    let alive = matches!(rustix::event::poll(&mut fds, Some(&zero)), Ok(0));
-    (alive && !pod_id.is_empty() && cgroup.contains(pod_id)).then_some(fd)
+    match rustix::event::poll(&mut fds, Some(&zero)) {
+        // Exited (its pidfd readable): nothing of it to kill.
+        Ok(n) if n > 0 => Helper::Ended,
+        // Alive, and another process than the exec's: the exec's ended.
+        Ok(_) if !pod_id.is_empty() && !cgroup.contains(pod_id) => Helper::Ended,
+        Ok(_) if !pod_id.is_empty() => Helper::Pinned(std::sync::Arc::new(fd)),
+        _ => Helper::Unreachable,
+    }
 }
 
 impl PodExec {
@@ -302,16 +333,13 @@ impl PodExec {
     /// A kill of the exec: its helper, whose namespace dies with it.
     /// Whether it was sent.
     pub(crate) fn killer(&self) -> impl Fn() -> bool + Send + Sync + 'static {
-        let fd = self
-            .helper
-            .as_ref()
-            .and_then(|f| f.try_clone().ok())
-            .map(std::sync::Arc::new);
-        move || match &fd {
-            Some(fd) => {
+        let helper = self.helper.clone();
+        move || match &helper {
+            Helper::Pinned(fd) => {
                 rustix::process::pidfd_send_signal(&**fd, rustix::process::Signal::KILL).is_ok()
             }
-            None => true,
+            Helper::Ended => true,
+            Helper::Unreachable => false,
         }
     }
 
